@@ -1,0 +1,763 @@
+//! Module definitions (`modules/<name>/module.toml`) and the catalogue that holds them.
+//!
+//! A catalogue arrives as a [`CatalogueSource`]: every module directory's entries read by the
+//! caller (mesh-model does no IO). [`load_catalogue`] parses and validates all of it and returns
+//! the modules that are sound together with every [`Diagnostic`] found.
+//!
+//! A `module.toml`:
+//!
+//! ```toml
+//! name = "media"
+//! depends = ["base"]
+//! upgrade = "one-first"          # or "together"
+//!
+//! [settings]                     # the settings it accepts, each with its default
+//! port = 8096
+//!
+//! [places.media]                 # a named directory; its location is the setting `places.media`
+//! default = "/srv/media"
+//!
+//! [files.config]
+//! source = "files/config.toml"   # inside the module directory
+//! path = "/etc/media/config.toml"
+//! template = true
+//!
+//! [containers.media]
+//! image = "localhost/mesh-busybox:latest"
+//! command = ["httpd", "-f", "-p", "{{port}}"]
+//! mounts = [{ place = "media", at = "/media" }]
+//! restart-on = ["config"]
+//! ```
+
+use crate::template;
+use crate::Diagnostic;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The file name of a module definition inside its directory.
+pub const DEFINITION_FILE: &str = "module.toml";
+
+/// How a module's new build reaches its nodes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Upgrade {
+    /// The first running node by name, then the rest once it reports the new declaration applied.
+    #[default]
+    OneFirst,
+    /// Every node at once.
+    Together,
+}
+
+/// What a rollout does when its first node fails.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnFailure {
+    /// Stop the module's rollout; every node keeps what it ran.
+    #[default]
+    Stop,
+    /// Stop, and send the first node back what it was sent before.
+    Revert,
+}
+
+/// A place: a named directory whose location on a machine is the setting `places.<name>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PlaceDefinition {
+    /// Where the place is when no layer sets `places.<name>`.
+    pub default: String,
+    /// Permission bits of the directory, octal text (default `0755`).
+    #[serde(default = "default_dir_mode")]
+    pub mode: String,
+    /// Owning account (default `root`).
+    #[serde(default = "root")]
+    pub owner: String,
+    /// Owning group (default `root`).
+    #[serde(default = "root")]
+    pub group: String,
+}
+
+/// A file the module puts on a machine, from a source inside its directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FileDefinition {
+    /// Path of the source inside the module directory.
+    pub source: String,
+    /// Absolute path on the machine (may use settings).
+    pub path: String,
+    /// Whether the source is a template rendered from settings.
+    #[serde(default)]
+    pub template: bool,
+    /// Permission bits, octal text (default `0644`).
+    #[serde(default = "default_file_mode")]
+    pub mode: String,
+    /// Owning account (default `root`).
+    #[serde(default = "root")]
+    pub owner: String,
+    /// Owning group (default `root`).
+    #[serde(default = "root")]
+    pub group: String,
+}
+
+/// A directory the module puts on a machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct DirectoryDefinition {
+    /// Absolute path on the machine (may use settings).
+    pub path: String,
+    /// Permission bits, octal text (default `0755`).
+    #[serde(default = "default_dir_mode")]
+    pub mode: String,
+    /// Owning account (default `root`).
+    #[serde(default = "root")]
+    pub owner: String,
+    /// Owning group (default `root`).
+    #[serde(default = "root")]
+    pub group: String,
+}
+
+/// A mount of a place into a container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct MountDefinition {
+    /// The place mounted (one the module declares).
+    pub place: String,
+    /// Where inside the container.
+    pub at: String,
+    /// Mounted read-only.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// A container the module runs under podman.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ContainerDefinition {
+    /// The image reference.
+    pub image: String,
+    /// The command and its arguments (default: the image's).
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// Environment variables (values may use settings).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Places mounted into it.
+    #[serde(default)]
+    pub mounts: Vec<MountDefinition>,
+    /// Files of this module whose change restarts the container.
+    #[serde(default)]
+    pub restart_on: Vec<String>,
+}
+
+/// A group membership the module needs: an account added to a group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct MembershipDefinition {
+    /// The account (may use settings, e.g. `{{operator}}`).
+    pub account: String,
+    /// The group.
+    pub group: String,
+}
+
+/// What a module needs on the bus before its code runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Grants {
+    /// Key-value state buckets it reads and writes.
+    #[serde(default)]
+    pub buckets: Vec<String>,
+    /// Event subjects it publishes and subscribes to.
+    #[serde(default)]
+    pub subjects: Vec<String>,
+}
+
+/// A validated module definition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ModuleDefinition {
+    /// The module's name; equals its directory's name.
+    pub name: String,
+    /// Modules it is built from or after.
+    #[serde(default)]
+    pub depends: Vec<String>,
+    /// How a new build rolls out.
+    #[serde(default)]
+    pub upgrade: Upgrade,
+    /// What a failed first node does to the rollout.
+    #[serde(default)]
+    pub on_failure: OnFailure,
+    /// Seconds the first node has to report a new declaration applied (default 600).
+    #[serde(default = "default_deadline")]
+    pub deadline_secs: u64,
+    /// How many nodes are sent to at once after the first (default: all).
+    #[serde(default)]
+    pub max_parallel: Option<u32>,
+    /// Settings accepted, with their defaults.
+    #[serde(default)]
+    pub settings: BTreeMap<String, Value>,
+    /// Named directories, placed by the setting `places.<name>`.
+    #[serde(default)]
+    pub places: BTreeMap<String, PlaceDefinition>,
+    /// Files, by name.
+    #[serde(default)]
+    pub files: BTreeMap<String, FileDefinition>,
+    /// Directories, by name.
+    #[serde(default)]
+    pub directories: BTreeMap<String, DirectoryDefinition>,
+    /// Containers, by name.
+    #[serde(default)]
+    pub containers: BTreeMap<String, ContainerDefinition>,
+    /// Group memberships, by name.
+    #[serde(default)]
+    pub memberships: BTreeMap<String, MembershipDefinition>,
+    /// Bus grants.
+    #[serde(default)]
+    pub grants: Grants,
+    /// Groups of resources (`kind/name`) that apply all-or-nothing, by group name.
+    #[serde(default)]
+    pub together: BTreeMap<String, Vec<String>>,
+}
+
+fn root() -> String {
+    "root".to_owned()
+}
+fn default_file_mode() -> String {
+    "0644".to_owned()
+}
+fn default_dir_mode() -> String {
+    "0755".to_owned()
+}
+fn default_deadline() -> u64 {
+    600
+}
+
+/// The settings key under which a module's places are placed.
+pub const PLACES_KEY: &str = "places";
+
+impl ModuleDefinition {
+    /// The module's defaults as one JSON object, places included under `places`.
+    pub fn defaults(&self) -> Value {
+        let mut object: serde_json::Map<String, Value> = self
+            .settings
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let places = self
+            .places
+            .iter()
+            .map(|(name, place)| (name.clone(), Value::String(place.default.clone())))
+            .collect();
+        object.insert(PLACES_KEY.to_owned(), Value::Object(places));
+        Value::Object(object)
+    }
+
+    /// The top-level settings keys a layer may hold for this module.
+    pub fn known_keys(&self) -> BTreeSet<String> {
+        let mut keys: BTreeSet<String> = self.settings.keys().cloned().collect();
+        keys.insert(PLACES_KEY.to_owned());
+        keys
+    }
+
+    /// Every `kind/name` this module declares, for `together` and `restart-on` references.
+    pub fn resource_refs(&self) -> BTreeSet<String> {
+        let mut refs = BTreeSet::new();
+        refs.extend(self.places.keys().map(|n| format!("directory/{n}")));
+        refs.extend(self.files.keys().map(|n| format!("file/{n}")));
+        refs.extend(self.directories.keys().map(|n| format!("directory/{n}")));
+        refs.extend(self.containers.keys().map(|n| format!("container/{n}")));
+        refs.extend(self.memberships.keys().map(|n| format!("membership/{n}")));
+        refs
+    }
+
+    /// The together group a `kind/name` belongs to, if any.
+    pub fn together_group_of(&self, reference: &str) -> Option<&str> {
+        self.together
+            .iter()
+            .find(|(_, members)| members.iter().any(|m| m == reference))
+            .map(|(group, _)| group.as_str())
+    }
+}
+
+/// One entry of a module directory, as read by the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file and its bytes.
+    File {
+        /// The content.
+        bytes: Vec<u8>,
+        /// Whether any execute bit is set.
+        executable: bool,
+    },
+    /// A directory.
+    Directory,
+    /// A symbolic link (never allowed in a module).
+    Symlink {
+        /// Where it points.
+        target: String,
+    },
+    /// Anything else (device, socket, fifo): never allowed.
+    Other,
+}
+
+/// A module directory as read from disk or git: relative paths (with `/`) to entries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModuleTree {
+    /// Every entry under the module directory, keyed by relative path.
+    pub entries: BTreeMap<String, EntryKind>,
+}
+
+impl ModuleTree {
+    /// The bytes of a regular file, if the tree holds one at `path`.
+    pub fn file(&self, path: &str) -> Option<&[u8]> {
+        match self.entries.get(path) {
+            Some(EntryKind::File { bytes, .. }) => Some(bytes),
+            _ => None,
+        }
+    }
+}
+
+/// A catalogue as read: module directory name → its tree. `prefix` is how files are named in
+/// diagnostics (e.g. `modules`).
+#[derive(Debug, Clone, Default)]
+pub struct CatalogueSource {
+    /// Path prefix of the module directories, for messages.
+    pub prefix: String,
+    /// Module directory name → tree.
+    pub modules: BTreeMap<String, ModuleTree>,
+}
+
+/// A module that validated: its definition and its directory.
+#[derive(Debug, Clone)]
+pub struct Module {
+    /// The definition.
+    pub definition: ModuleDefinition,
+    /// The directory's entries.
+    pub tree: ModuleTree,
+}
+
+/// Validated modules by name.
+#[derive(Debug, Clone, Default)]
+pub struct Catalogue {
+    /// Module name → module.
+    pub modules: BTreeMap<String, Module>,
+}
+
+impl Catalogue {
+    /// A module by name.
+    pub fn module(&self, name: &str) -> Option<&Module> {
+        self.modules.get(name)
+    }
+}
+
+/// Parses and validates a whole catalogue.
+///
+/// Returns the catalogue of modules and every diagnostic found. A module with any diagnostic
+/// of its own is left out of the catalogue; a problem across modules (unknown dependency, a
+/// cycle) is reported for each module involved, and those modules are left out too.
+pub fn load_catalogue(source: &CatalogueSource) -> (Catalogue, Vec<Diagnostic>) {
+    let mut diagnostics = Vec::new();
+    let mut parsed = BTreeMap::new();
+    for (dir, tree) in &source.modules {
+        let file = format!("{}/{dir}/{DEFINITION_FILE}", source.prefix);
+        let before = diagnostics.len();
+        if let Some(definition) = parse_module(&file, dir, tree, &mut diagnostics) {
+            if diagnostics.len() == before {
+                parsed.insert(definition.name.clone(), (file, definition, tree.clone()));
+            }
+        }
+    }
+    // Across modules: dependencies exist and form no cycle.
+    let mut broken: BTreeSet<String> = BTreeSet::new();
+    for (name, (file, definition, _)) in &parsed {
+        for dep in &definition.depends {
+            if !parsed.contains_key(dep) && !source.modules.contains_key(dep) {
+                diagnostics.push(Diagnostic::new(
+                    file.clone(),
+                    Some(name),
+                    Some("depends"),
+                    format!("depends on `{dep}`, which is not in the catalogue"),
+                ));
+                broken.insert(name.clone());
+            }
+        }
+    }
+    let graph: BTreeMap<&str, Vec<&str>> = parsed
+        .iter()
+        .map(|(n, (_, d, _))| (n.as_str(), d.depends.iter().map(String::as_str).collect()))
+        .collect();
+    for cycle in find_cycles(&graph) {
+        let shown = format!("{} -> {}", cycle.join(" -> "), cycle[0]);
+        for member in &cycle {
+            let (file, _, _) = &parsed[member];
+            diagnostics.push(Diagnostic::new(
+                file.clone(),
+                Some(member),
+                Some("depends"),
+                format!("dependency cycle: {shown}"),
+            ));
+            broken.insert(member.clone());
+        }
+    }
+    let modules = parsed
+        .into_iter()
+        .filter(|(name, _)| !broken.contains(name))
+        .map(|(name, (_, definition, tree))| (name, Module { definition, tree }))
+        .collect();
+    diagnostics.sort();
+    (Catalogue { modules }, diagnostics)
+}
+
+/// Every elementary cycle's members, each reported once (starting at its smallest name).
+pub fn find_cycles(graph: &BTreeMap<&str, Vec<&str>>) -> Vec<Vec<String>> {
+    // Tarjan's strongly connected components; a component of more than one node, or a node
+    // depending on itself, is a cycle.
+    struct State<'g> {
+        index: usize,
+        indices: BTreeMap<&'g str, usize>,
+        low: BTreeMap<&'g str, usize>,
+        stack: Vec<&'g str>,
+        on_stack: BTreeSet<&'g str>,
+        components: Vec<Vec<String>>,
+    }
+    fn connect<'g>(node: &'g str, graph: &BTreeMap<&'g str, Vec<&'g str>>, s: &mut State<'g>) {
+        s.indices.insert(node, s.index);
+        s.low.insert(node, s.index);
+        s.index += 1;
+        s.stack.push(node);
+        s.on_stack.insert(node);
+        for &next in graph.get(node).map(Vec::as_slice).unwrap_or(&[]) {
+            if !graph.contains_key(next) {
+                continue;
+            }
+            if !s.indices.contains_key(next) {
+                connect(next, graph, s);
+                let low = s.low[node].min(s.low[next]);
+                s.low.insert(node, low);
+            } else if s.on_stack.contains(next) {
+                let low = s.low[node].min(s.indices[next]);
+                s.low.insert(node, low);
+            }
+        }
+        if s.low[node] == s.indices[node] {
+            let mut component = Vec::new();
+            while let Some(member) = s.stack.pop() {
+                s.on_stack.remove(member);
+                component.push(member.to_owned());
+                if member == node {
+                    break;
+                }
+            }
+            let self_loop = graph.get(node).is_some_and(|deps| deps.contains(&node));
+            if component.len() > 1 || self_loop {
+                component.sort();
+                s.components.push(component);
+            }
+        }
+    }
+    let mut state = State {
+        index: 0,
+        indices: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        components: Vec::new(),
+    };
+    for &node in graph.keys() {
+        if !state.indices.contains_key(node) {
+            connect(node, graph, &mut state);
+        }
+    }
+    state.components.sort();
+    state.components
+}
+
+/// Parses one module's definition and checks it against its own directory.
+fn parse_module(
+    file: &str,
+    dir: &str,
+    tree: &ModuleTree,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<ModuleDefinition> {
+    for (path, entry) in &tree.entries {
+        match entry {
+            EntryKind::Symlink { target } => diagnostics.push(Diagnostic::new(
+                file,
+                Some(dir),
+                None,
+                format!("`{path}` is a symbolic link (to `{target}`); modules hold no links"),
+            )),
+            EntryKind::Other => diagnostics.push(Diagnostic::new(
+                file,
+                Some(dir),
+                None,
+                format!("`{path}` is neither a file nor a directory"),
+            )),
+            EntryKind::File { .. } | EntryKind::Directory => {}
+        }
+    }
+    let Some(text) = tree.file(DEFINITION_FILE) else {
+        diagnostics.push(Diagnostic::new(
+            file,
+            Some(dir),
+            None,
+            "the module directory has no module.toml",
+        ));
+        return None;
+    };
+    let Ok(text) = std::str::from_utf8(text) else {
+        diagnostics.push(Diagnostic::new(
+            file,
+            Some(dir),
+            None,
+            "module.toml is not UTF-8",
+        ));
+        return None;
+    };
+    let raw: toml::Table = match text.parse() {
+        Ok(table) => table,
+        Err(error) => {
+            diagnostics.push(Diagnostic::new(
+                file,
+                Some(dir),
+                None,
+                format!("not valid TOML: {}", one_line(&error.to_string())),
+            ));
+            return None;
+        }
+    };
+    let definition: ModuleDefinition = match toml::Value::Table(raw).try_into() {
+        Ok(definition) => definition,
+        Err(error) => {
+            diagnostics.push(Diagnostic::new(
+                file,
+                Some(dir),
+                None,
+                one_line(&error.to_string()),
+            ));
+            return None;
+        }
+    };
+    check_module(file, dir, tree, &definition, diagnostics);
+    Some(definition)
+}
+
+fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Whether a name is fit for a resource id segment: `[a-z0-9][a-z0-9_-]*`.
+pub fn is_valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_lowercase() || c.is_ascii_digit())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+}
+
+/// Parses an octal mode text such as `0644`.
+pub fn parse_mode(text: &str) -> Option<u32> {
+    let mode = u32::from_str_radix(text, 8).ok()?;
+    (mode <= 0o7777).then_some(mode)
+}
+
+fn check_module(
+    file: &str,
+    dir: &str,
+    tree: &ModuleTree,
+    d: &ModuleDefinition,
+    out: &mut Vec<Diagnostic>,
+) {
+    let m = Some(dir);
+    let mut say = |key: String, message: String| {
+        out.push(Diagnostic::new(file, m, Some(&key), message));
+    };
+    if d.name != dir {
+        say(
+            "name".into(),
+            format!(
+                "the module is named `{}` but its directory is `{dir}`",
+                d.name
+            ),
+        );
+    }
+    if !is_valid_name(&d.name) {
+        say("name".into(), "a module name is [a-z0-9][a-z0-9_-]*".into());
+    }
+    if d.depends.contains(&d.name) {
+        say("depends".into(), "a module cannot depend on itself".into());
+    }
+    for key in d.settings.keys() {
+        if key == PLACES_KEY {
+            say(
+                format!("settings.{key}"),
+                "`places` is reserved for placements; declare [places.NAME] instead".into(),
+            );
+        } else if !template::is_dotted_key(key) || key.contains('.') {
+            say(format!("settings.{key}"), "not a valid setting name".into());
+        }
+    }
+    let defaults = d.defaults();
+    let check_text =
+        |key: String, text: &str, say: &mut dyn FnMut(String, String)| match template::references(
+            text,
+        ) {
+            Ok(refs) => {
+                for r in refs {
+                    if template::lookup(&defaults, &r).is_none() {
+                        say(key.clone(), format!("refers to the unknown setting `{r}`"));
+                    }
+                }
+            }
+            Err(error) => say(key, error.to_string()),
+        };
+    let mut names = BTreeSet::new();
+    for (name, place) in &d.places {
+        let key = format!("places.{name}");
+        check_name(&key, name, &mut say);
+        names.insert(format!("directory/{name}"));
+        check_absolute(&format!("{key}.default"), &place.default, &mut say);
+        check_mode(&format!("{key}.mode"), &place.mode, &mut say);
+        check_text(format!("{key}.owner"), &place.owner, &mut say);
+    }
+    for (name, dir_def) in &d.directories {
+        let key = format!("directories.{name}");
+        check_name(&key, name, &mut say);
+        if !names.insert(format!("directory/{name}")) {
+            say(key.clone(), format!("a place is also named `{name}`"));
+        }
+        check_absolute(&format!("{key}.path"), &dir_def.path, &mut say);
+        check_text(format!("{key}.path"), &dir_def.path, &mut say);
+        check_mode(&format!("{key}.mode"), &dir_def.mode, &mut say);
+    }
+    for (name, f) in &d.files {
+        let key = format!("files.{name}");
+        check_name(&key, name, &mut say);
+        check_absolute(&format!("{key}.path"), &f.path, &mut say);
+        check_text(format!("{key}.path"), &f.path, &mut say);
+        check_mode(&format!("{key}.mode"), &f.mode, &mut say);
+        match tree.entries.get(&f.source) {
+            Some(EntryKind::File { bytes, .. }) => {
+                if f.template {
+                    match std::str::from_utf8(bytes) {
+                        Ok(text) => check_text(format!("{key}.source"), text, &mut say),
+                        Err(_) => say(
+                            format!("{key}.source"),
+                            format!("the template `{}` is not UTF-8", f.source),
+                        ),
+                    }
+                }
+            }
+            Some(EntryKind::Symlink { .. }) => say(
+                format!("{key}.source"),
+                format!("the source `{}` is a symbolic link", f.source),
+            ),
+            Some(_) => say(
+                format!("{key}.source"),
+                format!("the source `{}` is not a regular file", f.source),
+            ),
+            None => say(
+                format!("{key}.source"),
+                format!("the source `{}` is not in the module directory", f.source),
+            ),
+        }
+    }
+    for (name, c) in &d.containers {
+        let key = format!("containers.{name}");
+        check_name(&key, name, &mut say);
+        check_text(format!("{key}.image"), &c.image, &mut say);
+        if c.image.trim().is_empty() {
+            say(format!("{key}.image"), "an image is required".into());
+        }
+        for (i, arg) in c.command.iter().enumerate() {
+            check_text(format!("{key}.command[{i}]"), arg, &mut say);
+        }
+        for (var, value) in &c.env {
+            check_text(format!("{key}.env.{var}"), value, &mut say);
+        }
+        let mut ats = BTreeSet::new();
+        for (i, mount) in c.mounts.iter().enumerate() {
+            if !d.places.contains_key(&mount.place) {
+                say(
+                    format!("{key}.mounts[{i}].place"),
+                    format!(
+                        "mounts the place `{}`, which the module does not declare",
+                        mount.place
+                    ),
+                );
+            }
+            check_absolute(&format!("{key}.mounts[{i}].at"), &mount.at, &mut say);
+            if !ats.insert(mount.at.clone()) {
+                say(
+                    format!("{key}.mounts[{i}].at"),
+                    format!("two mounts at `{}`", mount.at),
+                );
+            }
+        }
+        for (i, f) in c.restart_on.iter().enumerate() {
+            if !d.files.contains_key(f) {
+                say(
+                    format!("{key}.restart-on[{i}]"),
+                    format!("restarts on the file `{f}`, which the module does not declare"),
+                );
+            }
+        }
+    }
+    for (name, mship) in &d.memberships {
+        let key = format!("memberships.{name}");
+        check_name(&key, name, &mut say);
+        check_text(format!("{key}.account"), &mship.account, &mut say);
+        check_text(format!("{key}.group"), &mship.group, &mut say);
+    }
+    let refs = d.resource_refs();
+    let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
+    for (group, members) in &d.together {
+        let key = format!("together.{group}");
+        if members.len() < 2 {
+            say(
+                key.clone(),
+                "a together group needs at least two members".into(),
+            );
+        }
+        for member in members {
+            if !refs.contains(member) {
+                say(
+                    key.clone(),
+                    format!("`{member}` is not a resource of this module (expected kind/name)"),
+                );
+            } else if let Some(other) = seen.insert(member, group) {
+                say(
+                    key.clone(),
+                    format!("`{member}` is already in the together group `{other}`"),
+                );
+            }
+        }
+    }
+}
+
+fn check_name(key: &str, name: &str, say: &mut dyn FnMut(String, String)) {
+    if !is_valid_name(name) {
+        say(key.to_owned(), "a name is [a-z0-9][a-z0-9_-]*".into());
+    }
+}
+
+fn check_absolute(key: &str, path: &str, say: &mut dyn FnMut(String, String)) {
+    let templated = path.starts_with("{{");
+    if !templated && !path.starts_with('/') {
+        say(key.to_owned(), format!("`{path}` is not an absolute path"));
+    }
+    if path.split('/').any(|s| s == "..") {
+        say(key.to_owned(), format!("`{path}` climbs with `..`"));
+    }
+}
+
+fn check_mode(key: &str, mode: &str, say: &mut dyn FnMut(String, String)) {
+    if parse_mode(mode).is_none() {
+        say(
+            key.to_owned(),
+            format!("`{mode}` is not an octal mode such as 0644"),
+        );
+    }
+}

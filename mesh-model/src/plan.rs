@@ -1,0 +1,97 @@
+//! A plan: what a merge decided to rebuild and how it rolls out.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A merge's plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Plan {
+    /// Its id.
+    pub id: String,
+    /// The repository merged to.
+    pub repository: String,
+    /// The branch.
+    pub branch: String,
+    /// The commit merged.
+    pub commit: String,
+    /// When the plan was made (seconds since the epoch); supersede orders by this.
+    pub made_at: u64,
+    /// The modules it rebuilds and rolls out.
+    pub modules: Vec<String>,
+    /// The modules in build order, tier by tier.
+    pub tiers: Vec<Vec<String>>,
+    /// Per module, its rollout.
+    pub rollouts: BTreeMap<String, ModuleRollout>,
+    /// Where the plan stands.
+    pub state: PlanState,
+}
+
+/// One module's rollout within a plan.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ModuleRollout {
+    /// The node sent first.
+    pub first: Option<String>,
+    /// When each node was sent the new declaration.
+    pub sends: BTreeMap<String, u64>,
+    /// The outcome, once there is one.
+    pub outcome: Option<RolloutOutcome>,
+}
+
+/// How a module's rollout ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "kebab-case")]
+pub enum RolloutOutcome {
+    /// Every node applied it.
+    Done,
+    /// Stopped at a node.
+    Stopped {
+        /// The node.
+        node: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Where a plan stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
+pub enum PlanState {
+    /// Its modules are being built.
+    Building,
+    /// Its builds are rolling out.
+    RollingOut,
+    /// Everything rolled out.
+    Done,
+    /// A rollout stopped.
+    Stopped {
+        /// The node it stopped at.
+        node: String,
+        /// Why.
+        reason: String,
+    },
+    /// A newer plan for the same repository and branch took over.
+    Superseded {
+        /// The newer plan's id.
+        by: String,
+    },
+    /// A person closed it.
+    Closed {
+        /// Their note.
+        note: String,
+    },
+}
+
+impl PlanState {
+    /// Whether the plan is still open (building or rolling out).
+    pub fn is_open(&self) -> bool {
+        match self {
+            PlanState::Building | PlanState::RollingOut => true,
+            PlanState::Done
+            | PlanState::Stopped { .. }
+            | PlanState::Superseded { .. }
+            | PlanState::Closed { .. } => false,
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The report: what a host last did with a declaration, resource by resource.
+
+use crate::WireError;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The report wire format this build writes and reads.
+pub const REPORT_FORMAT: u32 = 1;
+
+/// A host's report of one apply (wire format, version [`REPORT_FORMAT`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Report {
+    /// The wire format version.
+    pub format: u32,
+    /// The node that applied.
+    pub node: String,
+    /// The digest of the declaration applied.
+    pub declaration: String,
+    /// The machine's state after the apply.
+    pub machine: MachineState,
+    /// Per declared resource, what happened.
+    pub resources: BTreeMap<String, Outcome>,
+    /// Resources no longer declared and what was done with them.
+    #[serde(default)]
+    pub undeclared: BTreeMap<String, Outcome>,
+    /// Things a person should know (e.g. a new login is needed for a membership).
+    #[serde(default)]
+    pub findings: Vec<Finding>,
+    /// Maintenance windows open during the apply.
+    #[serde(default)]
+    pub windows: Vec<WindowSummary>,
+    /// Set when the previous apply was interrupted (the machine was left mid-change).
+    #[serde(default)]
+    pub resumed_from_mid_change: bool,
+    /// When the apply started (seconds since the epoch).
+    pub started_at: u64,
+    /// When it finished.
+    pub finished_at: u64,
+}
+
+/// The machine's state as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MachineState {
+    /// Every resource holds what was declared.
+    Converged,
+    /// An apply is under way (or was interrupted).
+    MidChange,
+    /// The apply finished and some resources did not take.
+    Partial,
+}
+
+/// What happened to one resource.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "kebab-case")]
+pub enum Outcome {
+    /// It was changed to what was declared; `changed` names what differed.
+    Applied {
+        /// The fields that changed (`content`, `mode`, `created`, …).
+        #[serde(default)]
+        changed: Vec<String>,
+    },
+    /// It already held what was declared.
+    Unchanged,
+    /// It could not be applied.
+    Failed {
+        /// Why, in words.
+        reason: String,
+        /// How many consecutive applies it has failed in.
+        attempts: u32,
+        /// When it first failed (seconds since the epoch).
+        since: u64,
+    },
+    /// It keeps failing: past the retry threshold.
+    Stuck {
+        /// How many consecutive applies it has failed in.
+        attempts: u32,
+        /// When it first failed.
+        since: u64,
+        /// The latest reason.
+        last_reason: String,
+    },
+    /// Left alone because a maintenance step holds it still.
+    HeldStill {
+        /// The step's name.
+        step: String,
+    },
+    /// Not attempted because a resource it comes after did not apply.
+    Skipped {
+        /// The resource that did not apply.
+        gated_by: String,
+    },
+    /// Not attempted now: it failed before and its backoff has not elapsed.
+    Waiting {
+        /// The latest reason.
+        last_reason: String,
+        /// Failures so far.
+        attempts: u32,
+        /// When it is tried again.
+        retry_at: u64,
+    },
+    /// No longer declared: the mesh's own making removed, or what it found given back.
+    Removed {
+        /// What was done.
+        detail: String,
+    },
+}
+
+impl Outcome {
+    /// Whether the resource holds what was declared after this apply.
+    pub fn took(&self) -> bool {
+        match self {
+            Outcome::Applied { .. } | Outcome::Unchanged | Outcome::Removed { .. } => true,
+            Outcome::Failed { .. }
+            | Outcome::Stuck { .. }
+            | Outcome::HeldStill { .. }
+            | Outcome::Skipped { .. }
+            | Outcome::Waiting { .. } => false,
+        }
+    }
+
+    /// A short word for the outcome, as status prints it.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Outcome::Applied { .. } => "applied",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Failed { .. } => "failed",
+            Outcome::Stuck { .. } => "stuck",
+            Outcome::HeldStill { .. } => "held-still",
+            Outcome::Skipped { .. } => "skipped",
+            Outcome::Waiting { .. } => "waiting",
+            Outcome::Removed { .. } => "removed",
+        }
+    }
+}
+
+/// Something a person should know after an apply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Finding {
+    /// The resource it is about.
+    pub resource: String,
+    /// What to know.
+    pub message: String,
+}
+
+/// An open maintenance window, as a report lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct WindowSummary {
+    /// The step's name.
+    pub step: String,
+    /// The containers it holds still.
+    pub containers: Vec<String>,
+    /// When it opened.
+    pub opened_at: u64,
+}
+
+impl Report {
+    /// Reads a report from JSON, checking its format version.
+    ///
+    /// # Errors
+    /// [`WireError::Json`] or [`WireError::Format`].
+    pub fn from_json(bytes: &[u8]) -> Result<Self, WireError> {
+        #[derive(Deserialize)]
+        struct Version {
+            format: u32,
+        }
+        let version: Version = serde_json::from_slice(bytes).map_err(|source| WireError::Json {
+            what: "report",
+            source,
+        })?;
+        if version.format != REPORT_FORMAT {
+            return Err(WireError::Format {
+                what: "report",
+                found: version.format,
+                expected: REPORT_FORMAT,
+            });
+        }
+        serde_json::from_slice(bytes).map_err(|source| WireError::Json {
+            what: "report",
+            source,
+        })
+    }
+
+    /// Counts of each outcome word, for a one-line summary.
+    pub fn tally(&self) -> BTreeMap<&'static str, usize> {
+        let mut counts = BTreeMap::new();
+        for outcome in self.resources.values() {
+            *counts.entry(outcome.word()).or_insert(0) += 1;
+        }
+        counts
+    }
+}

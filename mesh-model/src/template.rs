@@ -1,0 +1,155 @@
+//! The template language of module files and resource fields: `{{ dotted.key }}`.
+//!
+//! A reference names a setting by its dotted path (`port`, `endpoints.api`, `places.media`).
+//! Strings render as they are, numbers and booleans as JSON would print them, and arrays or
+//! objects as compact JSON. There is nothing else: no conditionals, no loops, so a template's
+//! inputs are exactly its references.
+
+use serde_json::Value;
+
+/// A problem with a template or its inputs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    /// `{{` without a matching `}}`.
+    #[error("unclosed `{{{{` at byte {offset}")]
+    Unclosed {
+        /// Byte offset of the opening braces.
+        offset: usize,
+    },
+    /// A reference that is not a dotted path of `[A-Za-z0-9_-]` segments.
+    #[error("`{{{{{text}}}}}` is not a setting reference (expected `{{{{ dotted.key }}}}`)")]
+    BadReference {
+        /// The text between the braces.
+        text: String,
+    },
+    /// A reference to a setting that has no value.
+    #[error("no setting `{key}`")]
+    Unknown {
+        /// The dotted key.
+        key: String,
+    },
+}
+
+/// The dotted keys a template refers to, in order of appearance.
+///
+/// # Errors
+/// A malformed template ([`TemplateError::Unclosed`], [`TemplateError::BadReference`]).
+pub fn references(text: &str) -> Result<Vec<String>, TemplateError> {
+    let mut keys = Vec::new();
+    walk(text, |piece| {
+        if let Piece::Reference(key) = piece {
+            keys.push(key.to_owned());
+        }
+        Ok(())
+    })?;
+    Ok(keys)
+}
+
+/// Renders a template against settings (a JSON object).
+///
+/// # Errors
+/// A malformed template, or a reference to a key `settings` does not hold.
+pub fn render(text: &str, settings: &Value) -> Result<String, TemplateError> {
+    let mut out = String::with_capacity(text.len());
+    walk(text, |piece| {
+        match piece {
+            Piece::Text(t) => out.push_str(t),
+            Piece::Reference(key) => {
+                let value = lookup(settings, key).ok_or_else(|| TemplateError::Unknown {
+                    key: key.to_owned(),
+                })?;
+                match value {
+                    Value::String(s) => out.push_str(s),
+                    other => out.push_str(&other.to_string()),
+                }
+            }
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Looks up a dotted key in a JSON object.
+pub fn lookup<'v>(settings: &'v Value, key: &str) -> Option<&'v Value> {
+    key.split('.')
+        .try_fold(settings, |value, segment| value.as_object()?.get(segment))
+}
+
+enum Piece<'t> {
+    Text(&'t str),
+    Reference(&'t str),
+}
+
+fn walk<'t>(
+    text: &'t str,
+    mut each: impl FnMut(Piece<'t>) -> Result<(), TemplateError>,
+) -> Result<(), TemplateError> {
+    let mut rest = text;
+    let mut consumed = 0;
+    while let Some(open) = rest.find("{{") {
+        if open > 0 {
+            each(Piece::Text(&rest[..open]))?;
+        }
+        let after = &rest[open + 2..];
+        let close = after.find("}}").ok_or(TemplateError::Unclosed {
+            offset: consumed + open,
+        })?;
+        let inner = after[..close].trim();
+        if !is_dotted_key(inner) {
+            return Err(TemplateError::BadReference {
+                text: after[..close].to_owned(),
+            });
+        }
+        each(Piece::Reference(inner))?;
+        let advance = open + 2 + close + 2;
+        consumed += advance;
+        rest = &rest[advance..];
+    }
+    if !rest.is_empty() {
+        each(Piece::Text(rest))?;
+    }
+    Ok(())
+}
+
+/// Whether `key` is a dotted path of `[A-Za-z0-9_-]+` segments.
+pub fn is_dotted_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.split('.').all(|segment| {
+            !segment.is_empty()
+                && segment
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn renders_strings_numbers_and_nested_keys() {
+        let settings = json!({"port": 8080, "name": "media", "places": {"media": "/srv/media"}});
+        let out = render("{{name}} on {{ port }} at {{places.media}}", &settings).unwrap();
+        assert_eq!(out, "media on 8080 at /srv/media");
+    }
+
+    #[test]
+    fn names_the_unknown_key() {
+        let err = render("x {{ nope.deep }}", &json!({})).unwrap_err();
+        assert_eq!(err.to_string(), "no setting `nope.deep`");
+    }
+
+    #[test]
+    fn refuses_malformed_templates() {
+        assert_eq!(
+            references("a {{ b").unwrap_err(),
+            TemplateError::Unclosed { offset: 2 }
+        );
+        assert!(matches!(
+            references("{{ a b }}").unwrap_err(),
+            TemplateError::BadReference { .. }
+        ));
+        assert_eq!(references("{{a}}{{b.c}}").unwrap(), vec!["a", "b.c"]);
+    }
+}
