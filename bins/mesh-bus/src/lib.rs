@@ -1,1 +1,160 @@
-//! (being written)
+//! The bus: how the controller and the hosts talk.
+//!
+//! One small trait, [`Bus`] — publish, subscribe, request — with subjects named in
+//! [`subjects`]. [`InProcessBus`] serves the embedded mode (one process, nothing to install).
+//! NATS JetStream, for a fleet, implements the same trait.
+//!
+//! # Invariants
+//! - Payloads are bytes: the bus knows nothing of declarations or reports, which are
+//!   mesh-model's versioned wire formats.
+//! - Subjects follow NATS syntax (`.`-separated tokens, `*` one token, `>` the rest) in every
+//!   implementation, so the embedded mode routes exactly as a fleet does.
+
+pub mod in_process;
+pub mod subjects;
+
+pub use in_process::InProcessBus;
+
+use std::time::Duration;
+
+/// A message heard on the bus.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// The subject it was published on.
+    pub subject: String,
+    /// Its payload.
+    pub payload: Vec<u8>,
+    /// Where an answer goes, for a request.
+    pub reply: Option<String>,
+}
+
+/// Messages arriving on a subscription.
+#[derive(Debug)]
+pub struct Subscription {
+    receiver: tokio::sync::mpsc::UnboundedReceiver<Message>,
+}
+
+impl Subscription {
+    /// A subscription fed by `receiver`.
+    pub fn new(receiver: tokio::sync::mpsc::UnboundedReceiver<Message>) -> Self {
+        Subscription { receiver }
+    }
+
+    /// The next message, or `None` once the bus is gone.
+    pub async fn next(&mut self) -> Option<Message> {
+        self.receiver.recv().await
+    }
+}
+
+/// A failure on the bus.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    /// A subject that is not valid NATS syntax.
+    #[error("`{subject}` is not a valid subject")]
+    Subject {
+        /// The subject.
+        subject: String,
+    },
+    /// Nobody answered a request in time.
+    #[error("no answer on `{subject}` within {timeout:?}")]
+    Timeout {
+        /// The subject asked.
+        subject: String,
+        /// How long we waited.
+        timeout: Duration,
+    },
+    /// The bus refused or lost the operation.
+    #[error("bus failure on `{subject}`: {reason}")]
+    Failed {
+        /// The subject concerned.
+        subject: String,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// The bus, as the controller and hosts use it.
+#[async_trait::async_trait]
+pub trait Bus: Send + Sync {
+    /// Publishes a payload on a subject.
+    ///
+    /// # Errors
+    /// [`BusError`] when the subject is invalid or the bus refuses it.
+    async fn publish(&self, subject: &str, payload: Vec<u8>) -> Result<(), BusError>;
+
+    /// Subscribes to a subject (wildcards allowed).
+    ///
+    /// # Errors
+    /// [`BusError`] when the subject is invalid or the bus refuses it.
+    async fn subscribe(&self, subject: &str) -> Result<Subscription, BusError>;
+
+    /// Publishes and waits for the first answer.
+    ///
+    /// # Errors
+    /// [`BusError::Timeout`] when nobody answers within `timeout`.
+    async fn request(
+        &self,
+        subject: &str,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Message, BusError>;
+
+    /// Answers a request's message.
+    ///
+    /// # Errors
+    /// [`BusError`] when the message has no reply subject or the bus refuses it.
+    async fn respond(&self, request: &Message, payload: Vec<u8>) -> Result<(), BusError> {
+        let reply = request.reply.as_deref().ok_or_else(|| BusError::Failed {
+            subject: request.subject.clone(),
+            reason: "the message is not a request (it has no reply subject)".into(),
+        })?;
+        self.publish(reply, payload).await
+    }
+}
+
+/// Whether a subject (no wildcards) matches a pattern (wildcards allowed).
+pub fn subject_matches(pattern: &str, subject: &str) -> bool {
+    let mut pattern_tokens = pattern.split('.');
+    let mut subject_tokens = subject.split('.');
+    loop {
+        match (pattern_tokens.next(), subject_tokens.next()) {
+            (Some(">"), Some(_)) => return true,
+            (Some("*"), Some(_)) => {}
+            (Some(p), Some(s)) if p == s => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
+/// Whether a subject is valid NATS syntax; `wildcards` allows `*` and a final `>`.
+pub fn is_valid_subject(subject: &str, wildcards: bool) -> bool {
+    let tokens: Vec<&str> = subject.split('.').collect();
+    tokens.iter().enumerate().all(|(i, token)| {
+        !token.is_empty()
+            && !token.contains(char::is_whitespace)
+            && match *token {
+                "*" => wildcards,
+                ">" => wildcards && i == tokens.len() - 1,
+                t => !t.contains('*') && !t.contains('>'),
+            }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards_match_as_nats_does() {
+        assert!(subject_matches("mesh.report.*", "mesh.report.home"));
+        assert!(!subject_matches("mesh.report.*", "mesh.report.home.x"));
+        assert!(subject_matches("mesh.>", "mesh.report.home.x"));
+        assert!(!subject_matches("mesh.>", "mesh"));
+        assert!(!subject_matches("mesh.report.home", "mesh.report.laptop"));
+        assert!(is_valid_subject("mesh.report.*", true));
+        assert!(!is_valid_subject("mesh.report.*", false));
+        assert!(!is_valid_subject("mesh..x", true));
+        assert!(!is_valid_subject("mesh.>.x", true));
+    }
+}

@@ -1,0 +1,148 @@
+//! The in-process bus of the embedded mode: subjects routed inside one process.
+
+use crate::{is_valid_subject, subject_matches, Bus, BusError, Message, Subscription};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
+
+/// A bus inside one process. Cloning it gives another handle to the same bus.
+///
+/// # Guarantees
+/// Messages on one subscription arrive in the order they were published; a subscription
+/// dropped by its owner is forgotten at the next publish.
+#[derive(Clone, Default)]
+pub struct InProcessBus {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    subscribers: Mutex<Vec<(String, UnboundedSender<Message>)>>,
+    inboxes: AtomicU64,
+}
+
+impl InProcessBus {
+    /// A new, empty bus.
+    pub fn new() -> Self {
+        InProcessBus::default()
+    }
+
+    fn deliver(&self, message: Message) {
+        let mut subscribers = self.inner.subscribers.lock().expect("bus lock");
+        subscribers.retain(|(pattern, sender)| {
+            if subject_matches(pattern, &message.subject) {
+                sender.send(message.clone()).is_ok()
+            } else {
+                !sender.is_closed()
+            }
+        });
+    }
+}
+
+#[async_trait::async_trait]
+impl Bus for InProcessBus {
+    async fn publish(&self, subject: &str, payload: Vec<u8>) -> Result<(), BusError> {
+        if !is_valid_subject(subject, false) {
+            return Err(BusError::Subject {
+                subject: subject.to_owned(),
+            });
+        }
+        self.deliver(Message {
+            subject: subject.to_owned(),
+            payload,
+            reply: None,
+        });
+        Ok(())
+    }
+
+    async fn subscribe(&self, subject: &str) -> Result<Subscription, BusError> {
+        if !is_valid_subject(subject, true) {
+            return Err(BusError::Subject {
+                subject: subject.to_owned(),
+            });
+        }
+        let (sender, receiver) = unbounded_channel();
+        self.inner
+            .subscribers
+            .lock()
+            .expect("bus lock")
+            .push((subject.to_owned(), sender));
+        Ok(Subscription::new(receiver))
+    }
+
+    async fn request(
+        &self,
+        subject: &str,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Message, BusError> {
+        if !is_valid_subject(subject, false) {
+            return Err(BusError::Subject {
+                subject: subject.to_owned(),
+            });
+        }
+        let inbox = format!(
+            "_INBOX.{}",
+            self.inner.inboxes.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut answers = self.subscribe(&inbox).await?;
+        self.deliver(Message {
+            subject: subject.to_owned(),
+            payload,
+            reply: Some(inbox),
+        });
+        match tokio::time::timeout(timeout, answers.next()).await {
+            Ok(Some(answer)) => Ok(answer),
+            Ok(None) | Err(_) => Err(BusError::Timeout {
+                subject: subject.to_owned(),
+                timeout,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn routes_by_subject_and_answers_requests() {
+        let bus = InProcessBus::new();
+        let mut reports = bus.subscribe("mesh.report.*").await.unwrap();
+        let mut home = bus.subscribe("mesh.declaration.home").await.unwrap();
+        bus.publish("mesh.declaration.laptop", b"not for home".to_vec())
+            .await
+            .unwrap();
+        bus.publish("mesh.report.laptop", b"r".to_vec())
+            .await
+            .unwrap();
+        assert_eq!(reports.next().await.unwrap().subject, "mesh.report.laptop");
+
+        let responder = bus.clone();
+        tokio::spawn(async move {
+            let asked = home.next().await.unwrap();
+            assert_eq!(asked.payload, b"decl");
+            responder.respond(&asked, b"done".to_vec()).await.unwrap();
+        });
+        let answer = bus
+            .request(
+                "mesh.declaration.home",
+                b"decl".to_vec(),
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap();
+        assert_eq!(answer.payload, b"done");
+    }
+
+    #[tokio::test]
+    async fn a_request_nobody_answers_times_out() {
+        let bus = InProcessBus::new();
+        let err = bus
+            .request("mesh.nobody", vec![], Duration::from_millis(20))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, BusError::Timeout { .. }), "{err}");
+    }
+}
