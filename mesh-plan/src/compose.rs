@@ -1,0 +1,674 @@
+//! Compose: a node's declaration from the catalogue and the inventory.
+//!
+//! Start at [`compose`]. For every module assigned to the node its settings are resolved
+//! ([`resolve_settings`]: the module's defaults, then the mesh layer, then the node's layer,
+//! objects merged key by key), and every resource the module defines is rendered from them.
+//!
+//! # Guarantees
+//! - A declaration is a pure function of its inputs: the same catalogue and inventory give the
+//!   same canonical bytes and so the same digest.
+//! - A resource changes only when a setting it refers to (or its definition) changes; the one
+//!   exception is `after`, which follows where directories are (a file that moves out of a
+//!   declared directory no longer comes after it).
+//! - Every problem is reported at once ([`ComposeError::Problems`]), each naming node, module
+//!   and key.
+
+use mesh_model::declaration::{
+    path_problem, resource_id, ContainerSpec, Declaration, DirectorySpec, FileSpec, MembershipSpec,
+    Mount, Resource, Spec,
+};
+use mesh_model::inventory::{Inventory, LayerScope};
+use mesh_model::module::{parse_mode, Catalogue, EntryKind, Module, PLACES_KEY};
+use mesh_model::template::{self, TemplateError};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Why a node's declaration could not be composed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ComposeError {
+    /// The inventory has no such node.
+    #[error("`{node}` is not a node of the mesh")]
+    UnknownNode {
+        /// The node asked for.
+        node: String,
+    },
+    /// One or more modules could not be composed; every problem is listed.
+    #[error("cannot compose `{node}`: {}", problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Problems {
+        /// The node.
+        node: String,
+        /// Every problem found, in module order.
+        problems: Vec<ComposeProblem>,
+    },
+}
+
+/// One problem composing one module for one node.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ComposeProblem {
+    /// The module is assigned to the node but is not in the catalogue (or did not validate).
+    #[error("module `{module}` is assigned but not in the catalogue")]
+    NotInCatalogue {
+        /// The module.
+        module: String,
+    },
+    /// A settings layer is not a JSON object.
+    #[error("module `{module}`: the {scope} is not a JSON object")]
+    LayerNotObject {
+        /// The module.
+        module: String,
+        /// Which layer.
+        scope: LayerScope,
+    },
+    /// A template (file content or a resource field) did not render.
+    #[error("module `{module}`: `{key}`: {source}")]
+    Template {
+        /// The module.
+        module: String,
+        /// The definition key (`files.config.path`, `containers.app.env.PORT`, …).
+        key: String,
+        /// What the template engine said.
+        #[source]
+        source: TemplateError,
+    },
+    /// A file copied as it is (not a template) holds bytes that are not UTF-8 text.
+    #[error(
+        "module `{module}`: `{key}`: `{source_path}` is not UTF-8 text; a declared file is text"
+    )]
+    NotText {
+        /// The module.
+        module: String,
+        /// The definition key (`files.<name>.source`).
+        key: String,
+        /// The source path inside the module directory.
+        source_path: String,
+    },
+    /// A file's source is not a regular file of the module directory.
+    #[error("module `{module}`: `{key}`: `{source_path}` is not a file of the module directory")]
+    MissingSource {
+        /// The module.
+        module: String,
+        /// The definition key (`files.<name>.source`).
+        key: String,
+        /// The source path inside the module directory.
+        source_path: String,
+    },
+    /// A resolved placement is not a string.
+    #[error("module `{module}`: `{key}`: a placement is a directory path, found {found}")]
+    PlacementNotText {
+        /// The module.
+        module: String,
+        /// `places.<name>`.
+        key: String,
+        /// The value found, as JSON.
+        found: String,
+    },
+    /// A mode is not octal text.
+    #[error("module `{module}`: `{key}`: `{mode}` is not an octal mode")]
+    BadMode {
+        /// The module.
+        module: String,
+        /// The definition key.
+        key: String,
+        /// The text found.
+        mode: String,
+    },
+    /// A rendered machine path is not acceptable.
+    #[error("module `{module}`: `{key}`: {problem}")]
+    BadPath {
+        /// The module.
+        module: String,
+        /// The definition key.
+        key: String,
+        /// What is wrong with the path.
+        problem: String,
+    },
+    /// The composed declaration breaks a declaration rule (two resources on one path, …).
+    #[error("{problem}")]
+    Declaration {
+        /// The rule broken, naming the resources.
+        problem: String,
+    },
+}
+
+/// Composes the declaration of `node`.
+///
+/// # Errors
+/// [`ComposeError::UnknownNode`] for a node the inventory does not hold;
+/// [`ComposeError::Problems`] listing every problem of every module otherwise.
+pub fn compose(
+    catalogue: &Catalogue,
+    inventory: &Inventory,
+    node: &str,
+) -> Result<Declaration, ComposeError> {
+    if !inventory.file.nodes.contains_key(node) {
+        return Err(ComposeError::UnknownNode {
+            node: node.to_owned(),
+        });
+    }
+    let mut problems = Vec::new();
+    let mut resources = Vec::new();
+    for module_name in inventory.modules_of(node) {
+        let Some(module) = catalogue.module(module_name) else {
+            problems.push(ComposeProblem::NotInCatalogue {
+                module: module_name.to_owned(),
+            });
+            continue;
+        };
+        match resolve_settings(module, inventory, node) {
+            Ok(settings) => {
+                compose_module(module, &settings, &mut resources, &mut problems);
+            }
+            Err(problem) => problems.push(problem),
+        }
+    }
+    if problems.is_empty() {
+        add_directory_edges(&mut resources);
+        let declaration = Declaration::new(node, resources);
+        problems.extend(
+            declaration
+                .problems()
+                .into_iter()
+                .map(|problem| ComposeProblem::Declaration { problem }),
+        );
+        if problems.is_empty() {
+            return Ok(declaration);
+        }
+    }
+    Err(ComposeError::Problems {
+        node: node.to_owned(),
+        problems,
+    })
+}
+
+/// A module's settings on `node`: its defaults (places under `places`), merged with the mesh
+/// layer, then with the node's layer. Objects merge key by key; any other value replaces.
+///
+/// # Errors
+/// [`ComposeProblem::LayerNotObject`] when a layer is not a JSON object.
+pub fn resolve_settings(
+    module: &Module,
+    inventory: &Inventory,
+    node: &str,
+) -> Result<Value, ComposeProblem> {
+    let name = &module.definition.name;
+    let mut settings = module.definition.defaults();
+    for scope in [LayerScope::Mesh, LayerScope::Node(node.to_owned())] {
+        if let Some(layer) = inventory.layers.get(name, &scope) {
+            if !layer.is_object() {
+                return Err(ComposeProblem::LayerNotObject {
+                    module: name.clone(),
+                    scope,
+                });
+            }
+            merge_into(&mut settings, layer);
+        }
+    }
+    Ok(settings)
+}
+
+/// Deep-merges `layer` over `base`: objects key by key, anything else replaces.
+pub fn merge_into(base: &mut Value, layer: &Value) {
+    match (base, layer) {
+        (Value::Object(base), Value::Object(layer)) => {
+            for (key, value) in layer {
+                match base.get_mut(key) {
+                    Some(existing) => merge_into(existing, value),
+                    None => {
+                        base.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+        }
+        (base, layer) => *base = layer.clone(),
+    }
+}
+
+/// Renders one module's resources, pushing them (and any problems) onto the outputs.
+struct ModuleComposer<'a> {
+    module: &'a Module,
+    settings: &'a Value,
+    problems: &'a mut Vec<ComposeProblem>,
+}
+
+impl ModuleComposer<'_> {
+    fn name(&self) -> &str {
+        &self.module.definition.name
+    }
+
+    fn render(&mut self, key: String, text: &str) -> String {
+        match template::render(text, self.settings) {
+            Ok(out) => out,
+            Err(source) => {
+                self.problems.push(ComposeProblem::Template {
+                    module: self.name().to_owned(),
+                    key,
+                    source,
+                });
+                String::new()
+            }
+        }
+    }
+
+    fn mode(&mut self, key: String, text: &str) -> u32 {
+        parse_mode(text).unwrap_or_else(|| {
+            self.problems.push(ComposeProblem::BadMode {
+                module: self.name().to_owned(),
+                key,
+                mode: text.to_owned(),
+            });
+            0
+        })
+    }
+
+    fn path(&mut self, key: String, text: &str) -> String {
+        let before = self.problems.len();
+        let path = self.render(key.clone(), text);
+        if self.problems.len() == before {
+            if let Some(problem) = path_problem(&path) {
+                self.problems.push(ComposeProblem::BadPath {
+                    module: self.name().to_owned(),
+                    key,
+                    problem,
+                });
+            }
+        }
+        path
+    }
+
+    fn resource(&self, kind: &str, name: &str, after: Vec<String>, spec: Spec) -> Resource {
+        let definition = &self.module.definition;
+        Resource {
+            id: resource_id(&definition.name, kind, name),
+            module: definition.name.clone(),
+            together: definition
+                .together_group_of(&format!("{kind}/{name}"))
+                .map(str::to_owned),
+            after,
+            spec,
+        }
+    }
+}
+
+fn compose_module(
+    module: &Module,
+    settings: &Value,
+    resources: &mut Vec<Resource>,
+    problems: &mut Vec<ComposeProblem>,
+) {
+    let definition = &module.definition;
+    let mut c = ModuleComposer {
+        module,
+        settings,
+        problems,
+    };
+    let mut place_paths: BTreeMap<&str, String> = BTreeMap::new();
+    for (name, place) in &definition.places {
+        let key = format!("{PLACES_KEY}.{name}");
+        let path = match template::lookup(settings, &key) {
+            Some(Value::String(path)) => {
+                if let Some(problem) = path_problem(path) {
+                    c.problems.push(ComposeProblem::BadPath {
+                        module: c.name().to_owned(),
+                        key: key.clone(),
+                        problem,
+                    });
+                }
+                path.clone()
+            }
+            other => {
+                c.problems.push(ComposeProblem::PlacementNotText {
+                    module: c.name().to_owned(),
+                    key: key.clone(),
+                    found: other.map_or_else(|| "nothing".to_owned(), ToString::to_string),
+                });
+                String::new()
+            }
+        };
+        place_paths.insert(name, path.clone());
+        let spec = Spec::Directory(DirectorySpec {
+            path,
+            mode: c.mode(format!("{key}.mode"), &place.mode),
+            owner: c.render(format!("{key}.owner"), &place.owner),
+            group: c.render(format!("{key}.group"), &place.group),
+        });
+        resources.push(c.resource("directory", name, Vec::new(), spec));
+    }
+    for (name, directory) in &definition.directories {
+        let key = format!("directories.{name}");
+        let spec = Spec::Directory(DirectorySpec {
+            path: c.path(format!("{key}.path"), &directory.path),
+            mode: c.mode(format!("{key}.mode"), &directory.mode),
+            owner: c.render(format!("{key}.owner"), &directory.owner),
+            group: c.render(format!("{key}.group"), &directory.group),
+        });
+        resources.push(c.resource("directory", name, Vec::new(), spec));
+    }
+    for (name, file) in &definition.files {
+        let key = format!("files.{name}");
+        let source_key = format!("{key}.source");
+        let content = match module.tree.entries.get(&file.source) {
+            Some(EntryKind::File { bytes, .. }) => match std::str::from_utf8(bytes) {
+                Ok(text) if file.template => c.render(source_key, text),
+                Ok(text) => text.to_owned(),
+                Err(_) => {
+                    c.problems.push(ComposeProblem::NotText {
+                        module: c.name().to_owned(),
+                        key: source_key,
+                        source_path: file.source.clone(),
+                    });
+                    String::new()
+                }
+            },
+            Some(EntryKind::Directory | EntryKind::Symlink { .. } | EntryKind::Other) | None => {
+                c.problems.push(ComposeProblem::MissingSource {
+                    module: c.name().to_owned(),
+                    key: source_key,
+                    source_path: file.source.clone(),
+                });
+                String::new()
+            }
+        };
+        let spec = Spec::File(FileSpec {
+            path: c.path(format!("{key}.path"), &file.path),
+            content,
+            mode: c.mode(format!("{key}.mode"), &file.mode),
+            owner: c.render(format!("{key}.owner"), &file.owner),
+            group: c.render(format!("{key}.group"), &file.group),
+        });
+        resources.push(c.resource("file", name, Vec::new(), spec));
+    }
+    for (name, membership) in &definition.memberships {
+        let key = format!("memberships.{name}");
+        let spec = Spec::Membership(MembershipSpec {
+            account: c.render(format!("{key}.account"), &membership.account),
+            group: c.render(format!("{key}.group"), &membership.group),
+        });
+        resources.push(c.resource("membership", name, Vec::new(), spec));
+    }
+    for (name, container) in &definition.containers {
+        let key = format!("containers.{name}");
+        let mut after = BTreeSet::new();
+        let mut mounts = Vec::with_capacity(container.mounts.len());
+        for (i, mount) in container.mounts.iter().enumerate() {
+            after.insert(resource_id(c.name(), "directory", &mount.place));
+            mounts.push(Mount {
+                place: mount.place.clone(),
+                source: place_paths
+                    .get(mount.place.as_str())
+                    .cloned()
+                    .unwrap_or_default(),
+                at: c.render(format!("{key}.mounts[{i}].at"), &mount.at),
+                read_only: mount.read_only,
+            });
+        }
+        let restart_on: Vec<String> = container
+            .restart_on
+            .iter()
+            .map(|file| resource_id(c.name(), "file", file))
+            .collect();
+        after.extend(restart_on.iter().cloned());
+        let spec = Spec::Container(ContainerSpec {
+            name: container_name(c.name(), name),
+            image: c.render(format!("{key}.image"), &container.image),
+            command: container
+                .command
+                .iter()
+                .enumerate()
+                .map(|(i, arg)| c.render(format!("{key}.command[{i}]"), arg))
+                .collect(),
+            env: container
+                .env
+                .iter()
+                .map(|(var, value)| (var.clone(), c.render(format!("{key}.env.{var}"), value)))
+                .collect(),
+            mounts,
+            restart_on,
+        });
+        resources.push(c.resource("container", name, after.into_iter().collect(), spec));
+    }
+}
+
+/// The name a module's container runs under on a machine: `mesh-<module>-<container>`.
+pub fn container_name(module: &str, container: &str) -> String {
+    format!("mesh-{module}-{container}")
+}
+
+/// Adds, to every file and directory inside a declared directory, an `after` edge to the
+/// nearest such directory (any module's).
+fn add_directory_edges(resources: &mut [Resource]) {
+    let directories: BTreeMap<String, String> = resources
+        .iter()
+        .filter_map(|r| match &r.spec {
+            Spec::Directory(d) => Some((d.path.trim_end_matches('/').to_owned(), r.id.clone())),
+            Spec::File(_) | Spec::Membership(_) | Spec::Container(_) => None,
+        })
+        .collect();
+    for resource in resources.iter_mut() {
+        let path = match &resource.spec {
+            Spec::File(f) => f.path.as_str(),
+            Spec::Directory(d) => d.path.as_str(),
+            Spec::Membership(_) | Spec::Container(_) => continue,
+        };
+        let mut rest = path.trim_end_matches('/');
+        while let Some((parent, _)) = rest.rsplit_once('/') {
+            if parent.is_empty() {
+                break;
+            }
+            if let Some(id) = directories.get(parent) {
+                if *id != resource.id && !resource.after.contains(id) {
+                    resource.after.push(id.clone());
+                    resource.after.sort();
+                }
+                break;
+            }
+            rest = parent;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixture;
+
+    /// Composes `node` from a fixture and snapshots the declaration (or the error).
+    fn check(fixture_text: &str, node: &str) -> String {
+        let (catalogue, inventory) = fixture::mesh(fixture_text);
+        match compose(&catalogue, &inventory, node) {
+            Ok(declaration) => format!(
+                "digest: {}\n{}",
+                declaration.digest(),
+                serde_json::to_string_pretty(&declaration).unwrap()
+            ),
+            Err(error) => format!("error: {error}\n{error:#?}"),
+        }
+    }
+
+    pub(crate) const MESH: &str = r#"
+        //- modules/base/module.toml
+        name = "base"
+        [settings]
+        greeting = "hello"
+        [files.motd]
+        source = "motd"
+        path = "/etc/motd"
+        template = true
+        //- modules/base/motd
+        {{ greeting }} from the mesh
+        //- modules/media/module.toml
+        name = "media"
+        depends = ["base"]
+        [settings]
+        port = 8096
+        user = "media"
+        endpoints = { api = "http://localhost:8096", web = "http://localhost:80" }
+        [places.config]
+        default = "/srv/media/config"
+        [places.previews]
+        default = "/srv/media/previews"
+        mode = "0750"
+        owner = "{{ user }}"
+        [files.config]
+        source = "files/config.toml"
+        path = "{{ places.config }}/config.toml"
+        template = true
+        [files.logo]
+        source = "files/logo.txt"
+        path = "/srv/media/logo.txt"
+        [containers.server]
+        image = "localhost/mesh-busybox:latest"
+        command = ["httpd", "-f", "-p", "{{ port }}"]
+        env = { API = "{{ endpoints.api }}" }
+        mounts = [{ place = "config", at = "/config" }, { place = "previews", at = "/previews", read-only = true }]
+        restart-on = ["config"]
+        [memberships.video]
+        account = "{{ user }}"
+        group = "video"
+        [together]
+        serve = ["file/config", "container/server"]
+        //- modules/media/files/config.toml
+        port = {{ port }}
+        api = "{{ endpoints.api }}"
+        //- modules/media/files/logo.txt
+        {{ not a template }}
+        //- inventory.toml
+        bus-node = "control"
+        [nodes.control]
+        [nodes.home]
+        [assignments]
+        base = ["control", "home"]
+        media = ["home"]
+        //- settings/base/mesh.json
+        {"greeting": "hi"}
+        //- settings/media/mesh.json
+        {"port": 9000, "endpoints": {"web": "http://media.lan"}}
+        //- settings/media/nodes/home.json
+        {"places": {"previews": "/data/previews"}, "endpoints": {"api": "http://home:9000"}}
+    "#;
+
+    #[test]
+    fn composes_every_kind_of_resource_from_layered_settings() {
+        insta::assert_snapshot!(check(MESH, "home"));
+    }
+
+    #[test]
+    fn a_node_gets_only_its_modules() {
+        insta::assert_snapshot!(check(MESH, "control"));
+    }
+
+    #[test]
+    fn same_inputs_give_the_same_bytes_and_digest() {
+        let (catalogue, inventory) = fixture::mesh(MESH);
+        let first = compose(&catalogue, &inventory, "home").unwrap();
+        for _ in 0..5 {
+            let (catalogue, inventory) = fixture::mesh(MESH);
+            let again = compose(&catalogue, &inventory, "home").unwrap();
+            assert_eq!(first.canonical_json(), again.canonical_json());
+            assert_eq!(first.digest(), again.digest());
+        }
+    }
+
+    #[test]
+    fn changing_one_setting_changes_only_the_resources_that_use_it() {
+        let (catalogue, mut inventory) = fixture::mesh(MESH);
+        let before = compose(&catalogue, &inventory, "home").unwrap();
+        inventory.layers.set(
+            "media",
+            LayerScope::Mesh,
+            serde_json::json!({"port": 9001, "endpoints": {"web": "http://media.lan"}}),
+        );
+        let after = compose(&catalogue, &inventory, "home").unwrap();
+        let changed: Vec<&str> = after
+            .resources
+            .iter()
+            .filter(|r| before.resource(&r.id) != Some(*r))
+            .map(|r| r.id.as_str())
+            .collect();
+        assert_eq!(changed, ["media/container/server", "media/file/config"]);
+        assert_ne!(before.digest(), after.digest());
+    }
+
+    #[test]
+    fn every_problem_names_node_module_and_key() {
+        let broken = r#"
+            //- modules/app/module.toml
+            name = "app"
+            [settings]
+            port = 1
+            [places.data]
+            default = "/srv/app"
+            [files.bin]
+            source = "bin"
+            path = "/opt/app/bin"
+            [files.conf]
+            source = "conf"
+            path = "{{ port }}/conf"
+            //- modules/app/bin
+            placeholder, replaced with bytes below
+            //- modules/app/conf
+            x
+            //- inventory.toml
+            bus-node = "n1"
+            [nodes.n1]
+            [assignments]
+            app = ["n1"]
+            ghost = ["n1"]
+            //- settings/app/nodes/n1.json
+            {"places": {"data": 7}}
+        "#;
+        let (mut catalogue, inventory) = fixture::mesh(broken);
+        let module = catalogue.modules.get_mut("app").unwrap();
+        module.tree.entries.insert(
+            "bin".into(),
+            EntryKind::File {
+                bytes: vec![0xff, 0xfe, 0x00],
+                executable: true,
+            },
+        );
+        let error = compose(&catalogue, &inventory, "n1").unwrap_err();
+        insta::assert_snapshot!(format!("{error}\n{error:#?}"));
+        assert_eq!(
+            compose(&catalogue, &inventory, "nobody")
+                .unwrap_err()
+                .to_string(),
+            "`nobody` is not a node of the mesh"
+        );
+    }
+
+    #[test]
+    fn a_directory_inside_another_comes_after_it() {
+        let nested = r#"
+            //- modules/a/module.toml
+            name = "a"
+            [places.root]
+            default = "/srv/a"
+            [directories.cache]
+            path = "/srv/a/cache/deep"
+            [files.note]
+            source = "note"
+            path = "/srv/a/cache/deep/note.txt"
+            //- modules/a/note
+            hi
+            //- inventory.toml
+            bus-node = "n"
+            [nodes.n]
+            [assignments]
+            a = ["n"]
+        "#;
+        let (catalogue, inventory) = fixture::mesh(nested);
+        let declaration = compose(&catalogue, &inventory, "n").unwrap();
+        let edges: Vec<(&str, &[String])> = declaration
+            .resources
+            .iter()
+            .map(|r| (r.id.as_str(), r.after.as_slice()))
+            .collect();
+        assert_eq!(
+            edges,
+            [
+                ("a/directory/cache", &["a/directory/root".to_owned()][..]),
+                ("a/directory/root", &[][..]),
+                ("a/file/note", &["a/directory/cache".to_owned()][..]),
+            ]
+        );
+    }
+}
