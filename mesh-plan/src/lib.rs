@@ -13,8 +13,10 @@
 //!   snapshots.
 
 pub mod compose;
+pub mod settings;
 
 #[cfg(test)]
 mod fixture;
 
 pub use compose::{compose, ComposeError, ComposeProblem};
+pub use settings::{settings_change, SettingsChange, SettingsDecision};
