@@ -13,10 +13,12 @@
 //!   snapshots.
 
 pub mod compose;
+pub mod diff;
 pub mod settings;
 
 #[cfg(test)]
 mod fixture;
 
 pub use compose::{compose, ComposeError, ComposeProblem};
+pub use diff::{diff, DeclarationDiff};
 pub use settings::{settings_change, SettingsChange, SettingsDecision};
