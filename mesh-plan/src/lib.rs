@@ -14,6 +14,7 @@
 
 pub mod compose;
 pub mod diff;
+pub mod moves;
 pub mod settings;
 
 #[cfg(test)]
@@ -21,4 +22,5 @@ mod fixture;
 
 pub use compose::{compose, ComposeError, ComposeProblem};
 pub use diff::{diff, DeclarationDiff};
+pub use moves::{decide_push, moves, Move, PushDecision};
 pub use settings::{settings_change, SettingsChange, SettingsDecision};
