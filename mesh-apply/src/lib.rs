@@ -1,1 +1,148 @@
-//! (being written)
+//! The host's apply engine: brings a machine (a root prefix) to what its declaration says, and
+//! reports truthfully what took.
+//!
+//! Start with [`apply`] (the whole contract is in its docs), then [`HostConfig`] and
+//! [`RetryPolicy`]. The IO seams are small traits: [`Accounts`] (group memberships, real
+//! implementation [`ShadowUtils`]) and [`ContainerRuntime`] (containers; today only
+//! [`NoContainerRuntime`], which says "not supported yet"); [`apply_with`] takes them explicitly.
+//!
+//! What the host keeps between applies lives in its state directory, in versioned disk formats of
+//! their own (see the `state` module): per resource whether the mesh **made** it or **found** it
+//! (and what it found), the failures being retried with backoff, and a marker saying an apply is
+//! under way (the machine is **mid-change** while it exists).
+//!
+//! # Invariants
+//! - Every declared machine path is applied under [`HostConfig::root`]; nothing outside the
+//!   declared paths (and the temporary files beside them) is touched.
+//! - It never destroys what it did not make: what it found is recorded before anything is changed
+//!   and given back when the resource is undeclared (DESIGN rule 2).
+//! - It never follows a symbolic link, and never manages one (rule 3).
+//! - An apply is not a transaction, except for a together group (rules 1 and 5); only what took is
+//!   recorded as applied.
+//! - Every write under the root and in the state directory is atomic (temp file, fsync, rename).
+//! - It reads the clock never: `now` is an argument.
+
+mod accounts;
+mod containers;
+mod engine;
+mod fsops;
+mod order;
+mod paths;
+pub mod state;
+
+pub use accounts::{AccountDatabase, Accounts, AccountsError, GroupEntry, ShadowUtils, UserEntry};
+pub use containers::{ContainerRuntime, NoContainerRuntime};
+pub use engine::{apply, apply_with, Seams};
+pub use state::is_mid_change;
+
+use std::path::PathBuf;
+
+/// Where a host applies and keeps its state, and how it retries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostConfig {
+    /// The root prefix every machine path is applied under (`/` on a real machine, a sandbox
+    /// directory in tests and the demo).
+    pub root: PathBuf,
+    /// The host's own state directory (what it made and found, failures, the mid-change marker).
+    pub state_dir: PathBuf,
+    /// When failed resources are retried and when they are called stuck.
+    pub retry: RetryPolicy,
+}
+
+impl Default for HostConfig {
+    /// Root `/`, state directory `/var/lib/mesh-host`, the default [`RetryPolicy`].
+    fn default() -> Self {
+        HostConfig {
+            root: PathBuf::from("/"),
+            state_dir: PathBuf::from("/var/lib/mesh-host"),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// When a failed resource is tried again, and when it is reported **stuck** (DESIGN rule 4).
+///
+/// After its `n`-th consecutive failure a resource waits `initial_backoff_secs × 2^(n-1)` seconds
+/// (at most `max_backoff_secs`) before the next apply tries it again; until then it is reported
+/// `waiting`. It is reported `stuck` instead of `failed` once it has failed at least
+/// `stuck_after_attempts` times **and** its first failure is at least `stuck_after_secs` old. It
+/// stays stuck until it applies or its declaration changes (a changed declaration starts afresh).
+///
+/// The defaults: first retry after 30 s, doubling up to 1 hour; stuck after 5 attempts and
+/// 10 minutes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// The wait after the first failure, in seconds.
+    pub initial_backoff_secs: u64,
+    /// The longest wait between two attempts, in seconds.
+    pub max_backoff_secs: u64,
+    /// Consecutive failures before a resource can be stuck.
+    pub stuck_after_attempts: u32,
+    /// Seconds since the first failure before a resource can be stuck.
+    pub stuck_after_secs: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            initial_backoff_secs: 30,
+            max_backoff_secs: 3600,
+            stuck_after_attempts: 5,
+            stuck_after_secs: 600,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait after the `attempts`-th consecutive failure.
+    pub fn backoff_secs(&self, attempts: u32) -> u64 {
+        let doublings = attempts.saturating_sub(1).min(63);
+        self.initial_backoff_secs
+            .saturating_mul(1u64 << doublings)
+            .min(self.max_backoff_secs)
+    }
+
+    /// Whether a resource that failed `attempts` times, first at `since`, is stuck at `now`.
+    pub fn is_stuck(&self, attempts: u32, since: u64, now: u64) -> bool {
+        attempts >= self.stuck_after_attempts && now.saturating_sub(since) >= self.stuck_after_secs
+    }
+}
+
+/// Why an apply could not run at all. When one is returned, nothing under the root changed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The declaration breaks the declaration rules (every problem listed).
+    #[error("the declaration for `{node}` is invalid: {}", problems.join("; "))]
+    Declaration {
+        /// The node it is for.
+        node: String,
+        /// Every rule it breaks.
+        problems: Vec<String>,
+    },
+    /// The state directory could not be read.
+    #[error("cannot read the host state at {}", path.display())]
+    StateRead {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The state directory could not be written.
+    #[error("cannot write the host state at {}", path.display())]
+    StateWrite {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A state file holds something this build does not read.
+    #[error("the host state file {} is unreadable: {reason}", path.display())]
+    StateFormat {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+}

@@ -1,0 +1,227 @@
+//! Accounts and groups of the machine under the root prefix, and group memberships (rule 7).
+//!
+//! Reading parses the root's `etc/passwd` and `etc/group` (the system's name-service calls, which
+//! `uzers` and `nix` wrap, answer for this process's machine, never for a root prefix). Changing a
+//! membership runs shadow-utils' `gpasswd --root DIR`, so `etc/group` and `etc/gshadow` stay
+//! consistent and locked the way the system's own tools lock them. Nothing here ever rewrites an
+//! account's list of groups: only one membership is added or removed at a time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// An account in `etc/passwd`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserEntry {
+    /// Its uid.
+    pub uid: u32,
+    /// Its primary group's gid.
+    pub gid: u32,
+}
+
+/// A group in `etc/group`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupEntry {
+    /// Its gid.
+    pub gid: u32,
+    /// Its listed (supplementary) members.
+    pub members: BTreeSet<String>,
+}
+
+/// The accounts and groups of a machine, as read at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AccountDatabase {
+    /// Accounts by name.
+    pub users: BTreeMap<String, UserEntry>,
+    /// Groups by name.
+    pub groups: BTreeMap<String, GroupEntry>,
+}
+
+impl AccountDatabase {
+    /// Parses `etc/passwd` and `etc/group` text (malformed lines are ignored, as libc does).
+    pub fn parse(passwd: &str, group: &str) -> Self {
+        let mut db = AccountDatabase::default();
+        for line in passwd.lines() {
+            let fields: Vec<&str> = line.split(':').collect();
+            if let [name, _, uid, gid, ..] = fields.as_slice() {
+                if let (Ok(uid), Ok(gid)) = (uid.parse(), gid.parse()) {
+                    db.users.insert((*name).to_owned(), UserEntry { uid, gid });
+                }
+            }
+        }
+        for line in group.lines() {
+            let fields: Vec<&str> = line.split(':').collect();
+            if let [name, _, gid, members] = fields.as_slice() {
+                if let Ok(gid) = gid.parse() {
+                    let members = members
+                        .split(',')
+                        .filter(|m| !m.is_empty())
+                        .map(str::to_owned)
+                        .collect();
+                    db.groups
+                        .insert((*name).to_owned(), GroupEntry { gid, members });
+                }
+            }
+        }
+        db
+    }
+
+    /// The uid of an account. `root` is uid 0 even where the root holds no `etc/passwd` (an
+    /// empty sandbox root).
+    pub fn uid(&self, name: &str) -> Option<u32> {
+        match self.users.get(name) {
+            Some(user) => Some(user.uid),
+            None if name == "root" => Some(0),
+            None => None,
+        }
+    }
+
+    /// The gid of a group. `root` is gid 0 even where the root holds no `etc/group`.
+    pub fn gid(&self, name: &str) -> Option<u32> {
+        match self.groups.get(name) {
+            Some(group) => Some(group.gid),
+            None if name == "root" => Some(0),
+            None => None,
+        }
+    }
+
+    /// Whether `account` is in `group`, as a listed member or by its primary group.
+    pub fn is_member(&self, account: &str, group: &str) -> bool {
+        let Some(entry) = self.groups.get(group) else {
+            return false;
+        };
+        entry.members.contains(account)
+            || self.users.get(account).is_some_and(|u| u.gid == entry.gid)
+    }
+
+    /// Why `account` cannot be put in `group`, if it cannot.
+    pub fn membership_problem(&self, account: &str, group: &str) -> Option<String> {
+        if !self.users.contains_key(account) {
+            Some(format!("account `{account}` does not exist (etc/passwd)"))
+        } else if !self.groups.contains_key(group) {
+            Some(format!("group `{group}` does not exist (etc/group)"))
+        } else {
+            None
+        }
+    }
+}
+
+/// Errors reading accounts or changing a membership.
+#[derive(Debug, thiserror::Error)]
+pub enum AccountsError {
+    /// An account file could not be read.
+    #[error("cannot read {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// A shadow-utils command could not be started.
+    #[error("cannot run `{program}`")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// A shadow-utils command failed.
+    #[error("`{command}` failed ({status}): {stderr}")]
+    Command {
+        /// The command line.
+        command: String,
+        /// Its exit status.
+        status: String,
+        /// What it said.
+        stderr: String,
+    },
+}
+
+/// The seam for accounts: read the database, add or remove one membership.
+///
+/// # Guarantees (of every implementation)
+/// `add_membership` and `remove_membership` change only the one membership named; the account's
+/// other groups and every other account are left as they were.
+pub trait Accounts {
+    /// The accounts and groups as they are now.
+    ///
+    /// # Errors
+    /// When the account files exist but cannot be read.
+    fn read(&self) -> Result<AccountDatabase, AccountsError>;
+    /// Adds `account` to `group`.
+    ///
+    /// # Errors
+    /// When the change could not be made.
+    fn add_membership(&self, account: &str, group: &str) -> Result<(), AccountsError>;
+    /// Removes `account` from `group`.
+    ///
+    /// # Errors
+    /// When the change could not be made.
+    fn remove_membership(&self, account: &str, group: &str) -> Result<(), AccountsError>;
+}
+
+/// The real [`Accounts`]: plain parsing of the root's `etc/passwd` and `etc/group`, and
+/// `gpasswd --root ROOT -a|-d ACCOUNT GROUP` for changes (`--root` is omitted for `/`).
+#[derive(Debug, Clone)]
+pub struct ShadowUtils {
+    root: PathBuf,
+}
+
+impl ShadowUtils {
+    /// Accounts of the machine under `root`.
+    pub fn new(root: &Path) -> Self {
+        ShadowUtils {
+            root: root.to_path_buf(),
+        }
+    }
+
+    fn read_text(&self, name: &str) -> Result<String, AccountsError> {
+        let path = self.root.join("etc").join(name);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(text),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(String::new()),
+            Err(source) => Err(AccountsError::Read { path, source }),
+        }
+    }
+
+    fn gpasswd(&self, flag: &str, account: &str, group: &str) -> Result<(), AccountsError> {
+        let mut command = Command::new("gpasswd");
+        if self.root != Path::new("/") {
+            command.arg("--root").arg(&self.root);
+        }
+        command.args([flag, account, group]);
+        let output = command.output().map_err(|source| AccountsError::Spawn {
+            program: "gpasswd".to_owned(),
+            source,
+        })?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(AccountsError::Command {
+                command: format!("gpasswd {flag} {account} {group}"),
+                status: output.status.to_string(),
+                stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+            })
+        }
+    }
+}
+
+impl Accounts for ShadowUtils {
+    fn read(&self) -> Result<AccountDatabase, AccountsError> {
+        Ok(AccountDatabase::parse(
+            &self.read_text("passwd")?,
+            &self.read_text("group")?,
+        ))
+    }
+
+    fn add_membership(&self, account: &str, group: &str) -> Result<(), AccountsError> {
+        self.gpasswd("-a", account, group)
+    }
+
+    fn remove_membership(&self, account: &str, group: &str) -> Result<(), AccountsError> {
+        self.gpasswd("-d", account, group)
+    }
+}

@@ -1,0 +1,1400 @@
+//! The apply loop: release what is no longer declared, record what is about to be taken, apply
+//! unit by unit in dependency order, report.
+
+use crate::accounts::{AccountDatabase, Accounts, ShadowUtils};
+use crate::containers::{ContainerRuntime, NoContainerRuntime};
+use crate::fsops::{self, Wanted};
+use crate::order::{units_in_order, Unit};
+use crate::paths::{is_ancestor, RootPaths};
+use crate::state::STATE_FORMAT;
+use crate::state::{FailureRecord, InProgress, Origin, Record, StateDir, StateFile, Target};
+use crate::{ApplyError, HostConfig};
+use mesh_model::declaration::{
+    ContainerSpec, Declaration, DirectorySpec, FileSpec, MembershipSpec, Resource, Spec,
+};
+use mesh_model::report::{Finding, MachineState, Outcome, Report, REPORT_FORMAT};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::PathBuf;
+
+/// The IO seams an apply uses.
+pub struct Seams<'a> {
+    /// Accounts and memberships.
+    pub accounts: &'a dyn Accounts,
+    /// Containers.
+    pub containers: &'a dyn ContainerRuntime,
+}
+
+/// Applies a declaration to the machine under `config.root`; `now` is seconds since the epoch.
+///
+/// Uses the real seams: [`ShadowUtils`] for memberships and [`NoContainerRuntime`] for
+/// containers. See [`apply_with`] for the whole contract.
+///
+/// # Errors
+/// As [`apply_with`].
+pub fn apply(
+    config: &HostConfig,
+    declaration: &Declaration,
+    now: u64,
+) -> Result<Report, ApplyError> {
+    let accounts = ShadowUtils::new(&config.root);
+    let seams = Seams {
+        accounts: &accounts,
+        containers: &NoContainerRuntime,
+    };
+    apply_with(config, declaration, now, &seams)
+}
+
+/// Applies a declaration with the given seams.
+///
+/// The steps: the mid-change marker is written; resources no longer declared are released (what
+/// the mesh made is removed, what it found is given back); what is at each newly declared path
+/// is recorded (made or found, with the found bytes kept) **before** anything is changed; then
+/// every resource is attempted in dependency order, a together group as one unit; the state is
+/// written and the marker removed.
+///
+/// # Guarantees
+/// - Every declared resource gets an outcome; a failure of one never stops another (except
+///   those that come after it, which are `skipped{gated-by}`, and the members of its together
+///   group, which fail with it).
+/// - Nothing outside the declared paths under the root is touched, save temporary files beside
+///   them and parent directories the mesh creates (and removes again once they are not needed and
+///   empty).
+/// - Every file write is atomic; a host killed at any point leaves every declared path holding
+///   either what it held or what was declared, and a state directory the next apply reads (that
+///   apply reports `resumed_from_mid_change`).
+/// - A together group is staged first; if a member cannot be staged nothing live changed, and if a
+///   commit step fails the members already committed are put back.
+/// - A failed resource is retried only once its backoff has elapsed (`waiting` until then) and is
+///   reported `stuck` past the [`crate::RetryPolicy`] threshold.
+///
+/// # Idempotency
+/// Applying the same declaration again changes nothing and reports every resource `unchanged`
+/// (or still failing).
+///
+/// # Errors
+/// [`ApplyError::Declaration`] for a declaration that breaks its rules, and the `State*` errors
+/// when the state directory cannot be read or written. When the error comes before anything was
+/// changed (an invalid declaration, an unreadable state directory, a marker that cannot be
+/// written), nothing under the root changed. A state write failing later leaves the marker, so
+/// the machine stays mid-change until an apply finishes.
+pub fn apply_with(
+    config: &HostConfig,
+    declaration: &Declaration,
+    now: u64,
+    seams: &Seams<'_>,
+) -> Result<Report, ApplyError> {
+    let problems = declaration.problems();
+    if !problems.is_empty() {
+        return Err(ApplyError::Declaration {
+            node: declaration.node.clone(),
+            problems,
+        });
+    }
+    let dir = StateDir::open(&config.state_dir)?;
+    let state = dir.read_state()?;
+    let interrupted = dir.read_in_progress()?;
+    let digest = declaration.digest();
+    dir.write_in_progress(&InProgress {
+        format: STATE_FORMAT,
+        declaration: digest.clone(),
+        started_at: now,
+    })?;
+
+    let mut engine = Engine {
+        config,
+        declaration,
+        now,
+        seams,
+        dir,
+        state,
+        dirty: false,
+        paths: RootPaths::new(&config.root),
+        accounts: seams.accounts.read().map_err(|e| e.to_string()),
+        outcomes: BTreeMap::new(),
+        undeclared: BTreeMap::new(),
+        findings: Vec::new(),
+        blocked: BTreeMap::new(),
+        touched_dirs: BTreeSet::new(),
+    };
+    if let Some(interrupted) = &interrupted {
+        engine.findings.push(Finding {
+            resource: String::new(),
+            message: format!(
+                "the apply started at {} (declaration {}) was interrupted; the machine was \
+                 mid-change and this apply converges it",
+                interrupted.started_at, interrupted.declaration
+            ),
+        });
+        engine.remove_leftovers();
+    }
+    engine.release_undeclared()?;
+    engine.discover()?;
+    let (units, cyclic) = units_in_order(declaration);
+    for unit in &units {
+        engine.apply_unit(unit)?;
+    }
+    for unit in &cyclic {
+        for &member in &unit.members {
+            let id = &declaration.resources[member].id;
+            engine.fail(id, "it is part of a dependency cycle (`after`)".to_owned());
+        }
+    }
+    engine.release_unneeded_parents();
+    engine.finish()?;
+
+    let outcomes = engine.outcomes;
+    let undeclared = engine.undeclared;
+    let whole = outcomes
+        .values()
+        .chain(undeclared.values())
+        .all(|o| match o {
+            Outcome::Applied { .. } | Outcome::Unchanged | Outcome::Removed { .. } => true,
+            Outcome::Failed { .. }
+            | Outcome::Stuck { .. }
+            | Outcome::HeldStill { .. }
+            | Outcome::Skipped { .. }
+            | Outcome::Waiting { .. } => false,
+        });
+    Ok(Report {
+        format: REPORT_FORMAT,
+        node: declaration.node.clone(),
+        declaration: digest,
+        machine: if whole {
+            MachineState::Converged
+        } else {
+            MachineState::Partial
+        },
+        resources: outcomes,
+        undeclared,
+        findings: engine.findings,
+        windows: Vec::new(),
+        resumed_from_mid_change: interrupted.is_some(),
+        started_at: now,
+        finished_at: now,
+    })
+}
+
+struct Engine<'a> {
+    config: &'a HostConfig,
+    declaration: &'a Declaration,
+    now: u64,
+    seams: &'a Seams<'a>,
+    dir: StateDir,
+    state: StateFile,
+    /// The state changed since it was last written.
+    dirty: bool,
+    paths: RootPaths,
+    accounts: Result<AccountDatabase, String>,
+    outcomes: BTreeMap<String, Outcome>,
+    undeclared: BTreeMap<String, Outcome>,
+    findings: Vec<Finding>,
+    /// Declared resources that cannot be attempted, and why (the resource they replace could
+    /// not be released).
+    blocked: BTreeMap<String, String>,
+    /// Directories (under the root) whose entries changed: fsynced before the state is written.
+    touched_dirs: BTreeSet<PathBuf>,
+}
+
+/// What a declared resource is on the machine.
+fn target_of(spec: &Spec) -> Target {
+    match spec {
+        Spec::File(f) => Target::File {
+            path: f.path.clone(),
+        },
+        Spec::Directory(d) => Target::Directory {
+            path: d.path.clone(),
+        },
+        Spec::Membership(m) => Target::Membership {
+            account: m.account.clone(),
+            group: m.group.clone(),
+        },
+        Spec::Container(c) => Target::Container {
+            name: c.name.clone(),
+        },
+    }
+}
+
+fn resource_digest(resource: &Resource) -> String {
+    mesh_model::sha256_digest(&serde_json::to_vec(resource).expect("a resource serializes"))
+}
+
+/// One member of a together group, staged.
+enum Staged {
+    /// Already as declared.
+    Nothing,
+    /// A file written beside its target.
+    File {
+        target: PathBuf,
+        temp: PathBuf,
+        existed: bool,
+        changed: Vec<String>,
+    },
+    /// A directory to create or to fix.
+    Directory {
+        full: PathBuf,
+        machine_path: String,
+        create: bool,
+        wanted: (u32, u32, u32),
+        before: (u32, u32, u32),
+        changed: Vec<String>,
+    },
+    /// A membership to add.
+    Membership { account: String, group: String },
+    /// A container to bring to its spec.
+    Container { spec: ContainerSpec, restart: bool },
+}
+
+/// What a committed member needs to be put back.
+enum Committed {
+    Nothing,
+    File {
+        target: PathBuf,
+        old: Option<PathBuf>,
+    },
+    Directory {
+        full: PathBuf,
+        machine_path: String,
+        created: bool,
+        before: (u32, u32, u32),
+    },
+    Membership {
+        account: String,
+        group: String,
+    },
+    Container {
+        name: String,
+    },
+}
+
+impl Engine<'_> {
+    fn save(&mut self) -> Result<(), ApplyError> {
+        self.dir.write_state(&self.state)?;
+        self.dirty = false;
+        Ok(())
+    }
+
+    fn touched(&mut self, full: &std::path::Path) {
+        if let Some(parent) = full.parent() {
+            self.touched_dirs.insert(parent.to_path_buf());
+        }
+    }
+
+    fn db(&self) -> Result<&AccountDatabase, String> {
+        self.accounts
+            .as_ref()
+            .map_err(|e| format!("cannot read the accounts: {e}"))
+    }
+
+    fn reload_accounts(&mut self) {
+        self.accounts = self.seams.accounts.read().map_err(|e| e.to_string());
+    }
+
+    fn owner_ids(&self, owner: &str, group: &str) -> Result<(u32, u32), String> {
+        let db = self.db()?;
+        let uid = db.uid(owner).ok_or_else(|| {
+            format!("owner `{owner}` is not an account on this machine (etc/passwd)")
+        })?;
+        let gid = db
+            .gid(group)
+            .ok_or_else(|| format!("group `{group}` is not a group on this machine (etc/group)"))?;
+        Ok((uid, gid))
+    }
+
+    /// Removes the temporary files an interrupted apply may have left beside file paths.
+    fn remove_leftovers(&mut self) {
+        let mut paths: BTreeSet<String> = self
+            .declaration
+            .resources
+            .iter()
+            .filter_map(|r| match &r.spec {
+                Spec::File(f) => Some(f.path.clone()),
+                _ => None,
+            })
+            .collect();
+        paths.extend(
+            self.state
+                .resources
+                .values()
+                .filter_map(|r| match &r.target {
+                    Target::File { path } => Some(path.clone()),
+                    _ => None,
+                }),
+        );
+        for path in paths {
+            if let Ok(resolved) = self.paths.resolve(&path) {
+                if resolved.missing_parents.is_empty() {
+                    let _ = fsops::remove_if_present(&fsops::new_name(&resolved.full));
+                    let _ = fsops::remove_if_present(&fsops::old_name(&resolved.full));
+                }
+            }
+        }
+    }
+
+    // ---- failures and outcomes ----
+
+    fn succeed(&mut self, id: &str, changed: Vec<String>) {
+        if self.state.failures.remove(id).is_some() {
+            self.dirty = true;
+        }
+        let outcome = if changed.is_empty() {
+            Outcome::Unchanged
+        } else {
+            Outcome::Applied { changed }
+        };
+        self.outcomes.insert(id.to_owned(), outcome);
+    }
+
+    /// Records a failure of declared resource `id` and reports it `failed` or `stuck`.
+    fn fail(&mut self, id: &str, reason: String) {
+        let declared = self
+            .declaration
+            .resource(id)
+            .map(resource_digest)
+            .unwrap_or_default();
+        let outcome = self.failure(id, declared, reason);
+        self.outcomes.insert(id.to_owned(), outcome);
+    }
+
+    fn failure(&mut self, id: &str, declared: String, reason: String) -> Outcome {
+        let policy = self.config.retry;
+        let previous = self
+            .state
+            .failures
+            .get(id)
+            .filter(|f| f.declared == declared);
+        let attempts = previous.map_or(0, |f| f.attempts).saturating_add(1);
+        let since = previous.map_or(self.now, |f| f.since);
+        self.state.failures.insert(
+            id.to_owned(),
+            FailureRecord {
+                declared,
+                attempts,
+                since,
+                last_reason: reason.clone(),
+                retry_at: self.now.saturating_add(policy.backoff_secs(attempts)),
+            },
+        );
+        self.dirty = true;
+        if policy.is_stuck(attempts, since, self.now) {
+            Outcome::Stuck {
+                attempts,
+                since,
+                last_reason: reason,
+            }
+        } else {
+            Outcome::Failed {
+                reason,
+                attempts,
+                since,
+            }
+        }
+    }
+
+    /// The outcome of a resource still in its backoff, if it is.
+    fn waiting(&self, resource: &Resource) -> Option<Outcome> {
+        let failure = self.state.failures.get(&resource.id)?;
+        if self.now >= failure.retry_at || failure.declared != resource_digest(resource) {
+            return None;
+        }
+        let policy = self.config.retry;
+        Some(
+            if policy.is_stuck(failure.attempts, failure.since, self.now) {
+                Outcome::Stuck {
+                    attempts: failure.attempts,
+                    since: failure.since,
+                    last_reason: failure.last_reason.clone(),
+                }
+            } else {
+                Outcome::Waiting {
+                    last_reason: failure.last_reason.clone(),
+                    attempts: failure.attempts,
+                    retry_at: failure.retry_at,
+                }
+            },
+        )
+    }
+
+    // ---- releasing what is no longer declared ----
+
+    fn release_undeclared(&mut self) -> Result<(), ApplyError> {
+        let mut to_release: Vec<(String, Record)> = self
+            .state
+            .resources
+            .iter()
+            .filter(|(id, record)| {
+                self.declaration
+                    .resource(id)
+                    .is_none_or(|r| target_of(&r.spec) != record.target)
+            })
+            .map(|(id, record)| (id.clone(), record.clone()))
+            .collect();
+        // Containers, memberships, then files, then directories deepest first.
+        to_release.sort_by_key(|(id, record)| match &record.target {
+            Target::Container { .. } => (0, 0, id.clone()),
+            Target::Membership { .. } => (1, 0, id.clone()),
+            Target::File { .. } => (2, 0, id.clone()),
+            Target::Directory { path } => (3, usize::MAX - crate::paths::depth(path), id.clone()),
+        });
+        for (id, record) in to_release {
+            let declared_again = self.declaration.resource(&id).is_some();
+            match self.release(&record) {
+                Ok(detail) => {
+                    self.state.resources.remove(&id);
+                    if self.state.failures.remove(&id).is_some() || !declared_again {
+                        self.dirty = true;
+                    }
+                    self.dirty = true;
+                    self.undeclared
+                        .insert(id.clone(), Outcome::Removed { detail });
+                }
+                Err(reason) => {
+                    let outcome = self.failure(&id, "undeclared".to_owned(), reason.clone());
+                    if declared_again {
+                        self.blocked.insert(
+                            id.clone(),
+                            format!("what it declared before could not be released: {reason}"),
+                        );
+                    }
+                    self.undeclared.insert(id, outcome);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether some declared file or directory lies under machine path `dir`.
+    fn needed_as_parent(&self, dir: &str) -> bool {
+        let declared = self.declaration.resources.iter().any(|r| match &r.spec {
+            Spec::File(f) => is_ancestor(dir, &f.path),
+            Spec::Directory(d) => is_ancestor(dir, &d.path),
+            Spec::Membership(_) | Spec::Container(_) => false,
+        });
+        declared
+            || self.state.resources.values().any(|r| match &r.target {
+                Target::File { path } | Target::Directory { path } => is_ancestor(dir, path),
+                Target::Membership { .. } | Target::Container { .. } => false,
+            })
+    }
+
+    fn release(&mut self, record: &Record) -> Result<String, String> {
+        match (&record.target, &record.origin) {
+            (Target::File { path }, Origin::Made) => {
+                let resolved = self.paths.resolve(path)?;
+                match &resolved.meta {
+                    None => Ok(format!("`{path}` the mesh made was already gone")),
+                    Some(meta) if meta.is_file() => {
+                        fs::remove_file(&resolved.full)
+                            .map_err(|e| format!("cannot remove `{path}`: {e}"))?;
+                        self.touched(&resolved.full);
+                        Ok(format!("removed `{path}`, which the mesh made"))
+                    }
+                    Some(_) => Ok(format!(
+                        "left `{path}` alone: it is no longer the file the mesh made"
+                    )),
+                }
+            }
+            (
+                Target::File { path },
+                Origin::FoundFile {
+                    content,
+                    mode,
+                    uid,
+                    gid,
+                },
+            ) => {
+                let resolved = self.paths.resolve(path)?;
+                if !resolved.missing_parents.is_empty() {
+                    return Err(format!("cannot give back `{path}`: its directory is gone"));
+                }
+                if resolved.meta.as_ref().is_some_and(|m| !m.is_file()) {
+                    return Err(format!(
+                        "cannot give back `{path}`: something other than a file is there now"
+                    ));
+                }
+                let bytes = self.dir.found(content).map_err(|e| {
+                    format!("cannot give back `{path}`: the copy kept when it was found is unreadable: {e}")
+                })?;
+                fsops::write_atomic(
+                    &resolved.full,
+                    &Wanted {
+                        bytes: &bytes,
+                        mode: *mode,
+                        uid: *uid,
+                        gid: *gid,
+                    },
+                )
+                .map_err(|e| format!("cannot give back `{path}`: {e}"))?;
+                self.touched(&resolved.full);
+                Ok(format!("gave back `{path}` as the mesh found it"))
+            }
+            (Target::Directory { path }, Origin::Made) => {
+                if self.needed_as_parent(path) {
+                    self.state.made_parents.insert(path.clone());
+                    return Ok(format!(
+                        "kept `{path}`, which the mesh made, as the parent of declared paths"
+                    ));
+                }
+                let resolved = self.paths.resolve(path)?;
+                match &resolved.meta {
+                    None => Ok(format!("`{path}` the mesh made was already gone")),
+                    Some(meta) if meta.is_dir() => match fs::remove_dir(&resolved.full) {
+                        Ok(()) => {
+                            self.paths.forget(path);
+                            self.touched(&resolved.full);
+                            Ok(format!("removed `{path}`, which the mesh made"))
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => Ok(format!(
+                            "kept `{path}`: it holds data the mesh did not put there"
+                        )),
+                        Err(e) => Err(format!("cannot remove `{path}`: {e}")),
+                    },
+                    Some(_) => Ok(format!(
+                        "left `{path}` alone: it is no longer the directory the mesh made"
+                    )),
+                }
+            }
+            (Target::Directory { path }, Origin::FoundDirectory { mode, uid, gid }) => {
+                let resolved = self.paths.resolve(path)?;
+                match &resolved.meta {
+                    Some(meta) if meta.is_dir() => {
+                        if fsops::mode_owner(meta) != (*mode, *uid, *gid) {
+                            fsops::set_mode_owner(&resolved.full, *mode, *uid, *gid)
+                                .map_err(|e| format!("cannot give back `{path}`: {e}"))?;
+                        }
+                        Ok(format!(
+                            "kept `{path}` and gave back its mode and owner as found"
+                        ))
+                    }
+                    _ => Ok(format!(
+                        "`{path}` the mesh found is no longer a directory; left alone"
+                    )),
+                }
+            }
+            (Target::Membership { account, group }, Origin::Made) => {
+                let member = self.db()?.is_member(account, group);
+                if !member {
+                    return Ok(format!("`{account}` was already out of `{group}`"));
+                }
+                let result = self.seams.accounts.remove_membership(account, group);
+                self.reload_accounts();
+                result.map_err(|e| format!("cannot remove `{account}` from `{group}`: {e}"))?;
+                Ok(format!(
+                    "removed `{account}` from `{group}`, a membership the mesh added"
+                ))
+            }
+            (Target::Membership { account, group }, Origin::FoundMembership) => Ok(format!(
+                "kept `{account}` in `{group}`: it was a member before the mesh"
+            )),
+            (Target::Container { name }, Origin::Made) => self.seams.containers.remove(name),
+            (target, origin) => Ok(format!(
+                "forgot {target:?}: its record ({origin:?}) does not fit it"
+            )),
+        }
+    }
+
+    /// Removes parent directories the mesh made that no declared path needs any more (when
+    /// empty).
+    fn release_unneeded_parents(&mut self) {
+        let mut parents: Vec<String> = self.state.made_parents.iter().cloned().collect();
+        parents.sort_by_key(|p| std::cmp::Reverse(crate::paths::depth(p)));
+        for parent in parents {
+            if self.needed_as_parent(&parent) {
+                continue;
+            }
+            let full = self.paths.full(&parent);
+            let gone = match fs::symlink_metadata(&full) {
+                Err(_) => true,
+                Ok(meta) if !meta.is_dir() => true,
+                Ok(_) => match fs::remove_dir(&full) {
+                    Ok(()) => {
+                        self.touched(&full);
+                        true
+                    }
+                    Err(_) => false,
+                },
+            };
+            if gone {
+                self.paths.forget(&parent);
+                self.state.made_parents.remove(&parent);
+                self.dirty = true;
+            }
+        }
+    }
+
+    // ---- recording what is taken ----
+
+    /// What is at a declared resource now, as an origin; `None` when it cannot be taken (the
+    /// apply will fail it and say why).
+    fn observe(&mut self, resource: &Resource) -> Result<Option<Origin>, ApplyError> {
+        match &resource.spec {
+            Spec::File(f) => {
+                let Ok(resolved) = self.paths.resolve(&f.path) else {
+                    return Ok(None);
+                };
+                match &resolved.meta {
+                    None => Ok(Some(Origin::Made)),
+                    Some(meta) if meta.is_file() => {
+                        let Ok(bytes) = fs::read(&resolved.full) else {
+                            return Ok(None);
+                        };
+                        let content = self.dir.keep_found(&bytes)?;
+                        let (mode, uid, gid) = fsops::mode_owner(meta);
+                        Ok(Some(Origin::FoundFile {
+                            content,
+                            mode,
+                            uid,
+                            gid,
+                        }))
+                    }
+                    Some(_) => Ok(None),
+                }
+            }
+            Spec::Directory(d) => {
+                let Ok(resolved) = self.paths.resolve(&d.path) else {
+                    return Ok(None);
+                };
+                Ok(match &resolved.meta {
+                    None => Some(Origin::Made),
+                    Some(meta) if meta.is_dir() => {
+                        let (mode, uid, gid) = fsops::mode_owner(meta);
+                        Some(Origin::FoundDirectory { mode, uid, gid })
+                    }
+                    Some(_) => None,
+                })
+            }
+            Spec::Membership(m) => Ok(match self.db() {
+                Ok(db) if db.is_member(&m.account, &m.group) => Some(Origin::FoundMembership),
+                Ok(db) if db.membership_problem(&m.account, &m.group).is_none() => {
+                    Some(Origin::Made)
+                }
+                _ => None,
+            }),
+            // A container is recorded once its runtime has made it.
+            Spec::Container(_) => Ok(None),
+        }
+    }
+
+    /// Records, before anything is changed, what is at every newly declared resource.
+    fn discover(&mut self) -> Result<(), ApplyError> {
+        let declaration = self.declaration;
+        let mut added = false;
+        for resource in &declaration.resources {
+            if self.state.resources.contains_key(&resource.id)
+                || self.blocked.contains_key(&resource.id)
+            {
+                continue;
+            }
+            if let Some(origin) = self.observe(resource)? {
+                self.state.resources.insert(
+                    resource.id.clone(),
+                    Record {
+                        target: target_of(&resource.spec),
+                        origin,
+                    },
+                );
+                added = true;
+            }
+        }
+        if added || self.dirty {
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// Makes sure a record exists (written) before the resource is changed.
+    fn ensure_record(&mut self, resource: &Resource) -> Result<(), ApplyError> {
+        if self.state.resources.contains_key(&resource.id) {
+            return Ok(());
+        }
+        if let Some(origin) = self.observe(resource)? {
+            self.state.resources.insert(
+                resource.id.clone(),
+                Record {
+                    target: target_of(&resource.spec),
+                    origin,
+                },
+            );
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// Creates missing parent directories, recording them first.
+    fn make_parents(&mut self, missing: &[String]) -> Result<Result<(), String>, ApplyError> {
+        if missing.is_empty() {
+            return Ok(Ok(()));
+        }
+        let mut new = false;
+        for parent in missing {
+            new |= self.state.made_parents.insert(parent.clone());
+        }
+        if new {
+            self.save()?;
+        }
+        for parent in missing {
+            let full = self.paths.full(parent);
+            match fs::create_dir(&full) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Ok(Err(format!("cannot create `{parent}`: {e}"))),
+            }
+            if let Err(e) =
+                fs::set_permissions(&full, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            {
+                return Ok(Err(format!("cannot set the mode of `{parent}`: {e}")));
+            }
+            self.touched(&full);
+            self.paths.made_dir(parent);
+        }
+        Ok(Ok(()))
+    }
+
+    // ---- applying ----
+
+    fn apply_unit(&mut self, unit: &Unit) -> Result<(), ApplyError> {
+        let declaration = self.declaration;
+        let members: Vec<&Resource> = unit
+            .members
+            .iter()
+            .map(|&i| &declaration.resources[i])
+            .collect();
+        // Blocked members (what they replace could not be released) fail the unit.
+        if let Some((id, reason)) = members.iter().find_map(|r| {
+            self.blocked
+                .get(&r.id)
+                .map(|reason| (r.id.clone(), reason.clone()))
+        }) {
+            for member in &members {
+                let reason = if member.id == id {
+                    reason.clone()
+                } else {
+                    group_reason(unit, &id, &reason)
+                };
+                self.fail(&member.id, reason);
+            }
+            return Ok(());
+        }
+        // Gating: every dependency must have taken.
+        if let Some(gate) = unit
+            .deps
+            .iter()
+            .find(|dep| !self.outcomes.get(*dep).is_some_and(Outcome::took))
+        {
+            for member in &members {
+                self.outcomes.insert(
+                    member.id.clone(),
+                    Outcome::Skipped {
+                        gated_by: gate.clone(),
+                    },
+                );
+            }
+            return Ok(());
+        }
+        // Backoff.
+        let waiting: Vec<(String, Option<Outcome>)> = members
+            .iter()
+            .map(|r| (r.id.clone(), self.waiting(r)))
+            .collect();
+        if let Some(first) = waiting
+            .iter()
+            .find(|(_, w)| w.is_some())
+            .map(|(id, _)| id.clone())
+        {
+            for (id, outcome) in waiting {
+                let outcome = outcome.unwrap_or_else(|| Outcome::Skipped {
+                    gated_by: first.clone(),
+                });
+                self.outcomes.insert(id, outcome);
+            }
+            return Ok(());
+        }
+        if unit.group.is_none() {
+            let resource = members[0];
+            match self.apply_one(resource)? {
+                Ok(changed) => self.succeed(&resource.id, changed),
+                Err(reason) => self.fail(&resource.id, reason),
+            }
+            return Ok(());
+        }
+        self.apply_group(unit, &members)
+    }
+
+    fn apply_one(
+        &mut self,
+        resource: &Resource,
+    ) -> Result<Result<Vec<String>, String>, ApplyError> {
+        match &resource.spec {
+            Spec::File(f) => self.apply_file(resource, f),
+            Spec::Directory(d) => self.apply_directory(resource, d),
+            Spec::Membership(m) => self.apply_membership(resource, m),
+            Spec::Container(c) => {
+                let restart = self.restart_wanted(c, &BTreeSet::new());
+                let result = self.seams.containers.apply(c, restart);
+                if result.is_ok() {
+                    self.record_container(resource)?;
+                }
+                Ok(result)
+            }
+        }
+    }
+
+    fn record_container(&mut self, resource: &Resource) -> Result<(), ApplyError> {
+        if !self.state.resources.contains_key(&resource.id) {
+            self.state.resources.insert(
+                resource.id.clone(),
+                Record {
+                    target: target_of(&resource.spec),
+                    origin: Origin::Made,
+                },
+            );
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// Whether a container must restart: a file it restarts on changed in this apply.
+    fn restart_wanted(&self, spec: &ContainerSpec, changed_in_group: &BTreeSet<String>) -> bool {
+        spec.restart_on.iter().any(|id| {
+            changed_in_group.contains(id)
+                || matches!(self.outcomes.get(id), Some(Outcome::Applied { .. }))
+        })
+    }
+
+    fn apply_file(
+        &mut self,
+        resource: &Resource,
+        spec: &FileSpec,
+    ) -> Result<Result<Vec<String>, String>, ApplyError> {
+        let (uid, gid) = match self.owner_ids(&spec.owner, &spec.group) {
+            Ok(ids) => ids,
+            Err(reason) => return Ok(Err(reason)),
+        };
+        let resolved = match self.paths.resolve(&spec.path) {
+            Ok(resolved) => resolved,
+            Err(reason) => return Ok(Err(reason)),
+        };
+        let wanted = Wanted {
+            bytes: spec.content.as_bytes(),
+            mode: spec.mode,
+            uid,
+            gid,
+        };
+        let path = &spec.path;
+        let changed = match &resolved.meta {
+            None => {
+                self.ensure_record(resource)?;
+                if let Err(reason) = self.make_parents(&resolved.missing_parents)? {
+                    return Ok(Err(reason));
+                }
+                if let Err(e) = fsops::write_atomic(&resolved.full, &wanted) {
+                    return Ok(Err(format!("cannot write `{path}`: {e}")));
+                }
+                self.touched(&resolved.full);
+                vec!["created".to_owned()]
+            }
+            Some(meta) if meta.is_file() => {
+                let changed = match file_differences(&resolved.full, meta, &wanted) {
+                    Ok(changed) => changed,
+                    Err(e) => return Ok(Err(format!("cannot read `{path}`: {e}"))),
+                };
+                if changed.is_empty() {
+                    return Ok(Ok(changed));
+                }
+                self.ensure_record(resource)?;
+                let result = if changed.iter().any(|c| c == "content") {
+                    self.touched(&resolved.full);
+                    fsops::write_atomic(&resolved.full, &wanted)
+                } else {
+                    fsops::set_mode_owner(&resolved.full, spec.mode, uid, gid)
+                };
+                if let Err(e) = result {
+                    return Ok(Err(format!("cannot write `{path}`: {e}")));
+                }
+                changed
+            }
+            Some(meta) if meta.is_dir() => {
+                return Ok(Err(format!("`{path}` is a directory, not a file")))
+            }
+            Some(_) => return Ok(Err(format!("`{path}` is not a regular file"))),
+        };
+        Ok(Ok(changed))
+    }
+
+    fn apply_directory(
+        &mut self,
+        resource: &Resource,
+        spec: &DirectorySpec,
+    ) -> Result<Result<Vec<String>, String>, ApplyError> {
+        let (uid, gid) = match self.owner_ids(&spec.owner, &spec.group) {
+            Ok(ids) => ids,
+            Err(reason) => return Ok(Err(reason)),
+        };
+        let resolved = match self.paths.resolve(&spec.path) {
+            Ok(resolved) => resolved,
+            Err(reason) => return Ok(Err(reason)),
+        };
+        let path = &spec.path;
+        match &resolved.meta {
+            None => {
+                self.ensure_record(resource)?;
+                if let Err(reason) = self.make_parents(&resolved.missing_parents)? {
+                    return Ok(Err(reason));
+                }
+                if let Err(e) = fsops::make_dir(&resolved.full, spec.mode, uid, gid) {
+                    return Ok(Err(format!("cannot create `{path}`: {e}")));
+                }
+                self.touched(&resolved.full);
+                self.paths.made_dir(path);
+                Ok(Ok(vec!["created".to_owned()]))
+            }
+            Some(meta) if meta.is_dir() => {
+                let changed = mode_owner_differences(meta, (spec.mode, uid, gid));
+                if !changed.is_empty() {
+                    self.ensure_record(resource)?;
+                    if let Err(e) = fsops::set_mode_owner(&resolved.full, spec.mode, uid, gid) {
+                        return Ok(Err(format!("cannot set mode and owner of `{path}`: {e}")));
+                    }
+                }
+                Ok(Ok(changed))
+            }
+            Some(_) => Ok(Err(format!("`{path}` is not a directory"))),
+        }
+    }
+
+    fn apply_membership(
+        &mut self,
+        resource: &Resource,
+        spec: &MembershipSpec,
+    ) -> Result<Result<Vec<String>, String>, ApplyError> {
+        let (account, group) = (&spec.account, &spec.group);
+        let db = match self.db() {
+            Ok(db) => db,
+            Err(reason) => return Ok(Err(reason)),
+        };
+        if let Some(problem) = db.membership_problem(account, group) {
+            return Ok(Err(problem));
+        }
+        if db.is_member(account, group) {
+            return Ok(Ok(Vec::new()));
+        }
+        self.ensure_record(resource)?;
+        Ok(self.add_membership(&resource.id, account, group))
+    }
+
+    fn add_membership(
+        &mut self,
+        id: &str,
+        account: &str,
+        group: &str,
+    ) -> Result<Vec<String>, String> {
+        let result = self.seams.accounts.add_membership(account, group);
+        self.reload_accounts();
+        result.map_err(|e| format!("cannot add `{account}` to `{group}`: {e}"))?;
+        if !self.db()?.is_member(account, group) {
+            return Err(format!(
+                "`{account}` is not in `{group}` after adding it (etc/group)"
+            ));
+        }
+        self.findings.push(Finding {
+            resource: id.to_owned(),
+            message: format!(
+                "`{account}` was added to `{group}`: a new login is needed before `{account}`'s \
+                 processes have the group"
+            ),
+        });
+        Ok(vec!["added".to_owned()])
+    }
+
+    // ---- together groups ----
+
+    fn apply_group(&mut self, unit: &Unit, members: &[&Resource]) -> Result<(), ApplyError> {
+        // Stage every member; nothing live changes.
+        let mut staged: Vec<Staged> = Vec::with_capacity(members.len());
+        let mut changed_in_group = BTreeSet::new();
+        let mut broken: Option<(String, String)> = None;
+        for member in members {
+            match self.stage(member, &changed_in_group)? {
+                Ok(s) => {
+                    if !matches!(s, Staged::Nothing) {
+                        changed_in_group.insert(member.id.clone());
+                    }
+                    staged.push(s);
+                }
+                Err(reason) => {
+                    broken = Some((member.id.clone(), reason));
+                    break;
+                }
+            }
+        }
+        if let Some((breaker, reason)) = broken {
+            discard(&staged);
+            self.fail_group(unit, members, &breaker, &reason);
+            return Ok(());
+        }
+
+        // Commit in order; on a failure put back what was committed.
+        let mut committed: Vec<Committed> = Vec::with_capacity(staged.len());
+        let mut changes: Vec<Vec<String>> = Vec::with_capacity(staged.len());
+        for (index, step) in staged.iter().enumerate() {
+            match self.commit(members[index], step) {
+                Ok((done, changed)) => {
+                    committed.push(done);
+                    changes.push(changed);
+                }
+                Err(reason) => {
+                    discard(&staged[index..]);
+                    let mut reason = reason;
+                    for done in committed.iter().rev() {
+                        if let Err(e) = self.put_back(done) {
+                            reason.push_str(&format!("; and putting back failed: {e}"));
+                        }
+                    }
+                    self.fail_group(unit, members, &members[index].id, &reason);
+                    return Ok(());
+                }
+            }
+        }
+        for done in &committed {
+            if let Committed::File { old: Some(old), .. } = done {
+                let _ = fsops::remove_if_present(old);
+            }
+        }
+        for (member, changed) in members.iter().zip(changes) {
+            self.succeed(&member.id, changed);
+        }
+        Ok(())
+    }
+
+    fn fail_group(&mut self, unit: &Unit, members: &[&Resource], breaker: &str, reason: &str) {
+        for member in members {
+            let reason = if member.id == breaker {
+                reason.to_owned()
+            } else {
+                group_reason(unit, breaker, reason)
+            };
+            self.fail(&member.id, reason);
+        }
+    }
+
+    fn stage(
+        &mut self,
+        resource: &Resource,
+        changed_in_group: &BTreeSet<String>,
+    ) -> Result<Result<Staged, String>, ApplyError> {
+        match &resource.spec {
+            Spec::File(spec) => {
+                let (uid, gid) = match self.owner_ids(&spec.owner, &spec.group) {
+                    Ok(ids) => ids,
+                    Err(reason) => return Ok(Err(reason)),
+                };
+                let resolved = match self.paths.resolve(&spec.path) {
+                    Ok(resolved) => resolved,
+                    Err(reason) => return Ok(Err(reason)),
+                };
+                let wanted = Wanted {
+                    bytes: spec.content.as_bytes(),
+                    mode: spec.mode,
+                    uid,
+                    gid,
+                };
+                let path = &spec.path;
+                let (existed, changed) = match &resolved.meta {
+                    None => (false, vec!["created".to_owned()]),
+                    Some(meta) if meta.is_file() => {
+                        match file_differences(&resolved.full, meta, &wanted) {
+                            Ok(changed) => (true, changed),
+                            Err(e) => return Ok(Err(format!("cannot read `{path}`: {e}"))),
+                        }
+                    }
+                    Some(meta) if meta.is_dir() => {
+                        return Ok(Err(format!("`{path}` is a directory, not a file")))
+                    }
+                    Some(_) => return Ok(Err(format!("`{path}` is not a regular file"))),
+                };
+                if changed.is_empty() {
+                    return Ok(Ok(Staged::Nothing));
+                }
+                self.ensure_record(resource)?;
+                if let Err(reason) = self.make_parents(&resolved.missing_parents)? {
+                    return Ok(Err(reason));
+                }
+                match fsops::stage(&resolved.full, &wanted) {
+                    Ok(temp) => Ok(Ok(Staged::File {
+                        target: resolved.full,
+                        temp,
+                        existed,
+                        changed,
+                    })),
+                    Err(e) => Ok(Err(format!("cannot stage `{path}`: {e}"))),
+                }
+            }
+            Spec::Directory(spec) => {
+                let (uid, gid) = match self.owner_ids(&spec.owner, &spec.group) {
+                    Ok(ids) => ids,
+                    Err(reason) => return Ok(Err(reason)),
+                };
+                let resolved = match self.paths.resolve(&spec.path) {
+                    Ok(resolved) => resolved,
+                    Err(reason) => return Ok(Err(reason)),
+                };
+                let wanted = (spec.mode, uid, gid);
+                let (create, before, changed) = match &resolved.meta {
+                    None => (true, wanted, vec!["created".to_owned()]),
+                    Some(meta) if meta.is_dir() => (
+                        false,
+                        fsops::mode_owner(meta),
+                        mode_owner_differences(meta, wanted),
+                    ),
+                    Some(_) => return Ok(Err(format!("`{}` is not a directory", spec.path))),
+                };
+                if changed.is_empty() {
+                    return Ok(Ok(Staged::Nothing));
+                }
+                self.ensure_record(resource)?;
+                if let Err(reason) = self.make_parents(&resolved.missing_parents)? {
+                    return Ok(Err(reason));
+                }
+                Ok(Ok(Staged::Directory {
+                    full: resolved.full,
+                    machine_path: spec.path.clone(),
+                    create,
+                    wanted,
+                    before,
+                    changed,
+                }))
+            }
+            Spec::Membership(spec) => {
+                let db = match self.db() {
+                    Ok(db) => db,
+                    Err(reason) => return Ok(Err(reason)),
+                };
+                if let Some(problem) = db.membership_problem(&spec.account, &spec.group) {
+                    return Ok(Err(problem));
+                }
+                if db.is_member(&spec.account, &spec.group) {
+                    return Ok(Ok(Staged::Nothing));
+                }
+                self.ensure_record(resource)?;
+                Ok(Ok(Staged::Membership {
+                    account: spec.account.clone(),
+                    group: spec.group.clone(),
+                }))
+            }
+            Spec::Container(spec) => Ok(match self.seams.containers.check(spec) {
+                Ok(()) => Ok(Staged::Container {
+                    spec: spec.clone(),
+                    restart: self.restart_wanted(spec, changed_in_group),
+                }),
+                Err(reason) => Err(reason),
+            }),
+        }
+    }
+
+    fn commit(
+        &mut self,
+        resource: &Resource,
+        step: &Staged,
+    ) -> Result<(Committed, Vec<String>), String> {
+        match step {
+            Staged::Nothing => Ok((Committed::Nothing, Vec::new())),
+            Staged::File {
+                target,
+                temp,
+                existed,
+                changed,
+            } => {
+                let old = if *existed {
+                    let old = fsops::old_name(target);
+                    fsops::remove_if_present(&old)
+                        .and_then(|()| fs::hard_link(target, &old))
+                        .map_err(|e| format!("cannot keep the old `{}`: {e}", show(resource)))?;
+                    Some(old)
+                } else {
+                    None
+                };
+                fs::rename(temp, target).map_err(|e| {
+                    if let Some(old) = &old {
+                        let _ = fs::remove_file(old);
+                    }
+                    format!("cannot commit `{}`: {e}", show(resource))
+                })?;
+                self.touched(target);
+                Ok((
+                    Committed::File {
+                        target: target.clone(),
+                        old,
+                    },
+                    changed.clone(),
+                ))
+            }
+            Staged::Directory {
+                full,
+                machine_path,
+                create,
+                wanted,
+                before,
+                changed,
+            } => {
+                let (mode, uid, gid) = *wanted;
+                let result = if *create {
+                    fsops::make_dir(full, mode, uid, gid)
+                } else {
+                    fsops::set_mode_owner(full, mode, uid, gid)
+                };
+                result.map_err(|e| format!("cannot commit `{machine_path}`: {e}"))?;
+                if *create {
+                    self.touched(full);
+                    self.paths.made_dir(machine_path);
+                }
+                Ok((
+                    Committed::Directory {
+                        full: full.clone(),
+                        machine_path: machine_path.clone(),
+                        created: *create,
+                        before: *before,
+                    },
+                    changed.clone(),
+                ))
+            }
+            Staged::Membership { account, group } => {
+                let changed = self.add_membership(&resource.id, account, group)?;
+                Ok((
+                    Committed::Membership {
+                        account: account.clone(),
+                        group: group.clone(),
+                    },
+                    changed,
+                ))
+            }
+            Staged::Container { spec, restart } => {
+                let changed = self.seams.containers.apply(spec, *restart)?;
+                if let Err(e) = self.record_container(resource) {
+                    return Err(e.to_string());
+                }
+                Ok((
+                    Committed::Container {
+                        name: spec.name.clone(),
+                    },
+                    changed,
+                ))
+            }
+        }
+    }
+
+    fn put_back(&mut self, done: &Committed) -> Result<(), String> {
+        match done {
+            Committed::Nothing => Ok(()),
+            Committed::File { target, old } => match old {
+                Some(old) => fs::rename(old, target),
+                None => fs::remove_file(target),
+            }
+            .map_err(|e| format!("{}: {e}", target.display())),
+            Committed::Directory {
+                full,
+                machine_path,
+                created,
+                before,
+            } => if *created {
+                self.paths.forget(machine_path);
+                fs::remove_dir(full)
+            } else {
+                fsops::set_mode_owner(full, before.0, before.1, before.2)
+            }
+            .map_err(|e| format!("`{machine_path}`: {e}")),
+            Committed::Membership { account, group } => {
+                let result = self.seams.accounts.remove_membership(account, group);
+                self.findings.retain(|f| {
+                    !f.message
+                        .starts_with(&format!("`{account}` was added to `{group}`"))
+                });
+                self.reload_accounts();
+                result.map_err(|e| format!("`{account}` in `{group}`: {e}"))
+            }
+            Committed::Container { name } => Err(format!(
+                "container `{name}` cannot be put back; it runs as declared"
+            )),
+        }
+    }
+
+    // ---- the end ----
+
+    fn finish(&mut self) -> Result<(), ApplyError> {
+        for dir in std::mem::take(&mut self.touched_dirs) {
+            // A directory that is gone again (removed parent) has nothing to sync.
+            let _ = fsops::sync_dir(&dir);
+        }
+        if self.dirty {
+            self.save()?;
+        }
+        let kept: BTreeSet<String> = self
+            .state
+            .resources
+            .values()
+            .filter_map(|r| match &r.origin {
+                Origin::FoundFile { content, .. } => Some(content.clone()),
+                Origin::Made | Origin::FoundDirectory { .. } | Origin::FoundMembership => None,
+            })
+            .collect();
+        self.dir.forget_found_except(&kept);
+        self.dir.clear_in_progress()
+    }
+}
+
+fn group_reason(unit: &Unit, breaker: &str, reason: &str) -> String {
+    format!(
+        "together group `{}` did not apply: `{breaker}` failed: {reason}",
+        unit.group.as_deref().unwrap_or_default()
+    )
+}
+
+fn show(resource: &Resource) -> String {
+    match &resource.spec {
+        Spec::File(f) => f.path.clone(),
+        Spec::Directory(d) => d.path.clone(),
+        Spec::Membership(_) | Spec::Container(_) => resource.id.clone(),
+    }
+}
+
+/// Removes staged temp files.
+fn discard(staged: &[Staged]) {
+    for step in staged {
+        if let Staged::File { temp, .. } = step {
+            let _ = fs::remove_file(temp);
+        }
+    }
+}
+
+fn mode_owner_differences(meta: &fs::Metadata, (mode, uid, gid): (u32, u32, u32)) -> Vec<String> {
+    let mut changed = Vec::new();
+    if meta.mode() & 0o7777 != mode {
+        changed.push("mode".to_owned());
+    }
+    if meta.uid() != uid {
+        changed.push("owner".to_owned());
+    }
+    if meta.gid() != gid {
+        changed.push("group".to_owned());
+    }
+    changed
+}
+
+/// What differs between the file at `full` and what is wanted.
+fn file_differences(
+    full: &std::path::Path,
+    meta: &fs::Metadata,
+    wanted: &Wanted<'_>,
+) -> io::Result<Vec<String>> {
+    let mut changed = Vec::new();
+    let same_content = meta.len() == wanted.bytes.len() as u64 && fs::read(full)? == wanted.bytes;
+    if !same_content {
+        changed.push("content".to_owned());
+    }
+    changed.extend(mode_owner_differences(
+        meta,
+        (wanted.mode, wanted.uid, wanted.gid),
+    ));
+    Ok(changed)
+}

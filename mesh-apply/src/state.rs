@@ -1,0 +1,287 @@
+//! The host's state directory: its disk formats, each a versioned type of its own.
+//!
+//! ```text
+//! <state-dir>/state.json        StateFile: what the mesh made and found, failures being retried
+//! <state-dir>/in-progress.json  InProgress: present while an apply runs (the machine is mid-change)
+//! <state-dir>/found/<sha256>    the bytes of a file the mesh wrote over, to give back
+//! ```
+//!
+//! Every file here is written with temp + fsync + rename (+ fsync of the directory), so a host
+//! killed at any point leaves either the old or the new version. Nothing here is ever a planner or
+//! wire struct serialized by reflex: these types change only with [`STATE_FORMAT`].
+
+use crate::fsops;
+use crate::ApplyError;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The version of the state directory's formats this build writes and reads.
+pub const STATE_FORMAT: u32 = 1;
+
+const STATE_FILE: &str = "state.json";
+const IN_PROGRESS_FILE: &str = "in-progress.json";
+const FOUND_DIR: &str = "found";
+
+/// What the host keeps between applies (`state.json`, version [`STATE_FORMAT`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct StateFile {
+    /// The format version.
+    pub format: u32,
+    /// Per resource id the mesh holds: what it is and whether the mesh made or found it.
+    pub resources: BTreeMap<String, Record>,
+    /// Machine paths of directories the mesh created only as parents of declared paths; removed
+    /// again (when empty) once no declared path needs them.
+    #[serde(default)]
+    pub made_parents: BTreeSet<String>,
+    /// Per resource id, the failure being retried.
+    #[serde(default)]
+    pub failures: BTreeMap<String, FailureRecord>,
+}
+
+impl Default for StateFile {
+    fn default() -> Self {
+        StateFile {
+            format: STATE_FORMAT,
+            resources: BTreeMap::new(),
+            made_parents: BTreeSet::new(),
+            failures: BTreeMap::new(),
+        }
+    }
+}
+
+/// One resource the mesh holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Record {
+    /// What on the machine it is.
+    pub target: Target,
+    /// Whether the mesh made it or found it (and what it found).
+    pub origin: Origin,
+}
+
+/// What on the machine a resource is.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Target {
+    /// A regular file at a machine path.
+    File {
+        /// The machine path.
+        path: String,
+    },
+    /// A directory at a machine path.
+    Directory {
+        /// The machine path.
+        path: String,
+    },
+    /// An account's membership of a group.
+    Membership {
+        /// The account.
+        account: String,
+        /// The group.
+        group: String,
+    },
+    /// A container by name.
+    Container {
+        /// Its name on the machine.
+        name: String,
+    },
+}
+
+/// Whether the mesh made a resource or found it there, and what it found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "origin", rename_all = "kebab-case")]
+pub enum Origin {
+    /// Nothing was there: the mesh made it, and removes it when it is undeclared.
+    Made,
+    /// A regular file was there; it is given back byte for byte, with mode and owner.
+    FoundFile {
+        /// The sha256 (hex) of its bytes, kept in `found/<sha256>`.
+        content: String,
+        /// Its permission bits.
+        mode: u32,
+        /// Its owner's uid.
+        uid: u32,
+        /// Its group's gid.
+        gid: u32,
+    },
+    /// A directory was there; its mode and owner are given back, it is never removed.
+    FoundDirectory {
+        /// Its permission bits.
+        mode: u32,
+        /// Its owner's uid.
+        uid: u32,
+        /// Its group's gid.
+        gid: u32,
+    },
+    /// The account was already a member of the group; it stays one when undeclared.
+    FoundMembership,
+}
+
+/// A resource that failed and is being retried.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FailureRecord {
+    /// The digest of the resource as declared when it failed; another declaration starts afresh.
+    pub declared: String,
+    /// Consecutive failed attempts.
+    pub attempts: u32,
+    /// When it first failed (seconds since the epoch).
+    pub since: u64,
+    /// The latest reason.
+    pub last_reason: String,
+    /// When it may be tried again.
+    pub retry_at: u64,
+}
+
+/// The marker present while an apply runs (`in-progress.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct InProgress {
+    /// The format version.
+    pub format: u32,
+    /// The digest of the declaration being applied.
+    pub declaration: String,
+    /// When the apply started.
+    pub started_at: u64,
+}
+
+/// The state directory of one host.
+pub(crate) struct StateDir {
+    dir: PathBuf,
+}
+
+impl StateDir {
+    /// Opens (creating if needed) a state directory.
+    pub(crate) fn open(dir: &Path) -> Result<Self, ApplyError> {
+        std::fs::create_dir_all(dir.join(FOUND_DIR)).map_err(|source| ApplyError::StateWrite {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        Ok(StateDir {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Reads `state.json` (a fresh state when there is none).
+    pub(crate) fn read_state(&self) -> Result<StateFile, ApplyError> {
+        let path = self.dir.join(STATE_FILE);
+        match read_json::<StateFile>(&path, |s| s.format)? {
+            Some(state) => Ok(state),
+            None => Ok(StateFile::default()),
+        }
+    }
+
+    /// Writes `state.json` atomically.
+    pub(crate) fn write_state(&self, state: &StateFile) -> Result<(), ApplyError> {
+        let path = self.dir.join(STATE_FILE);
+        let bytes = serde_json::to_vec(state).expect("the state always serializes");
+        fsops::write_atomic_private(&path, &bytes)
+            .map_err(|source| ApplyError::StateWrite { path, source })
+    }
+
+    /// Reads the mid-change marker, if an apply is (or was left) under way.
+    pub(crate) fn read_in_progress(&self) -> Result<Option<InProgress>, ApplyError> {
+        read_json::<InProgress>(&self.dir.join(IN_PROGRESS_FILE), |m| m.format)
+    }
+
+    /// Writes the mid-change marker atomically.
+    pub(crate) fn write_in_progress(&self, marker: &InProgress) -> Result<(), ApplyError> {
+        let path = self.dir.join(IN_PROGRESS_FILE);
+        let bytes = serde_json::to_vec(marker).expect("the marker always serializes");
+        fsops::write_atomic_private(&path, &bytes)
+            .map_err(|source| ApplyError::StateWrite { path, source })
+    }
+
+    /// Removes the mid-change marker (durably).
+    pub(crate) fn clear_in_progress(&self) -> Result<(), ApplyError> {
+        let path = self.dir.join(IN_PROGRESS_FILE);
+        let result = match std::fs::remove_file(&path) {
+            Ok(()) => fsops::sync_dir(&self.dir),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        };
+        result.map_err(|source| ApplyError::StateWrite { path, source })
+    }
+
+    /// Keeps the bytes of a file the mesh is about to write over; returns their sha256 (hex).
+    pub(crate) fn keep_found(&self, bytes: &[u8]) -> Result<String, ApplyError> {
+        use sha2::Digest as _;
+        let hex = hex::encode(sha2::Sha256::digest(bytes));
+        let path = self.dir.join(FOUND_DIR).join(&hex);
+        if !path.exists() {
+            fsops::write_atomic_private(&path, bytes)
+                .map_err(|source| ApplyError::StateWrite { path, source })?;
+        }
+        Ok(hex)
+    }
+
+    /// The bytes kept by [`StateDir::keep_found`].
+    pub(crate) fn found(&self, hex: &str) -> io::Result<Vec<u8>> {
+        std::fs::read(self.dir.join(FOUND_DIR).join(hex))
+    }
+
+    /// Lets go of kept bytes no record names any more.
+    pub(crate) fn forget_found_except(&self, keep: &BTreeSet<String>) {
+        let Ok(entries) = std::fs::read_dir(self.dir.join(FOUND_DIR)) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !keep.contains(&name) {
+                // Best effort: a blob left behind is only wasted space, never a wrong answer.
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    format_of: impl Fn(&T) -> u32,
+) -> Result<Option<T>, ApplyError> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(ApplyError::StateRead {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    };
+    #[derive(Deserialize)]
+    struct Version {
+        format: u32,
+    }
+    let version: Version = serde_json::from_slice(&bytes).map_err(|e| ApplyError::StateFormat {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    if version.format != STATE_FORMAT {
+        return Err(ApplyError::StateFormat {
+            path: path.to_path_buf(),
+            reason: format!(
+                "format {}, this build reads format {STATE_FORMAT}",
+                version.format
+            ),
+        });
+    }
+    let value: T = serde_json::from_slice(&bytes).map_err(|e| ApplyError::StateFormat {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    debug_assert_eq!(format_of(&value), STATE_FORMAT);
+    Ok(Some(value))
+}
+
+/// Whether the host with this state directory is **mid-change**: an apply is under way, or one was
+/// interrupted and no apply has finished since.
+///
+/// # Errors
+/// [`ApplyError::StateRead`] or [`ApplyError::StateFormat`] when the marker cannot be read.
+pub fn is_mid_change(state_dir: &Path) -> Result<bool, ApplyError> {
+    Ok(read_json::<InProgress>(&state_dir.join(IN_PROGRESS_FILE), |m| m.format)?.is_some())
+}
