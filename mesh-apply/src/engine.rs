@@ -1240,7 +1240,11 @@ impl Engine<'_> {
             } => {
                 let (mode, uid, gid) = *wanted;
                 let result = if *create {
-                    fsops::make_dir(full, mode, uid, gid)
+                    // A member file's staging may have made it already, as its parent.
+                    match fs::create_dir(full) {
+                        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
+                        _ => fsops::set_mode_owner(full, mode, uid, gid),
+                    }
                 } else {
                     fsops::set_mode_owner(full, mode, uid, gid)
                 };
