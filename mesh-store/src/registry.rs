@@ -1,0 +1,387 @@
+//! An OCI registry as the store, through `oci-client` (Debian's `docker-registry`, CNCF
+//! distribution 2.8, is what the tests run against).
+//!
+//! Pushes, blob checks, tag listing and blob reads go through `oci-client`; the manifest HEAD
+//! that checks a holding and the manifest DELETE that releases one are sent directly with
+//! reqwest (oci-client has no delete; its HEAD helper falls back to a GET on 404).
+//!
+//! # Guarantees
+//! - Requests per call: [`ArchiveStore::holding`] 1, [`ArchiveStore::list_held`] 1 (distribution
+//!   2.8 returns every tag at once), [`ArchiveStore::release`] 2, [`ArchiveStore::hold`] 1 once
+//!   the empty config is known to be there (2–3 the first time in a process).
+//! - A 405 to a DELETE is [`StoreError::DeletionDisabled`], never taken for success.
+
+use crate::archive::Archive;
+use crate::manifest::{
+    archive_digest_of_tag, holding_manifest, holding_manifest_digest, holding_tag, EMPTY_CONFIG,
+    EMPTY_CONFIG_DIGEST, MANIFEST_MEDIA_TYPE,
+};
+use crate::store::{ArchiveStore, Holding, Release, StoreError, StoreSpec};
+use async_trait::async_trait;
+use mesh_model::build::ArchiveRef;
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::secrets::RegistryAuth;
+use oci_client::Reference;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// An OCI registry repository holding the mesh's archives.
+pub struct RegistryStore {
+    client: oci_client::Client,
+    http: reqwest::Client,
+    base_url: String,
+    registry: String,
+    repository: String,
+    spec: String,
+    config_present: AtomicBool,
+}
+
+impl std::fmt::Debug for RegistryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryStore")
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RegistryStore {
+    /// A store for a [`StoreSpec::Registry`]. Nothing is contacted yet.
+    ///
+    /// # Errors
+    /// [`StoreError::Spec`] for a layout spec, or when the HTTP client cannot be built.
+    pub fn new(spec: &StoreSpec) -> Result<RegistryStore, StoreError> {
+        let StoreSpec::Registry {
+            plain_http,
+            registry,
+            repository,
+        } = spec
+        else {
+            return Err(StoreError::Spec {
+                spec: spec.to_string(),
+                reason: "not a registry".to_owned(),
+            });
+        };
+        let config = ClientConfig {
+            protocol: if *plain_http {
+                ClientProtocol::Http
+            } else {
+                ClientProtocol::Https
+            },
+            connect_timeout: Some(Duration::from_secs(5)),
+            read_timeout: Some(Duration::from_secs(60)),
+            ..ClientConfig::default()
+        };
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| StoreError::Spec {
+                spec: spec.to_string(),
+                reason: format!("cannot build an HTTP client: {e}"),
+            })?;
+        let scheme = if *plain_http { "http" } else { "https" };
+        Ok(RegistryStore {
+            client: oci_client::Client::new(config),
+            http,
+            base_url: format!("{scheme}://{registry}"),
+            registry: registry.clone(),
+            repository: repository.clone(),
+            spec: spec.to_string(),
+            config_present: AtomicBool::new(false),
+        })
+    }
+
+    /// The repository archives live in.
+    pub fn repository(&self) -> &str {
+        &self.repository
+    }
+
+    /// `http(s)://HOST:PORT`: where the registry answers.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    fn reference(&self, tag: &str) -> Reference {
+        Reference::with_tag(
+            self.registry.clone(),
+            self.repository.clone(),
+            tag.to_owned(),
+        )
+    }
+
+    fn oci_error(
+        &self,
+        operation: &'static str,
+        digest: &str,
+        source: OciDistributionError,
+    ) -> StoreError {
+        StoreError::Registry {
+            store: self.spec.clone(),
+            operation,
+            digest: digest.to_owned(),
+            source: Box::new(source),
+        }
+    }
+
+    fn unreachable(
+        &self,
+        operation: &'static str,
+        digest: &str,
+        source: reqwest::Error,
+    ) -> StoreError {
+        StoreError::Unreachable {
+            store: self.spec.clone(),
+            operation,
+            digest: digest.to_owned(),
+            source,
+        }
+    }
+
+    async fn ensure_empty_config(&self) -> Result<(), StoreError> {
+        if self.config_present.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let reference = self.reference("config");
+        let present = self
+            .client
+            .blob_exists(&reference, EMPTY_CONFIG_DIGEST)
+            .await
+            .map_err(|e| self.oci_error("check blob", EMPTY_CONFIG_DIGEST, e))?;
+        if !present {
+            self.client
+                .push_blob(&reference, EMPTY_CONFIG, EMPTY_CONFIG_DIGEST)
+                .await
+                .map_err(|e| self.oci_error("push blob", EMPTY_CONFIG_DIGEST, e))?;
+        }
+        self.config_present.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    async fn push_holding_manifest(
+        &self,
+        archive: &ArchiveRef,
+    ) -> Result<(), OciDistributionError> {
+        let reference = self.reference(&holding_tag(&archive.digest));
+        self.client
+            .push_manifest_raw(
+                &reference,
+                holding_manifest(archive),
+                reqwest::header::HeaderValue::from_static(MANIFEST_MEDIA_TYPE),
+            )
+            .await
+            .map(|_| ())
+    }
+}
+
+fn blob_unknown(error: &OciDistributionError) -> Option<String> {
+    match error {
+        OciDistributionError::RegistryError { envelope, .. } => envelope
+            .errors
+            .iter()
+            .find(|e| {
+                matches!(
+                    e.code,
+                    OciErrorCode::BlobUnknown | OciErrorCode::ManifestBlobUnknown
+                )
+            })
+            .map(|e| e.detail.to_string()),
+        _ => None,
+    }
+}
+
+fn name_unknown(error: &OciDistributionError) -> bool {
+    match error {
+        OciDistributionError::RegistryError { envelope, .. } => envelope
+            .errors
+            .iter()
+            .any(|e| matches!(e.code, OciErrorCode::NameUnknown)),
+        _ => false,
+    }
+}
+
+#[async_trait]
+impl ArchiveStore for RegistryStore {
+    fn name(&self) -> String {
+        self.spec.clone()
+    }
+
+    async fn put_blob(&self, archive: &Archive) -> Result<(), StoreError> {
+        let digest = &archive.reference.digest;
+        self.client
+            .push_blob(&self.reference("archive"), archive.bytes.clone(), digest)
+            .await
+            .map_err(|e| self.oci_error("push blob", digest, e))?;
+        Ok(())
+    }
+
+    async fn hold(&self, archive: &ArchiveRef) -> Result<(), StoreError> {
+        let cached = self.config_present.load(Ordering::Acquire);
+        self.ensure_empty_config().await?;
+        match self.push_holding_manifest(archive).await {
+            Ok(()) => Ok(()),
+            Err(error) => match blob_unknown(&error) {
+                // The config we took to be there was collected since: push it, try once more.
+                Some(detail) if cached && detail.contains(EMPTY_CONFIG_DIGEST) => {
+                    self.config_present.store(false, Ordering::Release);
+                    self.ensure_empty_config().await?;
+                    self.push_holding_manifest(archive)
+                        .await
+                        .map_err(|e| self.oci_error("push manifest for", &archive.digest, e))
+                }
+                Some(_) => Err(StoreError::Missing {
+                    store: self.spec.clone(),
+                    digest: archive.digest.clone(),
+                }),
+                None => Err(self.oci_error("push manifest for", &archive.digest, error)),
+            },
+        }
+    }
+
+    async fn list_held(&self) -> Result<BTreeSet<String>, StoreError> {
+        match self
+            .client
+            .list_tags(
+                &self.reference("list"),
+                &RegistryAuth::Anonymous,
+                None,
+                None,
+            )
+            .await
+        {
+            Ok(response) => Ok(response
+                .tags
+                .iter()
+                .filter_map(|tag| archive_digest_of_tag(tag))
+                .collect()),
+            Err(error) if name_unknown(&error) => Ok(BTreeSet::new()),
+            Err(error) => Err(self.oci_error("list tags of", &self.repository, error)),
+        }
+    }
+
+    async fn holding(&self, archive: &ArchiveRef) -> Result<Holding, StoreError> {
+        let tag = holding_tag(&archive.digest);
+        let url = format!("{}/v2/{}/manifests/{tag}", self.base_url, self.repository);
+        let response = self
+            .http
+            .head(&url)
+            .header(reqwest::header::ACCEPT, MANIFEST_MEDIA_TYPE)
+            .send()
+            .await
+            .map_err(|e| self.unreachable("check holding of", &archive.digest, e))?;
+        match response.status().as_u16() {
+            200 => {
+                let expected = holding_manifest_digest(archive);
+                let named = response
+                    .headers()
+                    .get("docker-content-digest")
+                    .and_then(|v| v.to_str().ok());
+                Ok(if named == Some(expected.as_str()) {
+                    Holding::Held
+                } else {
+                    Holding::Unheld
+                })
+            }
+            404 => Ok(Holding::Unheld),
+            status => Err(StoreError::Status {
+                store: self.spec.clone(),
+                operation: "check holding of",
+                digest: archive.digest.clone(),
+                status,
+            }),
+        }
+    }
+
+    async fn has_blob(&self, digest: &str) -> Result<bool, StoreError> {
+        self.client
+            .blob_exists(&self.reference("archive"), digest)
+            .await
+            .map_err(|e| self.oci_error("check blob", digest, e))
+    }
+
+    async fn release(&self, archive_digest: &str) -> Result<Release, StoreError> {
+        let tag = holding_tag(archive_digest);
+        let url = format!("{}/v2/{}/manifests/{tag}", self.base_url, self.repository);
+        let response = self
+            .http
+            .head(&url)
+            .header(reqwest::header::ACCEPT, MANIFEST_MEDIA_TYPE)
+            .send()
+            .await
+            .map_err(|e| self.unreachable("find the holding manifest of", archive_digest, e))?;
+        let manifest = match response.status().as_u16() {
+            200 => response
+                .headers()
+                .get("docker-content-digest")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+                .ok_or_else(|| StoreError::Status {
+                    store: self.spec.clone(),
+                    operation: "find the holding manifest (no digest header) of",
+                    digest: archive_digest.to_owned(),
+                    status: 200,
+                })?,
+            404 => return Ok(Release::AlreadyGone),
+            status => {
+                return Err(StoreError::Status {
+                    store: self.spec.clone(),
+                    operation: "find the holding manifest of",
+                    digest: archive_digest.to_owned(),
+                    status,
+                })
+            }
+        };
+        let url = format!(
+            "{}/v2/{}/manifests/{manifest}",
+            self.base_url, self.repository
+        );
+        let response = self
+            .http
+            .delete(&url)
+            .send()
+            .await
+            .map_err(|e| self.unreachable("delete manifest", &manifest, e))?;
+        match response.status().as_u16() {
+            200 | 202 => Ok(Release::Removed),
+            404 => Ok(Release::AlreadyGone),
+            405 => Err(StoreError::DeletionDisabled {
+                store: self.spec.clone(),
+                digest: manifest,
+            }),
+            status => Err(StoreError::Status {
+                store: self.spec.clone(),
+                operation: "delete manifest",
+                digest: manifest,
+                status,
+            }),
+        }
+    }
+
+    async fn fetch(&self, archive: &ArchiveRef) -> Result<Archive, StoreError> {
+        if !self.has_blob(&archive.digest).await? {
+            return Err(StoreError::Missing {
+                store: self.spec.clone(),
+                digest: archive.digest.clone(),
+            });
+        }
+        let mut bytes: Vec<u8> = Vec::with_capacity(archive.size as usize);
+        self.client
+            .pull_blob(
+                &self.reference("archive"),
+                archive.digest.as_str(),
+                &mut bytes,
+            )
+            .await
+            .map_err(|e| self.oci_error("pull blob", &archive.digest, e))?;
+        let fetched = Archive::from_bytes(bytes);
+        if fetched.reference.digest != archive.digest {
+            return Err(StoreError::Digest {
+                store: self.spec.clone(),
+                expected: archive.digest.clone(),
+                actual: fetched.reference.digest,
+            });
+        }
+        Ok(fetched)
+    }
+}

@@ -1,0 +1,332 @@
+//! The store: one small trait over the two backends, how a store is named, and publishing.
+//!
+//! Start with [`ArchiveStore`] and [`publish`]. A store is named by a [`StoreSpec`]:
+//! `oci:PATH` for an OCI image layout directory ([`crate::layout::OciLayoutStore`], the
+//! embedded default) or `http://HOST:PORT[/REPOSITORY]` (`https://` too) for an OCI registry
+//! ([`crate::registry::RegistryStore`]); [`open_store`] opens either.
+//!
+//! # Naming in a registry
+//! Every archive of the mesh lives in one repository, [`DEFAULT_REPOSITORY`] (`mesh/archives`)
+//! unless the spec names another; its holding manifest is tagged
+//! [`crate::manifest::holding_tag`] (`mesh-archive-<hex of the archive digest>`). One
+//! repository makes the whole held set one tag listing, and the tag is a function of the
+//! archive digest alone, as the manifest is.
+
+use crate::archive::Archive;
+use async_trait::async_trait;
+use mesh_model::build::ArchiveRef;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+/// The repository archives live in when a registry spec names none.
+pub const DEFAULT_REPOSITORY: &str = "mesh/archives";
+
+/// An error talking to a store. Every variant names the store (as its spec) and what was
+/// being done.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A store spec that is neither `oci:PATH` nor `http(s)://HOST:PORT[/REPOSITORY]`.
+    #[error("`{spec}` is not a store: {reason} (use oci:PATH or http://HOST:PORT[/REPOSITORY])")]
+    Spec {
+        /// The spec given.
+        spec: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A file of an OCI layout could not be read or written.
+    #[error("store {store}: cannot {operation} {path}")]
+    Io {
+        /// The store.
+        store: String,
+        /// What was being done.
+        operation: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An OCI layout's `index.json` or a manifest in it is not what the layout spec says.
+    #[error("store {store}: {path} is not valid: {reason}")]
+    Corrupt {
+        /// The store.
+        store: String,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A registry request that oci-client made failed.
+    #[error("store {store}: {operation} {digest} failed")]
+    Registry {
+        /// The store.
+        store: String,
+        /// What was being done.
+        operation: &'static str,
+        /// The digest or tag it was about.
+        digest: String,
+        /// oci-client's error.
+        #[source]
+        source: Box<oci_client::errors::OciDistributionError>,
+    },
+    /// A registry request made directly (HEAD, DELETE) could not be sent or read.
+    #[error("store {store}: {operation} {digest}: the registry did not answer")]
+    Unreachable {
+        /// The store.
+        store: String,
+        /// What was being done.
+        operation: &'static str,
+        /// The digest or tag it was about.
+        digest: String,
+        /// The transport's error.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// A registry answered with a status this operation does not expect.
+    #[error("store {store}: {operation} {digest}: the registry answered {status}")]
+    Status {
+        /// The store.
+        store: String,
+        /// What was being done.
+        operation: &'static str,
+        /// The digest or tag it was about.
+        digest: String,
+        /// The HTTP status.
+        status: u16,
+    },
+    /// The registry answered 405 to a manifest DELETE: deletion is disabled.
+    #[error(
+        "store {store}: the registry does not allow deletion (405 deleting manifest {digest}); \
+         set storage.delete.enabled: true in its configuration"
+    )]
+    DeletionDisabled {
+        /// The store.
+        store: String,
+        /// The manifest digest.
+        digest: String,
+    },
+    /// An archive asked for is not in the store.
+    #[error("store {store}: archive {digest} is not there")]
+    Missing {
+        /// The store.
+        store: String,
+        /// The archive digest.
+        digest: String,
+    },
+    /// Bytes read from the store are not the digest asked for.
+    #[error("store {store}: blob {expected} read back as {actual}")]
+    Digest {
+        /// The store.
+        store: String,
+        /// The digest asked for.
+        expected: String,
+        /// The digest of what came back.
+        actual: String,
+    },
+}
+
+/// What [`ArchiveStore::release`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// The holding manifest was removed.
+    Removed,
+    /// There was no holding manifest to remove.
+    AlreadyGone,
+}
+
+/// Whether an archive is held, as [`ArchiveStore::holding`] found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holding {
+    /// Its holding tag names exactly the manifest [`crate::manifest::holding_manifest`] makes.
+    Held,
+    /// No holding manifest, or a tag that names something else.
+    Unheld,
+}
+
+/// The two backends' common ground: blobs, holding manifests, and letting go.
+///
+/// Implementations: [`crate::layout::OciLayoutStore`] and [`crate::registry::RegistryStore`].
+/// Collection is not here: each backend collects its own way ([`crate::collect`]).
+#[async_trait]
+pub trait ArchiveStore: Send + Sync {
+    /// The store's spec, for messages (`oci:/var/mesh/store`, `http://127.0.0.1:5000/mesh/archives`).
+    fn name(&self) -> String;
+
+    /// Puts an archive's bytes as a bare blob, held by nothing. Idempotent.
+    ///
+    /// # Errors
+    /// [`StoreError`] naming the store and digest.
+    async fn put_blob(&self, archive: &Archive) -> Result<(), StoreError>;
+
+    /// Holds an archive whose blob is in the store: puts the empty config (where needed) and
+    /// the holding manifest, tagged [`crate::manifest::holding_tag`]. Idempotent.
+    ///
+    /// # Errors
+    /// [`StoreError`] naming the store and digest; a registry refuses a manifest whose blob it
+    /// does not have.
+    async fn hold(&self, archive: &ArchiveRef) -> Result<(), StoreError>;
+
+    /// The digests of every archive that has a holding tag (one listing request on a
+    /// registry). Tags that are not holding tags are ignored.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the listing cannot be read whole.
+    async fn list_held(&self) -> Result<BTreeSet<String>, StoreError>;
+
+    /// Whether an archive is held by exactly its holding manifest. One request on a registry.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot say.
+    async fn holding(&self, archive: &ArchiveRef) -> Result<Holding, StoreError>;
+
+    /// Whether the store has a blob.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot say.
+    async fn has_blob(&self, digest: &str) -> Result<bool, StoreError>;
+
+    /// Lets go of an archive, named by its digest: removes the manifest its holding tag names
+    /// (and so the tag). The blob stays until a collection. Two requests on a registry (the
+    /// tag's manifest digest, then the DELETE).
+    ///
+    /// # Errors
+    /// [`StoreError::DeletionDisabled`] from a registry that refuses deletion; [`StoreError`]
+    /// naming the store and digest otherwise.
+    async fn release(&self, archive_digest: &str) -> Result<Release, StoreError>;
+
+    /// Reads an archive back, checking its digest.
+    ///
+    /// # Errors
+    /// [`StoreError::Missing`] when it is not there, [`StoreError::Digest`] when the bytes are
+    /// not what was asked for.
+    async fn fetch(&self, archive: &ArchiveRef) -> Result<Archive, StoreError>;
+}
+
+/// How a store is named on a command line (`--store`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreSpec {
+    /// `oci:PATH`: an OCI image layout directory.
+    Layout(PathBuf),
+    /// `http(s)://HOST:PORT[/REPOSITORY]`: an OCI registry.
+    Registry {
+        /// Whether to speak plain HTTP (`http://`) rather than HTTPS.
+        plain_http: bool,
+        /// `HOST:PORT`.
+        registry: String,
+        /// The repository archives live in.
+        repository: String,
+    },
+}
+
+impl std::str::FromStr for StoreSpec {
+    type Err = StoreError;
+
+    fn from_str(spec: &str) -> Result<StoreSpec, StoreError> {
+        let fail = |reason: &str| StoreError::Spec {
+            spec: spec.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if let Some(path) = spec.strip_prefix("oci:") {
+            if path.is_empty() {
+                return Err(fail("no path after oci:"));
+            }
+            return Ok(StoreSpec::Layout(PathBuf::from(path)));
+        }
+        let (plain_http, rest) = if let Some(rest) = spec.strip_prefix("http://") {
+            (true, rest)
+        } else if let Some(rest) = spec.strip_prefix("https://") {
+            (false, rest)
+        } else {
+            return Err(fail("unknown scheme"));
+        };
+        let (registry, repository) = match rest.split_once('/') {
+            Some((registry, repository)) => (registry, repository.trim_end_matches('/')),
+            None => (rest, ""),
+        };
+        if registry.is_empty() {
+            return Err(fail("no host"));
+        }
+        let repository = if repository.is_empty() {
+            DEFAULT_REPOSITORY
+        } else {
+            repository
+        };
+        let valid_repository = repository.split('/').all(|part| {
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
+        });
+        if !valid_repository {
+            return Err(fail("a repository is lower-case path components"));
+        }
+        Ok(StoreSpec::Registry {
+            plain_http,
+            registry: registry.to_owned(),
+            repository: repository.to_owned(),
+        })
+    }
+}
+
+impl std::fmt::Display for StoreSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreSpec::Layout(path) => write!(f, "oci:{}", path.display()),
+            StoreSpec::Registry {
+                plain_http,
+                registry,
+                repository,
+            } => {
+                let scheme = if *plain_http { "http" } else { "https" };
+                write!(f, "{scheme}://{registry}/{repository}")
+            }
+        }
+    }
+}
+
+/// Opens the store a spec names. Nothing is contacted or created yet.
+///
+/// # Errors
+/// [`StoreError`] when the client cannot be built.
+pub fn open_store(spec: &StoreSpec) -> Result<Box<dyn ArchiveStore>, StoreError> {
+    match spec {
+        StoreSpec::Layout(path) => Ok(Box::new(crate::layout::OciLayoutStore::new(path))),
+        StoreSpec::Registry { .. } => Ok(Box::new(crate::registry::RegistryStore::new(spec)?)),
+    }
+}
+
+/// What a publish put in the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    /// The archive.
+    pub archive: ArchiveRef,
+    /// The digest of its holding manifest.
+    pub manifest_digest: String,
+    /// The tag naming the holding manifest.
+    pub tag: String,
+}
+
+/// Publishes an archive held by its manifest (rule 21): the blob, then the holding manifest.
+/// Take the [`crate::lock::PublishLock`] first, and record the build (see
+/// [`crate::records::record_build`]) before dropping it.
+///
+/// # Guarantees
+/// Idempotent: publishing the same archive again changes nothing. When it returns `Ok`, the
+/// archive is held.
+///
+/// # Errors
+/// [`StoreError`] naming the store and digest; a failed publish may leave a bare blob, which
+/// the next collection removes unless a record keeps it (then the sweep holds it).
+pub async fn publish(
+    store: &dyn ArchiveStore,
+    _lock: &crate::lock::PublishLock,
+    archive: &Archive,
+) -> Result<Published, StoreError> {
+    store.put_blob(archive).await?;
+    store.hold(&archive.reference).await?;
+    Ok(Published {
+        archive: archive.reference.clone(),
+        manifest_digest: crate::manifest::holding_manifest_digest(&archive.reference),
+        tag: crate::manifest::holding_tag(&archive.reference.digest),
+    })
+}
