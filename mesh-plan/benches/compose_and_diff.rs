@@ -146,7 +146,7 @@ fn to_json(catalogue: &Catalogue, inventory: &Inventory, sent: &[Declaration]) -
                     EntryKind::File { bytes, .. } => {
                         Some((path, String::from_utf8(bytes.clone()).unwrap()))
                     }
-                    _ => None,
+                    EntryKind::Directory | EntryKind::Symlink { .. } | EntryKind::Other => None,
                 })
                 .collect();
             (

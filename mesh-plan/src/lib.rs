@@ -12,6 +12,7 @@
 //! - Every output a person reads has a text rendering and a serializable form, both tested as
 //!   snapshots.
 
+pub mod attribution;
 pub mod compose;
 pub mod diff;
 pub mod moves;
@@ -20,6 +21,7 @@ pub mod settings;
 #[cfg(test)]
 mod fixture;
 
+pub use attribution::{attribute, tiers, Attribution, TierError, Tiers};
 pub use compose::{compose, ComposeError, ComposeProblem};
 pub use diff::{diff, DeclarationDiff};
 pub use moves::{decide_push, moves, Move, PushDecision};
