@@ -479,6 +479,20 @@ impl Engine<'_> {
             })
     }
 
+    /// Whether a declared or recorded file or directory is at machine path `path` itself.
+    fn holds_resource_at(&self, path: &str) -> bool {
+        let declared = self.declaration.resources.iter().any(|r| match &r.spec {
+            Spec::File(f) => f.path == path,
+            Spec::Directory(d) => d.path == path,
+            Spec::Membership(_) | Spec::Container(_) => false,
+        });
+        declared
+            || self.state.resources.values().any(|r| match &r.target {
+                Target::File { path: p } | Target::Directory { path: p } => p == path,
+                Target::Membership { .. } | Target::Container { .. } => false,
+            })
+    }
+
     fn release(&mut self, record: &Record) -> Result<String, String> {
         match (&record.target, &record.origin) {
             (Target::File { path }, Origin::Made) => {
@@ -537,6 +551,8 @@ impl Engine<'_> {
                         "kept `{path}`, which the mesh made, as the parent of declared paths"
                     ));
                 }
+                // Parents the mesh made inside it for other paths go first.
+                self.release_unneeded_parents_under(Some(path));
                 let resolved = self.paths.resolve(path)?;
                 match &resolved.meta {
                     None => Ok(format!("`{path}` the mesh made was already gone")),
@@ -598,10 +614,21 @@ impl Engine<'_> {
     /// Removes parent directories the mesh made that no declared path needs any more (when
     /// empty).
     fn release_unneeded_parents(&mut self) {
-        let mut parents: Vec<String> = self.state.made_parents.iter().cloned().collect();
+        self.release_unneeded_parents_under(None);
+    }
+
+    /// As [`Engine::release_unneeded_parents`], for those under machine path `under` only.
+    fn release_unneeded_parents_under(&mut self, under: Option<&str>) {
+        let mut parents: Vec<String> = self
+            .state
+            .made_parents
+            .iter()
+            .filter(|p| under.is_none_or(|u| is_ancestor(u, p)))
+            .cloned()
+            .collect();
         parents.sort_by_key(|p| std::cmp::Reverse(crate::paths::depth(p)));
         for parent in parents {
-            if self.needed_as_parent(&parent) {
+            if self.needed_as_parent(&parent) || self.holds_resource_at(&parent) {
                 continue;
             }
             let full = self.paths.full(&parent);
