@@ -111,7 +111,7 @@ fn random_declaration(rng: &mut Rng) -> Vec<Resource> {
                 "m",
                 name,
                 path,
-                *rng.pick(&contents),
+                rng.pick(&contents),
                 *rng.pick(&modes),
                 owner,
                 group,
