@@ -107,15 +107,8 @@ fn random_declaration(rng: &mut Rng) -> Vec<Resource> {
             } else {
                 *rng.pick(&owners)
             };
-            let mut file = file_as(
-                "m",
-                name,
-                path,
-                rng.pick(&contents),
-                *rng.pick(&modes),
-                owner,
-                group,
-            );
+            let content: &str = rng.pick(&contents);
+            let mut file = file_as("m", name, path, content, *rng.pick(&modes), owner, group);
             if rng.chance(30) {
                 file.together = Some("g".to_owned());
             }
