@@ -1,0 +1,360 @@
+//! Against a real docker-registry (Debian's CNCF distribution 2.8), started by each test on a
+//! free loopback port with deletion enabled.
+
+mod support;
+
+use mesh_store::collect::{collect, RegistryCollector};
+use mesh_store::keep::keep_set;
+use mesh_store::lock::{PublishLock, SweepLock};
+use mesh_store::manifest::{
+    holding_manifest, holding_manifest_digest, holding_tag, MANIFEST_MEDIA_TYPE,
+};
+use mesh_store::records::{read_module_records, record_build, write_module_record, ModuleRecord};
+use mesh_store::store::{open_store, publish, Holding};
+use mesh_store::sweep::{sweep, KeptState, ReleasedState};
+use std::path::Path;
+use support::{archive, build, Fault, Proxy, TestRegistry, REGISTRY_BINARY};
+
+fn collector(registry: &TestRegistry) -> RegistryCollector {
+    RegistryCollector {
+        binary: REGISTRY_BINARY.into(),
+        config: registry.config.clone(),
+        process: Box::new(registry.process()),
+        base_url: registry.base_url(),
+    }
+}
+
+fn record(home: &Path, module: &str, held: bool, builds: &[(&mesh_store::archive::Archive, u64)]) {
+    let mut record = ModuleRecord::new(module);
+    record.held = held;
+    for (archive, at) in builds {
+        record.builds.push(build(module, &archive.reference, *at));
+    }
+    record.current = builds.last().map(|(a, _)| a.reference.clone());
+    write_module_record(home, &record).unwrap();
+}
+
+// Seed issue 253: archives published as bare blobs are deleted by the registry's own collector;
+// archives published by us survive it; after a sweep, every kept archive survives a real
+// collection and every released one is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stock_collection_deletes_bare_archives_and_spares_held_ones() {
+    let registry = TestRegistry::start().await;
+    let store = open_store(&registry.spec()).unwrap();
+    let home = tempfile::tempdir().unwrap();
+
+    let bare = [archive("bare-1"), archive("bare-2")];
+    for a in &bare {
+        store.put_blob(a).await.unwrap();
+    }
+    let held = [archive("held-1"), archive("held-2")];
+    let lock = PublishLock::acquire(home.path()).await.unwrap();
+    for a in &held {
+        publish(&*store, &lock, a).await.unwrap();
+    }
+    drop(lock);
+
+    let output = registry.stock_garbage_collect().await;
+    for a in &bare {
+        assert!(
+            !store.has_blob(&a.reference.digest).await.unwrap(),
+            "bare archive {} survived the stock collector:\n{output}",
+            a.reference.digest
+        );
+    }
+    for a in &held {
+        let fetched = store.fetch(&a.reference).await.unwrap();
+        assert_eq!(fetched, *a);
+    }
+
+    // The fix: the records keep a bare archive (published before the fix) and held-1; held-2
+    // belongs to a module the mesh no longer holds.
+    let bare3 = archive("bare-3");
+    store.put_blob(&bare3).await.unwrap();
+    record(home.path(), "web", true, &[(&bare3, 1), (&held[0], 2)]);
+    record(home.path(), "old", false, &[(&held[1], 1)]);
+    let keep = keep_set(&read_module_records(home.path()).unwrap());
+    assert_eq!(keep.len(), 2);
+
+    let lock = SweepLock::acquire(home.path()).await.unwrap();
+    let mut collector = collector(&registry);
+    let report = collect(&*store, &lock, &keep, &mut collector, false)
+        .await
+        .unwrap();
+    drop(lock);
+    assert!(report.collected_for_real, "{report:#?}");
+    assert_eq!(report.sweep.held_line(), "held 2 of 2");
+    assert_eq!(report.refused, None);
+    let state_of = |digest: &str| {
+        report
+            .sweep
+            .kept
+            .iter()
+            .find(|k| k.archive.digest == digest)
+            .map(|k| k.state.clone())
+    };
+    assert_eq!(state_of(&bare3.reference.digest), Some(KeptState::HeldNow));
+    assert_eq!(
+        state_of(&held[0].reference.digest),
+        Some(KeptState::AlreadyHeld)
+    );
+    assert_eq!(report.sweep.released.len(), 1);
+    assert_eq!(report.sweep.released[0].digest, held[1].reference.digest);
+    assert_eq!(report.sweep.released[0].state, ReleasedState::Released);
+    assert!(report.garbage.deleted.contains(&held[1].reference.digest));
+    assert!(report.lost.is_empty());
+
+    // Every kept archive survived the real collection; the released one is gone.
+    for kept in [&bare3, &held[0]] {
+        assert_eq!(store.fetch(&kept.reference).await.unwrap(), *kept);
+        assert_eq!(store.holding(&kept.reference).await.unwrap(), Holding::Held);
+    }
+    assert!(!store.has_blob(&held[1].reference.digest).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_manifest_is_byte_identical_to_its_recomputation_and_skopeo_reads_it() {
+    let registry = TestRegistry::start().await;
+    let store = open_store(&registry.spec()).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let a = archive("identical");
+    let lock = PublishLock::acquire(home.path()).await.unwrap();
+    let published = publish(&*store, &lock, &a).await.unwrap();
+    assert_eq!(
+        published.manifest_digest,
+        holding_manifest_digest(&a.reference)
+    );
+
+    let tag = holding_tag(&a.reference.digest);
+    let url = format!("{}/v2/mesh/archives/manifests/{tag}", registry.base_url());
+    let response = reqwest::Client::new()
+        .get(&url)
+        .header("accept", MANIFEST_MEDIA_TYPE)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.headers()["docker-content-digest"]
+            .to_str()
+            .unwrap(),
+        holding_manifest_digest(&a.reference)
+    );
+    let stored = response.bytes().await.unwrap();
+    assert_eq!(stored.as_ref(), holding_manifest(&a.reference).as_slice());
+
+    let skopeo = std::process::Command::new("skopeo")
+        .args(["inspect", "--raw", "--tls-verify=false"])
+        .arg(format!(
+            "docker://127.0.0.1:{}/mesh/archives:{tag}",
+            registry.port
+        ))
+        .output()
+        .expect("skopeo is installed (Debian package skopeo)");
+    assert!(skopeo.status.success(), "{skopeo:?}");
+    assert_eq!(skopeo.stdout, holding_manifest(&a.reference));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collection_refuses_to_run_for_real_while_a_kept_archive_is_unheld() {
+    let registry = TestRegistry::start().await;
+    let store = open_store(&registry.spec()).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let kept = archive("kept");
+    let ghost = archive("ghost"); // recorded, never uploaded: it cannot be held
+    let unkept = archive("unkept");
+    let bare = archive("bare");
+    let lock = PublishLock::acquire(home.path()).await.unwrap();
+    publish(&*store, &lock, &kept).await.unwrap();
+    publish(&*store, &lock, &unkept).await.unwrap();
+    store.put_blob(&bare).await.unwrap();
+    drop(lock);
+    record(home.path(), "web", true, &[(&ghost, 1), (&kept, 2)]);
+    let keep = keep_set(&read_module_records(home.path()).unwrap());
+
+    let lock = SweepLock::acquire(home.path()).await.unwrap();
+    let mut collector = collector(&registry);
+    let report = collect(&*store, &lock, &keep, &mut collector, false)
+        .await
+        .unwrap();
+    drop(lock);
+    assert!(!report.collected_for_real);
+    assert!(report.garbage.dry_run);
+    let refused = report.refused.clone().expect("a reason");
+    assert!(refused.contains("held 1 of 2"), "{refused}");
+    assert_eq!(report.sweep.missing().count(), 1);
+    // Ran dry: what it would delete is listed, nothing is deleted.
+    assert!(report.garbage.deleted.contains(&bare.reference.digest));
+    assert!(store.has_blob(&bare.reference.digest).await.unwrap());
+    assert!(store.has_blob(&unkept.reference.digest).await.unwrap());
+}
+
+async fn partial_view_releases_nothing(fault: Fault) {
+    let registry = TestRegistry::start().await;
+    let direct = open_store(&registry.spec()).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let kept: Vec<_> = (0..4).map(|i| archive(&format!("kept-{i}"))).collect();
+    let unkept: Vec<_> = (0..3).map(|i| archive(&format!("unkept-{i}"))).collect();
+    let bare_kept = archive("bare-kept");
+    let lock = PublishLock::acquire(home.path()).await.unwrap();
+    for a in kept.iter().chain(&unkept) {
+        publish(&*direct, &lock, a).await.unwrap();
+    }
+    direct.put_blob(&bare_kept).await.unwrap();
+    drop(lock);
+    let mut builds: Vec<_> = kept.iter().map(|a| (a, 0)).collect();
+    builds.push((&bare_kept, 0));
+    for (i, (a, _)) in builds.iter().enumerate() {
+        record(home.path(), &format!("m{i}"), true, &[(a, i as u64)]);
+    }
+    let keep = keep_set(&read_module_records(home.path()).unwrap());
+    assert_eq!(keep.len(), 5);
+
+    let proxy = Proxy::start(&registry.base_url()).await;
+    let through_proxy = open_store(&proxy.spec()).unwrap();
+    // Checks of held manifests fail from the third on.
+    proxy.fault(fault, "HEAD /v2/mesh/archives/manifests/", 2);
+    let lock = SweepLock::acquire(home.path()).await.unwrap();
+    let report = sweep(&*through_proxy, &lock, &keep, false).await;
+    assert!(!report.failures.is_empty(), "{report:#?}");
+    assert_eq!(report.released.len(), unkept.len());
+    assert!(report
+        .released
+        .iter()
+        .all(|r| r.state == ReleasedState::Skipped));
+    // A collection on that view runs dry.
+    let mut collector = collector(&registry);
+    let collected = collect(&*through_proxy, &lock, &keep, &mut collector, false)
+        .await
+        .unwrap();
+    assert!(!collected.collected_for_real);
+    assert!(collected.refused.unwrap().contains("partial view"));
+    drop(lock);
+
+    // Every kept archive is held, nothing was let go.
+    let listed = direct.list_held().await.unwrap();
+    for a in kept.iter().chain([&bare_kept]) {
+        assert_eq!(direct.holding(&a.reference).await.unwrap(), Holding::Held);
+        assert_eq!(direct.fetch(&a.reference).await.unwrap(), *a);
+    }
+    for a in &unkept {
+        assert!(listed.contains(&a.reference.digest));
+    }
+
+    // Healed, the next sweep lets go of what is not kept.
+    proxy.heal();
+    let lock = SweepLock::acquire(home.path()).await.unwrap();
+    let report = sweep(&*through_proxy, &lock, &keep, false).await;
+    assert!(report.failures.is_empty(), "{report:#?}");
+    assert_eq!(report.held_line(), "held 5 of 5");
+    assert!(report
+        .released
+        .iter()
+        .all(|r| r.state == ReleasedState::Released));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_answering_500_mid_sweep_leaves_every_kept_archive_held() {
+    partial_view_releases_nothing(Fault::ServerError).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_going_away_mid_sweep_leaves_every_kept_archive_held() {
+    partial_view_releases_nothing(Fault::GoneAway).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_listing_lets_nothing_go() {
+    let registry = TestRegistry::start().await;
+    let store = open_store(&registry.spec()).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let unkept = archive("unkept");
+    let lock = PublishLock::acquire(home.path()).await.unwrap();
+    publish(&*store, &lock, &unkept).await.unwrap();
+    drop(lock);
+    let proxy = Proxy::start(&registry.base_url()).await;
+    proxy.fault(Fault::ServerError, "/tags/list", 0);
+    let through_proxy = open_store(&proxy.spec()).unwrap();
+    let lock = SweepLock::acquire(home.path()).await.unwrap();
+    let report = sweep(&*through_proxy, &lock, &Default::default(), false).await;
+    assert_eq!(report.failures.len(), 1);
+    assert!(
+        report.failures[0].contains("cannot list held archives"),
+        "{report:#?}"
+    );
+    assert!(report.released.is_empty());
+    assert_eq!(
+        store.holding(&unkept.reference).await.unwrap(),
+        Holding::Held
+    );
+}
+
+// Publishes running while sweeps and real collections run never lose a kept archive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_during_sweep_and_collection_never_lose_a_kept_archive() {
+    let registry = TestRegistry::start().await;
+    let spec = registry.spec();
+    let home = tempfile::tempdir().unwrap();
+    let home_path = home.path().to_owned();
+
+    let publisher = {
+        let home = home_path.clone();
+        let spec = spec.clone();
+        tokio::spawn(async move {
+            let store = open_store(&spec).unwrap();
+            for i in 0..24u64 {
+                let a = archive(&format!("race-{i}"));
+                let module = format!("mod-{}", i % 3);
+                let mut attempts = 0;
+                loop {
+                    let lock = PublishLock::acquire(&home).await.unwrap();
+                    match publish(&*store, &lock, &a).await {
+                        Ok(_) => {
+                            record_build(&home, &lock, &build(&module, &a.reference, i)).unwrap();
+                            break;
+                        }
+                        // A pooled connection to the registry as it was before a restart.
+                        Err(e) if attempts < 3 => {
+                            attempts += 1;
+                            eprintln!("publish retried: {e}");
+                        }
+                        Err(e) => panic!("publish failed: {e}"),
+                    }
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let collections = {
+        let home = home_path.clone();
+        let mut collector = collector(&registry);
+        let spec = spec.clone();
+        tokio::spawn(async move {
+            let store = open_store(&spec).unwrap();
+            let mut real = 0;
+            for _ in 0..4 {
+                tokio::time::sleep(std::time::Duration::from_millis(120)).await;
+                let lock = SweepLock::acquire(&home).await.unwrap();
+                let keep = keep_set(&read_module_records(&home).unwrap());
+                let report = collect(&*store, &lock, &keep, &mut collector, false)
+                    .await
+                    .unwrap();
+                assert!(report.lost.is_empty(), "{report:#?}");
+                if report.collected_for_real {
+                    real += 1;
+                }
+            }
+            real
+        })
+    };
+    publisher.await.unwrap();
+    let real = collections.await.unwrap();
+    assert!(real > 0, "no collection ran for real");
+
+    let store = open_store(&spec).unwrap();
+    let keep = keep_set(&read_module_records(&home_path).unwrap());
+    assert_eq!(keep.len(), 15, "3 modules × 5 recent builds");
+    for kept in keep.archives.values() {
+        assert_eq!(store.holding(&kept.archive).await.unwrap(), Holding::Held);
+        store.fetch(&kept.archive).await.unwrap();
+    }
+}

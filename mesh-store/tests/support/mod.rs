@@ -1,0 +1,360 @@
+//! Shared by the integration tests and the benchmark: a real `docker-registry` started on a
+//! free loopback port, and a tiny HTTP proxy in front of it that counts requests and can
+//! answer 500 or drop connections.
+#![allow(dead_code)]
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use mesh_model::build::{ArchiveRef, Build};
+use mesh_model::module::{EntryKind, ModuleTree};
+use mesh_store::archive::{archive_tree, Archive};
+use mesh_store::collect::RegistryProcess;
+use mesh_store::store::StoreSpec;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The Debian binary the tests run.
+pub const REGISTRY_BINARY: &str = "/usr/bin/docker-registry";
+
+/// A docker-registry this test owns: its storage, config and process.
+pub struct TestRegistry {
+    /// Storage and config live here.
+    pub dir: tempfile::TempDir,
+    /// The config file.
+    pub config: PathBuf,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    child: Arc<Mutex<Option<Child>>>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind a loopback port")
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn spawn_registry(config: &Path) -> Child {
+    Command::new(REGISTRY_BINARY)
+        .arg("serve")
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn docker-registry")
+}
+
+async fn wait_answering(port: u16) {
+    let client = reqwest::Client::new();
+    for _ in 0..200 {
+        if let Ok(r) = client
+            .get(format!("http://127.0.0.1:{port}/v2/"))
+            .send()
+            .await
+        {
+            if r.status().is_success() {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("docker-registry on 127.0.0.1:{port} did not answer within 10 s");
+}
+
+impl TestRegistry {
+    /// Starts a registry with deletion enabled on a free loopback port. Fails (never skips)
+    /// when the binary is missing.
+    pub async fn start() -> TestRegistry {
+        assert!(
+            Path::new(REGISTRY_BINARY).exists(),
+            "{REGISTRY_BINARY} is missing: install the Debian package with \
+             `apt-get install docker-registry` (the README's test command does)"
+        );
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = free_port();
+        let config = dir.path().join("config.yml");
+        let storage = dir.path().join("storage");
+        std::fs::create_dir_all(&storage).unwrap();
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\n\
+                 log:\n  level: error\n  accesslog:\n    disabled: true\n\
+                 storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n  \
+                 cache:\n    blobdescriptor: inmemory\n\
+                 http:\n  addr: 127.0.0.1:{port}\n  relativeurls: true\n",
+                storage.display()
+            ),
+        )
+        .unwrap();
+        let child = spawn_registry(&config);
+        wait_answering(port).await;
+        TestRegistry {
+            dir,
+            config,
+            port,
+            child: Arc::new(Mutex::new(Some(child))),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The store spec of its default repository.
+    pub fn spec(&self) -> StoreSpec {
+        self.base_url().parse().unwrap()
+    }
+
+    /// A handle that stops and starts this registry.
+    pub fn process(&self) -> TestProcess {
+        TestProcess {
+            child: self.child.clone(),
+            config: self.config.clone(),
+            port: self.port,
+        }
+    }
+
+    /// Runs the stock collector by hand (stopped registry, plain `garbage-collect`, restart):
+    /// the seed's nightly job.
+    pub async fn stock_garbage_collect(&self) -> String {
+        let mut process = self.process();
+        process.stop().await.unwrap();
+        let out = Command::new(REGISTRY_BINARY)
+            .arg("garbage-collect")
+            .arg(&self.config)
+            .output()
+            .expect("run garbage-collect");
+        process.start().await.unwrap();
+        assert!(out.status.success(), "garbage-collect failed: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for TestRegistry {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.lock().unwrap().take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Stops and starts a [`TestRegistry`].
+pub struct TestProcess {
+    child: Arc<Mutex<Option<Child>>>,
+    config: PathBuf,
+    port: u16,
+}
+
+#[async_trait::async_trait]
+impl RegistryProcess for TestProcess {
+    async fn stop(&mut self) -> std::io::Result<()> {
+        let taken = self.child.lock().unwrap().take();
+        if let Some(mut child) = taken {
+            child.kill()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    async fn start(&mut self) -> std::io::Result<()> {
+        let child = spawn_registry(&self.config);
+        *self.child.lock().unwrap() = Some(child);
+        wait_answering(self.port).await;
+        Ok(())
+    }
+}
+
+/// What the proxy does to a request it is told to fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer 500.
+    ServerError,
+    /// Close the connection without answering: the registry went away.
+    GoneAway,
+}
+
+/// A loopback proxy in front of a registry: counts requests, and faults those that match once
+/// armed.
+pub struct Proxy {
+    /// Its port.
+    pub port: u16,
+    state: Arc<ProxyState>,
+}
+
+struct ProxyState {
+    upstream: String,
+    client: reqwest::Client,
+    requests: Mutex<Vec<(String, String)>>,
+    armed: AtomicBool,
+    fault_after: AtomicUsize,
+    fault: Mutex<Option<(Fault, String)>>,
+    seen_matching: AtomicUsize,
+}
+
+impl Proxy {
+    /// Starts a proxy to `upstream` (`http://127.0.0.1:PORT`).
+    pub async fn start(upstream: &str) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let state = Arc::new(ProxyState {
+            upstream: upstream.to_owned(),
+            client: reqwest::Client::new(),
+            requests: Mutex::new(Vec::new()),
+            armed: AtomicBool::new(false),
+            fault_after: AtomicUsize::new(0),
+            fault: Mutex::new(None),
+            seen_matching: AtomicUsize::new(0),
+        });
+        let shared = state.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let state = shared.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req| forward(state.clone(), req));
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Proxy { port, state }
+    }
+
+    /// The store spec through the proxy.
+    pub fn spec(&self) -> StoreSpec {
+        format!("http://127.0.0.1:{}", self.port).parse().unwrap()
+    }
+
+    /// From now on, requests whose `METHOD path` contains `matching` are faulted, after the
+    /// first `after` of them went through.
+    pub fn fault(&self, fault: Fault, matching: &str, after: usize) {
+        *self.state.fault.lock().unwrap() = Some((fault, matching.to_owned()));
+        self.state.fault_after.store(after, Ordering::SeqCst);
+        self.state.seen_matching.store(0, Ordering::SeqCst);
+        self.state.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// No more faults.
+    pub fn heal(&self) {
+        self.state.armed.store(false, Ordering::SeqCst);
+    }
+
+    /// Every request so far as (method, path), and forgets them.
+    pub fn take_requests(&self) -> Vec<(String, String)> {
+        std::mem::take(&mut *self.state.requests.lock().unwrap())
+    }
+}
+
+#[derive(Debug)]
+struct Dropped;
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("dropped by the test proxy")
+    }
+}
+impl std::error::Error for Dropped {}
+
+async fn forward(
+    state: Arc<ProxyState>,
+    req: hyper::Request<Incoming>,
+) -> Result<hyper::Response<Full<hyper::body::Bytes>>, Dropped> {
+    let method = req.method().as_str().to_owned();
+    let path_and_query = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_default();
+    state
+        .requests
+        .lock()
+        .unwrap()
+        .push((method.clone(), path_and_query.clone()));
+    if state.armed.load(Ordering::SeqCst) {
+        let fault = state.fault.lock().unwrap().clone();
+        if let Some((fault, matching)) = fault {
+            if format!("{method} {path_and_query}").contains(&matching) {
+                let seen = state.seen_matching.fetch_add(1, Ordering::SeqCst);
+                if seen >= state.fault_after.load(Ordering::SeqCst) {
+                    match fault {
+                        Fault::ServerError => {
+                            return Ok(hyper::Response::builder()
+                                .status(500)
+                                .body(Full::new(hyper::body::Bytes::from_static(b"fault")))
+                                .unwrap())
+                        }
+                        Fault::GoneAway => return Err(Dropped),
+                    }
+                }
+            }
+        }
+    }
+    let (parts, body) = req.into_parts();
+    let body = body.collect().await.map_err(|_| Dropped)?.to_bytes();
+    let mut request = state.client.request(
+        parts.method.clone(),
+        format!("{}{}", state.upstream, path_and_query),
+    );
+    for (name, value) in parts.headers.iter() {
+        if name != hyper::header::HOST {
+            request = request.header(name, value);
+        }
+    }
+    let response = request.body(body).send().await.map_err(|_| Dropped)?;
+    let mut builder = hyper::Response::builder().status(response.status());
+    for (name, value) in response.headers() {
+        builder = builder.header(name, value);
+    }
+    let bytes = response.bytes().await.map_err(|_| Dropped)?;
+    Ok(builder.body(Full::new(bytes)).unwrap())
+}
+
+/// A small module tree whose content depends on `seed`.
+pub fn tree(seed: &str) -> ModuleTree {
+    let mut tree = ModuleTree::default();
+    tree.entries.insert(
+        "module.toml".to_owned(),
+        EntryKind::File {
+            bytes: format!("name = \"m\"\n# {seed}\n").into_bytes(),
+            executable: false,
+        },
+    );
+    tree.entries.insert("bin".to_owned(), EntryKind::Directory);
+    tree.entries.insert(
+        "bin/run".to_owned(),
+        EntryKind::File {
+            bytes: format!("#!/bin/sh\necho {seed}\n").into_bytes(),
+            executable: true,
+        },
+    );
+    tree
+}
+
+/// The archive of [`tree`]`(seed)`.
+pub fn archive(seed: &str) -> Archive {
+    archive_tree(&tree(seed)).unwrap()
+}
+
+/// A build record of `module` for `archive` at time `at`.
+pub fn build(module: &str, archive: &ArchiveRef, at: u64) -> Build {
+    Build {
+        module: module.to_owned(),
+        repository: "catalogue".to_owned(),
+        commit: format!("c{at}"),
+        archive: archive.clone(),
+        at,
+        dry_run: false,
+    }
+}
