@@ -37,6 +37,10 @@ pub struct ModuleRollout {
     pub sends: BTreeMap<String, u64>,
     /// The outcome, once there is one.
     pub outcome: Option<RolloutOutcome>,
+    /// The archive this plan built for the module, once built (`None`: not built yet). A
+    /// superseding plan folds in the modules an older plan has not built.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<crate::build::ArchiveRef>,
 }
 
 /// How a module's rollout ended.

@@ -16,6 +16,7 @@ pub mod attribution;
 pub mod compose;
 pub mod diff;
 pub mod moves;
+pub mod plans;
 pub mod settings;
 
 #[cfg(test)]
@@ -25,4 +26,5 @@ pub use attribution::{attribute, tiers, Attribution, TierError, Tiers};
 pub use compose::{compose, ComposeError, ComposeProblem};
 pub use diff::{diff, DeclarationDiff};
 pub use moves::{decide_push, moves, Move, PushDecision};
+pub use plans::{behind, close, supersede, Behind, Supersession};
 pub use settings::{settings_change, SettingsChange, SettingsDecision};
