@@ -107,7 +107,7 @@ fn random_declaration(rng: &mut Rng) -> Vec<Resource> {
             } else {
                 *rng.pick(&owners)
             };
-            let content: &str = rng.pick(&contents);
+            let content = *rng.pick(&contents);
             let mut file = file_as("m", name, path, content, *rng.pick(&modes), owner, group);
             if rng.chance(30) {
                 file.together = Some("g".to_owned());
