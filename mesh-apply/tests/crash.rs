@@ -1,0 +1,211 @@
+//! Crash safety (issue 3): a host killed with SIGKILL at random points during applies of many
+//! files never leaves a partial file at a declared path, leaves a state directory the next apply
+//! reads, and the next apply converges (and says the machine was mid-change).
+//!
+//! This binary runs without the test harness: run plainly it is the test; with
+//! `MESH_CRASH_CHILD=<variant>` it is the host being killed, applying one declaration.
+
+mod common;
+
+use common::*;
+use mesh_apply::{apply, HostConfig};
+use mesh_model::declaration::{Declaration, Resource};
+use mesh_model::report::{MachineState, Outcome};
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CHILD: &str = "MESH_CRASH_CHILD";
+const ITERATIONS: usize = 60;
+const FILES: usize = 120;
+const ORIGINAL: &str = "the file that was there before the mesh\n";
+
+fn path(i: usize) -> String {
+    format!("/srv/crash/d{:02}/f{i:03}", i % 6)
+}
+
+fn content(variant: &str, i: usize) -> String {
+    // Big enough that a write is more than one syscall's worth of bytes.
+    let line = format!("{variant} file {i}: {}\n", "x".repeat(60));
+    line.repeat(40 + i % 17)
+}
+
+fn declaration_for(variant: &str) -> Declaration {
+    let resources: Vec<Resource> = match variant {
+        "empty" => Vec::new(),
+        _ => (0..FILES)
+            .map(|i| {
+                let mode = if variant == "a" { 0o644 } else { 0o600 };
+                let mut file = file_as(
+                    "crash",
+                    &format!("f{i:03}"),
+                    &path(i),
+                    &content(variant, i),
+                    mode,
+                    "root",
+                    "root",
+                );
+                if i < 4 {
+                    file.together = Some("pair".to_owned());
+                }
+                file
+            })
+            .collect(),
+    };
+    declaration(resources)
+}
+
+fn config_from_env() -> HostConfig {
+    HostConfig {
+        root: PathBuf::from(std::env::var("MESH_CRASH_ROOT").unwrap()),
+        state_dir: PathBuf::from(std::env::var("MESH_CRASH_STATE").unwrap()),
+        ..HostConfig::default()
+    }
+}
+
+fn child(variant: &str) {
+    let now: u64 = std::env::var("MESH_CRASH_NOW").unwrap().parse().unwrap();
+    apply(&config_from_env(), &declaration_for(variant), now).expect("the child's apply runs");
+}
+
+/// Every declared path holds nothing or one of the whole contents it may hold.
+fn check_no_partial_file(sandbox: &Sandbox, iteration: usize) {
+    for i in 0..FILES {
+        let full = sandbox.path(&path(i));
+        match fs::read_to_string(&full) {
+            Ok(text) => {
+                let whole = text == content("a", i)
+                    || text == content("b", i)
+                    || (i == 0 && text == ORIGINAL);
+                assert!(
+                    whole,
+                    "iteration {iteration}: `{}` holds a partial file ({} bytes)",
+                    path(i),
+                    text.len()
+                );
+            }
+            Err(e) => assert_eq!(
+                e.kind(),
+                std::io::ErrorKind::NotFound,
+                "iteration {iteration}"
+            ),
+        }
+    }
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+fn spawn(sandbox: &Sandbox, variant: &str, now: u64) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .env(CHILD, variant)
+        .env("MESH_CRASH_ROOT", &sandbox.config.root)
+        .env("MESH_CRASH_STATE", &sandbox.config.state_dir)
+        .env("MESH_CRASH_NOW", now.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the test binary re-runs itself")
+}
+
+fn host_killed_at_random_points_never_leaves_a_partial_file_and_the_next_apply_converges() {
+    let sandbox = Sandbox::new();
+    sandbox.write(&path(0), ORIGINAL, 0o640);
+    let mut now = 1_800_000_000;
+
+    // How long one whole apply takes here, so kills land inside applies.
+    let started = Instant::now();
+    let status = spawn(&sandbox, "a", now).wait().unwrap();
+    assert!(status.success());
+    let whole = started.elapsed();
+    let seed = whole.as_nanos() as u64;
+    let mut rng = Rng(seed);
+    let variants = ["b", "a", "empty", "a", "b"];
+    let mut killed_mid_change = 0;
+    for iteration in 0..ITERATIONS {
+        now += 1;
+        let variant = variants[iteration % variants.len()];
+        let delay = Duration::from_nanos(rng.next() % (whole.as_nanos() as u64 + 1));
+        let mut host = spawn(&sandbox, variant, now);
+        std::thread::sleep(delay);
+        host.kill().expect("SIGKILL");
+        host.wait().unwrap();
+        check_no_partial_file(&sandbox, iteration);
+        // The state directory is always readable.
+        if mesh_apply::is_mid_change(&sandbox.config.state_dir)
+            .unwrap_or_else(|e| panic!("iteration {iteration} (seed {seed}): {e}"))
+        {
+            killed_mid_change += 1;
+        }
+    }
+    assert!(
+        killed_mid_change > 0,
+        "no kill landed inside an apply (seed {seed})"
+    );
+
+    // The next apply converges, and says the machine was mid-change if it was.
+    let was_mid_change = mesh_apply::is_mid_change(&sandbox.config.state_dir).unwrap();
+    let report = apply(&sandbox.config, &declaration_for("b"), now + 1).expect("the apply runs");
+    assert_eq!(report.resumed_from_mid_change, was_mid_change);
+    assert_eq!(report.machine, MachineState::Converged, "{report:#?}");
+    for i in 0..FILES {
+        assert_eq!(sandbox.read(&path(i)), content("b", i));
+        assert_eq!(sandbox.mode(&path(i)), 0o600);
+    }
+    let mut leftovers = BTreeSet::new();
+    for dir in fs::read_dir(sandbox.path("/srv/crash")).unwrap().flatten() {
+        for entry in fs::read_dir(dir.path()).unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                leftovers.insert(entry.path());
+            }
+        }
+    }
+    assert!(leftovers.is_empty(), "temp files left: {leftovers:?}");
+
+    // And what the mesh found survived every crash: undeclaring gives it back.
+    let report = apply(&sandbox.config, &declaration_for("empty"), now + 2).unwrap();
+    assert!(report
+        .undeclared
+        .values()
+        .all(|o| matches!(o, Outcome::Removed { .. })));
+    assert_eq!(sandbox.read(&path(0)), ORIGINAL);
+    assert_eq!(sandbox.mode(&path(0)), 0o640);
+    for i in 1..FILES {
+        assert!(!sandbox.exists(&path(i)));
+    }
+    assert!(
+        !sandbox.exists("/srv/crash/d01"),
+        "directories the mesh made are gone"
+    );
+    println!(
+        "{ITERATIONS} kills (one apply takes {whole:?}; {killed_mid_change} left the machine mid-change)"
+    );
+}
+
+fn main() {
+    if let Ok(variant) = std::env::var(CHILD) {
+        child(&variant);
+        return;
+    }
+    let name =
+        "host_killed_at_random_points_never_leaves_a_partial_file_and_the_next_apply_converges";
+    let started = Instant::now();
+    host_killed_at_random_points_never_leaves_a_partial_file_and_the_next_apply_converges();
+    println!("test {name} ... ok");
+    println!(
+        "test result: ok. 1 passed; 0 failed; finished in {:.2?}",
+        started.elapsed()
+    );
+}
