@@ -48,7 +48,7 @@ impl std::fmt::Display for KeepReason {
             KeepReason::Current { module } => write!(f, "current build of {module}"),
             KeepReason::Pinned { module } => write!(f, "pinned by {module}"),
             KeepReason::Recent { module, rank } => {
-                write!(f, "recent build {rank} of {RECENT_BUILDS_KEPT} of {module}")
+                write!(f, "recent build #{rank} of {module}")
             }
         }
     }

@@ -1,0 +1,201 @@
+//! The embedded default: an OCI image layout directory, read back by skopeo and umoci.
+
+mod support;
+
+use mesh_store::collect::{collect, LayoutCollector};
+use mesh_store::keep::keep_set;
+use mesh_store::layout::OciLayoutStore;
+use mesh_store::lock::{PublishLock, SweepLock};
+use mesh_store::manifest::{holding_manifest, holding_tag};
+use mesh_store::records::{forget_module, read_module_records, record_build};
+use mesh_store::store::{publish, ArchiveStore, Holding};
+use mesh_store::sweep::{KeptState, ReleasedState};
+use std::process::Command;
+use support::{archive, build};
+
+#[tokio::test]
+async fn skopeo_and_umoci_read_a_held_manifest_from_the_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let layout = dir.path().join("store");
+    let store = OciLayoutStore::new(&layout);
+    let a = archive("layout");
+    let lock = PublishLock::acquire(home.path()).await.unwrap();
+    publish(&store, &lock, &a).await.unwrap();
+    // Idempotent: publishing again changes nothing.
+    let index_before = std::fs::read(layout.join("index.json")).unwrap();
+    publish(&store, &lock, &a).await.unwrap();
+    assert_eq!(
+        std::fs::read(layout.join("index.json")).unwrap(),
+        index_before
+    );
+
+    let tag = holding_tag(&a.reference.digest);
+    let skopeo = Command::new("skopeo")
+        .args(["inspect", "--raw"])
+        .arg(format!("oci:{}:{tag}", layout.display()))
+        .output()
+        .expect("skopeo is installed (Debian package skopeo)");
+    assert!(skopeo.status.success(), "{skopeo:?}");
+    assert_eq!(skopeo.stdout, holding_manifest(&a.reference));
+
+    let umoci = Command::new("umoci")
+        .args(["ls", "--layout"])
+        .arg(&layout)
+        .output()
+        .expect("umoci is installed (Debian package umoci)");
+    assert!(umoci.status.success(), "{umoci:?}");
+    assert_eq!(String::from_utf8_lossy(&umoci.stdout).trim(), tag);
+
+    assert_eq!(store.holding(&a.reference).await.unwrap(), Holding::Held);
+    assert_eq!(store.fetch(&a.reference).await.unwrap(), a);
+}
+
+#[tokio::test]
+async fn a_forgotten_modules_archives_are_released_and_collected_and_kept_ones_survive() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let store = OciLayoutStore::new(&dir.path().join("store"));
+    let web: Vec<_> = (0..7).map(|i| archive(&format!("web-{i}"))).collect();
+    let old = archive("old");
+    let bare = archive("bare, never recorded");
+    let lock = PublishLock::acquire(home.path()).await.unwrap();
+    for (i, a) in web.iter().enumerate() {
+        publish(&store, &lock, a).await.unwrap();
+        record_build(home.path(), &lock, &build("web", &a.reference, i as u64)).unwrap();
+    }
+    publish(&store, &lock, &old).await.unwrap();
+    record_build(home.path(), &lock, &build("old", &old.reference, 1)).unwrap();
+    store.put_blob(&bare).await.unwrap();
+    drop(lock);
+    forget_module(home.path(), "old").unwrap();
+
+    let keep = keep_set(&read_module_records(home.path()).unwrap());
+    assert_eq!(keep.len(), 5);
+    let lock = SweepLock::acquire(home.path()).await.unwrap();
+    let mut collector = LayoutCollector {
+        layout: store.clone(),
+    };
+    let report = collect(&store, &lock, &keep, &mut collector, false)
+        .await
+        .unwrap();
+    assert!(report.collected_for_real, "{report:#?}");
+    assert_eq!(report.sweep.held_line(), "held 5 of 5");
+    assert!(report
+        .sweep
+        .kept
+        .iter()
+        .all(|k| k.state == KeptState::AlreadyHeld));
+    let released: Vec<_> = report.sweep.released.iter().map(|r| &r.digest).collect();
+    assert_eq!(released.len(), 3, "web-0, web-1 and old");
+    assert!(report
+        .sweep
+        .released
+        .iter()
+        .all(|r| r.state == ReleasedState::Released));
+    for gone in [&web[0], &web[1], &old, &bare] {
+        assert!(report.garbage.deleted.contains(&gone.reference.digest));
+        assert!(!store.has_blob(&gone.reference.digest).await.unwrap());
+    }
+    for kept in &web[2..] {
+        assert_eq!(store.fetch(&kept.reference).await.unwrap(), *kept);
+    }
+    // Every manifest left in the layout still reads (skopeo would refuse a broken one).
+    let again = collect(&store, &lock, &keep, &mut collector, false)
+        .await
+        .unwrap();
+    assert!(again.garbage.deleted.is_empty());
+    assert!(again.sweep.released.is_empty());
+}
+
+#[tokio::test]
+async fn layout_collection_refuses_to_run_for_real_while_a_kept_archive_is_unheld() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let store = OciLayoutStore::new(&dir.path().join("store"));
+    let kept = archive("kept");
+    let ghost = archive("ghost");
+    let bare = archive("bare");
+    let lock = PublishLock::acquire(home.path()).await.unwrap();
+    publish(&store, &lock, &kept).await.unwrap();
+    record_build(home.path(), &lock, &build("web", &ghost.reference, 1)).unwrap();
+    record_build(home.path(), &lock, &build("web", &kept.reference, 2)).unwrap();
+    store.put_blob(&bare).await.unwrap();
+    drop(lock);
+    let keep = keep_set(&read_module_records(home.path()).unwrap());
+    let lock = SweepLock::acquire(home.path()).await.unwrap();
+    let mut collector = LayoutCollector {
+        layout: store.clone(),
+    };
+    let report = collect(&store, &lock, &keep, &mut collector, false)
+        .await
+        .unwrap();
+    assert!(!report.collected_for_real);
+    assert_eq!(
+        report.refused.as_deref(),
+        Some("held 1 of 2: 1 kept archive(s) missing; collection runs dry until every kept archive is held")
+    );
+    assert_eq!(report.garbage.deleted, vec![bare.reference.digest.clone()]);
+    assert!(store.has_blob(&bare.reference.digest).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_sweep_holds_a_kept_archive_published_bare() {
+    // Seed issue 253: archives published before the fix are bare blobs; the sweep backfills.
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let store = OciLayoutStore::new(&dir.path().join("store"));
+    let bare = archive("bare");
+    store.put_blob(&bare).await.unwrap();
+    let lock = PublishLock::acquire(home.path()).await.unwrap();
+    record_build(home.path(), &lock, &build("web", &bare.reference, 1)).unwrap();
+    drop(lock);
+    assert_eq!(
+        store.holding(&bare.reference).await.unwrap(),
+        Holding::Unheld
+    );
+    let keep = keep_set(&read_module_records(home.path()).unwrap());
+    let lock = SweepLock::acquire(home.path()).await.unwrap();
+    let dry = mesh_store::sweep::sweep(&store, &lock, &keep, true).await;
+    assert_eq!(dry.kept[0].state, KeptState::WouldHold);
+    assert_eq!(dry.held_line(), "held 0 of 1");
+    assert_eq!(
+        store.holding(&bare.reference).await.unwrap(),
+        Holding::Unheld
+    );
+    let real = mesh_store::sweep::sweep(&store, &lock, &keep, false).await;
+    assert_eq!(real.kept[0].state, KeptState::HeldNow);
+    assert_eq!(store.holding(&bare.reference).await.unwrap(), Holding::Held);
+}
+
+#[test]
+fn a_dry_run_build_is_never_recorded() {
+    let home = tempfile::tempdir().unwrap();
+    let lock = PublishLock::acquire_blocking(home.path()).unwrap();
+    let mut dry = build("web", &archive("dry").reference, 1);
+    dry.dry_run = true;
+    let error = record_build(home.path(), &lock, &dry).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "build of `web` at c1 is a dry run; dry runs are never recorded"
+    );
+    assert!(read_module_records(home.path()).unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_waits_for_a_sweep_to_finish() {
+    let home = tempfile::tempdir().unwrap();
+    let sweeping = SweepLock::acquire(home.path()).await.unwrap();
+    let path = home.path().to_owned();
+    let publishing = tokio::spawn(async move { PublishLock::acquire(&path).await.unwrap() });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(!publishing.is_finished(), "a publish ran during a sweep");
+    drop(sweeping);
+    let publish_lock = tokio::time::timeout(std::time::Duration::from_secs(5), publishing)
+        .await
+        .expect("the publish goes ahead once the sweep is done")
+        .unwrap();
+    // Publishes share the lock with each other.
+    let second = PublishLock::acquire(home.path()).await.unwrap();
+    drop((publish_lock, second));
+}
