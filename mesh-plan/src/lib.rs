@@ -17,6 +17,7 @@ pub mod compose;
 pub mod diff;
 pub mod moves;
 pub mod plans;
+pub mod rollout;
 pub mod settings;
 
 #[cfg(test)]
@@ -27,4 +28,5 @@ pub use compose::{compose, ComposeError, ComposeProblem};
 pub use diff::{diff, DeclarationDiff};
 pub use moves::{decide_push, moves, Move, PushDecision};
 pub use plans::{behind, close, supersede, Behind, Supersession};
+pub use rollout::{step, Action, Event, RolloutSpec, RolloutState};
 pub use settings::{settings_change, SettingsChange, SettingsDecision};
