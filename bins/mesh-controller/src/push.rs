@@ -1,0 +1,221 @@
+//! Composing, sending and hearing back: the embedded controller's push and status.
+//!
+//! In the embedded default every node's host agent runs in this process on an in-process bus:
+//! the controller publishes each declaration on the node's subject and waits for the node's
+//! report on its report subject, exactly as it would across a fleet.
+
+use crate::home::Home;
+use anyhow::{bail, Context, Result};
+use mesh_apply::HostConfig;
+use mesh_bus::{subjects, Bus, InProcessBus};
+use mesh_model::declaration::Declaration;
+use mesh_model::report::{MachineState, Report};
+use mesh_model::Diagnostic;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Every problem of the catalogue and the inventory.
+pub fn problems(home: &Home) -> Result<Vec<Diagnostic>> {
+    let (catalogue, mut problems) = home.catalogue()?;
+    let inventory = home.inventory()?;
+    problems.extend(inventory.validate(&catalogue));
+    problems.sort();
+    Ok(problems)
+}
+
+/// Composes every named node's declaration, refusing (with every problem) an unsound mesh.
+pub fn compose_nodes(home: &Home, nodes: &[String]) -> Result<Vec<Declaration>> {
+    let (catalogue, mut problems) = home.catalogue()?;
+    let inventory = home.inventory()?;
+    problems.extend(inventory.validate(&catalogue));
+    crate::refuse_problems(&problems)?;
+    nodes
+        .iter()
+        .map(|node| {
+            if !inventory.file.nodes.contains_key(node) {
+                bail!(
+                    "`{node}` is not a node of this mesh; its nodes are: {}",
+                    inventory
+                        .file
+                        .nodes
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            mesh_plan::compose(&catalogue, &inventory, node)
+                .with_context(|| format!("composing the declaration of `{node}`"))
+        })
+        .collect()
+}
+
+/// Composes one node's declaration.
+pub fn compose_node(home: &Home, node: &str) -> Result<Declaration> {
+    Ok(compose_nodes(home, &[node.to_owned()])?.remove(0))
+}
+
+/// What a push did for one node.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "result", rename_all = "kebab-case")]
+pub enum NodeResult {
+    /// The declaration was sent and the node reported.
+    Reported {
+        /// The digest sent.
+        declaration: String,
+        /// How many resources it declares.
+        resources: usize,
+        /// The node's report.
+        report: Report,
+    },
+    /// The declaration was sent and no report came in time.
+    NoReport {
+        /// The digest sent.
+        declaration: String,
+        /// Why no report.
+        reason: String,
+    },
+}
+
+/// One node's line of a push.
+#[derive(Debug, Clone, Serialize)]
+pub struct PushResult {
+    /// The node.
+    pub node: String,
+    /// What happened.
+    #[serde(flatten)]
+    pub result: NodeResult,
+}
+
+/// Sends every named node its declaration and waits (up to `timeout`) for each report.
+///
+/// # Guarantees
+/// What was sent is recorded per node before anything is awaited; each report heard is
+/// recorded. Nothing is sent when the catalogue or inventory has any problem.
+pub async fn push(home: &Home, nodes: &[String], timeout: Duration) -> Result<Vec<PushResult>> {
+    let declarations = compose_nodes(home, nodes)?;
+    let inventory = home.inventory()?;
+    let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new());
+    let mut reports = bus.subscribe(subjects::ALL_REPORTS).await?;
+    let mut agents = Vec::new();
+    for declaration in &declarations {
+        let node = &declaration.node;
+        let config = HostConfig {
+            root: home.node_root(node, &inventory),
+            state_dir: home.node_state_dir(node),
+            ..HostConfig::default()
+        };
+        std::fs::create_dir_all(&config.root)
+            .with_context(|| format!("creating the root of `{node}`"))?;
+        agents.push(mesh_host::start(Arc::clone(&bus), node.clone(), config).await?);
+    }
+    let mut waiting: BTreeMap<String, String> = BTreeMap::new();
+    for declaration in &declarations {
+        bus.publish(
+            &subjects::declaration(&declaration.node),
+            declaration.canonical_json(),
+        )
+        .await?;
+        home.record_sent(declaration)?;
+        waiting.insert(declaration.node.clone(), declaration.digest());
+    }
+    let mut heard: BTreeMap<String, Report> = BTreeMap::new();
+    let deadline = tokio::time::Instant::now() + timeout;
+    while heard.len() < waiting.len() {
+        let message = match tokio::time::timeout_at(deadline, reports.next()).await {
+            Ok(Some(message)) => message,
+            Ok(None) | Err(_) => break,
+        };
+        let report = match Report::from_json(&message.payload) {
+            Ok(report) => report,
+            Err(error) => {
+                tracing::warn!(subject = %message.subject, %error, "an unreadable report");
+                continue;
+            }
+        };
+        if waiting.get(&report.node) == Some(&report.declaration) {
+            home.record_report(&report)?;
+            heard.insert(report.node.clone(), report);
+        }
+    }
+    for agent in agents {
+        agent.abort();
+    }
+    Ok(declarations
+        .iter()
+        .map(|declaration| {
+            let node = declaration.node.clone();
+            let result = match heard.remove(&node) {
+                Some(report) => NodeResult::Reported {
+                    declaration: declaration.digest(),
+                    resources: declaration.resources.len(),
+                    report,
+                },
+                None => NodeResult::NoReport {
+                    declaration: declaration.digest(),
+                    reason: format!("no report within {}s", timeout.as_secs()),
+                },
+            };
+            PushResult { node, result }
+        })
+        .collect())
+}
+
+/// The exit code a push's results call for: 0 every node converged, 3 otherwise.
+pub fn exit_code(results: &[PushResult]) -> ExitCode {
+    let converged = results.iter().all(|r| {
+        matches!(&r.result, NodeResult::Reported { report, .. } if report.machine == MachineState::Converged)
+    });
+    if converged {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    }
+}
+
+/// One node as `status` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeStatus {
+    /// The node.
+    pub node: String,
+    /// Whether it holds the bus.
+    pub bus_node: bool,
+    /// The modules assigned to it.
+    pub modules: BTreeSet<String>,
+    /// The digest last sent, if any.
+    pub sent: Option<String>,
+    /// Its last report, if any.
+    pub report: Option<Report>,
+    /// Whether the last report is of the declaration last sent.
+    pub current: bool,
+}
+
+/// Every node's status.
+pub fn status(home: &Home) -> Result<Vec<NodeStatus>> {
+    let inventory = home.inventory()?;
+    inventory
+        .file
+        .nodes
+        .keys()
+        .map(|node| {
+            let sent = home.sent(node)?.map(|d| d.digest());
+            let report = home.report(node)?;
+            let current = matches!((&sent, &report), (Some(s), Some(r)) if *s == r.declaration);
+            Ok(NodeStatus {
+                node: node.clone(),
+                bus_node: *node == inventory.file.bus_node,
+                modules: inventory
+                    .modules_of(node)
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect(),
+                sent,
+                report,
+                current,
+            })
+        })
+        .collect()
+}

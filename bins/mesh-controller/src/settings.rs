@@ -1,0 +1,295 @@
+//! `settings show | set | clear | restore`: reading and replacing settings layers, with every
+//! replaced layer kept (ADR 0217 §1, seed issue 246).
+
+use crate::home::{HistoryRecord, Home};
+use crate::Output;
+use anyhow::{bail, Context, Result};
+use mesh_model::inventory::{check_layer, LayerScope};
+use mesh_plan::{settings_change, SettingsChange, SettingsDecision};
+use serde::Serialize;
+use serde_json::Value;
+use std::process::ExitCode;
+
+/// The scope a `--node` option names, checked against the inventory and catalogue.
+fn scope(home: &Home, module: &str, node: Option<&str>) -> Result<LayerScope> {
+    let inventory = home.inventory()?;
+    let (catalogue, _) = home.catalogue()?;
+    if catalogue.module(module).is_none() {
+        bail!(
+            "`{module}` is not a module of the catalogue; its modules are: {}",
+            catalogue
+                .modules
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    match node {
+        None => Ok(LayerScope::Mesh),
+        Some(node) if inventory.file.nodes.contains_key(node) => {
+            Ok(LayerScope::Node(node.to_owned()))
+        }
+        Some(node) => bail!("`{node}` is not a node of this mesh"),
+    }
+}
+
+fn describe(module: &str, scope: &LayerScope) -> String {
+    match scope {
+        LayerScope::Mesh => format!("{module}, mesh layer"),
+        LayerScope::Node(node) => format!("{module}, node {node}"),
+    }
+}
+
+/// What `settings show` prints as JSON.
+#[derive(Serialize)]
+struct Shown<'a> {
+    module: &'a str,
+    node: Option<&'a str>,
+    layer: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    history: Option<Vec<HistoryRecord>>,
+}
+
+/// `settings show MODULE [--node NODE] [--history]`.
+pub fn show(
+    home: &Home,
+    output: Output,
+    module: &str,
+    node: Option<&str>,
+    history: bool,
+) -> Result<ExitCode> {
+    let scope = scope(home, module, node)?;
+    let layer = home.layer(module, &scope)?;
+    let records = if history {
+        Some(home.history(module, &scope)?)
+    } else {
+        None
+    };
+    match output {
+        Output::Json => {
+            let shown = Shown {
+                module,
+                node,
+                layer,
+                history: records,
+            };
+            println!("{}", serde_json::to_string_pretty(&shown)?);
+        }
+        Output::Text => {
+            match &layer {
+                Some(layer) => println!("{}", serde_json::to_string_pretty(layer)?),
+                None => println!("{}: no layer set", describe(module, &scope)),
+            }
+            if let Some(records) = records {
+                if records.is_empty() {
+                    println!("\nno earlier layers");
+                }
+                for record in records.iter().rev() {
+                    println!(
+                        "\nrevision {}: replaced {} by `{}`",
+                        record.revision,
+                        mesh_host::format_time(record.replaced_at),
+                        record.command
+                    );
+                    match &record.layer {
+                        Some(layer) => println!("{}", serde_json::to_string_pretty(layer)?),
+                        None => println!("(no layer)"),
+                    }
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `settings set`, `clear` and `restore` print as JSON.
+#[derive(Serialize)]
+struct Answer<'a> {
+    module: &'a str,
+    node: Option<&'a str>,
+    #[serde(flatten)]
+    change: &'a SettingsChange,
+    /// The history revision that now holds the layer replaced, when one was replaced.
+    kept_as_revision: Option<u64>,
+}
+
+/// Replaces a layer with `new` (None: clears it) after deciding, and answers.
+#[allow(clippy::too_many_arguments)]
+fn replace(
+    home: &Home,
+    output: Output,
+    module: &str,
+    node: Option<&str>,
+    scope: &LayerScope,
+    new: Option<Value>,
+    replace: bool,
+    now: u64,
+) -> Result<ExitCode> {
+    let old = home.layer(module, scope)?;
+    let compared = new
+        .clone()
+        .unwrap_or_else(|| Value::Object(Default::default()));
+    let mut change = settings_change(old.as_ref(), &compared, replace);
+    if new.is_none() && old.is_some() && change.decision == SettingsDecision::Unchanged {
+        // Clearing an empty layer still removes the layer.
+        change.decision = SettingsDecision::Replace;
+    }
+    let mut kept = None;
+    if change.decision.goes_ahead() {
+        let command = std::env::args().collect::<Vec<_>>().join(" ");
+        let record = home.replace_layer(module, scope, new.as_ref(), &command, now)?;
+        kept = Some(record.revision);
+    }
+    match output {
+        Output::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&Answer {
+                module,
+                node,
+                change: &change,
+                kept_as_revision: kept,
+            })?
+        ),
+        Output::Text => {
+            print!("{}", change.render_text(&describe(module, scope)));
+            if let Some(revision) = kept {
+                println!(
+                    "the layer it replaced is kept as revision {revision}: `settings show {module}{} --history`",
+                    node.map(|n| format!(" --node {n}")).unwrap_or_default()
+                );
+            }
+        }
+    }
+    Ok(match change.decision {
+        SettingsDecision::Refused => ExitCode::from(2),
+        SettingsDecision::Unchanged | SettingsDecision::Set | SettingsDecision::Replace => {
+            ExitCode::SUCCESS
+        }
+    })
+}
+
+/// Refuses a layer with keys the module does not accept, listing what it accepts.
+fn check(home: &Home, module: &str, layer: &Value) -> Result<()> {
+    let (catalogue, _) = home.catalogue()?;
+    let definition = &catalogue
+        .module(module)
+        .context("the module is in the catalogue")?
+        .definition;
+    let problems = check_layer(definition, layer);
+    if !problems.is_empty() {
+        let listed: Vec<String> = problems
+            .iter()
+            .map(|p| {
+                if p.key.is_empty() {
+                    format!("  {}", p.message)
+                } else {
+                    format!("  `{}`: {}", p.key, p.message)
+                }
+            })
+            .collect();
+        bail!(
+            "the layer is refused, nothing changed:\n{}",
+            listed.join("\n")
+        );
+    }
+    Ok(())
+}
+
+/// `settings set MODULE JSON [--node NODE] [--replace]`.
+pub fn set(
+    home: &Home,
+    output: Output,
+    module: &str,
+    node: Option<&str>,
+    json: &str,
+    replace_keys: bool,
+    now: u64,
+) -> Result<ExitCode> {
+    let scope = scope(home, module, node)?;
+    let layer: Value = serde_json::from_str(json).with_context(|| {
+        format!(
+            "the new layer for {} is not valid JSON",
+            describe(module, &scope)
+        )
+    })?;
+    check(home, module, &layer)?;
+    replace(
+        home,
+        output,
+        module,
+        node,
+        &scope,
+        Some(layer),
+        replace_keys,
+        now,
+    )
+}
+
+/// `settings clear MODULE [--node NODE]`.
+pub fn clear(
+    home: &Home,
+    output: Output,
+    module: &str,
+    node: Option<&str>,
+    now: u64,
+) -> Result<ExitCode> {
+    let scope = scope(home, module, node)?;
+    if home.layer(module, &scope)?.is_none() {
+        bail!(
+            "{}: no layer set; nothing to clear",
+            describe(module, &scope)
+        );
+    }
+    replace(home, output, module, node, &scope, None, true, now)
+}
+
+/// `settings restore MODULE [--node NODE] REVISION`: puts back a layer from the history (the
+/// layer it replaces is kept too).
+pub fn restore(
+    home: &Home,
+    output: Output,
+    module: &str,
+    node: Option<&str>,
+    revision: u64,
+    now: u64,
+) -> Result<ExitCode> {
+    let scope = scope(home, module, node)?;
+    let records = home.history(module, &scope)?;
+    let Some(record) = records.iter().find(|r| r.revision == revision) else {
+        bail!(
+            "{} has no revision {revision}; its revisions are: {}",
+            describe(module, &scope),
+            records
+                .iter()
+                .map(|r| r.revision.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    };
+    if let Some(layer) = &record.layer {
+        check(home, module, layer)?;
+    }
+    replace(
+        home,
+        output,
+        module,
+        node,
+        &scope,
+        record.layer.clone(),
+        true,
+        now,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn formats_times_in_utc() {
+        assert_eq!(mesh_host::format_time(0), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            mesh_host::format_time(1_795_966_200),
+            "2026-11-29T15:30:00Z"
+        );
+    }
+}

@@ -1,0 +1,205 @@
+//! The host agent: receives its node's declaration, applies it with mesh-apply under a root
+//! prefix, and reports what took.
+//!
+//! [`handle_declaration`] is one receive → apply → report step, shared by the `mesh-host` daemon
+//! and the embedded controller (which runs one agent per node in-process). [`start`] subscribes
+//! an agent to its node's declarations on any [`Bus`].
+//!
+//! # Invariants
+//! - A declaration that does not parse or breaks the format's rules changes nothing under the
+//!   root: it is refused before any apply, and the refusal is reported.
+//! - The host never applies outside its root prefix (mesh-apply guarantees it).
+
+use mesh_apply::HostConfig;
+use mesh_bus::{subjects, Bus, BusError};
+use mesh_model::declaration::Declaration;
+use mesh_model::report::{Finding, MachineState, Outcome, Report, REPORT_FORMAT};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Seconds since the epoch, read from the system clock (binaries only; libraries take `now`).
+pub fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Receives one declaration payload, applies it, and returns the report to publish.
+///
+/// A payload that is not a valid declaration for `node` is refused: nothing is applied, and
+/// the report says why (machine `partial`, no resources, a finding naming the problem).
+pub fn handle_declaration(config: &HostConfig, node: &str, payload: &[u8], now: u64) -> Report {
+    let refused = |declaration: String, message: String| Report {
+        format: REPORT_FORMAT,
+        node: node.to_owned(),
+        declaration,
+        machine: MachineState::Partial,
+        resources: BTreeMap::new(),
+        undeclared: BTreeMap::new(),
+        findings: vec![Finding {
+            resource: String::new(),
+            message,
+        }],
+        windows: Vec::new(),
+        resumed_from_mid_change: false,
+        started_at: now,
+        finished_at: now,
+    };
+    let declaration = match Declaration::from_json(payload) {
+        Ok(declaration) => declaration,
+        Err(error) => {
+            return refused(
+                mesh_model::sha256_digest(payload),
+                format!("declaration refused, nothing applied: {error}"),
+            )
+        }
+    };
+    if declaration.node != node {
+        return refused(
+            declaration.digest(),
+            format!(
+                "declaration refused, nothing applied: it is for `{}`, this host is `{node}`",
+                declaration.node
+            ),
+        );
+    }
+    match mesh_apply::apply(config, &declaration, now) {
+        Ok(report) => report,
+        Err(error) => refused(
+            declaration.digest(),
+            format!("apply refused, nothing applied: {error}"),
+        ),
+    }
+}
+
+/// Subscribes an agent for `node` to its declarations and serves them until the bus closes.
+///
+/// When this returns, the subscription is live: a declaration published afterwards is heard.
+/// Each declaration is applied on a blocking thread and its report published on
+/// [`subjects::report`].
+///
+/// # Errors
+/// [`BusError`] when the subscription is refused.
+pub async fn start(
+    bus: Arc<dyn Bus>,
+    node: String,
+    config: HostConfig,
+) -> Result<tokio::task::JoinHandle<()>, BusError> {
+    let mut declarations = bus.subscribe(&subjects::declaration(&node)).await?;
+    let config = Arc::new(config);
+    Ok(tokio::spawn(async move {
+        while let Some(message) = declarations.next().await {
+            let (config, name) = (Arc::clone(&config), node.clone());
+            let report = tokio::task::spawn_blocking(move || {
+                handle_declaration(&config, &name, &message.payload, now())
+            })
+            .await
+            .expect("the apply task does not panic");
+            let payload = serde_json::to_vec(&report).expect("a report always serializes");
+            if let Err(error) = bus.publish(&subjects::report(&node), payload).await {
+                tracing::error!(node = %node, %error, "could not publish the report");
+            }
+        }
+    }))
+}
+
+/// A report as a person reads it: a summary line, then each resource with its outcome.
+pub fn render_report(report: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let tally = report
+        .tally()
+        .iter()
+        .map(|(word, n)| format!("{n} {word}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let _ = writeln!(
+        out,
+        "{}: {} ({}), declaration {}",
+        report.node,
+        machine_word(report.machine),
+        if tally.is_empty() {
+            "nothing declared".to_owned()
+        } else {
+            tally
+        },
+        short(&report.declaration)
+    );
+    for (id, outcome) in report.resources.iter().chain(&report.undeclared) {
+        let _ = writeln!(
+            out,
+            "  {:<10} {id}{}",
+            outcome.word(),
+            outcome_detail(outcome)
+        );
+    }
+    for finding in &report.findings {
+        let _ = writeln!(out, "  note: {}: {}", finding.resource, finding.message);
+    }
+    out
+}
+
+/// The word for a machine state.
+pub fn machine_word(state: MachineState) -> &'static str {
+    match state {
+        MachineState::Converged => "converged",
+        MachineState::MidChange => "mid-change",
+        MachineState::Partial => "partial",
+    }
+}
+
+/// A digest shortened for people (`sha256:` and 12 hex digits).
+pub fn short(digest: &str) -> &str {
+    &digest[..digest.len().min(19)]
+}
+
+/// The detail printed after an outcome word.
+pub fn outcome_detail(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Applied { changed } if !changed.is_empty() => format!(" ({})", changed.join(", ")),
+        Outcome::Applied { .. } | Outcome::Unchanged => String::new(),
+        Outcome::Failed {
+            reason, attempts, ..
+        } => format!(": {reason} (attempt {attempts})"),
+        Outcome::Stuck {
+            attempts,
+            since,
+            last_reason,
+        } => format!(
+            ": stuck: {attempts} attempts since {}: {last_reason}",
+            format_time(*since)
+        ),
+        Outcome::HeldStill { step } => format!(": held still by step `{step}`"),
+        Outcome::Skipped { gated_by } => format!(": waits for {gated_by}"),
+        Outcome::Waiting {
+            last_reason,
+            retry_at,
+            ..
+        } => {
+            format!(": tried again at {}: {last_reason}", format_time(*retry_at))
+        }
+        Outcome::Removed { detail } => format!(": {detail}"),
+    }
+}
+
+/// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn format_time(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
