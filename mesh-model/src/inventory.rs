@@ -133,7 +133,9 @@ impl Inventory {
         }
         for (module, nodes) in &self.file.assignments {
             let key = format!("assignments.{module}");
-            if catalogue.module(module).is_none() {
+            if catalogue.refused.contains(module) {
+                // Its own diagnostics say why it is refused.
+            } else if catalogue.module(module).is_none() {
                 out.push(Diagnostic::new(
                     file,
                     Some(module),
@@ -155,6 +157,9 @@ impl Inventory {
         for (module, scopes) in &self.layers.layers {
             for (scope, layer) in scopes {
                 let layer_file = layer_file(module, scope);
+                if catalogue.refused.contains(module) {
+                    continue;
+                }
                 let Some(found) = catalogue.module(module) else {
                     out.push(Diagnostic::new(
                         layer_file,

@@ -340,6 +340,9 @@ pub struct Module {
 pub struct Catalogue {
     /// Module name → module.
     pub modules: BTreeMap<String, Module>,
+    /// Module directories present but refused by validation (their diagnostics say why), so
+    /// that nothing else reports them again as missing.
+    pub refused: BTreeSet<String>,
 }
 
 impl Catalogue {
@@ -398,13 +401,19 @@ pub fn load_catalogue(source: &CatalogueSource) -> (Catalogue, Vec<Diagnostic>) 
             broken.insert(member.clone());
         }
     }
-    let modules = parsed
+    let modules: BTreeMap<String, Module> = parsed
         .into_iter()
         .filter(|(name, _)| !broken.contains(name))
         .map(|(name, (_, definition, tree))| (name, Module { definition, tree }))
         .collect();
+    let refused = source
+        .modules
+        .keys()
+        .filter(|dir| !modules.contains_key(*dir))
+        .cloned()
+        .collect();
     diagnostics.sort();
-    (Catalogue { modules }, diagnostics)
+    (Catalogue { modules, refused }, diagnostics)
 }
 
 /// Every elementary cycle's members, each reported once (starting at its smallest name).

@@ -3,6 +3,7 @@
 use crate::home::Home;
 use crate::{init, push, render};
 use anyhow::{Context, Result};
+use std::collections::BTreeSet;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -26,7 +27,7 @@ pub fn run() -> Result<ExitCode> {
     );
     init::init(&home, true)?;
     let inventory = home.inventory()?;
-    for (node, _) in &inventory.file.nodes {
+    for node in inventory.file.nodes.keys() {
         let modules: Vec<&str> = inventory.modules_of(node).into_iter().collect();
         println!("  node {node}: {}", modules.join(", "));
     }
@@ -46,7 +47,12 @@ pub fn run() -> Result<ExitCode> {
     );
     let nodes: Vec<String> = inventory.file.nodes.keys().cloned().collect();
     let runtime = tokio::runtime::Runtime::new()?;
-    let first = runtime.block_on(push::push(&home, &nodes, Duration::from_secs(120)))?;
+    let first = runtime.block_on(push::push(
+        &home,
+        &nodes,
+        &BTreeSet::new(),
+        Duration::from_secs(120),
+    ))?;
     print!("{}", render::push(&first));
     println!("  (a resource that did not take is reported with its reason; nothing is hidden)");
 
@@ -64,7 +70,12 @@ pub fn run() -> Result<ExitCode> {
         "6. Push again: nothing changed, so every resource that took is `unchanged`",
         "push --all",
     );
-    let second = runtime.block_on(push::push(&home, &nodes, Duration::from_secs(120)))?;
+    let second = runtime.block_on(push::push(
+        &home,
+        &nodes,
+        &BTreeSet::new(),
+        Duration::from_secs(120),
+    ))?;
     print!("{}", render::push(&second));
     println!(
         "\nThe demo's home was {}; it is removed now. Make your own with \

@@ -58,10 +58,18 @@ pub enum Command {
     },
     /// Validates the catalogue and the inventory, listing every problem at once.
     Check,
-    /// Prints the declaration a node would be sent now.
+    /// Prints the declaration a node would be sent now, or with `--diff` what would change.
     Plan {
         /// The node.
         node: String,
+        /// Show what differs from what the node was last sent: resources added, changed and
+        /// removed, with old and new values; a container's fields that make it recreate are
+        /// marked. An unchanged node prints nothing.
+        #[arg(long)]
+        diff: bool,
+        /// With `--diff`: exit 2 when there is a difference, 0 when there is none.
+        #[arg(long, requires = "diff")]
+        detailed_exitcode: bool,
     },
     /// Composes, sends and applies declarations, then prints what each node reported.
     ///
@@ -72,6 +80,10 @@ pub enum Command {
         /// Send to every node.
         #[arg(long, conflicts_with = "nodes")]
         all: bool,
+        /// Send a module whose running container would get another host directory at a mount
+        /// (its data moving); without it such a node's push is held. Repeatable.
+        #[arg(long = "move", value_name = "MODULE")]
+        moves: Vec<String>,
         /// Seconds to wait for each node's report.
         #[arg(long, default_value_t = 120)]
         timeout: u64,
@@ -169,7 +181,25 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 ExitCode::from(1)
             })
         }
-        Command::Plan { node } => {
+        Command::Plan {
+            node,
+            diff: true,
+            detailed_exitcode,
+        } => {
+            let declaration = push::compose_node(&home, &node)?;
+            let sent = home.sent(&node)?;
+            let diff = mesh_plan::diff(sent.as_ref(), &declaration);
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&diff)?),
+                Output::Text => print!("{}", diff.render_text()),
+            }
+            Ok(if detailed_exitcode && !diff.is_empty() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::Plan { node, .. } => {
             let declaration = push::compose_node(&home, &node)?;
             match output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&declaration)?),
@@ -180,6 +210,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Push {
             nodes,
             all,
+            moves,
             timeout,
         } => {
             let inventory = home.inventory()?;
@@ -197,6 +228,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let results = runtime.block_on(push::push(
                 &home,
                 &nodes,
+                &moves.into_iter().collect(),
                 std::time::Duration::from_secs(timeout),
             ))?;
             match output {

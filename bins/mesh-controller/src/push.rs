@@ -11,6 +11,7 @@ use mesh_bus::{subjects, Bus, InProcessBus};
 use mesh_model::declaration::Declaration;
 use mesh_model::report::{MachineState, Report};
 use mesh_model::Diagnostic;
+use mesh_plan::PushDecision;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
@@ -71,6 +72,12 @@ pub enum NodeResult {
         /// The node's report.
         report: Report,
     },
+    /// Not sent: the push would move a running container's data (rule 12); `push --move
+    /// MODULE` sends it.
+    Held {
+        /// The moves nobody acknowledged.
+        moves: Vec<mesh_plan::Move>,
+    },
     /// The declaration was sent and no report came in time.
     NoReport {
         /// The digest sent.
@@ -95,8 +102,27 @@ pub struct PushResult {
 /// # Guarantees
 /// What was sent is recorded per node before anything is awaited; each report heard is
 /// recorded. Nothing is sent when the catalogue or inventory has any problem.
-pub async fn push(home: &Home, nodes: &[String], timeout: Duration) -> Result<Vec<PushResult>> {
-    let declarations = compose_nodes(home, nodes)?;
+///
+/// A node whose push would give a running container another host directory at a mount it
+/// already has is held (not sent) unless its module is in `allowed_moves`; the other nodes go
+/// ahead (rule 12).
+pub async fn push(
+    home: &Home,
+    nodes: &[String],
+    allowed_moves: &BTreeSet<String>,
+    timeout: Duration,
+) -> Result<Vec<PushResult>> {
+    let mut held: BTreeMap<String, Vec<mesh_plan::Move>> = BTreeMap::new();
+    let mut declarations = Vec::new();
+    for declaration in compose_nodes(home, nodes)? {
+        let sent = home.sent(&declaration.node)?;
+        match mesh_plan::decide_push(sent.as_ref(), &declaration, allowed_moves) {
+            PushDecision::Send { .. } => declarations.push(declaration),
+            PushDecision::Hold { moves } => {
+                held.insert(declaration.node.clone(), moves);
+            }
+        }
+    }
     let inventory = home.inventory()?;
     let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new());
     let mut reports = bus.subscribe(subjects::ALL_REPORTS).await?;
@@ -144,28 +170,41 @@ pub async fn push(home: &Home, nodes: &[String], timeout: Duration) -> Result<Ve
     for agent in agents {
         agent.abort();
     }
-    Ok(declarations
-        .iter()
-        .map(|declaration| {
-            let node = declaration.node.clone();
-            let result = match heard.remove(&node) {
-                Some(report) => NodeResult::Reported {
-                    declaration: declaration.digest(),
-                    resources: declaration.resources.len(),
-                    report,
-                },
-                None => NodeResult::NoReport {
-                    declaration: declaration.digest(),
-                    reason: format!("no report within {}s", timeout.as_secs()),
-                },
-            };
-            PushResult { node, result }
+    let mut results: Vec<PushResult> = held
+        .into_iter()
+        .map(|(node, moves)| PushResult {
+            node,
+            result: NodeResult::Held { moves },
         })
-        .collect())
+        .collect();
+    results.extend(declarations.iter().map(|declaration| {
+        let node = declaration.node.clone();
+        let result = match heard.remove(&node) {
+            Some(report) => NodeResult::Reported {
+                declaration: declaration.digest(),
+                resources: declaration.resources.len(),
+                report,
+            },
+            None => NodeResult::NoReport {
+                declaration: declaration.digest(),
+                reason: format!("no report within {}s", timeout.as_secs()),
+            },
+        };
+        PushResult { node, result }
+    }));
+    results.sort_by(|a, b| a.node.cmp(&b.node));
+    Ok(results)
 }
 
-/// The exit code a push's results call for: 0 every node converged, 3 otherwise.
+/// The exit code a push's results call for: 2 when any node was held, else 0 when every node
+/// converged, else 3.
 pub fn exit_code(results: &[PushResult]) -> ExitCode {
+    if results
+        .iter()
+        .any(|r| matches!(r.result, NodeResult::Held { .. }))
+    {
+        return ExitCode::from(2);
+    }
     let converged = results.iter().all(|r| {
         matches!(&r.result, NodeResult::Reported { report, .. } if report.machine == MachineState::Converged)
     });

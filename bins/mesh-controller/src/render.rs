@@ -102,6 +102,14 @@ pub fn push(results: &[PushResult]) -> String {
                     let _ = writeln!(out, "  note: {}: {}", finding.resource, finding.message);
                 }
             }
+            NodeResult::Held { moves } => {
+                out.push_str(
+                    &mesh_plan::PushDecision::Hold {
+                        moves: moves.clone(),
+                    }
+                    .render_text(&result.node),
+                );
+            }
             NodeResult::NoReport {
                 declaration,
                 reason,

@@ -137,7 +137,7 @@ fn replace(
     }
     let mut kept = None;
     if change.decision.goes_ahead() {
-        let command = std::env::args().collect::<Vec<_>>().join(" ");
+        let command = invoked_command();
         let record = home.replace_layer(module, scope, new.as_ref(), &command, now)?;
         kept = Some(record.revision);
     }
@@ -167,6 +167,33 @@ fn replace(
             ExitCode::SUCCESS
         }
     })
+}
+
+/// The command line as a person would retype it: the program's name without its directory,
+/// arguments quoted where a shell needs it.
+fn invoked_command() -> String {
+    let mut args = std::env::args();
+    let program = args
+        .next()
+        .map(|p| {
+            std::path::Path::new(&p)
+                .file_name()
+                .map_or(p.clone(), |n| n.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| "mesh-controller".to_owned());
+    std::iter::once(program)
+        .chain(args.map(|arg| {
+            let plain = arg
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./=:@".contains(c));
+            if plain {
+                arg
+            } else {
+                format!("'{}'", arg.replace('\'', r"'\''"))
+            }
+        }))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Refuses a layer with keys the module does not accept, listing what it accepts.

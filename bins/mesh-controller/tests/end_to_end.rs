@@ -1,0 +1,124 @@
+//! init → plan → push → status against sandbox roots, read back from disk (issue 2).
+
+mod support;
+
+use support::Mesh;
+
+#[test]
+fn plan_prints_a_nodes_declaration_and_its_json_parses_back() {
+    let mesh = Mesh::example();
+    insta::assert_snapshot!("plan_laptop", mesh.expect(&["plan", "laptop"], 0));
+    let json = mesh.expect(&["plan", "home", "--output", "json"], 0);
+    let declaration =
+        mesh_model::declaration::Declaration::from_json(json.as_bytes()).expect("valid JSON");
+    assert_eq!(declaration.node, "home");
+    assert!(declaration.resource("media/container/media").is_some());
+}
+
+#[test]
+fn push_applies_under_the_sandbox_roots_and_status_reports_it() {
+    let mesh = Mesh::example();
+    let out = mesh.expect(&["push", "control", "laptop"], 0);
+    assert!(out.contains("laptop: sent"), "{out}");
+    assert!(out.contains("converged"), "{out}");
+
+    let motd = std::fs::read_to_string(mesh.root("laptop").join("etc/motd")).unwrap();
+    assert_eq!(motd, "alice's laptop — managed by mesh.\n");
+    let conf = std::fs::read_to_string(mesh.root("control").join("etc/mesh/base.conf")).unwrap();
+    assert!(
+        conf.contains("admin-email = ops@example.internal"),
+        "{conf}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(mesh.root("control").join("etc/mesh/base.conf"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o640);
+    let group = std::fs::read_to_string(mesh.root("laptop").join("etc/group")).unwrap();
+    assert!(
+        group
+            .lines()
+            .any(|l| l.starts_with("video:") && l.ends_with("alice")),
+        "{group}"
+    );
+
+    let status = mesh.expect(&["status"], 0);
+    insta::assert_snapshot!("status_after_push", status);
+    let json = mesh.expect(&["status", "--output", "json"], 0);
+    let parsed: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(parsed[1]["node"], "home");
+    assert_eq!(parsed[1]["sent"], serde_json::Value::Null);
+    assert_eq!(parsed[2]["report"]["machine"], "converged");
+}
+
+#[test]
+fn a_second_push_reports_every_resource_unchanged() {
+    let mesh = Mesh::example();
+    mesh.expect(&["push", "control", "laptop"], 0);
+    let json = mesh.expect(&["push", "control", "laptop", "--output", "json"], 0);
+    let results: serde_json::Value = serde_json::from_str(&json).unwrap();
+    for node in results.as_array().unwrap() {
+        let resources = node["report"]["resources"].as_object().unwrap();
+        assert!(!resources.is_empty());
+        for (id, outcome) in resources {
+            assert_eq!(outcome["outcome"], "unchanged", "{id} in {node}");
+        }
+    }
+}
+
+#[test]
+fn push_with_no_node_is_refused_unless_all() {
+    // ADR 0217 §2: a push names its machines or says --all.
+    let mesh = Mesh::example();
+    let run = mesh.run(&["push"]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("--all"), "{}", run.stderr);
+    assert!(!mesh.home().join("sent").exists(), "nothing was sent");
+}
+
+#[test]
+fn push_to_an_unknown_node_names_it_and_sends_nothing() {
+    let mesh = Mesh::example();
+    let run = mesh.run(&["push", "laptop", "nas"]);
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("`nas` is not a node"), "{}", run.stderr);
+    assert!(!mesh.home().join("sent").exists(), "nothing was sent");
+}
+
+#[test]
+fn a_broken_catalogue_is_refused_with_every_problem_and_nothing_is_sent() {
+    let mesh = Mesh::example();
+    let modules = mesh.home().join("catalogue/modules");
+    std::fs::remove_file(modules.join("base/files/motd")).unwrap();
+    std::fs::write(
+        modules.join("media/module.toml"),
+        std::fs::read_to_string(modules.join("media/module.toml"))
+            .unwrap()
+            .replace("place = \"config\"", "place = \"cache\""),
+    )
+    .unwrap();
+    let check = mesh.run(&["check"]);
+    assert_eq!(check.code, 1);
+    insta::assert_snapshot!("check_broken_catalogue", check.stdout);
+    let run = mesh.run(&["push", "--all"]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("2 problem(s); nothing was sent"),
+        "{}",
+        run.stderr
+    );
+    assert!(!mesh.home().join("sent").exists());
+}
+
+#[test]
+fn init_refuses_an_existing_home() {
+    let mesh = Mesh::example();
+    let run = mesh.run(&["init", "--example"]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("already holds a mesh"),
+        "{}",
+        run.stderr
+    );
+}
