@@ -401,6 +401,32 @@ pub fn load_catalogue(source: &CatalogueSource) -> (Catalogue, Vec<Diagnostic>) 
             broken.insert(member.clone());
         }
     }
+    // A module built from a refused one cannot be built either: say so, until nothing changes.
+    loop {
+        let mut more = Vec::new();
+        for (name, (file, definition, _)) in &parsed {
+            if broken.contains(name) {
+                continue;
+            }
+            let refused_dep = definition.depends.iter().find(|dep| {
+                broken.contains(*dep)
+                    || (!parsed.contains_key(*dep) && source.modules.contains_key(*dep))
+            });
+            if let Some(dep) = refused_dep {
+                diagnostics.push(Diagnostic::new(
+                    file.clone(),
+                    Some(name),
+                    Some("depends"),
+                    format!("depends on `{dep}`, which is refused (see its problems)"),
+                ));
+                more.push(name.clone());
+            }
+        }
+        if more.is_empty() {
+            break;
+        }
+        broken.extend(more);
+    }
     let modules: BTreeMap<String, Module> = parsed
         .into_iter()
         .filter(|(name, _)| !broken.contains(name))
@@ -458,8 +484,7 @@ pub fn find_cycles(graph: &BTreeMap<&str, Vec<&str>>) -> Vec<Vec<String>> {
             }
             let self_loop = graph.get(node).is_some_and(|deps| deps.contains(&node));
             if component.len() > 1 || self_loop {
-                component.sort();
-                s.components.push(component);
+                s.components.push(cycle_order(component, graph));
             }
         }
     }
@@ -478,6 +503,40 @@ pub fn find_cycles(graph: &BTreeMap<&str, Vec<&str>>) -> Vec<Vec<String>> {
     }
     state.components.sort();
     state.components
+}
+
+/// Orders a strongly connected component as a cycle: from its smallest member, following
+/// dependency edges inside the component, the shortest way back.
+fn cycle_order(mut component: Vec<String>, graph: &BTreeMap<&str, Vec<&str>>) -> Vec<String> {
+    component.sort();
+    let members: BTreeSet<&str> = component.iter().map(String::as_str).collect();
+    let start = component[0].as_str();
+    // Breadth-first from start's dependencies back to start.
+    let mut previous: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut queue = std::collections::VecDeque::from([start]);
+    while let Some(node) = queue.pop_front() {
+        for &next in graph.get(node).map(Vec::as_slice).unwrap_or(&[]) {
+            if !members.contains(next) {
+                continue;
+            }
+            if next == start {
+                let mut path = vec![node];
+                while let Some(&before) = previous.get(path[path.len() - 1]) {
+                    path.push(before);
+                }
+                if path.last() != Some(&start) {
+                    path.push(start);
+                }
+                path.reverse();
+                return path.into_iter().map(str::to_owned).collect();
+            }
+            if !previous.contains_key(next) {
+                previous.insert(next, node);
+                queue.push_back(next);
+            }
+        }
+    }
+    component
 }
 
 /// Parses one module's definition and checks it against its own directory.

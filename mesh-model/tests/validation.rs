@@ -1,0 +1,211 @@
+//! Parsing and validation of module definitions and catalogues: every problem at once, each
+//! naming file, module and key.
+
+use mesh_model::module::{load_catalogue, CatalogueSource, EntryKind, ModuleTree};
+
+/// A catalogue from a multi-file fixture: `//- <module>/<path>` starts a file;
+/// `//- <module>/<path> -> <target>` is a symbolic link.
+fn fixture(text: &str) -> CatalogueSource {
+    let mut source = CatalogueSource {
+        prefix: "modules".into(),
+        ..CatalogueSource::default()
+    };
+    let mut current: Option<(String, String, String)> = None;
+    let mut flush = |current: &mut Option<(String, String, String)>,
+                     source: &mut CatalogueSource| {
+        if let Some((module, path, body)) = current.take() {
+            source
+                .modules
+                .entry(module)
+                .or_insert_with(ModuleTree::default)
+                .entries
+                .insert(
+                    path,
+                    EntryKind::File {
+                        bytes: body.into_bytes(),
+                        executable: false,
+                    },
+                );
+        }
+    };
+    for line in text.lines() {
+        if let Some(header) = line.strip_prefix("//- ") {
+            flush(&mut current, &mut source);
+            let (path, link) = match header.split_once(" -> ") {
+                Some((path, target)) => (path, Some(target)),
+                None => (header, None),
+            };
+            let (module, rest) = path.split_once('/').expect("module/path");
+            let tree = source.modules.entry(module.to_owned()).or_default();
+            match link {
+                Some(target) => {
+                    tree.entries.insert(
+                        rest.to_owned(),
+                        EntryKind::Symlink {
+                            target: target.to_owned(),
+                        },
+                    );
+                }
+                None => current = Some((module.to_owned(), rest.to_owned(), String::new())),
+            }
+        } else if let Some((_, _, body)) = current.as_mut() {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    flush(&mut current, &mut source);
+    source
+}
+
+/// Loads a fixture and renders the modules accepted and every diagnostic.
+fn check(text: &str) -> String {
+    let (catalogue, diagnostics) = load_catalogue(&fixture(text));
+    let mut out = format!(
+        "accepted: [{}]\n",
+        catalogue
+            .modules
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for d in diagnostics {
+        out.push_str(&format!("{d}\n"));
+    }
+    out
+}
+
+#[test]
+fn a_sound_catalogue_has_no_diagnostics() {
+    insta::assert_snapshot!(check(
+        r#"
+//- base/module.toml
+name = "base"
+[settings]
+motd = "hello"
+[files.motd]
+source = "files/motd"
+path = "/etc/motd"
+template = true
+//- base/files/motd
+{{ motd }}
+//- media/module.toml
+name = "media"
+depends = ["base"]
+upgrade = "together"
+[settings]
+port = 8096
+[places.media]
+default = "/srv/media"
+[files.conf]
+source = "conf"
+path = "/etc/media.conf"
+[containers.media]
+image = "localhost/busybox"
+command = ["httpd", "-p", "{{port}}"]
+mounts = [{ place = "media", at = "/media" }]
+restart-on = ["conf"]
+[together]
+pair = ["file/conf", "container/media"]
+//- media/conf
+port
+"#
+    ), @"accepted: [base, media]");
+}
+
+#[test]
+fn every_problem_of_a_bad_module_is_reported_at_once() {
+    insta::assert_snapshot!(check(
+        r#"
+//- media/module.toml
+name = "media"
+[settings]
+port = 8096
+[places.media]
+default = "srv/media"
+[files.conf]
+source = "files/missing.conf"
+path = "/etc/media.conf"
+mode = "0999"
+[files.tmpl]
+source = "files/media.tmpl"
+path = "/etc/{{ nope }}/media"
+template = true
+[containers.media]
+image = "localhost/busybox"
+command = ["httpd", "-p", "{{ prot }}"]
+mounts = [{ place = "previews", at = "/previews" }, { place = "media", at = "/previews" }]
+restart-on = ["config"]
+[memberships.video]
+account = "{{ operator }}"
+group = "video"
+[together]
+lonely = ["file/conf"]
+//- media/files/media.tmpl
+{{ port }} {{ accesses.library }}
+//- media/files/link -> /etc/shadow
+"#
+    ));
+}
+
+#[test]
+fn malformed_toml_and_unknown_keys_name_the_file() {
+    insta::assert_snapshot!(check(
+        r#"
+//- broken/module.toml
+name = "broken
+//- typo/module.toml
+name = "typo"
+[containers.web]
+image = "x"
+mount = []
+//- nodef/README
+no module.toml here
+//- renamed/module.toml
+name = "other"
+"#
+    ));
+}
+
+#[test]
+fn unknown_dependencies_and_cycles_are_named() {
+    insta::assert_snapshot!(check(
+        r#"
+//- a/module.toml
+name = "a"
+depends = ["b"]
+//- b/module.toml
+name = "b"
+depends = ["c"]
+//- c/module.toml
+name = "c"
+depends = ["a"]
+//- d/module.toml
+name = "d"
+depends = ["ghost"]
+//- e/module.toml
+name = "e"
+depends = ["d"]
+"#
+    ));
+}
+
+#[test]
+fn a_cycle_is_named_in_the_order_of_its_edges() {
+    insta::assert_snapshot!(check(
+        r#"
+//- a/module.toml
+name = "a"
+depends = ["c"]
+//- b/module.toml
+name = "b"
+depends = ["a"]
+//- c/module.toml
+name = "c"
+depends = ["b"]
+//- self/module.toml
+name = "self"
+depends = ["self"]
+"#
+    ));
+}
