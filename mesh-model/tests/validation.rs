@@ -11,21 +11,15 @@ fn fixture(text: &str) -> CatalogueSource {
         ..CatalogueSource::default()
     };
     let mut current: Option<(String, String, String)> = None;
-    let mut flush = |current: &mut Option<(String, String, String)>,
-                     source: &mut CatalogueSource| {
+    let flush = |current: &mut Option<(String, String, String)>, source: &mut CatalogueSource| {
         if let Some((module, path, body)) = current.take() {
-            source
-                .modules
-                .entry(module)
-                .or_insert_with(ModuleTree::default)
-                .entries
-                .insert(
-                    path,
-                    EntryKind::File {
-                        bytes: body.into_bytes(),
-                        executable: false,
-                    },
-                );
+            source.modules.entry(module).or_default().entries.insert(
+                path,
+                EntryKind::File {
+                    bytes: body.into_bytes(),
+                    executable: false,
+                },
+            );
         }
     };
     for line in text.lines() {
