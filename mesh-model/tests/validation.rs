@@ -1,7 +1,7 @@
 //! Parsing and validation of module definitions and catalogues: every problem at once, each
 //! naming file, module and key.
 
-use mesh_model::module::{load_catalogue, CatalogueSource, EntryKind, ModuleTree};
+use mesh_model::module::{load_catalogue, CatalogueSource, EntryKind};
 
 /// A catalogue from a multi-file fixture: `//- <module>/<path>` starts a file;
 /// `//- <module>/<path> -> <target>` is a symbolic link.
