@@ -5,7 +5,7 @@ use crate::accounts::{AccountDatabase, Accounts, ShadowUtils};
 use crate::containers::{ContainerRuntime, NoContainerRuntime};
 use crate::fsops::{self, Wanted};
 use crate::order::{units_in_order, Unit};
-use crate::paths::{is_ancestor, RootPaths};
+use crate::paths::{is_ancestor, Opened, RootPaths};
 use crate::state::STATE_FORMAT;
 use crate::state::{FailureRecord, InProgress, Origin, Record, StateDir, StateFile, Target};
 use crate::{ApplyError, HostConfig};
@@ -899,8 +899,12 @@ impl Engine<'_> {
             Ok(ids) => ids,
             Err(reason) => return Ok(Err(reason)),
         };
-        let resolved = match self.paths.resolve(&spec.path) {
-            Ok(resolved) => resolved,
+        let Opened {
+            full,
+            missing_parents,
+            current,
+        } = match self.paths.open_file(&spec.path) {
+            Ok(opened) => opened,
             Err(reason) => return Ok(Err(reason)),
         };
         let wanted = Wanted {
@@ -910,39 +914,40 @@ impl Engine<'_> {
             gid,
         };
         let path = &spec.path;
-        let changed = match &resolved.meta {
+        let changed = match current {
             None => {
                 self.ensure_record(resource)?;
-                if let Err(reason) = self.make_parents(&resolved.missing_parents)? {
+                if let Err(reason) = self.make_parents(&missing_parents)? {
                     return Ok(Err(reason));
                 }
-                if let Err(e) = fsops::write_atomic(&resolved.full, &wanted) {
+                if let Err(e) = fsops::write_atomic(&full, &wanted) {
                     return Ok(Err(format!("cannot write `{path}`: {e}")));
                 }
-                self.touched(&resolved.full);
+                self.touched(&full);
                 vec!["created".to_owned()]
             }
-            Some(meta) if meta.is_file() => {
-                let changed = match file_differences(&resolved.full, meta, &wanted) {
+            Some((mut file, meta)) if meta.is_file() => {
+                let changed = match differences_of_open_file(&mut file, &meta, &wanted) {
                     Ok(changed) => changed,
                     Err(e) => return Ok(Err(format!("cannot read `{path}`: {e}"))),
                 };
+                drop(file);
                 if changed.is_empty() {
                     return Ok(Ok(changed));
                 }
                 self.ensure_record(resource)?;
                 let result = if changed.iter().any(|c| c == "content") {
-                    self.touched(&resolved.full);
-                    fsops::write_atomic(&resolved.full, &wanted)
+                    self.touched(&full);
+                    fsops::write_atomic(&full, &wanted)
                 } else {
-                    fsops::set_mode_owner(&resolved.full, spec.mode, uid, gid)
+                    fsops::set_mode_owner(&full, spec.mode, uid, gid)
                 };
                 if let Err(e) = result {
                     return Ok(Err(format!("cannot write `{path}`: {e}")));
                 }
                 changed
             }
-            Some(meta) if meta.is_dir() => {
+            Some((_, meta)) if meta.is_dir() => {
                 return Ok(Err(format!("`{path}` is a directory, not a file")))
             }
             Some(_) => return Ok(Err(format!("`{path}` is not a regular file"))),
@@ -1410,6 +1415,29 @@ fn mode_owner_differences(meta: &fs::Metadata, (mode, uid, gid): (u32, u32, u32)
         changed.push("group".to_owned());
     }
     changed
+}
+
+/// What differs between an open file and what is wanted.
+fn differences_of_open_file(
+    file: &mut fs::File,
+    meta: &fs::Metadata,
+    wanted: &Wanted<'_>,
+) -> io::Result<Vec<String>> {
+    use std::io::Read as _;
+    let mut changed = Vec::new();
+    let same_content = meta.len() == wanted.bytes.len() as u64 && {
+        let mut bytes = Vec::with_capacity(wanted.bytes.len() + 1);
+        file.read_to_end(&mut bytes)?;
+        bytes == wanted.bytes
+    };
+    if !same_content {
+        changed.push("content".to_owned());
+    }
+    changed.extend(mode_owner_differences(
+        meta,
+        (wanted.mode, wanted.uid, wanted.gid),
+    ));
+    Ok(changed)
 }
 
 /// What differs between the file at `full` and what is wanted.

@@ -15,6 +15,16 @@ pub(crate) struct Resolved {
     pub(crate) meta: Option<fs::Metadata>,
 }
 
+/// A regular file's path opened under the root.
+pub(crate) struct Opened {
+    /// The path under the root.
+    pub(crate) full: PathBuf,
+    /// Ancestors (machine paths, shallowest first) that do not exist yet.
+    pub(crate) missing_parents: Vec<String>,
+    /// What is there now, opened for reading, with its metadata (`None`: nothing).
+    pub(crate) current: Option<(fs::File, fs::Metadata)>,
+}
+
 /// Resolves machine paths under one root, remembering the ancestors already checked.
 pub(crate) struct RootPaths {
     root: PathBuf,
@@ -49,6 +59,66 @@ impl RootPaths {
     ///
     /// Errors are sentences naming machine paths.
     pub(crate) fn resolve(&mut self, machine_path: &str) -> Result<Resolved, String> {
+        let (full, missing_parents) = self.resolve_parent(machine_path)?;
+        let meta = if missing_parents.is_empty() {
+            match fs::symlink_metadata(&full) {
+                Ok(meta) if meta.file_type().is_symlink() => return Err(symlink(machine_path)),
+                Ok(meta) => Some(meta),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+                Err(e) => return Err(format!("cannot examine `{machine_path}`: {e}")),
+            }
+        } else {
+            None
+        };
+        Ok(Resolved {
+            full,
+            missing_parents,
+            meta,
+        })
+    }
+
+    /// Opens the regular file at `machine_path` for reading, never following a link, with its
+    /// metadata; `None` when nothing is there. One open and one fstat: the no-op apply's path.
+    pub(crate) fn open_file(&mut self, machine_path: &str) -> Result<Opened, String> {
+        use nix::fcntl::OFlag;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let (full, missing_parents) = self.resolve_parent(machine_path)?;
+        if !missing_parents.is_empty() {
+            return Ok(Opened {
+                full,
+                missing_parents,
+                current: None,
+            });
+        }
+        let opened = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
+            .open(&full);
+        let examine = |e: io::Error| format!("cannot examine `{machine_path}`: {e}");
+        match opened {
+            Ok(file) => {
+                let meta = file.metadata().map_err(examine)?;
+                Ok(Opened {
+                    full,
+                    missing_parents,
+                    current: Some((file, meta)),
+                })
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Opened {
+                full,
+                missing_parents,
+                current: None,
+            }),
+            Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) => {
+                Err(symlink(machine_path))
+            }
+            Err(e) => Err(examine(e)),
+        }
+    }
+
+    /// Checks every ancestor of `machine_path`; returns the path under the root and the
+    /// ancestors that do not exist yet.
+    fn resolve_parent(&mut self, machine_path: &str) -> Result<(PathBuf, Vec<String>), String> {
         let mut missing_parents = Vec::new();
         let mut prefix = String::new();
         let segments: Vec<&str> = machine_path.split('/').filter(|s| !s.is_empty()).collect();
@@ -86,27 +156,12 @@ impl RootPaths {
                 Err(e) => return Err(format!("cannot examine `{prefix}`: {e}")),
             }
         }
-        let full = self.full(machine_path);
-        let meta = if missing_parents.is_empty() {
-            match fs::symlink_metadata(&full) {
-                Ok(meta) if meta.file_type().is_symlink() => {
-                    return Err(format!(
-                        "`{machine_path}` is a symbolic link; the mesh does not manage links"
-                    ))
-                }
-                Ok(meta) => Some(meta),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-                Err(e) => return Err(format!("cannot examine `{machine_path}`: {e}")),
-            }
-        } else {
-            None
-        };
-        Ok(Resolved {
-            full,
-            missing_parents,
-            meta,
-        })
+        Ok((self.full(machine_path), missing_parents))
     }
+}
+
+fn symlink(machine_path: &str) -> String {
+    format!("`{machine_path}` is a symbolic link; the mesh does not manage links")
 }
 
 /// Whether machine path `ancestor` is a strict ancestor of `path`.

@@ -1,0 +1,170 @@
+//! The host engine's cost against plain baselines, with 10,000 file resources (issue 3).
+//!
+//! - a no-op apply (everything already as declared) against reading and hashing the same files;
+//! - a first apply against writing the same files with write + fsync + rename;
+//! - the process's peak memory (VmHWM).
+//!
+//! Run with `cargo bench -p mesh-apply`. Prints the ratios and fails (exit 1) when one is past its
+//! bound: no-op ≤ 1.5×, first ≤ 2×, peak < 100 MB.
+
+use mesh_apply::{apply, HostConfig};
+use mesh_model::declaration::{resource_id, Declaration, FileSpec, Resource, Spec};
+use sha2::{Digest as _, Sha256};
+use std::fs;
+use std::io::Write as _;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const FILES: usize = 10_000;
+const DIRS: usize = 100;
+const ROUNDS: usize = 3;
+
+fn machine_path(i: usize) -> String {
+    format!("/srv/bench/d{:03}/f{i:05}.conf", i % DIRS)
+}
+
+fn content(i: usize) -> String {
+    format!("# file {i}\n{}", "setting = value\n".repeat(20 + i % 80))
+}
+
+fn declaration() -> Declaration {
+    let resources = (0..FILES)
+        .map(|i| Resource {
+            id: resource_id("bench", "file", &format!("f{i:05}")),
+            module: "bench".to_owned(),
+            together: None,
+            after: Vec::new(),
+            spec: Spec::File(FileSpec {
+                path: machine_path(i),
+                content: content(i),
+                mode: 0o644,
+                owner: "root".to_owned(),
+                group: "root".to_owned(),
+            }),
+        })
+        .collect();
+    Declaration::new("bench", resources)
+}
+
+fn make_dirs(root: &Path) {
+    for d in 0..DIRS {
+        fs::create_dir_all(root.join(format!("srv/bench/d{d:03}"))).unwrap();
+    }
+}
+
+fn under(root: &Path, machine_path: &str) -> std::path::PathBuf {
+    root.join(machine_path.trim_start_matches('/'))
+}
+
+/// Baseline: write every file with write + fsync + rename.
+fn write_baseline(root: &Path) -> Duration {
+    let started = Instant::now();
+    for i in 0..FILES {
+        let target = under(root, &machine_path(i));
+        let temp = target.with_extension("tmp");
+        let mut file = fs::File::create(&temp).unwrap();
+        file.write_all(content(i).as_bytes()).unwrap();
+        file.sync_all().unwrap();
+        fs::rename(&temp, &target).unwrap();
+    }
+    started.elapsed()
+}
+
+/// Baseline: read and hash every file.
+fn read_baseline(root: &Path) -> Duration {
+    let started = Instant::now();
+    let mut all = Sha256::new();
+    for i in 0..FILES {
+        let bytes = fs::read(under(root, &machine_path(i))).unwrap();
+        all.update(Sha256::digest(&bytes));
+    }
+    std::hint::black_box(all.finalize());
+    started.elapsed()
+}
+
+fn peak_memory_kib() -> u64 {
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn main() {
+    // `cargo test --benches` runs this with `--test`-ish arguments: keep it to `cargo bench`.
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let declaration = declaration();
+    if std::env::var_os("MESH_BENCH_PROFILE_NOOP").is_some() {
+        // For `perf record`: one first apply, then many no-op applies.
+        let dir = tempfile::tempdir().unwrap();
+        let config = HostConfig {
+            root: dir.path().join("root"),
+            state_dir: dir.path().join("state"),
+            ..HostConfig::default()
+        };
+        make_dirs(&config.root);
+        apply(&config, &declaration, 1_800_000_000).unwrap();
+        for _ in 0..20 {
+            apply(&config, &declaration, 1_800_000_060).unwrap();
+        }
+        return;
+    }
+    let mut first_ratios = Vec::new();
+    let mut noop_ratios = Vec::new();
+    let mut lines = Vec::new();
+    for round in 0..ROUNDS {
+        let dir = tempfile::tempdir().unwrap();
+        let baseline_root = dir.path().join("baseline");
+        let config = HostConfig {
+            root: dir.path().join("root"),
+            state_dir: dir.path().join("state"),
+            ..HostConfig::default()
+        };
+        make_dirs(&baseline_root);
+        make_dirs(&config.root);
+
+        let write = write_baseline(&baseline_root);
+        let started = Instant::now();
+        let report = apply(&config, &declaration, 1_800_000_000).unwrap();
+        let first = started.elapsed();
+        assert_eq!(report.tally().get("applied"), Some(&FILES));
+
+        let read = read_baseline(&config.root);
+        let started = Instant::now();
+        let report = apply(&config, &declaration, 1_800_000_060).unwrap();
+        let noop = started.elapsed();
+        assert_eq!(report.tally().get("unchanged"), Some(&FILES));
+
+        let first_ratio = first.as_secs_f64() / write.as_secs_f64();
+        let noop_ratio = noop.as_secs_f64() / read.as_secs_f64();
+        lines.push(format!(
+            "round {round}: first apply {first:.2?} vs write+fsync+rename {write:.2?} = {first_ratio:.2}x; \
+             no-op apply {noop:.2?} vs read+hash {read:.2?} = {noop_ratio:.2}x"
+        ));
+        first_ratios.push(first_ratio);
+        noop_ratios.push(noop_ratio);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let first = median(&mut first_ratios);
+    let noop = median(&mut noop_ratios);
+    let peak_mib = peak_memory_kib() as f64 / 1024.0;
+    println!("mesh-apply, {FILES} file resources, {ROUNDS} rounds");
+    for line in lines {
+        println!("  {line}");
+    }
+    println!("first apply / write+fsync+rename (median): {first:.2}x (bound 2.0x)");
+    println!("no-op apply / read+hash (median):          {noop:.2}x (bound 1.5x)");
+    println!("peak memory (VmHWM):                       {peak_mib:.1} MiB (bound 100 MB)");
+    let ok = first <= 2.0 && noop <= 1.5 && peak_mib * 1.048_576 < 100.0;
+    if !ok {
+        println!("FAILED: a bound is exceeded");
+        std::process::exit(1);
+    }
+}
