@@ -1,19 +1,40 @@
 //! The bus: how the controller and the hosts talk.
 //!
 //! One small trait, [`Bus`] — publish, subscribe, request — with subjects named in
-//! [`subjects`]. [`InProcessBus`] serves the embedded mode (one process, nothing to install).
-//! NATS JetStream, for a fleet, implements the same trait.
+//! [`subjects`]. [`InProcessBus`] serves the embedded mode (one process, nothing to install);
+//! [`NatsBus`] serves a fleet over a real NATS server (Debian's `nats-server`, 2.9).
+//!
+//! Where to start: [`Bus`], then [`nats`] for the fleet. Beside the trait, NATS gives the mesh
+//! what a plain bus cannot:
+//! - [`jetstream`]: the streams (declarations, reports, events), durable consumers made
+//!   **from now** and [`jetstream::consumer_reset`] (rule 24), merge announcements heard once;
+//! - [`grants`]: the server's `authorization` block composed from the nodes and what their
+//!   modules are granted — a pure function (rule 13);
+//! - [`discovery`]: each runtime answers `$SRV.PING`/`$SRV.INFO`; [`discovery::discover`] waits
+//!   for every instance that said it is there and names the ones not heard (rule 25);
+//! - [`nats_server`]: a loopback `nats-server` for tests, benchmarks and the demo.
 //!
 //! # Invariants
 //! - Payloads are bytes: the bus knows nothing of declarations or reports, which are
-//!   mesh-model's versioned wire formats.
+//!   mesh-model's versioned wire formats. The only payload this crate defines is its own merge
+//!   announcement ([`jetstream::MergeAnnouncement`]).
 //! - Subjects follow NATS syntax (`.`-separated tokens, `*` one token, `>` the rest) in every
 //!   implementation, so the embedded mode routes exactly as a fleet does.
+//! - Nothing here decides anything about the mesh: no plan, no rollout, no grant policy. The
+//!   crate carries, stores and permits what the controller decided.
+//! - The server is 2.9: one `filter_subject` per consumer, no consumer pause/reset API, and
+//!   async-nats built without its newer-server features.
 
+pub mod discovery;
+pub mod grants;
 pub mod in_process;
+pub mod jetstream;
+pub mod nats;
+pub mod nats_server;
 pub mod subjects;
 
 pub use in_process::InProcessBus;
+pub use nats::{NatsBus, NatsError, NatsOptions};
 
 use std::time::Duration;
 

@@ -1,0 +1,421 @@
+//! Grants as bus permissions (rule 13, ADR 0218 §1, issue 249): the NATS server's
+//! `authorization { users = [...] }` block, composed from the nodes and what their modules are
+//! granted.
+//!
+//! Start at [`authorization_config`]: a pure function from [`BusAuthorization`] to the text the
+//! node holding the bus includes in its server configuration (and reloads). [`node_permissions`]
+//! says what one node may do; [`bus_users`] is the list of users, which the controller compares
+//! to know whether the bus node must be sent first.
+//!
+//! What it must never do: read a clock, a file or the network (the output is a function of its
+//! input alone, byte for byte), or let a node near another node's declarations or reports — a
+//! module's grant that overlaps the mesh's own subjects or the server's APIs is refused.
+//!
+//! What a node may do:
+//! - hear its own declarations (`mesh.declaration.<node>`), and read them through its own
+//!   durable consumer on the declarations stream (`host-<node>`, made by the controller);
+//! - publish its own reports (`mesh.report.<node>`);
+//! - hear (and publish to) its own reply inboxes only (`_INBOX.node-<node>.>`: it must connect
+//!   with [`node_inbox_prefix`], as [`crate::NatsOptions::for_node`] does), and answer requests
+//!   it heard (`allow_responses`);
+//! - answer discovery (`$SRV.>`);
+//! - use each state bucket it is granted (`$KV.<bucket>.>` and the JetStream API subjects a
+//!   key-value store needs: stream info, direct and stored gets, watches) and publish and hear
+//!   each event subject it is granted.
+//!
+//! The controller's user may do everything.
+
+use crate::{is_valid_subject, jetstream, subjects};
+use std::collections::BTreeSet;
+
+/// The controller's user on the bus.
+pub const CONTROLLER_USER: &str = "controller";
+
+/// `node`'s user on the bus.
+pub fn node_user(node: &str) -> String {
+    format!("node-{node}")
+}
+
+/// The prefix of `node`'s reply inboxes; its grants let it hear only those. (A generated inbox
+/// token never holds `-`, so no other client's inbox can fall under it.)
+pub fn node_inbox_prefix(node: &str) -> String {
+    format!("_INBOX.{}", node_user(node))
+}
+
+/// Who may use the bus: the controller and every node with what its modules are granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BusAuthorization {
+    /// The controller's password, as the server configuration holds it: plain, or a bcrypt
+    /// hash (`$2a$…`).
+    pub controller_password: String,
+    /// Every node.
+    pub nodes: Vec<NodeGrants>,
+}
+
+/// One node's user and what its modules are granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeGrants {
+    /// The node (a subject token: `[A-Za-z0-9_-]`).
+    pub node: String,
+    /// Its password, plain or a bcrypt hash.
+    pub password: String,
+    /// The state buckets its modules read and write.
+    pub buckets: Vec<String>,
+    /// The event subjects its modules publish and hear.
+    pub subjects: Vec<String>,
+}
+
+/// What one user may publish and hear, sorted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permissions {
+    /// Subjects it may publish on.
+    pub publish: Vec<String>,
+    /// Subjects it may subscribe to.
+    pub subscribe: Vec<String>,
+}
+
+/// Why a set of grants cannot be made a server configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GrantProblem {
+    /// A node's name is not a single subject token of `[A-Za-z0-9_-]`.
+    #[error("node `{node}`: its name must be letters, digits, `-` or `_`")]
+    NodeName {
+        /// The node.
+        node: String,
+    },
+    /// The same node is listed twice.
+    #[error("node `{node}` is listed twice")]
+    DuplicateNode {
+        /// The node.
+        node: String,
+    },
+    /// A user has no password.
+    #[error("user `{user}` has an empty password")]
+    EmptyPassword {
+        /// The user.
+        user: String,
+    },
+    /// A password holds a character the configuration cannot carry (a control character).
+    #[error("user `{user}`: its password holds a control character")]
+    Password {
+        /// The user.
+        user: String,
+    },
+    /// A bucket's name is not `[A-Za-z0-9_-]`.
+    #[error("node `{node}`: bucket `{bucket}` must be named with letters, digits, `-` or `_`")]
+    BucketName {
+        /// The node.
+        node: String,
+        /// The bucket.
+        bucket: String,
+    },
+    /// An event subject is not valid NATS syntax.
+    #[error("node `{node}`: `{subject}` is not a valid subject")]
+    Subject {
+        /// The node.
+        node: String,
+        /// The subject.
+        subject: String,
+    },
+    /// An event subject reaches into the mesh's own subjects or the server's APIs.
+    #[error(
+        "node `{node}`: subject `{subject}` overlaps `{reserved}`, which no module is granted"
+    )]
+    ReservedSubject {
+        /// The node.
+        node: String,
+        /// The subject.
+        subject: String,
+        /// The reserved subjects it overlaps.
+        reserved: String,
+    },
+}
+
+/// Subjects no module may be granted: the mesh's own and the server's.
+pub const RESERVED_SUBJECTS: [&str; 9] = [
+    subjects::MESH,
+    "$JS.>",
+    "$KV.>",
+    "$O.>",
+    "$SRV.>",
+    "$SYS.>",
+    "$NRG.>",
+    "_INBOX.>",
+    "$JSC.>",
+];
+
+fn is_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// Whether some subject matches both patterns.
+pub fn patterns_overlap(a: &str, b: &str) -> bool {
+    let a: Vec<&str> = a.split('.').collect();
+    let b: Vec<&str> = b.split('.').collect();
+    let mut i = 0;
+    loop {
+        match (a.get(i), b.get(i)) {
+            (Some(&">"), Some(_)) | (Some(_), Some(&">")) => return true,
+            (Some(x), Some(y)) if *x == "*" || *y == "*" || x == y => i += 1,
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
+/// What `grants.node` may publish and hear (see the module's documentation).
+///
+/// Buckets and subjects are sorted and deduplicated; the result does not depend on their order.
+pub fn node_permissions(grants: &NodeGrants) -> Permissions {
+    let node = &grants.node;
+    let consumer = jetstream::declaration_consumer(node);
+    let declarations = jetstream::DECLARATIONS_STREAM;
+    let mut publish = BTreeSet::from([
+        subjects::report(node),
+        format!("$JS.API.CONSUMER.INFO.{declarations}.{consumer}"),
+        format!("$JS.API.CONSUMER.MSG.NEXT.{declarations}.{consumer}"),
+        format!("$JS.ACK.{declarations}.{consumer}.>"),
+        // Its own inboxes: a round trip through the server (see `NatsBus::round_trip`).
+        format!("{}.>", node_inbox_prefix(node)),
+    ]);
+    let mut subscribe = BTreeSet::from([
+        subjects::declaration(node),
+        format!("{}.>", node_inbox_prefix(node)),
+        "$SRV.>".to_owned(),
+    ]);
+    for bucket in &grants.buckets {
+        let stream = format!("KV_{bucket}");
+        publish.extend([
+            format!("$KV.{bucket}.>"),
+            format!("$JS.API.STREAM.INFO.{stream}"),
+            format!("$JS.API.STREAM.MSG.GET.{stream}"),
+            format!("$JS.API.DIRECT.GET.{stream}"),
+            format!("$JS.API.DIRECT.GET.{stream}.>"),
+            format!("$JS.API.CONSUMER.CREATE.{stream}"),
+            format!("$JS.API.CONSUMER.CREATE.{stream}.>"),
+            format!("$JS.API.CONSUMER.INFO.{stream}.>"),
+            format!("$JS.API.CONSUMER.DELETE.{stream}.>"),
+            format!("$JS.FC.{stream}.>"),
+        ]);
+    }
+    for subject in &grants.subjects {
+        publish.insert(subject.clone());
+        subscribe.insert(subject.clone());
+    }
+    Permissions {
+        publish: publish.into_iter().collect(),
+        subscribe: subscribe.into_iter().collect(),
+    }
+}
+
+/// Every problem with a set of grants, at once (none: it can be composed).
+pub fn check(authorization: &BusAuthorization) -> Vec<GrantProblem> {
+    let mut problems = Vec::new();
+    let mut password = |user: String, password: &str| {
+        if password.is_empty() {
+            problems.push(GrantProblem::EmptyPassword { user });
+        } else if password.chars().any(char::is_control) {
+            problems.push(GrantProblem::Password { user });
+        }
+    };
+    password(
+        CONTROLLER_USER.to_owned(),
+        &authorization.controller_password,
+    );
+    for grants in &authorization.nodes {
+        password(node_user(&grants.node), &grants.password);
+    }
+    let mut seen = BTreeSet::new();
+    for grants in &authorization.nodes {
+        let node = &grants.node;
+        if !is_name(node) {
+            problems.push(GrantProblem::NodeName { node: node.clone() });
+        }
+        if !seen.insert(node.as_str()) {
+            problems.push(GrantProblem::DuplicateNode { node: node.clone() });
+        }
+        for bucket in &grants.buckets {
+            if !is_name(bucket) {
+                problems.push(GrantProblem::BucketName {
+                    node: node.clone(),
+                    bucket: bucket.clone(),
+                });
+            }
+        }
+        for subject in &grants.subjects {
+            if !is_valid_subject(subject, true) || subject.contains('"') {
+                problems.push(GrantProblem::Subject {
+                    node: node.clone(),
+                    subject: subject.clone(),
+                });
+            } else if let Some(reserved) = RESERVED_SUBJECTS
+                .iter()
+                .find(|reserved| patterns_overlap(subject, reserved))
+            {
+                problems.push(GrantProblem::ReservedSubject {
+                    node: node.clone(),
+                    subject: subject.clone(),
+                    reserved: (*reserved).to_owned(),
+                });
+            }
+        }
+    }
+    problems
+}
+
+/// The bus's users, sorted: the controller's and one per node. When this list changes, the
+/// node holding the bus is sent first (rule 13).
+pub fn bus_users(authorization: &BusAuthorization) -> Vec<String> {
+    let mut users: Vec<String> = std::iter::once(CONTROLLER_USER.to_owned())
+        .chain(authorization.nodes.iter().map(|n| node_user(&n.node)))
+        .collect();
+    users.sort();
+    users.dedup();
+    users
+}
+
+fn quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn list(out: &mut String, key: &str, items: &[String]) {
+    out.push_str(&format!("        {key}: {{\n          allow: [\n"));
+    for item in items {
+        out.push_str(&format!("            {}\n", quoted(item)));
+    }
+    out.push_str("          ]\n        }\n");
+}
+
+/// The server's `authorization` block: the controller may do everything, each node what
+/// [`node_permissions`] says. The node holding the bus includes it in its server configuration
+/// and reloads the server when it changes — with JetStream set in that configuration file, not
+/// by the `-js` flag (see [`crate::nats_server`]).
+///
+/// # Guarantees
+/// Pure and deterministic: the same grants give the same bytes whatever the order of nodes,
+/// buckets and subjects, so two outputs compare equal exactly when the permissions are equal.
+///
+/// # Errors
+/// Every [`GrantProblem`] at once (see [`check`]).
+pub fn authorization_config(authorization: &BusAuthorization) -> Result<String, Vec<GrantProblem>> {
+    let problems = check(authorization);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let mut nodes: Vec<&NodeGrants> = authorization.nodes.iter().collect();
+    nodes.sort_by(|a, b| a.node.cmp(&b.node));
+    let mut out = String::from(
+        "# The mesh's bus users and what each may do (rule 13), composed by mesh-controller.\n\
+         # Do not edit: the next send replaces it.\n\
+         authorization {\n  users = [\n",
+    );
+    out.push_str(&format!(
+        "    {{\n      user: {}\n      password: {}\n    }}\n",
+        quoted(CONTROLLER_USER),
+        quoted(&authorization.controller_password)
+    ));
+    for grants in nodes {
+        let permissions = node_permissions(grants);
+        out.push_str(&format!(
+            "    {{\n      user: {}\n      password: {}\n      permissions: {{\n",
+            quoted(&node_user(&grants.node)),
+            quoted(&grants.password)
+        ));
+        list(&mut out, "publish", &permissions.publish);
+        list(&mut out, "subscribe", &permissions.subscribe);
+        out.push_str("        allow_responses: true\n      }\n    }\n");
+    }
+    out.push_str("  ]\n}\n");
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, buckets: &[&str], subjects: &[&str]) -> NodeGrants {
+        NodeGrants {
+            node: name.into(),
+            password: format!("{name}-secret"),
+            buckets: buckets.iter().map(|s| s.to_string()).collect(),
+            subjects: subjects.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn the_config_is_the_same_whatever_the_order() {
+        let one = BusAuthorization {
+            controller_password: "c".into(),
+            nodes: vec![
+                node("home", &["media", "agent"], &["media.scan", "media.done"]),
+                node("laptop", &[], &[]),
+            ],
+        };
+        let two = BusAuthorization {
+            controller_password: "c".into(),
+            nodes: vec![
+                node("laptop", &[], &[]),
+                node(
+                    "home",
+                    &["agent", "media", "agent"],
+                    &["media.done", "media.scan"],
+                ),
+            ],
+        };
+        let config = authorization_config(&one).unwrap();
+        assert_eq!(config, authorization_config(&two).unwrap());
+        insta::assert_snapshot!(config);
+        assert_eq!(bus_users(&one), ["controller", "node-home", "node-laptop"]);
+    }
+
+    #[test]
+    fn a_node_is_never_granted_another_nodes_subjects() {
+        // Every problem at once, each naming node and subject or bucket.
+        let problems = authorization_config(&BusAuthorization {
+            controller_password: "".into(),
+            nodes: vec![
+                node(
+                    "home",
+                    &["bad.bucket"],
+                    &["mesh.declaration.laptop", "*.report.x"],
+                ),
+                node("home", &[], &["_INBOX.>", ">", "media..x"]),
+                node("lap top", &[], &[]),
+            ],
+        })
+        .unwrap_err();
+        insta::assert_snapshot!(problems
+            .iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join("\n"));
+    }
+
+    #[test]
+    fn overlap_is_decided_token_by_token() {
+        assert!(patterns_overlap("mesh.>", "*.declaration.x"));
+        assert!(patterns_overlap(">", "a"));
+        assert!(patterns_overlap("a.*.c", "a.b.*"));
+        assert!(!patterns_overlap("mesh.>", "mesh"));
+        assert!(!patterns_overlap("media.scan", "mesh.>"));
+        assert!(!patterns_overlap("a.b", "a.b.c"));
+    }
+
+    #[test]
+    fn quotes_and_backslashes_are_escaped() {
+        assert_eq!(quoted(r#"a"b\c"#), r#""a\"b\\c""#);
+    }
+}

@@ -1,0 +1,617 @@
+//! JetStream: the mesh's streams, durable consumers made from now, key-value buckets, and merge
+//! announcements heard once.
+//!
+//! Start at [`ensure_streams`] (the controller runs it on start), then
+//! [`ensure_consumer_from_now`] for every durable consumer on a history stream (rule 24,
+//! issue 248), and [`consumer_reset`] for `mesh-controller broker consumer-reset STREAM CONSUMER`.
+//! Merges travel as [`publish_merge`] / [`MergeListener`].
+//!
+//! What it must never do: re-make a consumer that exists (it would lose its place), make one with
+//! the server's default deliver policy (*all*: a week of history replayed), or reset a work
+//! queue's consumer (what it holds pending is work). The server is 2.9: one `filter_subject`
+//! per consumer, and no consumer reset API — a reset is read, delete, create.
+
+use crate::nats::NatsError;
+use crate::subjects;
+use async_nats::jetstream::consumer::{self, pull, DeliverPolicy, PullConsumer};
+use async_nats::jetstream::stream::{self, RetentionPolicy};
+use async_nats::jetstream::{kv, Context};
+use futures_util::StreamExt;
+use sha2::{Digest, Sha256};
+use std::collections::{HashSet, VecDeque};
+use std::time::Duration;
+
+/// The stream holding every node's declarations (`mesh.declaration.<node>`), a few per node.
+pub const DECLARATIONS_STREAM: &str = "MESH_DECLARATIONS";
+/// The stream holding every node's reports (`mesh.report.<node>`).
+pub const REPORTS_STREAM: &str = "MESH_REPORTS";
+/// The stream holding the mesh's events: merges and builds (`mesh.event.>`).
+pub const EVENTS_STREAM: &str = "MESH_EVENTS";
+
+/// How long the events stream remembers a merge's message id: a merge announced again within
+/// it is not stored again (issue 250 saw repeats 0.5 to 30 seconds apart).
+pub const MERGE_DEDUPLICATION_WINDOW: Duration = Duration::from_secs(60 * 60);
+
+/// The declarations stream: the last 8 declarations of each node.
+pub fn declarations_stream() -> stream::Config {
+    stream::Config {
+        name: DECLARATIONS_STREAM.to_owned(),
+        description: Some("what each node should hold, newest last".to_owned()),
+        subjects: vec![subjects::ALL_DECLARATIONS.to_owned()],
+        max_messages_per_subject: 8,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
+/// The reports stream: the last 64 reports of each node, for at most a week.
+pub fn reports_stream() -> stream::Config {
+    stream::Config {
+        name: REPORTS_STREAM.to_owned(),
+        description: Some("what each node last did".to_owned()),
+        subjects: vec![subjects::ALL_REPORTS.to_owned()],
+        max_messages_per_subject: 64,
+        max_age: Duration::from_secs(7 * 24 * 60 * 60),
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
+/// The events stream: merges and build outcomes for a week, merges deduplicated by message id
+/// over [`MERGE_DEDUPLICATION_WINDOW`].
+pub fn events_stream() -> stream::Config {
+    stream::Config {
+        name: EVENTS_STREAM.to_owned(),
+        description: Some("merges and builds".to_owned()),
+        subjects: vec![subjects::ALL_EVENTS.to_owned()],
+        max_age: Duration::from_secs(7 * 24 * 60 * 60),
+        duplicate_window: MERGE_DEDUPLICATION_WINDOW,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
+/// Makes the mesh's three streams, or opens them as they are.
+///
+/// # Guarantees
+/// Idempotent: a stream that exists is left with its configuration (an operator's change to
+/// it stands).
+///
+/// # Errors
+/// [`NatsError::Stream`] naming the stream that could not be made or opened.
+pub async fn ensure_streams(js: &Context) -> Result<(), NatsError> {
+    for config in [declarations_stream(), reports_stream(), events_stream()] {
+        ensure_stream(js, config).await?;
+    }
+    Ok(())
+}
+
+/// Makes a stream, or opens it as it is.
+///
+/// # Errors
+/// [`NatsError::Stream`] when it can be neither made nor opened.
+pub async fn ensure_stream(
+    js: &Context,
+    config: stream::Config,
+) -> Result<stream::Stream, NatsError> {
+    let name = config.name.clone();
+    js.get_or_create_stream(config)
+        .await
+        .map_err(|source| NatsError::Stream {
+            stream: name,
+            source: source.into(),
+        })
+}
+
+/// Whether [`ensure_consumer_from_now`] made the consumer or found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ensured {
+    /// It did not exist: it was made from now.
+    Made,
+    /// It existed: it was kept as it was, where it was.
+    Kept,
+}
+
+/// Makes a durable pull consumer **from now**, or opens the one that exists, unchanged (rule 24).
+///
+/// `config` must name the consumer (`durable_name`); its `deliver_policy` is set to
+/// [`DeliverPolicy::New`] whatever it said, so the consumer never starts with the server's
+/// default (*all*, issue 248). Give it one `filter_subject`: 2.9 ignores `filter_subjects`.
+///
+/// # Guarantees
+/// - A consumer that exists is never re-made: it keeps its place and its configuration, even
+///   where they differ from `config` (a stuck one is for [`consumer_reset`], a person's act).
+/// - A consumer made here holds none of the stream's past and does hold the next message.
+///
+/// # Errors
+/// [`NatsError::ConsumerName`] without a durable name; [`NatsError::Stream`] when the stream
+/// cannot be opened; [`NatsError::Consumer`] when the consumer can be neither read nor made.
+pub async fn ensure_consumer_from_now(
+    js: &Context,
+    stream: &str,
+    mut config: pull::Config,
+) -> Result<(PullConsumer, Ensured), NatsError> {
+    let Some(name) = config.durable_name.clone() else {
+        return Err(NatsError::ConsumerName {
+            stream: stream.to_owned(),
+        });
+    };
+    config.deliver_policy = DeliverPolicy::New;
+    let consumer_error = |source: async_nats::Error| NatsError::Consumer {
+        stream: stream.to_owned(),
+        consumer: name.clone(),
+        source,
+    };
+    let handle = open_stream(js, stream).await?;
+    match handle.consumer_info(&name).await {
+        Ok(_) => {
+            let consumer = handle.get_consumer(&name).await.map_err(consumer_error)?;
+            Ok((consumer, Ensured::Kept))
+        }
+        Err(error) if is_not_found(&error) => {
+            let consumer = handle
+                .create_consumer(config)
+                .await
+                .map_err(|source| consumer_error(source.into()))?;
+            Ok((consumer, Ensured::Made))
+        }
+        Err(error) => Err(consumer_error(error.into())),
+    }
+}
+
+fn is_not_found(error: &async_nats::jetstream::context::ConsumerInfoError) -> bool {
+    use async_nats::jetstream::context::ConsumerInfoErrorKind;
+    match error.kind() {
+        ConsumerInfoErrorKind::NotFound => true,
+        ConsumerInfoErrorKind::JetStream(error) => error.code() == 404,
+        _ => false,
+    }
+}
+
+async fn open_stream(js: &Context, stream: &str) -> Result<stream::Stream, NatsError> {
+    js.get_stream(stream)
+        .await
+        .map_err(|source| NatsError::Stream {
+            stream: stream.to_owned(),
+            source: source.into(),
+        })
+}
+
+/// What [`consumer_reset`] found and left.
+#[derive(Debug, Clone)]
+pub struct ConsumerReset {
+    /// The consumer as it was: its configuration, place and backlog.
+    pub before: consumer::Info,
+    /// The consumer as it is now: the same configuration but deliver policy *new*, nothing
+    /// pending.
+    pub after: consumer::Info,
+}
+
+/// Re-makes a stuck durable consumer **from now**, its configuration otherwise kept
+/// (`mesh-controller broker consumer-reset STREAM CONSUMER`, rule 24, issue 248).
+///
+/// On a 2.9 server there is no reset API: the consumer's configuration is read, the consumer
+/// deleted, and made again with deliver policy *new* (any start sequence or time dropped).
+///
+/// # Guarantees
+/// - Every setting but the deliver policy is as it was (filter, ack wait, max deliver, max ack
+///   pending, description, …).
+/// - Afterwards nothing is pending: what the stream held is not delivered; the next message is.
+/// - A work queue's consumer is never touched.
+/// - A client still holding a message of the old consumer cannot acknowledge it into the new
+///   one: the process reading the consumer (the controller) should be restarted after a reset.
+///
+/// # Errors
+/// [`NatsError::WorkQueue`] for a consumer on a work-queue stream; [`NatsError::Stream`] when
+/// the stream cannot be read; [`NatsError::Consumer`] when the consumer cannot be read, deleted
+/// or made again — if making it again failed after the delete, the message says so and the
+/// configuration read is in the log.
+pub async fn consumer_reset(
+    js: &Context,
+    stream: &str,
+    consumer: &str,
+) -> Result<ConsumerReset, NatsError> {
+    let consumer_error = |source: async_nats::Error| NatsError::Consumer {
+        stream: stream.to_owned(),
+        consumer: consumer.to_owned(),
+        source,
+    };
+    let handle = open_stream(js, stream).await?;
+    let stream_info = handle
+        .get_info()
+        .await
+        .map_err(|source| NatsError::Stream {
+            stream: stream.to_owned(),
+            source: source.into(),
+        })?;
+    if stream_info.config.retention == RetentionPolicy::WorkQueue {
+        return Err(NatsError::WorkQueue {
+            stream: stream.to_owned(),
+            consumer: consumer.to_owned(),
+        });
+    }
+    let before = handle
+        .consumer_info(consumer)
+        .await
+        .map_err(|source| consumer_error(source.into()))?;
+    let mut config = before.config.clone();
+    config.deliver_policy = DeliverPolicy::New;
+    handle
+        .delete_consumer(consumer)
+        .await
+        .map_err(|source| consumer_error(source.into()))?;
+    let made: consumer::Consumer<consumer::Config> = match handle.create_consumer(config).await {
+        Ok(made) => made,
+        Err(source) => {
+            tracing::error!(
+                stream,
+                consumer,
+                config = ?before.config,
+                "consumer deleted for a reset and not made again"
+            );
+            return Err(consumer_error(
+                format!("deleted for the reset, and not made again: {source}").into(),
+            ));
+        }
+    };
+    let after = made.cached_info().clone();
+    Ok(ConsumerReset { before, after })
+}
+
+/// The stream configuration of key-value bucket `bucket`, as the key-value convention has it
+/// (`KV_<bucket>` over `$KV.<bucket>.>`, direct gets, roll-ups, `history` values per key).
+pub fn bucket_stream(bucket: &str, history: i64) -> stream::Config {
+    stream::Config {
+        name: format!("KV_{bucket}"),
+        description: Some(format!("state bucket {bucket}")),
+        subjects: vec![format!("$KV.{bucket}.>")],
+        max_messages_per_subject: history.clamp(1, 64),
+        discard: stream::DiscardPolicy::New,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        num_replicas: 1,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
+/// Makes a key-value bucket (a module's state) keeping 8 values per key, or opens it as it is.
+///
+/// The bucket's stream is made here rather than by async-nats' `create_key_value`, which asks
+/// the account's limits in a shape a 2.9 server does not answer.
+///
+/// # Errors
+/// [`NatsError::Bucket`] when it can be neither opened nor made.
+pub async fn ensure_bucket(js: &Context, bucket: &str) -> Result<kv::Store, NatsError> {
+    let bucket_error = |source: async_nats::Error| NatsError::Bucket {
+        bucket: bucket.to_owned(),
+        source,
+    };
+    if let Ok(store) = js.get_key_value(bucket).await {
+        return Ok(store);
+    }
+    js.get_or_create_stream(bucket_stream(bucket, 8))
+        .await
+        .map_err(|source| bucket_error(source.into()))?;
+    js.get_key_value(bucket)
+        .await
+        .map_err(|source| bucket_error(source.into()))
+}
+
+/// The name of the durable consumer through which `node`'s host reads its declarations from
+/// [`DECLARATIONS_STREAM`]; its grants name it.
+pub fn declaration_consumer(node: &str) -> String {
+    format!("host-{node}")
+}
+
+/// Makes `node`'s declaration consumer from now (the controller does, when it issues the
+/// node's grants — before the first declaration it sends), or keeps the one that exists.
+///
+/// # Errors
+/// As [`ensure_consumer_from_now`].
+pub async fn ensure_declaration_consumer(
+    js: &Context,
+    node: &str,
+) -> Result<(PullConsumer, Ensured), NatsError> {
+    ensure_consumer_from_now(
+        js,
+        DECLARATIONS_STREAM,
+        pull::Config {
+            durable_name: Some(declaration_consumer(node)),
+            description: Some(format!("{node}'s host reads its declarations")),
+            filter_subject: subjects::declaration(node),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// A merge to a module repository, as announced on [`subjects::MERGES`] (wire format v1:
+/// `{"version":1,"repository":…,"branch":…,"commit":…}`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MergeAnnouncement {
+    /// The repository merged to.
+    pub repository: String,
+    /// The branch merged to.
+    pub branch: String,
+    /// The commit the branch now points at.
+    pub commit: String,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct MergeWire {
+    version: u32,
+    repository: String,
+    branch: String,
+    commit: String,
+}
+
+impl MergeAnnouncement {
+    /// The key a merge is heard once by: a digest of repository, branch and commit, used as
+    /// the JetStream message id (`Nats-Msg-Id`).
+    pub fn message_id(&self) -> String {
+        let mut digest = Sha256::new();
+        for part in [&self.repository, &self.branch, &self.commit] {
+            digest.update((part.len() as u64).to_be_bytes());
+            digest.update(part.as_bytes());
+        }
+        format!("merge-{}", hex::encode(digest.finalize()))
+    }
+
+    /// The announcement's wire bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(&MergeWire {
+            version: 1,
+            repository: self.repository.clone(),
+            branch: self.branch.clone(),
+            commit: self.commit.clone(),
+        })
+        .expect("a merge announcement serializes")
+    }
+
+    /// Reads an announcement's wire bytes.
+    ///
+    /// # Errors
+    /// [`NatsError::Decode`] when they are not a version 1 merge announcement.
+    pub fn from_bytes(bytes: &[u8]) -> Result<MergeAnnouncement, NatsError> {
+        let wire: MergeWire = serde_json::from_slice(bytes).map_err(|error| NatsError::Decode {
+            subject: subjects::MERGES.to_owned(),
+            reason: error.to_string(),
+        })?;
+        if wire.version != 1 {
+            return Err(NatsError::Decode {
+                subject: subjects::MERGES.to_owned(),
+                reason: format!("merge announcement version {} is not 1", wire.version),
+            });
+        }
+        Ok(MergeAnnouncement {
+            repository: wire.repository,
+            branch: wire.branch,
+            commit: wire.commit,
+        })
+    }
+}
+
+/// What the events stream did with a merge announcement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MergePublished {
+    /// Its sequence in [`EVENTS_STREAM`] (the first one's, for a duplicate).
+    pub sequence: u64,
+    /// The same merge was already stored within the deduplication window: not stored again.
+    pub duplicate: bool,
+}
+
+/// Announces a merge on [`subjects::MERGES`], stored once per repository, branch and commit
+/// (issues 248, 250; rule 18).
+///
+/// # Guarantees
+/// Returns once the events stream stored it (or said it already had it). Published again
+/// within [`MERGE_DEDUPLICATION_WINDOW`], it is not stored again; after that,
+/// [`MergeListener`] still hands it out once per listener.
+///
+/// # Errors
+/// [`NatsError::Publish`] when the stream did not acknowledge it.
+pub async fn publish_merge(
+    js: &Context,
+    repository: &str,
+    branch: &str,
+    commit: &str,
+) -> Result<MergePublished, NatsError> {
+    let merge = MergeAnnouncement {
+        repository: repository.to_owned(),
+        branch: branch.to_owned(),
+        commit: commit.to_owned(),
+    };
+    let publish_error = |source: async_nats::Error| NatsError::Publish {
+        subject: subjects::MERGES.to_owned(),
+        source,
+    };
+    let ack = js
+        .send_publish(
+            subjects::MERGES,
+            async_nats::jetstream::message::PublishMessage::build()
+                .payload(merge.to_bytes().into())
+                .message_id(merge.message_id()),
+        )
+        .await
+        .map_err(|source| publish_error(source.into()))?
+        .await
+        .map_err(|source| publish_error(source.into()))?;
+    Ok(MergePublished {
+        sequence: ack.sequence,
+        duplicate: ack.duplicate,
+    })
+}
+
+/// How many merges a [`MergeListener`] remembers to hand each out once.
+pub const MERGES_REMEMBERED: usize = 4096;
+
+/// Hears merge announcements, each once: a durable consumer on [`subjects::MERGES`] made from
+/// now, and a memory of the last [`MERGES_REMEMBERED`] merges handed out.
+pub struct MergeListener {
+    consumer: PullConsumer,
+    messages: Option<pull::Stream>,
+    seen: HashSet<String>,
+    order: VecDeque<String>,
+}
+
+/// A merge heard, to acknowledge once acted on.
+pub struct HeardMerge {
+    /// The merge.
+    pub merge: MergeAnnouncement,
+    /// Its sequence in [`EVENTS_STREAM`].
+    pub sequence: u64,
+    message: async_nats::jetstream::Message,
+}
+
+impl std::fmt::Debug for HeardMerge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeardMerge")
+            .field("merge", &self.merge)
+            .field("sequence", &self.sequence)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HeardMerge {
+    /// Acknowledges it: the listener's consumer will not hand it out again.
+    ///
+    /// # Errors
+    /// [`NatsError::Consumer`] when the acknowledgement could not be sent.
+    pub async fn ack(&self) -> Result<(), NatsError> {
+        self.message
+            .ack()
+            .await
+            .map_err(|source| NatsError::Consumer {
+                stream: EVENTS_STREAM.to_owned(),
+                consumer: "(merge listener)".to_owned(),
+                source,
+            })
+    }
+}
+
+/// The configuration of a merge listener's consumer named `durable`.
+pub fn merge_consumer(durable: &str) -> pull::Config {
+    pull::Config {
+        durable_name: Some(durable.to_owned()),
+        description: Some("hears merges".to_owned()),
+        filter_subject: subjects::MERGES.to_owned(),
+        ack_policy: consumer::AckPolicy::Explicit,
+        ack_wait: Duration::from_secs(5 * 60),
+        ..Default::default()
+    }
+}
+
+impl MergeListener {
+    /// Opens the listener's durable consumer `durable` on [`EVENTS_STREAM`], made from now if
+    /// it is not there (see [`ensure_consumer_from_now`]).
+    ///
+    /// # Errors
+    /// As [`ensure_consumer_from_now`].
+    pub async fn open(js: &Context, durable: &str) -> Result<MergeListener, NatsError> {
+        let (consumer, _) =
+            ensure_consumer_from_now(js, EVENTS_STREAM, merge_consumer(durable)).await?;
+        Ok(MergeListener {
+            consumer,
+            messages: None,
+            seen: HashSet::new(),
+            order: VecDeque::new(),
+        })
+    }
+
+    /// The next merge not heard before, waiting at most `wait`; `None` when none came.
+    ///
+    /// A merge heard before (the same repository, branch and commit) is acknowledged and
+    /// passed over.
+    ///
+    /// # Errors
+    /// [`NatsError::Consumer`] when the consumer cannot be read; [`NatsError::Decode`] for a
+    /// message that is not a merge announcement (it is acknowledged, so it does not come back).
+    pub async fn next(&mut self, wait: Duration) -> Result<Option<HeardMerge>, NatsError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let durable = self
+            .consumer
+            .cached_info()
+            .config
+            .durable_name
+            .clone()
+            .unwrap_or_default();
+        let consumer_error = |source: async_nats::Error| NatsError::Consumer {
+            stream: EVENTS_STREAM.to_owned(),
+            consumer: durable.clone(),
+            source,
+        };
+        if self.messages.is_none() {
+            let messages = self
+                .consumer
+                .messages()
+                .await
+                .map_err(|source| consumer_error(source.into()))?;
+            self.messages = Some(messages);
+        }
+        let messages = self.messages.as_mut().expect("opened above");
+        loop {
+            let message = match tokio::time::timeout_at(deadline, messages.next()).await {
+                Err(_) => return Ok(None),
+                Ok(None) => return Err(consumer_error("its message stream ended".into())),
+                Ok(Some(Err(source))) => return Err(consumer_error(source.into())),
+                Ok(Some(Ok(message))) => message,
+            };
+            let sequence = message
+                .info()
+                .map(|info| info.stream_sequence)
+                .map_err(consumer_error)?;
+            let merge = match MergeAnnouncement::from_bytes(&message.payload) {
+                Ok(merge) => merge,
+                Err(error) => {
+                    message.ack().await.map_err(consumer_error)?;
+                    return Err(error);
+                }
+            };
+            let key = merge.message_id();
+            if self.seen.contains(&key) {
+                message.ack().await.map_err(consumer_error)?;
+                continue;
+            }
+            self.seen.insert(key.clone());
+            self.order.push_back(key);
+            if self.order.len() > MERGES_REMEMBERED {
+                if let Some(oldest) = self.order.pop_front() {
+                    self.seen.remove(&oldest);
+                }
+            }
+            return Ok(Some(HeardMerge {
+                merge,
+                sequence,
+                message,
+            }));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_merge_is_keyed_by_repository_branch_and_commit() {
+        let merge = |repository: &str, branch: &str, commit: &str| MergeAnnouncement {
+            repository: repository.into(),
+            branch: branch.into(),
+            commit: commit.into(),
+        };
+        let key = merge("catalogue", "main", "abc").message_id();
+        assert_eq!(key, merge("catalogue", "main", "abc").message_id());
+        assert_ne!(key, merge("catalogue", "main", "abd").message_id());
+        assert_ne!(key, merge("catalogue", "dev", "abc").message_id());
+        // Lengths are part of the key: moving a character between fields is another merge.
+        assert_ne!(
+            merge("ab", "c", "d").message_id(),
+            merge("a", "bc", "d").message_id()
+        );
+        let back = MergeAnnouncement::from_bytes(&merge("r", "b", "c").to_bytes()).unwrap();
+        assert_eq!(back, merge("r", "b", "c"));
+    }
+}

@@ -1,0 +1,509 @@
+//! The [`Bus`] over a real NATS server (async-nats), for a fleet.
+//!
+//! Start at [`NatsBus::connect`] with [`NatsOptions`] (a URL and, on a secured server, the
+//! user and password [`crate::grants`] composed for this node or the controller). The same
+//! connection gives JetStream ([`NatsBus::jetstream`], used by [`crate::jetstream`]) and the raw
+//! client ([`NatsBus::client`], used by [`crate::discovery`]).
+//!
+//! What it must never do: interpret a payload (the bus knows nothing of declarations), or retry
+//! behind its caller's back an operation the server refused — a refusal is said, on
+//! [`NatsBus::refusals`] and in the log, never swallowed (rule 26).
+
+use crate::{is_valid_subject, Bus, BusError, Message, Subscription};
+use futures_util::StreamExt;
+use std::time::Duration;
+use tokio::sync::broadcast;
+
+/// A failure of the NATS side of the bus: connecting, JetStream, discovery.
+///
+/// Every message names the server, subject, stream, consumer or bucket concerned.
+#[derive(Debug, thiserror::Error)]
+pub enum NatsError {
+    /// The server could not be reached, or refused our credentials.
+    #[error("cannot connect to the nats server at `{url}`: {source}")]
+    Connect {
+        /// The server's URL.
+        url: String,
+        /// Why.
+        #[source]
+        source: async_nats::ConnectError,
+    },
+    /// A stream could not be made, opened or read.
+    #[error("stream `{stream}`: {source}")]
+    Stream {
+        /// The stream.
+        stream: String,
+        /// Why.
+        #[source]
+        source: async_nats::Error,
+    },
+    /// A consumer could not be made, opened, read, deleted or acknowledged.
+    #[error("consumer `{consumer}` on stream `{stream}`: {source}")]
+    Consumer {
+        /// The stream.
+        stream: String,
+        /// The consumer.
+        consumer: String,
+        /// Why.
+        #[source]
+        source: async_nats::Error,
+    },
+    /// A durable consumer was asked for without a durable name.
+    #[error("a durable consumer on stream `{stream}` needs a durable name")]
+    ConsumerName {
+        /// The stream.
+        stream: String,
+    },
+    /// A reset was asked of a work-queue stream's consumer, where what is pending is work.
+    #[error(
+        "consumer `{consumer}` is on stream `{stream}`, a work queue: what it holds pending is \
+         work to do, not history, so it is not reset"
+    )]
+    WorkQueue {
+        /// The stream.
+        stream: String,
+        /// The consumer.
+        consumer: String,
+    },
+    /// A JetStream publish was not stored.
+    #[error("publish on `{subject}` was not stored: {source}")]
+    Publish {
+        /// The subject.
+        subject: String,
+        /// Why.
+        #[source]
+        source: async_nats::Error,
+    },
+    /// A key-value bucket could not be made or opened.
+    #[error("key-value bucket `{bucket}`: {source}")]
+    Bucket {
+        /// The bucket.
+        bucket: String,
+        /// Why.
+        #[source]
+        source: async_nats::Error,
+    },
+    /// A core NATS operation (subscribe, publish, flush) failed.
+    #[error("nats operation on `{subject}` failed: {source}")]
+    Core {
+        /// The subject concerned.
+        subject: String,
+        /// Why.
+        #[source]
+        source: async_nats::Error,
+    },
+    /// A message on a subject could not be read as what the mesh expects there.
+    #[error("message on `{subject}` is not what it should be: {reason}")]
+    Decode {
+        /// The subject.
+        subject: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The runtime's discovery service could not start.
+    #[error("discovery service `{name}` cannot start: {source}")]
+    Service {
+        /// The service name.
+        name: String,
+        /// Why.
+        #[source]
+        source: async_nats::Error,
+    },
+}
+
+/// How a client proves who it is to the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credentials {
+    /// A user and password, as in the server's `authorization { users = [...] }` block
+    /// (see [`crate::grants::authorization_config`]).
+    UserPassword {
+        /// The user.
+        user: String,
+        /// Its password.
+        password: String,
+    },
+}
+
+/// Where and how to connect.
+#[derive(Debug, Clone)]
+pub struct NatsOptions {
+    /// The server, e.g. `nats://127.0.0.1:4222`.
+    pub url: String,
+    /// Credentials, on a secured server.
+    pub credentials: Option<Credentials>,
+    /// The connection's name, as the server's monitoring shows it.
+    pub name: Option<String>,
+    /// The prefix of this client's reply inboxes. A node must use its own
+    /// ([`crate::grants::node_inbox_prefix`]): its grants let it hear only those.
+    pub inbox_prefix: Option<String>,
+    /// How long to wait for the server on connect.
+    pub connect_timeout: Duration,
+}
+
+impl NatsOptions {
+    /// Options for an unsecured server at `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        NatsOptions {
+            url: url.into(),
+            credentials: None,
+            name: None,
+            inbox_prefix: None,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Options for `node`'s host: its user (see [`crate::grants::node_user`]), its password and
+    /// its own inbox prefix.
+    pub fn for_node(url: impl Into<String>, node: &str, password: impl Into<String>) -> Self {
+        NatsOptions {
+            credentials: Some(Credentials::UserPassword {
+                user: crate::grants::node_user(node),
+                password: password.into(),
+            }),
+            name: Some(format!("mesh-host {node}")),
+            inbox_prefix: Some(crate::grants::node_inbox_prefix(node)),
+            ..NatsOptions::new(url)
+        }
+    }
+
+    /// Options for the controller: its user ([`crate::grants::CONTROLLER_USER`]) and password.
+    pub fn for_controller(url: impl Into<String>, password: impl Into<String>) -> Self {
+        NatsOptions {
+            credentials: Some(Credentials::UserPassword {
+                user: crate::grants::CONTROLLER_USER.to_owned(),
+                password: password.into(),
+            }),
+            name: Some("mesh-controller".to_owned()),
+            ..NatsOptions::new(url)
+        }
+    }
+}
+
+/// What the server refused to let this connection do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// A publish on a subject its user may not publish to.
+    Publish {
+        /// The subject.
+        subject: String,
+    },
+    /// A subscription to a subject its user may not hear.
+    Subscribe {
+        /// The subject.
+        subject: String,
+    },
+    /// Another server error, as the server said it.
+    Other {
+        /// The server's words.
+        error: String,
+    },
+}
+
+impl Refusal {
+    /// Reads a server error (`Permissions Violation for Publish to "x"`, …).
+    pub fn from_server_error(error: &str) -> Refusal {
+        let quoted = |prefix: &str| {
+            let start = error.find(prefix)? + prefix.len();
+            let rest = &error[start..];
+            Some(rest[..rest.find('"')?].to_owned())
+        };
+        if let Some(subject) = quoted("Permissions Violation for Publish to \"") {
+            Refusal::Publish { subject }
+        } else if let Some(subject) = quoted("Permissions Violation for Subscription to \"") {
+            Refusal::Subscribe { subject }
+        } else {
+            Refusal::Other {
+                error: error.trim_matches('\'').to_owned(),
+            }
+        }
+    }
+}
+
+/// The [`Bus`] over a NATS server. Cloning gives another handle on the same connection.
+///
+/// # Guarantees
+/// - Messages on one subscription arrive in the order the server delivered them.
+/// - A subscription is registered at the server when [`Bus::subscribe`] returns (a
+///   [`round_trip`] through it), so a publish made after it, from any connection, reaches it.
+/// - A subscription the server refuses ends: its [`Subscription::next`] returns `None`, and the
+///   refusal is on [`NatsBus::refusals`] and in the log.
+/// - When [`Bus::publish`] returns, the message is written to the connection (flushed), so it
+///   is sent whatever the runtime, even if the process exits next.
+/// - A publish the server refuses is said on [`NatsBus::refusals`] and in the log: a core
+///   publish has no answer, so [`Bus::publish`] itself cannot return the refusal.
+///   Where a publish must be known stored, publish through JetStream
+///   ([`crate::jetstream::publish_merge`] does).
+#[derive(Clone)]
+pub struct NatsBus {
+    client: async_nats::Client,
+    refusals: broadcast::Sender<Refusal>,
+}
+
+impl std::fmt::Debug for NatsBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsBus")
+            .field("server", &self.client.server_info().client_ip)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NatsBus {
+    /// Connects to the server.
+    ///
+    /// # Errors
+    /// [`NatsError::Connect`] when the server cannot be reached in time or refuses the
+    /// credentials.
+    pub async fn connect(options: &NatsOptions) -> Result<NatsBus, NatsError> {
+        let (refusals, _) = broadcast::channel(256);
+        let sender = refusals.clone();
+        let mut connect = async_nats::ConnectOptions::new()
+            .connection_timeout(options.connect_timeout)
+            .event_callback(move |event| {
+                let sender = sender.clone();
+                async move {
+                    match event {
+                        async_nats::Event::ServerError(error) => {
+                            let refusal = match error {
+                                async_nats::ServerError::Other(text) => {
+                                    Refusal::from_server_error(&text)
+                                }
+                                other => Refusal::Other {
+                                    error: other.to_string(),
+                                },
+                            };
+                            tracing::error!(?refusal, "the nats server refused an operation");
+                            // Nobody listening is fine: the log has it.
+                            let _ = sender.send(refusal);
+                        }
+                        other => tracing::info!(event = %other, "nats connection"),
+                    }
+                }
+            });
+        if let Some(Credentials::UserPassword { user, password }) = &options.credentials {
+            connect = connect.user_and_password(user.clone(), password.clone());
+        }
+        if let Some(name) = &options.name {
+            connect = connect.name(name);
+        }
+        if let Some(prefix) = &options.inbox_prefix {
+            connect = connect.custom_inbox_prefix(prefix);
+        }
+        let client = connect
+            .connect(options.url.as_str())
+            .await
+            .map_err(|source| NatsError::Connect {
+                url: options.url.clone(),
+                source,
+            })?;
+        Ok(NatsBus { client, refusals })
+    }
+
+    /// The raw async-nats client, for what the [`Bus`] trait does not cover.
+    pub fn client(&self) -> &async_nats::Client {
+        &self.client
+    }
+
+    /// A JetStream context on this connection.
+    pub fn jetstream(&self) -> async_nats::jetstream::Context {
+        async_nats::jetstream::new(self.client.clone())
+    }
+
+    /// Every refusal the server sends this connection from now on.
+    pub fn refusals(&self) -> broadcast::Receiver<Refusal> {
+        self.refusals.subscribe()
+    }
+
+    /// Waits until everything sent so far is written to the connection (not yet handled by
+    /// the server: see [`NatsBus::round_trip`]).
+    ///
+    /// # Errors
+    /// [`NatsError::Core`] when the connection is lost.
+    pub async fn flush(&self) -> Result<(), NatsError> {
+        self.client.flush().await.map_err(|source| NatsError::Core {
+            subject: "(flush)".to_owned(),
+            source: source.into(),
+        })
+    }
+
+    /// Waits until the server has handled everything this connection sent so far (see
+    /// [`round_trip`]).
+    ///
+    /// # Errors
+    /// As [`round_trip`].
+    pub async fn round_trip(&self) -> Result<(), NatsError> {
+        round_trip(&self.client).await
+    }
+}
+
+/// How long [`round_trip`] waits for its echo.
+pub const ROUND_TRIP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Waits until the server has handled everything `client` sent so far: a message to one of its
+/// own inboxes, heard back.
+///
+/// async-nats' `flush` only writes to the socket; a subscription made on one connection is not
+/// yet known to the server when it returns, and a publish from another connection can pass it.
+/// After this, it is.
+///
+/// # Errors
+/// [`NatsError::Core`] when the echo does not come back within [`ROUND_TRIP_TIMEOUT`].
+pub async fn round_trip(client: &async_nats::Client) -> Result<(), NatsError> {
+    let inbox = client.new_inbox();
+    let core = |source: async_nats::Error| NatsError::Core {
+        subject: inbox.clone(),
+        source,
+    };
+    let mut echo = client
+        .subscribe(inbox.clone())
+        .await
+        .map_err(|e| core(e.into()))?;
+    client
+        .publish(inbox.clone(), bytes::Bytes::new())
+        .await
+        .map_err(|e| core(e.into()))?;
+    client.flush().await.map_err(|e| core(e.into()))?;
+    match tokio::time::timeout(ROUND_TRIP_TIMEOUT, echo.next()).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(core("the connection closed".into())),
+        Err(_) => Err(core(
+            format!("no echo from the server within {ROUND_TRIP_TIMEOUT:?}").into(),
+        )),
+    }
+}
+
+fn failed(subject: &str, reason: impl std::fmt::Display) -> BusError {
+    BusError::Failed {
+        subject: subject.to_owned(),
+        reason: reason.to_string(),
+    }
+}
+
+#[async_trait::async_trait]
+impl Bus for NatsBus {
+    async fn publish(&self, subject: &str, payload: Vec<u8>) -> Result<(), BusError> {
+        if !is_valid_subject(subject, false) {
+            return Err(BusError::Subject {
+                subject: subject.to_owned(),
+            });
+        }
+        self.client
+            .publish(subject.to_owned(), payload.into())
+            .await
+            .map_err(|error| failed(subject, error))?;
+        // async-nats only queues a publish; on a current-thread runtime it may sit unsent until
+        // the next flush (nats.rs issue 1408), and a command that exits right after loses it.
+        self.client
+            .flush()
+            .await
+            .map_err(|error| failed(subject, error))
+    }
+
+    async fn subscribe(&self, subject: &str) -> Result<Subscription, BusError> {
+        if !is_valid_subject(subject, true) {
+            return Err(BusError::Subject {
+                subject: subject.to_owned(),
+            });
+        }
+        let mut refusals = self.refusals.subscribe();
+        let mut subscriber = self
+            .client
+            .subscribe(subject.to_owned())
+            .await
+            .map_err(|error| failed(subject, error))?;
+        round_trip(&self.client)
+            .await
+            .map_err(|error| failed(subject, error))?;
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let pattern = subject.to_owned();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    message = subscriber.next() => {
+                        let Some(message) = message else { break };
+                        let message = Message {
+                            subject: message.subject.to_string(),
+                            payload: message.payload.to_vec(),
+                            reply: message.reply.map(|reply| reply.to_string()),
+                        };
+                        if sender.send(message).is_err() {
+                            break; // the subscription was dropped: unsubscribe
+                        }
+                    }
+                    refusal = refusals.recv() => match refusal {
+                        Ok(Refusal::Subscribe { subject }) if subject == pattern => break,
+                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(broadcast::error::RecvError::Closed) => {}
+                    },
+                }
+            }
+        });
+        Ok(Subscription::new(receiver))
+    }
+
+    async fn request(
+        &self,
+        subject: &str,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Message, BusError> {
+        if !is_valid_subject(subject, false) {
+            return Err(BusError::Subject {
+                subject: subject.to_owned(),
+            });
+        }
+        let request = async_nats::Request::new()
+            .payload(payload.into())
+            .timeout(Some(timeout));
+        match self.client.send_request(subject.to_owned(), request).await {
+            Ok(answer) => Ok(Message {
+                subject: answer.subject.to_string(),
+                payload: answer.payload.to_vec(),
+                reply: answer.reply.map(|reply| reply.to_string()),
+            }),
+            // Nobody listening is said by the server at once; to the caller it is the same as
+            // nobody answering in time, as on the in-process bus.
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    async_nats::RequestErrorKind::TimedOut
+                        | async_nats::RequestErrorKind::NoResponders
+                ) =>
+            {
+                Err(BusError::Timeout {
+                    subject: subject.to_owned(),
+                    timeout,
+                })
+            }
+            Err(error) => Err(failed(subject, error)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_servers_permission_violations() {
+        assert_eq!(
+            Refusal::from_server_error("Permissions Violation for Publish to \"mesh.report.b\""),
+            Refusal::Publish {
+                subject: "mesh.report.b".into()
+            }
+        );
+        assert_eq!(
+            Refusal::from_server_error(
+                "'Permissions Violation for Subscription to \"mesh.declaration.b\"'"
+            ),
+            Refusal::Subscribe {
+                subject: "mesh.declaration.b".into()
+            }
+        );
+        assert_eq!(
+            Refusal::from_server_error("'Maximum Payload Violation'"),
+            Refusal::Other {
+                error: "Maximum Payload Violation".into()
+            }
+        );
+    }
+}

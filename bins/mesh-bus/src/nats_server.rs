@@ -1,0 +1,232 @@
+//! A real `nats-server` on loopback, for tests, benchmarks and the demo.
+//!
+//! [`NatsServer::start`] runs `nats-server` with JetStream, listening on 127.0.0.1 at a free
+//! port, its store in its own directory, and waits until it answers;
+//! [`NatsServer::start_with_config`] adds the users ([`crate::grants::authorization_config`]);
+//! [`NatsServer::reload`] replaces them and has the server reload. Dropping the handle kills
+//! the server and removes its directory.
+//!
+//! The listen address and JetStream are in the configuration file (`server.conf`, which
+//! includes the users from `users.conf`), not the flags `-js -a -p -sd`: on nats-server 2.9.10 a
+//! reload of a server started with `-js` counts JetStream as changed and leaves it answering
+//! nothing (found by this crate's grant test). The bus node must be set up the same way.
+//!
+//! What it must never do: listen anywhere but loopback, or pass quietly when the binary is
+//! missing — that is an error saying to install the Debian package `nats-server` (tests fail on
+//! it; they are never skipped).
+
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Why a server could not be started or reloaded.
+#[derive(Debug, thiserror::Error)]
+pub enum NatsServerError {
+    /// The binary is not installed.
+    #[error(
+        "nats-server is not installed (looked for $MESH_NATS_SERVER, on PATH and in /usr/sbin): \
+         install the Debian package `nats-server` (apt-get install nats-server)"
+    )]
+    Missing,
+    /// Something around the server failed (its directory, a free port, the process).
+    #[error("nats-server: {what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The server did not come up.
+    #[error("nats-server on port {port} did not start: {log}")]
+    NotStarted {
+        /// The port it was given.
+        port: u16,
+        /// The end of its log.
+        log: String,
+    },
+}
+
+/// A running `nats-server`, killed when dropped.
+#[derive(Debug)]
+pub struct NatsServer {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+    binary: PathBuf,
+}
+
+/// Where the `nats-server` binary is: `$MESH_NATS_SERVER`, then PATH, then `/usr/sbin`.
+///
+/// # Errors
+/// [`NatsServerError::Missing`] when it is in none of them.
+pub fn binary() -> Result<PathBuf, NatsServerError> {
+    if let Some(path) = std::env::var_os("MESH_NATS_SERVER") {
+        return Ok(PathBuf::from(path));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
+        .map(|dir| dir.join("nats-server"))
+        .find(|candidate| candidate.is_file())
+        .ok_or(NatsServerError::Missing)
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NatsServerError {
+    let what = what.into();
+    move |source| NatsServerError::Io { what, source }
+}
+
+impl NatsServer {
+    /// Starts a JetStream server on a free loopback port.
+    ///
+    /// # Errors
+    /// [`NatsServerError`] when the binary is missing or the server does not come up.
+    pub fn start() -> Result<NatsServer, NatsServerError> {
+        NatsServer::start_with_config("")
+    }
+
+    /// Starts a JetStream server on a free loopback port with `config` (server configuration
+    /// text, e.g. an `authorization` block) as its configuration file.
+    ///
+    /// # Errors
+    /// [`NatsServerError`] when the binary is missing or the server does not come up (the
+    /// message holds the end of its log, e.g. a configuration it could not read).
+    pub fn start_with_config(config: &str) -> Result<NatsServer, NatsServerError> {
+        let binary = binary()?;
+        let dir = tempfile::Builder::new()
+            .prefix("mesh-nats-")
+            .tempdir()
+            .map_err(io("making its directory"))?;
+        std::fs::write(dir.path().join(USERS_FILE), config).map_err(io("writing its users"))?;
+        let mut last = None;
+        for _ in 0..5 {
+            let port = free_port()?;
+            match NatsServer::spawn(&binary, dir.path(), port) {
+                Ok(child) => {
+                    return Ok(NatsServer {
+                        child,
+                        port,
+                        dir,
+                        binary,
+                    })
+                }
+                Err(error) => last = Some(error),
+            }
+        }
+        Err(last.expect("tried at least once"))
+    }
+
+    fn spawn(binary: &Path, dir: &Path, port: u16) -> Result<Child, NatsServerError> {
+        let log = dir.join("server.log");
+        std::fs::write(
+            dir.join("server.conf"),
+            server_config(port, &dir.join("store"), &log),
+        )
+        .map_err(io("writing its configuration"))?;
+        let mut child = Command::new(binary)
+            .arg("-c")
+            .arg(dir.join("server.conf"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(io(format!("running {}", binary.display())))?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
+                // A NATS server greets with INFO.
+                let mut greeting = [0u8; 4];
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(2)))
+                    .map_err(io("reading its greeting"))?;
+                if stream.read_exact(&mut greeting).is_ok() && &greeting == b"INFO" {
+                    return Ok(child);
+                }
+            }
+            let exited = child.try_wait().map_err(io("watching it start"))?;
+            if exited.is_some() || Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                let log = std::fs::read_to_string(&log).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                return Err(NatsServerError::NotStarted {
+                    port,
+                    log: tail.into_iter().rev().collect::<Vec<_>>().join(" | "),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Its client URL, `nats://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Its port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its directory (configuration, log, JetStream store).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Replaces its users with `config` and has it reload (`nats-server --signal
+    /// reload=<pid>`), as the node holding the bus does when it is sent new grants.
+    ///
+    /// # Errors
+    /// [`NatsServerError::Io`] when the file cannot be written or the signal not sent.
+    pub fn reload(&self, config: &str) -> Result<(), NatsServerError> {
+        std::fs::write(self.dir.path().join(USERS_FILE), config)
+            .map_err(io("writing its users"))?;
+        let status = Command::new(&self.binary)
+            .arg("--signal")
+            .arg(format!("reload={}", self.child.id()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map_err(io("signalling it to reload"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(NatsServerError::Io {
+                what: "signalling it to reload".into(),
+                source: std::io::Error::other(format!("nats-server --signal said {status}")),
+            })
+        }
+    }
+}
+
+/// The file holding the users, included by the server's configuration.
+pub const USERS_FILE: &str = "users.conf";
+
+/// A bus server's configuration: loopback at `port`, JetStream storing under `store`, logging
+/// to `log`, and the users of [`USERS_FILE`] beside it.
+pub fn server_config(port: u16, store: &Path, log: &Path) -> String {
+    format!(
+        "listen: \"127.0.0.1:{port}\"\n\
+         jetstream {{\n  store_dir: {store:?}\n}}\n\
+         log_file: {log:?}\n\
+         include \"{USERS_FILE}\"\n"
+    )
+}
+
+fn free_port() -> Result<u16, NatsServerError> {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).map_err(io("finding a free port"))?;
+    Ok(listener
+        .local_addr()
+        .map_err(io("finding a free port"))?
+        .port())
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,139 @@
+//! Discovery (rule 25, issue 246): a late INFO is waited for, a runtime that never says what it
+//! serves is named.
+
+use futures_util::StreamExt;
+use mesh_bus::discovery::{
+    discover, serve_discovery, RuntimeAnnouncement, HOST_SERVICE, OLD_WINDOW,
+};
+use std::time::Duration;
+
+/// A runtime written by hand: answers PING at once and INFO after `info_delay` (never, if
+/// `None`), in the shapes the NATS service API uses.
+async fn hand_made_runtime(
+    client: async_nats::Client,
+    id: &'static str,
+    info_delay: Option<Duration>,
+) {
+    let mut pings = client.subscribe("$SRV.PING").await.unwrap();
+    let mut infos = client.subscribe("$SRV.INFO.>").await.unwrap();
+    mesh_bus::nats::round_trip(&client).await.unwrap();
+    let metadata = serde_json::json!({"node": id, "modules": "slack,media"});
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                Some(ping) = pings.next() => {
+                    let pong = serde_json::json!({
+                        "type": "io.nats.micro.v1.ping_response",
+                        "name": HOST_SERVICE, "id": id, "version": "0.1.0", "metadata": metadata,
+                    });
+                    let reply = ping.reply.unwrap();
+                    client.publish(reply, pong.to_string().into()).await.unwrap();
+                    client.flush().await.unwrap();
+                }
+                Some(info) = infos.next() => {
+                    let Some(delay) = info_delay else { continue };
+                    if info.subject.as_str() != format!("$SRV.INFO.{HOST_SERVICE}.{id}") {
+                        continue;
+                    }
+                    let answer = serde_json::json!({
+                        "type": "io.nats.micro.v1.info_response",
+                        "name": HOST_SERVICE, "id": id, "version": "0.1.0",
+                        "description": "slow", "metadata": metadata,
+                        "endpoints": [],
+                        // A large answer, as the laptop's 164 kB was.
+                        "padding": "x".repeat(100_000),
+                    });
+                    let client = client.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        let reply = info.reply.unwrap();
+                        client.publish(reply, answer.to_string().into()).await.unwrap();
+                        client.flush().await.unwrap();
+                    });
+                }
+                else => break,
+            }
+        }
+    });
+}
+
+#[tokio::test]
+async fn a_runtime_that_answers_info_after_a_second_is_found() {
+    let server = super::server();
+    let controller = super::connect(&server).await;
+    let host = super::connect(&server).await;
+    let served = serve_discovery(
+        host.client(),
+        &RuntimeAnnouncement {
+            service: HOST_SERVICE.into(),
+            node: "home".into(),
+            version: "0.1.0".into(),
+            modules: vec!["media".into(), "agent".into()],
+        },
+    )
+    .await
+    .unwrap();
+    let slow = super::connect(&server).await;
+    hand_made_runtime(
+        slow.client().clone(),
+        "laptop",
+        Some(Duration::from_secs(1)),
+    )
+    .await;
+
+    let found = discover(controller.client(), OLD_WINDOW).await.unwrap();
+    assert!(found.unheard.is_empty(), "{:?}", found.unheard);
+    assert_eq!(found.runtimes.len(), 2, "{found:?}");
+    let home = &found.runtimes[0];
+    assert_eq!(home.node.as_deref(), Some("home"));
+    assert_eq!(home.id, served.id());
+    assert_eq!(home.modules, ["agent", "media"]);
+    assert!(home.answer_size > 0);
+    let laptop = &found.runtimes[1];
+    assert_eq!(laptop.node.as_deref(), Some("laptop"));
+    assert_eq!(laptop.modules, ["media", "slack"]);
+    assert!(
+        laptop.answer_time >= Duration::from_secs(1),
+        "{:?}",
+        laptop.answer_time
+    );
+    assert!(laptop.answer_time > OLD_WINDOW, "found past the old window");
+    assert!(laptop.answer_size > 100_000);
+    assert!(laptop.ping_time < laptop.answer_time);
+    // Once everyone is heard, discovery stops waiting.
+    assert!(found.waited < Duration::from_secs(3), "{:?}", found.waited);
+    served.stop();
+}
+
+#[tokio::test]
+async fn a_runtime_that_answers_ping_and_never_info_is_named() {
+    let server = super::server();
+    let controller = super::connect(&server).await;
+    let mute = super::connect(&server).await;
+    hand_made_runtime(mute.client().clone(), "workstation", None).await;
+
+    let found = discover(controller.client(), Duration::from_millis(100))
+        .await
+        .unwrap();
+    assert!(found.runtimes.is_empty(), "{found:?}");
+    assert_eq!(found.unheard.len(), 1, "{found:?}");
+    assert_eq!(found.unheard[0].id, "workstation");
+    assert_eq!(found.unheard[0].node.as_deref(), Some("workstation"));
+    assert_eq!(found.unheard[0].service, HOST_SERVICE);
+    assert!(
+        found.waited >= Duration::from_secs(5),
+        "waited up to the limit"
+    );
+}
+
+#[tokio::test]
+async fn a_quiet_mesh_costs_only_the_window() {
+    let server = super::server();
+    let controller = super::connect(&server).await;
+    let found = discover(controller.client(), Duration::from_millis(200))
+        .await
+        .unwrap();
+    assert!(found.runtimes.is_empty() && found.unheard.is_empty());
+    assert!(found.waited >= Duration::from_millis(200));
+    assert!(found.waited < Duration::from_secs(1), "{:?}", found.waited);
+}

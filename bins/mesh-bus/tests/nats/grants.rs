@@ -1,0 +1,250 @@
+//! Grants as real bus permissions (rule 13, issue 249): a server started with the
+//! authorization file the bus node is sent refuses a host another node's subjects, and lets a
+//! node use a bucket from the moment it is granted.
+
+use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::Context;
+use futures_util::StreamExt;
+use mesh_bus::grants::{authorization_config, BusAuthorization, NodeGrants};
+use mesh_bus::jetstream::{
+    declaration_consumer, ensure_bucket, ensure_declaration_consumer, ensure_streams,
+    DECLARATIONS_STREAM,
+};
+use mesh_bus::nats::Refusal;
+use mesh_bus::nats_server::NatsServer;
+use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
+use std::time::{Duration, Instant};
+use tokio::sync::broadcast;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+fn grants(home_buckets: &[&str]) -> BusAuthorization {
+    BusAuthorization {
+        controller_password: "controller-secret".into(),
+        nodes: vec![
+            NodeGrants {
+                node: "home".into(),
+                password: "home-secret".into(),
+                buckets: home_buckets.iter().map(|b| b.to_string()).collect(),
+                subjects: vec!["media.scan".into()],
+            },
+            NodeGrants {
+                node: "laptop".into(),
+                password: "laptop-secret".into(),
+                buckets: vec![],
+                subjects: vec![],
+            },
+        ],
+    }
+}
+
+async fn node(server: &NatsServer, node: &str) -> NatsBus {
+    NatsBus::connect(&NatsOptions::for_node(
+        server.url(),
+        node,
+        format!("{node}-secret"),
+    ))
+    .await
+    .unwrap_or_else(|error| panic!("{error}"))
+}
+
+async fn refused(refusals: &mut broadcast::Receiver<Refusal>, expected: Refusal) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match tokio::time::timeout_at(deadline, refusals.recv()).await {
+            Ok(Ok(refusal)) if refusal == expected => return,
+            Ok(Ok(_other)) => continue,
+            Ok(Err(error)) => panic!("refusals: {error}"),
+            Err(_) => panic!("the server did not refuse: expected {expected:?}"),
+        }
+    }
+}
+
+fn quick(bus: &NatsBus) -> Context {
+    let mut js = bus.jetstream();
+    js.set_timeout(Duration::from_millis(500));
+    js
+}
+
+#[tokio::test]
+async fn a_host_is_refused_another_nodes_declarations_and_reports() {
+    let config = authorization_config(&grants(&[])).unwrap();
+    let server = NatsServer::start_with_config(&config).unwrap_or_else(|e| panic!("{e}"));
+    let controller = NatsBus::connect(&NatsOptions::for_controller(
+        server.url(),
+        "controller-secret",
+    ))
+    .await
+    .unwrap();
+    let js = controller.jetstream();
+    ensure_streams(&js).await.unwrap();
+    for name in ["home", "laptop"] {
+        ensure_declaration_consumer(&js, name).await.unwrap();
+    }
+    let home = node(&server, "home").await;
+    let mut reports = controller.subscribe(subjects::ALL_REPORTS).await.unwrap();
+
+    // Another node's declarations: the subscription is refused and ends.
+    let mut refusals = home.refusals();
+    let mut spying = home
+        .subscribe(&subjects::declaration("laptop"))
+        .await
+        .unwrap();
+    refused(
+        &mut refusals,
+        Refusal::Subscribe {
+            subject: "mesh.declaration.laptop".into(),
+        },
+    )
+    .await;
+    controller
+        .publish(&subjects::declaration("laptop"), b"laptop's".to_vec())
+        .await
+        .unwrap();
+    let spied = tokio::time::timeout(WAIT, spying.next()).await.unwrap();
+    assert_eq!(
+        spied, None,
+        "the refused subscription ended, having heard nothing"
+    );
+
+    // Another node's reports: the publish is refused, and never reaches the controller.
+    home.publish(&subjects::report("laptop"), b"forged".to_vec())
+        .await
+        .unwrap();
+    refused(
+        &mut refusals,
+        Refusal::Publish {
+            subject: "mesh.report.laptop".into(),
+        },
+    )
+    .await;
+    home.publish(&subjects::report("home"), b"home's own".to_vec())
+        .await
+        .unwrap();
+    let heard = tokio::time::timeout(WAIT, reports.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (heard.subject.as_str(), heard.payload.as_slice()),
+        ("mesh.report.home", b"home's own".as_slice()),
+        "the forged report never arrived; home's own did"
+    );
+
+    // Its own declarations it hears, live and through its own consumer; another's consumer
+    // it cannot read.
+    let mut own = home
+        .subscribe(&subjects::declaration("home"))
+        .await
+        .unwrap();
+    controller
+        .publish(&subjects::declaration("home"), b"home's".to_vec())
+        .await
+        .unwrap();
+    let live = tokio::time::timeout(WAIT, own.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(live.payload, b"home's");
+    let consumer: PullConsumer = home
+        .jetstream()
+        .get_consumer_from_stream(declaration_consumer("home"), DECLARATIONS_STREAM)
+        .await
+        .unwrap();
+    let mut batch = consumer
+        .fetch()
+        .max_messages(10)
+        .expires(Duration::from_millis(500))
+        .messages()
+        .await
+        .unwrap();
+    let stored = batch.next().await.unwrap().unwrap();
+    assert_eq!(stored.payload.as_ref(), b"home's");
+    stored.ack().await.unwrap();
+    let theirs = quick(&home)
+        .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(
+            declaration_consumer("laptop"),
+            DECLARATIONS_STREAM,
+        )
+        .await;
+    assert!(theirs.is_err(), "home read laptop's declaration consumer");
+}
+
+async fn put_and_get(js: &Context, bucket: &str) -> Result<(), String> {
+    let store = js
+        .get_key_value(bucket)
+        .await
+        .map_err(|e| format!("open: {e}"))?;
+    store
+        .put("state", "kept".into())
+        .await
+        .map_err(|e| format!("put: {e}"))?;
+    let value = store.get("state").await.map_err(|e| format!("get: {e}"))?;
+    if value.as_deref() == Some(b"kept".as_slice()) {
+        Ok(())
+    } else {
+        Err(format!("get gave {value:?}"))
+    }
+}
+
+// Issue 249: a module's new state was refused for two minutes because its grant came after
+// its code. Granted (and the server reloaded) first, it is usable at once.
+#[tokio::test]
+async fn a_node_granted_a_new_bucket_can_use_it() {
+    let config = authorization_config(&grants(&["agent"])).unwrap();
+    let server = NatsServer::start_with_config(&config).unwrap_or_else(|e| panic!("{e}"));
+    let controller = NatsBus::connect(&NatsOptions::for_controller(
+        server.url(),
+        "controller-secret",
+    ))
+    .await
+    .unwrap();
+    let js = controller.jetstream();
+    for bucket in ["agent", "media"] {
+        ensure_bucket(&js, bucket).await.unwrap();
+    }
+    let home = node(&server, "home").await;
+    let laptop = node(&server, "laptop").await;
+    put_and_get(&quick(&home), "agent").await.unwrap();
+    put_and_get(&quick(&laptop), "agent")
+        .await
+        .expect_err("laptop was never granted `agent`");
+    put_and_get(&quick(&home), "media")
+        .await
+        .expect_err("`media` is not granted yet");
+
+    // The controller grants `media` to home: the bus node is sent the new users and reloads.
+    let granted = authorization_config(&grants(&["agent", "media"])).unwrap();
+    assert_ne!(
+        granted, config,
+        "the permissions changed, and the text says so"
+    );
+    server.reload(&granted).unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        // The connection home already had, and a fresh one, as a module's first start has.
+        let old = put_and_get(&quick(&home), "media").await;
+        let fresh = put_and_get(&quick(&node(&server, "home").await), "media").await;
+        match (old, fresh) {
+            (Ok(()), Ok(())) => break,
+            (old, fresh) if Instant::now() > deadline => {
+                let log = std::fs::read_to_string(server.dir().join("server.log")).unwrap();
+                panic!("granted `media` is still refused: {old:?} {fresh:?}\n{log}")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    put_and_get(&quick(&laptop), "media")
+        .await
+        .expect_err("laptop was never granted `media`");
+}
+
+#[tokio::test]
+async fn a_wrong_password_is_refused_at_connect() {
+    let config = authorization_config(&grants(&[])).unwrap();
+    let server = NatsServer::start_with_config(&config).unwrap_or_else(|e| panic!("{e}"));
+    let err = NatsBus::connect(&NatsOptions::for_node(server.url(), "home", "wrong"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains(&server.url()), "{err}");
+}

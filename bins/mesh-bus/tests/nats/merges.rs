@@ -1,0 +1,93 @@
+//! A merge published twice is heard once (issues 248, 250; rule 18).
+
+use mesh_bus::jetstream::{
+    ensure_streams, publish_merge, MergeAnnouncement, MergeListener, EVENTS_STREAM,
+};
+use mesh_bus::subjects;
+use std::time::Duration;
+
+const QUIET: Duration = Duration::from_millis(500);
+
+#[tokio::test]
+async fn a_merge_published_twice_is_heard_once() {
+    let server = super::server();
+    let js = super::connect(&server).await.jetstream();
+    ensure_streams(&js).await.unwrap();
+    publish_merge(&js, "catalogue", "main", "past")
+        .await
+        .unwrap();
+    let mut listener = MergeListener::open(&js, "controller").await.unwrap();
+
+    let first = publish_merge(&js, "catalogue", "main", "abc")
+        .await
+        .unwrap();
+    let second = publish_merge(&js, "catalogue", "main", "abc")
+        .await
+        .unwrap();
+    assert!(!first.duplicate);
+    assert!(second.duplicate, "the stream kept it once");
+    assert_eq!(second.sequence, first.sequence);
+    // The same commit on another branch is another merge.
+    publish_merge(&js, "catalogue", "dev", "abc").await.unwrap();
+
+    let heard = listener
+        .next(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(heard.merge.commit, "abc");
+    assert_eq!(heard.merge.branch, "main");
+    heard.ack().await.unwrap();
+    let heard = listener
+        .next(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (heard.merge.branch.as_str(), heard.merge.commit.as_str()),
+        ("dev", "abc")
+    );
+    heard.ack().await.unwrap();
+    assert!(
+        listener.next(QUIET).await.unwrap().is_none(),
+        "nothing more"
+    );
+}
+
+// Past the stream's deduplication window (or published without a message id), the listener
+// still hands a merge out once.
+#[tokio::test]
+async fn a_merge_announced_again_without_its_id_is_still_heard_once() {
+    let server = super::server();
+    let js = super::connect(&server).await.jetstream();
+    ensure_streams(&js).await.unwrap();
+    let mut listener = MergeListener::open(&js, "controller").await.unwrap();
+    let merge = MergeAnnouncement {
+        repository: "records".into(),
+        branch: "main".into(),
+        commit: "f00".into(),
+    };
+    for _ in 0..2 {
+        js.publish(subjects::MERGES, merge.to_bytes().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let stream_info = js
+        .get_stream(EVENTS_STREAM)
+        .await
+        .unwrap()
+        .get_info()
+        .await
+        .unwrap();
+    assert_eq!(stream_info.state.messages, 2, "both stored: no message id");
+    let heard = listener
+        .next(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(heard.merge, merge);
+    heard.ack().await.unwrap();
+    assert!(listener.next(QUIET).await.unwrap().is_none(), "heard once");
+}
