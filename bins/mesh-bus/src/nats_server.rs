@@ -64,7 +64,12 @@ pub struct NatsServer {
 /// [`NatsServerError::Missing`] when it is in none of them.
 pub fn binary() -> Result<PathBuf, NatsServerError> {
     if let Some(path) = std::env::var_os("MESH_NATS_SERVER") {
-        return Ok(PathBuf::from(path));
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(NatsServerError::Missing)
+        };
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
