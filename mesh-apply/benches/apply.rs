@@ -109,7 +109,19 @@ fn main() {
         make_dirs(&config.root);
         apply(&config, &declaration, 1_800_000_000).unwrap();
         for _ in 0..20 {
+            let t = Instant::now();
+            std::hint::black_box(declaration.digest());
+            let digest = t.elapsed();
+            let t = Instant::now();
+            std::hint::black_box(declaration.problems());
+            let problems = t.elapsed();
+            let read = read_baseline(&config.root);
+            let t = Instant::now();
             apply(&config, &declaration, 1_800_000_060).unwrap();
+            let noop = t.elapsed();
+            println!(
+                "digest {digest:.2?} problems {problems:.2?} read+hash {read:.2?} no-op {noop:.2?}"
+            );
         }
         return;
     }

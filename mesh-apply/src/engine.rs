@@ -96,14 +96,16 @@ pub fn apply_with(
     let dir = StateDir::open(&config.state_dir)?;
     let state = dir.read_state()?;
     let interrupted = dir.read_in_progress()?;
-    let digest = declaration.digest();
-    dir.write_in_progress(&InProgress {
+    let digest = declaration_digest(declaration);
+    let marker = InProgress {
         format: STATE_FORMAT,
         declaration: digest.clone(),
         started_at: now,
-    })?;
+    };
 
     let mut engine = Engine {
+        marker,
+        marked: false,
         config,
         declaration,
         now,
@@ -118,8 +120,10 @@ pub fn apply_with(
         findings: Vec::new(),
         blocked: BTreeMap::new(),
         touched_dirs: BTreeSet::new(),
+        read_buffer: vec![0; 64 * 1024],
     };
     if let Some(interrupted) = &interrupted {
+        engine.begin_change()?;
         engine.findings.push(Finding {
             resource: String::new(),
             message: format!(
@@ -142,7 +146,7 @@ pub fn apply_with(
             engine.fail(id, "it is part of a dependency cycle (`after`)".to_owned());
         }
     }
-    engine.release_unneeded_parents();
+    engine.release_unneeded_parents()?;
     engine.finish()?;
 
     let outcomes = engine.outcomes;
@@ -178,6 +182,10 @@ pub fn apply_with(
 }
 
 struct Engine<'a> {
+    /// The mid-change marker, written before the first change.
+    marker: InProgress,
+    /// Whether the marker is written.
+    marked: bool,
     config: &'a HostConfig,
     declaration: &'a Declaration,
     now: u64,
@@ -196,6 +204,8 @@ struct Engine<'a> {
     blocked: BTreeMap<String, String>,
     /// Directories (under the root) whose entries changed: fsynced before the state is written.
     touched_dirs: BTreeSet<PathBuf>,
+    /// Reused to compare files with what is declared.
+    read_buffer: Vec<u8>,
 }
 
 /// What a declared resource is on the machine.
@@ -215,6 +225,29 @@ fn target_of(spec: &Spec) -> Target {
             name: c.name.clone(),
         },
     }
+}
+
+/// The declaration's digest ([`Declaration::digest`]), hashed as it is serialized rather than
+/// from a copy of its canonical JSON.
+fn declaration_digest(declaration: &Declaration) -> String {
+    use sha2::Digest as _;
+    struct Hashing(sha2::Sha256);
+    impl io::Write for Hashing {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            self.0.update(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut hashing = Hashing(sha2::Sha256::new());
+    serde_json::to_writer(
+        io::BufWriter::with_capacity(64 * 1024, &mut hashing),
+        declaration,
+    )
+    .expect("a declaration always serializes");
+    format!("sha256:{}", hex::encode(hashing.0.finalize()))
 }
 
 fn resource_digest(resource: &Resource) -> String {
@@ -270,7 +303,18 @@ enum Committed {
 }
 
 impl Engine<'_> {
+    /// Marks the machine mid-change; called before anything under the root or in the state
+    /// directory changes. An apply that changes nothing never marks.
+    fn begin_change(&mut self) -> Result<(), ApplyError> {
+        if !self.marked {
+            self.dir.write_in_progress(&self.marker)?;
+            self.marked = true;
+        }
+        Ok(())
+    }
+
     fn save(&mut self) -> Result<(), ApplyError> {
+        self.begin_change()?;
         self.dir.write_state(&self.state)?;
         self.dirty = false;
         Ok(())
@@ -431,6 +475,9 @@ impl Engine<'_> {
             })
             .map(|(id, record)| (id.clone(), record.clone()))
             .collect();
+        if !to_release.is_empty() {
+            self.begin_change()?;
+        }
         // Containers, memberships, then files, then directories deepest first.
         to_release.sort_by_key(|(id, record)| match &record.target {
             Target::Container { .. } => (0, 0, id.clone()),
@@ -552,7 +599,8 @@ impl Engine<'_> {
                     ));
                 }
                 // Parents the mesh made inside it for other paths go first.
-                self.release_unneeded_parents_under(Some(path));
+                self.release_unneeded_parents_under(Some(path))
+                    .map_err(|e| e.to_string())?;
                 let resolved = self.paths.resolve(path)?;
                 match &resolved.meta {
                     None => Ok(format!("`{path}` the mesh made was already gone")),
@@ -613,12 +661,12 @@ impl Engine<'_> {
 
     /// Removes parent directories the mesh made that no declared path needs any more (when
     /// empty).
-    fn release_unneeded_parents(&mut self) {
-        self.release_unneeded_parents_under(None);
+    fn release_unneeded_parents(&mut self) -> Result<(), ApplyError> {
+        self.release_unneeded_parents_under(None)
     }
 
     /// As [`Engine::release_unneeded_parents`], for those under machine path `under` only.
-    fn release_unneeded_parents_under(&mut self, under: Option<&str>) {
+    fn release_unneeded_parents_under(&mut self, under: Option<&str>) -> Result<(), ApplyError> {
         let mut parents: Vec<String> = self
             .state
             .made_parents
@@ -635,13 +683,14 @@ impl Engine<'_> {
             let gone = match fs::symlink_metadata(&full) {
                 Err(_) => true,
                 Ok(meta) if !meta.is_dir() => true,
-                Ok(_) => match fs::remove_dir(&full) {
-                    Ok(()) => {
+                Ok(_) => {
+                    self.begin_change()?;
+                    let removed = fs::remove_dir(&full).is_ok();
+                    if removed {
                         self.touched(&full);
-                        true
                     }
-                    Err(_) => false,
-                },
+                    removed
+                }
             };
             if gone {
                 self.paths.forget(&parent);
@@ -649,6 +698,7 @@ impl Engine<'_> {
                 self.dirty = true;
             }
         }
+        Ok(())
     }
 
     // ---- recording what is taken ----
@@ -733,6 +783,7 @@ impl Engine<'_> {
 
     /// Makes sure a record exists (written) before the resource is changed.
     fn ensure_record(&mut self, resource: &Resource) -> Result<(), ApplyError> {
+        self.begin_change()?;
         if self.state.resources.contains_key(&resource.id) {
             return Ok(());
         }
@@ -821,6 +872,21 @@ impl Engine<'_> {
             return Ok(());
         }
         // Backoff.
+        if members
+            .iter()
+            .any(|r| self.state.failures.contains_key(&r.id))
+        {
+            return self.apply_unit_after_failures(unit, &members);
+        }
+        self.attempt_unit(unit, &members)
+    }
+
+    /// [`Engine::apply_unit`] for a unit some member of which failed before.
+    fn apply_unit_after_failures(
+        &mut self,
+        unit: &Unit,
+        members: &[&Resource],
+    ) -> Result<(), ApplyError> {
         let waiting: Vec<(String, Option<Outcome>)> = members
             .iter()
             .map(|r| (r.id.clone(), self.waiting(r)))
@@ -838,6 +904,10 @@ impl Engine<'_> {
             }
             return Ok(());
         }
+        self.attempt_unit(unit, members)
+    }
+
+    fn attempt_unit(&mut self, unit: &Unit, members: &[&Resource]) -> Result<(), ApplyError> {
         if unit.group.is_none() {
             let resource = members[0];
             match self.apply_one(resource)? {
@@ -846,7 +916,7 @@ impl Engine<'_> {
             }
             return Ok(());
         }
-        self.apply_group(unit, &members)
+        self.apply_group(unit, members)
     }
 
     fn apply_one(
@@ -858,6 +928,7 @@ impl Engine<'_> {
             Spec::Directory(d) => self.apply_directory(resource, d),
             Spec::Membership(m) => self.apply_membership(resource, m),
             Spec::Container(c) => {
+                self.begin_change()?;
                 let restart = self.restart_wanted(c, &BTreeSet::new());
                 let result = self.seams.containers.apply(c, restart);
                 if result.is_ok() {
@@ -927,7 +998,12 @@ impl Engine<'_> {
                 vec!["created".to_owned()]
             }
             Some((mut file, meta)) if meta.is_file() => {
-                let changed = match differences_of_open_file(&mut file, &meta, &wanted) {
+                let changed = match differences_of_open_file(
+                    &mut file,
+                    &meta,
+                    &wanted,
+                    &mut self.read_buffer,
+                ) {
                     Ok(changed) => changed,
                     Err(e) => return Ok(Err(format!("cannot read `{path}`: {e}"))),
                 };
@@ -1116,6 +1192,10 @@ impl Engine<'_> {
         resource: &Resource,
         changed_in_group: &BTreeSet<String>,
     ) -> Result<Result<Staged, String>, ApplyError> {
+        if let Spec::Container(_) = &resource.spec {
+            // Its commit changes the machine; files and memberships mark when they record.
+            self.begin_change()?;
+        }
         match &resource.spec {
             Spec::File(spec) => {
                 let (uid, gid) = match self.owner_ids(&spec.owner, &spec.group) {
@@ -1375,7 +1455,10 @@ impl Engine<'_> {
             })
             .collect();
         self.dir.forget_found_except(&kept);
-        self.dir.clear_in_progress()
+        if self.marked {
+            self.dir.clear_in_progress()?;
+        }
+        Ok(())
     }
 }
 
@@ -1417,20 +1500,16 @@ fn mode_owner_differences(meta: &fs::Metadata, (mode, uid, gid): (u32, u32, u32)
     changed
 }
 
-/// What differs between an open file and what is wanted.
+/// What differs between an open file and what is wanted; reads through `buffer`, comparing as
+/// it goes, so nothing is allocated per file.
 fn differences_of_open_file(
     file: &mut fs::File,
     meta: &fs::Metadata,
     wanted: &Wanted<'_>,
+    buffer: &mut [u8],
 ) -> io::Result<Vec<String>> {
-    use std::io::Read as _;
     let mut changed = Vec::new();
-    let same_content = meta.len() == wanted.bytes.len() as u64 && {
-        let mut bytes = Vec::with_capacity(wanted.bytes.len() + 1);
-        file.read_to_end(&mut bytes)?;
-        bytes == wanted.bytes
-    };
-    if !same_content {
+    if meta.len() != wanted.bytes.len() as u64 || !same_bytes(file, wanted.bytes, buffer)? {
         changed.push("content".to_owned());
     }
     changed.extend(mode_owner_differences(
@@ -1438,6 +1517,25 @@ fn differences_of_open_file(
         (wanted.mode, wanted.uid, wanted.gid),
     ));
     Ok(changed)
+}
+
+/// Whether what `reader` holds is exactly `expected`.
+fn same_bytes(reader: &mut impl io::Read, expected: &[u8], buffer: &mut [u8]) -> io::Result<bool> {
+    let mut offset = 0;
+    loop {
+        let read = match reader.read(buffer) {
+            Ok(read) => read,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if read == 0 {
+            return Ok(offset == expected.len());
+        }
+        if expected.len() - offset < read || buffer[..read] != expected[offset..offset + read] {
+            return Ok(false);
+        }
+        offset += read;
+    }
 }
 
 /// What differs between the file at `full` and what is wanted.

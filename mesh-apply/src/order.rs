@@ -21,16 +21,16 @@ pub(crate) struct Unit {
     pub(crate) deps: BTreeSet<String>,
 }
 
-type Key = (u8, usize, String);
+type Key<'a> = (u8, usize, &'a str);
 
-fn key(resource: &Resource) -> Key {
+fn key(resource: &Resource) -> Key<'_> {
     let (phase, path_depth) = match &resource.spec {
         Spec::Directory(d) => (0, depth(&d.path)),
         Spec::File(f) => (1, depth(&f.path)),
         Spec::Membership(_) => (2, 0),
         Spec::Container(_) => (3, 0),
     };
-    (phase, path_depth, resource.id.clone())
+    (phase, path_depth, resource.id.as_str())
 }
 
 /// The units of a declaration in apply order, and the units caught in a dependency cycle.

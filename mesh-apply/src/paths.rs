@@ -119,6 +119,12 @@ impl RootPaths {
     /// Checks every ancestor of `machine_path`; returns the path under the root and the
     /// ancestors that do not exist yet.
     fn resolve_parent(&mut self, machine_path: &str) -> Result<(PathBuf, Vec<String>), String> {
+        // Fast path: the parent is already known to be a real directory.
+        if let Some(cut) = machine_path.rfind('/').filter(|&cut| cut > 0) {
+            if self.real_dirs.contains(&machine_path[..cut]) {
+                return Ok((self.full(machine_path), Vec::new()));
+            }
+        }
         let mut missing_parents = Vec::new();
         let mut prefix = String::new();
         let segments: Vec<&str> = machine_path.split('/').filter(|s| !s.is_empty()).collect();

@@ -70,6 +70,7 @@ fn first_apply_creates_files_and_directories_and_the_second_reports_unchanged() 
     ];
     let first = run(&sandbox, resources.clone(), T0);
     assert_eq!(first.machine, MachineState::Converged, "{first:#?}");
+    assert_eq!(first.declaration, declaration(resources.clone()).digest());
     for outcome in first.resources.values() {
         assert_eq!(outcome, &applied(&["created"]));
     }
@@ -81,7 +82,14 @@ fn first_apply_creates_files_and_directories_and_the_second_reports_unchanged() 
     assert!(leftovers(&sandbox).is_empty());
     assert!(!mesh_apply::is_mid_change(&sandbox.config.state_dir).unwrap());
 
+    let state_file = sandbox.config.state_dir.join("state.json");
+    let written = fs::metadata(&state_file).unwrap().modified().unwrap();
     let second = run(&sandbox, resources, T0 + 60);
+    assert_eq!(
+        fs::metadata(&state_file).unwrap().modified().unwrap(),
+        written,
+        "an apply that changes nothing writes no state"
+    );
     assert_eq!(second.machine, MachineState::Converged);
     assert!(
         second.resources.values().all(|o| o == &Outcome::Unchanged),
