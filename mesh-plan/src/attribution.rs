@@ -14,9 +14,9 @@
 //! The caller reads the changed paths whole (every page of them); attribution never guesses at
 //! a list it was not given.
 
-use mesh_model::module::{find_cycles, Catalogue, DEFINITION_FILE};
+use mesh_model::module::{Catalogue, DEFINITION_FILE};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 /// The modules a merge changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -68,6 +68,8 @@ pub fn attribute(
         })
         .collect();
     let mut out = Attribution::default();
+    // Changed paths come grouped by directory: the module just attributed needs no new lookup.
+    let mut last: Option<&str> = None;
     for path in changed_paths {
         let module = path
             .strip_prefix(&prefix)
@@ -75,8 +77,10 @@ pub fn attribute(
             .map(|(module, _)| module)
             .filter(|module| !module.is_empty());
         match module {
+            Some(module) if last == Some(module) => {}
             Some(module) if known.contains(module) || defined.contains(module) => {
                 out.modules.insert(module.to_owned());
+                last = Some(module);
             }
             Some(_) | None => out.shared.push(path.clone()),
         }
@@ -100,7 +104,8 @@ pub enum TierError {
     /// The affected modules depend on each other in a circle.
     #[error("dependency cycle: {}", cycle_text(cycle))]
     Cycle {
-        /// The modules of the cycle, sorted by name.
+        /// The modules of the cycle in dependency order (each depends on the next, the last on
+        /// the first), starting at the first by name.
         cycle: Vec<String>,
     },
     /// A changed module is not in the dependency graph.
@@ -109,6 +114,43 @@ pub enum TierError {
         /// The module.
         module: String,
     },
+}
+
+/// Moves the distinct values of a sorted slice to its front, returning how many there are.
+fn dedup_sorted(row: &mut [usize]) -> usize {
+    let mut unique = 0;
+    for i in 0..row.len() {
+        if unique == 0 || row[i] != row[unique - 1] {
+            row[unique] = row[i];
+            unique += 1;
+        }
+    }
+    unique
+}
+
+/// FNV-1a: a small, fast hash for module names (no denial-of-service concern here).
+#[derive(Clone, Copy, Default)]
+struct BuildFnv;
+
+struct Fnv(u64);
+
+impl std::hash::BuildHasher for BuildFnv {
+    type Hasher = Fnv;
+    fn build_hasher(&self) -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 ^= u64::from(*byte);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
 }
 
 fn cycle_text(cycle: &[String]) -> String {
@@ -122,110 +164,215 @@ fn cycle_text(cycle: &[String]) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct Tiers {
-    /// The changed modules and every module depending on them, directly or not.
-    pub affected: BTreeSet<String>,
     /// Tier by tier: a module comes in the tier after the last of its affected dependencies;
     /// each tier sorted by name.
     pub tiers: Vec<Vec<String>>,
 }
 
+impl Tiers {
+    /// The affected modules: the changed ones and every module depending on them, directly or
+    /// not (every module of every tier).
+    pub fn affected(&self) -> BTreeSet<&str> {
+        self.tiers.iter().flatten().map(String::as_str).collect()
+    }
+}
+
 /// The affected set (changed modules and their dependents) in tiers.
 ///
 /// `graph` maps each module to the modules it depends on; a dependency not in the graph is
-/// ignored (the catalogue's validation reports it). Linear in modules plus edges.
+/// ignored (the catalogue's validation reports it). Builds a [`DependencyGraph`] and asks it;
+/// keep the graph when planning more than once against the same catalogue.
 ///
 /// # Errors
-/// [`TierError::Cycle`] naming the first cycle among the affected modules;
+/// [`TierError::Cycle`] naming a cycle among the affected modules;
 /// [`TierError::UnknownModule`] for a changed module the graph does not hold.
 pub fn tiers(
     graph: &BTreeMap<String, Vec<String>>,
     changed: &BTreeSet<String>,
 ) -> Result<Tiers, TierError> {
-    if let Some(module) = changed.iter().find(|m| !graph.contains_key(*m)) {
-        return Err(TierError::UnknownModule {
-            module: module.clone(),
-        });
-    }
-    let mut dependents: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for (module, depends) in graph {
-        for dependency in depends {
-            if graph.contains_key(dependency) {
-                dependents
-                    .entry(dependency.as_str())
-                    .or_default()
-                    .push(module.as_str());
+    DependencyGraph::new(graph).tiers(changed)
+}
+
+/// A catalogue's dependencies, indexed once for planning: modules by number (in name order),
+/// edges in flat arrays both ways, names in one buffer. Planning over it is linear in the
+/// affected modules and their edges, and touches little memory.
+#[derive(Debug, Clone)]
+pub struct DependencyGraph {
+    names: String,
+    name_ends: Vec<usize>,
+    index: HashMap<String, usize>,
+    depends_start: Vec<usize>,
+    depends_flat: Vec<usize>,
+    dependents_start: Vec<usize>,
+    dependents_flat: Vec<usize>,
+}
+
+impl DependencyGraph {
+    /// Indexes `graph` (module → the modules it depends on). Unknown dependencies are ignored.
+    pub fn new(graph: &BTreeMap<String, Vec<String>>) -> Self {
+        let count = graph.len();
+        let mut index: HashMap<String, usize> = HashMap::with_capacity(count);
+        let mut names = String::new();
+        let mut name_ends = Vec::with_capacity(count);
+        for (i, name) in graph.keys().enumerate() {
+            index.insert(name.clone(), i);
+            names.push_str(name);
+            name_ends.push(names.len());
+        }
+        let mut depends_start = Vec::with_capacity(count + 1);
+        let mut depends_flat: Vec<usize> = Vec::new();
+        for deps in graph.values() {
+            let start = depends_flat.len();
+            depends_start.push(start);
+            depends_flat.extend(deps.iter().filter_map(|d| index.get(d.as_str()).copied()));
+            let row = &mut depends_flat[start..];
+            row.sort_unstable();
+            let unique = dedup_sorted(row);
+            depends_flat.truncate(start + unique);
+        }
+        depends_start.push(depends_flat.len());
+        let mut dependents_start = vec![0usize; count + 1];
+        for &dependency in &depends_flat {
+            dependents_start[dependency + 1] += 1;
+        }
+        for i in 0..count {
+            dependents_start[i + 1] += dependents_start[i];
+        }
+        let mut dependents_flat = vec![0usize; depends_flat.len()];
+        let mut fill = dependents_start.clone();
+        for module in 0..count {
+            for &dependency in &depends_flat[depends_start[module]..depends_start[module + 1]] {
+                dependents_flat[fill[dependency]] = module;
+                fill[dependency] += 1;
             }
         }
-    }
-    let mut affected: BTreeSet<&str> = changed.iter().map(String::as_str).collect();
-    let mut queue: VecDeque<&str> = affected.iter().copied().collect();
-    while let Some(module) = queue.pop_front() {
-        for &dependent in dependents.get(module).map(Vec::as_slice).unwrap_or(&[]) {
-            if affected.insert(dependent) {
-                queue.push_back(dependent);
-            }
+        DependencyGraph {
+            names,
+            name_ends,
+            index,
+            depends_start,
+            depends_flat,
+            dependents_start,
+            dependents_flat,
         }
     }
-    // Kahn's algorithm over the affected modules.
-    let mut waiting_on: BTreeMap<&str, usize> = affected
-        .iter()
-        .map(|&module| {
-            let count = graph[module]
-                .iter()
-                .filter(|d| affected.contains(d.as_str()))
-                .collect::<BTreeSet<_>>()
-                .len();
-            (module, count)
-        })
-        .collect();
-    let mut tiers: Vec<Vec<String>> = Vec::new();
-    let mut current: Vec<&str> = waiting_on
-        .iter()
-        .filter(|(_, count)| **count == 0)
-        .map(|(module, _)| *module)
-        .collect();
-    let mut placed = 0;
-    while !current.is_empty() {
-        placed += current.len();
-        let mut next = Vec::new();
-        for &module in &current {
-            let mut seen = BTreeSet::new();
-            for &dependent in dependents.get(module).map(Vec::as_slice).unwrap_or(&[]) {
-                if !seen.insert(dependent) {
-                    continue;
+
+    /// How many modules the graph holds.
+    pub fn len(&self) -> usize {
+        self.name_ends.len()
+    }
+
+    /// Whether the graph holds no module.
+    pub fn is_empty(&self) -> bool {
+        self.name_ends.is_empty()
+    }
+
+    fn name(&self, module: usize) -> &str {
+        let start = module.checked_sub(1).map_or(0, |m| self.name_ends[m]);
+        &self.names[start..self.name_ends[module]]
+    }
+
+    fn depends_on(&self, module: usize) -> &[usize] {
+        &self.depends_flat[self.depends_start[module]..self.depends_start[module + 1]]
+    }
+
+    fn dependents(&self, module: usize) -> &[usize] {
+        &self.dependents_flat[self.dependents_start[module]..self.dependents_start[module + 1]]
+    }
+
+    /// The affected set (changed modules and their dependents) in tiers.
+    ///
+    /// # Errors
+    /// As [`tiers`].
+    pub fn tiers(&self, changed: &BTreeSet<String>) -> Result<Tiers, TierError> {
+        let count = self.len();
+        let mut affected = vec![false; count];
+        let mut queue: VecDeque<usize> = VecDeque::new();
+        for module in changed {
+            let Some(&i) = self.index.get(module.as_str()) else {
+                return Err(TierError::UnknownModule {
+                    module: module.clone(),
+                });
+            };
+            if !affected[i] {
+                affected[i] = true;
+                queue.push_back(i);
+            }
+        }
+        while let Some(module) = queue.pop_front() {
+            for &dependent in self.dependents(module) {
+                if !affected[dependent] {
+                    affected[dependent] = true;
+                    queue.push_back(dependent);
                 }
-                if let Some(count) = waiting_on.get_mut(dependent) {
-                    *count -= 1;
-                    if *count == 0 {
-                        next.push(dependent);
+            }
+        }
+        // Kahn's algorithm over the affected modules.
+        let mut waiting_on: Vec<usize> = (0..count)
+            .map(|m| {
+                if affected[m] {
+                    self.depends_on(m).iter().filter(|d| affected[**d]).count()
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let mut current: Vec<usize> = (0..count)
+            .filter(|&i| affected[i] && waiting_on[i] == 0)
+            .collect();
+        let total = affected.iter().filter(|a| **a).count();
+        let mut tiers: Vec<Vec<String>> = Vec::new();
+        let mut placed = 0;
+        while !current.is_empty() {
+            placed += current.len();
+            let mut next = Vec::new();
+            for &module in &current {
+                for &dependent in self.dependents(module) {
+                    if affected[dependent] {
+                        waiting_on[dependent] -= 1;
+                        if waiting_on[dependent] == 0 {
+                            next.push(dependent);
+                        }
                     }
                 }
             }
+            // Numbers follow names, so sorting numbers sorts the tier by name.
+            next.sort_unstable();
+            tiers.push(current.iter().map(|&m| self.name(m).to_owned()).collect());
+            current = next;
         }
-        next.sort_unstable();
-        tiers.push(current.iter().map(|m| (*m).to_owned()).collect());
-        current = next;
+        if placed < total {
+            return Err(TierError::Cycle {
+                cycle: self.a_cycle(|m| affected[m] && waiting_on[m] > 0),
+            });
+        }
+        Ok(Tiers { tiers })
     }
-    if placed < affected.len() {
-        let rest: BTreeMap<&str, Vec<&str>> = waiting_on
-            .iter()
-            .filter(|(_, count)| **count > 0)
-            .map(|(&module, _)| {
-                let deps = graph[module]
-                    .iter()
-                    .map(String::as_str)
-                    .filter(|d| affected.contains(d))
-                    .collect();
-                (module, deps)
-            })
-            .collect();
-        let cycle = find_cycles(&rest).into_iter().next().unwrap_or_default();
-        return Err(TierError::Cycle { cycle });
+
+    /// A cycle among the modules `left` holds, in dependency order from its first by name.
+    ///
+    /// Every module left waits on an affected dependency that is also left, so walking from
+    /// the first of them along such dependencies comes back to a module already seen.
+    fn a_cycle(&self, left: impl Fn(usize) -> bool) -> Vec<String> {
+        let start = (0..self.len()).find(|&m| left(m)).unwrap_or_default();
+        let mut seen_at: HashMap<usize, usize, BuildFnv> = HashMap::with_hasher(BuildFnv);
+        let mut path = Vec::new();
+        let mut module = start;
+        while let std::collections::hash_map::Entry::Vacant(slot) = seen_at.entry(module) {
+            slot.insert(path.len());
+            path.push(module);
+            module = self
+                .depends_on(module)
+                .iter()
+                .copied()
+                .find(|&d| left(d))
+                .unwrap_or(module);
+        }
+        let mut cycle: Vec<usize> = path[seen_at[&module]..].to_vec();
+        let smallest = (0..cycle.len()).min_by_key(|&i| cycle[i]).unwrap_or(0);
+        cycle.rotate_left(smallest);
+        cycle.into_iter().map(|m| self.name(m).to_owned()).collect()
     }
-    Ok(Tiers {
-        affected: affected.into_iter().map(str::to_owned).collect(),
-        tiers,
-    })
 }
 
 #[cfg(test)]
@@ -343,7 +490,9 @@ mod tests {
             ("tools", &["lonely"]),
         ]);
         let changed = ["net".to_owned()].into();
-        insta::assert_json_snapshot!(tiers(&g, &changed).unwrap());
+        let result = tiers(&g, &changed).unwrap();
+        assert_eq!(result.affected(), ["media", "net", "web"].into());
+        insta::assert_json_snapshot!(result);
         let changed = ["base".to_owned(), "lonely".to_owned()].into();
         insta::assert_json_snapshot!("two_roots", tiers(&g, &changed).unwrap());
     }
@@ -357,6 +506,7 @@ mod tests {
             ("c", &["b"]),
         ]);
         let error = tiers(&g, &["base".to_owned()].into()).unwrap_err();
-        assert_eq!(error.to_string(), "dependency cycle: a -> b -> c -> a");
+        // a depends on c, c on b, b on a.
+        assert_eq!(error.to_string(), "dependency cycle: a -> c -> b -> a");
     }
 }

@@ -28,7 +28,7 @@ use mesh_model::module::{ModuleDefinition, OnFailure, Upgrade};
 use mesh_model::plan::{ModuleRollout, RolloutOutcome};
 use mesh_model::report::{MachineState, Outcome, Report};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// Seconds before a failed grant is tried again.
 pub const GRANT_RETRY_SECS: u64 = 10;
@@ -306,8 +306,8 @@ pub struct RolloutState {
     pub first: Option<String>,
     /// The bus node's progress when it goes first without running the module.
     pub bus_node: Option<(String, NodeProgress)>,
-    /// Each running node's progress.
-    pub nodes: BTreeMap<String, NodeProgress>,
+    /// Each running node's progress, by name.
+    pub nodes: NodeTable,
     /// Running nodes not yet begun, in the order they will be.
     pub queue: VecDeque<String>,
     /// Nodes begun and not yet applied (rest stage).
@@ -318,6 +318,105 @@ pub struct RolloutState {
     pub outcome: Option<RolloutOutcome>,
 }
 
+/// Nodes by name with their progress: sorted for reading and serializing, indexed by a hash
+/// for the lookups every event makes (constant time, so a rollout grows linearly with nodes).
+#[derive(Debug, Clone, Default)]
+pub struct NodeTable {
+    entries: Vec<(String, NodeProgress)>,
+    index: HashMap<String, usize>,
+}
+
+impl NodeTable {
+    fn from_sorted(entries: Vec<(String, NodeProgress)>) -> Self {
+        let mut table = NodeTable {
+            entries,
+            index: HashMap::new(),
+        };
+        table.reindex();
+        table
+    }
+
+    fn reindex(&mut self) {
+        self.entries.sort_by(|a, b| a.0.cmp(&b.0));
+        self.index = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, (name, _))| (name.clone(), i))
+            .collect();
+    }
+
+    /// A node's progress.
+    pub fn get(&self, node: &str) -> Option<&NodeProgress> {
+        self.index.get(node).map(|&i| &self.entries[i].1)
+    }
+
+    fn get_mut(&mut self, node: &str) -> Option<&mut NodeProgress> {
+        self.index.get(node).map(|&i| &mut self.entries[i].1)
+    }
+
+    fn insert(&mut self, node: String, progress: NodeProgress) {
+        match self.index.get(&node) {
+            Some(&i) => self.entries[i].1 = progress,
+            None => {
+                self.entries.push((node, progress));
+                self.reindex();
+            }
+        }
+    }
+
+    /// Whether the table holds the node.
+    pub fn contains_key(&self, node: &str) -> bool {
+        self.index.contains_key(node)
+    }
+
+    /// Node names in order.
+    pub fn keys(&self) -> impl Iterator<Item = &String> {
+        self.entries.iter().map(|(name, _)| name)
+    }
+
+    /// Nodes and their progress in order of name.
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &NodeProgress)> {
+        self.entries.iter().map(|(name, progress)| (name, progress))
+    }
+
+    /// How many nodes.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+impl PartialEq for NodeTable {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries == other.entries
+    }
+}
+
+impl Eq for NodeTable {}
+
+impl Serialize for NodeTable {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.entries.len()))?;
+        for (name, progress) in &self.entries {
+            map.serialize_entry(name, progress)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for NodeTable {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let map = BTreeMap::<String, NodeProgress>::deserialize(deserializer)?;
+        Ok(NodeTable::from_sorted(map.into_iter().collect()))
+    }
+}
+
 impl RolloutState {
     /// A rollout not yet started.
     pub fn new() -> Self {
@@ -325,7 +424,7 @@ impl RolloutState {
             stage: Stage::NotStarted,
             first: None,
             bus_node: None,
-            nodes: BTreeMap::new(),
+            nodes: NodeTable::default(),
             queue: VecDeque::new(),
             in_flight: 0,
             applied: 0,
@@ -336,7 +435,7 @@ impl RolloutState {
     /// The plan's record of this rollout: first node, send times, outcome.
     pub fn record(&self, build: Option<mesh_model::build::ArchiveRef>) -> ModuleRollout {
         let mut sends = BTreeMap::new();
-        for (node, progress) in &self.nodes {
+        for (node, progress) in self.nodes.iter() {
             match progress {
                 NodeProgress::Sent { at } | NodeProgress::Applied { sent_at: at, .. } => {
                     sends.insert(node.clone(), *at);
@@ -379,13 +478,19 @@ impl RolloutState {
         if record.sends.is_empty() && record.first.is_none() {
             return (state, actions);
         }
-        for (node, _) in spec.nodes.iter().filter(|(_, n)| n.running) {
-            let progress = match record.sends.get(node) {
-                Some(at) => NodeProgress::Sent { at: *at },
-                None => NodeProgress::Waiting,
-            };
-            state.nodes.insert(node.clone(), progress);
-        }
+        state.nodes = NodeTable::from_sorted(
+            spec.nodes
+                .iter()
+                .filter(|(_, n)| n.running)
+                .map(|(node, _)| {
+                    let progress = match record.sends.get(node) {
+                        Some(at) => NodeProgress::Sent { at: *at },
+                        None => NodeProgress::Waiting,
+                    };
+                    (node.clone(), progress)
+                })
+                .collect(),
+        );
         state.first = record.first.clone();
         let first_sent = record
             .first
@@ -518,10 +623,12 @@ fn start(spec: &RolloutSpec, state: &mut RolloutState, now: u64, actions: &mut V
         .filter(|(_, n)| n.running)
         .map(|(name, _)| name)
         .collect();
-    state.nodes = running
-        .iter()
-        .map(|n| ((*n).clone(), NodeProgress::Waiting))
-        .collect();
+    state.nodes = NodeTable::from_sorted(
+        running
+            .iter()
+            .map(|n| ((*n).clone(), NodeProgress::Waiting))
+            .collect(),
+    );
     if running.is_empty() {
         match spec.nodes.keys().next() {
             None => {
@@ -670,7 +777,10 @@ fn reported(
     } else {
         spec.nodes.get(&report.node).map(|n| n.declaration.as_str())
     };
-    let Some(&NodeProgress::Sent { at: sent_at }) = progress_of(state, &report.node) else {
+    let Some(progress) = progress_mut(state, &report.node) else {
+        return;
+    };
+    let NodeProgress::Sent { at: sent_at } = *progress else {
         return;
     };
     // Issue 256: judged from this node's own send, not the module's latest.
@@ -683,12 +793,10 @@ fn reported(
             stop(spec, state, &report.node, reasons.join("; "), actions);
         }
         Verdict::Applied => {
-            if let Some(progress) = progress_mut(state, &report.node) {
-                *progress = NodeProgress::Applied {
-                    sent_at,
-                    at: report.made_at,
-                };
-            }
+            *progress = NodeProgress::Applied {
+                sent_at,
+                at: report.made_at,
+            };
             match state.stage {
                 Stage::BusNode => after_bus_node(spec, state, now, actions),
                 Stage::FirstNode => {
@@ -770,7 +878,7 @@ fn tick(spec: &RolloutSpec, state: &mut RolloutState, now: u64, actions: &mut Ve
             check(node, progress);
         }
     } else {
-        for (node, progress) in &state.nodes {
+        for (node, progress) in state.nodes.iter() {
             check(node, progress);
         }
     }
