@@ -137,3 +137,29 @@ async fn a_quiet_mesh_costs_only_the_window() {
     assert!(found.waited >= Duration::from_millis(200));
     assert!(found.waited < Duration::from_secs(1), "{:?}", found.waited);
 }
+
+// Issue 246: a restarted runtime answers under a new instance, and is not reported as missed.
+#[tokio::test]
+async fn a_restarted_runtime_is_heard_under_its_new_instance() {
+    let server = super::server();
+    let controller = super::connect(&server).await;
+    let host = super::connect(&server).await;
+    let announcement = RuntimeAnnouncement {
+        service: HOST_SERVICE.into(),
+        node: "home".into(),
+        version: "0.1.0".into(),
+        modules: vec!["media".into()],
+    };
+    let first = serve_discovery(host.client(), &announcement).await.unwrap();
+    let first_id = first.id().to_owned();
+    first.stop();
+    let second = serve_discovery(host.client(), &announcement).await.unwrap();
+    assert_ne!(second.id(), first_id);
+
+    let found = discover(controller.client(), Duration::from_millis(200))
+        .await
+        .unwrap();
+    assert!(found.unheard.is_empty(), "{found:?}");
+    assert_eq!(found.runtimes.len(), 1, "{found:?}");
+    assert_eq!(found.runtimes[0].id, second.id());
+}

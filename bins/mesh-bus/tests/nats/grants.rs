@@ -180,10 +180,21 @@ async fn put_and_get(js: &Context, bucket: &str) -> Result<(), String> {
         .await
         .map_err(|e| format!("put: {e}"))?;
     let value = store.get("state").await.map_err(|e| format!("get: {e}"))?;
-    if value.as_deref() == Some(b"kept".as_slice()) {
-        Ok(())
-    } else {
-        Err(format!("get gave {value:?}"))
+    if value.as_deref() != Some(b"kept".as_slice()) {
+        return Err(format!("get gave {value:?}"));
+    }
+    // Issue 249's module watched its new state: a watch hears the next put.
+    let mut watch = store
+        .watch("state")
+        .await
+        .map_err(|e| format!("watch: {e}"))?;
+    store
+        .put("state", "changed".into())
+        .await
+        .map_err(|e| format!("put: {e}"))?;
+    match tokio::time::timeout(Duration::from_secs(2), watch.next()).await {
+        Ok(Some(Ok(entry))) if entry.value.as_ref() == b"changed" => Ok(()),
+        other => Err(format!("watch heard {other:?}")),
     }
 }
 

@@ -91,3 +91,63 @@ async fn a_merge_announced_again_without_its_id_is_still_heard_once() {
     heard.ack().await.unwrap();
     assert!(listener.next(QUIET).await.unwrap().is_none(), "heard once");
 }
+
+#[tokio::test]
+async fn the_mesh_streams_are_made_once_and_a_reopened_listener_keeps_its_place() {
+    let server = super::server();
+    let js = super::connect(&server).await.jetstream();
+    ensure_streams(&js).await.unwrap();
+    ensure_streams(&js).await.unwrap();
+    let events = js
+        .get_stream(EVENTS_STREAM)
+        .await
+        .unwrap()
+        .get_info()
+        .await
+        .unwrap();
+    assert_eq!(events.config.subjects, [subjects::ALL_EVENTS]);
+    assert_eq!(
+        events.config.duplicate_window,
+        mesh_bus::jetstream::MERGE_DEDUPLICATION_WINDOW
+    );
+    for (stream, subject) in [
+        (
+            mesh_bus::jetstream::DECLARATIONS_STREAM,
+            subjects::ALL_DECLARATIONS,
+        ),
+        (mesh_bus::jetstream::REPORTS_STREAM, subjects::ALL_REPORTS),
+    ] {
+        let info = js
+            .get_stream(stream)
+            .await
+            .unwrap()
+            .get_info()
+            .await
+            .unwrap();
+        assert_eq!(info.config.subjects, [subject]);
+    }
+
+    let mut listener = MergeListener::open(&js, "controller").await.unwrap();
+    publish_merge(&js, "catalogue", "main", "one")
+        .await
+        .unwrap();
+    let heard = listener
+        .next(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap();
+    heard.ack().await.unwrap();
+    drop(listener);
+    // A controller restarted: its consumer kept its place, nothing is heard again.
+    let mut listener = MergeListener::open(&js, "controller").await.unwrap();
+    assert!(listener.next(QUIET).await.unwrap().is_none());
+    publish_merge(&js, "catalogue", "main", "two")
+        .await
+        .unwrap();
+    let heard = listener
+        .next(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(heard.merge.commit, "two");
+}
