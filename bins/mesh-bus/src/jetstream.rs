@@ -551,12 +551,18 @@ impl MergeListener {
                 .map_err(|source| consumer_error(source.into()))?;
             self.messages = Some(messages);
         }
-        let messages = self.messages.as_mut().expect("opened above");
         loop {
+            let messages = self.messages.as_mut().expect("opened above");
             let message = match tokio::time::timeout_at(deadline, messages.next()).await {
                 Err(_) => return Ok(None),
-                Ok(None) => return Err(consumer_error("its message stream ended".into())),
-                Ok(Some(Err(source))) => return Err(consumer_error(source.into())),
+                Ok(None) => {
+                    self.messages = None; // made again at the next call
+                    return Err(consumer_error("its message stream ended".into()));
+                }
+                Ok(Some(Err(source))) => {
+                    self.messages = None;
+                    return Err(consumer_error(source.into()));
+                }
                 Ok(Some(Ok(message))) => message,
             };
             let sequence = message

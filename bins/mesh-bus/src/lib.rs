@@ -16,8 +16,9 @@
 //!
 //! # Invariants
 //! - Payloads are bytes: the bus knows nothing of declarations or reports, which are
-//!   mesh-model's versioned wire formats. The only payload this crate defines is its own merge
-//!   announcement ([`jetstream::MergeAnnouncement`]).
+//!   mesh-model's versioned wire formats. The only payloads this crate defines are its own:
+//!   the merge announcement ([`jetstream::MergeAnnouncement`]) and the discovery answers (the
+//!   NATS service API's JSON).
 //! - Subjects follow NATS syntax (`.`-separated tokens, `*` one token, `>` the rest) in every
 //!   implementation, so the embedded mode routes exactly as a fleet does.
 //! - Nothing here decides anything about the mesh: no plan, no rollout, no grant policy. The

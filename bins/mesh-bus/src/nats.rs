@@ -241,8 +241,9 @@ pub struct NatsBus {
 
 impl std::fmt::Debug for NatsBus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let server = self.client.server_info();
         f.debug_struct("NatsBus")
-            .field("server", &self.client.server_info().client_ip)
+            .field("server", &format!("{}:{}", server.host, server.port))
             .finish_non_exhaustive()
     }
 }

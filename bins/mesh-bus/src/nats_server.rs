@@ -235,3 +235,27 @@ impl Drop for NatsServer {
         let _ = self.child.wait();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_server_says_what_to_install() {
+        let message = NatsServerError::Missing.to_string();
+        assert!(
+            message.contains("Debian package `nats-server`"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn the_server_listens_on_loopback_with_jetstream_in_its_file() {
+        let config = server_config(4999, Path::new("/s"), Path::new("/l"));
+        assert_eq!(
+            config,
+            "listen: \"127.0.0.1:4999\"\njetstream {\n  store_dir: \"/s\"\n}\n\
+             log_file: \"/l\"\ninclude \"users.conf\"\n"
+        );
+    }
+}
