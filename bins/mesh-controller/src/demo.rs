@@ -27,6 +27,7 @@ pub fn run() -> Result<ExitCode> {
     );
     init::init(&home, true)?;
     let inventory = home.inventory()?;
+    let checked = home.catalogue()?;
     for node in inventory.file.nodes.keys() {
         let modules: Vec<&str> = inventory.modules_of(node).into_iter().collect();
         println!("  node {node}: {}", modules.join(", "));
@@ -38,7 +39,7 @@ pub fn run() -> Result<ExitCode> {
     );
     print!(
         "{}",
-        render::declaration(&push::compose_node(&home, "home")?)
+        render::declaration(&push::compose_node(&home, &checked, "home")?)
     );
 
     step(
@@ -49,6 +50,7 @@ pub fn run() -> Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new()?;
     let first = runtime.block_on(push::push(
         &home,
+        &checked,
         &nodes,
         &BTreeSet::new(),
         Duration::from_secs(120),
@@ -57,7 +59,7 @@ pub fn run() -> Result<ExitCode> {
     println!("  (a resource that did not take is reported with its reason; nothing is hidden)");
 
     step("4. What each node last reported", "status");
-    print!("{}", render::status(&push::status(&home)?));
+    print!("{}", render::nodes(&push::status(&home)?));
 
     let motd = home.node_root("laptop", &inventory).join("etc/motd");
     println!("\n== 5. The files are really there: {}", motd.display());
@@ -72,6 +74,7 @@ pub fn run() -> Result<ExitCode> {
     );
     let second = runtime.block_on(push::push(
         &home,
+        &checked,
         &nodes,
         &BTreeSet::new(),
         Duration::from_secs(120),

@@ -11,6 +11,12 @@
 //! <home>/reports/<node>.json                  the node's last report
 //! <home>/roots/<node>/                        the node's sandbox root (embedded default)
 //! <home>/state/<node>/                        the node's host state directory
+//! <home>/repos/<name>.json                    a registered catalogue repository ([`crate::repos`])
+//! <home>/plans/<id>.json                      a plan and the work behind it ([`crate::plans`])
+//! <home>/plans/.lock                          held while planning or driving plans
+//! <home>/deployed/<module>.json               the build a finished rollout made current
+//! <home>/store/oci/                           the default archive store (OCI image layout)
+//! <home>/store/modules/<module>.json          every build of a module (mesh-store's records)
 //! ```
 //!
 //! Every write is atomic (temp file, fsync, rename).

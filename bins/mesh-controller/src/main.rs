@@ -2,16 +2,22 @@
 //! it, sends it, and keeps what was sent and what each node reported.
 //!
 //! Start at [`Command`]; the mesh home's layout is in [`home`]; sending is in [`push`]; what a
-//! person reads is rendered in [`render`].
+//! person reads is rendered in [`render`]. Merges and plans: [`repos`] (catalogue repositories,
+//! read from git), [`plans`] (making, superseding and driving plans), [`builds`] (archives in the
+//! store and what is deployed), [`status`] (what the plans and nodes need).
 
+mod builds;
 mod demo;
 mod home;
 mod init;
+mod plans;
 mod push;
 mod render;
+mod repos;
 mod settings;
+mod status;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use home::Home;
 use std::path::PathBuf;
@@ -21,13 +27,23 @@ use std::process::ExitCode;
 ///
 /// Exit codes: 0 success; 1 error (nothing was changed unless the message says otherwise);
 /// 2 refused or held, see the message (e.g. `push` with no node, a held move, `plan --diff
-/// --detailed-exitcode` with a difference); 3 sent, but some node did not converge.
+/// --detailed-exitcode` with a difference); 3 sent, but some node did not converge, or a
+/// plan stopped (a build failed or a rollout stopped at a node).
 #[derive(Parser)]
 #[command(version, about, long_about)]
 pub struct Cli {
     /// The mesh home: inventory, catalogue, settings, what was sent, reports.
     #[arg(long, env = "MESH_HOME", default_value = "mesh-home", global = true)]
     home: PathBuf,
+    /// The archive store: `oci:PATH` (an OCI image layout directory) or `http://HOST:PORT`
+    /// (an OCI registry). Default: `oci:<home>/store/oci`.
+    #[arg(
+        long,
+        env = "MESH_STORE",
+        global = true,
+        value_name = "oci:PATH|http://HOST:PORT"
+    )]
+    store: Option<String>,
     /// Output for people (`text`) or scripts (`json`).
     #[arg(long, value_enum, default_value = "text", global = true)]
     output: Output,
@@ -87,14 +103,120 @@ pub enum Command {
         /// Seconds to wait for each node's report.
         #[arg(long, default_value_t = 120)]
         timeout: u64,
+        /// Instead of nodes: roll out the modules the open plans built and have not rolled
+        /// out (the same list `status` calls behind), one machine first.
+        #[arg(long, conflicts_with_all = ["nodes", "all", "moves"])]
+        behind: bool,
     },
-    /// Each node's last report: state, counts, and every resource that did not take.
+    /// Each node's last report, the open plans and what each waits on, the modules behind,
+    /// stopped rollouts, and nodes stuck, mid-change or with a window open.
     Status,
+    /// Registers catalogue repositories.
+    #[command(subcommand)]
+    Repo(RepoCommand),
+    /// Hears a merge to a registered repository: plans it, then builds and rolls it out.
+    ///
+    /// The paths changed since the repository's last planned commit are read whole from git;
+    /// the modules they belong to and every module depending on them are planned in tiers (the
+    /// first merge plans every module). Older open plans of the same repository and branch are
+    /// superseded, their unfinished modules taken in. Each tier's modules are built (a build
+    /// byte-identical to the deployed one is not redeployed) and rolled out one machine first.
+    /// A merge heard twice makes one plan. Open plans of other repositories are resumed after.
+    ///
+    /// Exit codes: 0 the plan is done (or was already made, or `--plan-only`); 1 error (a
+    /// dependency cycle among the affected modules is named; no plan is made); 3 the plan
+    /// stopped (a build failed, or a rollout stopped at a node: `status` says where and why).
+    Merge {
+        /// The repository.
+        repo: String,
+        /// The merged commit (default: the head of the repository's branch).
+        #[arg(long)]
+        commit: Option<String>,
+        /// Make the plan and stop there: nothing is built or sent until `plans resume`,
+        /// `build --behind`, `push --behind` or the next merge.
+        #[arg(long)]
+        plan_only: bool,
+    },
+    /// Builds modules into the store: each at the commit of the newest open plan naming it
+    /// (for that plan), else at its repository's last planned commit.
+    ///
+    /// A build is published held by its manifest and recorded; it is rolled out only by a
+    /// plan. `--dry-run` archives and prints the digest: nothing is published or recorded and
+    /// nothing can send it.
+    ///
+    /// Exit codes: 0 built; 1 error (a module that does not validate is named with every
+    /// problem; no registered repository holds it).
+    Build {
+        /// The modules.
+        #[arg(required_unless_present = "behind")]
+        modules: Vec<String>,
+        /// Build what the open plans have yet to build (the list `status` calls behind).
+        #[arg(long, conflicts_with = "modules")]
+        behind: bool,
+        /// Archive and print the digest only.
+        #[arg(long, conflicts_with = "behind")]
+        dry_run: bool,
+    },
+    /// Lists the plans; `plans show`, `plans close`, `plans resume`.
+    ///
+    /// Exit codes: 0 success; 1 error (no such plan; closing or resuming a plan that is not
+    /// open); 3 `plans resume` left a plan stopped.
+    Plans {
+        /// What to do (default: list every plan).
+        #[command(subcommand)]
+        command: Option<PlansCommand>,
+    },
     /// Reads and replaces settings layers; every replaced layer is kept.
     #[command(subcommand)]
     Settings(SettingsCommand),
     /// Runs init, plan, push and status in a temporary home, explaining each step.
     Demo,
+}
+
+/// `repo` subcommands.
+#[derive(Subcommand)]
+pub enum RepoCommand {
+    /// Registers a git repository of modules (`modules/<name>/module.toml`).
+    ///
+    /// Exit codes: 0 registered; 1 error (not a git repository, no such branch, a repository of
+    /// that name already registered).
+    Add {
+        /// The name merges use.
+        name: String,
+        /// Where the repository is.
+        path: PathBuf,
+        /// The branch merges are heard on (default: the repository's current branch).
+        #[arg(long)]
+        branch: Option<String>,
+    },
+    /// Lists the registered repositories and their last planned commits.
+    List,
+}
+
+/// `plans` subcommands.
+#[derive(Subcommand)]
+pub enum PlansCommand {
+    /// Lists every plan (the default).
+    List,
+    /// Shows one plan: what changed, its tiers, each module's build and rollout.
+    Show {
+        /// The plan's id (`plan-3`).
+        id: String,
+    },
+    /// Closes an open plan by hand; it is never resumed.
+    Close {
+        /// The plan's id.
+        id: String,
+        /// Why, kept in the plan.
+        #[arg(long, default_value = "")]
+        note: String,
+    },
+    /// Drives the open plans (or one) on from where they stand: a controller stopped
+    /// mid-rollout resumes here.
+    Resume {
+        /// Only this plan.
+        id: Option<String>,
+    },
 }
 
 /// `settings` subcommands.
@@ -166,6 +288,24 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<ExitCode> {
     let home = Home::new(&cli.home);
     let output = cli.output;
+    let store_spec: mesh_store::store::StoreSpec = match &cli.store {
+        Some(spec) => spec.parse().with_context(|| format!("--store {spec}"))?,
+        None => mesh_store::store::default_store_spec(home.root()),
+    };
+    let store = mesh_store::store::open_store(&store_spec)
+        .with_context(|| format!("opening the store {store_spec}"))?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    let ctx = plans::Ctx {
+        home: &home,
+        store: store.as_ref(),
+        progress: plans::Progress {
+            to_stderr: output == Output::Json,
+        },
+    };
+    let checked = || -> Result<push::Checked> {
+        home.require()?;
+        runtime.block_on(builds::effective_catalogue(&home, store.as_ref()))
+    };
     match cli.command {
         Command::Init { example } => {
             init::init(&home, example)?;
@@ -173,7 +313,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Check => {
-            let problems = push::problems(&home)?;
+            let problems = push::problems(&home, &checked()?)?;
             print_problems(output, &problems)?;
             Ok(if problems.is_empty() {
                 ExitCode::SUCCESS
@@ -186,7 +326,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             diff: true,
             detailed_exitcode,
         } => {
-            let declaration = push::compose_node(&home, &node)?;
+            let declaration = push::compose_node(&home, &checked()?, &node)?;
             let sent = home.sent(&node)?;
             let diff = mesh_plan::diff(sent.as_ref(), &declaration);
             match output {
@@ -200,18 +340,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
             })
         }
         Command::Plan { node, .. } => {
-            let declaration = push::compose_node(&home, &node)?;
+            let declaration = push::compose_node(&home, &checked()?, &node)?;
             match output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&declaration)?),
                 Output::Text => print!("{}", render::declaration(&declaration)),
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Push { behind: true, .. } => {
+            let plans =
+                runtime.block_on(plans::drive_open(&ctx, None, plans::DriveMode::RolloutOnly))?;
+            print_plans_driven(output, &plans)
+        }
         Command::Push {
             nodes,
             all,
             moves,
             timeout,
+            behind: false,
         } => {
             let inventory = home.inventory()?;
             let nodes = if all {
@@ -224,9 +370,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 nodes
             };
-            let runtime = tokio::runtime::Runtime::new()?;
+            let checked = checked()?;
             let results = runtime.block_on(push::push(
                 &home,
+                &checked,
                 &nodes,
                 &moves.into_iter().collect(),
                 std::time::Duration::from_secs(timeout),
@@ -238,7 +385,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(push::exit_code(&results))
         }
         Command::Status => {
-            let status = push::status(&home)?;
+            let status = status::overview(&home, mesh_host::now())?;
             match output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&status)?),
                 Output::Text => print!("{}", render::status(&status)),
@@ -270,7 +417,148 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Demo => demo::run(),
+        Command::Repo(RepoCommand::Add { name, path, branch }) => {
+            let record = repos::add(&home, &name, &path, branch.as_deref())?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&record)?),
+                Output::Text => println!(
+                    "registered `{}`: {} branch {} (modules in `{}/`); its first merge plans every module",
+                    record.name,
+                    record.path.display(),
+                    record.branch,
+                    record.modules_dir
+                ),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Repo(RepoCommand::List) => {
+            let repos = home.repos()?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&repos)?),
+                Output::Text if repos.is_empty() => {
+                    println!("no repositories; `repo add NAME PATH` registers one")
+                }
+                Output::Text => {
+                    for repo in repos {
+                        println!(
+                            "{}: {} branch {}, last planned {}",
+                            repo.name,
+                            repo.path.display(),
+                            repo.branch,
+                            repo.last_planned
+                                .as_deref()
+                                .map_or("never", builds::short_commit)
+                        );
+                    }
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Merge {
+            repo,
+            commit,
+            plan_only,
+        } => {
+            home.require()?;
+            let outcome =
+                runtime.block_on(plans::merge(&ctx, &repo, commit.as_deref(), plan_only))?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&outcome)?),
+                Output::Text => print!("{}", render::merge(&outcome)),
+            }
+            Ok(match &outcome {
+                plans::MergeOutcome::Planned { plan, .. }
+                    if matches!(plan.state, mesh_model::plan::PlanState::Stopped { .. }) =>
+                {
+                    ExitCode::from(3)
+                }
+                plans::MergeOutcome::Planned { .. }
+                | plans::MergeOutcome::AlreadyPlanned { .. } => ExitCode::SUCCESS,
+            })
+        }
+        Command::Build {
+            modules,
+            behind: true,
+            ..
+        } => {
+            debug_assert!(modules.is_empty());
+            home.require()?;
+            let plans =
+                runtime.block_on(plans::drive_open(&ctx, None, plans::DriveMode::BuildOnly))?;
+            print_plans_driven(output, &plans)
+        }
+        Command::Build {
+            modules,
+            behind: false,
+            dry_run,
+        } => {
+            home.require()?;
+            let built = runtime.block_on(plans::build_named(&ctx, &modules, dry_run))?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&built)?),
+                Output::Text => print!("{}", render::builds(&built, dry_run)),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plans { command } => match command.unwrap_or(PlansCommand::List) {
+            PlansCommand::List => {
+                let plans = home.plans()?;
+                match output {
+                    Output::Json => {
+                        let plans: Vec<_> = plans.into_iter().map(|p| p.plan).collect();
+                        println!("{}", serde_json::to_string_pretty(&plans)?)
+                    }
+                    Output::Text => print!("{}", render::plans_list(&plans)),
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            PlansCommand::Show { id } => {
+                let record = home.plan(&id)?;
+                match output {
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&record)?),
+                    Output::Text => print!("{}", render::plan_show(&record)),
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            PlansCommand::Close { id, note } => {
+                let record = plans::close(&home, &id, &note)?;
+                match output {
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&record.plan)?),
+                    Output::Text => print!("{}", render::plan_summary(&record.plan)),
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            PlansCommand::Resume { id } => {
+                home.require()?;
+                let plans = runtime.block_on(plans::drive_open(
+                    &ctx,
+                    id.as_deref(),
+                    plans::DriveMode::All,
+                ))?;
+                print_plans_driven(output, &plans)
+            }
+        },
     }
+}
+
+fn print_plans_driven(output: Output, plans: &[mesh_model::plan::Plan]) -> Result<ExitCode> {
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(plans)?),
+        Output::Text if plans.is_empty() => println!("no open plans"),
+        Output::Text => {
+            for plan in plans {
+                print!("{}", render::plan_summary(plan));
+            }
+        }
+    }
+    let stopped = plans
+        .iter()
+        .any(|p| matches!(p.state, mesh_model::plan::PlanState::Stopped { .. }));
+    Ok(if stopped {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn print_problems(output: Output, problems: &[mesh_model::Diagnostic]) -> Result<()> {

@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use mesh_apply::HostConfig;
 use mesh_bus::{subjects, Bus, InProcessBus};
 use mesh_model::declaration::Declaration;
+use mesh_model::module::Catalogue;
 use mesh_model::report::{MachineState, Report};
 use mesh_model::Diagnostic;
 use mesh_plan::PushDecision;
@@ -18,20 +19,25 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The catalogue and its problems, as sends compose from it.
+pub type Checked = (Catalogue, Vec<Diagnostic>);
+
 /// Every problem of the catalogue and the inventory.
-pub fn problems(home: &Home) -> Result<Vec<Diagnostic>> {
-    let (catalogue, mut problems) = home.catalogue()?;
+pub fn problems(home: &Home, checked: &Checked) -> Result<Vec<Diagnostic>> {
+    let (catalogue, problems) = checked;
+    let mut problems = problems.clone();
     let inventory = home.inventory()?;
-    problems.extend(inventory.validate(&catalogue));
+    problems.extend(inventory.validate(catalogue));
     problems.sort();
     Ok(problems)
 }
 
 /// Composes every named node's declaration, refusing (with every problem) an unsound mesh.
-pub fn compose_nodes(home: &Home, nodes: &[String]) -> Result<Vec<Declaration>> {
-    let (catalogue, mut problems) = home.catalogue()?;
+pub fn compose_nodes(home: &Home, checked: &Checked, nodes: &[String]) -> Result<Vec<Declaration>> {
+    let (catalogue, problems) = checked;
+    let mut problems = problems.clone();
     let inventory = home.inventory()?;
-    problems.extend(inventory.validate(&catalogue));
+    problems.extend(inventory.validate(catalogue));
     crate::refuse_problems(&problems)?;
     nodes
         .iter()
@@ -48,15 +54,15 @@ pub fn compose_nodes(home: &Home, nodes: &[String]) -> Result<Vec<Declaration>> 
                         .join(", ")
                 );
             }
-            mesh_plan::compose(&catalogue, &inventory, node)
+            mesh_plan::compose(catalogue, &inventory, node)
                 .with_context(|| format!("composing the declaration of `{node}`"))
         })
         .collect()
 }
 
 /// Composes one node's declaration.
-pub fn compose_node(home: &Home, node: &str) -> Result<Declaration> {
-    Ok(compose_nodes(home, &[node.to_owned()])?.remove(0))
+pub fn compose_node(home: &Home, checked: &Checked, node: &str) -> Result<Declaration> {
+    Ok(compose_nodes(home, checked, &[node.to_owned()])?.remove(0))
 }
 
 /// What a push did for one node.
@@ -101,20 +107,22 @@ pub struct PushResult {
 ///
 /// # Guarantees
 /// What was sent is recorded per node before anything is awaited; each report heard is
-/// recorded. Nothing is sent when the catalogue or inventory has any problem.
+/// recorded. Nothing is sent when the catalogue or inventory has any problem. `checked` is the
+/// catalogue sends compose from ([`crate::builds::effective_catalogue`]: what is deployed).
 ///
 /// A node whose push would give a running container another host directory at a mount it
 /// already has is held (not sent) unless its module is in `allowed_moves`; the other nodes go
 /// ahead (rule 12).
 pub async fn push(
     home: &Home,
+    checked: &Checked,
     nodes: &[String],
     allowed_moves: &BTreeSet<String>,
     timeout: Duration,
 ) -> Result<Vec<PushResult>> {
     let mut held: BTreeMap<String, Vec<mesh_plan::Move>> = BTreeMap::new();
     let mut declarations = Vec::new();
-    for declaration in compose_nodes(home, nodes)? {
+    for declaration in compose_nodes(home, checked, nodes)? {
         let sent = home.sent(&declaration.node)?;
         match mesh_plan::decide_push(sent.as_ref(), &declaration, allowed_moves) {
             PushDecision::Send { .. } => declarations.push(declaration),

@@ -47,9 +47,9 @@ fn push_applies_under_the_sandbox_roots_and_status_reports_it() {
     insta::assert_snapshot!("status_after_push", status);
     let json = mesh.expect(&["status", "--output", "json"], 0);
     let parsed: serde_json::Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(parsed[1]["node"], "home");
-    assert_eq!(parsed[1]["sent"], serde_json::Value::Null);
-    assert_eq!(parsed[2]["report"]["machine"], "converged");
+    assert_eq!(parsed["nodes"][1]["node"], "home");
+    assert_eq!(parsed["nodes"][1]["sent"], serde_json::Value::Null);
+    assert_eq!(parsed["nodes"][2]["report"]["machine"], "converged");
 }
 
 #[test]
@@ -104,7 +104,7 @@ fn a_broken_catalogue_is_refused_with_every_problem_and_nothing_is_sent() {
     let run = mesh.run(&["push", "--all"]);
     assert_eq!(run.code, 1);
     assert!(
-        run.stderr.contains("2 problem(s); nothing was sent"),
+        run.stderr.contains("3 problem(s); nothing was sent"),
         "{}",
         run.stderr
     );

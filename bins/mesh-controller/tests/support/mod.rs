@@ -95,3 +95,146 @@ impl Mesh {
         out
     }
 }
+
+/// A real git repository of modules in a temporary directory.
+pub struct Repo {
+    dir: tempfile::TempDir,
+}
+
+impl Repo {
+    /// A new repository on branch `main`, with nothing committed.
+    pub fn new() -> Repo {
+        let repo = Repo {
+            dir: tempfile::tempdir().expect("a temporary directory"),
+        };
+        repo.git(&["init", "-q", "-b", "main"]);
+        repo
+    }
+
+    /// Its directory.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Runs git in it, returning standard output.
+    pub fn git(&self, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(self.path())
+            .args([
+                "-c",
+                "user.name=Test",
+                "-c",
+                "user.email=test@example.internal",
+            ])
+            .args(args)
+            .output()
+            .expect("git runs");
+        assert!(
+            out.status.success(),
+            "git {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .expect("UTF-8")
+            .trim()
+            .to_owned()
+    }
+
+    /// Writes files (path relative to the repository, text), one `(path, text)` each.
+    pub fn write(&self, files: &[(&str, &str)]) {
+        for (path, text) in files {
+            let path = self.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+    }
+
+    /// Every commit, oldest first, as `(full id, "[commit-N]")` and `(12 characters,
+    /// "[commit-N]")`, for [`redact`].
+    pub fn commit_names(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for (n, id) in self
+            .git(&["rev-list", "--reverse", "HEAD"])
+            .lines()
+            .enumerate()
+        {
+            out.push((id.to_owned(), format!("[commit-{}]", n + 1)));
+            out.push((id[..12].to_owned(), format!("[commit-{}]", n + 1)));
+        }
+        out
+    }
+
+    /// Commits everything, returning the commit id.
+    pub fn commit(&self, message: &str) -> String {
+        self.git(&["add", "-A"]);
+        self.git(&["commit", "-q", "-m", message]);
+        self.git(&["rev-parse", "HEAD"])
+    }
+}
+
+/// Replaces what changes from run to run — times, digests, durations, the given words (temp
+/// paths, commit ids) — so output can be a snapshot.
+pub fn redact(text: &str, words: &[(&str, &str)]) -> String {
+    let mut text = text.to_owned();
+    for (word, name) in words {
+        text = text.replace(word, name);
+    }
+    let mut out = String::new();
+    let chars: Vec<char> = text.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let rest: String = chars[i..chars.len().min(i + 20)].iter().collect();
+        // 2026-11-29T16:00:00Z
+        let is_time = rest.len() == 20
+            && rest.chars().enumerate().all(|(k, c)| match k {
+                4 | 7 => c == '-',
+                10 => c == 'T',
+                13 | 16 => c == ':',
+                19 => c == 'Z',
+                _ => c.is_ascii_digit(),
+            });
+        if is_time {
+            out.push_str("[time]");
+            i += 20;
+            continue;
+        }
+        if rest.starts_with("sha256:") {
+            let mut j = i + 7;
+            while j < chars.len() && chars[j].is_ascii_hexdigit() {
+                j += 1;
+            }
+            out.push_str("sha256:[digest]");
+            i = j;
+            continue;
+        }
+        if rest.starts_with("for ") && (i == 0 || chars[i - 1] == ' ') {
+            let mut j = i + 4;
+            while j < chars.len() && chars[j].is_ascii_digit() {
+                j += 1;
+            }
+            if j > i + 4 && chars[j..].starts_with(&[' ', 's']) {
+                out.push_str("for [n] s");
+                i = j + 2;
+                continue;
+            }
+        }
+        if rest.starts_with('(') {
+            // "(379 bytes)"
+            let mut j = i + 1;
+            while j < chars.len() && chars[j].is_ascii_digit() {
+                j += 1;
+            }
+            let tail: String = chars[j..chars.len().min(j + 7)].iter().collect();
+            if j > i + 1 && tail == " bytes)" {
+                out.push_str("([n] bytes)");
+                i = j + 7;
+                continue;
+            }
+        }
+        out.push(chars[i]);
+        i += 1;
+    }
+    out
+}

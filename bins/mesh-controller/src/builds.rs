@@ -1,0 +1,254 @@
+//! Builds and what is deployed: a module's build is the deterministic archive of its directory
+//! at a commit, published to the store held by its manifest and recorded (issue 7); a module's
+//! *deployed* build is the one its last finished rollout made current.
+//!
+//! Start at [`build_module`], then [`effective_catalogue`]: the catalogue every send composes
+//! from — the home's `catalogue/modules`, with each module a rollout finished taken from its
+//! deployed build in the store instead.
+//!
+//! # Layout
+//! `<home>/deployed/<module>.json`: a [`DeployedRecord`] (the controller's own, versioned).
+//! Builds are recorded by mesh-store under `<home>/store/modules/<module>.json`.
+//!
+//! # Invariants
+//! - A dry-run build is never published, recorded or deployed (rule 18).
+//! - A module is built only when the whole catalogue at its commit validates for it: a module
+//!   with any diagnostic fails its build, naming every problem.
+
+use crate::home::{write_atomic, Home};
+use anyhow::{bail, Context, Result};
+use mesh_model::build::{ArchiveRef, Build};
+use mesh_model::module::{load_catalogue, Catalogue, CatalogueSource};
+use mesh_model::Diagnostic;
+use mesh_store::archive::{archive_tree, unpack_archive};
+use mesh_store::store::ArchiveStore;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The format version of a deployed record.
+pub const DEPLOYED_FORMAT: u32 = 1;
+
+/// The build a module's last finished rollout made current (disk format, version
+/// [`DEPLOYED_FORMAT`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct DeployedRecord {
+    /// Format version.
+    pub format: u32,
+    /// The module.
+    pub module: String,
+    /// The repository it was built from.
+    pub repository: String,
+    /// The commit built.
+    pub commit: String,
+    /// The archive in the store.
+    pub archive: ArchiveRef,
+    /// The plan whose rollout finished it.
+    pub plan: String,
+    /// When it became current (seconds since the epoch).
+    pub at: u64,
+}
+
+impl Home {
+    fn deployed_path(&self, module: &str) -> PathBuf {
+        self.root().join("deployed").join(format!("{module}.json"))
+    }
+
+    /// A module's deployed build, if a rollout ever finished one.
+    pub fn deployed(&self, module: &str) -> Result<Option<DeployedRecord>> {
+        let path = self.deployed_path(module);
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        let record: DeployedRecord = serde_json::from_slice(&bytes)
+            .with_context(|| format!("{} is not a deployed record", path.display()))?;
+        if record.format != DEPLOYED_FORMAT {
+            bail!(
+                "{} has format {}, this build reads format {DEPLOYED_FORMAT}",
+                path.display(),
+                record.format
+            );
+        }
+        Ok(Some(record))
+    }
+
+    /// Every deployed module, by name.
+    pub fn deployed_all(&self) -> Result<Vec<DeployedRecord>> {
+        let dir = self.root().join("deployed");
+        if !dir.is_dir() {
+            return Ok(Vec::new());
+        }
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .with_context(|| format!("reading {}", dir.display()))?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_suffix(".json"))
+                    .map(str::to_owned)
+            })
+            .collect();
+        names.sort();
+        let mut out = Vec::new();
+        for name in names {
+            out.extend(self.deployed(&name)?);
+        }
+        Ok(out)
+    }
+
+    /// Makes a build the module's deployed one.
+    pub fn write_deployed(&self, record: &DeployedRecord) -> Result<()> {
+        write_atomic(
+            &self.deployed_path(&record.module),
+            &serde_json::to_vec_pretty(record)?,
+        )
+    }
+}
+
+/// The catalogue source sends compose from: the home's catalogue, with every deployed module
+/// read from its archive in the store.
+///
+/// # Errors
+/// When the home's catalogue cannot be read, or a deployed archive is missing from the store or
+/// is not the bytes its record names.
+pub async fn effective_source(home: &Home, store: &dyn ArchiveStore) -> Result<CatalogueSource> {
+    let dir = home.modules_dir();
+    let mut source = if dir.is_dir() {
+        mesh_store::tree::read_catalogue(&dir, "catalogue/modules")
+            .with_context(|| format!("reading the catalogue at {}", dir.display()))?
+    } else {
+        CatalogueSource {
+            prefix: "catalogue/modules".to_owned(),
+            ..CatalogueSource::default()
+        }
+    };
+    for deployed in home.deployed_all()? {
+        let archive = store.fetch(&deployed.archive).await.with_context(|| {
+            format!(
+                "the deployed build of `{}` ({}, {} at {}) could not be read from {}",
+                deployed.module,
+                deployed.archive.digest,
+                deployed.repository,
+                short_commit(&deployed.commit),
+                store.name()
+            )
+        })?;
+        let tree = unpack_archive(&archive.bytes, Some(&deployed.archive))
+            .with_context(|| format!("the deployed build of `{}`", deployed.module))?;
+        source.modules.insert(deployed.module.clone(), tree);
+    }
+    Ok(source)
+}
+
+/// [`effective_source`], validated.
+///
+/// # Errors
+/// As [`effective_source`].
+pub async fn effective_catalogue(
+    home: &Home,
+    store: &dyn ArchiveStore,
+) -> Result<(Catalogue, Vec<Diagnostic>)> {
+    Ok(load_catalogue(&effective_source(home, store).await?))
+}
+
+/// A commit shortened for people (12 characters).
+pub fn short_commit(commit: &str) -> &str {
+    &commit[..commit.len().min(12)]
+}
+
+/// The problems the catalogue at a commit has with `module` (its own, and those of what it
+/// depends on, as validation reports them).
+pub fn module_problems(source: &CatalogueSource, module: &str) -> Vec<Diagnostic> {
+    if !source.modules.contains_key(module) {
+        return vec![Diagnostic::new(
+            format!("{}/{module}", source.prefix),
+            Some(module),
+            None,
+            "the module's directory is not in the catalogue at this commit",
+        )];
+    }
+    let own_dir = format!("{}/{module}/", source.prefix);
+    let (_, diagnostics) = load_catalogue(source);
+    diagnostics
+        .into_iter()
+        .filter(|d| d.module.as_deref() == Some(module) || d.file.starts_with(&own_dir))
+        .collect()
+}
+
+/// Where a build comes from: a repository's catalogue at a commit.
+#[derive(Debug, Clone, Copy)]
+pub struct BuildSource<'a> {
+    /// The repository's name.
+    pub repository: &'a str,
+    /// The commit.
+    pub commit: &'a str,
+    /// Its catalogue at that commit.
+    pub source: &'a CatalogueSource,
+}
+
+/// A module built from a repository's catalogue at a commit.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// The build record (published and recorded unless a dry run).
+    pub build: Build,
+}
+
+/// Builds `module` from a repository's catalogue at a commit: validates, archives,
+/// and unless `dry_run` publishes under the publish lock and records the build.
+///
+/// # Errors
+/// Every validation problem of the module at once; a store or record failure naming the module
+/// and the store.
+pub async fn build_module(
+    home: &Home,
+    store: &dyn ArchiveStore,
+    from: &BuildSource<'_>,
+    module: &str,
+    now: u64,
+    dry_run: bool,
+) -> Result<Built> {
+    let BuildSource {
+        repository,
+        commit,
+        source,
+    } = *from;
+    let problems = module_problems(source, module);
+    if !problems.is_empty() {
+        let listed: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
+        bail!(
+            "`{module}` at {repository} {} does not validate ({} problem(s)):\n{}",
+            short_commit(commit),
+            problems.len(),
+            listed.join("\n")
+        );
+    }
+    let tree = &source.modules[module];
+    let archive = archive_tree(tree).with_context(|| {
+        format!(
+            "archiving `{module}` at {repository} {}",
+            short_commit(commit)
+        )
+    })?;
+    let build = Build {
+        module: module.to_owned(),
+        repository: repository.to_owned(),
+        commit: commit.to_owned(),
+        archive: archive.reference.clone(),
+        at: now,
+        dry_run,
+    };
+    if dry_run {
+        return Ok(Built { build });
+    }
+    let lock = mesh_store::lock::PublishLock::acquire(home.root())
+        .await
+        .with_context(|| format!("taking the publish lock to publish `{module}`"))?;
+    mesh_store::store::publish(store, &lock, &archive)
+        .await
+        .with_context(|| format!("publishing `{module}` to {}", store.name()))?;
+    mesh_store::records::record_build(home.root(), &lock, &build)
+        .with_context(|| format!("recording the build of `{module}`"))?;
+    drop(lock);
+    Ok(Built { build })
+}

@@ -1,0 +1,1123 @@
+//! Merges make plans, and plans are driven: tier by tier, each module built, then rolled out one
+//! machine first (rules 13–20, ADR 0218, issue 6).
+//!
+//! Start at [`merge`]: it reads the changed paths since the repository's last planned commit
+//! from git, attributes them to modules (rule 17), supersedes older open plans of the same
+//! repository and branch, folding in their unfinished modules (rule 16), orders the affected
+//! modules in tiers and saves the plan. [`drive`] carries a plan out: [`crate::builds`] builds
+//! each module of a tier; each module's rollout is the pure state machine
+//! [`mesh_plan::rollout::step`], whose actions are carried out here against the in-process bus
+//! with one host agent per node.
+//!
+//! # Layout
+//! `<home>/plans/<id>.json`: a [`PlanRecord`] (ids `plan-1`, `plan-2`, … in the order plans are
+//! made), rewritten after every step of a rollout so that a controller stopped mid-rollout
+//! resumes where it was (`plans resume`, or the next `merge`). `<home>/plans/.lock` keeps two
+//! controllers from planning or driving at once.
+//!
+//! # Guarantees
+//! - A merge heard twice (same repository, branch and commit) makes one plan (rule 18).
+//! - No node is sent a declaration before its grants were answered (in the embedded default the
+//!   in-process bus has no permissions, so they are answered at once, in order).
+//! - A plan that is not open (done, stopped, superseded, closed) is never driven again.
+
+use crate::builds::{self, short_commit, DeployedRecord};
+use crate::home::{write_atomic, Home};
+use crate::repos::{self, RepoRecord};
+use anyhow::{bail, Context, Result};
+use mesh_apply::HostConfig;
+use mesh_bus::{subjects, Bus, InProcessBus, Subscription};
+use mesh_model::build::Build;
+use mesh_model::declaration::Declaration;
+use mesh_model::inventory::Inventory;
+use mesh_model::module::{load_catalogue, Catalogue, CatalogueSource};
+use mesh_model::plan::{ModuleRollout, Plan, PlanState, RolloutOutcome};
+use mesh_model::report::{MachineState, Report};
+use mesh_plan::rollout::{
+    step, Action, Event, NodeProgress, NodeReport, RolloutNode, RolloutSpec, RolloutState, Stage,
+    Verdict,
+};
+use mesh_store::store::ArchiveStore;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The format version of a plan record.
+pub const PLAN_FORMAT: u32 = 1;
+
+/// A plan as the controller keeps it (disk format, version [`PLAN_FORMAT`]): the plan itself
+/// and the work behind it — builds, rollout specs and states — so it can be resumed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PlanRecord {
+    /// Format version.
+    pub format: u32,
+    /// The plan.
+    pub plan: Plan,
+    /// The commit the changed paths were read from (`None`: the repository's first merge,
+    /// which plans every module).
+    pub previous_commit: Option<String>,
+    /// How many paths the merge changed.
+    pub changed_paths: usize,
+    /// Changed paths that belong to no one module (each meant every module).
+    pub shared_paths: Vec<String>,
+    /// Modules taken over from older plans this one superseded: module → that plan's id.
+    pub folded: BTreeMap<String, String>,
+    /// Per module, the work done for it.
+    pub work: BTreeMap<String, ModuleWork>,
+}
+
+/// The work behind one module of a plan.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ModuleWork {
+    /// The build, once made.
+    pub build: Option<Build>,
+    /// Set when the build is byte-identical to the module's deployed build: not redeployed
+    /// (rule 20).
+    #[serde(default)]
+    pub not_redeployed: bool,
+    /// The rollout's spec, fixed when it begins.
+    pub spec: Option<RolloutSpec>,
+    /// The rollout's state, after its latest step.
+    pub state: Option<RolloutState>,
+    /// What each node had been sent before this rollout (a revert sends it back).
+    #[serde(default)]
+    pub before: BTreeMap<String, Declaration>,
+}
+
+impl Home {
+    fn plans_dir(&self) -> PathBuf {
+        self.root().join("plans")
+    }
+
+    /// A plan by id, or an error naming the plans there are.
+    pub fn plan(&self, id: &str) -> Result<PlanRecord> {
+        let path = self.plans_dir().join(format!("{id}.json"));
+        if !path.is_file() || plan_number(id).is_none() {
+            let known: Vec<String> = self.plans()?.into_iter().map(|p| p.plan.id).collect();
+            bail!(
+                "there is no plan `{id}` (plans: {})",
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            );
+        }
+        read_plan(&path)
+    }
+
+    /// Every plan, in the order they were made.
+    pub fn plans(&self) -> Result<Vec<PlanRecord>> {
+        let dir = self.plans_dir();
+        if !dir.is_dir() {
+            return Ok(Vec::new());
+        }
+        let mut found: Vec<(u64, PathBuf)> = std::fs::read_dir(&dir)
+            .with_context(|| format!("reading {}", dir.display()))?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().to_str()?.strip_suffix(".json")?.to_owned();
+                Some((plan_number(&name)?, e.path()))
+            })
+            .collect();
+        found.sort();
+        found.iter().map(|(_, path)| read_plan(path)).collect()
+    }
+
+    /// Writes a plan record.
+    pub fn write_plan(&self, record: &PlanRecord) -> Result<()> {
+        write_atomic(
+            &self.plans_dir().join(format!("{}.json", record.plan.id)),
+            &serde_json::to_vec_pretty(record)?,
+        )
+    }
+}
+
+fn plan_number(id: &str) -> Option<u64> {
+    id.strip_prefix("plan-")?.parse().ok()
+}
+
+fn read_plan(path: &std::path::Path) -> Result<PlanRecord> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let record: PlanRecord = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a plan record", path.display()))?;
+    if record.format != PLAN_FORMAT {
+        bail!(
+            "{} has format {}, this build reads format {PLAN_FORMAT}",
+            path.display(),
+            record.format
+        );
+    }
+    Ok(record)
+}
+
+/// An exclusive lock on the home's plans, held while planning or driving.
+pub struct PlansLock {
+    _file: std::fs::File,
+}
+
+impl PlansLock {
+    /// Takes the lock, waiting while another controller holds it.
+    ///
+    /// # Errors
+    /// When the lock file cannot be made or locked.
+    pub fn acquire(home: &Home) -> Result<PlansLock> {
+        let dir = home.root().join("plans");
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join(".lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+            .with_context(|| format!("locking {}", path.display()))?;
+        Ok(PlansLock { _file: file })
+    }
+}
+
+/// Where progress lines go: standard output for text, standard error when standard output
+/// carries JSON.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    /// Write to standard error.
+    pub to_stderr: bool,
+}
+
+impl Progress {
+    /// Prints one progress line.
+    pub fn line(&self, text: &str) {
+        if self.to_stderr {
+            eprintln!("{text}");
+        } else {
+            println!("{text}");
+        }
+    }
+}
+
+/// The controller's context for plan work.
+pub struct Ctx<'a> {
+    /// The mesh home.
+    pub home: &'a Home,
+    /// The archive store.
+    pub store: &'a dyn ArchiveStore,
+    /// Where progress goes.
+    pub progress: Progress,
+}
+
+/// What hearing a merge did.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "result", rename_all = "kebab-case")]
+pub enum MergeOutcome {
+    /// A plan was already made for this repository, branch and commit; none was made.
+    AlreadyPlanned {
+        /// That plan.
+        plan: Plan,
+    },
+    /// A plan was made (and, unless asked not to, driven).
+    Planned {
+        /// The plan as it stands.
+        plan: Plan,
+        /// Older plans it superseded.
+        superseded: Vec<String>,
+    },
+}
+
+/// Hears a merge to a registered repository: makes its plan and, unless `plan_only`, drives it
+/// and then any other open plan.
+///
+/// # Errors
+/// When git cannot be read, the affected modules depend on each other in a cycle (named), or a
+/// plan cannot be saved; a failed build or rollout is not an error but a stopped plan.
+pub async fn merge(
+    ctx: &Ctx<'_>,
+    name: &str,
+    commit: Option<&str>,
+    plan_only: bool,
+) -> Result<MergeOutcome> {
+    let home = ctx.home;
+    let mut repo = home.repo(name)?;
+    let commit = repos::resolve(&repo.path, commit.unwrap_or(&repo.branch))
+        .with_context(|| format!("repository `{name}`"))?;
+    let _lock = PlansLock::acquire(home)?;
+    let plans = home.plans()?;
+    if let Some(existing) = plans.iter().find(|p| {
+        p.plan.repository == repo.name && p.plan.branch == repo.branch && p.plan.commit == commit
+    }) {
+        return Ok(MergeOutcome::AlreadyPlanned {
+            plan: existing.plan.clone(),
+        });
+    }
+    let mut record = make_plan(ctx, &repo, &commit, &plans)?;
+    let superseded: Vec<String> = record.folded.values().cloned().collect();
+    let mut superseded: Vec<String> = superseded
+        .into_iter()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    for older in &plans {
+        if let PlanState::Superseded { by } = &older.plan.state {
+            if *by == record.plan.id && !superseded.contains(&older.plan.id) {
+                superseded.push(older.plan.id.clone());
+            }
+        }
+    }
+    repo.last_planned = Some(commit.clone());
+    home.write_repo(&repo)?;
+    if !plan_only {
+        drive(ctx, &mut record, DriveMode::All).await?;
+        for mut other in home.plans()? {
+            if other.plan.id != record.plan.id && other.plan.state.is_open() {
+                ctx.progress
+                    .line(&format!("resuming the open plan {}", other.plan.id));
+                drive(ctx, &mut other, DriveMode::All).await?;
+            }
+        }
+    }
+    Ok(MergeOutcome::Planned {
+        plan: record.plan,
+        superseded,
+    })
+}
+
+/// Makes and saves the plan for `commit`, superseding older open plans of the same repository
+/// and branch (saved too).
+fn make_plan(
+    ctx: &Ctx<'_>,
+    repo: &RepoRecord,
+    commit: &str,
+    plans: &[PlanRecord],
+) -> Result<PlanRecord> {
+    let home = ctx.home;
+    let source = repos::catalogue_at(&repo.path, commit, &repo.modules_dir)
+        .with_context(|| format!("reading `{}` at {}", repo.name, short_commit(commit)))?;
+    let repository_modules: BTreeSet<String> = source.modules.keys().cloned().collect();
+    let (changed, changed_paths, shared_paths) = match &repo.last_planned {
+        None => (repository_modules.clone(), 0, Vec::new()),
+        Some(last) => {
+            let paths = repos::changed_paths(&repo.path, last, commit).with_context(|| {
+                format!(
+                    "reading what `{}` changed from {} to {}",
+                    repo.name,
+                    short_commit(last),
+                    short_commit(commit)
+                )
+            })?;
+            let known = module_dirs_at(repo, last)?;
+            let attribution = mesh_plan::attribute(&paths, &repo.modules_dir, &known);
+            (
+                attribution.changed_modules(&repository_modules),
+                paths.len(),
+                attribution.shared.clone(),
+            )
+        }
+    };
+    let id = format!(
+        "plan-{}",
+        plans
+            .iter()
+            .filter_map(|p| plan_number(&p.plan.id))
+            .max()
+            .unwrap_or(0)
+            + 1
+    );
+    let mut plan = Plan {
+        id: id.clone(),
+        repository: repo.name.clone(),
+        branch: repo.branch.clone(),
+        commit: commit.to_owned(),
+        made_at: mesh_host::now(),
+        modules: changed.iter().cloned().collect(),
+        tiers: Vec::new(),
+        rollouts: BTreeMap::new(),
+        state: PlanState::Building,
+    };
+    let kept: Vec<Plan> = plans.iter().map(|p| p.plan.clone()).collect();
+    let supersession = mesh_plan::supersede(&plan, &kept);
+    let mut folded = BTreeMap::new();
+    for older in &supersession.superseded {
+        for module in older.unbuilt.iter().chain(&older.unsent) {
+            if !changed.contains(module) {
+                folded
+                    .entry(module.clone())
+                    .or_insert_with(|| older.id.clone());
+            }
+        }
+    }
+    let mut wanted: BTreeSet<String> = BTreeSet::new();
+    for module in &supersession.modules {
+        if repository_modules.contains(module) {
+            wanted.insert(module.clone());
+        } else {
+            ctx.progress.line(&format!(
+                "{id}: `{module}` (from {}) is no longer in `{}` at {}: not planned",
+                folded.get(module).map_or("this merge", String::as_str),
+                repo.name,
+                short_commit(commit)
+            ));
+            folded.remove(module);
+        }
+    }
+    let graph = lenient_dependency_graph(&source);
+    let tiers = mesh_plan::tiers(&graph, &wanted).map_err(|error| {
+        anyhow::anyhow!(
+            "`{}` at {}: {error}; no plan was made",
+            repo.name,
+            short_commit(commit)
+        )
+    })?;
+    let affected: BTreeSet<String> = tiers.tiers.iter().flatten().cloned().collect();
+    plan.modules = affected.into_iter().collect();
+    plan.tiers = tiers.tiers;
+    if plan.modules.is_empty() {
+        plan.state = PlanState::Done;
+    }
+    let record = PlanRecord {
+        format: PLAN_FORMAT,
+        work: plan
+            .modules
+            .iter()
+            .map(|m| (m.clone(), ModuleWork::default()))
+            .collect(),
+        plan,
+        previous_commit: repo.last_planned.clone(),
+        changed_paths,
+        shared_paths,
+        folded,
+    };
+    for older in &supersession.superseded {
+        let mut older_record = plans
+            .iter()
+            .find(|p| p.plan.id == older.id)
+            .cloned()
+            .context("a superseded plan is among the plans")?;
+        older_record.plan.state = older.state.clone();
+        home.write_plan(&older_record)?;
+        ctx.progress.line(&format!(
+            "{}: superseded by {id} (it had not built: {}; not rolled out: {})",
+            older.id,
+            list_or_none(&older.unbuilt),
+            list_or_none(&older.unsent)
+        ));
+    }
+    home.write_plan(&record)?;
+    ctx.progress.line(&format!(
+        "{id}: `{}` {} at {}: {} module(s) in {} tier(s){}",
+        repo.name,
+        repo.branch,
+        short_commit(commit),
+        record.plan.modules.len(),
+        record.plan.tiers.len(),
+        match &record.previous_commit {
+            None => " (the first merge plans every module)".to_owned(),
+            Some(previous) => format!(
+                " ({} path(s) changed since {})",
+                record.changed_paths,
+                short_commit(previous)
+            ),
+        }
+    ));
+    for (index, tier) in record.plan.tiers.iter().enumerate() {
+        ctx.progress
+            .line(&format!("  tier {index}: {}", tier.join(", ")));
+    }
+    Ok(record)
+}
+
+fn list_or_none(modules: &[String]) -> String {
+    if modules.is_empty() {
+        "none".to_owned()
+    } else {
+        modules.join(", ")
+    }
+}
+
+/// The module directories of a repository at a commit.
+fn module_dirs_at(repo: &RepoRecord, commit: &str) -> Result<BTreeSet<String>> {
+    let dir = repo.modules_dir.trim_end_matches('/');
+    let out = repos::git(
+        &repo.path,
+        &[
+            "ls-tree",
+            "-d",
+            "-z",
+            "--name-only",
+            "--full-tree",
+            commit,
+            "--",
+            &format!("{dir}/"),
+        ],
+    )?;
+    Ok(out
+        .split(|b| *b == 0)
+        .filter_map(|p| std::str::from_utf8(p).ok())
+        .filter_map(|p| p.strip_prefix(&format!("{dir}/")).map(str::to_owned))
+        .filter(|p| !p.is_empty())
+        .collect())
+}
+
+/// Each module directory's `depends`, read leniently from its definition (a module that does
+/// not validate is still planned, and fails its build naming its problems).
+fn lenient_dependency_graph(source: &CatalogueSource) -> BTreeMap<String, Vec<String>> {
+    source
+        .modules
+        .iter()
+        .map(|(name, tree)| {
+            let depends = tree
+                .file(mesh_model::module::DEFINITION_FILE)
+                .and_then(|bytes| std::str::from_utf8(bytes).ok())
+                .and_then(|text| text.parse::<toml::Table>().ok())
+                .and_then(|table| table.get("depends").cloned())
+                .and_then(|value| value.as_array().cloned())
+                .map(|values| {
+                    values
+                        .iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            (name.clone(), depends)
+        })
+        .collect()
+}
+
+/// What driving a plan does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriveMode {
+    /// Build and roll out, tier by tier.
+    All,
+    /// Only build what is not built (`build --behind`).
+    BuildOnly,
+    /// Only roll out what is built, tier by tier, up to the first module not built
+    /// (`push --behind`).
+    RolloutOnly,
+}
+
+/// The in-process fleet: a bus with one host agent per node.
+struct Fleet {
+    bus: Arc<dyn Bus>,
+    reports: Subscription,
+    agents: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Fleet {
+    async fn start(home: &Home, inventory: &Inventory) -> Result<Fleet> {
+        let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new());
+        let reports = bus.subscribe(subjects::ALL_REPORTS).await?;
+        let mut agents = Vec::new();
+        for node in inventory.file.nodes.keys() {
+            let config = HostConfig {
+                root: home.node_root(node, inventory),
+                state_dir: home.node_state_dir(node),
+                ..HostConfig::default()
+            };
+            std::fs::create_dir_all(&config.root)
+                .with_context(|| format!("creating the root of `{node}`"))?;
+            agents.push(mesh_host::start(Arc::clone(&bus), node.clone(), config).await?);
+        }
+        Ok(Fleet {
+            bus,
+            reports,
+            agents,
+        })
+    }
+
+    async fn send(&self, home: &Home, declaration: &Declaration) -> Result<()> {
+        self.bus
+            .publish(
+                &subjects::declaration(&declaration.node),
+                declaration.canonical_json(),
+            )
+            .await
+            .with_context(|| format!("sending `{}` its declaration", declaration.node))?;
+        home.record_sent(declaration)
+    }
+
+    /// The next report heard within `wait`, recorded in the home.
+    async fn next_report(&mut self, home: &Home, wait: Duration) -> Result<Option<Report>> {
+        match tokio::time::timeout(wait, self.reports.next()).await {
+            Ok(Some(message)) => match Report::from_json(&message.payload) {
+                Ok(report) => {
+                    home.record_report(&report)?;
+                    Ok(Some(report))
+                }
+                Err(error) => {
+                    tracing::warn!(subject = %message.subject, %error, "an unreadable report");
+                    Ok(None)
+                }
+            },
+            Ok(None) => bail!("the bus closed"),
+            Err(_) => Ok(None),
+        }
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for agent in &self.agents {
+            agent.abort();
+        }
+    }
+}
+
+/// Carries a plan out as far as `mode` says, saving it after every step. A plan that is not
+/// open is left as it is.
+///
+/// # Errors
+/// When the home, the store or the bus fails; a failed build or a stopped rollout is recorded
+/// in the plan (state `stopped`), not returned as an error.
+pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> Result<()> {
+    if !record.plan.state.is_open() {
+        return Ok(());
+    }
+    let home = ctx.home;
+    let id = record.plan.id.clone();
+    let mut source: Option<CatalogueSource> = None;
+    let mut fleet: Option<Fleet> = None;
+    let tiers = record.plan.tiers.clone();
+    for (index, tier) in tiers.iter().enumerate() {
+        if mode != DriveMode::RolloutOnly {
+            for module in tier {
+                if record.work[module].build.is_some() || outcome_of(record, module).is_some() {
+                    continue;
+                }
+                if source.is_none() {
+                    let repo = home.repo(&record.plan.repository)?;
+                    source = Some(
+                        repos::catalogue_at(&repo.path, &record.plan.commit, &repo.modules_dir)
+                            .with_context(|| {
+                                format!(
+                                    "reading `{}` at {}",
+                                    repo.name,
+                                    short_commit(&record.plan.commit)
+                                )
+                            })?,
+                    );
+                }
+                let catalogue = source.as_ref().context("read above")?;
+                record.plan.state = PlanState::Building;
+                home.write_plan(record)?;
+                let built = builds::build_module(
+                    home,
+                    ctx.store,
+                    &builds::BuildSource {
+                        repository: &record.plan.repository,
+                        commit: &record.plan.commit,
+                        source: catalogue,
+                    },
+                    module,
+                    mesh_host::now(),
+                    false,
+                )
+                .await;
+                match built {
+                    Ok(built) => {
+                        let deployed = home.deployed(module)?;
+                        let identical = deployed
+                            .as_ref()
+                            .is_some_and(|d| d.archive == built.build.archive);
+                        let rollout = record.plan.rollouts.entry(module.clone()).or_default();
+                        rollout.build = Some(built.build.archive.clone());
+                        if identical {
+                            rollout.outcome = Some(RolloutOutcome::Done);
+                        }
+                        let work = record.work.entry(module.clone()).or_default();
+                        work.build = Some(built.build.clone());
+                        work.not_redeployed = identical;
+                        ctx.progress.line(&format!(
+                            "{id} tier {index}: built `{module}` {} ({} bytes){}",
+                            mesh_host::short(&built.build.archive.digest),
+                            built.build.archive.size,
+                            if identical {
+                                ", byte-identical to its deployed build: not redeployed"
+                            } else {
+                                ""
+                            }
+                        ));
+                        home.write_plan(record)?;
+                    }
+                    Err(error) => {
+                        let reason = format!("{error:#}");
+                        ctx.progress.line(&format!(
+                            "{id} tier {index}: the build of `{module}` failed: {reason}"
+                        ));
+                        record
+                            .plan
+                            .rollouts
+                            .entry(module.clone())
+                            .or_default()
+                            .outcome = Some(RolloutOutcome::Stopped {
+                            node: String::new(),
+                            reason: reason.clone(),
+                        });
+                        record.plan.state = PlanState::Stopped {
+                            node: String::new(),
+                            reason: format!("the build of `{module}` failed: {reason}"),
+                        };
+                        home.write_plan(record)?;
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        if mode == DriveMode::BuildOnly {
+            continue;
+        }
+        for module in tier {
+            if outcome_of(record, module).is_some() {
+                continue;
+            }
+            if record.work[module].build.is_none() {
+                ctx.progress.line(&format!(
+                    "{id} tier {index}: `{module}` is not built yet; `build --behind` builds it"
+                ));
+                return Ok(());
+            }
+            if fleet.is_none() {
+                fleet = Some(Fleet::start(home, &home.inventory()?).await?);
+            }
+            let fleet = fleet.as_mut().context("started above")?;
+            record.plan.state = PlanState::RollingOut;
+            home.write_plan(record)?;
+            ctx.progress
+                .line(&format!("{id} tier {index}: rolling out `{module}`"));
+            roll_out(ctx, fleet, record, module).await?;
+            if let Some(RolloutOutcome::Stopped { node, reason }) = outcome_of(record, module) {
+                record.plan.state = PlanState::Stopped {
+                    node: node.clone(),
+                    reason: format!("`{module}`: {reason}"),
+                };
+                home.write_plan(record)?;
+                return Ok(());
+            }
+        }
+    }
+    let all_done = record
+        .plan
+        .modules
+        .iter()
+        .all(|m| matches!(outcome_of(record, m), Some(RolloutOutcome::Done)));
+    if all_done {
+        record.plan.state = PlanState::Done;
+    } else if mode == DriveMode::BuildOnly && record.work.values().all(|w| w.build.is_some()) {
+        record.plan.state = PlanState::RollingOut;
+    }
+    home.write_plan(record)
+}
+
+fn outcome_of<'r>(record: &'r PlanRecord, module: &str) -> Option<&'r RolloutOutcome> {
+    record
+        .plan
+        .rollouts
+        .get(module)
+        .and_then(|r| r.outcome.as_ref())
+}
+
+/// The catalogue a rollout composes from: what is deployed (or in the home's catalogue), with
+/// `module` taken from its new build; and the inventory without assignments of modules that are
+/// in neither (they reach their nodes with their own rollouts).
+async fn rollout_catalogue(
+    ctx: &Ctx<'_>,
+    module: &str,
+    build: &Build,
+) -> Result<(Catalogue, Inventory)> {
+    let mut source = builds::effective_source(ctx.home, ctx.store).await?;
+    let archive = ctx.store.fetch(&build.archive).await.with_context(|| {
+        format!(
+            "reading the build of `{module}` ({}) from {}",
+            build.archive.digest,
+            ctx.store.name()
+        )
+    })?;
+    let tree = mesh_store::archive::unpack_archive(&archive.bytes, Some(&build.archive))
+        .with_context(|| format!("the build of `{module}`"))?;
+    source.modules.insert(module.to_owned(), tree);
+    let (catalogue, _) = load_catalogue(&source);
+    let mut inventory = ctx.home.inventory()?;
+    inventory
+        .file
+        .assignments
+        .retain(|m, _| catalogue.module(m).is_some() || m == module);
+    Ok((catalogue, inventory))
+}
+
+/// Rolls one module out with the state machine, carrying out its actions until it is done or
+/// stopped; saves the plan after every step.
+async fn roll_out(
+    ctx: &Ctx<'_>,
+    fleet: &mut Fleet,
+    record: &mut PlanRecord,
+    module: &str,
+) -> Result<()> {
+    let home = ctx.home;
+    let id = record.plan.id.clone();
+    let build = record.work[module]
+        .build
+        .clone()
+        .context("a module is built before it is rolled out")?;
+    let (catalogue, inventory) = rollout_catalogue(ctx, module, &build).await?;
+    let compose = |node: &str| -> Result<Declaration, String> {
+        match catalogue.module(module) {
+            None => Err(format!(
+                "`{module}` does not validate against what the mesh runs (`check` lists why)"
+            )),
+            Some(_) => mesh_plan::compose(&catalogue, &inventory, node).map_err(|e| e.to_string()),
+        }
+    };
+    let mut events: VecDeque<Event> = VecDeque::new();
+    let (mut spec, mut state) = match (&record.work[module].spec, &record.work[module].state) {
+        (Some(spec), Some(state)) => {
+            let (spec, state) = (spec.clone(), state.clone());
+            // Resumed: grants asked and not answered are answered; a node sent and not yet
+            // heard is heard from its last report, else sent again (an apply is idempotent).
+            for (node, progress) in state.nodes.iter() {
+                match progress {
+                    NodeProgress::Granting { .. } => events.push_back(Event::GrantsIssued {
+                        nodes: vec![node.clone()],
+                    }),
+                    NodeProgress::Sent { .. } => {
+                        let report = home.report(node)?;
+                        let expected = &spec.nodes[node].declaration;
+                        match report {
+                            Some(report) if report.declaration == *expected => {
+                                events.push_back(Event::Report(judge(&report, module)));
+                            }
+                            Some(_) | None => {
+                                if let Some(sent) = home.sent(node)? {
+                                    if sent.digest() == *expected {
+                                        ctx.progress.line(&format!(
+                                            "  `{module}`: sending `{node}` again (resumed)"
+                                        ));
+                                        fleet.send(home, &sent).await?;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    NodeProgress::Waiting
+                    | NodeProgress::GrantRetry { .. }
+                    | NodeProgress::Applied { .. } => {}
+                }
+            }
+            ctx.progress
+                .line(&format!("  `{module}`: resumed at stage {:?}", state.stage));
+            (spec, state)
+        }
+        (Some(_), None) | (None, Some(_)) | (None, None) => {
+            let definition = &catalogue
+                .module(module)
+                .map(|m| m.definition.clone())
+                .unwrap_or_else(|| placeholder_definition(module));
+            let mut nodes = BTreeMap::new();
+            let work = record.work.entry(module.to_owned()).or_default();
+            for node in inventory
+                .file
+                .assignments
+                .get(module)
+                .cloned()
+                .unwrap_or_default()
+            {
+                let running = inventory.file.nodes.get(&node).is_some_and(|n| n.running);
+                let declaration = compose(&node).map(|d| d.digest()).unwrap_or_default();
+                if let Some(before) = home.sent(&node)? {
+                    work.before.insert(node.clone(), before);
+                }
+                nodes.insert(
+                    node,
+                    RolloutNode {
+                        running,
+                        declaration,
+                    },
+                );
+            }
+            events.push_back(Event::Start);
+            (
+                RolloutSpec::new(definition, nodes, None),
+                RolloutState::new(),
+            )
+        }
+    };
+    let mut reverted: Option<String> = None;
+    loop {
+        while let Some(event) = events.pop_front() {
+            let actions = step(&spec, &mut state, event, mesh_host::now());
+            for action in actions {
+                match action {
+                    Action::IssueGrants { nodes } => {
+                        ctx.progress.line(&format!(
+                            "  `{module}`: grants for {} (the in-process bus has no permissions to issue)",
+                            nodes.join(", ")
+                        ));
+                        events.push_back(Event::GrantsIssued { nodes });
+                    }
+                    Action::SendBusNode { node } | Action::Send { node, .. } => {
+                        match compose(&node) {
+                            Ok(declaration) => {
+                                if let Some(entry) = spec.nodes.get_mut(&node) {
+                                    entry.declaration = declaration.digest();
+                                }
+                                let first = state.first.as_deref() == Some(node.as_str())
+                                    && state.stage == Stage::FirstNode;
+                                fleet.send(home, &declaration).await?;
+                                ctx.progress.line(&format!(
+                                    "  `{module}`: sent `{node}`{} declaration {}",
+                                    if first { " (first)" } else { "" },
+                                    mesh_host::short(&declaration.digest())
+                                ));
+                            }
+                            Err(reason) => events.push_back(Event::SendFailed {
+                                node,
+                                reason: format!("composing its declaration failed: {reason}"),
+                            }),
+                        }
+                    }
+                    Action::SendFailed {
+                        node,
+                        reason,
+                        retry_at,
+                        ..
+                    } => ctx.progress.line(&format!(
+                        "  `{module}`: not sent to `{node}`: {reason}; tried again at {}",
+                        mesh_host::format_time(retry_at)
+                    )),
+                    Action::Stop { node, reason, .. } => ctx.progress.line(&format!(
+                        "  `{module}`: stopped at `{node}`: {reason}; the other nodes keep what they ran"
+                    )),
+                    Action::Revert { node, .. } => {
+                        match record.work[module].before.get(&node) {
+                            Some(before) => {
+                                fleet.send(home, before).await?;
+                                ctx.progress.line(&format!(
+                                    "  `{module}`: sent `{node}` back what it ran before ({})",
+                                    mesh_host::short(&before.digest())
+                                ));
+                                reverted = Some(node);
+                            }
+                            None => ctx.progress.line(&format!(
+                                "  `{module}`: nothing to send `{node}` back to: it was never sent before"
+                            )),
+                        }
+                    }
+                    Action::Done { .. } => {
+                        home.write_deployed(&DeployedRecord {
+                            format: builds::DEPLOYED_FORMAT,
+                            module: module.to_owned(),
+                            repository: build.repository.clone(),
+                            commit: build.commit.clone(),
+                            archive: build.archive.clone(),
+                            plan: id.clone(),
+                            at: mesh_host::now(),
+                        })?;
+                        ctx.progress.line(&format!(
+                            "  `{module}`: done on {} node(s); its build {} is deployed",
+                            state.applied,
+                            mesh_host::short(&build.archive.digest)
+                        ));
+                    }
+                }
+            }
+            save_rollout(record, module, &spec, &state);
+            home.write_plan(record)?;
+        }
+        match state.stage {
+            Stage::Done | Stage::Stopped => break,
+            Stage::NotStarted | Stage::BusNode | Stage::FirstNode | Stage::Rest => {}
+        }
+        if let Some(report) = fleet.next_report(home, Duration::from_secs(1)).await? {
+            if spec.nodes.contains_key(&report.node) {
+                events.push_back(Event::Report(judge(&report, module)));
+            }
+        } else {
+            events.push_back(Event::Tick);
+        }
+    }
+    if let Some(node) = reverted {
+        // Hear the reverted node's report, so status shows what it runs now.
+        let until = tokio::time::Instant::now() + Duration::from_secs(30);
+        while tokio::time::Instant::now() < until {
+            if let Some(report) = fleet.next_report(home, Duration::from_secs(1)).await? {
+                if report.node == node {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A node's report as the gate of `module`'s rollout reads it: the module's own resources
+/// decide (a failure of another module on that node, there before, does not stop this one); a
+/// declaration the host refused whole is a failure, with the host's words.
+fn judge(report: &Report, module: &str) -> NodeReport {
+    if report.resources.is_empty() && !report.findings.is_empty() {
+        return NodeReport {
+            node: report.node.clone(),
+            declaration: report.declaration.clone(),
+            made_at: report.finished_at,
+            verdict: Verdict::Failed {
+                reasons: report.findings.iter().map(|f| f.message.clone()).collect(),
+            },
+        };
+    }
+    let prefix = format!("{module}/");
+    let mut own = report.clone();
+    own.resources.retain(|id, _| id.starts_with(&prefix));
+    own.machine = match report.machine {
+        MachineState::MidChange => MachineState::MidChange,
+        MachineState::Converged | MachineState::Partial => {
+            if own.resources.values().all(|o| o.took()) {
+                MachineState::Converged
+            } else {
+                MachineState::Partial
+            }
+        }
+    };
+    NodeReport::from_report(&own)
+}
+
+fn save_rollout(record: &mut PlanRecord, module: &str, spec: &RolloutSpec, state: &RolloutState) {
+    let work = record.work.entry(module.to_owned()).or_default();
+    work.spec = Some(spec.clone());
+    work.state = Some(state.clone());
+    let build = work.build.as_ref().map(|b| b.archive.clone());
+    let rollout: ModuleRollout = state.record(build);
+    record.plan.rollouts.insert(module.to_owned(), rollout);
+}
+
+/// A definition for a module that does not validate in the rollout's catalogue: the defaults
+/// (its sends fail when composed, which stops the rollout naming why).
+fn placeholder_definition(module: &str) -> mesh_model::module::ModuleDefinition {
+    let text = format!("name = \"{module}\"\n");
+    toml::from_str(&text).unwrap_or_else(|_| panic!("a minimal definition parses"))
+}
+
+/// Closes an open plan by hand; it is never resumed.
+///
+/// # Errors
+/// When there is no such plan, or it is not open.
+pub fn close(home: &Home, id: &str, note: &str) -> Result<PlanRecord> {
+    let _lock = PlansLock::acquire(home)?;
+    let mut record = home.plan(id)?;
+    record.plan.state = mesh_plan::close(&record.plan, note)?;
+    home.write_plan(&record)?;
+    Ok(record)
+}
+
+/// Drives every open plan (or the one named) as far as `mode` says.
+///
+/// # Errors
+/// As [`drive`]; naming a plan that is not open is an error.
+pub async fn drive_open(ctx: &Ctx<'_>, only: Option<&str>, mode: DriveMode) -> Result<Vec<Plan>> {
+    let _lock = PlansLock::acquire(ctx.home)?;
+    let mut out = Vec::new();
+    if let Some(id) = only {
+        let record = ctx.home.plan(id)?;
+        if !record.plan.state.is_open() {
+            bail!(
+                "plan `{id}` is not open (it is {}); a plan that ended is never resumed",
+                mesh_plan::plans::state_word(&record.plan.state)
+            );
+        }
+    }
+    for mut record in ctx.home.plans()? {
+        if !record.plan.state.is_open() || only.is_some_and(|id| id != record.plan.id) {
+            continue;
+        }
+        drive(ctx, &mut record, mode).await?;
+        out.push(record.plan);
+    }
+    Ok(out)
+}
+
+/// One module built by `build MODULE...`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct NamedBuild {
+    /// The build (a dry run's is never recorded).
+    pub build: Build,
+    /// The open plan it was built for, if one named the module.
+    pub plan: Option<String>,
+}
+
+/// Builds the named modules: each at the commit of the newest open plan that names it (and for
+/// that plan), else at its repository's last planned commit (else the branch head). A dry run
+/// archives and answers the digest only: nothing is published, recorded or planned (rule 18).
+///
+/// # Errors
+/// A module no registered repository holds, or one that does not validate, naming it.
+pub async fn build_named(
+    ctx: &Ctx<'_>,
+    modules: &[String],
+    dry_run: bool,
+) -> Result<Vec<NamedBuild>> {
+    let home = ctx.home;
+    let _lock = PlansLock::acquire(home)?;
+    let mut out = Vec::new();
+    for module in modules {
+        let mut plans = home.plans()?;
+        let plan = plans
+            .iter_mut()
+            .rev()
+            .find(|p| p.plan.state.is_open() && p.plan.modules.contains(module));
+        let (repo, commit) = match &plan {
+            Some(plan) => (home.repo(&plan.plan.repository)?, plan.plan.commit.clone()),
+            None => {
+                let mut found = None;
+                for repo in home.repos()? {
+                    let commit = match &repo.last_planned {
+                        Some(commit) => commit.clone(),
+                        None => repos::resolve(&repo.path, &repo.branch)?,
+                    };
+                    if module_dirs_at(&repo, &commit)?.contains(module) {
+                        found = Some((repo, commit));
+                        break;
+                    }
+                }
+                found.with_context(|| {
+                    format!("no registered repository holds a module `{module}`")
+                })?
+            }
+        };
+        let source = repos::catalogue_at(&repo.path, &commit, &repo.modules_dir)?;
+        let built = builds::build_module(
+            home,
+            ctx.store,
+            &builds::BuildSource {
+                repository: &repo.name,
+                commit: &commit,
+                source: &source,
+            },
+            module,
+            mesh_host::now(),
+            dry_run,
+        )
+        .await?;
+        let plan_id = plan.as_ref().map(|p| p.plan.id.clone());
+        if let (Some(plan), false) = (plan, dry_run) {
+            let rollout = plan.plan.rollouts.entry(module.clone()).or_default();
+            if rollout.outcome.is_none() {
+                let identical = home
+                    .deployed(module)?
+                    .is_some_and(|d| d.archive == built.build.archive);
+                rollout.build = Some(built.build.archive.clone());
+                if identical {
+                    rollout.outcome = Some(RolloutOutcome::Done);
+                }
+                let work = plan.work.entry(module.clone()).or_default();
+                work.build = Some(built.build.clone());
+                work.not_redeployed = identical;
+                home.write_plan(plan)?;
+            }
+        }
+        out.push(NamedBuild {
+            build: built.build,
+            plan: plan_id,
+        });
+    }
+    Ok(out)
+}

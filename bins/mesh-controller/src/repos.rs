@@ -1,0 +1,323 @@
+//! Catalogue repositories: the record `repo add` keeps, and reading a catalogue out of git at a
+//! commit — with real `git`, straight from the object database: no checkout, no temporary
+//! directory.
+//!
+//! Start at [`RepoRecord`] (`<home>/repos/<name>.json`), then [`catalogue_at`] (every module
+//! directory's entries at a commit, from `git ls-tree` and `git cat-file --batch`) and
+//! [`changed_paths`] (`git diff --name-only --no-renames -z`, read whole: seed issue 252).
+//!
+//! # Invariants
+//! - Git is only read: nothing here writes to a repository or its working tree.
+//! - A symbolic link in git (mode `120000`) is read as [`EntryKind::Symlink`] and a submodule as
+//!   [`EntryKind::Other`], so validation and archiving refuse them as they would on disk.
+
+use crate::home::{write_atomic, Home};
+use anyhow::{bail, Context, Result};
+use mesh_model::module::{CatalogueSource, EntryKind};
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The format version of a repository record.
+pub const REPO_FORMAT: u32 = 1;
+
+/// A registered catalogue repository (disk format, version [`REPO_FORMAT`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RepoRecord {
+    /// Format version.
+    pub format: u32,
+    /// The name merges use (`merge NAME`).
+    pub name: String,
+    /// Where the repository is (absolute).
+    pub path: PathBuf,
+    /// The branch merges are heard on.
+    pub branch: String,
+    /// The directory holding the module directories, relative to the repository root.
+    pub modules_dir: String,
+    /// The commit of the newest plan made for this repository and branch (`None`: never
+    /// planned; the first merge plans every module).
+    pub last_planned: Option<String>,
+}
+
+impl Home {
+    fn repo_path(&self, name: &str) -> PathBuf {
+        self.root().join("repos").join(format!("{name}.json"))
+    }
+
+    /// A registered repository, or an error naming the ones there are.
+    pub fn repo(&self, name: &str) -> Result<RepoRecord> {
+        let path = self.repo_path(name);
+        if !path.is_file() {
+            let known: Vec<String> = self.repos()?.into_iter().map(|r| r.name).collect();
+            bail!(
+                "no repository `{name}` is registered (registered: {}); add it with `repo add {name} PATH`",
+                if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+            );
+        }
+        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        let record: RepoRecord = serde_json::from_slice(&bytes)
+            .with_context(|| format!("{} is not a repository record", path.display()))?;
+        if record.format != REPO_FORMAT {
+            bail!(
+                "{} has format {}, this build reads format {REPO_FORMAT}",
+                path.display(),
+                record.format
+            );
+        }
+        Ok(record)
+    }
+
+    /// Every registered repository, by name.
+    pub fn repos(&self) -> Result<Vec<RepoRecord>> {
+        let dir = self.root().join("repos");
+        if !dir.is_dir() {
+            return Ok(Vec::new());
+        }
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .with_context(|| format!("reading {}", dir.display()))?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_suffix(".json"))
+                    .map(str::to_owned)
+            })
+            .collect();
+        names.sort();
+        names.iter().map(|n| self.repo(n)).collect()
+    }
+
+    /// Writes a repository record.
+    pub fn write_repo(&self, record: &RepoRecord) -> Result<()> {
+        write_atomic(
+            &self.repo_path(&record.name),
+            &serde_json::to_vec_pretty(record)?,
+        )
+    }
+}
+
+/// Registers a repository: checks that it is a git repository with the branch, and records it.
+pub fn add(home: &Home, name: &str, path: &Path, branch: Option<&str>) -> Result<RepoRecord> {
+    home.require()?;
+    if !mesh_model::module::is_valid_name(name) {
+        bail!("`{name}` is not a repository name: use [a-z0-9][a-z0-9_-]*");
+    }
+    if home
+        .root()
+        .join("repos")
+        .join(format!("{name}.json"))
+        .exists()
+    {
+        bail!("a repository `{name}` is already registered; nothing was changed");
+    }
+    let path = std::fs::canonicalize(path)
+        .with_context(|| format!("repository `{name}`: {} does not exist", path.display()))?;
+    let branch = match branch {
+        Some(branch) => branch.to_owned(),
+        None => String::from_utf8(git(&path, &["symbolic-ref", "--short", "HEAD"])?)
+            .context("the branch name is not UTF-8")?
+            .trim()
+            .to_owned(),
+    };
+    resolve(&path, &branch)
+        .with_context(|| format!("repository `{name}` has no branch `{branch}`"))?;
+    let record = RepoRecord {
+        format: REPO_FORMAT,
+        name: name.to_owned(),
+        path,
+        branch,
+        modules_dir: "modules".to_owned(),
+        last_planned: None,
+    };
+    home.write_repo(&record)?;
+    Ok(record)
+}
+
+/// Runs `git -C REPO ARGS`, returning standard output; an error carries git's own message.
+pub fn git(repo: &Path, args: &[&str]) -> Result<Vec<u8>> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running git in {}", repo.display()))?;
+    if !out.status.success() {
+        bail!(
+            "`git {}` in {} failed: {}",
+            args.join(" "),
+            repo.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(out.stdout)
+}
+
+/// The full commit id a revision names.
+pub fn resolve(repo: &Path, revision: &str) -> Result<String> {
+    let out = git(
+        repo,
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("{revision}^{{commit}}"),
+        ],
+    )
+    .with_context(|| format!("`{revision}` is not a commit of {}", repo.display()))?;
+    Ok(String::from_utf8(out)?.trim().to_owned())
+}
+
+/// Every path that differs between two commits (added, changed, removed; a rename is its old
+/// and its new path), read whole.
+pub fn changed_paths(repo: &Path, from: &str, to: &str) -> Result<Vec<String>> {
+    let out = git(
+        repo,
+        &["diff", "--name-only", "--no-renames", "-z", from, to, "--"],
+    )?;
+    split_z(&out)
+}
+
+fn split_z(bytes: &[u8]) -> Result<Vec<String>> {
+    bytes
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| String::from_utf8(p.to_vec()).context("git named a path that is not UTF-8"))
+        .collect()
+}
+
+/// The catalogue at `commit`: every directory under `modules_dir` is a module directory, read
+/// from git's objects (`ls-tree -r -t -z` for the entries, one `cat-file --batch` for every
+/// blob).
+pub fn catalogue_at(repo: &Path, commit: &str, modules_dir: &str) -> Result<CatalogueSource> {
+    let modules_dir = modules_dir.trim_end_matches('/');
+    let listing = git(
+        repo,
+        &[
+            "ls-tree",
+            "-r",
+            "-t",
+            "-z",
+            "--full-tree",
+            commit,
+            "--",
+            &format!("{modules_dir}/"),
+        ],
+    )?;
+    let prefix = format!("{modules_dir}/");
+    let mut source = CatalogueSource {
+        prefix: modules_dir.to_owned(),
+        ..CatalogueSource::default()
+    };
+    // (module, relative path, mode, object) for every blob to read.
+    let mut blobs: Vec<(String, String, String, String)> = Vec::new();
+    for line in split_z(&listing)? {
+        let (meta, path) = line
+            .split_once('\t')
+            .with_context(|| format!("unexpected `git ls-tree` line: {line}"))?;
+        let mut fields = meta.split(' ');
+        let (Some(mode), Some(_kind), Some(object)) = (fields.next(), fields.next(), fields.next())
+        else {
+            bail!("unexpected `git ls-tree` line: {line}");
+        };
+        let Some(rest) = path.strip_prefix(&prefix) else {
+            continue;
+        };
+        let (module, relative) = match rest.split_once('/') {
+            Some((module, relative)) => (module, relative),
+            None => (rest, ""),
+        };
+        if relative.is_empty() {
+            if mode == "040000" {
+                source.modules.entry(module.to_owned()).or_default();
+            }
+            // A plain file beside the module directories (a README) is not a module.
+            continue;
+        }
+        let tree = source.modules.entry(module.to_owned()).or_default();
+        match mode {
+            "040000" => {
+                tree.entries
+                    .insert(relative.to_owned(), EntryKind::Directory);
+            }
+            "100644" | "100755" | "120000" => blobs.push((
+                module.to_owned(),
+                relative.to_owned(),
+                mode.to_owned(),
+                object.to_owned(),
+            )),
+            _ => {
+                tree.entries.insert(relative.to_owned(), EntryKind::Other);
+            }
+        }
+    }
+    let contents = cat_blobs(repo, blobs.iter().map(|(_, _, _, o)| o.as_str()))?;
+    for ((module, relative, mode, _), bytes) in blobs.into_iter().zip(contents) {
+        let entry = match mode.as_str() {
+            "120000" => EntryKind::Symlink {
+                target: String::from_utf8_lossy(&bytes).into_owned(),
+            },
+            _ => EntryKind::File {
+                bytes,
+                executable: mode == "100755",
+            },
+        };
+        source
+            .modules
+            .entry(module)
+            .or_default()
+            .entries
+            .insert(relative, entry);
+    }
+    Ok(source)
+}
+
+/// Reads blobs with one `git cat-file --batch`, in the order asked.
+fn cat_blobs<'o>(repo: &Path, objects: impl Iterator<Item = &'o str>) -> Result<Vec<Vec<u8>>> {
+    let input: String = objects.map(|o| format!("{o}\n")).collect();
+    if input.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut child = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(["cat-file", "--batch"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running `git cat-file --batch` in {}", repo.display()))?;
+    let mut stdin = child.stdin.take().context("git's standard input")?;
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let mut reader = BufReader::new(child.stdout.take().context("git's standard output")?);
+    let mut out = Vec::new();
+    let mut header = String::new();
+    loop {
+        header.clear();
+        if reader.read_line(&mut header)? == 0 {
+            break;
+        }
+        let fields: Vec<&str> = header.trim_end().split(' ').collect();
+        if fields.len() != 3 {
+            bail!("`git cat-file --batch` answered `{}`", header.trim_end());
+        }
+        let size: usize = fields[2]
+            .parse()
+            .with_context(|| format!("`git cat-file --batch` answered `{}`", header.trim_end()))?;
+        let mut bytes = vec![0; size + 1];
+        reader.read_exact(&mut bytes)?;
+        bytes.pop();
+        out.push(bytes);
+    }
+    writer
+        .join()
+        .map_err(|_| anyhow::anyhow!("writing to `git cat-file --batch` panicked"))?
+        .context("writing to `git cat-file --batch`")?;
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("`git cat-file --batch` in {} failed", repo.display());
+    }
+    Ok(out)
+}

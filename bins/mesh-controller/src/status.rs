@@ -1,0 +1,226 @@
+//! `status`: every node's last report, and beside it what the plans are doing — open plans and
+//! what each waits on (to the second), the modules behind, stopped rollouts with node and
+//! reason, and nodes stuck, mid-change or with a window open (rules 19 and 26).
+//!
+//! "Behind" is read from the open plans only ([`mesh_plan::behind`]): no second comparison of
+//! commits (seed issue 245).
+
+use crate::home::Home;
+use crate::plans::PlanRecord;
+use crate::push::{self, NodeStatus};
+use anyhow::Result;
+use mesh_model::plan::{PlanState, RolloutOutcome};
+use mesh_model::report::{MachineState, Outcome, WindowSummary};
+use mesh_plan::plans::{state_word, Behind};
+use mesh_plan::rollout::NodeProgress;
+use serde::Serialize;
+
+/// Everything `status` shows.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Overview {
+    /// Every node, as before.
+    pub nodes: Vec<NodeStatus>,
+    /// The open plans, oldest first.
+    pub open_plans: Vec<OpenPlan>,
+    /// The modules behind: those the open plans have yet to build or roll out.
+    pub behind: Vec<Behind>,
+    /// Rollouts that stopped and that no later plan has finished since.
+    pub stopped: Vec<StoppedRollout>,
+    /// Nodes whose last report needs a person's eye.
+    pub attention: Vec<NodeAttention>,
+}
+
+/// An open plan and what it waits on.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct OpenPlan {
+    /// The plan.
+    pub id: String,
+    /// Its repository.
+    pub repository: String,
+    /// Its branch.
+    pub branch: String,
+    /// Its commit.
+    pub commit: String,
+    /// Its state in a word.
+    pub state: &'static str,
+    /// What it waits on, in words.
+    pub waits_on: String,
+    /// Since when (seconds since the epoch).
+    pub since: u64,
+    /// For how long, in seconds, when status was made.
+    pub waiting_secs: u64,
+}
+
+/// A rollout that stopped.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct StoppedRollout {
+    /// The plan.
+    pub plan: String,
+    /// The module.
+    pub module: String,
+    /// The node it stopped at (empty: its build failed, before any node).
+    pub node: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// A node whose last report says it is stuck, mid-change, or has a window open.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct NodeAttention {
+    /// The node.
+    pub node: String,
+    /// The machine was left mid-change.
+    pub mid_change: bool,
+    /// Resources stuck: id and last reason.
+    pub stuck: Vec<(String, String)>,
+    /// Windows open.
+    pub windows: Vec<WindowSummary>,
+}
+
+/// What `status` shows, at `now`.
+///
+/// # Errors
+/// When the home cannot be read.
+pub fn overview(home: &Home, now: u64) -> Result<Overview> {
+    let nodes = push::status(home)?;
+    let records = home.plans()?;
+    let plans: Vec<_> = records.iter().map(|r| r.plan.clone()).collect();
+    let open_plans = records
+        .iter()
+        .filter(|r| r.plan.state.is_open())
+        .map(|r| {
+            let (waits_on, since) = waits_on(r);
+            OpenPlan {
+                id: r.plan.id.clone(),
+                repository: r.plan.repository.clone(),
+                branch: r.plan.branch.clone(),
+                commit: r.plan.commit.clone(),
+                state: state_word(&r.plan.state),
+                waits_on,
+                since,
+                waiting_secs: now.saturating_sub(since),
+            }
+        })
+        .collect();
+    let mut stopped = Vec::new();
+    for (index, record) in records.iter().enumerate() {
+        if !matches!(record.plan.state, PlanState::Stopped { .. }) {
+            continue;
+        }
+        for (module, rollout) in &record.plan.rollouts {
+            let Some(RolloutOutcome::Stopped { node, reason }) = &rollout.outcome else {
+                continue;
+            };
+            let finished_since = records[index + 1..].iter().any(|later| {
+                later.plan.repository == record.plan.repository
+                    && later
+                        .plan
+                        .rollouts
+                        .get(module)
+                        .is_some_and(|r| matches!(r.outcome, Some(RolloutOutcome::Done)))
+            });
+            if !finished_since {
+                stopped.push(StoppedRollout {
+                    plan: record.plan.id.clone(),
+                    module: module.clone(),
+                    node: node.clone(),
+                    reason: reason.clone(),
+                });
+            }
+        }
+    }
+    let attention = nodes
+        .iter()
+        .filter_map(|n| {
+            let report = n.report.as_ref()?;
+            let stuck: Vec<(String, String)> = report
+                .resources
+                .iter()
+                .filter_map(|(id, outcome)| match outcome {
+                    Outcome::Stuck { last_reason, .. } => Some((id.clone(), last_reason.clone())),
+                    Outcome::Applied { .. }
+                    | Outcome::Unchanged
+                    | Outcome::Failed { .. }
+                    | Outcome::HeldStill { .. }
+                    | Outcome::Skipped { .. }
+                    | Outcome::Waiting { .. }
+                    | Outcome::Removed { .. } => None,
+                })
+                .collect();
+            let mid_change = report.machine == MachineState::MidChange;
+            (mid_change || !stuck.is_empty() || !report.windows.is_empty()).then(|| NodeAttention {
+                node: n.node.clone(),
+                mid_change,
+                stuck,
+                windows: report.windows.clone(),
+            })
+        })
+        .collect();
+    Ok(Overview {
+        nodes,
+        open_plans,
+        behind: mesh_plan::behind(&plans),
+        stopped,
+        attention,
+    })
+}
+
+/// What an open plan waits on, and since when: the first module, in tier order, that is not
+/// finished.
+pub fn waits_on(record: &PlanRecord) -> (String, u64) {
+    let plan = &record.plan;
+    for (index, tier) in plan.tiers.iter().enumerate() {
+        for module in tier {
+            let rollout = plan.rollouts.get(module);
+            if rollout.is_some_and(|r| r.outcome.is_some()) {
+                continue;
+            }
+            let work = record.work.get(module);
+            let Some(build) = work.and_then(|w| w.build.as_ref()) else {
+                return (
+                    format!("the build of `{module}` (tier {index})"),
+                    plan.made_at,
+                );
+            };
+            let Some(state) = work.and_then(|w| w.state.as_ref()) else {
+                return (
+                    format!("the rollout of `{module}` to begin (tier {index}, built)"),
+                    build.at,
+                );
+            };
+            let waiting = state
+                .bus_node
+                .iter()
+                .map(|(node, progress)| (node, progress))
+                .chain(state.nodes.iter())
+                .find_map(|(node, progress)| match progress {
+                    NodeProgress::Sent { at } => Some((
+                        format!("`{node}` to report `{module}` applied (tier {index})"),
+                        *at,
+                    )),
+                    NodeProgress::Granting { since } => Some((
+                        format!("the grants of `{node}` for `{module}` (tier {index})"),
+                        *since,
+                    )),
+                    NodeProgress::GrantRetry { since, reason, .. } => Some((
+                        format!(
+                            "the grants of `{node}` for `{module}`, which failed: {reason} (tier {index})"
+                        ),
+                        *since,
+                    )),
+                    NodeProgress::Waiting | NodeProgress::Applied { .. } => None,
+                });
+            return waiting.unwrap_or_else(|| {
+                (
+                    format!("the rollout of `{module}` (tier {index})"),
+                    build.at,
+                )
+            });
+        }
+    }
+    ("nothing: every module is finished".to_owned(), plan.made_at)
+}

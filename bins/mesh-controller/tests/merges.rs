@@ -1,0 +1,496 @@
+//! Merges make plans, in the embedded default, with real git repositories (issue 6): change
+//! attribution, one plan per merge, builds in the store, one-machine-first rollouts that stop at
+//! a failing first node, supersede, close, behind, dry-run builds.
+
+mod support;
+
+use serde_json::Value;
+use support::{redact, Mesh, Repo};
+
+/// Three nodes; `site` runs everywhere, `notes` on control and laptop, `tools` (built after
+/// `site`) on home.
+const INVENTORY: &str = r#"bus-node = "control"
+
+[nodes.control]
+[nodes.home]
+[nodes.laptop]
+
+[assignments]
+site = ["control", "home", "laptop"]
+notes = ["control", "laptop"]
+tools = ["home"]
+"#;
+
+fn site_module(page: &str, extra: &str) -> [(String, String); 2] {
+    [
+        (
+            "modules/site/module.toml".into(),
+            format!(
+                "name = \"site\"\n\n[files.page]\nsource = \"files/index.html\"\npath = \"/srv/www/index.html\"\n{extra}"
+            ),
+        ),
+        ("modules/site/files/index.html".into(), page.into()),
+    ]
+}
+
+/// A mesh with the test inventory and a repository holding `site`, `notes` and `tools`, its
+/// first commit made and registered as `cat`.
+fn setup() -> (Mesh, Repo, String) {
+    let mesh = Mesh::example();
+    std::fs::write(mesh.home().join("inventory.toml"), INVENTORY).unwrap();
+    let repo = Repo::new();
+    let [a, b] = site_module("v1\n", "");
+    repo.write(&[
+        (&a.0, &a.1),
+        (&b.0, &b.1),
+        (
+            "modules/notes/module.toml",
+            "name = \"notes\"\n\n[files.note]\nsource = \"files/note.txt\"\npath = \"/etc/notes.txt\"\n",
+        ),
+        ("modules/notes/files/note.txt", "first note\n"),
+        (
+            "modules/tools/module.toml",
+            "name = \"tools\"\ndepends = [\"site\"]\n\n[files.tool]\nsource = \"files/tool.sh\"\npath = \"/usr/local/bin/tool\"\nmode = \"0755\"\n",
+        ),
+        ("modules/tools/files/tool.sh", "#!/bin/sh\necho one\n"),
+        ("README.md", "the catalogue\n"),
+    ]);
+    let first = repo.commit("first");
+    let path = repo.path().to_str().unwrap().to_owned();
+    mesh.expect(&["repo", "add", "cat", &path], 0);
+    (mesh, repo, first)
+}
+
+fn names(repo: &Repo) -> Vec<(&str, &str)> {
+    // Leaked for the test's life: a handful of short strings.
+    repo.commit_names()
+        .into_iter()
+        .map(|(id, name)| -> (&str, &str) { (id.leak(), name.leak()) })
+        .collect()
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+fn plan(mesh: &Mesh, id: &str) -> Value {
+    json(&mesh.expect(&["plans", "show", id, "--output", "json"], 0))
+}
+
+fn modules_of(plan: &Value) -> Vec<String> {
+    plan["plan"]["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn read(mesh: &Mesh, node: &str, path: &str) -> String {
+    std::fs::read_to_string(mesh.root(node).join(path))
+        .unwrap_or_else(|e| panic!("{node}:{path}: {e}"))
+}
+
+fn behind(mesh: &Mesh) -> Vec<(String, String, String)> {
+    let status = json(&mesh.expect(&["status", "--output", "json"], 0));
+    status["behind"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["module"].as_str().unwrap().to_owned(),
+                b["waiting"].as_str().unwrap().to_owned(),
+                b["plan"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_first_merge_plans_every_module_in_tiers_and_rolls_them_out() {
+    let (mesh, repo, first) = setup();
+    let out = mesh.expect(&["merge", "cat"], 0);
+    insta::assert_snapshot!("first_merge", redact(&out, &names(&repo)));
+    let plan = plan(&mesh, "plan-1");
+    assert_eq!(plan["plan"]["state"]["state"], "done");
+    assert_eq!(
+        plan["plan"]["tiers"],
+        serde_json::json!([["notes", "site"], ["tools"]])
+    );
+    for node in ["control", "home", "laptop"] {
+        assert_eq!(read(&mesh, node, "srv/www/index.html"), "v1\n");
+    }
+    assert_eq!(read(&mesh, "laptop", "etc/notes.txt"), "first note\n");
+    assert!(!mesh.root("home").join("etc/notes.txt").exists());
+    assert_eq!(
+        read(&mesh, "home", "usr/local/bin/tool"),
+        "#!/bin/sh\necho one\n"
+    );
+    // Every build is in the store, recorded, and deployed.
+    for module in ["site", "notes", "tools"] {
+        let record = json(
+            &std::fs::read_to_string(mesh.home().join(format!("store/modules/{module}.json")))
+                .unwrap(),
+        );
+        let deployed = json(
+            &std::fs::read_to_string(mesh.home().join(format!("deployed/{module}.json"))).unwrap(),
+        );
+        assert_eq!(record["current"], deployed["archive"], "{module}");
+        assert_eq!(deployed["commit"], first.as_str());
+    }
+    // A push after the rollout composes from what is deployed: nothing changes.
+    let push = json(&mesh.expect(&["push", "--all", "--output", "json"], 0));
+    for node in push.as_array().unwrap() {
+        for (id, outcome) in node["report"]["resources"].as_object().unwrap() {
+            assert_eq!(outcome["outcome"], "unchanged", "{id}");
+        }
+    }
+}
+
+/// Seed issue 252: a merge's changed modules were read wrong in both directions.
+#[test]
+fn two_commits_changing_one_module_plan_one_module_each() {
+    let (mesh, repo, _) = setup();
+    mesh.expect(&["merge", "cat"], 0);
+
+    repo.write(&[("modules/notes/files/note.txt", "second note\n")]);
+    repo.commit("notes: second");
+    mesh.expect(&["merge", "cat"], 0);
+    let second = plan(&mesh, "plan-2");
+    assert_eq!(modules_of(&second), ["notes"]);
+    assert_eq!(second["plan"]["state"]["state"], "done");
+    assert_eq!(read(&mesh, "laptop", "etc/notes.txt"), "second note\n");
+    assert_eq!(read(&mesh, "control", "etc/notes.txt"), "second note\n");
+
+    repo.write(&[("modules/tools/files/tool.sh", "#!/bin/sh\necho two\n")]);
+    repo.commit("tools: two");
+    mesh.expect(&["merge", "cat"], 0);
+    let third = plan(&mesh, "plan-3");
+    assert_eq!(modules_of(&third), ["tools"]);
+    assert_eq!(
+        read(&mesh, "home", "usr/local/bin/tool"),
+        "#!/bin/sh\necho two\n"
+    );
+
+    // A change to `site` plans it and what depends on it, in tiers.
+    let [a, b] = site_module("v2\n", "");
+    repo.write(&[(&a.0, &a.1), (&b.0, &b.1)]);
+    repo.commit("site: v2");
+    mesh.expect(&["merge", "cat"], 0);
+    let fourth = plan(&mesh, "plan-4");
+    assert_eq!(
+        fourth["plan"]["tiers"],
+        serde_json::json!([["site"], ["tools"]])
+    );
+    // `tools` rebuilt byte-identical: not redeployed (rule 20), nothing sent for it.
+    assert_eq!(fourth["work"]["tools"]["not-redeployed"], true);
+    assert_eq!(
+        fourth["plan"]["rollouts"]["tools"]["sends"],
+        serde_json::json!({})
+    );
+    assert_eq!(read(&mesh, "home", "srv/www/index.html"), "v2\n");
+}
+
+/// Seed issue 250: a merge announced twice would have made a second plan.
+#[test]
+fn a_merge_heard_twice_makes_one_plan() {
+    let (mesh, _repo, first) = setup();
+    mesh.expect(&["merge", "cat"], 0);
+    let again = mesh.expect(&["merge", "cat", "--commit", &first], 0);
+    assert!(
+        again.contains("plan-1 was already made for `cat` main"),
+        "{again}"
+    );
+    let plans = json(&mesh.expect(&["plans", "--output", "json"], 0));
+    assert_eq!(plans.as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn a_root_file_means_every_module_and_identical_builds_are_not_redeployed() {
+    let (mesh, repo, _) = setup();
+    mesh.expect(&["merge", "cat"], 0);
+    let sent_before = Mesh::snapshot_tree(&mesh.home().join("sent"));
+    repo.write(&[("README.md", "the catalogue, described\n")]);
+    repo.commit("readme");
+    mesh.expect(&["merge", "cat"], 0);
+    let plan = plan(&mesh, "plan-2");
+    assert_eq!(modules_of(&plan), ["notes", "site", "tools"]);
+    assert_eq!(plan["shared-paths"], serde_json::json!(["README.md"]));
+    for module in ["notes", "site", "tools"] {
+        assert_eq!(plan["work"][module]["not-redeployed"], true, "{module}");
+    }
+    assert_eq!(Mesh::snapshot_tree(&mesh.home().join("sent")), sent_before);
+}
+
+/// ADR 0218 §2: a change that breaks its first machine stops there; the others keep what they
+/// ran. The new `site` needs `alice` in group `audio`, which `control` (first by name) does not
+/// have; `home` and `laptop` have it, and are never sent the new build.
+#[test]
+fn a_commit_breaking_a_module_on_its_first_node_stops_the_rollout_there() {
+    let (mesh, repo, _) = setup();
+    mesh.expect(&["merge", "cat"], 0);
+    for node in ["home", "laptop"] {
+        let etc = mesh.root(node).join("etc");
+        for (file, line) in [("group", "audio:x:63:\n"), ("gshadow", "audio:*::\n")] {
+            let mut text = std::fs::read_to_string(etc.join(file)).unwrap();
+            text.push_str(line);
+            std::fs::write(etc.join(file), text).unwrap();
+        }
+    }
+    let [a, b] = site_module(
+        "v2\n",
+        "\n[memberships.audio]\naccount = \"alice\"\ngroup = \"audio\"\n",
+    );
+    repo.write(&[(&a.0, &a.1), (&b.0, &b.1)]);
+    let broken = repo.commit("site: v2, alice plays audio");
+    let run = mesh.run(&["merge", "cat"]);
+    assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("`site`: sent `control` (first)"),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("sent `home`"), "{}", run.stdout);
+
+    // The other nodes keep the old build.
+    assert_eq!(read(&mesh, "home", "srv/www/index.html"), "v1\n");
+    assert_eq!(read(&mesh, "laptop", "srv/www/index.html"), "v1\n");
+    assert!(!read(&mesh, "laptop", "etc/group").contains("audio:x:63:alice"));
+
+    let plan = plan(&mesh, "plan-2");
+    assert_eq!(plan["plan"]["state"]["state"], "stopped");
+    assert_eq!(plan["plan"]["state"]["node"], "control");
+    assert_eq!(plan["plan"]["rollouts"]["site"]["first"], "control");
+    // `tools` (tier 1) was not rolled out after a stopped tier.
+    assert_eq!(plan["plan"]["rollouts"]["tools"]["outcome"], Value::Null);
+    // The deployed build is still the old one.
+    let deployed = json(&std::fs::read_to_string(mesh.home().join("deployed/site.json")).unwrap());
+    assert_ne!(deployed["commit"], broken.as_str());
+
+    let status = mesh.expect(&["status"], 0);
+    insta::assert_snapshot!(
+        "status_after_a_stopped_rollout",
+        redact(&status, &names(&repo))
+    );
+    let status = json(&mesh.expect(&["status", "--output", "json"], 0));
+    assert_eq!(status["stopped"][0]["node"], "control");
+    assert_eq!(status["stopped"][0]["module"], "site");
+    let reason = status["stopped"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains("site/membership/audio"), "{reason}");
+    assert!(reason.contains("audio"), "{reason}");
+    // A stopped plan is not open: nothing is behind.
+    assert!(status["behind"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn a_module_that_does_not_validate_fails_its_build_and_stops_the_plan_naming_the_problems() {
+    let (mesh, repo, _) = setup();
+    mesh.expect(&["merge", "cat"], 0);
+    repo.write(&[(
+        "modules/notes/module.toml",
+        "name = \"notes\"\n\n[files.note]\nsource = \"files/missing.txt\"\npath = \"/etc/notes.txt\"\n",
+    )]);
+    repo.commit("notes: broken");
+    let run = mesh.run(&["merge", "cat"]);
+    assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("the build of `notes` failed"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("files/missing.txt"), "{}", run.stdout);
+    assert_eq!(read(&mesh, "laptop", "etc/notes.txt"), "first note\n");
+}
+
+#[test]
+fn a_dependency_cycle_among_the_affected_modules_is_named_and_makes_no_plan() {
+    let (mesh, repo, _) = setup();
+    mesh.expect(&["merge", "cat"], 0);
+    repo.write(&[
+        (
+            "modules/notes/module.toml",
+            "name = \"notes\"\ndepends = [\"tools\"]\n\n[files.note]\nsource = \"files/note.txt\"\npath = \"/etc/notes.txt\"\n",
+        ),
+        (
+            "modules/site/module.toml",
+            "name = \"site\"\ndepends = [\"notes\"]\n\n[files.page]\nsource = \"files/index.html\"\npath = \"/srv/www/index.html\"\n",
+        ),
+    ]);
+    repo.commit("a cycle");
+    let run = mesh.run(&["merge", "cat"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("dependency cycle"), "{}", run.stderr);
+    for module in ["notes", "site", "tools"] {
+        assert!(run.stderr.contains(module), "{}", run.stderr);
+    }
+    let plans = json(&mesh.expect(&["plans", "--output", "json"], 0));
+    assert_eq!(plans.as_array().unwrap().len(), 1);
+}
+
+/// Rule 19, seed issue 245: behind is only what the open plans have yet to do; `build
+/// --behind` and `push --behind` take their lists from there.
+#[test]
+fn behind_lists_exactly_what_the_open_plans_have_not_finished() {
+    let (mesh, repo, _) = setup();
+    mesh.expect(&["merge", "cat"], 0);
+    assert!(behind(&mesh).is_empty());
+
+    repo.write(&[("modules/notes/files/note.txt", "second note\n")]);
+    repo.commit("notes: second");
+    mesh.expect(&["merge", "cat", "--plan-only"], 0);
+    assert_eq!(
+        behind(&mesh),
+        [("notes".into(), "build".into(), "plan-2".into())]
+    );
+    let status = mesh.expect(&["status"], 0);
+    insta::assert_snapshot!("status_with_an_open_plan", redact(&status, &names(&repo)));
+
+    mesh.expect(&["build", "--behind"], 0);
+    assert_eq!(
+        behind(&mesh),
+        [("notes".into(), "roll-out".into(), "plan-2".into())]
+    );
+    assert_eq!(read(&mesh, "laptop", "etc/notes.txt"), "first note\n");
+
+    mesh.expect(&["push", "--behind"], 0);
+    assert!(behind(&mesh).is_empty());
+    assert_eq!(read(&mesh, "laptop", "etc/notes.txt"), "second note\n");
+    assert_eq!(plan(&mesh, "plan-2")["plan"]["state"]["state"], "done");
+}
+
+/// Rule 16, ADR 0218 §3, seed issue 254: a newer merge's plan takes over the older open plan's
+/// unbuilt modules; the older plan ends superseded and is never driven.
+#[test]
+fn a_newer_merge_supersedes_an_open_plan_and_folds_in_its_unbuilt_modules() {
+    let (mesh, repo, _) = setup();
+    mesh.expect(&["merge", "cat"], 0);
+    repo.write(&[("modules/notes/files/note.txt", "second note\n")]);
+    repo.commit("notes: second");
+    mesh.expect(&["merge", "cat", "--plan-only"], 0);
+
+    repo.write(&[("modules/tools/files/tool.sh", "#!/bin/sh\necho two\n")]);
+    repo.commit("tools: two");
+    let out = mesh.expect(&["merge", "cat"], 0);
+    assert!(
+        out.contains("plan-2: superseded by plan-3 (it had not built: notes"),
+        "{out}"
+    );
+    let older = plan(&mesh, "plan-2");
+    assert_eq!(
+        older["plan"]["state"],
+        serde_json::json!({"state": "superseded", "by": "plan-3"})
+    );
+    let newer = plan(&mesh, "plan-3");
+    assert_eq!(modules_of(&newer), ["notes", "tools"]);
+    assert_eq!(newer["folded"], serde_json::json!({"notes": "plan-2"}));
+    assert_eq!(newer["plan"]["state"]["state"], "done");
+    assert_eq!(read(&mesh, "laptop", "etc/notes.txt"), "second note\n");
+    assert_eq!(
+        read(&mesh, "home", "usr/local/bin/tool"),
+        "#!/bin/sh\necho two\n"
+    );
+    // The superseded plan built nothing and is never resumed.
+    assert_eq!(older["work"]["notes"]["build"], Value::Null);
+    let run = mesh.run(&["plans", "resume", "plan-2"]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("not open (it is superseded)"),
+        "{}",
+        run.stderr
+    );
+    let list = mesh.expect(&["plans"], 0);
+    insta::assert_snapshot!("plans_list", redact(&list, &names(&repo)));
+}
+
+#[test]
+fn a_closed_plan_ends_and_is_never_resumed() {
+    let (mesh, repo, _) = setup();
+    mesh.expect(&["merge", "cat"], 0);
+    repo.write(&[("modules/notes/files/note.txt", "second note\n")]);
+    repo.commit("notes: second");
+    mesh.expect(&["merge", "cat", "--plan-only"], 0);
+    let out = mesh.expect(
+        &[
+            "plans",
+            "close",
+            "plan-2",
+            "--note",
+            "notes wait for Monday",
+        ],
+        0,
+    );
+    assert!(
+        out.contains("plan-2: closed: notes wait for Monday"),
+        "{out}"
+    );
+    assert!(behind(&mesh).is_empty());
+    let run = mesh.run(&["plans", "resume", "plan-2"]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("not open (it is closed)"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(mesh.expect(&["plans", "resume"], 0), "no open plans\n");
+    // Nor does the next merge resume it: it plans only what changed since.
+    repo.write(&[("modules/tools/files/tool.sh", "#!/bin/sh\necho two\n")]);
+    repo.commit("tools: two");
+    mesh.expect(&["merge", "cat"], 0);
+    assert_eq!(modules_of(&plan(&mesh, "plan-3")), ["tools"]);
+    assert_eq!(read(&mesh, "laptop", "etc/notes.txt"), "first note\n");
+    let again = mesh.run(&["plans", "close", "plan-2"]);
+    assert_eq!(again.code, 1);
+    assert!(
+        again.stderr.contains("not open (it is closed)"),
+        "{}",
+        again.stderr
+    );
+}
+
+/// Rule 18: a dry-run build is set aside — no record, nothing published, nothing a push could
+/// send.
+#[test]
+fn a_dry_run_build_records_nothing() {
+    let (mesh, repo, _) = setup();
+    mesh.expect(&["merge", "cat"], 0);
+    repo.write(&[("modules/notes/files/note.txt", "second note\n")]);
+    repo.commit("notes: second");
+    mesh.expect(&["merge", "cat", "--plan-only"], 0);
+    let home_before = Mesh::snapshot_tree(mesh.home());
+    let out = mesh.expect(&["build", "notes", "--dry-run", "--output", "json"], 0);
+    let dry = json(&out);
+    assert_eq!(dry[0]["build"]["dry-run"], true);
+    assert_eq!(
+        Mesh::snapshot_tree(mesh.home()),
+        home_before,
+        "nothing changed"
+    );
+    assert_eq!(
+        behind(&mesh),
+        [("notes".into(), "build".into(), "plan-2".into())]
+    );
+    // The real build of the same tree has the same digest, and is recorded for the plan.
+    let real = json(&mesh.expect(&["build", "notes", "--output", "json"], 0));
+    assert_eq!(real[0]["build"]["archive"], dry[0]["build"]["archive"]);
+    assert_eq!(real[0]["plan"], "plan-2");
+    let record =
+        json(&std::fs::read_to_string(mesh.home().join("store/modules/notes.json")).unwrap());
+    assert_eq!(record["current"], real[0]["build"]["archive"]);
+}
+
+/// A controller that stops with a plan open resumes it: `plans resume` drives it on.
+#[test]
+fn plans_resume_drives_an_open_plan_to_the_end() {
+    let (mesh, repo, _) = setup();
+    mesh.expect(&["merge", "cat", "--plan-only"], 0);
+    assert_eq!(behind(&mesh).len(), 3);
+    let out = mesh.expect(&["plans", "resume"], 0);
+    assert!(
+        out.contains("plan-1: done (3 module(s): notes, site, tools)"),
+        "{out}"
+    );
+    assert_eq!(read(&mesh, "home", "srv/www/index.html"), "v1\n");
+    let shown = mesh.expect(&["plans", "show", "plan-1"], 0);
+    insta::assert_snapshot!("plan_show", redact(&shown, &names(&repo)));
+}
