@@ -117,7 +117,7 @@ pub enum TierError {
 }
 
 /// Moves the distinct values of a sorted slice to its front, returning how many there are.
-fn dedup_sorted(row: &mut [usize]) -> usize {
+fn dedup_sorted(row: &mut [u32]) -> usize {
     let mut unique = 0;
     for i in 0..row.len() {
         if unique == 0 || row[i] != row[unique - 1] {
@@ -202,13 +202,15 @@ pub struct DependencyGraph {
     name_ends: Vec<usize>,
     index: HashMap<String, usize>,
     depends_start: Vec<usize>,
-    depends_flat: Vec<usize>,
+    depends_flat: Vec<u32>,
     dependents_start: Vec<usize>,
-    dependents_flat: Vec<usize>,
+    dependents_flat: Vec<u32>,
 }
 
 impl DependencyGraph {
     /// Indexes `graph` (module → the modules it depends on). Unknown dependencies are ignored.
+    /// Modules are numbered in 32 bits (a catalogue holds fewer than 2³² modules), which halves
+    /// the memory planning walks.
     pub fn new(graph: &BTreeMap<String, Vec<String>>) -> Self {
         let count = graph.len();
         let mut index: HashMap<String, usize> = HashMap::with_capacity(count);
@@ -220,11 +222,14 @@ impl DependencyGraph {
             name_ends.push(names.len());
         }
         let mut depends_start = Vec::with_capacity(count + 1);
-        let mut depends_flat: Vec<usize> = Vec::new();
+        let mut depends_flat: Vec<u32> = Vec::new();
         for deps in graph.values() {
             let start = depends_flat.len();
             depends_start.push(start);
-            depends_flat.extend(deps.iter().filter_map(|d| index.get(d.as_str()).copied()));
+            depends_flat.extend(
+                deps.iter()
+                    .filter_map(|d| index.get(d.as_str()).map(|&i| i as u32)),
+            );
             let row = &mut depends_flat[start..];
             row.sort_unstable();
             let unique = dedup_sorted(row);
@@ -233,17 +238,17 @@ impl DependencyGraph {
         depends_start.push(depends_flat.len());
         let mut dependents_start = vec![0usize; count + 1];
         for &dependency in &depends_flat {
-            dependents_start[dependency + 1] += 1;
+            dependents_start[dependency as usize + 1] += 1;
         }
         for i in 0..count {
             dependents_start[i + 1] += dependents_start[i];
         }
-        let mut dependents_flat = vec![0usize; depends_flat.len()];
+        let mut dependents_flat = vec![0u32; depends_flat.len()];
         let mut fill = dependents_start.clone();
         for module in 0..count {
             for &dependency in &depends_flat[depends_start[module]..depends_start[module + 1]] {
-                dependents_flat[fill[dependency]] = module;
-                fill[dependency] += 1;
+                dependents_flat[fill[dependency as usize]] = module as u32;
+                fill[dependency as usize] += 1;
             }
         }
         DependencyGraph {
@@ -272,12 +277,16 @@ impl DependencyGraph {
         &self.names[start..self.name_ends[module]]
     }
 
-    fn depends_on(&self, module: usize) -> &[usize] {
-        &self.depends_flat[self.depends_start[module]..self.depends_start[module + 1]]
+    fn depends_on(&self, module: usize) -> impl Iterator<Item = usize> + '_ {
+        self.depends_flat[self.depends_start[module]..self.depends_start[module + 1]]
+            .iter()
+            .map(|&d| d as usize)
     }
 
-    fn dependents(&self, module: usize) -> &[usize] {
-        &self.dependents_flat[self.dependents_start[module]..self.dependents_start[module + 1]]
+    fn dependents(&self, module: usize) -> impl Iterator<Item = usize> + '_ {
+        self.dependents_flat[self.dependents_start[module]..self.dependents_start[module + 1]]
+            .iter()
+            .map(|&d| d as usize)
     }
 
     /// The affected set (changed modules and their dependents) in tiers.
@@ -300,7 +309,7 @@ impl DependencyGraph {
             }
         }
         while let Some(module) = queue.pop_front() {
-            for &dependent in self.dependents(module) {
+            for dependent in self.dependents(module) {
                 if !affected[dependent] {
                     affected[dependent] = true;
                     queue.push_back(dependent);
@@ -308,10 +317,10 @@ impl DependencyGraph {
             }
         }
         // Kahn's algorithm over the affected modules.
-        let mut waiting_on: Vec<usize> = (0..count)
+        let mut waiting_on: Vec<u32> = (0..count)
             .map(|m| {
                 if affected[m] {
-                    self.depends_on(m).iter().filter(|d| affected[**d]).count()
+                    self.depends_on(m).filter(|&d| affected[d]).count() as u32
                 } else {
                     0
                 }
@@ -327,7 +336,7 @@ impl DependencyGraph {
             placed += current.len();
             let mut next = Vec::new();
             for &module in &current {
-                for &dependent in self.dependents(module) {
+                for dependent in self.dependents(module) {
                     if affected[dependent] {
                         waiting_on[dependent] -= 1;
                         if waiting_on[dependent] == 0 {
@@ -361,12 +370,7 @@ impl DependencyGraph {
         while let std::collections::hash_map::Entry::Vacant(slot) = seen_at.entry(module) {
             slot.insert(path.len());
             path.push(module);
-            module = self
-                .depends_on(module)
-                .iter()
-                .copied()
-                .find(|&d| left(d))
-                .unwrap_or(module);
+            module = self.depends_on(module).find(|&d| left(d)).unwrap_or(module);
         }
         let mut cycle: Vec<usize> = path[seen_at[&module]..].to_vec();
         let smallest = (0..cycle.len()).min_by_key(|&i| cycle[i]).unwrap_or(0);

@@ -79,7 +79,9 @@ pub fn supersede(newer: &Plan, plans: &[Plan]) -> Supersession {
         })
         .collect();
     older.sort_by(|a, b| (a.made_at, &a.id).cmp(&(b.made_at, &b.id)));
-    let mut modules: BTreeSet<String> = newer.modules.iter().cloned().collect();
+    // Gathered in a list, sorted once, then made a set (a set built from sorted names is built
+    // in one pass).
+    let mut modules: Vec<String> = newer.modules.clone();
     let superseded = older
         .into_iter()
         .map(|plan| {
@@ -97,8 +99,10 @@ pub fn supersede(newer: &Plan, plans: &[Plan]) -> Supersession {
             }
         })
         .collect();
+    modules.sort_unstable();
+    modules.dedup();
     Supersession {
-        modules,
+        modules: modules.into_iter().collect(),
         superseded,
     }
 }
