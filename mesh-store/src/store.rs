@@ -268,6 +268,23 @@ impl std::str::FromStr for StoreSpec {
     }
 }
 
+impl StoreSpec {
+    /// `http(s)://HOST:PORT` of a registry spec; `None` for a layout.
+    pub fn registry_base_url(&self) -> Option<String> {
+        match self {
+            StoreSpec::Layout(_) => None,
+            StoreSpec::Registry {
+                plain_http,
+                registry,
+                ..
+            } => {
+                let scheme = if *plain_http { "http" } else { "https" };
+                Some(format!("{scheme}://{registry}"))
+            }
+        }
+    }
+}
+
 impl std::fmt::Display for StoreSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -282,6 +299,11 @@ impl std::fmt::Display for StoreSpec {
             }
         }
     }
+}
+
+/// The store a mesh uses when none is named: the OCI layout `<home>/store/oci`.
+pub fn default_store_spec(home: &std::path::Path) -> StoreSpec {
+    StoreSpec::Layout(home.join("store").join("oci"))
 }
 
 /// Opens the store a spec names. Nothing is contacted or created yet.
@@ -329,4 +351,70 @@ pub async fn publish(
         manifest_digest: crate::manifest::holding_manifest_digest(&archive.reference),
         tag: crate::manifest::holding_tag(&archive.reference.digest),
     })
+}
+
+/// How many archives [`publish_all`] keeps in flight by default.
+pub const PUBLISH_CONCURRENCY: usize = 4;
+
+/// Publishes many archives (a tier's builds, say), up to `concurrency` at a time, each exactly
+/// as [`publish`] does. The answers are in the order of `archives`.
+///
+/// # Guarantees
+/// As [`publish`], for each archive: one that answers `Ok` is held. A failure of one does not
+/// stop the others.
+pub async fn publish_all(
+    store: &dyn ArchiveStore,
+    lock: &crate::lock::PublishLock,
+    archives: &[Archive],
+    concurrency: usize,
+) -> Vec<Result<Published, StoreError>> {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::Poll;
+
+    type InFlight<'a> =
+        Pin<Box<dyn Future<Output = (usize, Result<Published, StoreError>)> + Send + 'a>>;
+    let mut answers: Vec<Option<Result<Published, StoreError>>> =
+        archives.iter().map(|_| None).collect();
+    let mut next = 0;
+    let mut in_flight: Vec<InFlight<'_>> = Vec::new();
+    loop {
+        while in_flight.len() < concurrency.max(1) && next < archives.len() {
+            let index = next;
+            let archive = &archives[index];
+            in_flight.push(Box::pin(async move {
+                (index, publish(store, lock, archive).await)
+            }));
+            next += 1;
+        }
+        if in_flight.is_empty() {
+            break;
+        }
+        let done = std::future::poll_fn(|cx| {
+            let mut finished = Vec::new();
+            let mut position = 0;
+            while position < in_flight.len() {
+                match in_flight[position].as_mut().poll(cx) {
+                    Poll::Ready(answer) => {
+                        finished.push(answer);
+                        drop(in_flight.swap_remove(position));
+                    }
+                    Poll::Pending => position += 1,
+                }
+            }
+            if finished.is_empty() {
+                Poll::Pending
+            } else {
+                Poll::Ready(finished)
+            }
+        })
+        .await;
+        for (index, answer) in done {
+            answers[index] = Some(answer);
+        }
+    }
+    answers
+        .into_iter()
+        .map(|a| a.expect("every archive was published"))
+        .collect()
 }

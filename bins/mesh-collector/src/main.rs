@@ -1,2 +1,358 @@
-//! (being written)
-fn main() {}
+//! `mesh-collector`: the store's sweep and collection (rules 22–23, seed issue 253).
+//!
+//! Reads what the mesh holds from the module records under `--home` (see
+//! `mesh_store::records`), computes the keep set, and then
+//! - `sweep` holds every kept archive and lets go of every held archive not kept;
+//! - `collect` sweeps, then deletes what nothing holds — for real only when every kept archive
+//!   is held, dry otherwise.
+//!
+//! Start at [`run`]. It must never collect for real on a partial view, and never run the
+//! registry's `garbage-collect` with `--delete-untagged`.
+//!
+//! Exit codes: 0 every kept archive held (and, for `collect`, collected as asked); 1 an error
+//! (records unreadable, the store failed, the collection failed); 2 a usage error; 3 a kept
+//! archive is not held (missing, or dry run), so a collection ran or would run dry.
+
+use anyhow::{bail, Context as _};
+use clap::{Parser, Subcommand, ValueEnum};
+use mesh_store::collect::{
+    collect, CollectReport, CommandProcess, GarbageCollector, LayoutCollector, RegistryCollector,
+};
+use mesh_store::keep::keep_set;
+use mesh_store::layout::OciLayoutStore;
+use mesh_store::lock::SweepLock;
+use mesh_store::records::read_module_records;
+use mesh_store::store::{default_store_spec, open_store, StoreSpec};
+use mesh_store::sweep::{sweep, KeptState, ReleasedState, SweepReport};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Keeps the mesh's store: holds every archive the mesh keeps, lets go of the rest, and
+/// collects what nothing holds.
+///
+/// An archive is kept when a module the mesh holds names it as its current build, pins it, or
+/// built it among its five most recent builds; a module the mesh no longer holds keeps nothing.
+/// The records are read from DIR/store/modules/*.json.
+///
+/// Exit codes: 0 every kept archive held; 1 an error; 2 a usage error; 3 a kept archive is not
+/// held (a collection then runs dry).
+#[derive(Debug, Parser)]
+#[command(name = "mesh-collector", version)]
+struct Cli {
+    /// The mesh home (the controller's); records and the store lock live under it.
+    #[arg(long, value_name = "DIR")]
+    home: PathBuf,
+
+    /// The store: oci:PATH (an OCI image layout directory) or http://HOST:PORT[/REPOSITORY]
+    /// (an OCI registry; repository mesh/archives by default). Default: oci:DIR/store/oci.
+    #[arg(long, value_name = "SPEC")]
+    store: Option<String>,
+
+    /// How to print the answer.
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    output: Output,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    /// For a person.
+    Text,
+    /// One JSON document.
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Hold every kept archive (backfilling a missing holding manifest from the record), then
+    /// let go of every held archive not kept by removing its manifest. Nothing is let go if
+    /// any part of the store could not be read.
+    Sweep {
+        /// Say what would be held and let go; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Sweep, then delete every blob nothing holds: for real only when the sweep reports every
+    /// kept archive held ("held N of N"), dry otherwise. A registry is collected by its own
+    /// `garbage-collect` (never --delete-untagged), stopped for the run and started after.
+    Collect {
+        /// Sweep and collect dry: change nothing, list what would be deleted.
+        #[arg(long)]
+        dry_run: bool,
+
+        /// The registry's configuration file (the one it serves with). Registry only.
+        #[arg(long, value_name = "PATH")]
+        registry_config: Option<PathBuf>,
+
+        /// The registry binary.
+        #[arg(long, value_name = "PATH", default_value = "/usr/bin/docker-registry")]
+        registry_binary: PathBuf,
+
+        /// A shell command that stops the registry (e.g. `systemctl stop docker-registry`).
+        /// Needed for a real collection of a registry.
+        #[arg(long, value_name = "COMMAND")]
+        registry_stop: Option<String>,
+
+        /// A shell command that starts the registry again. Needed with --registry-stop.
+        #[arg(long, value_name = "COMMAND")]
+        registry_start: Option<String>,
+    },
+}
+
+/// What is printed with `--output json`.
+#[derive(Debug, Serialize)]
+struct Answer {
+    command: &'static str,
+    store: String,
+    dry_run: bool,
+    kept: usize,
+    held: usize,
+    missing: usize,
+    released: usize,
+    summary: String,
+    sweep: SweepReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    collection: Option<CollectionAnswer>,
+    exit_code: u8,
+}
+
+#[derive(Debug, Serialize)]
+struct CollectionAnswer {
+    for_real: bool,
+    refused: Option<String>,
+    deleted: Vec<String>,
+    lost: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Runs one command and prints its answer; returns the exit code.
+async fn run(cli: Cli) -> anyhow::Result<u8> {
+    let spec: StoreSpec = match &cli.store {
+        Some(spec) => spec.parse()?,
+        None => default_store_spec(&cli.home),
+    };
+    let store = open_store(&spec)?;
+    let lock = SweepLock::acquire(&cli.home)
+        .await
+        .context("the store lock is shared with every publish")?;
+    let records = read_module_records(&cli.home)?;
+    let keep = keep_set(&records);
+    let (answer, text) = match cli.command {
+        Command::Sweep { dry_run } => {
+            let report = sweep(&*store, &lock, &keep, dry_run).await;
+            let code = exit_code(&report, None);
+            (answer("sweep", &report, None, code), render_sweep(&report))
+        }
+        Command::Collect {
+            dry_run,
+            registry_config,
+            registry_binary,
+            registry_stop,
+            registry_start,
+        } => {
+            let mut collector: Box<dyn GarbageCollector> = match &spec {
+                StoreSpec::Layout(path) => Box::new(LayoutCollector {
+                    layout: OciLayoutStore::new(path),
+                }),
+                StoreSpec::Registry { .. } => {
+                    let Some(config) = registry_config else {
+                        bail!("collecting a registry needs --registry-config (the file it serves with)");
+                    };
+                    let process = match (registry_stop, registry_start) {
+                        (Some(stop), Some(start)) => CommandProcess { stop, start },
+                        _ if dry_run => CommandProcess {
+                            stop: "false".to_owned(),
+                            start: "true".to_owned(),
+                        },
+                        _ => bail!(
+                            "a real collection of a registry stops it for the run: give \
+                             --registry-stop and --registry-start (or --dry-run)"
+                        ),
+                    };
+                    let base_url = spec.registry_base_url().unwrap_or_default();
+                    Box::new(RegistryCollector {
+                        binary: registry_binary,
+                        config,
+                        process: Box::new(process),
+                        base_url,
+                    })
+                }
+            };
+            let report = collect(&*store, &lock, &keep, &mut *collector, dry_run).await?;
+            let code = exit_code(&report.sweep, Some(&report));
+            let mut text = render_sweep(&report.sweep);
+            text.push_str(&render_collection(&report));
+            (answer("collect", &report.sweep, Some(&report), code), text)
+        }
+    };
+    match cli.output {
+        Output::Text => print!("{text}"),
+        Output::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&answer).context("cannot write the answer as JSON")?
+        ),
+    }
+    Ok(answer.exit_code)
+}
+
+fn exit_code(sweep: &SweepReport, collection: Option<&CollectReport>) -> u8 {
+    let lost = collection.is_some_and(|c| !c.lost.is_empty());
+    if !sweep.failures.is_empty() || lost {
+        1
+    } else if !sweep.all_held() {
+        3
+    } else {
+        0
+    }
+}
+
+fn answer(
+    command: &'static str,
+    sweep: &SweepReport,
+    collection: Option<&CollectReport>,
+    exit_code: u8,
+) -> Answer {
+    Answer {
+        command,
+        store: sweep.store.clone(),
+        dry_run: sweep.dry_run,
+        kept: sweep.kept_count(),
+        held: sweep.held_count(),
+        missing: sweep.missing().count(),
+        released: sweep
+            .released
+            .iter()
+            .filter(|r| r.state == ReleasedState::Released)
+            .count(),
+        summary: summary(sweep),
+        sweep: sweep.clone(),
+        collection: collection.map(|c| CollectionAnswer {
+            for_real: c.collected_for_real,
+            refused: c.refused.clone(),
+            deleted: c.garbage.deleted.clone(),
+            lost: c.lost.clone(),
+        }),
+        exit_code,
+    }
+}
+
+fn summary(sweep: &SweepReport) -> String {
+    let released = sweep
+        .released
+        .iter()
+        .filter(|r| r.state == ReleasedState::Released)
+        .count();
+    let would = sweep
+        .released
+        .iter()
+        .filter(|r| r.state == ReleasedState::WouldRelease)
+        .count();
+    let released = if sweep.dry_run {
+        format!("would release {would}")
+    } else {
+        format!("released {released}")
+    };
+    format!(
+        "kept {}, {}, missing {}, {released}",
+        sweep.kept_count(),
+        sweep.held_line(),
+        sweep.missing().count()
+    )
+}
+
+fn render_sweep(sweep: &SweepReport) -> String {
+    let mut out = String::new();
+    let dry = if sweep.dry_run { " (dry run)" } else { "" };
+    out.push_str(&format!("store {}{dry}\n", sweep.store));
+    out.push_str(&format!("{}\n", summary(sweep)));
+    if !sweep.kept.is_empty() {
+        out.push_str("\nkept:\n");
+        for kept in &sweep.kept {
+            let state = match &kept.state {
+                KeptState::AlreadyHeld => "held".to_owned(),
+                KeptState::HeldNow => "held now".to_owned(),
+                KeptState::WouldHold => "unheld, would hold".to_owned(),
+                KeptState::Missing => "MISSING: its blob is gone".to_owned(),
+                KeptState::Failed { error } => format!("UNKNOWN: {error}"),
+            };
+            let why: Vec<String> = kept.reasons.iter().map(ToString::to_string).collect();
+            out.push_str(&format!(
+                "  {}  {state}  ({})\n",
+                kept.archive.digest,
+                why.join("; ")
+            ));
+        }
+    }
+    if !sweep.released.is_empty() {
+        out.push_str("\nnot kept:\n");
+        for released in &sweep.released {
+            let state = match &released.state {
+                ReleasedState::Released => "released".to_owned(),
+                ReleasedState::AlreadyGone => "already gone".to_owned(),
+                ReleasedState::WouldRelease => "would release".to_owned(),
+                ReleasedState::Skipped => "kept held: the sweep's view was partial".to_owned(),
+                ReleasedState::Failed { error } => format!("NOT RELEASED: {error}"),
+            };
+            out.push_str(&format!("  {}  {state}\n", released.digest));
+        }
+    }
+    if !sweep.failures.is_empty() {
+        out.push_str("\nfailures (nothing was let go):\n");
+        for failure in &sweep.failures {
+            out.push_str(&format!("  {failure}\n"));
+        }
+    }
+    out
+}
+
+fn render_collection(report: &CollectReport) -> String {
+    let mut out = String::new();
+    let how = match (&report.refused, report.collected_for_real) {
+        (Some(why), _) => format!("dry run, refused: {why}"),
+        (None, true) => "for real".to_owned(),
+        (None, false) => "dry run, as asked".to_owned(),
+    };
+    out.push_str(&format!("\ncollection {how}\n"));
+    let verb = if report.collected_for_real {
+        "deleted"
+    } else {
+        "would delete"
+    };
+    out.push_str(&format!(
+        "{verb} {} blob(s)\n",
+        report.garbage.deleted.len()
+    ));
+    for digest in &report.garbage.deleted {
+        out.push_str(&format!("  {digest}\n"));
+    }
+    if !report.lost.is_empty() {
+        out.push_str("\nLOST after collection (kept, blob gone):\n");
+        for digest in &report.lost {
+            out.push_str(&format!("  {digest}\n"));
+        }
+    }
+    out
+}

@@ -77,7 +77,12 @@ impl TestRegistry {
             "{REGISTRY_BINARY} is missing: install the Debian package with \
              `apt-get install docker-registry` (the README's test command does)"
         );
-        let dir = tempfile::tempdir().expect("temp dir");
+        // Storage in memory where there is a tmpfs: the tests measure the mesh, not the disk.
+        let dir = match std::env::var_os("MESH_TEST_REGISTRY_TMP") {
+            Some(base) => tempfile::tempdir_in(base),
+            None => tempfile::tempdir(),
+        }
+        .expect("temp dir");
         let port = free_port();
         let config = dir.path().join("config.yml");
         let storage = dir.path().join("storage");
@@ -221,6 +226,8 @@ impl Proxy {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
+                // Without it, small answers wait out the peer's delayed ACK (40 ms each).
+                let _ = stream.set_nodelay(true);
                 let state = shared.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |req| forward(state.clone(), req));
@@ -236,6 +243,13 @@ impl Proxy {
     /// The store spec through the proxy.
     pub fn spec(&self) -> StoreSpec {
         format!("http://127.0.0.1:{}", self.port).parse().unwrap()
+    }
+
+    /// The store spec of another repository through the proxy.
+    pub fn spec_for(&self, repository: &str) -> StoreSpec {
+        format!("http://127.0.0.1:{}/{repository}", self.port)
+            .parse()
+            .unwrap()
     }
 
     /// From now on, requests whose `METHOD path` contains `matching` are faulted, after the

@@ -1,0 +1,176 @@
+//! The command line, against an OCI layout store and a real docker-registry.
+
+use mesh_model::build::Build;
+use mesh_model::module::{EntryKind, ModuleTree};
+use mesh_store::archive::{archive_tree, Archive};
+use mesh_store::layout::OciLayoutStore;
+use mesh_store::lock::PublishLock;
+use mesh_store::records::{forget_module, record_build};
+use mesh_store::store::{publish, ArchiveStore};
+use std::path::Path;
+use std::process::Command;
+
+fn archive(seed: &str) -> Archive {
+    let mut tree = ModuleTree::default();
+    tree.entries.insert(
+        "module.toml".to_owned(),
+        EntryKind::File {
+            bytes: format!("name = \"m\"\n# {seed}\n").into_bytes(),
+            executable: false,
+        },
+    );
+    archive_tree(&tree).unwrap()
+}
+
+fn build(module: &str, archive: &Archive, at: u64) -> Build {
+    Build {
+        module: module.to_owned(),
+        repository: "catalogue".to_owned(),
+        commit: format!("c{at}"),
+        archive: archive.reference.clone(),
+        at,
+        dry_run: false,
+    }
+}
+
+/// A home whose records keep `web`'s builds 1..=6 (five of them) and a forgotten `old`; a
+/// bare kept archive (published before archives were held) and a ghost (recorded, gone).
+fn mesh(home: &Path, layout: &Path, with_ghost: bool) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let store = OciLayoutStore::new(layout);
+        let lock = PublishLock::acquire(home).await.unwrap();
+        for i in 1..=6 {
+            let a = archive(&format!("web-{i}"));
+            if i == 6 {
+                store.put_blob(&a).await.unwrap();
+            } else {
+                publish(&store, &lock, &a).await.unwrap();
+            }
+            record_build(home, &lock, &build("web", &a, i)).unwrap();
+        }
+        let old = archive("old");
+        publish(&store, &lock, &old).await.unwrap();
+        record_build(home, &lock, &build("old", &old, 1)).unwrap();
+        forget_module(home, "old").unwrap();
+        if with_ghost {
+            record_build(home, &lock, &build("api", &archive("ghost"), 9)).unwrap();
+        }
+    });
+}
+
+fn collector(home: &Path, store: &str, args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_mesh-collector"))
+        .arg("--home")
+        .arg(home)
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .output()
+        .unwrap();
+    let redact = |bytes: &[u8]| {
+        String::from_utf8_lossy(bytes).replace(&home.display().to_string(), "[HOME]")
+    };
+    (
+        output.status.code().unwrap_or(-1),
+        redact(&output.stdout),
+        redact(&output.stderr),
+    )
+}
+
+fn check(home: &Path, store: &str, args: &[&str], expect_code: i32) -> String {
+    let (code, stdout, stderr) = collector(home, store, args);
+    assert_eq!(code, expect_code, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    stdout
+}
+
+#[test]
+fn sweep_then_collect_on_the_layout() {
+    let home = tempfile::tempdir().unwrap();
+    let layout = home.path().join("store").join("oci");
+    mesh(home.path(), &layout, false);
+    let store = format!("oci:{}", layout.display());
+
+    // A dry run changes nothing and says the bare archive is not held yet: exit 3.
+    insta::assert_snapshot!(
+        "sweep_dry_run",
+        check(home.path(), &store, &["sweep", "--dry-run"], 3)
+    );
+    insta::assert_snapshot!("sweep", check(home.path(), &store, &["sweep"], 0));
+    insta::assert_snapshot!("collect", check(home.path(), &store, &["collect"], 0));
+    // Again: nothing left to let go or delete.
+    let again = check(home.path(), &store, &["collect"], 0);
+    assert!(
+        again.contains("kept 5, held 5 of 5, missing 0, released 0"),
+        "{again}"
+    );
+    assert!(again.contains("deleted 0 blob(s)"), "{again}");
+}
+
+#[test]
+fn collect_refuses_to_run_for_real_while_a_kept_archive_is_missing() {
+    let home = tempfile::tempdir().unwrap();
+    let layout = home.path().join("store").join("oci");
+    mesh(home.path(), &layout, true);
+    // The default store: oci:<home>/store/oci.
+    let output = Command::new(env!("CARGO_BIN_EXE_mesh-collector"))
+        .arg("--home")
+        .arg(home.path())
+        .args(["--output", "json", "collect"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(3));
+    let answer: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        answer["summary"],
+        "kept 6, held 5 of 6, missing 1, released 2"
+    );
+    assert_eq!(answer["collection"]["for_real"], false);
+    assert!(answer["collection"]["refused"]
+        .as_str()
+        .unwrap()
+        .contains("held 5 of 6"));
+    assert_eq!(answer["exit_code"], 3);
+    // Nothing was deleted: the forgotten module's blob is still there.
+    let blobs = std::fs::read_dir(layout.join("blobs").join("sha256"))
+        .unwrap()
+        .count();
+    let deleted_would = answer["collection"]["deleted"].as_array().unwrap().len();
+    assert!(deleted_would > 0);
+    assert!(blobs > 6);
+}
+
+#[test]
+fn a_store_that_is_not_a_store_is_a_clear_error() {
+    let home = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = collector(home.path(), "ftp://x", &["sweep"]);
+    assert_eq!(code, 1);
+    insta::assert_snapshot!(stderr, @"error: `ftp://x` is not a store: unknown scheme (use oci:PATH or http://HOST:PORT[/REPOSITORY])");
+}
+
+#[test]
+fn a_registry_that_is_not_there_fails_the_sweep_and_lets_nothing_go() {
+    let home = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (code, stdout, _) = collector(home.path(), &format!("http://127.0.0.1:{port}"), &["sweep"]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("failures (nothing was let go)"), "{stdout}");
+    assert!(stdout.contains("cannot list held archives"), "{stdout}");
+}
+
+#[test]
+fn help_explains_the_commands() {
+    let output = Command::new(env!("CARGO_BIN_EXE_mesh-collector"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    insta::assert_snapshot!(String::from_utf8_lossy(&output.stdout));
+}
