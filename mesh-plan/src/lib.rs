@@ -1,16 +1,33 @@
 //! mesh-plan: the mesh's decisions, as pure functions of values.
 //!
-//! Start with [`compose`] (a node's declaration from the catalogue and the inventory), then
-//! [`settings`] (what replacing a settings layer adds, changes and removes), [`diff`] (what a
-//! push would change against what a node was last sent) and [`moves`] (which pushes move a
-//! running container's data and are held).
+//! **mesh-plan performs no IO**: it reads no files, opens no sockets, spawns nothing and reads
+//! no clock. Time, when a decision needs it, is an argument (`now`); catalogues, inventories,
+//! declarations, reports and plans arrive as [`mesh_model`] values. The binaries carry out what
+//! it decides.
+//!
+//! # Where to start
+//! - [`compose()`](compose::compose): a node's declaration from the catalogue and the
+//!   inventory (module defaults, then the mesh layer, then the node layer).
+//! - [`settings_change()`](settings::settings_change): what replacing a settings layer adds,
+//!   changes and removes, and whether it is refused (rule 9).
+//! - [`diff()`](diff::diff): what a push would change against what a node was last sent, with
+//!   the container fields that recreate (rule 10).
+//! - [`decide_push()`](moves::decide_push): whether a node's push is held because a running
+//!   container's mount would move (rule 12).
+//! - [`attribute()`](attribution::attribute) and [`DependencyGraph`]:
+//!   a merge's changed paths to modules (rule 17), and the affected modules in tiers.
+//! - [`supersede()`](plans::supersede), [`close()`](plans::close), [`behind()`](plans::behind):
+//!   plans over time (rules 16 and 19).
+//! - [`step()`](rollout::step): one module's rollout as a state machine, events in and actions
+//!   out (rules 13–15).
 //!
 //! # Invariants
-//! - mesh-plan performs no IO: it reads no files, opens no sockets, spawns nothing and reads no
-//!   clock. Time, when a decision needs it, is an argument.
-//! - Decisions are values (enums of actions and verdicts) that the binaries carry out.
+//! - No IO, no clock, no spawning, no global state: the same inputs give the same outputs.
+//! - Decisions are values (enums of actions and verdicts, matched exhaustively) that the
+//!   binaries execute; nothing here carries anything out.
 //! - Every output a person reads has a text rendering and a serializable form, both tested as
-//!   snapshots.
+//!   insta snapshots.
+//! - Work grows linearly with its input (see the benchmarks in `benches/`).
 
 pub mod attribution;
 pub mod compose;
@@ -23,7 +40,7 @@ pub mod settings;
 #[cfg(test)]
 mod fixture;
 
-pub use attribution::{attribute, tiers, Attribution, TierError, Tiers};
+pub use attribution::{attribute, tiers, Attribution, DependencyGraph, TierError, Tiers};
 pub use compose::{compose, ComposeError, ComposeProblem};
 pub use diff::{diff, DeclarationDiff};
 pub use moves::{decide_push, moves, Move, PushDecision};
