@@ -115,12 +115,17 @@ fn main() {
             let t = Instant::now();
             std::hint::black_box(declaration.problems());
             let problems = t.elapsed();
+            let t = Instant::now();
+            let bytes = fs::read(config.state_dir.join("state.json")).unwrap();
+            let state: mesh_apply::state::StateFile = serde_json::from_slice(&bytes).unwrap();
+            std::hint::black_box(state);
+            let state = t.elapsed();
             let read = read_baseline(&config.root);
             let t = Instant::now();
             apply(&config, &declaration, 1_800_000_060).unwrap();
             let noop = t.elapsed();
             println!(
-                "digest {digest:.2?} problems {problems:.2?} read+hash {read:.2?} no-op {noop:.2?}"
+                "digest {digest:.2?} problems {problems:.2?} state {state:.2?} read+hash {read:.2?} no-op {noop:.2?}"
             );
         }
         return;

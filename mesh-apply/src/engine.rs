@@ -96,15 +96,54 @@ pub fn apply_with(
     let dir = StateDir::open(&config.state_dir)?;
     let state = dir.read_state()?;
     let interrupted = dir.read_in_progress()?;
-    let digest = declaration_digest(declaration);
-    let marker = InProgress {
-        format: STATE_FORMAT,
-        declaration: digest.clone(),
-        started_at: now,
-    };
+    // The digest is needed only for the marker and the report: it is hashed on another core
+    // while the resources are examined.
+    std::thread::scope(|scope| {
+        let hashing = scope.spawn(|| declaration_digest(declaration));
+        apply_examined(
+            config,
+            declaration,
+            now,
+            seams,
+            (dir, state, interrupted),
+            Digest::Hashing(hashing),
+        )
+    })
+}
 
+/// The declaration's digest, being hashed or known.
+enum Digest<'s> {
+    Hashing(std::thread::ScopedJoinHandle<'s, String>),
+    Known(String),
+}
+
+impl Digest<'_> {
+    fn get(&mut self) -> &str {
+        if let Digest::Hashing(_) = self {
+            let Digest::Hashing(hashing) = std::mem::replace(self, Digest::Known(String::new()))
+            else {
+                unreachable!("just matched")
+            };
+            *self = Digest::Known(hashing.join().expect("hashing a declaration never panics"));
+        }
+        match self {
+            Digest::Known(digest) => digest,
+            Digest::Hashing(_) => unreachable!("joined above"),
+        }
+    }
+}
+
+/// The rest of [`apply_with`], once the state directory is read.
+fn apply_examined<'s>(
+    config: &HostConfig,
+    declaration: &Declaration,
+    now: u64,
+    seams: &Seams<'_>,
+    (dir, state, interrupted): (StateDir, StateFile, Option<InProgress>),
+    digest: Digest<'s>,
+) -> Result<Report, ApplyError> {
     let mut engine = Engine {
-        marker,
+        digest,
         marked: false,
         config,
         declaration,
@@ -149,6 +188,7 @@ pub fn apply_with(
     engine.release_unneeded_parents()?;
     engine.finish()?;
 
+    let digest = engine.digest.get().to_owned();
     let outcomes = engine.outcomes;
     let undeclared = engine.undeclared;
     let whole = outcomes
@@ -181,9 +221,9 @@ pub fn apply_with(
     })
 }
 
-struct Engine<'a> {
-    /// The mid-change marker, written before the first change.
-    marker: InProgress,
+struct Engine<'a, 's> {
+    /// The declaration's digest (for the marker and the report).
+    digest: Digest<'s>,
     /// Whether the marker is written.
     marked: bool,
     config: &'a HostConfig,
@@ -302,12 +342,17 @@ enum Committed {
     },
 }
 
-impl Engine<'_> {
+impl Engine<'_, '_> {
     /// Marks the machine mid-change; called before anything under the root or in the state
     /// directory changes. An apply that changes nothing never marks.
     fn begin_change(&mut self) -> Result<(), ApplyError> {
         if !self.marked {
-            self.dir.write_in_progress(&self.marker)?;
+            let marker = InProgress {
+                format: STATE_FORMAT,
+                declaration: self.digest.get().to_owned(),
+                started_at: self.now,
+            };
+            self.dir.write_in_progress(&marker)?;
             self.marked = true;
         }
         Ok(())
@@ -1535,6 +1580,10 @@ fn same_bytes(reader: &mut impl io::Read, expected: &[u8], buffer: &mut [u8]) ->
             return Ok(false);
         }
         offset += read;
+        if offset == expected.len() {
+            // The length was checked against the file's metadata: no read for the end.
+            return Ok(true);
+        }
     }
 }
 
