@@ -10,6 +10,8 @@
 //!   2.8 returns every tag at once), [`ArchiveStore::release`] 2, [`ArchiveStore::hold`] 1 once
 //!   the empty config is known to be there (2–3 the first time in a process).
 //! - A 405 to a DELETE is [`StoreError::DeletionDisabled`], never taken for success.
+//! - An operation whose transport fails (not one the registry answered) is tried once more
+//!   on a fresh connection; every operation is idempotent.
 
 use crate::archive::Archive;
 use crate::manifest::{
@@ -201,13 +203,8 @@ fn name_unknown(error: &OciDistributionError) -> bool {
     }
 }
 
-#[async_trait]
-impl ArchiveStore for RegistryStore {
-    fn name(&self) -> String {
-        self.spec.clone()
-    }
-
-    async fn put_blob(&self, archive: &Archive) -> Result<(), StoreError> {
+impl RegistryStore {
+    async fn put_blob_once(&self, archive: &Archive) -> Result<(), StoreError> {
         let digest = &archive.reference.digest;
         self.client
             .push_blob(&self.reference("archive"), archive.bytes.clone(), digest)
@@ -216,7 +213,7 @@ impl ArchiveStore for RegistryStore {
         Ok(())
     }
 
-    async fn hold(&self, archive: &ArchiveRef) -> Result<(), StoreError> {
+    async fn hold_once(&self, archive: &ArchiveRef) -> Result<(), StoreError> {
         let cached = self.config_present.load(Ordering::Acquire);
         self.ensure_empty_config().await?;
         match self.push_holding_manifest(archive).await {
@@ -239,7 +236,7 @@ impl ArchiveStore for RegistryStore {
         }
     }
 
-    async fn list_held(&self) -> Result<BTreeSet<String>, StoreError> {
+    async fn list_held_once(&self) -> Result<BTreeSet<String>, StoreError> {
         match self
             .client
             .list_tags(
@@ -260,7 +257,7 @@ impl ArchiveStore for RegistryStore {
         }
     }
 
-    async fn holding(&self, archive: &ArchiveRef) -> Result<Holding, StoreError> {
+    async fn holding_once(&self, archive: &ArchiveRef) -> Result<Holding, StoreError> {
         let tag = holding_tag(&archive.digest);
         let url = format!("{}/v2/{}/manifests/{tag}", self.base_url, self.repository);
         let response = self
@@ -293,14 +290,14 @@ impl ArchiveStore for RegistryStore {
         }
     }
 
-    async fn has_blob(&self, digest: &str) -> Result<bool, StoreError> {
+    async fn has_blob_once(&self, digest: &str) -> Result<bool, StoreError> {
         self.client
             .blob_exists(&self.reference("archive"), digest)
             .await
             .map_err(|e| self.oci_error("check blob", digest, e))
     }
 
-    async fn release(&self, archive_digest: &str) -> Result<Release, StoreError> {
+    async fn release_once(&self, archive_digest: &str) -> Result<Release, StoreError> {
         let tag = holding_tag(archive_digest);
         let url = format!("{}/v2/{}/manifests/{tag}", self.base_url, self.repository);
         let response = self
@@ -358,8 +355,8 @@ impl ArchiveStore for RegistryStore {
         }
     }
 
-    async fn fetch(&self, archive: &ArchiveRef) -> Result<Archive, StoreError> {
-        if !self.has_blob(&archive.digest).await? {
+    async fn fetch_once(&self, archive: &ArchiveRef) -> Result<Archive, StoreError> {
+        if !self.has_blob_once(&archive.digest).await? {
             return Err(StoreError::Missing {
                 store: self.spec.clone(),
                 digest: archive.digest.clone(),
@@ -383,5 +380,65 @@ impl ArchiveStore for RegistryStore {
             });
         }
         Ok(fetched)
+    }
+}
+
+/// Whether an error is the transport failing (a pooled connection to a registry that was
+/// restarted since, say) rather than the registry answering.
+fn transport_failed(error: &StoreError) -> bool {
+    let request = match error {
+        StoreError::Unreachable { source, .. } => Some(source),
+        StoreError::Registry { source, .. } => match source.as_ref() {
+            OciDistributionError::RequestError(e) => Some(e),
+            _ => None,
+        },
+        _ => None,
+    };
+    request.is_some_and(|e| e.is_request() || e.is_connect())
+}
+
+/// Every operation here is idempotent; one whose transport failed is tried once more, on a
+/// fresh connection (after a collection restarts the registry, pooled connections are dead).
+macro_rules! once_more {
+    ($call:expr) => {
+        match $call.await {
+            Err(error) if transport_failed(&error) => $call.await,
+            answer => answer,
+        }
+    };
+}
+
+#[async_trait]
+impl ArchiveStore for RegistryStore {
+    fn name(&self) -> String {
+        self.spec.clone()
+    }
+
+    async fn put_blob(&self, archive: &Archive) -> Result<(), StoreError> {
+        once_more!(self.put_blob_once(archive))
+    }
+
+    async fn hold(&self, archive: &ArchiveRef) -> Result<(), StoreError> {
+        once_more!(self.hold_once(archive))
+    }
+
+    async fn list_held(&self) -> Result<BTreeSet<String>, StoreError> {
+        once_more!(self.list_held_once())
+    }
+
+    async fn holding(&self, archive: &ArchiveRef) -> Result<Holding, StoreError> {
+        once_more!(self.holding_once(archive))
+    }
+
+    async fn has_blob(&self, digest: &str) -> Result<bool, StoreError> {
+        once_more!(self.has_blob_once(digest))
+    }
+
+    async fn release(&self, archive_digest: &str) -> Result<Release, StoreError> {
+        once_more!(self.release_once(archive_digest))
+    }
+
+    async fn fetch(&self, archive: &ArchiveRef) -> Result<Archive, StoreError> {
+        once_more!(self.fetch_once(archive))
     }
 }

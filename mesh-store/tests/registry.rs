@@ -358,3 +358,30 @@ async fn publishes_during_sweep_and_collection_never_lose_a_kept_archive() {
         store.fetch(&kept.archive).await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_that_does_not_allow_deletion_is_said_so() {
+    let registry = TestRegistry::start_with_deletion(false).await;
+    let store = open_store(&registry.spec()).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let unkept = archive("unkept");
+    let lock = PublishLock::acquire(home.path()).await.unwrap();
+    publish(&*store, &lock, &unkept).await.unwrap();
+    drop(lock);
+    let lock = SweepLock::acquire(home.path()).await.unwrap();
+    let report = sweep(&*store, &lock, &Default::default(), false).await;
+    assert_eq!(report.failures.len(), 1, "{report:#?}");
+    assert!(
+        report.failures[0].contains("the registry does not allow deletion (405"),
+        "{}",
+        report.failures[0]
+    );
+    assert!(matches!(
+        report.released[0].state,
+        ReleasedState::Failed { .. }
+    ));
+    assert_eq!(
+        store.holding(&unkept.reference).await.unwrap(),
+        Holding::Held
+    );
+}

@@ -174,3 +174,136 @@ fn help_explains_the_commands() {
     assert!(output.status.success());
     insta::assert_snapshot!(String::from_utf8_lossy(&output.stdout));
 }
+
+/// A docker-registry run the way an operator's service manager would: started and stopped by
+/// shell commands (a pid file), which `collect` is given.
+struct ShellRegistry {
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl ShellRegistry {
+    fn start() -> ShellRegistry {
+        assert!(
+            Path::new("/usr/bin/docker-registry").exists(),
+            "/usr/bin/docker-registry is missing: install the Debian package with \
+             `apt-get install docker-registry`"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        std::fs::write(
+            dir.path().join("config.yml"),
+            format!(
+                "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n\
+                 storage:\n  filesystem:\n    rootdirectory: {}/storage\n  delete:\n    \
+                 enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n  relativeurls: true\n",
+                dir.path().display()
+            ),
+        )
+        .unwrap();
+        let registry = ShellRegistry { dir, port };
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(registry.start_command())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return registry;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("docker-registry did not start on port {port}");
+    }
+
+    fn config(&self) -> String {
+        self.dir.path().join("config.yml").display().to_string()
+    }
+
+    fn pid_file(&self) -> String {
+        self.dir.path().join("pid").display().to_string()
+    }
+
+    fn start_command(&self) -> String {
+        format!(
+            "/usr/bin/docker-registry serve {} >/dev/null 2>&1 & echo $! > {}",
+            self.config(),
+            self.pid_file()
+        )
+    }
+
+    fn stop_command(&self) -> String {
+        let pid = self.pid_file();
+        format!("kill $(cat {pid}); while kill -0 $(cat {pid}) 2>/dev/null; do sleep 0.05; done")
+    }
+}
+
+impl Drop for ShellRegistry {
+    fn drop(&mut self) {
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(self.stop_command())
+            .status();
+    }
+}
+
+#[test]
+fn sweep_and_collect_a_real_registry_from_the_command_line() {
+    let registry = ShellRegistry::start();
+    let home = tempfile::tempdir().unwrap();
+    let store = format!("http://127.0.0.1:{}", registry.port);
+    let kept = archive("kept");
+    let forgotten = archive("forgotten");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let remote = mesh_store::store::open_store(&store.parse().unwrap()).unwrap();
+    runtime.block_on(async {
+        let lock = PublishLock::acquire(home.path()).await.unwrap();
+        for (module, a) in [("web", &kept), ("old", &forgotten)] {
+            publish(&*remote, &lock, a).await.unwrap();
+            record_build(home.path(), &lock, &build(module, a, 1)).unwrap();
+        }
+    });
+    forget_module(home.path(), "old").unwrap();
+
+    let swept = check(home.path(), &store, &["sweep"], 0);
+    assert!(
+        swept.contains("kept 1, held 1 of 1, missing 0, released 1"),
+        "{swept}"
+    );
+    // A real collection of a registry needs the way to stop and start it.
+    let (code, _, stderr) = collector(home.path(), &store, &["collect"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("--registry-config"), "{stderr}");
+
+    let collected = check(
+        home.path(),
+        &store,
+        &[
+            "collect",
+            "--registry-config",
+            &registry.config(),
+            "--registry-stop",
+            &registry.stop_command(),
+            "--registry-start",
+            &registry.start_command(),
+        ],
+        0,
+    );
+    assert!(collected.contains("collection for real"), "{collected}");
+    assert!(
+        collected.contains(&forgotten.reference.digest),
+        "the forgotten module's archive is deleted: {collected}"
+    );
+    runtime.block_on(async {
+        assert_eq!(remote.fetch(&kept.reference).await.unwrap(), kept);
+        assert!(!remote.has_blob(&forgotten.reference.digest).await.unwrap());
+    });
+}

@@ -72,6 +72,11 @@ impl TestRegistry {
     /// Starts a registry with deletion enabled on a free loopback port. Fails (never skips)
     /// when the binary is missing.
     pub async fn start() -> TestRegistry {
+        TestRegistry::start_with_deletion(true).await
+    }
+
+    /// As [`TestRegistry::start`], with `storage.delete.enabled` as given.
+    pub async fn start_with_deletion(delete_enabled: bool) -> TestRegistry {
         assert!(
             Path::new(REGISTRY_BINARY).exists(),
             "{REGISTRY_BINARY} is missing: install the Debian package with \
@@ -92,7 +97,7 @@ impl TestRegistry {
             format!(
                 "version: 0.1\n\
                  log:\n  level: error\n  accesslog:\n    disabled: true\n\
-                 storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n  \
+                 storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: {delete_enabled}\n  \
                  cache:\n    blobdescriptor: inmemory\n\
                  http:\n  addr: 127.0.0.1:{port}\n  relativeurls: true\n",
                 storage.display()
