@@ -2,13 +2,14 @@
 //! unit by unit in dependency order, report.
 
 use crate::accounts::{AccountDatabase, Accounts, ShadowUtils};
-use crate::containers::{ContainerRuntime, NoContainerRuntime};
+use crate::containers::{ContainerRuntime, DeclaredContainer, NoContainerRuntime};
 use crate::fsops::{self, Wanted};
 use crate::order::{units_in_order, Unit};
 use crate::paths::{is_ancestor, Opened, RootPaths};
+use crate::podman::Podman;
 use crate::state::STATE_FORMAT;
 use crate::state::{FailureRecord, InProgress, Origin, Record, StateDir, StateFile, Target};
-use crate::{ApplyError, HostConfig};
+use crate::{ApplyError, ContainerRuntimeChoice, HostConfig};
 use mesh_model::declaration::{
     ContainerSpec, Declaration, DirectorySpec, FileSpec, MembershipSpec, Resource, Spec,
 };
@@ -29,8 +30,9 @@ pub struct Seams<'a> {
 
 /// Applies a declaration to the machine under `config.root`; `now` is seconds since the epoch.
 ///
-/// Uses the real seams: [`ShadowUtils`] for memberships and [`NoContainerRuntime`] for
-/// containers. See [`apply_with`] for the whole contract.
+/// Uses the real seams: [`ShadowUtils`] for memberships, and for containers the runtime
+/// [`HostConfig::containers`] names ([`Podman`] by default). See [`apply_with`] for the whole
+/// contract.
 ///
 /// # Errors
 /// As [`apply_with`].
@@ -40,9 +42,17 @@ pub fn apply(
     now: u64,
 ) -> Result<Report, ApplyError> {
     let accounts = ShadowUtils::new(&config.root);
+    let podman;
+    let containers: &dyn ContainerRuntime = match &config.containers {
+        ContainerRuntimeChoice::Podman(podman_config) => {
+            podman = Podman::new(podman_config.clone(), &config.root);
+            &podman
+        }
+        ContainerRuntimeChoice::Unsupported => &NoContainerRuntime,
+    };
     let seams = Seams {
         accounts: &accounts,
-        containers: &NoContainerRuntime,
+        containers,
     };
     apply_with(config, declaration, now, &seams)
 }
@@ -69,6 +79,10 @@ pub fn apply(
 ///   commit step fails the members already committed are put back.
 /// - A failed resource is retried only once its backoff has elapsed (`waiting` until then) and is
 ///   reported `stuck` past the [`crate::RetryPolicy`] threshold.
+/// - A container held still by an open maintenance window ([`crate::window`]) is not touched —
+///   not created, started, restarted, recreated nor removed — and is reported
+///   `held-still{step}`; the report lists the open windows. The first apply after the window
+///   converges it (a stopped container is started).
 ///
 /// # Idempotency
 /// Applying the same declaration again changes nothing and reports every resource `unchanged`
@@ -142,7 +156,15 @@ fn apply_examined<'s>(
     (dir, state, interrupted): (StateDir, StateFile, Option<InProgress>),
     digest: Digest<'s>,
 ) -> Result<Report, ApplyError> {
+    // Windows that lapsed or whose process is gone are closed: their records go (best effort).
+    let _ = crate::window::prune_closed(&config.state_dir, now);
+    let windows = crate::window::open_windows(&config.state_dir, now).map_err(window_error)?;
+    let held = windows
+        .iter()
+        .flat_map(|w| w.containers.iter().map(|c| (c.clone(), w.step.clone())))
+        .collect();
     let mut engine = Engine {
+        held,
         digest,
         marked: false,
         config,
@@ -214,7 +236,7 @@ fn apply_examined<'s>(
         resources: outcomes,
         undeclared,
         findings: engine.findings,
-        windows: Vec::new(),
+        windows: windows.iter().map(crate::window::summary).collect(),
         resumed_from_mid_change: interrupted.is_some(),
         started_at: now,
         finished_at: now,
@@ -222,6 +244,8 @@ fn apply_examined<'s>(
 }
 
 struct Engine<'a, 's> {
+    /// Containers held still by an open maintenance window: name → the step's name.
+    held: BTreeMap<String, String>,
     /// The declaration's digest (for the marker and the report).
     digest: Digest<'s>,
     /// Whether the marker is written.
@@ -532,6 +556,17 @@ impl Engine<'_, '_> {
         });
         for (id, record) in to_release {
             let declared_again = self.declaration.resource(&id).is_some();
+            if let Some(step) = self.held_step(&record.target) {
+                // A window holds it still: it is released by the first apply after the window.
+                if declared_again {
+                    self.blocked.insert(
+                        id.clone(),
+                        format!("what it declared before is held still by step `{step}`"),
+                    );
+                }
+                self.undeclared.insert(id, Outcome::HeldStill { step });
+                continue;
+            }
             match self.release(&record) {
                 Ok(detail) => {
                     self.state.resources.remove(&id);
@@ -955,6 +990,12 @@ impl Engine<'_, '_> {
     fn attempt_unit(&mut self, unit: &Unit, members: &[&Resource]) -> Result<(), ApplyError> {
         if unit.group.is_none() {
             let resource = members[0];
+            if let Some(step) = self.held_container(resource) {
+                // Issue 224: an apply during a window leaves what it holds alone.
+                self.outcomes
+                    .insert(resource.id.clone(), Outcome::HeldStill { step });
+                return Ok(());
+            }
             match self.apply_one(resource)? {
                 Ok(changed) => self.succeed(&resource.id, changed),
                 Err(reason) => self.fail(&resource.id, reason),
@@ -975,7 +1016,7 @@ impl Engine<'_, '_> {
             Spec::Container(c) => {
                 self.begin_change()?;
                 let restart = self.restart_wanted(c, &BTreeSet::new());
-                let result = self.seams.containers.apply(c, restart);
+                let result = self.seams.containers.apply(&declared(resource, c), restart);
                 if result.is_ok() {
                     self.record_container(resource)?;
                 }
@@ -996,6 +1037,22 @@ impl Engine<'_, '_> {
             self.save()?;
         }
         Ok(())
+    }
+
+    /// The step holding a declared container still, if a window holds it.
+    fn held_container(&self, resource: &Resource) -> Option<String> {
+        match &resource.spec {
+            Spec::Container(c) => self.held.get(&c.name).cloned(),
+            Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) => None,
+        }
+    }
+
+    /// The step holding a recorded container still, if a window holds it.
+    fn held_step(&self, target: &Target) -> Option<String> {
+        match target {
+            Target::Container { name } => self.held.get(name).cloned(),
+            Target::File { .. } | Target::Directory { .. } | Target::Membership { .. } => None,
+        }
     }
 
     /// Whether a container must restart: a file it restarts on changed in this apply.
@@ -1216,7 +1273,13 @@ impl Engine<'_, '_> {
             }
         }
         for (member, changed) in members.iter().zip(changes) {
-            self.succeed(&member.id, changed);
+            match self.held_container(member) {
+                Some(step) => {
+                    self.outcomes
+                        .insert(member.id.clone(), Outcome::HeldStill { step });
+                }
+                None => self.succeed(&member.id, changed),
+            }
         }
         Ok(())
     }
@@ -1340,13 +1403,16 @@ impl Engine<'_, '_> {
                     group: spec.group.clone(),
                 }))
             }
-            Spec::Container(spec) => Ok(match self.seams.containers.check(spec) {
-                Ok(()) => Ok(Staged::Container {
-                    spec: spec.clone(),
-                    restart: self.restart_wanted(spec, changed_in_group),
-                }),
-                Err(reason) => Err(reason),
-            }),
+            Spec::Container(spec) if self.held.contains_key(&spec.name) => Ok(Ok(Staged::Nothing)),
+            Spec::Container(spec) => Ok(
+                match self.seams.containers.check(&declared(resource, spec)) {
+                    Ok(()) => Ok(Staged::Container {
+                        spec: spec.clone(),
+                        restart: self.restart_wanted(spec, changed_in_group),
+                    }),
+                    Err(reason) => Err(reason),
+                },
+            ),
         }
     }
 
@@ -1431,7 +1497,10 @@ impl Engine<'_, '_> {
                 ))
             }
             Staged::Container { spec, restart } => {
-                let changed = self.seams.containers.apply(spec, *restart)?;
+                let changed = self
+                    .seams
+                    .containers
+                    .apply(&declared(resource, spec), *restart)?;
                 if let Err(e) = self.record_container(resource) {
                     return Err(e.to_string());
                 }
@@ -1504,6 +1573,29 @@ impl Engine<'_, '_> {
             self.dir.clear_in_progress()?;
         }
         Ok(())
+    }
+}
+
+/// A declared container as its runtime is told of it.
+fn declared<'r>(resource: &'r Resource, spec: &'r ContainerSpec) -> DeclaredContainer<'r> {
+    DeclaredContainer {
+        id: &resource.id,
+        module: &resource.module,
+        spec,
+    }
+}
+
+fn window_error(error: crate::window::WindowError) -> ApplyError {
+    use crate::window::WindowError;
+    match error {
+        WindowError::Io { path, source } => ApplyError::StateRead { path, source },
+        WindowError::Format { path, reason } => ApplyError::StateFormat { path, reason },
+        other @ (WindowError::Invalid { .. }
+        | WindowError::Hold { .. }
+        | WindowError::Restart { .. }) => ApplyError::StateFormat {
+            path: PathBuf::from("windows"),
+            reason: other.to_string(),
+        },
     }
 }
 

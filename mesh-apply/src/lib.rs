@@ -3,13 +3,14 @@
 //!
 //! Start with [`apply`] (the whole contract is in its docs), then [`HostConfig`] and
 //! [`RetryPolicy`]. The IO seams are small traits: [`Accounts`] (group memberships, real
-//! implementation [`ShadowUtils`]) and [`ContainerRuntime`] (containers; today only
-//! [`NoContainerRuntime`], which says "not supported yet"); [`apply_with`] takes them explicitly.
+//! implementation [`ShadowUtils`]) and [`ContainerRuntime`] (containers, real implementation
+//! [`Podman`], chosen by [`HostConfig::containers`]); [`apply_with`] takes them explicitly.
+//! Maintenance windows (a step run with containers held still) are in [`window`].
 //!
 //! What the host keeps between applies lives in its state directory, in versioned disk formats of
 //! their own (see the `state` module): per resource whether the mesh **made** it or **found** it
 //! (and what it found), the failures being retried with backoff, and a marker saying an apply is
-//! under way (the machine is **mid-change** while it exists).
+//! under way (the machine is **mid-change** while it exists), and the open maintenance windows.
 //!
 //! # Invariants
 //! - Every declared machine path is applied under [`HostConfig::root`]; nothing outside the
@@ -28,11 +29,17 @@ mod engine;
 mod fsops;
 mod order;
 mod paths;
+mod podman;
 pub mod state;
+pub mod window;
 
 pub use accounts::{AccountDatabase, Accounts, AccountsError, GroupEntry, ShadowUtils, UserEntry};
-pub use containers::{ContainerRuntime, NoContainerRuntime};
+pub use containers::{ContainerRuntime, DeclaredContainer, NoContainerRuntime, NOT_SUPPORTED};
 pub use engine::{apply, apply_with, Seams};
+pub use podman::{
+    ContainerStatus, Podman, PodmanConfig, PodmanError, RunMount, RunSpec, LABEL_MADE_BY,
+    LABEL_MODULE, LABEL_RESOURCE, LABEL_SPEC, LABEL_SPEC_DIGEST, MADE_BY, RUN_SPEC_FORMAT,
+};
 pub use state::is_mid_change;
 
 use std::path::PathBuf;
@@ -47,15 +54,39 @@ pub struct HostConfig {
     pub state_dir: PathBuf,
     /// When failed resources are retried and when they are called stuck.
     pub retry: RetryPolicy,
+    /// The container runtime [`apply`] uses.
+    pub containers: ContainerRuntimeChoice,
+}
+
+/// Which container runtime [`apply`] uses (DESIGN rule 8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContainerRuntimeChoice {
+    /// Real podman ([`Podman`]), mount sources under [`HostConfig::root`]. The default. When
+    /// `podman` is not installed, each container is reported
+    /// `failed{reason: "podman is not installed"}`; nothing else is affected.
+    Podman(PodmanConfig),
+    /// No container support ([`NoContainerRuntime`]): each container is reported
+    /// `failed{reason: "not supported yet"}`.
+    Unsupported,
+}
+
+impl Default for ContainerRuntimeChoice {
+    /// [`ContainerRuntimeChoice::Podman`] with [`PodmanConfig::from_environment`]: podman from
+    /// `PATH`, with the `podman run` arguments in `MESH_PODMAN_ULIMITS` when it is set.
+    fn default() -> Self {
+        ContainerRuntimeChoice::Podman(PodmanConfig::from_environment())
+    }
 }
 
 impl Default for HostConfig {
-    /// Root `/`, state directory `/var/lib/mesh-host`, the default [`RetryPolicy`].
+    /// Root `/`, state directory `/var/lib/mesh-host`, the default [`RetryPolicy`], the default
+    /// [`ContainerRuntimeChoice`] (podman).
     fn default() -> Self {
         HostConfig {
             root: PathBuf::from("/"),
             state_dir: PathBuf::from("/var/lib/mesh-host"),
             retry: RetryPolicy::default(),
+            containers: ContainerRuntimeChoice::default(),
         }
     }
 }

@@ -242,8 +242,11 @@ impl RunSpec {
             self.mounts.iter().map(|m| (m.at.as_str(), m)).collect();
         let old_mounts: BTreeMap<&str, &RunMount> =
             old.mounts.iter().map(|m| (m.at.as_str(), m)).collect();
-        let ats: std::collections::BTreeSet<&str> =
-            new_mounts.keys().chain(old_mounts.keys()).copied().collect();
+        let ats: std::collections::BTreeSet<&str> = new_mounts
+            .keys()
+            .chain(old_mounts.keys())
+            .copied()
+            .collect();
         for at in ats {
             match (old_mounts.get(at), new_mounts.get(at)) {
                 (Some(a), Some(b)) => {
@@ -382,7 +385,11 @@ impl Podman {
             });
         }
         if let Some(resource) = resource {
-            let owner = status.labels.get(LABEL_RESOURCE).cloned().unwrap_or_default();
+            let owner = status
+                .labels
+                .get(LABEL_RESOURCE)
+                .cloned()
+                .unwrap_or_default();
             if owner != resource {
                 return Err(PodmanError::OtherResource {
                     name: name.to_owned(),
@@ -607,7 +614,11 @@ impl ContainerRuntime for Podman {
             .map_err(|e| e.to_string())
     }
 
-    fn apply(&self, declared: &DeclaredContainer<'_>, restart: bool) -> Result<Vec<String>, String> {
+    fn apply(
+        &self,
+        declared: &DeclaredContainer<'_>,
+        restart: bool,
+    ) -> Result<Vec<String>, String> {
         self.apply_container(declared, restart)
             .map_err(|e| e.to_string())
     }
@@ -721,6 +732,9 @@ mod tests {
         new.restart_on.clear();
         new.mounts[0].place = "other".to_owned();
         assert_eq!(RunSpec::of(&new).label(), RunSpec::of(&old).label());
-        assert!(!RunSpec::of(&old).label().0.contains("\"1\""), "env values are digested");
+        assert!(
+            !RunSpec::of(&old).label().0.contains("\"1\""),
+            "env values are digested"
+        );
     }
 }

@@ -39,6 +39,8 @@ impl Sandbox {
         let config = HostConfig {
             root,
             state_dir: dir.path().join("state"),
+            // These tests exercise the engine; containers under real podman are in podman.rs.
+            containers: mesh_apply::ContainerRuntimeChoice::Unsupported,
             ..HostConfig::default()
         };
         Sandbox { _dir: dir, config }
