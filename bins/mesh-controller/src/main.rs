@@ -394,26 +394,32 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Settings(command) => {
             let now = mesh_host::now();
+            let (catalogue, _) = checked()?;
+            let on = settings::On {
+                home: &home,
+                catalogue: &catalogue,
+                output,
+            };
             match command {
                 SettingsCommand::Show {
                     module,
                     node,
                     history,
-                } => settings::show(&home, output, &module, node.as_deref(), history),
+                } => settings::show(&on, &module, node.as_deref(), history),
                 SettingsCommand::Set {
                     module,
                     json,
                     node,
                     replace,
-                } => settings::set(&home, output, &module, node.as_deref(), &json, replace, now),
+                } => settings::set(&on, &module, node.as_deref(), &json, replace, now),
                 SettingsCommand::Clear { module, node } => {
-                    settings::clear(&home, output, &module, node.as_deref(), now)
+                    settings::clear(&on, &module, node.as_deref(), now)
                 }
                 SettingsCommand::Restore {
                     module,
                     revision,
                     node,
-                } => settings::restore(&home, output, &module, node.as_deref(), revision, now),
+                } => settings::restore(&on, &module, node.as_deref(), revision, now),
             }
         }
         Command::Demo => demo::run(),

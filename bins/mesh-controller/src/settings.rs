@@ -5,15 +5,31 @@ use crate::home::{HistoryRecord, Home};
 use crate::Output;
 use anyhow::{bail, Context, Result};
 use mesh_model::inventory::{check_layer, LayerScope};
+use mesh_model::module::Catalogue;
 use mesh_plan::{settings_change, SettingsChange, SettingsDecision};
 use serde::Serialize;
 use serde_json::Value;
 use std::process::ExitCode;
 
-/// The scope a `--node` option names, checked against the inventory and catalogue.
-fn scope(home: &Home, module: &str, node: Option<&str>) -> Result<LayerScope> {
+/// What settings commands work on: the home, the catalogue (what is deployed), the output.
+pub struct On<'a> {
+    /// The mesh home.
+    pub home: &'a Home,
+    /// The catalogue modules are checked against.
+    pub catalogue: &'a Catalogue,
+    /// How results are printed.
+    pub output: Output,
+}
+
+/// The scope a `--node` option names, checked against the inventory and the catalogue (what is
+/// deployed, [`crate::builds::effective_catalogue`]).
+fn scope(
+    home: &Home,
+    catalogue: &Catalogue,
+    module: &str,
+    node: Option<&str>,
+) -> Result<LayerScope> {
     let inventory = home.inventory()?;
-    let (catalogue, _) = home.catalogue()?;
     if catalogue.module(module).is_none() {
         bail!(
             "`{module}` is not a module of the catalogue; its modules are: {}",
@@ -52,14 +68,9 @@ struct Shown<'a> {
 }
 
 /// `settings show MODULE [--node NODE] [--history]`.
-pub fn show(
-    home: &Home,
-    output: Output,
-    module: &str,
-    node: Option<&str>,
-    history: bool,
-) -> Result<ExitCode> {
-    let scope = scope(home, module, node)?;
+pub fn show(on: &On<'_>, module: &str, node: Option<&str>, history: bool) -> Result<ExitCode> {
+    let (home, catalogue, output) = (on.home, on.catalogue, on.output);
+    let scope = scope(home, catalogue, module, node)?;
     let layer = home.layer(module, &scope)?;
     let records = if history {
         Some(home.history(module, &scope)?)
@@ -197,8 +208,7 @@ fn invoked_command() -> String {
 }
 
 /// Refuses a layer with keys the module does not accept, listing what it accepts.
-fn check(home: &Home, module: &str, layer: &Value) -> Result<()> {
-    let (catalogue, _) = home.catalogue()?;
+fn check(catalogue: &Catalogue, module: &str, layer: &Value) -> Result<()> {
     let definition = &catalogue
         .module(module)
         .context("the module is in the catalogue")?
@@ -225,22 +235,22 @@ fn check(home: &Home, module: &str, layer: &Value) -> Result<()> {
 
 /// `settings set MODULE JSON [--node NODE] [--replace]`.
 pub fn set(
-    home: &Home,
-    output: Output,
+    on: &On<'_>,
     module: &str,
     node: Option<&str>,
     json: &str,
     replace_keys: bool,
     now: u64,
 ) -> Result<ExitCode> {
-    let scope = scope(home, module, node)?;
+    let (home, catalogue, output) = (on.home, on.catalogue, on.output);
+    let scope = scope(home, catalogue, module, node)?;
     let layer: Value = serde_json::from_str(json).with_context(|| {
         format!(
             "the new layer for {} is not valid JSON",
             describe(module, &scope)
         )
     })?;
-    check(home, module, &layer)?;
+    check(catalogue, module, &layer)?;
     replace(
         home,
         output,
@@ -254,14 +264,9 @@ pub fn set(
 }
 
 /// `settings clear MODULE [--node NODE]`.
-pub fn clear(
-    home: &Home,
-    output: Output,
-    module: &str,
-    node: Option<&str>,
-    now: u64,
-) -> Result<ExitCode> {
-    let scope = scope(home, module, node)?;
+pub fn clear(on: &On<'_>, module: &str, node: Option<&str>, now: u64) -> Result<ExitCode> {
+    let (home, catalogue, output) = (on.home, on.catalogue, on.output);
+    let scope = scope(home, catalogue, module, node)?;
     if home.layer(module, &scope)?.is_none() {
         bail!(
             "{}: no layer set; nothing to clear",
@@ -274,14 +279,14 @@ pub fn clear(
 /// `settings restore MODULE [--node NODE] REVISION`: puts back a layer from the history (the
 /// layer it replaces is kept too).
 pub fn restore(
-    home: &Home,
-    output: Output,
+    on: &On<'_>,
     module: &str,
     node: Option<&str>,
     revision: u64,
     now: u64,
 ) -> Result<ExitCode> {
-    let scope = scope(home, module, node)?;
+    let (home, catalogue, output) = (on.home, on.catalogue, on.output);
+    let scope = scope(home, catalogue, module, node)?;
     let records = home.history(module, &scope)?;
     let Some(record) = records.iter().find(|r| r.revision == revision) else {
         bail!(
@@ -295,7 +300,7 @@ pub fn restore(
         );
     };
     if let Some(layer) = &record.layer {
-        check(home, module, layer)?;
+        check(catalogue, module, layer)?;
     }
     replace(
         home,

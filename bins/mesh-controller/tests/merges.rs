@@ -494,3 +494,63 @@ fn plans_resume_drives_an_open_plan_to_the_end() {
     let shown = mesh.expect(&["plans", "show", "plan-1"], 0);
     insta::assert_snapshot!("plan_show", redact(&shown, &names(&repo)));
 }
+
+/// ADR 0218 §2: with `on-failure = "revert"` the first node is sent back what it ran before.
+#[test]
+fn a_failed_first_node_is_sent_back_what_it_ran_when_the_module_says_revert() {
+    let (mesh, repo, _) = setup();
+    mesh.expect(&["merge", "cat"], 0);
+    let before = std::fs::read(mesh.home().join("sent/control.json")).unwrap();
+    repo.write(&[
+        (
+            "modules/site/module.toml",
+            "name = \"site\"\non-failure = \"revert\"\n\n[files.page]\nsource = \"files/index.html\"\npath = \"/srv/www/index.html\"\n\n[memberships.audio]\naccount = \"alice\"\ngroup = \"audio\"\n",
+        ),
+        ("modules/site/files/index.html", "v2\n"),
+    ]);
+    repo.commit("site: v2, alice plays audio, revert on failure");
+    let run = mesh.run(&["merge", "cat"]);
+    assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout
+            .contains("`site`: sent `control` back what it ran before"),
+        "{}",
+        run.stdout
+    );
+    // control runs the old build again: its page is back, and what it was sent is the old
+    // declaration.
+    assert_eq!(read(&mesh, "control", "srv/www/index.html"), "v1\n");
+    assert_eq!(
+        std::fs::read(mesh.home().join("sent/control.json")).unwrap(),
+        before
+    );
+    assert_eq!(read(&mesh, "home", "srv/www/index.html"), "v1\n");
+}
+
+/// `upgrade = "together"` sends every node at once: no node goes first.
+#[test]
+fn a_together_module_is_sent_to_every_node_at_once() {
+    let (mesh, repo, _) = setup();
+    mesh.expect(&["merge", "cat"], 0);
+    repo.write(&[
+        (
+            "modules/site/module.toml",
+            "name = \"site\"\nupgrade = \"together\"\n\n[files.page]\nsource = \"files/index.html\"\npath = \"/srv/www/index.html\"\n",
+        ),
+        ("modules/site/files/index.html", "v2\n"),
+    ]);
+    repo.commit("site: v2, together");
+    let out = mesh.expect(&["merge", "cat"], 0);
+    assert!(
+        out.contains("`site`: grants for control, home, laptop"),
+        "{out}"
+    );
+    assert!(!out.contains("(first)"), "{out}");
+    for node in ["control", "home", "laptop"] {
+        assert_eq!(read(&mesh, node, "srv/www/index.html"), "v2\n");
+    }
+    assert_eq!(
+        plan(&mesh, "plan-2")["plan"]["rollouts"]["site"]["first"],
+        Value::Null
+    );
+}
