@@ -54,14 +54,14 @@ pub fn moves(sent: Option<&Declaration>, new: &Declaration) -> Vec<Move> {
     };
     let mut out = Vec::new();
     for resource in &new.resources {
-        let Spec::Container(container) = &resource.spec else {
-            continue;
-        };
         let Some(before) = sent.resource(&resource.id) else {
             continue;
         };
-        let Spec::Container(old) = &before.spec else {
-            continue;
+        let (container, old) = match (&resource.spec, &before.spec) {
+            (Spec::Container(container), Spec::Container(old)) => (container, old),
+            // Only a container that was sent as one can move: nothing else mounts places.
+            (Spec::Container(_), Spec::File(_) | Spec::Directory(_) | Spec::Membership(_))
+            | (Spec::File(_) | Spec::Directory(_) | Spec::Membership(_), _) => continue,
         };
         let old_sources: BTreeMap<&str, &str> = old
             .mounts
