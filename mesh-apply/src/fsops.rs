@@ -46,7 +46,8 @@ pub(crate) fn stage(target: &Path, wanted: &Wanted<'_>) -> io::Result<PathBuf> {
             .mode(0o600)
             .open(&temp)?;
         file.write_all(wanted.bytes)?;
-        std::os::unix::fs::fchown(&file, Some(wanted.uid), Some(wanted.gid))?;
+        std::os::unix::fs::fchown(&file, Some(wanted.uid), Some(wanted.gid))
+            .map_err(|e| owner_error(e, wanted.uid, wanted.gid))?;
         file.set_permissions(fs::Permissions::from_mode(wanted.mode))?;
         file.sync_all()
     })();
@@ -104,7 +105,7 @@ pub(crate) fn mode_owner(meta: &fs::Metadata) -> (u32, u32, u32) {
 /// Sets mode and owner in place on a file or directory (never following a link: callers have
 /// refused links already).
 pub(crate) fn set_mode_owner(path: &Path, mode: u32, uid: u32, gid: u32) -> io::Result<()> {
-    std::os::unix::fs::lchown(path, Some(uid), Some(gid))?;
+    std::os::unix::fs::lchown(path, Some(uid), Some(gid)).map_err(|e| owner_error(e, uid, gid))?;
     fs::set_permissions(path, fs::Permissions::from_mode(mode))
 }
 
@@ -112,4 +113,12 @@ pub(crate) fn set_mode_owner(path: &Path, mode: u32, uid: u32, gid: u32) -> io::
 pub(crate) fn make_dir(path: &Path, mode: u32, uid: u32, gid: u32) -> io::Result<()> {
     fs::create_dir(path)?;
     set_mode_owner(path, mode, uid, gid)
+}
+
+/// A chown failure, saying to whom the file was being given.
+fn owner_error(error: io::Error, uid: u32, gid: u32) -> io::Error {
+    io::Error::new(
+        error.kind(),
+        format!("cannot give it to uid {uid}, gid {gid}: {error}"),
+    )
 }
