@@ -1,0 +1,278 @@
+//! Containers under real podman (issue 4, DESIGN rule 8). Needs podman configured as
+//! `scripts/podman-env.sh` does; fails, never skips, without it.
+
+mod common;
+mod podman_support;
+
+use common::*;
+use mesh_apply::{apply, ContainerRuntimeChoice, PodmanConfig, LABEL_MADE_BY, LABEL_RESOURCE};
+use mesh_model::declaration::Resource;
+use mesh_model::report::{Outcome, Report};
+use podman_support::*;
+use std::fs;
+
+const T0: u64 = 1_800_000_000;
+
+fn sandbox() -> Sandbox {
+    let mut sandbox = Sandbox::new();
+    sandbox.config.containers = ContainerRuntimeChoice::Podman(podman_config());
+    sandbox
+}
+
+fn run(sandbox: &Sandbox, resources: Vec<Resource>) -> Report {
+    apply(&sandbox.config, &declaration(resources), T0).expect("the apply runs")
+}
+
+fn outcome<'a>(report: &'a Report, id: &str) -> &'a Outcome {
+    report
+        .resources
+        .get(id)
+        .or_else(|| report.undeclared.get(id))
+        .unwrap_or_else(|| panic!("no outcome for {id} in {report:#?}"))
+}
+
+fn applied(changed: &[&str]) -> Outcome {
+    Outcome::Applied {
+        changed: changed.iter().map(|s| (*s).to_owned()).collect(),
+    }
+}
+
+fn data_dir(module: &str, name: &str, path: &str) -> Resource {
+    directory(module, name, path, 0o755)
+}
+
+#[test]
+fn a_container_is_created_with_its_labels_and_an_unchanged_spec_leaves_it_running() {
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let name = names.name("create");
+    let resources = || {
+        vec![
+            data_dir("app", "data", "/srv/app"),
+            after(
+                with_mount(container("app", "app", &name), "/srv/app", "/data"),
+                "app/directory/data",
+            ),
+        ]
+    };
+
+    let first = run(&sandbox, resources());
+    assert_eq!(outcome(&first, "app/container/app"), &applied(&["created"]));
+    let made = status(&sandbox.config.root, &name).expect("the container exists");
+    assert!(made.running);
+    assert_eq!(made.labels[LABEL_MADE_BY], "mesh-host");
+    assert_eq!(made.labels[LABEL_RESOURCE], "app/container/app");
+    assert_eq!(made.labels["io.mesh.module"], "app");
+    assert!(made.labels["io.mesh.spec-digest"].starts_with("sha256:"));
+
+    let second = run(&sandbox, resources());
+    assert_eq!(outcome(&second, "app/container/app"), &Outcome::Unchanged);
+    let after_second = status(&sandbox.config.root, &name).unwrap();
+    assert_eq!(after_second.id, made.id, "the same container");
+    assert_eq!(after_second.started_at, made.started_at, "not restarted");
+    assert_eq!(starts(&made.id), 1);
+}
+
+#[test]
+fn a_changed_mount_source_recreates_the_container_and_names_the_field() {
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let name = names.name("recreate");
+    let with_source = |source: &str| {
+        let c = with_mount(container("media", "media", &name), source, "/media");
+        vec![
+            data_dir("media", "disk1", "/srv/disk1"),
+            data_dir("media", "disk2", "/srv/disk2"),
+            after(after(c, "media/directory/disk1"), "media/directory/disk2"),
+        ]
+    };
+    run(&sandbox, with_source("/srv/disk1"));
+    let before = status(&sandbox.config.root, &name).unwrap();
+
+    let report = run(&sandbox, with_source("/srv/disk2"));
+    assert_eq!(
+        outcome(&report, "media/container/media"),
+        &applied(&["mounts[/media].source"])
+    );
+    let now = status(&sandbox.config.root, &name).unwrap();
+    assert_ne!(now.id, before.id, "recreated");
+    assert!(now.running);
+    assert_eq!(
+        mount_sources(&name),
+        [sandbox.path("/srv/disk2").display().to_string()],
+        "the recreated container mounts /srv/disk2 under the root"
+    );
+}
+
+#[test]
+fn changed_command_and_env_keys_are_named() {
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let name = names.name("fields");
+    let mut first = container("app", "app", &name);
+    spec_mut(&mut first)
+        .env
+        .insert("MODE".to_owned(), "one".to_owned());
+    run(&sandbox, vec![first.clone()]);
+
+    let mut second = first;
+    spec_mut(&mut second).command = vec!["sleep".to_owned(), "2000".to_owned()];
+    spec_mut(&mut second)
+        .env
+        .insert("MODE".to_owned(), "two".to_owned());
+    spec_mut(&mut second)
+        .env
+        .insert("EXTRA".to_owned(), "x".to_owned());
+    let report = run(&sandbox, vec![second]);
+    assert_eq!(
+        outcome(&report, "app/container/app"),
+        &applied(&["command", "env.EXTRA", "env.MODE"])
+    );
+    let labels = status(&sandbox.config.root, &name).unwrap().labels;
+    assert!(
+        !labels["io.mesh.spec"].contains("two"),
+        "env values are not kept in labels: {labels:?}"
+    );
+}
+
+#[test]
+fn a_foreign_container_of_the_same_name_is_reported_and_left_alone() {
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let name = names.name("foreign");
+    let foreign = run_foreign(&name);
+
+    let report = run(&sandbox, vec![container("app", "app", &name)]);
+    match outcome(&report, "app/container/app") {
+        Outcome::Failed { reason, .. } => {
+            assert!(reason.contains(&format!("`{name}`")), "{reason}");
+            assert!(reason.contains("the mesh did not make"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let after = status(&sandbox.config.root, &name).unwrap();
+    assert_eq!(after.id, foreign, "untouched");
+    assert!(after.running);
+
+    // Undeclaring it does not remove it either: the mesh never made it.
+    let report = run(&sandbox, vec![]);
+    assert!(report.undeclared.is_empty(), "{report:#?}");
+    assert_eq!(status(&sandbox.config.root, &name).unwrap().id, foreign);
+}
+
+#[test]
+fn restart_on_restarts_once_when_its_file_changes_and_not_when_it_does_not() {
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let name = names.name("restart-on");
+    let resources = |content: &str| {
+        vec![
+            file("web", "conf", "/etc/web.conf", content),
+            restarting_on(container("web", "web", &name), "web/file/conf"),
+        ]
+    };
+    run(&sandbox, resources("listen 80\n"));
+    let made = status(&sandbox.config.root, &name).unwrap();
+    assert_eq!(starts(&made.id), 1);
+
+    let unchanged = run(&sandbox, resources("listen 80\n"));
+    assert_eq!(
+        outcome(&unchanged, "web/container/web"),
+        &Outcome::Unchanged
+    );
+    assert_eq!(
+        starts(&made.id),
+        1,
+        "no restart when the file did not change"
+    );
+
+    let changed = run(&sandbox, resources("listen 8080\n"));
+    assert_eq!(outcome(&changed, "web/file/conf"), &applied(&["content"]));
+    assert_eq!(
+        outcome(&changed, "web/container/web"),
+        &applied(&["restarted"])
+    );
+    let restarted = status(&sandbox.config.root, &name).unwrap();
+    assert_eq!(restarted.id, made.id, "restarted, not recreated");
+    assert_ne!(restarted.started_at, made.started_at);
+    assert_eq!(starts(&made.id), 2, "restarted exactly once");
+
+    run(&sandbox, resources("listen 8080\n"));
+    assert_eq!(starts(&made.id), 2, "and not again");
+}
+
+#[test]
+fn undeclaring_removes_the_container_the_mesh_made_and_never_its_mounts_data() {
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let name = names.name("undeclare");
+    let dir = data_dir("app", "data", "/srv/app");
+    let c = after(
+        with_mount(container("app", "app", &name), "/srv/app", "/data"),
+        "app/directory/data",
+    );
+    run(&sandbox, vec![dir.clone(), c]);
+    sandbox.write("/srv/app/library.db", "precious", 0o644);
+
+    let report = run(&sandbox, vec![dir]);
+    match outcome(&report, "app/container/app") {
+        Outcome::Removed { detail } => assert!(detail.contains("removed container"), "{detail}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(status(&sandbox.config.root, &name).is_none(), "removed");
+    assert_eq!(sandbox.read("/srv/app/library.db"), "precious");
+
+    // Undeclaring the directory too keeps it: it holds data the mesh did not put there.
+    run(&sandbox, vec![]);
+    assert_eq!(sandbox.read("/srv/app/library.db"), "precious");
+}
+
+#[test]
+fn a_mount_source_that_is_a_symbolic_link_or_missing_is_refused() {
+    // Rule 3, seed issue 245: a place is a real directory, never a link.
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let linked = names.name("link");
+    let missing = names.name("missing");
+    fs::create_dir_all(sandbox.path("/srv/real")).unwrap();
+    std::os::unix::fs::symlink(sandbox.path("/srv/real"), sandbox.path("/srv/link")).unwrap();
+
+    let report = run(
+        &sandbox,
+        vec![
+            with_mount(container("a", "linked", &linked), "/srv/link", "/data"),
+            with_mount(container("b", "missing", &missing), "/srv/nothing", "/data"),
+        ],
+    );
+    match outcome(&report, "a/container/linked") {
+        Outcome::Failed { reason, .. } => assert!(reason.contains("symbolic link"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    match outcome(&report, "b/container/missing") {
+        Outcome::Failed { reason, .. } => assert!(reason.contains("does not exist"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(status(&sandbox.config.root, &linked).is_none());
+    assert!(status(&sandbox.config.root, &missing).is_none());
+}
+
+#[test]
+fn without_podman_a_container_fails_saying_podman_is_not_installed() {
+    let mut sandbox = Sandbox::new();
+    sandbox.config.containers = ContainerRuntimeChoice::Podman(PodmanConfig {
+        program: "/nonexistent/podman".into(),
+        ..PodmanConfig::default()
+    });
+    let report = run(
+        &sandbox,
+        vec![
+            file("web", "conf", "/etc/web.conf", "x"),
+            container("web", "web", "mesh-test-no-podman"),
+        ],
+    );
+    assert_eq!(outcome(&report, "web/file/conf"), &applied(&["created"]));
+    match outcome(&report, "web/container/web") {
+        Outcome::Failed { reason, .. } => assert_eq!(reason, "podman is not installed"),
+        other => panic!("{other:?}"),
+    }
+}
