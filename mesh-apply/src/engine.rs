@@ -1556,6 +1556,16 @@ impl Engine<'_, '_> {
             // A directory that is gone again (removed parent) has nothing to sync.
             let _ = fsops::sync_dir(&dir);
         }
+        // A failure of a resource that is neither declared nor held any more is forgotten.
+        let declaration = self.declaration;
+        let resources = &self.state.resources;
+        let before = self.state.failures.len();
+        self.state
+            .failures
+            .retain(|id, _| declaration.resource(id).is_some() || resources.contains_key(id));
+        if self.state.failures.len() != before {
+            self.dirty = true;
+        }
         if self.dirty {
             self.save()?;
         }

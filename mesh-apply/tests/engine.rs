@@ -531,6 +531,12 @@ fn a_resource_failing_repeatedly_becomes_stuck_with_its_attempts_and_first_failu
         outcome(&changed, "m/file/f"),
         Outcome::Failed { attempts: 1, .. }
     ));
+    // Undeclared, its failure is forgotten: declared again later, it starts afresh.
+    let state = fs::read_to_string(sandbox.config.state_dir.join("state.json")).unwrap();
+    assert!(state.contains("m/file/f"));
+    run(&sandbox, vec![], now + 3);
+    let state = fs::read_to_string(sandbox.config.state_dir.join("state.json")).unwrap();
+    assert!(!state.contains("m/file/f"), "{state}");
     // And success clears it.
     let fixed = run(&sandbox, vec![file("m", "f", "/etc/f", "y")], now + 3);
     assert_eq!(outcome(&fixed, "m/file/f"), &applied(&["created"]));
