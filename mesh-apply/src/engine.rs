@@ -59,15 +59,16 @@ pub fn apply(
 
 /// Applies a declaration with the given seams.
 ///
-/// The steps: the mid-change marker is written; resources no longer declared are released (what
-/// the mesh made is removed, what it found is given back); what is at each newly declared path
-/// is recorded (made or found, with the found bytes kept) **before** anything is changed; then
-/// every resource is attempted in dependency order, a together group as one unit; the state is
-/// written and the marker removed.
+/// The steps: resources no longer declared are released (what the mesh made is removed, what it
+/// found is given back); what is at each newly declared path is recorded (made or found, with the
+/// found bytes kept) **before** anything is changed; then every resource is attempted in
+/// dependency order, a together group as one unit; the state is written. The mid-change marker
+/// (see [`crate::is_mid_change`]) is written before the first change, in the state directory or
+/// under the root, and removed at the end; an apply that changes nothing writes nothing at all.
 ///
 /// # Guarantees
 /// - Every declared resource gets an outcome; a failure of one never stops another (except
-///   those that come after it, which are `skipped{gated-by}`, and the members of its together
+///   those that come after it, which are `skipped{gated_by}`, and the members of its together
 ///   group, which fail with it).
 /// - Nothing outside the declared paths under the root is touched, save temporary files beside
 ///   them and parent directories the mesh creates (and removes again once they are not needed and
