@@ -8,6 +8,7 @@
 
 mod builds;
 mod demo;
+mod fleet;
 mod home;
 mod init;
 mod plans;
@@ -47,6 +48,14 @@ pub struct Cli {
     /// Output for people (`text`) or scripts (`json`).
     #[arg(long, value_enum, default_value = "text", global = true)]
     output: Output,
+    /// A fleet's bus (NATS JetStream), e.g. `nats://bus.example:4222`: `push` sends to the
+    /// hosts running `mesh-host serve` and waits for their reports, grants first; `runtimes`
+    /// and `broker` need it. Without it, the embedded default: hosts run in this process.
+    #[arg(long, env = "MESH_BUS", global = true, value_name = "URL")]
+    bus: Option<String>,
+    /// The controller's bus password file (default `<home>/bus/passwords/controller`).
+    #[arg(long, env = "MESH_BUS_PASSWORD_FILE", global = true, value_name = "FILE")]
+    bus_password_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -171,6 +180,36 @@ pub enum Command {
     Settings(SettingsCommand),
     /// Runs init, plan, push and status in a temporary home, explaining each step.
     Demo,
+    /// Asks the bus who is there (needs `--bus`): each runtime with its answer time, size and
+    /// modules, the runtimes that said they are there and not what they serve, and the nodes
+    /// no runtime answered for. Waits at least 750 ms, and up to 5 s for every runtime that
+    /// said it is there.
+    ///
+    /// Exit codes: 0 every node heard; 3 some runtime or node not heard; 1 error.
+    Runtimes,
+    /// Looks after the bus (needs `--bus`, except `users`).
+    #[command(subcommand)]
+    Broker(BrokerCommand),
+}
+
+/// `broker` subcommands.
+#[derive(Subcommand)]
+pub enum BrokerCommand {
+    /// Re-makes a stuck durable consumer from now, every other setting kept; afterwards
+    /// nothing is pending. Restart the process reading it afterwards.
+    ///
+    /// Exit codes: 0 reset; 2 refused: the stream is a work queue, whose pending messages are
+    /// work to do; 1 error (no such stream or consumer).
+    ConsumerReset {
+        /// The stream, e.g. `MESH_EVENTS`.
+        stream: String,
+        /// The durable consumer, e.g. `controller`.
+        consumer: String,
+    },
+    /// Prints the bus's users (the server's `authorization` block) as the next push would send
+    /// them to the node holding the bus: to start its server with the first time. Makes each
+    /// node's password under `<home>/bus/passwords/` if it has none.
+    Users,
 }
 
 /// `repo` subcommands.
@@ -295,6 +334,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
     let store = mesh_store::store::open_store(&store_spec)
         .with_context(|| format!("opening the store {store_spec}"))?;
     let runtime = tokio::runtime::Runtime::new()?;
+    let bus = cli.bus.clone().map(|url| fleet::BusArgs {
+        url,
+        password_file: cli.bus_password_file.clone(),
+    });
+    let need_bus = || {
+        bus.clone()
+            .context("this command talks to a fleet's bus: give --bus URL (or MESH_BUS)")
+    };
     let ctx = plans::Ctx {
         home: &home,
         store: store.as_ref(),
@@ -371,13 +418,23 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 nodes
             };
             let checked = checked()?;
-            let results = runtime.block_on(push::push(
-                &home,
-                &checked,
-                &nodes,
-                &moves.into_iter().collect(),
-                std::time::Duration::from_secs(timeout),
-            ))?;
+            let results = match &bus {
+                Some(bus) => runtime.block_on(fleet::push(
+                    &home,
+                    &checked,
+                    &nodes,
+                    &moves.into_iter().collect(),
+                    std::time::Duration::from_secs(timeout),
+                    bus,
+                ))?,
+                None => runtime.block_on(push::push(
+                    &home,
+                    &checked,
+                    &nodes,
+                    &moves.into_iter().collect(),
+                    std::time::Duration::from_secs(timeout),
+                ))?,
+            };
             match output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&results)?),
                 Output::Text => print!("{}", render::push(&results)),
@@ -423,6 +480,50 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Demo => demo::run(),
+        Command::Runtimes => {
+            home.require()?;
+            let found = runtime.block_on(fleet::runtimes(&home, &need_bus()?))?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&found)?),
+                Output::Text => print!("{}", fleet::render_runtimes(&found)),
+            }
+            Ok(
+                if found.not_heard.is_empty() && found.nodes_not_heard.is_empty() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(3)
+                },
+            )
+        }
+        Command::Broker(BrokerCommand::ConsumerReset { stream, consumer }) => {
+            let reset =
+                runtime.block_on(fleet::consumer_reset(&home, &need_bus()?, &stream, &consumer))?;
+            match reset {
+                Ok(line) => {
+                    match output {
+                        Output::Json => println!("{}", serde_json::to_string_pretty(&line)?),
+                        Output::Text => println!(
+                            "consumer `{consumer}` on `{stream}` made again from now: {} pending \
+                             before ({} delivered and unacknowledged), {} now",
+                            line.pending_before, line.ack_pending_before, line.pending_after
+                        ),
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(refused) => {
+                    eprintln!("error: {refused}; nothing was changed");
+                    Ok(ExitCode::from(2))
+                }
+            }
+        }
+        Command::Broker(BrokerCommand::Users) => {
+            let checked = checked()?;
+            print!(
+                "{}",
+                fleet::users_text(&home, &checked, cli.bus_password_file.clone())?
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Repo(RepoCommand::Add { name, path, branch }) => {
             let record = repos::add(&home, &name, &path, branch.as_deref())?;
             match output {

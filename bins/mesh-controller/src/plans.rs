@@ -297,7 +297,15 @@ fn make_plan(
     let source = repos::catalogue_at(&repo.path, commit, &repo.modules_dir)
         .with_context(|| format!("reading `{}` at {}", repo.name, short_commit(commit)))?;
     let repository_modules: BTreeSet<String> = source.modules.keys().cloned().collect();
-    let (changed, changed_paths, shared_paths) = match &repo.last_planned {
+    // The commit changes are read from: the newest plan's for this repository and branch (so a
+    // controller stopped between saving a plan and its repository record loses nothing).
+    let last_planned = plans
+        .iter()
+        .rev()
+        .find(|p| p.plan.repository == repo.name && p.plan.branch == repo.branch)
+        .map(|p| p.plan.commit.clone())
+        .or_else(|| repo.last_planned.clone());
+    let (changed, changed_paths, shared_paths) = match &last_planned {
         None => (repository_modules.clone(), 0, Vec::new()),
         Some(last) => {
             let paths = repos::changed_paths(&repo.path, last, commit).with_context(|| {
@@ -385,7 +393,7 @@ fn make_plan(
             .map(|m| (m.clone(), ModuleWork::default()))
             .collect(),
         plan,
-        previous_commit: repo.last_planned.clone(),
+        previous_commit: last_planned,
         changed_paths,
         shared_paths,
         folded,
@@ -772,31 +780,37 @@ async fn roll_out(
     let mut events: VecDeque<Event> = VecDeque::new();
     let (mut spec, mut state) = match (&record.work[module].spec, &record.work[module].state) {
         (Some(spec), Some(state)) => {
-            let (spec, state) = (spec.clone(), state.clone());
+            let (mut spec, state) = (spec.clone(), state.clone());
             // Resumed: grants asked and not answered are answered; a node sent and not yet
-            // heard is heard from its last report, else sent again (an apply is idempotent).
+            // heard is heard from its last report, else sent its declaration again (an apply
+            // is idempotent; the controller may have stopped before the send left it).
             for (node, progress) in state.nodes.iter() {
                 match progress {
                     NodeProgress::Granting { .. } => events.push_back(Event::GrantsIssued {
                         nodes: vec![node.clone()],
                     }),
                     NodeProgress::Sent { .. } => {
-                        let report = home.report(node)?;
-                        let expected = &spec.nodes[node].declaration;
-                        match report {
-                            Some(report) if report.declaration == *expected => {
+                        let expected = spec.nodes[node].declaration.clone();
+                        match home.report(node)? {
+                            Some(report) if report.declaration == expected => {
                                 events.push_back(Event::Report(judge(&report, module)));
                             }
-                            Some(_) | None => {
-                                if let Some(sent) = home.sent(node)? {
-                                    if sent.digest() == *expected {
-                                        ctx.progress.line(&format!(
-                                            "  `{module}`: sending `{node}` again (resumed)"
-                                        ));
-                                        fleet.send(home, &sent).await?;
+                            Some(_) | None => match compose(node) {
+                                Ok(declaration) => {
+                                    if let Some(entry) = spec.nodes.get_mut(node) {
+                                        entry.declaration = declaration.digest();
                                     }
+                                    ctx.progress.line(&format!(
+                                        "  `{module}`: sent `{node}` again (resumed) declaration {}",
+                                        mesh_host::short(&declaration.digest())
+                                    ));
+                                    fleet.send(home, &declaration).await?;
                                 }
-                            }
+                                Err(reason) => events.push_back(Event::SendFailed {
+                                    node: node.clone(),
+                                    reason: format!("composing its declaration failed: {reason}"),
+                                }),
+                            },
                         }
                     }
                     NodeProgress::Waiting

@@ -554,3 +554,62 @@ fn a_together_module_is_sent_to_every_node_at_once() {
         Value::Null
     );
 }
+
+/// ADR 0218 §2: a controller replaced mid-rollout resumes from the plan's record. The
+/// controller is killed (SIGKILL) at points spread over a merge; `plans resume` and the merge
+/// heard again finish it: every node runs the new build, the plan is done, and one plan was made
+/// for the commit.
+#[test]
+fn a_controller_killed_mid_merge_resumes_where_it_was() {
+    let mut interrupted = 0;
+    for delay_ms in [10u64, 30, 50, 70, 80, 90, 100, 110, 120, 135, 160, 200] {
+        let (mesh, repo, _) = setup();
+        mesh.expect(&["merge", "cat"], 0);
+        let [a, b] = site_module("v2\n", "");
+        repo.write(&[(&a.0, &a.1), (&b.0, &b.1)]);
+        let commit = repo.commit("site: v2");
+        let mut child = mesh.spawn(&["merge", "cat"]);
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        if status.code().is_none() {
+            interrupted += 1;
+        }
+        if std::env::var_os("MESH_TEST_VERBOSE").is_some() {
+            let plan = std::fs::read_to_string(mesh.home().join("plans/plan-2.json"))
+                .map(|t| json(&t)["plan"]["rollouts"].to_string())
+                .unwrap_or_else(|_| "no plan".into());
+            eprintln!("killed after {delay_ms} ms ({status}): {plan}");
+        }
+        let resumed = mesh.run(&["plans", "resume"]);
+        assert_eq!(
+            resumed.code, 0,
+            "after {delay_ms} ms: {}{}",
+            resumed.stdout, resumed.stderr
+        );
+        mesh.expect(&["merge", "cat"], 0);
+        for node in ["control", "home", "laptop"] {
+            assert_eq!(
+                read(&mesh, node, "srv/www/index.html"),
+                "v2\n",
+                "{node}, killed after {delay_ms} ms"
+            );
+        }
+        let plans = json(&mesh.expect(&["plans", "--output", "json"], 0));
+        let for_commit: Vec<&Value> = plans
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["commit"] == commit.as_str())
+            .collect();
+        assert_eq!(for_commit.len(), 1, "killed after {delay_ms} ms: {plans}");
+        assert_eq!(for_commit[0]["state"]["state"], "done", "{plans}");
+        let deployed =
+            json(&std::fs::read_to_string(mesh.home().join("deployed/site.json")).unwrap());
+        assert_eq!(deployed["commit"], commit.as_str());
+    }
+    assert!(
+        interrupted >= 3,
+        "only {interrupted} kills landed mid-merge"
+    );
+}

@@ -57,6 +57,19 @@ impl Mesh {
         }
     }
 
+    /// Starts the controller with `args` without waiting, its output discarded.
+    pub fn spawn(&self, args: &[&str]) -> std::process::Child {
+        Command::new(env!("CARGO_BIN_EXE_mesh-controller"))
+            .arg("--home")
+            .arg(self.home())
+            .args(args)
+            .env_remove("MESH_HOME")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the controller starts")
+    }
+
     /// Runs and expects exit `code`, returning standard output.
     pub fn expect(&self, args: &[&str], code: i32) -> String {
         let run = self.run(args);

@@ -1,0 +1,637 @@
+//! The controller over NATS, for a fleet: `--bus URL` sends to the real hosts (`mesh-host
+//! serve`) and hears their reports; `runtimes` asks who is there; `broker consumer-reset` and
+//! `broker users` look after the bus.
+//!
+//! Start at [`push`]. A push over the bus is the embedded push ([`crate::push::push`]) with the
+//! in-process agents replaced by the bus, and with **grants before code** (rule 13, ADR 0218
+//! §1, issue 249) in front:
+//! 1. the bus's users are composed ([`authorization`]): one per node, allowed its own subjects
+//!    and what its modules are granted (`ModuleDefinition.grants`), plus the controller;
+//! 2. every granted state bucket is made;
+//! 3. when the composed text differs from the last one the bus confirmed
+//!    (`<home>/bus/authorization.conf`) — the list of users changed, or a node's grants did —
+//!    the node holding the bus is sent **first**, its declaration carrying the text as the file
+//!    [`USERS_PATH`] (its server includes that file and reloads when it changes); the send goes
+//!    on only once that node reported the file in place and every node's user is let in by the
+//!    server. A grant that fails fails the send: nothing else is sent, and the error says why;
+//! 4. every other node's declaration consumer is made (from now, rule 24) and its declaration
+//!    published on JetStream; the push waits for each node's settled report (a report of the
+//!    declaration sent that is not mid-change), up to the timeout.
+//!
+//! Passwords: each node's is generated once and kept under `<home>/bus/passwords/<node>`
+//! (mode 0600), to be given to that node's host as its `--password-file`. The controller's own
+//! is `--bus-password-file`, or `<home>/bus/passwords/controller`.
+//!
+//! What it must never do: send a declaration before its node's grants are confirmed when they
+//! changed, report a node as converged from a heartbeat of an older declaration, or drop a
+//! node that did not answer (it is named "no report", and in `runtimes` "not heard").
+
+use crate::home::{write_atomic, Home};
+use crate::push::{Checked, NodeResult, PushResult};
+use anyhow::{anyhow, bail, Context, Result};
+use mesh_bus::discovery::{self, Discovery};
+use mesh_bus::grants::{self, BusAuthorization, NodeGrants};
+use mesh_bus::jetstream;
+use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
+use mesh_model::declaration::{Declaration, FileSpec, Resource, Spec};
+use mesh_model::inventory::Inventory;
+use mesh_model::report::{MachineState, Outcome, Report};
+use mesh_plan::PushDecision;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where the node holding the bus keeps the bus's users; its server configuration includes
+/// this file, and its server is reloaded when it changes (`contrib/systemd`).
+pub const USERS_PATH: &str = "/etc/nats/mesh-users.conf";
+
+/// The users file's resource id in the bus node's declaration.
+pub const USERS_RESOURCE: &str = "mesh-bus/file/users";
+
+/// The longest a push waits for the bus to let every node's user in after the bus node
+/// reported the users file in place (its server reloading).
+pub const GRANTS_CONFIRM_LIMIT: Duration = Duration::from_secs(30);
+
+/// How the controller reaches the bus: `--bus URL` and `--bus-password-file FILE`.
+#[derive(Debug, Clone)]
+pub struct BusArgs {
+    /// The bus, e.g. `nats://bus.example:4222`.
+    pub url: String,
+    /// The controller's password file (default `<home>/bus/passwords/controller`).
+    pub password_file: Option<PathBuf>,
+}
+
+/// Where `user`'s bus password is kept (`controller` or a node's name).
+pub fn password_path(home: &Home, user: &str) -> PathBuf {
+    home.root().join("bus").join("passwords").join(user)
+}
+
+/// `user`'s bus password, generated (random, 32 hex digits) and kept with mode 0600 the first
+/// time it is asked for; the same ever after.
+pub fn password(home: &Home, user: &str) -> Result<String> {
+    let path = password_path(home, user);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => return Ok(text.trim_end_matches(['\n', '\r']).to_owned()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(error).with_context(|| format!("reading {}", path.display())),
+    }
+    let mut random = [0u8; 16];
+    use std::io::Read as _;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut file| file.read_exact(&mut random))
+        .context("reading /dev/urandom for a password")?;
+    let password: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let dir = path.parent().expect("a password file has a directory");
+    std::fs::create_dir_all(dir).with_context(|| format!("making {}", dir.display()))?;
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("making {}", path.display()))?;
+    writeln!(file, "{password}").with_context(|| format!("writing {}", path.display()))?;
+    file.sync_all()
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(password)
+}
+
+/// The controller's bus password: `--bus-password-file`, else the one kept in the home.
+pub fn controller_password(home: &Home, bus: &BusArgs) -> Result<String> {
+    match &bus.password_file {
+        Some(file) => Ok(std::fs::read_to_string(file)
+            .with_context(|| format!("reading the bus password file {}", file.display()))?
+            .trim_end_matches(['\n', '\r'])
+            .to_owned()),
+        None => password(home, grants::CONTROLLER_USER),
+    }
+}
+
+/// The bus's users as the server's `authorization` block: the controller, and one user per
+/// node with the state buckets and event subjects its assigned modules are granted.
+///
+/// # Errors
+/// Every grant problem at once (a bad bucket name, a subject overlapping the mesh's own, …),
+/// each naming its node; a password that cannot be read or made.
+pub fn authorization(
+    home: &Home,
+    checked: &Checked,
+    inventory: &Inventory,
+    controller_password: &str,
+) -> Result<String> {
+    let (catalogue, _) = checked;
+    let mut nodes = Vec::new();
+    for node in inventory.file.nodes.keys() {
+        let mut buckets = BTreeSet::new();
+        let mut event_subjects = BTreeSet::new();
+        for module in inventory.modules_of(node) {
+            if let Some(module) = catalogue.module(module) {
+                buckets.extend(module.definition.grants.buckets.iter().cloned());
+                event_subjects.extend(module.definition.grants.subjects.iter().cloned());
+            }
+        }
+        nodes.push(NodeGrants {
+            node: node.clone(),
+            password: password(home, node)?,
+            buckets: buckets.into_iter().collect(),
+            subjects: event_subjects.into_iter().collect(),
+        });
+    }
+    grants::authorization_config(&BusAuthorization {
+        controller_password: controller_password.to_owned(),
+        nodes,
+    })
+    .map_err(|problems| {
+        anyhow!(
+            "the bus's grants cannot be composed; nothing was sent:\n{}",
+            problems
+                .iter()
+                .map(|p| format!("  {p}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        )
+    })
+}
+
+/// `broker users`: the bus's users as the server's configuration includes them — to start
+/// the bus node's server with, before the first push sends it.
+pub fn users_text(home: &Home, checked: &Checked, password_file: Option<PathBuf>) -> Result<String> {
+    let inventory = home.inventory()?;
+    let controller = controller_password(
+        home,
+        &BusArgs {
+            url: String::new(),
+            password_file,
+        },
+    )?;
+    authorization(home, checked, &inventory, &controller)
+}
+
+/// Every bucket the nodes' modules are granted.
+fn granted_buckets(checked: &Checked, inventory: &Inventory) -> BTreeSet<String> {
+    let (catalogue, _) = checked;
+    inventory
+        .file
+        .nodes
+        .keys()
+        .flat_map(|node| inventory.modules_of(node))
+        .filter_map(|module| catalogue.module(module))
+        .flat_map(|module| module.definition.grants.buckets.iter().cloned())
+        .collect()
+}
+
+/// The file the last authorization the bus confirmed is kept in.
+fn confirmed_path(home: &Home) -> PathBuf {
+    home.root().join("bus").join("authorization.conf")
+}
+
+/// `declaration` with the bus's users as the file [`USERS_PATH`] (mode 0600, root's).
+pub fn with_users_file(declaration: Declaration, users: &str) -> Declaration {
+    let mut resources = declaration.resources;
+    resources.retain(|r| r.id != USERS_RESOURCE);
+    resources.push(Resource {
+        id: USERS_RESOURCE.to_owned(),
+        module: "mesh-bus".to_owned(),
+        together: None,
+        after: Vec::new(),
+        spec: Spec::File(FileSpec {
+            path: USERS_PATH.to_owned(),
+            content: users.to_owned(),
+            mode: 0o600,
+            owner: "root".to_owned(),
+            group: "root".to_owned(),
+        }),
+    });
+    Declaration::new(declaration.node, resources)
+}
+
+/// Connects as the controller.
+pub async fn connect(home: &Home, bus: &BusArgs) -> Result<NatsBus> {
+    let password = controller_password(home, bus)?;
+    NatsBus::connect(&NatsOptions::for_controller(&bus.url, password))
+        .await
+        .with_context(|| format!("connecting to the bus at {}", bus.url))
+}
+
+/// Reports heard on `mesh.report.*`, waited on per node.
+struct Reports {
+    subscription: mesh_bus::Subscription,
+}
+
+impl Reports {
+    /// Waits until every node in `waiting` (node → digest sent) has a settled report of that
+    /// digest, or `deadline`. A mid-change report of the digest is kept (and recorded) while
+    /// the wait goes on; the last one heard for each node is returned.
+    async fn wait(
+        &mut self,
+        home: &Home,
+        waiting: &BTreeMap<String, String>,
+        deadline: tokio::time::Instant,
+    ) -> Result<BTreeMap<String, Report>> {
+        let mut heard: BTreeMap<String, Report> = BTreeMap::new();
+        let settled = |heard: &BTreeMap<String, Report>| {
+            waiting.keys().all(|node| {
+                heard
+                    .get(node)
+                    .is_some_and(|r| r.machine != MachineState::MidChange)
+            })
+        };
+        while !settled(&heard) {
+            let message =
+                match tokio::time::timeout_at(deadline, self.subscription.next()).await {
+                    Ok(Some(message)) => message,
+                    Ok(None) | Err(_) => break,
+                };
+            let report = match Report::from_json(&message.payload) {
+                Ok(report) => report,
+                Err(error) => {
+                    tracing::warn!(subject = %message.subject, %error, "an unreadable report");
+                    continue;
+                }
+            };
+            // The subject says who published it: a node's grants let it publish only its own.
+            if message.subject != subjects::report(&report.node) {
+                tracing::warn!(subject = %message.subject, node = %report.node,
+                    "a report published on another node's subject: ignored");
+                continue;
+            }
+            if waiting.get(&report.node) == Some(&report.declaration) {
+                home.record_report(&report)?;
+                heard.insert(report.node.clone(), report);
+            }
+        }
+        Ok(heard)
+    }
+}
+
+/// Publishes `declaration` on its node's subject through JetStream (stored when this
+/// returns), its consumer made first, and records it sent.
+async fn send(home: &Home, bus: &NatsBus, declaration: &Declaration) -> Result<()> {
+    let js = bus.jetstream();
+    let node = &declaration.node;
+    jetstream::ensure_declaration_consumer(&js, node)
+        .await
+        .with_context(|| format!("making the declaration consumer of `{node}`"))?;
+    let subject = subjects::declaration(node);
+    let stored = js
+        .publish(subject.clone(), declaration.canonical_json().into())
+        .await
+        .with_context(|| format!("publishing on {subject}"))?;
+    stored
+        .await
+        .with_context(|| format!("{subject}: the declarations stream did not store it"))?;
+    home.record_sent(declaration)
+}
+
+/// Whether the bus node's report says the users file is in place.
+fn users_file_in_place(report: &Report) -> Result<(), String> {
+    match report.resources.get(USERS_RESOURCE) {
+        Some(Outcome::Applied { .. } | Outcome::Unchanged) => Ok(()),
+        Some(other) => Err(format!(
+            "the users file is {}{}",
+            other.word(),
+            mesh_host::outcome_detail(other)
+        )),
+        None => Err("its report does not name the users file".to_owned()),
+    }
+}
+
+/// Waits until the server lets every node's user in with its password (the bus node's server
+/// has reloaded the users), or [`GRANTS_CONFIRM_LIMIT`].
+async fn confirm_users(home: &Home, bus: &BusArgs, inventory: &Inventory) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + GRANTS_CONFIRM_LIMIT;
+    for node in inventory.file.nodes.keys() {
+        let mut options = NatsOptions::for_node(&bus.url, node, password(home, node)?);
+        options.connect_timeout = Duration::from_secs(2);
+        options.name = Some(format!("mesh-controller checking {node}'s grants"));
+        loop {
+            match NatsBus::connect(&options).await {
+                Ok(connection) => {
+                    drop(connection);
+                    break;
+                }
+                Err(error) if tokio::time::Instant::now() >= deadline => bail!(
+                    "the bus does not let `{}` in {}s after its users were sent: {error}",
+                    grants::node_user(node),
+                    GRANTS_CONFIRM_LIMIT.as_secs()
+                ),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sends every named node its declaration over the bus, grants first, and waits (up to
+/// `timeout`) for each node's report (see the module's documentation).
+///
+/// # Guarantees
+/// As [`crate::push::push`]: nothing is sent when the catalogue or inventory has a problem;
+/// what was sent is recorded per node as it is stored on the bus; each report heard is
+/// recorded; a move not allowed holds its node. Besides: no declaration is sent before the
+/// grants changed are confirmed; the bus node, when sent first, appears in the results even
+/// when it was not named.
+///
+/// # Errors
+/// A grant that fails (the bus node did not report its users file in place, or the server
+/// does not let a node in): nothing else was sent. A bus that cannot be reached or refuses a
+/// declaration.
+pub async fn push(
+    home: &Home,
+    checked: &Checked,
+    nodes: &[String],
+    allowed_moves: &BTreeSet<String>,
+    timeout: Duration,
+    bus_args: &BusArgs,
+) -> Result<Vec<PushResult>> {
+    let inventory = home.inventory()?;
+    let bus_node = inventory.file.bus_node.clone();
+    let controller_password = controller_password(home, bus_args)?;
+    let users = authorization(home, checked, &inventory, &controller_password)?;
+    let confirmed = std::fs::read_to_string(confirmed_path(home)).ok();
+    let users_changed = confirmed.as_deref() != Some(users.as_str());
+
+    let mut named: Vec<String> = nodes.to_vec();
+    if users_changed && !named.contains(&bus_node) {
+        named.push(bus_node.clone());
+    }
+    let mut held: BTreeMap<String, Vec<mesh_plan::Move>> = BTreeMap::new();
+    let mut declarations = Vec::new();
+    for declaration in crate::push::compose_nodes(home, checked, &named)? {
+        let declaration = if declaration.node == bus_node {
+            with_users_file(declaration, &users)
+        } else {
+            declaration
+        };
+        let sent = home.sent(&declaration.node)?;
+        match mesh_plan::decide_push(sent.as_ref(), &declaration, allowed_moves) {
+            PushDecision::Send { .. } => declarations.push(declaration),
+            PushDecision::Hold { moves } => {
+                held.insert(declaration.node.clone(), moves);
+            }
+        }
+    }
+
+    let bus = connect(home, bus_args).await?;
+    let js = bus.jetstream();
+    jetstream::ensure_streams(&js)
+        .await
+        .context("making the mesh's streams")?;
+    for bucket in granted_buckets(checked, &inventory) {
+        jetstream::ensure_bucket(&js, &bucket)
+            .await
+            .with_context(|| format!("making state bucket `{bucket}` (a grant)"))?;
+    }
+    let mut reports = Reports {
+        subscription: bus.subscribe(subjects::ALL_REPORTS).await?,
+    };
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut heard: BTreeMap<String, Report> = BTreeMap::new();
+
+    if users_changed {
+        // Grants before code: the bus node first, then its server must let everyone in.
+        let Some(position) = declarations.iter().position(|d| d.node == bus_node) else {
+            bail!(
+                "the bus's users changed and `{bus_node}`, which holds the bus, is held \
+                 (see `plan {bus_node} --diff`); nothing was sent"
+            );
+        };
+        let first = declarations.remove(position);
+        send(home, &bus, &first).await?;
+        let waiting = BTreeMap::from([(bus_node.clone(), first.digest())]);
+        let mut first_heard = reports.wait(home, &waiting, deadline).await?;
+        let report = first_heard.remove(&bus_node).ok_or_else(|| {
+            anyhow!(
+                "grants not issued: `{bus_node}`, which holds the bus, sent no report within \
+                 {}s of being sent the bus's users; nothing else was sent",
+                timeout.as_secs()
+            )
+        })?;
+        if let Err(reason) = users_file_in_place(&report) {
+            bail!("grants not issued: on `{bus_node}`, {reason}; nothing else was sent");
+        }
+        confirm_users(home, bus_args, &inventory)
+            .await
+            .map_err(|error| anyhow!("grants not issued: {error:#}; nothing else was sent"))?;
+        write_atomic(&confirmed_path(home), users.as_bytes())?;
+        heard.insert(bus_node.clone(), report);
+        declarations.insert(position, first);
+    }
+
+    let mut waiting: BTreeMap<String, String> = BTreeMap::new();
+    for declaration in &declarations {
+        if heard.contains_key(&declaration.node) {
+            continue;
+        }
+        send(home, &bus, declaration).await?;
+        waiting.insert(declaration.node.clone(), declaration.digest());
+    }
+    heard.extend(reports.wait(home, &waiting, deadline).await?);
+
+    let mut results: Vec<PushResult> = held
+        .into_iter()
+        .map(|(node, moves)| PushResult {
+            node,
+            result: NodeResult::Held { moves },
+        })
+        .collect();
+    results.extend(declarations.iter().map(|declaration| {
+        let node = declaration.node.clone();
+        let result = match heard.remove(&node) {
+            Some(report) => NodeResult::Reported {
+                declaration: declaration.digest(),
+                resources: declaration.resources.len(),
+                report,
+            },
+            None => NodeResult::NoReport {
+                declaration: declaration.digest(),
+                reason: format!("no report within {}s", timeout.as_secs()),
+            },
+        };
+        PushResult { node, result }
+    }));
+    results.sort_by(|a, b| a.node.cmp(&b.node));
+    Ok(results)
+}
+
+/// One runtime as `runtimes` lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RuntimeLine {
+    /// `mesh-host` or `mesh-controller` (or another service's name).
+    pub service: String,
+    /// The node it said it runs on.
+    pub node: Option<String>,
+    /// Its instance id.
+    pub id: String,
+    /// Its version.
+    pub version: String,
+    /// Milliseconds from the question to its answer of what it serves.
+    pub answer_ms: u64,
+    /// Its answer's size in bytes.
+    pub answer_bytes: usize,
+    /// The modules it runs.
+    pub modules: Vec<String>,
+}
+
+/// What `runtimes` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Runtimes {
+    /// Every runtime that said what it serves.
+    pub runtimes: Vec<RuntimeLine>,
+    /// Runtimes that said they were there and not what they serve: nothing may say their
+    /// modules are missing or run elsewhere (rule 25).
+    pub not_heard: Vec<NotHeard>,
+    /// Nodes of the inventory no runtime answered for.
+    pub nodes_not_heard: Vec<String>,
+    /// Milliseconds discovery took.
+    pub waited_ms: u64,
+}
+
+/// A runtime that said it is there and not what it serves.
+#[derive(Debug, Clone, Serialize)]
+pub struct NotHeard {
+    /// Its service name.
+    pub service: String,
+    /// The node its first answer named.
+    pub node: Option<String>,
+    /// Its instance id.
+    pub id: String,
+    /// Milliseconds to its "I am here".
+    pub ping_ms: u64,
+}
+
+/// Asks who is there (rule 25): discovery over the bus, waiting at least the old window and up
+/// to five seconds for every runtime that said it is there.
+pub async fn runtimes(home: &Home, bus_args: &BusArgs) -> Result<Runtimes> {
+    let inventory = home.inventory()?;
+    let bus = connect(home, bus_args).await?;
+    let Discovery {
+        runtimes,
+        unheard,
+        waited,
+    } = discovery::discover(bus.client(), discovery::OLD_WINDOW)
+        .await
+        .context("asking who is there")?;
+    let answered: BTreeSet<&str> = runtimes
+        .iter()
+        .filter_map(|r| r.node.as_deref())
+        .chain(unheard.iter().filter_map(|r| r.node.as_deref()))
+        .collect();
+    let nodes_not_heard = inventory
+        .file
+        .nodes
+        .keys()
+        .filter(|node| !answered.contains(node.as_str()))
+        .cloned()
+        .collect();
+    Ok(Runtimes {
+        runtimes: runtimes
+            .into_iter()
+            .map(|r| RuntimeLine {
+                service: r.service,
+                node: r.node,
+                id: r.id,
+                version: r.version,
+                answer_ms: r.answer_time.as_millis() as u64,
+                answer_bytes: r.answer_size,
+                modules: r.modules,
+            })
+            .collect(),
+        not_heard: unheard
+            .into_iter()
+            .map(|u| NotHeard {
+                service: u.service,
+                node: u.node,
+                id: u.id,
+                ping_ms: u.ping_time.as_millis() as u64,
+            })
+            .collect(),
+        nodes_not_heard,
+        waited_ms: waited.as_millis() as u64,
+    })
+}
+
+/// `runtimes` as a person reads it.
+pub fn render_runtimes(found: &Runtimes) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for r in &found.runtimes {
+        let _ = writeln!(
+            out,
+            "{} on {}: answered in {} ms, {} bytes, modules: {}",
+            r.service,
+            r.node.as_deref().unwrap_or("(no node)"),
+            r.answer_ms,
+            r.answer_bytes,
+            if r.modules.is_empty() {
+                "none".to_owned()
+            } else {
+                r.modules.join(", ")
+            }
+        );
+    }
+    for u in &found.not_heard {
+        let _ = writeln!(
+            out,
+            "not heard: {} on {} (instance {}) said it is there after {} ms and not what it \
+             serves; its modules are not known to be missing",
+            u.service,
+            u.node.as_deref().unwrap_or("(no node)"),
+            u.id,
+            u.ping_ms
+        );
+    }
+    if !found.nodes_not_heard.is_empty() {
+        let _ = writeln!(
+            out,
+            "nodes not heard: {}",
+            found.nodes_not_heard.join(", ")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{} runtime(s) heard in {} ms",
+        found.runtimes.len(),
+        found.waited_ms
+    );
+    out
+}
+
+/// What `broker consumer-reset` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResetLine {
+    /// The stream.
+    pub stream: String,
+    /// The consumer.
+    pub consumer: String,
+    /// Messages it held pending before.
+    pub pending_before: u64,
+    /// Messages it held pending after (0).
+    pub pending_after: u64,
+    /// Messages delivered and not acknowledged before.
+    pub ack_pending_before: usize,
+}
+
+/// `broker consumer-reset STREAM CONSUMER` (rule 24): `Ok(None)` when refused because the
+/// stream is a work queue (the error is printed by the caller from the message).
+pub async fn consumer_reset(
+    home: &Home,
+    bus_args: &BusArgs,
+    stream: &str,
+    consumer: &str,
+) -> Result<std::result::Result<ResetLine, String>> {
+    let bus = connect(home, bus_args).await?;
+    match jetstream::consumer_reset(&bus.jetstream(), stream, consumer).await {
+        Ok(reset) => Ok(Ok(ResetLine {
+            stream: stream.to_owned(),
+            consumer: consumer.to_owned(),
+            pending_before: reset.before.num_pending,
+            pending_after: reset.after.num_pending,
+            ack_pending_before: reset.before.num_ack_pending,
+        })),
+        Err(error @ mesh_bus::NatsError::WorkQueue { .. }) => Ok(Err(error.to_string())),
+        Err(error) => Err(error.into()),
+    }
+}
