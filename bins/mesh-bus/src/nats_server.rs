@@ -181,6 +181,29 @@ impl NatsServer {
         self.dir.path()
     }
 
+    /// Stops the server (SIGKILL) and starts it again on the same port with the same
+    /// configuration and JetStream store, as a bus machine restarting does: streams,
+    /// consumers and their places are kept; every client is disconnected and must reconnect.
+    ///
+    /// # Errors
+    /// [`NatsServerError`] when it does not come up again.
+    pub fn restart(&mut self) -> Result<(), NatsServerError> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match NatsServer::spawn(&self.binary, self.dir.path(), self.port) {
+                Ok(child) => {
+                    self.child = child;
+                    return Ok(());
+                }
+                // The port can take a moment to be free again.
+                Err(error) if Instant::now() > deadline => return Err(error),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
     /// Replaces its users with `config` and has it reload (`nats-server --signal
     /// reload=<pid>`), as the node holding the bus does when it is sent new grants.
     ///

@@ -157,7 +157,11 @@ pub fn authorization(
 
 /// `broker users`: the bus's users as the server's configuration includes them — to start
 /// the bus node's server with, before the first push sends it.
-pub fn users_text(home: &Home, checked: &Checked, password_file: Option<PathBuf>) -> Result<String> {
+pub fn users_text(
+    home: &Home,
+    checked: &Checked,
+    password_file: Option<PathBuf>,
+) -> Result<String> {
     let inventory = home.inventory()?;
     let controller = controller_password(
         home,
@@ -239,11 +243,10 @@ impl Reports {
             })
         };
         while !settled(&heard) {
-            let message =
-                match tokio::time::timeout_at(deadline, self.subscription.next()).await {
-                    Ok(Some(message)) => message,
-                    Ok(None) | Err(_) => break,
-                };
+            let message = match tokio::time::timeout_at(deadline, self.subscription.next()).await {
+                Ok(Some(message)) => message,
+                Ok(None) | Err(_) => break,
+            };
             let report = match Report::from_json(&message.payload) {
                 Ok(report) => report,
                 Err(error) => {
@@ -584,11 +587,7 @@ pub fn render_runtimes(found: &Runtimes) -> String {
         );
     }
     if !found.nodes_not_heard.is_empty() {
-        let _ = writeln!(
-            out,
-            "nodes not heard: {}",
-            found.nodes_not_heard.join(", ")
-        );
+        let _ = writeln!(out, "nodes not heard: {}", found.nodes_not_heard.join(", "));
     }
     let _ = writeln!(
         out,

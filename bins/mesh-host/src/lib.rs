@@ -3,12 +3,15 @@
 //!
 //! [`handle_declaration`] is one receive → apply → report step, shared by the `mesh-host` daemon
 //! and the embedded controller (which runs one agent per node in-process). [`start`] subscribes
-//! an agent to its node's declarations on any [`Bus`].
+//! an agent to its node's declarations on any [`Bus`]; [`serve`] is the daemon on a fleet
+//! (`mesh-host serve`: NATS JetStream, heartbeats, retries, discovery).
 //!
 //! # Invariants
 //! - A declaration that does not parse or breaks the format's rules changes nothing under the
 //!   root: it is refused before any apply, and the refusal is reported.
 //! - The host never applies outside its root prefix (mesh-apply guarantees it).
+
+pub mod serve;
 
 use mesh_apply::HostConfig;
 use mesh_bus::{subjects, Bus, BusError};

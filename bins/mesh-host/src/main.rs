@@ -25,6 +25,16 @@ struct Cli {
     /// Output for people (`text`) or scripts (`json`).
     #[arg(long, value_enum, default_value = "text", global = true)]
     output: Output,
+    /// This machine's node name (`serve`).
+    #[arg(long)]
+    node: Option<String>,
+    /// The bus, e.g. `nats://bus.example:4222` (`serve`).
+    #[arg(long, value_name = "URL")]
+    bus: Option<String>,
+    /// A file holding the node's bus password, as the controller keeps it under
+    /// `<home>/bus/passwords/<node>` (`serve`).
+    #[arg(long, value_name = "FILE")]
+    password_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -45,6 +55,18 @@ enum Command {
         /// The declaration, as `mesh-controller plan NODE --output json` prints it.
         file: PathBuf,
     },
+    /// Runs as the node's daemon on a fleet: reads its declarations from the bus (its
+    /// JetStream consumer, so one sent while it was down is not lost), applies each, reports
+    /// on every apply and on a heartbeat, applies again when a failed resource's backoff
+    /// elapses, answers discovery, and rides out bus restarts. Needs `--node`, `--bus` and
+    /// `--password-file`. SIGTERM or SIGINT stop it once the apply under way has finished.
+    ///
+    /// Exit codes: 0 stopped by a signal; 2 refused (a flag missing); 1 any other error.
+    Serve {
+        /// Seconds between heartbeat reports.
+        #[arg(long, default_value_t = 30)]
+        heartbeat: u64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -60,6 +82,17 @@ fn main() -> ExitCode {
 fn run() -> Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Serve { heartbeat } => serve(
+            cli.node,
+            cli.bus,
+            cli.password_file,
+            HostConfig {
+                root: cli.root,
+                state_dir: cli.state_dir,
+                ..HostConfig::default()
+            },
+            heartbeat,
+        ),
         Command::Apply { file } => {
             let bytes =
                 std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
@@ -95,4 +128,43 @@ fn run() -> Result<ExitCode> {
             })
         }
     }
+}
+
+/// `serve`: checks its flags, then runs the daemon until SIGTERM or SIGINT.
+fn serve(
+    node: Option<String>,
+    bus: Option<String>,
+    password_file: Option<PathBuf>,
+    host: HostConfig,
+    heartbeat: u64,
+) -> Result<ExitCode> {
+    let (Some(node), Some(bus_url), Some(password_file)) = (node, bus, password_file) else {
+        eprintln!("error: serve needs --node NODE, --bus URL and --password-file FILE");
+        return Ok(ExitCode::from(2));
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MESH_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let password = std::fs::read_to_string(&password_file)
+        .with_context(|| format!("reading the password file {}", password_file.display()))?
+        .trim_end_matches(['\n', '\r'])
+        .to_owned();
+    std::fs::create_dir_all(&host.state_dir)
+        .with_context(|| format!("making the state directory {}", host.state_dir.display()))?;
+    let config = mesh_host::serve::ServeConfig {
+        node,
+        bus_url,
+        password,
+        host,
+        heartbeat: std::time::Duration::from_secs(heartbeat.max(1)),
+    };
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        mesh_host::serve::serve(config, mesh_host::serve::shutdown_signal()).await
+    })?;
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,418 @@
+//! The host as a daemon on a fleet: `mesh-host --node NODE --bus URL --password-file FILE
+//! --root DIR --state-dir DIR serve`.
+//!
+//! Start at [`serve`]. It connects to the bus as the node's own user, reads the node's
+//! declarations through its **JetStream consumer** (`host-<node>` on `MESH_DECLARATIONS`, made
+//! from now by the controller when it issues the node's grants), applies each on a blocking
+//! thread, and publishes a report on every apply and on a heartbeat. It re-applies the last
+//! declaration when a failed resource's backoff elapses, answers discovery with its node and
+//! modules, and keeps going across a bus restart.
+//!
+//! # Why a consumer and not a plain subscription
+//! A host started after its declaration was published must still get it. The consumer holds
+//! every declaration sent since it was made, until the host acknowledges it — whether the host
+//! was down, not yet started, or the server restarted in between (the stream and consumer are
+//! on disk). A plain subscription would hear only what is published while it listens, and
+//! asking for "the latest" on start would need the node to read the stream directly, which its
+//! grants do not allow. When several declarations wait, only the newest is applied: the others
+//! are acknowledged unapplied (each declaration is the whole machine, so the newest says all).
+//!
+//! # Guarantees
+//! - A declaration is written to the state directory (`serve/declaration.json`) **before** it
+//!   is acknowledged: a host killed at any point either gets it again from the consumer or
+//!   finds it on disk. On start, a stored declaration is applied again; if the host was killed
+//!   mid-apply, it first reports the machine **mid-change**, then applies (rule 5).
+//! - A stop (SIGTERM, SIGINT) lets the apply under way finish and its report go out, then
+//!   stops; nothing is left half-written by the stop itself.
+//! - Every failure — a report that cannot be published, a consumer that cannot be read — is
+//!   logged and retried; the daemon never exits because the bus went away.
+//!
+//! What it must never do: apply a declaration for another node (refused by
+//! [`crate::handle_declaration`]), or apply outside its root.
+
+use crate::{handle_declaration, now};
+use async_nats::jetstream::consumer::PullConsumer;
+use futures_util::StreamExt;
+use mesh_apply::HostConfig;
+use mesh_bus::discovery::{serve_discovery, DiscoveryService, RuntimeAnnouncement, HOST_SERVICE};
+use mesh_bus::jetstream::{declaration_consumer, DECLARATIONS_STREAM};
+use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
+use mesh_model::declaration::Declaration;
+use mesh_model::report::{Finding, MachineState, Outcome, Report, REPORT_FORMAT};
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// The default time between two heartbeat reports.
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(30);
+
+/// How long the daemon waits before trying again what failed on the bus (connect, consumer).
+pub const RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// The file, under the state directory, holding the last declaration received.
+pub const STORED_DECLARATION: &str = "serve/declaration.json";
+
+/// What `serve` needs.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// The node this host is.
+    pub node: String,
+    /// The bus, e.g. `nats://bus.example:4222`.
+    pub bus_url: String,
+    /// The node's bus password (the controller keeps it under `<home>/bus/passwords/<node>`).
+    pub password: String,
+    /// Root prefix, state directory, retry policy.
+    pub host: HostConfig,
+    /// Time between heartbeat reports.
+    pub heartbeat: Duration,
+}
+
+/// Why `serve` stopped other than by being asked to.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The stored declaration could not be read or written.
+    #[error("{path}: {source}")]
+    State {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A future that completes at SIGTERM or SIGINT; the handlers are installed when this is
+/// called (inside a tokio runtime), so a signal arriving before the future is first polled is
+/// not lost.
+///
+/// # Panics
+/// Outside a tokio runtime, or when the signal handlers cannot be installed.
+pub fn shutdown_signal() -> impl Future<Output = ()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("a SIGTERM handler installs");
+    let mut int = signal(SignalKind::interrupt()).expect("a SIGINT handler installs");
+    async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+            _ = int.recv() => tracing::info!("SIGINT: stopping"),
+        }
+    }
+}
+
+/// Connects to the bus as `config.node`, trying again every [`RETRY_DELAY`] until it works or
+/// `shutdown` completes (`None`).
+async fn connect(
+    config: &ServeConfig,
+    shutdown: &mut (impl Future<Output = ()> + Unpin),
+) -> Option<NatsBus> {
+    let options = NatsOptions::for_node(&config.bus_url, &config.node, &config.password);
+    loop {
+        match NatsBus::connect(&options).await {
+            Ok(bus) => return Some(bus),
+            Err(error) => {
+                tracing::warn!(node = %config.node, %error, "cannot connect to the bus; trying again");
+            }
+        }
+        tokio::select! {
+            _ = &mut *shutdown => return None,
+            _ = tokio::time::sleep(RETRY_DELAY) => {}
+        }
+    }
+}
+
+/// Serves the node until `shutdown` completes (see the module's documentation).
+///
+/// # Errors
+/// [`ServeError::State`] when the state directory cannot hold the declaration received.
+pub async fn serve(
+    config: ServeConfig,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let mut shutdown = Box::pin(shutdown);
+    let Some(bus) = connect(&config, &mut shutdown).await else {
+        return Ok(());
+    };
+    tracing::info!(node = %config.node, url = %config.bus_url, "connected to the bus");
+    let mut agent = Agent {
+        bus: bus.clone(),
+        config: Arc::new(config),
+        payload: None,
+        report: None,
+        modules: None,
+        discovery: None,
+        retry_at: None,
+    };
+    agent.announce(BTreeSet::new()).await;
+    if let Some(payload) = agent.stored()? {
+        agent.resume(payload).await;
+    }
+    let (sender, mut declarations) = mpsc::channel(16);
+    let reader = tokio::spawn(read_declarations(
+        bus.clone(),
+        agent.config.node.clone(),
+        sender,
+    ));
+    let mut heartbeat = tokio::time::interval(agent.config.heartbeat);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    heartbeat.tick().await; // the first tick is now
+    let outcome = loop {
+        let retry = agent.retry_at.map(|at| {
+            let wait = at.saturating_sub(now());
+            tokio::time::Instant::now() + Duration::from_secs(wait)
+        });
+        tokio::select! {
+            _ = &mut shutdown => break Ok(()),
+            message = declarations.recv() => {
+                let Some(message) = message else { break Ok(()) };
+                if let Err(error) = agent.receive(message).await {
+                    break Err(error);
+                }
+            }
+            _ = heartbeat.tick() => agent.heartbeat().await,
+            _ = sleep_until(retry), if retry.is_some() => {
+                tracing::info!(node = %agent.config.node, "a failed resource's backoff elapsed: applying again");
+                if let Some(payload) = agent.payload.clone() {
+                    agent.apply(payload).await;
+                }
+            }
+        }
+    };
+    reader.abort();
+    if let Some(discovery) = agent.discovery.take() {
+        discovery.stop();
+    }
+    let _ = bus.flush().await;
+    outcome
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Reads the node's declaration consumer for ever, handing each message to the agent; the
+/// consumer (and its message stream) is opened again after any failure — a bus restart, a
+/// consumer not made yet.
+async fn read_declarations(
+    bus: NatsBus,
+    node: String,
+    sender: mpsc::Sender<async_nats::jetstream::Message>,
+) {
+    let js = bus.jetstream();
+    let name = declaration_consumer(&node);
+    loop {
+        let consumer: PullConsumer = match js
+            .get_consumer_from_stream(&name, DECLARATIONS_STREAM)
+            .await
+        {
+            Ok(consumer) => consumer,
+            Err(error) => {
+                tracing::warn!(%node, consumer = %name, %error,
+                    "cannot open the declaration consumer (the controller makes it on its first send); trying again");
+                tokio::time::sleep(RETRY_DELAY).await;
+                continue;
+            }
+        };
+        let mut messages = match consumer.messages().await {
+            Ok(messages) => messages,
+            Err(error) => {
+                tracing::warn!(%node, %error, "cannot read the declaration consumer; trying again");
+                tokio::time::sleep(RETRY_DELAY).await;
+                continue;
+            }
+        };
+        tracing::info!(%node, consumer = %name, "reading declarations");
+        loop {
+            match messages.next().await {
+                Some(Ok(message)) => {
+                    if sender.send(message).await.is_err() {
+                        return; // the agent stopped
+                    }
+                }
+                Some(Err(error)) => {
+                    tracing::warn!(%node, %error, "the declaration consumer failed; opening it again");
+                    break;
+                }
+                None => {
+                    tracing::warn!(%node, "the declaration consumer ended; opening it again");
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(RETRY_DELAY).await;
+    }
+}
+
+struct Agent {
+    bus: NatsBus,
+    config: Arc<ServeConfig>,
+    /// The declaration being served (its bytes as received).
+    payload: Option<Vec<u8>>,
+    /// The last report made.
+    report: Option<Report>,
+    /// The modules announced on discovery.
+    modules: Option<BTreeSet<String>>,
+    discovery: Option<DiscoveryService>,
+    /// When a failed resource's backoff elapses (seconds since the epoch).
+    retry_at: Option<u64>,
+}
+
+impl Agent {
+    fn stored_path(&self) -> PathBuf {
+        self.config.host.state_dir.join(STORED_DECLARATION)
+    }
+
+    fn stored(&self) -> Result<Option<Vec<u8>>, ServeError> {
+        let path = self.stored_path();
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(ServeError::State { path, source }),
+        }
+    }
+
+    fn store(&self, payload: &[u8]) -> Result<(), ServeError> {
+        let path = self.stored_path();
+        let state = |source| ServeError::State {
+            path: path.clone(),
+            source,
+        };
+        let dir = path
+            .parent()
+            .expect("the stored declaration has a directory");
+        std::fs::create_dir_all(dir).map_err(state)?;
+        let temporary = dir.join(".declaration.json.new");
+        std::fs::write(&temporary, payload).map_err(state)?;
+        std::fs::File::open(&temporary)
+            .and_then(|file| file.sync_all())
+            .map_err(state)?;
+        std::fs::rename(&temporary, &path).map_err(state)
+    }
+
+    /// On start: the stored declaration is served again; a machine left mid-change is said
+    /// first.
+    async fn resume(&mut self, payload: Vec<u8>) {
+        let node = self.config.node.clone();
+        match mesh_apply::is_mid_change(&self.config.host.state_dir) {
+            Ok(true) => {
+                let digest = Declaration::from_json(&payload)
+                    .map(|d| d.digest())
+                    .unwrap_or_else(|_| mesh_model::sha256_digest(&payload));
+                let at = now();
+                let report = Report {
+                    format: REPORT_FORMAT,
+                    node: node.clone(),
+                    declaration: digest,
+                    machine: MachineState::MidChange,
+                    resources: BTreeMap::new(),
+                    undeclared: BTreeMap::new(),
+                    findings: vec![Finding {
+                        resource: String::new(),
+                        message: "the host stopped during an apply; applying the declaration again"
+                            .to_owned(),
+                    }],
+                    windows: Vec::new(),
+                    resumed_from_mid_change: false,
+                    started_at: at,
+                    finished_at: at,
+                };
+                tracing::warn!(%node, "found the machine mid-change: applying again");
+                self.publish(&report).await;
+            }
+            Ok(false) => {}
+            Err(error) => tracing::error!(%node, %error, "cannot read the mid-change marker"),
+        }
+        self.apply(payload).await;
+    }
+
+    /// A declaration heard from the consumer: kept, acknowledged, applied — unless a newer one
+    /// waits behind it.
+    async fn receive(&mut self, message: async_nats::jetstream::Message) -> Result<(), ServeError> {
+        let pending = message.info().map(|info| info.pending).unwrap_or(0);
+        if pending == 0 {
+            self.store(&message.payload)?;
+        }
+        if let Err(error) = message.ack().await {
+            // Not acknowledged: it comes again, and is then the same declaration as stored.
+            tracing::warn!(node = %self.config.node, %error, "cannot acknowledge a declaration");
+        }
+        if pending > 0 {
+            tracing::info!(node = %self.config.node, pending, "a newer declaration waits: this one is passed over");
+            return Ok(());
+        }
+        self.apply(message.payload.to_vec()).await;
+        Ok(())
+    }
+
+    /// Applies `payload` on a blocking thread, publishes the report, and updates discovery and
+    /// the next retry.
+    async fn apply(&mut self, payload: Vec<u8>) {
+        let config = Arc::clone(&self.config);
+        let bytes = payload.clone();
+        let report = tokio::task::spawn_blocking(move || {
+            handle_declaration(&config.host, &config.node, &bytes, now())
+        })
+        .await
+        .expect("an apply does not panic");
+        self.retry_at = report
+            .resources
+            .values()
+            .filter_map(|outcome| match outcome {
+                Outcome::Waiting { retry_at, .. } => Some(*retry_at),
+                _ => None,
+            })
+            .min();
+        let modules: BTreeSet<String> = Declaration::from_json(&payload)
+            .map(|d| d.resources.iter().map(|r| r.module.clone()).collect())
+            .unwrap_or_default();
+        self.payload = Some(payload);
+        self.publish(&report).await;
+        self.report = Some(report);
+        self.announce(modules).await;
+    }
+
+    async fn heartbeat(&mut self) {
+        if let Some(report) = self.report.clone() {
+            self.publish(&report).await;
+        }
+    }
+
+    async fn publish(&self, report: &Report) {
+        let payload = serde_json::to_vec(report).expect("a report always serializes");
+        if let Err(error) = self
+            .bus
+            .publish(&subjects::report(&self.config.node), payload)
+            .await
+        {
+            tracing::error!(node = %self.config.node, %error, "cannot publish the report");
+        }
+    }
+
+    /// Answers discovery with the node and `modules` (started again when they changed).
+    async fn announce(&mut self, modules: BTreeSet<String>) {
+        if self.modules.as_ref() == Some(&modules) && self.discovery.is_some() {
+            return;
+        }
+        if let Some(old) = self.discovery.take() {
+            old.stop();
+        }
+        let runtime = RuntimeAnnouncement {
+            service: HOST_SERVICE.to_owned(),
+            node: self.config.node.clone(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            modules: modules.iter().cloned().collect(),
+        };
+        match serve_discovery(self.bus.client(), &runtime).await {
+            Ok(service) => self.discovery = Some(service),
+            Err(error) => {
+                tracing::error!(node = %self.config.node, %error, "cannot answer discovery")
+            }
+        }
+        self.modules = Some(modules);
+    }
+}
