@@ -54,7 +54,12 @@ pub struct Cli {
     #[arg(long, env = "MESH_BUS", global = true, value_name = "URL")]
     bus: Option<String>,
     /// The controller's bus password file (default `<home>/bus/passwords/controller`).
-    #[arg(long, env = "MESH_BUS_PASSWORD_FILE", global = true, value_name = "FILE")]
+    #[arg(
+        long,
+        env = "MESH_BUS_PASSWORD_FILE",
+        global = true,
+        value_name = "FILE"
+    )]
     bus_password_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
@@ -496,8 +501,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             )
         }
         Command::Broker(BrokerCommand::ConsumerReset { stream, consumer }) => {
-            let reset =
-                runtime.block_on(fleet::consumer_reset(&home, &need_bus()?, &stream, &consumer))?;
+            let reset = runtime.block_on(fleet::consumer_reset(
+                &home,
+                &need_bus()?,
+                &stream,
+                &consumer,
+            ))?;
             match reset {
                 Ok(line) => {
                     match output {
