@@ -1,4 +1,8 @@
-//! `mesh-host`: the host agent's command line. `apply` applies a declaration file by hand.
+//! `mesh-host`: the host agent's command line. `apply` applies a declaration file by hand;
+//! `window` runs a maintenance step with containers held still (the `window` module).
+
+mod containers;
+mod window;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -35,6 +39,8 @@ struct Cli {
     /// `<home>/bus/passwords/<node>` (`serve`).
     #[arg(long, value_name = "FILE")]
     password_file: Option<PathBuf>,
+    #[command(flatten)]
+    containers: containers::ContainerArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -67,6 +73,13 @@ enum Command {
         #[arg(long, default_value_t = 30)]
         heartbeat: u64,
     },
+    /// Maintenance windows: run a step (a backup, a migration) with containers held still, and
+    /// list the open windows. Every apply on this machine leaves held containers alone and
+    /// reports them `held-still`; see `window run --help`.
+    Window {
+        #[command(subcommand)]
+        command: window::WindowCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -82,6 +95,20 @@ fn main() -> ExitCode {
 fn run() -> Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Window { command } => {
+            let host = HostConfig {
+                root: cli.root,
+                state_dir: cli.state_dir,
+                containers: cli.containers.choice(),
+                ..HostConfig::default()
+            };
+            window::run(
+                command,
+                &host,
+                matches!(cli.output, Output::Json),
+                mesh_host::now(),
+            )
+        }
         Command::Serve { heartbeat } => serve(
             cli.node,
             cli.bus,
@@ -89,6 +116,7 @@ fn run() -> Result<ExitCode> {
             HostConfig {
                 root: cli.root,
                 state_dir: cli.state_dir,
+                containers: cli.containers.choice(),
                 ..HostConfig::default()
             },
             heartbeat,
@@ -109,6 +137,7 @@ fn run() -> Result<ExitCode> {
             let config = HostConfig {
                 root: cli.root,
                 state_dir: cli.state_dir,
+                containers: cli.containers.choice(),
                 ..HostConfig::default()
             };
             let report = match mesh_apply::apply(&config, &declaration, mesh_host::now()) {
