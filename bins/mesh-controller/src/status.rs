@@ -133,7 +133,19 @@ pub fn overview(home: &Home, now: u64) -> Result<Overview> {
             }
         }
     }
-    let attention = nodes
+    let attention = attention(&nodes);
+    Ok(Overview {
+        nodes,
+        open_plans,
+        behind: mesh_plan::behind(&plans),
+        stopped,
+        attention,
+    })
+}
+
+/// The nodes whose last report says stuck, mid-change, or a window open.
+pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
+    nodes
         .iter()
         .filter_map(|n| {
             let report = n.report.as_ref()?;
@@ -159,14 +171,7 @@ pub fn overview(home: &Home, now: u64) -> Result<Overview> {
                 windows: report.windows.clone(),
             })
         })
-        .collect();
-    Ok(Overview {
-        nodes,
-        open_plans,
-        behind: mesh_plan::behind(&plans),
-        stopped,
-        attention,
-    })
+        .collect()
 }
 
 /// What an open plan waits on, and since when: the first module, in tier order, that is not
@@ -223,4 +228,160 @@ pub fn waits_on(record: &PlanRecord) -> (String, u64) {
         }
     }
     ("nothing: every module is finished".to_owned(), plan.made_at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mesh_model::build::{ArchiveRef, Build};
+    use mesh_model::plan::{ModuleRollout, Plan};
+    use mesh_model::report::Report;
+    use mesh_plan::rollout::RolloutState;
+    use std::collections::BTreeMap;
+
+    fn report(value: serde_json::Value) -> Report {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn node(name: &str, report: Report) -> NodeStatus {
+        NodeStatus {
+            node: name.into(),
+            bus_node: name == "control",
+            modules: ["site".to_owned()].into(),
+            sent: Some(report.declaration.clone()),
+            report: Some(report),
+            current: true,
+        }
+    }
+
+    /// A plan whose `site` was sent to `control` at 1000 and waits for its report.
+    fn waiting_plan() -> PlanRecord {
+        let build = Build {
+            module: "site".into(),
+            repository: "cat".into(),
+            commit: "0123456789abcdef".into(),
+            archive: ArchiveRef {
+                digest: "sha256:aaaa".into(),
+                size: 10,
+            },
+            at: 990,
+            dry_run: false,
+        };
+        let spec = mesh_plan::rollout::RolloutSpec {
+            module: "site".into(),
+            upgrade: mesh_model::module::Upgrade::OneFirst,
+            on_failure: mesh_model::module::OnFailure::Stop,
+            deadline_secs: 600,
+            max_parallel: None,
+            nodes: [(
+                "control".to_owned(),
+                mesh_plan::rollout::RolloutNode {
+                    running: true,
+                    declaration: "sha256:c1".into(),
+                },
+            )]
+            .into(),
+            bus_first: None,
+        };
+        let mut state = RolloutState::new();
+        mesh_plan::step(&spec, &mut state, mesh_plan::Event::Start, 999);
+        let granted = mesh_plan::Event::GrantsIssued {
+            nodes: vec!["control".into()],
+        };
+        mesh_plan::step(&spec, &mut state, granted, 1000);
+        let mut work = BTreeMap::new();
+        work.insert(
+            "site".to_owned(),
+            crate::plans::ModuleWork {
+                build: Some(build.clone()),
+                state: Some(state),
+                ..Default::default()
+            },
+        );
+        work.insert("tools".to_owned(), crate::plans::ModuleWork::default());
+        PlanRecord {
+            format: crate::plans::PLAN_FORMAT,
+            plan: Plan {
+                id: "plan-7".into(),
+                repository: "cat".into(),
+                branch: "main".into(),
+                commit: "0123456789abcdef".into(),
+                made_at: 980,
+                modules: vec!["site".into(), "tools".into()],
+                tiers: vec![vec!["site".into()], vec!["tools".into()]],
+                rollouts: [(
+                    "site".to_owned(),
+                    ModuleRollout {
+                        first: Some("control".into()),
+                        sends: [("control".to_owned(), 1000)].into(),
+                        outcome: None,
+                        build: Some(build.archive),
+                    },
+                )]
+                .into(),
+                state: PlanState::RollingOut,
+            },
+            previous_commit: None,
+            changed_paths: 0,
+            shared_paths: Vec::new(),
+            folded: BTreeMap::new(),
+            work,
+        }
+    }
+
+    /// Rule 26: nothing fails silently — a plan's wait to the second, what is behind, and nodes
+    /// stuck, mid-change or with a window open all reach `status`.
+    #[test]
+    fn status_names_the_wait_to_the_second_and_the_nodes_needing_attention() {
+        let record = waiting_plan();
+        let (waits_on, since) = waits_on(&record);
+        assert_eq!(since, 1000);
+        let overview = Overview {
+            nodes: vec![
+                node(
+                    "control",
+                    report(serde_json::json!({
+                        "format": 1, "node": "control", "declaration": "sha256:c0",
+                        "machine": "mid-change", "resources": {},
+                        "started-at": 1001, "finished-at": 1001
+                    })),
+                ),
+                node(
+                    "home",
+                    report(serde_json::json!({
+                        "format": 1, "node": "home", "declaration": "sha256:h0",
+                        "machine": "partial",
+                        "resources": {
+                            "site/file/page": {"outcome": "stuck", "attempts": 6, "since": 100,
+                                               "last_reason": "read-only file system"},
+                            "media/container/media": {"outcome": "held-still", "step": "backup"}
+                        },
+                        "windows": [{"step": "backup", "containers": ["media"], "opened-at": 900}],
+                        "started-at": 1002, "finished-at": 1003
+                    })),
+                ),
+            ],
+            open_plans: vec![OpenPlan {
+                id: record.plan.id.clone(),
+                repository: "cat".into(),
+                branch: "main".into(),
+                commit: record.plan.commit.clone(),
+                state: "rolling-out",
+                waits_on,
+                since,
+                waiting_secs: 1042 - since,
+            }],
+            behind: mesh_plan::behind(std::slice::from_ref(&record.plan)),
+            stopped: vec![StoppedRollout {
+                plan: "plan-6".into(),
+                module: "notes".into(),
+                node: String::new(),
+                reason: "`notes` at cat 0123456789ab does not validate".into(),
+            }],
+            attention: Vec::new(),
+        };
+        let mut overview = overview;
+        overview.attention = attention(&overview.nodes);
+        insta::assert_snapshot!(crate::render::status(&overview));
+    }
 }

@@ -1,0 +1,536 @@
+//! The fleet bed (issue 8): several `mesh-host serve` processes, each with its own root, state
+//! directory and bus password, one real `nats-server` started with the users the controller
+//! composed, and `mesh-controller --bus … push`. Faults with nothing lost: the bus restarted
+//! between pushes, a host killed with SIGKILL mid-apply, a host that never reports, a bus node
+//! that never takes its grants.
+//!
+//! The bus node's server is reloaded the way `contrib/systemd/mesh-nats-users.path` does it on
+//! a real machine: a watcher sees the users file its host wrote change and reloads the server.
+//!
+//! That a host cannot read another node's declarations or publish its reports is tested in
+//! mesh-bus (`tests/nats/grants.rs`) against the same composed users; not repeated here.
+
+use mesh_bus::nats_server::NatsServer;
+use mesh_bus::{Bus, NatsBus, NatsOptions};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn controller_binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_mesh-controller"))
+}
+
+/// `target/<profile>/mesh-host`, beside the controller (the test command builds it first).
+fn host_binary() -> PathBuf {
+    let path = controller_binary().with_file_name("mesh-host");
+    assert!(
+        path.is_file(),
+        "{} is not built: run `cargo build -p mesh-host` first (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+const BASE_MODULE: &str = r#"name = "base"
+
+[files.hello]
+source = "files/hello"
+path = "/etc/mesh/hello"
+"#;
+
+const AGENT_MODULE: &str = r#"name = "agent"
+
+[files.agent]
+source = "files/agent.conf"
+path = "/etc/agent.conf"
+
+[grants]
+buckets = ["agent_state"]
+subjects = ["agent.events"]
+"#;
+
+struct Bed {
+    home: tempfile::TempDir,
+    server: Arc<Mutex<NatsServer>>,
+    url: String,
+    hosts: BTreeMap<String, Child>,
+    watching: Arc<AtomicBool>,
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        self.watching.store(false, Ordering::SeqCst);
+        for child in self.hosts.values_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+impl Bed {
+    /// A home whose nodes are `bus` (holding the bus) and `nodes`, every node running `base`
+    /// and `a` also `agent`; a server started with the users `broker users` prints; no host
+    /// started yet.
+    fn new(nodes: &[&str]) -> Bed {
+        let home = tempfile::Builder::new()
+            .prefix("mesh-fleet-")
+            .tempdir()
+            .unwrap();
+        let root = home.path();
+        let all: Vec<&str> = std::iter::once("bus")
+            .chain(nodes.iter().copied())
+            .collect();
+        let mut inventory = String::from("bus-node = \"bus\"\n\n");
+        for node in &all {
+            inventory.push_str(&format!("[nodes.{node}]\n"));
+        }
+        inventory.push_str(&format!(
+            "\n[assignments]\nbase = [{}]\nagent = [\"a\"]\n",
+            all.iter()
+                .map(|n| format!("\"{n}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        write(&root.join("inventory.toml"), &inventory);
+        write(
+            &root.join("catalogue/modules/base/module.toml"),
+            BASE_MODULE,
+        );
+        write(
+            &root.join("catalogue/modules/base/files/hello"),
+            "hello, fleet\n",
+        );
+        write(
+            &root.join("catalogue/modules/agent/module.toml"),
+            AGENT_MODULE,
+        );
+        write(
+            &root.join("catalogue/modules/agent/files/agent.conf"),
+            "interval = 5\n",
+        );
+        for node in &all {
+            write(
+                &root.join(format!("roots/{node}/etc/passwd")),
+                "root:x:0:0:root:/root:/bin/sh\n",
+            );
+            write(&root.join(format!("roots/{node}/etc/group")), "root:x:0:\n");
+        }
+        let mut bed = Bed {
+            server: Arc::new(Mutex::new(
+                NatsServer::start().unwrap_or_else(|e| panic!("{e}")),
+            )),
+            url: String::new(),
+            home,
+            hosts: BTreeMap::new(),
+            watching: Arc::new(AtomicBool::new(true)),
+        };
+        let users = bed.expect(&["broker", "users"], 0);
+        {
+            let server = bed.server.lock().unwrap();
+            server.reload(&users).unwrap();
+            bed.url = server.url();
+        }
+        bed.watch_users_file();
+        // The reload is asynchronous: wait until the controller's user is let in.
+        let password =
+            std::fs::read_to_string(bed.home.path().join("bus/passwords/controller")).unwrap();
+        runtime().block_on(async {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let options =
+                    NatsOptions::for_controller(bed.url.clone(), password.trim().to_owned());
+                match NatsBus::connect(&options).await {
+                    Ok(_) => break,
+                    Err(error) if Instant::now() > deadline => panic!("{error}"),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+        });
+        bed
+    }
+
+    fn root(&self, node: &str) -> PathBuf {
+        self.home.path().join("roots").join(node)
+    }
+
+    fn state_dir(&self, node: &str) -> PathBuf {
+        self.home.path().join("state").join(node)
+    }
+
+    /// What `contrib/systemd/mesh-nats-users.path` does: reload the bus when the users file
+    /// the bus node's host wrote changes.
+    fn watch_users_file(&self) {
+        let file = self.root("bus").join("etc/nats/mesh-users.conf");
+        let server = Arc::clone(&self.server);
+        let watching = Arc::clone(&self.watching);
+        std::thread::spawn(move || {
+            let mut last = String::new();
+            while watching.load(Ordering::SeqCst) {
+                if let Ok(text) = std::fs::read_to_string(&file) {
+                    if text != last {
+                        server.lock().unwrap().reload(&text).unwrap();
+                        last = text;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+    }
+
+    fn start_host(&mut self, node: &str) {
+        let child = Command::new(host_binary())
+            .arg("--node")
+            .arg(node)
+            .arg("--bus")
+            .arg(&self.url)
+            .arg("--password-file")
+            .arg(self.home.path().join("bus/passwords").join(node))
+            .arg("--root")
+            .arg(self.root(node))
+            .arg("--state-dir")
+            .arg(self.state_dir(node))
+            .args(["serve", "--heartbeat", "1"])
+            .env("MESH_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        if let Some(mut old) = self.hosts.insert(node.to_owned(), child) {
+            let _ = old.kill();
+            let _ = old.wait();
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(controller_binary());
+        command
+            .arg("--home")
+            .arg(self.home.path())
+            .arg("--bus")
+            .arg(&self.url)
+            .args(args)
+            .env_remove("MESH_BUS")
+            .env_remove("MESH_BUS_PASSWORD_FILE")
+            .env_remove("MESH_STORE");
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    /// Runs the controller and checks its exit code; returns standard output.
+    fn expect(&self, args: &[&str], code: i32) -> String {
+        let out = self.run(args);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "mesh-controller {args:?}\nstdout:\n{stdout}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+
+    /// `push --all` as JSON: node → its result.
+    fn push_all(&self, timeout: u64, code: i32) -> BTreeMap<String, serde_json::Value> {
+        let timeout = timeout.to_string();
+        let out = self.expect(
+            &["push", "--all", "--timeout", &timeout, "--output", "json"],
+            code,
+        );
+        let results: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+        results
+            .into_iter()
+            .map(|r| (r["node"].as_str().unwrap().to_owned(), r))
+            .collect()
+    }
+
+    /// A controller connection, living in `rt` (the runtime that uses it).
+    fn controller_bus(&self, rt: &tokio::runtime::Runtime) -> NatsBus {
+        let password =
+            std::fs::read_to_string(self.home.path().join("bus/passwords/controller")).unwrap();
+        rt.block_on(NatsBus::connect(&NatsOptions::for_controller(
+            self.url.clone(),
+            password.trim().to_owned(),
+        )))
+        .unwrap()
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn converged(result: &serde_json::Value) -> bool {
+    result["result"] == "reported" && result["report"]["machine"] == "converged"
+}
+
+#[test]
+fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
+    let mut bed = Bed::new(&["a", "b"]);
+    for node in ["bus", "a", "b"] {
+        bed.start_host(node);
+    }
+    let results = bed.push_all(20, 0);
+    assert_eq!(results.len(), 3, "{results:?}");
+    for (node, result) in &results {
+        assert!(converged(result), "{node}: {result}");
+        let hello = std::fs::read_to_string(bed.root(node).join("etc/mesh/hello")).unwrap();
+        assert_eq!(hello, "hello, fleet\n");
+    }
+    assert_eq!(
+        std::fs::read_to_string(bed.root("a").join("etc/agent.conf")).unwrap(),
+        "interval = 5\n"
+    );
+    assert!(!bed.root("b").join("etc/agent.conf").exists());
+    // The bus node holds the users the controller composed: `a` may use its module's bucket.
+    let users = std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap();
+    assert_eq!(users, bed.expect(&["broker", "users"], 0));
+    assert!(users.contains("$KV.agent_state.>"), "{users}");
+    // Grants before code: the bus node's report came before any other node was sent.
+    let bus_finished = results["bus"]["report"]["finished-at"].as_u64().unwrap();
+    for node in ["a", "b"] {
+        let started = results[node]["report"]["started-at"].as_u64().unwrap();
+        assert!(
+            started >= bus_finished,
+            "{node} started before the bus node finished"
+        );
+    }
+    assert!(bed.home.path().join("bus/authorization.conf").is_file());
+
+    // Nothing changed: every resource unchanged, and the bus node is not sent first again.
+    let again = bed.push_all(20, 0);
+    for (node, result) in &again {
+        let resources = result["report"]["resources"].as_object().unwrap();
+        assert!(
+            resources.values().all(|o| o["outcome"] == "unchanged"),
+            "{node}: {result}"
+        );
+    }
+
+    // Discovery: every host answers with its node and modules.
+    let runtimes: serde_json::Value =
+        serde_json::from_str(&bed.expect(&["runtimes", "--output", "json"], 0)).unwrap();
+    let modules_of = |node: &str| {
+        runtimes["runtimes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["node"] == node)
+            .unwrap_or_else(|| panic!("{node} not found: {runtimes}"))["modules"]
+            .clone()
+    };
+    assert_eq!(modules_of("a"), serde_json::json!(["agent", "base"]));
+    assert_eq!(modules_of("b"), serde_json::json!(["base"]));
+    assert_eq!(runtimes["nodes_not_heard"], serde_json::json!([]));
+}
+
+#[test]
+fn hosts_ride_out_a_bus_restart_and_the_next_push_converges() {
+    let mut bed = Bed::new(&["a", "b"]);
+    for node in ["bus", "a", "b"] {
+        bed.start_host(node);
+    }
+    bed.push_all(20, 0);
+    bed.server.lock().unwrap().restart().unwrap();
+    write(
+        &bed.home.path().join("catalogue/modules/base/files/hello"),
+        "hello again\n",
+    );
+    let results = bed.push_all(30, 0);
+    for (node, result) in &results {
+        assert!(converged(result), "{node}: {result}");
+        assert_eq!(
+            std::fs::read_to_string(bed.root(node).join("etc/mesh/hello")).unwrap(),
+            "hello again\n"
+        );
+    }
+}
+
+#[test]
+fn a_host_that_never_reports_is_named_while_the_others_converge() {
+    let mut bed = Bed::new(&["a", "b", "c"]);
+    for node in ["bus", "a", "b"] {
+        bed.start_host(node);
+    }
+    let started = Instant::now();
+    let results = bed.push_all(3, 3);
+    assert!(started.elapsed() < Duration::from_secs(15));
+    assert_eq!(results["c"]["result"], "no-report", "{:?}", results["c"]);
+    assert_eq!(results["c"]["reason"], "no report within 3s");
+    for node in ["bus", "a", "b"] {
+        assert!(converged(&results[node]), "{node}: {}", results[node]);
+    }
+    // Its declaration waits for it on the bus: started later, it converges on its own.
+    bed.start_host("c");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !bed.root("c").join("etc/mesh/hello").exists() {
+        assert!(Instant::now() < deadline, "c never applied what was sent");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let text = bed.expect(&["runtimes"], 0);
+    assert!(text.contains("mesh-host on c"), "{text}");
+}
+
+#[test]
+fn a_grant_that_fails_fails_the_send() {
+    // The bus node's host is not running: its users file is never written, so no other node
+    // may be sent code (rule 13, issue 249).
+    let mut bed = Bed::new(&["a"]);
+    bed.start_host("a");
+    let out = bed.run(&["push", "--all", "--timeout", "2"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("grants not issued"), "{stderr}");
+    assert!(stderr.contains("nothing else was sent"), "{stderr}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!bed.root("a").join("etc/mesh/hello").exists());
+    assert!(!bed.home.path().join("bus/authorization.conf").exists());
+}
+
+#[test]
+fn a_host_killed_mid_apply_reports_mid_change_then_converges() {
+    let mut bed = Bed::new(&["a"]);
+    for node in ["bus", "a"] {
+        bed.start_host(node);
+    }
+    bed.push_all(20, 0);
+    // A large declaration for `a`: many files, so its apply takes a while.
+    let mut module = String::from("name = \"bulk\"\n");
+    for i in 0..1500 {
+        module.push_str(&format!(
+            "\n[files.f{i}]\nsource = \"files/f{i}\"\npath = \"/srv/bulk/f{i}\"\n"
+        ));
+        write(
+            &bed.home
+                .path()
+                .join(format!("catalogue/modules/bulk/files/f{i}")),
+            &format!("{i}\n").repeat(40),
+        );
+    }
+    write(
+        &bed.home.path().join("catalogue/modules/bulk/module.toml"),
+        &module,
+    );
+    let inventory = std::fs::read_to_string(bed.home.path().join("inventory.toml")).unwrap();
+    write(
+        &bed.home.path().join("inventory.toml"),
+        &format!("{inventory}bulk = [\"a\"]\n"),
+    );
+
+    let rt = runtime();
+    let bus = bed.controller_bus(&rt);
+    let mut reports = rt.block_on(bus.subscribe("mesh.report.a")).unwrap();
+    let push = bed
+        .command(&["push", "a", "--timeout", "60", "--output", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let state = bed.state_dir("a");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !mesh_apply::is_mid_change(&state).unwrap() {
+        assert!(Instant::now() < deadline, "a never started the apply");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    bed.hosts.get_mut("a").unwrap().kill().unwrap(); // SIGKILL
+    bed.hosts.get_mut("a").unwrap().wait().unwrap();
+    assert!(mesh_apply::is_mid_change(&state).unwrap());
+    bed.start_host("a");
+
+    let out = push.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
+    assert!(converged(&results[0]), "{}", results[0]);
+    assert_eq!(results[0]["report"]["resumed-from-mid-change"], true);
+    let digest = results[0]["declaration"].as_str().unwrap().to_owned();
+    // What `a` said after its restart: mid-change first, then converged, both of the new
+    // declaration (heartbeats of older ones may come between).
+    let machines: Vec<String> = rt.block_on(async {
+        let mut seen = Vec::new();
+        while let Ok(Some(message)) =
+            tokio::time::timeout(Duration::from_millis(200), reports.next()).await
+        {
+            let report = mesh_model::report::Report::from_json(&message.payload).unwrap();
+            if report.declaration == digest {
+                seen.push(mesh_host::machine_word(report.machine).to_owned());
+            }
+        }
+        seen
+    });
+    let first_mid = machines.iter().position(|m| m == "mid-change");
+    let first_converged = machines.iter().position(|m| m == "converged");
+    assert!(
+        matches!((first_mid, first_converged), (Some(m), Some(c)) if m < c),
+        "{machines:?}"
+    );
+    for i in [0, 777, 1499] {
+        assert_eq!(
+            std::fs::read_to_string(bed.root("a").join(format!("srv/bulk/f{i}"))).unwrap(),
+            format!("{i}\n").repeat(40)
+        );
+    }
+}
+
+#[test]
+fn consumer_reset_refuses_a_work_queue_and_resets_a_history_consumer() {
+    let bed = Bed::new(&[]);
+    let rt = runtime();
+    let bus = bed.controller_bus(&rt);
+    rt.block_on(async {
+        let js = bus.jetstream();
+        js.create_stream(async_nats::jetstream::stream::Config {
+            name: "WORK".into(),
+            subjects: vec!["work.>".into()],
+            retention: async_nats::jetstream::stream::RetentionPolicy::WorkQueue,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        mesh_bus::jetstream::ensure_consumer_from_now(
+            &js,
+            "WORK",
+            async_nats::jetstream::consumer::pull::Config {
+                durable_name: Some("worker".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        mesh_bus::jetstream::ensure_streams(&js).await.unwrap();
+        mesh_bus::jetstream::MergeListener::open(&js, "controller")
+            .await
+            .unwrap();
+        mesh_bus::jetstream::publish_merge(&js, "catalogue", "main", "abc")
+            .await
+            .unwrap();
+    });
+    let out = bed.run(&["broker", "consumer-reset", "WORK", "worker"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("a work queue"));
+    let text = bed.expect(
+        &["broker", "consumer-reset", "MESH_EVENTS", "controller"],
+        0,
+    );
+    assert!(text.contains("1 pending before"), "{text}");
+    assert!(text.contains(", 0 now"), "{text}");
+}
