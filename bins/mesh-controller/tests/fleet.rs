@@ -198,7 +198,7 @@ impl Bed {
             .arg("--state-dir")
             .arg(self.state_dir(node))
             .args(["serve", "--heartbeat", "1"])
-            .env("MESH_LOG", "warn")
+            .env("MESH_LOG", "error")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -506,16 +506,15 @@ fn consumer_reset_refuses_a_work_queue_and_resets_a_history_consumer() {
         })
         .await
         .unwrap();
-        mesh_bus::jetstream::ensure_consumer_from_now(
-            &js,
-            "WORK",
-            async_nats::jetstream::consumer::pull::Config {
+        js.get_stream("WORK")
+            .await
+            .unwrap()
+            .create_consumer(async_nats::jetstream::consumer::pull::Config {
                 durable_name: Some("worker".into()),
                 ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+            })
+            .await
+            .unwrap();
         mesh_bus::jetstream::ensure_streams(&js).await.unwrap();
         mesh_bus::jetstream::MergeListener::open(&js, "controller")
             .await

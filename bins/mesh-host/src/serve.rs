@@ -205,6 +205,8 @@ async fn read_declarations(
 ) {
     let js = bus.jetstream();
     let name = declaration_consumer(&node);
+    // The same failure every second is said once, not every second.
+    let mut last_failure = String::new();
     loop {
         let consumer: PullConsumer = match js
             .get_consumer_from_stream(&name, DECLARATIONS_STREAM)
@@ -212,12 +214,16 @@ async fn read_declarations(
         {
             Ok(consumer) => consumer,
             Err(error) => {
-                tracing::warn!(%node, consumer = %name, %error,
-                    "cannot open the declaration consumer (the controller makes it on its first send); trying again");
+                if error.to_string() != last_failure {
+                    tracing::warn!(%node, consumer = %name, %error,
+                        "cannot open the declaration consumer (the controller makes it on its first send); trying every second");
+                    last_failure = error.to_string();
+                }
                 tokio::time::sleep(RETRY_DELAY).await;
                 continue;
             }
         };
+        last_failure.clear();
         let mut messages = match consumer.messages().await {
             Ok(messages) => messages,
             Err(error) => {
