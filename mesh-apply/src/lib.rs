@@ -37,8 +37,9 @@ pub use accounts::{AccountDatabase, Accounts, AccountsError, GroupEntry, ShadowU
 pub use containers::{ContainerRuntime, DeclaredContainer, NoContainerRuntime, NOT_SUPPORTED};
 pub use engine::{apply, apply_with, Seams};
 pub use podman::{
-    ContainerStatus, Podman, PodmanConfig, PodmanError, RunMount, RunSpec, LABEL_MADE_BY,
-    LABEL_MODULE, LABEL_RESOURCE, LABEL_SPEC, LABEL_SPEC_DIGEST, MADE_BY, RUN_SPEC_FORMAT,
+    ContainerStatus, Podman, PodmanConfig, PodmanError, RunMount, RunSpec, LABEL_HOST,
+    LABEL_MADE_BY, LABEL_MODULE, LABEL_RESOURCE, LABEL_SPEC, LABEL_SPEC_DIGEST, MADE_BY,
+    RUN_SPEC_FORMAT,
 };
 pub use state::is_mid_change;
 

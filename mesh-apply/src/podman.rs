@@ -7,6 +7,7 @@
 //! | label | value |
 //! |---|---|
 //! | [`LABEL_MADE_BY`] | `mesh-host`: the mesh made it |
+//! | [`LABEL_HOST`] | the root prefix of the host that made it (`/` on a real machine) |
 //! | [`LABEL_MODULE`] | the module that declares it |
 //! | [`LABEL_RESOURCE`] | its resource id (`<module>/container/<name>`) |
 //! | [`LABEL_SPEC`] | how it runs, as [`RunSpec`] JSON (versioned), to name changed fields |
@@ -14,7 +15,9 @@
 //!
 //! # Invariants
 //! - It never touches a container without [`LABEL_MADE_BY`], nor one labelled for another
-//!   resource: a same-name container it did not make is a conflict, reported, never removed.
+//!   resource or another host (root prefix — several sandboxed hosts share one podman in the
+//!   embedded mode and in tests): a same-name container it did not make is a conflict, reported,
+//!   never removed.
 //! - A mount's source is a machine path applied under the root prefix exactly as files are; it
 //!   must be a real directory there, reached through no symbolic link (rule 3), or the container
 //!   is refused before podman is asked anything.
@@ -34,6 +37,8 @@ use std::process::{Command, Output};
 
 /// Label: the mesh made this container (value `mesh-host`).
 pub const LABEL_MADE_BY: &str = "io.mesh.made-by";
+/// Label: the root prefix of the host that made the container.
+pub const LABEL_HOST: &str = "io.mesh.host";
 /// Label: the module that declares the container.
 pub const LABEL_MODULE: &str = "io.mesh.module";
 /// Label: the container's resource id.
@@ -141,6 +146,17 @@ pub enum PodmanError {
         name: String,
         /// The resource its label names.
         owner: String,
+    },
+    /// A container of that name exists that the mesh of another host (root prefix) made.
+    #[error(
+        "the container named `{name}` was made by the mesh of another host (root `{host}`); it \
+         is left alone"
+    )]
+    OtherHost {
+        /// The container's name.
+        name: String,
+        /// The root prefix its label names.
+        host: String,
     },
     /// A mount cannot be used.
     #[error("mount at `{at}`: {reason}")]
@@ -303,6 +319,11 @@ impl Podman {
         }
     }
 
+    /// The value of [`LABEL_HOST`] for containers this runtime makes.
+    fn host_label(&self) -> String {
+        self.root.display().to_string()
+    }
+
     /// Runs `podman <global args> <args>` with `env` added to its environment.
     fn run(&self, args: &[OsString], env: &[(&str, &str)]) -> Result<Output, PodmanError> {
         let mut command = Command::new(&self.config.program);
@@ -384,6 +405,13 @@ impl Podman {
                 name: name.to_owned(),
             });
         }
+        let host = status.labels.get(LABEL_HOST).cloned().unwrap_or_default();
+        if host != self.host_label() {
+            return Err(PodmanError::OtherHost {
+                name: name.to_owned(),
+                host,
+            });
+        }
         if let Some(resource) = resource {
             let owner = status
                 .labels
@@ -449,6 +477,7 @@ impl Podman {
         let mut args = os(&["run", "--detach", "--name", &spec.name]);
         for (key, value) in [
             (LABEL_MADE_BY, MADE_BY),
+            (LABEL_HOST, &self.host_label()),
             (LABEL_MODULE, declared.module),
             (LABEL_RESOURCE, declared.id),
             (LABEL_SPEC, &spec_json),
@@ -591,7 +620,7 @@ impl Podman {
     pub fn remove_made(&self, name: &str) -> Result<String, PodmanError> {
         match self.ours(name, None) {
             Ok(None) => Ok(format!("container `{name}` the mesh made was already gone")),
-            Err(PodmanError::Foreign { .. }) => Ok(format!(
+            Err(PodmanError::Foreign { .. } | PodmanError::OtherHost { .. }) => Ok(format!(
                 "left container `{name}` alone: it is no longer the container the mesh made"
             )),
             Err(e) => Err(e),

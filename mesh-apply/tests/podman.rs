@@ -276,3 +276,29 @@ fn without_podman_a_container_fails_saying_podman_is_not_installed() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_container_another_host_made_under_the_same_name_is_reported_and_left_alone() {
+    // Several sandboxed hosts share one podman (the embedded mode, tests): each touches only
+    // what it made under its own root.
+    let (one, other) = (sandbox(), sandbox());
+    let mut names = Containers::new();
+    let name = names.name("other-host");
+    run(&one, vec![container("app", "app", &name)]);
+    let made = status(&one.config.root, &name).unwrap();
+
+    let report = run(&other, vec![container("app", "app", &name)]);
+    match outcome(&report, "app/container/app") {
+        Outcome::Failed { reason, .. } => {
+            assert!(reason.contains("another host"), "{reason}");
+            assert!(
+                reason.contains(&one.config.root.display().to_string()),
+                "{reason}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let after = status(&one.config.root, &name).unwrap();
+    assert_eq!(after.id, made.id);
+    assert!(after.running);
+}
