@@ -587,27 +587,33 @@ pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> R
     let id = record.plan.id.clone();
     let mut source: Option<CatalogueSource> = None;
     let mut fleet: Option<Fleet> = None;
+    // Modules that stopped, and every module of the plan built from one: not built, not rolled
+    // out. The others go on.
+    let mut blocked: BTreeSet<String> = BTreeSet::new();
+    let stopped: Vec<String> = record
+        .plan
+        .modules
+        .iter()
+        .filter(|m| matches!(outcome_of(record, m), Some(RolloutOutcome::Stopped { .. })))
+        .cloned()
+        .collect();
+    for module in stopped {
+        block(ctx, record, &mut source, &mut blocked, &module)?;
+    }
     let tiers = record.plan.tiers.clone();
     for (index, tier) in tiers.iter().enumerate() {
         if mode != DriveMode::RolloutOnly {
             for module in tier {
-                if record.work[module].build.is_some() || outcome_of(record, module).is_some() {
+                if blocked.contains(module)
+                    || record.work[module].build.is_some()
+                    || outcome_of(record, module).is_some()
+                {
                     continue;
                 }
-                if source.is_none() {
-                    let repo = home.repo(&record.plan.repository)?;
-                    source = Some(
-                        repos::catalogue_at(&repo.path, &record.plan.commit, &repo.modules_dir)
-                            .with_context(|| {
-                                format!(
-                                    "reading `{}` at {}",
-                                    repo.name,
-                                    short_commit(&record.plan.commit)
-                                )
-                            })?,
-                    );
-                }
-                let catalogue = source.as_ref().context("read above")?;
+                let catalogue = match &source {
+                    Some(source) => source,
+                    None => source.insert(plan_source(home, record)?),
+                };
                 record.plan.state = PlanState::Building;
                 home.write_plan(record)?;
                 let built = builds::build_module(
@@ -661,14 +667,10 @@ pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> R
                             .or_default()
                             .outcome = Some(RolloutOutcome::Stopped {
                             node: String::new(),
-                            reason: reason.clone(),
+                            reason: format!("the build failed: {reason}"),
                         });
-                        record.plan.state = PlanState::Stopped {
-                            node: String::new(),
-                            reason: format!("the build of `{module}` failed: {reason}"),
-                        };
                         home.write_plan(record)?;
-                        return Ok(());
+                        block(ctx, record, &mut source, &mut blocked, module)?;
                     }
                 }
             }
@@ -677,14 +679,14 @@ pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> R
             continue;
         }
         for module in tier {
-            if outcome_of(record, module).is_some() {
+            if blocked.contains(module) || outcome_of(record, module).is_some() {
                 continue;
             }
             if record.work[module].build.is_none() {
                 ctx.progress.line(&format!(
                     "{id} tier {index}: `{module}` is not built yet; `build --behind` builds it"
                 ));
-                return Ok(());
+                return end_drive(record, home, &blocked);
             }
             if fleet.is_none() {
                 fleet = Some(Fleet::start(home, &home.inventory()?).await?);
@@ -695,27 +697,94 @@ pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> R
             ctx.progress
                 .line(&format!("{id} tier {index}: rolling out `{module}`"));
             roll_out(ctx, fleet, record, module).await?;
-            if let Some(RolloutOutcome::Stopped { node, reason }) = outcome_of(record, module) {
-                record.plan.state = PlanState::Stopped {
-                    node: node.clone(),
-                    reason: format!("`{module}`: {reason}"),
-                };
-                home.write_plan(record)?;
-                return Ok(());
+            if let Some(RolloutOutcome::Stopped { .. }) = outcome_of(record, module) {
+                block(ctx, record, &mut source, &mut blocked, module)?;
             }
         }
     }
-    let all_done = record
-        .plan
-        .modules
-        .iter()
-        .all(|m| matches!(outcome_of(record, m), Some(RolloutOutcome::Done)));
-    if all_done {
-        record.plan.state = PlanState::Done;
-    } else if mode == DriveMode::BuildOnly && record.work.values().all(|w| w.build.is_some()) {
-        record.plan.state = PlanState::RollingOut;
+    end_drive(record, home, &blocked)
+}
+
+/// Ends a drive: when nothing is left to do the plan is done, or stopped (naming the first
+/// module that stopped, in tier order) when one did; otherwise it stays open. A module built
+/// from one that stopped is not left to do.
+fn end_drive(record: &mut PlanRecord, home: &Home, blocked: &BTreeSet<String>) -> Result<()> {
+    let mut first_stop = None;
+    let mut left = false;
+    for module in record.plan.tiers.iter().flatten() {
+        match outcome_of(record, module) {
+            Some(RolloutOutcome::Done) => {}
+            Some(RolloutOutcome::Stopped { node, reason }) => {
+                if first_stop.is_none() {
+                    first_stop = Some(PlanState::Stopped {
+                        node: node.clone(),
+                        reason: format!("`{module}`: {reason}"),
+                    });
+                }
+            }
+            None => left |= !blocked.contains(module),
+        }
+    }
+    match (left, first_stop) {
+        (false, Some(stopped)) => record.plan.state = stopped,
+        (false, None) => record.plan.state = PlanState::Done,
+        (true, _) => {
+            let all_built = record
+                .plan
+                .modules
+                .iter()
+                .filter(|m| !blocked.contains(*m))
+                .all(|m| record.work[m].build.is_some());
+            if all_built {
+                record.plan.state = PlanState::RollingOut;
+            }
+        }
     }
     home.write_plan(record)
+}
+
+fn plan_source(home: &Home, record: &PlanRecord) -> Result<CatalogueSource> {
+    let repo = home.repo(&record.plan.repository)?;
+    repos::catalogue_at(&repo.path, &record.plan.commit, &repo.modules_dir).with_context(|| {
+        format!(
+            "reading `{}` at {}",
+            repo.name,
+            short_commit(&record.plan.commit)
+        )
+    })
+}
+
+/// Blocks `module` and every module of the plan built from it, directly or not.
+fn block(
+    ctx: &Ctx<'_>,
+    record: &PlanRecord,
+    source: &mut Option<CatalogueSource>,
+    blocked: &mut BTreeSet<String>,
+    module: &str,
+) -> Result<()> {
+    let source = match source {
+        Some(source) => source,
+        None => source.insert(plan_source(ctx.home, record)?),
+    };
+    let graph = lenient_dependency_graph(source);
+    let mut queue = vec![module.to_owned()];
+    while let Some(next) = queue.pop() {
+        if !blocked.insert(next.clone()) {
+            continue;
+        }
+        for candidate in &record.plan.modules {
+            if graph.get(candidate).is_some_and(|d| d.contains(&next)) {
+                if !blocked.contains(candidate) && outcome_of(record, candidate).is_none() {
+                    ctx.progress.line(&format!(
+                        "{}: `{candidate}` is built from `{next}`, which stopped: left as it is",
+                        record.plan.id
+                    ));
+                }
+                queue.push(candidate.clone());
+            }
+        }
+    }
+    Ok(())
 }
 
 fn outcome_of<'r>(record: &'r PlanRecord, module: &str) -> Option<&'r RolloutOutcome> {

@@ -25,7 +25,8 @@ pub struct Overview {
     pub open_plans: Vec<OpenPlan>,
     /// The modules behind: those the open plans have yet to build or roll out.
     pub behind: Vec<Behind>,
-    /// Rollouts that stopped and that no later plan has finished since.
+    /// Rollouts (and builds) that stopped, in plans not closed by hand, that no later plan has
+    /// finished since.
     pub stopped: Vec<StoppedRollout>,
     /// Nodes whose last report needs a person's eye.
     pub attention: Vec<NodeAttention>,
@@ -108,7 +109,8 @@ pub fn overview(home: &Home, now: u64) -> Result<Overview> {
         .collect();
     let mut stopped = Vec::new();
     for (index, record) in records.iter().enumerate() {
-        if !matches!(record.plan.state, PlanState::Stopped { .. }) {
+        if matches!(record.plan.state, PlanState::Closed { .. }) {
+            // A person closed it: they decided about what it left.
             continue;
         }
         for (module, rollout) in &record.plan.rollouts {

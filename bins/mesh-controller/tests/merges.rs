@@ -613,3 +613,43 @@ fn a_controller_killed_mid_merge_resumes_where_it_was() {
         "only {interrupted} kills landed mid-merge"
     );
 }
+
+/// A module that stops holds back only what is built from it: the plan's other modules go on,
+/// and the plan ends stopped once nothing else is left to do.
+#[test]
+fn a_stopped_module_holds_back_its_dependents_and_the_others_go_on() {
+    let (mesh, repo, _) = setup();
+    mesh.expect(&["merge", "cat"], 0);
+    let [a, b] = site_module(
+        "v2\n",
+        "\n[memberships.audio]\naccount = \"alice\"\ngroup = \"audio\"\n",
+    );
+    repo.write(&[
+        (&a.0, &a.1),
+        (&b.0, &b.1),
+        ("modules/notes/files/note.txt", "second note\n"),
+        ("modules/tools/files/tool.sh", "#!/bin/sh\necho two\n"),
+    ]);
+    repo.commit("site breaks on control; notes and tools change");
+    let run = mesh.run(&["merge", "cat"]);
+    assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout
+            .contains("plan-2: `tools` is built from `site`, which stopped: left as it is"),
+        "{}",
+        run.stdout
+    );
+    let plan = plan(&mesh, "plan-2");
+    assert_eq!(
+        plan["plan"]["rollouts"]["notes"]["outcome"]["outcome"],
+        "done"
+    );
+    assert_eq!(read(&mesh, "laptop", "etc/notes.txt"), "second note\n");
+    assert_eq!(plan["work"]["tools"]["build"], Value::Null);
+    assert_eq!(
+        read(&mesh, "home", "usr/local/bin/tool"),
+        "#!/bin/sh\necho one\n"
+    );
+    assert_eq!(plan["plan"]["state"]["state"], "stopped");
+    assert_eq!(plan["plan"]["state"]["node"], "control");
+}
