@@ -25,8 +25,8 @@ pub struct Overview {
     pub open_plans: Vec<OpenPlan>,
     /// The modules behind: those the open plans have yet to build or roll out.
     pub behind: Vec<Behind>,
-    /// Rollouts (and builds) that stopped, in plans not closed by hand, that no later plan has
-    /// finished since.
+    /// Rollouts (and builds) that stopped, in plans not closed by hand, until a later plan
+    /// finishes the module or a person closes a later plan that took it in.
     pub stopped: Vec<StoppedRollout>,
     /// Nodes whose last report needs a person's eye.
     pub attention: Vec<NodeAttention>,
@@ -117,15 +117,20 @@ pub fn overview(home: &Home, now: u64) -> Result<Overview> {
             let Some(RolloutOutcome::Stopped { node, reason }) = &rollout.outcome else {
                 continue;
             };
-            let finished_since = records[index + 1..].iter().any(|later| {
+            // Until a later plan of the repository finished the module, or a person closed a
+            // later plan that had taken it in.
+            let settled_since = records[index + 1..].iter().any(|later| {
                 later.plan.repository == record.plan.repository
-                    && later
-                        .plan
-                        .rollouts
-                        .get(module)
-                        .is_some_and(|r| matches!(r.outcome, Some(RolloutOutcome::Done)))
+                    && later.plan.branch == record.plan.branch
+                    && later.plan.modules.contains(module)
+                    && (matches!(later.plan.state, PlanState::Closed { .. })
+                        || later
+                            .plan
+                            .rollouts
+                            .get(module)
+                            .is_some_and(|r| matches!(r.outcome, Some(RolloutOutcome::Done))))
             });
-            if !finished_since {
+            if !settled_since {
                 stopped.push(StoppedRollout {
                     plan: record.plan.id.clone(),
                     module: module.clone(),

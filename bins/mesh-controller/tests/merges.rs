@@ -653,3 +653,36 @@ fn a_stopped_module_holds_back_its_dependents_and_the_others_go_on() {
     assert_eq!(plan["plan"]["state"]["state"], "stopped");
     assert_eq!(plan["plan"]["state"]["node"], "control");
 }
+
+/// A stopped rollout stays in `status` until a later plan finishes the module or a person
+/// closes a later plan that took it in; a push sends what the mesh runs (the deployed builds).
+#[test]
+fn a_stopped_rollout_stays_in_status_until_a_person_settles_it() {
+    let (mesh, repo, _) = setup();
+    mesh.expect(&["merge", "cat"], 0);
+    let [a, b] = site_module(
+        "v2\n",
+        "\n[memberships.audio]\naccount = \"alice\"\ngroup = \"audio\"\n",
+    );
+    repo.write(&[(&a.0, &a.1), (&b.0, &b.1)]);
+    repo.commit("site breaks on control");
+    mesh.expect(&["merge", "cat"], 3);
+    let stopped = |mesh: &Mesh| {
+        json(&mesh.expect(&["status", "--output", "json"], 0))["stopped"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(stopped(&mesh), 1);
+    let [a, b] = site_module("v3\n", "");
+    repo.write(&[(&a.0, &a.1), (&b.0, &b.1)]);
+    repo.commit("site: v3, no audio");
+    mesh.expect(&["merge", "cat", "--plan-only"], 0);
+    assert_eq!(stopped(&mesh), 1, "an open plan has not settled it");
+    mesh.expect(&["plans", "close", "plan-3", "--note", "v3 next week"], 0);
+    assert_eq!(stopped(&mesh), 0);
+    // control still holds the failed new build; a push sends it what the mesh runs.
+    assert_eq!(read(&mesh, "control", "srv/www/index.html"), "v2\n");
+    mesh.expect(&["push", "control"], 0);
+    assert_eq!(read(&mesh, "control", "srv/www/index.html"), "v1\n");
+}
