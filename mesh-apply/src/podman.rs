@@ -702,7 +702,14 @@ fn command_error(args: &[OsString], output: &Output) -> PodmanError {
     PodmanError::Command {
         command: command.join(" "),
         status: output.status.to_string(),
-        stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        // Podman says what went wrong last (`Error: ...`), after any progress lines.
+        stderr: String::from_utf8_lossy(&output.stderr)
+            .lines()
+            .rev()
+            .find(|line| !line.trim().is_empty())
+            .unwrap_or_default()
+            .trim()
+            .to_owned(),
     }
 }
 

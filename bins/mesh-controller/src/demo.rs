@@ -80,6 +80,19 @@ pub fn run() -> Result<ExitCode> {
         Duration::from_secs(120),
     ))?;
     print!("{}", render::push(&second));
+    // The hosts' containers live in podman, outside the temporary home: every host lets go of
+    // what it made (an empty declaration) before the home is removed.
+    for node in &nodes {
+        let config = mesh_apply::HostConfig {
+            root: home.node_root(node, &inventory),
+            state_dir: home.node_state_dir(node),
+            ..mesh_apply::HostConfig::default()
+        };
+        let empty = mesh_model::declaration::Declaration::new(node.clone(), Vec::new());
+        if let Err(error) = mesh_apply::apply(&config, &empty, mesh_host::now()) {
+            eprintln!("warning: `{node}` could not let go of what it made: {error}");
+        }
+    }
     println!(
         "\nThe demo's home was {}; it is removed now. Make your own with \
          `mesh-controller --home DIR init --example`.",

@@ -139,6 +139,15 @@ pub fn render_report(report: &Report) -> String {
     for finding in &report.findings {
         let _ = writeln!(out, "  note: {}: {}", finding.resource, finding.message);
     }
+    for window in &report.windows {
+        let _ = writeln!(
+            out,
+            "  window open: step `{}` holds {} still (since {})",
+            window.step,
+            window.containers.join(", "),
+            format_time(window.opened_at)
+        );
+    }
     out
 }
 

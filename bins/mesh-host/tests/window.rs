@@ -231,6 +231,19 @@ fn sigterm_stops_the_step_and_releases_the_window() {
     assert!(text.starts_with("1 open window(s)"), "{text}");
     assert!(text.contains(&host.container), "{text}");
     assert!(!host.running());
+    let out = host.host(&["apply", host.declaration.to_str().unwrap()]);
+    let report = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        report.contains("held-still db/container/db: held still by step `backup`"),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!(
+            "window open: step `backup` holds {} still",
+            host.container
+        )),
+        "{report}"
+    );
 
     let kill = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
