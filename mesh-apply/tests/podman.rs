@@ -302,3 +302,61 @@ fn a_container_another_host_made_under_the_same_name_is_reported_and_left_alone(
     assert_eq!(after.id, made.id);
     assert!(after.running);
 }
+
+#[test]
+fn restart_on_a_file_in_a_together_group_waits_for_the_whole_group() {
+    // Rule 5: a container restarted for a group is restarted only once the group is whole.
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let name = names.name("restart-group");
+    let resources = |content: &str, key_owner: &str| {
+        vec![
+            together(file("tls", "cert", "/etc/tls/cert.pem", content), "keypair"),
+            together(
+                file_as(
+                    "tls",
+                    "key",
+                    "/etc/tls/key.pem",
+                    content,
+                    0o600,
+                    key_owner,
+                    "root",
+                ),
+                "keypair",
+            ),
+            restarting_on(container("tls", "proxy", &name), "tls/file/cert"),
+        ]
+    };
+    run(&sandbox, resources("one", "root"));
+    let made = status(&sandbox.config.root, &name).unwrap();
+
+    // The group breaks (an owner that does not exist): nothing in it changes, no restart.
+    let broken = run(&sandbox, resources("two", "nobody-here"));
+    assert!(matches!(
+        outcome(&broken, "tls/file/cert"),
+        Outcome::Failed { .. }
+    ));
+    assert_eq!(sandbox.read("/etc/tls/cert.pem"), "one");
+    assert_eq!(
+        outcome(&broken, "tls/container/proxy"),
+        &Outcome::Skipped {
+            gated_by: "tls/file/cert".to_owned()
+        }
+    );
+    assert_eq!(starts(&made.id), 1);
+
+    // Whole again (its backoff elapsed): one restart, after both files are in place.
+    let whole = apply(
+        &sandbox.config,
+        &declaration(resources("two", "root")),
+        T0 + 3600,
+    )
+    .unwrap();
+    assert_eq!(outcome(&whole, "tls/file/cert"), &applied(&["content"]));
+    assert_eq!(
+        outcome(&whole, "tls/container/proxy"),
+        &applied(&["restarted"])
+    );
+    assert_eq!(sandbox.read("/etc/tls/key.pem"), "two");
+    assert_eq!(starts(&made.id), 2);
+}
