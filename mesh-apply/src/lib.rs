@@ -9,8 +9,9 @@
 //!
 //! What the host keeps between applies lives in its state directory, in versioned disk formats of
 //! their own (see the `state` module): per resource whether the mesh **made** it or **found** it
-//! (and what it found), the failures being retried with backoff, and a marker saying an apply is
-//! under way (the machine is **mid-change** while it exists), and the open maintenance windows.
+//! (and what it found), the failures being retried with backoff, a marker saying an apply is
+//! under way (the machine is **mid-change** while it exists), and the open maintenance windows
+//! ([`window`]).
 //!
 //! # Invariants
 //! - Every declared machine path is applied under [`HostConfig::root`]; nothing outside the
