@@ -153,11 +153,21 @@ fn main() {
         make_dirs(&baseline_root);
         make_dirs(&config.root);
 
-        let write = write_baseline(&baseline_root, files);
-        let started = Instant::now();
-        let report = apply(&config, &declaration, 1_800_000_000).unwrap();
-        let first = started.elapsed();
-        assert_eq!(report.tally().get("applied"), Some(&files));
+        // Which of the two writes first alternates, so neither always meets the other's
+        // writeback.
+        let first_apply = || {
+            let started = Instant::now();
+            let report = apply(&config, &declaration, 1_800_000_000).unwrap();
+            assert_eq!(report.tally().get("applied"), Some(&files));
+            started.elapsed()
+        };
+        let (write, first) = if round % 2 == 0 {
+            let write = write_baseline(&baseline_root, files);
+            (write, first_apply())
+        } else {
+            let first = first_apply();
+            (write_baseline(&baseline_root, files), first)
+        };
 
         let read = read_baseline(&config.root, files);
         let started = Instant::now();
