@@ -198,6 +198,7 @@ fn report_of_a_mixed_apply() {
 
 #[test]
 fn undeclare_gives_back_a_file_the_mesh_wrote_over_byte_for_byte_with_mode() {
+    // Rule 2 (ADR 0030, issue 241): what the mesh wrote over is given back.
     let sandbox = Sandbox::new();
     let original: Vec<u8> = (0..=255u8).chain([0xff, 0xfe, 0x00, b'\n']).collect();
     let path = sandbox.path("/etc/app.conf");
@@ -252,6 +253,7 @@ fn undeclare_removes_a_file_the_mesh_made_and_the_parents_it_made() {
 
 #[test]
 fn undeclare_keeps_a_directory_that_holds_data() {
+    // Rule 2: a directory's data outlives its declaration.
     let sandbox = Sandbox::new();
     let resources = vec![
         directory("db", "data", "/srv/db", 0o700),
@@ -317,6 +319,7 @@ fn a_resource_moved_to_another_path_gives_back_the_old_one() {
 
 #[test]
 fn a_declared_path_through_a_symbolic_link_is_refused_and_nothing_is_written() {
+    // Rule 3 (issue 245): no symbolic links as a way to move data.
     let sandbox = Sandbox::new();
     fs::create_dir_all(sandbox.path("/srv/real")).unwrap();
     std::os::unix::fs::symlink("real", sandbox.path("/srv/link")).unwrap();
@@ -358,6 +361,7 @@ fn a_declared_path_through_a_symbolic_link_is_refused_and_nothing_is_written() {
 
 #[test]
 fn a_resource_after_a_failed_one_is_skipped_naming_it_and_the_others_apply() {
+    // Rule 1 (seed 066, issue 011): every resource attempted, a gated one says by what.
     let sandbox = Sandbox::new();
     sandbox.write(
         "/srv/blocker",
@@ -391,6 +395,7 @@ fn a_resource_after_a_failed_one_is_skipped_naming_it_and_the_others_apply() {
 
 #[test]
 fn a_membership_the_mesh_added_is_removed_on_undeclare_and_other_groups_are_untouched() {
+    // Rule 7 (issue 247): one membership added, the account's other groups untouched.
     let sandbox = Sandbox::new();
     let before = sandbox.groups_of("alice");
     assert_eq!(before, ["audio", "docker"]);
@@ -429,6 +434,7 @@ fn a_membership_the_mesh_added_is_removed_on_undeclare_and_other_groups_are_unto
 
 #[test]
 fn a_membership_the_account_had_before_survives_undeclare() {
+    // Rule 7 (issue 247): undeclare removes only a membership the mesh added.
     let sandbox = Sandbox::new();
     let report = run(&sandbox, vec![membership("dev", "alice", "docker")], T0);
     assert_eq!(
@@ -461,6 +467,7 @@ fn a_membership_of_an_unknown_account_fails_naming_it() {
 
 #[test]
 fn a_resource_failing_repeatedly_becomes_stuck_with_its_attempts_and_first_failure() {
+    // Rule 4 (seed 065): a resource that keeps failing raises its hand as stuck.
     let sandbox = Sandbox::new();
     let broken = || {
         vec![file_as(
@@ -642,6 +649,7 @@ impl Accounts for AddingFails {
 
 #[test]
 fn a_together_group_whose_commit_breaks_puts_back_what_was_committed() {
+    // Rule 5 (seed 066): a commit step that fails puts back what was committed.
     let sandbox = Sandbox::new();
     sandbox.write("/etc/sudo.conf", "before\n", 0o640);
     let accounts = AddingFails(ShadowUtils::new(&sandbox.config.root));
@@ -751,6 +759,7 @@ fn a_container_in_a_together_group_fails_the_group_before_anything_changes() {
 
 #[test]
 fn an_interrupted_apply_is_reported_mid_change_and_the_next_apply_says_so() {
+    // Rule 5 (seed 066): mid-change is a state of its own, said by the next apply.
     let sandbox = Sandbox::new();
     run(&sandbox, vec![file("m", "f", "/etc/f", "x")], T0);
     // What a host killed mid-apply leaves: the marker, and maybe a staged temp file.
