@@ -686,3 +686,45 @@ fn a_stopped_rollout_stays_in_status_until_a_person_settles_it() {
     mesh.expect(&["push", "control"], 0);
     assert_eq!(read(&mesh, "control", "srv/www/index.html"), "v1\n");
 }
+
+/// Issue 7: the controller takes the same `--store` as the collector; every build a merge makes
+/// is published there, held by its manifest, and sends compose from it.
+#[test]
+fn a_merge_publishes_to_a_registry_store_and_sends_compose_from_it() {
+    let registry = support::Registry::start();
+    let (mesh, repo, _) = setup();
+    let store = registry.url();
+    mesh.expect(&["--store", &store, "merge", "cat"], 0);
+    let tags = registry.get("/v2/mesh/archives/tags/list").unwrap();
+    for module in ["notes", "site", "tools"] {
+        let record = json(
+            &std::fs::read_to_string(mesh.home().join(format!("deployed/{module}.json"))).unwrap(),
+        );
+        let hex = record["archive"]["digest"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("sha256:")
+            .to_owned();
+        assert!(tags.contains(&hex), "{module} is held by a tag: {tags}");
+    }
+    assert!(
+        !mesh.home().join("store/oci").exists(),
+        "nothing went to the default store"
+    );
+    // Sends compose the deployed modules from the registry: nothing changes.
+    let push = json(&mesh.expect(&["--store", &store, "push", "--all", "--output", "json"], 0));
+    for node in push.as_array().unwrap() {
+        for (id, outcome) in node["report"]["resources"].as_object().unwrap() {
+            assert_eq!(outcome["outcome"], "unchanged", "{id}");
+        }
+    }
+    // Without the registry the deployed builds cannot be read, and the push says so.
+    let run = mesh.run(&["push", "--all"]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("could not be read from oci:"),
+        "{}",
+        run.stderr
+    );
+    drop(repo);
+}

@@ -251,3 +251,88 @@ pub fn redact(text: &str, words: &[(&str, &str)]) -> String {
     }
     out
 }
+
+/// A real `docker-registry` (Debian's CNCF distribution) on a free loopback port, stopped when
+/// dropped. Fails, never skips, when the binary is missing.
+pub struct Registry {
+    _dir: tempfile::TempDir,
+    child: std::process::Child,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+}
+
+impl Registry {
+    /// Starts one and waits until it answers `/v2/`.
+    pub fn start() -> Registry {
+        let binary = "/usr/bin/docker-registry";
+        assert!(
+            Path::new(binary).exists(),
+            "{binary} is missing: `apt-get install docker-registry` (the README's test command does)"
+        );
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let config = dir.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n\
+                 storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
+                 http:\n  addr: 127.0.0.1:{port}\n",
+                dir.path().join("storage").display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(binary)
+            .arg("serve")
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("docker-registry starts");
+        let registry = Registry {
+            _dir: dir,
+            child,
+            port,
+        };
+        for _ in 0..200 {
+            if registry
+                .get("/v2/")
+                .is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+            {
+                return registry;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("docker-registry on 127.0.0.1:{port} did not answer within 10 s");
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// A plain HTTP GET: the whole response (status line, headers, body), if it answered.
+    pub fn get(&self, path: &str) -> Option<String> {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut out = String::new();
+        stream.read_to_string(&mut out).ok()?;
+        Some(out)
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
