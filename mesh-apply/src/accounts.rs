@@ -225,3 +225,33 @@ impl Accounts for ShadowUtils {
         self.gpasswd("-d", account, group)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::AccountDatabase;
+
+    const PASSWD: &str = "root:x:0:0:root:/root:/bin/sh\nalice:x:1000:1000::/home/alice:/bin/sh\n\
+                          broken line\n";
+    const GROUP: &str = "root:x:0:\nalice:x:1000:\ndocker:x:20:alice,bob\nempty:x:30:\n";
+
+    #[test]
+    fn membership_is_listed_or_primary() {
+        let db = AccountDatabase::parse(PASSWD, GROUP);
+        assert!(db.is_member("alice", "docker"), "listed");
+        assert!(db.is_member("alice", "alice"), "primary group");
+        assert!(!db.is_member("alice", "empty"));
+        assert!(!db.is_member("alice", "nogroup"));
+        assert_eq!(db.users.len(), 2, "a malformed line is ignored");
+    }
+
+    #[test]
+    fn root_resolves_even_without_account_files() {
+        let db = AccountDatabase::parse("", "");
+        assert_eq!((db.uid("root"), db.gid("root")), (Some(0), Some(0)));
+        assert_eq!(db.uid("alice"), None);
+        assert_eq!(
+            db.membership_problem("alice", "docker").as_deref(),
+            Some("account `alice` does not exist (etc/passwd)")
+        );
+    }
+}

@@ -551,6 +551,17 @@ fn a_resource_failing_repeatedly_becomes_stuck_with_its_attempts_and_first_failu
     assert_eq!(outcome(&later, "m/file/f"), &Outcome::Unchanged);
 }
 
+#[test]
+fn the_default_retry_policy_backs_off_and_calls_stuck_as_documented() {
+    // The numbers book/src/host-engine.md states.
+    let policy = mesh_apply::RetryPolicy::default();
+    let waits: Vec<u64> = (1..=9).map(|n| policy.backoff_secs(n)).collect();
+    assert_eq!(waits, [30, 60, 120, 240, 480, 960, 1920, 3600, 3600]);
+    assert!(!policy.is_stuck(4, T0, T0 + 10_000), "too few attempts");
+    assert!(!policy.is_stuck(5, T0, T0 + 599), "too recent");
+    assert!(policy.is_stuck(5, T0, T0 + 600));
+}
+
 // ---- together groups (rule 5) ----
 
 #[test]
