@@ -347,6 +347,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
         bus.clone()
             .context("this command talks to a fleet's bus: give --bus URL (or MESH_BUS)")
     };
+    // Plans roll out over the in-process bus only, for now: refuse rather than apply to the
+    // embedded sandbox roots when a fleet's bus was named.
+    let embedded_rollouts = || -> Result<()> {
+        if let Some(bus) = &bus {
+            bail!(
+                "plans roll out in the embedded default only (the in-process bus, the sandbox \
+                 roots under the home); rollouts over a fleet's bus ({}) are not wired yet, \
+                 nothing was planned or sent",
+                bus.url
+            );
+        }
+        Ok(())
+    };
     let ctx = plans::Ctx {
         home: &home,
         store: store.as_ref(),
@@ -400,6 +413,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Push { behind: true, .. } => {
+            embedded_rollouts()?;
             let plans =
                 runtime.block_on(plans::drive_open(&ctx, None, plans::DriveMode::RolloutOnly))?;
             print_plans_driven(output, &plans)
@@ -576,6 +590,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             plan_only,
         } => {
             home.require()?;
+            if !plan_only {
+                embedded_rollouts()?;
+            }
             let outcome =
                 runtime.block_on(plans::merge(&ctx, &repo, commit.as_deref(), plan_only))?;
             match output {
@@ -646,6 +663,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             PlansCommand::Resume { id } => {
                 home.require()?;
+                embedded_rollouts()?;
                 let plans = runtime.block_on(plans::drive_open(
                     &ctx,
                     id.as_deref(),

@@ -728,3 +728,15 @@ fn a_merge_publishes_to_a_registry_store_and_sends_compose_from_it() {
     );
     drop(repo);
 }
+
+/// Rollouts run over the in-process bus only, for now: with a fleet's bus named, a merge that
+/// would roll out is refused rather than applied to the embedded sandbox roots.
+#[test]
+fn a_merge_naming_a_fleets_bus_is_refused_and_sends_nothing() {
+    let (mesh, _repo, _) = setup();
+    let run = mesh.run(&["--bus", "nats://127.0.0.1:1", "merge", "cat"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("not wired yet"), "{}", run.stderr);
+    assert!(!mesh.home().join("plans/plan-1.json").exists());
+    assert!(!mesh.home().join("sent").exists());
+}
