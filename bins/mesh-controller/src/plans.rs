@@ -1012,8 +1012,17 @@ async fn roll_out(
             Stage::NotStarted | Stage::BusNode | Stage::FirstNode | Stage::Rest => {}
         }
         if let Some(report) = fleet.next_report(home, Duration::from_secs(1)).await? {
-            if spec.nodes.contains_key(&report.node) {
-                events.push_back(Event::Report(judge(&report, module)));
+            if let Some(node) = spec.nodes.get(&report.node) {
+                let judged = judge(&report, module);
+                if judged.verdict == Verdict::Pending && judged.declaration == node.declaration {
+                    ctx.progress.line(&format!(
+                        "  `{module}`: `{}` reported it {}, not yet applied: waiting for its next report, up to {} s from its send",
+                        report.node,
+                        mesh_host::machine_word(report.machine),
+                        spec.deadline_secs
+                    ));
+                }
+                events.push_back(Event::Report(judged));
             }
         } else {
             events.push_back(Event::Tick);

@@ -1,4 +1,4 @@
-//! What a person reads: declarations, push results and status, as text.
+//! What a person reads: declarations, push results, status, plans, merges and builds, as text.
 
 use crate::plans::{MergeOutcome, NamedBuild, PlanRecord};
 use crate::push::{NodeResult, NodeStatus, PushResult};
