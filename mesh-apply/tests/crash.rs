@@ -18,8 +18,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const CHILD: &str = "MESH_CRASH_CHILD";
-const ITERATIONS: usize = 60;
-const FILES: usize = 120;
+const ITERATIONS: usize = 50;
+const FILES: usize = 64;
 const ORIGINAL: &str = "the file that was there before the mesh\n";
 
 fn path(i: usize) -> String {
