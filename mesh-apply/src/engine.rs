@@ -101,20 +101,20 @@ pub fn apply_with(
     now: u64,
     seams: &Seams<'_>,
 ) -> Result<Report, ApplyError> {
-    let problems = declaration.problems();
-    if !problems.is_empty() {
-        return Err(ApplyError::Declaration {
-            node: declaration.node.clone(),
-            problems,
-        });
-    }
-    let dir = StateDir::open(&config.state_dir)?;
-    let state = dir.read_state()?;
-    let interrupted = dir.read_in_progress()?;
     // The digest is needed only for the marker and the report: it is hashed on another core
-    // while the resources are examined.
+    // while the declaration is checked, the state read and the resources examined.
     std::thread::scope(|scope| {
         let hashing = scope.spawn(|| declaration_digest(declaration));
+        let problems = declaration.problems();
+        if !problems.is_empty() {
+            return Err(ApplyError::Declaration {
+                node: declaration.node.clone(),
+                problems,
+            });
+        }
+        let dir = StateDir::open(&config.state_dir)?;
+        let state = dir.read_state()?;
+        let interrupted = dir.read_in_progress()?;
         apply_examined(
             config,
             declaration,
