@@ -20,6 +20,9 @@
 //!   plans over time (rules 16 and 19).
 //! - [`step()`](rollout::step): one module's rollout as a state machine, events in and actions
 //!   out (rules 13–15).
+//! - [`merge`]: the controller's decisions while it carries a plan out — where a merge's changed
+//!   paths are read from, a report read for one module, what a stopped module holds back, where
+//!   a plan stands when a drive ends.
 //!
 //! # Invariants
 //! - No IO, no clock, no spawning, no global state: the same inputs give the same outputs.
@@ -32,6 +35,7 @@
 pub mod attribution;
 pub mod compose;
 pub mod diff;
+pub mod merge;
 pub mod moves;
 pub mod plans;
 pub mod rollout;

@@ -32,10 +32,9 @@ use mesh_model::declaration::Declaration;
 use mesh_model::inventory::Inventory;
 use mesh_model::module::{load_catalogue, Catalogue, CatalogueSource};
 use mesh_model::plan::{ModuleRollout, Plan, PlanState, RolloutOutcome};
-use mesh_model::report::{MachineState, Report};
+use mesh_model::report::Report;
 use mesh_plan::rollout::{
-    step, Action, Event, NodeProgress, NodeReport, RolloutNode, RolloutSpec, RolloutState, Stage,
-    Verdict,
+    step, Action, Event, NodeProgress, RolloutNode, RolloutSpec, RolloutState, Stage, Verdict,
 };
 use mesh_store::store::ArchiveStore;
 use serde::{Deserialize, Serialize};
@@ -299,11 +298,8 @@ fn make_plan(
     let repository_modules: BTreeSet<String> = source.modules.keys().cloned().collect();
     // The commit changes are read from: the newest plan's for this repository and branch (so a
     // controller stopped between saving a plan and its repository record loses nothing).
-    let last_planned = plans
-        .iter()
-        .rev()
-        .find(|p| p.plan.repository == repo.name && p.plan.branch == repo.branch)
-        .map(|p| p.plan.commit.clone())
+    let kept: Vec<Plan> = plans.iter().map(|p| p.plan.clone()).collect();
+    let last_planned = mesh_plan::merge::previous_commit(&kept, &repo.name, &repo.branch)
         .or_else(|| repo.last_planned.clone());
     let (changed, changed_paths, shared_paths) = match &last_planned {
         None => (repository_modules.clone(), 0, Vec::new()),
@@ -345,7 +341,6 @@ fn make_plan(
         rollouts: BTreeMap::new(),
         state: PlanState::Building,
     };
-    let kept: Vec<Plan> = plans.iter().map(|p| p.plan.clone()).collect();
     let supersession = mesh_plan::supersede(&plan, &kept);
     let mut folded = BTreeMap::new();
     for older in &supersession.superseded {
@@ -590,15 +585,13 @@ pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> R
     // Modules that stopped, and every module of the plan built from one: not built, not rolled
     // out. The others go on.
     let mut blocked: BTreeSet<String> = BTreeSet::new();
-    let stopped: Vec<String> = record
+    if record
         .plan
-        .modules
-        .iter()
-        .filter(|m| matches!(outcome_of(record, m), Some(RolloutOutcome::Stopped { .. })))
-        .cloned()
-        .collect();
-    for module in stopped {
-        block(ctx, record, &mut source, &mut blocked, &module)?;
+        .rollouts
+        .values()
+        .any(|r| matches!(r.outcome, Some(RolloutOutcome::Stopped { .. })))
+    {
+        hold(ctx, record, &mut source, &mut blocked)?;
     }
     let tiers = record.plan.tiers.clone();
     for (index, tier) in tiers.iter().enumerate() {
@@ -670,7 +663,7 @@ pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> R
                             reason: format!("the build failed: {reason}"),
                         });
                         home.write_plan(record)?;
-                        block(ctx, record, &mut source, &mut blocked, module)?;
+                        hold(ctx, record, &mut source, &mut blocked)?;
                     }
                 }
             }
@@ -698,42 +691,25 @@ pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> R
                 .line(&format!("{id} tier {index}: rolling out `{module}`"));
             roll_out(ctx, fleet, record, module).await?;
             if let Some(RolloutOutcome::Stopped { .. }) = outcome_of(record, module) {
-                block(ctx, record, &mut source, &mut blocked, module)?;
+                hold(ctx, record, &mut source, &mut blocked)?;
             }
         }
     }
     end_drive(record, home, &blocked)
 }
 
-/// Ends a drive: when nothing is left to do the plan is done, or stopped (naming the first
-/// module that stopped, in tier order) when one did; otherwise it stays open. A module built
-/// from one that stopped is not left to do.
-fn end_drive(record: &mut PlanRecord, home: &Home, blocked: &BTreeSet<String>) -> Result<()> {
-    let mut first_stop = None;
-    let mut left = false;
-    for module in record.plan.tiers.iter().flatten() {
-        match outcome_of(record, module) {
-            Some(RolloutOutcome::Done) => {}
-            Some(RolloutOutcome::Stopped { node, reason }) => {
-                if first_stop.is_none() {
-                    first_stop = Some(PlanState::Stopped {
-                        node: node.clone(),
-                        reason: format!("`{module}`: {reason}"),
-                    });
-                }
-            }
-            None => left |= !blocked.contains(module),
-        }
-    }
-    match (left, first_stop) {
-        (false, Some(stopped)) => record.plan.state = stopped,
-        (false, None) => record.plan.state = PlanState::Done,
-        (true, _) => {
+/// Ends a drive: the plan is done, or stopped, when nothing is left to do
+/// ([`mesh_plan::merge::plan_end`]); otherwise it stays open, rolling out once everything not
+/// held back is built.
+fn end_drive(record: &mut PlanRecord, home: &Home, held: &BTreeSet<String>) -> Result<()> {
+    match mesh_plan::merge::plan_end(&record.plan, held) {
+        Some(state) => record.plan.state = state,
+        None => {
             let all_built = record
                 .plan
                 .modules
                 .iter()
-                .filter(|m| !blocked.contains(*m))
+                .filter(|m| !held.contains(*m))
                 .all(|m| record.work[m].build.is_some());
             if all_built {
                 record.plan.state = PlanState::RollingOut;
@@ -754,36 +730,34 @@ fn plan_source(home: &Home, record: &PlanRecord) -> Result<CatalogueSource> {
     })
 }
 
-/// Blocks `module` and every module of the plan built from it, directly or not.
-fn block(
+/// Recomputes what the plan's stopped modules hold back ([`mesh_plan::merge::held_back`]),
+/// saying which modules are newly held and from what.
+fn hold(
     ctx: &Ctx<'_>,
     record: &PlanRecord,
     source: &mut Option<CatalogueSource>,
-    blocked: &mut BTreeSet<String>,
-    module: &str,
+    held: &mut BTreeSet<String>,
 ) -> Result<()> {
     let source = match source {
         Some(source) => source,
         None => source.insert(plan_source(ctx.home, record)?),
     };
     let graph = lenient_dependency_graph(source);
-    let mut queue = vec![module.to_owned()];
-    while let Some(next) = queue.pop() {
-        if !blocked.insert(next.clone()) {
+    let now_held = mesh_plan::merge::held_back(&record.plan, &graph);
+    for module in now_held.difference(held) {
+        if outcome_of(record, module).is_some() {
             continue;
         }
-        for candidate in &record.plan.modules {
-            if graph.get(candidate).is_some_and(|d| d.contains(&next)) {
-                if !blocked.contains(candidate) && outcome_of(record, candidate).is_none() {
-                    ctx.progress.line(&format!(
-                        "{}: `{candidate}` is built from `{next}`, which stopped: left as it is",
-                        record.plan.id
-                    ));
-                }
-                queue.push(candidate.clone());
-            }
-        }
+        let from = graph
+            .get(module)
+            .and_then(|deps| deps.iter().find(|d| now_held.contains(*d)))
+            .map_or("a module", String::as_str);
+        ctx.progress.line(&format!(
+            "{}: `{module}` is built from `{from}`, which stopped: left as it is",
+            record.plan.id
+        ));
     }
+    *held = now_held;
     Ok(())
 }
 
@@ -862,7 +836,9 @@ async fn roll_out(
                         let expected = spec.nodes[node].declaration.clone();
                         match home.report(node)? {
                             Some(report) if report.declaration == expected => {
-                                events.push_back(Event::Report(judge(&report, module)));
+                                events.push_back(Event::Report(mesh_plan::merge::module_report(
+                                    &report, module,
+                                )));
                             }
                             Some(_) | None => match compose(node) {
                                 Ok(declaration) => {
@@ -1013,7 +989,7 @@ async fn roll_out(
         }
         if let Some(report) = fleet.next_report(home, Duration::from_secs(1)).await? {
             if let Some(node) = spec.nodes.get(&report.node) {
-                let judged = judge(&report, module);
+                let judged = mesh_plan::merge::module_report(&report, module);
                 if judged.verdict == Verdict::Pending && judged.declaration == node.declaration {
                     ctx.progress.line(&format!(
                         "  `{module}`: `{}` reported it {}, not yet applied: waiting for its next report, up to {} s from its send",
@@ -1040,36 +1016,6 @@ async fn roll_out(
         }
     }
     Ok(())
-}
-
-/// A node's report as the gate of `module`'s rollout reads it: the module's own resources
-/// decide (a failure of another module on that node, there before, does not stop this one); a
-/// declaration the host refused whole is a failure, with the host's words.
-fn judge(report: &Report, module: &str) -> NodeReport {
-    if report.resources.is_empty() && !report.findings.is_empty() {
-        return NodeReport {
-            node: report.node.clone(),
-            declaration: report.declaration.clone(),
-            made_at: report.finished_at,
-            verdict: Verdict::Failed {
-                reasons: report.findings.iter().map(|f| f.message.clone()).collect(),
-            },
-        };
-    }
-    let prefix = format!("{module}/");
-    let mut own = report.clone();
-    own.resources.retain(|id, _| id.starts_with(&prefix));
-    own.machine = match report.machine {
-        MachineState::MidChange => MachineState::MidChange,
-        MachineState::Converged | MachineState::Partial => {
-            if own.resources.values().all(|o| o.took()) {
-                MachineState::Converged
-            } else {
-                MachineState::Partial
-            }
-        }
-    };
-    NodeReport::from_report(&own)
 }
 
 fn save_rollout(record: &mut PlanRecord, module: &str, spec: &RolloutSpec, state: &RolloutState) {
