@@ -740,3 +740,28 @@ fn a_merge_naming_a_fleets_bus_is_refused_and_sends_nothing() {
     assert!(!mesh.home().join("plans/plan-1.json").exists());
     assert!(!mesh.home().join("sent").exists());
 }
+
+/// Rule 3, seed issue 245: no symbolic links. A link committed to git (mode 120000) is read as
+/// a link, straight from git's objects, and the module's build fails naming it.
+#[test]
+fn a_symbolic_link_in_git_fails_the_modules_build_naming_it() {
+    let (mesh, repo, _) = setup();
+    mesh.expect(&["merge", "cat"], 0);
+    std::os::unix::fs::symlink(
+        "/srv/media/previews",
+        repo.path().join("modules/notes/files/previews"),
+    )
+    .unwrap();
+    repo.commit("notes: a link to the previews");
+    let run = mesh.run(&["merge", "cat"]);
+    assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("the build of `notes` failed"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("files/previews"), "{}", run.stdout);
+    let status = json(&mesh.expect(&["status", "--output", "json"], 0));
+    assert_eq!(status["stopped"][0]["module"], "notes");
+    assert_eq!(status["stopped"][0]["node"], "");
+}
