@@ -103,7 +103,11 @@ pub enum Command {
     },
     /// Composes, sends and applies declarations, then prints what each node reported.
     ///
-    /// Name the nodes, or say `--all`: a push with no node is refused.
+    /// Name the nodes, or say `--all`: a push with no node is refused. `--behind` instead rolls
+    /// out, one machine first, what the open plans built and have not rolled out.
+    ///
+    /// Exit codes: 0 every node converged (`--behind`: the plans went as far as their builds);
+    /// 1 error; 2 refused or held; 3 some node did not converge (`--behind`: a plan stopped).
     Push {
         /// The nodes to send to.
         nodes: Vec<String>,
@@ -124,6 +128,10 @@ pub enum Command {
     },
     /// Each node's last report, the open plans and what each waits on, the modules behind,
     /// stopped rollouts, and nodes stuck, mid-change or with a window open.
+    ///
+    /// "Behind" is only what the open plans have yet to build or roll out.
+    ///
+    /// Exit codes: 0 shown (whatever it shows); 1 error reading the home.
     Status,
     /// Registers catalogue repositories.
     #[command(subcommand)]
