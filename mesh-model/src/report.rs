@@ -53,7 +53,11 @@ pub enum MachineState {
 
 /// What happened to one resource.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "outcome", rename_all = "kebab-case")]
+#[serde(
+    tag = "outcome",
+    rename_all = "kebab-case",
+    rename_all_fields = "kebab-case"
+)]
 pub enum Outcome {
     /// It was changed to what was declared; `changed` names what differed.
     Applied {
