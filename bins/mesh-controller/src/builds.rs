@@ -15,7 +15,7 @@
 //! - A module is built only when the whole catalogue at its commit validates for it: a module
 //!   with any diagnostic fails its build, naming every problem.
 
-use crate::home::{write_atomic, Home};
+use crate::home::{json_stems, read_record, write_atomic, Home};
 use anyhow::{bail, Context, Result};
 use mesh_model::build::{ArchiveRef, Build};
 use mesh_model::module::{load_catalogue, Catalogue, CatalogueSource};
@@ -60,38 +60,13 @@ impl Home {
         if !path.is_file() {
             return Ok(None);
         }
-        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        let record: DeployedRecord = serde_json::from_slice(&bytes)
-            .with_context(|| format!("{} is not a deployed record", path.display()))?;
-        if record.format != DEPLOYED_FORMAT {
-            bail!(
-                "{} has format {}, this build reads format {DEPLOYED_FORMAT}",
-                path.display(),
-                record.format
-            );
-        }
-        Ok(Some(record))
+        read_record(&path, "a deployed record", DEPLOYED_FORMAT).map(Some)
     }
 
     /// Every deployed module, by name.
     pub fn deployed_all(&self) -> Result<Vec<DeployedRecord>> {
-        let dir = self.root().join("deployed");
-        if !dir.is_dir() {
-            return Ok(Vec::new());
-        }
-        let mut names: Vec<String> = std::fs::read_dir(&dir)
-            .with_context(|| format!("reading {}", dir.display()))?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                e.file_name()
-                    .to_str()
-                    .and_then(|n| n.strip_suffix(".json"))
-                    .map(str::to_owned)
-            })
-            .collect();
-        names.sort();
         let mut out = Vec::new();
-        for name in names {
+        for name in json_stems(&self.root().join("deployed"))? {
             out.extend(self.deployed(&name)?);
         }
         Ok(out)

@@ -292,6 +292,44 @@ fn file_name(path: &Path) -> Result<String> {
         .with_context(|| format!("{} has a name that is not UTF-8", path.display()))
 }
 
+/// The names of the `*.json` files in `dir`, without the extension, sorted (none when `dir`
+/// does not exist).
+pub fn json_stems(dir: &Path) -> Result<Vec<String>> {
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".json"))
+                .map(str::to_owned)
+        })
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Reads one of the controller's versioned records: JSON whose `format` must be `expected`.
+pub fn read_record<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    what: &str,
+    expected: u32,
+) -> Result<T> {
+    let value = read_json(path)?;
+    match value.get("format").and_then(Value::as_u64) {
+        Some(found) if found == u64::from(expected) => {}
+        found => bail!(
+            "{} has format {}, this build reads format {expected}",
+            path.display(),
+            found.map_or("none".to_owned(), |f| f.to_string())
+        ),
+    }
+    serde_json::from_value(value).with_context(|| format!("{} is not {what}", path.display()))
+}
+
 /// Reads a JSON file, naming it in any error.
 pub fn read_json(path: &Path) -> Result<Value> {
     let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;

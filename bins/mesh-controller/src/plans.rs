@@ -22,7 +22,7 @@
 //! - A plan that is not open (done, stopped, superseded, closed) is never driven again.
 
 use crate::builds::{self, short_commit, DeployedRecord};
-use crate::home::{write_atomic, Home};
+use crate::home::{read_record, write_atomic, Home};
 use crate::repos::{self, RepoRecord};
 use anyhow::{bail, Context, Result};
 use mesh_apply::HostConfig;
@@ -141,17 +141,7 @@ fn plan_number(id: &str) -> Option<u64> {
 }
 
 fn read_plan(path: &std::path::Path) -> Result<PlanRecord> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let record: PlanRecord = serde_json::from_slice(&bytes)
-        .with_context(|| format!("{} is not a plan record", path.display()))?;
-    if record.format != PLAN_FORMAT {
-        bail!(
-            "{} has format {}, this build reads format {PLAN_FORMAT}",
-            path.display(),
-            record.format
-        );
-    }
-    Ok(record)
+    read_record(path, "a plan record", PLAN_FORMAT)
 }
 
 /// An exclusive lock on the home's plans, held while planning or driving.
@@ -624,18 +614,7 @@ pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> R
                 .await;
                 match built {
                     Ok(built) => {
-                        let deployed = home.deployed(module)?;
-                        let identical = deployed
-                            .as_ref()
-                            .is_some_and(|d| d.archive == built.build.archive);
-                        let rollout = record.plan.rollouts.entry(module.clone()).or_default();
-                        rollout.build = Some(built.build.archive.clone());
-                        if identical {
-                            rollout.outcome = Some(RolloutOutcome::Done);
-                        }
-                        let work = record.work.entry(module.clone()).or_default();
-                        work.build = Some(built.build.clone());
-                        work.not_redeployed = identical;
+                        let identical = record_built(home, record, &built.build)?;
                         ctx.progress.line(&format!(
                             "{id} tier {index}: built `{module}` {} ({} bytes){}",
                             mesh_host::short(&built.build.archive.digest),
@@ -759,6 +738,24 @@ fn hold(
     }
     *held = now_held;
     Ok(())
+}
+
+/// Records a module's build in a plan; a build byte-identical to the module's deployed one is
+/// not redeployed (rule 20): its rollout is done as it is. Returns whether it was identical.
+fn record_built(home: &Home, record: &mut PlanRecord, build: &Build) -> Result<bool> {
+    let module = &build.module;
+    let identical = home
+        .deployed(module)?
+        .is_some_and(|d| d.archive == build.archive);
+    let rollout = record.plan.rollouts.entry(module.clone()).or_default();
+    rollout.build = Some(build.archive.clone());
+    if identical {
+        rollout.outcome = Some(RolloutOutcome::Done);
+    }
+    let work = record.work.entry(module.clone()).or_default();
+    work.build = Some(build.clone());
+    work.not_redeployed = identical;
+    Ok(identical)
 }
 
 fn outcome_of<'r>(record: &'r PlanRecord, module: &str) -> Option<&'r RolloutOutcome> {
@@ -1137,18 +1134,8 @@ pub async fn build_named(
         .await?;
         let plan_id = plan.as_ref().map(|p| p.plan.id.clone());
         if let (Some(plan), false) = (plan, dry_run) {
-            let rollout = plan.plan.rollouts.entry(module.clone()).or_default();
-            if rollout.outcome.is_none() {
-                let identical = home
-                    .deployed(module)?
-                    .is_some_and(|d| d.archive == built.build.archive);
-                rollout.build = Some(built.build.archive.clone());
-                if identical {
-                    rollout.outcome = Some(RolloutOutcome::Done);
-                }
-                let work = plan.work.entry(module.clone()).or_default();
-                work.build = Some(built.build.clone());
-                work.not_redeployed = identical;
+            if outcome_of(plan, module).is_none() {
+                record_built(home, plan, &built.build)?;
                 home.write_plan(plan)?;
             }
         }

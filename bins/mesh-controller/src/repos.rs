@@ -11,7 +11,7 @@
 //! - A symbolic link in git (mode `120000`) is read as [`EntryKind::Symlink`] and a submodule as
 //!   [`EntryKind::Other`], so validation and archiving refuse them as they would on disk.
 
-use crate::home::{write_atomic, Home};
+use crate::home::{json_stems, read_record, write_atomic, Home};
 use anyhow::{bail, Context, Result};
 use mesh_model::module::{CatalogueSource, EntryKind};
 use serde::{Deserialize, Serialize};
@@ -56,37 +56,15 @@ impl Home {
                 if known.is_empty() { "none".to_owned() } else { known.join(", ") }
             );
         }
-        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        let record: RepoRecord = serde_json::from_slice(&bytes)
-            .with_context(|| format!("{} is not a repository record", path.display()))?;
-        if record.format != REPO_FORMAT {
-            bail!(
-                "{} has format {}, this build reads format {REPO_FORMAT}",
-                path.display(),
-                record.format
-            );
-        }
-        Ok(record)
+        read_record(&path, "a repository record", REPO_FORMAT)
     }
 
     /// Every registered repository, by name.
     pub fn repos(&self) -> Result<Vec<RepoRecord>> {
-        let dir = self.root().join("repos");
-        if !dir.is_dir() {
-            return Ok(Vec::new());
-        }
-        let mut names: Vec<String> = std::fs::read_dir(&dir)
-            .with_context(|| format!("reading {}", dir.display()))?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                e.file_name()
-                    .to_str()
-                    .and_then(|n| n.strip_suffix(".json"))
-                    .map(str::to_owned)
-            })
-            .collect();
-        names.sort();
-        names.iter().map(|n| self.repo(n)).collect()
+        json_stems(&self.root().join("repos"))?
+            .iter()
+            .map(|n| self.repo(n))
+            .collect()
     }
 
     /// Writes a repository record.
