@@ -240,6 +240,9 @@ pub enum RepoCommand {
         /// The branch merges are heard on (default: the repository's current branch).
         #[arg(long)]
         branch: Option<String>,
+        /// The directory holding the module directories, relative to the repository's root.
+        #[arg(long, default_value = "modules")]
+        modules_dir: String,
     },
     /// Lists the registered repositories and their last planned commits.
     List,
@@ -555,8 +558,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Command::Repo(RepoCommand::Add { name, path, branch }) => {
-            let record = repos::add(&home, &name, &path, branch.as_deref())?;
+        Command::Repo(RepoCommand::Add {
+            name,
+            path,
+            branch,
+            modules_dir,
+        }) => {
+            let record = repos::add(&home, &name, &path, branch.as_deref(), &modules_dir)?;
             match output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&record)?),
                 Output::Text => println!(

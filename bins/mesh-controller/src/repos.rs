@@ -77,8 +77,17 @@ impl Home {
 }
 
 /// Registers a repository: checks that it is a git repository with the branch, and records it.
-pub fn add(home: &Home, name: &str, path: &Path, branch: Option<&str>) -> Result<RepoRecord> {
+pub fn add(
+    home: &Home,
+    name: &str,
+    path: &Path,
+    branch: Option<&str>,
+    modules_dir: &str,
+) -> Result<RepoRecord> {
     home.require()?;
+    if modules_dir.trim_matches('/').is_empty() || modules_dir.split('/').any(|p| p == "..") {
+        bail!("`{modules_dir}` is not a directory inside the repository");
+    }
     if !mesh_model::module::is_valid_name(name) {
         bail!("`{name}` is not a repository name: use [a-z0-9][a-z0-9_-]*");
     }
@@ -106,7 +115,7 @@ pub fn add(home: &Home, name: &str, path: &Path, branch: Option<&str>) -> Result
         name: name.to_owned(),
         path,
         branch,
-        modules_dir: "modules".to_owned(),
+        modules_dir: modules_dir.trim_matches('/').to_owned(),
         last_planned: None,
     };
     home.write_repo(&record)?;

@@ -765,3 +765,40 @@ fn a_symbolic_link_in_git_fails_the_modules_build_naming_it() {
     assert_eq!(status["stopped"][0]["module"], "notes");
     assert_eq!(status["stopped"][0]["node"], "");
 }
+
+/// A repository whose modules live elsewhere than `modules/` says so when it is added.
+#[test]
+fn a_repository_may_keep_its_modules_in_another_directory() {
+    let mesh = Mesh::example();
+    std::fs::write(mesh.home().join("inventory.toml"), INVENTORY).unwrap();
+    let repo = Repo::new();
+    repo.write(&[
+        (
+            "mesh/catalogue/notes/module.toml",
+            "name = \"notes\"\n\n[files.note]\nsource = \"files/note.txt\"\npath = \"/etc/notes.txt\"\n",
+        ),
+        ("mesh/catalogue/notes/files/note.txt", "elsewhere\n"),
+        ("modules/README.md", "not the modules\n"),
+    ]);
+    repo.commit("first");
+    let path = repo.path().to_str().unwrap().to_owned();
+    mesh.expect(
+        &[
+            "repo",
+            "add",
+            "cat",
+            &path,
+            "--modules-dir",
+            "mesh/catalogue/",
+        ],
+        0,
+    );
+    mesh.expect(&["merge", "cat"], 0);
+    assert_eq!(modules_of(&plan(&mesh, "plan-1")), ["notes"]);
+    assert_eq!(read(&mesh, "laptop", "etc/notes.txt"), "elsewhere\n");
+    repo.write(&[("mesh/catalogue/notes/files/note.txt", "still elsewhere\n")]);
+    repo.commit("notes");
+    mesh.expect(&["merge", "cat"], 0);
+    assert_eq!(modules_of(&plan(&mesh, "plan-2")), ["notes"]);
+    assert_eq!(read(&mesh, "control", "etc/notes.txt"), "still elsewhere\n");
+}
