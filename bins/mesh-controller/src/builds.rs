@@ -127,6 +127,39 @@ pub async fn effective_catalogue(
     Ok(load_catalogue(&effective_source(home, store).await?))
 }
 
+/// Makes `archive` the module's current build in the store's record (what the keep set keeps
+/// because a definition names it), under the publish lock.
+pub fn set_current(
+    home: &Home,
+    _lock: &mesh_store::lock::PublishLock,
+    module: &str,
+    archive: &ArchiveRef,
+) -> Result<()> {
+    let mut record = mesh_store::records::read_module_record(home.root(), module)
+        .with_context(|| format!("reading the store's record of `{module}`"))?
+        .unwrap_or_else(|| mesh_store::records::ModuleRecord::new(module));
+    if record.current.as_ref() != Some(archive) {
+        record.current = Some(archive.clone());
+        record.held = true;
+        mesh_store::records::write_module_record(home.root(), &record)
+            .with_context(|| format!("writing the store's record of `{module}`"))?;
+    }
+    Ok(())
+}
+
+/// Records that a rollout finished: the build is the module's deployed one, and the current
+/// build in the store's record.
+///
+/// # Errors
+/// When a record cannot be written.
+pub async fn deploy(home: &Home, record: &DeployedRecord) -> Result<()> {
+    let lock = mesh_store::lock::PublishLock::acquire(home.root())
+        .await
+        .with_context(|| format!("taking the publish lock to deploy `{}`", record.module))?;
+    set_current(home, &lock, &record.module, &record.archive)?;
+    home.write_deployed(record)
+}
+
 /// A commit shortened for people (12 characters).
 pub fn short_commit(commit: &str) -> &str {
     &commit[..commit.len().min(12)]
@@ -224,6 +257,11 @@ pub async fn build_module(
         .with_context(|| format!("publishing `{module}` to {}", store.name()))?;
     mesh_store::records::record_build(home.root(), &lock, &build)
         .with_context(|| format!("recording the build of `{module}`"))?;
+    // The record's current build is what the mesh runs (the keep set keeps it whatever comes
+    // after): until a rollout finishes the new one, that stays the deployed build.
+    if let Some(deployed) = home.deployed(module)? {
+        set_current(home, &lock, module, &deployed.archive)?;
+    }
     drop(lock);
     Ok(Built { build })
 }

@@ -960,7 +960,7 @@ async fn roll_out(
                         }
                     }
                     Action::Done { .. } => {
-                        home.write_deployed(&DeployedRecord {
+                        let deployed = DeployedRecord {
                             format: builds::DEPLOYED_FORMAT,
                             module: module.to_owned(),
                             repository: build.repository.clone(),
@@ -968,7 +968,8 @@ async fn roll_out(
                             archive: build.archive.clone(),
                             plan: id.clone(),
                             at: mesh_host::now(),
-                        })?;
+                        };
+                        builds::deploy(home, &deployed).await?;
                         ctx.progress.line(&format!(
                             "  `{module}`: done on {} node(s); its build {} is deployed",
                             state.applied,

@@ -353,20 +353,33 @@ mod tests {
                         "started-at": 1001, "finished-at": 1001
                     })),
                 ),
-                node(
-                    "home",
-                    report(serde_json::json!({
+                node("home", {
+                    let mut home = report(serde_json::json!({
                         "format": 1, "node": "home", "declaration": "sha256:h0",
-                        "machine": "partial",
-                        "resources": {
-                            "site/file/page": {"outcome": "stuck", "attempts": 6, "since": 100,
-                                               "last_reason": "read-only file system"},
-                            "media/container/media": {"outcome": "held-still", "step": "backup"}
-                        },
-                        "windows": [{"step": "backup", "containers": ["media"], "opened-at": 900}],
+                        "machine": "partial", "resources": {},
                         "started-at": 1002, "finished-at": 1003
-                    })),
-                ),
+                    }));
+                    home.resources.insert(
+                        "site/file/page".into(),
+                        Outcome::Stuck {
+                            attempts: 6,
+                            since: 100,
+                            last_reason: "read-only file system".into(),
+                        },
+                    );
+                    home.resources.insert(
+                        "media/container/media".into(),
+                        Outcome::HeldStill {
+                            step: "backup".into(),
+                        },
+                    );
+                    home.windows.push(WindowSummary {
+                        step: "backup".into(),
+                        containers: vec!["media".into()],
+                        opened_at: 900,
+                    });
+                    home
+                }),
             ],
             open_plans: vec![OpenPlan {
                 id: record.plan.id.clone(),

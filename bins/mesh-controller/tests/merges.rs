@@ -264,9 +264,15 @@ fn a_commit_breaking_a_module_on_its_first_node_stops_the_rollout_there() {
     assert_eq!(plan["plan"]["rollouts"]["site"]["first"], "control");
     // `tools` (tier 1) was not rolled out after a stopped tier.
     assert_eq!(plan["plan"]["rollouts"]["tools"]["outcome"], Value::Null);
-    // The deployed build is still the old one.
+    // The deployed build is still the old one, and it stays the store's current build (the one
+    // the keep set keeps because the mesh runs it); the new build is recorded beside it.
     let deployed = json(&std::fs::read_to_string(mesh.home().join("deployed/site.json")).unwrap());
     assert_ne!(deployed["commit"], broken.as_str());
+    let record =
+        json(&std::fs::read_to_string(mesh.home().join("store/modules/site.json")).unwrap());
+    assert_eq!(record["current"], deployed["archive"]);
+    assert_eq!(record["builds"].as_array().unwrap().len(), 2);
+    assert_eq!(record["builds"][1]["commit"], broken.as_str());
 
     let status = mesh.expect(&["status"], 0);
     insta::assert_snapshot!(
@@ -476,7 +482,15 @@ fn a_dry_run_build_records_nothing() {
     assert_eq!(real[0]["plan"], "plan-2");
     let record =
         json(&std::fs::read_to_string(mesh.home().join("store/modules/notes.json")).unwrap());
-    assert_eq!(record["current"], real[0]["build"]["archive"]);
+    let builds = record["builds"].as_array().unwrap();
+    assert_eq!(
+        builds.last().unwrap()["archive"],
+        real[0]["build"]["archive"]
+    );
+    // Not rolled out yet: the store's current build stays the one the mesh runs.
+    let deployed = json(&std::fs::read_to_string(mesh.home().join("deployed/notes.json")).unwrap());
+    assert_eq!(record["current"], deployed["archive"]);
+    assert_ne!(deployed["archive"], real[0]["build"]["archive"]);
 }
 
 /// A controller that stops with a plan open resumes it: `plans resume` drives it on.
