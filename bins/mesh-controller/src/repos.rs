@@ -49,7 +49,7 @@ impl Home {
     /// A registered repository, or an error naming the ones there are.
     pub fn repo(&self, name: &str) -> Result<RepoRecord> {
         let path = self.repo_path(name);
-        if !path.is_file() {
+        if !mesh_model::module::is_valid_name(name) || !path.is_file() {
             let known: Vec<String> = self.repos()?.into_iter().map(|r| r.name).collect();
             bail!(
                 "no repository `{name}` is registered (registered: {}); add it with `repo add {name} PATH`",
