@@ -191,7 +191,12 @@ fn confirmed_path(home: &Home) -> PathBuf {
     home.root().join("bus").join("authorization.conf")
 }
 
-/// `declaration` with the bus's users as the file [`USERS_PATH`] (mode 0600, root's).
+/// The group the bus node's `nats-server` runs as (Debian's package: user and group `nats`),
+/// which must read the users file.
+pub const USERS_GROUP: &str = "nats";
+
+/// `declaration` with the bus's users as the file [`USERS_PATH`] (owner `root`, group
+/// [`USERS_GROUP`], mode 0640: it holds the passwords).
 pub fn with_users_file(declaration: Declaration, users: &str) -> Declaration {
     let mut resources = declaration.resources;
     resources.retain(|r| r.id != USERS_RESOURCE);
@@ -203,9 +208,9 @@ pub fn with_users_file(declaration: Declaration, users: &str) -> Declaration {
         spec: Spec::File(FileSpec {
             path: USERS_PATH.to_owned(),
             content: users.to_owned(),
-            mode: 0o600,
+            mode: 0o640,
             owner: "root".to_owned(),
-            group: "root".to_owned(),
+            group: USERS_GROUP.to_owned(),
         }),
     });
     Declaration::new(declaration.node, resources)
@@ -632,5 +637,99 @@ pub async fn consumer_reset(
         })),
         Err(error @ mesh_bus::NatsError::WorkQueue { .. }) => Ok(Err(error.to_string())),
         Err(error) => Err(error.into()),
+    }
+}
+
+/// The durable consumer through which `mesh-controller serve` hears merges on `MESH_EVENTS`.
+pub const MERGE_CONSUMER: &str = "controller";
+
+/// This machine's name, for the controller's discovery answer.
+fn machine_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "controller".to_owned())
+}
+
+/// `mesh-controller --bus URL serve`: the controller as a daemon on a fleet, until `shutdown`.
+///
+/// It makes the mesh's streams, answers discovery as [`discovery::CONTROLLER_SERVICE`] (rule
+/// 25), and hears merges announced on the bus through its durable consumer
+/// [`MERGE_CONSUMER`], made from now (rule 24): each merge, heard once however often it is
+/// announced (rule 18, issue 250), is planned as `merge NAME --commit C --plan-only` would;
+/// building and rolling out stay with `plans resume`. A merge that cannot be planned (an
+/// unknown repository, another branch than the one registered) is logged and acknowledged.
+///
+/// # Errors
+/// The bus cannot be reached at start, or the streams or consumer cannot be made.
+pub async fn serve(
+    ctx: &crate::plans::Ctx<'_>,
+    bus_args: &BusArgs,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<()> {
+    let mut shutdown = Box::pin(shutdown);
+    let bus = connect(ctx.home, bus_args).await?;
+    let js = bus.jetstream();
+    jetstream::ensure_streams(&js)
+        .await
+        .context("making the mesh's streams")?;
+    let _discovery = discovery::serve_discovery(
+        bus.client(),
+        &discovery::RuntimeAnnouncement {
+            service: discovery::CONTROLLER_SERVICE.to_owned(),
+            node: machine_name(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            modules: Vec::new(),
+        },
+    )
+    .await
+    .context("answering discovery")?;
+    let mut merges = jetstream::MergeListener::open(&js, MERGE_CONSUMER)
+        .await
+        .context("opening the merge consumer")?;
+    tracing::info!(url = %bus_args.url, "serving: hearing merges");
+    loop {
+        let heard = tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            heard = merges.next(Duration::from_secs(5)) => heard,
+        };
+        let heard = match heard {
+            Ok(Some(heard)) => heard,
+            Ok(None) => continue,
+            Err(error) => {
+                tracing::error!(%error, "the merge consumer failed; reading it again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let merge = &heard.merge;
+        let planned = match ctx.home.repo(&merge.repository) {
+            Ok(repo) if repo.branch != merge.branch => Err(anyhow!(
+                "repository `{}` is registered on branch `{}`, not `{}`",
+                merge.repository,
+                repo.branch,
+                merge.branch
+            )),
+            Ok(_) => crate::plans::merge(ctx, &merge.repository, Some(&merge.commit), true).await,
+            Err(error) => Err(error),
+        };
+        match planned {
+            Ok(outcome) => tracing::info!(
+                repository = %merge.repository,
+                commit = %merge.commit,
+                outcome = %serde_json::to_string(&outcome).unwrap_or_default(),
+                "merge heard"
+            ),
+            Err(error) => tracing::error!(
+                repository = %merge.repository,
+                commit = %merge.commit,
+                error = format!("{error:#}"),
+                "a merge heard could not be planned"
+            ),
+        }
+        if let Err(error) = heard.ack().await {
+            tracing::error!(%error, "a merge could not be acknowledged; it may be heard again");
+        }
     }
 }

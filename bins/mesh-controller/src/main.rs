@@ -193,6 +193,12 @@ pub enum Command {
     Settings(SettingsCommand),
     /// Runs init, plan, push and status in a temporary home, explaining each step.
     Demo,
+    /// Runs the controller as a daemon on a fleet (needs `--bus`): makes the mesh's streams,
+    /// answers discovery, and plans each merge announced on the bus, heard once however often
+    /// it is announced (as `merge NAME --commit C --plan-only`). SIGTERM or SIGINT stop it.
+    ///
+    /// Exit codes: 0 stopped by a signal; 1 error (the bus cannot be reached).
+    Serve,
     /// Asks the bus who is there (needs `--bus`): each runtime with its answer time, size and
     /// modules, the runtimes that said they are there and not what they serve, and the nodes
     /// no runtime answered for. Waits at least 750 ms, and up to 5 s for every runtime that
@@ -510,6 +516,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Demo => demo::run(),
+        Command::Serve => {
+            home.require()?;
+            let bus = need_bus()?;
+            runtime.block_on(async {
+                fleet::serve(&ctx, &bus, mesh_host::serve::shutdown_signal()).await
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Runtimes => {
             home.require()?;
             let found = runtime.block_on(fleet::runtimes(&home, &need_bus()?))?;

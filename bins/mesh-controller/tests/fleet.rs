@@ -121,7 +121,11 @@ impl Bed {
                 &root.join(format!("roots/{node}/etc/passwd")),
                 "root:x:0:0:root:/root:/bin/sh\n",
             );
-            write(&root.join(format!("roots/{node}/etc/group")), "root:x:0:\n");
+            // Debian's nats-server package makes the group `nats` its server runs as.
+            write(
+                &root.join(format!("roots/{node}/etc/group")),
+                "root:x:0:\nnats:x:101:\n",
+            );
         }
         let mut bed = Bed {
             server: Arc::new(Mutex::new(
@@ -532,4 +536,90 @@ fn consumer_reset_refuses_a_work_queue_and_resets_a_history_consumer() {
     );
     assert!(text.contains("1 pending before"), "{text}");
     assert!(text.contains(", 0 now"), "{text}");
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args([
+            "-c",
+            "user.name=Test",
+            "-c",
+            "user.email=test@example.internal",
+        ])
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn the_controller_daemon_answers_discovery_and_plans_a_merge_announced_twice_once() {
+    // Issues 246, 250; rules 18, 25.
+    let bed = Bed::new(&[]);
+    let repo = tempfile::tempdir().unwrap();
+    write(&repo.path().join("modules/base/module.toml"), BASE_MODULE);
+    write(&repo.path().join("modules/base/files/hello"), "hello\n");
+    git(repo.path(), &["init", "-q", "-b", "main"]);
+    git(repo.path(), &["add", "."]);
+    git(repo.path(), &["commit", "-qm", "base"]);
+    let commit = git(repo.path(), &["rev-parse", "HEAD"]);
+    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+
+    let mut serve = bed
+        .command(&["serve"])
+        .env("MESH_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let rt = runtime();
+    let bus = bed.controller_bus(&rt);
+    // The daemon is there once it answers discovery.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let found: serde_json::Value =
+            serde_json::from_str(&bed.expect(&["runtimes", "--output", "json"], 3)).unwrap();
+        if found["runtimes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["service"] == "mesh-controller")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the controller never answered: {found}"
+        );
+    }
+    rt.block_on(async {
+        let js = bus.jetstream();
+        for _ in 0..2 {
+            mesh_bus::jetstream::publish_merge(&js, "cat", "main", &commit)
+                .await
+                .unwrap();
+        }
+    });
+    let plans = || -> Vec<serde_json::Value> {
+        serde_json::from_str(&bed.expect(&["plans", "--output", "json"], 0)).unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while plans().is_empty() {
+        assert!(Instant::now() < deadline, "the merge was never planned");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let made = plans();
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(made[0]["commit"], commit.as_str());
+
+    let status = Command::new("kill")
+        .args(["-TERM", &serve.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(serve.wait().unwrap().code(), Some(0));
 }

@@ -340,7 +340,8 @@ impl Agent {
     /// waits behind it.
     async fn receive(&mut self, message: async_nats::jetstream::Message) -> Result<(), ServeError> {
         let pending = message.info().map(|info| info.pending).unwrap_or(0);
-        if pending == 0 {
+        // The same declaration again (a resend, a redelivery) is already on disk.
+        if pending == 0 && self.payload.as_deref() != Some(&message.payload[..]) {
             self.store(&message.payload)?;
         }
         if let Err(error) = message.ack().await {
