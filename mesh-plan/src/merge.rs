@@ -2,13 +2,14 @@
 //! where the changed paths are read from, how a node's report reads for one module's rollout,
 //! which modules a stopped module holds back, and where a plan stands when a drive ends.
 //!
-//! Start at [`module_report`] (the gate's view of a report for one module), then [`held_back`]
-//! and [`plan_end`].
+//! Start at [`module_report`] (the gate's view of a report for one module), then
+//! [`changes_bus_users`], [`held_back`] and [`plan_end`].
 //!
 //! # Invariants
 //! No IO, no clock: plans, reports and dependency graphs arrive as values.
 
 use crate::rollout::{NodeReport, Verdict};
+use mesh_model::module::ModuleDefinition;
 use mesh_model::plan::{Plan, PlanState, RolloutOutcome};
 use mesh_model::report::{MachineState, Report};
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,6 +24,17 @@ pub fn previous_commit(plans: &[Plan], repository: &str, branch: &str) -> Option
         .filter(|p| p.repository == repository && p.branch == branch)
         .max_by(|a, b| (a.made_at, &a.id).cmp(&(b.made_at, &b.id)))
         .map(|p| p.commit.clone())
+}
+
+/// Whether rolling out `new` changes the list of bus users — the grants (state buckets, event
+/// subjects) its nodes hold — against `old`, the definition the nodes run now (`None`: the
+/// module runs nowhere yet, and its grants are new when it has any). When it does, the node
+/// holding the bus is sent first (rule 13, ADR 0218 §1).
+pub fn changes_bus_users(old: Option<&ModuleDefinition>, new: &ModuleDefinition) -> bool {
+    match old {
+        Some(old) => old.grants != new.grants,
+        None => !new.grants.buckets.is_empty() || !new.grants.subjects.is_empty(),
+    }
 }
 
 /// A node's report as the gate of `module`'s rollout reads it.
@@ -220,6 +232,21 @@ mod tests {
         assert_eq!(plan_end(&open, &held), None, "c is left to do");
         let done = plan("plan-2", 1, "a | b", "a:done b:done");
         assert_eq!(plan_end(&done, &BTreeSet::new()), Some(PlanState::Done));
+    }
+
+    #[test]
+    fn the_bus_users_change_when_a_modules_grants_do() {
+        let definition = |grants: &str| -> ModuleDefinition {
+            toml::from_str(&format!("name = \"agent\"\n{grants}")).unwrap()
+        };
+        let none = definition("");
+        let bucket = definition("[grants]\nbuckets = [\"agent-state\"]\n");
+        assert!(!changes_bus_users(Some(&none), &none));
+        assert!(!changes_bus_users(None, &none));
+        assert!(changes_bus_users(None, &bucket));
+        assert!(changes_bus_users(Some(&none), &bucket));
+        assert!(changes_bus_users(Some(&bucket), &none));
+        assert!(!changes_bus_users(Some(&bucket), &bucket));
     }
 
     fn report(value: serde_json::Value) -> Report {

@@ -30,11 +30,12 @@ use mesh_bus::{subjects, Bus, InProcessBus, Subscription};
 use mesh_model::build::Build;
 use mesh_model::declaration::Declaration;
 use mesh_model::inventory::Inventory;
-use mesh_model::module::{load_catalogue, Catalogue, CatalogueSource};
+use mesh_model::module::{load_catalogue, Catalogue, CatalogueSource, ModuleDefinition};
 use mesh_model::plan::{ModuleRollout, Plan, PlanState, RolloutOutcome};
 use mesh_model::report::Report;
 use mesh_plan::rollout::{
-    step, Action, Event, NodeProgress, RolloutNode, RolloutSpec, RolloutState, Stage, Verdict,
+    step, Action, BusFirst, Event, NodeProgress, RolloutNode, RolloutSpec, RolloutState, Stage,
+    Verdict,
 };
 use mesh_store::store::ArchiveStore;
 use serde::{Deserialize, Serialize};
@@ -773,8 +774,10 @@ async fn rollout_catalogue(
     ctx: &Ctx<'_>,
     module: &str,
     build: &Build,
-) -> Result<(Catalogue, Inventory)> {
+) -> Result<(Catalogue, Inventory, Option<ModuleDefinition>)> {
     let mut source = builds::effective_source(ctx.home, ctx.store).await?;
+    let (running, _) = load_catalogue(&source);
+    let old = running.module(module).map(|m| m.definition.clone());
     let archive = ctx.store.fetch(&build.archive).await.with_context(|| {
         format!(
             "reading the build of `{module}` ({}) from {}",
@@ -791,7 +794,7 @@ async fn rollout_catalogue(
         .file
         .assignments
         .retain(|m, _| catalogue.module(m).is_some() || m == module);
-    Ok((catalogue, inventory))
+    Ok((catalogue, inventory, old))
 }
 
 /// Rolls one module out with the state machine, carrying out its actions until it is done or
@@ -808,7 +811,7 @@ async fn roll_out(
         .build
         .clone()
         .context("a module is built before it is rolled out")?;
-    let (catalogue, inventory) = rollout_catalogue(ctx, module, &build).await?;
+    let (catalogue, inventory, old_definition) = rollout_catalogue(ctx, module, &build).await?;
     let compose = |node: &str| -> Result<Declaration, String> {
         match catalogue.module(module) {
             None => Err(format!(
@@ -824,13 +827,17 @@ async fn roll_out(
             // Resumed: grants asked and not answered are answered; a node sent and not yet
             // heard is heard from its last report, else sent its declaration again (an apply
             // is idempotent; the controller may have stopped before the send left it).
-            for (node, progress) in state.nodes.iter() {
+            let bus_node = match (&state.bus_node, state.stage) {
+                (Some((node, progress)), Stage::BusNode) => Some((node, progress)),
+                (Some(_) | None, _) => None,
+            };
+            for (node, progress) in bus_node.into_iter().chain(state.nodes.iter()) {
                 match progress {
                     NodeProgress::Granting { .. } => events.push_back(Event::GrantsIssued {
                         nodes: vec![node.clone()],
                     }),
                     NodeProgress::Sent { .. } => {
-                        let expected = spec.nodes[node].declaration.clone();
+                        let expected = expected_declaration(&spec, node);
                         match home.report(node)? {
                             Some(report) if report.declaration == expected => {
                                 events.push_back(Event::Report(mesh_plan::merge::module_report(
@@ -839,9 +846,7 @@ async fn roll_out(
                             }
                             Some(_) | None => match compose(node) {
                                 Ok(declaration) => {
-                                    if let Some(entry) = spec.nodes.get_mut(node) {
-                                        entry.declaration = declaration.digest();
-                                    }
+                                    set_expected_declaration(&mut spec, node, &declaration);
                                     ctx.progress.line(&format!(
                                         "  `{module}`: sent `{node}` again (resumed) declaration {}",
                                         mesh_host::short(&declaration.digest())
@@ -891,9 +896,32 @@ async fn roll_out(
                     },
                 );
             }
+            // Grants before code: when the bus's users change, the node holding the bus goes
+            // first (in the embedded default there are no permissions to issue, and the order
+            // is kept all the same).
+            let bus_node = &inventory.file.bus_node;
+            let bus_first = if mesh_plan::merge::changes_bus_users(
+                old_definition.as_ref(),
+                definition,
+            ) && inventory
+                .file
+                .nodes
+                .get(bus_node)
+                .is_some_and(|n| n.running)
+            {
+                ctx.progress.line(&format!(
+                    "  `{module}`: its grants change the bus's users: `{bus_node}`, holding the bus, goes first"
+                ));
+                Some(BusFirst {
+                    node: bus_node.clone(),
+                    declaration: compose(bus_node).map(|d| d.digest()).unwrap_or_default(),
+                })
+            } else {
+                None
+            };
             events.push_back(Event::Start);
             (
-                RolloutSpec::new(definition, nodes, None),
+                RolloutSpec::new(definition, nodes, bus_first),
                 RolloutState::new(),
             )
         }
@@ -914,15 +942,23 @@ async fn roll_out(
                     Action::SendBusNode { node } | Action::Send { node, .. } => {
                         match compose(&node) {
                             Ok(declaration) => {
-                                if let Some(entry) = spec.nodes.get_mut(&node) {
-                                    entry.declaration = declaration.digest();
-                                }
-                                let first = state.first.as_deref() == Some(node.as_str())
-                                    && state.stage == Stage::FirstNode;
+                                set_expected_declaration(&mut spec, &node, &declaration);
+                                let which = match state.stage {
+                                    Stage::BusNode => " (holding the bus, first)",
+                                    Stage::FirstNode
+                                        if state.first.as_deref() == Some(node.as_str()) =>
+                                    {
+                                        " (first)"
+                                    }
+                                    Stage::NotStarted
+                                    | Stage::FirstNode
+                                    | Stage::Rest
+                                    | Stage::Done
+                                    | Stage::Stopped => "",
+                                };
                                 fleet.send(home, &declaration).await?;
                                 ctx.progress.line(&format!(
-                                    "  `{module}`: sent `{node}`{} declaration {}",
-                                    if first { " (first)" } else { "" },
+                                    "  `{module}`: sent `{node}`{which} declaration {}",
                                     mesh_host::short(&declaration.digest())
                                 ));
                             }
@@ -986,9 +1022,10 @@ async fn roll_out(
             Stage::NotStarted | Stage::BusNode | Stage::FirstNode | Stage::Rest => {}
         }
         if let Some(report) = fleet.next_report(home, Duration::from_secs(1)).await? {
-            if let Some(node) = spec.nodes.get(&report.node) {
+            let expected = expected_declaration(&spec, &report.node);
+            if !expected.is_empty() {
                 let judged = mesh_plan::merge::module_report(&report, module);
-                if judged.verdict == Verdict::Pending && judged.declaration == node.declaration {
+                if judged.verdict == Verdict::Pending && judged.declaration == expected {
                     ctx.progress.line(&format!(
                         "  `{module}`: `{}` reported it {}, not yet applied: waiting for its next report, up to {} s from its send",
                         report.node,
@@ -1014,6 +1051,28 @@ async fn roll_out(
         }
     }
     Ok(())
+}
+
+/// The digest a node's report must name: its own declaration, or the bus node's when it goes
+/// first without running the module (empty: the rollout does not wait on the node).
+fn expected_declaration(spec: &RolloutSpec, node: &str) -> String {
+    match (spec.nodes.get(node), &spec.bus_first) {
+        (Some(entry), _) => entry.declaration.clone(),
+        (None, Some(bus)) if bus.node == node => bus.declaration.clone(),
+        (None, Some(_) | None) => String::new(),
+    }
+}
+
+/// Records the declaration a node is sent as the one its report must name.
+fn set_expected_declaration(spec: &mut RolloutSpec, node: &str, declaration: &Declaration) {
+    if let Some(entry) = spec.nodes.get_mut(node) {
+        entry.declaration = declaration.digest();
+    }
+    if let Some(bus) = spec.bus_first.as_mut() {
+        if bus.node == node {
+            bus.declaration = declaration.digest();
+        }
+    }
 }
 
 fn save_rollout(record: &mut PlanRecord, module: &str, spec: &RolloutSpec, state: &RolloutState) {

@@ -816,3 +816,36 @@ fn a_repository_may_keep_its_modules_in_another_directory() {
     assert_eq!(modules_of(&plan(&mesh, "plan-2")), ["notes"]);
     assert_eq!(read(&mesh, "control", "etc/notes.txt"), "still elsewhere\n");
 }
+
+/// Rule 13, ADR 0218 §1, seed issue 249: a module whose grants change the bus's users is sent
+/// to the node holding the bus first — before its own first node — and the rest wait for it.
+#[test]
+fn the_bus_node_goes_first_when_a_modules_grants_change_the_bus_users() {
+    let (mesh, repo, _) = setup();
+    mesh.expect(&["merge", "cat"], 0);
+    repo.write(&[(
+        "modules/tools/module.toml",
+        "name = \"tools\"\ndepends = [\"site\"]\n\n[grants]\nbuckets = [\"tools-state\"]\n\n[files.tool]\nsource = \"files/tool.sh\"\npath = \"/usr/local/bin/tool\"\nmode = \"0755\"\n",
+    )]);
+    repo.commit("tools: a state bucket");
+    let out = mesh.expect(&["merge", "cat"], 0);
+    let order: Vec<&str> = out.lines().filter(|l| l.starts_with("  `tools`")).collect();
+    assert_eq!(order.len(), 6, "{out}");
+    assert!(
+        order[0].contains("its grants change the bus's users: `control`"),
+        "{out}"
+    );
+    assert!(order[1].contains("grants for control"), "{out}");
+    assert!(
+        order[2].contains("sent `control` (holding the bus, first)"),
+        "{out}"
+    );
+    assert!(order[3].contains("grants for home"), "{out}");
+    assert!(order[4].contains("sent `home` (first)"), "{out}");
+    assert!(order[5].contains("done on 1 node(s)"), "{out}");
+    // A change that leaves the grants alone does not send the bus node.
+    repo.write(&[("modules/tools/files/tool.sh", "#!/bin/sh\necho two\n")]);
+    repo.commit("tools: two");
+    let out = mesh.expect(&["merge", "cat"], 0);
+    assert!(!out.contains("holding the bus"), "{out}");
+}
