@@ -67,6 +67,9 @@ pub struct PlanRecord {
     pub folded: BTreeMap<String, String>,
     /// Per module, the work done for it.
     pub work: BTreeMap<String, ModuleWork>,
+    /// Modules held back because a module they are built from stopped (and those that stopped).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub held: BTreeSet<String>,
 }
 
 /// The work behind one module of a plan.
@@ -383,6 +386,7 @@ fn make_plan(
         changed_paths,
         shared_paths,
         folded,
+        held: BTreeSet::new(),
     };
     for older in &supersession.superseded {
         let mut older_record = plans
@@ -682,6 +686,7 @@ pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> R
 /// ([`mesh_plan::merge::plan_end`]); otherwise it stays open, rolling out once everything not
 /// held back is built.
 fn end_drive(record: &mut PlanRecord, home: &Home, held: &BTreeSet<String>) -> Result<()> {
+    record.held = held.clone();
     match mesh_plan::merge::plan_end(&record.plan, held) {
         Some(state) => record.plan.state = state,
         None => {

@@ -378,6 +378,10 @@ fn module_line(record: &PlanRecord, module: &str) -> String {
         )),
         None => parts.push("not built".to_owned()),
     }
+    let stopped_itself = rollout.is_some_and(|r| r.outcome.is_some());
+    if record.held.contains(module) && !stopped_itself {
+        parts.push("held back: it is built from a module that stopped".to_owned());
+    }
     if work.is_some_and(|w| w.not_redeployed) {
         parts.push("byte-identical to its deployed build: not redeployed".to_owned());
     }

@@ -188,7 +188,7 @@ pub fn waits_on(record: &PlanRecord) -> (String, u64) {
     for (index, tier) in plan.tiers.iter().enumerate() {
         for module in tier {
             let rollout = plan.rollouts.get(module);
-            if rollout.is_some_and(|r| r.outcome.is_some()) {
+            if rollout.is_some_and(|r| r.outcome.is_some()) || record.held.contains(module) {
                 continue;
             }
             let work = record.work.get(module);
@@ -333,6 +333,7 @@ mod tests {
             shared_paths: Vec::new(),
             folded: BTreeMap::new(),
             work,
+            held: Default::default(),
         }
     }
 

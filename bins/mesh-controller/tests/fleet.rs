@@ -190,6 +190,11 @@ impl Bed {
     }
 
     fn start_host(&mut self, node: &str) {
+        self.start_host_with(node, &[]);
+    }
+
+    /// Starts `node`'s host with `serve`'s extra flags.
+    fn start_host_with(&mut self, node: &str, serve: &[&str]) {
         let child = Command::new(host_binary())
             .arg("--node")
             .arg(node)
@@ -202,6 +207,7 @@ impl Bed {
             .arg("--state-dir")
             .arg(self.state_dir(node))
             .args(["serve", "--heartbeat", "1"])
+            .args(serve)
             .env("MESH_LOG", "error")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -362,6 +368,11 @@ fn hosts_ride_out_a_bus_restart_and_the_next_push_converges() {
             "hello again\n"
         );
     }
+    // Their discovery answers came back with the connection.
+    let text = bed.expect(&["runtimes"], 0);
+    for node in ["bus", "a", "b"] {
+        assert!(text.contains(&format!("mesh-host on {node}:")), "{text}");
+    }
 }
 
 #[test]
@@ -387,6 +398,67 @@ fn a_host_that_never_reports_is_named_while_the_others_converge() {
     }
     let text = bed.expect(&["runtimes"], 0);
     assert!(text.contains("mesh-host on c"), "{text}");
+}
+
+#[test]
+fn a_failed_resource_is_applied_again_when_its_backoff_elapses_and_heartbeats_repeat_it() {
+    let mut bed = Bed::new(&["a"]);
+    let home = bed.home.path().to_owned();
+    write(
+        &home.join("catalogue/modules/owned/module.toml"),
+        "name = \"owned\"\n\n[files.note]\nsource = \"files/note\"\npath = \"/etc/note\"\nowner = \"alice\"\n",
+    );
+    write(
+        &home.join("catalogue/modules/owned/files/note"),
+        "for alice\n",
+    );
+    let inventory = std::fs::read_to_string(home.join("inventory.toml")).unwrap();
+    write(
+        &home.join("inventory.toml"),
+        &format!("{inventory}owned = [\"a\"]\n"),
+    );
+    bed.start_host("bus");
+    bed.start_host_with("a", &["--first-retry", "1"]);
+    // `alice` is not an account on `a` yet: the file fails, and waits its backoff.
+    let results = bed.push_all(20, 3);
+    assert_eq!(
+        results["a"]["report"]["machine"], "partial",
+        "{}",
+        results["a"]
+    );
+    let digest = results["a"]["declaration"].as_str().unwrap().to_owned();
+
+    let rt = runtime();
+    let bus = bed.controller_bus(&rt);
+    let mut reports = rt.block_on(bus.subscribe("mesh.report.a")).unwrap();
+    write(
+        &bed.root("a").join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\nalice:x:1000:0:Alice:/home/alice:/bin/sh\n",
+    );
+    // Nothing is sent again: the host tries the file again on its own when the backoff elapses,
+    // and its heartbeats then repeat the converged report.
+    let converged_reports = rt.block_on(async {
+        let mut converged = 0;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        while converged < 3 {
+            let message = tokio::time::timeout_at(deadline, reports.next())
+                .await
+                .expect("a converged report and its heartbeats within 15 s")
+                .unwrap();
+            let report = mesh_model::report::Report::from_json(&message.payload).unwrap();
+            if report.declaration == digest
+                && report.machine == mesh_model::report::MachineState::Converged
+            {
+                converged += 1;
+            }
+        }
+        converged
+    });
+    assert_eq!(converged_reports, 3);
+    assert_eq!(
+        std::fs::read_to_string(bed.root("a").join("etc/note")).unwrap(),
+        "for alice\n"
+    );
 }
 
 #[test]

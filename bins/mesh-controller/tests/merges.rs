@@ -666,6 +666,12 @@ fn a_stopped_module_holds_back_its_dependents_and_the_others_go_on() {
     );
     assert_eq!(plan["plan"]["state"]["state"], "stopped");
     assert_eq!(plan["plan"]["state"]["node"], "control");
+    assert_eq!(plan["held"], serde_json::json!(["site", "tools"]));
+    let shown = mesh.expect(&["plans", "show", "plan-2"], 0);
+    assert!(
+        shown.contains("tools: not built; held back: it is built from a module that stopped"),
+        "{shown}"
+    );
 }
 
 /// A stopped rollout stays in `status` until a later plan finishes the module or a person
