@@ -246,20 +246,7 @@ pub async fn merge(
             plan: existing.plan.clone(),
         });
     }
-    let mut record = make_plan(ctx, &repo, &commit, &plans)?;
-    let superseded: Vec<String> = record.folded.values().cloned().collect();
-    let mut superseded: Vec<String> = superseded
-        .into_iter()
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    for older in &plans {
-        if let PlanState::Superseded { by } = &older.plan.state {
-            if *by == record.plan.id && !superseded.contains(&older.plan.id) {
-                superseded.push(older.plan.id.clone());
-            }
-        }
-    }
+    let (mut record, superseded) = make_plan(ctx, &repo, &commit, &plans)?;
     repo.last_planned = Some(commit.clone());
     home.write_repo(&repo)?;
     if !plan_only {
@@ -279,13 +266,13 @@ pub async fn merge(
 }
 
 /// Makes and saves the plan for `commit`, superseding older open plans of the same repository
-/// and branch (saved too).
+/// and branch (saved too); returns it with the ids of the plans it superseded.
 fn make_plan(
     ctx: &Ctx<'_>,
     repo: &RepoRecord,
     commit: &str,
     plans: &[PlanRecord],
-) -> Result<PlanRecord> {
+) -> Result<(PlanRecord, Vec<String>)> {
     let home = ctx.home;
     let source = repos::catalogue_at(&repo.path, commit, &repo.modules_dir)
         .with_context(|| format!("reading `{}` at {}", repo.name, short_commit(commit)))?;
@@ -424,7 +411,12 @@ fn make_plan(
         ctx.progress
             .line(&format!("  tier {index}: {}", tier.join(", ")));
     }
-    Ok(record)
+    let superseded = supersession
+        .superseded
+        .iter()
+        .map(|older| older.id.clone())
+        .collect();
+    Ok((record, superseded))
 }
 
 fn list_or_none(modules: &[String]) -> String {

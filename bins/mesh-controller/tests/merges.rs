@@ -377,11 +377,18 @@ fn a_newer_merge_supersedes_an_open_plan_and_folds_in_its_unbuilt_modules() {
 
     repo.write(&[("modules/tools/files/tool.sh", "#!/bin/sh\necho two\n")]);
     repo.commit("tools: two");
-    let out = mesh.expect(&["merge", "cat"], 0);
+    let run = mesh.run(&["merge", "cat", "--output", "json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    // Progress goes to standard error when standard output carries JSON.
     assert!(
-        out.contains("plan-2: superseded by plan-3 (it had not built: notes"),
-        "{out}"
+        run.stderr
+            .contains("plan-2: superseded by plan-3 (it had not built: notes"),
+        "{}",
+        run.stderr
     );
+    let outcome = json(&run.stdout);
+    assert_eq!(outcome["result"], "planned");
+    assert_eq!(outcome["superseded"], serde_json::json!(["plan-2"]));
     let older = plan(&mesh, "plan-2");
     assert_eq!(
         older["plan"]["state"],
