@@ -15,14 +15,15 @@ use mesh_model::report::{MachineState, Report};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The commit a new merge's changed paths are read from: the commit of the newest plan made for
-/// the repository and branch (`plans` in the order they were made), whatever state it is in — a
-/// plan made is a change decided. `None`: the repository's first merge, which plans every
-/// module.
+/// the repository and branch, whatever state it is in — a plan made is a change decided.
+/// `plans` are in the order they were made (the last is the newest; `made_at` has a resolution
+/// of a second, so it cannot order plans made within one). `None`: the repository's first
+/// merge, which plans every module.
 pub fn previous_commit(plans: &[Plan], repository: &str, branch: &str) -> Option<String> {
     plans
         .iter()
-        .filter(|p| p.repository == repository && p.branch == branch)
-        .max_by(|a, b| (a.made_at, &a.id).cmp(&(b.made_at, &b.id)))
+        .rev()
+        .find(|p| p.repository == repository && p.branch == branch)
         .map(|p| p.commit.clone())
 }
 
@@ -194,6 +195,12 @@ mod tests {
             note: "later".into(),
         };
         let plans = [plan("plan-1", 100, "a", ""), closed, other];
+        // Made within the same second: the order given decides.
+        let same_second = [plan("plan-9", 100, "a", ""), plan("plan-10", 100, "a", "")];
+        assert_eq!(
+            previous_commit(&same_second, "cat", "main").as_deref(),
+            Some("commit-of-plan-10")
+        );
         assert_eq!(
             previous_commit(&plans, "cat", "main").as_deref(),
             Some("commit-of-plan-2")
