@@ -72,6 +72,10 @@ enum Command {
         /// Seconds between heartbeat reports.
         #[arg(long, default_value_t = 30)]
         heartbeat: u64,
+        /// Seconds a failed resource waits before it is tried again (doubling after each
+        /// further failure, up to an hour).
+        #[arg(long, value_name = "SECS", default_value_t = 30)]
+        first_retry: u64,
     },
     /// Maintenance windows: run a step (a backup, a migration) with containers held still, and
     /// list the open windows. Every apply on this machine leaves held containers alone and
@@ -109,7 +113,10 @@ fn run() -> Result<ExitCode> {
                 mesh_host::now(),
             )
         }
-        Command::Serve { heartbeat } => serve(
+        Command::Serve {
+            heartbeat,
+            first_retry,
+        } => serve(
             cli.node,
             cli.bus,
             cli.password_file,
@@ -117,7 +124,10 @@ fn run() -> Result<ExitCode> {
                 root: cli.root,
                 state_dir: cli.state_dir,
                 containers: cli.containers.choice(),
-                ..HostConfig::default()
+                retry: mesh_apply::RetryPolicy {
+                    initial_backoff_secs: first_retry.max(1),
+                    ..mesh_apply::RetryPolicy::default()
+                },
             },
             heartbeat,
         ),

@@ -254,6 +254,28 @@ async fn read_declarations(
     }
 }
 
+/// When the first failed resource of `report` is due to be tried again: a waiting one at its
+/// `retry_at`, a failed or stuck one when its backoff after this apply elapses — never sooner
+/// than a second after the apply, so a resource due now is not tried in a loop.
+pub fn next_retry(report: &Report, retry: &mesh_apply::RetryPolicy) -> Option<u64> {
+    report
+        .resources
+        .values()
+        .filter_map(|outcome| match outcome {
+            Outcome::Waiting { retry_at, .. } => Some(*retry_at),
+            Outcome::Failed { attempts, .. } | Outcome::Stuck { attempts, .. } => {
+                Some(report.finished_at + retry.backoff_secs(*attempts))
+            }
+            Outcome::Applied { .. }
+            | Outcome::Unchanged
+            | Outcome::HeldStill { .. }
+            | Outcome::Skipped { .. }
+            | Outcome::Removed { .. } => None,
+        })
+        .min()
+        .map(|at| at.max(report.finished_at + 1))
+}
+
 struct Agent {
     bus: NatsBus,
     config: Arc<ServeConfig>,
@@ -366,14 +388,7 @@ impl Agent {
         })
         .await
         .expect("an apply does not panic");
-        self.retry_at = report
-            .resources
-            .values()
-            .filter_map(|outcome| match outcome {
-                Outcome::Waiting { retry_at, .. } => Some(*retry_at),
-                _ => None,
-            })
-            .min();
+        self.retry_at = next_retry(&report, &self.config.host.retry);
         let modules: BTreeSet<String> = Declaration::from_json(&payload)
             .map(|d| d.resources.iter().map(|r| r.module.clone()).collect())
             .unwrap_or_default();
@@ -421,5 +436,67 @@ impl Agent {
             }
         }
         self.modules = Some(modules);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(resources: Vec<(&str, Outcome)>) -> Report {
+        Report {
+            format: REPORT_FORMAT,
+            node: "a".into(),
+            declaration: "sha256:x".into(),
+            machine: MachineState::Partial,
+            resources: resources
+                .into_iter()
+                .map(|(id, o)| (id.to_owned(), o))
+                .collect(),
+            undeclared: BTreeMap::new(),
+            findings: Vec::new(),
+            windows: Vec::new(),
+            resumed_from_mid_change: false,
+            started_at: 1000,
+            finished_at: 1000,
+        }
+    }
+
+    #[test]
+    fn a_first_failure_is_tried_again_after_its_backoff_not_only_a_waiting_one() {
+        let retry = mesh_apply::RetryPolicy::default(); // 30 s, doubling
+        let failed = |attempts| Outcome::Failed {
+            reason: "no".into(),
+            attempts,
+            since: 900,
+        };
+        assert_eq!(
+            next_retry(&report(vec![("x", failed(1))]), &retry),
+            Some(1030)
+        );
+        assert_eq!(
+            next_retry(&report(vec![("x", failed(2))]), &retry),
+            Some(1060)
+        );
+        let waiting = Outcome::Waiting {
+            last_reason: "no".into(),
+            attempts: 3,
+            retry_at: 1010,
+        };
+        assert_eq!(
+            next_retry(&report(vec![("x", failed(1)), ("y", waiting)]), &retry),
+            Some(1010)
+        );
+        assert_eq!(
+            next_retry(&report(vec![("x", Outcome::Unchanged)]), &retry),
+            None
+        );
+        // Due already: not sooner than a second after the apply.
+        let due = Outcome::Waiting {
+            last_reason: "no".into(),
+            attempts: 3,
+            retry_at: 990,
+        };
+        assert_eq!(next_retry(&report(vec![("x", due)]), &retry), Some(1001));
     }
 }
