@@ -4,7 +4,7 @@ use crate::plans::{MergeOutcome, NamedBuild, PlanRecord};
 use crate::push::{NodeResult, NodeStatus, PushResult};
 use crate::status::Overview;
 use mesh_host::format_time;
-use mesh_host::{machine_word, outcome_detail, short};
+use mesh_host::{finding_line, machine_word, outcome_line, short};
 use mesh_model::declaration::{Declaration, Spec};
 use mesh_model::plan::{Plan, PlanState, RolloutOutcome};
 use mesh_plan::plans::{state_word, Waiting};
@@ -95,16 +95,11 @@ pub fn push(results: &[PushResult]) -> String {
                     if !outcome.took()
                         || matches!(outcome, mesh_model::report::Outcome::Removed { .. })
                     {
-                        let _ = writeln!(
-                            out,
-                            "  {:<10} {id}{}",
-                            outcome.word(),
-                            outcome_detail(outcome)
-                        );
+                        out.push_str(&outcome_line(id, outcome));
                     }
                 }
                 for finding in &report.findings {
-                    let _ = writeln!(out, "  note: {}: {}", finding.resource, finding.message);
+                    out.push_str(&finding_line(finding));
                 }
             }
             NodeResult::Held { moves } => {
@@ -188,12 +183,7 @@ pub fn nodes(nodes: &[NodeStatus]) -> String {
                 );
                 for (id, outcome) in &report.resources {
                     if !outcome.took() {
-                        let _ = writeln!(
-                            out,
-                            "  {:<10} {id}{}",
-                            outcome.word(),
-                            outcome_detail(outcome)
-                        );
+                        out.push_str(&outcome_line(id, outcome));
                     }
                 }
             }

@@ -129,15 +129,10 @@ pub fn render_report(report: &Report) -> String {
         short(&report.declaration)
     );
     for (id, outcome) in report.resources.iter().chain(&report.undeclared) {
-        let _ = writeln!(
-            out,
-            "  {:<10} {id}{}",
-            outcome.word(),
-            outcome_detail(outcome)
-        );
+        out.push_str(&outcome_line(id, outcome));
     }
     for finding in &report.findings {
-        let _ = writeln!(out, "  note: {}: {}", finding.resource, finding.message);
+        out.push_str(&finding_line(finding));
     }
     for window in &report.windows {
         let _ = writeln!(
@@ -149,6 +144,16 @@ pub fn render_report(report: &Report) -> String {
         );
     }
     out
+}
+
+/// One resource's line in a report as a person reads it: `  <word> <id><detail>`.
+pub fn outcome_line(id: &str, outcome: &Outcome) -> String {
+    format!("  {:<10} {id}{}\n", outcome.word(), outcome_detail(outcome))
+}
+
+/// A finding's line in a report as a person reads it.
+pub fn finding_line(finding: &Finding) -> String {
+    format!("  note: {}: {}\n", finding.resource, finding.message)
 }
 
 /// The word for a machine state.

@@ -6,8 +6,37 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A mesh home made with `init --example` in a temporary directory.
+///
+/// The example's `home` node runs a container under podman, and podman is shared by every test:
+/// a `Mesh` holds a lock for its life so that two homes never both run `mesh-media-media`, and
+/// removes the containers its hosts made when it is dropped.
 pub struct Mesh {
     dir: tempfile::TempDir,
+    _podman: std::sync::MutexGuard<'static, ()>,
+}
+
+static PODMAN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+impl Drop for Mesh {
+    fn drop(&mut self) {
+        let Ok(roots) = std::fs::read_dir(self.home().join("roots")) else {
+            return;
+        };
+        for root in roots.flatten() {
+            let label = format!("label=io.mesh.host={}", root.path().display());
+            let Ok(out) = Command::new("podman")
+                .args(["ps", "--all", "--quiet", "--filter", &label])
+                .output()
+            else {
+                return;
+            };
+            for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                let _ = Command::new("podman")
+                    .args(["rm", "--force", "--time", "0", id])
+                    .output();
+            }
+        }
+    }
 }
 
 /// What a command printed and how it ended.
@@ -24,6 +53,7 @@ impl Mesh {
     /// A new home from the book's example.
     pub fn example() -> Mesh {
         let mesh = Mesh {
+            _podman: PODMAN.lock().unwrap_or_else(|poisoned| poisoned.into_inner()),
             dir: tempfile::tempdir().expect("a temporary directory"),
         };
         let run = mesh.run(&["init", "--example"]);
