@@ -92,9 +92,8 @@ pub fn push(results: &[PushResult]) -> String {
                     tally(report)
                 );
                 for (id, outcome) in report.resources.iter().chain(&report.undeclared) {
-                    if !outcome.took()
-                        || matches!(outcome, mesh_model::report::Outcome::Removed { .. })
-                    {
+                    // What changed and what did not take; `unchanged` is the count above.
+                    if *outcome != mesh_model::report::Outcome::Unchanged {
                         out.push_str(&outcome_line(id, outcome));
                     }
                 }
