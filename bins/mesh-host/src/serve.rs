@@ -3,10 +3,10 @@
 //!
 //! Start at [`serve`]. It connects to the bus as the node's own user, reads the node's
 //! declarations through its **JetStream consumer** (`host-<node>` on `MESH_DECLARATIONS`, made
-//! from now by the controller when it issues the node's grants), applies each on a blocking
-//! thread, and publishes a report on every apply and on a heartbeat. It re-applies the last
-//! declaration when a failed resource's backoff elapses, answers discovery with its node and
-//! modules, and keeps going across a bus restart.
+//! from now by the controller when it issues the node's grants), applies each (on a blocking
+//! thread unless it is small, see [`applies_in_place`]), and publishes a report on every apply
+//! and on a heartbeat. It re-applies the last declaration when a failed resource's backoff
+//! elapses, answers discovery with its node and modules, and keeps going across a bus restart.
 //!
 //! # Why a consumer and not a plain subscription
 //! A host started after its declaration was published must still get it. The consumer holds
@@ -44,7 +44,6 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
 
 /// The default time between two heartbeat reports.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(30);
@@ -149,12 +148,13 @@ pub async fn serve(
     if let Some(payload) = agent.stored()? {
         agent.resume(payload).await;
     }
-    let (sender, mut declarations) = mpsc::channel(16);
-    let reader = tokio::spawn(read_declarations(
-        bus.clone(),
-        agent.config.node.clone(),
-        sender,
-    ));
+    let mut declarations = DeclarationReader {
+        js: bus.jetstream(),
+        node: agent.config.node.clone(),
+        messages: None,
+        reopen_at: None,
+        last_failure: String::new(),
+    };
     let mut heartbeat = tokio::time::interval(agent.config.heartbeat);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     heartbeat.tick().await; // the first tick is now
@@ -165,8 +165,7 @@ pub async fn serve(
         });
         tokio::select! {
             _ = &mut shutdown => break Ok(()),
-            message = declarations.recv() => {
-                let Some(message) = message else { break Ok(()) };
+            message = declarations.next() => {
                 if let Err(error) = agent.receive(message).await {
                     break Err(error);
                 }
@@ -180,7 +179,6 @@ pub async fn serve(
             }
         }
     };
-    reader.abort();
     if let Some(discovery) = agent.discovery.take() {
         discovery.stop();
     }
@@ -195,63 +193,99 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
     }
 }
 
-/// Reads the node's declaration consumer for ever, handing each message to the agent; the
-/// consumer (and its message stream) is opened again after any failure — a bus restart, a
-/// consumer not made yet.
-async fn read_declarations(
-    bus: NatsBus,
+/// The node's declaration consumer, read in the daemon's own loop (no task or channel between
+/// the bus and the apply); it is opened again after any failure — a bus restart, a consumer not
+/// made yet — at most once every [`RETRY_DELAY`].
+struct DeclarationReader {
+    js: async_nats::jetstream::Context,
     node: String,
-    sender: mpsc::Sender<async_nats::jetstream::Message>,
-) {
-    let js = bus.jetstream();
-    let name = declaration_consumer(&node);
-    // The same failure every second is said once, not every second.
-    let mut last_failure = String::new();
-    loop {
-        let consumer: PullConsumer = match js
+    messages: Option<async_nats::jetstream::consumer::pull::Stream>,
+    /// When to try opening the consumer again after a failure.
+    reopen_at: Option<tokio::time::Instant>,
+    /// The last failure said (the same failure every second is said once).
+    last_failure: String,
+}
+
+impl DeclarationReader {
+    /// The next declaration message. Cancel-safe: dropped while waiting, nothing is lost (the
+    /// message stream buffers; an open under way is started again; a retry keeps its time).
+    async fn next(&mut self) -> async_nats::jetstream::Message {
+        loop {
+            let Some(messages) = self.messages.as_mut() else {
+                if let Some(at) = self.reopen_at {
+                    tokio::time::sleep_until(at).await;
+                }
+                self.open().await;
+                continue;
+            };
+            match messages.next().await {
+                Some(Ok(message)) => return message,
+                Some(Err(error)) => self.failed(format!(
+                    "the declaration consumer failed, opening it again: {error}"
+                )),
+                None => self.failed("the declaration consumer ended; opening it again".into()),
+            }
+        }
+    }
+
+    async fn open(&mut self) {
+        let name = declaration_consumer(&self.node);
+        let consumer: PullConsumer = match self
+            .js
             .get_consumer_from_stream(&name, DECLARATIONS_STREAM)
             .await
         {
             Ok(consumer) => consumer,
             Err(error) => {
-                if error.to_string() != last_failure {
-                    tracing::warn!(%node, consumer = %name, %error,
-                        "cannot open the declaration consumer (the controller makes it on its first send); trying every second");
-                    last_failure = error.to_string();
-                }
-                tokio::time::sleep(RETRY_DELAY).await;
-                continue;
+                return self.failed(format!(
+                    "cannot open the declaration consumer `{name}` (the controller makes it \
+                     on its first send); trying every second: {error}"
+                ))
             }
         };
-        last_failure.clear();
-        let mut messages = match consumer.messages().await {
-            Ok(messages) => messages,
-            Err(error) => {
-                tracing::warn!(%node, %error, "cannot read the declaration consumer; trying again");
-                tokio::time::sleep(RETRY_DELAY).await;
-                continue;
+        match consumer.messages().await {
+            Ok(messages) => {
+                tracing::info!(node = %self.node, consumer = %name, "reading declarations");
+                self.messages = Some(messages);
+                self.reopen_at = None;
+                self.last_failure.clear();
             }
-        };
-        tracing::info!(%node, consumer = %name, "reading declarations");
-        loop {
-            match messages.next().await {
-                Some(Ok(message)) => {
-                    if sender.send(message).await.is_err() {
-                        return; // the agent stopped
-                    }
-                }
-                Some(Err(error)) => {
-                    tracing::warn!(%node, %error, "the declaration consumer failed; opening it again");
-                    break;
-                }
-                None => {
-                    tracing::warn!(%node, "the declaration consumer ended; opening it again");
-                    break;
-                }
-            }
+            Err(error) => self.failed(format!(
+                "cannot read the declaration consumer `{name}`; trying every second: {error}"
+            )),
         }
-        tokio::time::sleep(RETRY_DELAY).await;
     }
+
+    fn failed(&mut self, failure: String) {
+        if failure != self.last_failure {
+            tracing::warn!(node = %self.node, "{failure}");
+            self.last_failure = failure;
+        }
+        self.messages = None;
+        self.reopen_at = Some(tokio::time::Instant::now() + RETRY_DELAY);
+    }
+}
+
+/// The most resources a declaration applied in place may have (see [`applies_in_place`]).
+pub const IN_PLACE_RESOURCES: usize = 32;
+
+/// Whether a declaration is applied on the daemon's own thread rather than handed to a
+/// blocking thread: only a small one of files and directories, whose apply (a few file reads
+/// when nothing changed) costs less than the hand-off. Memberships (shadow-utils) and
+/// containers (podman) run processes, and a large declaration takes long: those go to a
+/// blocking thread, so discovery and heartbeats are answered meanwhile.
+pub fn applies_in_place(payload: &[u8]) -> bool {
+    payload.len() <= 64 * 1024
+        && Declaration::from_json(payload).is_ok_and(|declaration| {
+            declaration.resources.len() <= IN_PLACE_RESOURCES
+                && declaration.resources.iter().all(|resource| {
+                    matches!(
+                        resource.spec,
+                        mesh_model::declaration::Spec::File(_)
+                            | mesh_model::declaration::Spec::Directory(_)
+                    )
+                })
+        })
 }
 
 /// When the first failed resource of `report` is due to be tried again: a waiting one at its
@@ -382,12 +416,16 @@ impl Agent {
     /// the next retry.
     async fn apply(&mut self, payload: Vec<u8>) {
         let config = Arc::clone(&self.config);
-        let bytes = payload.clone();
-        let report = tokio::task::spawn_blocking(move || {
-            handle_declaration(&config.host, &config.node, &bytes, now())
-        })
-        .await
-        .expect("an apply does not panic");
+        let report = if applies_in_place(&payload) {
+            handle_declaration(&config.host, &config.node, &payload, now())
+        } else {
+            let bytes = payload.clone();
+            tokio::task::spawn_blocking(move || {
+                handle_declaration(&config.host, &config.node, &bytes, now())
+            })
+            .await
+            .expect("an apply does not panic")
+        };
         self.retry_at = next_retry(&report, &self.config.host.retry);
         let modules: BTreeSet<String> = Declaration::from_json(&payload)
             .map(|d| d.resources.iter().map(|r| r.module.clone()).collect())
@@ -460,6 +498,48 @@ mod tests {
             started_at: 1000,
             finished_at: 1000,
         }
+    }
+
+    #[test]
+    fn only_a_small_declaration_of_files_and_directories_is_applied_in_place() {
+        use mesh_model::declaration::{MembershipSpec, Resource, Spec};
+        let file = |i: usize| Resource {
+            id: format!("m/file/f{i:03}"),
+            module: "m".into(),
+            together: None,
+            after: Vec::new(),
+            spec: Spec::File(mesh_model::declaration::FileSpec {
+                path: format!("/etc/f{i:03}"),
+                content: "x\n".into(),
+                mode: 0o644,
+                owner: "root".into(),
+                group: "root".into(),
+            }),
+        };
+        let small: Vec<Resource> = (0..IN_PLACE_RESOURCES).map(file).collect();
+        assert!(applies_in_place(
+            &Declaration::new("a", small.clone()).canonical_json()
+        ));
+        let large: Vec<Resource> = (0..=IN_PLACE_RESOURCES).map(file).collect();
+        assert!(!applies_in_place(
+            &Declaration::new("a", large).canonical_json()
+        ));
+        let mut with_membership = small;
+        with_membership.truncate(1);
+        with_membership.push(Resource {
+            id: "m/membership/video".into(),
+            module: "m".into(),
+            together: None,
+            after: Vec::new(),
+            spec: Spec::Membership(MembershipSpec {
+                account: "alice".into(),
+                group: "video".into(),
+            }),
+        });
+        assert!(!applies_in_place(
+            &Declaration::new("a", with_membership).canonical_json()
+        ));
+        assert!(!applies_in_place(b"not a declaration"));
     }
 
     #[test]
