@@ -346,6 +346,23 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
     assert_eq!(modules_of("a"), serde_json::json!(["agent", "base"]));
     assert_eq!(modules_of("b"), serde_json::json!(["base"]));
     assert_eq!(runtimes["nodes_not_heard"], serde_json::json!([]));
+
+    // Each node's password is kept for it alone.
+    use std::os::unix::fs::PermissionsExt;
+    for user in ["bus", "a", "b", "controller"] {
+        let path = bed.home.path().join("bus/passwords").join(user);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{}", path.display());
+    }
+    // SIGTERM stops a host cleanly.
+    for (node, child) in bed.hosts.iter_mut() {
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert_eq!(child.wait().unwrap().code(), Some(0), "{node}");
+    }
 }
 
 #[test]
