@@ -103,7 +103,10 @@ pub enum Command {
     },
     /// Composes, sends and applies declarations, then prints what each node reported.
     ///
-    /// Name the nodes, or say `--all`: a push with no node is refused. `--behind` instead rolls
+    /// Name the nodes, or say `--all`: a push with no node is refused. With `--bus`, it sends to
+    /// the fleet's hosts (`mesh-host serve`) and waits for their reports, grants first: when
+    /// the bus's users changed, the node holding the bus is sent them first, and a grant that
+    /// fails fails the send (exit 1, nothing else sent). `--behind` instead rolls
     /// out, one machine first, what the open plans built and have not rolled out.
     ///
     /// Exit codes: 0 every node converged (`--behind`: the plans went as far as their builds);
@@ -193,16 +196,19 @@ pub enum Command {
     Settings(SettingsCommand),
     /// Runs init, plan, push and status in a temporary home, explaining each step.
     Demo,
-    /// Runs the controller as a daemon on a fleet (needs `--bus`): makes the mesh's streams,
-    /// answers discovery, and plans each merge announced on the bus, heard once however often
-    /// it is announced (as `merge NAME --commit C --plan-only`). SIGTERM or SIGINT stop it.
+    /// Runs the controller as a daemon on a fleet (needs `--bus`).
+    ///
+    /// It makes the mesh's streams, answers discovery, and plans each merge announced on the
+    /// bus, heard once however often it is announced (as `merge NAME --commit C --plan-only`).
+    /// SIGTERM or SIGINT stop it.
     ///
     /// Exit codes: 0 stopped by a signal; 1 error (the bus cannot be reached).
     Serve,
-    /// Asks the bus who is there (needs `--bus`): each runtime with its answer time, size and
-    /// modules, the runtimes that said they are there and not what they serve, and the nodes
-    /// no runtime answered for. Waits at least 750 ms, and up to 5 s for every runtime that
-    /// said it is there.
+    /// Asks the bus who is there (needs `--bus`).
+    ///
+    /// Lists each runtime with its answer time, size and modules, the runtimes that said they
+    /// are there and not what they serve, and the nodes no runtime answered for. Waits at least
+    /// 750 ms, and up to 5 s for every runtime that said it is there.
     ///
     /// Exit codes: 0 every node heard; 3 some runtime or node not heard; 1 error.
     Runtimes,

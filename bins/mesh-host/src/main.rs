@@ -61,11 +61,12 @@ enum Command {
         /// The declaration, as `mesh-controller plan NODE --output json` prints it.
         file: PathBuf,
     },
-    /// Runs as the node's daemon on a fleet: reads its declarations from the bus (its
-    /// JetStream consumer, so one sent while it was down is not lost), applies each, reports
-    /// on every apply and on a heartbeat, applies again when a failed resource's backoff
-    /// elapses, answers discovery, and rides out bus restarts. Needs `--node`, `--bus` and
-    /// `--password-file`. SIGTERM or SIGINT stop it once the apply under way has finished.
+    /// Runs as the node's daemon on a fleet (needs `--node`, `--bus`, `--password-file`).
+    ///
+    /// It reads its declarations from the bus (its JetStream consumer, so one sent while it
+    /// was down is not lost), applies each, reports on every apply and on a heartbeat, applies
+    /// again when a failed resource's backoff elapses, answers discovery, and rides out bus
+    /// restarts. SIGTERM or SIGINT stop it once the apply under way has finished.
     ///
     /// Exit codes: 0 stopped by a signal; 2 refused (a flag missing); 1 any other error.
     Serve {
