@@ -366,6 +366,51 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
 }
 
 #[test]
+fn a_node_joining_is_let_onto_the_bus_by_the_bus_node_before_it_is_sent_anything() {
+    // Rule 13, issue 249: the list of users changed, so the bus node is sent first.
+    let mut bed = Bed::new(&["a"]);
+    for node in ["bus", "a"] {
+        bed.start_host(node);
+    }
+    bed.push_all(20, 0);
+    let home = bed.home.path().to_owned();
+    let inventory = std::fs::read_to_string(home.join("inventory.toml")).unwrap();
+    write(
+        &home.join("inventory.toml"),
+        &format!(
+            "{}\n[nodes.d]\n",
+            inventory.replace("base = [", "base = [\"d\", ")
+        ),
+    );
+    write(
+        &bed.root("d").join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\n",
+    );
+    write(&bed.root("d").join("etc/group"), "root:x:0:\n");
+    // `d` gets its password now; the bus does not know it yet, so its host is refused and
+    // keeps trying.
+    let users = bed.expect(&["broker", "users"], 0);
+    assert!(users.contains("node-d"), "{users}");
+    bed.start_host("d");
+
+    let results = bed.push_all(20, 0);
+    let bus_users = &results["bus"]["report"]["resources"]["mesh-bus/file/users"];
+    assert_eq!(bus_users["outcome"], "applied", "{}", results["bus"]);
+    assert!(converged(&results["d"]), "{}", results["d"]);
+    assert_eq!(
+        std::fs::read_to_string(bed.root("d").join("etc/mesh/hello")).unwrap(),
+        "hello, fleet\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap(),
+        users
+    );
+    let bus_finished = results["bus"]["report"]["finished-at"].as_u64().unwrap();
+    let d_started = results["d"]["report"]["started-at"].as_u64().unwrap();
+    assert!(d_started >= bus_finished);
+}
+
+#[test]
 fn hosts_ride_out_a_bus_restart_and_the_next_push_converges() {
     let mut bed = Bed::new(&["a", "b"]);
     for node in ["bus", "a", "b"] {
