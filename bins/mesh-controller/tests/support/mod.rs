@@ -53,7 +53,9 @@ impl Mesh {
     /// A new home from the book's example.
     pub fn example() -> Mesh {
         let mesh = Mesh {
-            _podman: PODMAN.lock().unwrap_or_else(|poisoned| poisoned.into_inner()),
+            _podman: PODMAN
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
             dir: tempfile::tempdir().expect("a temporary directory"),
         };
         let run = mesh.run(&["init", "--example"]);
