@@ -27,7 +27,7 @@
 //! node that did not answer (it is named "no report", and in `runtimes` "not heard").
 
 use crate::home::{write_atomic, Home};
-use crate::push::{Checked, NodeResult, PushResult};
+use crate::push::{Checked, PushResult};
 use anyhow::{anyhow, bail, Context, Result};
 use mesh_bus::discovery::{self, Discovery};
 use mesh_bus::grants::{self, BusAuthorization, NodeGrants};
@@ -438,30 +438,7 @@ pub async fn push(
     }
     heard.extend(reports.wait(home, &waiting, deadline).await?);
 
-    let mut results: Vec<PushResult> = held
-        .into_iter()
-        .map(|(node, moves)| PushResult {
-            node,
-            result: NodeResult::Held { moves },
-        })
-        .collect();
-    results.extend(declarations.iter().map(|declaration| {
-        let node = declaration.node.clone();
-        let result = match heard.remove(&node) {
-            Some(report) => NodeResult::Reported {
-                declaration: declaration.digest(),
-                resources: declaration.resources.len(),
-                report,
-            },
-            None => NodeResult::NoReport {
-                declaration: declaration.digest(),
-                reason: format!("no report within {}s", timeout.as_secs()),
-            },
-        };
-        PushResult { node, result }
-    }));
-    results.sort_by(|a, b| a.node.cmp(&b.node));
-    Ok(results)
+    Ok(crate::push::results(held, &declarations, heard, timeout))
 }
 
 /// One runtime as `runtimes` lists it.

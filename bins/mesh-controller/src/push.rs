@@ -178,6 +178,17 @@ pub async fn push(
     for agent in agents {
         agent.abort();
     }
+    Ok(results(held, &declarations, heard, timeout))
+}
+
+/// A push's results, node by node (sorted): the held ones, then each sent declaration with
+/// the report heard for it, or "no report" after `timeout`.
+pub fn results(
+    held: BTreeMap<String, Vec<mesh_plan::Move>>,
+    declarations: &[Declaration],
+    mut heard: BTreeMap<String, Report>,
+    timeout: Duration,
+) -> Vec<PushResult> {
     let mut results: Vec<PushResult> = held
         .into_iter()
         .map(|(node, moves)| PushResult {
@@ -201,7 +212,7 @@ pub async fn push(
         PushResult { node, result }
     }));
     results.sort_by(|a, b| a.node.cmp(&b.node));
-    Ok(results)
+    results
 }
 
 /// The exit code a push's results call for: 2 when any node was held, else 0 when every node
