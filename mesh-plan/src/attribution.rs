@@ -16,7 +16,7 @@
 
 use mesh_model::module::{Catalogue, DEFINITION_FILE};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The modules a merge changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -193,72 +193,118 @@ pub fn tiers(
     DependencyGraph::new(graph).tiers(changed)
 }
 
-/// A catalogue's dependencies, indexed once for planning: modules by number (in name order),
-/// edges in flat arrays both ways, names in one buffer. Planning over it is linear in the
-/// affected modules and their edges, and touches little memory.
+/// A catalogue's dependencies, indexed once for planning.
+///
+/// Modules are numbered by name (names in one buffer) and placed in dependency order once, when
+/// the graph is built: every module after the modules it depends on (those in or after a
+/// dependency cycle come last, by name). Planning is then one pass in that order over flat
+/// arrays: each module's tier is one more than the deepest tier among its dependencies, read
+/// from a table of four bytes a module. No walk jumps from module to module along the edges
+/// (a breadth-first walk and Kahn's algorithm did, and their scattered reads of edge lists
+/// grew dearer per module as the catalogue outgrew the fastest cache).
 #[derive(Debug, Clone)]
 pub struct DependencyGraph {
+    /// Every name, in name order, one after another.
     names: String,
+    /// Where each name ends in `names`, by module number.
     name_ends: Vec<usize>,
-    index: HashMap<String, usize>,
+    /// Module number by name.
+    index: HashMap<String, u32, BuildFnv>,
+    /// Each module's place in dependency order, by module number.
+    place: Vec<u32>,
+    /// The module number at each place.
+    module_at: Vec<u32>,
+    /// How many places come in dependency order; the places after them hold the modules in a
+    /// dependency cycle or depending on one, by name.
+    ordered: usize,
+    /// Where each place's dependencies start in `depends_flat`, by place (one more at the end).
     depends_start: Vec<usize>,
+    /// The places of each place's dependencies, one row after another, each row by name.
     depends_flat: Vec<u32>,
-    dependents_start: Vec<usize>,
-    dependents_flat: Vec<u32>,
 }
 
 impl DependencyGraph {
     /// Indexes `graph` (module → the modules it depends on). Unknown dependencies are ignored.
     /// Modules are numbered in 32 bits (a catalogue holds fewer than 2³² modules), which halves
-    /// the memory planning walks.
+    /// the memory planning reads.
     pub fn new(graph: &BTreeMap<String, Vec<String>>) -> Self {
         let count = graph.len();
-        let mut index: HashMap<String, usize> = HashMap::with_capacity(count);
+        let mut index: HashMap<String, u32, BuildFnv> =
+            HashMap::with_capacity_and_hasher(count, BuildFnv);
         let mut names = String::new();
         let mut name_ends = Vec::with_capacity(count);
         for (i, name) in graph.keys().enumerate() {
-            index.insert(name.clone(), i);
+            index.insert(name.clone(), i as u32);
             names.push_str(name);
             name_ends.push(names.len());
         }
-        let mut depends_start = Vec::with_capacity(count + 1);
-        let mut depends_flat: Vec<u32> = Vec::new();
+        // Dependencies by module number, each row sorted and without repeats.
+        let mut by_module_start = Vec::with_capacity(count + 1);
+        let mut by_module: Vec<u32> = Vec::new();
         for deps in graph.values() {
-            let start = depends_flat.len();
-            depends_start.push(start);
-            depends_flat.extend(
-                deps.iter()
-                    .filter_map(|d| index.get(d.as_str()).map(|&i| i as u32)),
-            );
-            let row = &mut depends_flat[start..];
+            let start = by_module.len();
+            by_module_start.push(start);
+            by_module.extend(deps.iter().filter_map(|d| index.get(d.as_str()).copied()));
+            let row = &mut by_module[start..];
             row.sort_unstable();
             let unique = dedup_sorted(row);
-            depends_flat.truncate(start + unique);
+            by_module.truncate(start + unique);
         }
-        depends_start.push(depends_flat.len());
+        by_module_start.push(by_module.len());
+        let row = |m: usize| &by_module[by_module_start[m]..by_module_start[m + 1]];
+        // Dependents by module number, to place modules in dependency order (Kahn's algorithm).
         let mut dependents_start = vec![0usize; count + 1];
-        for &dependency in &depends_flat {
+        for &dependency in &by_module {
             dependents_start[dependency as usize + 1] += 1;
         }
         for i in 0..count {
             dependents_start[i + 1] += dependents_start[i];
         }
-        let mut dependents_flat = vec![0u32; depends_flat.len()];
+        let mut dependents = vec![0u32; by_module.len()];
         let mut fill = dependents_start.clone();
         for module in 0..count {
-            for &dependency in &depends_flat[depends_start[module]..depends_start[module + 1]] {
-                dependents_flat[fill[dependency as usize]] = module as u32;
+            for &dependency in row(module) {
+                dependents[fill[dependency as usize]] = module as u32;
                 fill[dependency as usize] += 1;
             }
         }
+        let mut waiting: Vec<usize> = (0..count).map(|m| row(m).len()).collect();
+        let mut module_at: Vec<u32> = (0..count as u32)
+            .filter(|&m| waiting[m as usize] == 0)
+            .collect();
+        let mut next = 0;
+        while let Some(&module) = module_at.get(next) {
+            next += 1;
+            let module = module as usize;
+            for &dependent in &dependents[dependents_start[module]..dependents_start[module + 1]] {
+                waiting[dependent as usize] -= 1;
+                if waiting[dependent as usize] == 0 {
+                    module_at.push(dependent);
+                }
+            }
+        }
+        let ordered = module_at.len();
+        module_at.extend((0..count as u32).filter(|&m| waiting[m as usize] > 0));
+        let mut place = vec![0u32; count];
+        for (at, &module) in module_at.iter().enumerate() {
+            place[module as usize] = at as u32;
+        }
+        let mut depends_start = Vec::with_capacity(count + 1);
+        let mut depends_flat = Vec::with_capacity(by_module.len());
+        for &module in &module_at {
+            depends_start.push(depends_flat.len());
+            depends_flat.extend(row(module as usize).iter().map(|&d| place[d as usize]));
+        }
+        depends_start.push(depends_flat.len());
         DependencyGraph {
             names,
             name_ends,
             index,
+            place,
+            module_at,
+            ordered,
             depends_start,
             depends_flat,
-            dependents_start,
-            dependents_flat,
         }
     }
 
@@ -272,107 +318,158 @@ impl DependencyGraph {
         self.name_ends.is_empty()
     }
 
+    /// The name of the module numbered `module`.
     fn name(&self, module: usize) -> &str {
         let start = module.checked_sub(1).map_or(0, |m| self.name_ends[m]);
         &self.names[start..self.name_ends[module]]
     }
 
-    fn depends_on(&self, module: usize) -> impl Iterator<Item = usize> + '_ {
-        self.depends_flat[self.depends_start[module]..self.depends_start[module + 1]]
-            .iter()
-            .map(|&d| d as usize)
-    }
-
-    fn dependents(&self, module: usize) -> impl Iterator<Item = usize> + '_ {
-        self.dependents_flat[self.dependents_start[module]..self.dependents_start[module + 1]]
+    /// The places of the dependencies of the module at `at`, by name.
+    fn depends_on(&self, at: usize) -> impl Iterator<Item = usize> + '_ {
+        self.depends_flat[self.depends_start[at]..self.depends_start[at + 1]]
             .iter()
             .map(|&d| d as usize)
     }
 
     /// The affected set (changed modules and their dependents) in tiers.
     ///
+    /// Linear in the modules and edges placed after the first changed module: one pass reads
+    /// the edge arrays front to back, and reads at random only the table of tiers (four bytes a
+    /// module) — never an edge list or a name through another module's edges.
+    ///
     /// # Errors
     /// As [`tiers`].
     pub fn tiers(&self, changed: &BTreeSet<String>) -> Result<Tiers, TierError> {
-        let count = self.len();
-        let mut affected = vec![false; count];
-        let mut queue: VecDeque<usize> = VecDeque::new();
+        // Each module's tier by place: 0 while unaffected.
+        let mut tier = vec![0u32; self.len()];
+        let mut first = self.len();
         for module in changed {
-            let Some(&i) = self.index.get(module.as_str()) else {
+            let Some(&m) = self.index.get(module.as_str()) else {
                 return Err(TierError::UnknownModule {
                     module: module.clone(),
                 });
             };
-            if !affected[i] {
-                affected[i] = true;
-                queue.push_back(i);
+            let at = self.place[m as usize] as usize;
+            tier[at] = 1;
+            first = first.min(at);
+        }
+        // In dependency order, a module's dependencies have their tiers when it comes; nothing
+        // before the first changed module is affected.
+        for at in first.min(self.ordered)..self.ordered {
+            let deepest = self.depends_on(at).map(|d| tier[d]).max().unwrap_or(0);
+            if deepest > 0 {
+                tier[at] = deepest + 1;
             }
         }
-        while let Some(module) = queue.pop_front() {
-            for dependent in self.dependents(module) {
-                if !affected[dependent] {
-                    affected[dependent] = true;
-                    queue.push_back(dependent);
+        if self.ordered < self.len() {
+            self.tiers_past_cycles(&mut tier)?;
+        }
+        // Tiers filled in name order are sorted by name.
+        let mut sizes: Vec<usize> = Vec::new();
+        for &t in &tier {
+            let t = t as usize;
+            if t > 0 {
+                if sizes.len() < t {
+                    sizes.resize(t, 0);
                 }
+                sizes[t - 1] += 1;
             }
         }
-        // Kahn's algorithm over the affected modules.
-        let mut waiting_on: Vec<u32> = (0..count)
-            .map(|m| {
-                if affected[m] {
-                    self.depends_on(m).filter(|&d| affected[d]).count() as u32
-                } else {
-                    0
-                }
-            })
-            .collect();
-        let mut current: Vec<usize> = (0..count)
-            .filter(|&i| affected[i] && waiting_on[i] == 0)
-            .collect();
-        let total = affected.iter().filter(|a| **a).count();
-        let mut tiers: Vec<Vec<String>> = Vec::new();
-        let mut placed = 0;
-        while !current.is_empty() {
-            placed += current.len();
-            let mut next = Vec::new();
-            for &module in &current {
-                for dependent in self.dependents(module) {
-                    if affected[dependent] {
-                        waiting_on[dependent] -= 1;
-                        if waiting_on[dependent] == 0 {
-                            next.push(dependent);
-                        }
-                    }
-                }
+        let mut tiers: Vec<Vec<String>> = sizes.into_iter().map(Vec::with_capacity).collect();
+        for (module, &at) in self.place.iter().enumerate() {
+            let t = tier[at as usize] as usize;
+            if t > 0 {
+                tiers[t - 1].push(self.name(module).to_owned());
             }
-            // Numbers follow names, so sorting numbers sorts the tier by name.
-            next.sort_unstable();
-            tiers.push(current.iter().map(|&m| self.name(m).to_owned()).collect());
-            current = next;
-        }
-        if placed < total {
-            return Err(TierError::Cycle {
-                cycle: self.a_cycle(|m| affected[m] && waiting_on[m] > 0),
-            });
         }
         Ok(Tiers { tiers })
     }
 
-    /// A cycle among the modules `left` holds, in dependency order from its first by name.
+    /// Gives tiers to the affected modules placed after the ordered ones (in a dependency
+    /// cycle or depending on one), by Kahn's algorithm over them: a catalogue without a cycle
+    /// never comes here.
+    ///
+    /// # Errors
+    /// [`TierError::Cycle`] when affected modules depend on each other in a circle.
+    fn tiers_past_cycles(&self, tier: &mut [u32]) -> Result<(), TierError> {
+        let ordered = self.ordered;
+        let rest = self.len() - ordered;
+        // Dependents among the rest (only modules of the rest depend on one of them).
+        let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); rest];
+        for at in ordered..self.len() {
+            for d in self.depends_on(at).filter(|&d| d >= ordered) {
+                dependents[d - ordered].push(at);
+            }
+        }
+        let mut affected: Vec<bool> = (ordered..self.len())
+            .map(|at| tier[at] > 0 || self.depends_on(at).any(|d| d < ordered && tier[d] > 0))
+            .collect();
+        let mut queue: Vec<usize> = (0..rest).filter(|&r| affected[r]).collect();
+        while let Some(r) = queue.pop() {
+            for &dependent in &dependents[r] {
+                if !affected[dependent - ordered] {
+                    affected[dependent - ordered] = true;
+                    queue.push(dependent - ordered);
+                }
+            }
+        }
+        let mut waiting: Vec<usize> = (0..rest)
+            .map(|r| {
+                self.depends_on(ordered + r)
+                    .filter(|&d| d >= ordered && affected[d - ordered])
+                    .count()
+            })
+            .collect();
+        let mut ready: Vec<usize> = (0..rest)
+            .filter(|&r| affected[r] && waiting[r] == 0)
+            .collect();
+        while let Some(r) = ready.pop() {
+            let at = ordered + r;
+            let deepest = self.depends_on(at).map(|d| tier[d]).max().unwrap_or(0);
+            tier[at] = tier[at].max(deepest + 1);
+            for &dependent in &dependents[r] {
+                let d = dependent - ordered;
+                if affected[d] {
+                    waiting[d] -= 1;
+                    if waiting[d] == 0 {
+                        ready.push(d);
+                    }
+                }
+            }
+        }
+        if (0..rest).any(|r| affected[r] && waiting[r] > 0) {
+            return Err(TierError::Cycle {
+                cycle: self.a_cycle(|at| {
+                    at >= ordered && affected[at - ordered] && waiting[at - ordered] > 0
+                }),
+            });
+        }
+        Ok(())
+    }
+
+    /// A cycle among the places `left` holds, in dependency order from its first by name.
     ///
     /// Every module left waits on an affected dependency that is also left, so walking from
-    /// the first of them along such dependencies comes back to a module already seen.
+    /// the first of them along such dependencies (the first by name) comes back to a module
+    /// already seen.
     fn a_cycle(&self, left: impl Fn(usize) -> bool) -> Vec<String> {
-        let start = (0..self.len()).find(|&m| left(m)).unwrap_or_default();
+        let start = (0..self.len())
+            .map(|m| self.place[m] as usize)
+            .find(|&at| left(at))
+            .unwrap_or_default();
         let mut seen_at: HashMap<usize, usize, BuildFnv> = HashMap::with_hasher(BuildFnv);
         let mut path = Vec::new();
-        let mut module = start;
-        while let std::collections::hash_map::Entry::Vacant(slot) = seen_at.entry(module) {
+        let mut at = start;
+        while let std::collections::hash_map::Entry::Vacant(slot) = seen_at.entry(at) {
             slot.insert(path.len());
-            path.push(module);
-            module = self.depends_on(module).find(|&d| left(d)).unwrap_or(module);
+            path.push(self.module_at[at] as usize);
+            at = self
+                .depends_on(at)
+                .filter(|&d| left(d))
+                .min_by_key(|&d| self.module_at[d])
+                .unwrap_or(at);
         }
-        let mut cycle: Vec<usize> = path[seen_at[&module]..].to_vec();
+        let mut cycle: Vec<usize> = path[seen_at[&at]..].to_vec();
         let smallest = (0..cycle.len()).min_by_key(|&i| cycle[i]).unwrap_or(0);
         cycle.rotate_left(smallest);
         cycle.into_iter().map(|m| self.name(m).to_owned()).collect()
@@ -512,5 +609,134 @@ mod tests {
         let error = tiers(&g, &["base".to_owned()].into()).unwrap_err();
         // a depends on c, c on b, b on a.
         assert_eq!(error.to_string(), "dependency cycle: a -> c -> b -> a");
+    }
+
+    /// A catalogue with a cycle still plans a change the cycle is not part of, including a
+    /// module depending on the cycle that the change reaches another way.
+    #[test]
+    fn a_cycle_outside_the_affected_modules_does_not_matter() {
+        let g = graph(&[
+            ("base", &[]),
+            ("x", &["y"]),
+            ("y", &["x"]),
+            ("after", &["x", "base"]),
+            ("late", &["after"]),
+            ("self", &["self"]),
+            ("p", &["r", "q"]),
+            ("q", &["p"]),
+            ("r", &["p"]),
+        ]);
+        let result = tiers(&g, &["base".to_owned()].into()).unwrap();
+        assert_eq!(result.tiers, [["base"], ["after"], ["late"]]);
+        let error = tiers(&g, &["late".to_owned(), "y".to_owned()].into()).unwrap_err();
+        assert_eq!(error.to_string(), "dependency cycle: x -> y -> x");
+        let error = tiers(&g, &["self".to_owned()].into()).unwrap_err();
+        assert_eq!(error.to_string(), "dependency cycle: self -> self");
+        // Of two cycles through `p`, the one by the first dependency by name.
+        let error = tiers(&g, &["p".to_owned()].into()).unwrap_err();
+        assert_eq!(error.to_string(), "dependency cycle: p -> q -> p");
+        assert_eq!(
+            tiers(&g, &["nowhere".to_owned()].into()).unwrap_err(),
+            TierError::UnknownModule {
+                module: "nowhere".into()
+            }
+        );
+    }
+
+    /// Tiers the plain way: the affected set grown until it stops growing, then tier after
+    /// tier the modules whose affected dependencies are all placed; `None` for a cycle.
+    fn plain_tiers(
+        graph: &BTreeMap<String, Vec<String>>,
+        changed: &BTreeSet<String>,
+    ) -> Option<Vec<Vec<String>>> {
+        let mut affected = changed.clone();
+        loop {
+            let more: Vec<String> = graph
+                .iter()
+                .filter(|(m, deps)| {
+                    !affected.contains(*m) && deps.iter().any(|d| affected.contains(d))
+                })
+                .map(|(m, _)| m.clone())
+                .collect();
+            if more.is_empty() {
+                break;
+            }
+            affected.extend(more);
+        }
+        let mut placed = BTreeSet::new();
+        let mut out = Vec::new();
+        while placed.len() < affected.len() {
+            let tier: Vec<String> = affected
+                .iter()
+                .filter(|m| !placed.contains(*m))
+                .filter(|m| {
+                    graph[*m]
+                        .iter()
+                        .all(|d| !affected.contains(d) || placed.contains(d))
+                })
+                .cloned()
+                .collect();
+            if tier.is_empty() {
+                return None;
+            }
+            placed.extend(tier.iter().cloned());
+            out.push(tier);
+        }
+        Some(out)
+    }
+
+    /// Random catalogues, some with cycles and dependencies on unknown modules, planned both
+    /// ways: the same tiers, or a cycle that is one (each module depends on the next, all
+    /// affected, starting at the first by name).
+    #[test]
+    fn tiers_match_the_plain_way_on_random_catalogues() {
+        let mut seed = 17u64;
+        let mut below = |n: usize| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 33) as usize) % n.max(1)
+        };
+        let (mut cycles, mut past_cycles) = (0, 0);
+        for _ in 0..500 {
+            let count = 1 + below(12);
+            let name = |i: usize| format!("m{i:02}");
+            let g: BTreeMap<String, Vec<String>> = (0..count)
+                .map(|i| {
+                    let deps = (0..below(4))
+                        .map(|_| {
+                            // Mostly earlier modules; now and then any module (a cycle) or
+                            // one the catalogue does not hold.
+                            match below(10) {
+                                0 => name(below(count)),
+                                1 => "unknown".to_owned(),
+                                _ => name(below(i)),
+                            }
+                        })
+                        .collect();
+                    (name(i), deps)
+                })
+                .collect();
+            let changed: BTreeSet<String> = (0..1 + below(3)).map(|_| name(below(count))).collect();
+            let graph = DependencyGraph::new(&g);
+            match (graph.tiers(&changed), plain_tiers(&g, &changed)) {
+                (Ok(result), Some(expected)) => {
+                    assert_eq!(result.tiers, expected, "{g:?}");
+                    past_cycles += usize::from(graph.ordered < graph.len());
+                }
+                (Err(TierError::Cycle { cycle }), None) => {
+                    cycles += 1;
+                    let first = cycle.iter().min().unwrap();
+                    assert_eq!(&cycle[0], first);
+                    for (i, module) in cycle.iter().enumerate() {
+                        let next = &cycle[(i + 1) % cycle.len()];
+                        assert!(g[module].contains(next), "{cycle:?} in {g:?}");
+                    }
+                }
+                (result, expected) => panic!("{result:?} vs {expected:?} for {g:?}"),
+            }
+        }
+        // Both ways out of a catalogue with a cycle are tried, many times.
+        assert!(cycles > 50 && past_cycles > 50, "{cycles} {past_cycles}");
     }
 }

@@ -42,16 +42,17 @@ fn made_before(plan: &Plan, newer: &Plan) -> bool {
     (plan.made_at, &plan.id) < (newer.made_at, &newer.id)
 }
 
-/// A module of `plan` that is not yet built, or built and not rolled out to the end.
-fn unfinished(plan: &Plan) -> (Vec<String>, Vec<String>) {
+/// The modules of `plan` not yet built, and those built and not rolled out to the end, each in
+/// the plan's order.
+fn unfinished(plan: &Plan) -> (Vec<&String>, Vec<&String>) {
     let mut unbuilt = Vec::new();
     let mut unsent = Vec::new();
     for module in &plan.modules {
         match plan.rollouts.get(module) {
-            None => unbuilt.push(module.clone()),
+            None => unbuilt.push(module),
             Some(rollout) => match (&rollout.build, &rollout.outcome) {
-                (None, _) => unbuilt.push(module.clone()),
-                (Some(_), None) => unsent.push(module.clone()),
+                (None, _) => unbuilt.push(module),
+                (Some(_), None) => unsent.push(module),
                 (Some(_), Some(RolloutOutcome::Done | RolloutOutcome::Stopped { .. })) => {}
             },
         }
@@ -79,20 +80,20 @@ pub fn supersede(newer: &Plan, plans: &[Plan]) -> Supersession {
         })
         .collect();
     older.sort_by(|a, b| (a.made_at, &a.id).cmp(&(b.made_at, &b.id)));
-    // Gathered in a list, sorted once, then made a set (a set built from sorted names is built
-    // in one pass).
-    let mut modules: Vec<String> = newer.modules.clone();
+    // Names gathered by reference, sorted once, and made owned once each (a name folded in
+    // from two plans is not copied twice).
+    let mut modules: Vec<&str> = newer.modules.iter().map(String::as_str).collect();
     let superseded = older
         .into_iter()
         .map(|plan| {
             let (unbuilt, unsent) = unfinished(plan);
-            modules.extend(unbuilt.iter().cloned());
-            modules.extend(unsent.iter().cloned());
+            modules.extend(unbuilt.iter().map(|m| m.as_str()));
+            modules.extend(unsent.iter().map(|m| m.as_str()));
             SupersededPlan {
                 id: plan.id.clone(),
                 made_at: plan.made_at,
-                unbuilt,
-                unsent,
+                unbuilt: unbuilt.into_iter().cloned().collect(),
+                unsent: unsent.into_iter().cloned().collect(),
                 state: PlanState::Superseded {
                     by: newer.id.clone(),
                 },
@@ -102,7 +103,7 @@ pub fn supersede(newer: &Plan, plans: &[Plan]) -> Supersession {
     modules.sort_unstable();
     modules.dedup();
     Supersession {
-        modules: modules.into_iter().collect(),
+        modules: modules.into_iter().map(str::to_owned).collect(),
         superseded,
     }
 }
@@ -182,12 +183,12 @@ pub fn behind(plans: &[Plan]) -> Vec<Behind> {
     for plan in plans.iter().filter(|p| p.state.is_open()) {
         let (unbuilt, unsent) = unfinished(plan);
         out.extend(unbuilt.into_iter().map(|module| Behind {
-            module,
+            module: module.clone(),
             plan: plan.id.clone(),
             waiting: Waiting::Build,
         }));
         out.extend(unsent.into_iter().map(|module| Behind {
-            module,
+            module: module.clone(),
             plan: plan.id.clone(),
             waiting: Waiting::RollOut,
         }));
