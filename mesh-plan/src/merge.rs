@@ -77,24 +77,32 @@ pub fn module_report(report: &Report, module: &str) -> NodeReport {
 /// the modules it depends on). The plan's other modules go on.
 pub fn held_back(plan: &Plan, graph: &BTreeMap<String, Vec<String>>) -> BTreeSet<String> {
     let in_plan: BTreeSet<&String> = plan.modules.iter().collect();
+    // The plan's modules by the modules they depend on, gathered once rather than searched
+    // for again for every module held back.
+    let mut built_from: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for candidate in &plan.modules {
+        for dependency in graph.get(candidate).into_iter().flatten() {
+            built_from
+                .entry(dependency.as_str())
+                .or_default()
+                .push(candidate.as_str());
+        }
+    }
     let mut out = BTreeSet::new();
-    let mut queue: Vec<String> = plan
+    let mut queue: Vec<&str> = plan
         .rollouts
         .iter()
         .filter(|(m, r)| {
             in_plan.contains(m) && matches!(r.outcome, Some(RolloutOutcome::Stopped { .. }))
         })
-        .map(|(m, _)| m.clone())
+        .map(|(m, _)| m.as_str())
         .collect();
     while let Some(module) = queue.pop() {
-        if !out.insert(module.clone()) {
+        if out.contains(module) {
             continue;
         }
-        for candidate in &plan.modules {
-            if graph.get(candidate).is_some_and(|d| d.contains(&module)) {
-                queue.push(candidate.clone());
-            }
-        }
+        out.insert(module.to_owned());
+        queue.extend(built_from.get(module).into_iter().flatten());
     }
     out
 }
