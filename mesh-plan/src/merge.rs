@@ -44,9 +44,13 @@ pub fn changes_bus_users(old: Option<&ModuleDefinition>, new: &ModuleDefinition)
 /// node, there before this rollout, does not stop this one. The machine counts as converged for
 /// the module when every one of its resources took, unless the apply was left mid-change. A
 /// report with no resources and findings is a declaration the host refused whole: a failure,
-/// in the host's words.
+/// in the host's words — unless the machine is mid-change: a host restarted during an apply
+/// says so before it applies again, and that decides nothing yet.
 pub fn module_report(report: &Report, module: &str) -> NodeReport {
-    if report.resources.is_empty() && !report.findings.is_empty() {
+    if report.resources.is_empty()
+        && !report.findings.is_empty()
+        && report.machine != MachineState::MidChange
+    {
         return NodeReport {
             node: report.node.clone(),
             declaration: report.declaration.clone(),
@@ -192,6 +196,41 @@ mod tests {
             out.entry(dependency.into()).or_default();
         }
         out
+    }
+
+    fn with_one_finding(machine: MachineState, finding: &str) -> Report {
+        Report {
+            format: mesh_model::report::REPORT_FORMAT,
+            node: "n1".into(),
+            declaration: "sha256:d".into(),
+            machine,
+            resources: BTreeMap::new(),
+            undeclared: BTreeMap::new(),
+            findings: vec![mesh_model::report::Finding {
+                resource: String::new(),
+                message: finding.into(),
+            }],
+            windows: Vec::new(),
+            resumed_from_mid_change: false,
+            started_at: 5,
+            finished_at: 5,
+        }
+    }
+
+    /// Issue 8's fleet bed: a host killed mid-apply says "mid-change" before applying again;
+    /// the gate waits for what it says next instead of stopping the rollout.
+    #[test]
+    fn a_host_restarted_mid_apply_is_pending_not_failed() {
+        let restarted =
+            with_one_finding(MachineState::MidChange, "the host stopped during an apply");
+        assert_eq!(module_report(&restarted, "m").verdict, Verdict::Pending);
+        let refused = with_one_finding(MachineState::Partial, "a declaration for another node");
+        assert_eq!(
+            module_report(&refused, "m").verdict,
+            Verdict::Failed {
+                reasons: vec!["a declaration for another node".into()]
+            }
+        );
     }
 
     #[test]

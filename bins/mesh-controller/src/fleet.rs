@@ -35,6 +35,7 @@ use mesh_bus::jetstream;
 use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
 use mesh_model::declaration::{Declaration, FileSpec, Resource, Spec};
 use mesh_model::inventory::Inventory;
+use mesh_model::module::Catalogue;
 use mesh_model::report::{MachineState, Outcome, Report};
 use mesh_plan::PushDecision;
 use serde::Serialize;
@@ -117,11 +118,10 @@ pub fn controller_password(home: &Home, bus: &BusArgs) -> Result<String> {
 /// each naming its node; a password that cannot be read or made.
 pub fn authorization(
     home: &Home,
-    checked: &Checked,
+    catalogue: &Catalogue,
     inventory: &Inventory,
     controller_password: &str,
 ) -> Result<String> {
-    let (catalogue, _) = checked;
     let mut nodes = Vec::new();
     for node in inventory.file.nodes.keys() {
         let mut buckets = BTreeSet::new();
@@ -170,12 +170,11 @@ pub fn users_text(
             password_file,
         },
     )?;
-    authorization(home, checked, &inventory, &controller)
+    authorization(home, &checked.0, &inventory, &controller)
 }
 
 /// Every bucket the nodes' modules are granted.
-fn granted_buckets(checked: &Checked, inventory: &Inventory) -> BTreeSet<String> {
-    let (catalogue, _) = checked;
+fn granted_buckets(catalogue: &Catalogue, inventory: &Inventory) -> BTreeSet<String> {
     inventory
         .file
         .nodes
@@ -252,19 +251,9 @@ impl Reports {
                 Ok(Some(message)) => message,
                 Ok(None) | Err(_) => break,
             };
-            let report = match Report::from_json(&message.payload) {
-                Ok(report) => report,
-                Err(error) => {
-                    tracing::warn!(subject = %message.subject, %error, "an unreadable report");
-                    continue;
-                }
-            };
-            // The subject says who published it: a node's grants let it publish only its own.
-            if message.subject != subjects::report(&report.node) {
-                tracing::warn!(subject = %message.subject, node = %report.node,
-                    "a report published on another node's subject: ignored");
+            let Some(report) = heard_report(&message) else {
                 continue;
-            }
+            };
             if waiting.get(&report.node) == Some(&report.declaration) {
                 home.record_report(&report)?;
                 heard.insert(report.node.clone(), report);
@@ -272,6 +261,24 @@ impl Reports {
         }
         Ok(heard)
     }
+}
+
+/// A report heard on the bus, if it reads and was published on its own node's subject (a
+/// node's grants let it publish only its own); otherwise logged and `None`.
+fn heard_report(message: &mesh_bus::Message) -> Option<Report> {
+    let report = match Report::from_json(&message.payload) {
+        Ok(report) => report,
+        Err(error) => {
+            tracing::warn!(subject = %message.subject, %error, "an unreadable report");
+            return None;
+        }
+    };
+    if message.subject != subjects::report(&report.node) {
+        tracing::warn!(subject = %message.subject, node = %report.node,
+            "a report published on another node's subject: ignored");
+        return None;
+    }
+    Some(report)
 }
 
 /// Publishes `declaration` on its node's subject through JetStream (stored when this
@@ -291,6 +298,35 @@ async fn send(home: &Home, bus: &NatsBus, declaration: &Declaration) -> Result<(
         .await
         .with_context(|| format!("{subject}: the declarations stream did not store it"))?;
     home.record_sent(declaration)
+}
+
+/// [`send`], trying a bus that does not take the declaration again for up to
+/// [`SEND_RETRY_LIMIT`]: a server restarting, or one reloading its users (nats-server 2.9 may
+/// answer for a moment that the stream does not exist).
+///
+/// # Errors
+/// The bus did not store it within the limit; the home cannot be written.
+async fn send_patiently(home: &Home, bus: &NatsBus, declaration: &Declaration) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + SEND_RETRY_LIMIT;
+    loop {
+        match send(home, bus, declaration).await {
+            Ok(()) => return Ok(()),
+            Err(error) if tokio::time::Instant::now() < deadline => {
+                tracing::warn!(node = %declaration.node, error = format!("{error:#}"),
+                    "the bus did not take a declaration; trying again");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(error) => {
+                return Err(error).with_context(|| {
+                    format!(
+                        "the bus did not take `{}`'s declaration within {} s",
+                        declaration.node,
+                        SEND_RETRY_LIMIT.as_secs()
+                    )
+                })
+            }
+        }
+    }
 }
 
 /// Whether the bus node's report says the users file is in place.
@@ -357,7 +393,7 @@ pub async fn push(
     let inventory = home.inventory()?;
     let bus_node = inventory.file.bus_node.clone();
     let controller_password = controller_password(home, bus_args)?;
-    let users = authorization(home, checked, &inventory, &controller_password)?;
+    let users = authorization(home, &checked.0, &inventory, &controller_password)?;
     let confirmed = std::fs::read_to_string(confirmed_path(home)).ok();
     let users_changed = confirmed.as_deref() != Some(users.as_str());
 
@@ -387,7 +423,7 @@ pub async fn push(
     jetstream::ensure_streams(&js)
         .await
         .context("making the mesh's streams")?;
-    for bucket in granted_buckets(checked, &inventory) {
+    for bucket in granted_buckets(&checked.0, &inventory) {
         jetstream::ensure_bucket(&js, &bucket)
             .await
             .with_context(|| format!("making state bucket `{bucket}` (a grant)"))?;
@@ -407,7 +443,7 @@ pub async fn push(
             );
         };
         let first = declarations.remove(position);
-        send(home, &bus, &first).await?;
+        send_patiently(home, &bus, &first).await?;
         let waiting = BTreeMap::from([(bus_node.clone(), first.digest())]);
         let mut first_heard = reports.wait(home, &waiting, deadline).await?;
         let report = first_heard.remove(&bus_node).ok_or_else(|| {
@@ -433,12 +469,192 @@ pub async fn push(
         if heard.contains_key(&declaration.node) {
             continue;
         }
-        send(home, &bus, declaration).await?;
+        send_patiently(home, &bus, declaration).await?;
         waiting.insert(declaration.node.clone(), declaration.digest());
     }
     heard.extend(reports.wait(home, &waiting, deadline).await?);
 
     Ok(crate::push::results(held, &declarations, heard, timeout))
+}
+
+/// How long a send keeps trying a bus that does not take it (a server restarting or
+/// reloading) before it fails; a rollout's plan keeps its place and `plans resume` sends again.
+pub const SEND_RETRY_LIMIT: Duration = Duration::from_secs(60);
+
+/// A rollout's hosts over the bus (`merge`, `plans resume`, `push --behind` with `--bus`):
+/// the real grants, declarations published to each node's consumer, reports heard on
+/// `mesh.report.*`. [`crate::plans`] drives it with the rollout state machine.
+///
+/// # Guarantees
+/// - Grants before code (rule 13): [`RolloutBus::issue_grants`] makes the granted state
+///   buckets, and while the bus's users for the rollout differ from the ones the bus last
+///   confirmed it answers only the bus node's grants (its declaration carries the users file,
+///   [`RolloutBus::dress`]); any other node's grants fail until the bus node reported the
+///   file in place and the server lets every node in — then the users are recorded as
+///   confirmed.
+/// - The bus node's declaration always carries the users file, so no send takes it away.
+/// - A send is stored by JetStream before it is recorded sent; a bus that does not take it is
+///   tried again for up to [`SEND_RETRY_LIMIT`].
+pub struct RolloutBus {
+    args: BusArgs,
+    bus: NatsBus,
+    reports: mesh_bus::Subscription,
+    controller_password: String,
+    /// The bus's users as this rollout's catalogue and inventory compose them.
+    users: String,
+    buckets: BTreeSet<String>,
+    inventory: Option<Inventory>,
+}
+
+impl RolloutBus {
+    /// Connects as the controller, makes the mesh's streams and listens for reports.
+    ///
+    /// # Errors
+    /// The bus cannot be reached, or the streams cannot be made.
+    pub async fn start(home: &Home, args: &BusArgs) -> Result<RolloutBus> {
+        let controller_password = controller_password(home, args)?;
+        let bus = connect(home, args).await?;
+        jetstream::ensure_streams(&bus.jetstream())
+            .await
+            .context("making the mesh's streams")?;
+        let reports = bus.subscribe(subjects::ALL_REPORTS).await?;
+        Ok(RolloutBus {
+            args: args.clone(),
+            bus,
+            reports,
+            controller_password,
+            users: String::new(),
+            buckets: BTreeSet::new(),
+            inventory: None,
+        })
+    }
+
+    /// Fixes the bus's users and granted buckets for one module's rollout, from the catalogue
+    /// and inventory it composes from.
+    ///
+    /// # Errors
+    /// As [`authorization`].
+    pub fn prepare(
+        &mut self,
+        home: &Home,
+        catalogue: &Catalogue,
+        inventory: &Inventory,
+    ) -> Result<()> {
+        self.users = authorization(home, catalogue, inventory, &self.controller_password)?;
+        self.buckets = granted_buckets(catalogue, inventory);
+        self.inventory = Some(inventory.clone());
+        Ok(())
+    }
+
+    /// Whether this rollout's users differ from the ones the bus last confirmed: the node
+    /// holding the bus goes first.
+    pub fn users_change(&self, home: &Home) -> bool {
+        std::fs::read_to_string(confirmed_path(home))
+            .ok()
+            .as_deref()
+            != Some(self.users.as_str())
+    }
+
+    /// The node holding the bus and the users file it is sent with every declaration.
+    pub fn users_file(&self) -> Option<(String, String)> {
+        let inventory = self.inventory.as_ref()?;
+        Some((inventory.file.bus_node.clone(), self.users.clone()))
+    }
+
+    /// Issues the grants of `nodes` (see the type's guarantees): `Ok(Ok(what was done))`,
+    /// `Ok(Err(why not))` for a grant that failed (the state machine tries it again).
+    ///
+    /// # Errors
+    /// The home cannot be read or written.
+    pub async fn issue_grants(
+        &mut self,
+        home: &Home,
+        nodes: &[String],
+    ) -> Result<std::result::Result<String, String>> {
+        let js = self.bus.jetstream();
+        for bucket in &self.buckets {
+            if let Err(error) = jetstream::ensure_bucket(&js, bucket).await {
+                return Ok(Err(format!("making state bucket `{bucket}`: {error}")));
+            }
+        }
+        let Some(inventory) = self.inventory.as_ref() else {
+            return Ok(Err("the rollout's users were not composed".to_owned()));
+        };
+        if !self.users_change(home) {
+            return Ok(Ok(format!(
+                "state buckets made ({}); the bus's users are as it confirmed them",
+                self.buckets.len()
+            )));
+        }
+        let bus_node = &inventory.file.bus_node;
+        if nodes.iter().all(|node| node == bus_node) {
+            return Ok(Ok(format!(
+                "the bus's users changed: `{bus_node}`, holding the bus, is sent them first"
+            )));
+        }
+        // Everyone else waits for the bus node to have the users in place.
+        let users_resource =
+            with_users_file(Declaration::new(bus_node.clone(), Vec::new()), &self.users)
+                .resources
+                .into_iter()
+                .find(|r| r.id == USERS_RESOURCE);
+        let sent = home.sent(bus_node)?;
+        match sent {
+            Some(sent) if sent.resources.iter().any(|r| Some(r) == users_resource.as_ref()) => {
+                match home.report(bus_node)? {
+                    Some(report) if report.declaration == sent.digest() => {
+                        if let Err(reason) = users_file_in_place(&report) {
+                            return Ok(Err(format!("on `{bus_node}`, {reason}")));
+                        }
+                    }
+                    Some(_) | None => {
+                        return Ok(Err(format!(
+                            "`{bus_node}`, holding the bus, has not reported the bus's new users in place"
+                        )))
+                    }
+                }
+            }
+            Some(_) | None => {
+                return Ok(Err(format!(
+                    "the bus's users changed and `{bus_node}`, holding the bus, was not sent them"
+                )))
+            }
+        }
+        if let Err(error) = confirm_users(home, &self.args, inventory).await {
+            return Ok(Err(format!("{error:#}")));
+        }
+        write_atomic(&confirmed_path(home), self.users.as_bytes())?;
+        Ok(Ok("the bus confirmed its new users".to_owned()))
+    }
+
+    /// Publishes a declaration to its node's consumer and records it sent, trying a bus that
+    /// does not take it again for up to [`SEND_RETRY_LIMIT`].
+    ///
+    /// # Errors
+    /// The bus did not store it within the limit; the home cannot be written.
+    pub async fn send(&mut self, home: &Home, declaration: &Declaration) -> Result<()> {
+        send_patiently(home, &self.bus, declaration).await
+    }
+
+    /// The next report heard within `wait`, recorded in the home.
+    ///
+    /// # Errors
+    /// The home cannot be written; the subscription ended.
+    pub async fn next_report(&mut self, home: &Home, wait: Duration) -> Result<Option<Report>> {
+        let until = tokio::time::Instant::now() + wait;
+        loop {
+            match tokio::time::timeout_at(until, self.reports.next()).await {
+                Ok(Some(message)) => {
+                    if let Some(report) = heard_report(&message) {
+                        home.record_report(&report)?;
+                        return Ok(Some(report));
+                    }
+                }
+                Ok(None) => bail!("the bus's report subscription ended"),
+                Err(_) => return Ok(None),
+            }
+        }
+    }
 }
 
 /// One runtime as `runtimes` lists it.

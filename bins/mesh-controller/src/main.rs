@@ -49,8 +49,9 @@ pub struct Cli {
     #[arg(long, value_enum, default_value = "text", global = true)]
     output: Output,
     /// A fleet's bus (NATS JetStream), e.g. `nats://bus.example:4222`: `push` sends to the
-    /// hosts running `mesh-host serve` and waits for their reports, grants first; `runtimes`
-    /// and `broker` need it. Without it, the embedded default: hosts run in this process.
+    /// hosts running `mesh-host serve` and waits for their reports, grants first; `merge`,
+    /// `plans resume` and `push --behind` roll out to them, one machine first; `runtimes` and
+    /// `broker` need it. Without it, the embedded default: hosts run in this process.
     #[arg(long, env = "MESH_BUS", global = true, value_name = "URL")]
     bus: Option<String>,
     /// The controller's bus password file (default `<home>/bus/passwords/controller`).
@@ -147,6 +148,7 @@ pub enum Command {
     /// superseded, their unfinished modules taken in. Each tier's modules are built (a build
     /// byte-identical to the deployed one is not redeployed) and rolled out one machine first.
     /// A merge heard twice makes one plan. Open plans of other repositories are resumed after.
+    /// With `--bus`, the rollouts go to the fleet's hosts, each send's grants issued first.
     ///
     /// Exit codes: 0 the plan is done (or was already made, or `--plan-only`); 1 error (a
     /// dependency cycle among the affected modules is named; no plan is made); 3 the plan
@@ -279,7 +281,7 @@ pub enum PlansCommand {
         note: String,
     },
     /// Drives the open plans (or one) on from where they stand: a controller stopped
-    /// mid-rollout resumes here.
+    /// mid-rollout resumes here (with `--bus`, on the fleet's hosts).
     Resume {
         /// Only this plan.
         id: Option<String>,
@@ -370,25 +372,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
         bus.clone()
             .context("this command talks to a fleet's bus: give --bus URL (or MESH_BUS)")
     };
-    // Plans roll out over the in-process bus only, for now: refuse rather than apply to the
-    // embedded sandbox roots when a fleet's bus was named.
-    let embedded_rollouts = || -> Result<()> {
-        if let Some(bus) = &bus {
-            bail!(
-                "plans roll out in the embedded default only (the in-process bus, the sandbox \
-                 roots under the home); rollouts over a fleet's bus ({}) are not wired yet, \
-                 nothing was planned or sent",
-                bus.url
-            );
-        }
-        Ok(())
-    };
     let ctx = plans::Ctx {
         home: &home,
         store: store.as_ref(),
         progress: plans::Progress {
             to_stderr: output == Output::Json,
         },
+        bus: bus.clone(),
     };
     let checked = || -> Result<push::Checked> {
         home.require()?;
@@ -436,7 +426,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Push { behind: true, .. } => {
-            embedded_rollouts()?;
             let plans =
                 runtime.block_on(plans::drive_open(&ctx, None, plans::DriveMode::RolloutOnly))?;
             print_plans_driven(output, &plans)
@@ -626,9 +615,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
             plan_only,
         } => {
             home.require()?;
-            if !plan_only {
-                embedded_rollouts()?;
-            }
             let outcome =
                 runtime.block_on(plans::merge(&ctx, &repo, commit.as_deref(), plan_only))?;
             match output {
@@ -699,7 +685,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             PlansCommand::Resume { id } => {
                 home.require()?;
-                embedded_rollouts()?;
                 let plans = runtime.block_on(plans::drive_open(
                     &ctx,
                     id.as_deref(),

@@ -201,6 +201,9 @@ pub struct Ctx<'a> {
     pub store: &'a dyn ArchiveStore,
     /// Where progress goes.
     pub progress: Progress,
+    /// A fleet's bus: rollouts go to its real hosts (`None`: the embedded default, one host
+    /// agent per node in this process).
+    pub bus: Option<crate::fleet::BusArgs>,
 }
 
 /// What hearing a merge did.
@@ -495,15 +498,109 @@ pub enum DriveMode {
     RolloutOnly,
 }
 
+/// The hosts a rollout's actions go to: the seam between the state machine's decisions and
+/// the machines. Two of them: [`InProcessFleet`] (the embedded default: one host agent per node
+/// in this process, on the in-process bus) and [`crate::fleet::RolloutBus`] (a fleet's real
+/// hosts over NATS, with real grants).
+enum Fleet {
+    /// The embedded default.
+    InProcess(InProcessFleet),
+    /// A fleet's bus.
+    Nats(Box<crate::fleet::RolloutBus>),
+}
+
+impl Fleet {
+    /// The fleet of `ctx`: over its bus when one is named, else in process.
+    async fn start(ctx: &Ctx<'_>) -> Result<Fleet> {
+        Ok(match &ctx.bus {
+            Some(bus) => Fleet::Nats(Box::new(
+                crate::fleet::RolloutBus::start(ctx.home, bus).await?,
+            )),
+            None => {
+                Fleet::InProcess(InProcessFleet::start(ctx.home, &ctx.home.inventory()?).await?)
+            }
+        })
+    }
+
+    /// Fixes what one module's rollout needs of the fleet (over NATS: the bus's users).
+    fn prepare(&mut self, home: &Home, catalogue: &Catalogue, inventory: &Inventory) -> Result<()> {
+        match self {
+            Fleet::InProcess(_) => Ok(()),
+            Fleet::Nats(bus) => bus.prepare(home, catalogue, inventory),
+        }
+    }
+
+    /// Whether the rollout changes the bus's users, so that the node holding the bus goes
+    /// first (rule 13). In process: the module's grants changed; over NATS: the users composed
+    /// differ from the ones the bus last confirmed.
+    fn users_change(
+        &self,
+        home: &Home,
+        old: Option<&ModuleDefinition>,
+        new: &ModuleDefinition,
+    ) -> bool {
+        match self {
+            Fleet::InProcess(_) => mesh_plan::merge::changes_bus_users(old, new),
+            Fleet::Nats(bus) => bus.users_change(home),
+        }
+    }
+
+    /// The node holding the bus and the users file every declaration sent to it carries.
+    fn users_file(&self) -> Option<(String, String)> {
+        match self {
+            Fleet::InProcess(_) => None,
+            Fleet::Nats(bus) => bus.users_file(),
+        }
+    }
+
+    /// Issues the grants of `nodes`, as the event that answers [`Action::IssueGrants`].
+    async fn issue_grants(
+        &mut self,
+        ctx: &Ctx<'_>,
+        module: &str,
+        nodes: Vec<String>,
+    ) -> Result<Event> {
+        let answer = match self {
+            Fleet::InProcess(_) => Ok("the in-process bus has no permissions to issue".to_owned()),
+            Fleet::Nats(bus) => bus.issue_grants(ctx.home, &nodes).await?,
+        };
+        Ok(match answer {
+            Ok(note) => {
+                ctx.progress.line(&format!(
+                    "  `{module}`: grants for {} ({note})",
+                    nodes.join(", ")
+                ));
+                Event::GrantsIssued { nodes }
+            }
+            Err(reason) => Event::GrantsFailed { nodes, reason },
+        })
+    }
+
+    async fn send(&mut self, home: &Home, declaration: &Declaration) -> Result<()> {
+        match self {
+            Fleet::InProcess(fleet) => fleet.send(home, declaration).await,
+            Fleet::Nats(bus) => bus.send(home, declaration).await,
+        }
+    }
+
+    /// The next report heard within `wait`, recorded in the home.
+    async fn next_report(&mut self, home: &Home, wait: Duration) -> Result<Option<Report>> {
+        match self {
+            Fleet::InProcess(fleet) => fleet.next_report(home, wait).await,
+            Fleet::Nats(bus) => bus.next_report(home, wait).await,
+        }
+    }
+}
+
 /// The in-process fleet: a bus with one host agent per node.
-struct Fleet {
+struct InProcessFleet {
     bus: Arc<dyn Bus>,
     reports: Subscription,
     agents: Vec<tokio::task::JoinHandle<()>>,
 }
 
-impl Fleet {
-    async fn start(home: &Home, inventory: &Inventory) -> Result<Fleet> {
+impl InProcessFleet {
+    async fn start(home: &Home, inventory: &Inventory) -> Result<InProcessFleet> {
         let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new());
         let reports = bus.subscribe(subjects::ALL_REPORTS).await?;
         let mut agents = Vec::new();
@@ -517,7 +614,7 @@ impl Fleet {
                 .with_context(|| format!("creating the root of `{node}`"))?;
             agents.push(mesh_host::start(Arc::clone(&bus), node.clone(), config).await?);
         }
-        Ok(Fleet {
+        Ok(InProcessFleet {
             bus,
             reports,
             agents,
@@ -554,7 +651,7 @@ impl Fleet {
     }
 }
 
-impl Drop for Fleet {
+impl Drop for InProcessFleet {
     fn drop(&mut self) {
         for agent in &self.agents {
             agent.abort();
@@ -665,7 +762,7 @@ pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> R
                 return end_drive(record, home, &blocked);
             }
             if fleet.is_none() {
-                fleet = Some(Fleet::start(home, &home.inventory()?).await?);
+                fleet = Some(Fleet::start(ctx).await?);
             }
             let fleet = fleet.as_mut().context("started above")?;
             record.plan.state = PlanState::RollingOut;
@@ -816,19 +913,31 @@ async fn roll_out(
         .clone()
         .context("a module is built before it is rolled out")?;
     let (catalogue, inventory, old_definition) = rollout_catalogue(ctx, module, &build).await?;
+    fleet.prepare(home, &catalogue, &inventory)?;
+    // Over a fleet's bus, the node holding it is sent the bus's users with every declaration.
+    let users_file = fleet.users_file();
     let compose = |node: &str| -> Result<Declaration, String> {
         match catalogue.module(module) {
             None => Err(format!(
                 "`{module}` does not validate against what the mesh runs (`check` lists why)"
             )),
-            Some(_) => mesh_plan::compose(&catalogue, &inventory, node).map_err(|e| e.to_string()),
+            Some(_) => {
+                let declaration =
+                    mesh_plan::compose(&catalogue, &inventory, node).map_err(|e| e.to_string())?;
+                Ok(match &users_file {
+                    Some((bus_node, users)) if bus_node == node => {
+                        crate::fleet::with_users_file(declaration, users)
+                    }
+                    Some(_) | None => declaration,
+                })
+            }
         }
     };
     let mut events: VecDeque<Event> = VecDeque::new();
     let (mut spec, mut state) = match (&record.work[module].spec, &record.work[module].state) {
         (Some(spec), Some(state)) => {
             let (mut spec, state) = (spec.clone(), state.clone());
-            // Resumed: grants asked and not answered are answered; a node sent and not yet
+            // Resumed: grants asked and not answered are asked again; a node sent and not yet
             // heard is heard from its last report, else sent its declaration again (an apply
             // is idempotent; the controller may have stopped before the send left it).
             let bus_node = match (&state.bus_node, state.stage) {
@@ -837,9 +946,9 @@ async fn roll_out(
             };
             for (node, progress) in bus_node.into_iter().chain(state.nodes.iter()) {
                 match progress {
-                    NodeProgress::Granting { .. } => events.push_back(Event::GrantsIssued {
-                        nodes: vec![node.clone()],
-                    }),
+                    NodeProgress::Granting { .. } => {
+                        events.push_back(fleet.issue_grants(ctx, module, vec![node.clone()]).await?)
+                    }
                     NodeProgress::Sent { .. } => {
                         let expected = expected_declaration(&spec, node);
                         match home.report(node)? {
@@ -904,14 +1013,12 @@ async fn roll_out(
             // first (in the embedded default there are no permissions to issue, and the order
             // is kept all the same).
             let bus_node = &inventory.file.bus_node;
-            let bus_first = if mesh_plan::merge::changes_bus_users(
-                old_definition.as_ref(),
-                definition,
-            ) && inventory
-                .file
-                .nodes
-                .get(bus_node)
-                .is_some_and(|n| n.running)
+            let bus_first = if fleet.users_change(home, old_definition.as_ref(), definition)
+                && inventory
+                    .file
+                    .nodes
+                    .get(bus_node)
+                    .is_some_and(|n| n.running)
             {
                 ctx.progress.line(&format!(
                     "  `{module}`: its grants change the bus's users: `{bus_node}`, holding the bus, goes first"
@@ -931,17 +1038,14 @@ async fn roll_out(
         }
     };
     let mut reverted: Option<String> = None;
+    let mut last_tick = tokio::time::Instant::now();
     loop {
         while let Some(event) = events.pop_front() {
             let actions = step(&spec, &mut state, event, mesh_host::now());
             for action in actions {
                 match action {
                     Action::IssueGrants { nodes } => {
-                        ctx.progress.line(&format!(
-                            "  `{module}`: grants for {} (the in-process bus has no permissions to issue)",
-                            nodes.join(", ")
-                        ));
-                        events.push_back(Event::GrantsIssued { nodes });
+                        events.push_back(fleet.issue_grants(ctx, module, nodes).await?);
                     }
                     Action::SendBusNode { node } | Action::Send { node, .. } => {
                         match compose(&node) {
@@ -1039,7 +1143,11 @@ async fn roll_out(
                 }
                 events.push_back(Event::Report(judged));
             }
-        } else {
+        }
+        // Deadlines are judged at least once a second, however busy the reports keep the
+        // loop (a fleet's hosts send heartbeats).
+        if last_tick.elapsed() >= Duration::from_secs(1) {
+            last_tick = tokio::time::Instant::now();
             events.push_back(Event::Tick);
         }
     }

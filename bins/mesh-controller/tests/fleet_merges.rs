@@ -1,0 +1,333 @@
+//! Merges that roll out over the bus (issue 8's multi-host bed): a real git repository, the
+//! real registry as the store, several `mesh-host serve` processes each with its own root and
+//! bus password, one real `nats-server`, and `mesh-controller --bus … merge`.
+//!
+//! A merge is built and rolled out one machine first across the hosts; a commit that breaks
+//! the module on its first node stops the rollout there (the failure named, or "no report" for a
+//! host that never reports) while the others keep the old build. Faults with nothing lost: the
+//! bus restarted mid-rollout, the controller killed mid-rollout and `plans resume` finishing it
+//! from the record, a host killed mid-apply reporting mid-change and then converging.
+
+mod support;
+
+use serde_json::Value;
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+use support::fleet::{write, Bed};
+use support::{Registry, Repo};
+
+/// `base` writes `/etc/mesh/hello` on every node; `extra` is appended to its file's table
+/// (e.g. an owner), `top` to the definition's top-level keys (e.g. a deadline).
+fn base_module(hello: &str, top: &str, extra: &str) -> [(String, String); 2] {
+    [
+        (
+            "modules/base/module.toml".into(),
+            format!(
+                "name = \"base\"\n{top}\n[files.hello]\nsource = \"files/hello\"\npath = \"/etc/mesh/hello\"\n{extra}"
+            ),
+        ),
+        ("modules/base/files/hello".into(), hello.into()),
+    ]
+}
+
+fn commit_base(repo: &Repo, hello: &str, top: &str, extra: &str, message: &str) -> String {
+    let [a, b] = base_module(hello, top, extra);
+    repo.write(&[(&a.0, &a.1), (&b.0, &b.1)]);
+    repo.commit(message)
+}
+
+/// A bed of `bus` and `nodes`, every host started, the registry as the store, and the
+/// repository `cat` registered with `base` saying `v1`.
+fn setup(nodes: &[&str]) -> (Bed, Registry, Repo) {
+    let registry = Registry::start();
+    let mut bed = Bed::new(nodes);
+    bed.store = Some(registry.url());
+    for node in std::iter::once("bus").chain(nodes.iter().copied()) {
+        bed.start_host(node);
+    }
+    let repo = Repo::new();
+    commit_base(&repo, "v1\n", "", "", "base v1");
+    let path = repo.path().to_str().unwrap().to_owned();
+    bed.expect(&["repo", "add", "cat", &path], 0);
+    (bed, registry, repo)
+}
+
+fn hello(bed: &Bed, node: &str) -> String {
+    std::fs::read_to_string(bed.root(node).join("etc/mesh/hello"))
+        .unwrap_or_else(|e| panic!("{node}: {e}"))
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+fn plan(bed: &Bed, id: &str) -> Value {
+    json(&bed.expect(&["plans", "show", id, "--output", "json"], 0))
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The position of the first progress line holding `needle`.
+fn line_of(out: &str, needle: &str) -> usize {
+    out.lines()
+        .position(|line| line.contains(needle))
+        .unwrap_or_else(|| panic!("no line holds {needle:?}:\n{out}"))
+}
+
+/// Starts `merge cat` without waiting for it.
+fn spawn_merge(bed: &Bed) -> Child {
+    bed.command(&["merge", "cat"])
+        .env("MESH_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until plan `id`'s record says its `module` was sent to `node`.
+fn wait_until_sent(bed: &Bed, id: &str, module: &str, node: &str) {
+    let path = bed.home.path().join(format!("plans/{id}.json"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            if let Ok(record) = serde_json::from_str::<Value>(&text) {
+                if !record["plan"]["rollouts"][module]["sends"][node].is_null() {
+                    return;
+                }
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{id} never recorded `{module}` sent to {node}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// SIGKILL for a host, which stays down until started again.
+fn kill_host(bed: &mut Bed, node: &str) {
+    let host = bed.hosts.get_mut(node).unwrap();
+    host.kill().unwrap();
+    host.wait().unwrap();
+}
+
+#[test]
+fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stops_it() {
+    let (mut bed, registry, repo) = setup(&["a", "b", "c"]);
+    let first = repo.git(&["rev-parse", "HEAD"]);
+
+    // The first merge: built into the registry, the bus node first (its users are new to the
+    // bus), then everyone else once the bus confirmed them.
+    let out = bed.expect(&["merge", "cat"], 0);
+    let bus_sent = line_of(&out, "`base`: sent `bus` (first)");
+    let bus_grants = line_of(&out, "`base`: grants for bus (the bus's users changed");
+    let confirmed = line_of(&out, "(the bus confirmed its new users)");
+    assert!(bus_grants < bus_sent && bus_sent < confirmed, "{out}");
+    for node in ["a", "b", "c"] {
+        assert!(
+            line_of(&out, &format!("sent `{node}`")) > confirmed,
+            "{out}"
+        );
+    }
+    for node in ["bus", "a", "b", "c"] {
+        assert_eq!(hello(&bed, node), "v1\n", "{node}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap(),
+        bed.expect(&["broker", "users"], 0)
+    );
+    let done = plan(&bed, "plan-1");
+    assert_eq!(done["plan"]["state"]["state"], "done", "{done}");
+    assert_eq!(done["plan"]["rollouts"]["base"]["first"], "bus");
+    let deployed =
+        json(&std::fs::read_to_string(bed.home.path().join("deployed/base.json")).unwrap());
+    assert_eq!(deployed["commit"], first.as_str());
+    let digest = deployed["archive"]["digest"].as_str().unwrap();
+    let tags = registry.get("/v2/mesh/archives/tags/list").unwrap();
+    assert!(
+        tags.contains(digest.trim_start_matches("sha256:")),
+        "{tags}"
+    );
+
+    // A commit whose file `a` (first by name now that the users are as confirmed) cannot own:
+    // the rollout stops there, naming the failure, and nobody else is sent the new build.
+    commit_base(
+        &repo,
+        "v2\n",
+        "",
+        "owner = \"alice\"\n",
+        "base v2, owned by alice",
+    );
+    let run = bed.run(&["merge", "cat"]);
+    let out = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert_eq!(run.status.code(), Some(3), "{}", text(&run));
+    line_of(&out, "`base`: sent `a` (first)");
+    assert!(
+        !out.contains("sent `b`") && !out.contains("sent `bus`"),
+        "{out}"
+    );
+    for node in ["bus", "b", "c"] {
+        assert_eq!(hello(&bed, node), "v1\n", "{node} keeps the old build");
+    }
+    let stopped = plan(&bed, "plan-2");
+    assert_eq!(stopped["plan"]["state"]["state"], "stopped", "{stopped}");
+    let outcome = &stopped["plan"]["rollouts"]["base"]["outcome"];
+    assert_eq!(outcome["node"], "a", "{outcome}");
+    let reason = outcome["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("base/file/hello") && reason.contains("alice"),
+        "{reason}"
+    );
+    let status = json(&bed.expect(&["status", "--output", "json"], 0));
+    assert_eq!(status["stopped"][0]["node"], "a", "{status}");
+
+    // A host that never reports: the rollout stops at it with "no report" within the module's
+    // deadline, and the others keep the old build.
+    kill_host(&mut bed, "a");
+    commit_base(&repo, "v3\n", "deadline-secs = 3\n", "", "base v3");
+    let started = Instant::now();
+    let run = bed.run(&["merge", "cat"]);
+    assert_eq!(run.status.code(), Some(3), "{}", text(&run));
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let stopped = plan(&bed, "plan-3");
+    let outcome = &stopped["plan"]["rollouts"]["base"]["outcome"];
+    assert_eq!(outcome["node"], "a", "{outcome}");
+    assert!(
+        outcome["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("no report of the new declaration applied within 3 s"),
+        "{outcome}"
+    );
+    for node in ["bus", "b", "c"] {
+        assert_eq!(hello(&bed, node), "v1\n", "{node} keeps the old build");
+    }
+}
+
+#[test]
+fn a_rollout_rides_out_a_bus_restart_and_a_killed_controller_resumes_from_the_record() {
+    let (mut bed, _registry, repo) = setup(&["a", "b"]);
+    bed.expect(&["merge", "cat"], 0);
+
+    // The bus restarted while the rollout waits on its first node: the rollout completes.
+    kill_host(&mut bed, "a");
+    commit_base(&repo, "v2\n", "", "", "base v2");
+    let merge = spawn_merge(&bed);
+    wait_until_sent(&bed, "plan-2", "base", "a");
+    bed.server.lock().unwrap().restart().unwrap();
+    bed.start_host("a");
+    let out = merge.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for node in ["bus", "a", "b"] {
+        assert_eq!(hello(&bed, node), "v2\n", "{node}");
+    }
+    assert_eq!(plan(&bed, "plan-2")["plan"]["state"]["state"], "done");
+
+    // The controller killed while its first node applies: `plans resume` finishes the
+    // rollout from the record, and the merge is not planned again.
+    kill_host(&mut bed, "a");
+    let third = commit_base(&repo, "v3\n", "", "", "base v3");
+    let mut merge = spawn_merge(&bed);
+    wait_until_sent(&bed, "plan-3", "base", "a");
+    merge.kill().unwrap(); // SIGKILL
+    assert_eq!(merge.wait().unwrap().code(), None);
+    for node in ["bus", "b"] {
+        assert_eq!(
+            hello(&bed, node),
+            "v2\n",
+            "{node} was not sent before the kill"
+        );
+    }
+    bed.start_host("a");
+    let resumed = bed.run(&["plans", "resume"]);
+    assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed));
+    for node in ["bus", "a", "b"] {
+        assert_eq!(hello(&bed, node), "v3\n", "{node}");
+    }
+    let record = plan(&bed, "plan-3");
+    assert_eq!(record["plan"]["state"]["state"], "done", "{record}");
+    assert_eq!(record["plan"]["rollouts"]["base"]["first"], "a");
+    bed.expect(&["merge", "cat"], 0);
+    let plans = json(&bed.expect(&["plans", "--output", "json"], 0));
+    let for_third = plans
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["commit"] == third.as_str())
+        .count();
+    assert_eq!(for_third, 1, "{plans}");
+}
+
+#[test]
+fn a_host_killed_mid_apply_reports_mid_change_and_the_rollout_goes_on_once_it_converges() {
+    let (mut bed, _registry, repo) = setup(&["a", "b"]);
+    bed.expect(&["merge", "cat"], 0);
+    // A new module of many files on `a` and `b`: its apply takes a while.
+    let mut module = String::from("name = \"bulk\"\n");
+    let mut files = Vec::new();
+    for i in 0..1500 {
+        module.push_str(&format!(
+            "\n[files.f{i}]\nsource = \"files/f{i}\"\npath = \"/srv/bulk/f{i}\"\n"
+        ));
+        files.push((
+            format!("modules/bulk/files/f{i}"),
+            format!("{i}\n").repeat(40),
+        ));
+    }
+    files.push(("modules/bulk/module.toml".into(), module));
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    repo.write(&files);
+    repo.commit("bulk");
+    let inventory = bed.home.path().join("inventory.toml");
+    let text_before = std::fs::read_to_string(&inventory).unwrap();
+    write(&inventory, &format!("{text_before}bulk = [\"a\", \"b\"]\n"));
+
+    let merge = spawn_merge(&bed);
+    let state = bed.state_dir("a");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !mesh_apply::is_mid_change(&state).unwrap() {
+        assert!(Instant::now() < deadline, "a never started the apply");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    kill_host(&mut bed, "a");
+    assert!(mesh_apply::is_mid_change(&state).unwrap());
+    assert!(
+        !bed.root("b").join("srv/bulk").exists(),
+        "b is not sent before its first node applied"
+    );
+    bed.start_host("a");
+
+    let out = merge.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mid = line_of(
+        &stdout,
+        "`bulk`: `a` reported it mid-change, not yet applied",
+    );
+    let rest = line_of(&stdout, "`bulk`: sent `b`");
+    assert!(mid < rest, "{stdout}");
+    for node in ["a", "b"] {
+        for i in [0, 777, 1499] {
+            assert_eq!(
+                std::fs::read_to_string(bed.root(node).join(format!("srv/bulk/f{i}"))).unwrap(),
+                format!("{i}\n").repeat(40),
+                "{node}"
+            );
+        }
+    }
+    let record = plan(&bed, "plan-2");
+    assert_eq!(record["plan"]["state"]["state"], "done", "{record}");
+    let report = json(&std::fs::read_to_string(bed.home.path().join("reports/a.json")).unwrap());
+    assert_eq!(report["machine"], "converged", "{report}");
+}

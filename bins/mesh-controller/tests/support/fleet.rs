@@ -1,0 +1,313 @@
+//! The fleet bed (issue 8): several `mesh-host serve` processes, each with its own root, state
+//! directory and bus password, one real `nats-server` started with the users the controller
+//! composed, and the controller given `--bus`.
+//!
+//! The bus node's server is reloaded the way `contrib/systemd/mesh-nats-users.path` does it on
+//! a real machine: a watcher sees the users file its host wrote change and reloads the server.
+
+use mesh_bus::nats_server::NatsServer;
+use mesh_bus::{NatsBus, NatsOptions};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub fn controller_binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_mesh-controller"))
+}
+
+/// `target/<profile>/mesh-host`, beside the controller (the test command builds it first).
+pub fn host_binary() -> PathBuf {
+    let path = controller_binary().with_file_name("mesh-host");
+    assert!(
+        path.is_file(),
+        "{} is not built: run `cargo build -p mesh-host` first (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+pub const BASE_MODULE: &str = r#"name = "base"
+
+[files.hello]
+source = "files/hello"
+path = "/etc/mesh/hello"
+"#;
+
+pub const AGENT_MODULE: &str = r#"name = "agent"
+
+[files.agent]
+source = "files/agent.conf"
+path = "/etc/agent.conf"
+
+[grants]
+buckets = ["agent_state"]
+subjects = ["agent.events"]
+"#;
+
+pub struct Bed {
+    /// The mesh home.
+    pub home: tempfile::TempDir,
+    /// The bus.
+    pub server: Arc<Mutex<NatsServer>>,
+    /// The bus's URL.
+    pub url: String,
+    /// Each node's `mesh-host serve` process.
+    pub hosts: BTreeMap<String, Child>,
+    /// The store every controller command is given (`--store`), when not the default.
+    pub store: Option<String>,
+    watching: Arc<AtomicBool>,
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        self.watching.store(false, Ordering::SeqCst);
+        for child in self.hosts.values_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+pub fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+impl Bed {
+    /// A home whose nodes are `bus` (holding the bus) and `nodes`, every node running `base`
+    /// and `a` also `agent`; a server started with the users `broker users` prints; no host
+    /// started yet.
+    pub fn new(nodes: &[&str]) -> Bed {
+        let home = tempfile::Builder::new()
+            .prefix("mesh-fleet-")
+            .tempdir()
+            .unwrap();
+        let root = home.path();
+        let all: Vec<&str> = std::iter::once("bus")
+            .chain(nodes.iter().copied())
+            .collect();
+        let mut inventory = String::from("bus-node = \"bus\"\n\n");
+        for node in &all {
+            inventory.push_str(&format!("[nodes.{node}]\n"));
+        }
+        inventory.push_str(&format!(
+            "\n[assignments]\nbase = [{}]\nagent = [\"a\"]\n",
+            all.iter()
+                .map(|n| format!("\"{n}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        write(&root.join("inventory.toml"), &inventory);
+        write(
+            &root.join("catalogue/modules/base/module.toml"),
+            BASE_MODULE,
+        );
+        write(
+            &root.join("catalogue/modules/base/files/hello"),
+            "hello, fleet\n",
+        );
+        write(
+            &root.join("catalogue/modules/agent/module.toml"),
+            AGENT_MODULE,
+        );
+        write(
+            &root.join("catalogue/modules/agent/files/agent.conf"),
+            "interval = 5\n",
+        );
+        for node in &all {
+            write(
+                &root.join(format!("roots/{node}/etc/passwd")),
+                "root:x:0:0:root:/root:/bin/sh\n",
+            );
+            // Debian's nats-server package makes the group `nats` its server runs as.
+            write(
+                &root.join(format!("roots/{node}/etc/group")),
+                "root:x:0:\nnats:x:101:\n",
+            );
+        }
+        let mut bed = Bed {
+            server: Arc::new(Mutex::new(
+                NatsServer::start().unwrap_or_else(|e| panic!("{e}")),
+            )),
+            url: String::new(),
+            home,
+            hosts: BTreeMap::new(),
+            store: None,
+            watching: Arc::new(AtomicBool::new(true)),
+        };
+        let users = bed.expect(&["broker", "users"], 0);
+        {
+            let server = bed.server.lock().unwrap();
+            server.reload(&users).unwrap();
+            bed.url = server.url();
+        }
+        bed.watch_users_file();
+        // The reload is asynchronous: wait until the controller's user is let in.
+        let password =
+            std::fs::read_to_string(bed.home.path().join("bus/passwords/controller")).unwrap();
+        runtime().block_on(async {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let options =
+                    NatsOptions::for_controller(bed.url.clone(), password.trim().to_owned());
+                match NatsBus::connect(&options).await {
+                    Ok(_) => break,
+                    Err(error) if Instant::now() > deadline => panic!("{error}"),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+        });
+        bed
+    }
+
+    pub fn root(&self, node: &str) -> PathBuf {
+        self.home.path().join("roots").join(node)
+    }
+
+    pub fn state_dir(&self, node: &str) -> PathBuf {
+        self.home.path().join("state").join(node)
+    }
+
+    /// What `contrib/systemd/mesh-nats-users.path` does: reload the bus when the users file
+    /// the bus node's host wrote changes.
+    fn watch_users_file(&self) {
+        let file = self.root("bus").join("etc/nats/mesh-users.conf");
+        let server = Arc::clone(&self.server);
+        let watching = Arc::clone(&self.watching);
+        std::thread::spawn(move || {
+            let mut last = String::new();
+            while watching.load(Ordering::SeqCst) {
+                if let Ok(text) = std::fs::read_to_string(&file) {
+                    if text != last {
+                        server.lock().unwrap().reload(&text).unwrap();
+                        last = text;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+    }
+
+    pub fn start_host(&mut self, node: &str) {
+        self.start_host_with(node, &[]);
+    }
+
+    /// Starts `node`'s host with `serve`'s extra flags.
+    pub fn start_host_with(&mut self, node: &str, serve: &[&str]) {
+        let child = Command::new(host_binary())
+            .arg("--node")
+            .arg(node)
+            .arg("--bus")
+            .arg(&self.url)
+            .arg("--password-file")
+            .arg(self.home.path().join("bus/passwords").join(node))
+            .arg("--root")
+            .arg(self.root(node))
+            .arg("--state-dir")
+            .arg(self.state_dir(node))
+            .args(["serve", "--heartbeat", "1"])
+            .args(serve)
+            .env("MESH_LOG", "error")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        if let Some(mut old) = self.hosts.insert(node.to_owned(), child) {
+            let _ = old.kill();
+            let _ = old.wait();
+        }
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(controller_binary());
+        command
+            .arg("--home")
+            .arg(self.home.path())
+            .arg("--bus")
+            .arg(&self.url)
+            .args(
+                self.store
+                    .iter()
+                    .flat_map(|store| ["--store", store.as_str()]),
+            )
+            .args(args)
+            .env_remove("MESH_BUS")
+            .env_remove("MESH_BUS_PASSWORD_FILE")
+            .env_remove("MESH_STORE");
+        command
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    /// Runs the controller and checks its exit code; returns standard output.
+    pub fn expect(&self, args: &[&str], code: i32) -> String {
+        let out = self.run(args);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "mesh-controller {args:?}\nstdout:\n{stdout}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+
+    /// `push --all` as JSON: node → its result.
+    pub fn push_all(&self, timeout: u64, code: i32) -> BTreeMap<String, serde_json::Value> {
+        let timeout = timeout.to_string();
+        let out = self.expect(
+            &["push", "--all", "--timeout", &timeout, "--output", "json"],
+            code,
+        );
+        let results: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+        results
+            .into_iter()
+            .map(|r| (r["node"].as_str().unwrap().to_owned(), r))
+            .collect()
+    }
+
+    /// A controller connection, living in `rt` (the runtime that uses it).
+    pub fn controller_bus(&self, rt: &tokio::runtime::Runtime) -> NatsBus {
+        let password =
+            std::fs::read_to_string(self.home.path().join("bus/passwords/controller")).unwrap();
+        rt.block_on(NatsBus::connect(&NatsOptions::for_controller(
+            self.url.clone(),
+            password.trim().to_owned(),
+        )))
+        .unwrap()
+    }
+}
+
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+pub fn converged(result: &serde_json::Value) -> bool {
+    result["result"] == "reported" && result["report"]["machine"] == "converged"
+}
+
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args([
+            "-c",
+            "user.name=Test",
+            "-c",
+            "user.email=test@example.internal",
+        ])
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
