@@ -530,18 +530,21 @@ impl Fleet {
         }
     }
 
-    /// Whether the rollout changes the bus's users, so that the node holding the bus goes
-    /// first (rule 13). In process: the module's grants changed; over NATS: the users composed
-    /// differ from the ones the bus last confirmed.
+    /// Why the rollout changes the bus's users, when it does, so that the node holding the bus
+    /// goes first (rule 13). In process: the module's grants changed; over NATS: the users
+    /// composed differ from the ones the bus last confirmed.
     fn users_change(
         &self,
         home: &Home,
         old: Option<&ModuleDefinition>,
         new: &ModuleDefinition,
-    ) -> bool {
+    ) -> Option<&'static str> {
         match self {
-            Fleet::InProcess(_) => mesh_plan::merge::changes_bus_users(old, new),
-            Fleet::Nats(bus) => bus.users_change(home),
+            Fleet::InProcess(_) => mesh_plan::merge::changes_bus_users(old, new)
+                .then_some("its grants change the bus's users"),
+            Fleet::Nats(bus) => bus
+                .users_change(home)
+                .then_some("the bus's users differ from the ones it confirmed"),
         }
     }
 
@@ -1013,15 +1016,15 @@ async fn roll_out(
             // first (in the embedded default there are no permissions to issue, and the order
             // is kept all the same).
             let bus_node = &inventory.file.bus_node;
-            let bus_first = if fleet.users_change(home, old_definition.as_ref(), definition)
-                && inventory
-                    .file
-                    .nodes
-                    .get(bus_node)
-                    .is_some_and(|n| n.running)
-            {
+            let bus_node_running = inventory
+                .file
+                .nodes
+                .get(bus_node)
+                .is_some_and(|n| n.running);
+            let users_change = fleet.users_change(home, old_definition.as_ref(), definition);
+            let bus_first = if let (Some(why), true) = (users_change, bus_node_running) {
                 ctx.progress.line(&format!(
-                    "  `{module}`: its grants change the bus's users: `{bus_node}`, holding the bus, goes first"
+                    "  `{module}`: {why}: `{bus_node}`, holding the bus, goes first"
                 ));
                 Some(BusFirst {
                     node: bus_node.clone(),

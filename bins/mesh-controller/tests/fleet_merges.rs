@@ -127,10 +127,22 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
     // The first merge: built into the registry, the bus node first (its users are new to the
     // bus), then everyone else once the bus confirmed them.
     let out = bed.expect(&["merge", "cat"], 0);
+    let why = line_of(
+        &out,
+        "`base`: the bus's users differ from the ones it confirmed",
+    );
+    assert!(out
+        .lines()
+        .nth(why)
+        .unwrap()
+        .ends_with("`bus`, holding the bus, goes first"));
     let bus_sent = line_of(&out, "`base`: sent `bus` (first)");
     let bus_grants = line_of(&out, "`base`: grants for bus (the bus's users changed");
     let confirmed = line_of(&out, "(the bus confirmed its new users)");
-    assert!(bus_grants < bus_sent && bus_sent < confirmed, "{out}");
+    assert!(
+        why < bus_grants && bus_grants < bus_sent && bus_sent < confirmed,
+        "{out}"
+    );
     for node in ["a", "b", "c"] {
         assert!(
             line_of(&out, &format!("sent `{node}`")) > confirmed,
