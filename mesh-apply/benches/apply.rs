@@ -39,7 +39,8 @@ fn declaration(files: usize) -> Declaration {
             after: Vec::new(),
             spec: Spec::File(FileSpec {
                 path: machine_path(i),
-                content: content(i),
+                content: Some(content(i)),
+                source: None,
                 mode: 0o644,
                 owner: "root".to_owned(),
                 group: "root".to_owned(),

@@ -41,20 +41,7 @@ pub fn apply(
     declaration: &Declaration,
     now: u64,
 ) -> Result<Report, ApplyError> {
-    let accounts = ShadowUtils::new(&config.root);
-    let podman;
-    let containers: &dyn ContainerRuntime = match &config.containers {
-        ContainerRuntimeChoice::Podman(podman_config) => {
-            podman = Podman::new(podman_config.clone(), &config.root);
-            &podman
-        }
-        ContainerRuntimeChoice::Unsupported => &NoContainerRuntime,
-    };
-    let seams = Seams {
-        accounts: &accounts,
-        containers,
-    };
-    apply_with(config, declaration, now, &seams)
+    apply_archived(config, declaration, &ArchivedContents::default(), now)
 }
 
 /// Applies a declaration with the given seams.
@@ -101,6 +88,59 @@ pub fn apply_with(
     now: u64,
     seams: &Seams<'_>,
 ) -> Result<Report, ApplyError> {
+    apply_archived_with(
+        config,
+        declaration,
+        &ArchivedContents::default(),
+        now,
+        seams,
+    )
+}
+
+/// Applies a declaration whose archived files ([`FileSpec::source`]) the host read from their
+/// archives: `contents` holds each one's content, or why it could not be read.
+///
+/// The declaration is applied as sent (the report names its digest). A file whose content
+/// could not be read is not attempted, and nothing of it is written or released: it is
+/// reported failed with the reason given (and retried with backoff, as any failure), the
+/// members of its together group fail with it, and what comes after it is skipped. Everything
+/// else is applied as [`apply_with`] says.
+///
+/// # Errors
+/// As [`apply_with`].
+pub fn apply_archived(
+    config: &HostConfig,
+    declaration: &Declaration,
+    contents: &ArchivedContents,
+    now: u64,
+) -> Result<Report, ApplyError> {
+    let accounts = ShadowUtils::new(&config.root);
+    let podman;
+    let containers: &dyn ContainerRuntime = match &config.containers {
+        ContainerRuntimeChoice::Podman(podman_config) => {
+            podman = Podman::new(podman_config.clone(), &config.root);
+            &podman
+        }
+        ContainerRuntimeChoice::Unsupported => &NoContainerRuntime,
+    };
+    let seams = Seams {
+        accounts: &accounts,
+        containers,
+    };
+    apply_archived_with(config, declaration, contents, now, &seams)
+}
+
+/// [`apply_archived`] with the given seams.
+///
+/// # Errors
+/// As [`apply_with`].
+pub fn apply_archived_with(
+    config: &HostConfig,
+    declaration: &Declaration,
+    contents: &ArchivedContents,
+    now: u64,
+    seams: &Seams<'_>,
+) -> Result<Report, ApplyError> {
     // The digest is needed only for the marker and the report: it is hashed on another core
     // while the declaration is checked, the state read and the resources examined.
     std::thread::scope(|scope| {
@@ -117,7 +157,7 @@ pub fn apply_with(
         let interrupted = dir.read_in_progress()?;
         apply_examined(
             config,
-            declaration,
+            (declaration, contents),
             now,
             seams,
             (dir, state, interrupted),
@@ -151,7 +191,7 @@ impl Digest<'_> {
 /// The rest of [`apply_with`], once the state directory is read.
 fn apply_examined<'s>(
     config: &HostConfig,
-    declaration: &Declaration,
+    (declaration, contents): (&Declaration, &ArchivedContents),
     now: u64,
     seams: &Seams<'_>,
     (dir, state, interrupted): (StateDir, StateFile, Option<InProgress>),
@@ -170,6 +210,7 @@ fn apply_examined<'s>(
         marked: false,
         config,
         declaration,
+        contents,
         now,
         seams,
         dir,
@@ -180,7 +221,7 @@ fn apply_examined<'s>(
         outcomes: BTreeMap::new(),
         undeclared: BTreeMap::new(),
         findings: Vec::new(),
-        blocked: BTreeMap::new(),
+        blocked: unreadable_files(declaration, contents),
         touched_dirs: BTreeSet::new(),
         read_buffer: vec![0; 64 * 1024],
     };
@@ -253,6 +294,8 @@ struct Engine<'a, 's> {
     marked: bool,
     config: &'a HostConfig,
     declaration: &'a Declaration,
+    /// The content of the declaration's archived files, as the host read it.
+    contents: &'a ArchivedContents,
     now: u64,
     seams: &'a Seams<'a>,
     dir: StateDir,
@@ -271,6 +314,57 @@ struct Engine<'a, 's> {
     touched_dirs: BTreeSet<PathBuf>,
     /// Reused to compare files with what is declared.
     read_buffer: Vec<u8>,
+}
+
+/// The content of the declaration's archived files, as the host read them from their archives
+/// (see [`apply_archived`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ArchivedContents {
+    /// File resource id → its content, read from its archive and checked against its digest.
+    pub read: BTreeMap<String, String>,
+    /// File resource id → why its content could not be read (naming the archive and the store).
+    pub unavailable: BTreeMap<String, String>,
+}
+
+/// The archived files whose content was not read, and why: they cannot be attempted.
+fn unreadable_files(
+    declaration: &Declaration,
+    contents: &ArchivedContents,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for resource in &declaration.resources {
+        let Spec::File(file) = &resource.spec else {
+            continue;
+        };
+        if file.content.is_some() || contents.read.contains_key(&resource.id) {
+            continue;
+        }
+        let reason = contents
+            .unavailable
+            .get(&resource.id)
+            .cloned()
+            .unwrap_or_else(|| {
+                let archive = declaration
+                    .archives
+                    .get(&resource.module)
+                    .map_or("none", |a| a.digest.as_str());
+                format!(
+                    "its content is in the archive of `{}` ({archive}), which was not read",
+                    resource.module
+                )
+            });
+        out.insert(resource.id.clone(), reason);
+    }
+    out
+}
+
+/// The bytes a file should hold: its content, or what was read from its archive. A file with
+/// neither is blocked before it is attempted ([`unreadable_files`]), so this is never asked.
+fn content_of<'a>(contents: &'a ArchivedContents, id: &str, spec: &'a FileSpec) -> &'a [u8] {
+    match &spec.content {
+        Some(content) => content.as_bytes(),
+        None => contents.read.get(id).map_or(&[], |c| c.as_bytes()),
+    }
 }
 
 /// What a declared resource is on the machine.
@@ -1082,7 +1176,7 @@ impl Engine<'_, '_> {
             Err(reason) => return Ok(Err(reason)),
         };
         let wanted = Wanted {
-            bytes: spec.content.as_bytes(),
+            bytes: content_of(self.contents, &resource.id, spec),
             mode: spec.mode,
             uid,
             gid,
@@ -1316,7 +1410,7 @@ impl Engine<'_, '_> {
                     Err(reason) => return Ok(Err(reason)),
                 };
                 let wanted = Wanted {
-                    bytes: spec.content.as_bytes(),
+                    bytes: content_of(self.contents, &resource.id, spec),
                     mode: spec.mode,
                     uid,
                     gid,

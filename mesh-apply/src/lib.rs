@@ -36,7 +36,7 @@ pub mod window;
 
 pub use accounts::{AccountDatabase, Accounts, AccountsError, GroupEntry, ShadowUtils, UserEntry};
 pub use containers::{ContainerRuntime, DeclaredContainer, NoContainerRuntime, NOT_SUPPORTED};
-pub use engine::{apply, apply_with, Seams};
+pub use engine::{apply, apply_archived, apply_archived_with, apply_with, ArchivedContents, Seams};
 pub use podman::{
     ContainerStatus, Podman, PodmanConfig, PodmanError, RunMount, RunSpec, LABEL_HOST,
     LABEL_MADE_BY, LABEL_MODULE, LABEL_RESOURCE, LABEL_SPEC, LABEL_SPEC_DIGEST, MADE_BY,

@@ -2,15 +2,32 @@
 //!
 //! Each resource has a stable id `<module>/<kind>/<name>`. Resources are kept sorted by id, so the
 //! canonical JSON of a declaration (and so its digest) is a pure function of its content.
+//!
+//! # Formats
+//! - Format [`DECLARATION_FORMAT`] (1): every file carries its content.
+//! - Format [`DECLARATION_FORMAT_ARCHIVES`] (2): the declaration names archives
+//!   ([`Declaration::archives`], module → archive digest and size), and a file of such a module
+//!   that is not a template names its place in the archive and its content's digest
+//!   ([`FileSpec::source`]) instead of carrying its content. The host fetches the archive from
+//!   the store, checks its digest, and reads the file from it.
+//!
+//! A declaration is written in the lowest format that holds it ([`Declaration::with_archives`]
+//! picks it), so a declaration naming no archive has the bytes, and the digest, it always had; a
+//! host that reads only format 1 refuses a format-2 declaration rather than misread it.
 
+use crate::build::ArchiveRef;
 use crate::{sha256_digest, WireError};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The declaration wire format this build writes and reads.
+/// The declaration wire format of a declaration whose files all carry their content.
 pub const DECLARATION_FORMAT: u32 = 1;
 
-/// A node's declaration (wire format, version [`DECLARATION_FORMAT`]).
+/// The declaration wire format of a declaration that names archives its files are read from.
+pub const DECLARATION_FORMAT_ARCHIVES: u32 = 2;
+
+/// A node's declaration (wire format, version [`DECLARATION_FORMAT`] or
+/// [`DECLARATION_FORMAT_ARCHIVES`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Declaration {
@@ -18,6 +35,9 @@ pub struct Declaration {
     pub format: u32,
     /// The node it is for.
     pub node: String,
+    /// The archives files are read from, by module (format 2 only; absent when empty).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub archives: BTreeMap<String, ArchiveRef>,
     /// Every resource, sorted by id.
     pub resources: Vec<Resource>,
 }
@@ -66,20 +86,64 @@ impl Spec {
     }
 }
 
-/// A regular file.
+/// A regular file: it carries its content, or names where it is in its module's archive.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct FileSpec {
     /// Absolute path on the machine.
     pub path: String,
-    /// The content (UTF-8 text).
-    pub content: String,
+    /// The content (UTF-8 text), when the declaration carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// Where the content is in the module's archive ([`Declaration::archives`]), when the
+    /// declaration does not carry it (format 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<ArchivedFile>,
     /// Permission bits.
     pub mode: u32,
     /// Owning account.
     pub owner: String,
     /// Owning group.
     pub group: String,
+}
+
+impl FileSpec {
+    /// A file carrying its content.
+    pub fn inline(
+        path: impl Into<String>,
+        content: impl Into<String>,
+        mode: u32,
+        owner: impl Into<String>,
+        group: impl Into<String>,
+    ) -> FileSpec {
+        FileSpec {
+            path: path.into(),
+            content: Some(content.into()),
+            source: None,
+            mode,
+            owner: owner.into(),
+            group: group.into(),
+        }
+    }
+
+    /// The digest of the content: the one the source names, or that of the content carried.
+    pub fn content_digest(&self) -> Option<String> {
+        match (&self.source, &self.content) {
+            (Some(source), _) => Some(source.sha256.clone()),
+            (None, Some(content)) => Some(sha256_digest(content.as_bytes())),
+            (None, None) => None,
+        }
+    }
+}
+
+/// Where a file's content is in its module's archive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ArchivedFile {
+    /// The file's path inside the archive (relative, as in the module directory).
+    pub path: String,
+    /// `sha256:<hex>` of the file's bytes.
+    pub sha256: String,
 }
 
 /// A directory.
@@ -149,12 +213,28 @@ pub fn resource_id(module: &str, kind: &str, name: &str) -> String {
 }
 
 impl Declaration {
-    /// A declaration for `node` from resources in any order (they are sorted by id).
-    pub fn new(node: impl Into<String>, mut resources: Vec<Resource>) -> Self {
+    /// A declaration for `node` from resources in any order (they are sorted by id), every file
+    /// carrying its content (format 1).
+    pub fn new(node: impl Into<String>, resources: Vec<Resource>) -> Self {
+        Declaration::with_archives(node, resources, BTreeMap::new())
+    }
+
+    /// A declaration for `node` whose archived files are read from `archives` (module →
+    /// archive); format 2 when it names an archive, 1 otherwise.
+    pub fn with_archives(
+        node: impl Into<String>,
+        mut resources: Vec<Resource>,
+        archives: BTreeMap<String, ArchiveRef>,
+    ) -> Self {
         resources.sort_by(|a, b| a.id.cmp(&b.id));
         Declaration {
-            format: DECLARATION_FORMAT,
+            format: if archives.is_empty() {
+                DECLARATION_FORMAT
+            } else {
+                DECLARATION_FORMAT_ARCHIVES
+            },
             node: node.into(),
+            archives,
             resources,
         }
     }
@@ -191,11 +271,11 @@ impl Declaration {
             what: "declaration",
             source,
         })?;
-        if version.format != DECLARATION_FORMAT {
+        if version.format != DECLARATION_FORMAT && version.format != DECLARATION_FORMAT_ARCHIVES {
             return Err(WireError::Format {
                 what: "declaration",
                 found: version.format,
-                expected: DECLARATION_FORMAT,
+                expected: DECLARATION_FORMAT_ARCHIVES,
             });
         }
         let declaration: Declaration =
@@ -216,7 +296,7 @@ impl Declaration {
 
     /// Every rule the declaration breaks (empty when sound).
     pub fn problems(&self) -> Vec<String> {
-        let mut out = Vec::new();
+        let mut out = self.archive_problems();
         let ids: BTreeSet<&str> = self.resources.iter().map(|r| r.id.as_str()).collect();
         if ids.len() != self.resources.len() {
             out.push("two resources share an id".to_owned());
@@ -265,6 +345,7 @@ impl Declaration {
                     if f.mode > 0o7777 {
                         out.push(format!("`{}`: mode {:o} is not a mode", r.id, f.mode));
                     }
+                    out.extend(self.file_source_problem(r, f));
                 }
                 Spec::Directory(d) => {
                     if d.mode > 0o7777 {
@@ -285,6 +366,95 @@ impl Declaration {
     }
 }
 
+impl Declaration {
+    /// The rules of the format and of [`Declaration::archives`].
+    fn archive_problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let archived = |module: &str| {
+            self.resources.iter().any(|r| {
+                r.module == module && matches!(&r.spec, Spec::File(f) if f.source.is_some())
+            })
+        };
+        match self.format {
+            DECLARATION_FORMAT if !self.archives.is_empty() => out.push(format!(
+                "format {DECLARATION_FORMAT} names no archive; a declaration that does is format \
+                 {DECLARATION_FORMAT_ARCHIVES}"
+            )),
+            DECLARATION_FORMAT_ARCHIVES if self.archives.is_empty() => out.push(format!(
+                "format {DECLARATION_FORMAT_ARCHIVES} names at least one archive; a declaration \
+                 that names none is format {DECLARATION_FORMAT}"
+            )),
+            DECLARATION_FORMAT | DECLARATION_FORMAT_ARCHIVES => {}
+            other => out.push(format!("format {other} is not a declaration format")),
+        }
+        for (module, archive) in &self.archives {
+            if !is_sha256_digest(&archive.digest) {
+                out.push(format!(
+                    "the archive of `{module}`: `{}` is not a sha256 digest",
+                    archive.digest
+                ));
+            }
+            if !archived(module) {
+                out.push(format!(
+                    "the archive of `{module}` is named but no file of `{module}` is read from it"
+                ));
+            }
+        }
+        out
+    }
+
+    /// What is wrong with where a file's content comes from, if anything.
+    fn file_source_problem(&self, resource: &Resource, file: &FileSpec) -> Option<String> {
+        let id = &resource.id;
+        let Some(source) = &file.source else {
+            return file
+                .content
+                .is_none()
+                .then(|| format!("`{id}`: a file carries its content or names its source"));
+        };
+        if file.content.is_some() {
+            return Some(format!(
+                "`{id}`: a file carries its content or names its source, not both"
+            ));
+        }
+        if !self.archives.contains_key(&resource.module) {
+            return Some(format!(
+                "`{id}`: its content is in the archive of `{}`, which the declaration does not name",
+                resource.module
+            ));
+        }
+        if source.path.is_empty()
+            || source.path.starts_with('/')
+            || source
+                .path
+                .split('/')
+                .any(|s| s.is_empty() || s == "." || s == "..")
+        {
+            return Some(format!(
+                "`{id}`: `{}` is not a plain relative path in an archive",
+                source.path
+            ));
+        }
+        if !is_sha256_digest(&source.sha256) {
+            return Some(format!(
+                "`{id}`: `{}` is not a sha256 digest",
+                source.sha256
+            ));
+        }
+        None
+    }
+}
+
+/// Whether `text` is `sha256:` and 64 lower-case hex digits.
+pub fn is_sha256_digest(text: &str) -> bool {
+    text.strip_prefix("sha256:").is_some_and(|hex| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
 /// Why a declared machine path is unacceptable, if it is.
 pub fn path_problem(path: &str) -> Option<String> {
     if !path.starts_with('/') {
@@ -300,4 +470,86 @@ pub fn path_problem(path: &str) -> Option<String> {
         return Some(format!("`{}` holds a NUL byte", path.escape_debug()));
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(module: &str, name: &str, content: Option<&str>, source: Option<&str>) -> Resource {
+        Resource {
+            id: resource_id(module, "file", name),
+            module: module.to_owned(),
+            together: None,
+            after: Vec::new(),
+            spec: Spec::File(FileSpec {
+                path: format!("/etc/{module}/{name}"),
+                content: content.map(str::to_owned),
+                source: source.map(|path| ArchivedFile {
+                    path: path.to_owned(),
+                    sha256: sha256_digest(path.as_bytes()),
+                }),
+                mode: 0o644,
+                owner: "root".to_owned(),
+                group: "root".to_owned(),
+            }),
+        }
+    }
+
+    fn archive(name: &str) -> ArchiveRef {
+        ArchiveRef {
+            digest: sha256_digest(name.as_bytes()),
+            size: 10,
+        }
+    }
+
+    #[test]
+    fn a_declaration_naming_no_archive_is_format_1_and_a_declaration_naming_one_is_format_2() {
+        let inline = Declaration::new("n", vec![file("a", "x", Some("x\n"), None)]);
+        assert_eq!(inline.format, DECLARATION_FORMAT);
+        assert!(!String::from_utf8(inline.canonical_json())
+            .unwrap()
+            .contains("archives"));
+        let archived = Declaration::with_archives(
+            "n",
+            vec![file("a", "x", None, Some("files/x"))],
+            BTreeMap::from([("a".to_owned(), archive("a"))]),
+        );
+        assert_eq!(archived.format, DECLARATION_FORMAT_ARCHIVES);
+        assert_eq!(
+            Declaration::from_json(&archived.canonical_json()).unwrap(),
+            archived
+        );
+    }
+
+    #[test]
+    fn every_broken_archive_rule_is_said() {
+        let mut declaration = Declaration::with_archives(
+            "n",
+            vec![
+                file("a", "both", Some("x\n"), Some("both")),
+                file("a", "neither", None, None),
+                file("b", "orphan", None, Some("orphan")),
+                file("a", "climbs", None, Some("../out")),
+                file("a", "fine", None, Some("files/fine")),
+            ],
+            BTreeMap::from([
+                ("a".to_owned(), archive("a")),
+                ("c".to_owned(), archive("c")),
+            ]),
+        );
+        assert_eq!(
+            declaration.problems(),
+            [
+                "the archive of `c` is named but no file of `c` is read from it",
+                "`a/file/both`: a file carries its content or names its source, not both",
+                "`a/file/climbs`: `../out` is not a plain relative path in an archive",
+                "`a/file/neither`: a file carries its content or names its source",
+                "`b/file/orphan`: its content is in the archive of `b`, which the declaration does \
+                 not name",
+            ]
+        );
+        declaration.format = DECLARATION_FORMAT;
+        assert!(declaration.problems()[0].starts_with("format 1 names no archive"));
+    }
 }

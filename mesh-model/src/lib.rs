@@ -42,13 +42,13 @@ pub enum WireError {
         source: serde_json::Error,
     },
     /// The format version is one this build does not read.
-    #[error("{what} has format {found}, this build reads format {expected}")]
+    #[error("{what} has format {found}, this build reads up to format {expected}")]
     Format {
         /// What was being read.
         what: &'static str,
         /// The version found.
         found: u32,
-        /// The version this build reads.
+        /// The newest version this build reads.
         expected: u32,
     },
     /// The value parsed but breaks the format's rules; every problem is listed.

@@ -324,6 +324,9 @@ pub struct CatalogueSource {
     pub prefix: String,
     /// Module directory name → tree.
     pub modules: BTreeMap<String, ModuleTree>,
+    /// Module directory name → the archive its tree was unpacked from, for a module that comes
+    /// from a build (the tree is then exactly the archive's content).
+    pub archives: BTreeMap<String, crate::build::ArchiveRef>,
 }
 
 /// A module that validated: its definition and its directory.
@@ -333,6 +336,9 @@ pub struct Module {
     pub definition: ModuleDefinition,
     /// The directory's entries.
     pub tree: ModuleTree,
+    /// The archive the tree is the content of, when the module comes from a build: its files
+    /// reach a host inside that archive.
+    pub archive: Option<crate::build::ArchiveRef>,
 }
 
 /// Validated modules by name.
@@ -365,7 +371,8 @@ pub fn load_catalogue(source: &CatalogueSource) -> (Catalogue, Vec<Diagnostic>) 
         let before = diagnostics.len();
         if let Some(definition) = parse_module(&file, dir, tree, &mut diagnostics) {
             if diagnostics.len() == before {
-                parsed.insert(definition.name.clone(), (file, definition, tree.clone()));
+                let tree = (tree.clone(), source.archives.get(dir).cloned());
+                parsed.insert(definition.name.clone(), (file, definition, tree));
             }
         }
     }
@@ -430,7 +437,16 @@ pub fn load_catalogue(source: &CatalogueSource) -> (Catalogue, Vec<Diagnostic>) 
     let modules: BTreeMap<String, Module> = parsed
         .into_iter()
         .filter(|(name, _)| !broken.contains(name))
-        .map(|(name, (_, definition, tree))| (name, Module { definition, tree }))
+        .map(|(name, (_, definition, (tree, archive)))| {
+            (
+                name,
+                Module {
+                    definition,
+                    tree,
+                    archive,
+                },
+            )
+        })
         .collect();
     let refused = source
         .modules

@@ -12,10 +12,15 @@
 //!   declared directory no longer comes after it).
 //! - Every problem is reported at once ([`ComposeError::Problems`]), each naming node, module
 //!   and key.
+//! - A file of a module that comes from a build ([`Module::archive`]) and is not a template is
+//!   declared by its place in the archive and its content's digest, not its content: the
+//!   declaration names the archive ([`Declaration::archives`]) and the host reads the file from
+//!   it. A template is rendered here and carried. A declaration of modules that come from no
+//!   build is format 1, as it always was.
 
 use mesh_model::declaration::{
-    path_problem, resource_id, ContainerSpec, Declaration, DirectorySpec, FileSpec, MembershipSpec,
-    Mount, Resource, Spec,
+    path_problem, resource_id, ArchivedFile, ContainerSpec, Declaration, DirectorySpec, FileSpec,
+    MembershipSpec, Mount, Resource, Spec,
 };
 use mesh_model::inventory::{Inventory, LayerScope};
 use mesh_model::module::{parse_mode, Catalogue, EntryKind, Module, PLACES_KEY};
@@ -147,6 +152,7 @@ pub fn compose(
     }
     let mut problems = Vec::new();
     let mut resources = Vec::new();
+    let mut archives = BTreeMap::new();
     for module_name in inventory.modules_of(node) {
         let Some(module) = catalogue.module(module_name) else {
             problems.push(ComposeProblem::NotInCatalogue {
@@ -156,14 +162,21 @@ pub fn compose(
         };
         match resolve_settings(module, inventory, node) {
             Ok(settings) => {
+                let before = resources.len();
                 compose_module(module, &settings, &mut resources, &mut problems);
+                let archived = resources[before..]
+                    .iter()
+                    .any(|r| matches!(&r.spec, Spec::File(f) if f.source.is_some()));
+                if let (true, Some(archive)) = (archived, &module.archive) {
+                    archives.insert(module.definition.name.clone(), archive.clone());
+                }
             }
             Err(problem) => problems.push(problem),
         }
     }
     if problems.is_empty() {
         add_directory_edges(&mut resources);
-        let declaration = Declaration::new(node, resources);
+        let declaration = Declaration::with_archives(node, resources, archives);
         problems.extend(
             declaration
                 .problems()
@@ -346,17 +359,25 @@ fn compose_module(
     for (name, file) in &definition.files {
         let key = format!("files.{name}");
         let source_key = format!("{key}.source");
-        let content = match module.tree.entries.get(&file.source) {
+        let (content, source) = match module.tree.entries.get(&file.source) {
             Some(EntryKind::File { bytes, .. }) => match std::str::from_utf8(bytes) {
-                Ok(text) if file.template => c.render(source_key, text),
-                Ok(text) => text.to_owned(),
+                Ok(text) if file.template => (c.render(source_key, text), None),
+                // A file of a build reaches the host inside the build's archive.
+                Ok(_) if module.archive.is_some() => (
+                    String::new(),
+                    Some(ArchivedFile {
+                        path: file.source.clone(),
+                        sha256: mesh_model::sha256_digest(bytes),
+                    }),
+                ),
+                Ok(text) => (text.to_owned(), None),
                 Err(_) => {
                     c.problems.push(ComposeProblem::NotText {
                         module: c.name().to_owned(),
                         key: source_key,
                         source_path: file.source.clone(),
                     });
-                    String::new()
+                    (String::new(), None)
                 }
             },
             Some(EntryKind::Directory | EntryKind::Symlink { .. } | EntryKind::Other) | None => {
@@ -365,12 +386,13 @@ fn compose_module(
                     key: source_key,
                     source_path: file.source.clone(),
                 });
-                String::new()
+                (String::new(), None)
             }
         };
         let spec = Spec::File(FileSpec {
             path: c.path(format!("{key}.path"), &file.path),
-            content,
+            content: source.is_none().then_some(content),
+            source,
             mode: c.mode(format!("{key}.mode"), &file.mode),
             owner: c.render(format!("{key}.owner"), &file.owner),
             group: c.render(format!("{key}.group"), &file.group),
@@ -633,6 +655,58 @@ mod tests {
                 .to_string(),
             "`nobody` is not a node of the mesh"
         );
+    }
+
+    #[test]
+    fn a_built_modules_plain_files_are_named_in_its_archive_not_carried() {
+        let text = r#"
+            //- modules/a/module.toml
+            name = "a"
+            [settings]
+            who = "world"
+            [files.note]
+            source = "files/note"
+            path = "/etc/a/note"
+            [files.hello]
+            source = "hello"
+            path = "/etc/a/hello"
+            template = true
+            //- modules/a/files/note
+            plain text
+            //- modules/a/hello
+            hello {{ who }}
+            //- modules/b/module.toml
+            name = "b"
+            [files.plain]
+            source = "plain"
+            path = "/etc/b/plain"
+            //- modules/b/plain
+            b's own
+            //- inventory.toml
+            bus-node = "n"
+            [nodes.n]
+            [assignments]
+            a = ["n"]
+            b = ["n"]
+        "#;
+        let (mut catalogue, inventory) = fixture::mesh(text);
+        let plain = compose(&catalogue, &inventory, "n").unwrap();
+        assert_eq!(plain.format, mesh_model::declaration::DECLARATION_FORMAT);
+        catalogue.modules.get_mut("a").unwrap().archive = Some(mesh_model::build::ArchiveRef {
+            digest: mesh_model::sha256_digest(b"the archive of a"),
+            size: 321,
+        });
+        let declaration = compose(&catalogue, &inventory, "n").unwrap();
+        assert_eq!(
+            declaration.format,
+            mesh_model::declaration::DECLARATION_FORMAT_ARCHIVES
+        );
+        assert!(declaration.problems().is_empty());
+        let back = Declaration::from_json(&declaration.canonical_json()).unwrap();
+        assert_eq!(back, declaration);
+        // `a`'s plain file names its place in the archive; its template and `b`'s file (no
+        // build) carry their content.
+        insta::assert_snapshot!(serde_json::to_string_pretty(&declaration).unwrap());
     }
 
     #[test]

@@ -157,6 +157,8 @@ fn entry(resource: &Resource) -> ResourceEntry {
 enum Flat<'r> {
     Value(Value),
     Text(&'r str),
+    /// A file's content known by its digest only (it is in the module's archive).
+    Digest(&'r str),
 }
 
 /// Every field of a resource by name. A field holding an object (a container's `env`, one of
@@ -175,7 +177,17 @@ fn flatten(resource: &Resource) -> BTreeMap<String, Flat<'_>> {
             put("mode", json!(format!("{:04o}", f.mode)));
             put("owner", json!(f.owner));
             put("group", json!(f.group));
-            fields.insert("content".to_owned(), Flat::Text(&f.content));
+            if let Some(source) = &f.source {
+                put("source", json!(source.path));
+            }
+            let content = match (&f.content, &f.source) {
+                (Some(text), _) => Some(Flat::Text(text)),
+                (None, Some(source)) => Some(Flat::Digest(&source.sha256)),
+                (None, None) => None,
+            };
+            if let Some(content) = content {
+                fields.insert("content".to_owned(), content);
+            }
         }
         Spec::Directory(d) => {
             put("path", json!(d.path));
@@ -232,6 +244,24 @@ fn resource_change(old: &Resource, new: &Resource) -> ResourceChange {
                     });
                 }
             }
+            // A content known by its digest on either side (read from an archive): the digests
+            // say whether it changed.
+            (
+                Some(a @ (Flat::Text(_) | Flat::Digest(_))),
+                Some(b @ (Flat::Text(_) | Flat::Digest(_))),
+            ) => {
+                let (a, b) = (content_digest(a), content_digest(b));
+                if a != b {
+                    fields.push(FieldChange {
+                        field: name.clone(),
+                        recreates: field_recreates(kind, name),
+                        change: FieldDiff::Value {
+                            old: Some(Value::String(a)),
+                            new: Some(Value::String(b)),
+                        },
+                    });
+                }
+            }
             (a, b) => {
                 let a = a.map(flat_value);
                 let b = b.map(flat_value);
@@ -251,7 +281,16 @@ fn resource_change(old: &Resource, new: &Resource) -> ResourceChange {
 fn flat_value(flat: &Flat<'_>) -> Value {
     match flat {
         Flat::Value(value) => value.clone(),
-        Flat::Text(text) => Value::String((*text).to_owned()),
+        Flat::Text(text) | Flat::Digest(text) => Value::String((*text).to_owned()),
+    }
+}
+
+/// The digest of a file's content, carried or named.
+fn content_digest(flat: &Flat<'_>) -> String {
+    match flat {
+        Flat::Text(text) => mesh_model::sha256_digest(text.as_bytes()),
+        Flat::Digest(digest) => (*digest).to_owned(),
+        Flat::Value(value) => value.to_string(),
     }
 }
 
@@ -627,6 +666,48 @@ mod tests {
                 .set("app", LayerScope::Node("n".into()), layer);
         }
         compose(&catalogue, &inventory, "n").unwrap()
+    }
+
+    /// [`MESH`] with `app` coming from a build whose `note` is `note` (its archive named by a
+    /// digest made up from the note).
+    fn archived(note: &str) -> Declaration {
+        use mesh_model::build::ArchiveRef;
+        use mesh_model::module::EntryKind;
+        let (mut catalogue, inventory) = fixture::mesh(MESH);
+        let app = catalogue.modules.get_mut("app").unwrap();
+        app.tree.entries.insert(
+            "note".into(),
+            EntryKind::File {
+                bytes: note.as_bytes().to_vec(),
+                executable: false,
+            },
+        );
+        app.archive = Some(ArchiveRef {
+            digest: mesh_model::sha256_digest(format!("archive of {note}").as_bytes()),
+            size: 1000 + note.len() as u64,
+        });
+        compose(&catalogue, &inventory, "n").unwrap()
+    }
+
+    #[test]
+    fn an_archived_files_content_change_shows_its_digests() {
+        let sent = archived("a note\n");
+        let new = archived("another note\n");
+        let d = diff(Some(&sent), &new);
+        assert_eq!(
+            d.changed.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+            ["app/file/note"]
+        );
+        insta::assert_snapshot!(check(Some(&sent), &new));
+        // The same bytes in another build's archive: nothing to say.
+        assert!(diff(Some(&sent), &archived("a note\n")).is_empty());
+    }
+
+    #[test]
+    fn a_file_moving_into_its_archive_shows_where_it_is_read_from_not_a_content_change() {
+        let sent = composed(None);
+        let new = archived("a note\n");
+        insta::assert_snapshot!(check(Some(&sent), &new));
     }
 
     #[test]

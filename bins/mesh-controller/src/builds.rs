@@ -82,7 +82,9 @@ impl Home {
 }
 
 /// The catalogue source sends compose from: the home's catalogue, with every deployed module
-/// read from its archive in the store.
+/// read from its archive in the store (and the archive recorded in
+/// [`CatalogueSource::archives`], so the declarations name it and its files reach the hosts
+/// inside it).
 ///
 /// # Errors
 /// When the home's catalogue cannot be read, or a deployed archive is missing from the store or
@@ -112,8 +114,36 @@ pub async fn effective_source(home: &Home, store: &dyn ArchiveStore) -> Result<C
         let tree = unpack_archive(&archive.bytes, Some(&deployed.archive))
             .with_context(|| format!("the deployed build of `{}`", deployed.module))?;
         source.modules.insert(deployed.module.clone(), tree);
+        // Its files reach the hosts inside this archive (the declaration names it).
+        source
+            .archives
+            .insert(deployed.module.clone(), deployed.archive.clone());
     }
     Ok(source)
+}
+
+/// Where an in-process host agent of the embedded default reads archived files: its cache
+/// under its state directory, then the controller's own store.
+///
+/// # Errors
+/// When the store's client cannot be made.
+pub fn host_archives(
+    home: &Home,
+    node: &str,
+    store: &mesh_store::store::StoreSpec,
+) -> Result<mesh_host::ArchiveSource> {
+    mesh_host::ArchiveSource::open(&home.node_state_dir(node), Some(store))
+        .with_context(|| format!("opening the store {store} for `{node}`"))
+}
+
+/// The spec of an open store: its name ([`ArchiveStore::name`] is the spec).
+///
+/// # Errors
+/// When the name is not a spec.
+pub fn store_spec(store: &dyn ArchiveStore) -> Result<mesh_store::store::StoreSpec> {
+    let name = store.name();
+    name.parse()
+        .with_context(|| format!("the store's name {name} is not a store spec"))
 }
 
 /// [`effective_source`], validated.

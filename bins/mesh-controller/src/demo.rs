@@ -54,6 +54,7 @@ pub fn run() -> Result<ExitCode> {
         &nodes,
         &BTreeSet::new(),
         Duration::from_secs(120),
+        &mesh_store::store::default_store_spec(home.root()),
     ))?;
     print!("{}", render::push(&first));
     println!("  (a resource that did not take is reported with its reason; nothing is hidden)");
@@ -78,6 +79,7 @@ pub fn run() -> Result<ExitCode> {
         &nodes,
         &BTreeSet::new(),
         Duration::from_secs(120),
+        &mesh_store::store::default_store_spec(home.root()),
     ))?;
     print!("{}", render::push(&second));
     // The hosts' containers live in podman, outside the temporary home: every host lets go of

@@ -206,13 +206,14 @@ pub fn with_users_file(declaration: Declaration, users: &str) -> Declaration {
         after: Vec::new(),
         spec: Spec::File(FileSpec {
             path: USERS_PATH.to_owned(),
-            content: users.to_owned(),
+            content: Some(users.to_owned()),
+            source: None,
             mode: 0o640,
             owner: "root".to_owned(),
             group: USERS_GROUP.to_owned(),
         }),
     });
-    Declaration::new(declaration.node, resources)
+    Declaration::with_archives(declaration.node, resources, declaration.archives)
 }
 
 /// Connects as the controller.

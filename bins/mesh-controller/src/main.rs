@@ -464,6 +464,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     &nodes,
                     &moves.into_iter().collect(),
                     std::time::Duration::from_secs(timeout),
+                    &store_spec,
                 ))?,
             };
             match output {

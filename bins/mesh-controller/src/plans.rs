@@ -516,9 +516,9 @@ impl Fleet {
             Some(bus) => Fleet::Nats(Box::new(
                 crate::fleet::RolloutBus::start(ctx.home, bus).await?,
             )),
-            None => {
-                Fleet::InProcess(InProcessFleet::start(ctx.home, &ctx.home.inventory()?).await?)
-            }
+            None => Fleet::InProcess(
+                InProcessFleet::start(ctx.home, &ctx.home.inventory()?, ctx.store).await?,
+            ),
         })
     }
 
@@ -603,7 +603,12 @@ struct InProcessFleet {
 }
 
 impl InProcessFleet {
-    async fn start(home: &Home, inventory: &Inventory) -> Result<InProcessFleet> {
+    async fn start(
+        home: &Home,
+        inventory: &Inventory,
+        store: &dyn ArchiveStore,
+    ) -> Result<InProcessFleet> {
+        let store = builds::store_spec(store)?;
         let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new());
         let reports = bus.subscribe(subjects::ALL_REPORTS).await?;
         let mut agents = Vec::new();
@@ -615,7 +620,8 @@ impl InProcessFleet {
             };
             std::fs::create_dir_all(&config.root)
                 .with_context(|| format!("creating the root of `{node}`"))?;
-            agents.push(mesh_host::start(Arc::clone(&bus), node.clone(), config).await?);
+            let archives = builds::host_archives(home, node, &store)?;
+            agents.push(mesh_host::start(Arc::clone(&bus), node.clone(), config, archives).await?);
         }
         Ok(InProcessFleet {
             bus,
@@ -892,6 +898,9 @@ async fn rollout_catalogue(
     let tree = mesh_store::archive::unpack_archive(&archive.bytes, Some(&build.archive))
         .with_context(|| format!("the build of `{module}`"))?;
     source.modules.insert(module.to_owned(), tree);
+    source
+        .archives
+        .insert(module.to_owned(), build.archive.clone());
     let (catalogue, _) = load_catalogue(&source);
     let mut inventory = ctx.home.inventory()?;
     inventory

@@ -113,12 +113,16 @@ pub struct PushResult {
 /// A node whose push would give a running container another host directory at a mount it
 /// already has is held (not sent) unless its module is in `allowed_moves`; the other nodes go
 /// ahead (rule 12).
+///
+/// Each node's host agent reads archived files from its cache, then from `store` (the
+/// controller's own).
 pub async fn push(
     home: &Home,
     checked: &Checked,
     nodes: &[String],
     allowed_moves: &BTreeSet<String>,
     timeout: Duration,
+    store: &mesh_store::store::StoreSpec,
 ) -> Result<Vec<PushResult>> {
     let mut held: BTreeMap<String, Vec<mesh_plan::Move>> = BTreeMap::new();
     let mut declarations = Vec::new();
@@ -144,7 +148,8 @@ pub async fn push(
         };
         std::fs::create_dir_all(&config.root)
             .with_context(|| format!("creating the root of `{node}`"))?;
-        agents.push(mesh_host::start(Arc::clone(&bus), node.clone(), config).await?);
+        let archives = crate::builds::host_archives(home, node, store)?;
+        agents.push(mesh_host::start(Arc::clone(&bus), node.clone(), config, archives).await?);
     }
     let mut waiting: BTreeMap<String, String> = BTreeMap::new();
     for declaration in &declarations {

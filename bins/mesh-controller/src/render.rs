@@ -28,14 +28,19 @@ pub fn declaration(declaration: &Declaration) -> String {
         .unwrap_or(0);
     for resource in &declaration.resources {
         let what = match &resource.spec {
-            Spec::File(f) => format!(
-                "{} ({:04o} {}:{}, {} bytes)",
-                f.path,
-                f.mode,
-                f.owner,
-                f.group,
-                f.content.len()
-            ),
+            Spec::File(f) => {
+                let content = match (&f.content, &f.source) {
+                    (Some(content), _) => format!("{} bytes", content.len()),
+                    (None, Some(source)) => {
+                        format!("{} of the archive, {}", source.path, short(&source.sha256))
+                    }
+                    (None, None) => "no content".to_owned(),
+                };
+                format!(
+                    "{} ({:04o} {}:{}, {content})",
+                    f.path, f.mode, f.owner, f.group
+                )
+            }
             Spec::Directory(d) => format!("{}/ ({:04o} {}:{})", d.path, d.mode, d.owner, d.group),
             Spec::Membership(m) => format!("account {} in group {}", m.account, m.group),
             Spec::Container(c) => {
@@ -69,6 +74,13 @@ pub fn declaration(declaration: &Declaration) -> String {
             .map(|g| format!("  (together: {g})"))
             .unwrap_or_default();
         let _ = writeln!(out, "  {:<width$}  {what}{together}", resource.id);
+    }
+    for (module, archive) in &declaration.archives {
+        let _ = writeln!(
+            out,
+            "  files of `{module}` are read from its archive {} ({} bytes)",
+            archive.digest, archive.size
+        );
     }
     out
 }

@@ -53,7 +53,8 @@ fn declaration(node: &str) -> Declaration {
             after: Vec::new(),
             spec: Spec::File(FileSpec {
                 path: "/etc/motd".into(),
-                content: format!("{node}, managed by mesh\n"),
+                content: Some(format!("{node}, managed by mesh\n")),
+                source: None,
                 mode: 0o644,
                 owner: "root".into(),
                 group: "root".into(),
@@ -93,6 +94,7 @@ async fn start_hosts(
                 containers: mesh_apply::ContainerRuntimeChoice::Unsupported,
                 ..HostConfig::default()
             },
+            archives: mesh_host::ArchiveSource::cache_only(&dir.join("state").join(&name)),
             heartbeat: Duration::from_secs(3600),
         };
         let mut stopped = stopped.clone();

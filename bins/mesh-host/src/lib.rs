@@ -1,19 +1,28 @@
 //! The host agent: receives its node's declaration, applies it with mesh-apply under a root
 //! prefix, and reports what took.
 //!
-//! [`handle_declaration`] is one receive → apply → report step, shared by the `mesh-host` daemon
-//! and the embedded controller (which runs one agent per node in-process). [`start`] subscribes
-//! an agent to its node's declarations on any [`Bus`]; [`serve`] is the daemon on a fleet
-//! (`mesh-host serve`: NATS JetStream, heartbeats, retries, discovery).
+//! A declaration is taken in two steps: [`receive`] parses and checks it and reads its archived
+//! files from their archives (the host's cache, then the store: [`archives`]), then
+//! [`apply_received`] applies it with mesh-apply and makes the report. [`start`] subscribes
+//! an agent to its node's declarations on any [`Bus`] (the embedded controller runs one per
+//! node in-process); [`serve`] is the daemon on a fleet (`mesh-host serve`: NATS JetStream,
+//! heartbeats, retries, discovery). [`handle_declaration`] is both steps at once, reading
+//! archives from the cache only.
 //!
 //! # Invariants
 //! - A declaration that does not parse or breaks the format's rules changes nothing under the
 //!   root: it is refused before any apply, and the refusal is reported.
 //! - The host never applies outside its root prefix (mesh-apply guarantees it).
+//! - A report names the digest of the declaration as it was sent (the rollout gate compares
+//!   it), whatever was read from archives to apply it.
+//! - An archive that cannot be had fails only the files read from it ([`archives`]).
 
+pub mod archives;
 pub mod serve;
 
-use mesh_apply::HostConfig;
+pub use archives::ArchiveSource;
+
+use mesh_apply::{ArchivedContents, HostConfig};
 use mesh_bus::{subjects, Bus, BusError};
 use mesh_model::declaration::Declaration;
 use mesh_model::report::{Finding, MachineState, Outcome, Report, REPORT_FORMAT};
@@ -27,12 +36,18 @@ pub fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Receives one declaration payload, applies it, and returns the report to publish.
-///
-/// A payload that is not a valid declaration for `node` is refused: nothing is applied, and
-/// the report says why (machine `partial`, no resources, a finding naming the problem).
-pub fn handle_declaration(config: &HostConfig, node: &str, payload: &[u8], now: u64) -> Report {
-    let refused = |declaration: String, message: String| Report {
+/// A declaration received and checked, with its archived files read: ready to apply.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// The declaration as sent.
+    pub declaration: Declaration,
+    /// The content of its archived files, or why each could not be read.
+    pub contents: ArchivedContents,
+}
+
+/// The report refusing a payload: nothing applied, a finding saying why.
+fn refused(node: &str, declaration: String, message: String, now: u64) -> Report {
+    Report {
         format: REPORT_FORMAT,
         node: node.to_owned(),
         declaration,
@@ -47,39 +62,99 @@ pub fn handle_declaration(config: &HostConfig, node: &str, payload: &[u8], now: 
         resumed_from_mid_change: false,
         started_at: now,
         finished_at: now,
-    };
-    let declaration = match Declaration::from_json(payload) {
-        Ok(declaration) => declaration,
-        Err(error) => {
-            return refused(
-                mesh_model::sha256_digest(payload),
-                format!("declaration refused, nothing applied: {error}"),
-            )
-        }
-    };
+    }
+}
+
+/// Parses a payload meant for `node`.
+///
+/// # Errors
+/// The report refusing it (machine `partial`, no resources, a finding naming the problem) when
+/// it is not a valid declaration for `node`.
+pub fn parse(node: &str, payload: &[u8], now: u64) -> Result<Declaration, Box<Report>> {
+    let declaration = Declaration::from_json(payload).map_err(|error| {
+        Box::new(refused(
+            node,
+            mesh_model::sha256_digest(payload),
+            format!("declaration refused, nothing applied: {error}"),
+            now,
+        ))
+    })?;
     if declaration.node != node {
-        return refused(
+        return Err(Box::new(refused(
+            node,
             declaration.digest(),
             format!(
                 "declaration refused, nothing applied: it is for `{}`, this host is `{node}`",
                 declaration.node
             ),
-        );
+            now,
+        )));
     }
-    match mesh_apply::apply(config, &declaration, now) {
+    Ok(declaration)
+}
+
+/// Receives one payload: parses it ([`parse`]) and reads its archived files from their
+/// archives ([`archives::read_archived`]: the cache, then the store).
+///
+/// # Errors
+/// The report refusing a payload that is not a valid declaration for `node`.
+pub async fn receive(
+    source: &ArchiveSource,
+    node: &str,
+    payload: &[u8],
+    now: u64,
+) -> Result<Received, Box<Report>> {
+    let declaration = parse(node, payload, now)?;
+    let contents = archives::read_archived(&declaration, source).await;
+    Ok(Received {
+        declaration,
+        contents,
+    })
+}
+
+/// Applies a received declaration and returns the report to publish. The report names the
+/// digest of the declaration as sent; an archived file that could not be read is reported
+/// failed with the reason, and nothing of it is written.
+pub fn apply_received(config: &HostConfig, received: &Received, now: u64) -> Report {
+    let Received {
+        declaration,
+        contents,
+    } = received;
+    match mesh_apply::apply_archived(config, declaration, contents, now) {
         Ok(report) => report,
         Err(error) => refused(
+            &declaration.node,
             declaration.digest(),
             format!("apply refused, nothing applied: {error}"),
+            now,
         ),
+    }
+}
+
+/// Receives one declaration payload, applies it, and returns the report to publish: [`receive`]
+/// then [`apply_received`], with archives read from the host's cache under
+/// `config.state_dir` only (an archive not there fails the files read from it).
+///
+/// A payload that is not a valid declaration for `node` is refused: nothing is applied, and
+/// the report says why (machine `partial`, no resources, a finding naming the problem).
+pub fn handle_declaration(config: &HostConfig, node: &str, payload: &[u8], now: u64) -> Report {
+    use futures_util::FutureExt as _;
+    let source = ArchiveSource::cache_only(&config.state_dir);
+    // With no store, reading archives never waits on anything.
+    match receive(&source, node, payload, now)
+        .now_or_never()
+        .expect("reading archives from the cache alone does not wait")
+    {
+        Ok(received) => apply_received(config, &received, now),
+        Err(report) => *report,
     }
 }
 
 /// Subscribes an agent for `node` to its declarations and serves them until the bus closes.
 ///
 /// When this returns, the subscription is live: a declaration published afterwards is heard.
-/// Each declaration is applied on a blocking thread and its report published on
-/// [`subjects::report`].
+/// Each declaration's archived files are read from `archives` (the cache, then the store), then
+/// it is applied on a blocking thread and its report published on [`subjects::report`].
 ///
 /// # Errors
 /// [`BusError`] when the subscription is refused.
@@ -87,17 +162,21 @@ pub async fn start(
     bus: Arc<dyn Bus>,
     node: String,
     config: HostConfig,
+    archives: ArchiveSource,
 ) -> Result<tokio::task::JoinHandle<()>, BusError> {
     let mut declarations = bus.subscribe(&subjects::declaration(&node)).await?;
     let config = Arc::new(config);
     Ok(tokio::spawn(async move {
         while let Some(message) = declarations.next().await {
-            let (config, name) = (Arc::clone(&config), node.clone());
-            let report = tokio::task::spawn_blocking(move || {
-                handle_declaration(&config, &name, &message.payload, now())
-            })
-            .await
-            .expect("the apply task does not panic");
+            let report = match receive(&archives, &node, &message.payload, now()).await {
+                Ok(received) => {
+                    let config = Arc::clone(&config);
+                    tokio::task::spawn_blocking(move || apply_received(&config, &received, now()))
+                        .await
+                        .expect("the apply task does not panic")
+                }
+                Err(report) => *report,
+            };
             let payload = serde_json::to_vec(&report).expect("a report always serializes");
             if let Err(error) = bus.publish(&subjects::report(&node), payload).await {
                 tracing::error!(node = %node, %error, "could not publish the report");

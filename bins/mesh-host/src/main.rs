@@ -39,6 +39,11 @@ struct Cli {
     /// `<home>/bus/passwords/<node>` (`serve`).
     #[arg(long, value_name = "FILE")]
     password_file: Option<PathBuf>,
+    /// The archive store a declaration's archived files are fetched from when they are not in
+    /// this host's cache (`<state-dir>/archives`): `oci:PATH` or `http://HOST:PORT[/REPOSITORY]`,
+    /// the controller's `--store` (`apply`, `serve`).
+    #[arg(long, value_name = "SPEC")]
+    store: Option<String>,
     #[command(flatten)]
     containers: containers::ContainerArgs,
     #[command(subcommand)]
@@ -121,6 +126,7 @@ fn run() -> Result<ExitCode> {
             cli.node,
             cli.bus,
             cli.password_file,
+            archive_source(&cli.state_dir, cli.store.as_deref())?,
             HostConfig {
                 root: cli.root,
                 state_dir: cli.state_dir,
@@ -145,13 +151,21 @@ fn run() -> Result<ExitCode> {
                     return Ok(ExitCode::from(2));
                 }
             };
+            let archives = archive_source(&cli.state_dir, cli.store.as_deref())?;
             let config = HostConfig {
                 root: cli.root,
                 state_dir: cli.state_dir,
                 containers: cli.containers.choice(),
                 ..HostConfig::default()
             };
-            let report = match mesh_apply::apply(&config, &declaration, mesh_host::now()) {
+            let contents = tokio::runtime::Runtime::new()?
+                .block_on(mesh_host::archives::read_archived(&declaration, &archives));
+            let report = match mesh_apply::apply_archived(
+                &config,
+                &declaration,
+                &contents,
+                mesh_host::now(),
+            ) {
                 Ok(report) => report,
                 Err(error) => {
                     eprintln!("error: apply refused, nothing applied: {error}");
@@ -170,11 +184,23 @@ fn run() -> Result<ExitCode> {
     }
 }
 
+/// The archive cache under `state_dir`, and the store `spec` names (if any).
+fn archive_source(
+    state_dir: &std::path::Path,
+    spec: Option<&str>,
+) -> Result<mesh_host::ArchiveSource> {
+    let spec: Option<mesh_store::store::StoreSpec> = spec
+        .map(|spec| spec.parse().with_context(|| format!("--store {spec}")))
+        .transpose()?;
+    mesh_host::ArchiveSource::open(state_dir, spec.as_ref()).context("opening the store")
+}
+
 /// `serve`: checks its flags, then runs the daemon until SIGTERM or SIGINT.
 fn serve(
     node: Option<String>,
     bus: Option<String>,
     password_file: Option<PathBuf>,
+    archives: mesh_host::ArchiveSource,
     host: HostConfig,
     heartbeat: u64,
 ) -> Result<ExitCode> {
@@ -200,6 +226,7 @@ fn serve(
         bus_url,
         password,
         host,
+        archives,
         heartbeat: std::time::Duration::from_secs(heartbeat.max(1)),
     };
     let runtime = tokio::runtime::Runtime::new()?;

@@ -28,9 +28,9 @@
 //!   logged and retried; the daemon never exits because the bus went away.
 //!
 //! What it must never do: apply a declaration for another node (refused by
-//! [`crate::handle_declaration`]), or apply outside its root.
+//! [`crate::parse`]), or apply outside its root.
 
-use crate::{handle_declaration, now};
+use crate::{apply_received, now, receive};
 use async_nats::jetstream::consumer::PullConsumer;
 use futures_util::StreamExt;
 use mesh_apply::HostConfig;
@@ -65,6 +65,8 @@ pub struct ServeConfig {
     pub password: String,
     /// Root prefix, state directory, retry policy.
     pub host: HostConfig,
+    /// Where archived files are read from: the cache under the state directory, then the store.
+    pub archives: crate::ArchiveSource,
     /// Time between heartbeat reports.
     pub heartbeat: Duration,
 }
@@ -416,15 +418,16 @@ impl Agent {
     /// the next retry.
     async fn apply(&mut self, payload: Vec<u8>) {
         let config = Arc::clone(&self.config);
-        let report = if applies_in_place(&payload) {
-            handle_declaration(&config.host, &config.node, &payload, now())
-        } else {
-            let bytes = payload.clone();
-            tokio::task::spawn_blocking(move || {
-                handle_declaration(&config.host, &config.node, &bytes, now())
-            })
-            .await
-            .expect("an apply does not panic")
+        let report = match receive(&config.archives, &config.node, &payload, now()).await {
+            Err(report) => *report,
+            Ok(received) if applies_in_place(&payload) => {
+                apply_received(&config.host, &received, now())
+            }
+            Ok(received) => {
+                tokio::task::spawn_blocking(move || apply_received(&config.host, &received, now()))
+                    .await
+                    .expect("an apply does not panic")
+            }
         };
         self.retry_at = next_retry(&report, &self.config.host.retry);
         let modules: BTreeSet<String> = Declaration::from_json(&payload)
@@ -510,7 +513,8 @@ mod tests {
             after: Vec::new(),
             spec: Spec::File(mesh_model::declaration::FileSpec {
                 path: format!("/etc/f{i:03}"),
-                content: "x\n".into(),
+                content: Some("x\n".into()),
+                source: None,
                 mode: 0o644,
                 owner: "root".into(),
                 group: "root".into(),

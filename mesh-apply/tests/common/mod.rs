@@ -121,7 +121,8 @@ pub fn file_as(
         after: Vec::new(),
         spec: Spec::File(FileSpec {
             path: path.to_owned(),
-            content: content.to_owned(),
+            content: Some(content.to_owned()),
+            source: None,
             mode,
             owner: owner.to_owned(),
             group: group.to_owned(),

@@ -197,25 +197,31 @@ impl Bed {
 
     /// Starts `node`'s host with `serve`'s extra flags.
     pub fn start_host_with(&mut self, node: &str, serve: &[&str]) {
-        let child = Command::new(host_binary())
-            .arg("--node")
-            .arg(node)
-            .arg("--bus")
-            .arg(&self.url)
-            .arg("--password-file")
-            .arg(self.home.path().join("bus/passwords").join(node))
-            .arg("--root")
-            .arg(self.root(node))
-            .arg("--state-dir")
-            .arg(self.state_dir(node))
-            .args(["serve", "--heartbeat", "1"])
-            .args(serve)
-            .env("MESH_LOG", "error")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+        let child =
+            Command::new(host_binary())
+                .arg("--node")
+                .arg(node)
+                .arg("--bus")
+                .arg(&self.url)
+                .arg("--password-file")
+                .arg(self.home.path().join("bus/passwords").join(node))
+                .arg("--root")
+                .arg(self.root(node))
+                .arg("--state-dir")
+                .arg(self.state_dir(node))
+                // The controller's store: archived files are fetched from it.
+                .arg("--store")
+                .arg(self.store.clone().unwrap_or_else(|| {
+                    format!("oci:{}", self.home.path().join("store/oci").display())
+                }))
+                .args(["serve", "--heartbeat", "1"])
+                .args(serve)
+                .env("MESH_LOG", "error")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap();
         if let Some(mut old) = self.hosts.insert(node.to_owned(), child) {
             let _ = old.kill();
             let _ = old.wait();
