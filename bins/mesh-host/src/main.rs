@@ -42,7 +42,7 @@ struct Cli {
     /// The archive store a declaration's archived files are fetched from when they are not in
     /// this host's cache (`<state-dir>/archives`): `oci:PATH` or `http://HOST:PORT[/REPOSITORY]`,
     /// the controller's `--store` (`apply`, `serve`).
-    #[arg(long, value_name = "SPEC")]
+    #[arg(long, value_name = "SPEC", env = "MESH_STORE")]
     store: Option<String>,
     #[command(flatten)]
     containers: containers::ContainerArgs,
