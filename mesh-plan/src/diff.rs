@@ -3,10 +3,12 @@
 //!
 //! Start at [`diff`]. Resources are matched by id: added, removed, or changed with the fields
 //! that differ and their old and new values. A file's content is summarised (line and byte
-//! counts and a short excerpt of the changed lines), never printed whole. For a container, every
-//! field that makes the host recreate it is marked. [`DeclarationDiff::render_text`] is what
-//! `plan NODE --diff` prints (nothing at all when nothing differs); the value serializes for
-//! `--output json`.
+//! counts and a short excerpt of the changed lines), never printed whole. A file read from its
+//! module's archive is known by its content's digest only: when either side is such a file,
+//! `content` is compared by digest (and shown as the two digests), and where it is read from is
+//! the field `source`. For a container, every field that makes the host recreate it is marked.
+//! [`DeclarationDiff::render_text`] is what `plan NODE --diff` prints (nothing at all when
+//! nothing differs); the value serializes for `--output json`.
 
 use mesh_model::declaration::{Declaration, Resource, Spec};
 use serde::Serialize;
