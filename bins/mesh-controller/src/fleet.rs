@@ -851,9 +851,16 @@ fn machine_name() -> String {
 /// It makes the mesh's streams, answers discovery as [`discovery::CONTROLLER_SERVICE`] (rule
 /// 25), and hears merges announced on the bus through its durable consumer
 /// [`MERGE_CONSUMER`], made from now (rule 24): each merge, heard once however often it is
-/// announced (rule 18, issue 250), is planned as `merge NAME --commit C --plan-only` would;
-/// building and rolling out stay with `plans resume`. A merge that cannot be planned (an
-/// unknown repository, another branch than the one registered) is logged and acknowledged.
+/// announced (rule 18, issue 250), is planned as `merge NAME --commit C --plan-only` would,
+/// acknowledged, and then every open plan is driven on over the bus as `plans resume` would
+/// (built, rolled out one machine first to the real hosts). Open plans left by a controller
+/// stopped mid-rollout are driven on when it starts. A merge that cannot be planned (an unknown
+/// repository, another branch than the one registered) is logged and acknowledged; a drive
+/// that fails is logged, and its plan is driven on after the next merge or start.
+///
+/// # Guarantees
+/// `shutdown` is heard mid-drive too: the drive stops where it is, its plan saved as of its
+/// last step, and is resumed from there.
 ///
 /// # Errors
 /// The bus cannot be reached at start, or the streams or consumer cannot be made.
@@ -883,6 +890,9 @@ pub async fn serve(
         .await
         .context("opening the merge consumer")?;
     tracing::info!(url = %bus_args.url, "serving: hearing merges");
+    if drive_open_plans(ctx, &mut shutdown).await {
+        return Ok(());
+    }
     loop {
         let heard = tokio::select! {
             _ = &mut shutdown => return Ok(()),
@@ -925,5 +935,33 @@ pub async fn serve(
         if let Err(error) = heard.ack().await {
             tracing::error!(%error, "a merge could not be acknowledged; it may be heard again");
         }
+        if drive_open_plans(ctx, &mut shutdown).await {
+            return Ok(());
+        }
     }
+}
+
+/// Drives every open plan on (as `plans resume`), unless `shutdown` comes first; says whether
+/// it did.
+async fn drive_open_plans<S: std::future::Future<Output = ()>>(
+    ctx: &crate::plans::Ctx<'_>,
+    shutdown: &mut std::pin::Pin<Box<S>>,
+) -> bool {
+    let driven = tokio::select! {
+        _ = shutdown.as_mut() => return true,
+        driven = crate::plans::drive_open(ctx, None, crate::plans::DriveMode::All) => driven,
+    };
+    match driven {
+        Ok(plans) => {
+            for plan in plans {
+                tracing::info!(plan = %plan.id, state = mesh_plan::plans::state_word(&plan.state),
+                    "plan driven");
+            }
+        }
+        Err(error) => tracing::error!(
+            error = format!("{error:#}"),
+            "driving the open plans failed; they are driven on after the next merge"
+        ),
+    }
+    false
 }

@@ -201,8 +201,10 @@ pub enum Command {
     /// Runs the controller as a daemon on a fleet (needs `--bus`).
     ///
     /// It makes the mesh's streams, answers discovery, and plans each merge announced on the
-    /// bus, heard once however often it is announced (as `merge NAME --commit C --plan-only`).
-    /// SIGTERM or SIGINT stop it.
+    /// bus, heard once however often it is announced, then builds and rolls out the open plans
+    /// to the fleet's hosts (as `merge NAME --commit C` would); open plans left mid-rollout are
+    /// driven on when it starts. SIGTERM or SIGINT stop it, mid-rollout too (the plan resumes
+    /// where it was).
     ///
     /// Exit codes: 0 stopped by a signal; 1 error (the bus cannot be reached).
     Serve,

@@ -402,9 +402,10 @@ fn consumer_reset_refuses_a_work_queue_and_resets_a_history_consumer() {
 }
 
 #[test]
-fn the_controller_daemon_answers_discovery_and_plans_a_merge_announced_twice_once() {
+fn the_controller_daemon_answers_discovery_and_rolls_out_a_merge_announced_twice_once() {
     // Issues 246, 250; rules 18, 25.
-    let bed = Bed::new(&[]);
+    let mut bed = Bed::new(&[]);
+    bed.start_host("bus");
     let repo = tempfile::tempdir().unwrap();
     write(&repo.path().join("modules/base/module.toml"), BASE_MODULE);
     write(&repo.path().join("modules/base/files/hello"), "hello\n");
@@ -414,20 +415,32 @@ fn the_controller_daemon_answers_discovery_and_plans_a_merge_announced_twice_onc
     let commit = git(repo.path(), &["rev-parse", "HEAD"]);
     bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
 
-    let mut serve = bed
-        .command(&["serve"])
-        .env("MESH_LOG", "error")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    // Killed if the test fails before it stops the daemon itself.
+    struct Daemon(std::process::Child);
+    impl Drop for Daemon {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut serve = Daemon(
+        bed.command(&["serve"])
+            .env("MESH_LOG", "error")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let rt = runtime();
     let bus = bed.controller_bus(&rt);
     // The daemon is there once it answers discovery.
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let found: serde_json::Value =
-            serde_json::from_str(&bed.expect(&["runtimes", "--output", "json"], 3)).unwrap();
+        // Exit 0 once every node is heard too, 3 before.
+        let out = bed.run(&["runtimes", "--output", "json"]);
+        assert!(matches!(out.status.code(), Some(0 | 3)), "{out:?}");
+        let found: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         if found["runtimes"]
             .as_array()
             .unwrap()
@@ -452,20 +465,33 @@ fn the_controller_daemon_answers_discovery_and_plans_a_merge_announced_twice_onc
     let plans = || -> Vec<serde_json::Value> {
         serde_json::from_str(&bed.expect(&["plans", "--output", "json"], 0)).unwrap()
     };
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while plans().is_empty() {
-        assert!(Instant::now() < deadline, "the merge was never planned");
+    // Planned, built and rolled out to the bus node's host, by the daemon alone.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while plans()
+        .first()
+        .is_none_or(|plan| plan["state"]["state"] != "done")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the merge was never rolled out: {:?}",
+            plans()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
-    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        std::fs::read_to_string(bed.root("bus").join("etc/mesh/hello")).unwrap(),
+        "hello\n"
+    );
+    // The second announcement, heard after the drive, made no plan.
+    std::thread::sleep(Duration::from_millis(1000));
     let made = plans();
     assert_eq!(made.len(), 1, "{made:?}");
     assert_eq!(made[0]["commit"], commit.as_str());
 
     let status = Command::new("kill")
-        .args(["-TERM", &serve.id().to_string()])
+        .args(["-TERM", &serve.0.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
-    assert_eq!(serve.wait().unwrap().code(), Some(0));
+    assert_eq!(serve.0.wait().unwrap().code(), Some(0));
 }
