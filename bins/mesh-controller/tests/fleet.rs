@@ -60,6 +60,20 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
         );
     }
 
+    // The bus node's users file is the bus's, not a module's: its diff stays empty.
+    let diff = bed.run(&["plan", "bus", "--diff", "--detailed-exitcode"]);
+    assert_eq!(
+        diff.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&diff.stdout)
+    );
+    assert!(
+        diff.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&diff.stdout)
+    );
+
     // Discovery: every host answers with its node and modules.
     let runtimes: serde_json::Value =
         serde_json::from_str(&bed.expect(&["runtimes", "--output", "json"], 0)).unwrap();
