@@ -1,6 +1,6 @@
 //! The in-process bus of the embedded mode: subjects routed inside one process.
 
-use crate::{is_valid_subject, subject_matches, Bus, BusError, Message, Subscription};
+use crate::{check_subject, subject_matches, Bus, BusError, Message, Subscription};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -43,11 +43,7 @@ impl InProcessBus {
 #[async_trait::async_trait]
 impl Bus for InProcessBus {
     async fn publish(&self, subject: &str, payload: Vec<u8>) -> Result<(), BusError> {
-        if !is_valid_subject(subject, false) {
-            return Err(BusError::Subject {
-                subject: subject.to_owned(),
-            });
-        }
+        check_subject(subject, false)?;
         self.deliver(Message {
             subject: subject.to_owned(),
             payload,
@@ -57,11 +53,7 @@ impl Bus for InProcessBus {
     }
 
     async fn subscribe(&self, subject: &str) -> Result<Subscription, BusError> {
-        if !is_valid_subject(subject, true) {
-            return Err(BusError::Subject {
-                subject: subject.to_owned(),
-            });
-        }
+        check_subject(subject, true)?;
         let (sender, receiver) = unbounded_channel();
         self.inner
             .subscribers
@@ -77,11 +69,7 @@ impl Bus for InProcessBus {
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Message, BusError> {
-        if !is_valid_subject(subject, false) {
-            return Err(BusError::Subject {
-                subject: subject.to_owned(),
-            });
-        }
+        check_subject(subject, false)?;
         let inbox = format!(
             "_INBOX.{}",
             self.inner.inboxes.fetch_add(1, Ordering::Relaxed)

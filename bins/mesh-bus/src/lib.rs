@@ -149,6 +149,21 @@ pub fn subject_matches(pattern: &str, subject: &str) -> bool {
     }
 }
 
+/// Checks a subject before it is used: `Ok` when it is valid NATS syntax (`wildcards` allows `*`
+/// and a final `>`, as a subscription may use).
+///
+/// # Errors
+/// [`BusError::Subject`] naming the subject.
+pub fn check_subject(subject: &str, wildcards: bool) -> Result<(), BusError> {
+    if is_valid_subject(subject, wildcards) {
+        Ok(())
+    } else {
+        Err(BusError::Subject {
+            subject: subject.to_owned(),
+        })
+    }
+}
+
 /// Whether a subject is valid NATS syntax; `wildcards` allows `*` and a final `>`.
 pub fn is_valid_subject(subject: &str, wildcards: bool) -> bool {
     let tokens: Vec<&str> = subject.split('.').collect();

@@ -9,7 +9,7 @@
 //! behind its caller's back an operation the server refused — a refusal is said, on
 //! [`NatsBus::refusals`] and in the log, never swallowed (rule 26).
 
-use crate::{is_valid_subject, Bus, BusError, Message, Subscription};
+use crate::{check_subject, Bus, BusError, Message, Subscription};
 use futures_util::StreamExt;
 use std::time::Duration;
 use tokio::sync::broadcast;
@@ -382,11 +382,7 @@ fn failed(subject: &str, reason: impl std::fmt::Display) -> BusError {
 #[async_trait::async_trait]
 impl Bus for NatsBus {
     async fn publish(&self, subject: &str, payload: Vec<u8>) -> Result<(), BusError> {
-        if !is_valid_subject(subject, false) {
-            return Err(BusError::Subject {
-                subject: subject.to_owned(),
-            });
-        }
+        check_subject(subject, false)?;
         self.client
             .publish(subject.to_owned(), payload.into())
             .await
@@ -400,11 +396,7 @@ impl Bus for NatsBus {
     }
 
     async fn subscribe(&self, subject: &str) -> Result<Subscription, BusError> {
-        if !is_valid_subject(subject, true) {
-            return Err(BusError::Subject {
-                subject: subject.to_owned(),
-            });
-        }
+        check_subject(subject, true)?;
         let mut refusals = self.refusals.subscribe();
         let mut subscriber = self
             .client
@@ -447,11 +439,7 @@ impl Bus for NatsBus {
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Message, BusError> {
-        if !is_valid_subject(subject, false) {
-            return Err(BusError::Subject {
-                subject: subject.to_owned(),
-            });
-        }
+        check_subject(subject, false)?;
         let request = async_nats::Request::new()
             .payload(payload.into())
             .timeout(Some(timeout));
