@@ -257,7 +257,7 @@ fn push_holds_a_running_containers_moved_mount_for_that_node_only() {
 }
 
 #[test]
-fn first_sends_and_added_mounts_are_not_held() {
+fn a_first_send_is_not_held() {
     let mesh = Mesh::example();
     // A first send to a node is never a move.
     let run = mesh.run(&["push", "home"]);
