@@ -9,7 +9,8 @@
 //! - [`store`] is the one trait over both backends ([`store::ArchiveStore`]: [`layout`] an OCI
 //!   image layout directory, [`registry`] an OCI registry), how a store is named
 //!   ([`store::StoreSpec`], [`store::open_store`]) and [`store::publish`];
-//! - [`records`] is what the mesh holds (one versioned record per module under the mesh home),
+//! - [`records`] is what the mesh holds (one versioned record per module in the mesh's
+//!   [`record_store`]: files under the mesh home, or a bucket on a fleet),
 //!   [`keep`] what it therefore keeps and why (rule 22);
 //! - [`sweep`] holds every kept archive and then lets the rest go, [`collect`] deletes what
 //!   nothing holds (rule 23); [`lock`] keeps publishing and collecting apart.
@@ -29,6 +30,7 @@ pub mod keep;
 pub mod layout;
 pub mod lock;
 pub mod manifest;
+pub mod record_store;
 pub mod records;
 pub mod registry;
 pub mod store;

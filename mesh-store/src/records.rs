@@ -1,27 +1,32 @@
-//! What the mesh holds: one record per module under the mesh home, the keep set's input.
+//! What the mesh holds: one record per module, the keep set's input.
 //!
 //! The controller writes a [`ModuleRecord`] for every module it builds
 //! ([`record_build`] after each publish, [`forget_module`] when the mesh stops holding a
 //! module, [`write_module_record`] for anything else); the collector only reads them
 //! ([`read_module_records`]).
 //!
-//! # Layout on disk
-//! `<home>/store/modules/<module>.json`, one file per module, each a [`ModuleRecord`] in JSON
-//! with `"format": 1`, written atomically (temporary file, fsync, rename). A module whose file
-//! is absent, or says `"held": false`, is one the mesh does not hold: it keeps nothing.
+//! # Where they are
+//! Key `store/modules/<module>.json` of the mesh's [`RecordStore`]: the file
+//! `<home>/store/modules/<module>.json` in the embedded default, the same key in the records
+//! bucket on a fleet. Each is a [`ModuleRecord`] in JSON with `"format": 1`, written whole. A
+//! module whose record is absent, or says `"held": false`, is one the mesh does not hold: it
+//! keeps nothing.
 //!
 //! # Guarantees
 //! - A dry-run build is never recorded (rule 18): [`record_build`] refuses it.
 //! - Two writers of the same record never lose each other's builds: the read-modify-write is
-//!   done under a lock on `<home>/store/modules/.lock`.
+//!   [`RecordStore::update`] (a lock on a directory, compare-and-set on a bucket).
 
-use crate::lock::{exclusive_file_lock, write_atomically, PublishLock};
+use crate::lock::PublishLock;
+use crate::record_store::{RecordStore, RecordStoreError};
 use mesh_model::build::{ArchiveRef, Build};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
 
 /// The version of [`ModuleRecord`] this crate writes and reads.
 pub const MODULE_RECORD_FORMAT: u32 = 1;
+
+/// Where module records are: `store/modules` in the mesh's [`RecordStore`].
+pub const MODULE_RECORDS_DIR: &str = "store/modules";
 
 /// Everything the keep set needs to know about one module (disk format, version
 /// [`MODULE_RECORD_FORMAT`]).
@@ -62,43 +67,37 @@ impl ModuleRecord {
 /// An error reading or writing module records.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
-    /// A file or directory could not be read or written.
-    #[error("cannot access module record {path}")]
-    Io {
-        /// The path.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
+    /// The record store could not be read or written.
+    #[error(transparent)]
+    Store(#[from] RecordStoreError),
     /// A record that is not valid JSON for its format.
-    #[error("module record {path} is not a valid record")]
+    #[error("module record {location} is not a valid record")]
     Json {
-        /// The path.
-        path: PathBuf,
+        /// Where it is.
+        location: String,
         /// The parser's complaint.
         #[source]
         source: serde_json::Error,
     },
     /// A record of a format this build does not read.
     #[error(
-        "module record {path} has format {found}; this mesh reads format {MODULE_RECORD_FORMAT}"
+        "module record {location} has format {found}; this mesh reads format {MODULE_RECORD_FORMAT}"
     )]
     Format {
-        /// The path.
-        path: PathBuf,
+        /// Where it is.
+        location: String,
         /// The format found.
         found: u32,
     },
-    /// A record whose `module` is not its file's name.
-    #[error("module record {path} names module `{module}`, not its file's name")]
+    /// A record whose `module` is not its key's name.
+    #[error("module record {location} names module `{module}`, not its own name")]
     Mismatch {
-        /// The path.
-        path: PathBuf,
+        /// Where it is.
+        location: String,
         /// The module it names.
         module: String,
     },
-    /// A module name that cannot be a file name.
+    /// A module name that cannot name a record.
     #[error("`{module}` cannot name a module record")]
     Name {
         /// The name.
@@ -114,14 +113,10 @@ pub enum RecordError {
     },
 }
 
-/// The directory holding module records: `<home>/store/modules`.
-pub fn module_records_dir(home: &Path) -> PathBuf {
-    home.join("store").join("modules")
-}
-
-fn record_path(home: &Path, module: &str) -> Result<PathBuf, RecordError> {
+fn record_key(module: &str) -> Result<String, RecordError> {
     let plain = !module.is_empty()
         && !module.starts_with('.')
+        && !module.ends_with('.')
         && module
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
@@ -130,106 +125,98 @@ fn record_path(home: &Path, module: &str) -> Result<PathBuf, RecordError> {
             module: module.to_owned(),
         });
     }
-    Ok(module_records_dir(home).join(format!("{module}.json")))
+    Ok(format!("{MODULE_RECORDS_DIR}/{module}.json"))
 }
 
-fn read_record(path: &Path) -> Result<ModuleRecord, RecordError> {
-    let bytes = std::fs::read(path).map_err(|source| RecordError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
+fn parse_record(location: &str, module: &str, bytes: &[u8]) -> Result<ModuleRecord, RecordError> {
     let value: serde_json::Value =
-        serde_json::from_slice(&bytes).map_err(|source| RecordError::Json {
-            path: path.to_owned(),
+        serde_json::from_slice(bytes).map_err(|source| RecordError::Json {
+            location: location.to_owned(),
             source,
         })?;
     let found = value.get("format").and_then(|f| f.as_u64()).unwrap_or(0) as u32;
     if found != MODULE_RECORD_FORMAT {
         return Err(RecordError::Format {
-            path: path.to_owned(),
+            location: location.to_owned(),
             found,
         });
     }
     let record: ModuleRecord =
         serde_json::from_value(value).map_err(|source| RecordError::Json {
-            path: path.to_owned(),
+            location: location.to_owned(),
             source,
         })?;
-    let expected = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-    if record.module != expected {
+    if record.module != module {
         return Err(RecordError::Mismatch {
-            path: path.to_owned(),
+            location: location.to_owned(),
             module: record.module,
         });
     }
     Ok(record)
 }
 
-/// Reads every module record under `home`, sorted by module. No directory means no records.
+/// Reads every module record, sorted by module. None recorded means no records.
 ///
 /// # Errors
-/// [`RecordError`] naming the first file that cannot be read or is not a valid record: a
+/// [`RecordError`] naming the first record that cannot be read or is not a valid record: a
 /// collector must not decide what to keep from a partial view.
-pub fn read_module_records(home: &Path) -> Result<Vec<ModuleRecord>, RecordError> {
-    let dir = module_records_dir(home);
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => return Err(RecordError::Io { path: dir, source }),
-    };
-    let mut paths = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|source| RecordError::Io {
-            path: dir.clone(),
-            source,
-        })?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name.ends_with(".json") && !name.starts_with('.') {
-            paths.push(entry.path());
-        }
+pub fn read_module_records(records: &dyn RecordStore) -> Result<Vec<ModuleRecord>, RecordError> {
+    let mut out = Vec::new();
+    for name in records.list(MODULE_RECORDS_DIR)? {
+        let Some(module) = name.strip_suffix(".json") else {
+            continue;
+        };
+        out.extend(read_module_record(records, module)?);
     }
-    paths.sort();
-    paths.iter().map(|p| read_record(p)).collect()
+    Ok(out)
 }
 
 /// Reads one module's record, `None` when it has none.
 ///
 /// # Errors
-/// As [`read_module_records`], for this one file.
-pub fn read_module_record(home: &Path, module: &str) -> Result<Option<ModuleRecord>, RecordError> {
-    let path = record_path(home, module)?;
-    if !path.exists() {
-        return Ok(None);
+/// As [`read_module_records`], for this one record.
+pub fn read_module_record(
+    records: &dyn RecordStore,
+    module: &str,
+) -> Result<Option<ModuleRecord>, RecordError> {
+    let key = record_key(module)?;
+    match records.get(&key)? {
+        None => Ok(None),
+        Some(bytes) => parse_record(&records.locate(&key), module, &bytes).map(Some),
     }
-    read_record(&path).map(Some)
 }
 
-/// Writes a module's record atomically, replacing what was there.
+/// Writes a module's record, replacing what was there.
 ///
 /// # Errors
-/// [`RecordError::Name`] for a module name that cannot be a file name, [`RecordError::Io`]
-/// naming the path that could not be written.
-pub fn write_module_record(home: &Path, record: &ModuleRecord) -> Result<(), RecordError> {
-    let path = record_path(home, &record.module)?;
+/// [`RecordError::Name`] for a module name that cannot name a record, [`RecordError::Store`]
+/// naming the record that could not be written.
+pub fn write_module_record(
+    records: &dyn RecordStore,
+    record: &ModuleRecord,
+) -> Result<(), RecordError> {
+    let key = record_key(&record.module)?;
     let bytes = serde_json::to_vec_pretty(record).expect("a module record always serializes");
-    write_atomically(&path, &bytes).map_err(|source| RecordError::Io { path, source })
+    records.put(&key, &bytes)?;
+    Ok(())
 }
 
 fn update_record(
-    home: &Path,
+    records: &dyn RecordStore,
     module: &str,
-    change: impl FnOnce(&mut ModuleRecord),
+    mut change: impl FnMut(&mut ModuleRecord),
 ) -> Result<ModuleRecord, RecordError> {
-    let lock_path = module_records_dir(home).join(".lock");
-    let _guard = exclusive_file_lock(&lock_path).map_err(|source| RecordError::Io {
-        path: lock_path.clone(),
-        source,
+    let key = record_key(module)?;
+    let location = records.locate(&key);
+    let written = records.update(&key, &mut |current| {
+        let mut record = match current {
+            Some(bytes) => parse_record(&location, module, bytes).map_err(|e| e.to_string())?,
+            None => ModuleRecord::new(module),
+        };
+        change(&mut record);
+        Ok(serde_json::to_vec_pretty(&record).expect("a module record always serializes"))
     })?;
-    let mut record = read_module_record(home, module)?.unwrap_or_else(|| ModuleRecord::new(module));
-    change(&mut record);
-    write_module_record(home, &record)?;
-    Ok(record)
+    parse_record(&location, module, &written)
 }
 
 /// Records a published build: appends it to its module's builds, makes it the module's
@@ -241,9 +228,9 @@ fn update_record(
 ///
 /// # Errors
 /// [`RecordError::DryRun`] for a dry-run build (nothing is written); [`RecordError`] naming
-/// the path that could not be read or written.
+/// the record that could not be read or written.
 pub fn record_build(
-    home: &Path,
+    records: &dyn RecordStore,
     _lock: &PublishLock,
     build: &Build,
 ) -> Result<ModuleRecord, RecordError> {
@@ -253,7 +240,7 @@ pub fn record_build(
             commit: build.commit.clone(),
         });
     }
-    update_record(home, &build.module, |record| {
+    update_record(records, &build.module, |record| {
         if !record.builds.contains(build) {
             record.builds.push(build.clone());
         }
@@ -266,7 +253,7 @@ pub fn record_build(
 /// Its history stays in the record.
 ///
 /// # Errors
-/// [`RecordError`] naming the path that could not be read or written.
-pub fn forget_module(home: &Path, module: &str) -> Result<ModuleRecord, RecordError> {
-    update_record(home, module, |record| record.held = false)
+/// [`RecordError`] naming the record that could not be read or written.
+pub fn forget_module(records: &dyn RecordStore, module: &str) -> Result<ModuleRecord, RecordError> {
+    update_record(records, module, |record| record.held = false)
 }

@@ -7,6 +7,7 @@ use mesh_store::keep::keep_set;
 use mesh_store::layout::OciLayoutStore;
 use mesh_store::lock::{PublishLock, SweepLock};
 use mesh_store::manifest::{holding_manifest, holding_tag};
+use mesh_store::record_store::DirRecords;
 use mesh_store::records::{forget_module, read_module_records, record_build};
 use mesh_store::store::{publish, ArchiveStore, Holding};
 use mesh_store::sweep::{KeptState, ReleasedState};
@@ -62,15 +63,25 @@ async fn a_forgotten_modules_archives_are_released_and_collected_and_kept_ones_s
     let lock = PublishLock::acquire(home.path()).await.unwrap();
     for (i, a) in web.iter().enumerate() {
         publish(&store, &lock, a).await.unwrap();
-        record_build(home.path(), &lock, &build("web", &a.reference, i as u64)).unwrap();
+        record_build(
+            &DirRecords::new(home.path()),
+            &lock,
+            &build("web", &a.reference, i as u64),
+        )
+        .unwrap();
     }
     publish(&store, &lock, &old).await.unwrap();
-    record_build(home.path(), &lock, &build("old", &old.reference, 1)).unwrap();
+    record_build(
+        &DirRecords::new(home.path()),
+        &lock,
+        &build("old", &old.reference, 1),
+    )
+    .unwrap();
     store.put_blob(&bare).await.unwrap();
     drop(lock);
-    forget_module(home.path(), "old").unwrap();
+    forget_module(&DirRecords::new(home.path()), "old").unwrap();
 
-    let keep = keep_set(&read_module_records(home.path()).unwrap());
+    let keep = keep_set(&read_module_records(&DirRecords::new(home.path())).unwrap());
     assert_eq!(keep.len(), 5);
     let lock = SweepLock::acquire(home.path()).await.unwrap();
     let mut collector = LayoutCollector {
@@ -118,11 +129,21 @@ async fn layout_collection_refuses_to_run_for_real_while_a_kept_archive_is_unhel
     let bare = archive("bare");
     let lock = PublishLock::acquire(home.path()).await.unwrap();
     publish(&store, &lock, &kept).await.unwrap();
-    record_build(home.path(), &lock, &build("web", &ghost.reference, 1)).unwrap();
-    record_build(home.path(), &lock, &build("web", &kept.reference, 2)).unwrap();
+    record_build(
+        &DirRecords::new(home.path()),
+        &lock,
+        &build("web", &ghost.reference, 1),
+    )
+    .unwrap();
+    record_build(
+        &DirRecords::new(home.path()),
+        &lock,
+        &build("web", &kept.reference, 2),
+    )
+    .unwrap();
     store.put_blob(&bare).await.unwrap();
     drop(lock);
-    let keep = keep_set(&read_module_records(home.path()).unwrap());
+    let keep = keep_set(&read_module_records(&DirRecords::new(home.path())).unwrap());
     let lock = SweepLock::acquire(home.path()).await.unwrap();
     let mut collector = LayoutCollector {
         layout: store.clone(),
@@ -148,13 +169,18 @@ async fn a_sweep_holds_a_kept_archive_published_bare() {
     let bare = archive("bare");
     store.put_blob(&bare).await.unwrap();
     let lock = PublishLock::acquire(home.path()).await.unwrap();
-    record_build(home.path(), &lock, &build("web", &bare.reference, 1)).unwrap();
+    record_build(
+        &DirRecords::new(home.path()),
+        &lock,
+        &build("web", &bare.reference, 1),
+    )
+    .unwrap();
     drop(lock);
     assert_eq!(
         store.holding(&bare.reference).await.unwrap(),
         Holding::Unheld
     );
-    let keep = keep_set(&read_module_records(home.path()).unwrap());
+    let keep = keep_set(&read_module_records(&DirRecords::new(home.path())).unwrap());
     let lock = SweepLock::acquire(home.path()).await.unwrap();
     let dry = mesh_store::sweep::sweep(&store, &lock, &keep, true).await;
     assert_eq!(dry.kept[0].state, KeptState::WouldHold);
@@ -174,12 +200,14 @@ fn a_dry_run_build_is_never_recorded() {
     let lock = PublishLock::acquire_blocking(home.path()).unwrap();
     let mut dry = build("web", &archive("dry").reference, 1);
     dry.dry_run = true;
-    let error = record_build(home.path(), &lock, &dry).unwrap_err();
+    let error = record_build(&DirRecords::new(home.path()), &lock, &dry).unwrap_err();
     assert_eq!(
         error.to_string(),
         "build of `web` at c1 is a dry run; dry runs are never recorded"
     );
-    assert!(read_module_records(home.path()).unwrap().is_empty());
+    assert!(read_module_records(&DirRecords::new(home.path()))
+        .unwrap()
+        .is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

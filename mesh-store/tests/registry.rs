@@ -9,6 +9,7 @@ use mesh_store::lock::{PublishLock, SweepLock};
 use mesh_store::manifest::{
     holding_manifest, holding_manifest_digest, holding_tag, MANIFEST_MEDIA_TYPE,
 };
+use mesh_store::record_store::DirRecords;
 use mesh_store::records::{read_module_records, record_build, write_module_record, ModuleRecord};
 use mesh_store::store::{open_store, publish, Holding};
 use mesh_store::sweep::{sweep, KeptState, ReleasedState};
@@ -31,7 +32,7 @@ fn record(home: &Path, module: &str, held: bool, builds: &[(&mesh_store::archive
         record.builds.push(build(module, &archive.reference, *at));
     }
     record.current = builds.last().map(|(a, _)| a.reference.clone());
-    write_module_record(home, &record).unwrap();
+    write_module_record(&DirRecords::new(home), &record).unwrap();
 }
 
 // Seed issue 253: archives published as bare blobs are deleted by the registry's own collector;
@@ -73,7 +74,7 @@ async fn stock_collection_deletes_bare_archives_and_spares_held_ones() {
     store.put_blob(&bare3).await.unwrap();
     record(home.path(), "web", true, &[(&bare3, 1), (&held[0], 2)]);
     record(home.path(), "old", false, &[(&held[1], 1)]);
-    let keep = keep_set(&read_module_records(home.path()).unwrap());
+    let keep = keep_set(&read_module_records(&DirRecords::new(home.path())).unwrap());
     assert_eq!(keep.len(), 2);
 
     let lock = SweepLock::acquire(home.path()).await.unwrap();
@@ -169,7 +170,7 @@ async fn collection_refuses_to_run_for_real_while_a_kept_archive_is_unheld() {
     store.put_blob(&bare).await.unwrap();
     drop(lock);
     record(home.path(), "web", true, &[(&ghost, 1), (&kept, 2)]);
-    let keep = keep_set(&read_module_records(home.path()).unwrap());
+    let keep = keep_set(&read_module_records(&DirRecords::new(home.path())).unwrap());
 
     let lock = SweepLock::acquire(home.path()).await.unwrap();
     let mut collector = collector(&registry);
@@ -206,7 +207,7 @@ async fn partial_view_releases_nothing(fault: Fault) {
     for (i, (a, _)) in builds.iter().enumerate() {
         record(home.path(), &format!("m{i}"), true, &[(a, i as u64)]);
     }
-    let keep = keep_set(&read_module_records(home.path()).unwrap());
+    let keep = keep_set(&read_module_records(&DirRecords::new(home.path())).unwrap());
     assert_eq!(keep.len(), 5);
 
     let proxy = Proxy::start(&registry.base_url()).await;
@@ -309,7 +310,12 @@ async fn publishes_during_sweep_and_collection_never_lose_a_kept_archive() {
                     let lock = PublishLock::acquire(&home).await.unwrap();
                     match publish(&*store, &lock, &a).await {
                         Ok(_) => {
-                            record_build(&home, &lock, &build(&module, &a.reference, i)).unwrap();
+                            record_build(
+                                &DirRecords::new(&home),
+                                &lock,
+                                &build(&module, &a.reference, i),
+                            )
+                            .unwrap();
                             break;
                         }
                         // A pooled connection to the registry as it was before a restart.
@@ -334,7 +340,7 @@ async fn publishes_during_sweep_and_collection_never_lose_a_kept_archive() {
             for _ in 0..4 {
                 tokio::time::sleep(std::time::Duration::from_millis(120)).await;
                 let lock = SweepLock::acquire(&home).await.unwrap();
-                let keep = keep_set(&read_module_records(&home).unwrap());
+                let keep = keep_set(&read_module_records(&DirRecords::new(&home)).unwrap());
                 let report = collect(&*store, &lock, &keep, &mut collector, false)
                     .await
                     .unwrap();
@@ -351,7 +357,7 @@ async fn publishes_during_sweep_and_collection_never_lose_a_kept_archive() {
     assert!(real > 0, "no collection ran for real");
 
     let store = open_store(&spec).unwrap();
-    let keep = keep_set(&read_module_records(&home_path).unwrap());
+    let keep = keep_set(&read_module_records(&DirRecords::new(&home_path)).unwrap());
     assert_eq!(keep.len(), 15, "3 modules × 5 recent builds");
     for kept in keep.archives.values() {
         assert_eq!(store.holding(&kept.archive).await.unwrap(), Holding::Held);

@@ -109,6 +109,17 @@ pub enum GrantProblem {
         /// The bucket.
         bucket: String,
     },
+    /// A bucket that is the mesh's own: the controller's records, which hold every node's
+    /// password.
+    #[error(
+        "node `{node}`: bucket `{bucket}` is the mesh controller's records and is never granted"
+    )]
+    ReservedBucket {
+        /// The node.
+        node: String,
+        /// The bucket.
+        bucket: String,
+    },
     /// An event subject is not valid NATS syntax.
     #[error("node `{node}`: `{subject}` is not a valid subject")]
     Subject {
@@ -240,6 +251,11 @@ pub fn check(authorization: &BusAuthorization) -> Vec<GrantProblem> {
         for bucket in &grants.buckets {
             if !is_name(bucket) {
                 problems.push(GrantProblem::BucketName {
+                    node: node.clone(),
+                    bucket: bucket.clone(),
+                });
+            } else if bucket == crate::records::RECORDS_BUCKET {
+                problems.push(GrantProblem::ReservedBucket {
                     node: node.clone(),
                     bucket: bucket.clone(),
                 });

@@ -1,7 +1,8 @@
 //! `mesh-collector`: the store's sweep and collection (rules 22–23, seed issue 253).
 //!
-//! Reads what the mesh holds from the module records under `--home` (see
-//! `mesh_store::records`), computes the keep set, and then
+//! Reads what the mesh holds from the module records (see `mesh_store::records`) — under
+//! `--home`, or on a fleet (`--bus`) in the controller's records bucket — computes the keep
+//! set, and then
 //! - `sweep` holds every kept archive and lets go of every held archive not kept;
 //! - `collect` sweeps, then deletes what nothing holds — for real only when every kept archive
 //!   is held, dry otherwise.
@@ -15,12 +16,15 @@
 
 use anyhow::{bail, Context as _};
 use clap::{Parser, Subcommand, ValueEnum};
+use mesh_bus::records::KvRecords;
+use mesh_bus::NatsOptions;
 use mesh_store::collect::{
     collect, CollectReport, CommandProcess, GarbageCollector, LayoutCollector, RegistryCollector,
 };
 use mesh_store::keep::keep_set;
 use mesh_store::layout::OciLayoutStore;
 use mesh_store::lock::SweepLock;
+use mesh_store::record_store::{DirRecords, RecordStore};
 use mesh_store::records::read_module_records;
 use mesh_store::store::{default_store_spec, open_store, StoreSpec};
 use mesh_store::sweep::{sweep, KeptState, ReleasedState, SweepReport};
@@ -33,7 +37,8 @@ use std::process::ExitCode;
 ///
 /// An archive is kept when a module the mesh holds names it as its current build, pins it, or
 /// built it among its five most recent builds; a module the mesh no longer holds keeps nothing.
-/// The records are read from DIR/store/modules/*.json.
+/// The records are read from DIR/store/modules/*.json, or with --bus from the controller's
+/// records bucket on the fleet's bus (keys store/modules/*.json).
 ///
 /// Exit codes: 0 every kept archive held; 1 an error; 2 a usage error; 3 a kept archive is not
 /// held (a collection then runs dry).
@@ -43,6 +48,16 @@ struct Cli {
     /// The mesh home (the controller's); records and the store lock live under it.
     #[arg(long, value_name = "DIR")]
     home: PathBuf,
+
+    /// A fleet's bus (NATS JetStream), e.g. nats://bus.example:4222: the module records are
+    /// the controller's, in its records bucket there, not files under --home.
+    #[arg(long, env = "MESH_BUS", value_name = "URL")]
+    bus: Option<String>,
+
+    /// The controller's bus password file (the collector reads the controller's records as
+    /// the controller). Default: DIR/bus/passwords/controller.
+    #[arg(long, env = "MESH_BUS_PASSWORD_FILE", value_name = "FILE")]
+    bus_password_file: Option<PathBuf>,
 
     /// The store: oci:PATH (an OCI image layout directory) or http://HOST:PORT[/REPOSITORY]
     /// (an OCI registry; repository mesh/archives by default). Default: oci:DIR/store/oci.
@@ -148,6 +163,27 @@ fn main() -> ExitCode {
     }
 }
 
+/// Where the module records are: files under `--home`, or with `--bus` the controller's
+/// records bucket.
+fn open_records(cli: &Cli) -> anyhow::Result<Box<dyn RecordStore>> {
+    let Some(url) = &cli.bus else {
+        return Ok(Box::new(DirRecords::new(&cli.home)));
+    };
+    let file = cli
+        .bus_password_file
+        .clone()
+        .unwrap_or_else(|| cli.home.join("bus/passwords/controller"));
+    let password = std::fs::read_to_string(&file)
+        .with_context(|| format!("reading the bus password file {}", file.display()))?;
+    let options = NatsOptions::for_controller(url, password.trim_end_matches(['\n', '\r']));
+    let records = KvRecords::open(&NatsOptions {
+        name: Some("mesh-collector".to_owned()),
+        ..options
+    })
+    .with_context(|| format!("opening the controller's records on {url}"))?;
+    Ok(Box::new(records))
+}
+
 /// Runs one command and prints its answer; returns the exit code.
 async fn run(cli: Cli) -> anyhow::Result<u8> {
     let spec: StoreSpec = match &cli.store {
@@ -158,7 +194,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
     let lock = SweepLock::acquire(&cli.home)
         .await
         .context("the store lock is shared with every publish")?;
-    let records = read_module_records(&cli.home)?;
+    let records = read_module_records(open_records(&cli)?.as_ref())?;
     let keep = keep_set(&records);
     let (answer, text) = match cli.command {
         Command::Sweep { dry_run } => {

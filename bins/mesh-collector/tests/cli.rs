@@ -5,6 +5,7 @@ use mesh_model::module::{EntryKind, ModuleTree};
 use mesh_store::archive::{archive_tree, Archive};
 use mesh_store::layout::OciLayoutStore;
 use mesh_store::lock::PublishLock;
+use mesh_store::record_store::DirRecords;
 use mesh_store::records::{forget_module, record_build};
 use mesh_store::store::{publish, ArchiveStore};
 use std::path::Path;
@@ -50,14 +51,19 @@ fn mesh(home: &Path, layout: &Path, with_ghost: bool) {
             } else {
                 publish(&store, &lock, &a).await.unwrap();
             }
-            record_build(home, &lock, &build("web", &a, i)).unwrap();
+            record_build(&DirRecords::new(home), &lock, &build("web", &a, i)).unwrap();
         }
         let old = archive("old");
         publish(&store, &lock, &old).await.unwrap();
-        record_build(home, &lock, &build("old", &old, 1)).unwrap();
-        forget_module(home, "old").unwrap();
+        record_build(&DirRecords::new(home), &lock, &build("old", &old, 1)).unwrap();
+        forget_module(&DirRecords::new(home), "old").unwrap();
         if with_ghost {
-            record_build(home, &lock, &build("api", &archive("ghost"), 9)).unwrap();
+            record_build(
+                &DirRecords::new(home),
+                &lock,
+                &build("api", &archive("ghost"), 9),
+            )
+            .unwrap();
         }
     });
 }
@@ -268,10 +274,10 @@ fn sweep_and_collect_a_real_registry_from_the_command_line() {
         let lock = PublishLock::acquire(home.path()).await.unwrap();
         for (module, a) in [("web", &kept), ("old", &forgotten)] {
             publish(&*remote, &lock, a).await.unwrap();
-            record_build(home.path(), &lock, &build(module, a, 1)).unwrap();
+            record_build(&DirRecords::new(home.path()), &lock, &build(module, a, 1)).unwrap();
         }
     });
-    forget_module(home.path(), "old").unwrap();
+    forget_module(&DirRecords::new(home.path()), "old").unwrap();
 
     let swept = check(home.path(), &store, &["sweep"], 0);
     assert!(

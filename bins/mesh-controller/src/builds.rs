@@ -15,7 +15,7 @@
 //! - A module is built only when the whole catalogue at its commit validates for it: a module
 //!   with any diagnostic fails its build, naming every problem.
 
-use crate::home::{json_stems, read_record, write_atomic, Home};
+use crate::home::Home;
 use anyhow::{bail, Context, Result};
 use mesh_model::build::{ArchiveRef, Build};
 use mesh_model::module::{load_catalogue, Catalogue, CatalogueSource};
@@ -23,7 +23,6 @@ use mesh_model::Diagnostic;
 use mesh_store::archive::{archive_tree, unpack_archive};
 use mesh_store::store::ArchiveStore;
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
 
 /// The format version of a deployed record.
 pub const DEPLOYED_FORMAT: u32 = 1;
@@ -50,23 +49,19 @@ pub struct DeployedRecord {
 }
 
 impl Home {
-    fn deployed_path(&self, module: &str) -> PathBuf {
-        self.root().join("deployed").join(format!("{module}.json"))
-    }
-
     /// A module's deployed build, if a rollout ever finished one.
     pub fn deployed(&self, module: &str) -> Result<Option<DeployedRecord>> {
-        let path = self.deployed_path(module);
-        if !path.is_file() {
-            return Ok(None);
-        }
-        read_record(&path, "a deployed record", DEPLOYED_FORMAT).map(Some)
+        self.read_record(
+            &format!("deployed/{module}.json"),
+            "a deployed record",
+            DEPLOYED_FORMAT,
+        )
     }
 
     /// Every deployed module, by name.
     pub fn deployed_all(&self) -> Result<Vec<DeployedRecord>> {
         let mut out = Vec::new();
-        for name in json_stems(&self.root().join("deployed"))? {
+        for name in self.json_stems("deployed")? {
             out.extend(self.deployed(&name)?);
         }
         Ok(out)
@@ -74,10 +69,7 @@ impl Home {
 
     /// Makes a build the module's deployed one.
     pub fn write_deployed(&self, record: &DeployedRecord) -> Result<()> {
-        write_atomic(
-            &self.deployed_path(&record.module),
-            &serde_json::to_vec_pretty(record)?,
-        )
+        self.put_json(&format!("deployed/{}.json", record.module), record)
     }
 }
 
@@ -165,13 +157,13 @@ pub fn set_current(
     module: &str,
     archive: &ArchiveRef,
 ) -> Result<()> {
-    let mut record = mesh_store::records::read_module_record(home.root(), module)
+    let mut record = mesh_store::records::read_module_record(home.records(), module)
         .with_context(|| format!("reading the store's record of `{module}`"))?
         .unwrap_or_else(|| mesh_store::records::ModuleRecord::new(module));
     if record.current.as_ref() != Some(archive) {
         record.current = Some(archive.clone());
         record.held = true;
-        mesh_store::records::write_module_record(home.root(), &record)
+        mesh_store::records::write_module_record(home.records(), &record)
             .with_context(|| format!("writing the store's record of `{module}`"))?;
     }
     Ok(())
@@ -285,7 +277,7 @@ pub async fn build_module(
     mesh_store::store::publish(store, &lock, &archive)
         .await
         .with_context(|| format!("publishing `{module}` to {}", store.name()))?;
-    mesh_store::records::record_build(home.root(), &lock, &build)
+    mesh_store::records::record_build(home.records(), &lock, &build)
         .with_context(|| format!("recording the build of `{module}`"))?;
     // The record's current build is what the mesh runs (the keep set keeps it whatever comes
     // after): until a rollout finishes the new one, that stays the deployed build.

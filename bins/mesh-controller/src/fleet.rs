@@ -26,7 +26,7 @@
 //! changed, report a node as converged from a heartbeat of an older declaration, or drop a
 //! node that did not answer (it is named "no report", and in `runtimes` "not heard").
 
-use crate::home::{write_atomic, Home};
+use crate::home::Home;
 use crate::push::{Checked, PushResult};
 use anyhow::{anyhow, bail, Context, Result};
 use mesh_bus::discovery::{self, Discovery};
@@ -63,26 +63,57 @@ pub struct BusArgs {
     pub password_file: Option<PathBuf>,
 }
 
-/// Where `user`'s bus password is kept (`controller` or a node's name).
+/// Where the controller's own bus password is kept when `--bus-password-file` is not given:
+/// `<home>/bus/passwords/controller` — on this machine, for it is what opens the bus (and so
+/// the records on it).
 pub fn password_path(home: &Home, user: &str) -> PathBuf {
     home.root().join("bus").join("passwords").join(user)
 }
 
-/// `user`'s bus password, generated (random, 32 hex digits) and kept with mode 0600 the first
-/// time it is asked for; the same ever after.
+/// The record key of a node's bus password.
+fn password_key(node: &str) -> String {
+    format!("bus/passwords/{node}")
+}
+
+fn random_password() -> Result<String> {
+    let mut random = [0u8; 16];
+    use std::io::Read as _;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut file| file.read_exact(&mut random))
+        .context("reading /dev/urandom for a password")?;
+    Ok(random.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// `user`'s bus password (`controller` or a node's name), generated (random, 32 hex digits)
+/// the first time it is asked for and the same ever after. The controller's, and in the
+/// embedded default every node's, is a file under `<home>/bus/passwords` (mode 0600); on a
+/// fleet a node's is in the records (`bus/passwords/<node>`), so a controller started on
+/// another machine composes the same users and no host is locked out.
 pub fn password(home: &Home, user: &str) -> Result<String> {
+    if home.records_on_bus() && user != grants::CONTROLLER_USER {
+        let key = password_key(user);
+        let bytes = match home.get(&key)? {
+            Some(bytes) => bytes,
+            None => {
+                let fresh = format!("{}\n", random_password()?);
+                home.records()
+                    .update(&key, &mut |current| {
+                        Ok(current.map_or_else(|| fresh.clone().into_bytes(), <[u8]>::to_vec))
+                    })
+                    .with_context(|| format!("keeping `{user}`'s bus password"))?
+            }
+        };
+        let text = String::from_utf8(bytes)
+            .with_context(|| format!("{} is not text", home.records().locate(&key)))?;
+        return Ok(text.trim_end_matches(['\n', '\r']).to_owned());
+    }
     let path = password_path(home, user);
     match std::fs::read_to_string(&path) {
         Ok(text) => return Ok(text.trim_end_matches(['\n', '\r']).to_owned()),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
         Err(error) => return Err(error).with_context(|| format!("reading {}", path.display())),
     }
-    let mut random = [0u8; 16];
-    use std::io::Read as _;
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut file| file.read_exact(&mut random))
-        .context("reading /dev/urandom for a password")?;
-    let password: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let password = random_password()?;
     let dir = path.parent().expect("a password file has a directory");
     std::fs::create_dir_all(dir).with_context(|| format!("making {}", dir.display()))?;
     use std::io::Write as _;
@@ -185,9 +216,14 @@ fn granted_buckets(catalogue: &Catalogue, inventory: &Inventory) -> BTreeSet<Str
         .collect()
 }
 
-/// The file the last authorization the bus confirmed is kept in.
-fn confirmed_path(home: &Home) -> PathBuf {
-    home.root().join("bus").join("authorization.conf")
+/// The record holding the last authorization the bus confirmed in force.
+const CONFIRMED_KEY: &str = "bus/authorization.conf";
+
+/// The last authorization the bus confirmed in force, if any.
+fn confirmed(home: &Home) -> Result<Option<String>> {
+    Ok(home
+        .get(CONFIRMED_KEY)?
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned()))
 }
 
 /// The group the bus node's `nats-server` runs as (Debian's package: user and group `nats`),
@@ -395,7 +431,7 @@ pub async fn push(
     let bus_node = inventory.file.bus_node.clone();
     let controller_password = controller_password(home, bus_args)?;
     let users = authorization(home, &checked.0, &inventory, &controller_password)?;
-    let confirmed = std::fs::read_to_string(confirmed_path(home)).ok();
+    let confirmed = confirmed(home)?;
     let users_changed = confirmed.as_deref() != Some(users.as_str());
 
     let mut named: Vec<String> = nodes.to_vec();
@@ -460,7 +496,7 @@ pub async fn push(
         confirm_users(home, bus_args, &inventory)
             .await
             .map_err(|error| anyhow!("grants not issued: {error:#}; nothing else was sent"))?;
-        write_atomic(&confirmed_path(home), users.as_bytes())?;
+        home.put(CONFIRMED_KEY, users.as_bytes())?;
         heard.insert(bus_node.clone(), report);
         declarations.insert(position, first);
     }
@@ -549,11 +585,10 @@ impl RolloutBus {
 
     /// Whether this rollout's users differ from the ones the bus last confirmed: the node
     /// holding the bus goes first.
+    /// A record that cannot be read counts as a change (the bus node goes first, which is
+    /// always safe).
     pub fn users_change(&self, home: &Home) -> bool {
-        std::fs::read_to_string(confirmed_path(home))
-            .ok()
-            .as_deref()
-            != Some(self.users.as_str())
+        confirmed(home).ok().flatten().as_deref() != Some(self.users.as_str())
     }
 
     /// The node holding the bus and the users file it is sent with every declaration.
@@ -624,7 +659,7 @@ impl RolloutBus {
         if let Err(error) = confirm_users(home, &self.args, inventory).await {
             return Ok(Err(format!("{error:#}")));
         }
-        write_atomic(&confirmed_path(home), self.users.as_bytes())?;
+        home.put(CONFIRMED_KEY, self.users.as_bytes())?;
         Ok(Ok("the bus confirmed its new users".to_owned()))
     }
 

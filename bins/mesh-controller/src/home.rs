@@ -1,25 +1,39 @@
-//! The mesh home: where the embedded controller keeps the inventory, the catalogue, settings
-//! and their history, what it sent each node and what each node reported.
+//! The mesh home: where the controller keeps the inventory, the catalogue, settings and their
+//! history, what it sent each node and what each node reported.
+//!
+//! The controller's **records** are kept in a [`RecordStore`]: in the embedded default, files
+//! under the home ([`DirRecords`]); on a fleet (`--bus`), the bus's records bucket
+//! (`mesh_bus::records::KvRecords`), so a controller restarted or started on another machine
+//! resumes from them. The keys are the same on both (the paths below, relative to the home):
 //!
 //! ```text
-//! <home>/inventory.toml                       nodes, bus node, assignments
-//! <home>/catalogue/modules/<module>/...       the catalogue
-//! <home>/settings/<module>/mesh.json          the mesh layer of a module's settings
-//! <home>/settings/<module>/nodes/<node>.json  a node's layer
-//! <home>/history/settings/<module>/<scope>/<revision>.json   every layer replaced
-//! <home>/sent/<node>.json                     the whole declaration last sent to a node
-//! <home>/reports/<node>.json                  the node's last report
-//! <home>/roots/<node>/                        the node's sandbox root (embedded default)
-//! <home>/state/<node>/                        the node's host state directory
-//! <home>/repos/<name>.json                    a registered catalogue repository ([`crate::repos`])
-//! <home>/plans/<id>.json                      a plan and the work behind it ([`crate::plans`])
-//! <home>/plans/.lock                          held while planning or driving plans
-//! <home>/deployed/<module>.json               the build a finished rollout made current
-//! <home>/store/oci/                           the default archive store (OCI image layout)
-//! <home>/store/modules/<module>.json          every build of a module (mesh-store's records)
+//! inventory.toml                       nodes, bus node, assignments
+//! settings/<module>/mesh.json          the mesh layer of a module's settings
+//! settings/<module>/nodes/<node>.json  a node's layer
+//! history/settings/<module>/<scope>/<revision>.json   every layer replaced
+//! sent/<node>.json                     the whole declaration last sent to a node
+//! reports/<node>.json                  the node's last report
+//! repos/<name>.json                    a registered catalogue repository ([`crate::repos`])
+//! plans/<id>.json                      a plan and the work behind it ([`crate::plans`])
+//! deployed/<module>.json               the build a finished rollout made current
+//! store/modules/<module>.json          every build of a module (mesh-store's records)
+//! bus/passwords/<node>                 a node's bus password ([`crate::fleet`])
+//! bus/authorization.conf               the bus's users as last confirmed in force
 //! ```
 //!
-//! Every write is atomic (temp file, fsync, rename).
+//! What stays on this machine, under the home, whatever holds the records:
+//!
+//! ```text
+//! <home>/catalogue/modules/<module>/...       the catalogue (the operator's source)
+//! <home>/roots/<node>/                        the node's sandbox root (embedded default)
+//! <home>/state/<node>/                        the node's host state directory
+//! <home>/plans/.lock                          held while planning or driving plans
+//! <home>/store/lock, <home>/store/oci/        the store lock, the default archive store
+//! <home>/bus/passwords/controller             the controller's own bus password
+//! <home>/records-moved                        where the records went (`records import`)
+//! ```
+//!
+//! Every write is whole: a temporary file renamed into place, or one value on the bucket.
 
 use anyhow::{bail, Context, Result};
 use mesh_model::declaration::Declaration;
@@ -29,16 +43,25 @@ use mesh_model::inventory::{
 use mesh_model::module::{load_catalogue, Catalogue};
 use mesh_model::report::Report;
 use mesh_model::Diagnostic;
+use mesh_store::record_store::{DirRecords, RecordStore};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-/// A mesh home directory.
+/// The file under a home whose records were moved to a bus (`records import`): it names the
+/// bus, and a command run on the home without `--bus` is refused instead of reading the old
+/// records.
+pub const MOVED_FILE: &str = "records-moved";
+
+/// A mesh home directory, and where its records are.
 #[derive(Debug, Clone)]
 pub struct Home {
     root: PathBuf,
+    records: Arc<dyn RecordStore>,
+    on_bus: bool,
 }
 
 /// The format version of a settings history record.
@@ -61,9 +84,23 @@ pub struct HistoryRecord {
 }
 
 impl Home {
-    /// The home at `root` (not checked).
+    /// The home at `root` (not checked), its records files under it.
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Home { root: root.into() }
+        let root = root.into();
+        Home {
+            records: Arc::new(DirRecords::new(&root)),
+            root,
+            on_bus: false,
+        }
+    }
+
+    /// The home at `root`, its records on a fleet's bus.
+    pub fn on_bus(root: impl Into<PathBuf>, records: Arc<dyn RecordStore>) -> Self {
+        Home {
+            root: root.into(),
+            records,
+            on_bus: true,
+        }
     }
 
     /// The home directory.
@@ -71,9 +108,39 @@ impl Home {
         &self.root
     }
 
-    /// Fails unless the home was made by `init`.
+    /// Where the records are.
+    pub fn records(&self) -> &dyn RecordStore {
+        self.records.as_ref()
+    }
+
+    /// Whether the records are on a bus (not files under the home).
+    pub fn records_on_bus(&self) -> bool {
+        self.on_bus
+    }
+
+    /// Fails unless the records hold a mesh (made by `init`, or moved to the bus by
+    /// `records import`), or when the home's records were moved to a bus and this command
+    /// was not given it.
     pub fn require(&self) -> Result<()> {
-        if !self.root.join(INVENTORY_FILE).is_file() {
+        if !self.on_bus {
+            let moved = self.root.join(MOVED_FILE);
+            if let Ok(text) = fs::read_to_string(&moved) {
+                bail!(
+                    "the records of {} were moved to a bus ({}): give that bus with --bus (or \
+                     MESH_BUS), so nothing reads the old ones",
+                    self.root.display(),
+                    text.trim()
+                );
+            }
+        }
+        if self.records.get(INVENTORY_FILE)?.is_none() {
+            if self.on_bus {
+                bail!(
+                    "{} holds no mesh (no {INVENTORY_FILE}); move a home's records there with \
+                     `mesh-controller --home DIR --bus URL records import`",
+                    self.records.name()
+                );
+            }
             bail!(
                 "{} is not a mesh home (no {INVENTORY_FILE}); make one with `mesh-controller --home {} init --example`",
                 self.root.display(),
@@ -81,6 +148,65 @@ impl Home {
             );
         }
         Ok(())
+    }
+
+    /// The record at `key`, if there is one.
+    pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.records.get(key)?)
+    }
+
+    /// Replaces the record at `key`.
+    pub fn put(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        Ok(self.records.put(key, bytes)?)
+    }
+
+    /// Writes `value` as pretty JSON at `key`.
+    pub fn put_json<T: Serialize>(&self, key: &str, value: &T) -> Result<()> {
+        self.put(key, &serde_json::to_vec_pretty(value)?)
+    }
+
+    /// The JSON record at `key`, if there is one.
+    pub fn get_json(&self, key: &str) -> Result<Option<Value>> {
+        match self.get(key)? {
+            None => Ok(None),
+            Some(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .with_context(|| format!("{} is not valid JSON", self.records.locate(key))),
+        }
+    }
+
+    /// Reads one of the controller's versioned records: JSON whose `format` must be
+    /// `expected`; `None` when there is none.
+    pub fn read_record<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+        what: &str,
+        expected: u32,
+    ) -> Result<Option<T>> {
+        let Some(value) = self.get_json(key)? else {
+            return Ok(None);
+        };
+        let location = self.records.locate(key);
+        match value.get("format").and_then(Value::as_u64) {
+            Some(found) if found == u64::from(expected) => {}
+            found => bail!(
+                "{location} has format {}, this build reads format {expected}",
+                found.map_or("none".to_owned(), |f| f.to_string())
+            ),
+        }
+        serde_json::from_value(value)
+            .map(Some)
+            .with_context(|| format!("{location} is not {what}"))
+    }
+
+    /// The names of the `*.json` records in `dir`, without the extension, sorted.
+    pub fn json_stems(&self, dir: &str) -> Result<Vec<String>> {
+        Ok(self
+            .records
+            .list(dir)?
+            .into_iter()
+            .filter_map(|name| name.strip_suffix(".json").map(str::to_owned))
+            .collect())
     }
 
     /// The catalogue's modules directory.
@@ -99,58 +225,38 @@ impl Home {
     /// Reads the inventory: nodes, assignments and every settings layer.
     pub fn inventory(&self) -> Result<Inventory> {
         self.require()?;
-        let path = self.root.join(INVENTORY_FILE);
+        let location = self.records.locate(INVENTORY_FILE);
+        let bytes = self
+            .get(INVENTORY_FILE)?
+            .with_context(|| format!("{location} is gone"))?;
         let text =
-            fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+            String::from_utf8(bytes).with_context(|| format!("{location} is not UTF-8 text"))?;
         let file: InventoryFile = toml::from_str(&text)
-            .with_context(|| format!("{} is not a valid inventory", path.display()))?;
+            .with_context(|| format!("{location} is not a valid inventory"))?;
         let mut layers = Layers::default();
-        let settings = self.root.join("settings");
-        if settings.is_dir() {
-            for module in sorted_entries(&settings)? {
-                let name = file_name(&module)?;
-                let mesh = module.join("mesh.json");
-                if mesh.is_file() {
-                    layers.set(&name, LayerScope::Mesh, read_json(&mesh)?);
-                }
-                let nodes = module.join("nodes");
-                if nodes.is_dir() {
-                    for node_file in sorted_entries(&nodes)? {
-                        let node_name = file_name(&node_file)?;
-                        let Some(node_name) = node_name.strip_suffix(".json") else {
-                            continue;
-                        };
-                        layers.set(
-                            &name,
-                            LayerScope::Node(node_name.to_owned()),
-                            read_json(&node_file)?,
-                        );
-                    }
+        for module in self.records.list("settings")? {
+            if let Some(layer) = self.layer(&module, &LayerScope::Mesh)? {
+                layers.set(&module, LayerScope::Mesh, layer);
+            }
+            for node in self.json_stems(&format!("settings/{module}/nodes"))? {
+                let scope = LayerScope::Node(node);
+                if let Some(layer) = self.layer(&module, &scope)? {
+                    layers.set(&module, scope, layer);
                 }
             }
         }
         Ok(Inventory { file, layers })
     }
 
-    /// Writes the inventory file.
+    /// Writes the inventory.
     pub fn write_inventory(&self, file: &InventoryFile) -> Result<()> {
         let text = toml::to_string_pretty(file).context("writing the inventory")?;
-        write_atomic(&self.root.join(INVENTORY_FILE), text.as_bytes())
-    }
-
-    /// Where a layer is kept.
-    pub fn layer_path(&self, module: &str, scope: &LayerScope) -> PathBuf {
-        self.root.join(layer_file(module, scope))
+        self.put(INVENTORY_FILE, text.as_bytes())
     }
 
     /// Reads one layer, if set.
     pub fn layer(&self, module: &str, scope: &LayerScope) -> Result<Option<Value>> {
-        let path = self.layer_path(module, scope);
-        if path.is_file() {
-            Ok(Some(read_json(&path)?))
-        } else {
-            Ok(None)
-        }
+        self.get_json(&layer_file(module, scope))
     }
 
     /// Replaces a layer (or removes it with `None`), keeping the layer it replaced in the
@@ -172,48 +278,29 @@ impl Home {
             command: command.to_owned(),
             layer: old,
         };
-        let dir = self.history_dir(module, scope);
-        write_atomic(
-            &dir.join(format!("{:06}.json", record.revision)),
-            &serde_json::to_vec_pretty(&record)?,
-        )?;
-        let path = self.layer_path(module, scope);
+        let dir = history_dir(module, scope);
+        self.put_json(&format!("{dir}/{:06}.json", record.revision), &record)?;
+        let key = layer_file(module, scope);
         match new {
-            Some(layer) => write_atomic(&path, &serde_json::to_vec_pretty(layer)?)?,
-            None => {
-                if path.exists() {
-                    fs::remove_file(&path)
-                        .with_context(|| format!("removing {}", path.display()))?;
-                }
-            }
+            Some(layer) => self.put_json(&key, layer)?,
+            None => self.records.delete(&key)?,
         }
         Ok(record)
     }
 
-    fn history_dir(&self, module: &str, scope: &LayerScope) -> PathBuf {
-        let scope_dir = match scope {
-            LayerScope::Mesh => "mesh".to_owned(),
-            LayerScope::Node(node) => format!("nodes/{node}"),
-        };
-        self.root
-            .join("history/settings")
-            .join(module)
-            .join(scope_dir)
-    }
-
     /// Every replaced layer, oldest first.
     pub fn history(&self, module: &str, scope: &LayerScope) -> Result<Vec<HistoryRecord>> {
-        let dir = self.history_dir(module, scope);
-        if !dir.is_dir() {
-            return Ok(Vec::new());
-        }
+        let dir = history_dir(module, scope);
         let mut records = Vec::new();
-        for path in sorted_entries(&dir)? {
-            if path.extension().is_some_and(|e| e == "json") {
-                let record: HistoryRecord = serde_json::from_value(read_json(&path)?)
-                    .with_context(|| format!("{} is not a history record", path.display()))?;
-                records.push(record);
-            }
+        for stem in self.json_stems(&dir)? {
+            let key = format!("{dir}/{stem}.json");
+            let Some(value) = self.get_json(&key)? else {
+                continue;
+            };
+            let record: HistoryRecord = serde_json::from_value(value).with_context(|| {
+                format!("{} is not a history record", self.records.locate(&key))
+            })?;
+            records.push(record);
         }
         records.sort_by_key(|r| r.revision);
         Ok(records)
@@ -221,44 +308,40 @@ impl Home {
 
     /// The declaration last sent to `node`.
     pub fn sent(&self, node: &str) -> Result<Option<Declaration>> {
-        let path = self.root.join("sent").join(format!("{node}.json"));
-        if !path.is_file() {
+        let key = format!("sent/{node}.json");
+        let Some(bytes) = self.get(&key)? else {
             return Ok(None);
-        }
-        let bytes = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        };
         Declaration::from_json(&bytes)
             .map(Some)
-            .with_context(|| format!("{} (what was sent to `{node}`)", path.display()))
+            .with_context(|| format!("{} (what was sent to `{node}`)", self.records.locate(&key)))
     }
 
     /// Records what was sent to `node`.
     pub fn record_sent(&self, declaration: &Declaration) -> Result<()> {
-        let path = self
-            .root
-            .join("sent")
-            .join(format!("{}.json", declaration.node));
-        write_atomic(&path, &declaration.canonical_json())
+        self.put(
+            &format!("sent/{}.json", declaration.node),
+            &declaration.canonical_json(),
+        )
     }
 
     /// The last report heard from `node`.
     pub fn report(&self, node: &str) -> Result<Option<Report>> {
-        let path = self.root.join("reports").join(format!("{node}.json"));
-        if !path.is_file() {
+        let key = format!("reports/{node}.json");
+        let Some(bytes) = self.get(&key)? else {
             return Ok(None);
-        }
-        let bytes = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        Report::from_json(&bytes)
-            .map(Some)
-            .with_context(|| format!("{} (the last report of `{node}`)", path.display()))
+        };
+        Report::from_json(&bytes).map(Some).with_context(|| {
+            format!(
+                "{} (the last report of `{node}`)",
+                self.records.locate(&key)
+            )
+        })
     }
 
     /// Records a node's report.
     pub fn record_report(&self, report: &Report) -> Result<()> {
-        let path = self
-            .root
-            .join("reports")
-            .join(format!("{}.json", report.node));
-        write_atomic(&path, &serde_json::to_vec_pretty(report)?)
+        self.put_json(&format!("reports/{}.json", report.node), report)
     }
 
     /// The root a node's host applies under.
@@ -275,65 +358,12 @@ impl Home {
     }
 }
 
-fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut entries = fs::read_dir(dir)
-        .with_context(|| format!("reading {}", dir.display()))?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<std::io::Result<Vec<_>>>()
-        .with_context(|| format!("reading {}", dir.display()))?;
-    entries.sort();
-    Ok(entries)
-}
-
-fn file_name(path: &Path) -> Result<String> {
-    path.file_name()
-        .and_then(|n| n.to_str())
-        .map(str::to_owned)
-        .with_context(|| format!("{} has a name that is not UTF-8", path.display()))
-}
-
-/// The names of the `*.json` files in `dir`, without the extension, sorted (none when `dir`
-/// does not exist).
-pub fn json_stems(dir: &Path) -> Result<Vec<String>> {
-    if !dir.is_dir() {
-        return Ok(Vec::new());
+/// Where a layer's replaced versions are kept.
+fn history_dir(module: &str, scope: &LayerScope) -> String {
+    match scope {
+        LayerScope::Mesh => format!("history/settings/{module}/mesh"),
+        LayerScope::Node(node) => format!("history/settings/{module}/nodes/{node}"),
     }
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .with_context(|| format!("reading {}", dir.display()))?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(|n| n.strip_suffix(".json"))
-                .map(str::to_owned)
-        })
-        .collect();
-    names.sort();
-    Ok(names)
-}
-
-/// Reads one of the controller's versioned records: JSON whose `format` must be `expected`.
-pub fn read_record<T: serde::de::DeserializeOwned>(
-    path: &Path,
-    what: &str,
-    expected: u32,
-) -> Result<T> {
-    let value = read_json(path)?;
-    match value.get("format").and_then(Value::as_u64) {
-        Some(found) if found == u64::from(expected) => {}
-        found => bail!(
-            "{} has format {}, this build reads format {expected}",
-            path.display(),
-            found.map_or("none".to_owned(), |f| f.to_string())
-        ),
-    }
-    serde_json::from_value(value).with_context(|| format!("{} is not {what}", path.display()))
-}
-
-/// Reads a JSON file, naming it in any error.
-pub fn read_json(path: &Path) -> Result<Value> {
-    let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_slice(&bytes).with_context(|| format!("{} is not valid JSON", path.display()))
 }
 
 /// Writes a file atomically: a temporary file beside it, fsync, rename, fsync the directory.

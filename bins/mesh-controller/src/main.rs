@@ -13,6 +13,7 @@ mod home;
 mod init;
 mod plans;
 mod push;
+mod records;
 mod render;
 mod repos;
 mod settings;
@@ -20,7 +21,6 @@ mod status;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use home::Home;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -219,6 +219,52 @@ pub enum Command {
     /// Looks after the bus (needs `--bus`, except `users`).
     #[command(subcommand)]
     Broker(BrokerCommand),
+    /// Where the controller's records are (needs `--bus`).
+    ///
+    /// Without `--bus` the records (inventory, settings and their history, what was sent,
+    /// reports, plans, builds, repositories, the nodes' bus passwords) are files under the
+    /// home; with `--bus` they are the bus's records bucket, so a controller restarted or
+    /// started on another machine resumes from them.
+    #[command(subcommand)]
+    Records(RecordsCommand),
+}
+
+/// `records` subcommands.
+#[derive(Subcommand)]
+pub enum RecordsCommand {
+    /// Moves the home's records onto the bus (`--bus`): every record is copied, the inventory
+    /// last, and the home is marked as moved, so a later command on it without `--bus` is
+    /// refused rather than reading records no longer kept. The catalogue, sandbox roots and
+    /// the controller's own password stay in the home.
+    ///
+    /// Exit codes: 0 copied; 1 error (the bus already holds a mesh: nothing was copied; a
+    /// record could not be copied: run it again).
+    Import,
+    /// Lists the records one level under DIR (default: the top), as a directory would.
+    List {
+        /// The directory, e.g. `plans` or `settings/web`.
+        #[arg(default_value = "")]
+        dir: String,
+    },
+    /// Prints one record, e.g. `inventory.toml` or `plans/plan-3.json`.
+    ///
+    /// Exit codes: 0 printed; 1 error (no such record).
+    Get {
+        /// The record's key.
+        key: String,
+    },
+    /// Replaces the inventory (`inventory.toml`) with FILE (`-`: standard input) — on a fleet
+    /// the way to edit it, as the file under the home is edited without `--bus`. The new
+    /// inventory must read as one; a node added, removed or re-assigned reaches the fleet
+    /// with the next push or rollout. Settings layers are changed with `settings set`.
+    ///
+    /// Exit codes: 0 replaced; 1 error (not an inventory: nothing was changed).
+    Put {
+        /// The record's key: `inventory.toml`.
+        key: String,
+        /// The file holding the new record, or `-` for standard input.
+        file: PathBuf,
+    },
 }
 
 /// `broker` subcommands.
@@ -237,8 +283,14 @@ pub enum BrokerCommand {
     },
     /// Prints the bus's users (the server's `authorization` block) as the next push would send
     /// them to the node holding the bus: to start its server with the first time. Makes each
-    /// node's password under `<home>/bus/passwords/` if it has none.
+    /// node's password if it has none (with `--bus` in the records on the bus, else under
+    /// `<home>/bus/passwords/`).
     Users,
+    /// Prints a node's bus password, for its host's `--password-file` (made if it has none).
+    Password {
+        /// The node.
+        node: String,
+    },
 }
 
 /// `repo` subcommands.
@@ -357,7 +409,19 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
-    let home = Home::new(&cli.home);
+    let bus = cli.bus.clone().map(|url| fleet::BusArgs {
+        url,
+        password_file: cli.bus_password_file.clone(),
+    });
+    if let (Command::Init { .. }, Some(bus)) = (&cli.command, &bus) {
+        bail!(
+            "`init` makes a mesh home on this machine, not on a bus; make it without --bus, then \
+             move its records with `mesh-controller --home {} --bus {} records import`",
+            cli.home.display(),
+            bus.url
+        );
+    }
+    let home = records::open_home(&cli.home, bus.as_ref())?;
     let output = cli.output;
     let store_spec: mesh_store::store::StoreSpec = match &cli.store {
         Some(spec) => spec.parse().with_context(|| format!("--store {spec}"))?,
@@ -366,10 +430,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
     let store = mesh_store::store::open_store(&store_spec)
         .with_context(|| format!("opening the store {store_spec}"))?;
     let runtime = tokio::runtime::Runtime::new()?;
-    let bus = cli.bus.clone().map(|url| fleet::BusArgs {
-        url,
-        password_file: cli.bus_password_file.clone(),
-    });
     let need_bus = || {
         bus.clone()
             .context("this command talks to a fleet's bus: give --bus URL (or MESH_BUS)")
@@ -574,6 +634,62 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     Ok(ExitCode::from(2))
                 }
             }
+        }
+        Command::Broker(BrokerCommand::Password { node }) => {
+            let inventory = home.inventory()?;
+            if !inventory.file.nodes.contains_key(&node) {
+                bail!(
+                    "there is no node `{node}` (nodes: {})",
+                    inventory
+                        .file
+                        .nodes
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            println!("{}", fleet::password(&home, &node)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Records(RecordsCommand::Import) => {
+            let bus = need_bus()?;
+            let imported = records::import(&cli.home, &home, &bus.url)?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&imported)?),
+                Output::Text => println!(
+                    "copied {} records from {} to {}; the home is marked as moved: give \
+                     --bus {} with every command on it from now on",
+                    imported.keys.len(),
+                    imported.home,
+                    imported.records,
+                    bus.url
+                ),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Records(RecordsCommand::List { dir }) => {
+            home.require()?;
+            let names = home.records().list(dir.trim_end_matches('/'))?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&names)?),
+                Output::Text => names.iter().for_each(|name| println!("{name}")),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Records(RecordsCommand::Get { key }) => {
+            home.require()?;
+            let bytes = home
+                .get(&key)?
+                .with_context(|| format!("there is no record {}", home.records().locate(&key)))?;
+            use std::io::Write as _;
+            std::io::stdout().write_all(&bytes)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Records(RecordsCommand::Put { key, file }) => {
+            records::put_by_hand(&home, &key, &file)?;
+            println!("replaced {}", home.records().locate(&key));
+            Ok(ExitCode::SUCCESS)
         }
         Command::Broker(BrokerCommand::Users) => {
             let checked = checked()?;

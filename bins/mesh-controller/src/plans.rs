@@ -22,7 +22,7 @@
 //! - A plan that is not open (done, stopped, superseded, closed) is never driven again.
 
 use crate::builds::{self, short_commit, DeployedRecord};
-use crate::home::{read_record, write_atomic, Home};
+use crate::home::Home;
 use crate::repos::{self, RepoRecord};
 use anyhow::{bail, Context, Result};
 use mesh_apply::HostConfig;
@@ -40,7 +40,6 @@ use mesh_plan::rollout::{
 use mesh_store::store::ArchiveStore;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,60 +91,55 @@ pub struct ModuleWork {
 }
 
 impl Home {
-    fn plans_dir(&self) -> PathBuf {
-        self.root().join("plans")
-    }
-
     /// A plan by id, or an error naming the plans there are.
     pub fn plan(&self, id: &str) -> Result<PlanRecord> {
-        let path = self.plans_dir().join(format!("{id}.json"));
-        if !path.is_file() || plan_number(id).is_none() {
-            let known: Vec<String> = self.plans()?.into_iter().map(|p| p.plan.id).collect();
-            bail!(
-                "there is no plan `{id}` (plans: {})",
-                if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                }
-            );
+        let found = match plan_number(id) {
+            Some(_) => self.read_record(&plan_key(id), "a plan record", PLAN_FORMAT)?,
+            None => None,
+        };
+        match found {
+            Some(record) => Ok(record),
+            None => {
+                let known: Vec<String> = self.plans()?.into_iter().map(|p| p.plan.id).collect();
+                bail!(
+                    "there is no plan `{id}` (plans: {})",
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                );
+            }
         }
-        read_plan(&path)
     }
 
     /// Every plan, in the order they were made.
     pub fn plans(&self) -> Result<Vec<PlanRecord>> {
-        let dir = self.plans_dir();
-        if !dir.is_dir() {
-            return Ok(Vec::new());
-        }
-        let mut found: Vec<(u64, PathBuf)> = std::fs::read_dir(&dir)
-            .with_context(|| format!("reading {}", dir.display()))?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                let name = e.file_name().to_str()?.strip_suffix(".json")?.to_owned();
-                Some((plan_number(&name)?, e.path()))
-            })
+        let mut found: Vec<(u64, String)> = self
+            .json_stems("plans")?
+            .into_iter()
+            .filter_map(|id| Some((plan_number(&id)?, id)))
             .collect();
         found.sort();
-        found.iter().map(|(_, path)| read_plan(path)).collect()
+        let mut plans = Vec::new();
+        for (_, id) in found {
+            plans.extend(self.read_record(&plan_key(&id), "a plan record", PLAN_FORMAT)?);
+        }
+        Ok(plans)
     }
 
     /// Writes a plan record.
     pub fn write_plan(&self, record: &PlanRecord) -> Result<()> {
-        write_atomic(
-            &self.plans_dir().join(format!("{}.json", record.plan.id)),
-            &serde_json::to_vec_pretty(record)?,
-        )
+        self.put_json(&plan_key(&record.plan.id), record)
     }
+}
+
+fn plan_key(id: &str) -> String {
+    format!("plans/{id}.json")
 }
 
 fn plan_number(id: &str) -> Option<u64> {
     id.strip_prefix("plan-")?.parse().ok()
-}
-
-fn read_plan(path: &std::path::Path) -> Result<PlanRecord> {
-    read_record(path, "a plan record", PLAN_FORMAT)
 }
 
 /// An exclusive lock on the home's plans, held while planning or driving.

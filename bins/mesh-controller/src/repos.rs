@@ -11,7 +11,7 @@
 //! - A symbolic link in git (mode `120000`) is read as [`EntryKind::Symlink`] and a submodule as
 //!   [`EntryKind::Other`], so validation and archiving refuse them as they would on disk.
 
-use crate::home::{json_stems, read_record, write_atomic, Home};
+use crate::home::Home;
 use anyhow::{bail, Context, Result};
 use mesh_model::module::{CatalogueSource, EntryKind};
 use serde::{Deserialize, Serialize};
@@ -42,26 +42,28 @@ pub struct RepoRecord {
 }
 
 impl Home {
-    fn repo_path(&self, name: &str) -> PathBuf {
-        self.root().join("repos").join(format!("{name}.json"))
-    }
-
     /// A registered repository, or an error naming the ones there are.
     pub fn repo(&self, name: &str) -> Result<RepoRecord> {
-        let path = self.repo_path(name);
-        if !mesh_model::module::is_valid_name(name) || !path.is_file() {
-            let known: Vec<String> = self.repos()?.into_iter().map(|r| r.name).collect();
-            bail!(
-                "no repository `{name}` is registered (registered: {}); add it with `repo add {name} PATH`",
-                if known.is_empty() { "none".to_owned() } else { known.join(", ") }
-            );
+        let found = if mesh_model::module::is_valid_name(name) {
+            self.read_record(&repo_key(name), "a repository record", REPO_FORMAT)?
+        } else {
+            None
+        };
+        match found {
+            Some(record) => Ok(record),
+            None => {
+                let known: Vec<String> = self.repos()?.into_iter().map(|r| r.name).collect();
+                bail!(
+                    "no repository `{name}` is registered (registered: {}); add it with `repo add {name} PATH`",
+                    if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+                );
+            }
         }
-        read_record(&path, "a repository record", REPO_FORMAT)
     }
 
     /// Every registered repository, by name.
     pub fn repos(&self) -> Result<Vec<RepoRecord>> {
-        json_stems(&self.root().join("repos"))?
+        self.json_stems("repos")?
             .iter()
             .map(|n| self.repo(n))
             .collect()
@@ -69,11 +71,12 @@ impl Home {
 
     /// Writes a repository record.
     pub fn write_repo(&self, record: &RepoRecord) -> Result<()> {
-        write_atomic(
-            &self.repo_path(&record.name),
-            &serde_json::to_vec_pretty(record)?,
-        )
+        self.put_json(&repo_key(&record.name), record)
     }
+}
+
+fn repo_key(name: &str) -> String {
+    format!("repos/{name}.json")
 }
 
 /// Registers a repository: checks that it is a git repository with the branch, and records it.
@@ -91,12 +94,7 @@ pub fn add(
     if !mesh_model::module::is_valid_name(name) {
         bail!("`{name}` is not a repository name: use [a-z0-9][a-z0-9_-]*");
     }
-    if home
-        .root()
-        .join("repos")
-        .join(format!("{name}.json"))
-        .exists()
-    {
+    if home.get(&repo_key(name))?.is_some() {
         bail!("a repository `{name}` is already registered; nothing was changed");
     }
     let path = std::fs::canonicalize(path)

@@ -48,7 +48,7 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
             "{node} started before the bus node finished"
         );
     }
-    assert!(bed.home.path().join("bus/authorization.conf").is_file());
+    assert!(bed.record("bus/authorization.conf").is_some());
 
     // Nothing changed: every resource unchanged, and the bus node is not sent first again.
     let again = bed.push_all(20, 0);
@@ -90,12 +90,18 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
     assert_eq!(modules_of("b"), serde_json::json!(["base"]));
     assert_eq!(runtimes["nodes_not_heard"], serde_json::json!([]));
 
-    // Each node's password is kept for it alone.
+    // The controller's password opens the bus and stays on this machine, for it alone; a
+    // node's is in the records, where only the controller reads it.
     use std::os::unix::fs::PermissionsExt;
-    for user in ["bus", "a", "b", "controller"] {
-        let path = bed.home.path().join("bus/passwords").join(user);
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o600, "{}", path.display());
+    let path = bed.home.path().join("bus/passwords/controller");
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{}", path.display());
+    assert!(bed.record("bus/passwords/controller").is_none());
+    for node in ["bus", "a", "b"] {
+        let kept = bed.record(&format!("bus/passwords/{node}")).unwrap();
+        let given =
+            std::fs::read_to_string(bed.home.path().join("bus/passwords").join(node)).unwrap();
+        assert_eq!(kept, given, "{node}");
     }
     // SIGTERM stops a host cleanly.
     for (node, child) in bed.hosts.iter_mut() {
@@ -116,15 +122,11 @@ fn a_node_joining_is_let_onto_the_bus_by_the_bus_node_before_it_is_sent_anything
         bed.start_host(node);
     }
     bed.push_all(20, 0);
-    let home = bed.home.path().to_owned();
-    let inventory = std::fs::read_to_string(home.join("inventory.toml")).unwrap();
-    write(
-        &home.join("inventory.toml"),
-        &format!(
-            "{}\n[nodes.d]\n",
-            inventory.replace("base = [", "base = [\"d\", ")
-        ),
-    );
+    let inventory = bed.record("inventory.toml").unwrap();
+    bed.put_inventory(&format!(
+        "{}\n[nodes.d]\n",
+        inventory.replace("base = [", "base = [\"d\", ")
+    ));
     write(
         &bed.root("d").join("etc/passwd"),
         "root:x:0:0:root:/root:/bin/sh\n",
@@ -217,11 +219,8 @@ fn a_failed_resource_is_applied_again_when_its_backoff_elapses_and_heartbeats_re
         &home.join("catalogue/modules/owned/files/note"),
         "for alice\n",
     );
-    let inventory = std::fs::read_to_string(home.join("inventory.toml")).unwrap();
-    write(
-        &home.join("inventory.toml"),
-        &format!("{inventory}owned = [\"a\"]\n"),
-    );
+    let inventory = bed.record("inventory.toml").unwrap();
+    bed.put_inventory(&format!("{inventory}owned = [\"a\"]\n"));
     bed.start_host("bus");
     bed.start_host_with("a", &["--first-retry", "1"]);
     // `alice` is not an account on `a` yet: the file fails, and waits its backoff.
@@ -279,7 +278,7 @@ fn a_grant_that_fails_fails_the_send() {
     assert!(stderr.contains("nothing else was sent"), "{stderr}");
     std::thread::sleep(Duration::from_millis(500));
     assert!(!bed.root("a").join("etc/mesh/hello").exists());
-    assert!(!bed.home.path().join("bus/authorization.conf").exists());
+    assert!(bed.record("bus/authorization.conf").is_none());
 }
 
 #[test]
@@ -306,11 +305,8 @@ fn a_host_killed_mid_apply_reports_mid_change_then_converges() {
         &bed.home.path().join("catalogue/modules/bulk/module.toml"),
         &module,
     );
-    let inventory = std::fs::read_to_string(bed.home.path().join("inventory.toml")).unwrap();
-    write(
-        &bed.home.path().join("inventory.toml"),
-        &format!("{inventory}bulk = [\"a\"]\n"),
-    );
+    let inventory = bed.record("inventory.toml").unwrap();
+    bed.put_inventory(&format!("{inventory}bulk = [\"a\"]\n"));
 
     let rt = runtime();
     let bus = bed.controller_bus(&rt);

@@ -10,10 +10,11 @@
 
 mod support;
 
+use mesh_store::record_store::RecordStore as _;
 use serde_json::Value;
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
-use support::fleet::{write, Bed};
+use support::fleet::Bed;
 use support::{Registry, Repo};
 
 /// `base` writes `/etc/mesh/hello` on every node; `extra` is appended to its file's table
@@ -94,11 +95,12 @@ fn spawn_merge(bed: &Bed) -> Child {
 
 /// Waits until plan `id`'s record says its `module` was sent to `node`.
 fn wait_until_sent(bed: &Bed, id: &str, module: &str, node: &str) {
-    let path = bed.home.path().join(format!("plans/{id}.json"));
+    let records = bed.records();
+    let key = format!("plans/{id}.json");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            if let Ok(record) = serde_json::from_str::<Value>(&text) {
+        if let Ok(Some(bytes)) = records.get(&key) {
+            if let Ok(record) = serde_json::from_slice::<Value>(&bytes) {
                 if !record["plan"]["rollouts"][module]["sends"][node].is_null() {
                     return;
                 }
@@ -159,8 +161,7 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
     let done = plan(&bed, "plan-1");
     assert_eq!(done["plan"]["state"]["state"], "done", "{done}");
     assert_eq!(done["plan"]["rollouts"]["base"]["first"], "bus");
-    let deployed =
-        json(&std::fs::read_to_string(bed.home.path().join("deployed/base.json")).unwrap());
+    let deployed = json(&bed.record("deployed/base.json").unwrap());
     assert_eq!(deployed["commit"], first.as_str());
     let digest = deployed["archive"]["digest"].as_str().unwrap();
     let tags = registry.get("/v2/mesh/archives/tags/list").unwrap();
@@ -225,7 +226,8 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
 }
 
 #[test]
-fn a_rollout_rides_out_a_bus_restart_and_a_killed_controller_resumes_from_the_record() {
+fn a_rollout_rides_out_a_bus_restart_and_a_killed_controller_resumes_from_the_record_on_another_machine(
+) {
     let (mut bed, _registry, repo) = setup(&["a", "b"]);
     bed.expect(&["merge", "cat"], 0);
 
@@ -259,11 +261,48 @@ fn a_rollout_rides_out_a_bus_restart_and_a_killed_controller_resumes_from_the_re
         );
     }
     bed.start_host("a");
-    let resumed = bed.run(&["plans", "resume"]);
+    // It resumes on "another machine": a home holding only the operator's catalogue checkout,
+    // and the controller's password to open the bus. Everything else is read from the bus.
+    let elsewhere = tempfile::Builder::new()
+        .prefix("mesh-elsewhere-")
+        .tempdir()
+        .unwrap();
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(bed.home.path().join("catalogue"))
+        .arg(elsewhere.path())
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let resumed = std::process::Command::new(support::fleet::controller_binary())
+        .arg("--home")
+        .arg(elsewhere.path())
+        .arg("--bus")
+        .arg(&bed.url)
+        .arg("--bus-password-file")
+        .arg(bed.home.path().join("bus/passwords/controller"))
+        .args(
+            bed.store
+                .iter()
+                .flat_map(|store| ["--store", store.as_str()]),
+        )
+        .args(["plans", "resume"])
+        .env_remove("MESH_BUS")
+        .env_remove("MESH_STORE")
+        .env_remove("MESH_BUS_PASSWORD_FILE")
+        .output()
+        .unwrap();
     assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed));
     for node in ["bus", "a", "b"] {
         assert_eq!(hello(&bed, node), "v3\n", "{node}");
     }
+    for record in ["inventory.toml", "sent", "reports", "store/modules"] {
+        assert!(
+            !elsewhere.path().join(record).exists(),
+            "{record} was written on the other machine, not on the bus"
+        );
+    }
+    assert!(support::fleet::json_records(elsewhere.path().join("plans")).is_empty());
     let record = plan(&bed, "plan-3");
     assert_eq!(record["plan"]["state"]["state"], "done", "{record}");
     assert_eq!(record["plan"]["rollouts"]["base"]["first"], "a");
@@ -301,9 +340,8 @@ fn a_host_killed_mid_apply_reports_mid_change_and_the_rollout_goes_on_once_it_co
         .collect();
     repo.write(&files);
     repo.commit("bulk");
-    let inventory = bed.home.path().join("inventory.toml");
-    let text_before = std::fs::read_to_string(&inventory).unwrap();
-    write(&inventory, &format!("{text_before}bulk = [\"a\", \"b\"]\n"));
+    let text_before = bed.record("inventory.toml").unwrap();
+    bed.put_inventory(&format!("{text_before}bulk = [\"a\", \"b\"]\n"));
 
     let merge = spawn_merge(&bed);
     let state = bed.state_dir("a");
@@ -340,6 +378,6 @@ fn a_host_killed_mid_apply_reports_mid_change_and_the_rollout_goes_on_once_it_co
     }
     let record = plan(&bed, "plan-2");
     assert_eq!(record["plan"]["state"]["state"], "done", "{record}");
-    let report = json(&std::fs::read_to_string(bed.home.path().join("reports/a.json")).unwrap());
+    let report = json(&bed.record("reports/a.json").unwrap());
     assert_eq!(report["machine"], "converged", "{report}");
 }

@@ -138,7 +138,10 @@ impl Bed {
             store: None,
             watching: Arc::new(AtomicBool::new(true)),
         };
-        let users = bed.expect(&["broker", "users"], 0);
+        // The bus has no users yet: they are composed from the home, without --bus.
+        let out = bed.local_command(&["broker", "users"]).output().unwrap();
+        assert!(out.status.success(), "broker users: {out:?}");
+        let users = String::from_utf8(out.stdout).unwrap();
         {
             let server = bed.server.lock().unwrap();
             server.reload(&users).unwrap();
@@ -160,7 +163,65 @@ impl Bed {
                 }
             }
         });
+        // From here on the records are the bus's: the home's are moved there.
+        bed.expect(&["records", "import"], 0);
         bed
+    }
+
+    /// One of the controller's records, as `records get` prints it (`None`: there is none).
+    pub fn record(&self, key: &str) -> Option<String> {
+        let out = self.run(&["records", "get", key]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            Some(String::from_utf8(out.stdout).unwrap())
+        } else {
+            assert!(stderr.contains("there is no record"), "{stderr}");
+            None
+        }
+    }
+
+    /// The controller's records on the bus, read directly (as the controller does).
+    pub fn records(&self) -> mesh_bus::records::KvRecords {
+        let password =
+            std::fs::read_to_string(self.home.path().join("bus/passwords/controller")).unwrap();
+        mesh_bus::records::KvRecords::open(&NatsOptions::for_controller(
+            self.url.clone(),
+            password.trim().to_owned(),
+        ))
+        .unwrap()
+    }
+
+    /// Replaces the inventory on the bus (`records put inventory.toml -`).
+    pub fn put_inventory(&self, text: &str) {
+        use std::io::Write as _;
+        let mut child = self
+            .command(&["records", "put", "inventory.toml", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "records put: {out:?}");
+    }
+
+    /// A controller command on the home alone, without `--bus`.
+    pub fn local_command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(controller_binary());
+        command
+            .arg("--home")
+            .arg(self.home.path())
+            .args(args)
+            .env_remove("MESH_BUS")
+            .env_remove("MESH_BUS_PASSWORD_FILE")
+            .env_remove("MESH_STORE");
+        command
     }
 
     pub fn root(&self, node: &str) -> PathBuf {
@@ -197,6 +258,13 @@ impl Bed {
 
     /// Starts `node`'s host with `serve`'s extra flags.
     pub fn start_host_with(&mut self, node: &str, serve: &[&str]) {
+        // A node's password is in the controller's records on the bus; its host is given it
+        // in a file, as an operator would with `broker password NODE > FILE`.
+        let password_file = self.home.path().join("bus/passwords").join(node);
+        if !password_file.exists() {
+            let password = self.expect(&["broker", "password", node], 0);
+            write(&password_file, &password);
+        }
         let child =
             Command::new(host_binary())
                 .arg("--node")
@@ -316,4 +384,16 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
         .expect("git runs");
     assert!(out.status.success(), "git {args:?}: {out:?}");
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The `*.json` files in `dir` (none when it does not exist).
+pub fn json_records(dir: PathBuf) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "json"))
+                .collect()
+        })
+        .unwrap_or_default()
 }

@@ -1,0 +1,243 @@
+//! The mesh's records on a fleet: the controller's inventory, settings and their history,
+//! what it sent each node, its plans and builds, kept in the JetStream key-value bucket
+//! [`RECORDS_BUCKET`] instead of files under one machine's mesh home — so a controller
+//! restarted, or started on another machine, reads the same record and resumes from it.
+//!
+//! [`KvRecords`] is mesh-store's [`RecordStore`] over that bucket. Its calls are blocking,
+//! like the file records they stand in for: each runs on a small runtime of its own (one
+//! worker thread, which also carries the connection), from a thread of its own, so it may be
+//! called from inside or outside any other runtime.
+//!
+//! # Guarantees
+//! - A `put` returns once the server has stored it (the JetStream acknowledgement).
+//! - [`RecordStore::update`] is compare-and-set on the key's revision, retried while other
+//!   writers win: no writer's change is lost.
+//! - The bucket is never granted to a node ([`crate::grants::check`] refuses its name): only
+//!   the controller reads it, for it holds the nodes' bus passwords.
+
+use crate::jetstream::bucket_stream;
+use crate::nats::{NatsBus, NatsError, NatsOptions};
+use async_nats::jetstream::kv::{self, CreateErrorKind, Operation, UpdateErrorKind};
+use futures_util::StreamExt as _;
+use mesh_store::record_store::{bad_key, children, is_key, Change, RecordStore, RecordStoreError};
+use std::fmt;
+use std::future::Future;
+
+/// The bucket holding the controller's records.
+pub const RECORDS_BUCKET: &str = "mesh-records";
+
+/// How many values of each record the bucket keeps (the newest is the record; the older ones
+/// are there for whoever needs to look back by hand with `nats kv history`).
+pub const RECORDS_HISTORY: i64 = 16;
+
+/// How many times an update is retried while other writers win the race.
+const UPDATE_TRIES: usize = 100;
+
+/// The controller's records in [`RECORDS_BUCKET`].
+pub struct KvRecords {
+    runtime: Option<tokio::runtime::Runtime>,
+    _bus: NatsBus,
+    store: kv::Store,
+    url: String,
+}
+
+impl fmt::Debug for KvRecords {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KvRecords")
+            .field("bucket", &RECORDS_BUCKET)
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+impl Drop for KvRecords {
+    fn drop(&mut self) {
+        // Every call waited for its answer: nothing is in flight. Shutting down in the
+        // background is allowed inside another runtime, where a plain drop is not.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Runs `future` to completion on `runtime` from a thread of its own.
+fn block_on<T: Send>(
+    runtime: &tokio::runtime::Runtime,
+    future: impl Future<Output = T> + Send,
+) -> T {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| runtime.block_on(future))
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+impl KvRecords {
+    /// Connects to the bus and opens the records bucket, making it (file storage,
+    /// [`RECORDS_HISTORY`] values per key) when the bus has none yet.
+    ///
+    /// # Errors
+    /// When the bus cannot be reached or refuses the credentials, or the bucket can be neither
+    /// opened nor made.
+    pub fn open(options: &NatsOptions) -> Result<KvRecords, NatsError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("mesh-records")
+            .enable_all()
+            .build()
+            .map_err(|source| NatsError::Bucket {
+                bucket: RECORDS_BUCKET.to_owned(),
+                source: source.into(),
+            })?;
+        let (bus, store) = block_on(&runtime, async {
+            let bus = NatsBus::connect(options).await?;
+            let store = open_bucket(&bus.jetstream()).await?;
+            Ok::<_, NatsError>((bus, store))
+        })?;
+        Ok(KvRecords {
+            runtime: Some(runtime),
+            _bus: bus,
+            store,
+            url: options.url.clone(),
+        })
+    }
+
+    fn run<T: Send>(&self, future: impl Future<Output = T> + Send) -> T {
+        block_on(
+            self.runtime.as_ref().expect("the runtime lives until drop"),
+            future,
+        )
+    }
+
+    fn checked(&self, key: &str) -> Result<(), RecordStoreError> {
+        if is_key(key) {
+            Ok(())
+        } else {
+            Err(bad_key(self, key))
+        }
+    }
+
+    fn error(
+        &self,
+        action: &'static str,
+        key: &str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> RecordStoreError {
+        RecordStoreError::new(action, self.locate(key), source)
+    }
+}
+
+async fn open_bucket(js: &async_nats::jetstream::Context) -> Result<kv::Store, NatsError> {
+    let bucket_error = |source: async_nats::Error| NatsError::Bucket {
+        bucket: RECORDS_BUCKET.to_owned(),
+        source,
+    };
+    if let Ok(store) = js.get_key_value(RECORDS_BUCKET).await {
+        return Ok(store);
+    }
+    let mut config = bucket_stream(RECORDS_BUCKET, RECORDS_HISTORY);
+    config.description = Some("the mesh controller's records".to_owned());
+    js.get_or_create_stream(config)
+        .await
+        .map_err(|source| bucket_error(source.into()))?;
+    js.get_key_value(RECORDS_BUCKET)
+        .await
+        .map_err(|source| bucket_error(source.into()))
+}
+
+impl RecordStore for KvRecords {
+    fn name(&self) -> String {
+        format!("bucket {RECORDS_BUCKET} on {}", self.url)
+    }
+
+    fn locate(&self, key: &str) -> String {
+        format!("{key} (bucket {RECORDS_BUCKET} on {})", self.url)
+    }
+
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, RecordStoreError> {
+        self.checked(key)?;
+        self.run(self.store.get(key))
+            .map(|value| value.map(|bytes| bytes.to_vec()))
+            .map_err(|e| self.error("read", key, e))
+    }
+
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), RecordStoreError> {
+        self.checked(key)?;
+        self.run(self.store.put(key, bytes.to_vec().into()))
+            .map(drop)
+            .map_err(|e| self.error("write", key, e))
+    }
+
+    fn delete(&self, key: &str) -> Result<(), RecordStoreError> {
+        self.checked(key)?;
+        self.run(async {
+            match self.store.entry(key).await? {
+                Some(entry) if entry.operation == Operation::Put => {
+                    self.store.delete(key).await?;
+                }
+                _ => {}
+            }
+            Ok::<_, async_nats::Error>(())
+        })
+        .map_err(|e| self.error("remove", key, e))
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>, RecordStoreError> {
+        if !dir.is_empty() {
+            self.checked(dir)?;
+        }
+        let keys = self
+            .run(async {
+                let mut keys = Vec::new();
+                let mut stream = self.store.keys().await?;
+                while let Some(key) = stream.next().await {
+                    keys.push(key?);
+                }
+                Ok::<_, async_nats::Error>(keys)
+            })
+            .map_err(|e| self.error("list", dir, e))?;
+        Ok(children(dir, keys.iter().map(String::as_str)))
+    }
+
+    fn update(&self, key: &str, change: &mut Change<'_>) -> Result<Vec<u8>, RecordStoreError> {
+        self.checked(key)?;
+        for _ in 0..UPDATE_TRIES {
+            let entry = self
+                .run(self.store.entry(key))
+                .map_err(|e| self.error("read", key, e))?;
+            let (current, revision) = match &entry {
+                Some(entry) if entry.operation == Operation::Put => {
+                    (Some(entry.value.to_vec()), Some(entry.revision))
+                }
+                _ => (None, None),
+            };
+            let new = change(current.as_deref()).map_err(|why| self.error("update", key, why))?;
+            let written = match revision {
+                Some(revision) => self
+                    .run(self.store.update(key, new.clone().into(), revision))
+                    .map_err(|e| match e.kind() {
+                        UpdateErrorKind::WrongLastRevision => None,
+                        _ => Some(self.error("write", key, e)),
+                    }),
+                None => self
+                    .run(self.store.create(key, new.clone().into()))
+                    .map_err(|e| match e.kind() {
+                        CreateErrorKind::AlreadyExists => None,
+                        _ => Some(self.error("write", key, e)),
+                    }),
+            };
+            match written {
+                Ok(_) => return Ok(new),
+                Err(Some(error)) => return Err(error),
+                // Another writer came first: read its record and change that.
+                Err(None) => continue,
+            }
+        }
+        Err(self.error(
+            "update",
+            key,
+            format!("other writers changed it {UPDATE_TRIES} times in a row"),
+        ))
+    }
+}

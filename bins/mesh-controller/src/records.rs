@@ -1,0 +1,168 @@
+//! Where the controller's records are, and moving them onto a fleet's bus.
+//!
+//! Without `--bus` the records are files under the mesh home; with `--bus` they are the bus's
+//! records bucket ([`mesh_bus::records::KvRecords`]), so any machine that reaches the bus, with
+//! the controller's password, runs the same controller (see [`crate::home`] for the keys).
+//!
+//! `records import` moves a home made by `init` onto the bus: every record is copied, the
+//! inventory last (a half-done import holds no mesh and is refused by every command, so it can
+//! simply be run again), and the home is marked as moved, so a later command on it without
+//! `--bus` is refused instead of reading records that are no longer kept up to date.
+//!
+//! # Invariants
+//! - An import never overwrites a mesh: a bus that already holds an inventory is refused and
+//!   nothing is copied.
+//! - The controller's own password never goes onto the bus (it is what opens the bus).
+
+use crate::fleet::{self, BusArgs};
+use crate::home::{Home, MOVED_FILE};
+use anyhow::{bail, Context, Result};
+use mesh_bus::records::KvRecords;
+use mesh_bus::NatsOptions;
+use mesh_model::inventory::INVENTORY_FILE;
+use mesh_store::record_store::{DirRecords, RecordStore};
+use serde::Serialize;
+use std::path::Path;
+use std::sync::Arc;
+
+/// The record directories a home holds, besides the inventory.
+const RECORD_DIRS: [&str; 10] = [
+    "settings",
+    "history",
+    "sent",
+    "reports",
+    "repos",
+    "plans",
+    "deployed",
+    "store/modules",
+    "bus/passwords",
+    "bus",
+];
+
+/// The home at `root`, its records on the bus when `bus` is given.
+///
+/// # Errors
+/// When the bus cannot be reached, refuses the controller's password, or its records bucket
+/// can be neither opened nor made.
+pub fn open_home(root: &Path, bus: Option<&BusArgs>) -> Result<Home> {
+    let local = Home::new(root);
+    let Some(bus) = bus else {
+        return Ok(local);
+    };
+    let password = fleet::controller_password(&local, bus)?;
+    let options = NatsOptions {
+        name: Some("mesh-controller records".to_owned()),
+        ..NatsOptions::for_controller(&bus.url, password)
+    };
+    let records = KvRecords::open(&options)
+        .with_context(|| format!("opening the controller's records on {}", bus.url))?;
+    Ok(Home::on_bus(root, Arc::new(records)))
+}
+
+/// What `records import` copied.
+#[derive(Debug, Serialize)]
+pub struct Imported {
+    /// The home the records came from.
+    pub home: String,
+    /// Where they are now.
+    pub records: String,
+    /// Every key copied, in the order copied.
+    pub keys: Vec<String>,
+}
+
+/// Every record key under `dir` in `records`, depth first, sorted.
+fn keys_under(records: &dyn RecordStore, dir: &str, out: &mut Vec<String>) -> Result<()> {
+    for name in records.list(dir)? {
+        let key = format!("{dir}/{name}");
+        if records.get(&key)?.is_some() {
+            out.push(key.clone());
+        }
+        keys_under(records, &key, out)?;
+    }
+    Ok(())
+}
+
+/// Copies the records of the home at `root` onto `target` (the bus's records), inventory last,
+/// and marks the home as moved.
+///
+/// # Errors
+/// When the home holds no mesh or was moved already, the bus already holds a mesh (nothing is
+/// copied), or a record cannot be read or written (run it again: nothing is a mesh on the bus
+/// until the inventory is copied, last).
+pub fn import(root: &Path, target: &Home, bus_url: &str) -> Result<Imported> {
+    let local = Home::new(root);
+    local.require()?;
+    if target.get(INVENTORY_FILE)?.is_some() {
+        bail!(
+            "{} already holds a mesh ({INVENTORY_FILE}); nothing was copied",
+            target.records().name()
+        );
+    }
+    let source = DirRecords::new(root);
+    let mut keys = Vec::new();
+    for dir in RECORD_DIRS {
+        let mut found = Vec::new();
+        if dir == "bus" {
+            // Only the bus's own records directly under `bus/`; passwords came before.
+            for name in source.list(dir)? {
+                let key = format!("{dir}/{name}");
+                if source.get(&key)?.is_some() {
+                    found.push(key);
+                }
+            }
+        } else {
+            keys_under(&source, dir, &mut found)?;
+        }
+        keys.extend(
+            found.into_iter().filter(|key| {
+                *key != format!("bus/passwords/{}", mesh_bus::grants::CONTROLLER_USER)
+            }),
+        );
+    }
+    keys.dedup();
+    keys.push(INVENTORY_FILE.to_owned());
+    for key in &keys {
+        let bytes = source
+            .get(key)?
+            .with_context(|| format!("{} vanished while it was copied", source.locate(key)))?;
+        target.put(key, &bytes)?;
+    }
+    let moved = root.join(MOVED_FILE);
+    crate::home::write_atomic(&moved, format!("{bus_url}\n").as_bytes())?;
+    Ok(Imported {
+        home: root.display().to_string(),
+        records: target.records().name(),
+        keys,
+    })
+}
+
+/// `records put`: replaces the inventory with the file's (`-`: standard input) after reading
+/// it as one; any other key is refused. Nothing is changed on an error.
+///
+/// # Errors
+/// When the key is not the inventory, the file cannot be read, or it is not an inventory.
+pub fn put_by_hand(home: &Home, key: &str, file: &Path) -> Result<()> {
+    home.require()?;
+    if key != INVENTORY_FILE {
+        bail!(
+            "only {INVENTORY_FILE} is replaced by hand; settings layers are changed with \
+             `settings set`, and every other record is the controller's own; nothing was changed"
+        );
+    }
+    let text = if file == Path::new("-") {
+        std::io::read_to_string(std::io::stdin()).context("reading standard input")?
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+    };
+    toml::from_str::<mesh_model::inventory::InventoryFile>(&text).with_context(|| {
+        format!(
+            "{} is not an inventory; nothing was changed",
+            if file == Path::new("-") {
+                "standard input".to_owned()
+            } else {
+                file.display().to_string()
+            }
+        )
+    })?;
+    home.put(key, text.as_bytes())
+}

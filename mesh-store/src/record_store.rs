@@ -1,0 +1,314 @@
+//! Where the mesh's records are kept: a small key → bytes store that the controller writes
+//! (inventory, settings and their history, what was sent, plans, builds) and the collector
+//! reads.
+//!
+//! Two kinds, one trait ([`RecordStore`]):
+//! - [`DirRecords`], the embedded default: each key a file under the mesh home
+//!   (`plans/<id>.json` is `<home>/plans/<id>.json`), written atomically;
+//! - on a fleet, a JetStream key-value bucket (mesh-bus's `KvRecords`), so that a controller
+//!   restarted — or started on another machine — reads the same record.
+//!
+//! Keys are `/`-separated paths of plain names (letters, digits, `-`, `_`, `.`; no name
+//! starts with `.`), the same on both kinds, so moving a mesh home onto a bus copies keys as
+//! they are.
+//!
+//! # Guarantees
+//! - A `put` is whole or absent: a reader never sees half a record.
+//! - [`RecordStore::update`] is a read-modify-write that never loses a concurrent writer's
+//!   change: under a lock on [`DirRecords`], by compare-and-set on a bucket.
+
+use crate::lock::{exclusive_file_lock, write_atomically};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// An error reading or writing a record: what was being done, where, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot {action} {location}")]
+pub struct RecordStoreError {
+    /// What was being done (`read`, `write`, `list`, …).
+    pub action: &'static str,
+    /// The record or directory: a path, or `bucket <name>, key <key>`.
+    pub location: String,
+    /// Why.
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl RecordStoreError {
+    /// An error of `action` at `location` for `source`.
+    pub fn new(
+        action: &'static str,
+        location: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        RecordStoreError {
+            action,
+            location: location.into(),
+            source: source.into(),
+        }
+    }
+}
+
+/// What an [`RecordStore::update`] does with the record it read: the bytes to write, or why
+/// not (nothing is written).
+pub type Change<'a> = dyn FnMut(Option<&[u8]>) -> Result<Vec<u8>, String> + 'a;
+
+/// A key → bytes store for the mesh's records.
+pub trait RecordStore: Send + Sync + fmt::Debug {
+    /// Where the records are, for people: a directory, or `bucket mesh-records on nats://…`.
+    fn name(&self) -> String;
+
+    /// Where one record is, for error messages: a path, or the bucket and key.
+    fn locate(&self, key: &str) -> String;
+
+    /// The record at `key`, `None` when there is none.
+    ///
+    /// # Errors
+    /// When it cannot be read.
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, RecordStoreError>;
+
+    /// Replaces the record at `key`, whole.
+    ///
+    /// # Errors
+    /// When it cannot be written; then nothing changed.
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), RecordStoreError>;
+
+    /// Removes the record at `key` (none there is not an error).
+    ///
+    /// # Errors
+    /// When it cannot be removed.
+    fn delete(&self, key: &str) -> Result<(), RecordStoreError>;
+
+    /// The names one level under `dir` (`""` for the top), as a directory listing would give
+    /// them: records and the directories holding more, sorted, each once.
+    ///
+    /// # Errors
+    /// When the listing cannot be read.
+    fn list(&self, dir: &str) -> Result<Vec<String>, RecordStoreError>;
+
+    /// Reads the record at `key`, gives it to `change`, and writes what `change` returns,
+    /// never losing a concurrent writer's change (`change` may be called again with the newer
+    /// record). Returns what was written.
+    ///
+    /// # Errors
+    /// When the record cannot be read or written, or `change` refuses (nothing is written).
+    fn update(&self, key: &str, change: &mut Change<'_>) -> Result<Vec<u8>, RecordStoreError>;
+}
+
+/// Whether `key` is a record key: `/`-separated plain names, none starting with `.`.
+pub fn is_key(key: &str) -> bool {
+    !key.is_empty() && key.split('/').all(is_key_name)
+}
+
+fn is_key_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && !name.ends_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// The error for a key that is not a record key.
+pub fn bad_key(store: &dyn RecordStore, key: &str) -> RecordStoreError {
+    RecordStoreError::new(
+        "use",
+        format!("{key:?} in {}", store.name()),
+        "not a record key: `/`-separated names of letters, digits, `-`, `_` and `.`, \
+         none starting or ending with `.`",
+    )
+}
+
+/// The names one level under `dir` among `keys` (all the store's keys), sorted, each once.
+pub fn children<'a>(dir: &str, keys: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let prefix = if dir.is_empty() {
+        String::new()
+    } else {
+        format!("{dir}/")
+    };
+    let mut names: Vec<String> = keys
+        .into_iter()
+        .filter_map(|key| key.strip_prefix(&prefix))
+        .filter_map(|rest| rest.split('/').next())
+        .filter(|name| !name.is_empty())
+        .map(str::to_owned)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The embedded default: each record a file under a directory (the mesh home).
+#[derive(Debug, Clone)]
+pub struct DirRecords {
+    root: PathBuf,
+}
+
+impl DirRecords {
+    /// Records under `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        DirRecords { root: root.into() }
+    }
+
+    /// The directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn path(&self, key: &str) -> Result<PathBuf, RecordStoreError> {
+        if !is_key(key) {
+            return Err(bad_key(self, key));
+        }
+        Ok(self.root.join(key))
+    }
+}
+
+impl RecordStore for DirRecords {
+    fn name(&self) -> String {
+        self.root.display().to_string()
+    }
+
+    fn locate(&self, key: &str) -> String {
+        self.root.join(key).display().to_string()
+    }
+
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, RecordStoreError> {
+        let path = self.path(key)?;
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::IsADirectory => Ok(None),
+            Err(e) => Err(RecordStoreError::new("read", path.display().to_string(), e)),
+        }
+    }
+
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), RecordStoreError> {
+        let path = self.path(key)?;
+        write_atomically(&path, bytes)
+            .map_err(|e| RecordStoreError::new("write", path.display().to_string(), e))
+    }
+
+    fn delete(&self, key: &str) -> Result<(), RecordStoreError> {
+        let path = self.path(key)?;
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(RecordStoreError::new(
+                "remove",
+                path.display().to_string(),
+                e,
+            )),
+        }
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>, RecordStoreError> {
+        let path = if dir.is_empty() {
+            self.root.clone()
+        } else {
+            self.path(dir)?
+        };
+        let entries = match std::fs::read_dir(&path) {
+            Ok(entries) => entries,
+            // Nothing under a record, or under a directory never made.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(Vec::new())
+            }
+            Err(e) => return Err(RecordStoreError::new("list", path.display().to_string(), e)),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry =
+                entry.map_err(|e| RecordStoreError::new("list", path.display().to_string(), e))?;
+            // Temporary files and locks start with `.`; a name that is not UTF-8 is no key.
+            if let Some(name) = entry.file_name().to_str() {
+                if is_key_name(name) {
+                    names.push(name.to_owned());
+                }
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn update(&self, key: &str, change: &mut Change<'_>) -> Result<Vec<u8>, RecordStoreError> {
+        let path = self.path(key)?;
+        let dir = path.parent().unwrap_or(&self.root);
+        let lock = dir.join(".lock");
+        let _guard = exclusive_file_lock(&lock)
+            .map_err(|e| RecordStoreError::new("lock", lock.display().to_string(), e))?;
+        let current = self.get(key)?;
+        let new = change(current.as_deref())
+            .map_err(|why| RecordStoreError::new("update", path.display().to_string(), why))?;
+        self.put(key, &new)?;
+        Ok(new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_plain_paths() {
+        assert!(is_key("plans/20261129-1.json"));
+        assert!(is_key("inventory.toml"));
+        assert!(!is_key(""));
+        assert!(!is_key("plans//a"));
+        assert!(!is_key("../etc/passwd"));
+        assert!(!is_key("plans/.lock"));
+        assert!(!is_key("a b"));
+        assert!(!is_key("/abs"));
+    }
+
+    #[test]
+    fn children_are_one_level_sorted_once() {
+        let keys = [
+            "settings/web/mesh.json",
+            "settings/web/nodes/a.json",
+            "settings/db/mesh.json",
+            "settingsx/y",
+            "inventory.toml",
+        ];
+        assert_eq!(children("settings", keys), vec!["db", "web"]);
+        assert_eq!(children("settings/web", keys), vec!["mesh.json", "nodes"]);
+        assert_eq!(
+            children("", keys),
+            vec!["inventory.toml", "settings", "settingsx"]
+        );
+        assert!(children("plans", keys).is_empty());
+    }
+
+    #[test]
+    fn a_directory_holds_what_was_put_and_lists_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = DirRecords::new(dir.path());
+        assert_eq!(records.get("plans/a.json").unwrap(), None);
+        records.put("plans/a.json", b"1").unwrap();
+        records.put("plans/b.json", b"2").unwrap();
+        assert_eq!(records.get("plans/a.json").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(records.list("plans").unwrap(), vec!["a.json", "b.json"]);
+        assert_eq!(records.list("").unwrap(), vec!["plans"]);
+        assert!(records.list("plans/a.json").unwrap().is_empty());
+        let written = records
+            .update("plans/a.json", &mut |old| {
+                Ok([old.unwrap_or_default(), b"+"].concat())
+            })
+            .unwrap();
+        assert_eq!(written, b"1+");
+        // The update's lock file is not a record.
+        assert_eq!(records.list("plans").unwrap(), vec!["a.json", "b.json"]);
+        let refused = records.update("plans/a.json", &mut |_| Err("no".into()));
+        assert!(refused.is_err());
+        assert_eq!(records.get("plans/a.json").unwrap(), Some(b"1+".to_vec()));
+        records.delete("plans/a.json").unwrap();
+        records.delete("plans/a.json").unwrap();
+        assert_eq!(records.list("plans").unwrap(), vec!["b.json"]);
+        let error = records.get("../x").unwrap_err();
+        assert!(error.to_string().contains("\"../x\""), "{error}");
+    }
+}
