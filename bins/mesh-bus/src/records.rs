@@ -90,11 +90,19 @@ impl KvRecords {
                 bucket: RECORDS_BUCKET.to_owned(),
                 source: source.into(),
             })?;
-        let (bus, store) = block_on(&runtime, async {
+        let opened = block_on(&runtime, async {
             let bus = NatsBus::connect(options).await?;
             let store = open_bucket(&bus.jetstream()).await?;
             Ok::<_, NatsError>((bus, store))
-        })?;
+        });
+        let (bus, store) = match opened {
+            Ok(opened) => opened,
+            Err(error) => {
+                // As in drop: allowed inside another runtime, where a plain drop is not.
+                runtime.shutdown_background();
+                return Err(error);
+            }
+        };
         Ok(KvRecords {
             runtime: Some(runtime),
             _bus: bus,

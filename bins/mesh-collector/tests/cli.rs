@@ -5,7 +5,7 @@ use mesh_model::module::{EntryKind, ModuleTree};
 use mesh_store::archive::{archive_tree, Archive};
 use mesh_store::layout::OciLayoutStore;
 use mesh_store::lock::PublishLock;
-use mesh_store::record_store::DirRecords;
+use mesh_store::record_store::{DirRecords, RecordStore};
 use mesh_store::records::{forget_module, record_build};
 use mesh_store::store::{publish, ArchiveStore};
 use std::path::Path;
@@ -37,6 +37,11 @@ fn build(module: &str, archive: &Archive, at: u64) -> Build {
 /// A home whose records keep `web`'s builds 1..=6 (five of them) and a forgotten `old`; a
 /// bare kept archive (published before archives were held) and a ghost (recorded, gone).
 fn mesh(home: &Path, layout: &Path, with_ghost: bool) {
+    mesh_recorded_in(home, layout, with_ghost, &DirRecords::new(home));
+}
+
+/// [`mesh`], its records kept in `records`.
+fn mesh_recorded_in(home: &Path, layout: &Path, with_ghost: bool, records: &dyn RecordStore) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -51,19 +56,14 @@ fn mesh(home: &Path, layout: &Path, with_ghost: bool) {
             } else {
                 publish(&store, &lock, &a).await.unwrap();
             }
-            record_build(&DirRecords::new(home), &lock, &build("web", &a, i)).unwrap();
+            record_build(records, &lock, &build("web", &a, i)).unwrap();
         }
         let old = archive("old");
         publish(&store, &lock, &old).await.unwrap();
-        record_build(&DirRecords::new(home), &lock, &build("old", &old, 1)).unwrap();
-        forget_module(&DirRecords::new(home), "old").unwrap();
+        record_build(records, &lock, &build("old", &old, 1)).unwrap();
+        forget_module(records, "old").unwrap();
         if with_ghost {
-            record_build(
-                &DirRecords::new(home),
-                &lock,
-                &build("api", &archive("ghost"), 9),
-            )
-            .unwrap();
+            record_build(records, &lock, &build("api", &archive("ghost"), 9)).unwrap();
         }
     });
 }
@@ -114,6 +114,48 @@ fn sweep_then_collect_on_the_layout() {
         "{again}"
     );
     assert!(again.contains("deleted 0 blob(s)"), "{again}");
+}
+
+// On a fleet the records are the controller's, in the bus's bucket: the collector reads them
+// there, and keeps exactly what it keeps from the same records under a home.
+#[test]
+fn on_a_fleet_the_records_are_read_from_the_bus() {
+    let home = tempfile::tempdir().unwrap();
+    let layout = home.path().join("store").join("oci");
+    let server = mesh_bus::nats_server::NatsServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let records = mesh_bus::records::KvRecords::open(&mesh_bus::NatsOptions::new(server.url()))
+        .unwrap_or_else(|e| panic!("{e}"));
+    mesh_recorded_in(home.path(), &layout, false, &records);
+    assert!(
+        !home.path().join("store/modules").exists(),
+        "the records went to the bus, not the home"
+    );
+    let store = format!("oci:{}", layout.display());
+    let url = server.url();
+    // The test server has no users: the controller's password is not checked.
+    std::fs::create_dir_all(home.path().join("bus/passwords")).unwrap();
+    std::fs::write(home.path().join("bus/passwords/controller"), "unchecked\n").unwrap();
+    // Without --bus this home holds no records: nothing would be kept.
+    let local = check(home.path(), &store, &["sweep", "--dry-run"], 0);
+    assert!(local.contains("kept 0"), "{local}");
+    let on_bus = check(
+        home.path(),
+        &store,
+        &["--bus", &url, "sweep", "--dry-run"],
+        3,
+    );
+    assert!(on_bus.contains("kept 5"), "{on_bus}");
+    // A bus that cannot be reached is an error, and nothing is let go.
+    drop(records);
+    drop(server);
+    let index = std::fs::read(layout.join("index.json")).unwrap();
+    let (code, _, stderr) = collector(home.path(), &store, &["--bus", &url, "sweep"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("opening the controller's records"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(layout.join("index.json")).unwrap(), index);
 }
 
 #[test]

@@ -505,3 +505,50 @@ fn the_controller_daemon_answers_discovery_and_rolls_out_a_merge_announced_twice
     assert!(status.success());
     assert_eq!(serve.0.wait().unwrap().code(), Some(0));
 }
+
+/// The records move to the bus once: a second import is refused, the home is marked moved so
+/// no command reads its old records without `--bus`, and by hand only a sound inventory is
+/// put; nothing else is changed on a refusal.
+#[test]
+fn records_move_to_the_bus_once_and_the_home_left_behind_is_not_read() {
+    let bed = Bed::new(&[]);
+    let before = bed.record("inventory.toml").unwrap();
+
+    let again = bed.run(&["records", "import"]);
+    assert_eq!(again.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(stderr.contains("records of"), "{stderr}");
+
+    let local = bed.local_command(&["status"]).output().unwrap();
+    assert_eq!(local.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&local.stderr);
+    assert!(
+        stderr.contains("were moved to a bus") && stderr.contains(&bed.url),
+        "{stderr}"
+    );
+
+    let listed = bed.expect(&["records", "list", "--output", "json"], 0);
+    let listed: Vec<String> = serde_json::from_str(&listed).unwrap();
+    for expected in ["bus", "inventory.toml"] {
+        assert!(listed.contains(&expected.to_owned()), "{listed:?}");
+    }
+
+    let broken = bed.home.path().join("broken.toml");
+    write(&broken, "bus-node = [\n");
+    let out = bed.run(&["records", "put", "inventory.toml", broken.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("is not an inventory; nothing was changed"),
+        "{stderr}"
+    );
+    let out = bed.run(&[
+        "records",
+        "put",
+        "plans/plan-1.json",
+        broken.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(bed.record("inventory.toml").unwrap(), before);
+    assert!(bed.record("plans/plan-1.json").is_none());
+}

@@ -756,31 +756,25 @@ fn a_merge_publishes_to_a_registry_store_and_sends_compose_from_it() {
     drop(repo);
 }
 
-/// With a fleet's bus named, a merge rolls out to the fleet's hosts, never to the embedded
-/// sandbox roots: a bus that cannot be reached fails the drive with nothing sent, and the plan
-/// stays open for `plans resume --bus` (tests/fleet_merges.rs runs the fleet itself).
+/// With a fleet's bus named, the controller's records are the bus's: a bus that cannot be
+/// reached fails the merge before anything is planned, built or sent, and the home is left as
+/// it was (tests/fleet_merges.rs runs the fleet itself).
 #[test]
-fn a_merge_naming_a_bus_that_cannot_be_reached_sends_nothing_and_keeps_its_plan_open() {
+fn a_merge_naming_a_bus_that_cannot_be_reached_changes_nothing() {
     let (mesh, _repo, _) = setup();
     let run = mesh.run(&["--bus", "nats://127.0.0.1:1", "merge", "cat"]);
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(
         run.stderr
-            .contains("connecting to the bus at nats://127.0.0.1:1"),
+            .contains("opening the controller's records on nats://127.0.0.1:1"),
         "{}",
         run.stderr
     );
     assert!(!mesh.home().join("sent").exists());
+    assert!(!mesh.home().join("plans/plan-1.json").exists());
     assert!(!mesh.root("control").join("srv/www/index.html").exists());
-    // Open where it stopped: tier 0 built, nothing rolled out; `status` calls it behind.
-    let plan = plan(&mesh, "plan-1");
-    assert_eq!(plan["plan"]["state"]["state"], "building", "{plan}");
-    assert!(
-        plan["plan"]["rollouts"]["site"]["build"].is_object(),
-        "{plan}"
-    );
-    let behind: Vec<String> = behind(&mesh).into_iter().map(|(m, _, _)| m).collect();
-    assert_eq!(behind, ["notes", "site", "tools"]);
+    // Without the bus the home is as it was: the merge plans and rolls out in process.
+    mesh.expect(&["merge", "cat"], 0);
 }
 
 /// Rule 3, seed issue 245: no symbolic links. A link committed to git (mode 120000) is read as
