@@ -7,6 +7,7 @@ mod contract;
 mod discovery;
 mod grants;
 mod merges;
+mod permissions;
 
 use mesh_bus::nats_server::NatsServer;
 use mesh_bus::{NatsBus, NatsOptions};
