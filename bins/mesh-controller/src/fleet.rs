@@ -26,7 +26,8 @@
 //!
 //! What it must never do: send a declaration before its node's grants are confirmed when they
 //! changed, report a node as converged from a heartbeat of an older declaration, or drop a
-//! node that did not answer (it is named "no report", and in `runtimes` "not heard").
+//! node that did not answer (it is named "no report", and in `runtimes` "not heard"), or say
+//! that a module of a node whose runtime was not heard is missing or running elsewhere.
 
 use crate::home::{write_atomic, Home};
 use crate::push::{Checked, PushResult};
@@ -381,7 +382,7 @@ async fn confirm_users(
         options.connect_timeout = Duration::from_secs(2);
         options.name = Some(format!("mesh-controller checking {node}'s grants"));
         if let Err(unproven) =
-            probe::prove_permissions(&options, permissions, previous.get(&user), deadline).await
+            probe::prove_permissions(&options, &grants::Permissions { publish: vec![], subscribe: vec![] }, None, deadline).await /*MUTANT*/
         {
             bail!(
                 "the bus has not put `{user}`'s permissions in force {}s after its users were \
