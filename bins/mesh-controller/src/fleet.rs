@@ -382,7 +382,7 @@ async fn confirm_users(
         options.connect_timeout = Duration::from_secs(2);
         options.name = Some(format!("mesh-controller checking {node}'s grants"));
         if let Err(unproven) =
-            probe::prove_permissions(&options, &grants::Permissions { publish: vec![], subscribe: vec![] }, None, deadline).await /*MUTANT*/
+            probe::prove_permissions(&options, permissions, previous.get(&user), deadline).await
         {
             bail!(
                 "the bus has not put `{user}`'s permissions in force {}s after its users were \
