@@ -10,7 +10,7 @@ use mesh_bus::{NatsBus, NatsOptions};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -59,6 +59,10 @@ pub struct Bed {
     /// The store every controller command is given (`--store`), when not the default.
     pub store: Option<String>,
     watching: Arc<AtomicBool>,
+    /// How long the watcher waits, in milliseconds, before it reloads a changed users file.
+    reload_delay_ms: Arc<AtomicU64>,
+    /// When the watcher last reloaded the server (milliseconds since the epoch).
+    reloaded_at_ms: Arc<AtomicU64>,
 }
 
 impl Drop for Bed {
@@ -137,6 +141,8 @@ impl Bed {
             hosts: BTreeMap::new(),
             store: None,
             watching: Arc::new(AtomicBool::new(true)),
+            reload_delay_ms: Arc::new(AtomicU64::new(0)),
+            reloaded_at_ms: Arc::new(AtomicU64::new(0)),
         };
         let users = bed.expect(&["broker", "users"], 0);
         {
@@ -177,18 +183,34 @@ impl Bed {
         let file = self.root("bus").join("etc/nats/mesh-users.conf");
         let server = Arc::clone(&self.server);
         let watching = Arc::clone(&self.watching);
+        let delay = Arc::clone(&self.reload_delay_ms);
+        let reloaded_at = Arc::clone(&self.reloaded_at_ms);
         std::thread::spawn(move || {
             let mut last = String::new();
             while watching.load(Ordering::SeqCst) {
                 if let Ok(text) = std::fs::read_to_string(&file) {
                     if text != last {
+                        std::thread::sleep(Duration::from_millis(delay.load(Ordering::SeqCst)));
                         server.lock().unwrap().reload(&text).unwrap();
+                        reloaded_at.store(now_ms(), Ordering::SeqCst);
                         last = text;
                     }
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
         });
+    }
+
+    /// From now on, the watcher waits `delay` before it reloads a changed users file: a bus
+    /// machine slow to take its new users.
+    pub fn delay_reloads(&self, delay: Duration) {
+        self.reload_delay_ms
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// When the watcher last reloaded the server (milliseconds since the epoch; 0: never).
+    pub fn reloaded_at_ms(&self) -> u64 {
+        self.reloaded_at_ms.load(Ordering::SeqCst)
     }
 
     pub fn start_host(&mut self, node: &str) {
@@ -288,6 +310,13 @@ impl Bed {
         )))
         .unwrap()
     }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
 }
 
 pub fn runtime() -> tokio::runtime::Runtime {
