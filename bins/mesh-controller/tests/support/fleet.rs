@@ -59,6 +59,9 @@ pub struct Bed {
     /// The store every controller command is given (`--store`), when not the default.
     pub store: Option<String>,
     watching: Arc<AtomicBool>,
+    /// The watcher's thread, joined on drop so that the server is dropped (killed) with the bed
+    /// and not left running when the test process exits.
+    watcher: Option<std::thread::JoinHandle<()>>,
     /// How long the watcher waits, in milliseconds, before it reloads a changed users file.
     reload_delay_ms: Arc<AtomicU64>,
     /// When the watcher last reloaded the server (milliseconds since the epoch).
@@ -68,6 +71,9 @@ pub struct Bed {
 impl Drop for Bed {
     fn drop(&mut self) {
         self.watching.store(false, Ordering::SeqCst);
+        if let Some(watcher) = self.watcher.take() {
+            let _ = watcher.join();
+        }
         for child in self.hosts.values_mut() {
             let _ = child.kill();
             let _ = child.wait();
@@ -141,6 +147,7 @@ impl Bed {
             hosts: BTreeMap::new(),
             store: None,
             watching: Arc::new(AtomicBool::new(true)),
+            watcher: None,
             reload_delay_ms: Arc::new(AtomicU64::new(0)),
             reloaded_at_ms: Arc::new(AtomicU64::new(0)),
         };
@@ -150,7 +157,7 @@ impl Bed {
             server.reload(&users).unwrap();
             bed.url = server.url();
         }
-        bed.watch_users_file();
+        bed.watcher = Some(bed.watch_users_file());
         // The reload is asynchronous: wait until the controller's user is let in.
         let password =
             std::fs::read_to_string(bed.home.path().join("bus/passwords/controller")).unwrap();
@@ -179,7 +186,7 @@ impl Bed {
 
     /// What `contrib/systemd/mesh-nats-users.path` does: reload the bus when the users file
     /// the bus node's host wrote changes.
-    fn watch_users_file(&self) {
+    fn watch_users_file(&self) -> std::thread::JoinHandle<()> {
         let file = self.root("bus").join("etc/nats/mesh-users.conf");
         let server = Arc::clone(&self.server);
         let watching = Arc::clone(&self.watching);
@@ -198,7 +205,7 @@ impl Bed {
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
-        });
+        })
     }
 
     /// From now on, the watcher waits `delay` before it reloads a changed users file: a bus
