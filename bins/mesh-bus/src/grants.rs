@@ -358,6 +358,73 @@ pub fn authorization_config(authorization: &BusAuthorization) -> Result<String, 
     Ok(out)
 }
 
+/// The permissions of each user in a text [`authorization_config`] made: user → what it may
+/// publish and hear, as the text lists them. The controller's user, allowed everything, has
+/// none; a text this crate did not make gives what lines it recognises.
+///
+/// This is how the controller knows what the bus was sent (and what it last confirmed)
+/// without composing it again: [`crate::probe`] proves each of these in force.
+pub fn permissions_in_config(text: &str) -> std::collections::BTreeMap<String, Permissions> {
+    enum List {
+        Publish,
+        Subscribe,
+    }
+    let mut users = std::collections::BTreeMap::new();
+    let mut user: Option<String> = None;
+    let mut list = None;
+    let mut in_allow = false;
+    for line in text.lines().map(str::trim) {
+        if in_allow {
+            if line == "]" {
+                in_allow = false;
+            } else if let (Some(user), Some(list), Some(item)) =
+                (user.as_ref(), list.as_ref(), unquoted(line))
+            {
+                let permissions: &mut Permissions =
+                    users.entry(user.clone()).or_insert_with(|| Permissions {
+                        publish: Vec::new(),
+                        subscribe: Vec::new(),
+                    });
+                match list {
+                    List::Publish => permissions.publish.push(item),
+                    List::Subscribe => permissions.subscribe.push(item),
+                }
+            }
+        } else if let Some(rest) = line.strip_prefix("user:") {
+            user = unquoted(rest.trim());
+            list = None;
+        } else if line == "publish: {" {
+            list = Some(List::Publish);
+        } else if line == "subscribe: {" {
+            list = Some(List::Subscribe);
+        } else if line == "allow: [" {
+            in_allow = true;
+        }
+    }
+    for permissions in users.values_mut() {
+        permissions.publish.sort();
+        permissions.publish.dedup();
+        permissions.subscribe.sort();
+        permissions.subscribe.dedup();
+    }
+    users
+}
+
+/// The text of a string [`quoted`] made, or `None` when `text` is not one.
+fn unquoted(text: &str) -> Option<String> {
+    let inner = text.strip_prefix('"')?.strip_suffix('"')?;
+    let mut out = String::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.push(chars.next()?),
+            '"' => return None,
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,6 +495,34 @@ mod tests {
         assert!(!patterns_overlap("mesh.>", "mesh"));
         assert!(!patterns_overlap("media.scan", "mesh.>"));
         assert!(!patterns_overlap("a.b", "a.b.c"));
+    }
+
+    #[test]
+    fn the_permissions_are_read_back_from_the_config() {
+        // A password holding `"` and `user:` does not confuse the reading.
+        let config = authorization_config(&BusAuthorization {
+            controller_password: "c\" user: \"x\"".into(),
+            nodes: vec![
+                node("home", &["media"], &["media.*"]),
+                node("laptop", &[], &[]),
+            ],
+        })
+        .unwrap();
+        let read = permissions_in_config(&config);
+        assert_eq!(
+            read.keys().collect::<Vec<_>>(),
+            ["node-home", "node-laptop"],
+            "the controller, allowed everything, has no permissions block"
+        );
+        assert_eq!(
+            read["node-home"],
+            node_permissions(&node("home", &["media"], &["media.*"]))
+        );
+        assert_eq!(
+            read["node-laptop"],
+            node_permissions(&node("laptop", &[], &[]))
+        );
+        assert_eq!(unquoted(r#""a\"b\\c""#).as_deref(), Some(r#"a"b\c"#));
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //!   modules are granted — a pure function (rule 13);
 //! - [`discovery`]: each runtime answers `$SRV.PING`/`$SRV.INFO`; [`discovery::discover`] waits
 //!   for every instance that said it is there and names the ones not heard (rule 25);
+//! - [`probe`]: proves a node's permissions in force on the server, one by one, before code
+//!   that needs them is sent (rule 13);
 //! - [`records`]: the controller's records in a key-value bucket, for a controller that may
 //!   restart anywhere;
 //! - [`nats_server`]: a loopback `nats-server` for tests, benchmarks and the demo.
@@ -34,6 +36,7 @@ pub mod in_process;
 pub mod jetstream;
 pub mod nats;
 pub mod nats_server;
+pub mod probe;
 pub mod records;
 pub mod subjects;
 

@@ -9,22 +9,28 @@
 //!    and what its modules are granted (`ModuleDefinition.grants`), plus the controller;
 //! 2. every granted state bucket is made;
 //! 3. when the composed text differs from the last one the bus confirmed
-//!    (`<home>/bus/authorization.conf`) — the list of users changed, or a node's grants did —
+//!    (the record `bus/authorization.conf`) — the list of users changed, or a node's grants did —
 //!    the node holding the bus is sent **first**, its declaration carrying the text as the file
 //!    [`USERS_PATH`] (its server includes that file and reloads when it changes); the send goes
-//!    on only once that node reported the file in place and every node's user is let in by the
-//!    server. A grant that fails fails the send: nothing else is sent, and the error says why;
+//!    on only once that node reported the file in place and the server has every node's
+//!    permissions in force, proven one by one as that node's user (each granted one allowed,
+//!    each taken away refused: [`mesh_bus::probe`]). A grant that fails fails the send:
+//!    nothing else is sent, and the error says why;
 //! 4. every other node's declaration consumer is made (from now, rule 24) and its declaration
 //!    published on JetStream; the push waits for each node's settled report (a report of the
 //!    declaration sent that is not mid-change), up to the timeout.
 //!
-//! Passwords: each node's is generated once and kept under `<home>/bus/passwords/<node>`
-//! (mode 0600), to be given to that node's host as its `--password-file`. The controller's own
-//! is `--bus-password-file`, or `<home>/bus/passwords/controller`.
+//! Passwords: each node's is generated once and kept in the records (`bus/passwords/<node>`:
+//! on a fleet the bus's records bucket, which no node may read; a file of mode 0600 under the
+//! home before the records are moved there), to be given to that node's host as its
+//! `--password-file` (`broker password NODE`). The controller's own is `--bus-password-file`,
+//! or `<home>/bus/passwords/controller`, and stays on the controller's machine: it opens the
+//! bus, and so the records.
 //!
 //! What it must never do: send a declaration before its node's grants are confirmed when they
 //! changed, report a node as converged from a heartbeat of an older declaration, or drop a
-//! node that did not answer (it is named "no report", and in `runtimes` "not heard").
+//! node that did not answer (it is named "no report", and in `runtimes` "not heard"), or say
+//! that a module of a node whose runtime was not heard is missing or running elsewhere.
 
 use crate::home::Home;
 use crate::push::{Checked, PushResult};
@@ -32,6 +38,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use mesh_bus::discovery::{self, Discovery};
 use mesh_bus::grants::{self, BusAuthorization, NodeGrants};
 use mesh_bus::jetstream;
+use mesh_bus::probe;
 use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
 use mesh_model::declaration::{Declaration, FileSpec, Resource, Spec};
 use mesh_model::inventory::Inventory;
@@ -50,8 +57,8 @@ pub const USERS_PATH: &str = "/etc/nats/mesh-users.conf";
 /// The users file's resource id in the bus node's declaration.
 pub const USERS_RESOURCE: &str = "mesh-bus/file/users";
 
-/// The longest a push waits for the bus to let every node's user in after the bus node
-/// reported the users file in place (its server reloading).
+/// The longest a push waits for the bus to have every node's permissions in force after the
+/// bus node reported the users file in place (its server reloading).
 pub const GRANTS_CONFIRM_LIMIT: Duration = Duration::from_secs(30);
 
 /// How the controller reaches the bus: `--bus URL` and `--bus-password-file FILE`.
@@ -301,8 +308,12 @@ impl Reports {
 }
 
 /// A report heard on the bus, if it reads and was published on its own node's subject (a
-/// node's grants let it publish only its own); otherwise logged and `None`.
+/// node's grants let it publish only its own); otherwise logged and `None`. A permission
+/// probe's message on a report subject ([`probe::is_probe`]) is passed over quietly.
 fn heard_report(message: &mesh_bus::Message) -> Option<Report> {
+    if probe::is_probe(&message.payload) {
+        return None;
+    }
     let report = match Report::from_json(&message.payload) {
         Ok(report) => report,
         Err(error) => {
@@ -379,27 +390,49 @@ fn users_file_in_place(report: &Report) -> Result<(), String> {
     }
 }
 
-/// Waits until the server lets every node's user in with its password (the bus node's server
-/// has reloaded the users), or [`GRANTS_CONFIRM_LIMIT`].
-async fn confirm_users(home: &Home, bus: &BusArgs, inventory: &Inventory) -> Result<()> {
+/// Waits until the server has put every node's permissions in force (the bus node's server
+/// has reloaded `users`), or [`GRANTS_CONFIRM_LIMIT`]: for each node, connected as its user,
+/// every permission `users` gives it is allowed and every one `confirmed` (the users the bus
+/// last confirmed) gave it and `users` does not is refused — one by one
+/// ([`mesh_bus::probe::prove_permissions`]). A change of permissions alone, the users the
+/// same, is so proven before any code that needs it is sent (issue 249).
+///
+/// # Errors
+/// The first node whose permissions are not in force by the limit, with every permission not
+/// proven: the permission and what the server said. A password that cannot be read.
+async fn confirm_users(
+    home: &Home,
+    bus: &BusArgs,
+    inventory: &Inventory,
+    users: &str,
+    confirmed: Option<&str>,
+) -> Result<()> {
     let deadline = tokio::time::Instant::now() + GRANTS_CONFIRM_LIMIT;
+    let expected = grants::permissions_in_config(users);
+    let previous = confirmed
+        .map(grants::permissions_in_config)
+        .unwrap_or_default();
     for node in inventory.file.nodes.keys() {
+        let user = grants::node_user(node);
+        let Some(permissions) = expected.get(&user) else {
+            bail!("the bus's users do not name `{user}`");
+        };
         let mut options = NatsOptions::for_node(&bus.url, node, password(home, node)?);
         options.connect_timeout = Duration::from_secs(2);
         options.name = Some(format!("mesh-controller checking {node}'s grants"));
-        loop {
-            match NatsBus::connect(&options).await {
-                Ok(connection) => {
-                    drop(connection);
-                    break;
-                }
-                Err(error) if tokio::time::Instant::now() >= deadline => bail!(
-                    "the bus does not let `{}` in {}s after its users were sent: {error}",
-                    grants::node_user(node),
-                    GRANTS_CONFIRM_LIMIT.as_secs()
-                ),
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
+        if let Err(unproven) =
+            probe::prove_permissions(&options, permissions, previous.get(&user), deadline).await
+        {
+            bail!(
+                "the bus has not put `{user}`'s permissions in force {}s after its users were \
+                 sent: {}",
+                GRANTS_CONFIRM_LIMIT.as_secs(),
+                unproven
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
         }
     }
     Ok(())
@@ -417,7 +450,7 @@ async fn confirm_users(home: &Home, bus: &BusArgs, inventory: &Inventory) -> Res
 ///
 /// # Errors
 /// A grant that fails (the bus node did not report its users file in place, or the server
-/// does not let a node in): nothing else was sent. A bus that cannot be reached or refuses a
+/// does not have a node's permissions in force, naming each one): nothing else was sent. A bus that cannot be reached or refuses a
 /// declaration.
 pub async fn push(
     home: &Home,
@@ -493,7 +526,7 @@ pub async fn push(
         if let Err(reason) = users_file_in_place(&report) {
             bail!("grants not issued: on `{bus_node}`, {reason}; nothing else was sent");
         }
-        confirm_users(home, bus_args, &inventory)
+        confirm_users(home, bus_args, &inventory, &users, confirmed.as_deref())
             .await
             .map_err(|error| anyhow!("grants not issued: {error:#}; nothing else was sent"))?;
         home.put(CONFIRMED_KEY, users.as_bytes())?;
@@ -527,8 +560,8 @@ pub const SEND_RETRY_LIMIT: Duration = Duration::from_secs(60);
 ///   buckets, and while the bus's users for the rollout differ from the ones the bus last
 ///   confirmed it answers only the bus node's grants (its declaration carries the users file,
 ///   [`RolloutBus::dress`]); any other node's grants fail until the bus node reported the
-///   file in place and the server lets every node in — then the users are recorded as
-///   confirmed.
+///   file in place and the server has every node's permissions in force, proven one by one
+///   — then the users are recorded as confirmed.
 /// - The bus node's declaration always carries the users file, so no send takes it away.
 /// - A send is stored by JetStream before it is recorded sent; a bus that does not take it is
 ///   tried again for up to [`SEND_RETRY_LIMIT`].
@@ -656,7 +689,16 @@ impl RolloutBus {
                 )))
             }
         }
-        if let Err(error) = confirm_users(home, &self.args, inventory).await {
+        let confirmed = confirmed(home)?;
+        if let Err(error) = confirm_users(
+            home,
+            &self.args,
+            inventory,
+            &self.users,
+            confirmed.as_deref(),
+        )
+        .await
+        {
             return Ok(Err(format!("{error:#}")));
         }
         home.put(CONFIRMED_KEY, self.users.as_bytes())?;
@@ -720,8 +762,13 @@ pub struct Runtimes {
     /// Runtimes that said they were there and not what they serve: nothing may say their
     /// modules are missing or run elsewhere (rule 25).
     pub not_heard: Vec<NotHeard>,
-    /// Nodes of the inventory no runtime answered for.
+    /// Nodes of the inventory no host's runtime answered for.
     pub nodes_not_heard: Vec<String>,
+    /// Modules the inventory assigns a heard node that no runtime of that node serves, by
+    /// node (see [`compare_with_inventory`]).
+    pub missing: Vec<Missing>,
+    /// Modules a heard host's runtime serves that the inventory assigns to other nodes only.
+    pub running_elsewhere: Vec<RunningElsewhere>,
     /// Milliseconds discovery took.
     pub waited_ms: u64,
 }
@@ -739,31 +786,161 @@ pub struct NotHeard {
     pub ping_ms: u64,
 }
 
+/// Modules missing on one node: the inventory assigns them to it, and its host's runtime,
+/// heard, does not serve them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Missing {
+    /// The node.
+    pub node: String,
+    /// The modules, sorted.
+    pub modules: Vec<String>,
+}
+
+/// A module served on a node the inventory does not assign it to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunningElsewhere {
+    /// The module.
+    pub module: String,
+    /// The node whose host's runtime serves it.
+    pub node: String,
+    /// The nodes the inventory assigns it to (every one of them heard).
+    pub assigned_to: Vec<String>,
+}
+
+/// What `runtimes` says when it exits (the command's exit code).
+///
+/// 2 when a module is missing or running elsewhere (even if some runtime is also not heard);
+/// otherwise 3 when some runtime or node was not heard; 0 when every node was heard serving
+/// what the inventory assigns it.
+pub fn runtimes_exit_code(found: &Runtimes) -> u8 {
+    if !found.missing.is_empty() || !found.running_elsewhere.is_empty() {
+        2
+    } else if !found.not_heard.is_empty() || !found.nodes_not_heard.is_empty() {
+        3
+    } else {
+        0
+    }
+}
+
 /// Asks who is there (rule 25): discovery over the bus, waiting at least the old window and up
-/// to five seconds for every runtime that said it is there.
+/// to five seconds for every runtime that said it is there, then set against the inventory
+/// ([`compare_with_inventory`]).
+///
+/// # Errors
+/// The home's inventory cannot be read; the bus cannot be reached or asked.
 pub async fn runtimes(home: &Home, bus_args: &BusArgs) -> Result<Runtimes> {
     let inventory = home.inventory()?;
     let bus = connect(home, bus_args).await?;
+    let found = discovery::discover(bus.client(), discovery::OLD_WINDOW)
+        .await
+        .context("asking who is there")?;
+    Ok(compare_with_inventory(&inventory, found))
+}
+
+/// What discovery found, set against what the inventory assigns each node (no IO).
+///
+/// Only hosts' runtimes ([`discovery::HOST_SERVICE`]) stand for nodes: the controller's
+/// answer names its machine, not a node.
+/// - A node is **known** when a host's runtime on it said what it serves and none on it said
+///   it is there without saying what it serves.
+/// - **Missing**: a module the inventory assigns a known node that none of its runtimes
+///   serves.
+/// - **Running elsewhere**: a module a heard host's runtime serves, which the inventory
+///   assigns only to other nodes, every one of them known.
+///
+/// # Guarantees
+/// While a runtime is unheard (it answered PING and not INFO), and for a node no runtime
+/// answered for, nothing is said of its modules: none is called missing, and none assigned to
+/// it is called running elsewhere (rule 25, issue 246). An unheard host's runtime that did not
+/// name its node leaves every node unknown. A module served and assigned to no node at all
+/// (such as the bus node's `mesh-bus` users file) is neither.
+pub fn compare_with_inventory(inventory: &Inventory, found: Discovery) -> Runtimes {
     let Discovery {
         runtimes,
         unheard,
         waited,
-    } = discovery::discover(bus.client(), discovery::OLD_WINDOW)
-        .await
-        .context("asking who is there")?;
-    let answered: BTreeSet<&str> = runtimes
-        .iter()
+    } = found;
+    let hosts = || {
+        runtimes
+            .iter()
+            .filter(|r| r.service == discovery::HOST_SERVICE)
+    };
+    let unheard_hosts = || {
+        unheard
+            .iter()
+            .filter(|u| u.service == discovery::HOST_SERVICE)
+    };
+    let answered: BTreeSet<&str> = hosts()
         .filter_map(|r| r.node.as_deref())
-        .chain(unheard.iter().filter_map(|r| r.node.as_deref()))
+        .chain(unheard_hosts().filter_map(|u| u.node.as_deref()))
         .collect();
-    let nodes_not_heard = inventory
+    let nodes_not_heard: Vec<String> = inventory
         .file
         .nodes
         .keys()
         .filter(|node| !answered.contains(node.as_str()))
         .cloned()
         .collect();
-    Ok(Runtimes {
+    let mut served: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for runtime in hosts() {
+        if let Some(node) = runtime.node.as_deref() {
+            served
+                .entry(node)
+                .or_default()
+                .extend(runtime.modules.iter().map(String::as_str));
+        }
+    }
+    let known: BTreeSet<&str> = if unheard_hosts().any(|u| u.node.is_none()) {
+        BTreeSet::new()
+    } else {
+        let unheard_nodes: BTreeSet<&str> =
+            unheard_hosts().filter_map(|u| u.node.as_deref()).collect();
+        served
+            .keys()
+            .copied()
+            .filter(|node| !unheard_nodes.contains(node))
+            .collect()
+    };
+    let missing: Vec<Missing> = inventory
+        .file
+        .nodes
+        .keys()
+        .filter(|node| known.contains(node.as_str()))
+        .filter_map(|node| {
+            let serves = &served[node.as_str()];
+            let modules: Vec<String> = inventory
+                .modules_of(node)
+                .into_iter()
+                .filter(|module| !serves.contains(module))
+                .map(str::to_owned)
+                .collect();
+            (!modules.is_empty()).then(|| Missing {
+                node: node.clone(),
+                modules,
+            })
+        })
+        .collect();
+    let mut running_elsewhere = Vec::new();
+    for (node, modules) in &served {
+        for module in modules {
+            let Some(assigned) = inventory.file.assignments.get(*module) else {
+                continue;
+            };
+            if assigned.is_empty()
+                || assigned.contains(*node)
+                || !assigned.iter().all(|n| known.contains(n.as_str()))
+            {
+                continue;
+            }
+            running_elsewhere.push(RunningElsewhere {
+                module: (*module).to_owned(),
+                node: (*node).to_owned(),
+                assigned_to: assigned.iter().cloned().collect(),
+            });
+        }
+    }
+    running_elsewhere.sort_by(|a, b| (&a.module, &a.node).cmp(&(&b.module, &b.node)));
+    Runtimes {
         runtimes: runtimes
             .into_iter()
             .map(|r| RuntimeLine {
@@ -786,8 +963,10 @@ pub async fn runtimes(home: &Home, bus_args: &BusArgs) -> Result<Runtimes> {
             })
             .collect(),
         nodes_not_heard,
+        missing,
+        running_elsewhere,
         waited_ms: waited.as_millis() as u64,
-    })
+    }
 }
 
 /// `runtimes` as a person reads it.
@@ -809,11 +988,28 @@ pub fn render_runtimes(found: &Runtimes) -> String {
             }
         );
     }
+    for m in &found.missing {
+        let _ = writeln!(
+            out,
+            "missing on {}: {} (assigned to it, not served there)",
+            m.node,
+            m.modules.join(", ")
+        );
+    }
+    for e in &found.running_elsewhere {
+        let _ = writeln!(
+            out,
+            "running elsewhere: {} on {} (assigned to {})",
+            e.module,
+            e.node,
+            e.assigned_to.join(", ")
+        );
+    }
     for u in &found.not_heard {
         let _ = writeln!(
             out,
             "not heard: {} on {} (instance {}) said it is there after {} ms and not what it \
-             serves; its modules are not known to be missing",
+             serves; its modules are not known: none is said to be missing or running elsewhere",
             u.service,
             u.node.as_deref().unwrap_or("(no node)"),
             u.id,
@@ -821,7 +1017,11 @@ pub fn render_runtimes(found: &Runtimes) -> String {
         );
     }
     if !found.nodes_not_heard.is_empty() {
-        let _ = writeln!(out, "nodes not heard: {}", found.nodes_not_heard.join(", "));
+        let _ = writeln!(
+            out,
+            "nodes not heard: {}; their modules are not known",
+            found.nodes_not_heard.join(", ")
+        );
     }
     let _ = writeln!(
         out,
@@ -999,4 +1199,144 @@ async fn drive_open_plans<S: std::future::Future<Output = ()>>(
         ),
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    //! `runtimes` set against the inventory (rule 25, issue 246): what is said of a heard
+    //! node's modules, and that nothing is said of an unheard one's.
+
+    use super::*;
+    use discovery::{RuntimeHeard, RuntimeUnheard};
+    use mesh_model::inventory::InventoryFile;
+
+    /// Nodes `bus`, `a`, `b`, `c`: `base` everywhere, `agent` on `a`, `media` on `b`.
+    fn inventory() -> Inventory {
+        let file: InventoryFile = toml::from_str(
+            r#"
+            bus-node = "bus"
+            [nodes.bus]
+            [nodes.a]
+            [nodes.b]
+            [nodes.c]
+            [assignments]
+            base = ["bus", "a", "b", "c"]
+            agent = ["a"]
+            media = ["b"]
+            "#,
+        )
+        .unwrap();
+        Inventory {
+            file,
+            layers: Default::default(),
+        }
+    }
+
+    fn heard(service: &str, node: &str, modules: &[&str], answer_ms: u64) -> RuntimeHeard {
+        RuntimeHeard {
+            service: service.into(),
+            id: format!("id-{node}"),
+            version: "0.1.0".into(),
+            node: Some(node.into()),
+            modules: modules.iter().map(|m| (*m).to_owned()).collect(),
+            ping_time: Duration::from_millis(2),
+            answer_time: Duration::from_millis(answer_ms),
+            answer_size: 250,
+        }
+    }
+
+    fn host(node: &str, modules: &[&str]) -> RuntimeHeard {
+        heard(discovery::HOST_SERVICE, node, modules, 12)
+    }
+
+    fn unheard(node: Option<&str>) -> RuntimeUnheard {
+        RuntimeUnheard {
+            service: discovery::HOST_SERVICE.into(),
+            id: "id-quiet".into(),
+            node: node.map(str::to_owned),
+            ping_time: Duration::from_millis(3),
+        }
+    }
+
+    fn compare(runtimes: Vec<RuntimeHeard>, unheard: Vec<RuntimeUnheard>) -> Runtimes {
+        compare_with_inventory(
+            &inventory(),
+            Discovery {
+                runtimes,
+                unheard,
+                waited: Duration::from_millis(760),
+            },
+        )
+    }
+
+    #[test]
+    fn every_node_serving_what_it_is_assigned_says_nothing_missing() {
+        let found = compare(
+            vec![
+                host("bus", &["base", "mesh-bus"]),
+                host("a", &["agent", "base"]),
+                host("b", &["base", "media"]),
+                host("c", &["base"]),
+            ],
+            vec![],
+        );
+        assert_eq!(found.missing, []);
+        assert_eq!(found.running_elsewhere, []);
+        assert!(found.nodes_not_heard.is_empty());
+        assert_eq!(runtimes_exit_code(&found), 0);
+    }
+
+    #[test]
+    fn a_heard_node_lacking_a_module_has_it_missing_and_one_serving_anothers_runs_it_elsewhere() {
+        let found = compare(
+            vec![
+                // The controller's machine is not a node, even when named like one.
+                heard(discovery::CONTROLLER_SERVICE, "c", &[], 4),
+                host("a", &["base"]),
+                host("b", &["agent", "base", "media"]),
+                host("bus", &["base", "mesh-bus"]),
+                host("c", &["base"]),
+            ],
+            vec![],
+        );
+        assert_eq!(runtimes_exit_code(&found), 2);
+        insta::assert_snapshot!(render_runtimes(&found));
+    }
+
+    // Issue 246: a runtime that said it is there and not what it serves is never taken for
+    // one serving nothing.
+    #[test]
+    fn nothing_is_said_of_an_unheard_runtimes_modules() {
+        let found = compare(
+            vec![
+                // `agent` is `a`'s: while `a` is unheard it is not called running elsewhere.
+                host("b", &["agent", "base"]),
+                host("bus", &["base", "mesh-bus"]),
+            ],
+            vec![unheard(Some("a"))],
+        );
+        // `b` is heard: its own missing module is still named; `c`, not heard, is not.
+        assert_eq!(
+            found.missing,
+            [Missing {
+                node: "b".into(),
+                modules: vec!["media".into()]
+            }]
+        );
+        assert_eq!(found.running_elsewhere, []);
+        assert_eq!(found.nodes_not_heard, ["c"]);
+        assert_eq!(runtimes_exit_code(&found), 2);
+        insta::assert_snapshot!(render_runtimes(&found));
+    }
+
+    #[test]
+    fn an_unheard_runtime_naming_no_node_leaves_every_node_unknown() {
+        let found = compare(
+            vec![host("a", &[]), host("b", &["agent"])],
+            vec![unheard(None)],
+        );
+        assert_eq!(found.missing, []);
+        assert_eq!(found.running_elsewhere, []);
+        assert_eq!(runtimes_exit_code(&found), 3);
+    }
 }

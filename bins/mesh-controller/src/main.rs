@@ -214,7 +214,14 @@ pub enum Command {
     /// are there and not what they serve, and the nodes no runtime answered for. Waits at least
     /// 750 ms, and up to 5 s for every runtime that said it is there.
     ///
-    /// Exit codes: 0 every node heard; 3 some runtime or node not heard; 1 error.
+    /// Against the inventory: a module assigned to a heard node that its host does not serve is
+    /// "missing on <node>"; a module a host serves that is assigned only to other nodes is
+    /// "running elsewhere". While a node's runtime is not heard, nothing is said of its modules
+    /// but that they are not known.
+    ///
+    /// Exit codes: 0 every node heard, each serving what the inventory assigns it; 2 a module
+    /// missing or running elsewhere (whether or not some runtime was also not heard); 3 some
+    /// runtime or node not heard, and nothing missing or elsewhere among those heard; 1 error.
     Runtimes,
     /// Looks after the bus (needs `--bus`, except `users`).
     #[command(subcommand)]
@@ -602,13 +609,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&found)?),
                 Output::Text => print!("{}", fleet::render_runtimes(&found)),
             }
-            Ok(
-                if found.not_heard.is_empty() && found.nodes_not_heard.is_empty() {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::from(3)
-                },
-            )
+            Ok(ExitCode::from(fleet::runtimes_exit_code(&found)))
         }
         Command::Broker(BrokerCommand::ConsumerReset { stream, consumer }) => {
             let reset = runtime.block_on(fleet::consumer_reset(

@@ -12,10 +12,11 @@
 
 mod support;
 
-use mesh_bus::Bus;
+use mesh_bus::grants::permissions_in_config;
+use mesh_bus::{Bus, NatsBus, NatsOptions};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::fleet::{converged, git, runtime, write, Bed, BASE_MODULE};
+use support::fleet::{converged, git, runtime, write, Bed, AGENT_MODULE, BASE_MODULE};
 
 #[test]
 fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
@@ -153,6 +154,77 @@ fn a_node_joining_is_let_onto_the_bus_by_the_bus_node_before_it_is_sent_anything
     let bus_finished = results["bus"]["report"]["finished-at"].as_u64().unwrap();
     let d_started = results["d"]["report"]["started-at"].as_u64().unwrap();
     assert!(d_started >= bus_finished);
+}
+
+#[test]
+fn a_permissions_only_change_is_in_force_on_the_bus_before_another_node_is_sent() {
+    // Rule 13, issue 249: `agent` is newly granted a bucket its new code uses. The bus's users
+    // are the same, so
+    // that each node can log in proves nothing: the bus node is sent the users first, and `a`
+    // only once the server has `a`'s new permission in force — here a reload 3 s late.
+    let mut bed = Bed::new(&["a"]);
+    for node in ["bus", "a"] {
+        bed.start_host(node);
+    }
+    bed.push_all(20, 0);
+    let before = bed.expect(&["broker", "users"], 0);
+    write(
+        &bed.home.path().join("catalogue/modules/agent/module.toml"),
+        &AGENT_MODULE.replace(
+            r#"buckets = ["agent_state"]"#,
+            r#"buckets = ["agent_cache", "agent_state"]"#,
+        ),
+    );
+    // And its code that uses the bucket.
+    write(
+        &bed.home
+            .path()
+            .join("catalogue/modules/agent/files/agent.conf"),
+        "interval = 5\ncache = agent_cache\n",
+    );
+    let users = bed.expect(&["broker", "users"], 0);
+    assert_ne!(users, before);
+    assert_eq!(
+        permissions_in_config(&users).keys().collect::<Vec<_>>(),
+        permissions_in_config(&before).keys().collect::<Vec<_>>(),
+        "the same users"
+    );
+    bed.delay_reloads(Duration::from_secs(3));
+    let reloaded_before = bed.reloaded_at_ms();
+
+    let results = bed.push_all(30, 0);
+    let bus_users = &results["bus"]["report"]["resources"]["mesh-bus/file/users"];
+    assert_eq!(bus_users["outcome"], "applied", "{}", results["bus"]);
+    assert!(converged(&results["a"]), "{}", results["a"]);
+    assert_eq!(
+        std::fs::read_to_string(bed.root("a").join("etc/agent.conf")).unwrap(),
+        "interval = 5\ncache = agent_cache\n"
+    );
+    let reloaded_at_ms = bed.reloaded_at_ms();
+    assert!(
+        reloaded_at_ms > reloaded_before,
+        "the push finished before the bus reloaded its new users"
+    );
+    let reloaded_at_s = reloaded_at_ms / 1000;
+    let a_started = results["a"]["report"]["started-at"].as_u64().unwrap();
+    assert!(
+        a_started >= reloaded_at_s,
+        "`a` was sent (started at {a_started}) before the bus reloaded its users ({reloaded_at_s})"
+    );
+    assert_eq!(bed.record("bus/authorization.conf").unwrap(), users);
+    // `a` may use its new bucket at once.
+    let password = std::fs::read_to_string(bed.home.path().join("bus/passwords/a")).unwrap();
+    runtime().block_on(async {
+        let a = NatsBus::connect(&NatsOptions::for_node(
+            bed.url.clone(),
+            "a",
+            password.trim().to_owned(),
+        ))
+        .await
+        .unwrap();
+        let cache = a.jetstream().get_key_value("agent_cache").await.unwrap();
+        cache.put("state", "kept".into()).await.unwrap();
+    });
 }
 
 #[test]
@@ -447,9 +519,10 @@ fn the_controller_daemon_answers_discovery_and_rolls_out_a_merge_announced_twice
     // The daemon is there once it answers discovery.
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        // Exit 0 once every node is heard too, 3 before.
+        // Exit 0 once every node is heard serving what it is assigned, 3 before it is heard,
+        // 2 while it is heard and not yet sent `base`.
         let out = bed.run(&["runtimes", "--output", "json"]);
-        assert!(matches!(out.status.code(), Some(0 | 3)), "{out:?}");
+        assert!(matches!(out.status.code(), Some(0 | 2 | 3)), "{out:?}");
         let found: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         if found["runtimes"]
             .as_array()

@@ -7,6 +7,7 @@ mod contract;
 mod discovery;
 mod grants;
 mod merges;
+mod permissions;
 mod records;
 
 use mesh_bus::nats_server::NatsServer;

@@ -10,7 +10,7 @@ use mesh_bus::{NatsBus, NatsOptions};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -59,11 +59,21 @@ pub struct Bed {
     /// The store every controller command is given (`--store`), when not the default.
     pub store: Option<String>,
     watching: Arc<AtomicBool>,
+    /// The watcher's thread, joined on drop so that the server is dropped (killed) with the bed
+    /// and not left running when the test process exits.
+    watcher: Option<std::thread::JoinHandle<()>>,
+    /// How long the watcher waits, in milliseconds, before it reloads a changed users file.
+    reload_delay_ms: Arc<AtomicU64>,
+    /// When the watcher last reloaded the server (milliseconds since the epoch).
+    reloaded_at_ms: Arc<AtomicU64>,
 }
 
 impl Drop for Bed {
     fn drop(&mut self) {
         self.watching.store(false, Ordering::SeqCst);
+        if let Some(watcher) = self.watcher.take() {
+            let _ = watcher.join();
+        }
         for child in self.hosts.values_mut() {
             let _ = child.kill();
             let _ = child.wait();
@@ -137,6 +147,9 @@ impl Bed {
             hosts: BTreeMap::new(),
             store: None,
             watching: Arc::new(AtomicBool::new(true)),
+            watcher: None,
+            reload_delay_ms: Arc::new(AtomicU64::new(0)),
+            reloaded_at_ms: Arc::new(AtomicU64::new(0)),
         };
         // The bus has no users yet: they are composed from the home, without --bus.
         let out = bed.local_command(&["broker", "users"]).output().unwrap();
@@ -147,7 +160,7 @@ impl Bed {
             server.reload(&users).unwrap();
             bed.url = server.url();
         }
-        bed.watch_users_file();
+        bed.watcher = Some(bed.watch_users_file());
         // The reload is asynchronous: wait until the controller's user is let in.
         let password =
             std::fs::read_to_string(bed.home.path().join("bus/passwords/controller")).unwrap();
@@ -234,22 +247,38 @@ impl Bed {
 
     /// What `contrib/systemd/mesh-nats-users.path` does: reload the bus when the users file
     /// the bus node's host wrote changes.
-    fn watch_users_file(&self) {
+    fn watch_users_file(&self) -> std::thread::JoinHandle<()> {
         let file = self.root("bus").join("etc/nats/mesh-users.conf");
         let server = Arc::clone(&self.server);
         let watching = Arc::clone(&self.watching);
+        let delay = Arc::clone(&self.reload_delay_ms);
+        let reloaded_at = Arc::clone(&self.reloaded_at_ms);
         std::thread::spawn(move || {
             let mut last = String::new();
             while watching.load(Ordering::SeqCst) {
                 if let Ok(text) = std::fs::read_to_string(&file) {
                     if text != last {
+                        std::thread::sleep(Duration::from_millis(delay.load(Ordering::SeqCst)));
                         server.lock().unwrap().reload(&text).unwrap();
+                        reloaded_at.store(now_ms(), Ordering::SeqCst);
                         last = text;
                     }
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
-        });
+        })
+    }
+
+    /// From now on, the watcher waits `delay` before it reloads a changed users file: a bus
+    /// machine slow to take its new users.
+    pub fn delay_reloads(&self, delay: Duration) {
+        self.reload_delay_ms
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// When the watcher last reloaded the server (milliseconds since the epoch; 0: never).
+    pub fn reloaded_at_ms(&self) -> u64 {
+        self.reloaded_at_ms.load(Ordering::SeqCst)
     }
 
     pub fn start_host(&mut self, node: &str) {
@@ -356,6 +385,13 @@ impl Bed {
         )))
         .unwrap()
     }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
 }
 
 pub fn runtime() -> tokio::runtime::Runtime {

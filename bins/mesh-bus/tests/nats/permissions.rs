@@ -1,0 +1,164 @@
+//! Proving each node's permissions in force on a real server (rule 13, issue 249): a change of
+//! permissions alone — the same users, a bucket granted, a subject taken away — is not proven
+//! until the server has reloaded it, and the proof stores nothing.
+
+use mesh_bus::grants::{
+    authorization_config, node_permissions, permissions_in_config, BusAuthorization, NodeGrants,
+    Permissions,
+};
+use mesh_bus::jetstream::{ensure_bucket, ensure_streams, REPORTS_STREAM};
+use mesh_bus::nats_server::{NatsServer, USERS_FILE};
+use mesh_bus::probe::{prove_permissions, Unproven};
+use mesh_bus::{NatsBus, NatsOptions};
+use std::time::Duration;
+
+fn authorization(home_buckets: &[&str], home_subjects: &[&str]) -> BusAuthorization {
+    BusAuthorization {
+        controller_password: "controller-secret".into(),
+        nodes: vec![
+            NodeGrants {
+                node: "home".into(),
+                password: "home-secret".into(),
+                buckets: home_buckets.iter().map(|b| b.to_string()).collect(),
+                subjects: home_subjects.iter().map(|s| s.to_string()).collect(),
+            },
+            NodeGrants {
+                node: "laptop".into(),
+                password: "laptop-secret".into(),
+                buckets: vec![],
+                subjects: vec![],
+            },
+        ],
+    }
+}
+
+fn permissions(authorization: &BusAuthorization, node: &str) -> Permissions {
+    node_permissions(
+        authorization
+            .nodes
+            .iter()
+            .find(|grants| grants.node == node)
+            .expect("the node is in the authorization"),
+    )
+}
+
+fn as_node(server: &NatsServer, node: &str) -> NatsOptions {
+    NatsOptions::for_node(server.url(), node, format!("{node}-secret"))
+}
+
+fn within(wait: Duration) -> tokio::time::Instant {
+    tokio::time::Instant::now() + wait
+}
+
+fn said(unproven: &[Unproven]) -> String {
+    unproven
+        .iter()
+        .map(|u| u.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+// Issue 249: a module newly granted a state bucket was sent before the server had its grant.
+// The same users, new permissions: not proven until the server reloads them.
+#[tokio::test]
+async fn a_permissions_only_change_is_proven_only_once_the_server_reloaded_it() {
+    let before = authorization(&["agent"], &["media.scan", "media.done"]);
+    let after = authorization(&["agent", "media"], &["media.scan"]);
+    let config = authorization_config(&before).unwrap();
+    let server = NatsServer::start_with_config(&config).unwrap_or_else(|e| panic!("{e}"));
+    let controller = NatsBus::connect(&NatsOptions::for_controller(
+        server.url(),
+        "controller-secret",
+    ))
+    .await
+    .unwrap();
+    let js = controller.jetstream();
+    ensure_streams(&js).await.unwrap();
+    for bucket in ["agent", "media"] {
+        ensure_bucket(&js, bucket).await.unwrap();
+    }
+
+    // What the server was started with is in force.
+    for node in ["home", "laptop"] {
+        prove_permissions(
+            &as_node(&server, node),
+            &permissions(&before, node),
+            None,
+            within(Duration::from_secs(10)),
+        )
+        .await
+        .unwrap_or_else(|unproven| panic!("{node}: {}", said(&unproven)));
+    }
+
+    // The users file is rewritten — the same users — and the server not yet told.
+    let granted = authorization_config(&after).unwrap();
+    assert_eq!(
+        permissions_in_config(&granted).keys().collect::<Vec<_>>(),
+        permissions_in_config(&config).keys().collect::<Vec<_>>(),
+        "the same users"
+    );
+    std::fs::write(server.dir().join(USERS_FILE), &granted).unwrap();
+    let unproven = prove_permissions(
+        &as_node(&server, "home"),
+        &permissions(&after, "home"),
+        Some(&permissions(&before, "home")),
+        within(Duration::from_secs(1)),
+    )
+    .await
+    .expect_err("the server has not reloaded: `media` is not granted, `media.done` not taken");
+    // Every permission of the new bucket is named refused, `media.done` named still allowed;
+    // nothing else.
+    insta::assert_snapshot!(said(&unproven));
+    // laptop's permissions did not change: proven as they are.
+    prove_permissions(
+        &as_node(&server, "laptop"),
+        &permissions(&after, "laptop"),
+        Some(&permissions(&before, "laptop")),
+        within(Duration::from_secs(10)),
+    )
+    .await
+    .unwrap_or_else(|unproven| panic!("laptop: {}", said(&unproven)));
+
+    // Reloaded, the new permissions are proven (tried again while the server reloads).
+    server.reload(&granted).unwrap();
+    for node in ["home", "laptop"] {
+        prove_permissions(
+            &as_node(&server, node),
+            &permissions(&after, node),
+            Some(&permissions(&before, node)),
+            within(Duration::from_secs(10)),
+        )
+        .await
+        .unwrap_or_else(|unproven| panic!("{node}: {}", said(&unproven)));
+    }
+
+    // The proofs stored nothing: no key in the buckets, no report.
+    for stream in ["KV_agent", "KV_media", REPORTS_STREAM] {
+        let mut stream = js.get_stream(stream).await.unwrap();
+        let info = stream.info().await.unwrap();
+        assert_eq!(
+            info.state.messages, 0,
+            "{} holds a probe's message",
+            info.config.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_node_that_cannot_log_in_is_named() {
+    let config = authorization_config(&authorization(&[], &[])).unwrap();
+    let server = NatsServer::start_with_config(&config).unwrap_or_else(|e| panic!("{e}"));
+    let wrong = NatsOptions::for_node(server.url(), "home", "wrong");
+    let unproven = prove_permissions(
+        &wrong,
+        &permissions(&authorization(&[], &[]), "home"),
+        None,
+        within(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&unproven[..], [Unproven::Login { user, .. }] if user == "node-home"),
+        "{unproven:?}"
+    );
+}

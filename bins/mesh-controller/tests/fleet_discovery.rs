@@ -1,0 +1,259 @@
+//! `mesh-controller runtimes` end to end (issue 8, rule 25, issue 246): real `nats-server`,
+//! real `mesh-host serve` processes, and in the place of one host a stand-in on that node's
+//! own credentials that says it is there (PING) and says what it serves (INFO) late or never.
+//!
+//! What is checked: a heard host lacking a module the inventory assigns it has it named
+//! missing, and one serving a module assigned elsewhere has it named running elsewhere — so
+//! the check can fail — while nothing of the kind is said of an unheard runtime's modules; a
+//! runtime answering past the old fixed window is waited for, and its answer is what it is
+//! compared by.
+//!
+//! That `discover` itself waits for a late INFO and names a runtime that never answers one is
+//! tested in mesh-bus (`tests/nats/discovery.rs`); here it is the controller's command.
+
+mod support;
+
+use mesh_bus::{Bus, NatsBus, NatsOptions};
+use serde_json::{json, Value};
+use std::process::Command;
+use std::time::Duration;
+use support::fleet::{converged, Bed};
+
+/// A runtime standing in for `node`'s host: connected as that node, it answers `$SRV.PING` at
+/// once with the node's identity, as `mesh-host serve` does, and `$SRV.INFO` with `modules`
+/// after `info_delay` — never, if `None`. It answers until dropped.
+struct StandIn {
+    /// Its instance id.
+    id: String,
+    _runtime: tokio::runtime::Runtime,
+}
+
+fn stand_in(bed: &Bed, node: &str, modules: &[&str], info_delay: Option<Duration>) -> StandIn {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let id = format!("standin{node}");
+    let password = std::fs::read_to_string(bed.home.path().join("bus/passwords").join(node))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let service = mesh_bus::discovery::HOST_SERVICE;
+    let metadata = json!({"node": node, "modules": modules.join(",")});
+    let ping_answer = json!({
+        "type": "io.nats.micro.v1.ping_response",
+        "name": service, "id": id, "version": "0.1.0", "metadata": metadata,
+    })
+    .to_string();
+    let info_answer = json!({
+        "type": "io.nats.micro.v1.info_response",
+        "name": service, "id": id, "version": "0.1.0",
+        "description": format!("a stand-in for {node}"), "metadata": metadata, "endpoints": [],
+    })
+    .to_string();
+    let (bus, mut pings, mut infos) = runtime.block_on(async {
+        let bus = NatsBus::connect(&NatsOptions::for_node(bed.url.clone(), node, password))
+            .await
+            .unwrap();
+        // Each subscribe returns once the server has it.
+        let pings = bus.subscribe("$SRV.PING").await.unwrap();
+        let infos = bus
+            .subscribe(&format!("$SRV.INFO.{service}.{id}"))
+            .await
+            .unwrap();
+        (bus, pings, infos)
+    });
+    runtime.spawn(async move {
+        let bus = std::sync::Arc::new(bus);
+        loop {
+            tokio::select! {
+                Some(ping) = pings.next() => {
+                    bus.respond(&ping, ping_answer.clone().into_bytes()).await.unwrap();
+                }
+                Some(info) = infos.next() => {
+                    let Some(delay) = info_delay else { continue };
+                    let (bus, answer) = (bus.clone(), info_answer.clone());
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        bus.respond(&info, answer.into_bytes()).await.unwrap();
+                    });
+                }
+                else => break,
+            }
+        }
+    });
+    StandIn {
+        id,
+        _runtime: runtime,
+    }
+}
+
+/// Assigns `agent` to `nodes` in the inventory on the bus (nothing is pushed).
+fn assign_agent(bed: &Bed, nodes: &[&str]) {
+    let inventory = bed.record("inventory.toml").unwrap();
+    let assigned = nodes
+        .iter()
+        .map(|n| format!("\"{n}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let inventory: String = inventory
+        .lines()
+        .map(|line| {
+            if line.starts_with("agent = ") {
+                format!("agent = [{assigned}]\n")
+            } else {
+                format!("{line}\n")
+            }
+        })
+        .collect();
+    bed.put_inventory(&inventory);
+}
+
+/// `runtimes --output json`, checking its exit code.
+fn runtimes_json(bed: &Bed, code: i32) -> Value {
+    serde_json::from_str(&bed.expect(&["runtimes", "--output", "json"], code)).unwrap()
+}
+
+/// The runtime heard on `node`, if one was.
+fn heard_on<'a>(found: &'a Value, node: &str) -> Option<&'a Value> {
+    found["runtimes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["service"] == "mesh-host" && r["node"] == node)
+}
+
+/// `text` with what differs from run to run — times, sizes, instance ids — replaced.
+fn redact(text: &str, ids: &[&str]) -> String {
+    let mut out = String::new();
+    for word in text.split_inclusive(' ') {
+        if word.trim_end().chars().all(|c| c.is_ascii_digit()) && !word.trim_end().is_empty() {
+            out.push_str(if word.ends_with(' ') { "N " } else { "N" });
+        } else {
+            out.push_str(word);
+        }
+    }
+    ids.iter().fold(out, |out, id| out.replace(id, "ID"))
+}
+
+fn signal(bed: &Bed, node: &str, signal: &str) {
+    let pid = bed.hosts[node].id().to_string();
+    let status = Command::new("kill").args([signal, &pid]).status().unwrap();
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+// Issue 246: the console said a late runtime's modules were missing, or ran elsewhere.
+#[test]
+fn a_heard_host_lacking_a_module_is_named_and_nothing_is_said_of_an_unheard_ones_modules() {
+    let mut bed = Bed::new(&["a", "b"]);
+    // `agent` goes to `b` too, so that once it is assigned to `a` alone, `b` runs it elsewhere.
+    assign_agent(&bed, &["a", "b"]);
+    for node in ["bus", "a", "b"] {
+        bed.start_host(node);
+    }
+    for (node, result) in bed.push_all(20, 0) {
+        assert!(converged(&result), "{node}: {result}");
+    }
+    let found = runtimes_json(&bed, 0);
+    assert_eq!(found["missing"], json!([]), "{found}");
+    assert_eq!(found["running_elsewhere"], json!([]), "{found}");
+
+    // The inventory changes and nothing is pushed: `bus` is assigned `agent` and does not
+    // serve it; `b` serves it and is no longer assigned it.
+    assign_agent(&bed, &["a", "bus"]);
+    let found = runtimes_json(&bed, 2);
+    assert_eq!(
+        found["missing"],
+        json!([{"node": "bus", "modules": ["agent"]}]),
+        "{found}"
+    );
+    assert_eq!(
+        found["running_elsewhere"],
+        json!([{"module": "agent", "node": "b", "assigned_to": ["a", "bus"]}]),
+        "{found}"
+    );
+    let text = bed.expect(&["runtimes"], 2);
+    assert!(text.contains("missing on bus: agent "), "{text}");
+    assert!(
+        text.contains("running elsewhere: agent on b (assigned to a, bus)"),
+        "{text}"
+    );
+
+    // `a`'s host stops answering (its connection stays) and a stand-in says `a` is there,
+    // and never what it serves.
+    signal(&bed, "a", "-STOP");
+    let quiet = stand_in(&bed, "a", &["agent", "base"], None);
+    let out = bed.run(&["runtimes", "--output", "json"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let found: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        found["not_heard"].as_array().unwrap().len(),
+        1,
+        "only the stand-in is not heard: {found}"
+    );
+    assert_eq!(found["not_heard"][0]["node"], "a", "{found}");
+    assert_eq!(found["not_heard"][0]["id"], quiet.id.as_str(), "{found}");
+    assert!(heard_on(&found, "a").is_none(), "{found}");
+    assert_eq!(found["nodes_not_heard"], json!([]), "{found}");
+    // Nothing of `a`'s: neither its `base` and `agent` missing, nor `agent` (assigned to `a`)
+    // running elsewhere on `b`. What is known of the others still is.
+    assert_eq!(
+        found["missing"],
+        json!([{"node": "bus", "modules": ["agent"]}]),
+        "{found}"
+    );
+    assert_eq!(found["running_elsewhere"], json!([]), "{found}");
+    assert_eq!(
+        heard_on(&found, "b").unwrap()["modules"],
+        json!(["agent", "base"])
+    );
+    assert_eq!(
+        heard_on(&found, "bus").unwrap()["modules"],
+        json!(["base", "mesh-bus"])
+    );
+    assert!(
+        found["waited_ms"].as_u64().unwrap() >= 5000,
+        "waited up to the limit for `a`: {found}"
+    );
+    let text = bed.expect(&["runtimes"], 2);
+    let b_id = heard_on(&found, "b").unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let bus_id = heard_on(&found, "bus").unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    insta::assert_snapshot!(
+        "runtimes_with_an_unheard_host",
+        redact(&text, &[&quiet.id, &b_id, &bus_id])
+    );
+    drop(quiet);
+    signal(&bed, "a", "-CONT");
+}
+
+// Issue 246: the laptop's answer came last, past the old fixed window of 750 ms.
+#[test]
+fn a_host_answering_what_it_serves_after_a_second_is_heard_and_compared_by_its_answer() {
+    let mut bed = Bed::new(&["a"]);
+    bed.start_host("bus");
+    bed.expect(&["push", "bus", "--timeout", "20"], 0);
+    // `a`'s host is not started: a stand-in on its credentials answers INFO after 1.2 s,
+    // serving `base` and not `agent`, which the inventory assigns it.
+    let slow = stand_in(&bed, "a", &["base"], Some(Duration::from_millis(1200)));
+    let found = runtimes_json(&bed, 2);
+    let a = heard_on(&found, "a").unwrap_or_else(|| panic!("a was not heard: {found}"));
+    assert_eq!(a["id"], slow.id.as_str());
+    assert_eq!(a["modules"], json!(["base"]));
+    assert!(a["answer_ms"].as_u64().unwrap() >= 1200, "{found}");
+    assert_eq!(found["not_heard"], json!([]), "{found}");
+    assert_eq!(found["nodes_not_heard"], json!([]), "{found}");
+    assert_eq!(
+        found["missing"],
+        json!([{"node": "a", "modules": ["agent"]}]),
+        "{found}"
+    );
+    // Everyone heard: discovery did not wait to its limit.
+    assert!(found["waited_ms"].as_u64().unwrap() < 5000, "{found}");
+}
