@@ -86,6 +86,27 @@ pub trait RecordStore: Send + Sync + fmt::Debug {
     /// When the listing cannot be read.
     fn list(&self, dir: &str) -> Result<Vec<String>, RecordStoreError>;
 
+    /// Every record key under `dir`, however deep, sorted (one listing where the store can).
+    ///
+    /// # Errors
+    /// When a listing cannot be read.
+    fn keys_under(&self, dir: &str) -> Result<Vec<String>, RecordStoreError> {
+        let mut keys = Vec::new();
+        for name in self.list(dir)? {
+            let key = if dir.is_empty() {
+                name
+            } else {
+                format!("{dir}/{name}")
+            };
+            if self.get(&key)?.is_some() {
+                keys.push(key.clone());
+            }
+            keys.extend(self.keys_under(&key)?);
+        }
+        keys.sort();
+        Ok(keys)
+    }
+
     /// Reads the record at `key`, gives it to `change`, and writes what `change` returns,
     /// never losing a concurrent writer's change (`change` may be called again with the newer
     /// record). Returns what was written.
@@ -191,7 +212,17 @@ impl RecordStore for DirRecords {
     fn delete(&self, key: &str) -> Result<(), RecordStoreError> {
         let path = self.path(key)?;
         match std::fs::remove_file(&path) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                // A directory left with nothing in it is no longer listed, as on a bucket.
+                let mut dir = path.parent();
+                while let Some(parent) = dir.filter(|d| *d != self.root) {
+                    if std::fs::remove_dir(parent).is_err() {
+                        break;
+                    }
+                    dir = parent.parent();
+                }
+                Ok(())
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(RecordStoreError::new(
                 "remove",
@@ -305,6 +336,13 @@ mod tests {
         let refused = records.update("plans/a.json", &mut |_| Err("no".into()));
         assert!(refused.is_err());
         assert_eq!(records.get("plans/a.json").unwrap(), Some(b"1+".to_vec()));
+        records.put("plans/deeper/c.json", b"3").unwrap();
+        assert_eq!(
+            records.keys_under("plans").unwrap(),
+            vec!["plans/a.json", "plans/b.json", "plans/deeper/c.json"]
+        );
+        assert_eq!(records.keys_under("").unwrap().len(), 3);
+        records.delete("plans/deeper/c.json").unwrap();
         records.delete("plans/a.json").unwrap();
         records.delete("plans/a.json").unwrap();
         assert_eq!(records.list("plans").unwrap(), vec!["b.json"]);

@@ -126,6 +126,22 @@ impl KvRecords {
         }
     }
 
+    /// Every key in the bucket (one scan); `dir` names what was asked, for errors.
+    fn all_keys(&self, dir: &str) -> Result<Vec<String>, RecordStoreError> {
+        if !dir.is_empty() {
+            self.checked(dir)?;
+        }
+        self.run(async {
+            let mut keys = Vec::new();
+            let mut stream = self.store.keys().await?;
+            while let Some(key) = stream.next().await {
+                keys.push(key?);
+            }
+            Ok::<_, async_nats::Error>(keys)
+        })
+        .map_err(|e| self.error("list", dir, e))
+    }
+
     fn error(
         &self,
         action: &'static str,
@@ -192,20 +208,23 @@ impl RecordStore for KvRecords {
     }
 
     fn list(&self, dir: &str) -> Result<Vec<String>, RecordStoreError> {
-        if !dir.is_empty() {
-            self.checked(dir)?;
-        }
-        let keys = self
-            .run(async {
-                let mut keys = Vec::new();
-                let mut stream = self.store.keys().await?;
-                while let Some(key) = stream.next().await {
-                    keys.push(key?);
-                }
-                Ok::<_, async_nats::Error>(keys)
-            })
-            .map_err(|e| self.error("list", dir, e))?;
+        let keys = self.all_keys(dir)?;
         Ok(children(dir, keys.iter().map(String::as_str)))
+    }
+
+    fn keys_under(&self, dir: &str) -> Result<Vec<String>, RecordStoreError> {
+        let prefix = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
+        };
+        let mut keys: Vec<String> = self
+            .all_keys(dir)?
+            .into_iter()
+            .filter(|key| key.starts_with(&prefix))
+            .collect();
+        keys.sort();
+        Ok(keys)
     }
 
     fn update(&self, key: &str, change: &mut Change<'_>) -> Result<Vec<u8>, RecordStoreError> {

@@ -234,15 +234,19 @@ impl Home {
         let file: InventoryFile = toml::from_str(&text)
             .with_context(|| format!("{location} is not a valid inventory"))?;
         let mut layers = Layers::default();
-        for module in self.records.list("settings")? {
-            if let Some(layer) = self.layer(&module, &LayerScope::Mesh)? {
-                layers.set(&module, LayerScope::Mesh, layer);
-            }
-            for node in self.json_stems(&format!("settings/{module}/nodes"))? {
-                let scope = LayerScope::Node(node);
-                if let Some(layer) = self.layer(&module, &scope)? {
-                    layers.set(&module, scope, layer);
-                }
+        // One listing: `settings/<module>/mesh.json` and `settings/<module>/nodes/<node>.json`.
+        for key in self.records.keys_under("settings")? {
+            let parts: Vec<&str> = key.split('/').collect();
+            let (module, scope) = match parts[..] {
+                [_, module, "mesh.json"] => (module, LayerScope::Mesh),
+                [_, module, "nodes", file] => match file.strip_suffix(".json") {
+                    Some(node) => (module, LayerScope::Node(node.to_owned())),
+                    None => continue,
+                },
+                _ => continue,
+            };
+            if let Some(layer) = self.get_json(&key)? {
+                layers.set(module, scope, layer);
             }
         }
         Ok(Inventory { file, layers })

@@ -26,7 +26,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// The record directories a home holds, besides the inventory.
-const RECORD_DIRS: [&str; 10] = [
+const RECORD_DIRS: [&str; 9] = [
     "settings",
     "history",
     "sent",
@@ -35,7 +35,6 @@ const RECORD_DIRS: [&str; 10] = [
     "plans",
     "deployed",
     "store/modules",
-    "bus/passwords",
     "bus",
 ];
 
@@ -70,18 +69,6 @@ pub struct Imported {
     pub keys: Vec<String>,
 }
 
-/// Every record key under `dir` in `records`, depth first, sorted.
-fn keys_under(records: &dyn RecordStore, dir: &str, out: &mut Vec<String>) -> Result<()> {
-    for name in records.list(dir)? {
-        let key = format!("{dir}/{name}");
-        if records.get(&key)?.is_some() {
-            out.push(key.clone());
-        }
-        keys_under(records, &key, out)?;
-    }
-    Ok(())
-}
-
 /// Copies the records of the home at `root` onto `target` (the bus's records), inventory last,
 /// and marks the home as moved.
 ///
@@ -98,28 +85,19 @@ pub fn import(root: &Path, target: &Home, bus_url: &str) -> Result<Imported> {
             target.records().name()
         );
     }
+    // No controller on this home plans or drives while its records are copied.
+    let _lock = crate::plans::PlansLock::acquire(&local)?;
     let source = DirRecords::new(root);
     let mut keys = Vec::new();
+    let controller_password = format!("bus/passwords/{}", mesh_bus::grants::CONTROLLER_USER);
     for dir in RECORD_DIRS {
-        let mut found = Vec::new();
-        if dir == "bus" {
-            // Only the bus's own records directly under `bus/`; passwords came before.
-            for name in source.list(dir)? {
-                let key = format!("{dir}/{name}");
-                if source.get(&key)?.is_some() {
-                    found.push(key);
-                }
-            }
-        } else {
-            keys_under(&source, dir, &mut found)?;
-        }
         keys.extend(
-            found.into_iter().filter(|key| {
-                *key != format!("bus/passwords/{}", mesh_bus::grants::CONTROLLER_USER)
-            }),
+            source
+                .keys_under(dir)?
+                .into_iter()
+                .filter(|key| *key != controller_password),
         );
     }
-    keys.dedup();
     keys.push(INVENTORY_FILE.to_owned());
     for key in &keys {
         let bytes = source

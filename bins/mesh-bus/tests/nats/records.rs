@@ -39,6 +39,10 @@ fn what_one_controller_writes_another_reads_and_lists() {
         vec!["mesh.json", "nodes"]
     );
     assert!(second.list("plans/plan-1.json").unwrap().is_empty());
+    assert_eq!(
+        second.keys_under("settings").unwrap(),
+        vec!["settings/web/mesh.json", "settings/web/nodes/a.json"]
+    );
     second.delete("settings/web/nodes/a.json").unwrap();
     second.delete("settings/web/nodes/a.json").unwrap();
     assert_eq!(second.get("settings/web/nodes/a.json").unwrap(), None);
