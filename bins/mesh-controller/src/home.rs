@@ -49,7 +49,7 @@ use serde_json::Value;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// The file under a home whose records were moved to a bus (`records import`): it names the
 /// bus, and a command run on the home without `--bus` is refused instead of reading the old
@@ -62,6 +62,9 @@ pub struct Home {
     root: PathBuf,
     records: Arc<dyn RecordStore>,
     on_bus: bool,
+    /// The token of the plans lease this process holds on the bus, if it holds one
+    /// ([`crate::lease`]).
+    lease: Arc<Mutex<Option<String>>>,
 }
 
 /// The format version of a settings history record.
@@ -91,6 +94,7 @@ impl Home {
             records: Arc::new(DirRecords::new(&root)),
             root,
             on_bus: false,
+            lease: Arc::default(),
         }
     }
 
@@ -100,6 +104,7 @@ impl Home {
             root: root.into(),
             records,
             on_bus: true,
+            lease: Arc::default(),
         }
     }
 
@@ -111,6 +116,30 @@ impl Home {
     /// Where the records are.
     pub fn records(&self) -> &dyn RecordStore {
         self.records.as_ref()
+    }
+
+    /// Where the records are, shared (for a thread of their own).
+    pub fn records_shared(&self) -> Arc<dyn RecordStore> {
+        Arc::clone(&self.records)
+    }
+
+    /// Where this process keeps the token of the plans lease it holds.
+    pub fn lease_slot(&self) -> Arc<Mutex<Option<String>>> {
+        Arc::clone(&self.lease)
+    }
+
+    /// Fails when this process held the plans lease on the bus and it was taken over: it must
+    /// write no more plans.
+    pub fn check_lease(&self) -> Result<()> {
+        let token = self
+            .lease
+            .lock()
+            .expect("the lease token lock is never poisoned")
+            .clone();
+        match token {
+            Some(token) if self.on_bus => crate::lease::check_held(self.records.as_ref(), &token),
+            _ => Ok(()),
+        }
     }
 
     /// Whether the records are on a bus (not files under the home).

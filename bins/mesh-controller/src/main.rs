@@ -11,6 +11,7 @@ mod demo;
 mod fleet;
 mod home;
 mod init;
+mod lease;
 mod plans;
 mod push;
 mod records;

@@ -128,8 +128,9 @@ impl Home {
         Ok(plans)
     }
 
-    /// Writes a plan record.
+    /// Writes a plan record — unless this controller's plans lease on the bus was taken over.
     pub fn write_plan(&self, record: &PlanRecord) -> Result<()> {
+        self.check_lease()?;
         self.put_json(&plan_key(&record.plan.id), record)
     }
 }
@@ -142,17 +143,32 @@ fn plan_number(id: &str) -> Option<u64> {
     id.strip_prefix("plan-")?.parse().ok()
 }
 
-/// An exclusive lock on the home's plans, held while planning or driving.
+/// An exclusive lock on the mesh's plans, held while planning or driving: a `flock` on
+/// `<home>/plans/.lock` when the records are the home's, a lease in the records on the bus
+/// ([`crate::lease`]) when they are the bus's, so that controllers on two machines exclude
+/// each other too.
 pub struct PlansLock {
-    _file: std::fs::File,
+    /// The home's lock file, held.
+    _file: Option<std::fs::File>,
+    /// The bus's lease, held.
+    _lease: Option<crate::lease::Lease>,
 }
 
 impl PlansLock {
-    /// Takes the lock, waiting while another controller holds it.
+    /// Takes the lock for `doing` (said to whoever waits for it), waiting while another
+    /// controller holds it.
     ///
     /// # Errors
-    /// When the lock file cannot be made or locked.
-    pub fn acquire(home: &Home) -> Result<PlansLock> {
+    /// When the lock file cannot be made or locked, or the lease cannot be read or written.
+    pub fn acquire(home: &Home, doing: &str) -> Result<PlansLock> {
+        if home.records_on_bus() {
+            let lease =
+                crate::lease::Lease::acquire(home.records_shared(), doing, home.lease_slot())?;
+            return Ok(PlansLock {
+                _file: None,
+                _lease: Some(lease),
+            });
+        }
         let dir = home.root().join("plans");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = dir.join(".lock");
@@ -164,7 +180,10 @@ impl PlansLock {
             .with_context(|| format!("opening {}", path.display()))?;
         rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
             .with_context(|| format!("locking {}", path.display()))?;
-        Ok(PlansLock { _file: file })
+        Ok(PlansLock {
+            _file: Some(file),
+            _lease: None,
+        })
     }
 }
 
@@ -234,7 +253,7 @@ pub async fn merge(
     let mut repo = home.repo(name)?;
     let commit = repos::resolve(&repo.path, commit.unwrap_or(&repo.branch))
         .with_context(|| format!("repository `{name}`"))?;
-    let _lock = PlansLock::acquire(home)?;
+    let _lock = PlansLock::acquire(home, &format!("merge {name}"))?;
     let plans = home.plans()?;
     if let Some(existing) = plans.iter().find(|p| {
         p.plan.repository == repo.name && p.plan.branch == repo.branch && p.plan.commit == commit
@@ -1214,7 +1233,7 @@ fn placeholder_definition(module: &str) -> mesh_model::module::ModuleDefinition 
 /// # Errors
 /// When there is no such plan, or it is not open.
 pub fn close(home: &Home, id: &str, note: &str) -> Result<PlanRecord> {
-    let _lock = PlansLock::acquire(home)?;
+    let _lock = PlansLock::acquire(home, &format!("plans close {id}"))?;
     let mut record = home.plan(id)?;
     record.plan.state = mesh_plan::close(&record.plan, note)?;
     home.write_plan(&record)?;
@@ -1226,7 +1245,7 @@ pub fn close(home: &Home, id: &str, note: &str) -> Result<PlanRecord> {
 /// # Errors
 /// As [`drive`]; naming a plan that is not open is an error.
 pub async fn drive_open(ctx: &Ctx<'_>, only: Option<&str>, mode: DriveMode) -> Result<Vec<Plan>> {
-    let _lock = PlansLock::acquire(ctx.home)?;
+    let _lock = PlansLock::acquire(ctx.home, "driving the open plans")?;
     let mut out = Vec::new();
     if let Some(id) = only {
         let record = ctx.home.plan(id)?;
@@ -1269,7 +1288,7 @@ pub async fn build_named(
     dry_run: bool,
 ) -> Result<Vec<NamedBuild>> {
     let home = ctx.home;
-    let _lock = PlansLock::acquire(home)?;
+    let _lock = PlansLock::acquire(home, &format!("build {}", modules.join(" ")))?;
     let mut out = Vec::new();
     for module in modules {
         let mut plans = home.plans()?;

@@ -86,7 +86,7 @@ pub fn import(root: &Path, target: &Home, bus_url: &str) -> Result<Imported> {
         );
     }
     // No controller on this home plans or drives while its records are copied.
-    let _lock = crate::plans::PlansLock::acquire(&local)?;
+    let _lock = crate::plans::PlansLock::acquire(&local, "records import")?;
     let source = DirRecords::new(root);
     let mut keys = Vec::new();
     let controller_password = format!("bus/passwords/{}", mesh_bus::grants::CONTROLLER_USER);

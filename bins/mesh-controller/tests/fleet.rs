@@ -625,3 +625,60 @@ fn records_move_to_the_bus_once_and_the_home_left_behind_is_not_read() {
     assert_eq!(bed.record("inventory.toml").unwrap(), before);
     assert!(bed.record("plans/plan-1.json").is_none());
 }
+
+/// On a fleet the plans lock is a lease on the bus: a controller on another machine that keeps
+/// renewing it keeps this one waiting, and one that stopped being heard has it taken over.
+#[test]
+fn the_plans_lease_on_the_bus_waits_for_a_live_holder_and_takes_over_a_silent_one() {
+    use mesh_store::record_store::RecordStore as _;
+    let bed = Bed::new(&[]);
+    let records = bed.records();
+    let lease = |beat: u64| {
+        serde_json::to_vec(&serde_json::json!({
+            "format": 1,
+            "holder": {
+                "host": "ctl-elsewhere.example",
+                "pid": 1,
+                "start-time": 0,
+                "doing": "merge cat",
+                "token": "theirs",
+            },
+            "beat": beat,
+        }))
+        .unwrap()
+    };
+    records.put("locks/plans", &lease(1)).unwrap();
+    let mut resume = bed
+        .command(&["plans", "resume"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The holder on the other machine renews its lease for a while: this controller waits.
+    for beat in 2..=8 {
+        std::thread::sleep(Duration::from_secs(1));
+        records.put("locks/plans", &lease(beat)).unwrap();
+        assert!(
+            resume.try_wait().unwrap().is_none(),
+            "plans resume went on while the lease was held"
+        );
+    }
+    // Then it is not heard from again: the lease is taken over once its beat stood still.
+    let out = resume.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr
+            .matches(
+                "waiting for the plans lock, held by merge cat (pid 1 on ctl-elsewhere.example)"
+            )
+            .count(),
+        1,
+        "{stderr}"
+    );
+    let after: serde_json::Value =
+        serde_json::from_slice(&records.get("locks/plans").unwrap().unwrap()).unwrap();
+    assert_eq!(after["holder"], serde_json::Value::Null, "{after}");
+    assert!(after["beat"].as_u64().unwrap() > 8, "{after}");
+}
