@@ -82,13 +82,19 @@ fn password_key(node: &str) -> String {
     format!("bus/passwords/{node}")
 }
 
-fn random_password() -> Result<String> {
-    let mut random = [0u8; 16];
+/// `bytes` random bytes from `/dev/urandom`, in hex; `what` they are for names them in an
+/// error.
+pub fn random_hex(bytes: usize, what: &str) -> Result<String> {
+    let mut random = vec![0u8; bytes];
     use std::io::Read as _;
     std::fs::File::open("/dev/urandom")
         .and_then(|mut file| file.read_exact(&mut random))
-        .context("reading /dev/urandom for a password")?;
+        .with_context(|| format!("reading /dev/urandom for {what}"))?;
     Ok(random.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn random_password() -> Result<String> {
+    random_hex(16, "a password")
 }
 
 /// `user`'s bus password (`controller` or a node's name), generated (random, 32 hex digits)

@@ -78,15 +78,6 @@ fn host_name() -> String {
         .unwrap_or_else(|_| "unknown-host".to_owned())
 }
 
-fn token() -> Result<String> {
-    let mut random = [0u8; 8];
-    use std::io::Read as _;
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut file| file.read_exact(&mut random))
-        .context("reading /dev/urandom for a lease token")?;
-    Ok(random.iter().map(|b| format!("{b:02x}")).collect())
-}
-
 fn parse(bytes: Option<&[u8]>) -> Result<LeaseRecord, String> {
     match bytes {
         None => Ok(LeaseRecord {
@@ -149,7 +140,7 @@ impl Lease {
             pid: me.pid,
             start_time: me.start_time,
             doing: doing.to_owned(),
-            token: token()?,
+            token: crate::fleet::random_hex(8, "a lease token")?,
         };
         // The holder's beat as this waiter last saw it change, and when (this clock only).
         let mut seen: Option<(Holder, u64, Instant)> = None;

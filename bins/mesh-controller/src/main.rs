@@ -638,19 +638,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Broker(BrokerCommand::Password { node }) => {
-            let inventory = home.inventory()?;
-            if !inventory.file.nodes.contains_key(&node) {
-                bail!(
-                    "there is no node `{node}` (nodes: {})",
-                    inventory
-                        .file
-                        .nodes
-                        .keys()
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-            }
+            push::require_node(&home.inventory()?, &node)?;
             println!("{}", fleet::password(&home, &node)?);
             Ok(ExitCode::SUCCESS)
         }

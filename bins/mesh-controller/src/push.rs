@@ -42,18 +42,7 @@ pub fn compose_nodes(home: &Home, checked: &Checked, nodes: &[String]) -> Result
     nodes
         .iter()
         .map(|node| {
-            if !inventory.file.nodes.contains_key(node) {
-                bail!(
-                    "`{node}` is not a node of this mesh; its nodes are: {}",
-                    inventory
-                        .file
-                        .nodes
-                        .keys()
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-            }
+            require_node(&inventory, node)?;
             mesh_plan::compose(catalogue, &inventory, node)
                 .with_context(|| format!("composing the declaration of `{node}`"))
         })
@@ -281,4 +270,24 @@ pub fn status(home: &Home) -> Result<Vec<NodeStatus>> {
             })
         })
         .collect()
+}
+
+/// Fails unless `node` is a node of the inventory, naming the nodes there are.
+///
+/// # Errors
+/// When it is not.
+pub fn require_node(inventory: &mesh_model::inventory::Inventory, node: &str) -> Result<()> {
+    if !inventory.file.nodes.contains_key(node) {
+        bail!(
+            "`{node}` is not a node of this mesh; its nodes are: {}",
+            inventory
+                .file
+                .nodes
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(())
 }
