@@ -28,6 +28,7 @@ pub mod archive;
 pub mod collect;
 pub mod keep;
 pub mod layout;
+pub mod lease;
 pub mod lock;
 pub mod manifest;
 pub mod record_store;

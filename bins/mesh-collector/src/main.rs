@@ -23,6 +23,7 @@ use mesh_store::collect::{
 };
 use mesh_store::keep::keep_set;
 use mesh_store::layout::OciLayoutStore;
+use mesh_store::lease::Lease;
 use mesh_store::lock::SweepLock;
 use mesh_store::record_store::{DirRecords, RecordStore};
 use mesh_store::records::read_module_records;
@@ -31,6 +32,7 @@ use mesh_store::sweep::{sweep, KeptState, ReleasedState, SweepReport};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 /// Keeps the mesh's store: holds every archive the mesh keeps, lets go of the rest, and
 /// collects what nothing holds.
@@ -78,6 +80,16 @@ enum Output {
     Text,
     /// One JSON document.
     Json,
+}
+
+impl Command {
+    /// The command's name, as typed.
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Sweep { .. } => "sweep",
+            Command::Collect { .. } => "collect",
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -165,9 +177,9 @@ fn main() -> ExitCode {
 
 /// Where the module records are: files under `--home`, or with `--bus` the controller's
 /// records bucket.
-fn open_records(cli: &Cli) -> anyhow::Result<Box<dyn RecordStore>> {
+fn open_records(cli: &Cli) -> anyhow::Result<Arc<dyn RecordStore>> {
     let Some(url) = &cli.bus else {
-        return Ok(Box::new(DirRecords::new(&cli.home)));
+        return Ok(Arc::new(DirRecords::new(&cli.home)));
     };
     let file = cli
         .bus_password_file
@@ -181,7 +193,7 @@ fn open_records(cli: &Cli) -> anyhow::Result<Box<dyn RecordStore>> {
         ..options
     })
     .with_context(|| format!("opening the controller's records on {url}"))?;
-    Ok(Box::new(records))
+    Ok(Arc::new(records))
 }
 
 /// Runs one command and prints its answer; returns the exit code.
@@ -194,7 +206,22 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
     let lock = SweepLock::acquire(&cli.home)
         .await
         .context("the store lock is shared with every publish")?;
-    let records = read_module_records(open_records(&cli)?.as_ref())?;
+    let store_records = open_records(&cli)?;
+    // On a fleet the controller publishes and records builds on its own machine, which this
+    // machine's lock does not reach: the plans lease on the bus (held by a controller while it
+    // builds) keeps every publish out for the whole run.
+    let _lease = match &cli.bus {
+        Some(_) => Some(
+            Lease::acquire(
+                Arc::clone(&store_records),
+                &format!("mesh-collector {}", cli.command.name()),
+                Arc::default(),
+            )
+            .context("taking the plans lock on the bus, so no build is published meanwhile")?,
+        ),
+        None => None,
+    };
+    let records = read_module_records(store_records.as_ref())?;
     let keep = keep_set(&records);
     let (answer, text) = match cli.command {
         Command::Sweep { dry_run } => {

@@ -145,6 +145,50 @@ fn on_a_fleet_the_records_are_read_from_the_bus() {
         3,
     );
     assert!(on_bus.contains("kept 5"), "{on_bus}");
+
+    // A controller on another machine holds the plans lock (it may be publishing a build):
+    // the collector waits until it is released.
+    let lease = |holder: serde_json::Value, beat: u64| {
+        let record = serde_json::json!({"format": 1, "holder": holder, "beat": beat});
+        records
+            .put("locks/plans", &serde_json::to_vec(&record).unwrap())
+            .unwrap();
+    };
+    let holder = serde_json::json!({
+        "host": "ctl.example", "pid": 1, "start-time": 0, "doing": "merge cat", "token": "t",
+    });
+    lease(holder.clone(), 1);
+    let mut waiting = Command::new(env!("CARGO_BIN_EXE_mesh-collector"))
+        .arg("--home")
+        .arg(home.path())
+        .args(["--store", &store, "--bus", &url, "sweep", "--dry-run"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    lease(holder, 2);
+    assert!(
+        waiting.try_wait().unwrap().is_none(),
+        "the collector swept while a controller held the plans lock"
+    );
+    lease(serde_json::Value::Null, 3);
+    let out = waiting.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("waiting for the plans lock, held by merge cat (pid 1 on ctl.example)"),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("kept 5"));
+    let after: serde_json::Value =
+        serde_json::from_slice(&records.get("locks/plans").unwrap().unwrap()).unwrap();
+    assert_eq!(
+        after["holder"],
+        serde_json::Value::Null,
+        "released after the run: {after}"
+    );
+
     // A bus that cannot be reached is an error, and nothing is let go.
     drop(records);
     drop(server);

@@ -63,7 +63,7 @@ pub struct Home {
     records: Arc<dyn RecordStore>,
     on_bus: bool,
     /// The token of the plans lease this process holds on the bus, if it holds one
-    /// ([`crate::lease`]).
+    /// (`mesh_store::lease`).
     lease: Arc<Mutex<Option<String>>>,
 }
 
@@ -137,7 +137,10 @@ impl Home {
             .expect("the lease token lock is never poisoned")
             .clone();
         match token {
-            Some(token) if self.on_bus => crate::lease::check_held(self.records.as_ref(), &token),
+            Some(token) if self.on_bus => Ok(mesh_store::lease::check_held(
+                self.records.as_ref(),
+                &token,
+            )?),
             _ => Ok(()),
         }
     }

@@ -11,7 +11,6 @@ mod demo;
 mod fleet;
 mod home;
 mod init;
-mod lease;
 mod plans;
 mod push;
 mod records;

@@ -145,13 +145,13 @@ fn plan_number(id: &str) -> Option<u64> {
 
 /// An exclusive lock on the mesh's plans, held while planning or driving: a `flock` on
 /// `<home>/plans/.lock` when the records are the home's, a lease in the records on the bus
-/// ([`crate::lease`]) when they are the bus's, so that controllers on two machines exclude
+/// (`mesh_store::lease`) when they are the bus's, so that controllers on two machines exclude
 /// each other too.
 pub struct PlansLock {
     /// The home's lock file, held.
     _file: Option<std::fs::File>,
     /// The bus's lease, held.
-    _lease: Option<crate::lease::Lease>,
+    _lease: Option<mesh_store::lease::Lease>,
 }
 
 impl PlansLock {
@@ -163,7 +163,8 @@ impl PlansLock {
     pub fn acquire(home: &Home, doing: &str) -> Result<PlansLock> {
         if home.records_on_bus() {
             let lease =
-                crate::lease::Lease::acquire(home.records_shared(), doing, home.lease_slot())?;
+                mesh_store::lease::Lease::acquire(home.records_shared(), doing, home.lease_slot())
+                    .context("taking the plans lock on the bus")?;
             return Ok(PlansLock {
                 _file: None,
                 _lease: Some(lease),

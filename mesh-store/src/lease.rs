@@ -1,22 +1,23 @@
-//! The plans lock on a fleet: a lease in the controller's records, so that two controllers on
-//! two machines never plan or drive at once — a flock excludes only the processes of one
-//! machine.
+//! A lock across machines: a lease in the mesh's records, so that two controllers on two
+//! machines never plan or drive at once, and a collector never sweeps while a controller
+//! publishes — a flock excludes only the processes of one machine. The controller holds the
+//! lease [`PLANS_LEASE`] while planning or driving (every publish and build record happens
+//! then), and so does the collector on a fleet for its whole run.
 //!
-//! The lease is the record `locks/plans` ([`LeaseRecord`]): who holds it, and a beat its holder
+//! The lease is the record [`PLANS_LEASE`] ([`LeaseRecord`]): who holds it, and a beat its holder
 //! bumps every [`RENEW`]. It is taken with compare-and-set ([`RecordStore::update`]) when it is
 //! free, when its holder is a process of this machine that is gone, or when its beat has not
 //! moved for [`STALE`] as this waiter saw it (its own clock only: no two machines' clocks are
 //! compared). A holder that finds the lease taken from it — it was not heard for [`STALE`] —
-//! writes no plan after that ([`crate::home::Home::write_plan`] checks), and says so.
+//! writes no plan after that (the controller checks [`check_held`] before every plan write),
+//! and says so.
 //!
 //! # Invariants
 //! - At most one live holder: every change of the record is a compare-and-set on its revision.
 //! - A controller killed on this machine never keeps the next one waiting; one gone on another
 //!   machine keeps it waiting [`STALE`] at most.
 
-use anyhow::{bail, Context, Result};
-use mesh_apply::window::ProcessIdentity;
-use mesh_store::record_store::RecordStore;
+use crate::record_store::{RecordStore, RecordStoreError};
 use serde::{Deserialize, Serialize};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -24,7 +25,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The record holding the lease.
-pub const LEASE_KEY: &str = "locks/plans";
+pub const PLANS_LEASE: &str = "locks/plans";
 
 /// The lease record's format.
 pub const LEASE_FORMAT: u32 = 1;
@@ -71,11 +72,73 @@ impl Holder {
     }
 }
 
+/// The start time of the live process `pid` (clock ticks after boot, `/proc/<pid>/stat` field
+/// 22), so a later process given the same pid is not taken for it; `None` when there is no
+/// such live process (a zombie is not live). mesh-apply's windows read the same field for the
+/// same reason.
+fn start_time_of(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ...`: comm may hold spaces and parentheses; state is field 3.
+    let fields: Vec<&str> = text[text.rfind(')')? + 1..].split_whitespace().collect();
+    if matches!(fields.first(), Some(&"Z") | Some(&"X")) {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
+}
+
+/// An error taking, keeping or checking a lease.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// The record could not be read or written.
+    #[error(transparent)]
+    Store(#[from] RecordStoreError),
+    /// The record is not a lease record of this format.
+    #[error("{0}")]
+    Record(String),
+    /// This process could not be known, or no token could be made.
+    #[error("{what}")]
+    Io {
+        /// What failed.
+        what: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The lease is held by another.
+    #[error(
+        "the plans lock was taken over by {holder} (this process was not heard for {stale} s); \
+         it stops here and writes no more"
+    )]
+    TakenOver {
+        /// Who holds it now.
+        holder: String,
+        /// [`STALE`], in seconds.
+        stale: u64,
+    },
+    /// The lease was released by another.
+    #[error(
+        "the plans lock was released by another process; this one stops here and writes no more"
+    )]
+    Released,
+}
+
 /// This machine's host name.
 fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|name| name.trim().to_owned())
         .unwrap_or_else(|_| "unknown-host".to_owned())
+}
+
+fn token() -> Result<String, LeaseError> {
+    let mut random = [0u8; 8];
+    use std::io::Read as _;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut file| file.read_exact(&mut random))
+        .map_err(|source| LeaseError::Io {
+            what: "reading /dev/urandom for a lease token".to_owned(),
+            source,
+        })?;
+    Ok(random.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 fn parse(bytes: Option<&[u8]>) -> Result<LeaseRecord, String> {
@@ -87,10 +150,10 @@ fn parse(bytes: Option<&[u8]>) -> Result<LeaseRecord, String> {
         }),
         Some(bytes) => {
             let record: LeaseRecord = serde_json::from_slice(bytes)
-                .map_err(|e| format!("{LEASE_KEY} is not a lease record: {e}"))?;
+                .map_err(|e| format!("{PLANS_LEASE} is not a lease record: {e}"))?;
             if record.format != LEASE_FORMAT {
                 return Err(format!(
-                    "{LEASE_KEY} has format {}, this build reads format {LEASE_FORMAT}",
+                    "{PLANS_LEASE} has format {}, this build reads format {LEASE_FORMAT}",
                     record.format
                 ));
             }
@@ -105,11 +168,7 @@ fn encode(record: &LeaseRecord) -> Vec<u8> {
 
 /// Whether `holder` is a process of this machine that is gone.
 fn gone_from_this_machine(holder: &Holder, host: &str) -> bool {
-    holder.host == host
-        && !matches!(
-            ProcessIdentity::of(holder.pid),
-            Ok(Some(p)) if p.start_time == holder.start_time
-        )
+    holder.host == host && start_time_of(holder.pid) != Some(holder.start_time)
 }
 
 /// The lease, held until dropped: renewed by a thread of its own, released on drop.
@@ -123,8 +182,8 @@ pub struct Lease {
 
 impl Lease {
     /// Takes the lease for `doing`, waiting (and saying so on standard error, once per holder)
-    /// while another live controller holds it. `current` is where the home keeps the token of
-    /// the lease it holds, so its plan writes can check it is still held.
+    /// while another live process holds it. `current` is where the caller keeps the token of
+    /// the lease it holds, so its writes can check it is still held ([`check_held`]).
     ///
     /// # Errors
     /// When the record cannot be read or written, or is not a lease record.
@@ -132,22 +191,26 @@ impl Lease {
         records: Arc<dyn RecordStore>,
         doing: &str,
         current: Arc<Mutex<Option<String>>>,
-    ) -> Result<Lease> {
+    ) -> Result<Lease, LeaseError> {
         let host = host_name();
-        let me = ProcessIdentity::current().context("reading this process's start time")?;
+        let pid = std::process::id();
+        let start_time = start_time_of(pid).ok_or_else(|| LeaseError::Io {
+            what: "reading this process's start time".to_owned(),
+            source: std::io::Error::other(format!("/proc/{pid}/stat has no start time")),
+        })?;
         let mine = Holder {
             host: host.clone(),
-            pid: me.pid,
-            start_time: me.start_time,
+            pid,
+            start_time,
             doing: doing.to_owned(),
-            token: crate::fleet::random_hex(8, "a lease token")?,
+            token: token()?,
         };
         // The holder's beat as this waiter last saw it change, and when (this clock only).
         let mut seen: Option<(Holder, u64, Instant)> = None;
         let mut said: Option<String> = None;
         loop {
             let mut held_by: Option<(Holder, u64)> = None;
-            let taken = records.update(LEASE_KEY, &mut |bytes| {
+            let taken = records.update(PLANS_LEASE, &mut |bytes| {
                 held_by = None;
                 let record = parse(bytes)?;
                 let free = match &record.holder {
@@ -187,9 +250,7 @@ impl Lease {
                     }
                     std::thread::sleep(Duration::from_millis(250));
                 }
-                (Err(error), None) => {
-                    return Err(error).context("taking the plans lock on the bus");
-                }
+                (Err(error), None) => return Err(error.into()),
             }
         }
         *current
@@ -204,7 +265,7 @@ impl Lease {
                     Err(mpsc::RecvTimeoutError::Timeout) => {}
                     _ => return,
                 }
-                let renewed = records.update(LEASE_KEY, &mut |bytes| {
+                let renewed = records.update(PLANS_LEASE, &mut |bytes| {
                     let record = parse(bytes)?;
                     match &record.holder {
                         Some(holder) if holder.token == token => Ok(encode(&LeaseRecord {
@@ -242,7 +303,7 @@ impl Drop for Lease {
             .lock()
             .expect("the lease token lock is never poisoned") = None;
         let token = self.token.clone();
-        let released = self.records.update(LEASE_KEY, &mut |bytes| {
+        let released = self.records.update(PLANS_LEASE, &mut |bytes| {
             let record = parse(bytes)?;
             match &record.holder {
                 Some(holder) if holder.token == token => Ok(encode(&LeaseRecord {
@@ -259,35 +320,30 @@ impl Drop for Lease {
     }
 }
 
-/// Fails unless the lease named by `token` is still held: a controller whose lease was taken
-/// over (it was not heard for [`STALE`]) writes no more plans.
+/// Fails unless the lease named by `token` is still held: a process whose lease was taken
+/// over (it was not heard for [`STALE`]) writes no more.
 ///
 /// # Errors
 /// When the lease is held by another, or cannot be read.
-pub fn check_held(records: &dyn RecordStore, token: &str) -> Result<()> {
-    let record = parse(records.get(LEASE_KEY)?.as_deref()).map_err(anyhow::Error::msg)?;
+pub fn check_held(records: &dyn RecordStore, token: &str) -> Result<(), LeaseError> {
+    let record = parse(records.get(PLANS_LEASE)?.as_deref()).map_err(LeaseError::Record)?;
     match &record.holder {
         Some(holder) if holder.token == token => Ok(()),
-        Some(holder) => bail!(
-            "the plans lock was taken over by {} (this controller was not heard for {} s); \
-             this controller stops here and writes no more plans",
-            holder.describe(),
-            STALE.as_secs()
-        ),
-        None => bail!(
-            "the plans lock was released by another controller; this controller stops here and \
-             writes no more plans"
-        ),
+        Some(holder) => Err(LeaseError::TakenOver {
+            holder: holder.describe(),
+            stale: STALE.as_secs(),
+        }),
+        None => Err(LeaseError::Released),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mesh_store::record_store::DirRecords;
+    use crate::record_store::DirRecords;
 
     fn record(records: &dyn RecordStore) -> LeaseRecord {
-        parse(records.get(LEASE_KEY).unwrap().as_deref()).unwrap()
+        parse(records.get(PLANS_LEASE).unwrap().as_deref()).unwrap()
     }
 
     fn other_holder(host: &str, pid: u32) -> Holder {
@@ -329,7 +385,7 @@ mod tests {
         gone.wait().unwrap();
         records
             .put(
-                LEASE_KEY,
+                PLANS_LEASE,
                 &encode(&LeaseRecord {
                     format: LEASE_FORMAT,
                     holder: Some(other_holder(&host_name(), pid)),
@@ -346,16 +402,17 @@ mod tests {
     }
 
     #[test]
-    fn a_lease_taken_over_stops_the_old_holders_plan_writes() {
+    fn a_lease_taken_over_is_no_longer_held() {
         let dir = tempfile::tempdir().unwrap();
         let records: Arc<dyn RecordStore> = Arc::new(DirRecords::new(dir.path()));
-        let home = crate::home::Home::on_bus(dir.path(), Arc::clone(&records));
-        let lease = Lease::acquire(Arc::clone(&records), "merge cat", home.lease_slot()).unwrap();
-        home.check_lease().unwrap();
+        let slot = Arc::new(Mutex::new(None));
+        let lease = Lease::acquire(Arc::clone(&records), "merge cat", Arc::clone(&slot)).unwrap();
+        let token = slot.lock().unwrap().clone().unwrap();
+        check_held(records.as_ref(), &token).unwrap();
         // Another controller took it over (this one was not heard for STALE).
         records
             .put(
-                LEASE_KEY,
+                PLANS_LEASE,
                 &encode(&LeaseRecord {
                     format: LEASE_FORMAT,
                     holder: Some(other_holder("ctl-2", 77)),
@@ -363,7 +420,9 @@ mod tests {
                 }),
             )
             .unwrap();
-        let error = home.check_lease().unwrap_err().to_string();
+        let error = check_held(records.as_ref(), &token)
+            .unwrap_err()
+            .to_string();
         assert!(
             error.contains("taken over by merge cat (pid 77 on ctl-2)"),
             "{error}"
@@ -371,7 +430,5 @@ mod tests {
         // Dropping the old lease leaves the new holder's record alone.
         drop(lease);
         assert_eq!(record(records.as_ref()).holder.unwrap().token, "theirs");
-        // A home that holds no lease writes as before.
-        home.check_lease().unwrap();
     }
 }
