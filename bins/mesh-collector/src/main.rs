@@ -52,7 +52,9 @@ struct Cli {
     home: PathBuf,
 
     /// A fleet's bus (NATS JetStream), e.g. nats://bus.example:4222: the module records are
-    /// the controller's, in its records bucket there, not files under --home.
+    /// the controller's, in its records bucket there, not files under --home; the collector
+    /// holds the controller's plans lock there for its whole run (no build is published
+    /// meanwhile on any machine), waiting while a controller holds it.
     #[arg(long, env = "MESH_BUS", value_name = "URL")]
     bus: Option<String>,
 

@@ -423,3 +423,36 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .with_context(|| format!("syncing {}", dir.display()))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_is_not_written_once_the_lease_was_taken_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let records: Arc<dyn RecordStore> = Arc::new(DirRecords::new(dir.path()));
+        let home = Home::on_bus(dir.path(), Arc::clone(&records));
+        home.check_lease().unwrap();
+        let lease = mesh_store::lease::Lease::acquire(
+            home.records_shared(),
+            "merge cat",
+            home.lease_slot(),
+        )
+        .unwrap();
+        home.check_lease().unwrap();
+        let mut record: Value = serde_json::from_slice(
+            &records
+                .get(mesh_store::lease::PLANS_LEASE)
+                .unwrap()
+                .unwrap(),
+        )
+        .unwrap();
+        record["holder"]["token"] = Value::from("another controller's");
+        home.put_json(mesh_store::lease::PLANS_LEASE, &record)
+            .unwrap();
+        let error = home.check_lease().unwrap_err().to_string();
+        assert!(error.contains("taken over by merge cat"), "{error}");
+        drop(lease);
+    }
+}
