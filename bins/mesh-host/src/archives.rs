@@ -15,15 +15,37 @@
 //!   applied as usual (mesh-apply's [`mesh_apply::apply_archived`]).
 //! - Nothing is taken from the cache or the store without its digest checked.
 //! - The cache is only ever added to by whole, checked archives (temporary file, then rename).
+//!
+//! # Pruning
+//! After every apply ([`crate::apply_received`]), [`prune_after_apply`] removes the cached
+//! archives the declaration just applied does not name, except the [`KEEP_UNNAMED`] most
+//! recently used of them (a revert, or the previous declaration sent again, needs no fetch). It
+//! also records which archives that declaration names ([`NAMED_RECORD`]), for `mesh-host
+//! archives` ([`list_cache`]).
+//!
+//! "Used" is this host's own record: an entry's modification time, set to the host's clock when
+//! the entry is written and every time it is read for an apply. No other machine's clock, and
+//! no build time, enters into it.
+//!
+//! Pruning never:
+//! - removes an archive the declaration just applied names;
+//! - removes anything but a cache entry: a regular file named by 64 hex digits directly in the
+//!   cache directory (other files, directories and symbolic links are left alone, and a
+//!   symbolic link is never followed; a cache directory that is itself a link is not pruned);
+//! - fails an apply: what it could not do is logged and returned, and the host says it in the
+//!   apply's report as a note (a finding, which the report format already carries).
 
 use mesh_apply::ArchivedContents;
 use mesh_model::build::ArchiveRef;
 use mesh_model::declaration::{Declaration, Spec};
 use mesh_store::archive::unpack_archive;
 use mesh_store::store::{open_store, ArchiveStore, StoreError, StoreSpec};
-use std::collections::BTreeMap;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::SystemTime;
 
 /// The directory, under a host's state directory, its archive cache lives in.
 pub const CACHE_DIR: &str = "archives";
@@ -67,8 +89,7 @@ impl ArchiveSource {
 
     /// Where the cache keeps an archive: `<state-dir>/archives/<hex of its digest>`.
     pub fn cache_path(&self, digest: &str) -> PathBuf {
-        self.cache
-            .join(digest.strip_prefix("sha256:").unwrap_or(digest))
+        self.cache.join(entry_name(digest))
     }
 
     /// The store's name, for messages.
@@ -79,12 +100,25 @@ impl ArchiveSource {
     }
 
     /// The archive's bytes from the cache, if an entry there is exactly them. An entry that is
-    /// not (corrupt, cut short) is removed, so it is fetched again.
+    /// not (corrupt, cut short) is removed, so it is fetched again. An entry used is marked so (its modification time set to now: see [Pruning](self)).
     fn cached(&self, archive: &ArchiveRef) -> Option<Vec<u8>> {
         let path = self.cache_path(&archive.digest);
-        let bytes = std::fs::read(&path).ok()?;
+        let mut file = std::fs::File::open(&path).ok()?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).ok()?;
         if bytes.len() as u64 == archive.size && mesh_model::sha256_digest(&bytes) == archive.digest
         {
+            // A link put in the cache is read through, but what it names is not touched.
+            let is_file = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_file());
+            let marked = if is_file {
+                file.set_modified(SystemTime::now())
+            } else {
+                Ok(())
+            };
+            if let Err(error) = marked {
+                // Only the order pruning keeps entries in is older than it should be.
+                tracing::warn!(path = %path.display(), %error, "cannot mark a cached archive used");
+            }
             return Some(bytes);
         }
         tracing::warn!(path = %path.display(), digest = %archive.digest, "a cached archive is not its digest: fetched again");
@@ -98,7 +132,11 @@ impl ArchiveSource {
         let path = self.cache_path(&archive.digest);
         let temp = path.with_extension("partial");
         let kept = std::fs::create_dir_all(&self.cache)
-            .and_then(|()| std::fs::write(&temp, bytes))
+            .and_then(|()| std::fs::File::create(&temp))
+            .and_then(|mut file| {
+                file.write_all(bytes)?;
+                file.set_modified(SystemTime::now())
+            })
             .and_then(|()| std::fs::rename(&temp, &path));
         if let Err(error) = kept {
             let _ = std::fs::remove_file(&temp);
@@ -199,4 +237,373 @@ pub async fn read_archived(declaration: &Declaration, source: &ArchiveSource) ->
         };
     }
     contents
+}
+
+/// How many cached archives that the declaration just applied does not name are kept after an
+/// apply: the most recently used ones.
+pub const KEEP_UNNAMED: usize = 3;
+
+/// The file, in the cache directory, recording the archives the last declaration applied names
+/// ([`NamedRecord`]).
+pub const NAMED_RECORD: &str = "named.json";
+
+/// The format of [`NAMED_RECORD`] this build writes and reads.
+pub const NAMED_RECORD_FORMAT: u32 = 1;
+
+/// The archives the last declaration applied names (on disk: [`NAMED_RECORD`], format
+/// [`NAMED_RECORD_FORMAT`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct NamedRecord {
+    /// The format version.
+    pub format: u32,
+    /// The digest of the declaration applied.
+    pub declaration: String,
+    /// The archives it names, by module.
+    pub archives: BTreeMap<String, ArchiveRef>,
+    /// When it was applied (seconds since the epoch, this host's clock).
+    pub applied_at: u64,
+}
+
+/// One archive in the cache.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CacheEntry {
+    /// `sha256:<hex>` (what the entry is named by; its bytes are checked when it is read).
+    pub digest: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// When this host last wrote it or read it for an apply (seconds since the epoch).
+    pub last_used: u64,
+    /// The modules of the last declaration applied whose archive it is; empty when that
+    /// declaration does not name it.
+    pub named_by: Vec<String>,
+    /// `last_used` to the precision the file system keeps (orders entries used within a
+    /// second).
+    #[serde(skip)]
+    used: SystemTime,
+}
+
+/// What the cache holds: `mesh-host archives`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CacheListing {
+    /// The cache directory.
+    pub cache: PathBuf,
+    /// The last declaration applied, as the cache recorded it (none: nothing recorded yet).
+    pub last_applied: Option<NamedRecord>,
+    /// Every entry, most recently used first.
+    pub archives: Vec<CacheEntry>,
+    /// What could not be read (an unreadable record, an entry whose metadata cannot be read).
+    pub problems: Vec<String>,
+}
+
+/// An archive's entry name in the cache: the hex of its digest.
+fn entry_name(digest: &str) -> &str {
+    digest.strip_prefix("sha256:").unwrap_or(digest)
+}
+
+/// Whether `name` is a cache entry's name: 64 lower-case hex digits.
+fn is_entry_name(name: &str) -> bool {
+    name.len() == 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+fn epoch_secs(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The cache's entries (regular files named by 64 hex digits, symbolic links not followed),
+/// most recently used first (then by digest), none of them named yet; and what could not be
+/// read.
+///
+/// # Errors
+/// The directory cannot be read (`NotFound`: there is no cache yet).
+fn entries(dir: &Path) -> std::io::Result<(Vec<CacheEntry>, Vec<String>)> {
+    let mut found = Vec::new();
+    let mut problems = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(error) => {
+                problems.push(format!("cannot list {}: {error}", dir.display()));
+                continue;
+            }
+        };
+        let name = entry.file_name();
+        let Some(name) = name.to_str().filter(|name| is_entry_name(name)) else {
+            continue;
+        };
+        // `DirEntry::metadata` does not follow a symbolic link: a link is not a file here.
+        let metadata = match entry.metadata() {
+            Ok(metadata) if metadata.file_type().is_file() => metadata,
+            Ok(_) => continue,
+            Err(error) => {
+                problems.push(format!("cannot read {}: {error}", entry.path().display()));
+                continue;
+            }
+        };
+        let used = metadata.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+        found.push(CacheEntry {
+            digest: format!("sha256:{name}"),
+            size: metadata.len(),
+            last_used: epoch_secs(used),
+            named_by: Vec::new(),
+            used,
+        });
+    }
+    found.sort_by(|a, b| b.used.cmp(&a.used).then_with(|| a.digest.cmp(&b.digest)));
+    Ok((found, problems))
+}
+
+/// Reads the record of the last declaration applied in the cache directory `dir`.
+fn read_named(dir: &Path) -> Result<Option<NamedRecord>, String> {
+    let path = dir.join(NAMED_RECORD);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
+    };
+    match serde_json::from_slice::<NamedRecord>(&bytes) {
+        Ok(record) if record.format == NAMED_RECORD_FORMAT => Ok(Some(record)),
+        Ok(record) => Err(format!(
+            "{} is format {}, this host reads {NAMED_RECORD_FORMAT}",
+            path.display(),
+            record.format
+        )),
+        Err(error) => Err(format!("{} is not a record: {error}", path.display())),
+    }
+}
+
+/// Writes the record of the last declaration applied (temporary file, then rename).
+fn write_named(dir: &Path, record: &NamedRecord) -> std::io::Result<()> {
+    let path = dir.join(NAMED_RECORD);
+    let temp = dir.join(format!(".{NAMED_RECORD}.new"));
+    let bytes = serde_json::to_vec_pretty(record).expect("a record always serializes");
+    let written = std::fs::write(&temp, bytes).and_then(|()| std::fs::rename(&temp, &path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written
+}
+
+/// What the cache under `state_dir` holds: every entry with its size, when it was last used,
+/// and which modules of the last declaration applied name it.
+///
+/// # Errors
+/// The cache directory exists and cannot be read (no cache yet is an empty listing).
+pub fn list_cache(state_dir: &Path) -> std::io::Result<CacheListing> {
+    let cache = state_dir.join(CACHE_DIR);
+    let (mut archives, mut problems) = match entries(&cache) {
+        Ok(found) => found,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => (Vec::new(), Vec::new()),
+        Err(error) => return Err(error),
+    };
+    let last_applied = read_named(&cache).unwrap_or_else(|problem| {
+        problems.push(problem);
+        None
+    });
+    if let Some(record) = &last_applied {
+        for entry in &mut archives {
+            entry.named_by = record
+                .archives
+                .iter()
+                .filter(|(_, archive)| archive.digest == entry.digest)
+                .map(|(module, _)| module.clone())
+                .collect();
+        }
+    }
+    Ok(CacheListing {
+        cache,
+        last_applied,
+        archives,
+        problems,
+    })
+}
+
+/// What a prune did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// The digests of the entries removed.
+    pub removed: Vec<String>,
+    /// What could not be done, each naming the path; empty when the prune went through.
+    pub problems: Vec<String>,
+}
+
+/// Removes from the cache directory `dir` every entry whose digest is not in `named`, except the
+/// `keep_unnamed` most recently used of them (see [Pruning](self)).
+///
+/// # Guarantees
+/// Only cache entries are removed (regular files named by 64 hex digits; a symbolic link is
+/// neither followed nor removed), never one in `named`; a cache directory that is a symbolic
+/// link, or not there, is left as it is. Nothing is returned as an error: what could not be
+/// done is in [`Pruned::problems`]. Idempotent: a second prune with the same `named` removes
+/// nothing more.
+pub fn prune_cache(dir: &Path, named: &BTreeSet<&str>, keep_unnamed: usize) -> Pruned {
+    let mut pruned = Pruned::default();
+    match std::fs::symlink_metadata(dir) {
+        Ok(metadata) if metadata.is_dir() => {}
+        Ok(metadata) if metadata.file_type().is_symlink() => {
+            pruned.problems.push(format!(
+                "{} is a symbolic link: the cache is not pruned through it (make it a \
+                 directory, mounted there if it must be on another disk)",
+                dir.display()
+            ));
+            return pruned;
+        }
+        Ok(_) => {
+            pruned
+                .problems
+                .push(format!("{} is not a directory", dir.display()));
+            return pruned;
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return pruned,
+        Err(error) => {
+            pruned
+                .problems
+                .push(format!("cannot read {}: {error}", dir.display()));
+            return pruned;
+        }
+    }
+    let (found, problems) = match entries(dir) {
+        Ok(found) => found,
+        Err(error) => {
+            pruned
+                .problems
+                .push(format!("cannot list {}: {error}", dir.display()));
+            return pruned;
+        }
+    };
+    pruned.problems.extend(problems);
+    let unnamed = found
+        .iter()
+        .filter(|entry| !named.contains(entry_name(&entry.digest)));
+    for entry in unnamed.skip(keep_unnamed) {
+        let path = dir.join(entry_name(&entry.digest));
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                tracing::info!(digest = %entry.digest, size = entry.size, "removed an archive no declaration here names from the cache");
+                pruned.removed.push(entry.digest.clone());
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => pruned
+                .problems
+                .push(format!("cannot remove {}: {error}", path.display())),
+        }
+    }
+    pruned
+}
+
+/// After `declaration` was applied: records the archives it names and prunes the cache under
+/// `state_dir` ([`prune_cache`], keeping [`KEEP_UNNAMED`]). A host that has no cache directory
+/// (it never cached an archive) does nothing.
+///
+/// # Guarantees
+/// Never fails and never removes an archive `declaration` names. Returns what went wrong, as
+/// one sentence for the report (also logged), or `None`.
+pub fn prune_after_apply(
+    state_dir: &Path,
+    declaration: &Declaration,
+    declaration_digest: &str,
+    now: u64,
+) -> Option<String> {
+    let dir = state_dir.join(CACHE_DIR);
+    if matches!(std::fs::symlink_metadata(&dir), Err(error) if error.kind() == std::io::ErrorKind::NotFound)
+    {
+        return None;
+    }
+    let named: BTreeSet<&str> = declaration
+        .archives
+        .values()
+        .map(|archive| entry_name(&archive.digest))
+        .collect();
+    let mut pruned = prune_cache(&dir, &named, KEEP_UNNAMED);
+    if std::fs::symlink_metadata(&dir).is_ok_and(|metadata| metadata.is_dir()) {
+        let record = NamedRecord {
+            format: NAMED_RECORD_FORMAT,
+            declaration: declaration_digest.to_owned(),
+            archives: declaration.archives.clone(),
+            applied_at: now,
+        };
+        if let Err(error) = write_named(&dir, &record) {
+            pruned.problems.push(format!(
+                "cannot record the archives it names in {}: {error}",
+                dir.join(NAMED_RECORD).display()
+            ));
+        }
+    }
+    if pruned.problems.is_empty() {
+        return None;
+    }
+    let note = format!(
+        "the archive cache {} could not be pruned as it should (it may keep growing; the apply \
+         is not affected): {}",
+        dir.display(),
+        pruned.problems.join("; ")
+    );
+    tracing::warn!("{note}");
+    Some(note)
+}
+
+/// A size for people: bytes, KiB, MiB or GiB.
+fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 3] = ["KiB", "MiB", "GiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut size = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while size >= 1024.0 && unit + 1 < UNITS.len() {
+        size /= 1024.0;
+        unit += 1;
+    }
+    format!("{size:.1} {}", UNITS[unit])
+}
+
+/// `mesh-host archives` as a person reads it: a summary line, then one line per archive (most
+/// recently used first), then what could not be read.
+pub fn render_listing(listing: &CacheListing) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let total: u64 = listing.archives.iter().map(|entry| entry.size).sum();
+    let _ = writeln!(
+        out,
+        "{}: {} archive(s), {}",
+        listing.cache.display(),
+        listing.archives.len(),
+        human_size(total)
+    );
+    match &listing.last_applied {
+        Some(record) => {
+            let _ = writeln!(
+                out,
+                "last declaration applied: {} at {}, naming {} archive(s)",
+                crate::short(&record.declaration),
+                crate::format_time(record.applied_at),
+                record.archives.len()
+            );
+        }
+        None => out.push_str("last declaration applied: none recorded\n"),
+    }
+    for entry in &listing.archives {
+        let named = if entry.named_by.is_empty() {
+            "-".to_owned()
+        } else {
+            format!("named ({})", entry.named_by.join(", "))
+        };
+        let _ = writeln!(
+            out,
+            "  {}  {:>10}  used {}  {named}",
+            entry.digest,
+            human_size(entry.size),
+            crate::format_time(entry.last_used)
+        );
+    }
+    for problem in &listing.problems {
+        let _ = writeln!(out, "  note: {problem}");
+    }
+    out
 }

@@ -16,6 +16,8 @@
 //! - A report names the digest of the declaration as it was sent (the rollout gate compares
 //!   it), whatever was read from archives to apply it.
 //! - An archive that cannot be had fails only the files read from it ([`archives`]).
+//! - Pruning the archive cache after an apply never removes an archive the declaration names,
+//!   nor anything the host did not make, and never fails the apply ([`prune_archive_cache`]).
 
 pub mod archives;
 pub mod serve;
@@ -115,19 +117,45 @@ pub async fn receive(
 /// Applies a received declaration and returns the report to publish. The report names the
 /// digest of the declaration as sent; an archived file that could not be read is reported
 /// failed with the reason, and nothing of it is written.
+///
+/// After the apply, the host's archive cache is pruned ([`archives::prune_after_apply`]): the
+/// archives the declaration names and the few most recently used others are kept. A prune that
+/// could not be done never changes the outcome ([`prune_archive_cache`]).
 pub fn apply_received(config: &HostConfig, received: &Received, now: u64) -> Report {
     let Received {
         declaration,
         contents,
     } = received;
     match mesh_apply::apply_archived(config, declaration, contents, now) {
-        Ok(report) => report,
+        Ok(mut report) => {
+            prune_archive_cache(config, declaration, &mut report);
+            report
+        }
         Err(error) => refused(
             &declaration.node,
             declaration.digest(),
             format!("apply refused, nothing applied: {error}"),
             now,
         ),
+    }
+}
+
+/// Prunes the host's archive cache after `declaration` was applied
+/// ([`archives::prune_after_apply`]) and notes in `report` what could not be done: a finding
+/// naming the cache — unless the report has no resources, where a finding would read as a
+/// refused declaration: then it is only logged.
+pub fn prune_archive_cache(config: &HostConfig, declaration: &Declaration, report: &mut Report) {
+    let note = archives::prune_after_apply(
+        &config.state_dir,
+        declaration,
+        &report.declaration,
+        report.finished_at,
+    );
+    if let Some(message) = note.filter(|_| !report.resources.is_empty()) {
+        report.findings.push(Finding {
+            resource: String::new(),
+            message,
+        });
     }
 }
 

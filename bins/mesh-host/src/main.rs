@@ -1,5 +1,6 @@
 //! `mesh-host`: the host agent's command line. `apply` applies a declaration file by hand;
-//! `window` runs a maintenance step with containers held still (the `window` module).
+//! `window` runs a maintenance step with containers held still (the `window` module);
+//! `archives` lists the archive cache.
 
 mod containers;
 mod window;
@@ -83,6 +84,15 @@ enum Command {
         #[arg(long, value_name = "SECS", default_value_t = 30)]
         first_retry: u64,
     },
+    /// Lists the archive cache (`<state-dir>/archives`): each archive's digest, size, when this
+    /// host last used it, and whether the last declaration applied names it.
+    ///
+    /// After every apply the host removes the cached archives that declaration does not name,
+    /// except the 3 most recently used (so going back to a previous declaration needs no
+    /// fetch). It removes nothing else: not a file it did not make, not a symbolic link. A
+    /// prune that could not be done is logged and noted in the apply's report; the apply
+    /// itself is never failed by it.
+    Archives,
     /// Maintenance windows: run a step (a backup, a migration) with containers held still, and
     /// list the open windows. Every apply on this machine leaves held containers alone and
     /// reports them `held-still`; see `window run --help`.
@@ -118,6 +128,19 @@ fn run() -> Result<ExitCode> {
                 matches!(cli.output, Output::Json),
                 mesh_host::now(),
             )
+        }
+        Command::Archives => {
+            let listing = mesh_host::archives::list_cache(&cli.state_dir).with_context(|| {
+                format!(
+                    "reading the archive cache under {}",
+                    cli.state_dir.display()
+                )
+            })?;
+            match cli.output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&listing)?),
+                Output::Text => print!("{}", mesh_host::archives::render_listing(&listing)),
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::Serve {
             heartbeat,
@@ -166,7 +189,10 @@ fn run() -> Result<ExitCode> {
                 &contents,
                 mesh_host::now(),
             ) {
-                Ok(report) => report,
+                Ok(mut report) => {
+                    mesh_host::prune_archive_cache(&config, &declaration, &mut report);
+                    report
+                }
                 Err(error) => {
                     eprintln!("error: apply refused, nothing applied: {error}");
                     return Ok(ExitCode::from(2));

@@ -26,6 +26,9 @@
 //!   stops; nothing is left half-written by the stop itself.
 //! - Every failure — a report that cannot be published, a consumer that cannot be read — is
 //!   logged and retried; the daemon never exits because the bus went away.
+//! - After every apply the archive cache is pruned ([`crate::archives::prune_after_apply`],
+//!   through [`crate::apply_received`]); a prune that could not be done is a note in the report,
+//!   never a failed apply.
 //!
 //! What it must never do: apply a declaration for another node (refused by
 //! [`crate::parse`]), or apply outside its root.
