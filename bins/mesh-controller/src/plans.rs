@@ -32,7 +32,7 @@ use mesh_model::declaration::Declaration;
 use mesh_model::inventory::Inventory;
 use mesh_model::module::{load_catalogue, Catalogue, CatalogueSource, ModuleDefinition};
 use mesh_model::plan::{ModuleRollout, Plan, PlanState, RolloutOutcome};
-use mesh_model::report::Report;
+use mesh_model::report::{MachineState, Report};
 use mesh_plan::rollout::{
     step, Action, BusFirst, Event, NodeProgress, RolloutNode, RolloutSpec, RolloutState, Stage,
     Verdict,
@@ -88,6 +88,10 @@ pub struct ModuleWork {
     /// What each node had been sent before this rollout (a revert sends it back).
     #[serde(default)]
     pub before: BTreeMap<String, Declaration>,
+    /// Nodes sent back what they ran before (`on-failure = "revert"`): node → the digest of
+    /// the declaration sent back.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub reverted: BTreeMap<String, String>,
 }
 
 impl Home {
@@ -1063,7 +1067,7 @@ async fn roll_out(
             )
         }
     };
-    let mut reverted: Option<String> = None;
+    let mut reverted: Option<(String, String)> = None;
     let mut last_tick = tokio::time::Instant::now();
     loop {
         while let Some(event) = events.pop_front() {
@@ -1117,12 +1121,16 @@ async fn roll_out(
                     Action::Revert { node, .. } => {
                         match record.work[module].before.get(&node) {
                             Some(before) => {
+                                let digest = before.digest();
                                 fleet.send(home, before).await?;
                                 ctx.progress.line(&format!(
                                     "  `{module}`: sent `{node}` back what it ran before ({})",
-                                    mesh_host::short(&before.digest())
+                                    mesh_host::short(&digest)
                                 ));
-                                reverted = Some(node);
+                                if let Some(work) = record.work.get_mut(module) {
+                                    work.reverted.insert(node.clone(), digest.clone());
+                                }
+                                reverted = Some((node, digest));
                             }
                             None => ctx.progress.line(&format!(
                                 "  `{module}`: nothing to send `{node}` back to: it was never sent before"
@@ -1177,12 +1185,17 @@ async fn roll_out(
             events.push_back(Event::Tick);
         }
     }
-    if let Some(node) = reverted {
-        // Hear the reverted node's report, so status shows what it runs now.
+    if let Some((node, digest)) = reverted {
+        // Hear the reverted node's report of what it was sent back, so status shows what it
+        // runs now. Not any report of the node: a fleet host's heartbeat repeating its report
+        // of the failed declaration may be heard first.
         let until = tokio::time::Instant::now() + Duration::from_secs(30);
         while tokio::time::Instant::now() < until {
             if let Some(report) = fleet.next_report(home, Duration::from_secs(1)).await? {
-                if report.node == node {
+                if report.node == node
+                    && report.declaration == digest
+                    && report.machine != MachineState::MidChange
+                {
                     break;
                 }
             }

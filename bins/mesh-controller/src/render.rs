@@ -244,6 +244,14 @@ fn plans_status(overview: &Overview) -> String {
                 where_stopped(&stopped.node),
                 stopped.reason
             );
+            if let Some(digest) = &stopped.reverted {
+                let _ = writeln!(
+                    out,
+                    "    `{}` was sent back what it ran before ({})",
+                    stopped.node,
+                    short(digest)
+                );
+            }
         }
     }
     if !overview.attention.is_empty() {
@@ -401,7 +409,13 @@ fn module_line(record: &PlanRecord, module: &str) -> String {
         match &rollout.outcome {
             Some(RolloutOutcome::Done) => parts.push("done".to_owned()),
             Some(RolloutOutcome::Stopped { node, reason }) => {
-                parts.push(format!("{}: {reason}", where_stopped(node)))
+                parts.push(format!("{}: {reason}", where_stopped(node)));
+                if let Some(digest) = work.and_then(|w| w.reverted.get(node)) {
+                    parts.push(format!(
+                        "`{node}` sent back what it ran before ({})",
+                        short(digest)
+                    ));
+                }
             }
             None => {}
         }

@@ -66,6 +66,9 @@ pub struct StoppedRollout {
     pub node: String,
     /// Why.
     pub reason: String,
+    /// The declaration the node was sent back, when the module says `on-failure = "revert"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reverted: Option<String>,
 }
 
 /// A node whose last report says it is stuck, mid-change, or has a window open.
@@ -136,6 +139,11 @@ pub fn overview(home: &Home, now: u64) -> Result<Overview> {
                     module: module.clone(),
                     node: node.clone(),
                     reason: reason.clone(),
+                    reverted: record
+                        .work
+                        .get(module)
+                        .and_then(|work| work.reverted.get(node))
+                        .cloned(),
                 });
             }
         }
@@ -398,6 +406,7 @@ mod tests {
                 module: "notes".into(),
                 node: String::new(),
                 reason: "`notes` at cat 0123456789ab does not validate".into(),
+                reverted: None,
             }],
             attention: Vec::new(),
         };

@@ -381,3 +381,123 @@ fn a_host_killed_mid_apply_reports_mid_change_and_the_rollout_goes_on_once_it_co
     let report = json(&bed.record("reports/a.json").unwrap());
     assert_eq!(report["machine"], "converged", "{report}");
 }
+
+/// ADR 0218 §2 over the bus: with `on-failure = "revert"`, a first node that fails the new
+/// build is sent back the declaration it ran before and converges on it again; no other node is
+/// sent the new build, and the plan and `status` name the revert.
+#[test]
+fn a_failed_first_node_is_sent_back_what_it_ran_over_the_bus_when_the_module_says_revert() {
+    let (bed, _registry, repo) = setup(&["a", "b"]);
+    let revert = "on-failure = \"revert\"\n";
+    commit_base(&repo, "v1\n", revert, "", "base v1, revert on failure");
+    bed.expect(&["merge", "cat"], 0);
+    let nodes = ["bus", "a", "b"];
+    for node in nodes {
+        assert_eq!(hello(&bed, node), "v1\n", "{node}");
+    }
+    let sent_v1: Vec<String> = nodes
+        .iter()
+        .map(|node| bed.record(&format!("sent/{node}.json")).unwrap())
+        .collect();
+    let status = json(&bed.expect(&["status", "--output", "json"], 0));
+    let v1_of_a = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node"] == "a")
+        .unwrap()["sent"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // v2 changes the file and gives `alice`, an account no node has, a membership: `a` (first
+    // by name) writes the new file and fails the membership.
+    commit_base(
+        &repo,
+        "v2\n",
+        revert,
+        "\n[memberships.audio]\naccount = \"alice\"\ngroup = \"audio\"\n",
+        "base v2, alice plays audio",
+    );
+    let run = bed.run(&["merge", "cat"]);
+    let out = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert_eq!(run.status.code(), Some(3), "{}", text(&run));
+    let sent = line_of(&out, "`base`: sent `a` (first)");
+    let stopped = line_of(&out, "`base`: stopped at `a`: base/membership/audio");
+    let back = line_of(
+        &out,
+        &format!(
+            "`base`: sent `a` back what it ran before ({})",
+            &v1_of_a[..19]
+        ),
+    );
+    assert!(sent < stopped && stopped < back, "{out}");
+    assert!(
+        !out.contains("sent `b`") && !out.contains("sent `bus`"),
+        "{out}"
+    );
+
+    // `a` runs the old build again: its file was written back and its report is of the old
+    // declaration, converged. The others were sent nothing: what they were last sent is their
+    // v1 declaration.
+    for node in nodes {
+        assert_eq!(hello(&bed, node), "v1\n", "{node}");
+    }
+    for (node, v1) in nodes.iter().zip(&sent_v1) {
+        assert_eq!(
+            bed.record(&format!("sent/{node}.json")).as_ref(),
+            Some(v1),
+            "{node}"
+        );
+    }
+    let report = json(&bed.record("reports/a.json").unwrap());
+    assert_eq!(report["declaration"], v1_of_a.as_str(), "{report}");
+    assert_eq!(report["machine"], "converged", "{report}");
+    assert_eq!(
+        report["resources"]["base/file/hello"],
+        serde_json::json!({"outcome": "applied", "changed": ["content"]}),
+        "{report}"
+    );
+
+    // The plan stopped at `a`, sent nobody else, and names the revert; so does `status`.
+    let record = plan(&bed, "plan-2");
+    assert_eq!(record["plan"]["state"]["state"], "stopped", "{record}");
+    assert_eq!(record["plan"]["state"]["node"], "a", "{record}");
+    let rollout = &record["plan"]["rollouts"]["base"];
+    assert_eq!(rollout["first"], "a", "{rollout}");
+    let sends: Vec<&String> = rollout["sends"].as_object().unwrap().keys().collect();
+    assert_eq!(sends, ["a"], "{rollout}");
+    assert_eq!(rollout["outcome"]["node"], "a", "{rollout}");
+    assert_eq!(
+        record["work"]["base"]["reverted"],
+        serde_json::json!({ "a": v1_of_a }),
+        "{record}"
+    );
+    let status = json(&bed.expect(&["status", "--output", "json"], 0));
+    let stopped = &status["stopped"][0];
+    assert_eq!(stopped["node"], "a", "{status}");
+    assert_eq!(stopped["reverted"], v1_of_a.as_str(), "{status}");
+    let node_a = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node"] == "a")
+        .unwrap();
+    assert_eq!(node_a["current"], true, "{node_a}");
+    let shown = bed.expect(&["plans", "show", "plan-2"], 0);
+    assert!(
+        shown.contains(&format!(
+            "; `a` sent back what it ran before ({})\n",
+            &v1_of_a[..19]
+        )),
+        "{shown}"
+    );
+    let shown = bed.expect(&["status"], 0);
+    assert!(
+        shown.contains(&format!(
+            "    `a` was sent back what it ran before ({})\n",
+            &v1_of_a[..19]
+        )),
+        "{shown}"
+    );
+}
