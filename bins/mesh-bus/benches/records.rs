@@ -17,10 +17,11 @@
 //!    5,000 / 1,000 should be about 5×; the empty listing is the fixed cost), beside
 //!    `DirRecords::keys_under` over the same keys in a temporary directory. The 5,000 are in
 //!    the bucket of a second loopback server, so the two sizes can be listed in turn;
-//! 4. the thread-per-call overhead: `KvRecords::get` against the same `kv::Store::get` awaited
-//!    directly on a runtime, with its parts measured apart (`block_on` onto a one-worker
-//!    runtime from the calling thread; an empty scoped thread spawned and joined) and together
-//!    (the two rebuilt here, as `KvRecords` does them).
+//! 4. the per-call overhead: `KvRecords::get` (a call handed to its runtime's worker, the answer
+//!    waited for on the caller's thread) against the same `kv::Store::get` awaited directly on a
+//!    runtime, beside `block_on` onto a one-worker runtime from the calling thread, an empty
+//!    scoped thread spawned and joined, and the two together (how `KvRecords` called until the
+//!    first runs of this benchmark showed it doubled every call).
 //!
 //! Blocks of each way alternate, so drift on this noisy machine touches them alike. Only
 //! ratios are to be read: absolute times move with the machine's load.
@@ -301,11 +302,11 @@ fn main() {
         ratio(records_put.p90, raw_publish.p90),
         ratio(direct_put.p50, raw_publish.p50)
     );
-    println!("4. thread-per-call");
+    println!("4. per-call overhead");
     show("kv::Store::get awaited on a runtime", direct_get);
     show("  block_on onto a 1-worker runtime, same thread", hop_get);
     show("  a scoped thread spawned and joined, empty", scoped_thread);
-    show("  both, rebuilt here (KvRecords' way)", scoped_hop_get);
+    show("  both (KvRecords' first way)", scoped_hop_get);
     show("KvRecords::get", records_get);
     println!(
         "  ratio KvRecords::get / awaited kv::Store::get (p50): {:.2}×  (+{:.1?}; \

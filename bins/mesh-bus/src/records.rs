@@ -4,9 +4,9 @@
 //! restarted, or started on another machine, reads the same record and resumes from it.
 //!
 //! [`KvRecords`] is mesh-store's [`RecordStore`] over that bucket. Its calls are blocking,
-//! like the file records they stand in for: each runs on a small runtime of its own (one
-//! worker thread, which also carries the connection), from a thread of its own, so it may be
-//! called from inside or outside any other runtime.
+//! like the file records they stand in for: each is handed to a small runtime of its own (one
+//! worker thread, which also carries the connection) and waited for on the caller's thread, so
+//! it may be called from inside or outside any other runtime.
 //!
 //! # Guarantees
 //! - A `put` returns once the server has stored it (the JetStream acknowledgement).
@@ -60,17 +60,20 @@ impl Drop for KvRecords {
     }
 }
 
-/// Runs `future` to completion on `runtime` from a thread of its own.
-fn block_on<T: Send>(
+/// Runs `future` on `runtime` and waits for its answer on this thread: the runtime's own
+/// worker drives it (and the connection), so the caller may be inside another runtime or none,
+/// and no thread is made per call.
+fn call<T: Send + 'static>(
     runtime: &tokio::runtime::Runtime,
-    future: impl Future<Output = T> + Send,
+    future: impl Future<Output = T> + Send + 'static,
 ) -> T {
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| runtime.block_on(future))
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })
+    let (answer, answered) = std::sync::mpsc::sync_channel(1);
+    runtime.spawn(async move {
+        let _ = answer.send(future.await);
+    });
+    answered
+        .recv()
+        .unwrap_or_else(|_| panic!("a call on the records' runtime panicked"))
 }
 
 impl KvRecords {
@@ -90,8 +93,9 @@ impl KvRecords {
                 bucket: RECORDS_BUCKET.to_owned(),
                 source: source.into(),
             })?;
-        let opened = block_on(&runtime, async {
-            let bus = NatsBus::connect(options).await?;
+        let connecting = options.clone();
+        let opened = call(&runtime, async move {
+            let bus = NatsBus::connect(&connecting).await?;
             let store = open_bucket(&bus.jetstream()).await?;
             Ok::<_, NatsError>((bus, store))
         });
@@ -111,10 +115,15 @@ impl KvRecords {
         })
     }
 
-    fn run<T: Send>(&self, future: impl Future<Output = T> + Send) -> T {
-        block_on(
+    /// Runs what `with` makes of the bucket on the records' runtime, and waits for it.
+    fn run<T, F>(&self, with: impl FnOnce(kv::Store) -> F) -> T
+    where
+        T: Send + 'static,
+        F: Future<Output = T> + Send + 'static,
+    {
+        call(
             self.runtime.as_ref().expect("the runtime lives until drop"),
-            future,
+            with(self.store.clone()),
         )
     }
 
@@ -131,9 +140,9 @@ impl KvRecords {
         if !dir.is_empty() {
             self.checked(dir)?;
         }
-        self.run(async {
+        self.run(|store| async move {
             let mut keys = Vec::new();
-            let mut stream = self.store.keys().await?;
+            let mut stream = store.keys().await?;
             while let Some(key) = stream.next().await {
                 keys.push(key?);
             }
@@ -181,24 +190,27 @@ impl RecordStore for KvRecords {
 
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, RecordStoreError> {
         self.checked(key)?;
-        self.run(self.store.get(key))
+        let owned = key.to_owned();
+        self.run(|store| async move { store.get(owned).await })
             .map(|value| value.map(|bytes| bytes.to_vec()))
             .map_err(|e| self.error("read", key, e))
     }
 
     fn put(&self, key: &str, bytes: &[u8]) -> Result<(), RecordStoreError> {
         self.checked(key)?;
-        self.run(self.store.put(key, bytes.to_vec().into()))
+        let (owned, value) = (key.to_owned(), bytes.to_vec());
+        self.run(|store| async move { store.put(owned, value.into()).await })
             .map(drop)
             .map_err(|e| self.error("write", key, e))
     }
 
     fn delete(&self, key: &str) -> Result<(), RecordStoreError> {
         self.checked(key)?;
-        self.run(async {
-            match self.store.entry(key).await? {
+        let owned = key.to_owned();
+        self.run(|store| async move {
+            match store.entry(owned.clone()).await? {
                 Some(entry) if entry.operation == Operation::Put => {
-                    self.store.delete(key).await?;
+                    store.delete(owned).await?;
                 }
                 _ => {}
             }
@@ -230,8 +242,9 @@ impl RecordStore for KvRecords {
     fn update(&self, key: &str, change: &mut Change<'_>) -> Result<Vec<u8>, RecordStoreError> {
         self.checked(key)?;
         for _ in 0..UPDATE_TRIES {
+            let owned = key.to_owned();
             let entry = self
-                .run(self.store.entry(key))
+                .run(|store| async move { store.entry(owned).await })
                 .map_err(|e| self.error("read", key, e))?;
             let (current, revision) = match &entry {
                 Some(entry) if entry.operation == Operation::Put => {
@@ -242,13 +255,19 @@ impl RecordStore for KvRecords {
             let new = change(current.as_deref()).map_err(|why| self.error("update", key, why))?;
             let written = match revision {
                 Some(revision) => self
-                    .run(self.store.update(key, new.clone().into(), revision))
+                    .run(|store| {
+                        let (owned, value) = (key.to_owned(), new.clone());
+                        async move { store.update(owned, value.into(), revision).await }
+                    })
                     .map_err(|e| match e.kind() {
                         UpdateErrorKind::WrongLastRevision => None,
                         _ => Some(self.error("write", key, e)),
                     }),
                 None => self
-                    .run(self.store.create(key, new.clone().into()))
+                    .run(|store| {
+                        let (owned, value) = (key.to_owned(), new.clone());
+                        async move { store.create(owned, value.into()).await }
+                    })
                     .map_err(|e| match e.kind() {
                         CreateErrorKind::AlreadyExists => None,
                         _ => Some(self.error("write", key, e)),
