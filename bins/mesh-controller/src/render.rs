@@ -197,6 +197,11 @@ pub fn nodes(nodes: &[NodeStatus]) -> String {
                         out.push_str(&outcome_line(id, outcome));
                     }
                 }
+                // What the host said a person should know (a new login, a cache it could
+                // not prune): status is where it is seen, not only the push that heard it.
+                for finding in &report.findings {
+                    out.push_str(&finding_line(finding));
+                }
             }
         }
     }
