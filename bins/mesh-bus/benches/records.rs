@@ -34,6 +34,10 @@ use mesh_store::record_store::{DirRecords, RecordStore};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+#[path = "support/summary.rs"]
+mod summary;
+use summary::{summarize, Summary};
+
 /// The size of every record and payload.
 const RECORD: usize = 2048;
 /// Untimed calls of each way before measuring.
@@ -53,28 +57,10 @@ const SIZES: [usize; 3] = [0, 1_000, 5_000];
 /// The key read and written by the get and put measurements.
 const KEY: &str = "inventory/bench.json";
 
-/// p50, p90, p99 of some samples.
-#[derive(Clone, Copy)]
-struct Summary {
-    p50: Duration,
-    p90: Duration,
-    p99: Duration,
-}
-
-fn summarize(mut samples: Vec<Duration>) -> Summary {
-    samples.sort();
-    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
-    Summary {
-        p50: at(0.50),
-        p90: at(0.90),
-        p99: at(0.99),
-    }
-}
-
 fn show(name: &str, s: Summary) {
     println!(
-        "  {name:<50} p50 {:>9.1?}  p90 {:>9.1?}  p99 {:>9.1?}",
-        s.p50, s.p90, s.p99
+        "  {name:<50} p50 {:>9.1?}  p90 {:>9.1?}  p99 {:>9.1?}  mean {:>9.1?}",
+        s.p50, s.p90, s.p99, s.mean
     );
 }
 

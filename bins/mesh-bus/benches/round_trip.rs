@@ -16,29 +16,15 @@ use mesh_bus::nats_server::NatsServer;
 use mesh_bus::{Bus, InProcessBus, NatsBus, NatsOptions};
 use std::time::{Duration, Instant};
 
+#[path = "support/summary.rs"]
+mod summary;
+use summary::{summarize, Summary};
+
 const PAYLOAD: usize = 256;
 const WARM_UP: usize = 200;
 const BLOCKS: usize = 10;
 const PER_BLOCK: usize = 300;
 const TIMEOUT: Duration = Duration::from_secs(5);
-
-struct Summary {
-    p50: Duration,
-    p90: Duration,
-    p99: Duration,
-    mean: Duration,
-}
-
-fn summarize(mut samples: Vec<Duration>) -> Summary {
-    samples.sort();
-    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
-    Summary {
-        p50: at(0.50),
-        p90: at(0.90),
-        p99: at(0.99),
-        mean: samples.iter().sum::<Duration>() / samples.len() as u32,
-    }
-}
 
 fn show(name: &str, s: &Summary) {
     println!(

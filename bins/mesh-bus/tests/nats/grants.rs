@@ -7,8 +7,7 @@ use async_nats::jetstream::Context;
 use futures_util::StreamExt;
 use mesh_bus::grants::{authorization_config, BusAuthorization, NodeGrants};
 use mesh_bus::jetstream::{
-    declaration_consumer, ensure_bucket, ensure_declaration_consumer, ensure_streams,
-    DECLARATIONS_STREAM,
+    declaration_consumer, ensure_bucket, ensure_declaration_consumer, DECLARATIONS_STREAM,
 };
 use mesh_bus::nats::Refusal;
 use mesh_bus::nats_server::NatsServer;
@@ -69,15 +68,8 @@ fn quick(bus: &NatsBus) -> Context {
 #[tokio::test]
 async fn a_host_is_refused_another_nodes_declarations_and_reports() {
     let config = authorization_config(&grants(&[])).unwrap();
-    let server = NatsServer::start_with_config(&config).unwrap_or_else(|e| panic!("{e}"));
-    let controller = NatsBus::connect(&NatsOptions::for_controller(
-        server.url(),
-        "controller-secret",
-    ))
-    .await
-    .unwrap();
+    let (server, controller) = super::secured(&config).await;
     let js = controller.jetstream();
-    ensure_streams(&js).await.unwrap();
     for name in ["home", "laptop"] {
         ensure_declaration_consumer(&js, name).await.unwrap();
     }
@@ -203,13 +195,7 @@ async fn put_and_get(js: &Context, bucket: &str) -> Result<(), String> {
 #[tokio::test]
 async fn a_node_granted_a_new_bucket_can_use_it() {
     let config = authorization_config(&grants(&["agent"])).unwrap();
-    let server = NatsServer::start_with_config(&config).unwrap_or_else(|e| panic!("{e}"));
-    let controller = NatsBus::connect(&NatsOptions::for_controller(
-        server.url(),
-        "controller-secret",
-    ))
-    .await
-    .unwrap();
+    let (server, controller) = super::secured(&config).await;
     let js = controller.jetstream();
     for bucket in ["agent", "media"] {
         ensure_bucket(&js, bucket).await.unwrap();

@@ -24,3 +24,19 @@ pub async fn connect(server: &NatsServer) -> NatsBus {
         .await
         .unwrap_or_else(|error| panic!("{error}"))
 }
+
+/// A server started with `authorization` (the text the bus node is sent), and the controller
+/// connected to it as its user (password `controller-secret`) with the mesh's streams made.
+pub async fn secured(authorization: &str) -> (NatsServer, NatsBus) {
+    let server = NatsServer::start_with_config(authorization).unwrap_or_else(|e| panic!("{e}"));
+    let controller = NatsBus::connect(&NatsOptions::for_controller(
+        server.url(),
+        "controller-secret",
+    ))
+    .await
+    .unwrap_or_else(|error| panic!("{error}"));
+    mesh_bus::jetstream::ensure_streams(&controller.jetstream())
+        .await
+        .unwrap();
+    (server, controller)
+}

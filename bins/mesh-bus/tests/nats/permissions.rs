@@ -6,10 +6,10 @@ use mesh_bus::grants::{
     authorization_config, node_permissions, permissions_in_config, BusAuthorization, NodeGrants,
     Permissions,
 };
-use mesh_bus::jetstream::{ensure_bucket, ensure_streams, REPORTS_STREAM};
+use mesh_bus::jetstream::{ensure_bucket, REPORTS_STREAM};
 use mesh_bus::nats_server::{NatsServer, USERS_FILE};
 use mesh_bus::probe::{prove_permissions, Unproven};
-use mesh_bus::{NatsBus, NatsOptions};
+use mesh_bus::NatsOptions;
 use std::time::Duration;
 
 fn authorization(home_buckets: &[&str], home_subjects: &[&str]) -> BusAuthorization {
@@ -65,15 +65,8 @@ async fn a_permissions_only_change_is_proven_only_once_the_server_reloaded_it() 
     let before = authorization(&["agent"], &["media.scan", "media.done"]);
     let after = authorization(&["agent", "media"], &["media.scan"]);
     let config = authorization_config(&before).unwrap();
-    let server = NatsServer::start_with_config(&config).unwrap_or_else(|e| panic!("{e}"));
-    let controller = NatsBus::connect(&NatsOptions::for_controller(
-        server.url(),
-        "controller-secret",
-    ))
-    .await
-    .unwrap();
+    let (server, controller) = super::secured(&config).await;
     let js = controller.jetstream();
-    ensure_streams(&js).await.unwrap();
     for bucket in ["agent", "media"] {
         ensure_bucket(&js, bucket).await.unwrap();
     }
