@@ -61,6 +61,46 @@ fn setup() -> (Mesh, Repo, String) {
     (mesh, repo, first)
 }
 
+/// [`setup`] with its first commit merged: every module planned, built and rolled out.
+fn first_commit_merged() -> (Mesh, Repo) {
+    let (mesh, repo, _) = setup();
+    mesh.expect(&["merge", "cat"], 0);
+    (mesh, repo)
+}
+
+/// Writes a new `site` into `repo` (its page and the module's `extra` lines), uncommitted.
+fn write_site(repo: &Repo, page: &str, extra: &str) {
+    let [a, b] = site_module(page, extra);
+    repo.write(&[(&a.0, &a.1), (&b.0, &b.1)]);
+}
+
+/// `site`'s extra lines putting `alice` in group `audio`, which no node has until a test adds
+/// it: `control`, first by name, fails the new `site` and its rollout stops there.
+const ALICE_IN_AUDIO: &str = "\n[memberships.audio]\naccount = \"alice\"\ngroup = \"audio\"\n";
+
+/// Commits a second note and merges it with `--plan-only`: plan-2 is open, `notes` not built.
+fn plan_a_second_note(mesh: &Mesh, repo: &Repo) {
+    repo.write(&[("modules/notes/files/note.txt", "second note\n")]);
+    repo.commit("notes: second");
+    mesh.expect(&["merge", "cat", "--plan-only"], 0);
+}
+
+/// A JSON record in the controller's home (`deployed/site.json`, `store/modules/site.json`).
+fn home_json(mesh: &Mesh, path: impl AsRef<std::path::Path>) -> Value {
+    json(&std::fs::read_to_string(mesh.home().join(path)).unwrap())
+}
+
+/// `push --all` (after the controller's `options`) leaves every resource on every node unchanged.
+fn assert_a_push_changes_nothing(mesh: &Mesh, options: &[&str]) {
+    let args = [options, &["push", "--all", "--output", "json"]].concat();
+    let push = json(&mesh.expect(&args, 0));
+    for node in push.as_array().unwrap() {
+        for (id, outcome) in node["report"]["resources"].as_object().unwrap() {
+            assert_eq!(outcome["outcome"], "unchanged", "{id}");
+        }
+    }
+}
+
 fn names(repo: &Repo) -> Vec<(&str, &str)> {
     // Leaked for the test's life: a handful of short strings.
     repo.commit_names()
@@ -129,30 +169,19 @@ fn the_first_merge_plans_every_module_in_tiers_and_rolls_them_out() {
     );
     // Every build is in the store, recorded, and deployed.
     for module in ["site", "notes", "tools"] {
-        let record = json(
-            &std::fs::read_to_string(mesh.home().join(format!("store/modules/{module}.json")))
-                .unwrap(),
-        );
-        let deployed = json(
-            &std::fs::read_to_string(mesh.home().join(format!("deployed/{module}.json"))).unwrap(),
-        );
+        let record = home_json(&mesh, format!("store/modules/{module}.json"));
+        let deployed = home_json(&mesh, format!("deployed/{module}.json"));
         assert_eq!(record["current"], deployed["archive"], "{module}");
         assert_eq!(deployed["commit"], first.as_str());
     }
     // A push after the rollout composes from what is deployed: nothing changes.
-    let push = json(&mesh.expect(&["push", "--all", "--output", "json"], 0));
-    for node in push.as_array().unwrap() {
-        for (id, outcome) in node["report"]["resources"].as_object().unwrap() {
-            assert_eq!(outcome["outcome"], "unchanged", "{id}");
-        }
-    }
+    assert_a_push_changes_nothing(&mesh, &[]);
 }
 
 /// Seed issue 252: a merge's changed modules were read wrong in both directions.
 #[test]
 fn two_commits_changing_one_module_plan_one_module_each() {
-    let (mesh, repo, _) = setup();
-    mesh.expect(&["merge", "cat"], 0);
+    let (mesh, repo) = first_commit_merged();
 
     repo.write(&[("modules/notes/files/note.txt", "second note\n")]);
     repo.commit("notes: second");
@@ -174,8 +203,7 @@ fn two_commits_changing_one_module_plan_one_module_each() {
     );
 
     // A change to `site` plans it and what depends on it, in tiers.
-    let [a, b] = site_module("v2\n", "");
-    repo.write(&[(&a.0, &a.1), (&b.0, &b.1)]);
+    write_site(&repo, "v2\n", "");
     repo.commit("site: v2");
     mesh.expect(&["merge", "cat"], 0);
     let fourth = plan(&mesh, "plan-4");
@@ -208,8 +236,7 @@ fn a_merge_heard_twice_makes_one_plan() {
 
 #[test]
 fn a_root_file_means_every_module_and_identical_builds_are_not_redeployed() {
-    let (mesh, repo, _) = setup();
-    mesh.expect(&["merge", "cat"], 0);
+    let (mesh, repo) = first_commit_merged();
     let sent_before = Mesh::snapshot_tree(&mesh.home().join("sent"));
     repo.write(&[("README.md", "the catalogue, described\n")]);
     repo.commit("readme");
@@ -228,8 +255,7 @@ fn a_root_file_means_every_module_and_identical_builds_are_not_redeployed() {
 /// have; `home` and `laptop` have it, and are never sent the new build.
 #[test]
 fn a_commit_breaking_a_module_on_its_first_node_stops_the_rollout_there() {
-    let (mesh, repo, _) = setup();
-    mesh.expect(&["merge", "cat"], 0);
+    let (mesh, repo) = first_commit_merged();
     for node in ["home", "laptop"] {
         let etc = mesh.root(node).join("etc");
         for (file, line) in [("group", "audio:x:63:\n"), ("gshadow", "audio:*::\n")] {
@@ -238,20 +264,11 @@ fn a_commit_breaking_a_module_on_its_first_node_stops_the_rollout_there() {
             std::fs::write(etc.join(file), text).unwrap();
         }
     }
-    let [a, b] = site_module(
-        "v2\n",
-        "\n[memberships.audio]\naccount = \"alice\"\ngroup = \"audio\"\n",
-    );
-    repo.write(&[(&a.0, &a.1), (&b.0, &b.1)]);
+    write_site(&repo, "v2\n", ALICE_IN_AUDIO);
     let broken = repo.commit("site: v2, alice plays audio");
-    let run = mesh.run(&["merge", "cat"]);
-    assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
-    assert!(
-        run.stdout.contains("`site`: sent `control` (first)"),
-        "{}",
-        run.stdout
-    );
-    assert!(!run.stdout.contains("sent `home`"), "{}", run.stdout);
+    let out = mesh.expect(&["merge", "cat"], 3);
+    assert!(out.contains("`site`: sent `control` (first)"), "{out}");
+    assert!(!out.contains("sent `home`"), "{out}");
 
     // The other nodes keep the old build.
     assert_eq!(read(&mesh, "home", "srv/www/index.html"), "v1\n");
@@ -266,10 +283,9 @@ fn a_commit_breaking_a_module_on_its_first_node_stops_the_rollout_there() {
     assert_eq!(plan["plan"]["rollouts"]["tools"]["outcome"], Value::Null);
     // The deployed build is still the old one, and it stays the store's current build (the one
     // the keep set keeps because the mesh runs it); the new build is recorded beside it.
-    let deployed = json(&std::fs::read_to_string(mesh.home().join("deployed/site.json")).unwrap());
+    let deployed = home_json(&mesh, "deployed/site.json");
     assert_ne!(deployed["commit"], broken.as_str());
-    let record =
-        json(&std::fs::read_to_string(mesh.home().join("store/modules/site.json")).unwrap());
+    let record = home_json(&mesh, "store/modules/site.json");
     assert_eq!(record["current"], deployed["archive"]);
     assert_eq!(record["builds"].as_array().unwrap().len(), 2);
     assert_eq!(record["builds"][1]["commit"], broken.as_str());
@@ -291,28 +307,21 @@ fn a_commit_breaking_a_module_on_its_first_node_stops_the_rollout_there() {
 
 #[test]
 fn a_module_that_does_not_validate_fails_its_build_and_stops_the_plan_naming_the_problems() {
-    let (mesh, repo, _) = setup();
-    mesh.expect(&["merge", "cat"], 0);
+    let (mesh, repo) = first_commit_merged();
     repo.write(&[(
         "modules/notes/module.toml",
         "name = \"notes\"\n\n[files.note]\nsource = \"files/missing.txt\"\npath = \"/etc/notes.txt\"\n",
     )]);
     repo.commit("notes: broken");
-    let run = mesh.run(&["merge", "cat"]);
-    assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
-    assert!(
-        run.stdout.contains("the build of `notes` failed"),
-        "{}",
-        run.stdout
-    );
-    assert!(run.stdout.contains("files/missing.txt"), "{}", run.stdout);
+    let out = mesh.expect(&["merge", "cat"], 3);
+    assert!(out.contains("the build of `notes` failed"), "{out}");
+    assert!(out.contains("files/missing.txt"), "{out}");
     assert_eq!(read(&mesh, "laptop", "etc/notes.txt"), "first note\n");
 }
 
 #[test]
 fn a_dependency_cycle_among_the_affected_modules_is_named_and_makes_no_plan() {
-    let (mesh, repo, _) = setup();
-    mesh.expect(&["merge", "cat"], 0);
+    let (mesh, repo) = first_commit_merged();
     repo.write(&[
         (
             "modules/notes/module.toml",
@@ -338,13 +347,10 @@ fn a_dependency_cycle_among_the_affected_modules_is_named_and_makes_no_plan() {
 /// --behind` and `push --behind` take their lists from there.
 #[test]
 fn behind_lists_exactly_what_the_open_plans_have_not_finished() {
-    let (mesh, repo, _) = setup();
-    mesh.expect(&["merge", "cat"], 0);
+    let (mesh, repo) = first_commit_merged();
     assert!(behind(&mesh).is_empty());
 
-    repo.write(&[("modules/notes/files/note.txt", "second note\n")]);
-    repo.commit("notes: second");
-    mesh.expect(&["merge", "cat", "--plan-only"], 0);
+    plan_a_second_note(&mesh, &repo);
     assert_eq!(
         behind(&mesh),
         [("notes".into(), "build".into(), "plan-2".into())]
@@ -369,11 +375,8 @@ fn behind_lists_exactly_what_the_open_plans_have_not_finished() {
 /// unbuilt modules; the older plan ends superseded and is never driven.
 #[test]
 fn a_newer_merge_supersedes_an_open_plan_and_folds_in_its_unbuilt_modules() {
-    let (mesh, repo, _) = setup();
-    mesh.expect(&["merge", "cat"], 0);
-    repo.write(&[("modules/notes/files/note.txt", "second note\n")]);
-    repo.commit("notes: second");
-    mesh.expect(&["merge", "cat", "--plan-only"], 0);
+    let (mesh, repo) = first_commit_merged();
+    plan_a_second_note(&mesh, &repo);
 
     repo.write(&[("modules/tools/files/tool.sh", "#!/bin/sh\necho two\n")]);
     repo.commit("tools: two");
@@ -418,11 +421,8 @@ fn a_newer_merge_supersedes_an_open_plan_and_folds_in_its_unbuilt_modules() {
 
 #[test]
 fn a_closed_plan_ends_and_is_never_resumed() {
-    let (mesh, repo, _) = setup();
-    mesh.expect(&["merge", "cat"], 0);
-    repo.write(&[("modules/notes/files/note.txt", "second note\n")]);
-    repo.commit("notes: second");
-    mesh.expect(&["merge", "cat", "--plan-only"], 0);
+    let (mesh, repo) = first_commit_merged();
+    plan_a_second_note(&mesh, &repo);
     let out = mesh.expect(
         &[
             "plans",
@@ -465,11 +465,8 @@ fn a_closed_plan_ends_and_is_never_resumed() {
 /// send.
 #[test]
 fn a_dry_run_build_records_nothing() {
-    let (mesh, repo, _) = setup();
-    mesh.expect(&["merge", "cat"], 0);
-    repo.write(&[("modules/notes/files/note.txt", "second note\n")]);
-    repo.commit("notes: second");
-    mesh.expect(&["merge", "cat", "--plan-only"], 0);
+    let (mesh, repo) = first_commit_merged();
+    plan_a_second_note(&mesh, &repo);
     let home_before = Mesh::snapshot_tree(mesh.home());
     let out = mesh.expect(&["build", "notes", "--dry-run", "--output", "json"], 0);
     let dry = json(&out);
@@ -487,15 +484,14 @@ fn a_dry_run_build_records_nothing() {
     let real = json(&mesh.expect(&["build", "notes", "--output", "json"], 0));
     assert_eq!(real[0]["build"]["archive"], dry[0]["build"]["archive"]);
     assert_eq!(real[0]["plan"], "plan-2");
-    let record =
-        json(&std::fs::read_to_string(mesh.home().join("store/modules/notes.json")).unwrap());
+    let record = home_json(&mesh, "store/modules/notes.json");
     let builds = record["builds"].as_array().unwrap();
     assert_eq!(
         builds.last().unwrap()["archive"],
         real[0]["build"]["archive"]
     );
     // Not rolled out yet: the store's current build stays the one the mesh runs.
-    let deployed = json(&std::fs::read_to_string(mesh.home().join("deployed/notes.json")).unwrap());
+    let deployed = home_json(&mesh, "deployed/notes.json");
     assert_eq!(record["current"], deployed["archive"]);
     assert_ne!(deployed["archive"], real[0]["build"]["archive"]);
 }
@@ -519,8 +515,7 @@ fn plans_resume_drives_an_open_plan_to_the_end() {
 /// ADR 0218 §2: with `on-failure = "revert"` the first node is sent back what it ran before.
 #[test]
 fn a_failed_first_node_is_sent_back_what_it_ran_when_the_module_says_revert() {
-    let (mesh, repo, _) = setup();
-    mesh.expect(&["merge", "cat"], 0);
+    let (mesh, repo) = first_commit_merged();
     let before = std::fs::read(mesh.home().join("sent/control.json")).unwrap();
     repo.write(&[
         (
@@ -530,13 +525,10 @@ fn a_failed_first_node_is_sent_back_what_it_ran_when_the_module_says_revert() {
         ("modules/site/files/index.html", "v2\n"),
     ]);
     repo.commit("site: v2, alice plays audio, revert on failure");
-    let run = mesh.run(&["merge", "cat"]);
-    assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
+    let out = mesh.expect(&["merge", "cat"], 3);
     assert!(
-        run.stdout
-            .contains("`site`: sent `control` back what it ran before"),
-        "{}",
-        run.stdout
+        out.contains("`site`: sent `control` back what it ran before"),
+        "{out}"
     );
     // control runs the old build again: its page is back, and what it was sent is the old
     // declaration.
@@ -551,8 +543,7 @@ fn a_failed_first_node_is_sent_back_what_it_ran_when_the_module_says_revert() {
 /// `upgrade = "together"` sends every node at once: no node goes first.
 #[test]
 fn a_together_module_is_sent_to_every_node_at_once() {
-    let (mesh, repo, _) = setup();
-    mesh.expect(&["merge", "cat"], 0);
+    let (mesh, repo) = first_commit_merged();
     repo.write(&[
         (
             "modules/site/module.toml",
@@ -584,10 +575,8 @@ fn a_together_module_is_sent_to_every_node_at_once() {
 fn a_controller_killed_mid_merge_resumes_where_it_was() {
     let mut interrupted = 0;
     for delay_ms in [10u64, 30, 50, 70, 80, 90, 100, 110, 120, 135, 160, 200] {
-        let (mesh, repo, _) = setup();
-        mesh.expect(&["merge", "cat"], 0);
-        let [a, b] = site_module("v2\n", "");
-        repo.write(&[(&a.0, &a.1), (&b.0, &b.1)]);
+        let (mesh, repo) = first_commit_merged();
+        write_site(&repo, "v2\n", "");
         let commit = repo.commit("site: v2");
         let mut child = mesh.spawn(&["merge", "cat"]);
         std::thread::sleep(std::time::Duration::from_millis(delay_ms));
@@ -625,8 +614,7 @@ fn a_controller_killed_mid_merge_resumes_where_it_was() {
             .collect();
         assert_eq!(for_commit.len(), 1, "killed after {delay_ms} ms: {plans}");
         assert_eq!(for_commit[0]["state"]["state"], "done", "{plans}");
-        let deployed =
-            json(&std::fs::read_to_string(mesh.home().join("deployed/site.json")).unwrap());
+        let deployed = home_json(&mesh, "deployed/site.json");
         assert_eq!(deployed["commit"], commit.as_str());
     }
     assert!(
@@ -639,12 +627,8 @@ fn a_controller_killed_mid_merge_resumes_where_it_was() {
 /// and the plan ends stopped once nothing else is left to do.
 #[test]
 fn a_stopped_module_holds_back_its_dependents_and_the_others_go_on() {
-    let (mesh, repo, _) = setup();
-    mesh.expect(&["merge", "cat"], 0);
-    let [a, b] = site_module(
-        "v2\n",
-        "\n[memberships.audio]\naccount = \"alice\"\ngroup = \"audio\"\n",
-    );
+    let (mesh, repo) = first_commit_merged();
+    let [a, b] = site_module("v2\n", ALICE_IN_AUDIO);
     repo.write(&[
         (&a.0, &a.1),
         (&b.0, &b.1),
@@ -652,13 +636,10 @@ fn a_stopped_module_holds_back_its_dependents_and_the_others_go_on() {
         ("modules/tools/files/tool.sh", "#!/bin/sh\necho two\n"),
     ]);
     repo.commit("site breaks on control; notes and tools change");
-    let run = mesh.run(&["merge", "cat"]);
-    assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
+    let out = mesh.expect(&["merge", "cat"], 3);
     assert!(
-        run.stdout
-            .contains("plan-2: `tools` is built from `site`, which stopped: left as it is"),
-        "{}",
-        run.stdout
+        out.contains("plan-2: `tools` is built from `site`, which stopped: left as it is"),
+        "{out}"
     );
     let plan = plan(&mesh, "plan-2");
     assert_eq!(
@@ -685,13 +666,8 @@ fn a_stopped_module_holds_back_its_dependents_and_the_others_go_on() {
 /// closes a later plan that took it in; a push sends what the mesh runs (the deployed builds).
 #[test]
 fn a_stopped_rollout_stays_in_status_until_a_person_settles_it() {
-    let (mesh, repo, _) = setup();
-    mesh.expect(&["merge", "cat"], 0);
-    let [a, b] = site_module(
-        "v2\n",
-        "\n[memberships.audio]\naccount = \"alice\"\ngroup = \"audio\"\n",
-    );
-    repo.write(&[(&a.0, &a.1), (&b.0, &b.1)]);
+    let (mesh, repo) = first_commit_merged();
+    write_site(&repo, "v2\n", ALICE_IN_AUDIO);
     repo.commit("site breaks on control");
     mesh.expect(&["merge", "cat"], 3);
     let stopped = |mesh: &Mesh| {
@@ -701,8 +677,7 @@ fn a_stopped_rollout_stays_in_status_until_a_person_settles_it() {
             .len()
     };
     assert_eq!(stopped(&mesh), 1);
-    let [a, b] = site_module("v3\n", "");
-    repo.write(&[(&a.0, &a.1), (&b.0, &b.1)]);
+    write_site(&repo, "v3\n", "");
     repo.commit("site: v3, no audio");
     mesh.expect(&["merge", "cat", "--plan-only"], 0);
     assert_eq!(stopped(&mesh), 1, "an open plan has not settled it");
@@ -724,9 +699,7 @@ fn a_merge_publishes_to_a_registry_store_and_sends_compose_from_it() {
     mesh.expect(&["--store", &store, "merge", "cat"], 0);
     let tags = registry.get("/v2/mesh/archives/tags/list").unwrap();
     for module in ["notes", "site", "tools"] {
-        let record = json(
-            &std::fs::read_to_string(mesh.home().join(format!("deployed/{module}.json"))).unwrap(),
-        );
+        let record = home_json(&mesh, format!("deployed/{module}.json"));
         let hex = record["archive"]["digest"]
             .as_str()
             .unwrap()
@@ -739,12 +712,7 @@ fn a_merge_publishes_to_a_registry_store_and_sends_compose_from_it() {
         "nothing went to the default store"
     );
     // Sends compose the deployed modules from the registry: nothing changes.
-    let push = json(&mesh.expect(&["--store", &store, "push", "--all", "--output", "json"], 0));
-    for node in push.as_array().unwrap() {
-        for (id, outcome) in node["report"]["resources"].as_object().unwrap() {
-            assert_eq!(outcome["outcome"], "unchanged", "{id}");
-        }
-    }
+    assert_a_push_changes_nothing(&mesh, &["--store", &store]);
     // Without the registry the deployed builds cannot be read, and the push says so.
     let run = mesh.run(&["push", "--all"]);
     assert_eq!(run.code, 1);
@@ -781,22 +749,16 @@ fn a_merge_naming_a_bus_that_cannot_be_reached_changes_nothing() {
 /// a link, straight from git's objects, and the module's build fails naming it.
 #[test]
 fn a_symbolic_link_in_git_fails_the_modules_build_naming_it() {
-    let (mesh, repo, _) = setup();
-    mesh.expect(&["merge", "cat"], 0);
+    let (mesh, repo) = first_commit_merged();
     std::os::unix::fs::symlink(
         "/srv/media/previews",
         repo.path().join("modules/notes/files/previews"),
     )
     .unwrap();
     repo.commit("notes: a link to the previews");
-    let run = mesh.run(&["merge", "cat"]);
-    assert_eq!(run.code, 3, "{}\n{}", run.stdout, run.stderr);
-    assert!(
-        run.stdout.contains("the build of `notes` failed"),
-        "{}",
-        run.stdout
-    );
-    assert!(run.stdout.contains("files/previews"), "{}", run.stdout);
+    let out = mesh.expect(&["merge", "cat"], 3);
+    assert!(out.contains("the build of `notes` failed"), "{out}");
+    assert!(out.contains("files/previews"), "{out}");
     let status = json(&mesh.expect(&["status", "--output", "json"], 0));
     assert_eq!(status["stopped"][0]["module"], "notes");
     assert_eq!(status["stopped"][0]["node"], "");
@@ -843,8 +805,7 @@ fn a_repository_may_keep_its_modules_in_another_directory() {
 /// to the node holding the bus first — before its own first node — and the rest wait for it.
 #[test]
 fn the_bus_node_goes_first_when_a_modules_grants_change_the_bus_users() {
-    let (mesh, repo, _) = setup();
-    mesh.expect(&["merge", "cat"], 0);
+    let (mesh, repo) = first_commit_merged();
     repo.write(&[(
         "modules/tools/module.toml",
         "name = \"tools\"\ndepends = [\"site\"]\n\n[grants]\nbuckets = [\"tools-state\"]\n\n[files.tool]\nsource = \"files/tool.sh\"\npath = \"/usr/local/bin/tool\"\nmode = \"0755\"\n",
