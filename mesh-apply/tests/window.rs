@@ -5,7 +5,7 @@ mod common;
 mod podman_support;
 
 use common::*;
-use mesh_apply::window::{self, ProcessIdentity, WindowState, LAPSE_SECS};
+use mesh_apply::window::{self, OpenWindow, ProcessIdentity, WindowError, WindowState, LAPSE_SECS};
 use mesh_apply::{apply, ContainerRuntimeChoice, Podman};
 use mesh_model::declaration::Resource;
 use mesh_model::report::{Outcome, Report};
@@ -34,6 +34,33 @@ fn held_still(step: &str) -> Outcome {
     }
 }
 
+/// A sandbox where an apply at `T0` made and started one container, `db/container/db`, named
+/// for `what`; the names remove it when the test ends.
+fn a_running_db(what: &str) -> (Sandbox, Containers, String) {
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let name = names.name(what);
+    run(&sandbox, vec![container("db", "db", &name)], T0);
+    (sandbox, names, name)
+}
+
+/// Opens a window for `step` at `T0`, holding `containers` for `process`.
+fn open_window(
+    sandbox: &Sandbox,
+    step: &str,
+    containers: &[String],
+    process: ProcessIdentity,
+) -> Result<OpenWindow, WindowError> {
+    window::open(
+        &sandbox.config.state_dir,
+        step,
+        containers,
+        process,
+        T0,
+        &podman(sandbox),
+    )
+}
+
 fn started() -> Outcome {
     Outcome::Applied {
         changed: vec!["started".to_owned()],
@@ -55,13 +82,11 @@ fn an_apply_inside_a_window_leaves_the_held_container_stopped_and_the_apply_afte
     run(&sandbox, resources(), T0);
     let made = status(&sandbox.config.root, &name).unwrap();
 
-    let opened = window::open(
-        &sandbox.config.state_dir,
+    let opened = open_window(
+        &sandbox,
         "nightly-backup",
         std::slice::from_ref(&name),
         ProcessIdentity::current().unwrap(),
-        T0,
-        &podman(&sandbox),
     )
     .unwrap();
     assert!(!status(&sandbox.config.root, &name).unwrap().running);
@@ -100,22 +125,11 @@ fn an_apply_inside_a_window_leaves_the_held_container_stopped_and_the_apply_afte
 
 #[test]
 fn a_window_whose_process_was_killed_is_treated_as_closed() {
-    let sandbox = sandbox();
-    let mut names = Containers::new();
-    let name = names.name("window-killed");
-    run(&sandbox, vec![container("db", "db", &name)], T0);
+    let (sandbox, _names, name) = a_running_db("window-killed");
 
     let mut holder = Command::new("sleep").arg("1000").spawn().unwrap();
     let identity = ProcessIdentity::of(holder.id()).unwrap().unwrap();
-    window::open(
-        &sandbox.config.state_dir,
-        "backup",
-        std::slice::from_ref(&name),
-        identity,
-        T0,
-        &podman(&sandbox),
-    )
-    .unwrap();
+    open_window(&sandbox, "backup", std::slice::from_ref(&name), identity).unwrap();
     let during = run(&sandbox, vec![container("db", "db", &name)], T0 + 1);
     assert_eq!(during.resources["db/container/db"], held_still("backup"));
 
@@ -140,17 +154,12 @@ fn a_window_whose_process_was_killed_is_treated_as_closed() {
 
 #[test]
 fn a_window_older_than_six_hours_is_treated_as_closed() {
-    let sandbox = sandbox();
-    let mut names = Containers::new();
-    let name = names.name("window-lapsed");
-    run(&sandbox, vec![container("db", "db", &name)], T0);
-    let opened = window::open(
-        &sandbox.config.state_dir,
+    let (sandbox, _names, name) = a_running_db("window-lapsed");
+    let opened = open_window(
+        &sandbox,
         "backup",
         std::slice::from_ref(&name),
         ProcessIdentity::current().unwrap(),
-        T0,
-        &podman(&sandbox),
     )
     .unwrap();
 
@@ -175,17 +184,12 @@ fn a_window_older_than_six_hours_is_treated_as_closed() {
 
 #[test]
 fn an_undeclared_container_held_by_a_window_is_removed_only_after_it() {
-    let sandbox = sandbox();
-    let mut names = Containers::new();
-    let name = names.name("window-undeclared");
-    run(&sandbox, vec![container("db", "db", &name)], T0);
-    let opened = window::open(
-        &sandbox.config.state_dir,
+    let (sandbox, _names, name) = a_running_db("window-undeclared");
+    let opened = open_window(
+        &sandbox,
         "backup",
         std::slice::from_ref(&name),
         ProcessIdentity::current().unwrap(),
-        T0,
-        &podman(&sandbox),
     )
     .unwrap();
 
@@ -211,13 +215,11 @@ fn a_window_cannot_hold_a_container_the_mesh_did_not_make_and_leaves_nothing() {
     run(&sandbox, vec![container("db", "db", &ours)], T0);
     run_foreign(&foreign);
 
-    let error = window::open(
-        &sandbox.config.state_dir,
+    let error = open_window(
+        &sandbox,
         "backup",
         &[ours.clone(), foreign.clone()],
         ProcessIdentity::current().unwrap(),
-        T0,
-        &podman(&sandbox),
     )
     .unwrap_err();
     assert!(error.to_string().contains(&foreign), "{error}");
