@@ -95,18 +95,27 @@ impl Host {
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
+    /// `window run --step backup --hold CONTAINER -- STEP...`, not started.
+    fn window_run_command(&self, step: &[&str]) -> Command {
+        let mut command = self.command();
+        command
+            .args(["window", "run", "--step", "backup", "--hold"])
+            .arg(&self.container)
+            .arg("--")
+            .args(step);
+        command
+    }
+
+    /// `window run` holding the container while `step` (a command and its arguments) runs.
+    fn window_run(&self, step: &[&str]) -> Output {
+        self.window_run_command(step)
+            .output()
+            .expect("mesh-host runs")
+    }
+
     /// `window run` started in the background with `step` (a shell script).
     fn spawn_window(&self, step: &str) -> Child {
-        self.command()
-            .args([
-                "window",
-                "run",
-                "--step",
-                "backup",
-                "--hold",
-                &self.container,
-            ])
-            .args(["--", "sh", "-c", step])
+        self.window_run_command(&["sh", "-c", step])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -152,18 +161,7 @@ fn window_run_holds_its_containers_while_the_step_runs_and_starts_them_after() {
         host.apply_words(),
         during.display()
     );
-    let out = host.host(&[
-        "window",
-        "run",
-        "--step",
-        "backup",
-        "--hold",
-        &host.container,
-        "--",
-        "sh",
-        "-c",
-        &step,
-    ]);
+    let out = host.window_run(&["sh", "-c", &step]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(std::fs::read_to_string(seen).unwrap().trim(), "false");
     let report: Report = serde_json::from_slice(&std::fs::read(during).unwrap()).unwrap();
@@ -183,32 +181,12 @@ fn a_failing_step_releases_its_window_and_passes_on_its_exit_code() {
     let mut names = Containers::new();
     let host = Host::new(&mut names, "cli-window-fails");
     host.apply();
-    let out = host.host(&[
-        "window",
-        "run",
-        "--step",
-        "backup",
-        "--hold",
-        &host.container,
-        "--",
-        "sh",
-        "-c",
-        "exit 3",
-    ]);
+    let out = host.window_run(&["sh", "-c", "exit 3"]);
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert!(host.running());
     assert!(host.windows().is_empty());
 
-    let out = host.host(&[
-        "window",
-        "run",
-        "--step",
-        "backup",
-        "--hold",
-        &host.container,
-        "--",
-        "/nonexistent/backup",
-    ]);
+    let out = host.window_run(&["/nonexistent/backup"]);
     assert_eq!(out.status.code(), Some(127), "{out:?}");
     assert!(host.running());
     assert!(host.windows().is_empty());
