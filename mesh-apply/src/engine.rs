@@ -5,7 +5,7 @@ use crate::accounts::{AccountDatabase, Accounts, ShadowUtils};
 use crate::containers::{ContainerRuntime, DeclaredContainer, NoContainerRuntime};
 use crate::fsops::{self, Wanted};
 use crate::order::{units_in_order, Unit};
-use crate::paths::{is_ancestor, Opened, RootPaths};
+use crate::paths::{is_ancestor, Opened, Resolved, RootPaths};
 use crate::podman::Podman;
 use crate::state::STATE_FORMAT;
 use crate::state::{FailureRecord, InProgress, Origin, Record, StateDir, StateFile, Target};
@@ -413,6 +413,45 @@ fn resource_digest(resource: &Resource) -> String {
     mesh_model::sha256_digest(&serde_json::to_vec(resource).expect("a resource serializes"))
 }
 
+/// How a file resource's path is read to compare it with what is declared.
+enum FileRead {
+    /// One open that never follows a link, compared as it is read through the engine's buffer:
+    /// a lone file, the no-op apply's path.
+    Opened,
+    /// An lstat, then the whole file read by its path: a together group's member.
+    ByPath,
+}
+
+/// What applying a file resource would change, found before anything changes.
+struct FileChange<'c> {
+    /// The path under the root.
+    full: PathBuf,
+    /// Ancestors (machine paths) that do not exist yet.
+    missing_parents: Vec<String>,
+    /// The content, mode and owner declared.
+    wanted: Wanted<'c>,
+    /// Whether a regular file is there now.
+    existed: bool,
+    /// What differs (`created` when nothing is there); empty when it is as declared.
+    changed: Vec<String>,
+}
+
+/// What applying a directory resource would change, found before anything changes.
+struct DirectoryChange {
+    /// The path under the root.
+    full: PathBuf,
+    /// Ancestors (machine paths) that do not exist yet.
+    missing_parents: Vec<String>,
+    /// Nothing is there: the directory is made.
+    create: bool,
+    /// Mode, uid and gid declared.
+    wanted: (u32, u32, u32),
+    /// Mode, uid and gid now (the declared ones when it is to be made).
+    before: (u32, u32, u32),
+    /// What differs (`created` when nothing is there); empty when it is as declared.
+    changed: Vec<String>,
+}
+
 /// One member of a together group, staged.
 enum Staged {
     /// Already as declared.
@@ -461,7 +500,7 @@ enum Committed {
     },
 }
 
-impl Engine<'_, '_> {
+impl<'a> Engine<'a, '_> {
     /// Marks the machine mid-change; called before anything under the root or in the state
     /// directory changes. An apply that changes nothing never marks.
     fn begin_change(&mut self) -> Result<(), ApplyError> {
@@ -1158,23 +1197,21 @@ impl Engine<'_, '_> {
         })
     }
 
-    fn apply_file(
+    // ---- examining: what applying a resource would change, before anything changes ----
+
+    /// What applying a file resource would change, read from the machine; a reason when it
+    /// cannot be applied (an unknown owner, a path that is not a regular file, an unreadable
+    /// file). Both a lone file and a together member start here.
+    fn examine_file<'r>(
         &mut self,
         resource: &Resource,
-        spec: &FileSpec,
-    ) -> Result<Result<Vec<String>, String>, ApplyError> {
-        let (uid, gid) = match self.owner_ids(&spec.owner, &spec.group) {
-            Ok(ids) => ids,
-            Err(reason) => return Ok(Err(reason)),
-        };
-        let Opened {
-            full,
-            missing_parents,
-            current,
-        } = match self.paths.open_file(&spec.path) {
-            Ok(opened) => opened,
-            Err(reason) => return Ok(Err(reason)),
-        };
+        spec: &'r FileSpec,
+        read: FileRead,
+    ) -> Result<FileChange<'r>, String>
+    where
+        'a: 'r,
+    {
+        let (uid, gid) = self.owner_ids(&spec.owner, &spec.group)?;
         let wanted = Wanted {
             bytes: content_of(self.contents, &resource.id, spec),
             mode: spec.mode,
@@ -1182,49 +1219,135 @@ impl Engine<'_, '_> {
             gid,
         };
         let path = &spec.path;
-        let changed = match current {
-            None => {
-                self.ensure_record(resource)?;
-                if let Err(reason) = self.make_parents(&missing_parents)? {
-                    return Ok(Err(reason));
-                }
-                if let Err(e) = fsops::write_atomic(&full, &wanted) {
-                    return Ok(Err(format!("cannot write `{path}`: {e}")));
-                }
-                self.touched(&full);
-                vec!["created".to_owned()]
-            }
-            Some((mut file, meta)) if meta.is_file() => {
-                let changed = match differences_of_open_file(
-                    &mut file,
-                    &meta,
-                    &wanted,
-                    &mut self.read_buffer,
-                ) {
-                    Ok(changed) => changed,
-                    Err(e) => return Ok(Err(format!("cannot read `{path}`: {e}"))),
+        let cannot_read = |e: io::Error| format!("cannot read `{path}`: {e}");
+        let (full, missing_parents, found) = match read {
+            FileRead::Opened => {
+                let Opened {
+                    full,
+                    missing_parents,
+                    current,
+                } = self.paths.open_file(path)?;
+                let found = match current {
+                    None => None,
+                    Some((mut file, meta)) => {
+                        regular_file(path, &meta)?;
+                        let changed = differences_of_open_file(
+                            &mut file,
+                            &meta,
+                            &wanted,
+                            &mut self.read_buffer,
+                        );
+                        Some(changed.map_err(cannot_read)?)
+                    }
                 };
-                drop(file);
-                if changed.is_empty() {
-                    return Ok(Ok(changed));
-                }
-                self.ensure_record(resource)?;
-                let result = if changed.iter().any(|c| c == "content") {
-                    self.touched(&full);
-                    fsops::write_atomic(&full, &wanted)
-                } else {
-                    fsops::set_mode_owner(&full, spec.mode, uid, gid)
+                (full, missing_parents, found)
+            }
+            FileRead::ByPath => {
+                let Resolved {
+                    full,
+                    missing_parents,
+                    meta,
+                } = self.paths.resolve(path)?;
+                let found = match &meta {
+                    None => None,
+                    Some(meta) => {
+                        regular_file(path, meta)?;
+                        Some(file_differences(&full, meta, &wanted).map_err(cannot_read)?)
+                    }
                 };
-                if let Err(e) = result {
-                    return Ok(Err(format!("cannot write `{path}`: {e}")));
-                }
-                changed
+                (full, missing_parents, found)
             }
-            Some((_, meta)) if meta.is_dir() => {
-                return Ok(Err(format!("`{path}` is a directory, not a file")))
-            }
-            Some(_) => return Ok(Err(format!("`{path}` is not a regular file"))),
         };
+        Ok(FileChange {
+            full,
+            missing_parents,
+            wanted,
+            existed: found.is_some(),
+            changed: found.unwrap_or_else(|| vec!["created".to_owned()]),
+        })
+    }
+
+    /// What applying a directory resource would change; a reason when it cannot be applied.
+    fn examine_directory(&mut self, spec: &DirectorySpec) -> Result<DirectoryChange, String> {
+        let (uid, gid) = self.owner_ids(&spec.owner, &spec.group)?;
+        let Resolved {
+            full,
+            missing_parents,
+            meta,
+        } = self.paths.resolve(&spec.path)?;
+        let wanted = (spec.mode, uid, gid);
+        let (create, before, changed) = match &meta {
+            None => (true, wanted, vec!["created".to_owned()]),
+            Some(meta) if meta.is_dir() => (
+                false,
+                fsops::mode_owner(meta),
+                mode_owner_differences(meta, wanted),
+            ),
+            Some(_) => return Err(format!("`{}` is not a directory", spec.path)),
+        };
+        Ok(DirectoryChange {
+            full,
+            missing_parents,
+            create,
+            wanted,
+            before,
+            changed,
+        })
+    }
+
+    /// Whether a membership is still to be added; a reason when it cannot be.
+    fn membership_missing(&self, spec: &MembershipSpec) -> Result<bool, String> {
+        let db = self.db()?;
+        if let Some(problem) = db.membership_problem(&spec.account, &spec.group) {
+            return Err(problem);
+        }
+        Ok(!db.is_member(&spec.account, &spec.group))
+    }
+
+    /// Before a file or directory changes: its record is written and its missing parents made.
+    fn prepare_change(
+        &mut self,
+        resource: &Resource,
+        missing_parents: &[String],
+    ) -> Result<Result<(), String>, ApplyError> {
+        self.ensure_record(resource)?;
+        self.make_parents(missing_parents)
+    }
+
+    fn apply_file(
+        &mut self,
+        resource: &Resource,
+        spec: &FileSpec,
+    ) -> Result<Result<Vec<String>, String>, ApplyError> {
+        let change = match self.examine_file(resource, spec, FileRead::Opened) {
+            Ok(change) => change,
+            Err(reason) => return Ok(Err(reason)),
+        };
+        if change.changed.is_empty() {
+            return Ok(Ok(change.changed));
+        }
+        if let Err(reason) = self.prepare_change(resource, &change.missing_parents)? {
+            return Ok(Err(reason));
+        }
+        let FileChange {
+            full,
+            wanted,
+            existed,
+            changed,
+            ..
+        } = change;
+        let path = &spec.path;
+        let result = if !existed {
+            fsops::write_atomic(&full, &wanted).map(|()| self.touched(&full))
+        } else if changed.iter().any(|c| c == "content") {
+            self.touched(&full);
+            fsops::write_atomic(&full, &wanted)
+        } else {
+            fsops::set_mode_owner(&full, wanted.mode, wanted.uid, wanted.gid)
+        };
+        if let Err(e) = result {
+            return Ok(Err(format!("cannot write `{path}`: {e}")));
+        }
         Ok(Ok(changed))
     }
 
@@ -1233,40 +1356,34 @@ impl Engine<'_, '_> {
         resource: &Resource,
         spec: &DirectorySpec,
     ) -> Result<Result<Vec<String>, String>, ApplyError> {
-        let (uid, gid) = match self.owner_ids(&spec.owner, &spec.group) {
-            Ok(ids) => ids,
+        let change = match self.examine_directory(spec) {
+            Ok(change) => change,
             Err(reason) => return Ok(Err(reason)),
         };
-        let resolved = match self.paths.resolve(&spec.path) {
-            Ok(resolved) => resolved,
-            Err(reason) => return Ok(Err(reason)),
-        };
-        let path = &spec.path;
-        match &resolved.meta {
-            None => {
-                self.ensure_record(resource)?;
-                if let Err(reason) = self.make_parents(&resolved.missing_parents)? {
-                    return Ok(Err(reason));
-                }
-                if let Err(e) = fsops::make_dir(&resolved.full, spec.mode, uid, gid) {
-                    return Ok(Err(format!("cannot create `{path}`: {e}")));
-                }
-                self.touched(&resolved.full);
-                self.paths.made_dir(path);
-                Ok(Ok(vec!["created".to_owned()]))
-            }
-            Some(meta) if meta.is_dir() => {
-                let changed = mode_owner_differences(meta, (spec.mode, uid, gid));
-                if !changed.is_empty() {
-                    self.ensure_record(resource)?;
-                    if let Err(e) = fsops::set_mode_owner(&resolved.full, spec.mode, uid, gid) {
-                        return Ok(Err(format!("cannot set mode and owner of `{path}`: {e}")));
-                    }
-                }
-                Ok(Ok(changed))
-            }
-            Some(_) => Ok(Err(format!("`{path}` is not a directory"))),
+        if change.changed.is_empty() {
+            return Ok(Ok(change.changed));
         }
+        if let Err(reason) = self.prepare_change(resource, &change.missing_parents)? {
+            return Ok(Err(reason));
+        }
+        let DirectoryChange {
+            full,
+            create,
+            wanted: (mode, uid, gid),
+            changed,
+            ..
+        } = change;
+        let path = &spec.path;
+        if create {
+            if let Err(e) = fsops::make_dir(&full, mode, uid, gid) {
+                return Ok(Err(format!("cannot create `{path}`: {e}")));
+            }
+            self.touched(&full);
+            self.paths.made_dir(path);
+        } else if let Err(e) = fsops::set_mode_owner(&full, mode, uid, gid) {
+            return Ok(Err(format!("cannot set mode and owner of `{path}`: {e}")));
+        }
+        Ok(Ok(changed))
     }
 
     fn apply_membership(
@@ -1274,19 +1391,13 @@ impl Engine<'_, '_> {
         resource: &Resource,
         spec: &MembershipSpec,
     ) -> Result<Result<Vec<String>, String>, ApplyError> {
-        let (account, group) = (&spec.account, &spec.group);
-        let db = match self.db() {
-            Ok(db) => db,
+        match self.membership_missing(spec) {
+            Ok(true) => {}
+            Ok(false) => return Ok(Ok(Vec::new())),
             Err(reason) => return Ok(Err(reason)),
-        };
-        if let Some(problem) = db.membership_problem(account, group) {
-            return Ok(Err(problem));
-        }
-        if db.is_member(account, group) {
-            return Ok(Ok(Vec::new()));
         }
         self.ensure_record(resource)?;
-        Ok(self.add_membership(&resource.id, account, group))
+        Ok(self.add_membership(&resource.id, &spec.account, &spec.group))
     }
 
     fn add_membership(
@@ -1401,96 +1512,51 @@ impl Engine<'_, '_> {
         }
         match &resource.spec {
             Spec::File(spec) => {
-                let (uid, gid) = match self.owner_ids(&spec.owner, &spec.group) {
-                    Ok(ids) => ids,
+                let change = match self.examine_file(resource, spec, FileRead::ByPath) {
+                    Ok(change) => change,
                     Err(reason) => return Ok(Err(reason)),
                 };
-                let resolved = match self.paths.resolve(&spec.path) {
-                    Ok(resolved) => resolved,
-                    Err(reason) => return Ok(Err(reason)),
-                };
-                let wanted = Wanted {
-                    bytes: content_of(self.contents, &resource.id, spec),
-                    mode: spec.mode,
-                    uid,
-                    gid,
-                };
-                let path = &spec.path;
-                let (existed, changed) = match &resolved.meta {
-                    None => (false, vec!["created".to_owned()]),
-                    Some(meta) if meta.is_file() => {
-                        match file_differences(&resolved.full, meta, &wanted) {
-                            Ok(changed) => (true, changed),
-                            Err(e) => return Ok(Err(format!("cannot read `{path}`: {e}"))),
-                        }
-                    }
-                    Some(meta) if meta.is_dir() => {
-                        return Ok(Err(format!("`{path}` is a directory, not a file")))
-                    }
-                    Some(_) => return Ok(Err(format!("`{path}` is not a regular file"))),
-                };
-                if changed.is_empty() {
+                if change.changed.is_empty() {
                     return Ok(Ok(Staged::Nothing));
                 }
-                self.ensure_record(resource)?;
-                if let Err(reason) = self.make_parents(&resolved.missing_parents)? {
+                if let Err(reason) = self.prepare_change(resource, &change.missing_parents)? {
                     return Ok(Err(reason));
                 }
-                match fsops::stage(&resolved.full, &wanted) {
+                match fsops::stage(&change.full, &change.wanted) {
                     Ok(temp) => Ok(Ok(Staged::File {
-                        target: resolved.full,
+                        target: change.full,
                         temp,
-                        existed,
-                        changed,
+                        existed: change.existed,
+                        changed: change.changed,
                     })),
-                    Err(e) => Ok(Err(format!("cannot stage `{path}`: {e}"))),
+                    Err(e) => Ok(Err(format!("cannot stage `{}`: {e}", spec.path))),
                 }
             }
             Spec::Directory(spec) => {
-                let (uid, gid) = match self.owner_ids(&spec.owner, &spec.group) {
-                    Ok(ids) => ids,
+                let change = match self.examine_directory(spec) {
+                    Ok(change) => change,
                     Err(reason) => return Ok(Err(reason)),
                 };
-                let resolved = match self.paths.resolve(&spec.path) {
-                    Ok(resolved) => resolved,
-                    Err(reason) => return Ok(Err(reason)),
-                };
-                let wanted = (spec.mode, uid, gid);
-                let (create, before, changed) = match &resolved.meta {
-                    None => (true, wanted, vec!["created".to_owned()]),
-                    Some(meta) if meta.is_dir() => (
-                        false,
-                        fsops::mode_owner(meta),
-                        mode_owner_differences(meta, wanted),
-                    ),
-                    Some(_) => return Ok(Err(format!("`{}` is not a directory", spec.path))),
-                };
-                if changed.is_empty() {
+                if change.changed.is_empty() {
                     return Ok(Ok(Staged::Nothing));
                 }
-                self.ensure_record(resource)?;
-                if let Err(reason) = self.make_parents(&resolved.missing_parents)? {
+                if let Err(reason) = self.prepare_change(resource, &change.missing_parents)? {
                     return Ok(Err(reason));
                 }
                 Ok(Ok(Staged::Directory {
-                    full: resolved.full,
+                    full: change.full,
                     machine_path: spec.path.clone(),
-                    create,
-                    wanted,
-                    before,
-                    changed,
+                    create: change.create,
+                    wanted: change.wanted,
+                    before: change.before,
+                    changed: change.changed,
                 }))
             }
             Spec::Membership(spec) => {
-                let db = match self.db() {
-                    Ok(db) => db,
+                match self.membership_missing(spec) {
+                    Ok(true) => {}
+                    Ok(false) => return Ok(Ok(Staged::Nothing)),
                     Err(reason) => return Ok(Err(reason)),
-                };
-                if let Some(problem) = db.membership_problem(&spec.account, &spec.group) {
-                    return Ok(Err(problem));
-                }
-                if db.is_member(&spec.account, &spec.group) {
-                    return Ok(Ok(Staged::Nothing));
                 }
                 self.ensure_record(resource)?;
                 Ok(Ok(Staged::Membership {
@@ -1725,6 +1791,17 @@ fn discard(staged: &[Staged]) {
         if let Staged::File { temp, .. } = step {
             let _ = fs::remove_file(temp);
         }
+    }
+}
+
+/// A reason when what is at a file resource's path is not a regular file.
+fn regular_file(path: &str, meta: &fs::Metadata) -> Result<(), String> {
+    if meta.is_file() {
+        Ok(())
+    } else if meta.is_dir() {
+        Err(format!("`{path}` is a directory, not a file"))
+    } else {
+        Err(format!("`{path}` is not a regular file"))
     }
 }
 
