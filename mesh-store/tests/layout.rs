@@ -2,8 +2,8 @@
 
 mod support;
 
+use mesh_store::archive::Archive;
 use mesh_store::collect::{collect, LayoutCollector};
-use mesh_store::keep::keep_set;
 use mesh_store::layout::OciLayoutStore;
 use mesh_store::lock::{PublishLock, SweepLock};
 use mesh_store::manifest::{holding_manifest, holding_tag};
@@ -11,8 +11,34 @@ use mesh_store::record_store::DirRecords;
 use mesh_store::records::{forget_module, read_module_records, record_build};
 use mesh_store::store::{publish, ArchiveStore, Holding};
 use mesh_store::sweep::{KeptState, ReleasedState};
+use std::path::Path;
 use std::process::Command;
-use support::{archive, build};
+use support::{archive, build, keep_of};
+
+/// An empty layout store (in the directory returned first, to keep) and an empty home for the
+/// locks and module records.
+fn layout_and_home() -> (tempfile::TempDir, tempfile::TempDir, OciLayoutStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let store = OciLayoutStore::new(&dir.path().join("store"));
+    (dir, home, store)
+}
+
+/// Records a build of `module` from `archive` at `at` in `home`'s module records.
+fn record(home: &Path, lock: &PublishLock, module: &str, archive: &Archive, at: u64) {
+    record_build(
+        &DirRecords::new(home),
+        lock,
+        &build(module, &archive.reference, at),
+    )
+    .unwrap();
+}
+
+fn collector(store: &OciLayoutStore) -> LayoutCollector {
+    LayoutCollector {
+        layout: store.clone(),
+    }
+}
 
 #[tokio::test]
 async fn skopeo_and_umoci_read_a_held_manifest_from_the_layout() {
@@ -54,39 +80,25 @@ async fn skopeo_and_umoci_read_a_held_manifest_from_the_layout() {
 
 #[tokio::test]
 async fn a_forgotten_modules_archives_are_released_and_collected_and_kept_ones_survive() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let store = OciLayoutStore::new(&dir.path().join("store"));
+    let (_dir, home, store) = layout_and_home();
     let web: Vec<_> = (0..7).map(|i| archive(&format!("web-{i}"))).collect();
     let old = archive("old");
     let bare = archive("bare, never recorded");
     let lock = PublishLock::acquire(home.path()).await.unwrap();
     for (i, a) in web.iter().enumerate() {
         publish(&store, &lock, a).await.unwrap();
-        record_build(
-            &DirRecords::new(home.path()),
-            &lock,
-            &build("web", &a.reference, i as u64),
-        )
-        .unwrap();
+        record(home.path(), &lock, "web", a, i as u64);
     }
     publish(&store, &lock, &old).await.unwrap();
-    record_build(
-        &DirRecords::new(home.path()),
-        &lock,
-        &build("old", &old.reference, 1),
-    )
-    .unwrap();
+    record(home.path(), &lock, "old", &old, 1);
     store.put_blob(&bare).await.unwrap();
     drop(lock);
     forget_module(&DirRecords::new(home.path()), "old").unwrap();
 
-    let keep = keep_set(&read_module_records(&DirRecords::new(home.path())).unwrap());
+    let keep = keep_of(home.path());
     assert_eq!(keep.len(), 5);
     let lock = SweepLock::acquire(home.path()).await.unwrap();
-    let mut collector = LayoutCollector {
-        layout: store.clone(),
-    };
+    let mut collector = collector(&store);
     let report = collect(&store, &lock, &keep, &mut collector, false)
         .await
         .unwrap();
@@ -121,33 +133,19 @@ async fn a_forgotten_modules_archives_are_released_and_collected_and_kept_ones_s
 
 #[tokio::test]
 async fn layout_collection_refuses_to_run_for_real_while_a_kept_archive_is_unheld() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let store = OciLayoutStore::new(&dir.path().join("store"));
+    let (_dir, home, store) = layout_and_home();
     let kept = archive("kept");
     let ghost = archive("ghost");
     let bare = archive("bare");
     let lock = PublishLock::acquire(home.path()).await.unwrap();
     publish(&store, &lock, &kept).await.unwrap();
-    record_build(
-        &DirRecords::new(home.path()),
-        &lock,
-        &build("web", &ghost.reference, 1),
-    )
-    .unwrap();
-    record_build(
-        &DirRecords::new(home.path()),
-        &lock,
-        &build("web", &kept.reference, 2),
-    )
-    .unwrap();
+    record(home.path(), &lock, "web", &ghost, 1);
+    record(home.path(), &lock, "web", &kept, 2);
     store.put_blob(&bare).await.unwrap();
     drop(lock);
-    let keep = keep_set(&read_module_records(&DirRecords::new(home.path())).unwrap());
+    let keep = keep_of(home.path());
     let lock = SweepLock::acquire(home.path()).await.unwrap();
-    let mut collector = LayoutCollector {
-        layout: store.clone(),
-    };
+    let mut collector = collector(&store);
     let report = collect(&store, &lock, &keep, &mut collector, false)
         .await
         .unwrap();
@@ -163,24 +161,17 @@ async fn layout_collection_refuses_to_run_for_real_while_a_kept_archive_is_unhel
 #[tokio::test]
 async fn a_sweep_holds_a_kept_archive_published_bare() {
     // Seed issue 253: archives published before the fix are bare blobs; the sweep backfills.
-    let dir = tempfile::tempdir().unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let store = OciLayoutStore::new(&dir.path().join("store"));
+    let (_dir, home, store) = layout_and_home();
     let bare = archive("bare");
     store.put_blob(&bare).await.unwrap();
     let lock = PublishLock::acquire(home.path()).await.unwrap();
-    record_build(
-        &DirRecords::new(home.path()),
-        &lock,
-        &build("web", &bare.reference, 1),
-    )
-    .unwrap();
+    record(home.path(), &lock, "web", &bare, 1);
     drop(lock);
     assert_eq!(
         store.holding(&bare.reference).await.unwrap(),
         Holding::Unheld
     );
-    let keep = keep_set(&read_module_records(&DirRecords::new(home.path())).unwrap());
+    let keep = keep_of(home.path());
     let lock = SweepLock::acquire(home.path()).await.unwrap();
     let dry = mesh_store::sweep::sweep(&store, &lock, &keep, true).await;
     assert_eq!(dry.kept[0].state, KeptState::WouldHold);

@@ -3,18 +3,19 @@
 
 mod support;
 
-use mesh_store::collect::{collect, RegistryCollector};
-use mesh_store::keep::keep_set;
+use mesh_store::archive::Archive;
+use mesh_store::collect::{collect, CollectReport, RegistryCollector};
+use mesh_store::keep::KeepSet;
 use mesh_store::lock::{PublishLock, SweepLock};
 use mesh_store::manifest::{
     holding_manifest, holding_manifest_digest, holding_tag, MANIFEST_MEDIA_TYPE,
 };
 use mesh_store::record_store::DirRecords;
-use mesh_store::records::{read_module_records, record_build, write_module_record, ModuleRecord};
-use mesh_store::store::{open_store, publish, Holding};
+use mesh_store::records::{record_build, write_module_record, ModuleRecord};
+use mesh_store::store::{open_store, publish, ArchiveStore, Holding};
 use mesh_store::sweep::{sweep, KeptState, ReleasedState};
 use std::path::Path;
-use support::{archive, build, Fault, Proxy, TestRegistry, REGISTRY_BINARY};
+use support::{archive, build, keep_of, Fault, Proxy, TestRegistry, REGISTRY_BINARY};
 
 fn collector(registry: &TestRegistry) -> RegistryCollector {
     RegistryCollector {
@@ -25,7 +26,42 @@ fn collector(registry: &TestRegistry) -> RegistryCollector {
     }
 }
 
-fn record(home: &Path, module: &str, held: bool, builds: &[(&mesh_store::archive::Archive, u64)]) {
+/// A started `registry`, a store on it, and an empty home for the locks and module records.
+fn store_and_home(
+    registry: TestRegistry,
+) -> (TestRegistry, Box<dyn ArchiveStore>, tempfile::TempDir) {
+    let store = open_store(&registry.spec()).unwrap();
+    (registry, store, tempfile::tempdir().unwrap())
+}
+
+/// Publishes each of `archives` under one publish lock on `home`, released after.
+async fn publish_under_lock<'a>(
+    store: &dyn ArchiveStore,
+    home: &Path,
+    archives: impl IntoIterator<Item = &'a Archive>,
+) {
+    let lock = PublishLock::acquire(home).await.unwrap();
+    for archive in archives {
+        publish(store, &lock, archive).await.unwrap();
+    }
+}
+
+/// A collection asked to run for real (not dry) by the registry's own collector, under a sweep
+/// lock on `home`; it still runs dry when it refuses.
+async fn collect_asked_for_real(
+    store: &dyn ArchiveStore,
+    home: &Path,
+    keep: &KeepSet,
+    registry: &TestRegistry,
+) -> CollectReport {
+    let lock = SweepLock::acquire(home).await.unwrap();
+    let mut collector = collector(registry);
+    collect(store, &lock, keep, &mut collector, false)
+        .await
+        .unwrap()
+}
+
+fn record(home: &Path, module: &str, held: bool, builds: &[(&Archive, u64)]) {
     let mut record = ModuleRecord::new(module);
     record.held = held;
     for (archive, at) in builds {
@@ -40,20 +76,14 @@ fn record(home: &Path, module: &str, held: bool, builds: &[(&mesh_store::archive
 // collection and every released one is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stock_collection_deletes_bare_archives_and_spares_held_ones() {
-    let registry = TestRegistry::start().await;
-    let store = open_store(&registry.spec()).unwrap();
-    let home = tempfile::tempdir().unwrap();
+    let (registry, store, home) = store_and_home(TestRegistry::start().await);
 
     let bare = [archive("bare-1"), archive("bare-2")];
     for a in &bare {
         store.put_blob(a).await.unwrap();
     }
     let held = [archive("held-1"), archive("held-2")];
-    let lock = PublishLock::acquire(home.path()).await.unwrap();
-    for a in &held {
-        publish(&*store, &lock, a).await.unwrap();
-    }
-    drop(lock);
+    publish_under_lock(&*store, home.path(), &held).await;
 
     let output = registry.stock_garbage_collect().await;
     for a in &bare {
@@ -74,15 +104,10 @@ async fn stock_collection_deletes_bare_archives_and_spares_held_ones() {
     store.put_blob(&bare3).await.unwrap();
     record(home.path(), "web", true, &[(&bare3, 1), (&held[0], 2)]);
     record(home.path(), "old", false, &[(&held[1], 1)]);
-    let keep = keep_set(&read_module_records(&DirRecords::new(home.path())).unwrap());
+    let keep = keep_of(home.path());
     assert_eq!(keep.len(), 2);
 
-    let lock = SweepLock::acquire(home.path()).await.unwrap();
-    let mut collector = collector(&registry);
-    let report = collect(&*store, &lock, &keep, &mut collector, false)
-        .await
-        .unwrap();
-    drop(lock);
+    let report = collect_asked_for_real(&*store, home.path(), &keep, &registry).await;
     assert!(report.collected_for_real, "{report:#?}");
     assert_eq!(report.sweep.held_line(), "held 2 of 2");
     assert_eq!(report.refused, None);
@@ -115,9 +140,7 @@ async fn stock_collection_deletes_bare_archives_and_spares_held_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_manifest_is_byte_identical_to_its_recomputation_and_skopeo_reads_it() {
-    let registry = TestRegistry::start().await;
-    let store = open_store(&registry.spec()).unwrap();
-    let home = tempfile::tempdir().unwrap();
+    let (registry, store, home) = store_and_home(TestRegistry::start().await);
     let a = archive("identical");
     let lock = PublishLock::acquire(home.path()).await.unwrap();
     let published = publish(&*store, &lock, &a).await.unwrap();
@@ -157,27 +180,17 @@ async fn held_manifest_is_byte_identical_to_its_recomputation_and_skopeo_reads_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn collection_refuses_to_run_for_real_while_a_kept_archive_is_unheld() {
-    let registry = TestRegistry::start().await;
-    let store = open_store(&registry.spec()).unwrap();
-    let home = tempfile::tempdir().unwrap();
+    let (registry, store, home) = store_and_home(TestRegistry::start().await);
     let kept = archive("kept");
     let ghost = archive("ghost"); // recorded, never uploaded: it cannot be held
     let unkept = archive("unkept");
     let bare = archive("bare");
-    let lock = PublishLock::acquire(home.path()).await.unwrap();
-    publish(&*store, &lock, &kept).await.unwrap();
-    publish(&*store, &lock, &unkept).await.unwrap();
+    publish_under_lock(&*store, home.path(), [&kept, &unkept]).await;
     store.put_blob(&bare).await.unwrap();
-    drop(lock);
     record(home.path(), "web", true, &[(&ghost, 1), (&kept, 2)]);
-    let keep = keep_set(&read_module_records(&DirRecords::new(home.path())).unwrap());
+    let keep = keep_of(home.path());
 
-    let lock = SweepLock::acquire(home.path()).await.unwrap();
-    let mut collector = collector(&registry);
-    let report = collect(&*store, &lock, &keep, &mut collector, false)
-        .await
-        .unwrap();
-    drop(lock);
+    let report = collect_asked_for_real(&*store, home.path(), &keep, &registry).await;
     assert!(!report.collected_for_real);
     assert!(report.garbage.dry_run);
     let refused = report.refused.clone().expect("a reason");
@@ -190,24 +203,18 @@ async fn collection_refuses_to_run_for_real_while_a_kept_archive_is_unheld() {
 }
 
 async fn partial_view_releases_nothing(fault: Fault) {
-    let registry = TestRegistry::start().await;
-    let direct = open_store(&registry.spec()).unwrap();
-    let home = tempfile::tempdir().unwrap();
+    let (registry, direct, home) = store_and_home(TestRegistry::start().await);
     let kept: Vec<_> = (0..4).map(|i| archive(&format!("kept-{i}"))).collect();
     let unkept: Vec<_> = (0..3).map(|i| archive(&format!("unkept-{i}"))).collect();
     let bare_kept = archive("bare-kept");
-    let lock = PublishLock::acquire(home.path()).await.unwrap();
-    for a in kept.iter().chain(&unkept) {
-        publish(&*direct, &lock, a).await.unwrap();
-    }
+    publish_under_lock(&*direct, home.path(), kept.iter().chain(&unkept)).await;
     direct.put_blob(&bare_kept).await.unwrap();
-    drop(lock);
     let mut builds: Vec<_> = kept.iter().map(|a| (a, 0)).collect();
     builds.push((&bare_kept, 0));
     for (i, (a, _)) in builds.iter().enumerate() {
         record(home.path(), &format!("m{i}"), true, &[(a, i as u64)]);
     }
-    let keep = keep_set(&read_module_records(&DirRecords::new(home.path())).unwrap());
+    let keep = keep_of(home.path());
     assert_eq!(keep.len(), 5);
 
     let proxy = Proxy::start(&registry.base_url()).await;
@@ -265,13 +272,9 @@ async fn a_registry_going_away_mid_sweep_leaves_every_kept_archive_held() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_listing_lets_nothing_go() {
-    let registry = TestRegistry::start().await;
-    let store = open_store(&registry.spec()).unwrap();
-    let home = tempfile::tempdir().unwrap();
+    let (registry, store, home) = store_and_home(TestRegistry::start().await);
     let unkept = archive("unkept");
-    let lock = PublishLock::acquire(home.path()).await.unwrap();
-    publish(&*store, &lock, &unkept).await.unwrap();
-    drop(lock);
+    publish_under_lock(&*store, home.path(), [&unkept]).await;
     let proxy = Proxy::start(&registry.base_url()).await;
     proxy.fault(Fault::ServerError, "/tags/list", 0);
     let through_proxy = open_store(&proxy.spec()).unwrap();
@@ -340,7 +343,7 @@ async fn publishes_during_sweep_and_collection_never_lose_a_kept_archive() {
             for _ in 0..4 {
                 tokio::time::sleep(std::time::Duration::from_millis(120)).await;
                 let lock = SweepLock::acquire(&home).await.unwrap();
-                let keep = keep_set(&read_module_records(&DirRecords::new(&home)).unwrap());
+                let keep = keep_of(&home);
                 let report = collect(&*store, &lock, &keep, &mut collector, false)
                     .await
                     .unwrap();
@@ -357,7 +360,7 @@ async fn publishes_during_sweep_and_collection_never_lose_a_kept_archive() {
     assert!(real > 0, "no collection ran for real");
 
     let store = open_store(&spec).unwrap();
-    let keep = keep_set(&read_module_records(&DirRecords::new(&home_path)).unwrap());
+    let keep = keep_of(&home_path);
     assert_eq!(keep.len(), 15, "3 modules × 5 recent builds");
     for kept in keep.archives.values() {
         assert_eq!(store.holding(&kept.archive).await.unwrap(), Holding::Held);
@@ -367,13 +370,9 @@ async fn publishes_during_sweep_and_collection_never_lose_a_kept_archive() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registry_that_does_not_allow_deletion_is_said_so() {
-    let registry = TestRegistry::start_with_deletion(false).await;
-    let store = open_store(&registry.spec()).unwrap();
-    let home = tempfile::tempdir().unwrap();
+    let (_registry, store, home) = store_and_home(TestRegistry::start_with_deletion(false).await);
     let unkept = archive("unkept");
-    let lock = PublishLock::acquire(home.path()).await.unwrap();
-    publish(&*store, &lock, &unkept).await.unwrap();
-    drop(lock);
+    publish_under_lock(&*store, home.path(), [&unkept]).await;
     let lock = SweepLock::acquire(home.path()).await.unwrap();
     let report = sweep(&*store, &lock, &Default::default(), false).await;
     assert_eq!(report.failures.len(), 1, "{report:#?}");

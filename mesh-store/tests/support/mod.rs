@@ -377,3 +377,11 @@ pub fn build(module: &str, archive: &ArchiveRef, at: u64) -> Build {
         dry_run: false,
     }
 }
+
+/// The keep set of the module records in `home`, as a sweep would read it.
+pub fn keep_of(home: &Path) -> mesh_store::keep::KeepSet {
+    mesh_store::keep::keep_set(
+        &mesh_store::records::read_module_records(&mesh_store::record_store::DirRecords::new(home))
+            .unwrap(),
+    )
+}
