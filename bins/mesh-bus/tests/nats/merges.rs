@@ -1,18 +1,45 @@
 //! A merge published twice is heard once (issues 248, 250; rule 18).
 
+use async_nats::jetstream::{stream, Context};
 use mesh_bus::jetstream::{
-    ensure_streams, publish_merge, MergeAnnouncement, MergeListener, EVENTS_STREAM,
+    ensure_streams, publish_merge, HeardMerge, MergeAnnouncement, MergeListener, EVENTS_STREAM,
 };
+use mesh_bus::nats_server::NatsServer;
 use mesh_bus::subjects;
 use std::time::Duration;
 
 const QUIET: Duration = Duration::from_millis(500);
 
+/// A JetStream context on `server` with the mesh's streams made.
+async fn with_the_mesh_streams(server: &NatsServer) -> Context {
+    let js = super::connect(server).await.jetstream();
+    ensure_streams(&js).await.unwrap();
+    js
+}
+
+/// The next merge `listener` hands out, waiting up to five seconds for it.
+async fn hear(listener: &mut MergeListener) -> HeardMerge {
+    listener
+        .next(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("a merge within 5 s")
+}
+
+/// What the server says of `stream` now (its configuration and state).
+async fn stream_info(js: &Context, stream: &str) -> stream::Info {
+    js.get_stream(stream)
+        .await
+        .unwrap()
+        .get_info()
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn a_merge_published_twice_is_heard_once() {
     let server = super::server();
-    let js = super::connect(&server).await.jetstream();
-    ensure_streams(&js).await.unwrap();
+    let js = with_the_mesh_streams(&server).await;
     publish_merge(&js, "catalogue", "main", "past")
         .await
         .unwrap();
@@ -30,19 +57,11 @@ async fn a_merge_published_twice_is_heard_once() {
     // The same commit on another branch is another merge.
     publish_merge(&js, "catalogue", "dev", "abc").await.unwrap();
 
-    let heard = listener
-        .next(Duration::from_secs(5))
-        .await
-        .unwrap()
-        .unwrap();
+    let heard = hear(&mut listener).await;
     assert_eq!(heard.merge.commit, "abc");
     assert_eq!(heard.merge.branch, "main");
     heard.ack().await.unwrap();
-    let heard = listener
-        .next(Duration::from_secs(5))
-        .await
-        .unwrap()
-        .unwrap();
+    let heard = hear(&mut listener).await;
     assert_eq!(
         (heard.merge.branch.as_str(), heard.merge.commit.as_str()),
         ("dev", "abc")
@@ -59,8 +78,7 @@ async fn a_merge_published_twice_is_heard_once() {
 #[tokio::test]
 async fn a_merge_announced_again_without_its_id_is_still_heard_once() {
     let server = super::server();
-    let js = super::connect(&server).await.jetstream();
-    ensure_streams(&js).await.unwrap();
+    let js = with_the_mesh_streams(&server).await;
     let mut listener = MergeListener::open(&js, "controller").await.unwrap();
     let merge = MergeAnnouncement {
         repository: "records".into(),
@@ -74,19 +92,9 @@ async fn a_merge_announced_again_without_its_id_is_still_heard_once() {
             .await
             .unwrap();
     }
-    let stream_info = js
-        .get_stream(EVENTS_STREAM)
-        .await
-        .unwrap()
-        .get_info()
-        .await
-        .unwrap();
+    let stream_info = stream_info(&js, EVENTS_STREAM).await;
     assert_eq!(stream_info.state.messages, 2, "both stored: no message id");
-    let heard = listener
-        .next(Duration::from_secs(5))
-        .await
-        .unwrap()
-        .unwrap();
+    let heard = hear(&mut listener).await;
     assert_eq!(heard.merge, merge);
     heard.ack().await.unwrap();
     assert!(listener.next(QUIET).await.unwrap().is_none(), "heard once");
@@ -95,16 +103,9 @@ async fn a_merge_announced_again_without_its_id_is_still_heard_once() {
 #[tokio::test]
 async fn the_mesh_streams_are_made_once_and_a_reopened_listener_keeps_its_place() {
     let server = super::server();
-    let js = super::connect(&server).await.jetstream();
+    let js = with_the_mesh_streams(&server).await;
     ensure_streams(&js).await.unwrap();
-    ensure_streams(&js).await.unwrap();
-    let events = js
-        .get_stream(EVENTS_STREAM)
-        .await
-        .unwrap()
-        .get_info()
-        .await
-        .unwrap();
+    let events = stream_info(&js, EVENTS_STREAM).await;
     assert_eq!(events.config.subjects, [subjects::ALL_EVENTS]);
     assert_eq!(
         events.config.duplicate_window,
@@ -117,13 +118,7 @@ async fn the_mesh_streams_are_made_once_and_a_reopened_listener_keeps_its_place(
         ),
         (mesh_bus::jetstream::REPORTS_STREAM, subjects::ALL_REPORTS),
     ] {
-        let info = js
-            .get_stream(stream)
-            .await
-            .unwrap()
-            .get_info()
-            .await
-            .unwrap();
+        let info = stream_info(&js, stream).await;
         assert_eq!(info.config.subjects, [subject]);
     }
 
@@ -131,11 +126,7 @@ async fn the_mesh_streams_are_made_once_and_a_reopened_listener_keeps_its_place(
     publish_merge(&js, "catalogue", "main", "one")
         .await
         .unwrap();
-    let heard = listener
-        .next(Duration::from_secs(5))
-        .await
-        .unwrap()
-        .unwrap();
+    let heard = hear(&mut listener).await;
     heard.ack().await.unwrap();
     drop(listener);
     // A controller restarted: its consumer kept its place, nothing is heard again.
@@ -144,10 +135,6 @@ async fn the_mesh_streams_are_made_once_and_a_reopened_listener_keeps_its_place(
     publish_merge(&js, "catalogue", "main", "two")
         .await
         .unwrap();
-    let heard = listener
-        .next(Duration::from_secs(5))
-        .await
-        .unwrap()
-        .unwrap();
+    let heard = hear(&mut listener).await;
     assert_eq!(heard.merge.commit, "two");
 }
