@@ -19,10 +19,7 @@ async fn bus_keeps_its_contract(a: &dyn Bus, b: &dyn Bus) {
             .unwrap();
     }
     for n in 0..20u8 {
-        let heard = tokio::time::timeout(WAIT, reports.next())
-            .await
-            .unwrap()
-            .unwrap();
+        let heard = super::next_within(WAIT, &mut reports).await;
         assert_eq!(heard.subject, "mesh.report.laptop");
         assert_eq!(heard.payload, vec![n], "in the order published");
         assert_eq!(heard.reply, None);
@@ -30,10 +27,7 @@ async fn bus_keeps_its_contract(a: &dyn Bus, b: &dyn Bus) {
     a.publish(&subjects::declaration("home"), b"for home".to_vec())
         .await
         .unwrap();
-    let heard = tokio::time::timeout(WAIT, home.next())
-        .await
-        .unwrap()
-        .unwrap();
+    let heard = super::next_within(WAIT, &mut home).await;
     assert_eq!(
         heard.payload, b"for home",
         "the laptop's declaration never reached home"
@@ -42,10 +36,7 @@ async fn bus_keeps_its_contract(a: &dyn Bus, b: &dyn Bus) {
     // Request and respond, across handles.
     let mut asked = b.subscribe("mesh.test.ask").await.unwrap();
     let answering = async {
-        let request = tokio::time::timeout(WAIT, asked.next())
-            .await
-            .unwrap()
-            .unwrap();
+        let request = super::next_within(WAIT, &mut asked).await;
         assert_eq!(request.payload, b"question");
         assert!(request.reply.is_some());
         b.respond(&request, b"answer".to_vec()).await.unwrap();
@@ -90,10 +81,7 @@ async fn bus_keeps_its_contract(a: &dyn Bus, b: &dyn Bus) {
     a.publish(&subjects::report("home"), b"still heard".to_vec())
         .await
         .unwrap();
-    let heard = tokio::time::timeout(WAIT, reports.next())
-        .await
-        .unwrap()
-        .unwrap();
+    let heard = super::next_within(WAIT, &mut reports).await;
     assert_eq!(heard.payload, b"still heard");
 }
 

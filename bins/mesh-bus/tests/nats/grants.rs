@@ -5,7 +5,7 @@
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::Context;
 use futures_util::StreamExt;
-use mesh_bus::grants::{authorization_config, BusAuthorization, NodeGrants};
+use mesh_bus::grants::{authorization_config, BusAuthorization};
 use mesh_bus::jetstream::{
     declaration_consumer, ensure_bucket, ensure_declaration_consumer, DECLARATIONS_STREAM,
 };
@@ -17,34 +17,15 @@ use tokio::sync::broadcast;
 
 const WAIT: Duration = Duration::from_secs(5);
 
+/// The grants the tests start from: `home` may publish `media.scan` and use `home_buckets`.
 fn grants(home_buckets: &[&str]) -> BusAuthorization {
-    BusAuthorization {
-        controller_password: "controller-secret".into(),
-        nodes: vec![
-            NodeGrants {
-                node: "home".into(),
-                password: "home-secret".into(),
-                buckets: home_buckets.iter().map(|b| b.to_string()).collect(),
-                subjects: vec!["media.scan".into()],
-            },
-            NodeGrants {
-                node: "laptop".into(),
-                password: "laptop-secret".into(),
-                buckets: vec![],
-                subjects: vec![],
-            },
-        ],
-    }
+    super::home_and_laptop(home_buckets, &["media.scan"])
 }
 
 async fn node(server: &NatsServer, node: &str) -> NatsBus {
-    NatsBus::connect(&NatsOptions::for_node(
-        server.url(),
-        node,
-        format!("{node}-secret"),
-    ))
-    .await
-    .unwrap_or_else(|error| panic!("{error}"))
+    NatsBus::connect(&super::as_node(server, node))
+        .await
+        .unwrap_or_else(|error| panic!("{error}"))
 }
 
 async fn refused(refusals: &mut broadcast::Receiver<Refusal>, expected: Refusal) {
@@ -113,10 +94,7 @@ async fn a_host_is_refused_another_nodes_declarations_and_reports() {
     home.publish(&subjects::report("home"), b"home's own".to_vec())
         .await
         .unwrap();
-    let heard = tokio::time::timeout(WAIT, reports.next())
-        .await
-        .unwrap()
-        .unwrap();
+    let heard = super::next_within(WAIT, &mut reports).await;
     assert_eq!(
         (heard.subject.as_str(), heard.payload.as_slice()),
         ("mesh.report.home", b"home's own".as_slice()),
@@ -133,10 +111,7 @@ async fn a_host_is_refused_another_nodes_declarations_and_reports() {
         .publish(&subjects::declaration("home"), b"home's".to_vec())
         .await
         .unwrap();
-    let live = tokio::time::timeout(WAIT, own.next())
-        .await
-        .unwrap()
-        .unwrap();
+    let live = super::next_within(WAIT, &mut own).await;
     assert_eq!(live.payload, b"home's");
     let consumer: PullConsumer = home
         .jetstream()

@@ -10,8 +10,10 @@ mod merges;
 mod permissions;
 mod records;
 
+use mesh_bus::grants::{BusAuthorization, NodeGrants};
 use mesh_bus::nats_server::NatsServer;
-use mesh_bus::{NatsBus, NatsOptions};
+use mesh_bus::{Message, NatsBus, NatsOptions, Subscription};
+use std::time::Duration;
 
 /// A fresh server, or a failure that says what to install.
 pub fn server() -> NatsServer {
@@ -39,4 +41,39 @@ pub async fn secured(authorization: &str) -> (NatsServer, NatsBus) {
         .await
         .unwrap();
     (server, controller)
+}
+
+/// The next message on `subscription`, which must come within `wait` and not end.
+pub async fn next_within(wait: Duration, subscription: &mut Subscription) -> Message {
+    tokio::time::timeout(wait, subscription.next())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// Two nodes' grants: `home` with `home_buckets` and `home_subjects`, `laptop` with nothing;
+/// each password is `NODE-secret`, the controller's `controller-secret`.
+pub fn home_and_laptop(home_buckets: &[&str], home_subjects: &[&str]) -> BusAuthorization {
+    BusAuthorization {
+        controller_password: "controller-secret".into(),
+        nodes: vec![
+            NodeGrants {
+                node: "home".into(),
+                password: "home-secret".into(),
+                buckets: home_buckets.iter().map(|b| b.to_string()).collect(),
+                subjects: home_subjects.iter().map(|s| s.to_string()).collect(),
+            },
+            NodeGrants {
+                node: "laptop".into(),
+                password: "laptop-secret".into(),
+                buckets: vec![],
+                subjects: vec![],
+            },
+        ],
+    }
+}
+
+/// Options to connect to `server` as `node` with its password from [`home_and_laptop`].
+pub fn as_node(server: &NatsServer, node: &str) -> NatsOptions {
+    NatsOptions::for_node(server.url(), node, format!("{node}-secret"))
 }

@@ -2,35 +2,15 @@
 //! permissions alone — the same users, a bucket granted, a subject taken away — is not proven
 //! until the server has reloaded it, and the proof stores nothing.
 
+use super::home_and_laptop;
 use mesh_bus::grants::{
-    authorization_config, node_permissions, permissions_in_config, BusAuthorization, NodeGrants,
-    Permissions,
+    authorization_config, node_permissions, permissions_in_config, BusAuthorization, Permissions,
 };
 use mesh_bus::jetstream::{ensure_bucket, REPORTS_STREAM};
 use mesh_bus::nats_server::{NatsServer, USERS_FILE};
 use mesh_bus::probe::{prove_permissions, Unproven};
 use mesh_bus::NatsOptions;
 use std::time::Duration;
-
-fn authorization(home_buckets: &[&str], home_subjects: &[&str]) -> BusAuthorization {
-    BusAuthorization {
-        controller_password: "controller-secret".into(),
-        nodes: vec![
-            NodeGrants {
-                node: "home".into(),
-                password: "home-secret".into(),
-                buckets: home_buckets.iter().map(|b| b.to_string()).collect(),
-                subjects: home_subjects.iter().map(|s| s.to_string()).collect(),
-            },
-            NodeGrants {
-                node: "laptop".into(),
-                password: "laptop-secret".into(),
-                buckets: vec![],
-                subjects: vec![],
-            },
-        ],
-    }
-}
 
 fn permissions(authorization: &BusAuthorization, node: &str) -> Permissions {
     node_permissions(
@@ -40,10 +20,6 @@ fn permissions(authorization: &BusAuthorization, node: &str) -> Permissions {
             .find(|grants| grants.node == node)
             .expect("the node is in the authorization"),
     )
-}
-
-fn as_node(server: &NatsServer, node: &str) -> NatsOptions {
-    NatsOptions::for_node(server.url(), node, format!("{node}-secret"))
 }
 
 fn within(wait: Duration) -> tokio::time::Instant {
@@ -62,8 +38,8 @@ fn said(unproven: &[Unproven]) -> String {
 // The same users, new permissions: not proven until the server reloads them.
 #[tokio::test]
 async fn a_permissions_only_change_is_proven_only_once_the_server_reloaded_it() {
-    let before = authorization(&["agent"], &["media.scan", "media.done"]);
-    let after = authorization(&["agent", "media"], &["media.scan"]);
+    let before = home_and_laptop(&["agent"], &["media.scan", "media.done"]);
+    let after = home_and_laptop(&["agent", "media"], &["media.scan"]);
     let config = authorization_config(&before).unwrap();
     let (server, controller) = super::secured(&config).await;
     let js = controller.jetstream();
@@ -74,7 +50,7 @@ async fn a_permissions_only_change_is_proven_only_once_the_server_reloaded_it() 
     // What the server was started with is in force.
     for node in ["home", "laptop"] {
         prove_permissions(
-            &as_node(&server, node),
+            &super::as_node(&server, node),
             &permissions(&before, node),
             None,
             within(Duration::from_secs(10)),
@@ -92,7 +68,7 @@ async fn a_permissions_only_change_is_proven_only_once_the_server_reloaded_it() 
     );
     std::fs::write(server.dir().join(USERS_FILE), &granted).unwrap();
     let unproven = prove_permissions(
-        &as_node(&server, "home"),
+        &super::as_node(&server, "home"),
         &permissions(&after, "home"),
         Some(&permissions(&before, "home")),
         within(Duration::from_secs(1)),
@@ -104,7 +80,7 @@ async fn a_permissions_only_change_is_proven_only_once_the_server_reloaded_it() 
     insta::assert_snapshot!(said(&unproven));
     // laptop's permissions did not change: proven as they are.
     prove_permissions(
-        &as_node(&server, "laptop"),
+        &super::as_node(&server, "laptop"),
         &permissions(&after, "laptop"),
         Some(&permissions(&before, "laptop")),
         within(Duration::from_secs(10)),
@@ -116,7 +92,7 @@ async fn a_permissions_only_change_is_proven_only_once_the_server_reloaded_it() 
     server.reload(&granted).unwrap();
     for node in ["home", "laptop"] {
         prove_permissions(
-            &as_node(&server, node),
+            &super::as_node(&server, node),
             &permissions(&after, node),
             Some(&permissions(&before, node)),
             within(Duration::from_secs(10)),
@@ -139,12 +115,12 @@ async fn a_permissions_only_change_is_proven_only_once_the_server_reloaded_it() 
 
 #[tokio::test]
 async fn a_node_that_cannot_log_in_is_named() {
-    let config = authorization_config(&authorization(&[], &[])).unwrap();
+    let config = authorization_config(&home_and_laptop(&[], &[])).unwrap();
     let server = NatsServer::start_with_config(&config).unwrap_or_else(|e| panic!("{e}"));
     let wrong = NatsOptions::for_node(server.url(), "home", "wrong");
     let unproven = prove_permissions(
         &wrong,
-        &permissions(&authorization(&[], &[]), "home"),
+        &permissions(&home_and_laptop(&[], &[]), "home"),
         None,
         within(Duration::from_millis(500)),
     )
