@@ -372,6 +372,16 @@ pub async fn round_trip(client: &async_nats::Client) -> Result<(), NatsError> {
     }
 }
 
+/// A message as the server delivered it, as the bus hands it on (a delivery and a request's
+/// answer alike).
+fn message_of(message: async_nats::Message) -> Message {
+    Message {
+        subject: message.subject.to_string(),
+        payload: message.payload.to_vec(),
+        reply: message.reply.map(|reply| reply.to_string()),
+    }
+}
+
 fn failed(subject: &str, reason: impl std::fmt::Display) -> BusError {
     BusError::Failed {
         subject: subject.to_owned(),
@@ -413,12 +423,7 @@ impl Bus for NatsBus {
                 tokio::select! {
                     message = subscriber.next() => {
                         let Some(message) = message else { break };
-                        let message = Message {
-                            subject: message.subject.to_string(),
-                            payload: message.payload.to_vec(),
-                            reply: message.reply.map(|reply| reply.to_string()),
-                        };
-                        if sender.send(message).is_err() {
+                        if sender.send(message_of(message)).is_err() {
                             break; // the subscription was dropped: unsubscribe
                         }
                     }
@@ -444,11 +449,7 @@ impl Bus for NatsBus {
             .payload(payload.into())
             .timeout(Some(timeout));
         match self.client.send_request(subject.to_owned(), request).await {
-            Ok(answer) => Ok(Message {
-                subject: answer.subject.to_string(),
-                payload: answer.payload.to_vec(),
-                reply: answer.reply.map(|reply| reply.to_string()),
-            }),
+            Ok(answer) => Ok(message_of(answer)),
             // Nobody listening is said by the server at once; to the caller it is the same as
             // nobody answering in time, as on the in-process bus.
             Err(error)
