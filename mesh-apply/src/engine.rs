@@ -258,14 +258,7 @@ fn apply_examined<'s>(
     let whole = outcomes
         .values()
         .chain(undeclared.values())
-        .all(|o| match o {
-            Outcome::Applied { .. } | Outcome::Unchanged | Outcome::Removed { .. } => true,
-            Outcome::Failed { .. }
-            | Outcome::Stuck { .. }
-            | Outcome::HeldStill { .. }
-            | Outcome::Skipped { .. }
-            | Outcome::Waiting { .. } => false,
-        });
+        .all(Outcome::took);
     Ok(Report {
         format: REPORT_FORMAT,
         node: declaration.node.clone(),
