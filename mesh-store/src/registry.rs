@@ -193,6 +193,14 @@ fn blob_unknown(error: &OciDistributionError) -> Option<String> {
     }
 }
 
+/// The digest a registry names for the manifest it answered with.
+fn content_digest(response: &reqwest::Response) -> Option<&str> {
+    response
+        .headers()
+        .get("docker-content-digest")
+        .and_then(|v| v.to_str().ok())
+}
+
 fn name_unknown(error: &OciDistributionError) -> bool {
     match error {
         OciDistributionError::RegistryError { envelope, .. } => envelope
@@ -257,24 +265,31 @@ impl RegistryStore {
         }
     }
 
-    async fn holding_once(&self, archive: &ArchiveRef) -> Result<Holding, StoreError> {
-        let tag = holding_tag(&archive.digest);
+    /// Asks for the holding manifest of an archive by its tag (a HEAD): whether it is there and
+    /// its digest. `operation` names the call when the registry cannot be reached.
+    async fn head_holding_manifest(
+        &self,
+        operation: &'static str,
+        archive_digest: &str,
+    ) -> Result<reqwest::Response, StoreError> {
+        let tag = holding_tag(archive_digest);
         let url = format!("{}/v2/{}/manifests/{tag}", self.base_url, self.repository);
-        let response = self
-            .http
+        self.http
             .head(&url)
             .header(reqwest::header::ACCEPT, MANIFEST_MEDIA_TYPE)
             .send()
             .await
-            .map_err(|e| self.unreachable("check holding of", &archive.digest, e))?;
+            .map_err(|e| self.unreachable(operation, archive_digest, e))
+    }
+
+    async fn holding_once(&self, archive: &ArchiveRef) -> Result<Holding, StoreError> {
+        let response = self
+            .head_holding_manifest("check holding of", &archive.digest)
+            .await?;
         match response.status().as_u16() {
             200 => {
                 let expected = holding_manifest_digest(archive);
-                let named = response
-                    .headers()
-                    .get("docker-content-digest")
-                    .and_then(|v| v.to_str().ok());
-                Ok(if named == Some(expected.as_str()) {
+                Ok(if content_digest(&response) == Some(expected.as_str()) {
                     Holding::Held
                 } else {
                     Holding::Unheld
@@ -298,20 +313,11 @@ impl RegistryStore {
     }
 
     async fn release_once(&self, archive_digest: &str) -> Result<Release, StoreError> {
-        let tag = holding_tag(archive_digest);
-        let url = format!("{}/v2/{}/manifests/{tag}", self.base_url, self.repository);
         let response = self
-            .http
-            .head(&url)
-            .header(reqwest::header::ACCEPT, MANIFEST_MEDIA_TYPE)
-            .send()
-            .await
-            .map_err(|e| self.unreachable("find the holding manifest of", archive_digest, e))?;
+            .head_holding_manifest("find the holding manifest of", archive_digest)
+            .await?;
         let manifest = match response.status().as_u16() {
-            200 => response
-                .headers()
-                .get("docker-content-digest")
-                .and_then(|v| v.to_str().ok())
+            200 => content_digest(&response)
                 .map(str::to_owned)
                 .ok_or_else(|| StoreError::Status {
                     store: self.spec.clone(),
