@@ -8,6 +8,29 @@ use support::Mesh;
 /// The home node's media layer in the example: places, accesses and endpoints.
 const HOME_MEDIA_LAYER: &str = r#"{"places": {"media": "/srv/disk1/media", "config": "/srv/disk1/media-config"}, "accesses": {"library": "read-write"}, "endpoints": {"web": "http://home.internal:8096"}}"#;
 
+/// [`HOME_MEDIA_LAYER`] as JSON.
+fn home_media_layer() -> serde_json::Value {
+    serde_json::from_str(HOME_MEDIA_LAYER).unwrap()
+}
+
+/// `settings show MODULE --node NODE --history` as JSON: the layer and the layers it replaced.
+fn shown_with_history(mesh: &Mesh, module: &str, node: &str) -> serde_json::Value {
+    let out = mesh.expect(
+        &[
+            "settings",
+            "show",
+            module,
+            "--node",
+            node,
+            "--history",
+            "--output",
+            "json",
+        ],
+        0,
+    );
+    serde_json::from_str(&out).unwrap()
+}
+
 #[test]
 fn a_set_of_one_placement_is_refused_naming_every_dropped_key() {
     // Seed issue 246: one `settings set` of a single placement silently dropped the node's
@@ -36,20 +59,7 @@ fn a_set_of_one_placement_is_refused_naming_every_dropped_key() {
         before_plan,
         "the node's plan is the same afterwards"
     );
-    let history = mesh.expect(
-        &[
-            "settings",
-            "show",
-            "media",
-            "--node",
-            "home",
-            "--history",
-            "--output",
-            "json",
-        ],
-        0,
-    );
-    let history: serde_json::Value = serde_json::from_str(&history).unwrap();
+    let history = shown_with_history(&mesh, "media", "home");
     assert_eq!(
         history["history"],
         serde_json::json!([]),
@@ -73,27 +83,11 @@ fn replace_removes_the_key_and_history_keeps_the_layer_it_replaced() {
         0,
     );
     insta::assert_snapshot!("set_with_replace", out);
-    let json = mesh.expect(
-        &[
-            "settings",
-            "show",
-            "media",
-            "--node",
-            "home",
-            "--history",
-            "--output",
-            "json",
-        ],
-        0,
-    );
-    let shown: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let shown = shown_with_history(&mesh, "media", "home");
     assert_eq!(shown["layer"].get("endpoints"), None);
     let kept = &shown["history"][0];
     assert_eq!(kept["revision"], 1);
-    assert_eq!(
-        kept["layer"],
-        serde_json::from_str::<serde_json::Value>(HOME_MEDIA_LAYER).unwrap()
-    );
+    assert_eq!(kept["layer"], home_media_layer());
     assert!(kept["command"]
         .as_str()
         .unwrap()
@@ -108,10 +102,7 @@ fn replace_removes_the_key_and_history_keeps_the_layer_it_replaced() {
         0,
     );
     let restored: serde_json::Value = serde_json::from_str(&restored).unwrap();
-    assert_eq!(
-        restored["layer"],
-        serde_json::from_str::<serde_json::Value>(HOME_MEDIA_LAYER).unwrap()
-    );
+    assert_eq!(restored["layer"], home_media_layer());
 }
 
 #[test]
@@ -147,20 +138,7 @@ fn unknown_keys_are_refused_with_the_modules_keys_listed() {
 fn clear_keeps_the_layer_in_history() {
     let mesh = Mesh::example();
     mesh.expect(&["settings", "clear", "base", "--node", "laptop"], 0);
-    let shown = mesh.expect(
-        &[
-            "settings",
-            "show",
-            "base",
-            "--node",
-            "laptop",
-            "--history",
-            "--output",
-            "json",
-        ],
-        0,
-    );
-    let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    let shown = shown_with_history(&mesh, "base", "laptop");
     assert_eq!(shown["layer"], serde_json::Value::Null);
     assert_eq!(
         shown["history"][0]["layer"]["motd"],
@@ -197,7 +175,7 @@ fn push_holds_a_running_containers_moved_mount_for_that_node_only() {
     // in the same push go ahead; `--move MODULE` sends it.
     let mesh = Mesh::example();
     mesh.run(&["push", "--all"]);
-    let mut layer: serde_json::Value = serde_json::from_str(HOME_MEDIA_LAYER).unwrap();
+    let mut layer = home_media_layer();
     layer["places"]["media"] = "/mnt/disk2/media".into();
     mesh.expect(
         &[
