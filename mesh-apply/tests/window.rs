@@ -61,6 +61,17 @@ fn open_window(
     )
 }
 
+/// A `backup` window over the container `name`, held by this test's process, opened at `T0`.
+fn backup_window_held_by_this_process(sandbox: &Sandbox, name: &str) -> OpenWindow {
+    open_window(
+        sandbox,
+        "backup",
+        &[name.to_owned()],
+        ProcessIdentity::current().unwrap(),
+    )
+    .unwrap()
+}
+
 fn started() -> Outcome {
     Outcome::Applied {
         changed: vec!["started".to_owned()],
@@ -155,13 +166,7 @@ fn a_window_whose_process_was_killed_is_treated_as_closed() {
 #[test]
 fn a_window_older_than_six_hours_is_treated_as_closed() {
     let (sandbox, _names, name) = a_running_db("window-lapsed");
-    let opened = open_window(
-        &sandbox,
-        "backup",
-        std::slice::from_ref(&name),
-        ProcessIdentity::current().unwrap(),
-    )
-    .unwrap();
+    let opened = backup_window_held_by_this_process(&sandbox, &name);
 
     let last_held = run(
         &sandbox,
@@ -185,13 +190,7 @@ fn a_window_older_than_six_hours_is_treated_as_closed() {
 #[test]
 fn an_undeclared_container_held_by_a_window_is_removed_only_after_it() {
     let (sandbox, _names, name) = a_running_db("window-undeclared");
-    let opened = open_window(
-        &sandbox,
-        "backup",
-        std::slice::from_ref(&name),
-        ProcessIdentity::current().unwrap(),
-    )
-    .unwrap();
+    let opened = backup_window_held_by_this_process(&sandbox, &name);
 
     let during = run(&sandbox, vec![], T0 + 1);
     assert_eq!(during.undeclared["db/container/db"], held_still("backup"));
