@@ -95,18 +95,6 @@ fn check_no_partial_file(sandbox: &Sandbox, iteration: usize) {
     }
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
 fn spawn(sandbox: &Sandbox, variant: &str, now: u64) -> std::process::Child {
     Command::new(std::env::current_exe().unwrap())
         .env(CHILD, variant)
