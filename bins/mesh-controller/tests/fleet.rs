@@ -16,7 +16,8 @@ use mesh_bus::grants::permissions_in_config;
 use mesh_bus::{Bus, NatsBus, NatsOptions};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::fleet::{converged, git, runtime, write, Bed, AGENT_MODULE, BASE_MODULE};
+use support::fleet::{converged, runtime, write, Bed, AGENT_MODULE, BASE_MODULE};
+use support::git;
 
 #[test]
 fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {

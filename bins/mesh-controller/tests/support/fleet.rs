@@ -405,23 +405,6 @@ pub fn converged(result: &serde_json::Value) -> bool {
     result["result"] == "reported" && result["report"]["machine"] == "converged"
 }
 
-pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args([
-            "-c",
-            "user.name=Test",
-            "-c",
-            "user.email=test@example.internal",
-        ])
-        .args(args)
-        .output()
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 /// The `*.json` files in `dir` (none when it does not exist).
 pub fn json_records(dir: PathBuf) -> Vec<PathBuf> {
     std::fs::read_dir(dir)

@@ -165,28 +165,7 @@ impl Repo {
 
     /// Runs git in it, returning standard output.
     pub fn git(&self, args: &[&str]) -> String {
-        let out = Command::new("git")
-            .arg("-C")
-            .arg(self.path())
-            .args([
-                "-c",
-                "user.name=Test",
-                "-c",
-                "user.email=test@example.internal",
-            ])
-            .args(args)
-            .output()
-            .expect("git runs");
-        assert!(
-            out.status.success(),
-            "git {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout)
-            .expect("UTF-8")
-            .trim()
-            .to_owned()
+        git(self.path(), args)
     }
 
     /// Writes files (path relative to the repository, text), one `(path, text)` each.
@@ -219,6 +198,33 @@ impl Repo {
         self.git(&["commit", "-q", "-m", message]);
         self.git(&["rev-parse", "HEAD"])
     }
+}
+
+/// Runs git in `dir` as a test user, returning standard output, trimmed; fails the test when
+/// git fails.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args([
+            "-c",
+            "user.name=Test",
+            "-c",
+            "user.email=test@example.internal",
+        ])
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("UTF-8")
+        .trim()
+        .to_owned()
 }
 
 /// Replaces what changes from run to run — times, digests, durations, the given words (temp
