@@ -48,14 +48,17 @@ pub fn run() -> Result<ExitCode> {
     );
     let nodes: Vec<String> = inventory.file.nodes.keys().cloned().collect();
     let runtime = tokio::runtime::Runtime::new()?;
-    let first = runtime.block_on(push::push(
-        &home,
-        &checked,
-        &nodes,
-        &BTreeSet::new(),
-        Duration::from_secs(120),
-        &mesh_store::store::default_store_spec(home.root()),
-    ))?;
+    let push_all = || {
+        runtime.block_on(push::push(
+            &home,
+            &checked,
+            &nodes,
+            &BTreeSet::new(),
+            Duration::from_secs(120),
+            &mesh_store::store::default_store_spec(home.root()),
+        ))
+    };
+    let first = push_all()?;
     print!("{}", render::push(&first));
     println!("  (a resource that did not take is reported with its reason; nothing is hidden)");
 
@@ -73,14 +76,7 @@ pub fn run() -> Result<ExitCode> {
         "6. Push again: nothing changed, so every resource that took is `unchanged`",
         "push --all",
     );
-    let second = runtime.block_on(push::push(
-        &home,
-        &checked,
-        &nodes,
-        &BTreeSet::new(),
-        Duration::from_secs(120),
-        &mesh_store::store::default_store_spec(home.root()),
-    ))?;
+    let second = push_all()?;
     print!("{}", render::push(&second));
     // The hosts' containers live in podman, outside the temporary home: every host lets go of
     // what it made (an empty declaration) before the home is removed.
