@@ -86,26 +86,12 @@ pub trait RecordStore: Send + Sync + fmt::Debug {
     /// When the listing cannot be read.
     fn list(&self, dir: &str) -> Result<Vec<String>, RecordStoreError>;
 
-    /// Every record key under `dir`, however deep, sorted (one listing where the store can).
+    /// Every record key under `dir`, however deep, sorted (one listing where the store can;
+    /// no record is read).
     ///
     /// # Errors
     /// When a listing cannot be read.
-    fn keys_under(&self, dir: &str) -> Result<Vec<String>, RecordStoreError> {
-        let mut keys = Vec::new();
-        for name in self.list(dir)? {
-            let key = if dir.is_empty() {
-                name
-            } else {
-                format!("{dir}/{name}")
-            };
-            if self.get(&key)?.is_some() {
-                keys.push(key.clone());
-            }
-            keys.extend(self.keys_under(&key)?);
-        }
-        keys.sort();
-        Ok(keys)
-    }
+    fn keys_under(&self, dir: &str) -> Result<Vec<String>, RecordStoreError>;
 
     /// Reads the record at `key`, gives it to `change`, and writes what `change` returns,
     /// never losing a concurrent writer's change (`change` may be called again with the newer
@@ -264,6 +250,29 @@ impl RecordStore for DirRecords {
         }
         names.sort();
         Ok(names)
+    }
+
+    fn keys_under(&self, dir: &str) -> Result<Vec<String>, RecordStoreError> {
+        let mut keys = Vec::new();
+        for name in self.list(dir)? {
+            let key = if dir.is_empty() {
+                name
+            } else {
+                format!("{dir}/{name}")
+            };
+            let path = self.root.join(&key);
+            // The entry itself, never what a link points to: a link is no record.
+            let kind = std::fs::symlink_metadata(&path)
+                .map_err(|e| RecordStoreError::new("list", path.display().to_string(), e))?
+                .file_type();
+            if kind.is_file() {
+                keys.push(key);
+            } else if kind.is_dir() {
+                keys.extend(self.keys_under(&key)?);
+            }
+        }
+        keys.sort();
+        Ok(keys)
     }
 
     fn update(&self, key: &str, change: &mut Change<'_>) -> Result<Vec<u8>, RecordStoreError> {

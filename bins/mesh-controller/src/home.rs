@@ -154,6 +154,11 @@ impl Home {
     /// `records import`), or when the home's records were moved to a bus and this command
     /// was not given it.
     pub fn require(&self) -> Result<()> {
+        self.inventory_bytes().map(drop)
+    }
+
+    /// The inventory's bytes, read once; the errors are [`Home::require`]'s.
+    fn inventory_bytes(&self) -> Result<Vec<u8>> {
         if !self.on_bus {
             let moved = self.root.join(MOVED_FILE);
             if let Ok(text) = fs::read_to_string(&moved) {
@@ -165,21 +170,19 @@ impl Home {
                 );
             }
         }
-        if self.records.get(INVENTORY_FILE)?.is_none() {
-            if self.on_bus {
-                bail!(
-                    "{} holds no mesh (no {INVENTORY_FILE}); move a home's records there with \
-                     `mesh-controller --home DIR --bus URL records import`",
-                    self.records.name()
-                );
-            }
-            bail!(
+        match self.records.get(INVENTORY_FILE)? {
+            Some(bytes) => Ok(bytes),
+            None if self.on_bus => bail!(
+                "{} holds no mesh (no {INVENTORY_FILE}); move a home's records there with \
+                 `mesh-controller --home DIR --bus URL records import`",
+                self.records.name()
+            ),
+            None => bail!(
                 "{} is not a mesh home (no {INVENTORY_FILE}); make one with `mesh-controller --home {} init --example`",
                 self.root.display(),
                 self.root.display()
-            );
+            ),
         }
-        Ok(())
     }
 
     /// The record at `key`, if there is one.
@@ -256,11 +259,8 @@ impl Home {
 
     /// Reads the inventory: nodes, assignments and every settings layer.
     pub fn inventory(&self) -> Result<Inventory> {
-        self.require()?;
+        let bytes = self.inventory_bytes()?;
         let location = self.records.locate(INVENTORY_FILE);
-        let bytes = self
-            .get(INVENTORY_FILE)?
-            .with_context(|| format!("{location} is gone"))?;
         let text =
             String::from_utf8(bytes).with_context(|| format!("{location} is not UTF-8 text"))?;
         let file: InventoryFile = toml::from_str(&text)
