@@ -192,25 +192,6 @@ impl PlansLock {
     }
 }
 
-/// Where progress lines go: standard output for text, standard error when standard output
-/// carries JSON.
-#[derive(Debug, Clone, Copy)]
-pub struct Progress {
-    /// Write to standard error.
-    pub to_stderr: bool,
-}
-
-impl Progress {
-    /// Prints one progress line.
-    pub fn line(&self, text: &str) {
-        if self.to_stderr {
-            eprintln!("{text}");
-        } else {
-            println!("{text}");
-        }
-    }
-}
-
 /// The controller's context for plan work.
 pub struct Ctx<'a> {
     /// The mesh home.
@@ -218,7 +199,7 @@ pub struct Ctx<'a> {
     /// The archive store.
     pub store: &'a dyn ArchiveStore,
     /// Where progress goes.
-    pub progress: Progress,
+    pub progress: &'a dyn crate::Progress,
     /// A fleet's bus: rollouts go to its real hosts (`None`: the embedded default, one host
     /// agent per node in this process).
     pub bus: Option<crate::fleet::BusArgs>,
@@ -419,6 +400,7 @@ fn make_plan(
         ));
     }
     home.write_plan(&record)?;
+    crate::fail::point("plan-saved");
     ctx.progress.line(&format!(
         "{id}: `{}` {} at {}: {} module(s) in {} tier(s){}",
         repo.name,
@@ -754,6 +736,7 @@ pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> R
                             }
                         ));
                         home.write_plan(record)?;
+                        crate::fail::point(&format!("built:{module}"));
                     }
                     Err(error) => {
                         let reason = format!("{error:#}");
@@ -1071,6 +1054,14 @@ async fn roll_out(
     let mut last_tick = tokio::time::Instant::now();
     loop {
         while let Some(event) = events.pop_front() {
+            let heard = match &event {
+                Event::Report(report) => Some(report.node.clone()),
+                Event::Start
+                | Event::GrantsIssued { .. }
+                | Event::GrantsFailed { .. }
+                | Event::SendFailed { .. }
+                | Event::Tick => None,
+            };
             let actions = step(&spec, &mut state, event, mesh_host::now());
             for action in actions {
                 match action {
@@ -1095,6 +1086,7 @@ async fn roll_out(
                                     | Stage::Stopped => "",
                                 };
                                 fleet.send(home, &declaration).await?;
+                                crate::fail::point(&format!("sent:{module}:{node}"));
                                 ctx.progress.line(&format!(
                                     "  `{module}`: sent `{node}`{which} declaration {}",
                                     mesh_host::short(&declaration.digest())
@@ -1148,6 +1140,7 @@ async fn roll_out(
                             at: mesh_host::now(),
                         };
                         builds::deploy(home, &deployed).await?;
+                        crate::fail::point(&format!("deployed:{module}"));
                         ctx.progress.line(&format!(
                             "  `{module}`: done on {} node(s); its build {} is deployed",
                             state.applied,
@@ -1158,6 +1151,9 @@ async fn roll_out(
             }
             save_rollout(record, module, &spec, &state);
             home.write_plan(record)?;
+            if let Some(node) = heard {
+                crate::fail::point(&format!("heard:{module}:{node}"));
+            }
         }
         match state.stage {
             Stage::Done | Stage::Stopped => break,

@@ -10,12 +10,11 @@ use mesh_apply::HostConfig;
 use mesh_bus::{subjects, Bus, InProcessBus};
 use mesh_model::declaration::Declaration;
 use mesh_model::module::Catalogue;
-use mesh_model::report::{MachineState, Report};
+use mesh_model::report::Report;
 use mesh_model::Diagnostic;
 use mesh_plan::PushDecision;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -207,25 +206,6 @@ pub fn results(
     }));
     results.sort_by(|a, b| a.node.cmp(&b.node));
     results
-}
-
-/// The exit code a push's results call for: 2 when any node was held, else 0 when every node
-/// converged, else 3.
-pub fn exit_code(results: &[PushResult]) -> ExitCode {
-    if results
-        .iter()
-        .any(|r| matches!(r.result, NodeResult::Held { .. }))
-    {
-        return ExitCode::from(2);
-    }
-    let converged = results.iter().all(|r| {
-        matches!(&r.result, NodeResult::Reported { report, .. } if report.machine == MachineState::Converged)
-    });
-    if converged {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(3)
-    }
 }
 
 /// One node as `status` shows it.

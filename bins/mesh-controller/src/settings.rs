@@ -2,23 +2,22 @@
 //! replaced layer kept (ADR 0217 §1, seed issue 246).
 
 use crate::home::{HistoryRecord, Home};
-use crate::Output;
 use anyhow::{bail, Context, Result};
 use mesh_model::inventory::{check_layer, LayerScope};
 use mesh_model::module::Catalogue;
 use mesh_plan::{settings_change, SettingsChange, SettingsDecision};
 use serde::Serialize;
 use serde_json::Value;
-use std::process::ExitCode;
 
-/// What settings commands work on: the home, the catalogue (what is deployed), the output.
+/// What settings calls work on: the home, the catalogue (what is deployed), and the command
+/// that asks (kept in the history beside every layer it replaces).
 pub struct On<'a> {
     /// The mesh home.
     pub home: &'a Home,
     /// The catalogue modules are checked against.
     pub catalogue: &'a Catalogue,
-    /// How results are printed.
-    pub output: Output,
+    /// The command as a person would retype it (`mesh-controller settings set web …`).
+    pub command: &'a str,
 }
 
 /// The scope a `--node` option names, checked against the inventory and the catalogue (what is
@@ -50,93 +49,97 @@ fn scope(
     }
 }
 
-fn describe(module: &str, scope: &LayerScope) -> String {
+/// "web, mesh layer" or "web, node home": a layer as a person names it.
+pub fn describe(module: &str, scope: &LayerScope) -> String {
     match scope {
         LayerScope::Mesh => format!("{module}, mesh layer"),
         LayerScope::Node(node) => format!("{module}, node {node}"),
     }
 }
 
-/// What `settings show` prints as JSON.
-#[derive(Serialize)]
-struct Shown<'a> {
-    module: &'a str,
-    node: Option<&'a str>,
-    layer: Option<Value>,
+/// A layer as `settings show` reads it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Shown {
+    /// The module.
+    pub module: String,
+    /// The node whose layer it is (`None`: the mesh layer).
+    pub node: Option<String>,
+    /// The layer, if set.
+    pub layer: Option<Value>,
+    /// With `history`: every layer it replaced, oldest first.
     #[serde(skip_serializing_if = "Option::is_none")]
-    history: Option<Vec<HistoryRecord>>,
+    pub history: Option<Vec<HistoryRecord>>,
 }
 
-/// `settings show MODULE [--node NODE] [--history]`.
-pub fn show(on: &On<'_>, module: &str, node: Option<&str>, history: bool) -> Result<ExitCode> {
-    let (home, catalogue, output) = (on.home, on.catalogue, on.output);
+impl Shown {
+    /// The layer's scope.
+    pub fn scope(&self) -> LayerScope {
+        match &self.node {
+            Some(node) => LayerScope::Node(node.clone()),
+            None => LayerScope::Mesh,
+        }
+    }
+}
+
+/// Reads a layer (and with `history` every layer it replaced).
+///
+/// # Errors
+/// An unknown module or node (naming the ones there are); a record that cannot be read.
+pub fn show(on: &On<'_>, module: &str, node: Option<&str>, history: bool) -> Result<Shown> {
+    let (home, catalogue) = (on.home, on.catalogue);
     let scope = scope(home, catalogue, module, node)?;
     let layer = home.layer(module, &scope)?;
-    let records = if history {
+    let history = if history {
         Some(home.history(module, &scope)?)
     } else {
         None
     };
-    match output {
-        Output::Json => {
-            let shown = Shown {
-                module,
-                node,
-                layer,
-                history: records,
-            };
-            println!("{}", serde_json::to_string_pretty(&shown)?);
-        }
-        Output::Text => {
-            match &layer {
-                Some(layer) => println!("{}", serde_json::to_string_pretty(layer)?),
-                None => println!("{}: no layer set", describe(module, &scope)),
-            }
-            if let Some(records) = records {
-                if records.is_empty() {
-                    println!("\nno earlier layers");
-                }
-                for record in records.iter().rev() {
-                    println!(
-                        "\nrevision {}: replaced {} by `{}`",
-                        record.revision,
-                        mesh_host::format_time(record.replaced_at),
-                        record.command
-                    );
-                    match &record.layer {
-                        Some(layer) => println!("{}", serde_json::to_string_pretty(layer)?),
-                        None => println!("(no layer)"),
-                    }
-                }
+    Ok(Shown {
+        module: module.to_owned(),
+        node: node.map(str::to_owned),
+        layer,
+        history,
+    })
+}
+
+/// What `settings set`, `clear` and `restore` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Answer {
+    /// The module.
+    pub module: String,
+    /// The node whose layer it is (`None`: the mesh layer).
+    pub node: Option<String>,
+    /// Keys added, changed and removed, and whether it went ahead.
+    #[serde(flatten)]
+    pub change: SettingsChange,
+    /// The history revision that now holds the layer replaced, when one was replaced.
+    pub kept_as_revision: Option<u64>,
+}
+
+impl Answer {
+    /// Whether it was refused (it would remove keys and `replace` was not given): nothing
+    /// changed.
+    pub fn refused(&self) -> bool {
+        match self.change.decision {
+            SettingsDecision::Refused => true,
+            SettingsDecision::Unchanged | SettingsDecision::Set | SettingsDecision::Replace => {
+                false
             }
         }
     }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// What `settings set`, `clear` and `restore` print as JSON.
-#[derive(Serialize)]
-struct Answer<'a> {
-    module: &'a str,
-    node: Option<&'a str>,
-    #[serde(flatten)]
-    change: &'a SettingsChange,
-    /// The history revision that now holds the layer replaced, when one was replaced.
-    kept_as_revision: Option<u64>,
 }
 
 /// Replaces a layer with `new` (None: clears it) after deciding, and answers.
-#[allow(clippy::too_many_arguments)]
 fn replace(
-    home: &Home,
-    output: Output,
+    on: &On<'_>,
     module: &str,
     node: Option<&str>,
     scope: &LayerScope,
     new: Option<Value>,
     replace: bool,
     now: u64,
-) -> Result<ExitCode> {
+) -> Result<Answer> {
+    let home = on.home;
     let old = home.layer(module, scope)?;
     let compared = new
         .clone()
@@ -148,41 +151,20 @@ fn replace(
     }
     let mut kept = None;
     if change.decision.goes_ahead() {
-        let command = invoked_command();
-        let record = home.replace_layer(module, scope, new.as_ref(), &command, now)?;
+        let record = home.replace_layer(module, scope, new.as_ref(), on.command, now)?;
         kept = Some(record.revision);
     }
-    match output {
-        Output::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&Answer {
-                module,
-                node,
-                change: &change,
-                kept_as_revision: kept,
-            })?
-        ),
-        Output::Text => {
-            print!("{}", change.render_text(&describe(module, scope)));
-            if let Some(revision) = kept {
-                println!(
-                    "the layer it replaced is kept as revision {revision}: `settings show {module}{} --history`",
-                    node.map(|n| format!(" --node {n}")).unwrap_or_default()
-                );
-            }
-        }
-    }
-    Ok(match change.decision {
-        SettingsDecision::Refused => ExitCode::from(2),
-        SettingsDecision::Unchanged | SettingsDecision::Set | SettingsDecision::Replace => {
-            ExitCode::SUCCESS
-        }
+    Ok(Answer {
+        module: module.to_owned(),
+        node: node.map(str::to_owned),
+        change,
+        kept_as_revision: kept,
     })
 }
 
 /// The command line as a person would retype it: the program's name without its directory,
-/// arguments quoted where a shell needs it.
-fn invoked_command() -> String {
+/// arguments quoted where a shell needs it (for [`On::command`]).
+pub fn invoked_command() -> String {
     let mut args = std::env::args();
     let program = args
         .next()
@@ -241,8 +223,8 @@ pub fn set(
     json: &str,
     replace_keys: bool,
     now: u64,
-) -> Result<ExitCode> {
-    let (home, catalogue, output) = (on.home, on.catalogue, on.output);
+) -> Result<Answer> {
+    let (home, catalogue) = (on.home, on.catalogue);
     let scope = scope(home, catalogue, module, node)?;
     let layer: Value = serde_json::from_str(json).with_context(|| {
         format!(
@@ -251,21 +233,12 @@ pub fn set(
         )
     })?;
     check(catalogue, module, &layer)?;
-    replace(
-        home,
-        output,
-        module,
-        node,
-        &scope,
-        Some(layer),
-        replace_keys,
-        now,
-    )
+    replace(on, module, node, &scope, Some(layer), replace_keys, now)
 }
 
 /// `settings clear MODULE [--node NODE]`.
-pub fn clear(on: &On<'_>, module: &str, node: Option<&str>, now: u64) -> Result<ExitCode> {
-    let (home, catalogue, output) = (on.home, on.catalogue, on.output);
+pub fn clear(on: &On<'_>, module: &str, node: Option<&str>, now: u64) -> Result<Answer> {
+    let (home, catalogue) = (on.home, on.catalogue);
     let scope = scope(home, catalogue, module, node)?;
     if home.layer(module, &scope)?.is_none() {
         bail!(
@@ -273,7 +246,7 @@ pub fn clear(on: &On<'_>, module: &str, node: Option<&str>, now: u64) -> Result<
             describe(module, &scope)
         );
     }
-    replace(home, output, module, node, &scope, None, true, now)
+    replace(on, module, node, &scope, None, true, now)
 }
 
 /// `settings restore MODULE [--node NODE] REVISION`: puts back a layer from the history (the
@@ -284,8 +257,8 @@ pub fn restore(
     node: Option<&str>,
     revision: u64,
     now: u64,
-) -> Result<ExitCode> {
-    let (home, catalogue, output) = (on.home, on.catalogue, on.output);
+) -> Result<Answer> {
+    let (home, catalogue) = (on.home, on.catalogue);
     let scope = scope(home, catalogue, module, node)?;
     let records = home.history(module, &scope)?;
     let Some(record) = records.iter().find(|r| r.revision == revision) else {
@@ -302,16 +275,7 @@ pub fn restore(
     if let Some(layer) = &record.layer {
         check(catalogue, module, layer)?;
     }
-    replace(
-        home,
-        output,
-        module,
-        node,
-        &scope,
-        record.layer.clone(),
-        true,
-        now,
-    )
+    replace(on, module, node, &scope, record.layer.clone(), true, now)
 }
 
 #[cfg(test)]

@@ -568,33 +568,41 @@ fn a_together_module_is_sent_to_every_node_at_once() {
 }
 
 /// ADR 0218 §2: a controller replaced mid-rollout resumes from the plan's record. The
-/// controller is killed (SIGKILL) at points spread over a merge; `plans resume` and the merge
-/// heard again finish it: every node runs the new build, the plan is done, and one plan was made
-/// for the commit.
+/// controller dies (SIGABRT, nothing finished) at each named step of a merge in turn — a fail
+/// point, never a kill after a sleep (issue 15); `plans resume` and the merge heard again
+/// finish it: every node runs the new build, the plan is done, and one plan was made for the
+/// commit.
 #[test]
 fn a_controller_killed_mid_merge_resumes_where_it_was() {
-    let mut interrupted = 0;
-    for delay_ms in [10u64, 30, 50, 70, 80, 90, 100, 110, 120, 135, 160, 200] {
+    let steps = [
+        "plan-saved",
+        "built:site",
+        "sent:site:control",
+        "heard:site:control",
+        "sent:site:home",
+        "sent:site:laptop",
+        "heard:site:laptop",
+        "deployed:site",
+    ];
+    for step in steps {
         let (mesh, repo) = first_commit_merged();
         write_site(&repo, "v2\n", "");
         let commit = repo.commit("site: v2");
-        let mut child = mesh.spawn(&["merge", "cat"]);
-        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
-        let _ = child.kill();
-        let status = child.wait().unwrap();
-        if status.code().is_none() {
-            interrupted += 1;
-        }
-        if std::env::var_os("MESH_TEST_VERBOSE").is_some() {
-            let plan = std::fs::read_to_string(mesh.home().join("plans/plan-2.json"))
-                .map(|t| json(&t)["plan"]["rollouts"].to_string())
-                .unwrap_or_else(|_| "no plan".into());
-            eprintln!("killed after {delay_ms} ms ({status}): {plan}");
-        }
+        let died = mesh.run_env(&["merge", "cat"], &[("MESH_FAIL_AT", step)]);
+        assert_eq!(
+            died.code, -1,
+            "the controller was to die at `{step}`: {}{}",
+            died.stdout, died.stderr
+        );
+        assert!(
+            died.stderr.contains(&format!("dying at `{step}`")),
+            "{}",
+            died.stderr
+        );
         let resumed = mesh.run(&["plans", "resume"]);
         assert_eq!(
             resumed.code, 0,
-            "after {delay_ms} ms: {}{}",
+            "after dying at `{step}`: {}{}",
             resumed.stdout, resumed.stderr
         );
         mesh.expect(&["merge", "cat"], 0);
@@ -602,7 +610,7 @@ fn a_controller_killed_mid_merge_resumes_where_it_was() {
             assert_eq!(
                 read(&mesh, node, "srv/www/index.html"),
                 "v2\n",
-                "{node}, killed after {delay_ms} ms"
+                "{node}, after dying at `{step}`"
             );
         }
         let plans = json(&mesh.expect(&["plans", "--output", "json"], 0));
@@ -612,15 +620,11 @@ fn a_controller_killed_mid_merge_resumes_where_it_was() {
             .iter()
             .filter(|p| p["commit"] == commit.as_str())
             .collect();
-        assert_eq!(for_commit.len(), 1, "killed after {delay_ms} ms: {plans}");
+        assert_eq!(for_commit.len(), 1, "died at `{step}`: {plans}");
         assert_eq!(for_commit[0]["state"]["state"], "done", "{plans}");
         let deployed = home_json(&mesh, "deployed/site.json");
         assert_eq!(deployed["commit"], commit.as_str());
     }
-    assert!(
-        interrupted >= 3,
-        "only {interrupted} kills landed mid-merge"
-    );
 }
 
 /// A module that stops holds back only what is built from it: the plan's other modules go on,

@@ -77,11 +77,19 @@ impl Mesh {
 
     /// Runs the controller with `args`.
     pub fn run(&self, args: &[&str]) -> Run {
+        self.run_env(args, &[])
+    }
+
+    /// Runs the controller with `args` and the environment variables `env` set (e.g.
+    /// `MESH_FAIL_AT`, a fail point).
+    pub fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
         let out = Command::new(env!("CARGO_BIN_EXE_mesh-controller"))
             .arg("--home")
             .arg(self.home())
             .args(args)
             .env_remove("MESH_HOME")
+            .env_remove("MESH_FAIL_AT")
+            .envs(env.iter().copied())
             .output()
             .expect("the controller runs");
         Run {

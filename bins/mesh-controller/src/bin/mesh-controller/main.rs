@@ -1,23 +1,17 @@
 //! `mesh-controller`: composes each node's declaration from the catalogue and inventory, shows
 //! it, sends it, and keeps what was sent and what each node reported.
 //!
-//! Start at [`Command`]; the mesh home's layout is in [`home`]; sending is in [`push`]; what a
-//! person reads is rendered in [`render`]. Merges and plans: [`repos`] (catalogue repositories,
-//! read from git), [`plans`] (making, superseding and driving plans), [`builds`] (archives in the
-//! store and what is deployed), [`status`] (what the plans and nodes need).
+//! The binary parses arguments and renders; everything it does is a call into the
+//! [`mesh_controller`] library. Start at [`Command`]; what a person reads is rendered in
+//! [`render`]; `demo` and `init` are the binary's own.
 
-mod builds;
 mod demo;
-mod fleet;
-mod home;
 mod init;
-mod plans;
-mod push;
-mod records;
 mod render;
-mod repos;
-mod settings;
-mod status;
+
+use mesh_controller::{
+    broker, builds, daemon, fleet, plans, push, records, repos, runtimes, settings, status,
+};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -400,6 +394,22 @@ pub enum SettingsCommand {
     },
 }
 
+/// Progress lines as the binary prints them: on standard output for text, on standard error
+/// when standard output carries JSON.
+struct Lines {
+    to_stderr: bool,
+}
+
+impl mesh_controller::Progress for Lines {
+    fn line(&self, text: &str) {
+        if self.to_stderr {
+            eprintln!("{text}");
+        } else {
+            println!("{text}");
+        }
+    }
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("MESH_LOG"))
@@ -441,12 +451,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
         bus.clone()
             .context("this command talks to a fleet's bus: give --bus URL (or MESH_BUS)")
     };
+    let progress = Lines {
+        to_stderr: output == Output::Json,
+    };
     let ctx = plans::Ctx {
         home: &home,
         store: store.as_ref(),
-        progress: plans::Progress {
-            to_stderr: output == Output::Json,
-        },
+        progress: &progress,
         bus: bus.clone(),
     };
     let checked = || -> Result<push::Checked> {
@@ -553,7 +564,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&results)?),
                 Output::Text => print!("{}", render::push(&results)),
             }
-            Ok(push::exit_code(&results))
+            Ok(push_exit_code(&results))
         }
         Command::Status => {
             let status = status::overview(&home, mesh_host::now())?;
@@ -566,53 +577,70 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Settings(command) => {
             let now = mesh_host::now();
             let (catalogue, _) = checked()?;
+            let command_line = settings::invoked_command();
             let on = settings::On {
                 home: &home,
                 catalogue: &catalogue,
-                output,
+                command: &command_line,
             };
-            match command {
+            let answer = match command {
                 SettingsCommand::Show {
                     module,
                     node,
                     history,
-                } => settings::show(&on, &module, node.as_deref(), history),
+                } => {
+                    let shown = settings::show(&on, &module, node.as_deref(), history)?;
+                    match output {
+                        Output::Json => println!("{}", serde_json::to_string_pretty(&shown)?),
+                        Output::Text => print!("{}", render::settings_shown(&shown)?),
+                    }
+                    return Ok(ExitCode::SUCCESS);
+                }
                 SettingsCommand::Set {
                     module,
                     json,
                     node,
                     replace,
-                } => settings::set(&on, &module, node.as_deref(), &json, replace, now),
+                } => settings::set(&on, &module, node.as_deref(), &json, replace, now)?,
                 SettingsCommand::Clear { module, node } => {
-                    settings::clear(&on, &module, node.as_deref(), now)
+                    settings::clear(&on, &module, node.as_deref(), now)?
                 }
                 SettingsCommand::Restore {
                     module,
                     revision,
                     node,
-                } => settings::restore(&on, &module, node.as_deref(), revision, now),
+                } => settings::restore(&on, &module, node.as_deref(), revision, now)?,
+            };
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&answer)?),
+                Output::Text => print!("{}", render::settings_answer(&answer)),
             }
+            Ok(if answer.refused() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Command::Demo => demo::run(),
         Command::Serve => {
             home.require()?;
             let bus = need_bus()?;
             runtime.block_on(async {
-                fleet::serve(&ctx, &bus, mesh_host::serve::shutdown_signal()).await
+                daemon::serve(&ctx, &bus, mesh_host::serve::shutdown_signal()).await
             })?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Runtimes => {
             home.require()?;
-            let found = runtime.block_on(fleet::runtimes(&home, &need_bus()?))?;
+            let found = runtime.block_on(runtimes::runtimes(&home, &need_bus()?))?;
             match output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&found)?),
-                Output::Text => print!("{}", fleet::render_runtimes(&found)),
+                Output::Text => print!("{}", render::runtimes(&found)),
             }
-            Ok(ExitCode::from(fleet::runtimes_exit_code(&found)))
+            Ok(ExitCode::from(runtimes::runtimes_exit_code(&found)))
         }
         Command::Broker(BrokerCommand::ConsumerReset { stream, consumer }) => {
-            let reset = runtime.block_on(fleet::consumer_reset(
+            let reset = runtime.block_on(broker::consumer_reset(
                 &home,
                 &need_bus()?,
                 &stream,
@@ -851,15 +879,22 @@ fn print_problems(output: Output, problems: &[mesh_model::Diagnostic]) -> Result
     Ok(())
 }
 
-/// Fails with every problem listed, when there are any.
-pub fn refuse_problems(problems: &[mesh_model::Diagnostic]) -> Result<()> {
-    if problems.is_empty() {
-        return Ok(());
+/// The exit code a push's results call for: 2 when any node was held, else 0 when every node
+/// converged, else 3.
+fn push_exit_code(results: &[push::PushResult]) -> ExitCode {
+    if results
+        .iter()
+        .any(|r| matches!(r.result, push::NodeResult::Held { .. }))
+    {
+        return ExitCode::from(2);
     }
-    let listed: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
-    bail!(
-        "the catalogue or inventory has {} problem(s); nothing was sent:\n{}",
-        problems.len(),
-        listed.join("\n")
-    )
+    let converged = results.iter().all(|r| {
+        matches!(&r.result, push::NodeResult::Reported { report, .. }
+            if report.machine == mesh_model::report::MachineState::Converged)
+    });
+    if converged {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    }
 }

@@ -1,7 +1,7 @@
 //! `init`: a new mesh home, empty or from the book's example.
 
-use crate::home::{write_atomic, Home};
 use anyhow::{bail, Result};
+use mesh_controller::home::{write_atomic, Home};
 use mesh_model::inventory::{InventoryFile, Node, INVENTORY_FILE};
 use std::collections::BTreeMap;
 

@@ -1,14 +1,81 @@
 //! What a person reads: declarations, push results, status, plans, merges and builds, as text.
 
-use crate::plans::{MergeOutcome, NamedBuild, PlanRecord};
-use crate::push::{NodeResult, NodeStatus, PushResult};
-use crate::status::Overview;
+use mesh_controller::plans::{MergeOutcome, NamedBuild, PlanRecord};
+use mesh_controller::push::{NodeResult, NodeStatus, PushResult};
+use mesh_controller::runtimes::Runtimes;
+use mesh_controller::settings::{describe, Answer, Shown};
+use mesh_controller::status::Overview;
 use mesh_host::format_time;
 use mesh_host::{finding_line, machine_word, outcome_line, short};
 use mesh_model::declaration::{Declaration, Spec};
 use mesh_model::plan::{Plan, PlanState, RolloutOutcome};
 use mesh_plan::plans::{state_word, Waiting};
 use std::fmt::Write as _;
+
+/// A settings layer as `settings show` prints it, newest history first.
+///
+/// # Errors
+/// A layer that cannot be printed as JSON.
+pub fn settings_shown(shown: &Shown) -> serde_json::Result<String> {
+    let mut out = String::new();
+    match &shown.layer {
+        Some(layer) => {
+            let _ = writeln!(out, "{}", serde_json::to_string_pretty(layer)?);
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "{}: no layer set",
+                describe(&shown.module, &shown.scope())
+            );
+        }
+    }
+    if let Some(records) = &shown.history {
+        if records.is_empty() {
+            let _ = writeln!(out, "\nno earlier layers");
+        }
+        for record in records.iter().rev() {
+            let _ = writeln!(
+                out,
+                "\nrevision {}: replaced {} by `{}`",
+                record.revision,
+                format_time(record.replaced_at),
+                record.command
+            );
+            match &record.layer {
+                Some(layer) => {
+                    let _ = writeln!(out, "{}", serde_json::to_string_pretty(layer)?);
+                }
+                None => {
+                    let _ = writeln!(out, "(no layer)");
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// What a `settings set`, `clear` or `restore` did, as a person reads it.
+pub fn settings_answer(answer: &Answer) -> String {
+    let scope = match &answer.node {
+        Some(node) => mesh_model::inventory::LayerScope::Node(node.clone()),
+        None => mesh_model::inventory::LayerScope::Mesh,
+    };
+    let mut out = answer.change.render_text(&describe(&answer.module, &scope));
+    if let Some(revision) = answer.kept_as_revision {
+        let _ = writeln!(
+            out,
+            "the layer it replaced is kept as revision {revision}: `settings show {}{} --history`",
+            answer.module,
+            answer
+                .node
+                .as_deref()
+                .map(|n| format!(" --node {n}"))
+                .unwrap_or_default()
+        );
+    }
+    out
+}
 
 /// A declaration, one resource a line.
 pub fn declaration(declaration: &Declaration) -> String {
@@ -221,7 +288,7 @@ fn plans_status(overview: &Overview) -> String {
                 plan.id,
                 plan.repository,
                 plan.branch,
-                crate::builds::short_commit(&plan.commit),
+                mesh_controller::builds::short_commit(&plan.commit),
                 plan.state,
                 plan.waits_on,
                 plan.waiting_secs,
@@ -321,7 +388,7 @@ pub fn plans_list(plans: &[PlanRecord]) -> String {
             plan.id,
             plan.repository,
             plan.branch,
-            crate::builds::short_commit(&plan.commit),
+            mesh_controller::builds::short_commit(&plan.commit),
             format_time(plan.made_at),
             plan.modules.len(),
             state_text(&plan.state)
@@ -351,7 +418,7 @@ pub fn plan_show(record: &PlanRecord) -> String {
                 out,
                 "changed: {} path(s) since {}{}",
                 record.changed_paths,
-                crate::builds::short_commit(previous),
+                mesh_controller::builds::short_commit(previous),
                 if record.shared_paths.is_empty() {
                     String::new()
                 } else {
@@ -436,7 +503,7 @@ pub fn merge(outcome: &MergeOutcome) -> String {
             plan.id,
             plan.repository,
             plan.branch,
-            crate::builds::short_commit(&plan.commit),
+            mesh_controller::builds::short_commit(&plan.commit),
             state_text(&plan.state)
         ),
         MergeOutcome::Planned { plan, .. } => plan_summary(plan),
@@ -470,7 +537,7 @@ pub fn builds(builds: &[NamedBuild], dry_run: bool) -> String {
             build.archive.digest,
             build.archive.size,
             build.repository,
-            crate::builds::short_commit(&build.commit),
+            mesh_controller::builds::short_commit(&build.commit),
             if dry_run {
                 " — dry run: not published, not recorded, nothing can send it".to_owned()
             } else {
@@ -483,4 +550,390 @@ pub fn builds(builds: &[NamedBuild], dry_run: bool) -> String {
         );
     }
     out
+}
+
+/// `runtimes` as a person reads it.
+pub fn runtimes(found: &Runtimes) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for r in &found.runtimes {
+        let _ = writeln!(
+            out,
+            "{} on {}: answered in {} ms, {} bytes, modules: {}",
+            r.service,
+            r.node.as_deref().unwrap_or("(no node)"),
+            r.answer_ms,
+            r.answer_bytes,
+            if r.modules.is_empty() {
+                "none".to_owned()
+            } else {
+                r.modules.join(", ")
+            }
+        );
+    }
+    for m in &found.missing {
+        let _ = writeln!(
+            out,
+            "missing on {}: {} (assigned to it, not served there)",
+            m.node,
+            m.modules.join(", ")
+        );
+    }
+    for e in &found.running_elsewhere {
+        let _ = writeln!(
+            out,
+            "running elsewhere: {} on {} (assigned to {})",
+            e.module,
+            e.node,
+            e.assigned_to.join(", ")
+        );
+    }
+    for u in &found.not_heard {
+        let _ = writeln!(
+            out,
+            "not heard: {} on {} (instance {}) said it is there after {} ms and not what it \
+             serves; its modules are not known: none is said to be missing or running elsewhere",
+            u.service,
+            u.node.as_deref().unwrap_or("(no node)"),
+            u.id,
+            u.ping_ms
+        );
+    }
+    if !found.nodes_not_heard.is_empty() {
+        let _ = writeln!(
+            out,
+            "nodes not heard: {}; their modules are not known",
+            found.nodes_not_heard.join(", ")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{} runtime(s) heard in {} ms",
+        found.runtimes.len(),
+        found.waited_ms
+    );
+    out
+}
+
+#[cfg(test)]
+mod runtimes_tests {
+    //! `runtimes` set against the inventory (rule 25, issue 246): what is said of a heard
+    //! node's modules, and that nothing is said of an unheard one's.
+
+    use discovery::{RuntimeHeard, RuntimeUnheard};
+    use mesh_bus::discovery::{self, Discovery};
+    use mesh_controller::runtimes::{
+        compare_with_inventory, runtimes_exit_code, Missing, Runtimes,
+    };
+    use mesh_model::inventory::Inventory;
+    use mesh_model::inventory::InventoryFile;
+    use std::time::Duration;
+
+    /// Nodes `bus`, `a`, `b`, `c`: `base` everywhere, `agent` on `a`, `media` on `b`.
+    fn inventory() -> Inventory {
+        let file: InventoryFile = toml::from_str(
+            r#"
+            bus-node = "bus"
+            [nodes.bus]
+            [nodes.a]
+            [nodes.b]
+            [nodes.c]
+            [assignments]
+            base = ["bus", "a", "b", "c"]
+            agent = ["a"]
+            media = ["b"]
+            "#,
+        )
+        .unwrap();
+        Inventory {
+            file,
+            layers: Default::default(),
+        }
+    }
+
+    fn heard(service: &str, node: &str, modules: &[&str], answer_ms: u64) -> RuntimeHeard {
+        RuntimeHeard {
+            service: service.into(),
+            id: format!("id-{node}"),
+            version: "0.1.0".into(),
+            node: Some(node.into()),
+            modules: modules.iter().map(|m| (*m).to_owned()).collect(),
+            ping_time: Duration::from_millis(2),
+            answer_time: Duration::from_millis(answer_ms),
+            answer_size: 250,
+        }
+    }
+
+    fn host(node: &str, modules: &[&str]) -> RuntimeHeard {
+        heard(discovery::HOST_SERVICE, node, modules, 12)
+    }
+
+    fn unheard(node: Option<&str>) -> RuntimeUnheard {
+        RuntimeUnheard {
+            service: discovery::HOST_SERVICE.into(),
+            id: "id-quiet".into(),
+            node: node.map(str::to_owned),
+            ping_time: Duration::from_millis(3),
+        }
+    }
+
+    fn compare(runtimes: Vec<RuntimeHeard>, unheard: Vec<RuntimeUnheard>) -> Runtimes {
+        compare_with_inventory(
+            &inventory(),
+            Discovery {
+                runtimes,
+                unheard,
+                waited: Duration::from_millis(760),
+            },
+        )
+    }
+
+    #[test]
+    fn every_node_serving_what_it_is_assigned_says_nothing_missing() {
+        let found = compare(
+            vec![
+                host("bus", &["base", "mesh-bus"]),
+                host("a", &["agent", "base"]),
+                host("b", &["base", "media"]),
+                host("c", &["base"]),
+            ],
+            vec![],
+        );
+        assert_eq!(found.missing, []);
+        assert_eq!(found.running_elsewhere, []);
+        assert!(found.nodes_not_heard.is_empty());
+        assert_eq!(runtimes_exit_code(&found), 0);
+    }
+
+    #[test]
+    fn a_heard_node_lacking_a_module_has_it_missing_and_one_serving_anothers_runs_it_elsewhere() {
+        let found = compare(
+            vec![
+                // The controller's machine is not a node, even when named like one.
+                heard(discovery::CONTROLLER_SERVICE, "c", &[], 4),
+                host("a", &["base"]),
+                host("b", &["agent", "base", "media"]),
+                host("bus", &["base", "mesh-bus"]),
+                host("c", &["base"]),
+            ],
+            vec![],
+        );
+        assert_eq!(runtimes_exit_code(&found), 2);
+        insta::assert_snapshot!(super::runtimes(&found));
+    }
+
+    // Issue 246: a runtime that said it is there and not what it serves is never taken for
+    // one serving nothing.
+    #[test]
+    fn nothing_is_said_of_an_unheard_runtimes_modules() {
+        let found = compare(
+            vec![
+                // `agent` is `a`'s: while `a` is unheard it is not called running elsewhere.
+                host("b", &["agent", "base"]),
+                host("bus", &["base", "mesh-bus"]),
+            ],
+            vec![unheard(Some("a"))],
+        );
+        // `b` is heard: its own missing module is still named; `c`, not heard, is not.
+        assert_eq!(
+            found.missing,
+            [Missing {
+                node: "b".into(),
+                modules: vec!["media".into()]
+            }]
+        );
+        assert_eq!(found.running_elsewhere, []);
+        assert_eq!(found.nodes_not_heard, ["c"]);
+        assert_eq!(runtimes_exit_code(&found), 2);
+        insta::assert_snapshot!(super::runtimes(&found));
+    }
+
+    #[test]
+    fn an_unheard_runtime_naming_no_node_leaves_every_node_unknown() {
+        let found = compare(
+            vec![host("a", &[]), host("b", &["agent"])],
+            vec![unheard(None)],
+        );
+        assert_eq!(found.missing, []);
+        assert_eq!(found.running_elsewhere, []);
+        assert_eq!(runtimes_exit_code(&found), 3);
+    }
+}
+
+#[cfg(test)]
+mod status_tests {
+    use mesh_controller::plans::PlanRecord;
+    use mesh_controller::push::NodeStatus;
+    use mesh_controller::status::*;
+    use mesh_model::build::{ArchiveRef, Build};
+    use mesh_model::plan::PlanState;
+    use mesh_model::plan::{ModuleRollout, Plan};
+    use mesh_model::report::Report;
+    use mesh_model::report::{Outcome, WindowSummary};
+    use mesh_plan::rollout::RolloutState;
+    use std::collections::BTreeMap;
+
+    fn report(value: serde_json::Value) -> Report {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn node(name: &str, report: Report) -> NodeStatus {
+        NodeStatus {
+            node: name.into(),
+            bus_node: name == "control",
+            modules: ["site".to_owned()].into(),
+            sent: Some(report.declaration.clone()),
+            report: Some(report),
+            current: true,
+        }
+    }
+
+    /// A plan whose `site` was sent to `control` at 1000 and waits for its report.
+    fn waiting_plan() -> PlanRecord {
+        let build = Build {
+            module: "site".into(),
+            repository: "cat".into(),
+            commit: "0123456789abcdef".into(),
+            archive: ArchiveRef {
+                digest: "sha256:aaaa".into(),
+                size: 10,
+            },
+            at: 990,
+            dry_run: false,
+        };
+        let spec = mesh_plan::rollout::RolloutSpec {
+            module: "site".into(),
+            upgrade: mesh_model::module::Upgrade::OneFirst,
+            on_failure: mesh_model::module::OnFailure::Stop,
+            deadline_secs: 600,
+            max_parallel: None,
+            nodes: [(
+                "control".to_owned(),
+                mesh_plan::rollout::RolloutNode {
+                    running: true,
+                    declaration: "sha256:c1".into(),
+                },
+            )]
+            .into(),
+            bus_first: None,
+        };
+        let mut state = RolloutState::new();
+        mesh_plan::step(&spec, &mut state, mesh_plan::Event::Start, 999);
+        let granted = mesh_plan::Event::GrantsIssued {
+            nodes: vec!["control".into()],
+        };
+        mesh_plan::step(&spec, &mut state, granted, 1000);
+        let mut work = BTreeMap::new();
+        work.insert(
+            "site".to_owned(),
+            mesh_controller::plans::ModuleWork {
+                build: Some(build.clone()),
+                state: Some(state),
+                ..Default::default()
+            },
+        );
+        work.insert(
+            "tools".to_owned(),
+            mesh_controller::plans::ModuleWork::default(),
+        );
+        PlanRecord {
+            format: mesh_controller::plans::PLAN_FORMAT,
+            plan: Plan {
+                id: "plan-7".into(),
+                repository: "cat".into(),
+                branch: "main".into(),
+                commit: "0123456789abcdef".into(),
+                made_at: 980,
+                modules: vec!["site".into(), "tools".into()],
+                tiers: vec![vec!["site".into()], vec!["tools".into()]],
+                rollouts: [(
+                    "site".to_owned(),
+                    ModuleRollout {
+                        first: Some("control".into()),
+                        sends: [("control".to_owned(), 1000)].into(),
+                        outcome: None,
+                        build: Some(build.archive),
+                    },
+                )]
+                .into(),
+                state: PlanState::RollingOut,
+            },
+            previous_commit: None,
+            changed_paths: 0,
+            shared_paths: Vec::new(),
+            folded: BTreeMap::new(),
+            work,
+            held: Default::default(),
+        }
+    }
+
+    /// Rule 26: nothing fails silently — a plan's wait to the second, what is behind, and nodes
+    /// stuck, mid-change or with a window open all reach `status`.
+    #[test]
+    fn status_names_the_wait_to_the_second_and_the_nodes_needing_attention() {
+        let record = waiting_plan();
+        let (waits_on, since) = waits_on(&record);
+        assert_eq!(since, 1000);
+        let overview = Overview {
+            nodes: vec![
+                node(
+                    "control",
+                    report(serde_json::json!({
+                        "format": 1, "node": "control", "declaration": "sha256:c0",
+                        "machine": "mid-change", "resources": {},
+                        "started-at": 1001, "finished-at": 1001
+                    })),
+                ),
+                node("home", {
+                    let mut home = report(serde_json::json!({
+                        "format": 1, "node": "home", "declaration": "sha256:h0",
+                        "machine": "partial", "resources": {},
+                        "started-at": 1002, "finished-at": 1003
+                    }));
+                    home.resources.insert(
+                        "site/file/page".into(),
+                        Outcome::Stuck {
+                            attempts: 6,
+                            since: 100,
+                            last_reason: "read-only file system".into(),
+                        },
+                    );
+                    home.resources.insert(
+                        "media/container/media".into(),
+                        Outcome::HeldStill {
+                            step: "backup".into(),
+                        },
+                    );
+                    home.windows.push(WindowSummary {
+                        step: "backup".into(),
+                        containers: vec!["media".into()],
+                        opened_at: 900,
+                    });
+                    home
+                }),
+            ],
+            open_plans: vec![OpenPlan {
+                id: record.plan.id.clone(),
+                repository: "cat".into(),
+                branch: "main".into(),
+                commit: record.plan.commit.clone(),
+                state: "rolling-out",
+                waits_on,
+                since,
+                waiting_secs: 1042 - since,
+            }],
+            behind: mesh_plan::behind(std::slice::from_ref(&record.plan)),
+            stopped: vec![StoppedRollout {
+                plan: "plan-6".into(),
+                module: "notes".into(),
+                node: String::new(),
+                reason: "`notes` at cat 0123456789ab does not validate".into(),
+                reverted: None,
+            }],
+            attention: Vec::new(),
+        };
+        let mut overview = overview;
+        overview.attention = attention(&overview.nodes);
+        insta::assert_snapshot!(super::status(&overview));
+    }
 }

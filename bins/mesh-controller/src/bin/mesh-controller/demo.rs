@@ -1,8 +1,9 @@
 //! `demo`: the whole embedded mesh in a temporary home, explained for a newcomer.
 
-use crate::home::Home;
-use crate::{init, push, render};
+use crate::{init, render};
 use anyhow::{Context, Result};
+use mesh_controller::home::Home;
+use mesh_controller::push;
 use std::collections::BTreeSet;
 use std::process::ExitCode;
 use std::time::Duration;

@@ -1,0 +1,142 @@
+//! `mesh-controller serve`: the controller as a daemon on a fleet — it hears merges announced
+//! on the bus and drives the open plans.
+//!
+//! Start at [`serve`].
+
+use crate::fleet::{connect, BusArgs};
+use anyhow::{anyhow, Context, Result};
+use mesh_bus::discovery;
+use mesh_bus::jetstream;
+use std::time::Duration;
+
+/// The durable consumer through which `mesh-controller serve` hears merges on `MESH_EVENTS`.
+pub const MERGE_CONSUMER: &str = "controller";
+
+/// This machine's name, for the controller's discovery answer.
+fn machine_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "controller".to_owned())
+}
+
+/// `mesh-controller --bus URL serve`: the controller as a daemon on a fleet, until `shutdown`.
+///
+/// It makes the mesh's streams, answers discovery as [`discovery::CONTROLLER_SERVICE`] (rule
+/// 25), and hears merges announced on the bus through its durable consumer
+/// [`MERGE_CONSUMER`], made from now (rule 24): each merge, heard once however often it is
+/// announced (rule 18, issue 250), is planned as `merge NAME --commit C --plan-only` would,
+/// acknowledged, and then every open plan is driven on over the bus as `plans resume` would
+/// (built, rolled out one machine first to the real hosts). Open plans left by a controller
+/// stopped mid-rollout are driven on when it starts. A merge that cannot be planned (an unknown
+/// repository, another branch than the one registered) is logged and acknowledged; a drive
+/// that fails is logged, and its plan is driven on after the next merge or start.
+///
+/// # Guarantees
+/// `shutdown` is heard mid-drive too: the drive stops where it is, its plan saved as of its
+/// last step, and is resumed from there.
+///
+/// # Errors
+/// The bus cannot be reached at start, or the streams or consumer cannot be made.
+pub async fn serve(
+    ctx: &crate::plans::Ctx<'_>,
+    bus_args: &BusArgs,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<()> {
+    let mut shutdown = Box::pin(shutdown);
+    let bus = connect(ctx.home, bus_args).await?;
+    let js = bus.jetstream();
+    jetstream::ensure_streams(&js)
+        .await
+        .context("making the mesh's streams")?;
+    let _discovery = discovery::serve_discovery(
+        bus.client(),
+        &discovery::RuntimeAnnouncement {
+            service: discovery::CONTROLLER_SERVICE.to_owned(),
+            node: machine_name(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            modules: Vec::new(),
+        },
+    )
+    .await
+    .context("answering discovery")?;
+    let mut merges = jetstream::MergeListener::open(&js, MERGE_CONSUMER)
+        .await
+        .context("opening the merge consumer")?;
+    tracing::info!(url = %bus_args.url, "serving: hearing merges");
+    if drive_open_plans(ctx, &mut shutdown).await {
+        return Ok(());
+    }
+    loop {
+        let heard = tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            heard = merges.next(Duration::from_secs(5)) => heard,
+        };
+        let heard = match heard {
+            Ok(Some(heard)) => heard,
+            Ok(None) => continue,
+            Err(error) => {
+                tracing::error!(%error, "the merge consumer failed; reading it again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let merge = &heard.merge;
+        let planned = match ctx.home.repo(&merge.repository) {
+            Ok(repo) if repo.branch != merge.branch => Err(anyhow!(
+                "repository `{}` is registered on branch `{}`, not `{}`",
+                merge.repository,
+                repo.branch,
+                merge.branch
+            )),
+            Ok(_) => crate::plans::merge(ctx, &merge.repository, Some(&merge.commit), true).await,
+            Err(error) => Err(error),
+        };
+        match planned {
+            Ok(outcome) => tracing::info!(
+                repository = %merge.repository,
+                commit = %merge.commit,
+                outcome = %serde_json::to_string(&outcome).unwrap_or_default(),
+                "merge heard"
+            ),
+            Err(error) => tracing::error!(
+                repository = %merge.repository,
+                commit = %merge.commit,
+                error = format!("{error:#}"),
+                "a merge heard could not be planned"
+            ),
+        }
+        if let Err(error) = heard.ack().await {
+            tracing::error!(%error, "a merge could not be acknowledged; it may be heard again");
+        }
+        if drive_open_plans(ctx, &mut shutdown).await {
+            return Ok(());
+        }
+    }
+}
+
+/// Drives every open plan on (as `plans resume`), unless `shutdown` comes first; says whether
+/// it did.
+async fn drive_open_plans<S: std::future::Future<Output = ()>>(
+    ctx: &crate::plans::Ctx<'_>,
+    shutdown: &mut std::pin::Pin<Box<S>>,
+) -> bool {
+    let driven = tokio::select! {
+        _ = shutdown.as_mut() => return true,
+        driven = crate::plans::drive_open(ctx, None, crate::plans::DriveMode::All) => driven,
+    };
+    match driven {
+        Ok(plans) => {
+            for plan in plans {
+                tracing::info!(plan = %plan.id, state = mesh_plan::plans::state_word(&plan.state),
+                    "plan driven");
+            }
+        }
+        Err(error) => tracing::error!(
+            error = format!("{error:#}"),
+            "driving the open plans failed; they are driven on after the next merge"
+        ),
+    }
+    false
+}

@@ -1,0 +1,81 @@
+//! The mesh's controller as a library: everything `mesh-controller` does, as calls that return
+//! values, so a Rust tool can compose, push, drive a one-machine-first rollout, read status and
+//! change settings without copying a line of the binary.
+//!
+//! Start at [`home::Home`] (the mesh home and where its records are: files under the home, or
+//! the bus's records bucket, [`records::open_home`]). Then:
+//! - [`push`]: composing declarations and pushing them to nodes (the embedded default);
+//!   [`fleet`]: the same over a fleet's bus (NATS), grants first;
+//! - [`settings`]: reading and replacing settings layers, every replaced layer kept;
+//! - [`repos`], [`plans`], [`builds`]: merges make plans; plans are built and rolled out one
+//!   machine first;
+//! - [`status`]: each node's last report and what the plans wait on;
+//! - [`runtimes`], [`broker`], [`daemon`]: who is there on the bus, looking after the bus, and
+//!   the controller as a daemon.
+//!
+//! What a person reads is rendered by the binary, never here; progress goes through the
+//! [`Progress`] the caller gives.
+//!
+//! What it must never do: send a node a declaration before its grants, move a running
+//! container's data without an acknowledgement, or say a node converged that did not.
+
+pub mod broker;
+pub mod builds;
+pub mod daemon;
+pub mod fail;
+pub mod fleet;
+pub mod home;
+pub mod plans;
+pub mod push;
+pub mod records;
+pub mod repos;
+pub mod runtimes;
+pub mod settings;
+pub mod status;
+
+use anyhow::{bail, Result};
+
+/// Where a long call says what it is doing, a line at a time (a rollout's sends, a plan's
+/// builds). The binary prints them; an embedding tool logs or collects them.
+pub trait Progress: Send + Sync {
+    /// One line of progress.
+    fn line(&self, text: &str);
+}
+
+/// Progress nobody reads.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Quiet;
+
+impl Progress for Quiet {
+    fn line(&self, _text: &str) {}
+}
+
+/// Progress kept in memory, for a caller that shows it later (and for tests).
+#[derive(Debug, Default)]
+pub struct Collected(pub std::sync::Mutex<Vec<String>>);
+
+impl Progress for Collected {
+    fn line(&self, text: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(text.to_owned());
+    }
+}
+
+/// Fails with every problem listed, when there are any.
+///
+/// # Errors
+/// When `problems` is not empty: "the catalogue or inventory has N problem(s); nothing was
+/// sent", each problem on its own line.
+pub fn refuse_problems(problems: &[mesh_model::Diagnostic]) -> Result<()> {
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let listed: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
+    bail!(
+        "the catalogue or inventory has {} problem(s); nothing was sent:\n{}",
+        problems.len(),
+        listed.join("\n")
+    )
+}
