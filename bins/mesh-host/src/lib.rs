@@ -18,6 +18,8 @@
 //! - An archive that cannot be had fails only the files read from it ([`archives`]).
 //! - Pruning the archive cache after an apply never removes an archive the declaration names,
 //!   nor anything the host did not make, and never fails the apply ([`prune_archive_cache`]).
+//! - A panic in an apply ends neither the agent nor the daemon: it is a report whose every
+//!   resource failed naming the panic ([`apply_guarded`]).
 
 pub mod archives;
 pub mod serve;
@@ -126,6 +128,9 @@ pub fn apply_received(config: &HostConfig, received: &Received, now: u64) -> Rep
         declaration,
         contents,
     } = received;
+    if std::env::var_os(FAIL_POINT).is_some_and(|step| step == PANIC_IN_APPLY) {
+        panic!("fail point {FAIL_POINT}={PANIC_IN_APPLY}");
+    }
     match mesh_apply::apply_archived(config, declaration, contents, now) {
         Ok(mut report) => {
             prune_archive_cache(config, declaration, &mut report);
@@ -137,6 +142,85 @@ pub fn apply_received(config: &HostConfig, received: &Received, now: u64) -> Rep
             format!("apply refused, nothing applied: {error}"),
             now,
         ),
+    }
+}
+
+/// The environment variable naming a fail point: a step at which the host fails on purpose, so
+/// that tests can see what such a failure does. Unset (or naming no step) in production.
+pub const FAIL_POINT: &str = "MESH_HOST_FAIL_POINT";
+
+/// The fail point at which [`apply_received`] panics before it applies anything.
+pub const PANIC_IN_APPLY: &str = "panic-in-apply";
+
+/// [`apply_received`], with a panic in it caught and made the report: every resource of the
+/// declaration failed with `the host's apply panicked: <message>` ([`panicked`]).
+///
+/// # Guarantees
+/// Returns a report whatever the apply did; the agent or daemon calling it goes on.
+pub fn apply_guarded(config: &HostConfig, received: &Received, now: u64) -> Report {
+    let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        apply_received(config, received, now)
+    }));
+    applied.unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".to_owned());
+        panicked(config, &received.declaration, &message, now)
+    })
+}
+
+/// The report of an apply of `declaration` that panicked with `message` (or whose task was
+/// lost): every resource failed, naming it; the machine `mid-change` when the apply had begun
+/// changing it (the marker is there), else `partial`.
+pub fn panicked(config: &HostConfig, declaration: &Declaration, message: &str, now: u64) -> Report {
+    let reason = format!("the host's apply panicked: {message}");
+    tracing::error!(node = %declaration.node, "{reason}");
+    let machine = match mesh_apply::is_mid_change(&config.state_dir) {
+        Ok(true) => MachineState::MidChange,
+        Ok(false) | Err(_) => MachineState::Partial,
+    };
+    Report {
+        format: REPORT_FORMAT,
+        node: declaration.node.clone(),
+        declaration: declaration.digest(),
+        machine,
+        resources: declaration
+            .resources
+            .iter()
+            .map(|resource| {
+                let failed = Outcome::Failed {
+                    reason: reason.clone(),
+                    attempts: 1,
+                    since: now,
+                };
+                (resource.id.clone(), failed)
+            })
+            .collect(),
+        undeclared: BTreeMap::new(),
+        findings: vec![Finding {
+            resource: String::new(),
+            message: reason.clone(),
+        }],
+        windows: Vec::new(),
+        resumed_from_mid_change: false,
+        started_at: now,
+        finished_at: now,
+    }
+}
+
+/// [`apply_guarded`] on a blocking thread; a task lost to the runtime is a [`panicked`] report
+/// too.
+pub async fn apply_on_blocking_thread(config: Arc<HostConfig>, received: Received) -> Report {
+    let received = Arc::new(received);
+    let task = {
+        let (config, received) = (Arc::clone(&config), Arc::clone(&received));
+        tokio::task::spawn_blocking(move || apply_guarded(&config, &received, now()))
+    };
+    match task.await {
+        Ok(report) => report,
+        Err(error) => panicked(&config, &received.declaration, &error.to_string(), now()),
     }
 }
 
@@ -182,7 +266,8 @@ pub fn handle_declaration(config: &HostConfig, node: &str, payload: &[u8], now: 
 ///
 /// When this returns, the subscription is live: a declaration published afterwards is heard.
 /// Each declaration's archived files are read from `archives` (the cache, then the store), then
-/// it is applied on a blocking thread and its report published on [`subjects::report`].
+/// it is applied on a blocking thread and its report published on [`subjects::report`]. A panic
+/// in an apply is a failed report ([`apply_guarded`]); the agent goes on.
 ///
 /// # Errors
 /// [`BusError`] when the subscription is refused.
@@ -197,12 +282,7 @@ pub async fn start(
     Ok(tokio::spawn(async move {
         while let Some(message) = declarations.next().await {
             let report = match receive(&archives, &node, &message.payload, now()).await {
-                Ok(received) => {
-                    let config = Arc::clone(&config);
-                    tokio::task::spawn_blocking(move || apply_received(&config, &received, now()))
-                        .await
-                        .expect("the apply task does not panic")
-                }
+                Ok(received) => apply_on_blocking_thread(Arc::clone(&config), received).await,
                 Err(report) => *report,
             };
             let payload = serde_json::to_vec(&report).expect("a report always serializes");

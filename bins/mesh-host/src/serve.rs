@@ -22,6 +22,8 @@
 //!   is acknowledged: a host killed at any point either gets it again from the consumer or
 //!   finds it on disk. On start, a stored declaration is applied again; if the host was killed
 //!   mid-apply, it first reports the machine **mid-change**, then applies (rule 5).
+//! - A panic in an apply is a report whose every resource failed naming the panic
+//!   ([`crate::apply_guarded`]); the daemon goes on serving.
 //! - A stop (SIGTERM, SIGINT) lets the apply under way finish and its report go out, then
 //!   stops; nothing is left half-written by the stop itself.
 //! - Every failure — a report that cannot be published, a consumer that cannot be read — is
@@ -33,7 +35,7 @@
 //! What it must never do: apply a declaration for another node (refused by
 //! [`crate::parse`]), or apply outside its root.
 
-use crate::{apply_received, now, receive};
+use crate::{apply_guarded, apply_on_blocking_thread, now, receive};
 use async_nats::jetstream::consumer::PullConsumer;
 use futures_util::StreamExt;
 use mesh_apply::HostConfig;
@@ -92,16 +94,32 @@ pub enum ServeError {
 /// called (inside a tokio runtime), so a signal arriving before the future is first polled is
 /// not lost.
 ///
-/// # Panics
-/// Outside a tokio runtime, or when the signal handlers cannot be installed.
+/// A handler that cannot be installed is logged: that signal then keeps its default action
+/// (it ends the process without waiting for the apply under way), and the other still stops
+/// the daemon gracefully.
 pub fn shutdown_signal() -> impl Future<Output = ()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("a SIGTERM handler installs");
-    let mut int = signal(SignalKind::interrupt()).expect("a SIGINT handler installs");
+    use tokio::signal::unix::{signal, Signal, SignalKind};
+    let install = |kind: SignalKind, name: &'static str| match signal(kind) {
+        Ok(signal) => Some(signal),
+        Err(error) => {
+            tracing::error!(%error, "cannot install a {name} handler: a {name} ends the process at once");
+            None
+        }
+    };
+    async fn heard(signal: Option<Signal>) {
+        match signal {
+            Some(mut signal) => {
+                signal.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+    let term = install(SignalKind::terminate(), "SIGTERM");
+    let int = install(SignalKind::interrupt(), "SIGINT");
     async move {
         tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-            _ = int.recv() => tracing::info!("SIGINT: stopping"),
+            () = heard(term) => tracing::info!("SIGTERM: stopping"),
+            () = heard(int) => tracing::info!("SIGINT: stopping"),
         }
     }
 }
@@ -424,13 +442,9 @@ impl Agent {
         let report = match receive(&config.archives, &config.node, &payload, now()).await {
             Err(report) => *report,
             Ok(received) if applies_in_place(&payload) => {
-                apply_received(&config.host, &received, now())
+                apply_guarded(&config.host, &received, now())
             }
-            Ok(received) => {
-                tokio::task::spawn_blocking(move || apply_received(&config.host, &received, now()))
-                    .await
-                    .expect("an apply does not panic")
-            }
+            Ok(received) => apply_on_blocking_thread(Arc::new(config.host.clone()), received).await,
         };
         self.retry_at = next_retry(&report, &self.config.host.retry);
         let modules: BTreeSet<String> = Declaration::from_json(&payload)
