@@ -179,6 +179,8 @@ pub struct RegistryCollector {
     pub process: Box<dyn RegistryProcess + Sync>,
     /// Where it answers (`http://HOST:PORT`), to wait for it after starting it again.
     pub base_url: String,
+    /// The CA file its certificate is signed by, over `https://` (`None`: the system's CAs).
+    pub ca_file: Option<PathBuf>,
 }
 
 impl RegistryCollector {
@@ -238,7 +240,23 @@ impl RegistryCollector {
 
     async fn wait_until_answering(&self) -> Result<(), CollectError> {
         let url = format!("{}/v2/", self.base_url);
-        let client = reqwest::Client::new();
+        let mut client = reqwest::Client::builder();
+        if let Some(path) = &self.ca_file {
+            let certificates = std::fs::read(path)
+                .map_err(std::io::Error::other)
+                .and_then(|pem| {
+                    reqwest::Certificate::from_pem_bundle(&pem).map_err(std::io::Error::other)
+                })
+                .map_err(|source| CollectError::Process {
+                    what: format!("read the registry's CA file {}", path.display()),
+                    source,
+                })?;
+            client = client.tls_certs_only(certificates);
+        }
+        let client = client.build().map_err(|e| CollectError::Process {
+            what: "build an HTTP client".to_owned(),
+            source: std::io::Error::other(e),
+        })?;
         let seconds = 30;
         for _ in 0..seconds * 10 {
             if let Ok(response) = client.get(&url).send().await {

@@ -13,7 +13,9 @@
 //!   [`record_store`]: files under the mesh home, or a bucket on a fleet),
 //!   [`keep`] what it therefore keeps and why (rule 22);
 //! - [`sweep`] holds every kept archive and then lets the rest go, [`collect`] deletes what
-//!   nothing holds (rule 23); [`lock`] keeps publishing and collecting apart.
+//!   nothing holds (rule 23); [`lock`] keeps publishing and collecting apart;
+//! - [`secret`] reads and writes the files that hold a secret (0600, refused when others may
+//!   read them).
 //!
 //! # Invariants
 //! - Reading a tree never follows a symbolic link; an archive never holds one.
@@ -34,6 +36,7 @@ pub mod manifest;
 pub mod record_store;
 pub mod records;
 pub mod registry;
+pub mod secret;
 pub mod store;
 pub mod sweep;
 pub mod tree;

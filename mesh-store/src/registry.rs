@@ -12,20 +12,30 @@
 //! - A 405 to a DELETE is [`StoreError::DeletionDisabled`], never taken for success.
 //! - An operation whose transport fails (not one the registry answered) is tried once more
 //!   on a fresh connection; every operation is idempotent.
+//! - Over `https://`, the registry's certificate is verified against the CA file of its
+//!   [`StoreAccess`] when one is given (and only against it), the system's CAs otherwise; a
+//!   certificate neither signed is [`StoreError::Untrusted`], never tried again, never
+//!   accepted.
+//! - Credentials ([`StoreAccess::credentials_file`]) go on every request as basic auth; a
+//!   request the registry refuses for them is [`StoreError::Refused`]. No error or log line
+//!   holds the password: messages name the credentials file.
 
 use crate::archive::Archive;
 use crate::manifest::{
     archive_digest_of_tag, holding_manifest, holding_manifest_digest, holding_tag, EMPTY_CONFIG,
     EMPTY_CONFIG_DIGEST, MANIFEST_MEDIA_TYPE,
 };
-use crate::store::{ArchiveStore, Holding, Release, StoreError, StoreSpec};
+use crate::store::{
+    ArchiveStore, Holding, RegistryCredentials, Release, StoreAccess, StoreError, StoreSpec,
+};
 use async_trait::async_trait;
 use mesh_model::build::ArchiveRef;
-use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::secrets::RegistryAuth;
 use oci_client::Reference;
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -38,6 +48,12 @@ pub struct RegistryStore {
     repository: String,
     spec: String,
     config_present: AtomicBool,
+    auth: RegistryAuth,
+    credentials: Option<RegistryCredentials>,
+    /// For messages: what the registry's certificate is checked against.
+    trust: String,
+    /// For messages: where the credentials came from.
+    credentials_from: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for RegistryStore {
@@ -49,11 +65,27 @@ impl std::fmt::Debug for RegistryStore {
 }
 
 impl RegistryStore {
-    /// A store for a [`StoreSpec::Registry`]. Nothing is contacted yet.
+    /// A store for a [`StoreSpec::Registry`], anonymous, trusting the system's CAs. Nothing is
+    /// contacted yet.
     ///
     /// # Errors
     /// [`StoreError::Spec`] for a layout spec, or when the HTTP client cannot be built.
     pub fn new(spec: &StoreSpec) -> Result<RegistryStore, StoreError> {
+        RegistryStore::with_access(spec, &StoreAccess::default())
+    }
+
+    /// A store for a [`StoreSpec::Registry`] reached with `access`: its CA file and
+    /// credentials are read now. Nothing is contacted yet.
+    ///
+    /// # Errors
+    /// [`StoreError::Spec`] for a layout spec, or when the HTTP client cannot be built;
+    /// [`StoreError::Access`] when the CA file cannot be read or holds no certificate;
+    /// [`StoreError::Secret`] or [`StoreError::Access`] for the credentials file (readable by
+    /// others, not `USER:PASSWORD`).
+    pub fn with_access(
+        spec: &StoreSpec,
+        access: &StoreAccess,
+    ) -> Result<RegistryStore, StoreError> {
         let StoreSpec::Registry {
             plain_http,
             registry,
@@ -65,6 +97,17 @@ impl RegistryStore {
                 reason: "not a registry".to_owned(),
             });
         };
+        let name = spec.to_string();
+        let ca = access
+            .ca_file
+            .as_deref()
+            .map(|path| read_ca_file(&name, path))
+            .transpose()?;
+        let credentials = access
+            .credentials_file
+            .as_deref()
+            .map(|path| RegistryCredentials::read(&name, path))
+            .transpose()?;
         let config = ClientConfig {
             protocol: if *plain_http {
                 ClientProtocol::Http
@@ -73,19 +116,43 @@ impl RegistryStore {
             },
             connect_timeout: Some(Duration::from_secs(5)),
             read_timeout: Some(Duration::from_secs(60)),
+            tls_certs_only: ca
+                .iter()
+                .map(|pem| Certificate {
+                    encoding: CertificateEncoding::Pem,
+                    data: pem.clone(),
+                })
+                .collect(),
             ..ClientConfig::default()
         };
-        let http = reqwest::Client::builder()
+        let client_error = |e: &dyn std::fmt::Display| StoreError::Spec {
+            spec: name.clone(),
+            reason: format!("cannot build an HTTP client: {e}"),
+        };
+        let mut http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(60))
-            .build()
-            .map_err(|e| StoreError::Spec {
-                spec: spec.to_string(),
-                reason: format!("cannot build an HTTP client: {e}"),
-            })?;
+            .timeout(Duration::from_secs(60));
+        if let Some(pem) = &ca {
+            let certificates =
+                reqwest::Certificate::from_pem_bundle(pem).map_err(|e| client_error(&e))?;
+            http = http.tls_certs_only(certificates);
+        }
+        let http = http.build().map_err(|e| client_error(&e))?;
+        let client = oci_client::Client::try_from(config).map_err(|e| client_error(&e))?;
+        let auth = match &credentials {
+            Some(c) => RegistryAuth::Basic(c.user.clone(), c.password.clone()),
+            None => RegistryAuth::Anonymous,
+        };
         let scheme = if *plain_http { "http" } else { "https" };
         Ok(RegistryStore {
-            client: oci_client::Client::new(config),
+            client,
+            auth,
+            credentials,
+            trust: match &access.ca_file {
+                Some(path) => format!("CA file {}", path.display()),
+                None => "the system's CAs".to_owned(),
+            },
+            credentials_from: access.credentials_file.clone(),
             http,
             base_url: format!("{scheme}://{registry}"),
             registry: registry.clone(),
@@ -119,6 +186,12 @@ impl RegistryStore {
         digest: &str,
         source: OciDistributionError,
     ) -> StoreError {
+        if let Some(detail) = untrusted_certificate(&source) {
+            return self.untrusted(operation, digest, detail);
+        }
+        if let Some(status) = refused_status(&source) {
+            return self.refused(operation, digest, status);
+        }
         StoreError::Registry {
             store: self.spec.clone(),
             operation,
@@ -133,6 +206,9 @@ impl RegistryStore {
         digest: &str,
         source: reqwest::Error,
     ) -> StoreError {
+        if let Some(detail) = untrusted_certificate(&source) {
+            return self.untrusted(operation, digest, detail);
+        }
         StoreError::Unreachable {
             store: self.spec.clone(),
             operation,
@@ -141,10 +217,69 @@ impl RegistryStore {
         }
     }
 
+    fn untrusted(&self, operation: &'static str, digest: &str, detail: String) -> StoreError {
+        StoreError::Untrusted {
+            store: self.spec.clone(),
+            operation,
+            digest: digest.to_owned(),
+            trust: self.trust.clone(),
+            detail,
+        }
+    }
+
+    fn refused(&self, operation: &'static str, digest: &str, status: u16) -> StoreError {
+        StoreError::Refused {
+            store: self.spec.clone(),
+            operation,
+            digest: digest.to_owned(),
+            status,
+            why: match &self.credentials_from {
+                Some(path) => format!(
+                    "the credentials of {} were not accepted for it",
+                    path.display()
+                ),
+                None => "no credentials were given (a credentials file)".to_owned(),
+            },
+        }
+    }
+
+    /// The status of a direct request, a 401 or 403 taken as [`StoreError::Refused`].
+    fn answered(
+        &self,
+        operation: &'static str,
+        digest: &str,
+        response: reqwest::Response,
+    ) -> Result<reqwest::Response, StoreError> {
+        match response.status().as_u16() {
+            status @ (401 | 403) => Err(self.refused(operation, digest, status)),
+            _ => Ok(response),
+        }
+    }
+
+    /// A direct request with this store's credentials.
+    fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.credentials {
+            Some(c) => request.basic_auth(&c.user, Some(&c.password)),
+            None => request,
+        }
+    }
+
+    /// Gives oci-client this store's credentials for the registry (once; it keeps them). An
+    /// anonymous store gives none, so no request is spent asking the registry how to
+    /// authenticate.
+    async fn authenticate(&self) {
+        if self.credentials.is_some() {
+            self.client
+                .store_auth_if_needed(&self.registry, &self.auth)
+                .await;
+        }
+    }
+
     async fn ensure_empty_config(&self) -> Result<(), StoreError> {
         if self.config_present.load(Ordering::Acquire) {
             return Ok(());
         }
+        self.authenticate().await;
         let reference = self.reference("config");
         let present = self
             .client
@@ -213,6 +348,7 @@ fn name_unknown(error: &OciDistributionError) -> bool {
 
 impl RegistryStore {
     async fn put_blob_once(&self, archive: &Archive) -> Result<(), StoreError> {
+        self.authenticate().await;
         let digest = &archive.reference.digest;
         self.client
             .push_blob(&self.reference("archive"), archive.bytes.clone(), digest)
@@ -247,12 +383,7 @@ impl RegistryStore {
     async fn list_held_once(&self) -> Result<BTreeSet<String>, StoreError> {
         match self
             .client
-            .list_tags(
-                &self.reference("list"),
-                &RegistryAuth::Anonymous,
-                None,
-                None,
-            )
+            .list_tags(&self.reference("list"), &self.auth, None, None)
             .await
         {
             Ok(response) => Ok(response
@@ -274,12 +405,13 @@ impl RegistryStore {
     ) -> Result<reqwest::Response, StoreError> {
         let tag = holding_tag(archive_digest);
         let url = format!("{}/v2/{}/manifests/{tag}", self.base_url, self.repository);
-        self.http
-            .head(&url)
+        let response = self
+            .authorized(self.http.head(&url))
             .header(reqwest::header::ACCEPT, MANIFEST_MEDIA_TYPE)
             .send()
             .await
-            .map_err(|e| self.unreachable(operation, archive_digest, e))
+            .map_err(|e| self.unreachable(operation, archive_digest, e))?;
+        self.answered(operation, archive_digest, response)
     }
 
     async fn holding_once(&self, archive: &ArchiveRef) -> Result<Holding, StoreError> {
@@ -306,6 +438,7 @@ impl RegistryStore {
     }
 
     async fn has_blob_once(&self, digest: &str) -> Result<bool, StoreError> {
+        self.authenticate().await;
         self.client
             .blob_exists(&self.reference("archive"), digest)
             .await
@@ -340,11 +473,11 @@ impl RegistryStore {
             self.base_url, self.repository
         );
         let response = self
-            .http
-            .delete(&url)
+            .authorized(self.http.delete(&url))
             .send()
             .await
             .map_err(|e| self.unreachable("delete manifest", &manifest, e))?;
+        let response = self.answered("delete manifest", &manifest, response)?;
         match response.status().as_u16() {
             200 | 202 => Ok(Release::Removed),
             404 => Ok(Release::AlreadyGone),
@@ -368,6 +501,7 @@ impl RegistryStore {
                 digest: archive.digest.clone(),
             });
         }
+        self.authenticate().await;
         let mut bytes: Vec<u8> = Vec::with_capacity(archive.size as usize);
         self.client
             .pull_blob(
@@ -386,6 +520,61 @@ impl RegistryStore {
             });
         }
         Ok(fetched)
+    }
+}
+
+/// Reads a CA file: PEM holding at least one certificate.
+fn read_ca_file(store: &str, path: &std::path::Path) -> Result<Vec<u8>, StoreError> {
+    let access = |reason: String| StoreError::Access {
+        store: store.to_owned(),
+        what: "CA file",
+        path: path.to_owned(),
+        reason,
+    };
+    let pem = std::fs::read(path).map_err(|e| access(format!("cannot be read: {e}")))?;
+    if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+        return Err(access("holds no PEM certificate".to_owned()));
+    }
+    Ok(pem)
+}
+
+/// What the TLS library said when an error (or one of its sources) is a certificate it could
+/// not verify against the CAs it trusts.
+fn untrusted_certificate(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        let text = error.to_string();
+        let lower = text.to_ascii_lowercase();
+        if lower.contains("certificate verify failed")
+            || lower.contains("invalid peer certificate")
+            || lower.contains("unknownissuer")
+        {
+            return Some(text);
+        }
+        next = error.source();
+    }
+    None
+}
+
+/// The status of an oci-client error that is the registry refusing the credentials (or
+/// wanting some).
+fn refused_status(error: &OciDistributionError) -> Option<u16> {
+    match error {
+        OciDistributionError::UnauthorizedError { .. }
+        | OciDistributionError::AuthenticationFailure(_) => Some(401),
+        OciDistributionError::ServerError { code, .. } if matches!(code, 401 | 403) => Some(*code),
+        OciDistributionError::RequestError(e) => e
+            .status()
+            .map(|status| status.as_u16())
+            .filter(|status| matches!(status, 401 | 403)),
+        OciDistributionError::RegistryError { envelope, .. } => {
+            envelope.errors.iter().find_map(|e| match e.code {
+                OciErrorCode::Unauthorized => Some(401),
+                OciErrorCode::Denied => Some(403),
+                _ => None,
+            })
+        }
+        _ => None,
     }
 }
 

@@ -113,6 +113,59 @@ pub enum StoreError {
         /// The archive digest.
         digest: String,
     },
+    /// The registry's TLS certificate is not signed by a CA this client trusts.
+    #[error(
+        "store {store}: {operation} {digest}: the registry's certificate is not trusted \
+         ({trust}): {detail}"
+    )]
+    Untrusted {
+        /// The store.
+        store: String,
+        /// What was being done.
+        operation: &'static str,
+        /// The digest or tag it was about.
+        digest: String,
+        /// What this client trusts: the CA file given, or the system's roots.
+        trust: String,
+        /// What the TLS library said.
+        detail: String,
+    },
+    /// The registry refused the request's credentials (401 or 403), or wanted some and none
+    /// were given.
+    #[error("store {store}: {operation} {digest}: the registry refused it ({status}): {why}")]
+    Refused {
+        /// The store.
+        store: String,
+        /// What was being done.
+        operation: &'static str,
+        /// The digest or tag it was about.
+        digest: String,
+        /// The HTTP status.
+        status: u16,
+        /// Whether credentials were sent, and from which file (never what they are).
+        why: String,
+    },
+    /// The CA file or the credentials file of a registry cannot be used.
+    #[error("store {store}: {what} {path}: {reason}")]
+    Access {
+        /// The store.
+        store: String,
+        /// Which file: `CA file` or `credentials file`.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong (never what the file holds).
+        reason: String,
+    },
+    /// A secret file (the credentials) is readable by others, or unreadable.
+    #[error("store {store}: {source}")]
+    Secret {
+        /// The store.
+        store: String,
+        /// Why.
+        #[source]
+        source: crate::secret::SecretFileError,
+    },
     /// Bytes read from the store are not the digest asked for.
     #[error("store {store}: blob {expected} read back as {actual}")]
     Digest {
@@ -306,14 +359,99 @@ pub fn default_store_spec(home: &std::path::Path) -> StoreSpec {
     StoreSpec::Layout(home.join("store").join("oci"))
 }
 
-/// Opens the store a spec names. Nothing is contacted or created yet.
+/// Opens the store a spec names, anonymously and trusting the system's CAs. Nothing is
+/// contacted or created yet. See [`open_store_with`] for a registry that wants credentials or
+/// a private CA.
 ///
 /// # Errors
 /// [`StoreError`] when the client cannot be built.
 pub fn open_store(spec: &StoreSpec) -> Result<Box<dyn ArchiveStore>, StoreError> {
+    open_store_with(spec, &StoreAccess::default())
+}
+
+/// Opens the store a spec names with `access` (a registry's CA and credentials; a layout
+/// needs neither and ignores them). Nothing is contacted or created yet; the files `access`
+/// names are read now.
+///
+/// # Errors
+/// [`StoreError::Access`] or [`StoreError::Secret`] when a file of `access` cannot be used
+/// (the credentials file readable by others, say); [`StoreError`] when the client cannot be
+/// built.
+pub fn open_store_with(
+    spec: &StoreSpec,
+    access: &StoreAccess,
+) -> Result<Box<dyn ArchiveStore>, StoreError> {
     match spec {
         StoreSpec::Layout(path) => Ok(Box::new(crate::layout::OciLayoutStore::new(path))),
-        StoreSpec::Registry { .. } => Ok(Box::new(crate::registry::RegistryStore::new(spec)?)),
+        StoreSpec::Registry { .. } => Ok(Box::new(crate::registry::RegistryStore::with_access(
+            spec, access,
+        )?)),
+    }
+}
+
+/// How to reach a registry beyond its address: which CA signs its certificate, and who this
+/// client is. The default trusts the system's CAs and sends no credentials.
+///
+/// Credentials are basic auth (distribution's `htpasswd`): the controller's (which push and
+/// delete) and the hosts' (which only pull; distribution cannot make a credential read-only,
+/// see the book's store page). They are given by file, never on a command line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreAccess {
+    /// A PEM file of the CA certificate(s) the registry's certificate must be signed by; when
+    /// given, only these are trusted (not the system's).
+    pub ca_file: Option<PathBuf>,
+    /// A file holding `USER:PASSWORD` on one line, readable by its owner only (`0600`; `0640`
+    /// is accepted). Refused when others may read it.
+    pub credentials_file: Option<PathBuf>,
+}
+
+/// A user and password for a registry, read from a [`StoreAccess::credentials_file`]. Its
+/// `Debug` never shows the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RegistryCredentials {
+    /// The user.
+    pub user: String,
+    /// The password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for RegistryCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryCredentials")
+            .field("user", &self.user)
+            .field("password", &"<hidden>")
+            .finish()
+    }
+}
+
+impl RegistryCredentials {
+    /// Reads `USER:PASSWORD` from a secret file (see [`crate::secret::read_secret`]).
+    ///
+    /// # Errors
+    /// [`StoreError::Secret`] when others may read it or it cannot be read;
+    /// [`StoreError::Access`] when it is not `USER:PASSWORD` (the message never holds what
+    /// the file holds).
+    pub fn read(store: &str, path: &std::path::Path) -> Result<RegistryCredentials, StoreError> {
+        let text = crate::secret::read_secret(path).map_err(|source| StoreError::Secret {
+            store: store.to_owned(),
+            source,
+        })?;
+        match text.split_once(':') {
+            Some((user, password))
+                if !user.is_empty() && !password.is_empty() && !text.contains('\n') =>
+            {
+                Ok(RegistryCredentials {
+                    user: user.to_owned(),
+                    password: password.to_owned(),
+                })
+            }
+            _ => Err(StoreError::Access {
+                store: store.to_owned(),
+                what: "credentials file",
+                path: path.to_owned(),
+                reason: "it must hold one line USER:PASSWORD, both non-empty".to_owned(),
+            }),
+        }
     }
 }
 

@@ -23,6 +23,7 @@ fn collector(registry: &TestRegistry) -> RegistryCollector {
         config: registry.config.clone(),
         process: Box::new(registry.process()),
         base_url: registry.base_url(),
+        ca_file: registry.ca_file(),
     }
 }
 

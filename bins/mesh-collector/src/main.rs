@@ -27,7 +27,7 @@ use mesh_store::lease::Lease;
 use mesh_store::lock::SweepLock;
 use mesh_store::record_store::{DirRecords, RecordStore};
 use mesh_store::records::read_module_records;
-use mesh_store::store::{default_store_spec, open_store, StoreSpec};
+use mesh_store::store::{default_store_spec, open_store_with, StoreAccess, StoreSpec};
 use mesh_store::sweep::{sweep, KeptState, ReleasedState, SweepReport};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -67,6 +67,17 @@ struct Cli {
     /// (an OCI registry; repository mesh/archives by default). Default: oci:DIR/store/oci.
     #[arg(long, value_name = "SPEC")]
     store: Option<String>,
+
+    /// The registry's CA (a PEM file), over https://: its certificate must be signed by one of
+    /// these, and only these are trusted.
+    #[arg(long, env = "MESH_STORE_CA", value_name = "FILE")]
+    store_ca: Option<PathBuf>,
+
+    /// The controller's registry credentials (the collector holds and lets go as the
+    /// controller): a file holding USER:PASSWORD on one line, mode 0600 (refused when others
+    /// may read it).
+    #[arg(long, env = "MESH_STORE_CREDENTIALS", value_name = "FILE")]
+    store_credentials: Option<PathBuf>,
 
     /// How to print the answer.
     #[arg(long, value_enum, default_value_t = Output::Text)]
@@ -204,7 +215,13 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Some(spec) => spec.parse()?,
         None => default_store_spec(&cli.home),
     };
-    let store = open_store(&spec)?;
+    let store = open_store_with(
+        &spec,
+        &StoreAccess {
+            ca_file: cli.store_ca.clone(),
+            credentials_file: cli.store_credentials.clone(),
+        },
+    )?;
     let lock = SweepLock::acquire(&cli.home)
         .await
         .context("the store lock is shared with every publish")?;
@@ -263,6 +280,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                         config,
                         process: Box::new(process),
                         base_url,
+                        ca_file: cli.store_ca.clone(),
                     })
                 }
             };

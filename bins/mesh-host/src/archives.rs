@@ -39,7 +39,7 @@ use mesh_apply::ArchivedContents;
 use mesh_model::build::ArchiveRef;
 use mesh_model::declaration::{Declaration, Spec};
 use mesh_store::archive::unpack_archive;
-use mesh_store::store::{open_store, ArchiveStore, StoreError, StoreSpec};
+use mesh_store::store::{open_store_with, ArchiveStore, StoreAccess, StoreError, StoreSpec};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read as _, Write as _};
@@ -73,9 +73,26 @@ impl ArchiveSource {
     /// # Errors
     /// [`StoreError`] when the store's client cannot be made (nothing is contacted yet).
     pub fn open(state_dir: &Path, spec: Option<&StoreSpec>) -> Result<ArchiveSource, StoreError> {
+        ArchiveSource::open_with(state_dir, spec, &StoreAccess::default())
+    }
+
+    /// As [`ArchiveSource::open`], reaching a registry with `access` (its CA, the host's
+    /// pull credentials).
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store's client cannot be made, or a file of `access` cannot be
+    /// used (the credentials readable by others, say); nothing is contacted yet.
+    pub fn open_with(
+        state_dir: &Path,
+        spec: Option<&StoreSpec>,
+        access: &StoreAccess,
+    ) -> Result<ArchiveSource, StoreError> {
         Ok(ArchiveSource {
             cache: state_dir.join(CACHE_DIR),
-            store: spec.map(open_store).transpose()?.map(Arc::from),
+            store: spec
+                .map(|spec| open_store_with(spec, access))
+                .transpose()?
+                .map(Arc::from),
         })
     }
 

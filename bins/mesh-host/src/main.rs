@@ -45,6 +45,14 @@ struct Cli {
     /// the controller's `--store` (`apply`, `serve`).
     #[arg(long, value_name = "SPEC", env = "MESH_STORE")]
     store: Option<String>,
+    /// The registry's CA (a PEM file), over `https://`: its certificate must be signed by one
+    /// of these, and only these are trusted.
+    #[arg(long, value_name = "FILE", env = "MESH_STORE_CA")]
+    store_ca: Option<PathBuf>,
+    /// This host's registry credentials (it only pulls): a file holding `USER:PASSWORD` on one
+    /// line, mode 0600 (refused when others may read it).
+    #[arg(long, value_name = "FILE", env = "MESH_STORE_CREDENTIALS")]
+    store_credentials: Option<PathBuf>,
     #[command(flatten)]
     containers: containers::ContainerArgs,
     #[command(subcommand)]
@@ -114,6 +122,7 @@ fn main() -> ExitCode {
 
 fn run() -> Result<ExitCode> {
     let cli = Cli::parse();
+    let access = store_access(&cli);
     match cli.command {
         Command::Window { command } => {
             let host = HostConfig {
@@ -149,7 +158,7 @@ fn run() -> Result<ExitCode> {
             cli.node,
             cli.bus,
             cli.password_file,
-            archive_source(&cli.state_dir, cli.store.as_deref())?,
+            archive_source(&cli.state_dir, cli.store.as_deref(), &access)?,
             HostConfig {
                 root: cli.root,
                 state_dir: cli.state_dir,
@@ -174,7 +183,7 @@ fn run() -> Result<ExitCode> {
                     return Ok(ExitCode::from(2));
                 }
             };
-            let archives = archive_source(&cli.state_dir, cli.store.as_deref())?;
+            let archives = archive_source(&cli.state_dir, cli.store.as_deref(), &access)?;
             let config = HostConfig {
                 root: cli.root,
                 state_dir: cli.state_dir,
@@ -210,15 +219,26 @@ fn run() -> Result<ExitCode> {
     }
 }
 
-/// The archive cache under `state_dir`, and the store `spec` names (if any).
+/// The registry's CA and this host's credentials, as the flags name them.
+fn store_access(cli: &Cli) -> mesh_store::store::StoreAccess {
+    mesh_store::store::StoreAccess {
+        ca_file: cli.store_ca.clone(),
+        credentials_file: cli.store_credentials.clone(),
+    }
+}
+
+/// The archive cache under `state_dir`, and the store `spec` names (if any), reached with
+/// `access`.
 fn archive_source(
     state_dir: &std::path::Path,
     spec: Option<&str>,
+    access: &mesh_store::store::StoreAccess,
 ) -> Result<mesh_host::ArchiveSource> {
     let spec: Option<mesh_store::store::StoreSpec> = spec
         .map(|spec| spec.parse().with_context(|| format!("--store {spec}")))
         .transpose()?;
-    mesh_host::ArchiveSource::open(state_dir, spec.as_ref()).context("opening the store")
+    mesh_host::ArchiveSource::open_with(state_dir, spec.as_ref(), access)
+        .context("opening the store")
 }
 
 /// `serve`: checks its flags, then runs the daemon until SIGTERM or SIGINT.

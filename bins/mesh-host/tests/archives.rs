@@ -225,3 +225,85 @@ fn a_host_that_reads_archives_from_its_cache_alone_says_what_it_lacks() {
     };
     assert!(reason.contains("no store"), "{reason}");
 }
+
+/// `mesh-host apply` against a registry serving TLS with htpasswd users (issue 17): the host
+/// fetches with its own credentials, verified against the fleet's CA; a credentials file
+/// others may read is refused before anything is fetched, naming the file and not the
+/// password.
+#[tokio::test]
+async fn the_host_fetches_from_a_secured_registry_with_its_own_credentials() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let pki = support::pki::TestPki::new("host");
+    let registry = support::TestRegistry::start_secured(support::Secured {
+        pki: &pki,
+        users: &[("controller", "c-pass-4d1e"), ("host-n", "h-pass-77ab")],
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let credentials = |name: &str, line: &str, mode: u32| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, line).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        path
+    };
+    let controller = credentials("controller", "controller:c-pass-4d1e\n", 0o600);
+    let host_credentials = credentials("host", "host-n:h-pass-77ab\n", 0o600);
+    let store = mesh_store::store::open_store_with(
+        &registry.spec(),
+        &mesh_store::store::StoreAccess {
+            ca_file: Some(pki.ca_file.clone()),
+            credentials_file: Some(controller),
+        },
+    )
+    .unwrap();
+    let web = module_archive(&[("site.conf", "listen 80\n"), ("motd", "welcome\n")]);
+    store.put_blob(&web).await.unwrap();
+    store.hold(&web.reference).await.unwrap();
+    let declaration = Declaration::with_archives(
+        "n",
+        vec![archived_file("web", "site.conf", "listen 80\n")],
+        BTreeMap::from([("web".to_owned(), web.reference.clone())]),
+    );
+    let file = dir.path().join("declaration.json");
+    std::fs::write(&file, declaration.canonical_json()).unwrap();
+    let config = host(dir.path());
+    let run = |credentials: &Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_mesh-host"))
+            .arg("--root")
+            .arg(&config.root)
+            .arg("--state-dir")
+            .arg(&config.state_dir)
+            .arg("--store")
+            .arg(registry.spec().to_string())
+            .arg("--store-ca")
+            .arg(&pki.ca_file)
+            .arg("--store-credentials")
+            .arg(credentials)
+            .arg("--containers")
+            .arg("none")
+            .arg("apply")
+            .arg(&file)
+            .output()
+            .unwrap()
+    };
+
+    let open = credentials("open", "host-n:h-pass-77ab\n", 0o644);
+    let refused = run(&open);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("readable by others"), "{stderr}");
+    assert!(stderr.contains(&open.display().to_string()), "{stderr}");
+    assert!(!stderr.contains("h-pass-77ab"), "{stderr}");
+    assert!(!config.root.join("etc/web").exists(), "nothing applied");
+
+    let applied = run(&host_credentials);
+    assert!(
+        applied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(config.root.join("etc/web/site.conf")).unwrap(),
+        "listen 80\n"
+    );
+}

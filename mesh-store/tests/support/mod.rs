@@ -3,6 +3,8 @@
 //! answer 500 or drop connections.
 #![allow(dead_code)]
 
+pub mod pki;
+
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -30,7 +32,18 @@ pub struct TestRegistry {
     pub config: PathBuf,
     /// Its port on 127.0.0.1.
     pub port: u16,
+    /// Over TLS: the CA file its certificate is signed by.
+    tls_ca: Option<PathBuf>,
     child: Arc<Mutex<Option<Child>>>,
+}
+
+/// How a [`TestRegistry`] is secured: TLS with certificates from a [`pki::TestPki`], and
+/// htpasswd users (bcrypt).
+pub struct Secured<'a> {
+    /// The certificates.
+    pub pki: &'a pki::TestPki,
+    /// Each user and password it accepts.
+    pub users: &'a [(&'a str, &'a str)],
 }
 
 fn free_port() -> u16 {
@@ -51,15 +64,22 @@ fn spawn_registry(config: &Path) -> Child {
         .expect("spawn docker-registry")
 }
 
-async fn wait_answering(port: u16) {
-    let client = reqwest::Client::new();
+async fn wait_answering(port: u16, tls_ca: Option<&Path>) {
+    let mut client = reqwest::Client::builder();
+    if let Some(ca) = tls_ca {
+        let pem = std::fs::read(ca).unwrap();
+        client = client.tls_certs_only(reqwest::Certificate::from_pem_bundle(&pem).unwrap());
+    }
+    let client = client.build().unwrap();
+    let scheme = if tls_ca.is_some() { "https" } else { "http" };
     for _ in 0..200 {
         if let Ok(r) = client
-            .get(format!("http://127.0.0.1:{port}/v2/"))
+            .get(format!("{scheme}://127.0.0.1:{port}/v2/"))
             .send()
             .await
         {
-            if r.status().is_success() {
+            // A secured registry answers 401 to the anonymous.
+            if r.status().is_success() || r.status().as_u16() == 401 {
                 return;
             }
         }
@@ -77,6 +97,16 @@ impl TestRegistry {
 
     /// As [`TestRegistry::start`], with `storage.delete.enabled` as given.
     pub async fn start_with_deletion(delete_enabled: bool) -> TestRegistry {
+        TestRegistry::start_with(delete_enabled, None).await
+    }
+
+    /// As [`TestRegistry::start`], serving TLS only with `secured`'s certificate and accepting
+    /// only its users (htpasswd, bcrypt).
+    pub async fn start_secured(secured: Secured<'_>) -> TestRegistry {
+        TestRegistry::start_with(true, Some(secured)).await
+    }
+
+    async fn start_with(delete_enabled: bool, secured: Option<Secured<'_>>) -> TestRegistry {
         assert!(
             Path::new(REGISTRY_BINARY).exists(),
             "{REGISTRY_BINARY} is missing: install the Debian package with \
@@ -92,31 +122,57 @@ impl TestRegistry {
         let config = dir.path().join("config.yml");
         let storage = dir.path().join("storage");
         std::fs::create_dir_all(&storage).unwrap();
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\n\
-                 log:\n  level: error\n  accesslog:\n    disabled: true\n\
-                 storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: {delete_enabled}\n  \
-                 cache:\n    blobdescriptor: inmemory\n\
-                 http:\n  addr: 127.0.0.1:{port}\n  relativeurls: true\n",
-                storage.display()
-            ),
-        )
-        .unwrap();
+        let mut text = format!(
+            "version: 0.1\n\
+             log:\n  level: error\n  accesslog:\n    disabled: true\n\
+             storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: {delete_enabled}\n  \
+             cache:\n    blobdescriptor: inmemory\n\
+             http:\n  addr: 127.0.0.1:{port}\n  relativeurls: true\n",
+            storage.display()
+        );
+        let tls_ca = secured.as_ref().map(|s| s.pki.ca_file.clone());
+        if let Some(secured) = &secured {
+            // Cost 4: the registry checks the hash on every request (see the book's store page).
+            let htpasswd: String = secured
+                .users
+                .iter()
+                .map(|(user, password)| format!("{user}:{}\n", bcrypt::hash(password, 4).unwrap()))
+                .collect();
+            let htpasswd_file = dir.path().join("htpasswd");
+            std::fs::write(&htpasswd_file, htpasswd).unwrap();
+            text.push_str(&format!(
+                "  tls:\n    certificate: {}\n    key: {}\n\
+                 auth:\n  htpasswd:\n    realm: mesh\n    path: {}\n",
+                secured.pki.server_cert.display(),
+                secured.pki.server_key.display(),
+                htpasswd_file.display()
+            ));
+        }
+        std::fs::write(&config, text).unwrap();
         let child = spawn_registry(&config);
-        wait_answering(port).await;
+        wait_answering(port, tls_ca.as_deref()).await;
         TestRegistry {
             dir,
             config,
             port,
+            tls_ca,
             child: Arc::new(Mutex::new(Some(child))),
         }
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT` (`https://` when secured).
     pub fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = if self.tls_ca.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// The CA file its certificate is signed by, when secured.
+    pub fn ca_file(&self) -> Option<PathBuf> {
+        self.tls_ca.clone()
     }
 
     /// The store spec of its default repository.
@@ -130,6 +186,7 @@ impl TestRegistry {
             child: self.child.clone(),
             config: self.config.clone(),
             port: self.port,
+            tls_ca: self.tls_ca.clone(),
         }
     }
 
@@ -163,6 +220,7 @@ pub struct TestProcess {
     child: Arc<Mutex<Option<Child>>>,
     config: PathBuf,
     port: u16,
+    tls_ca: Option<PathBuf>,
 }
 
 #[async_trait::async_trait]
@@ -179,7 +237,7 @@ impl RegistryProcess for TestProcess {
     async fn start(&mut self) -> std::io::Result<()> {
         let child = spawn_registry(&self.config);
         *self.child.lock().unwrap() = Some(child);
-        wait_answering(self.port).await;
+        wait_answering(self.port, self.tls_ca.as_deref()).await;
         Ok(())
     }
 }
