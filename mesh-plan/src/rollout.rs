@@ -22,8 +22,15 @@
 //!   declaration that node was sent and was made at or after that node's send — a first node's
 //!   report made between the two sends opens the gate; a report from before its send does not.
 //!
+//! - **A move is held, not made** (rule 12, ADR 0217 §3): a node whose new declaration would
+//!   give a running container another host directory at a mount is reported
+//!   [`Event::Held`] by the controller instead of being sent; it is passed over (the next node
+//!   goes first when it was the first), the others go on, and once every other node applied the
+//!   rollout waits in [`Stage::Held`] until [`Event::Release`] (a person's `--move MODULE`).
+//!
 //! Nodes that are not running are not sent to; they take the module at their next push.
 
+use crate::moves::Move;
 use mesh_model::module::{ModuleDefinition, OnFailure, Upgrade};
 use mesh_model::plan::{ModuleRollout, RolloutOutcome};
 use mesh_model::report::{MachineState, Outcome, Report};
@@ -119,6 +126,15 @@ pub enum Event {
     },
     /// A node reported.
     Report(NodeReport),
+    /// A node's declaration was not sent: it would move a running container's data (rule 12).
+    Held {
+        /// The node.
+        node: String,
+        /// The moves nobody acknowledged.
+        moves: Vec<Move>,
+    },
+    /// A person acknowledged the moves (`--move MODULE`): the held nodes are sent.
+    Release,
     /// Time passed (deadlines, grant retries).
     Tick,
 }
@@ -237,6 +253,14 @@ pub enum Action {
         /// The node.
         node: String,
     },
+    /// Every running node applied the module but `nodes` held for a move: the rollout waits
+    /// for `--move MODULE` ([`Event::Release`]).
+    Held {
+        /// The module.
+        module: String,
+        /// How many nodes are held.
+        nodes: usize,
+    },
     /// Every running node applied the module.
     Done {
         /// The module.
@@ -269,6 +293,11 @@ pub enum NodeProgress {
         /// When.
         at: u64,
     },
+    /// Its declaration was held back: it would move a running container's data (rule 12).
+    Held {
+        /// The moves nobody acknowledged.
+        moves: Vec<Move>,
+    },
     /// It reported the declaration applied and current.
     Applied {
         /// When its declaration was sent.
@@ -290,6 +319,9 @@ pub enum Stage {
     FirstNode,
     /// The rest (or, for `together`, everyone).
     Rest,
+    /// Every running node applied but those held for a move: waiting for a person's
+    /// `--move MODULE` ([`Event::Release`]).
+    Held,
     /// Every running node applied.
     Done,
     /// Stopped at a node.
@@ -314,8 +346,15 @@ pub struct RolloutState {
     pub in_flight: usize,
     /// Nodes applied.
     pub applied: usize,
+    /// Nodes held for a move (rule 12).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub held: usize,
     /// How it ended.
     pub outcome: Option<RolloutOutcome>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Nodes by name with their progress: sorted for reading and serializing, indexed by a hash
@@ -353,16 +392,6 @@ impl NodeTable {
 
     fn get_mut(&mut self, node: &str) -> Option<&mut NodeProgress> {
         self.index.get(node).map(|&i| &mut self.entries[i].1)
-    }
-
-    fn insert(&mut self, node: String, progress: NodeProgress) {
-        match self.index.get(&node) {
-            Some(&i) => self.entries[i].1 = progress,
-            None => {
-                self.entries.push((node, progress));
-                self.reindex();
-            }
-        }
     }
 
     /// Whether the table holds the node.
@@ -428,6 +457,7 @@ impl RolloutState {
             queue: VecDeque::new(),
             in_flight: 0,
             applied: 0,
+            held: 0,
             outcome: None,
         }
     }
@@ -442,7 +472,8 @@ impl RolloutState {
                 }
                 NodeProgress::Waiting
                 | NodeProgress::Granting { .. }
-                | NodeProgress::GrantRetry { .. } => {}
+                | NodeProgress::GrantRetry { .. }
+                | NodeProgress::Held { .. } => {}
             }
         }
         ModuleRollout {
@@ -455,99 +486,38 @@ impl RolloutState {
 }
 
 impl RolloutState {
-    /// Resumes a rollout from the plan's record after a controller restart, with the actions
-    /// that carry it on (the first node's send when it was not made, queued nodes when there is
-    /// room). Nodes the record says were sent wait for their reports: feed each node's latest
-    /// report as an [`Event::Report`]; one made after that node's send counts.
-    pub fn resume(spec: &RolloutSpec, record: &ModuleRollout, now: u64) -> (Self, Vec<Action>) {
-        let mut state = RolloutState::new();
-        let mut actions = Vec::new();
-        match &record.outcome {
-            Some(RolloutOutcome::Done) => {
-                state.stage = Stage::Done;
-                state.outcome = record.outcome.clone();
-                return (state, actions);
-            }
-            Some(RolloutOutcome::Stopped { .. }) => {
-                state.stage = Stage::Stopped;
-                state.outcome = record.outcome.clone();
-                return (state, actions);
-            }
-            None => {}
-        }
-        if record.sends.is_empty() && record.first.is_none() {
-            return (state, actions);
-        }
-        state.nodes = NodeTable::from_sorted(
-            spec.nodes
-                .iter()
-                .filter(|(_, n)| n.running)
-                .map(|(node, _)| {
-                    let progress = match record.sends.get(node) {
-                        Some(at) => NodeProgress::Sent { at: *at },
-                        None => NodeProgress::Waiting,
-                    };
-                    (node.clone(), progress)
-                })
-                .collect(),
-        );
-        state.first = record.first.clone();
-        let first_sent = record
-            .first
-            .as_ref()
-            .is_some_and(|f| record.sends.contains_key(f));
-        let others_sent = record
-            .sends
-            .keys()
-            .any(|n| Some(n) != record.first.as_ref());
-        match (spec.upgrade, &record.first) {
-            (Upgrade::OneFirst, Some(first)) if !others_sent => {
-                state.stage = Stage::FirstNode;
-                state.queue = state
-                    .nodes
-                    .keys()
-                    .filter(|n| *n != first)
-                    .cloned()
-                    .collect();
-                if !first_sent {
-                    begin(&mut state, vec![first.clone()], now, &mut actions);
-                }
-            }
-            (Upgrade::OneFirst, Some(_)) | (Upgrade::OneFirst, None) | (Upgrade::Together, _) => {
-                state.stage = Stage::Rest;
-                state.queue = state
-                    .nodes
-                    .iter()
-                    .filter(|(_, p)| matches!(p, NodeProgress::Waiting))
-                    .map(|(n, _)| n.clone())
-                    .collect();
-                let first_applied = usize::from(first_sent);
-                state.in_flight = record.sends.len().saturating_sub(first_applied);
-                if state.first.is_some() && first_sent {
-                    // The rest were sent, so the first had applied.
-                    if let Some(first) = state.first.clone() {
-                        let sent_at = record.sends[&first];
-                        state.nodes.insert(
-                            first,
-                            NodeProgress::Applied {
-                                sent_at,
-                                at: sent_at,
-                            },
-                        );
-                        state.applied = 1;
-                    }
-                }
-                if spec.upgrade == Upgrade::Together {
-                    let rest: Vec<String> = state.queue.drain(..).collect();
-                    state.in_flight += rest.len();
-                    begin(&mut state, rest, now, &mut actions);
-                } else {
-                    launch(spec, &mut state, now, &mut actions);
-                }
+    /// What a rollout read back from its record must do again, because the controller may
+    /// have stopped between a step and carrying out its actions: the grants asked and not
+    /// answered are asked again ([`Resume::grants`]); each node sent and not yet heard is heard
+    /// from its latest report, or sent again ([`Resume::sent`]; an apply is idempotent). The
+    /// one resume path: the caller feeds the answers to [`step`] as usual.
+    pub fn to_resume(&self) -> Resume {
+        let mut resume = Resume::default();
+        let bus_node = match (&self.bus_node, self.stage) {
+            (Some((node, progress)), Stage::BusNode) => Some((node, progress)),
+            (Some(_) | None, _) => None,
+        };
+        for (node, progress) in bus_node.into_iter().chain(self.nodes.iter()) {
+            match progress {
+                NodeProgress::Granting { .. } => resume.grants.push(node.clone()),
+                NodeProgress::Sent { .. } => resume.sent.push(node.clone()),
+                NodeProgress::Waiting
+                | NodeProgress::GrantRetry { .. }
+                | NodeProgress::Held { .. }
+                | NodeProgress::Applied { .. } => {}
             }
         }
-        (state, actions)
+        resume
     }
+}
+
+/// What a resumed rollout does again ([`RolloutState::to_resume`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resume {
+    /// Nodes whose grants were asked and not answered: ask again.
+    pub grants: Vec<String>,
+    /// Nodes sent and not yet heard: hear their latest report, else send again.
+    pub sent: Vec<String>,
 }
 
 impl Default for RolloutState {
@@ -565,9 +535,11 @@ impl Default for RolloutState {
 /// rollout is not waiting on are ignored (idempotent: a report heard twice changes nothing).
 pub fn step(spec: &RolloutSpec, state: &mut RolloutState, event: Event, now: u64) -> Vec<Action> {
     let mut actions = Vec::new();
-    match state.stage {
-        Stage::Done | Stage::Stopped => return actions,
-        Stage::NotStarted | Stage::BusNode | Stage::FirstNode | Stage::Rest => {}
+    match (state.stage, &event) {
+        (Stage::Done | Stage::Stopped, _) => return actions,
+        (Stage::Held, Event::Release) => {}
+        (Stage::Held, _) => return actions,
+        (Stage::NotStarted | Stage::BusNode | Stage::FirstNode | Stage::Rest, _) => {}
     }
     match event {
         Event::Start => start(spec, state, now, &mut actions),
@@ -593,9 +565,87 @@ pub fn step(spec: &RolloutSpec, state: &mut RolloutState, event: Event, now: u64
             }
         }
         Event::Report(report) => reported(spec, state, report, now, &mut actions),
+        Event::Held { node, moves } => held(spec, state, &node, moves, now, &mut actions),
+        Event::Release => release(spec, state, now, &mut actions),
         Event::Tick => tick(spec, state, now, &mut actions),
     }
     actions
+}
+
+/// A node sent (its grants issued) whose declaration the controller held back for a move.
+fn held(
+    spec: &RolloutSpec,
+    state: &mut RolloutState,
+    node: &str,
+    moves: Vec<Move>,
+    now: u64,
+    actions: &mut Vec<Action>,
+) {
+    let stage = state.stage;
+    let Some(progress) = progress_mut(state, node) else {
+        return;
+    };
+    if !matches!(progress, NodeProgress::Sent { .. }) {
+        return;
+    }
+    if stage == Stage::BusNode {
+        let reason = format!(
+            "holding the bus, it goes first, and its declaration is held: {}",
+            moves
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+        stop(spec, state, node, reason, actions);
+        return;
+    }
+    *progress = NodeProgress::Held { moves };
+    state.held += 1;
+    match stage {
+        Stage::FirstNode => match state.queue.pop_front() {
+            // Another node goes first.
+            Some(next) => {
+                state.first = Some(next.clone());
+                begin(state, vec![next], now, actions);
+            }
+            None => launch(spec, state, now, actions),
+        },
+        Stage::Rest => {
+            state.in_flight = state.in_flight.saturating_sub(1);
+            launch(spec, state, now, actions);
+        }
+        Stage::NotStarted | Stage::BusNode | Stage::Held | Stage::Done | Stage::Stopped => {}
+    }
+}
+
+/// The held nodes are sent: the first of them first when no node applied yet, else all (at
+/// most `max-parallel` at a time).
+fn release(spec: &RolloutSpec, state: &mut RolloutState, now: u64, actions: &mut Vec<Action>) {
+    let released: Vec<String> = state
+        .nodes
+        .iter()
+        .filter(|(_, p)| matches!(p, NodeProgress::Held { .. }))
+        .map(|(n, _)| n.clone())
+        .collect();
+    for node in &released {
+        if let Some(progress) = state.nodes.get_mut(node) {
+            *progress = NodeProgress::Waiting;
+        }
+    }
+    state.held = 0;
+    state.queue.extend(released);
+    if state.applied == 0 && spec.upgrade == Upgrade::OneFirst {
+        let Some(first) = state.queue.pop_front() else {
+            return;
+        };
+        state.stage = Stage::FirstNode;
+        state.first = Some(first.clone());
+        begin(state, vec![first], now, actions);
+    } else {
+        state.stage = Stage::Rest;
+        launch(spec, state, now, actions);
+    }
 }
 
 fn progress_of<'s>(state: &'s RolloutState, node: &str) -> Option<&'s NodeProgress> {
@@ -718,6 +768,7 @@ fn granted(
         NodeProgress::Waiting
         | NodeProgress::GrantRetry { .. }
         | NodeProgress::Sent { .. }
+        | NodeProgress::Held { .. }
         | NodeProgress::Applied { .. } => return,
     }
     *progress = NodeProgress::Sent { at: now };
@@ -749,6 +800,7 @@ fn grant_failed(
         NodeProgress::Waiting
         | NodeProgress::GrantRetry { .. }
         | NodeProgress::Sent { .. }
+        | NodeProgress::Held { .. }
         | NodeProgress::Applied { .. } => return,
     };
     let retry_at = now + GRANT_RETRY_SECS;
@@ -809,7 +861,7 @@ fn reported(
                     state.in_flight = state.in_flight.saturating_sub(1);
                     launch(spec, state, now, actions);
                 }
-                Stage::NotStarted | Stage::Done | Stage::Stopped => {}
+                Stage::NotStarted | Stage::Held | Stage::Done | Stage::Stopped => {}
             }
         }
     }
@@ -829,8 +881,16 @@ fn launch(spec: &RolloutSpec, state: &mut RolloutState, now: u64, actions: &mut 
         batch.push(node);
     }
     begin(state, batch, now, actions);
-    if state.applied == state.nodes.len() {
-        finish(spec, state, actions);
+    if state.applied + state.held == state.nodes.len() {
+        if state.held == 0 {
+            finish(spec, state, actions);
+        } else {
+            state.stage = Stage::Held;
+            actions.push(Action::Held {
+                module: spec.module.clone(),
+                nodes: state.held,
+            });
+        }
     }
 }
 
@@ -871,6 +931,7 @@ fn tick(spec: &RolloutSpec, state: &mut RolloutState, now: u64, actions: &mut Ve
         NodeProgress::Sent { .. }
         | NodeProgress::Waiting
         | NodeProgress::Granting { .. }
+        | NodeProgress::Held { .. }
         | NodeProgress::Applied { .. } => {}
     };
     if state.stage == Stage::BusNode {
@@ -1219,70 +1280,173 @@ mod tests {
         );
     }
 
+    fn applied(node: &str, made_at: u64) -> Event {
+        Event::Report(NodeReport {
+            node: node.into(),
+            declaration: format!("sha256:{node}-new"),
+            made_at,
+            verdict: Verdict::Applied,
+        })
+    }
+
+    fn granted(nodes: &[&str]) -> Event {
+        Event::GrantsIssued {
+            nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
+        }
+    }
+
+    /// A controller stopped mid-rollout reads the state back from its record and carries on
+    /// through the one resume path: grants asked again, sent nodes heard from their reports.
     #[test]
     fn a_restarted_controller_resumes_where_the_record_says() {
         let spec = spec(&[("a", true), ("b", true), ("c", true)], Upgrade::OneFirst);
         let mut state = RolloutState::new();
         step(&spec, &mut state, Event::Start, 100);
-        step(
-            &spec,
-            &mut state,
-            Event::GrantsIssued {
-                nodes: vec!["a".into()],
-            },
-            101,
-        );
-        let record = state.record(None);
-        assert_eq!(record.first.as_deref(), Some("a"));
-        let (mut resumed, actions) = RolloutState::resume(&spec, &record, 200);
-        assert!(actions.is_empty());
-        let report = |node: &str, made_at| {
-            Event::Report(NodeReport {
-                node: node.into(),
-                declaration: format!("sha256:{node}-new"),
-                made_at,
-                verdict: Verdict::Applied,
-            })
+        // Stopped with a's grants asked and not answered: they are asked again.
+        let read_back = |state: &RolloutState| -> RolloutState {
+            serde_json::from_str(&serde_json::to_string(state).unwrap()).unwrap()
         };
+        let resumed = read_back(&state);
+        assert_eq!(
+            resumed.to_resume(),
+            Resume {
+                grants: vec!["a".into()],
+                sent: vec![]
+            }
+        );
+        step(&spec, &mut state, granted(&["a"]), 101);
+        let mut resumed = read_back(&state);
+        assert_eq!(
+            resumed.to_resume(),
+            Resume {
+                grants: vec![],
+                sent: vec!["a".into()]
+            }
+        );
         // A report made before the restart, after a's own send, opens the gate.
-        let actions = step(&spec, &mut resumed, report("a", 150), 201);
+        let actions = step(&spec, &mut resumed, applied("a", 150), 201);
         assert_eq!(
             actions,
             [Action::IssueGrants {
                 nodes: vec!["b".into(), "c".into()]
             }]
         );
-        step(
-            &spec,
-            &mut resumed,
-            Event::GrantsIssued {
-                nodes: vec!["b".into()],
-            },
-            202,
-        );
-        // Restart again with b sent and c not: c is begun, a counts as applied.
-        let (mut again, actions) = RolloutState::resume(&spec, &resumed.record(None), 300);
+        step(&spec, &mut resumed, granted(&["b"]), 202);
+        let mut again = read_back(&resumed);
         assert_eq!(
-            actions,
-            [Action::IssueGrants {
-                nodes: vec!["c".into()]
-            }]
+            again.to_resume(),
+            Resume {
+                grants: vec!["c".into()],
+                sent: vec!["b".into()]
+            }
         );
-        step(
-            &spec,
-            &mut again,
-            Event::GrantsIssued {
-                nodes: vec!["c".into()],
-            },
-            301,
-        );
-        step(&spec, &mut again, report("b", 310), 310);
+        step(&spec, &mut again, granted(&["c"]), 301);
+        step(&spec, &mut again, applied("b", 310), 310);
         assert_eq!(
-            step(&spec, &mut again, report("c", 311), 311),
+            step(&spec, &mut again, applied("c", 311), 311),
             [Action::Done {
                 module: "agent".into()
             }]
         );
+    }
+
+    fn a_move(node: &str) -> Vec<Move> {
+        vec![Move {
+            module: "agent".into(),
+            container: "agent/container/db".into(),
+            at: "/data".into(),
+            from: format!("/srv/{node}/old"),
+            to: format!("/srv/{node}/new"),
+        }]
+    }
+
+    /// Rule 12 on the rollout path (issue 12): a first node whose data would move is held, the
+    /// next node goes first, the others go on; the rollout then waits, open, until a person's
+    /// `--move` releases the held node, which is then sent and judged like any other.
+    #[test]
+    fn a_held_first_node_passes_the_gate_to_the_next_and_waits_for_release() {
+        let spec = spec(&[("a", true), ("b", true), ("c", true)], Upgrade::OneFirst);
+        let mut state = RolloutState::new();
+        step(&spec, &mut state, Event::Start, 100);
+        assert_eq!(
+            step(&spec, &mut state, granted(&["a"]), 101),
+            [Action::Send {
+                node: "a".into(),
+                module: "agent".into()
+            }]
+        );
+        let held = Event::Held {
+            node: "a".into(),
+            moves: a_move("a"),
+        };
+        assert_eq!(
+            step(&spec, &mut state, held, 102),
+            [Action::IssueGrants {
+                nodes: vec!["b".into()]
+            }]
+        );
+        assert_eq!(state.first.as_deref(), Some("b"));
+        step(&spec, &mut state, granted(&["b"]), 103);
+        assert_eq!(
+            step(&spec, &mut state, applied("b", 104), 104),
+            [Action::IssueGrants {
+                nodes: vec!["c".into()]
+            }]
+        );
+        step(&spec, &mut state, granted(&["c"]), 105);
+        assert_eq!(
+            step(&spec, &mut state, applied("c", 106), 106),
+            [Action::Held {
+                module: "agent".into(),
+                nodes: 1
+            }]
+        );
+        assert_eq!(state.stage, Stage::Held);
+        assert_eq!(state.outcome, None, "a held rollout is not over");
+        assert!(step(&spec, &mut state, Event::Tick, 5000).is_empty());
+        assert_eq!(
+            step(&spec, &mut state, Event::Release, 200),
+            [Action::IssueGrants {
+                nodes: vec!["a".into()]
+            }]
+        );
+        step(&spec, &mut state, granted(&["a"]), 201);
+        assert_eq!(
+            step(&spec, &mut state, applied("a", 202), 202),
+            [Action::Done {
+                module: "agent".into()
+            }]
+        );
+    }
+
+    /// With every node held, nothing is sent and the rollout waits; released, the first of them
+    /// goes first.
+    #[test]
+    fn every_node_held_sends_nothing_until_released_then_one_goes_first() {
+        let spec = spec(&[("a", true), ("b", true)], Upgrade::OneFirst);
+        let mut state = RolloutState::new();
+        step(&spec, &mut state, Event::Start, 100);
+        step(&spec, &mut state, granted(&["a"]), 101);
+        let hold = |node: &str| Event::Held {
+            node: node.into(),
+            moves: a_move(node),
+        };
+        step(&spec, &mut state, hold("a"), 102);
+        step(&spec, &mut state, granted(&["b"]), 103);
+        assert_eq!(
+            step(&spec, &mut state, hold("b"), 104),
+            [Action::Held {
+                module: "agent".into(),
+                nodes: 2
+            }]
+        );
+        assert_eq!(
+            step(&spec, &mut state, Event::Release, 200),
+            [Action::IssueGrants {
+                nodes: vec!["a".into()]
+            }]
+        );
+        assert_eq!(state.stage, Stage::FirstNode);
     }
 
     #[test]

@@ -32,8 +32,9 @@
 //! node that did not answer (it is named "no report", and in `runtimes` "not heard"), or say
 //! that a module of a node whose runtime was not heard is missing or running elsewhere.
 
+use crate::executor::Fleet;
 use crate::home::Home;
-use crate::push::{Checked, PushResult};
+use crate::push::Checked;
 use anyhow::{anyhow, bail, Context, Result};
 use mesh_bus::grants::{self, BusAuthorization, NodeGrants};
 use mesh_bus::jetstream;
@@ -42,9 +43,8 @@ use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
 use mesh_model::declaration::{Declaration, FileSpec, Resource, Spec};
 use mesh_model::inventory::Inventory;
 use mesh_model::module::Catalogue;
-use mesh_model::report::{MachineState, Outcome, Report};
-use mesh_plan::PushDecision;
-use std::collections::{BTreeMap, BTreeSet};
+use mesh_model::report::{Outcome, Report};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -271,46 +271,6 @@ pub async fn connect(home: &Home, bus: &BusArgs) -> Result<NatsBus> {
         .with_context(|| format!("connecting to the bus at {}", bus.url))
 }
 
-/// Reports heard on `mesh.report.*`, waited on per node.
-struct Reports {
-    subscription: mesh_bus::Subscription,
-}
-
-impl Reports {
-    /// Waits until every node in `waiting` (node → digest sent) has a settled report of that
-    /// digest, or `deadline`. A mid-change report of the digest is kept (and recorded) while
-    /// the wait goes on; the last one heard for each node is returned.
-    async fn wait(
-        &mut self,
-        home: &Home,
-        waiting: &BTreeMap<String, String>,
-        deadline: tokio::time::Instant,
-    ) -> Result<BTreeMap<String, Report>> {
-        let mut heard: BTreeMap<String, Report> = BTreeMap::new();
-        let settled = |heard: &BTreeMap<String, Report>| {
-            waiting.keys().all(|node| {
-                heard
-                    .get(node)
-                    .is_some_and(|r| r.machine != MachineState::MidChange)
-            })
-        };
-        while !settled(&heard) {
-            let message = match tokio::time::timeout_at(deadline, self.subscription.next()).await {
-                Ok(Some(message)) => message,
-                Ok(None) | Err(_) => break,
-            };
-            let Some(report) = heard_report(&message) else {
-                continue;
-            };
-            if waiting.get(&report.node) == Some(&report.declaration) {
-                home.record_report(&report)?;
-                heard.insert(report.node.clone(), report);
-            }
-        }
-        Ok(heard)
-    }
-}
-
 /// A report heard on the bus, if it reads and was published on its own node's subject (a
 /// node's grants let it publish only its own); otherwise logged and `None`. A permission
 /// probe's message on a report subject ([`probe::is_probe`]) is passed over quietly.
@@ -442,134 +402,25 @@ async fn confirm_users(
     Ok(())
 }
 
-/// Sends every named node its declaration over the bus, grants first, and waits (up to
-/// `timeout`) for each node's report (see the module's documentation).
-///
-/// # Guarantees
-/// As [`crate::push::push`]: nothing is sent when the catalogue or inventory has a problem;
-/// what was sent is recorded per node as it is stored on the bus; each report heard is
-/// recorded; a move not allowed holds its node. Besides: no declaration is sent before the
-/// grants changed are confirmed; the bus node, when sent first, appears in the results even
-/// when it was not named.
-///
-/// # Errors
-/// A grant that fails (the bus node did not report its users file in place, or the server
-/// does not have a node's permissions in force, naming each one): nothing else was sent. A bus that cannot be reached or refuses a
-/// declaration.
-pub async fn push(
-    home: &Home,
-    checked: &Checked,
-    nodes: &[String],
-    allowed_moves: &BTreeSet<String>,
-    timeout: Duration,
-    bus_args: &BusArgs,
-) -> Result<Vec<PushResult>> {
-    let inventory = home.inventory()?;
-    let bus_node = inventory.file.bus_node.clone();
-    let controller_password = controller_password(home, bus_args)?;
-    let users = authorization(home, &checked.0, &inventory, &controller_password)?;
-    let confirmed = confirmed(home)?;
-    let users_changed = confirmed.as_deref() != Some(users.as_str());
-
-    let mut named: Vec<String> = nodes.to_vec();
-    if users_changed && !named.contains(&bus_node) {
-        named.push(bus_node.clone());
-    }
-    let mut held: BTreeMap<String, Vec<mesh_plan::Move>> = BTreeMap::new();
-    let mut declarations = Vec::new();
-    for declaration in crate::push::compose_nodes(home, checked, &named)? {
-        let declaration = if declaration.node == bus_node {
-            with_users_file(declaration, &users)
-        } else {
-            declaration
-        };
-        let sent = home.sent(&declaration.node)?;
-        match mesh_plan::decide_push(sent.as_ref(), &declaration, allowed_moves) {
-            PushDecision::Send { .. } => declarations.push(declaration),
-            PushDecision::Hold { moves } => {
-                held.insert(declaration.node.clone(), moves);
-            }
-        }
-    }
-
-    let bus = connect(home, bus_args).await?;
-    let js = bus.jetstream();
-    jetstream::ensure_streams(&js)
-        .await
-        .context("making the mesh's streams")?;
-    for bucket in granted_buckets(&checked.0, &inventory) {
-        jetstream::ensure_bucket(&js, &bucket)
-            .await
-            .with_context(|| format!("making state bucket `{bucket}` (a grant)"))?;
-    }
-    let mut reports = Reports {
-        subscription: bus.subscribe(subjects::ALL_REPORTS).await?,
-    };
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut heard: BTreeMap<String, Report> = BTreeMap::new();
-
-    if users_changed {
-        // Grants before code: the bus node first, then its server must let everyone in.
-        let Some(position) = declarations.iter().position(|d| d.node == bus_node) else {
-            bail!(
-                "the bus's users changed and `{bus_node}`, which holds the bus, is held \
-                 (see `plan {bus_node} --diff`); nothing was sent"
-            );
-        };
-        let first = declarations.remove(position);
-        send_patiently(home, &bus, &first).await?;
-        let waiting = BTreeMap::from([(bus_node.clone(), first.digest())]);
-        let mut first_heard = reports.wait(home, &waiting, deadline).await?;
-        let report = first_heard.remove(&bus_node).ok_or_else(|| {
-            anyhow!(
-                "grants not issued: `{bus_node}`, which holds the bus, sent no report within \
-                 {}s of being sent the bus's users; nothing else was sent",
-                timeout.as_secs()
-            )
-        })?;
-        if let Err(reason) = users_file_in_place(&report) {
-            bail!("grants not issued: on `{bus_node}`, {reason}; nothing else was sent");
-        }
-        confirm_users(home, bus_args, &inventory, &users, confirmed.as_deref())
-            .await
-            .map_err(|error| anyhow!("grants not issued: {error:#}; nothing else was sent"))?;
-        home.put(CONFIRMED_KEY, users.as_bytes())?;
-        heard.insert(bus_node.clone(), report);
-        declarations.insert(position, first);
-    }
-
-    let mut waiting: BTreeMap<String, String> = BTreeMap::new();
-    for declaration in &declarations {
-        if heard.contains_key(&declaration.node) {
-            continue;
-        }
-        send_patiently(home, &bus, declaration).await?;
-        waiting.insert(declaration.node.clone(), declaration.digest());
-    }
-    heard.extend(reports.wait(home, &waiting, deadline).await?);
-
-    Ok(crate::push::results(held, &declarations, heard, timeout))
-}
-
 /// How long a send keeps trying a bus that does not take it (a server restarting or
 /// reloading) before it fails; a rollout's plan keeps its place and `plans resume` sends again.
 pub const SEND_RETRY_LIMIT: Duration = Duration::from_secs(60);
 
-/// A rollout's hosts over the bus (`merge`, `plans resume`, `push --behind` with `--bus`):
-/// the real grants, declarations published to each node's consumer, reports heard on
-/// `mesh.report.*`. [`crate::plans`] drives it with the rollout state machine.
+/// A fleet's real hosts over the bus (every send with `--bus`: `push`, `merge`, `plans resume`,
+/// `push --behind`, the daemon): the real grants, declarations published to each node's
+/// consumer, reports heard on `mesh.report.*`. The executor ([`crate::executor`]) drives it.
 ///
 /// # Guarantees
-/// - Grants before code (rule 13): [`RolloutBus::issue_grants`] makes the granted state
+/// - Grants before code (rule 13): [`Fleet::issue_grants`] makes the granted state
 ///   buckets, and while the bus's users for the rollout differ from the ones the bus last
 ///   confirmed it answers only the bus node's grants (its declaration carries the users file,
-///   [`RolloutBus::dress`]); any other node's grants fail until the bus node reported the
+///   [`Fleet::users_file`]); any other node's grants fail until the bus node reported the
 ///   file in place and the server has every node's permissions in force, proven one by one
 ///   — then the users are recorded as confirmed.
 /// - The bus node's declaration always carries the users file, so no send takes it away.
 /// - A send is stored by JetStream before it is recorded sent; a bus that does not take it is
 ///   tried again for up to [`SEND_RETRY_LIMIT`].
-pub struct RolloutBus {
+pub struct NatsFleet {
     args: BusArgs,
     bus: NatsBus,
     reports: mesh_bus::Subscription,
@@ -580,19 +431,19 @@ pub struct RolloutBus {
     inventory: Option<Inventory>,
 }
 
-impl RolloutBus {
+impl NatsFleet {
     /// Connects as the controller, makes the mesh's streams and listens for reports.
     ///
     /// # Errors
     /// The bus cannot be reached, or the streams cannot be made.
-    pub async fn start(home: &Home, args: &BusArgs) -> Result<RolloutBus> {
+    pub async fn start(home: &Home, args: &BusArgs) -> Result<NatsFleet> {
         let controller_password = controller_password(home, args)?;
         let bus = connect(home, args).await?;
         jetstream::ensure_streams(&bus.jetstream())
             .await
             .context("making the mesh's streams")?;
         let reports = bus.subscribe(subjects::ALL_REPORTS).await?;
-        Ok(RolloutBus {
+        Ok(NatsFleet {
             args: args.clone(),
             bus,
             reports,
@@ -603,33 +454,34 @@ impl RolloutBus {
         })
     }
 
+    /// Whether the users composed differ from the ones the bus last confirmed. A record that
+    /// cannot be read counts as a change (the bus node goes first, which is always safe).
+    fn users_differ(&self, home: &Home) -> bool {
+        confirmed(home).ok().flatten().as_deref() != Some(self.users.as_str())
+    }
+}
+
+#[async_trait::async_trait]
+impl Fleet for NatsFleet {
     /// Fixes the bus's users and granted buckets for one module's rollout, from the catalogue
     /// and inventory it composes from.
     ///
     /// # Errors
     /// As [`authorization`].
-    pub fn prepare(
-        &mut self,
-        home: &Home,
-        catalogue: &Catalogue,
-        inventory: &Inventory,
-    ) -> Result<()> {
+    fn prepare(&mut self, home: &Home, catalogue: &Catalogue, inventory: &Inventory) -> Result<()> {
         self.users = authorization(home, catalogue, inventory, &self.controller_password)?;
         self.buckets = granted_buckets(catalogue, inventory);
         self.inventory = Some(inventory.clone());
         Ok(())
     }
 
-    /// Whether this rollout's users differ from the ones the bus last confirmed: the node
-    /// holding the bus goes first.
-    /// A record that cannot be read counts as a change (the bus node goes first, which is
-    /// always safe).
-    pub fn users_change(&self, home: &Home) -> bool {
-        confirmed(home).ok().flatten().as_deref() != Some(self.users.as_str())
+    fn users_change(&self, home: &Home, _grants_change: bool) -> Option<String> {
+        self.users_differ(home)
+            .then(|| "the bus's users differ from the ones it confirmed".to_owned())
     }
 
     /// The node holding the bus and the users file it is sent with every declaration.
-    pub fn users_file(&self) -> Option<(String, String)> {
+    fn users_file(&self) -> Option<(String, String)> {
         let inventory = self.inventory.as_ref()?;
         Some((inventory.file.bus_node.clone(), self.users.clone()))
     }
@@ -639,7 +491,7 @@ impl RolloutBus {
     ///
     /// # Errors
     /// The home cannot be read or written.
-    pub async fn issue_grants(
+    async fn issue_grants(
         &mut self,
         home: &Home,
         nodes: &[String],
@@ -653,7 +505,7 @@ impl RolloutBus {
         let Some(inventory) = self.inventory.as_ref() else {
             return Ok(Err("the rollout's users were not composed".to_owned()));
         };
-        if !self.users_change(home) {
+        if !self.users_differ(home) {
             return Ok(Ok(format!(
                 "state buckets made ({}); the bus's users are as it confirmed them",
                 self.buckets.len()
@@ -714,7 +566,7 @@ impl RolloutBus {
     ///
     /// # Errors
     /// The bus did not store it within the limit; the home cannot be written.
-    pub async fn send(&mut self, home: &Home, declaration: &Declaration) -> Result<()> {
+    async fn send(&mut self, home: &Home, declaration: &Declaration) -> Result<()> {
         send_patiently(home, &self.bus, declaration).await
     }
 
@@ -722,7 +574,7 @@ impl RolloutBus {
     ///
     /// # Errors
     /// The home cannot be written; the subscription ended.
-    pub async fn next_report(&mut self, home: &Home, wait: Duration) -> Result<Option<Report>> {
+    async fn next_report(&mut self, home: &Home, wait: Duration) -> Result<Option<Report>> {
         let until = tokio::time::Instant::now() + wait;
         loop {
             match tokio::time::timeout_at(until, self.reports.next()).await {

@@ -4,8 +4,9 @@
 //!
 //! Start at [`home::Home`] (the mesh home and where its records are: files under the home, or
 //! the bus's records bucket, [`records::open_home`]). Then:
-//! - [`push`]: composing declarations and pushing them to nodes (the embedded default);
-//!   [`fleet`]: the same over a fleet's bus (NATS), grants first;
+//! - [`executor`]: the one place declarations leave — `push` and every rollout send through it
+//!   to a [`executor::Fleet`]: [`in_process`] (the embedded default) or [`fleet`] (a fleet's
+//!   bus, NATS, with real grants); [`push`] composes and says what a push did;
 //! - [`settings`]: reading and replacing settings layers, every replaced layer kept;
 //! - [`repos`], [`plans`], [`builds`]: merges make plans; plans are built and rolled out one
 //!   machine first;
@@ -22,9 +23,11 @@
 pub mod broker;
 pub mod builds;
 pub mod daemon;
+pub mod executor;
 pub mod fail;
 pub mod fleet;
 pub mod home;
+pub mod in_process;
 pub mod plans;
 pub mod push;
 pub mod records;

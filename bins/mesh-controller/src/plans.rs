@@ -21,27 +21,19 @@
 //!   in-process bus has no permissions, so they are answered at once, in order).
 //! - A plan that is not open (done, stopped, superseded, closed) is never driven again.
 
-use crate::builds::{self, short_commit, DeployedRecord};
+use crate::builds::{self, short_commit};
+use crate::executor::Fleet;
 use crate::home::Home;
 use crate::repos::{self, RepoRecord};
 use anyhow::{bail, Context, Result};
-use mesh_apply::HostConfig;
-use mesh_bus::{subjects, Bus, InProcessBus, Subscription};
 use mesh_model::build::Build;
 use mesh_model::declaration::Declaration;
-use mesh_model::inventory::Inventory;
-use mesh_model::module::{load_catalogue, Catalogue, CatalogueSource, ModuleDefinition};
-use mesh_model::plan::{ModuleRollout, Plan, PlanState, RolloutOutcome};
-use mesh_model::report::{MachineState, Report};
-use mesh_plan::rollout::{
-    step, Action, BusFirst, Event, NodeProgress, RolloutNode, RolloutSpec, RolloutState, Stage,
-    Verdict,
-};
+use mesh_model::module::CatalogueSource;
+use mesh_model::plan::{Plan, PlanState, RolloutOutcome};
+use mesh_plan::rollout::{RolloutSpec, RolloutState};
 use mesh_store::store::ArchiveStore;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The format version of a plan record.
 pub const PLAN_FORMAT: u32 = 1;
@@ -203,6 +195,13 @@ pub struct Ctx<'a> {
     /// A fleet's bus: rollouts go to its real hosts (`None`: the embedded default, one host
     /// agent per node in this process).
     pub bus: Option<crate::fleet::BusArgs>,
+    /// Modules whose running containers' data may move (`--move MODULE`): their held nodes are
+    /// sent (rule 12). Empty: every move is held.
+    pub moves: BTreeSet<String>,
+    /// A fleet the caller brings (a Rust tool's own hosts, a simulation): every rollout sends
+    /// through it. `None`: the bus's real hosts when `bus` is named, else one host agent per
+    /// node in this process.
+    pub fleet: Option<GivenFleet>,
 }
 
 /// What hearing a merge did.
@@ -498,174 +497,20 @@ pub enum DriveMode {
     RolloutOnly,
 }
 
-/// The hosts a rollout's actions go to: the seam between the state machine's decisions and
-/// the machines. Two of them: [`InProcessFleet`] (the embedded default: one host agent per node
-/// in this process, on the in-process bus) and [`crate::fleet::RolloutBus`] (a fleet's real
-/// hosts over NATS, with real grants).
-enum Fleet {
-    /// The embedded default.
-    InProcess(InProcessFleet),
-    /// A fleet's bus.
-    Nats(Box<crate::fleet::RolloutBus>),
-}
+/// A fleet a caller gives the plans to drive through ([`Ctx::fleet`]).
+pub type GivenFleet = std::sync::Arc<tokio::sync::Mutex<Box<dyn Fleet>>>;
 
-impl Fleet {
-    /// The fleet of `ctx`: over its bus when one is named, else in process.
-    async fn start(ctx: &Ctx<'_>) -> Result<Fleet> {
-        Ok(match &ctx.bus {
-            Some(bus) => Fleet::Nats(Box::new(
-                crate::fleet::RolloutBus::start(ctx.home, bus).await?,
-            )),
-            None => Fleet::InProcess(
-                InProcessFleet::start(ctx.home, &ctx.home.inventory()?, ctx.store).await?,
-            ),
-        })
-    }
-
-    /// Fixes what one module's rollout needs of the fleet (over NATS: the bus's users).
-    fn prepare(&mut self, home: &Home, catalogue: &Catalogue, inventory: &Inventory) -> Result<()> {
-        match self {
-            Fleet::InProcess(_) => Ok(()),
-            Fleet::Nats(bus) => bus.prepare(home, catalogue, inventory),
-        }
-    }
-
-    /// Why the rollout changes the bus's users, when it does, so that the node holding the bus
-    /// goes first (rule 13). In process: the module's grants changed; over NATS: the users
-    /// composed differ from the ones the bus last confirmed.
-    fn users_change(
-        &self,
-        home: &Home,
-        old: Option<&ModuleDefinition>,
-        new: &ModuleDefinition,
-    ) -> Option<&'static str> {
-        match self {
-            Fleet::InProcess(_) => mesh_plan::merge::changes_bus_users(old, new)
-                .then_some("its grants change the bus's users"),
-            Fleet::Nats(bus) => bus
-                .users_change(home)
-                .then_some("the bus's users differ from the ones it confirmed"),
-        }
-    }
-
-    /// The node holding the bus and the users file every declaration sent to it carries.
-    fn users_file(&self) -> Option<(String, String)> {
-        match self {
-            Fleet::InProcess(_) => None,
-            Fleet::Nats(bus) => bus.users_file(),
-        }
-    }
-
-    /// Issues the grants of `nodes`, as the event that answers [`Action::IssueGrants`].
-    async fn issue_grants(
-        &mut self,
-        ctx: &Ctx<'_>,
-        module: &str,
-        nodes: Vec<String>,
-    ) -> Result<Event> {
-        let answer = match self {
-            Fleet::InProcess(_) => Ok("the in-process bus has no permissions to issue".to_owned()),
-            Fleet::Nats(bus) => bus.issue_grants(ctx.home, &nodes).await?,
-        };
-        Ok(match answer {
-            Ok(note) => {
-                ctx.progress.line(&format!(
-                    "  `{module}`: grants for {} ({note})",
-                    nodes.join(", ")
-                ));
-                Event::GrantsIssued { nodes }
-            }
-            Err(reason) => Event::GrantsFailed { nodes, reason },
-        })
-    }
-
-    async fn send(&mut self, home: &Home, declaration: &Declaration) -> Result<()> {
-        match self {
-            Fleet::InProcess(fleet) => fleet.send(home, declaration).await,
-            Fleet::Nats(bus) => bus.send(home, declaration).await,
-        }
-    }
-
-    /// The next report heard within `wait`, recorded in the home.
-    async fn next_report(&mut self, home: &Home, wait: Duration) -> Result<Option<Report>> {
-        match self {
-            Fleet::InProcess(fleet) => fleet.next_report(home, wait).await,
-            Fleet::Nats(bus) => bus.next_report(home, wait).await,
-        }
-    }
-}
-
-/// The in-process fleet: a bus with one host agent per node.
-struct InProcessFleet {
-    bus: Arc<dyn Bus>,
-    reports: Subscription,
-    agents: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl InProcessFleet {
-    async fn start(
-        home: &Home,
-        inventory: &Inventory,
-        store: &dyn ArchiveStore,
-    ) -> Result<InProcessFleet> {
-        let store = builds::store_spec(store)?;
-        let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new());
-        let reports = bus.subscribe(subjects::ALL_REPORTS).await?;
-        let mut agents = Vec::new();
-        for node in inventory.file.nodes.keys() {
-            let config = HostConfig {
-                root: home.node_root(node, inventory),
-                state_dir: home.node_state_dir(node),
-                ..HostConfig::default()
-            };
-            std::fs::create_dir_all(&config.root)
-                .with_context(|| format!("creating the root of `{node}`"))?;
-            let archives = builds::host_archives(home, node, &store)?;
-            agents.push(mesh_host::start(Arc::clone(&bus), node.clone(), config, archives).await?);
-        }
-        Ok(InProcessFleet {
-            bus,
-            reports,
-            agents,
-        })
-    }
-
-    async fn send(&self, home: &Home, declaration: &Declaration) -> Result<()> {
-        self.bus
-            .publish(
-                &subjects::declaration(&declaration.node),
-                declaration.canonical_json(),
-            )
-            .await
-            .with_context(|| format!("sending `{}` its declaration", declaration.node))?;
-        home.record_sent(declaration)
-    }
-
-    /// The next report heard within `wait`, recorded in the home.
-    async fn next_report(&mut self, home: &Home, wait: Duration) -> Result<Option<Report>> {
-        match tokio::time::timeout(wait, self.reports.next()).await {
-            Ok(Some(message)) => match Report::from_json(&message.payload) {
-                Ok(report) => {
-                    home.record_report(&report)?;
-                    Ok(Some(report))
-                }
-                Err(error) => {
-                    tracing::warn!(subject = %message.subject, %error, "an unreadable report");
-                    Ok(None)
-                }
-            },
-            Ok(None) => bail!("the bus closed"),
-            Err(_) => Ok(None),
-        }
-    }
-}
-
-impl Drop for InProcessFleet {
-    fn drop(&mut self) {
-        for agent in &self.agents {
-            agent.abort();
-        }
-    }
+/// The fleet of `ctx` when it brings none: over its bus when one is named, else in process.
+///
+/// # Errors
+/// The bus cannot be reached; the store cannot be named to the in-process hosts.
+pub async fn start_fleet(ctx: &Ctx<'_>) -> Result<Box<dyn Fleet>> {
+    Ok(match &ctx.bus {
+        Some(bus) => Box::new(crate::fleet::NatsFleet::start(ctx.home, bus).await?),
+        None => Box::new(
+            crate::in_process::InProcessFleet::start(builds::store_spec(ctx.store)?).await?,
+        ),
+    })
 }
 
 /// Carries a plan out as far as `mode` says, saving it after every step. A plan that is not
@@ -681,7 +526,8 @@ pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> R
     let home = ctx.home;
     let id = record.plan.id.clone();
     let mut source: Option<CatalogueSource> = None;
-    let mut fleet: Option<Fleet> = None;
+    let mut own_fleet: Option<Box<dyn Fleet>> = None;
+    let mut given_fleet = None;
     // Modules that stopped, and every module of the plan built from one: not built, not rolled
     // out. The others go on.
     let mut blocked: BTreeSet<String> = BTreeSet::new();
@@ -771,15 +617,25 @@ pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> R
                 ));
                 return end_drive(record, home, &blocked);
             }
-            if fleet.is_none() {
-                fleet = Some(Fleet::start(ctx).await?);
-            }
-            let fleet = fleet.as_mut().context("started above")?;
+            let fleet: &mut dyn Fleet = match &ctx.fleet {
+                Some(given) => {
+                    if given_fleet.is_none() {
+                        given_fleet = Some(given.lock().await);
+                    }
+                    given_fleet.as_mut().context("locked above")?.as_mut()
+                }
+                None => {
+                    if own_fleet.is_none() {
+                        own_fleet = Some(start_fleet(ctx).await?);
+                    }
+                    own_fleet.as_mut().context("started above")?.as_mut()
+                }
+            };
             record.plan.state = PlanState::RollingOut;
             home.write_plan(record)?;
             ctx.progress
                 .line(&format!("{id} tier {index}: rolling out `{module}`"));
-            roll_out(ctx, fleet, record, module).await?;
+            crate::executor::roll_out(ctx, fleet, record, module).await?;
             if let Some(RolloutOutcome::Stopped { .. }) = outcome_of(record, module) {
                 hold(ctx, record, &mut source, &mut blocked)?;
             }
@@ -876,366 +732,6 @@ fn outcome_of<'r>(record: &'r PlanRecord, module: &str) -> Option<&'r RolloutOut
         .rollouts
         .get(module)
         .and_then(|r| r.outcome.as_ref())
-}
-
-/// The catalogue a rollout composes from: what is deployed (or in the home's catalogue), with
-/// `module` taken from its new build; and the inventory without assignments of modules that are
-/// in neither (they reach their nodes with their own rollouts).
-async fn rollout_catalogue(
-    ctx: &Ctx<'_>,
-    module: &str,
-    build: &Build,
-) -> Result<(Catalogue, Inventory, Option<ModuleDefinition>)> {
-    let mut source = builds::effective_source(ctx.home, ctx.store).await?;
-    let (running, _) = load_catalogue(&source);
-    let old = running.module(module).map(|m| m.definition.clone());
-    let archive = ctx.store.fetch(&build.archive).await.with_context(|| {
-        format!(
-            "reading the build of `{module}` ({}) from {}",
-            build.archive.digest,
-            ctx.store.name()
-        )
-    })?;
-    let tree = mesh_store::archive::unpack_archive(&archive.bytes, Some(&build.archive))
-        .with_context(|| format!("the build of `{module}`"))?;
-    source.modules.insert(module.to_owned(), tree);
-    source
-        .archives
-        .insert(module.to_owned(), build.archive.clone());
-    let (catalogue, _) = load_catalogue(&source);
-    let mut inventory = ctx.home.inventory()?;
-    inventory
-        .file
-        .assignments
-        .retain(|m, _| catalogue.module(m).is_some() || m == module);
-    Ok((catalogue, inventory, old))
-}
-
-/// Rolls one module out with the state machine, carrying out its actions until it is done or
-/// stopped; saves the plan after every step.
-async fn roll_out(
-    ctx: &Ctx<'_>,
-    fleet: &mut Fleet,
-    record: &mut PlanRecord,
-    module: &str,
-) -> Result<()> {
-    let home = ctx.home;
-    let id = record.plan.id.clone();
-    let build = record.work[module]
-        .build
-        .clone()
-        .context("a module is built before it is rolled out")?;
-    let (catalogue, inventory, old_definition) = rollout_catalogue(ctx, module, &build).await?;
-    fleet.prepare(home, &catalogue, &inventory)?;
-    // Over a fleet's bus, the node holding it is sent the bus's users with every declaration.
-    let users_file = fleet.users_file();
-    let compose = |node: &str| -> Result<Declaration, String> {
-        match catalogue.module(module) {
-            None => Err(format!(
-                "`{module}` does not validate against what the mesh runs (`check` lists why)"
-            )),
-            Some(_) => {
-                let declaration =
-                    mesh_plan::compose(&catalogue, &inventory, node).map_err(|e| e.to_string())?;
-                Ok(match &users_file {
-                    Some((bus_node, users)) if bus_node == node => {
-                        crate::fleet::with_users_file(declaration, users)
-                    }
-                    Some(_) | None => declaration,
-                })
-            }
-        }
-    };
-    let mut events: VecDeque<Event> = VecDeque::new();
-    let (mut spec, mut state) = match (&record.work[module].spec, &record.work[module].state) {
-        (Some(spec), Some(state)) => {
-            let (mut spec, state) = (spec.clone(), state.clone());
-            // Resumed: grants asked and not answered are asked again; a node sent and not yet
-            // heard is heard from its last report, else sent its declaration again (an apply
-            // is idempotent; the controller may have stopped before the send left it).
-            let bus_node = match (&state.bus_node, state.stage) {
-                (Some((node, progress)), Stage::BusNode) => Some((node, progress)),
-                (Some(_) | None, _) => None,
-            };
-            for (node, progress) in bus_node.into_iter().chain(state.nodes.iter()) {
-                match progress {
-                    NodeProgress::Granting { .. } => {
-                        events.push_back(fleet.issue_grants(ctx, module, vec![node.clone()]).await?)
-                    }
-                    NodeProgress::Sent { .. } => {
-                        let expected = expected_declaration(&spec, node);
-                        match home.report(node)? {
-                            Some(report) if report.declaration == expected => {
-                                events.push_back(Event::Report(mesh_plan::merge::module_report(
-                                    &report, module,
-                                )));
-                            }
-                            Some(_) | None => match compose(node) {
-                                Ok(declaration) => {
-                                    set_expected_declaration(&mut spec, node, &declaration);
-                                    ctx.progress.line(&format!(
-                                        "  `{module}`: sent `{node}` again (resumed) declaration {}",
-                                        mesh_host::short(&declaration.digest())
-                                    ));
-                                    fleet.send(home, &declaration).await?;
-                                }
-                                Err(reason) => events.push_back(Event::SendFailed {
-                                    node: node.clone(),
-                                    reason: format!("composing its declaration failed: {reason}"),
-                                }),
-                            },
-                        }
-                    }
-                    NodeProgress::Waiting
-                    | NodeProgress::GrantRetry { .. }
-                    | NodeProgress::Applied { .. } => {}
-                }
-            }
-            ctx.progress
-                .line(&format!("  `{module}`: resumed at stage {:?}", state.stage));
-            (spec, state)
-        }
-        (Some(_), None) | (None, Some(_)) | (None, None) => {
-            let definition = &catalogue
-                .module(module)
-                .map(|m| m.definition.clone())
-                .unwrap_or_else(|| placeholder_definition(module));
-            let mut nodes = BTreeMap::new();
-            let work = record.work.entry(module.to_owned()).or_default();
-            for node in inventory
-                .file
-                .assignments
-                .get(module)
-                .cloned()
-                .unwrap_or_default()
-            {
-                let running = inventory.file.nodes.get(&node).is_some_and(|n| n.running);
-                let declaration = compose(&node).map(|d| d.digest()).unwrap_or_default();
-                if let Some(before) = home.sent(&node)? {
-                    work.before.insert(node.clone(), before);
-                }
-                nodes.insert(
-                    node,
-                    RolloutNode {
-                        running,
-                        declaration,
-                    },
-                );
-            }
-            // Grants before code: when the bus's users change, the node holding the bus goes
-            // first (in the embedded default there are no permissions to issue, and the order
-            // is kept all the same).
-            let bus_node = &inventory.file.bus_node;
-            let bus_node_running = inventory
-                .file
-                .nodes
-                .get(bus_node)
-                .is_some_and(|n| n.running);
-            let users_change = fleet.users_change(home, old_definition.as_ref(), definition);
-            let bus_first = if let (Some(why), true) = (users_change, bus_node_running) {
-                ctx.progress.line(&format!(
-                    "  `{module}`: {why}: `{bus_node}`, holding the bus, goes first"
-                ));
-                Some(BusFirst {
-                    node: bus_node.clone(),
-                    declaration: compose(bus_node).map(|d| d.digest()).unwrap_or_default(),
-                })
-            } else {
-                None
-            };
-            events.push_back(Event::Start);
-            (
-                RolloutSpec::new(definition, nodes, bus_first),
-                RolloutState::new(),
-            )
-        }
-    };
-    let mut reverted: Option<(String, String)> = None;
-    let mut last_tick = tokio::time::Instant::now();
-    loop {
-        while let Some(event) = events.pop_front() {
-            let heard = match &event {
-                Event::Report(report) => Some(report.node.clone()),
-                Event::Start
-                | Event::GrantsIssued { .. }
-                | Event::GrantsFailed { .. }
-                | Event::SendFailed { .. }
-                | Event::Tick => None,
-            };
-            let actions = step(&spec, &mut state, event, mesh_host::now());
-            for action in actions {
-                match action {
-                    Action::IssueGrants { nodes } => {
-                        events.push_back(fleet.issue_grants(ctx, module, nodes).await?);
-                    }
-                    Action::SendBusNode { node } | Action::Send { node, .. } => {
-                        match compose(&node) {
-                            Ok(declaration) => {
-                                set_expected_declaration(&mut spec, &node, &declaration);
-                                let which = match state.stage {
-                                    Stage::BusNode => " (holding the bus, first)",
-                                    Stage::FirstNode
-                                        if state.first.as_deref() == Some(node.as_str()) =>
-                                    {
-                                        " (first)"
-                                    }
-                                    Stage::NotStarted
-                                    | Stage::FirstNode
-                                    | Stage::Rest
-                                    | Stage::Done
-                                    | Stage::Stopped => "",
-                                };
-                                fleet.send(home, &declaration).await?;
-                                crate::fail::point(&format!("sent:{module}:{node}"));
-                                ctx.progress.line(&format!(
-                                    "  `{module}`: sent `{node}`{which} declaration {}",
-                                    mesh_host::short(&declaration.digest())
-                                ));
-                            }
-                            Err(reason) => events.push_back(Event::SendFailed {
-                                node,
-                                reason: format!("composing its declaration failed: {reason}"),
-                            }),
-                        }
-                    }
-                    Action::SendFailed {
-                        node,
-                        reason,
-                        retry_at,
-                        ..
-                    } => ctx.progress.line(&format!(
-                        "  `{module}`: not sent to `{node}`: {reason}; tried again at {}",
-                        mesh_host::format_time(retry_at)
-                    )),
-                    Action::Stop { node, reason, .. } => ctx.progress.line(&format!(
-                        "  `{module}`: stopped at `{node}`: {reason}; the other nodes keep what they ran"
-                    )),
-                    Action::Revert { node, .. } => {
-                        match record.work[module].before.get(&node) {
-                            Some(before) => {
-                                let digest = before.digest();
-                                fleet.send(home, before).await?;
-                                ctx.progress.line(&format!(
-                                    "  `{module}`: sent `{node}` back what it ran before ({})",
-                                    mesh_host::short(&digest)
-                                ));
-                                if let Some(work) = record.work.get_mut(module) {
-                                    work.reverted.insert(node.clone(), digest.clone());
-                                }
-                                reverted = Some((node, digest));
-                            }
-                            None => ctx.progress.line(&format!(
-                                "  `{module}`: nothing to send `{node}` back to: it was never sent before"
-                            )),
-                        }
-                    }
-                    Action::Done { .. } => {
-                        let deployed = DeployedRecord {
-                            format: builds::DEPLOYED_FORMAT,
-                            module: module.to_owned(),
-                            repository: build.repository.clone(),
-                            commit: build.commit.clone(),
-                            archive: build.archive.clone(),
-                            plan: id.clone(),
-                            at: mesh_host::now(),
-                        };
-                        builds::deploy(home, &deployed).await?;
-                        crate::fail::point(&format!("deployed:{module}"));
-                        ctx.progress.line(&format!(
-                            "  `{module}`: done on {} node(s); its build {} is deployed",
-                            state.applied,
-                            mesh_host::short(&build.archive.digest)
-                        ));
-                    }
-                }
-            }
-            save_rollout(record, module, &spec, &state);
-            home.write_plan(record)?;
-            if let Some(node) = heard {
-                crate::fail::point(&format!("heard:{module}:{node}"));
-            }
-        }
-        match state.stage {
-            Stage::Done | Stage::Stopped => break,
-            Stage::NotStarted | Stage::BusNode | Stage::FirstNode | Stage::Rest => {}
-        }
-        if let Some(report) = fleet.next_report(home, Duration::from_secs(1)).await? {
-            let expected = expected_declaration(&spec, &report.node);
-            if !expected.is_empty() {
-                let judged = mesh_plan::merge::module_report(&report, module);
-                if judged.verdict == Verdict::Pending && judged.declaration == expected {
-                    ctx.progress.line(&format!(
-                        "  `{module}`: `{}` reported it {}, not yet applied: waiting for its next report, up to {} s from its send",
-                        report.node,
-                        mesh_host::machine_word(report.machine),
-                        spec.deadline_secs
-                    ));
-                }
-                events.push_back(Event::Report(judged));
-            }
-        }
-        // Deadlines are judged at least once a second, however busy the reports keep the
-        // loop (a fleet's hosts send heartbeats).
-        if last_tick.elapsed() >= Duration::from_secs(1) {
-            last_tick = tokio::time::Instant::now();
-            events.push_back(Event::Tick);
-        }
-    }
-    if let Some((node, digest)) = reverted {
-        // Hear the reverted node's report of what it was sent back, so status shows what it
-        // runs now. Not any report of the node: a fleet host's heartbeat repeating its report
-        // of the failed declaration may be heard first.
-        let until = tokio::time::Instant::now() + Duration::from_secs(30);
-        while tokio::time::Instant::now() < until {
-            if let Some(report) = fleet.next_report(home, Duration::from_secs(1)).await? {
-                if report.node == node
-                    && report.declaration == digest
-                    && report.machine != MachineState::MidChange
-                {
-                    break;
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The digest a node's report must name: its own declaration, or the bus node's when it goes
-/// first without running the module (empty: the rollout does not wait on the node).
-fn expected_declaration(spec: &RolloutSpec, node: &str) -> String {
-    match (spec.nodes.get(node), &spec.bus_first) {
-        (Some(entry), _) => entry.declaration.clone(),
-        (None, Some(bus)) if bus.node == node => bus.declaration.clone(),
-        (None, Some(_) | None) => String::new(),
-    }
-}
-
-/// Records the declaration a node is sent as the one its report must name.
-fn set_expected_declaration(spec: &mut RolloutSpec, node: &str, declaration: &Declaration) {
-    if let Some(entry) = spec.nodes.get_mut(node) {
-        entry.declaration = declaration.digest();
-    }
-    if let Some(bus) = spec.bus_first.as_mut() {
-        if bus.node == node {
-            bus.declaration = declaration.digest();
-        }
-    }
-}
-
-fn save_rollout(record: &mut PlanRecord, module: &str, spec: &RolloutSpec, state: &RolloutState) {
-    let work = record.work.entry(module.to_owned()).or_default();
-    work.spec = Some(spec.clone());
-    work.state = Some(state.clone());
-    let build = work.build.as_ref().map(|b| b.archive.clone());
-    let rollout: ModuleRollout = state.record(build);
-    record.plan.rollouts.insert(module.to_owned(), rollout);
-}
-
-/// A definition for a module that does not validate in the rollout's catalogue: the defaults
-/// (its sends fail when composed, which stops the rollout naming why).
-fn placeholder_definition(module: &str) -> mesh_model::module::ModuleDefinition {
-    let text = format!("name = \"{module}\"\n");
-    toml::from_str(&text).unwrap_or_else(|_| panic!("a minimal definition parses"))
 }
 
 /// Closes an open plan by hand; it is never resumed.

@@ -1,21 +1,16 @@
-//! Composing, sending and hearing back: the embedded controller's push and status.
-//!
-//! In the embedded default every node's host agent runs in this process on an in-process bus:
-//! the controller publishes each declaration on the node's subject and waits for the node's
-//! report on its report subject, exactly as it would across a fleet.
+//! Composing declarations, what a push did for each node, and each node's status. The push
+//! itself is [`crate::executor::push`], through a [`crate::executor::Fleet`]: in the embedded
+//! default every node's host agent runs in this process on an in-process bus, and the
+//! controller publishes each declaration and waits for each report exactly as across a fleet.
 
 use crate::home::Home;
 use anyhow::{bail, Context, Result};
-use mesh_apply::HostConfig;
-use mesh_bus::{subjects, Bus, InProcessBus};
 use mesh_model::declaration::Declaration;
 use mesh_model::module::Catalogue;
 use mesh_model::report::Report;
 use mesh_model::Diagnostic;
-use mesh_plan::PushDecision;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The catalogue and its problems, as sends compose from it.
@@ -89,89 +84,6 @@ pub struct PushResult {
     /// What happened.
     #[serde(flatten)]
     pub result: NodeResult,
-}
-
-/// Sends every named node its declaration and waits (up to `timeout`) for each report.
-///
-/// # Guarantees
-/// What was sent is recorded per node before anything is awaited; each report heard is
-/// recorded. Nothing is sent when the catalogue or inventory has any problem. `checked` is the
-/// catalogue sends compose from ([`crate::builds::effective_catalogue`]: what is deployed).
-///
-/// A node whose push would give a running container another host directory at a mount it
-/// already has is held (not sent) unless its module is in `allowed_moves`; the other nodes go
-/// ahead (rule 12).
-///
-/// Each node's host agent reads archived files from its cache, then from `store` (the
-/// controller's own).
-pub async fn push(
-    home: &Home,
-    checked: &Checked,
-    nodes: &[String],
-    allowed_moves: &BTreeSet<String>,
-    timeout: Duration,
-    store: &mesh_store::store::StoreSpec,
-) -> Result<Vec<PushResult>> {
-    let mut held: BTreeMap<String, Vec<mesh_plan::Move>> = BTreeMap::new();
-    let mut declarations = Vec::new();
-    for declaration in compose_nodes(home, checked, nodes)? {
-        let sent = home.sent(&declaration.node)?;
-        match mesh_plan::decide_push(sent.as_ref(), &declaration, allowed_moves) {
-            PushDecision::Send { .. } => declarations.push(declaration),
-            PushDecision::Hold { moves } => {
-                held.insert(declaration.node.clone(), moves);
-            }
-        }
-    }
-    let inventory = home.inventory()?;
-    let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new());
-    let mut reports = bus.subscribe(subjects::ALL_REPORTS).await?;
-    let mut agents = Vec::new();
-    for declaration in &declarations {
-        let node = &declaration.node;
-        let config = HostConfig {
-            root: home.node_root(node, &inventory),
-            state_dir: home.node_state_dir(node),
-            ..HostConfig::default()
-        };
-        std::fs::create_dir_all(&config.root)
-            .with_context(|| format!("creating the root of `{node}`"))?;
-        let archives = crate::builds::host_archives(home, node, store)?;
-        agents.push(mesh_host::start(Arc::clone(&bus), node.clone(), config, archives).await?);
-    }
-    let mut waiting: BTreeMap<String, String> = BTreeMap::new();
-    for declaration in &declarations {
-        bus.publish(
-            &subjects::declaration(&declaration.node),
-            declaration.canonical_json(),
-        )
-        .await?;
-        home.record_sent(declaration)?;
-        waiting.insert(declaration.node.clone(), declaration.digest());
-    }
-    let mut heard: BTreeMap<String, Report> = BTreeMap::new();
-    let deadline = tokio::time::Instant::now() + timeout;
-    while heard.len() < waiting.len() {
-        let message = match tokio::time::timeout_at(deadline, reports.next()).await {
-            Ok(Some(message)) => message,
-            Ok(None) | Err(_) => break,
-        };
-        let report = match Report::from_json(&message.payload) {
-            Ok(report) => report,
-            Err(error) => {
-                tracing::warn!(subject = %message.subject, %error, "an unreadable report");
-                continue;
-            }
-        };
-        if waiting.get(&report.node) == Some(&report.declaration) {
-            home.record_report(&report)?;
-            heard.insert(report.node.clone(), report);
-        }
-    }
-    for agent in agents {
-        agent.abort();
-    }
-    Ok(results(held, &declarations, heard, timeout))
 }
 
 /// A push's results, node by node (sorted): the held ones, then each sent declaration with

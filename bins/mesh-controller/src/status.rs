@@ -30,6 +30,24 @@ pub struct Overview {
     pub stopped: Vec<StoppedRollout>,
     /// Nodes whose last report needs a person's eye.
     pub attention: Vec<NodeAttention>,
+    /// Nodes an open plan's rollout held because their running container's data would move
+    /// (rule 12): `--move MODULE` sends them.
+    #[serde(default)]
+    pub held: Vec<HeldNode>,
+}
+
+/// A node a rollout held for a move.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct HeldNode {
+    /// The plan.
+    pub plan: String,
+    /// The module.
+    pub module: String,
+    /// The node.
+    pub node: String,
+    /// The moves: module, container, mount and both host directories.
+    pub moves: Vec<mesh_plan::Move>,
 }
 
 /// An open plan and what it waits on.
@@ -149,12 +167,31 @@ pub fn overview(home: &Home, now: u64) -> Result<Overview> {
         }
     }
     let attention = attention(&nodes);
+    let mut held = Vec::new();
+    for record in records.iter().filter(|r| r.plan.state.is_open()) {
+        for (module, work) in &record.work {
+            let Some(state) = &work.state else {
+                continue;
+            };
+            for (node, progress) in state.nodes.iter() {
+                if let NodeProgress::Held { moves } = progress {
+                    held.push(HeldNode {
+                        plan: record.plan.id.clone(),
+                        module: module.clone(),
+                        node: node.clone(),
+                        moves: moves.clone(),
+                    });
+                }
+            }
+        }
+    }
     Ok(Overview {
         nodes,
         open_plans,
         behind: mesh_plan::behind(&plans),
         stopped,
         attention,
+        held,
     })
 }
 
@@ -232,8 +269,20 @@ pub fn waits_on(record: &PlanRecord) -> (String, u64) {
                         ),
                         *since,
                     )),
-                    NodeProgress::Waiting | NodeProgress::Applied { .. } => None,
+                    NodeProgress::Waiting
+                    | NodeProgress::Held { .. }
+                    | NodeProgress::Applied { .. } => None,
                 });
+            if state.stage == mesh_plan::rollout::Stage::Held {
+                return (
+                    format!(
+                        "`--move {module}`: {} node(s) held, their data would move (tier {index}; \
+                         `plans resume --move {module}` sends them)",
+                        state.held
+                    ),
+                    build.at,
+                );
+            }
             return waiting.unwrap_or_else(|| {
                 (
                     format!("the rollout of `{module}` (tier {index})"),

@@ -3,7 +3,8 @@
 use crate::{init, render};
 use anyhow::{Context, Result};
 use mesh_controller::home::Home;
-use mesh_controller::push;
+use mesh_controller::in_process::InProcessFleet;
+use mesh_controller::{executor, push};
 use std::collections::BTreeSet;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -50,14 +51,19 @@ pub fn run() -> Result<ExitCode> {
     let nodes: Vec<String> = inventory.file.nodes.keys().cloned().collect();
     let runtime = tokio::runtime::Runtime::new()?;
     let push_all = || {
-        runtime.block_on(push::push(
-            &home,
-            &checked,
-            &nodes,
-            &BTreeSet::new(),
-            Duration::from_secs(120),
-            &mesh_store::store::default_store_spec(home.root()),
-        ))
+        runtime.block_on(async {
+            let mut fleet =
+                InProcessFleet::start(mesh_store::store::default_store_spec(home.root())).await?;
+            executor::push(
+                &home,
+                &mut fleet,
+                &checked,
+                &nodes,
+                &BTreeSet::new(),
+                Duration::from_secs(120),
+            )
+            .await
+        })
     };
     let first = push_all()?;
     print!("{}", render::push(&first));

@@ -10,7 +10,8 @@ mod init;
 mod render;
 
 use mesh_controller::{
-    broker, builds, daemon, fleet, plans, push, records, repos, runtimes, settings, status,
+    broker, builds, daemon, executor, fleet, plans, push, records, repos, runtimes, settings,
+    status,
 };
 
 use anyhow::{bail, Context, Result};
@@ -120,8 +121,9 @@ pub enum Command {
         #[arg(long, default_value_t = 120)]
         timeout: u64,
         /// Instead of nodes: roll out the modules the open plans built and have not rolled
-        /// out (the same list `status` calls behind), one machine first.
-        #[arg(long, conflicts_with_all = ["nodes", "all", "moves"])]
+        /// out (the same list `status` calls behind), one machine first. With `--move MODULE`,
+        /// that module's nodes held for a move are sent.
+        #[arg(long, conflicts_with_all = ["nodes", "all"])]
         behind: bool,
     },
     /// Each node's last report, the open plans and what each waits on, the modules behind,
@@ -157,6 +159,11 @@ pub enum Command {
         /// `build --behind`, `push --behind` or the next merge.
         #[arg(long)]
         plan_only: bool,
+        /// Send a module's nodes whose running container would get another host directory at
+        /// a mount (its data moving); without it the rollout holds such a node, names module,
+        /// mount and both directories, and goes on with the others. Repeatable.
+        #[arg(long = "move", value_name = "MODULE")]
+        moves: Vec<String>,
     },
     /// Builds modules into the store: each at the commit of the newest open plan naming it
     /// (for that plan), else at its repository's last planned commit.
@@ -340,6 +347,10 @@ pub enum PlansCommand {
     Resume {
         /// Only this plan.
         id: Option<String>,
+        /// Send the nodes of MODULE held because its running container's data would move
+        /// (see `status`). Repeatable.
+        #[arg(long = "move", value_name = "MODULE")]
+        moves: Vec<String>,
     },
 }
 
@@ -451,6 +462,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
         bus.clone()
             .context("this command talks to a fleet's bus: give --bus URL (or MESH_BUS)")
     };
+    let moves = match &cli.command {
+        Command::Push { moves, .. }
+        | Command::Merge { moves, .. }
+        | Command::Plans {
+            command: Some(PlansCommand::Resume { moves, .. }),
+        } => moves.iter().cloned().collect(),
+        _ => std::collections::BTreeSet::new(),
+    };
     let progress = Lines {
         to_stderr: output == Output::Json,
     };
@@ -459,6 +478,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         store: store.as_ref(),
         progress: &progress,
         bus: bus.clone(),
+        moves,
+        fleet: None,
     };
     let checked = || -> Result<push::Checked> {
         home.require()?;
@@ -542,24 +563,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 nodes
             };
             let checked = checked()?;
-            let results = match &bus {
-                Some(bus) => runtime.block_on(fleet::push(
+            let results = runtime.block_on(async {
+                let mut fleet = plans::start_fleet(&ctx).await?;
+                executor::push(
                     &home,
+                    fleet.as_mut(),
                     &checked,
                     &nodes,
                     &moves.into_iter().collect(),
                     std::time::Duration::from_secs(timeout),
-                    bus,
-                ))?,
-                None => runtime.block_on(push::push(
-                    &home,
-                    &checked,
-                    &nodes,
-                    &moves.into_iter().collect(),
-                    std::time::Duration::from_secs(timeout),
-                    &store_spec,
-                ))?,
-            };
+                )
+                .await
+            })?;
             match output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&results)?),
                 Output::Text => print!("{}", render::push(&results)),
@@ -762,6 +777,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             repo,
             commit,
             plan_only,
+            ..
         } => {
             home.require()?;
             let outcome =
@@ -832,7 +848,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 Ok(ExitCode::SUCCESS)
             }
-            PlansCommand::Resume { id } => {
+            PlansCommand::Resume { id, .. } => {
                 home.require()?;
                 let plans = runtime.block_on(plans::drive_open(
                     &ctx,

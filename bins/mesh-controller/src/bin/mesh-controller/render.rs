@@ -326,6 +326,18 @@ fn plans_status(overview: &Overview) -> String {
             }
         }
     }
+    if !overview.held.is_empty() {
+        out.push_str("held for a move (`plans resume --move MODULE` sends them):\n");
+        for held in &overview.held {
+            for one in &held.moves {
+                let _ = writeln!(
+                    out,
+                    "  {} `{}` on `{}`: container `{}`, mount `{}`: from `{}` to `{}`",
+                    held.plan, held.module, held.node, one.container, one.at, one.from, one.to
+                );
+            }
+        }
+    }
     if !overview.attention.is_empty() {
         out.push_str("nodes needing attention:\n");
         for node in &overview.attention {
@@ -931,6 +943,7 @@ mod status_tests {
                 reverted: None,
             }],
             attention: Vec::new(),
+            held: Vec::new(),
         };
         let mut overview = overview;
         overview.attention = attention(&overview.nodes);

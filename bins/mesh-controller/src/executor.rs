@@ -1,0 +1,694 @@
+//! The executor: the one place declarations leave the controller. `push` (embedded and over
+//! the bus) and every rollout (`merge`, `plans resume`, `push --behind`, the daemon) send
+//! through it, to a [`Fleet`], so the rules that guard a send hold on every path.
+//!
+//! Start at [`Fleet`] (the seam: prepare, issue grants, send, next report), then [`push`] and
+//! [`roll_out`]. Two fleets: [`crate::in_process::InProcessFleet`] (the embedded default: one
+//! host agent per node in this process) and [`crate::fleet::NatsFleet`] (a fleet's real hosts
+//! over NATS, with real grants). A Rust tool may bring its own.
+//!
+//! # Guarantees
+//! - Grants before code: no declaration is sent to a node before [`Fleet::issue_grants`] for it
+//!   answered; when the bus's users change, the node holding the bus is sent first and the rest
+//!   only once its grants are confirmed (rule 13, ADR 0218 §1, issue 249).
+//! - A send that would give a running container another host directory at a mount it has is
+//!   held unless its module is allowed to move (rule 12).
+//! - A node is judged converged only from a settled report of the declaration it was sent.
+//!
+//! What it must never do: send before grants, report a node converged from a report of another
+//! declaration, or drop a node that did not answer (it is named "no report").
+
+use crate::builds::{self, DeployedRecord};
+use crate::home::Home;
+use crate::plans::{Ctx, PlanRecord};
+use crate::push::{Checked, PushResult};
+use anyhow::{bail, Context, Result};
+use mesh_model::build::Build;
+use mesh_model::declaration::Declaration;
+use mesh_model::inventory::Inventory;
+use mesh_model::module::{load_catalogue, Catalogue, ModuleDefinition};
+use mesh_model::plan::ModuleRollout;
+use mesh_model::report::{MachineState, Report};
+use mesh_plan::rollout::{
+    step, Action, BusFirst, Event, RolloutNode, RolloutSpec, RolloutState, Stage, Verdict,
+};
+use mesh_plan::PushDecision;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+
+/// The hosts the executor sends to: the seam between the controller's decisions and the
+/// machines.
+///
+/// # Guarantees (what an implementation must keep)
+/// - [`Fleet::send`] returns once the declaration is on its way for certain (stored by the bus)
+///   and recorded sent in the home ([`Home::record_sent`]); sending the same declaration twice
+///   is harmless (a host's apply is idempotent).
+/// - [`Fleet::next_report`] records every report it returns ([`Home::record_report`]) and
+///   returns only reports published by their own node.
+/// - [`Fleet::issue_grants`] answers `Ok(Err(why))` for a grant that failed (the caller tries it
+///   again or fails the send), never sends code.
+#[async_trait::async_trait]
+pub trait Fleet: Send {
+    /// Fixes what the sends composed from `catalogue` and `inventory` need of the fleet (over
+    /// NATS: the bus's users and granted buckets).
+    ///
+    /// # Errors
+    /// The grants cannot be composed (every problem named).
+    fn prepare(&mut self, home: &Home, catalogue: &Catalogue, inventory: &Inventory) -> Result<()>;
+
+    /// Why the sends change the bus's users, if they do, so that the node holding the bus goes
+    /// first. `grants_change` says whether a rolled-out module's own grants change (in process,
+    /// where there is nothing confirmed to compare with, that is the test).
+    fn users_change(&self, home: &Home, grants_change: bool) -> Option<String>;
+
+    /// The node holding the bus and the users file every declaration sent to it carries.
+    fn users_file(&self) -> Option<(String, String)>;
+
+    /// Issues the grants of `nodes`: `Ok(Ok(what was done))`, or `Ok(Err(why not))`.
+    ///
+    /// # Errors
+    /// The home cannot be read or written.
+    async fn issue_grants(
+        &mut self,
+        home: &Home,
+        nodes: &[String],
+    ) -> Result<std::result::Result<String, String>>;
+
+    /// Sends `declaration` to its node and records it sent.
+    ///
+    /// # Errors
+    /// The bus did not take it; the home cannot be written.
+    async fn send(&mut self, home: &Home, declaration: &Declaration) -> Result<()>;
+
+    /// The next report heard within `wait`, recorded in the home.
+    ///
+    /// # Errors
+    /// The home cannot be written; the fleet's reports ended.
+    async fn next_report(&mut self, home: &Home, wait: Duration) -> Result<Option<Report>>;
+}
+
+/// `declaration` as it is sent: the node holding the bus carries the bus's users file.
+fn dressed(fleet: &dyn Fleet, declaration: Declaration) -> Declaration {
+    match fleet.users_file() {
+        Some((bus_node, users)) if bus_node == declaration.node => {
+            crate::fleet::with_users_file(declaration, &users)
+        }
+        Some(_) | None => declaration,
+    }
+}
+
+/// Whether `declaration` may be sent now or is held because it would move a running
+/// container's data (rule 12), against what its node was last sent.
+///
+/// # Errors
+/// What the node was sent cannot be read.
+pub fn decide(
+    home: &Home,
+    declaration: &Declaration,
+    allowed_moves: &BTreeSet<String>,
+) -> Result<PushDecision> {
+    let sent = home.sent(&declaration.node)?;
+    Ok(mesh_plan::decide_push(
+        sent.as_ref(),
+        declaration,
+        allowed_moves,
+    ))
+}
+
+/// Waits until every node in `waiting` (node → digest sent) has a settled report (not
+/// mid-change) of that digest, or `deadline`; the last report of the digest heard for each
+/// node is returned (a mid-change one when that is all there was).
+///
+/// # Errors
+/// As [`Fleet::next_report`].
+pub async fn wait_for_reports(
+    home: &Home,
+    fleet: &mut dyn Fleet,
+    waiting: &BTreeMap<String, String>,
+    deadline: tokio::time::Instant,
+) -> Result<BTreeMap<String, Report>> {
+    let mut heard: BTreeMap<String, Report> = BTreeMap::new();
+    let mut settled = 0;
+    while settled < waiting.len() {
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            break;
+        }
+        let Some(report) = fleet.next_report(home, deadline - now).await? else {
+            continue;
+        };
+        if waiting.get(&report.node) != Some(&report.declaration) {
+            continue;
+        }
+        let was_settled = heard
+            .get(&report.node)
+            .is_some_and(|r| r.machine != MachineState::MidChange);
+        if was_settled {
+            continue;
+        }
+        if report.machine != MachineState::MidChange {
+            settled += 1;
+        }
+        heard.insert(report.node.clone(), report);
+    }
+    Ok(heard)
+}
+
+/// Sends every named node its declaration through `fleet`, grants first, and waits (up to
+/// `timeout`) for each node's settled report.
+///
+/// # Guarantees
+/// - Nothing is sent when the catalogue or inventory has a problem (every problem named).
+/// - A node whose declaration would move a running container's data is held, unless its module
+///   is in `allowed_moves`; the other nodes go ahead (rule 12).
+/// - Grants before code: when the bus's users change, the node holding the bus is sent first
+///   (named or not) and no other node is sent anything until its grants are confirmed; a grant
+///   that fails fails the push (rule 13).
+/// - What was sent is recorded as it is sent; every report heard is recorded.
+///
+/// # Errors
+/// A grant that fails ("grants not issued: …; nothing else was sent"); a bus that does not
+/// take a declaration; a home that cannot be read or written.
+pub async fn push(
+    home: &Home,
+    fleet: &mut dyn Fleet,
+    checked: &Checked,
+    nodes: &[String],
+    allowed_moves: &BTreeSet<String>,
+    timeout: Duration,
+) -> Result<Vec<PushResult>> {
+    let inventory = home.inventory()?;
+    fleet.prepare(home, &checked.0, &inventory)?;
+    let bus_node = inventory.file.bus_node.clone();
+    let users_change = fleet.users_change(home, false);
+    let mut named: Vec<String> = nodes.to_vec();
+    if users_change.is_some() && !named.contains(&bus_node) {
+        named.push(bus_node.clone());
+    }
+    let mut held: BTreeMap<String, Vec<mesh_plan::Move>> = BTreeMap::new();
+    let mut declarations = Vec::new();
+    for declaration in crate::push::compose_nodes(home, checked, &named)? {
+        let declaration = dressed(fleet, declaration);
+        match decide(home, &declaration, allowed_moves)? {
+            PushDecision::Send { .. } => declarations.push(declaration),
+            PushDecision::Hold { moves } => {
+                held.insert(declaration.node.clone(), moves);
+            }
+        }
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut heard: BTreeMap<String, Report> = BTreeMap::new();
+    if users_change.is_some() {
+        // Grants before code: the bus node first, then its server must let everyone in.
+        let Some(position) = declarations.iter().position(|d| d.node == bus_node) else {
+            bail!(
+                "the bus's users changed and `{bus_node}`, which holds the bus, is held \
+                 (see `plan {bus_node} --diff`); nothing was sent"
+            );
+        };
+        let first = declarations.remove(position);
+        if let Err(reason) = fleet
+            .issue_grants(home, std::slice::from_ref(&bus_node))
+            .await?
+        {
+            bail!("grants not issued: {reason}; nothing was sent");
+        }
+        fleet.send(home, &first).await?;
+        let waiting = BTreeMap::from([(bus_node.clone(), first.digest())]);
+        let mut first_heard = wait_for_reports(home, fleet, &waiting, deadline).await?;
+        let report = first_heard.remove(&bus_node).with_context(|| {
+            format!(
+                "grants not issued: `{bus_node}`, which holds the bus, sent no report within \
+                 {}s of being sent the bus's users; nothing else was sent",
+                timeout.as_secs()
+            )
+        })?;
+        heard.insert(bus_node.clone(), report);
+        declarations.insert(position, first);
+    }
+    let rest: Vec<&Declaration> = declarations
+        .iter()
+        .filter(|d| !heard.contains_key(&d.node))
+        .collect();
+    if !rest.is_empty() {
+        let rest_nodes: Vec<String> = rest.iter().map(|d| d.node.clone()).collect();
+        if let Err(reason) = fleet.issue_grants(home, &rest_nodes).await? {
+            bail!("grants not issued: {reason}; nothing else was sent");
+        }
+    }
+    let mut waiting: BTreeMap<String, String> = BTreeMap::new();
+    for declaration in rest {
+        fleet.send(home, declaration).await?;
+        waiting.insert(declaration.node.clone(), declaration.digest());
+    }
+    heard.extend(wait_for_reports(home, fleet, &waiting, deadline).await?);
+    Ok(crate::push::results(held, &declarations, heard, timeout))
+}
+
+/// The moves, one after another, as a person reads them.
+fn list_moves(moves: &[mesh_plan::Move]) -> String {
+    moves
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Sends `node` its composed declaration for `module`'s rollout, unless it would move a
+/// running container's data and the module may not move (`--move`): then the event says it
+/// is held (rule 12). The events returned answer the send (held, or composing failed).
+///
+/// # Errors
+/// The home cannot be read; the fleet did not take the declaration.
+async fn send_composed(
+    ctx: &Ctx<'_>,
+    fleet: &mut dyn Fleet,
+    spec: &mut RolloutSpec,
+    module: &str,
+    node: &str,
+    composed: std::result::Result<Declaration, String>,
+    which: &str,
+) -> Result<Vec<Event>> {
+    let declaration = match composed {
+        Ok(declaration) => declaration,
+        Err(reason) => {
+            return Ok(vec![Event::SendFailed {
+                node: node.to_owned(),
+                reason: format!("composing its declaration failed: {reason}"),
+            }])
+        }
+    };
+    set_expected_declaration(spec, node, &declaration);
+    if let PushDecision::Hold { moves } = decide(ctx.home, &declaration, &ctx.moves)? {
+        ctx.progress.line(&format!(
+            "  `{module}`: `{node}` held: its data would move ({}); the others go on",
+            list_moves(&moves)
+        ));
+        return Ok(vec![Event::Held {
+            node: node.to_owned(),
+            moves,
+        }]);
+    }
+    fleet.send(ctx.home, &declaration).await?;
+    crate::fail::point(&format!("sent:{module}:{node}"));
+    ctx.progress.line(&format!(
+        "  `{module}`: sent `{node}`{which} declaration {}",
+        mesh_host::short(&declaration.digest())
+    ));
+    Ok(Vec::new())
+}
+
+/// Issues the grants of `nodes` for `module`'s rollout, as the event that answers
+/// [`Action::IssueGrants`].
+async fn grants_event(
+    ctx: &Ctx<'_>,
+    fleet: &mut dyn Fleet,
+    module: &str,
+    nodes: Vec<String>,
+) -> Result<Event> {
+    Ok(match fleet.issue_grants(ctx.home, &nodes).await? {
+        Ok(note) => {
+            ctx.progress.line(&format!(
+                "  `{module}`: grants for {} ({note})",
+                nodes.join(", ")
+            ));
+            Event::GrantsIssued { nodes }
+        }
+        Err(reason) => Event::GrantsFailed { nodes, reason },
+    })
+}
+
+/// The catalogue a rollout composes from: what is deployed (or in the home's catalogue), with
+/// `module` taken from its new build; and the inventory without assignments of modules that are
+/// in neither (they reach their nodes with their own rollouts).
+pub async fn rollout_catalogue(
+    ctx: &Ctx<'_>,
+    module: &str,
+    build: &Build,
+) -> Result<(Catalogue, Inventory, Option<ModuleDefinition>)> {
+    let mut source = builds::effective_source(ctx.home, ctx.store).await?;
+    let (running, _) = load_catalogue(&source);
+    let old = running.module(module).map(|m| m.definition.clone());
+    let archive = ctx.store.fetch(&build.archive).await.with_context(|| {
+        format!(
+            "reading the build of `{module}` ({}) from {}",
+            build.archive.digest,
+            ctx.store.name()
+        )
+    })?;
+    let tree = mesh_store::archive::unpack_archive(&archive.bytes, Some(&build.archive))
+        .with_context(|| format!("the build of `{module}`"))?;
+    source.modules.insert(module.to_owned(), tree);
+    source
+        .archives
+        .insert(module.to_owned(), build.archive.clone());
+    let (catalogue, _) = load_catalogue(&source);
+    let mut inventory = ctx.home.inventory()?;
+    inventory
+        .file
+        .assignments
+        .retain(|m, _| catalogue.module(m).is_some() || m == module);
+    Ok((catalogue, inventory, old))
+}
+
+/// Rolls one module out with the state machine ([`mesh_plan::rollout::step`]), carrying out
+/// its actions on `fleet` until it is done or stopped; saves the plan after every step, so a
+/// controller stopped anywhere resumes here from the record.
+///
+/// # Guarantees
+/// Grants before code (every send follows the grants issued for its node), the bus node first
+/// when the bus's users change, one machine first (rules 13–15). What was sent is recorded as it
+/// is sent.
+///
+/// # Errors
+/// The home, the store or the bus failed; a failed node is not an error but a stopped rollout.
+pub async fn roll_out(
+    ctx: &Ctx<'_>,
+    fleet: &mut dyn Fleet,
+    record: &mut PlanRecord,
+    module: &str,
+) -> Result<()> {
+    let home = ctx.home;
+    let id = record.plan.id.clone();
+    let build = record.work[module]
+        .build
+        .clone()
+        .context("a module is built before it is rolled out")?;
+    let (catalogue, inventory, old_definition) = rollout_catalogue(ctx, module, &build).await?;
+    fleet.prepare(home, &catalogue, &inventory)?;
+    // Over a fleet's bus, the node holding it is sent the bus's users with every declaration.
+    let users_file = fleet.users_file();
+    let compose = |node: &str| -> Result<Declaration, String> {
+        match catalogue.module(module) {
+            None => Err(format!(
+                "`{module}` does not validate against what the mesh runs (`check` lists why)"
+            )),
+            Some(_) => {
+                let declaration =
+                    mesh_plan::compose(&catalogue, &inventory, node).map_err(|e| e.to_string())?;
+                Ok(match &users_file {
+                    Some((bus_node, users)) if bus_node == node => {
+                        crate::fleet::with_users_file(declaration, users)
+                    }
+                    Some(_) | None => declaration,
+                })
+            }
+        }
+    };
+    let mut events: VecDeque<Event> = VecDeque::new();
+    let (mut spec, mut state) = match (&record.work[module].spec, &record.work[module].state) {
+        (Some(spec), Some(state)) => {
+            let (mut spec, state) = (spec.clone(), state.clone());
+            // Resumed: the one resume path is mesh-plan's; a node sent and not yet heard is
+            // heard from its last report, else sent again through the checked send.
+            let resume = state.to_resume();
+            if !resume.grants.is_empty() {
+                events.push_back(grants_event(ctx, fleet, module, resume.grants).await?);
+            }
+            for node in &resume.sent {
+                let expected = expected_declaration(&spec, node);
+                match home.report(node)? {
+                    Some(report) if report.declaration == expected => {
+                        events.push_back(Event::Report(mesh_plan::merge::module_report(
+                            &report, module,
+                        )));
+                    }
+                    Some(_) | None => {
+                        let sent = send_composed(
+                            ctx,
+                            fleet,
+                            &mut spec,
+                            module,
+                            node,
+                            compose(node),
+                            " again (resumed)",
+                        )
+                        .await?;
+                        events.extend(sent);
+                    }
+                }
+            }
+            if state.stage == Stage::Held && ctx.moves.contains(module) {
+                ctx.progress.line(&format!(
+                    "  `{module}`: the held nodes are sent (--move {module})"
+                ));
+                events.push_back(Event::Release);
+            }
+            ctx.progress
+                .line(&format!("  `{module}`: resumed at stage {:?}", state.stage));
+            (spec, state)
+        }
+        (Some(_), None) | (None, Some(_)) | (None, None) => {
+            let definition = &catalogue
+                .module(module)
+                .map(|m| m.definition.clone())
+                .unwrap_or_else(|| placeholder_definition(module));
+            let mut nodes = BTreeMap::new();
+            let work = record.work.entry(module.to_owned()).or_default();
+            for node in inventory
+                .file
+                .assignments
+                .get(module)
+                .cloned()
+                .unwrap_or_default()
+            {
+                let running = inventory.file.nodes.get(&node).is_some_and(|n| n.running);
+                let declaration = compose(&node).map(|d| d.digest()).unwrap_or_default();
+                if let Some(before) = home.sent(&node)? {
+                    work.before.insert(node.clone(), before);
+                }
+                nodes.insert(
+                    node,
+                    RolloutNode {
+                        running,
+                        declaration,
+                    },
+                );
+            }
+            // Grants before code: when the bus's users change, the node holding the bus goes
+            // first (in the embedded default there are no permissions to issue, and the order
+            // is kept all the same).
+            let bus_node = &inventory.file.bus_node;
+            let bus_node_running = inventory
+                .file
+                .nodes
+                .get(bus_node)
+                .is_some_and(|n| n.running);
+            let grants_change =
+                mesh_plan::merge::changes_bus_users(old_definition.as_ref(), definition);
+            let users_change = fleet.users_change(home, grants_change);
+            let bus_first = if let (Some(why), true) = (users_change, bus_node_running) {
+                ctx.progress.line(&format!(
+                    "  `{module}`: {why}: `{bus_node}`, holding the bus, goes first"
+                ));
+                Some(BusFirst {
+                    node: bus_node.clone(),
+                    declaration: compose(bus_node).map(|d| d.digest()).unwrap_or_default(),
+                })
+            } else {
+                None
+            };
+            events.push_back(Event::Start);
+            (
+                RolloutSpec::new(definition, nodes, bus_first),
+                RolloutState::new(),
+            )
+        }
+    };
+    let mut reverted: Option<(String, String)> = None;
+    let mut last_tick = tokio::time::Instant::now();
+    loop {
+        while let Some(event) = events.pop_front() {
+            let heard = match &event {
+                Event::Report(report) => Some(report.node.clone()),
+                Event::Start
+                | Event::GrantsIssued { .. }
+                | Event::GrantsFailed { .. }
+                | Event::SendFailed { .. }
+                | Event::Held { .. }
+                | Event::Release
+                | Event::Tick => None,
+            };
+            let actions = step(&spec, &mut state, event, mesh_host::now());
+            for action in actions {
+                match action {
+                    Action::IssueGrants { nodes } => {
+                        events.push_back(grants_event(ctx, fleet, module, nodes).await?);
+                    }
+                    Action::SendBusNode { node } | Action::Send { node, .. } => {
+                        let which = match state.stage {
+                            Stage::BusNode => " (holding the bus, first)",
+                            Stage::FirstNode if state.first.as_deref() == Some(node.as_str()) => {
+                                " (first)"
+                            }
+                            Stage::NotStarted
+                            | Stage::FirstNode
+                            | Stage::Rest
+                            | Stage::Held
+                            | Stage::Done
+                            | Stage::Stopped => "",
+                        };
+                        let sent =
+                            send_composed(ctx, fleet, &mut spec, module, &node, compose(&node), which)
+                                .await?;
+                        events.extend(sent);
+                    }
+                    Action::Held { nodes, .. } => ctx.progress.line(&format!(
+                        "  `{module}`: every other node applied; {nodes} node(s) held: their \
+                         data would move (`--move {module}` on `plans resume`, `merge` or \
+                         `push --behind` sends them)"
+                    )),
+                    Action::SendFailed {
+                        node,
+                        reason,
+                        retry_at,
+                        ..
+                    } => ctx.progress.line(&format!(
+                        "  `{module}`: not sent to `{node}`: {reason}; tried again at {}",
+                        mesh_host::format_time(retry_at)
+                    )),
+                    Action::Stop { node, reason, .. } => ctx.progress.line(&format!(
+                        "  `{module}`: stopped at `{node}`: {reason}; the other nodes keep what they ran"
+                    )),
+                    Action::Revert { node, .. } => {
+                        match record.work[module].before.get(&node) {
+                            Some(before) => {
+                                let digest = before.digest();
+                                if let PushDecision::Hold { moves } =
+                                    decide(home, before, &ctx.moves)?
+                                {
+                                    ctx.progress.line(&format!(
+                                        "  `{module}`: `{node}` is not sent back what it ran: \
+                                         its data would move ({}); `--move {module}` allows it",
+                                        list_moves(&moves)
+                                    ));
+                                    continue;
+                                }
+                                fleet.send(home, before).await?;
+                                ctx.progress.line(&format!(
+                                    "  `{module}`: sent `{node}` back what it ran before ({})",
+                                    mesh_host::short(&digest)
+                                ));
+                                if let Some(work) = record.work.get_mut(module) {
+                                    work.reverted.insert(node.clone(), digest.clone());
+                                }
+                                reverted = Some((node, digest));
+                            }
+                            None => ctx.progress.line(&format!(
+                                "  `{module}`: nothing to send `{node}` back to: it was never sent before"
+                            )),
+                        }
+                    }
+                    Action::Done { .. } => {
+                        let deployed = DeployedRecord {
+                            format: builds::DEPLOYED_FORMAT,
+                            module: module.to_owned(),
+                            repository: build.repository.clone(),
+                            commit: build.commit.clone(),
+                            archive: build.archive.clone(),
+                            plan: id.clone(),
+                            at: mesh_host::now(),
+                        };
+                        builds::deploy(home, &deployed).await?;
+                        crate::fail::point(&format!("deployed:{module}"));
+                        ctx.progress.line(&format!(
+                            "  `{module}`: done on {} node(s); its build {} is deployed",
+                            state.applied,
+                            mesh_host::short(&build.archive.digest)
+                        ));
+                    }
+                }
+            }
+            save_rollout(record, module, &spec, &state);
+            home.write_plan(record)?;
+            if let Some(node) = heard {
+                crate::fail::point(&format!("heard:{module}:{node}"));
+            }
+        }
+        match state.stage {
+            Stage::Done | Stage::Stopped | Stage::Held => break,
+            Stage::NotStarted | Stage::BusNode | Stage::FirstNode | Stage::Rest => {}
+        }
+        if let Some(report) = fleet.next_report(home, Duration::from_secs(1)).await? {
+            let expected = expected_declaration(&spec, &report.node);
+            if !expected.is_empty() {
+                let judged = mesh_plan::merge::module_report(&report, module);
+                if judged.verdict == Verdict::Pending && judged.declaration == expected {
+                    ctx.progress.line(&format!(
+                        "  `{module}`: `{}` reported it {}, not yet applied: waiting for its next report, up to {} s from its send",
+                        report.node,
+                        mesh_host::machine_word(report.machine),
+                        spec.deadline_secs
+                    ));
+                }
+                events.push_back(Event::Report(judged));
+            }
+        }
+        // Deadlines are judged at least once a second, however busy the reports keep the
+        // loop (a fleet's hosts send heartbeats).
+        if last_tick.elapsed() >= Duration::from_secs(1) {
+            last_tick = tokio::time::Instant::now();
+            events.push_back(Event::Tick);
+        }
+    }
+    if let Some((node, digest)) = reverted {
+        // Hear the reverted node's report of what it was sent back, so status shows what it
+        // runs now. Not any report of the node: a fleet host's heartbeat repeating its report
+        // of the failed declaration may be heard first.
+        let until = tokio::time::Instant::now() + Duration::from_secs(30);
+        while tokio::time::Instant::now() < until {
+            if let Some(report) = fleet.next_report(home, Duration::from_secs(1)).await? {
+                if report.node == node
+                    && report.declaration == digest
+                    && report.machine != MachineState::MidChange
+                {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The digest a node's report must name: its own declaration, or the bus node's when it goes
+/// first without running the module (empty: the rollout does not wait on the node).
+fn expected_declaration(spec: &RolloutSpec, node: &str) -> String {
+    match (spec.nodes.get(node), &spec.bus_first) {
+        (Some(entry), _) => entry.declaration.clone(),
+        (None, Some(bus)) if bus.node == node => bus.declaration.clone(),
+        (None, Some(_) | None) => String::new(),
+    }
+}
+
+/// Records the declaration a node is sent as the one its report must name.
+fn set_expected_declaration(spec: &mut RolloutSpec, node: &str, declaration: &Declaration) {
+    if let Some(entry) = spec.nodes.get_mut(node) {
+        entry.declaration = declaration.digest();
+    }
+    if let Some(bus) = spec.bus_first.as_mut() {
+        if bus.node == node {
+            bus.declaration = declaration.digest();
+        }
+    }
+}
+
+pub(crate) fn save_rollout(
+    record: &mut PlanRecord,
+    module: &str,
+    spec: &RolloutSpec,
+    state: &RolloutState,
+) {
+    let work = record.work.entry(module.to_owned()).or_default();
+    work.spec = Some(spec.clone());
+    work.state = Some(state.clone());
+    let build = work.build.as_ref().map(|b| b.archive.clone());
+    let rollout: ModuleRollout = state.record(build);
+    record.plan.rollouts.insert(module.to_owned(), rollout);
+}
+
+/// A definition for a module that does not validate in the rollout's catalogue: the defaults
+/// (its sends fail when composed, which stops the rollout naming why).
+pub(crate) fn placeholder_definition(module: &str) -> mesh_model::module::ModuleDefinition {
+    let text = format!("name = \"{module}\"\n");
+    toml::from_str(&text).unwrap_or_else(|_| panic!("a minimal definition parses"))
+}

@@ -1,0 +1,145 @@
+//! The embedded default's fleet: one host agent per node in this process, on the in-process
+//! bus, each applying to the node's sandbox root under the home.
+//!
+//! An agent is started for a node the first time it is sent something, so a push to two nodes
+//! of a thousand starts two.
+//!
+//! What it must never do: apply to this machine's own root (every agent is given the node's
+//! sandbox root and state directory under the home).
+
+use crate::executor::Fleet;
+use crate::home::Home;
+use anyhow::{bail, Context, Result};
+use mesh_apply::HostConfig;
+use mesh_bus::{subjects, Bus, InProcessBus, Subscription};
+use mesh_model::declaration::Declaration;
+use mesh_model::inventory::Inventory;
+use mesh_model::module::Catalogue;
+use mesh_model::report::Report;
+use mesh_store::store::StoreSpec;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The in-process fleet: a bus with one host agent per node sent to.
+pub struct InProcessFleet {
+    bus: Arc<dyn Bus>,
+    reports: Subscription,
+    store: StoreSpec,
+    inventory: Option<Inventory>,
+    agents: BTreeMap<String, tokio::task::JoinHandle<()>>,
+}
+
+impl InProcessFleet {
+    /// A fleet whose agents read archives from their caches, then from `store`.
+    ///
+    /// # Errors
+    /// The in-process bus cannot be subscribed to (it always can).
+    pub async fn start(store: StoreSpec) -> Result<InProcessFleet> {
+        let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new());
+        let reports = bus.subscribe(subjects::ALL_REPORTS).await?;
+        Ok(InProcessFleet {
+            bus,
+            reports,
+            store,
+            inventory: None,
+            agents: BTreeMap::new(),
+        })
+    }
+
+    /// Starts `node`'s agent unless it runs.
+    async fn agent(&mut self, home: &Home, node: &str) -> Result<()> {
+        if self.agents.contains_key(node) {
+            return Ok(());
+        }
+        let inventory = match &self.inventory {
+            Some(inventory) => inventory.clone(),
+            None => home.inventory()?,
+        };
+        let config = HostConfig {
+            root: home.node_root(node, &inventory),
+            state_dir: home.node_state_dir(node),
+            ..HostConfig::default()
+        };
+        std::fs::create_dir_all(&config.root)
+            .with_context(|| format!("creating the root of `{node}`"))?;
+        let archives = crate::builds::host_archives(home, node, &self.store)?;
+        let agent =
+            mesh_host::start(Arc::clone(&self.bus), node.to_owned(), config, archives).await?;
+        self.agents.insert(node.to_owned(), agent);
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Fleet for InProcessFleet {
+    fn prepare(
+        &mut self,
+        _home: &Home,
+        _catalogue: &Catalogue,
+        inventory: &Inventory,
+    ) -> Result<()> {
+        self.inventory = Some(inventory.clone());
+        Ok(())
+    }
+
+    fn users_change(&self, _home: &Home, grants_change: bool) -> Option<String> {
+        grants_change.then(|| "its grants change the bus's users".to_owned())
+    }
+
+    fn users_file(&self) -> Option<(String, String)> {
+        None
+    }
+
+    async fn issue_grants(
+        &mut self,
+        _home: &Home,
+        _nodes: &[String],
+    ) -> Result<std::result::Result<String, String>> {
+        Ok(Ok(
+            "the in-process bus has no permissions to issue".to_owned()
+        ))
+    }
+
+    async fn send(&mut self, home: &Home, declaration: &Declaration) -> Result<()> {
+        self.agent(home, &declaration.node).await?;
+        self.bus
+            .publish(
+                &subjects::declaration(&declaration.node),
+                declaration.canonical_json(),
+            )
+            .await
+            .with_context(|| format!("sending `{}` its declaration", declaration.node))?;
+        home.record_sent(declaration)
+    }
+
+    async fn next_report(&mut self, home: &Home, wait: Duration) -> Result<Option<Report>> {
+        match tokio::time::timeout(wait, self.reports.next()).await {
+            Ok(Some(message)) => match Report::from_json(&message.payload) {
+                Ok(report) if message.subject == subjects::report(&report.node) => {
+                    home.record_report(&report)?;
+                    Ok(Some(report))
+                }
+                Ok(report) => {
+                    tracing::warn!(subject = %message.subject, node = %report.node,
+                        "a report published on another node's subject: ignored");
+                    Ok(None)
+                }
+                Err(error) => {
+                    tracing::warn!(subject = %message.subject, %error, "an unreadable report");
+                    Ok(None)
+                }
+            },
+            Ok(None) => bail!("the in-process bus closed"),
+            Err(_) => Ok(None),
+        }
+    }
+}
+
+impl Drop for InProcessFleet {
+    fn drop(&mut self) {
+        for agent in self.agents.values() {
+            agent.abort();
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! The executor called as a library, in process (issue 12): a Rust tool brings its own
+//! [`Fleet`] — here simulated hosts that apply nothing and answer every declaration with a real
+//! converged report — and drives merges, one machine first, through the same executor `push`
+//! and the CLI use. What is checked is the executor's: the held move on the rollout path
+//! (rule 12), the one-first order, and the plan and status naming what was held.
+
+mod support;
+
+use mesh_controller::executor::Fleet;
+use mesh_controller::home::Home;
+use mesh_controller::plans::{self, Ctx, MergeOutcome};
+use mesh_model::declaration::Declaration;
+use mesh_model::inventory::Inventory;
+use mesh_model::module::Catalogue;
+use mesh_model::plan::PlanState;
+use mesh_model::report::{MachineState, Outcome, Report};
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+use support::{Mesh, Repo};
+
+/// Hosts that answer each declaration at once with a converged report naming every resource
+/// applied; what each was sent, in order, is kept.
+#[derive(Default)]
+struct Simulated {
+    answers: VecDeque<Report>,
+    sent: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+#[async_trait::async_trait]
+impl Fleet for Simulated {
+    fn prepare(&mut self, _: &Home, _: &Catalogue, _: &Inventory) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn users_change(&self, _: &Home, _: bool) -> Option<String> {
+        None
+    }
+
+    fn users_file(&self) -> Option<(String, String)> {
+        None
+    }
+
+    async fn issue_grants(
+        &mut self,
+        _: &Home,
+        _: &[String],
+    ) -> anyhow::Result<Result<String, String>> {
+        Ok(Ok("simulated".into()))
+    }
+
+    async fn send(&mut self, home: &Home, declaration: &Declaration) -> anyhow::Result<()> {
+        home.record_sent(declaration)?;
+        self.sent.lock().unwrap().push(declaration.node.clone());
+        let now = mesh_host::now();
+        self.answers.push_back(Report {
+            format: 1,
+            node: declaration.node.clone(),
+            declaration: declaration.digest(),
+            machine: MachineState::Converged,
+            resources: declaration
+                .resources
+                .iter()
+                .map(|r| (r.id.clone(), Outcome::Applied { changed: vec![] }))
+                .collect(),
+            undeclared: Default::default(),
+            findings: Vec::new(),
+            windows: Vec::new(),
+            resumed_from_mid_change: false,
+            started_at: now,
+            finished_at: now,
+        });
+        Ok(())
+    }
+
+    async fn next_report(&mut self, home: &Home, wait: Duration) -> anyhow::Result<Option<Report>> {
+        match self.answers.pop_front() {
+            Some(report) => {
+                home.record_report(&report)?;
+                Ok(Some(report))
+            }
+            None => {
+                tokio::time::sleep(wait.min(Duration::from_millis(10))).await;
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// `keep` runs a container whose `/data` is the place `data`; `home` and `laptop` set the place
+/// in their own layers, so a change of its default moves only `control`'s data.
+const INVENTORY: &str = r#"bus-node = "control"
+
+[nodes.control]
+[nodes.home]
+[nodes.laptop]
+
+[assignments]
+keep = ["control", "home", "laptop"]
+"#;
+
+fn keep_module(default: &str, note: &str) -> String {
+    format!(
+        r#"name = "keep"
+
+[places.data]
+default = "{default}"
+
+[files.note]
+source = "files/note.txt"
+path = "/etc/keep.txt"
+
+[containers.db]
+image = "localhost/mesh-busybox:latest"
+command = ["sleep", "3600"]
+mounts = [{{ place = "data", at = "/data" }}]
+# {note}
+"#
+    )
+}
+
+struct Bed {
+    mesh: Mesh,
+    repo: Repo,
+    store: Box<dyn mesh_store::store::ArchiveStore>,
+    fleet: plans::GivenFleet,
+    sent: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Bed {
+    fn new() -> Bed {
+        let mesh = Mesh::example();
+        std::fs::write(mesh.home().join("inventory.toml"), INVENTORY).unwrap();
+        // The layers are written as the home keeps them: `settings set` knows only modules the
+        // mesh runs, and `keep` arrives with the first merge.
+        for node in ["home", "laptop"] {
+            let dir = mesh.home().join("settings/keep/nodes");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(
+                dir.join(format!("{node}.json")),
+                format!(r#"{{"places": {{"data": "/srv/{node}-data"}}}}"#),
+            )
+            .unwrap();
+        }
+        let repo = Repo::new();
+        repo.write(&[
+            ("modules/keep/module.toml", &keep_module("/srv/data", "v1")),
+            ("modules/keep/files/note.txt", "v1\n"),
+        ]);
+        repo.commit("first");
+        let path = repo.path().to_str().unwrap().to_owned();
+        mesh.expect(&["repo", "add", "cat", &path], 0);
+        let store =
+            mesh_store::store::open_store(&mesh_store::store::default_store_spec(mesh.home()))
+                .unwrap();
+        let simulated = Simulated::default();
+        let sent = Arc::clone(&simulated.sent);
+        let fleet: plans::GivenFleet = Arc::new(tokio::sync::Mutex::new(Box::new(simulated)));
+        Bed {
+            mesh,
+            repo,
+            store,
+            fleet,
+            sent,
+        }
+    }
+
+    /// `merge cat` through the library, `moves` allowed to move.
+    fn merge(&self, moves: &[&str]) -> (MergeOutcome, Vec<String>) {
+        let home = Home::new(self.mesh.home());
+        let progress = mesh_controller::Collected::default();
+        let ctx = Ctx {
+            home: &home,
+            store: self.store.as_ref(),
+            progress: &progress,
+            bus: None,
+            moves: moves.iter().map(|m| (*m).to_owned()).collect(),
+            fleet: Some(Arc::clone(&self.fleet)),
+        };
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let outcome = runtime
+            .block_on(plans::merge(&ctx, "cat", None, false))
+            .unwrap();
+        let lines = progress.0.lock().unwrap().clone();
+        (outcome, lines)
+    }
+
+    fn resume(&self, moves: &[&str]) -> Vec<String> {
+        let home = Home::new(self.mesh.home());
+        let progress = mesh_controller::Collected::default();
+        let ctx = Ctx {
+            home: &home,
+            store: self.store.as_ref(),
+            progress: &progress,
+            bus: None,
+            moves: moves.iter().map(|m| (*m).to_owned()).collect(),
+            fleet: Some(Arc::clone(&self.fleet)),
+        };
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime
+            .block_on(plans::drive_open(&ctx, None, plans::DriveMode::All))
+            .unwrap();
+        let lines = progress.0.lock().unwrap().clone();
+        lines
+    }
+
+    fn sent_since(&self, from: usize) -> Vec<String> {
+        self.sent.lock().unwrap()[from..].to_vec()
+    }
+}
+
+/// Issue 12 / rule 12 on the rollout path: a merge that changes a place's default for a running
+/// container holds the node whose data would move (the plan and `status` name module, mount and
+/// both directories), the other nodes go on one machine first, and `plans resume --move MODULE`
+/// sends it. Before, held moves were checked by `push` only.
+#[test]
+fn a_merge_moving_a_running_containers_data_holds_that_node_and_the_others_go_on() {
+    let bed = Bed::new();
+    let (first, _) = bed.merge(&[]);
+    let MergeOutcome::Planned { plan, .. } = first else {
+        panic!("the first merge plans")
+    };
+    assert_eq!(plan.state, PlanState::Done, "{plan:?}");
+    assert_eq!(bed.sent_since(0), ["control", "home", "laptop"]);
+
+    bed.repo.write(&[
+        ("modules/keep/module.toml", &keep_module("/srv/data2", "v2")),
+        ("modules/keep/files/note.txt", "v2\n"),
+    ]);
+    bed.repo.commit("keep: data moves to /srv/data2");
+    let (second, lines) = bed.merge(&[]);
+    let MergeOutcome::Planned { plan, .. } = second else {
+        panic!("the second merge plans")
+    };
+    // `control` (first by name) is held; `home` goes first, then `laptop`.
+    assert_eq!(bed.sent_since(3), ["home", "laptop"], "{lines:#?}");
+    assert_eq!(plan.state, PlanState::RollingOut, "still open: {plan:?}");
+    let held_line = lines
+        .iter()
+        .find(|l| l.contains("`control` held"))
+        .unwrap_or_else(|| panic!("{lines:#?}"));
+    assert!(held_line.contains("/srv/data"), "{held_line}");
+    assert!(held_line.contains("/srv/data2"), "{held_line}");
+    assert!(held_line.contains("mount `/data`"), "{held_line}");
+
+    let home = Home::new(bed.mesh.home());
+    let status = mesh_controller::status::overview(&home, mesh_host::now()).unwrap();
+    assert_eq!(status.held.len(), 1, "{:?}", status.held);
+    let held = &status.held[0];
+    assert_eq!(
+        (held.plan.as_str(), held.module.as_str(), held.node.as_str()),
+        (plan.id.as_str(), "keep", "control")
+    );
+    assert_eq!(held.moves[0].at, "/data");
+    assert!(
+        held.moves[0].from.ends_with("/srv/data"),
+        "{:?}",
+        held.moves
+    );
+    assert!(held.moves[0].to.ends_with("/srv/data2"), "{:?}", held.moves);
+    assert!(
+        status.open_plans[0].waits_on.contains("--move keep"),
+        "{}",
+        status.open_plans[0].waits_on
+    );
+    let text = bed.mesh.expect(&["status"], 0);
+    assert!(text.contains("held for a move"), "{text}");
+    assert!(text.contains("`keep` on `control`"), "{text}");
+
+    // Resumed without `--move`, it stays held and nothing is sent.
+    bed.resume(&[]);
+    assert_eq!(bed.sent_since(5), Vec::<String>::new());
+    // With `--move keep`, `control` is sent and the plan is done.
+    let lines = bed.resume(&["keep"]);
+    assert_eq!(bed.sent_since(5), ["control"], "{lines:#?}");
+    let record = home.plan(&plan.id).unwrap();
+    assert_eq!(record.plan.state, PlanState::Done, "{lines:#?}");
+    let allowed: BTreeSet<String> = BTreeSet::new();
+    let sent = home.sent("control").unwrap().unwrap();
+    let composed = mesh_controller::executor::decide(&home, &sent, &allowed).unwrap();
+    assert!(
+        matches!(composed, mesh_plan::PushDecision::Send { .. }),
+        "what control was sent is now what it holds"
+    );
+}
