@@ -41,7 +41,7 @@ pub mod records;
 pub mod subjects;
 
 pub use in_process::InProcessBus;
-pub use nats::{NatsBus, NatsError, NatsOptions};
+pub use nats::{BusTls, ClientCertificate, NatsBus, NatsError, NatsOptions};
 
 use std::time::Duration;
 

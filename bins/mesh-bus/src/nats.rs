@@ -11,6 +11,7 @@
 
 use crate::{check_subject, Bus, BusError, Message, Subscription};
 use futures_util::StreamExt;
+use std::path::PathBuf;
 use std::time::Duration;
 use tokio::sync::broadcast;
 
@@ -27,6 +28,40 @@ pub enum NatsError {
         /// Why.
         #[source]
         source: async_nats::ConnectError,
+    },
+    /// The server's TLS certificate is not signed by a CA this client trusts.
+    #[error(
+        "cannot connect to the nats server at `{url}`: its certificate is not trusted \
+         ({trust}): {detail}"
+    )]
+    Untrusted {
+        /// The server's URL.
+        url: String,
+        /// What this client trusts: the CA file given, or the system's CAs.
+        trust: String,
+        /// What the TLS library said.
+        detail: String,
+    },
+    /// This client asked for TLS (a `tls://` URL or a CA file) and the server does not offer
+    /// it.
+    #[error(
+        "cannot connect to the nats server at `{url}`: it does not offer TLS, and this client \
+         requires it ({why})"
+    )]
+    TlsNotOffered {
+        /// The server's URL.
+        url: String,
+        /// Why TLS is required: the URL's scheme or the CA file.
+        why: String,
+    },
+    /// A file of the connection's TLS or credentials cannot be used (a key readable by others).
+    #[error("cannot connect to the nats server at `{url}`: {source}")]
+    Secret {
+        /// The server's URL.
+        url: String,
+        /// Why.
+        #[source]
+        source: mesh_store::secret::SecretFileError,
     },
     /// A stream could not be made, opened or read.
     #[error("stream `{stream}`: {source}")]
@@ -138,6 +173,39 @@ pub struct NatsOptions {
     pub inbox_prefix: Option<String>,
     /// How long to wait for the server on connect.
     pub connect_timeout: Duration,
+    /// TLS: the CA the server's certificate must be signed by, and this client's certificate
+    /// for mTLS. A `tls://` URL asks for TLS with the system's CAs.
+    pub tls: BusTls,
+}
+
+/// How a client checks the bus server and proves itself by certificate (mTLS).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BusTls {
+    /// A PEM file of the CA(s) the server's certificate must be signed by; when given, TLS is
+    /// required and only these are trusted (`--bus-ca`, `MESH_BUS_CA`).
+    pub ca_file: Option<PathBuf>,
+    /// This client's certificate, for a server that verifies clients (mTLS).
+    pub client_certificate: Option<ClientCertificate>,
+}
+
+/// A client certificate and its key (PEM files). The key file is a secret: refused when
+/// others may read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCertificate {
+    /// The certificate.
+    pub cert_file: PathBuf,
+    /// Its key.
+    pub key_file: PathBuf,
+}
+
+impl BusTls {
+    /// TLS verified against `ca_file`, no client certificate.
+    pub fn with_ca(ca_file: impl Into<PathBuf>) -> BusTls {
+        BusTls {
+            ca_file: Some(ca_file.into()),
+            client_certificate: None,
+        }
+    }
 }
 
 impl NatsOptions {
@@ -149,7 +217,18 @@ impl NatsOptions {
             name: None,
             inbox_prefix: None,
             connect_timeout: Duration::from_secs(5),
+            tls: BusTls::default(),
         }
+    }
+
+    /// These options, verifying the server against `tls` (see [`BusTls`]).
+    pub fn with_tls(self, tls: BusTls) -> Self {
+        NatsOptions { tls, ..self }
+    }
+
+    /// Whether this client will speak only TLS: a `tls://` URL or a CA file.
+    pub fn requires_tls(&self) -> bool {
+        self.url.starts_with("tls://") || self.tls.ca_file.is_some()
     }
 
     /// Options for `node`'s host: its user (see [`crate::grants::node_user`]), its password and
@@ -177,6 +256,65 @@ impl NatsOptions {
             ..NatsOptions::new(url)
         }
     }
+}
+
+/// Says why a connection failed when it is TLS: a certificate not trusted, or a server that
+/// does not offer TLS to a client that requires it (found by reading the server's greeting).
+async fn explain_connect_failure(
+    options: &NatsOptions,
+    source: async_nats::ConnectError,
+) -> NatsError {
+    let url = options.url.clone();
+    let trust = match &options.tls.ca_file {
+        Some(path) => format!("CA file {}", path.display()),
+        None => "the system's CAs".to_owned(),
+    };
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&source);
+    while let Some(error) = next {
+        let text = error.to_string();
+        if text.contains("invalid peer certificate") || text.contains("UnknownIssuer") {
+            return NatsError::Untrusted {
+                url,
+                trust,
+                detail: text,
+            };
+        }
+        next = error.source();
+    }
+    if options.requires_tls() && matches!(server_offers_tls(&options.url).await, Some(false)) {
+        let why = match &options.tls.ca_file {
+            Some(path) => format!("a CA file is given: {}", path.display()),
+            None => "the URL is tls://".to_owned(),
+        };
+        return NatsError::TlsNotOffered { url, why };
+    }
+    NatsError::Connect { url, source }
+}
+
+/// Whether the server at `url` offers TLS, as its greeting (`INFO {…}`) says; `None` when it
+/// cannot be read.
+async fn server_offers_tls(url: &str) -> Option<bool> {
+    use tokio::io::AsyncBufReadExt as _;
+    let address = url.split("://").nth(1).unwrap_or(url);
+    let address = address.rsplit('@').next()?.split(',').next()?;
+    let stream = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::net::TcpStream::connect(address),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    let mut line = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::BufReader::new(stream).read_line(&mut line),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    let info: serde_json::Value = serde_json::from_str(line.strip_prefix("INFO ")?.trim()).ok()?;
+    let flag = |key: &str| info.get(key).and_then(serde_json::Value::as_bool) == Some(true);
+    Some(flag("tls_required") || flag("tls_available"))
 }
 
 /// What the server refused to let this connection do.
@@ -289,13 +427,24 @@ impl NatsBus {
         if let Some(prefix) = &options.inbox_prefix {
             connect = connect.custom_inbox_prefix(prefix);
         }
-        let client = connect
-            .connect(options.url.as_str())
-            .await
-            .map_err(|source| NatsError::Connect {
-                url: options.url.clone(),
-                source,
+        if let Some(ca) = &options.tls.ca_file {
+            connect = connect.add_root_certificates(ca.clone()).require_tls(true);
+        }
+        if let Some(client) = &options.tls.client_certificate {
+            mesh_store::secret::check_secret_mode(&client.key_file).map_err(|source| {
+                NatsError::Secret {
+                    url: options.url.clone(),
+                    source,
+                }
             })?;
+            connect = connect
+                .add_client_certificate(client.cert_file.clone(), client.key_file.clone())
+                .require_tls(true);
+        }
+        let client = match connect.connect(options.url.as_str()).await {
+            Ok(client) => client,
+            Err(source) => return Err(explain_connect_failure(options, source).await),
+        };
         Ok(NatsBus { client, refusals })
     }
 

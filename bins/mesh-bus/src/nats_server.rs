@@ -3,8 +3,10 @@
 //! [`NatsServer::start`] runs `nats-server` with JetStream, listening on 127.0.0.1 at a free
 //! port, its store in its own directory, and waits until it answers;
 //! [`NatsServer::start_with_config`] adds the users ([`crate::grants::authorization_config`]);
-//! [`NatsServer::reload`] replaces them and has the server reload. Dropping the handle kills
-//! the server and removes its directory.
+//! [`NatsServer::reload`] replaces them and has the server reload;
+//! [`NatsServer::start_with_tls`] serves TLS only ([`ServerTls`]: its certificate and key, and
+//! for mTLS the CA client certificates must be signed by). Dropping the handle kills the
+//! server and removes its directory.
 //!
 //! The listen address and JetStream are in the configuration file (`server.conf`, which
 //! includes the users from `users.conf`), not the flags `-js -a -p -sd`: on nats-server 2.9.10 a
@@ -56,6 +58,34 @@ pub struct NatsServer {
     port: u16,
     dir: tempfile::TempDir,
     binary: PathBuf,
+    tls: Option<ServerTls>,
+}
+
+/// A server's TLS: it then accepts TLS connections only (`tls { … }` in its configuration).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerTls {
+    /// Its certificate (PEM).
+    pub cert_file: PathBuf,
+    /// Its key (PEM).
+    pub key_file: PathBuf,
+    /// For mTLS: the CA a client's certificate must be signed by; every client must then
+    /// present one (`verify: true`).
+    pub client_ca_file: Option<PathBuf>,
+}
+
+impl ServerTls {
+    /// The server configuration's `tls` block.
+    pub fn config(&self) -> String {
+        let mut out = format!(
+            "tls {{\n  cert_file: {:?}\n  key_file: {:?}\n",
+            self.cert_file, self.key_file
+        );
+        if let Some(ca) = &self.client_ca_file {
+            out.push_str(&format!("  ca_file: {ca:?}\n  verify: true\n"));
+        }
+        out.push_str("}\n");
+        out
+    }
 }
 
 /// Where the `nats-server` binary is: `$MESH_NATS_SERVER`, then PATH, then `/usr/sbin`.
@@ -100,6 +130,19 @@ impl NatsServer {
     /// [`NatsServerError`] when the binary is missing or the server does not come up (the
     /// message holds the end of its log, e.g. a configuration it could not read).
     pub fn start_with_config(config: &str) -> Result<NatsServer, NatsServerError> {
+        NatsServer::start_serving(config, None)
+    }
+
+    /// As [`NatsServer::start_with_config`], serving TLS only with `tls`: its URL is then
+    /// `tls://127.0.0.1:<port>`, and a client that does not speak TLS is refused.
+    ///
+    /// # Errors
+    /// As [`NatsServer::start_with_config`] (a certificate it cannot read is in the log's end).
+    pub fn start_with_tls(config: &str, tls: &ServerTls) -> Result<NatsServer, NatsServerError> {
+        NatsServer::start_serving(config, Some(tls.clone()))
+    }
+
+    fn start_serving(config: &str, tls: Option<ServerTls>) -> Result<NatsServer, NatsServerError> {
         let binary = binary()?;
         let dir = tempfile::Builder::new()
             .prefix("mesh-nats-")
@@ -109,13 +152,14 @@ impl NatsServer {
         let mut last = None;
         for _ in 0..5 {
             let port = free_port()?;
-            match NatsServer::spawn(&binary, dir.path(), port) {
+            match NatsServer::spawn(&binary, dir.path(), port, tls.as_ref()) {
                 Ok(child) => {
                     return Ok(NatsServer {
                         child,
                         port,
                         dir,
                         binary,
+                        tls,
                     })
                 }
                 Err(error) => last = Some(error),
@@ -124,13 +168,18 @@ impl NatsServer {
         Err(last.expect("tried at least once"))
     }
 
-    fn spawn(binary: &Path, dir: &Path, port: u16) -> Result<Child, NatsServerError> {
+    fn spawn(
+        binary: &Path,
+        dir: &Path,
+        port: u16,
+        tls: Option<&ServerTls>,
+    ) -> Result<Child, NatsServerError> {
         let log = dir.join("server.log");
-        std::fs::write(
-            dir.join("server.conf"),
-            server_config(port, &dir.join("store"), &log),
-        )
-        .map_err(io("writing its configuration"))?;
+        let mut config = server_config(port, &dir.join("store"), &log);
+        if let Some(tls) = tls {
+            config.push_str(&tls.config());
+        }
+        std::fs::write(dir.join("server.conf"), config).map_err(io("writing its configuration"))?;
         let mut child = Command::new(binary)
             .arg("-c")
             .arg(dir.join("server.conf"))
@@ -166,8 +215,15 @@ impl NatsServer {
         }
     }
 
-    /// Its client URL, `nats://127.0.0.1:<port>`.
+    /// Its client URL, `nats://127.0.0.1:<port>` (`tls://` when it serves TLS).
     pub fn url(&self) -> String {
+        let scheme = if self.tls.is_some() { "tls" } else { "nats" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// Its URL with the `nats://` scheme whatever it serves: what a client that does not ask
+    /// for TLS is given.
+    pub fn plain_url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
@@ -192,7 +248,7 @@ impl NatsServer {
         let _ = self.child.wait();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            match NatsServer::spawn(&self.binary, self.dir.path(), self.port) {
+            match NatsServer::spawn(&self.binary, self.dir.path(), self.port, self.tls.as_ref()) {
                 Ok(child) => {
                     self.child = child;
                     return Ok(());

@@ -63,6 +63,10 @@ struct Cli {
     #[arg(long, env = "MESH_BUS_PASSWORD_FILE", value_name = "FILE")]
     bus_password_file: Option<PathBuf>,
 
+    /// The bus server's CA (a PEM file): TLS is then required and only these CAs are trusted.
+    #[arg(long, env = "MESH_BUS_CA", value_name = "FILE")]
+    bus_ca: Option<PathBuf>,
+
     /// The store: oci:PATH (an OCI image layout directory) or http://HOST:PORT[/REPOSITORY]
     /// (an OCI registry; repository mesh/archives by default). Default: oci:DIR/store/oci.
     #[arg(long, value_name = "SPEC")]
@@ -203,6 +207,10 @@ fn open_records(cli: &Cli) -> anyhow::Result<Arc<dyn RecordStore>> {
     let options = NatsOptions::for_controller(url, password.trim_end_matches(['\n', '\r']));
     let records = KvRecords::open(&NatsOptions {
         name: Some("mesh-collector".to_owned()),
+        tls: mesh_bus::BusTls {
+            ca_file: cli.bus_ca.clone(),
+            client_certificate: None,
+        },
         ..options
     })
     .with_context(|| format!("opening the controller's records on {url}"))?;

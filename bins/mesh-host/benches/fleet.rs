@@ -88,6 +88,7 @@ async fn start_hosts(
             node: name.clone(),
             bus_url: url.to_owned(),
             password: "unused".into(),
+            bus_tls: mesh_bus::BusTls::default(),
             host: HostConfig {
                 root,
                 state_dir: dir.join("state").join(&name),

@@ -40,6 +40,8 @@ struct Cli {
     /// `<home>/bus/passwords/<node>` (`serve`).
     #[arg(long, value_name = "FILE")]
     password_file: Option<PathBuf>,
+    #[command(flatten)]
+    bus_tls: BusTlsArgs,
     /// The archive store a declaration's archived files are fetched from when they are not in
     /// this host's cache (`<state-dir>/archives`): `oci:PATH` or `http://HOST:PORT[/REPOSITORY]`,
     /// the controller's `--store` (`apply`, `serve`).
@@ -57,6 +59,38 @@ struct Cli {
     containers: containers::ContainerArgs,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The bus's TLS (`serve`): the CA its certificate must be signed by, and this host's
+/// certificate where the server verifies clients (mTLS).
+#[derive(clap::Args)]
+struct BusTlsArgs {
+    /// The bus server's CA (a PEM file): TLS is then required and only these CAs are trusted
+    /// (`serve`).
+    #[arg(long, value_name = "FILE", env = "MESH_BUS_CA")]
+    bus_ca: Option<PathBuf>,
+    /// This host's client certificate (PEM), for a bus that verifies clients (`serve`; needs
+    /// `--bus-key`).
+    #[arg(long, value_name = "FILE", env = "MESH_BUS_CERT", requires = "bus_key")]
+    bus_cert: Option<PathBuf>,
+    /// The key of `--bus-cert` (PEM, mode 0600: refused when others may read it).
+    #[arg(long, value_name = "FILE", env = "MESH_BUS_KEY", requires = "bus_cert")]
+    bus_key: Option<PathBuf>,
+}
+
+impl BusTlsArgs {
+    fn tls(&self) -> mesh_bus::BusTls {
+        mesh_bus::BusTls {
+            ca_file: self.bus_ca.clone(),
+            client_certificate: match (&self.bus_cert, &self.bus_key) {
+                (Some(cert_file), Some(key_file)) => Some(mesh_bus::ClientCertificate {
+                    cert_file: cert_file.clone(),
+                    key_file: key_file.clone(),
+                }),
+                _ => None,
+            },
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -158,6 +192,7 @@ fn run() -> Result<ExitCode> {
             cli.node,
             cli.bus,
             cli.password_file,
+            cli.bus_tls.tls(),
             archive_source(&cli.state_dir, cli.store.as_deref(), &access)?,
             HostConfig {
                 root: cli.root,
@@ -246,6 +281,7 @@ fn serve(
     node: Option<String>,
     bus: Option<String>,
     password_file: Option<PathBuf>,
+    bus_tls: mesh_bus::BusTls,
     archives: mesh_host::ArchiveSource,
     host: HostConfig,
     heartbeat: u64,
@@ -271,6 +307,7 @@ fn serve(
         node,
         bus_url,
         password,
+        bus_tls,
         host,
         archives,
         heartbeat: std::time::Duration::from_secs(heartbeat.max(1)),

@@ -68,6 +68,8 @@ pub struct ServeConfig {
     pub bus_url: String,
     /// The node's bus password (the controller keeps it under `<home>/bus/passwords/<node>`).
     pub password: String,
+    /// How the bus server is checked (its CA) and this host's certificate for mTLS.
+    pub bus_tls: mesh_bus::BusTls,
     /// Root prefix, state directory, retry policy.
     pub host: HostConfig,
     /// Where archived files are read from: the cache under the state directory, then the store.
@@ -130,7 +132,8 @@ async fn connect(
     config: &ServeConfig,
     shutdown: &mut (impl Future<Output = ()> + Unpin),
 ) -> Option<NatsBus> {
-    let options = NatsOptions::for_node(&config.bus_url, &config.node, &config.password);
+    let options = NatsOptions::for_node(&config.bus_url, &config.node, &config.password)
+        .with_tls(config.bus_tls.clone());
     loop {
         match NatsBus::connect(&options).await {
             Ok(bus) => return Some(bus),

@@ -9,6 +9,10 @@ mod grants;
 mod merges;
 mod permissions;
 mod records;
+mod tls;
+
+#[path = "../../../../mesh-store/tests/support/pki.rs"]
+mod pki;
 
 use mesh_bus::grants::{BusAuthorization, NodeGrants};
 use mesh_bus::nats_server::NatsServer;
