@@ -8,8 +8,11 @@
 //!
 //! What it must never do: re-make a consumer that exists (it would lose its place), make one with
 //! the server's default deliver policy (*all*: a week of history replayed), or reset a work
-//! queue's consumer (what it holds pending is work). The server is 2.9: one `filter_subject`
-//! per consumer, and no consumer reset API — a reset is read, delete, create.
+//! queue's consumer (what it holds pending is work). One `filter_subject` per consumer (2.9
+//! ignores `filter_subjects`; no mesh consumer needs two), and a reset is read, delete, create
+//! on every server: 2.14's reset API (ADR-60) refuses to move a deliver-*new* consumer's floor
+//! (`invalid reset: not allowed`, 10204, on 2.15.1) and only resets it to its ack floor, which
+//! keeps the backlog a reset is for.
 
 use crate::nats::NatsError;
 use crate::subjects;
@@ -190,8 +193,10 @@ pub struct ConsumerReset {
 /// Re-makes a stuck durable consumer **from now**, its configuration otherwise kept
 /// (`mesh-controller broker consumer-reset STREAM CONSUMER`, rule 24, issue 248).
 ///
-/// On a 2.9 server there is no reset API: the consumer's configuration is read, the consumer
-/// deleted, and made again with deliver policy *new* (any start sequence or time dropped).
+/// The consumer's configuration is read, the consumer deleted, and made again with deliver
+/// policy *new* (any start sequence or time dropped). 2.9 has no reset API; the one of 2.14
+/// and later cannot move a deliver-*new* consumer's floor to now (see the module's doc), so
+/// this is the way on every server.
 ///
 /// # Guarantees
 /// - Every setting but the deliver policy is as it was (filter, ack wait, max deliver, max ack

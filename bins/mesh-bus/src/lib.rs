@@ -2,7 +2,8 @@
 //!
 //! One small trait, [`Bus`] — publish, subscribe, request — with subjects named in
 //! [`subjects`]. [`InProcessBus`] serves the embedded mode (one process, nothing to install);
-//! [`NatsBus`] serves a fleet over a real NATS server (Debian's `nats-server`, 2.9).
+//! [`NatsBus`] serves a fleet over a real NATS server — one, or a cluster of them — Debian's
+//! `nats-server` 2.9 or a current release ([`version`]).
 //!
 //! Where to start: [`Bus`], then [`nats`] for the fleet. Beside the trait, NATS gives the mesh
 //! what a plain bus cannot:
@@ -16,7 +17,8 @@
 //!   that needs them is sent (rule 13);
 //! - [`records`]: the controller's records in a key-value bucket, for a controller that may
 //!   restart anywhere;
-//! - [`nats_server`]: a loopback `nats-server` for tests, benchmarks and the demo.
+//! - [`nats_server`]: a loopback `nats-server` for tests, benchmarks and the demo, and
+//!   [`nats_cluster`]: a loopback cluster of them (`$MESH_NATS_SERVER` chooses the binary).
 //!
 //! # Invariants
 //! - Payloads are bytes: the bus knows nothing of declarations or reports, which are
@@ -27,18 +29,23 @@
 //!   implementation, so the embedded mode routes exactly as a fleet does.
 //! - Nothing here decides anything about the mesh: no plan, no rollout, no grant policy. The
 //!   crate carries, stores and permits what the controller decided.
-//! - The server is 2.9: one `filter_subject` per consumer, no consumer pause/reset API, and
-//!   async-nats built without its newer-server features.
+//! - Every server from 2.9 on is served: one `filter_subject` per consumer (the mesh needs no
+//!   more), a consumer reset is delete and re-make on every version (2.14's reset API cannot
+//!   reset a deliver-*new* consumer to now: see [`jetstream`]), and async-nats is built without
+//!   its newer-server features. What differs by server is chosen by its version ([`version`]),
+//!   never by build.
 
 pub mod discovery;
 pub mod grants;
 pub mod in_process;
 pub mod jetstream;
 pub mod nats;
+pub mod nats_cluster;
 pub mod nats_server;
 pub mod probe;
 pub mod records;
 pub mod subjects;
+pub mod version;
 
 pub use in_process::InProcessBus;
 pub use nats::{BusTls, ClientCertificate, NatsBus, NatsError, NatsOptions};

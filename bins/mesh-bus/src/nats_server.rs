@@ -13,14 +13,24 @@
 //! reload of a server started with `-js` counts JetStream as changed and leaves it answering
 //! nothing (found by this crate's grant test). The bus node must be set up the same way.
 //!
+//! The binary is `$MESH_NATS_SERVER` when set (the test command runs the bus and fleet tests
+//! once with Debian's 2.9 and once with the current release), else `nats-server` on PATH. Its
+//! version ([`version_of`]) decides the configuration: from 2.10 on, JetStream runs with
+//! `sync_interval: always` (every write on disk before it is acknowledged; 2.9 refuses the
+//! field, and flushes every 2 minutes). For several servers in a cluster see
+//! [`crate::nats_cluster`].
+//!
 //! What it must never do: listen anywhere but loopback, or pass quietly when the binary is
 //! missing — that is an error saying to install the Debian package `nats-server` (tests fail on
 //! it; they are never skipped).
 
+use crate::version::ServerVersion;
+use std::collections::HashMap;
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Why a server could not be started or reloaded.
@@ -54,11 +64,12 @@ pub enum NatsServerError {
 /// A running `nats-server`, killed when dropped.
 #[derive(Debug)]
 pub struct NatsServer {
-    child: Child,
+    child: Option<Child>,
     port: u16,
     dir: tempfile::TempDir,
     binary: PathBuf,
     tls: Option<ServerTls>,
+    version: ServerVersion,
 }
 
 /// A server's TLS: it then accepts TLS connections only (`tls { … }` in its configuration).
@@ -109,7 +120,7 @@ pub fn binary() -> Result<PathBuf, NatsServerError> {
         .ok_or(NatsServerError::Missing)
 }
 
-fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NatsServerError {
+pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NatsServerError {
     let what = what.into();
     move |source| NatsServerError::Io { what, source }
 }
@@ -144,6 +155,7 @@ impl NatsServer {
 
     fn start_serving(config: &str, tls: Option<ServerTls>) -> Result<NatsServer, NatsServerError> {
         let binary = binary()?;
+        let version = version_of(&binary)?;
         let dir = tempfile::Builder::new()
             .prefix("mesh-nats-")
             .tempdir()
@@ -152,14 +164,24 @@ impl NatsServer {
         let mut last = None;
         for _ in 0..5 {
             let port = free_port()?;
-            match NatsServer::spawn(&binary, dir.path(), port, tls.as_ref()) {
+            let mut text = server_config(
+                port,
+                &dir.path().join("store"),
+                &dir.path().join(LOG_FILE),
+                version,
+            );
+            if let Some(tls) = &tls {
+                text.push_str(&tls.config());
+            }
+            match NatsServer::spawn(&binary, dir.path(), port, &text) {
                 Ok(child) => {
                     return Ok(NatsServer {
-                        child,
+                        child: Some(child),
                         port,
                         dir,
                         binary,
                         tls,
+                        version,
                     })
                 }
                 Err(error) => last = Some(error),
@@ -168,21 +190,37 @@ impl NatsServer {
         Err(last.expect("tried at least once"))
     }
 
-    fn spawn(
+    /// A server of a cluster, its configuration `text` written and run from `dir`.
+    pub(crate) fn start_member(
         binary: &Path,
-        dir: &Path,
+        version: ServerVersion,
+        dir: tempfile::TempDir,
         port: u16,
-        tls: Option<&ServerTls>,
-    ) -> Result<Child, NatsServerError> {
-        let log = dir.join("server.log");
-        let mut config = server_config(port, &dir.join("store"), &log);
-        if let Some(tls) = tls {
-            config.push_str(&tls.config());
-        }
-        std::fs::write(dir.join("server.conf"), config).map_err(io("writing its configuration"))?;
+        text: &str,
+    ) -> Result<NatsServer, NatsServerError> {
+        let child = NatsServer::spawn(binary, dir.path(), port, text)?;
+        Ok(NatsServer {
+            child: Some(child),
+            port,
+            dir,
+            binary: binary.to_owned(),
+            tls: None,
+            version,
+        })
+    }
+
+    /// Writes `text` as its configuration and runs it, waiting until it greets on `port`.
+    fn spawn(binary: &Path, dir: &Path, port: u16, text: &str) -> Result<Child, NatsServerError> {
+        std::fs::write(dir.join(CONFIG_FILE), text).map_err(io("writing its configuration"))?;
+        NatsServer::run(binary, dir, port)
+    }
+
+    /// Runs the server of `dir`'s configuration, waiting until it greets on `port`.
+    fn run(binary: &Path, dir: &Path, port: u16) -> Result<Child, NatsServerError> {
+        let log = dir.join(LOG_FILE);
         let mut child = Command::new(binary)
             .arg("-c")
-            .arg(dir.join("server.conf"))
+            .arg(dir.join(CONFIG_FILE))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -237,20 +275,58 @@ impl NatsServer {
         self.dir.path()
     }
 
-    /// Stops the server (SIGKILL) and starts it again on the same port with the same
-    /// configuration and JetStream store, as a bus machine restarting does: streams,
-    /// consumers and their places are kept; every client is disconnected and must reconnect.
+    /// The version of the binary it runs.
+    pub fn version(&self) -> ServerVersion {
+        self.version
+    }
+
+    /// Whether its process is running (not [`NatsServer::kill`]ed).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Its process id.
+    ///
+    /// # Errors
+    /// [`NatsServerError::Io`] when it is not running.
+    pub fn pid(&self) -> Result<u32, NatsServerError> {
+        self.child
+            .as_ref()
+            .map(Child::id)
+            .ok_or_else(|| NatsServerError::Io {
+                what: format!("the server on port {}", self.port),
+                source: std::io::Error::other("it is not running"),
+            })
+    }
+
+    /// Its JetStream store directory.
+    pub fn store_dir(&self) -> PathBuf {
+        self.dir.path().join("store")
+    }
+
+    /// Stops the server at once (SIGKILL), as a machine losing power does; its directory and
+    /// store are kept for [`NatsServer::start_again`]. Killing a stopped server does nothing.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts a [`NatsServer::kill`]ed server again on the same port with the same
+    /// configuration and whatever its store holds; a running one is left running.
     ///
     /// # Errors
     /// [`NatsServerError`] when it does not come up again.
-    pub fn restart(&mut self) -> Result<(), NatsServerError> {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    pub fn start_again(&mut self) -> Result<(), NatsServerError> {
+        if self.child.is_some() {
+            return Ok(());
+        }
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            match NatsServer::spawn(&self.binary, self.dir.path(), self.port, self.tls.as_ref()) {
+            match NatsServer::run(&self.binary, self.dir.path(), self.port) {
                 Ok(child) => {
-                    self.child = child;
+                    self.child = Some(child);
                     return Ok(());
                 }
                 // The port can take a moment to be free again.
@@ -258,6 +334,17 @@ impl NatsServer {
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
             }
         }
+    }
+
+    /// Stops the server (SIGKILL) and starts it again on the same port with the same
+    /// configuration and JetStream store, as a bus machine restarting does: streams,
+    /// consumers and their places are kept; every client is disconnected and must reconnect.
+    ///
+    /// # Errors
+    /// [`NatsServerError`] when it does not come up again.
+    pub fn restart(&mut self) -> Result<(), NatsServerError> {
+        self.kill();
+        self.start_again()
     }
 
     /// Replaces its users with `config` and has it reload (`nats-server --signal
@@ -270,7 +357,7 @@ impl NatsServer {
             .map_err(io("writing its users"))?;
         let status = Command::new(&self.binary)
             .arg("--signal")
-            .arg(format!("reload={}", self.child.id()))
+            .arg(format!("reload={}", self.pid()?))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -288,19 +375,61 @@ impl NatsServer {
 
 /// The file holding the users, included by the server's configuration.
 pub const USERS_FILE: &str = "users.conf";
+/// The server's configuration file, in its directory.
+pub const CONFIG_FILE: &str = "server.conf";
+/// The server's log, in its directory.
+pub const LOG_FILE: &str = "server.log";
 
-/// A bus server's configuration: loopback at `port`, JetStream storing under `store`, logging
-/// to `log`, and the users of [`USERS_FILE`] beside it.
-pub fn server_config(port: u16, store: &Path, log: &Path) -> String {
+/// A bus server's configuration: loopback at `port`, JetStream storing under `store` — with
+/// `sync_interval: always` where the server's `version` has it (2.10 and later: every write is
+/// on disk before it is acknowledged; 2.9 refuses the field and flushes every 2 minutes) —,
+/// logging to `log`, and the users of [`USERS_FILE`] beside it.
+pub fn server_config(port: u16, store: &Path, log: &Path, version: ServerVersion) -> String {
+    let sync = if version.has_sync_interval() {
+        "  sync_interval: always\n"
+    } else {
+        ""
+    };
     format!(
         "listen: \"127.0.0.1:{port}\"\n\
-         jetstream {{\n  store_dir: {store:?}\n}}\n\
+         jetstream {{\n  store_dir: {store:?}\n{sync}}}\n\
          log_file: {log:?}\n\
          include \"{USERS_FILE}\"\n"
     )
 }
 
-fn free_port() -> Result<u16, NatsServerError> {
+/// Where the servers' versions are kept once asked (`nats-server --version`), by binary.
+static VERSIONS: OnceLock<Mutex<HashMap<PathBuf, ServerVersion>>> = OnceLock::new();
+
+/// The version of the nats-server binary at `binary` (`nats-server --version`, asked once per
+/// binary and process); [`ServerVersion::OLDEST`] when it prints none the mesh can read.
+///
+/// # Errors
+/// [`NatsServerError::Io`] when the binary cannot be run.
+pub fn version_of(binary: &Path) -> Result<ServerVersion, NatsServerError> {
+    let versions = VERSIONS.get_or_init(Mutex::default);
+    if let Some(version) = versions.lock().expect("not poisoned").get(binary) {
+        return Ok(*version);
+    }
+    let output = Command::new(binary)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(io(format!("asking {} its version", binary.display())))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let version = ServerVersion::parse(&text).unwrap_or(ServerVersion::OLDEST);
+    versions
+        .lock()
+        .expect("not poisoned")
+        .insert(binary.to_owned(), version);
+    Ok(version)
+}
+
+/// A loopback port free now (the kernel's choice).
+///
+/// # Errors
+/// [`NatsServerError::Io`] when no socket can be bound.
+pub(crate) fn free_port() -> Result<u16, NatsServerError> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).map_err(io("finding a free port"))?;
     Ok(listener
         .local_addr()
@@ -310,8 +439,7 @@ fn free_port() -> Result<u16, NatsServerError> {
 
 impl Drop for NatsServer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
 }
 
@@ -330,10 +458,19 @@ mod tests {
 
     #[test]
     fn the_server_listens_on_loopback_with_jetstream_in_its_file() {
-        let config = server_config(4999, Path::new("/s"), Path::new("/l"));
+        let old = ServerVersion::new(2, 9, 10);
+        let config = server_config(4999, Path::new("/s"), Path::new("/l"), old);
         assert_eq!(
             config,
             "listen: \"127.0.0.1:4999\"\njetstream {\n  store_dir: \"/s\"\n}\n\
+             log_file: \"/l\"\ninclude \"users.conf\"\n"
+        );
+        let current = ServerVersion::new(2, 15, 1);
+        let config = server_config(4999, Path::new("/s"), Path::new("/l"), current);
+        assert_eq!(
+            config,
+            "listen: \"127.0.0.1:4999\"\njetstream {\n  store_dir: \"/s\"\n  \
+             sync_interval: always\n}\n\
              log_file: \"/l\"\ninclude \"users.conf\"\n"
         );
     }
