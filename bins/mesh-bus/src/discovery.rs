@@ -5,7 +5,7 @@
 //! modules in the service's metadata. [`discover`] asks who is there (PING, small, answered at
 //! once), then asks each instance that answered what it serves (INFO), and waits for every one
 //! of them — at least the old fixed window, at most [`DISCOVERY_LIMIT`] — naming those not
-//! heard.
+//! heard. [`discover_naming_unreadable`] also names every answer that could not be read.
 //!
 //! What it must never do: decide who is there by who answered INFO inside a fixed window (a
 //! runtime with a large answer was reported as running nothing), or drop an instance that said
@@ -13,7 +13,7 @@
 
 use crate::nats::NatsError;
 use futures_util::StreamExt;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use std::time::Duration;
 use tokio::time::Instant;
@@ -237,11 +237,58 @@ pub struct RuntimeUnheard {
 pub struct Discovery {
     /// Every runtime heard, sorted by service, node and id.
     pub runtimes: Vec<RuntimeHeard>,
-    /// Every runtime that answered PING and not INFO, sorted likewise. While one is here,
-    /// nothing may say its modules are missing or run elsewhere.
+    /// Every runtime that answered PING and not INFO (or not readably), sorted likewise. While
+    /// one is here, nothing may say its modules are missing or run elsewhere.
     pub unheard: Vec<RuntimeUnheard>,
     /// How long discovery took.
     pub waited: Duration,
+}
+
+/// An answer to discovery that could not be read (rule 25: named, never dropped).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadableAnswer {
+    /// What it answers: `$SRV.PING`, or `$SRV.INFO.<service>.<id>`.
+    pub asked: String,
+    /// The instance's service name, when known (an INFO answer's, from its PING answer).
+    pub service: Option<String>,
+    /// The instance's id, when known.
+    pub id: Option<String>,
+    /// The instance's node, when its PING answer said.
+    pub node: Option<String>,
+    /// Why it cannot be read.
+    pub error: String,
+    /// How the answer begins, as text (at most [`UNREADABLE_SHOWN`] characters).
+    pub answer: String,
+}
+
+/// The most characters of an unreadable answer kept in [`UnreadableAnswer::answer`].
+pub const UNREADABLE_SHOWN: usize = 120;
+
+/// What [`discover_naming_unreadable`] found: the [`Discovery`], and every answer that could not
+/// be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiscoveryAnswers {
+    /// Who is there and what each serves.
+    pub discovery: Discovery,
+    /// Every answer that could not be read, in the order heard. An instance whose INFO answer
+    /// is here is in [`Discovery::unheard`] too: what it serves is not known.
+    pub unreadable: Vec<UnreadableAnswer>,
+}
+
+impl UnreadableAnswer {
+    fn new(asked: String, pinged: Option<(&str, &Pinged)>, error: String, payload: &[u8]) -> Self {
+        UnreadableAnswer {
+            asked,
+            service: pinged.map(|(_, p)| p.service.clone()),
+            id: pinged.map(|(id, _)| id.to_owned()),
+            node: pinged.and_then(|(_, p)| p.node.clone()),
+            error,
+            answer: String::from_utf8_lossy(payload)
+                .chars()
+                .take(UNREADABLE_SHOWN)
+                .collect(),
+        }
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -260,7 +307,20 @@ struct Pinged {
     ping_time: Duration,
 }
 
-/// Asks who is there and what each serves.
+/// Asks who is there and what each serves: [`discover_naming_unreadable`] without the answers
+/// that could not be read (their instances are still named [`Discovery::unheard`] when their
+/// PING answer could be read).
+///
+/// # Errors
+/// As [`discover_naming_unreadable`].
+pub async fn discover(
+    client: &async_nats::Client,
+    window: Duration,
+) -> Result<Discovery, NatsError> {
+    Ok(discover_naming_unreadable(client, window).await?.discovery)
+}
+
+/// Asks who is there and what each serves, naming every answer that could not be read.
 ///
 /// PING goes to every runtime with a reply inbox; every PING answer during `window` is
 /// collected, and each instance that answered is asked INFO (`$SRV.INFO.<name>.<id>`) at once.
@@ -270,15 +330,15 @@ struct Pinged {
 /// # Guarantees
 /// A quiet mesh costs `window`; a slow answer is waited for up to the limit; an instance that
 /// answered PING is either in [`Discovery::runtimes`] or in [`Discovery::unheard`], never
-/// dropped.
+/// dropped; an answer that cannot be read (not the service API's JSON, or naming an instance
+/// that cannot be asked) is in [`DiscoveryAnswers::unreadable`] with why, never dropped.
 ///
 /// # Errors
-/// [`NatsError::Core`] when the inboxes cannot be subscribed to or PING cannot be sent. An
-/// answer that cannot be read is skipped and logged (its runtime is then named unheard).
-pub async fn discover(
+/// [`NatsError::Core`] when the inboxes cannot be subscribed to or PING cannot be sent.
+pub async fn discover_naming_unreadable(
     client: &async_nats::Client,
     window: Duration,
-) -> Result<Discovery, NatsError> {
+) -> Result<DiscoveryAnswers, NatsError> {
     let core = |subject: &str| {
         let subject = subject.to_owned();
         move |source: async_nats::Error| NatsError::Core { subject, source }
@@ -289,10 +349,13 @@ pub async fn discover(
         .subscribe(ping_inbox.clone())
         .await
         .map_err(|e| core(&ping_inbox)(e.into()))?;
+    // Each instance is asked INFO with a reply subject of its own (`<inbox>.<n>`), so that an
+    // answer that cannot be read still names who gave it.
+    let info_replies = format!("{info_inbox}.*");
     let mut infos = client
-        .subscribe(info_inbox.clone())
+        .subscribe(info_replies.clone())
         .await
-        .map_err(|e| core(&info_inbox)(e.into()))?;
+        .map_err(|e| core(&info_replies)(e.into()))?;
     crate::nats::round_trip(client).await?;
     let start = Instant::now();
     client
@@ -307,10 +370,16 @@ pub async fn discover(
     let window_end = start + window;
     let limit_end = start + window.max(DISCOVERY_LIMIT);
     let mut pinged: BTreeMap<String, Pinged> = BTreeMap::new();
+    // The instance asked INFO with reply `<inbox>.<n>`, by n.
+    let mut asked: Vec<String> = Vec::new();
     let mut heard: BTreeMap<String, RuntimeHeard> = BTreeMap::new();
+    let mut answered_unreadably: BTreeSet<String> = BTreeSet::new();
+    let mut unreadable: Vec<UnreadableAnswer> = Vec::new();
     loop {
         let now = Instant::now();
-        let all_heard = pinged.keys().all(|id| heard.contains_key(id));
+        let all_heard = pinged
+            .keys()
+            .all(|id| heard.contains_key(id) || answered_unreadably.contains(id));
         if now >= limit_end || (now >= window_end && all_heard) {
             break;
         }
@@ -328,6 +397,12 @@ pub async fn discover(
                     Ok(answer) => answer,
                     Err(error) => {
                         tracing::warn!(%error, "a discovery PING answer that cannot be read");
+                        unreadable.push(UnreadableAnswer::new(
+                            "$SRV.PING".to_owned(),
+                            None,
+                            error.to_string(),
+                            &message.payload,
+                        ));
                         continue;
                     }
                 };
@@ -335,11 +410,29 @@ pub async fn discover(
                     continue;
                 }
                 let subject = format!("$SRV.INFO.{}.{}", answer.name, answer.id);
+                if !crate::is_valid_subject(&subject, false)
+                    || answer.name.contains('.')
+                    || answer.id.contains('.')
+                {
+                    tracing::warn!(%subject, "a discovery PING answer naming an instance that cannot be asked");
+                    unreadable.push(UnreadableAnswer::new(
+                        "$SRV.PING".to_owned(),
+                        None,
+                        format!(
+                            "its service `{}` and id `{}` do not make a subject to ask INFO on",
+                            answer.name, answer.id
+                        ),
+                        &message.payload,
+                    ));
+                    continue;
+                }
+                let reply = format!("{info_inbox}.{}", asked.len());
                 client
-                    .publish_with_reply(subject.clone(), info_inbox.clone(), Default::default())
+                    .publish_with_reply(subject.clone(), reply, Default::default())
                     .await
                     .map_err(|e| core(&subject)(e.into()))?;
                 client.flush().await.map_err(|e| core(&subject)(e.into()))?;
+                asked.push(answer.id.clone());
                 pinged.insert(answer.id.clone(), Pinged {
                     service: answer.name,
                     node: answer.metadata.and_then(|m| m.get(NODE_KEY).cloned()),
@@ -348,10 +441,33 @@ pub async fn discover(
             }
             Some(message) = infos.next() => {
                 let at = start.elapsed();
+                let instance = message
+                    .subject
+                    .rsplit('.')
+                    .next()
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .and_then(|n| asked.get(n))
+                    .and_then(|id| pinged.get_key_value(id));
+                let Some((instance_id, instance)) = instance else {
+                    unreadable.push(UnreadableAnswer::new(
+                        "$SRV.INFO".to_owned(),
+                        None,
+                        format!("an answer on `{}`, which was not asked", message.subject),
+                        &message.payload,
+                    ));
+                    continue;
+                };
                 let answer: Answer = match serde_json::from_slice(&message.payload) {
                     Ok(answer) => answer,
                     Err(error) => {
-                        tracing::warn!(%error, "a discovery INFO answer that cannot be read");
+                        tracing::warn!(%error, id = %instance_id, "a discovery INFO answer that cannot be read");
+                        answered_unreadably.insert(instance_id.clone());
+                        unreadable.push(UnreadableAnswer::new(
+                            format!("$SRV.INFO.{}.{instance_id}", instance.service),
+                            Some((instance_id, instance)),
+                            error.to_string(),
+                            &message.payload,
+                        ));
                         continue;
                     }
                 };
@@ -361,10 +477,11 @@ pub async fn discover(
                     .map(|m| m.split(',').filter(|m| !m.is_empty()).map(str::to_owned).collect())
                     .unwrap_or_default();
                 modules.sort();
-                let ping_time = pinged.get(&answer.id).map_or(at, |p| p.ping_time);
-                heard.insert(answer.id.clone(), RuntimeHeard {
+                let ping_time = instance.ping_time;
+                let id = instance_id.clone();
+                heard.insert(id.clone(), RuntimeHeard {
                     service: answer.name,
-                    id: answer.id,
+                    id,
                     version: answer.version,
                     node: metadata.get(NODE_KEY).cloned(),
                     modules,
@@ -389,9 +506,12 @@ pub async fn discover(
     unheard.sort_by(|a, b| (&a.service, &a.node, &a.id).cmp(&(&b.service, &b.node, &b.id)));
     let mut runtimes: Vec<RuntimeHeard> = heard.into_values().collect();
     runtimes.sort_by(|a, b| (&a.service, &a.node, &a.id).cmp(&(&b.service, &b.node, &b.id)));
-    Ok(Discovery {
-        runtimes,
-        unheard,
-        waited,
+    Ok(DiscoveryAnswers {
+        discovery: Discovery {
+            runtimes,
+            unheard,
+            waited,
+        },
+        unreadable,
     })
 }

@@ -3,7 +3,8 @@
 
 use futures_util::StreamExt;
 use mesh_bus::discovery::{
-    discover, serve_discovery, RuntimeAnnouncement, HOST_SERVICE, OLD_WINDOW,
+    discover, discover_naming_unreadable, serve_discovery, RuntimeAnnouncement, HOST_SERVICE,
+    OLD_WINDOW,
 };
 use std::time::Duration;
 
@@ -162,4 +163,88 @@ async fn a_restarted_runtime_is_heard_under_its_new_instance() {
     assert!(found.unheard.is_empty(), "{found:?}");
     assert_eq!(found.runtimes.len(), 1, "{found:?}");
     assert_eq!(found.runtimes[0].id, second.id());
+}
+
+/// A stand-in that answers PING with `ping` (raw bytes), and INFO addressed to instance `id`
+/// with `info`, whatever they are.
+async fn garbage_runtime(
+    client: async_nats::Client,
+    id: &'static str,
+    ping: &'static str,
+    info: &'static str,
+) {
+    let mut pings = client.subscribe("$SRV.PING").await.unwrap();
+    let mut infos = client.subscribe("$SRV.INFO.>").await.unwrap();
+    mesh_bus::nats::round_trip(&client).await.unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (asked, answer) = tokio::select! {
+                Some(asked) = pings.next() => (asked, ping),
+                Some(asked) = infos.next() => (asked, info),
+                else => break,
+            };
+            if asked.subject.starts_with("$SRV.INFO") && !asked.subject.ends_with(&format!(".{id}"))
+            {
+                continue;
+            }
+            let reply = asked.reply.unwrap();
+            client.publish(reply, answer.into()).await.unwrap();
+            client.flush().await.unwrap();
+        }
+    });
+}
+
+// Issue 15, point 6 (rule 25): an answer that could not be read was skipped with a log line;
+// a runtime answering PING with garbage vanished from discovery, unnamed.
+#[tokio::test]
+async fn an_unreadable_discovery_answer_is_named_with_its_instance_and_why() {
+    let server = super::server();
+    let controller = super::connect(&server).await;
+    let host = super::connect(&server).await;
+    let served = serve_discovery(
+        host.client(),
+        &RuntimeAnnouncement {
+            service: HOST_SERVICE.into(),
+            node: "home".into(),
+            version: "0.1.0".into(),
+            modules: vec!["media".into()],
+        },
+    )
+    .await
+    .unwrap();
+    let garbled_ping = super::connect(&server).await;
+    garbage_runtime(garbled_ping.client().clone(), "none", "PONG?", "").await;
+    let garbled_info = super::connect(&server).await;
+    garbage_runtime(
+        garbled_info.client().clone(),
+        "laptop1",
+        r#"{"type":"io.nats.micro.v1.ping_response","name":"mesh-host","id":"laptop1","version":"0.1.0","metadata":{"node":"laptop"}}"#,
+        "{\"name\": 7",
+    )
+    .await;
+
+    // The window only bounds a failure: every stand-in answers PING at once.
+    let found = discover_naming_unreadable(controller.client(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    let discovery = &found.discovery;
+    assert_eq!(discovery.runtimes.len(), 1, "{found:#?}");
+    assert_eq!(discovery.runtimes[0].node.as_deref(), Some("home"));
+    // What the garbled INFO's runtime serves is not known: it is unheard, and named.
+    assert_eq!(discovery.unheard.len(), 1, "{found:#?}");
+    assert_eq!(discovery.unheard[0].id, "laptop1");
+    let mut unreadable = found.unreadable.clone();
+    unreadable.sort_by(|a, b| a.asked.cmp(&b.asked));
+    assert_eq!(unreadable.len(), 2, "{found:#?}");
+    let ping = &unreadable[1];
+    assert_eq!(ping.asked, "$SRV.PING");
+    assert_eq!((ping.id.as_deref(), ping.answer.as_str()), (None, "PONG?"));
+    assert!(ping.error.contains("expected value"), "{ping:?}");
+    let info = &unreadable[0];
+    assert_eq!(info.asked, "$SRV.INFO.mesh-host.laptop1");
+    assert_eq!(info.id.as_deref(), Some("laptop1"));
+    assert_eq!(info.node.as_deref(), Some("laptop"));
+    assert_eq!(info.service.as_deref(), Some(HOST_SERVICE));
+    assert!(info.error.contains("invalid type"), "{info:?}");
+    served.stop();
 }
