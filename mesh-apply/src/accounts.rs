@@ -1,10 +1,13 @@
 //! Accounts and groups of the machine under the root prefix, and group memberships (rule 7).
 //!
-//! Reading parses the root's `etc/passwd` and `etc/group` (the system's name-service calls, which
-//! `uzers` and `nix` wrap, answer for this process's machine, never for a root prefix). Changing a
-//! membership runs shadow-utils' `gpasswd --root DIR`, so `etc/group` and `etc/gshadow` stay
-//! consistent and locked the way the system's own tools lock them. Nothing here ever rewrites an
-//! account's list of groups: only one membership is added or removed at a time.
+//! Under the real root (`/`) names are resolved through the system's name service (`nix`'s
+//! `User::from_name` and `Group::from_name`: whatever nsswitch says — the files, LDAP, sssd), so
+//! an account that lives only in a directory service is an account. Under a root prefix the
+//! name service cannot answer (it answers for this process's machine, never for a prefix), so
+//! the prefix's `etc/passwd` and `etc/group` are parsed. Changing a membership runs
+//! shadow-utils' `gpasswd [--root DIR]`, so `etc/group` and `etc/gshadow` stay consistent and
+//! locked the way the system's own tools lock them. Nothing here ever rewrites an account's list
+//! of groups: only one membership is added or removed at a time.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -29,16 +32,86 @@ pub struct GroupEntry {
     pub members: BTreeSet<String>,
 }
 
+/// Where an [`AccountDatabase`] answers from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AccountSource {
+    /// The parsed `etc/passwd` and `etc/group` of a root prefix. The default.
+    #[default]
+    Files,
+    /// The system's name service (nsswitch): the real root's accounts, wherever they live.
+    NameService,
+}
+
 /// The accounts and groups of a machine, as read at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AccountDatabase {
-    /// Accounts by name.
+    /// Accounts by name (the parsed files; empty when answered by the name service).
     pub users: BTreeMap<String, UserEntry>,
-    /// Groups by name.
+    /// Groups by name (likewise).
     pub groups: BTreeMap<String, GroupEntry>,
+    /// Where names are resolved.
+    pub source: AccountSource,
 }
 
 impl AccountDatabase {
+    /// The database of the real root: every name resolved through the system's name service
+    /// when asked.
+    pub fn name_service() -> Self {
+        AccountDatabase {
+            source: AccountSource::NameService,
+            ..AccountDatabase::default()
+        }
+    }
+
+    /// Where accounts are looked up, for messages: `etc/passwd` or `the name service`.
+    pub fn where_accounts(&self) -> &'static str {
+        match self.source {
+            AccountSource::Files => "etc/passwd",
+            AccountSource::NameService => "the name service",
+        }
+    }
+
+    /// Where groups are looked up, for messages: `etc/group` or `the name service`.
+    pub fn where_groups(&self) -> &'static str {
+        match self.source {
+            AccountSource::Files => "etc/group",
+            AccountSource::NameService => "the name service",
+        }
+    }
+
+    /// An account by name. A name-service lookup that fails (a directory service down) is no
+    /// account: what depends on it fails and is tried again.
+    pub fn user(&self, name: &str) -> Option<UserEntry> {
+        match self.source {
+            AccountSource::Files => self.users.get(name).cloned(),
+            AccountSource::NameService => {
+                nix::unistd::User::from_name(name)
+                    .ok()
+                    .flatten()
+                    .map(|user| UserEntry {
+                        uid: user.uid.as_raw(),
+                        gid: user.gid.as_raw(),
+                    })
+            }
+        }
+    }
+
+    /// A group by name (as [`AccountDatabase::user`]).
+    pub fn group(&self, name: &str) -> Option<GroupEntry> {
+        match self.source {
+            AccountSource::Files => self.groups.get(name).cloned(),
+            AccountSource::NameService => {
+                nix::unistd::Group::from_name(name)
+                    .ok()
+                    .flatten()
+                    .map(|group| GroupEntry {
+                        gid: group.gid.as_raw(),
+                        members: group.mem.into_iter().collect(),
+                    })
+            }
+        }
+    }
+
     /// Parses `etc/passwd` and `etc/group` text (malformed lines are ignored, as libc does).
     pub fn parse(passwd: &str, group: &str) -> Self {
         let mut db = AccountDatabase::default();
@@ -70,7 +143,7 @@ impl AccountDatabase {
     /// The uid of an account. `root` is uid 0 even where the root holds no `etc/passwd` (an
     /// empty sandbox root).
     pub fn uid(&self, name: &str) -> Option<u32> {
-        match self.users.get(name) {
+        match self.user(name) {
             Some(user) => Some(user.uid),
             None if name == "root" => Some(0),
             None => None,
@@ -79,7 +152,7 @@ impl AccountDatabase {
 
     /// The gid of a group. `root` is gid 0 even where the root holds no `etc/group`.
     pub fn gid(&self, name: &str) -> Option<u32> {
-        match self.groups.get(name) {
+        match self.group(name) {
             Some(group) => Some(group.gid),
             None if name == "root" => Some(0),
             None => None,
@@ -88,19 +161,24 @@ impl AccountDatabase {
 
     /// Whether `account` is in `group`, as a listed member or by its primary group.
     pub fn is_member(&self, account: &str, group: &str) -> bool {
-        let Some(entry) = self.groups.get(group) else {
+        let Some(entry) = self.group(group) else {
             return false;
         };
-        entry.members.contains(account)
-            || self.users.get(account).is_some_and(|u| u.gid == entry.gid)
+        entry.members.contains(account) || self.user(account).is_some_and(|u| u.gid == entry.gid)
     }
 
     /// Why `account` cannot be put in `group`, if it cannot.
     pub fn membership_problem(&self, account: &str, group: &str) -> Option<String> {
-        if !self.users.contains_key(account) {
-            Some(format!("account `{account}` does not exist (etc/passwd)"))
-        } else if !self.groups.contains_key(group) {
-            Some(format!("group `{group}` does not exist (etc/group)"))
+        if self.user(account).is_none() {
+            Some(format!(
+                "account `{account}` does not exist ({})",
+                self.where_accounts()
+            ))
+        } else if self.group(group).is_none() {
+            Some(format!(
+                "group `{group}` does not exist ({})",
+                self.where_groups()
+            ))
         } else {
             None
         }
@@ -163,8 +241,9 @@ pub trait Accounts {
     fn remove_membership(&self, account: &str, group: &str) -> Result<(), AccountsError>;
 }
 
-/// The real [`Accounts`]: plain parsing of the root's `etc/passwd` and `etc/group`, and
-/// `gpasswd --root ROOT -a|-d ACCOUNT GROUP` for changes (`--root` is omitted for `/`).
+/// The real [`Accounts`]: under `/` the system's name service, under a root prefix plain
+/// parsing of its `etc/passwd` and `etc/group`; `gpasswd --root ROOT -a|-d ACCOUNT GROUP` for
+/// changes (`--root` is omitted for `/`).
 #[derive(Debug, Clone)]
 pub struct ShadowUtils {
     root: PathBuf,
@@ -211,6 +290,9 @@ impl ShadowUtils {
 
 impl Accounts for ShadowUtils {
     fn read(&self) -> Result<AccountDatabase, AccountsError> {
+        if self.root == Path::new("/") {
+            return Ok(AccountDatabase::name_service());
+        }
         Ok(AccountDatabase::parse(
             &self.read_text("passwd")?,
             &self.read_text("group")?,

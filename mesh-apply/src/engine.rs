@@ -535,11 +535,17 @@ impl<'a> Engine<'a, '_> {
     fn owner_ids(&self, owner: &str, group: &str) -> Result<(u32, u32), String> {
         let db = self.db()?;
         let uid = db.uid(owner).ok_or_else(|| {
-            format!("owner `{owner}` is not an account on this machine (etc/passwd)")
+            format!(
+                "owner `{owner}` is not an account on this machine ({})",
+                db.where_accounts()
+            )
         })?;
-        let gid = db
-            .gid(group)
-            .ok_or_else(|| format!("group `{group}` is not a group on this machine (etc/group)"))?;
+        let gid = db.gid(group).ok_or_else(|| {
+            format!(
+                "group `{group}` is not a group on this machine ({})",
+                db.where_groups()
+            )
+        })?;
         Ok((uid, gid))
     }
 

@@ -34,7 +34,9 @@ mod podman;
 pub mod state;
 pub mod window;
 
-pub use accounts::{AccountDatabase, Accounts, AccountsError, GroupEntry, ShadowUtils, UserEntry};
+pub use accounts::{
+    AccountDatabase, AccountSource, Accounts, AccountsError, GroupEntry, ShadowUtils, UserEntry,
+};
 pub use containers::{ContainerRuntime, DeclaredContainer, NoContainerRuntime, NOT_SUPPORTED};
 pub use engine::{apply, apply_archived, apply_archived_with, apply_with, ArchivedContents, Seams};
 pub use podman::{
