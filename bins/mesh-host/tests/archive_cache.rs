@@ -330,32 +330,62 @@ async fn a_cache_that_is_not_a_directory_does_not_fail_the_apply_and_the_report_
     );
 }
 
+/// Makes a directory unwritable for anyone, root too, until dropped: the immutable attribute
+/// (`chattr +i`, which needs root) or, for a user who cannot set it, mode 0555 (which binds
+/// that user).
+struct Unwritable(std::path::PathBuf);
+
+impl Unwritable {
+    fn new(dir: &std::path::Path) -> Unwritable {
+        use std::os::unix::fs::PermissionsExt as _;
+        let immutable = std::process::Command::new("chattr")
+            .arg("+i")
+            .arg(dir)
+            .output()
+            .is_ok_and(|out| out.status.success());
+        if !immutable {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+        }
+        let unwritable = Unwritable(dir.to_path_buf());
+        assert!(
+            std::fs::write(dir.join("probe"), "").is_err(),
+            "{} is still writable (chattr +i did not take: install e2fsprogs)",
+            dir.display()
+        );
+        unwritable
+    }
+}
+
+impl Drop for Unwritable {
+    fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(&self.0)
+            .output();
+        let _ = std::fs::set_permissions(&self.0, std::fs::Permissions::from_mode(0o755));
+    }
+}
+
+// Issue 15, point 11: this test returned early when run as root (as CI runs), since root could
+// write the 0555 cache anyway; the cache is now unwritable for root too.
 #[tokio::test]
 async fn a_read_only_cache_does_not_fail_the_apply() {
-    use std::os::unix::fs::PermissionsExt as _;
     let fixture = Fixture::new(&TEXTS).await;
     for i in [A, B, C, D] {
         fixture.apply(&fixture.web(i)).await;
     }
     let cache = fixture.cache();
-    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o555)).unwrap();
-    // Whoever may write it anyway (root) cannot be shown the failure this way; the apply must
-    // go through either way.
-    let writable = std::fs::write(cache.join("probe"), "").is_ok();
-    let _ = std::fs::remove_file(cache.join("probe"));
+    let unwritable = Unwritable::new(&cache);
     let report = fixture.apply(&fixture.web(E)).await;
     let cache_now = fixture.cached();
-    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o755)).unwrap();
+    drop(unwritable);
 
     assert_eq!(report.machine, MachineState::Converged, "{report:#?}");
     assert_eq!(
         std::fs::read_to_string(fixture.config.root.join("etc/web/site.conf")).unwrap(),
         "build e\n"
     );
-    if writable {
-        assert_eq!(cache_now, fixture.digests(&[E, D, C, B]));
-        return;
-    }
     assert_eq!(
         cache_now,
         fixture.digests(&[D, C, B, A]),
