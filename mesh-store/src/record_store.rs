@@ -16,6 +16,12 @@
 //! - A `put` is whole or absent: a reader never sees half a record.
 //! - [`RecordStore::update`] is a read-modify-write that never loses a concurrent writer's
 //!   change: under a lock on [`DirRecords`], by compare-and-set on a bucket.
+//! - [`RecordStore::compare_and_set`] writes (or removes) a record only if it is still the
+//!   [`Version`] read with [`RecordStore::get_versioned`], or still absent: a caller that must
+//!   do more between reading and writing than `update` allows (write a history record first)
+//!   never overwrites a change it did not see.
+//! - A key written by `update` or `compare_and_set` must be written only that way: a plain
+//!   [`RecordStore::put`] does not wait for the lock they take on a directory.
 
 use crate::lock::{exclusive_file_lock, write_atomically};
 use std::fmt;
@@ -52,6 +58,36 @@ impl RecordStoreError {
 /// What an [`RecordStore::update`] does with the record it read: the bytes to write, or why
 /// not (nothing is written).
 pub type Change<'a> = dyn FnMut(Option<&[u8]>) -> Result<Vec<u8>, String> + 'a;
+
+/// Which value of a record was read, for [`RecordStore::compare_and_set`]. Compare it only with
+/// versions given by the same store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Version {
+    /// The bucket's revision of the key (its stream sequence).
+    Revision(u64),
+    /// The SHA-256 of the record's bytes: a directory keeps no revisions, so a record written
+    /// back to the same bytes is the same version.
+    Digest([u8; 32]),
+}
+
+impl Version {
+    /// The version of `bytes` in a store without revisions.
+    pub fn of_bytes(bytes: &[u8]) -> Version {
+        use sha2::Digest as _;
+        Version::Digest(sha2::Sha256::digest(bytes).into())
+    }
+}
+
+/// What a [`RecordStore::compare_and_set`] did.
+#[must_use = "a stale compare-and-set wrote nothing"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Swap {
+    /// The record was the version expected, and is now the new one.
+    Done,
+    /// Another writer changed the record first (or made it, or removed it): nothing was
+    /// written. Read it again and decide again.
+    Stale,
+}
 
 /// A key → bytes store for the mesh's records.
 pub trait RecordStore: Send + Sync + fmt::Debug {
@@ -100,6 +136,29 @@ pub trait RecordStore: Send + Sync + fmt::Debug {
     /// # Errors
     /// When the record cannot be read or written, or `change` refuses (nothing is written).
     fn update(&self, key: &str, change: &mut Change<'_>) -> Result<Vec<u8>, RecordStoreError>;
+
+    /// The record at `key` and which version of it that is, `None` when there is none.
+    ///
+    /// # Errors
+    /// When it cannot be read.
+    fn get_versioned(&self, key: &str) -> Result<Option<(Vec<u8>, Version)>, RecordStoreError>;
+
+    /// Writes `new` at `key` (`None`: removes the record) only if the record is still
+    /// `expected` (`None`: only if there is none), as one step no other compare-and-set or
+    /// update of the key comes between.
+    ///
+    /// # Guarantees
+    /// [`Swap::Done`]: the record was `expected` and is now `new`. [`Swap::Stale`]: nothing was
+    /// written.
+    ///
+    /// # Errors
+    /// When the record cannot be read, written or removed; then nothing changed.
+    fn compare_and_set(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+        new: Option<&[u8]>,
+    ) -> Result<Swap, RecordStoreError>;
 }
 
 /// Whether `key` is a record key: `/`-separated plain names, none starting with `.`.
@@ -287,6 +346,36 @@ impl RecordStore for DirRecords {
         self.put(key, &new)?;
         Ok(new)
     }
+
+    fn get_versioned(&self, key: &str) -> Result<Option<(Vec<u8>, Version)>, RecordStoreError> {
+        Ok(self.get(key)?.map(|bytes| {
+            let version = Version::of_bytes(&bytes);
+            (bytes, version)
+        }))
+    }
+
+    fn compare_and_set(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+        new: Option<&[u8]>,
+    ) -> Result<Swap, RecordStoreError> {
+        let path = self.path(key)?;
+        let dir = path.parent().unwrap_or(&self.root);
+        // The lock `update` takes: the two exclude each other.
+        let lock = dir.join(".lock");
+        let _guard = exclusive_file_lock(&lock)
+            .map_err(|e| RecordStoreError::new("lock", lock.display().to_string(), e))?;
+        let current = self.get(key)?.map(|bytes| Version::of_bytes(&bytes));
+        if current.as_ref() != expected {
+            return Ok(Swap::Stale);
+        }
+        match new {
+            Some(bytes) => self.put(key, bytes)?,
+            None => self.delete(key)?,
+        }
+        Ok(Swap::Done)
+    }
 }
 
 #[cfg(test)]
@@ -357,5 +446,50 @@ mod tests {
         assert_eq!(records.list("plans").unwrap(), vec!["b.json"]);
         let error = records.get("../x").unwrap_err();
         assert!(error.to_string().contains("\"../x\""), "{error}");
+    }
+
+    #[test]
+    fn a_compare_and_set_writes_only_over_the_version_it_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = DirRecords::new(dir.path());
+        let key = "settings/web/mesh.json";
+        assert_eq!(records.get_versioned(key).unwrap(), None);
+        // Made only while absent.
+        assert_eq!(
+            records.compare_and_set(key, None, Some(b"1")).unwrap(),
+            Swap::Done
+        );
+        assert_eq!(
+            records.compare_and_set(key, None, Some(b"other")).unwrap(),
+            Swap::Stale
+        );
+        let (bytes, first) = records.get_versioned(key).unwrap().unwrap();
+        assert_eq!(bytes, b"1");
+        assert_eq!(
+            records
+                .compare_and_set(key, Some(&first), Some(b"2"))
+                .unwrap(),
+            Swap::Done
+        );
+        // The version read before the change is stale now: nothing is written.
+        assert_eq!(
+            records
+                .compare_and_set(key, Some(&first), Some(b"3"))
+                .unwrap(),
+            Swap::Stale
+        );
+        assert_eq!(
+            records.compare_and_set(key, Some(&first), None).unwrap(),
+            Swap::Stale
+        );
+        assert_eq!(records.get(key).unwrap(), Some(b"2".to_vec()));
+        let (_, second) = records.get_versioned(key).unwrap().unwrap();
+        assert_eq!(
+            records.compare_and_set(key, Some(&second), None).unwrap(),
+            Swap::Done
+        );
+        assert_eq!(records.get(key).unwrap(), None);
+        // Its lock is not a record.
+        assert!(records.keys_under("settings").unwrap().is_empty());
     }
 }

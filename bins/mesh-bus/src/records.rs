@@ -12,6 +12,8 @@
 //! - A `put` returns once the server has stored it (the JetStream acknowledgement).
 //! - [`RecordStore::update`] is compare-and-set on the key's revision, retried while other
 //!   writers win: no writer's change is lost.
+//! - [`RecordStore::compare_and_set`] is one write (or delete marker) expecting the key's
+//!   revision: the server refuses it when another writer came first.
 //! - The bucket is never granted to a node ([`crate::grants::check`] refuses its name): only
 //!   the controller reads it, for it holds the nodes' bus passwords.
 
@@ -19,7 +21,9 @@ use crate::jetstream::bucket_stream;
 use crate::nats::{NatsBus, NatsError, NatsOptions};
 use async_nats::jetstream::kv::{self, CreateErrorKind, Operation, UpdateErrorKind};
 use futures_util::StreamExt as _;
-use mesh_store::record_store::{bad_key, children, is_key, Change, RecordStore, RecordStoreError};
+use mesh_store::record_store::{
+    bad_key, children, is_key, Change, RecordStore, RecordStoreError, Swap, Version,
+};
 use std::fmt;
 use std::future::Future;
 
@@ -285,5 +289,65 @@ impl RecordStore for KvRecords {
             key,
             format!("other writers changed it {UPDATE_TRIES} times in a row"),
         ))
+    }
+
+    fn get_versioned(&self, key: &str) -> Result<Option<(Vec<u8>, Version)>, RecordStoreError> {
+        self.checked(key)?;
+        let owned = key.to_owned();
+        let entry = self
+            .run(|store| async move { store.entry(owned).await })
+            .map_err(|e| self.error("read", key, e))?;
+        Ok(match entry {
+            Some(entry) if entry.operation == Operation::Put => {
+                Some((entry.value.to_vec(), Version::Revision(entry.revision)))
+            }
+            _ => None,
+        })
+    }
+
+    fn compare_and_set(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+        new: Option<&[u8]>,
+    ) -> Result<Swap, RecordStoreError> {
+        self.checked(key)?;
+        let expected = match expected {
+            None => None,
+            Some(Version::Revision(revision)) => Some(*revision),
+            // Not a version this store gave: the record is not that version.
+            Some(Version::Digest(_)) => return Ok(Swap::Stale),
+        };
+        let (owned, value) = (key.to_owned(), new.map(<[u8]>::to_vec));
+        let written = self.run(|store| async move {
+            match (expected, value) {
+                // Made only while absent (a deleted key counts as absent).
+                (None, Some(value)) => match store.create(owned, value.into()).await {
+                    Ok(_) => Ok(Swap::Done),
+                    Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(Swap::Stale),
+                    Err(e) => Err(async_nats::Error::from(e)),
+                },
+                (None, None) => match store.entry(owned).await {
+                    Ok(Some(entry)) if entry.operation == Operation::Put => Ok(Swap::Stale),
+                    Ok(_) => Ok(Swap::Done),
+                    Err(e) => Err(e.into()),
+                },
+                (Some(revision), Some(value)) => {
+                    match store.update(owned, value.into(), revision).await {
+                        Ok(_) => Ok(Swap::Done),
+                        Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Ok(Swap::Stale),
+                        Err(e) => Err(e.into()),
+                    }
+                }
+                (Some(revision), None) => {
+                    match store.delete_expect_revision(owned, Some(revision)).await {
+                        Ok(()) => Ok(Swap::Done),
+                        Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Ok(Swap::Stale),
+                        Err(e) => Err(e.into()),
+                    }
+                }
+            }
+        });
+        written.map_err(|e| self.error("write", key, e))
     }
 }

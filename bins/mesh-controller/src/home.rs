@@ -43,7 +43,7 @@ use mesh_model::inventory::{
 use mesh_model::module::{load_catalogue, Catalogue};
 use mesh_model::report::Report;
 use mesh_model::Diagnostic;
-use mesh_store::record_store::{DirRecords, RecordStore};
+use mesh_store::record_store::{DirRecords, RecordStore, Swap};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fs;
@@ -65,6 +65,31 @@ pub struct Home {
     /// The token of the plans lease this process holds on the bus, if it holds one
     /// (`mesh_store::lease`).
     lease: Arc<Mutex<Option<String>>>,
+}
+
+/// How many times a layer is read again while other writers change it first.
+pub const LAYER_TRIES: u32 = 100;
+
+/// What [`Home::replace_layer`] is to do with the layer it found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LayerChange {
+    /// Write nothing.
+    Leave,
+    /// Replace it with this layer.
+    Set(Value),
+    /// Remove it.
+    Remove,
+}
+
+/// What [`Home::replace_layer`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replaced {
+    /// The layer it found and decided on (the one replaced, when it was).
+    pub old: Option<Value>,
+    /// The history record now holding the replaced layer (`None`: nothing was written).
+    pub kept: Option<HistoryRecord>,
+    /// How many times another writer changed the layer first, so it was read again.
+    pub raced: u32,
 }
 
 /// The format version of a settings history record.
@@ -295,33 +320,121 @@ impl Home {
         self.get_json(&layer_file(module, scope))
     }
 
-    /// Replaces a layer (or removes it with `None`), keeping the layer it replaced in the
-    /// history first.
+    /// Replaces a layer after `decide` has seen the layer it replaces, keeping that layer in
+    /// the history first.
+    ///
+    /// `decide` is given the layer as it is and says what to do with it. When another writer
+    /// changes the layer between this read and the write, nothing is written over it: the layer
+    /// is read again and `decide` called again with it, so what it decided is always relative
+    /// to the layer actually replaced.
+    ///
+    /// # Guarantees
+    /// - Compare-and-set: a change made meanwhile by another writer is never overwritten
+    ///   unseen ([`RecordStore::compare_and_set`]).
+    /// - Every replaced layer is in the history under a revision no other writer has: the
+    ///   revision is made only while absent, the next one tried when another writer took it.
+    /// - The history record is written before the layer; a controller stopped between the two
+    ///   leaves a history record of the layer still in force (nothing is lost).
+    ///
+    /// # Errors
+    /// When a record cannot be read or written, `decide` fails, or other writers changed the
+    /// layer [`LAYER_TRIES`] times in a row (nothing was changed).
     pub fn replace_layer(
         &self,
         module: &str,
         scope: &LayerScope,
-        new: Option<&Value>,
         command: &str,
         now: u64,
-    ) -> Result<HistoryRecord> {
-        let old = self.layer(module, scope)?;
-        let history = self.history(module, scope)?;
-        let record = HistoryRecord {
+        decide: &mut dyn FnMut(Option<&Value>) -> Result<LayerChange>,
+    ) -> Result<Replaced> {
+        let key = layer_file(module, scope);
+        for raced in 0..LAYER_TRIES {
+            let found = self.records.get_versioned(&key)?;
+            let (old, version) = match found {
+                None => (None, None),
+                Some((bytes, version)) => {
+                    let layer: Value = serde_json::from_slice(&bytes).with_context(|| {
+                        format!("{} is not valid JSON", self.records.locate(&key))
+                    })?;
+                    (Some(layer), Some(version))
+                }
+            };
+            let new = match decide(old.as_ref())? {
+                LayerChange::Leave => {
+                    return Ok(Replaced {
+                        old,
+                        kept: None,
+                        raced,
+                    })
+                }
+                LayerChange::Set(layer) => Some(serde_json::to_vec_pretty(&layer)?),
+                LayerChange::Remove => None,
+            };
+            let (kept, kept_key) =
+                self.keep_in_history(module, scope, old.clone(), command, now)?;
+            match self
+                .records
+                .compare_and_set(&key, version.as_ref(), new.as_deref())?
+            {
+                Swap::Done => {
+                    return Ok(Replaced {
+                        old,
+                        kept: Some(kept),
+                        raced,
+                    })
+                }
+                // Another writer changed the layer: this replacement did not happen, so its
+                // history record goes, and the newer layer is decided on.
+                Swap::Stale => self.records.delete(&kept_key)?,
+            }
+        }
+        bail!(
+            "{} was changed by other writers {LAYER_TRIES} times in a row while it was being \
+             replaced; nothing was changed",
+            self.records.locate(&key)
+        )
+    }
+
+    /// Writes `layer` into the layer's history under the next revision no writer has taken;
+    /// returns the record and its key.
+    fn keep_in_history(
+        &self,
+        module: &str,
+        scope: &LayerScope,
+        layer: Option<Value>,
+        command: &str,
+        now: u64,
+    ) -> Result<(HistoryRecord, String)> {
+        let dir = history_dir(module, scope);
+        // Revisions are the records' names (`000001.json`): one listing, nothing read.
+        let mut revision = self
+            .json_stems(&dir)?
+            .iter()
+            .filter_map(|stem| stem.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0)
+            + 1;
+        let mut record = HistoryRecord {
             format: HISTORY_FORMAT,
-            revision: history.last().map_or(1, |r| r.revision + 1),
+            revision,
             replaced_at: now,
             command: command.to_owned(),
-            layer: old,
+            layer,
         };
-        let dir = history_dir(module, scope);
-        self.put_json(&format!("{dir}/{:06}.json", record.revision), &record)?;
-        let key = layer_file(module, scope);
-        match new {
-            Some(layer) => self.put_json(&key, layer)?,
-            None => self.records.delete(&key)?,
+        for _ in 0..LAYER_TRIES {
+            record.revision = revision;
+            let key = format!("{dir}/{revision:06}.json");
+            let bytes = serde_json::to_vec_pretty(&record)?;
+            match self.records.compare_and_set(&key, None, Some(&bytes))? {
+                Swap::Done => return Ok((record, key)),
+                // Another writer took this revision: the next one.
+                Swap::Stale => revision += 1,
+            }
         }
-        Ok(record)
+        bail!(
+            "no free revision in {} after {LAYER_TRIES} tries; nothing was changed",
+            self.records.locate(&dir)
+        )
     }
 
     /// Every replaced layer, oldest first.

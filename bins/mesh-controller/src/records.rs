@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 use mesh_bus::records::KvRecords;
 use mesh_bus::NatsOptions;
 use mesh_model::inventory::INVENTORY_FILE;
-use mesh_store::record_store::{DirRecords, RecordStore};
+use mesh_store::record_store::{DirRecords, RecordStore, Swap};
 use serde::Serialize;
 use std::path::Path;
 use std::sync::Arc;
@@ -114,12 +114,32 @@ pub fn import(root: &Path, target: &Home, bus_url: &str) -> Result<Imported> {
     })
 }
 
+/// What `records put` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PutOutcome {
+    /// The inventory is the file's now.
+    Replaced,
+    /// The inventory is no longer the `--base` the edit started from (another operator
+    /// changed it): nothing was changed.
+    BaseChanged,
+}
+
 /// `records put`: replaces the inventory with the file's (`-`: standard input) after reading
 /// it as one; any other key is refused. Nothing is changed on an error.
 ///
+/// With `base` (the inventory as it was read when the edit began, e.g. by `records get`), the
+/// put is compare-and-set: it replaces the inventory only while it still holds exactly `base`,
+/// so an edit never silently undoes another operator's change made since.
+///
+/// # Guarantees
+/// The inventory is replaced in one write, never over a change made between this put's own
+/// read and its write ([`RecordStore::compare_and_set`]); with `base`, never over any change
+/// made since `base` was read.
+///
 /// # Errors
-/// When the key is not the inventory, the file cannot be read, or it is not an inventory.
-pub fn put_by_hand(home: &Home, key: &str, file: &Path) -> Result<()> {
+/// When the key is not the inventory, a file cannot be read, or it is not an inventory.
+pub fn put_by_hand(home: &Home, key: &str, file: &Path, base: Option<&Path>) -> Result<PutOutcome> {
     home.require()?;
     if key != INVENTORY_FILE {
         bail!(
@@ -127,11 +147,14 @@ pub fn put_by_hand(home: &Home, key: &str, file: &Path) -> Result<()> {
              `settings set`, and every other record is the controller's own; nothing was changed"
         );
     }
-    let text = if file == Path::new("-") {
-        std::io::read_to_string(std::io::stdin()).context("reading standard input")?
-    } else {
-        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+    let read = |file: &Path| -> Result<String> {
+        if file == Path::new("-") {
+            std::io::read_to_string(std::io::stdin()).context("reading standard input")
+        } else {
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))
+        }
     };
+    let text = read(file)?;
     toml::from_str::<mesh_model::inventory::InventoryFile>(&text).with_context(|| {
         format!(
             "{} is not an inventory; nothing was changed",
@@ -142,5 +165,28 @@ pub fn put_by_hand(home: &Home, key: &str, file: &Path) -> Result<()> {
             }
         )
     })?;
-    home.put(key, text.as_bytes())
+    let base = base.map(read).transpose()?;
+    let records = home.records();
+    for _ in 0..crate::home::LAYER_TRIES {
+        let (current, version) = match records.get_versioned(key)? {
+            Some((bytes, version)) => (Some(bytes), Some(version)),
+            None => (None, None),
+        };
+        if let Some(base) = &base {
+            if current.as_deref() != Some(base.as_bytes()) {
+                return Ok(PutOutcome::BaseChanged);
+            }
+        }
+        match records.compare_and_set(key, version.as_ref(), Some(text.as_bytes()))? {
+            Swap::Done => return Ok(PutOutcome::Replaced),
+            // Changed between this read and the write: read it again (with a base, that
+            // refuses).
+            Swap::Stale => continue,
+        }
+    }
+    bail!(
+        "{} was changed by other writers {} times in a row; nothing was changed",
+        records.locate(key),
+        crate::home::LAYER_TRIES
+    )
 }

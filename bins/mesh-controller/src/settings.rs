@@ -1,7 +1,7 @@
 //! `settings show | set | clear | restore`: reading and replacing settings layers, with every
 //! replaced layer kept (ADR 0217 §1, seed issue 246).
 
-use crate::home::{HistoryRecord, Home};
+use crate::home::{HistoryRecord, Home, LayerChange};
 use anyhow::{bail, Context, Result};
 use mesh_model::inventory::{check_layer, LayerScope};
 use mesh_model::module::Catalogue;
@@ -114,6 +114,15 @@ pub struct Answer {
     pub change: SettingsChange,
     /// The history revision that now holds the layer replaced, when one was replaced.
     pub kept_as_revision: Option<u64>,
+    /// How many times another writer changed the layer while this was being set, so it was
+    /// decided again against theirs: the keys added, changed and removed are relative to the
+    /// layer actually replaced.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub raced: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Answer {
@@ -129,7 +138,9 @@ impl Answer {
     }
 }
 
-/// Replaces a layer with `new` (None: clears it) after deciding, and answers.
+/// Replaces a layer with `new` (None: clears it) after deciding, and answers. The decision
+/// is made against the layer actually replaced: when another writer changed it meanwhile, it
+/// is made again against theirs ([`Home::replace_layer`]).
 fn replace(
     on: &On<'_>,
     module: &str,
@@ -139,26 +150,33 @@ fn replace(
     replace: bool,
     now: u64,
 ) -> Result<Answer> {
-    let home = on.home;
-    let old = home.layer(module, scope)?;
     let compared = new
         .clone()
         .unwrap_or_else(|| Value::Object(Default::default()));
-    let mut change = settings_change(old.as_ref(), &compared, replace);
-    if new.is_none() && old.is_some() && change.decision == SettingsDecision::Unchanged {
-        // Clearing an empty layer still removes the layer.
-        change.decision = SettingsDecision::Replace;
-    }
-    let mut kept = None;
-    if change.decision.goes_ahead() {
-        let record = home.replace_layer(module, scope, new.as_ref(), on.command, now)?;
-        kept = Some(record.revision);
-    }
+    let mut change = None;
+    let replaced = on
+        .home
+        .replace_layer(module, scope, on.command, now, &mut |old| {
+            let mut decided = settings_change(old, &compared, replace);
+            if new.is_none() && old.is_some() && decided.decision == SettingsDecision::Unchanged {
+                // Clearing an empty layer still removes the layer.
+                decided.decision = SettingsDecision::Replace;
+            }
+            let goes_ahead = decided.decision.goes_ahead();
+            change = Some(decided);
+            Ok(match (&new, goes_ahead) {
+                (_, false) => LayerChange::Leave,
+                (Some(layer), true) => LayerChange::Set(layer.clone()),
+                (None, true) if old.is_none() => LayerChange::Leave,
+                (None, true) => LayerChange::Remove,
+            })
+        })?;
     Ok(Answer {
         module: module.to_owned(),
         node: node.map(str::to_owned),
-        change,
-        kept_as_revision: kept,
+        change: change.context("the layer was decided on")?,
+        kept_as_revision: replaced.kept.map(|record| record.revision),
+        raced: replaced.raced,
     })
 }
 

@@ -97,6 +97,69 @@ fn concurrent_updates_lose_nothing() {
     assert_eq!(after.len(), 100);
 }
 
+/// Issue 12: a read-modify-write that must do more between its read and its write than
+/// `update` allows (a settings layer, whose history is written first) is a compare-and-set on
+/// the revision read: a writer that was overtaken writes nothing.
+#[test]
+fn a_compare_and_set_writes_only_over_the_revision_it_read() {
+    use mesh_store::record_store::{Swap, Version};
+    let server = super::server();
+    let (first, second) = (open(&server), open(&server));
+    let key = "settings/web/mesh.json";
+    assert_eq!(first.get_versioned(key).unwrap(), None);
+    assert_eq!(
+        first.compare_and_set(key, None, Some(b"1")).unwrap(),
+        Swap::Done
+    );
+    // Made only while absent.
+    assert_eq!(
+        second.compare_and_set(key, None, Some(b"2")).unwrap(),
+        Swap::Stale
+    );
+    let (bytes, read) = first.get_versioned(key).unwrap().unwrap();
+    assert_eq!(bytes, b"1");
+    let (_, also_read) = second.get_versioned(key).unwrap().unwrap();
+    assert_eq!(read, also_read);
+    assert_eq!(
+        second
+            .compare_and_set(key, Some(&also_read), Some(b"2"))
+            .unwrap(),
+        Swap::Done
+    );
+    // The first writer was overtaken: neither its write nor its delete goes through.
+    assert_eq!(
+        first.compare_and_set(key, Some(&read), Some(b"3")).unwrap(),
+        Swap::Stale
+    );
+    assert_eq!(
+        first.compare_and_set(key, Some(&read), None).unwrap(),
+        Swap::Stale
+    );
+    // A version another kind of store gave is never this record's.
+    assert_eq!(
+        first
+            .compare_and_set(key, Some(&Version::of_bytes(b"2")), Some(b"3"))
+            .unwrap(),
+        Swap::Stale
+    );
+    assert_eq!(first.get(key).unwrap().as_deref(), Some(b"2".as_slice()));
+    let (_, now) = first.get_versioned(key).unwrap().unwrap();
+    assert_eq!(
+        first.compare_and_set(key, Some(&now), None).unwrap(),
+        Swap::Done
+    );
+    assert_eq!(first.get_versioned(key).unwrap(), None);
+    // A removed record counts as absent: it is made again only while absent.
+    assert_eq!(
+        second.compare_and_set(key, None, Some(b"again")).unwrap(),
+        Swap::Done
+    );
+    assert_eq!(
+        first.compare_and_set(key, None, Some(b"twice")).unwrap(),
+        Swap::Stale
+    );
+}
+
 #[test]
 fn a_node_cannot_read_the_records_and_the_bucket_is_never_granted() {
     let authorization = BusAuthorization {

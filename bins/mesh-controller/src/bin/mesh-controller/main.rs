@@ -266,12 +266,21 @@ pub enum RecordsCommand {
     /// inventory must read as one; a node added, removed or re-assigned reaches the fleet
     /// with the next push or rollout. Settings layers are changed with `settings set`.
     ///
-    /// Exit codes: 0 replaced; 1 error (not an inventory: nothing was changed).
+    /// With `--base` (the inventory as `records get` gave it when the edit began) the put is
+    /// compare-and-set: refused, nothing changed, when another operator changed the
+    /// inventory since.
+    ///
+    /// Exit codes: 0 replaced; 1 error (not an inventory: nothing was changed); 2 refused:
+    /// the inventory is no longer `--base` (nothing was changed: read it again, edit, put).
     Put {
         /// The record's key: `inventory.toml`.
         key: String,
         /// The file holding the new record, or `-` for standard input.
         file: PathBuf,
+        /// The inventory the edit started from: the put goes ahead only while the inventory
+        /// is still exactly this.
+        #[arg(long, value_name = "FILE")]
+        base: Option<PathBuf>,
     },
 }
 
@@ -718,10 +727,22 @@ fn run(cli: Cli) -> Result<ExitCode> {
             std::io::stdout().write_all(&bytes)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Records(RecordsCommand::Put { key, file }) => {
-            records::put_by_hand(&home, &key, &file)?;
-            println!("replaced {}", home.records().locate(&key));
-            Ok(ExitCode::SUCCESS)
+        Command::Records(RecordsCommand::Put { key, file, base }) => {
+            match records::put_by_hand(&home, &key, &file, base.as_deref())? {
+                records::PutOutcome::Replaced => {
+                    println!("replaced {}", home.records().locate(&key));
+                    Ok(ExitCode::SUCCESS)
+                }
+                records::PutOutcome::BaseChanged => {
+                    println!(
+                        "refused: {} is no longer the inventory --base holds (it was changed \
+                         since); nothing was changed: read it again with `records get {key}`, \
+                         make the edit on that, and put it again",
+                        home.records().locate(&key)
+                    );
+                    Ok(ExitCode::from(2))
+                }
+            }
         }
         Command::Broker(BrokerCommand::Users) => {
             let checked = checked()?;

@@ -61,7 +61,15 @@ pub fn settings_answer(answer: &Answer) -> String {
         Some(node) => mesh_model::inventory::LayerScope::Node(node.clone()),
         None => mesh_model::inventory::LayerScope::Mesh,
     };
-    let mut out = answer.change.render_text(&describe(&answer.module, &scope));
+    let mut out = String::new();
+    if answer.raced > 0 {
+        let _ = writeln!(
+            out,
+            "the layer was changed by another writer while this was set: what follows is \
+             against the layer as they left it"
+        );
+    }
+    out.push_str(&answer.change.render_text(&describe(&answer.module, &scope)));
     if let Some(revision) = answer.kept_as_revision {
         let _ = writeln!(
             out,
