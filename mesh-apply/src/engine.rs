@@ -141,10 +141,15 @@ pub fn apply_archived_with(
     now: u64,
     seams: &Seams<'_>,
 ) -> Result<Report, ApplyError> {
+    // Containers are applied under their names on this machine; the report still names the
+    // declaration as sent.
+    let renamed = with_container_prefix(declaration, &config.container_prefix);
+    let sent = declaration;
+    let declaration = renamed.as_ref().unwrap_or(sent);
     // The digest is needed only for the marker and the report: it is hashed on another core
     // while the declaration is checked, the state read and the resources examined.
     std::thread::scope(|scope| {
-        let hashing = scope.spawn(|| declaration_digest(declaration));
+        let hashing = scope.spawn(|| declaration_digest(sent));
         let problems = declaration.problems();
         if !problems.is_empty() {
             return Err(ApplyError::Declaration {
@@ -164,6 +169,25 @@ pub fn apply_archived_with(
             Digest::Hashing(hashing),
         )
     })
+}
+
+/// `declaration` with every container under its name on this machine ([`HostConfig::container_prefix`]
+/// before its declared name); `None` when that changes nothing (no prefix, or no container).
+fn with_container_prefix(declaration: &Declaration, prefix: &str) -> Option<Declaration> {
+    let has_container = declaration
+        .resources
+        .iter()
+        .any(|r| matches!(r.spec, Spec::Container(_)));
+    if prefix.is_empty() || !has_container {
+        return None;
+    }
+    let mut renamed = declaration.clone();
+    for resource in &mut renamed.resources {
+        if let Spec::Container(container) = &mut resource.spec {
+            container.name = format!("{prefix}{}", container.name);
+        }
+    }
+    Some(renamed)
 }
 
 /// The declaration's digest, being hashed or known.

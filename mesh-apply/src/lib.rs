@@ -60,6 +60,25 @@ pub struct HostConfig {
     pub retry: RetryPolicy,
     /// The container runtime [`apply`] uses.
     pub containers: ContainerRuntimeChoice,
+    /// Put before every declared container's name to make its name on this machine (empty by
+    /// default: the declared name, `mesh-<module>-<container>`). Two hosts sharing one
+    /// machine's podman (the embedded mode, tests) each need their own, or they collide on
+    /// names: each refuses the other's container as made by another host. A report, a window
+    /// and the state name containers by their name on the machine.
+    pub container_prefix: String,
+}
+
+/// Whether `prefix` may start a container's name (`[A-Za-z0-9][A-Za-z0-9_.-]*`, as podman
+/// requires), or is empty.
+pub fn is_container_prefix(prefix: &str) -> bool {
+    let mut chars = prefix.chars();
+    match chars.next() {
+        None => true,
+        Some(first) => {
+            first.is_ascii_alphanumeric()
+                && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+        }
+    }
 }
 
 /// Which container runtime [`apply`] uses (DESIGN rule 8).
@@ -84,13 +103,14 @@ impl Default for ContainerRuntimeChoice {
 
 impl Default for HostConfig {
     /// Root `/`, state directory `/var/lib/mesh-host`, the default [`RetryPolicy`], the default
-    /// [`ContainerRuntimeChoice`] (podman).
+    /// [`ContainerRuntimeChoice`] (podman), no container prefix.
     fn default() -> Self {
         HostConfig {
             root: PathBuf::from("/"),
             state_dir: PathBuf::from("/var/lib/mesh-host"),
             retry: RetryPolicy::default(),
             containers: ContainerRuntimeChoice::default(),
+            container_prefix: String::new(),
         }
     }
 }

@@ -277,6 +277,47 @@ fn without_podman_a_container_fails_saying_podman_is_not_installed() {
     }
 }
 
+// Issue 15, point 14: two hosts on one machine (the embedded default's nodes, tests) collided
+// on container names — one module with a container on nodes `a` and `b` stopped at `b` with
+// "the container named `mesh-app-app` was made by the mesh of another host". Each host's names
+// now carry the prefix it is given.
+#[test]
+fn two_hosts_on_one_machine_run_the_same_container_under_their_own_prefixes() {
+    let (mut a, mut b) = (sandbox(), sandbox());
+    let (prefix_a, prefix_b) = (RunPrefix::new(), RunPrefix::new());
+    a.config.container_prefix = prefix_a.0.clone();
+    b.config.container_prefix = prefix_b.0.clone();
+    let declared = "mesh-app-app";
+    for host in [&a, &b] {
+        let report = run(host, vec![container("app", "app", declared)]);
+        assert_eq!(
+            outcome(&report, "app/container/app"),
+            &applied(&["created"]),
+            "{report:#?}"
+        );
+    }
+    for (host, prefix) in [(&a, &prefix_a), (&b, &prefix_b)] {
+        let machine_name = format!("{}{declared}", prefix.0);
+        assert_eq!(prefix.containers(), std::slice::from_ref(&machine_name));
+        let status = status(&host.config.root, &machine_name).unwrap();
+        assert!(status.running);
+        assert_eq!(
+            status.labels[mesh_apply::LABEL_HOST],
+            host.config.root.display().to_string()
+        );
+    }
+    // Applied again, each is unchanged; undeclared, each host removes only its own.
+    let report = run(&a, vec![container("app", "app", declared)]);
+    assert_eq!(outcome(&report, "app/container/app"), &Outcome::Unchanged);
+    let report = run(&a, vec![]);
+    assert!(matches!(
+        outcome(&report, "app/container/app"),
+        Outcome::Removed { .. }
+    ));
+    assert!(prefix_a.containers().is_empty());
+    assert_eq!(prefix_b.containers().len(), 1);
+}
+
 #[test]
 fn a_container_another_host_made_under_the_same_name_is_reported_and_left_alone() {
     // Several sandboxed hosts share one podman (the embedded mode, tests): each touches only

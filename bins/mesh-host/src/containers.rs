@@ -27,6 +27,29 @@ pub struct ContainerArgs {
         global = true
     )]
     pub podman_stop_timeout: u32,
+    /// Put before every declared container's name to make its name on this machine (letters,
+    /// digits, `_`, `.`, `-`; empty: the declared name, `mesh-<module>-<container>`). Two hosts
+    /// sharing one machine's podman each need their own, or they collide on names.
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        default_value = "",
+        env = "MESH_HOST_CONTAINER_PREFIX",
+        value_parser = container_prefix,
+        global = true
+    )]
+    pub container_prefix: String,
+}
+
+fn container_prefix(prefix: &str) -> Result<String, String> {
+    if mesh_apply::is_container_prefix(prefix) {
+        Ok(prefix.to_owned())
+    } else {
+        Err(format!(
+            "`{prefix}` cannot start a container's name: a letter or digit, then letters, digits, \
+             `_`, `.` or `-`"
+        ))
+    }
 }
 
 /// A container runtime by name.

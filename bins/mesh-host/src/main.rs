@@ -163,6 +163,7 @@ fn run() -> Result<ExitCode> {
                 root: cli.root,
                 state_dir: cli.state_dir,
                 containers: cli.containers.choice(),
+                container_prefix: cli.containers.container_prefix.clone(),
                 ..HostConfig::default()
             };
             window::run(
@@ -198,6 +199,7 @@ fn run() -> Result<ExitCode> {
                 root: cli.root,
                 state_dir: cli.state_dir,
                 containers: cli.containers.choice(),
+                container_prefix: cli.containers.container_prefix.clone(),
                 retry: mesh_apply::RetryPolicy {
                     initial_backoff_secs: first_retry.max(1),
                     ..mesh_apply::RetryPolicy::default()
@@ -223,6 +225,7 @@ fn run() -> Result<ExitCode> {
                 root: cli.root,
                 state_dir: cli.state_dir,
                 containers: cli.containers.choice(),
+                container_prefix: cli.containers.container_prefix.clone(),
                 ..HostConfig::default()
             };
             let contents = tokio::runtime::Runtime::new()?

@@ -66,6 +66,47 @@ impl Drop for Containers {
     }
 }
 
+/// A prefix of container names unique to this run and call (`mesh-test-<pid>-<n>-`); every
+/// container whose name starts with it is removed when it is dropped, whether or not the test
+/// named it, and whether or not the test passed.
+pub struct RunPrefix(pub String);
+
+impl RunPrefix {
+    pub fn new() -> Self {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        RunPrefix(format!("mesh-test-{}-{n}-", std::process::id()))
+    }
+
+    /// The names of the containers podman has under this prefix.
+    pub fn containers(&self) -> Vec<String> {
+        let output = Command::new("podman")
+            .args([
+                "ps",
+                "--all",
+                "--format",
+                "{{.Names}}",
+                "--filter",
+                &format!("name=^{}", self.0),
+            ])
+            .output()
+            .expect("podman runs");
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter(|name| name.starts_with(&self.0))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for RunPrefix {
+    fn drop(&mut self) {
+        for name in self.containers() {
+            remove(&name);
+        }
+    }
+}
+
 pub fn remove(name: &str) {
     let _ = Command::new("podman")
         .args(["rm", "--force", "--time", "0", name])
