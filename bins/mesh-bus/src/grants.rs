@@ -2,8 +2,12 @@
 //! `authorization { users = [...] }` block, composed from the nodes and what their modules are
 //! granted.
 //!
-//! Start at [`authorization_config`]: a pure function from [`BusAuthorization`] to the text the
-//! node holding the bus includes in its server configuration (and reloads). [`node_permissions`]
+//! Start at [`users_config`]: a pure function from [`BusUsers`] to the text the node holding the
+//! bus includes in its server configuration (and reloads). Each user proves itself with an
+//! NKey ([`UserCredential::Nkey`]: the file then holds its public key only, no secret; rule 31)
+//! or, until its node is enrolled, a password ([`UserCredential::Password`]);
+//! [`users_on_passwords`] names those still on one. [`authorization_config`] is the same for
+//! password users ([`BusAuthorization`]). [`node_permissions`]
 //! says what one node may do; [`bus_users`] is the list of users, which the controller compares
 //! to know whether the bus node must be sent first.
 //!
@@ -65,6 +69,67 @@ pub struct NodeGrants {
     pub subjects: Vec<String>,
 }
 
+/// How a user proves itself, as the server's users file holds it. `Debug` never shows a
+/// password.
+#[derive(Clone, PartialEq, Eq)]
+pub enum UserCredential {
+    /// A password, plain or a bcrypt hash (`$2a$…`): the file then holds it.
+    Password(String),
+    /// An NKey user public key (`U…`): the file holds no secret; the user signs with its
+    /// seed, which never leaves its machine.
+    Nkey(String),
+}
+
+impl std::fmt::Debug for UserCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UserCredential::Password(_) => f.write_str("Password(<hidden>)"),
+            UserCredential::Nkey(key) => f.debug_tuple("Nkey").field(key).finish(),
+        }
+    }
+}
+
+/// Who may use the bus, each user with its own credential: the controller and every node
+/// with what its modules are granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BusUsers {
+    /// The controller's credential.
+    pub controller: UserCredential,
+    /// Every node.
+    pub nodes: Vec<NodeUser>,
+}
+
+/// One node's credential and what its modules are granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeUser {
+    /// The node (a subject token: `[A-Za-z0-9_-]`).
+    pub node: String,
+    /// How it proves itself.
+    pub credential: UserCredential,
+    /// The state buckets its modules read and write.
+    pub buckets: Vec<String>,
+    /// The event subjects its modules publish and hear.
+    pub subjects: Vec<String>,
+}
+
+impl From<&BusAuthorization> for BusUsers {
+    fn from(authorization: &BusAuthorization) -> BusUsers {
+        BusUsers {
+            controller: UserCredential::Password(authorization.controller_password.clone()),
+            nodes: authorization
+                .nodes
+                .iter()
+                .map(|grants| NodeUser {
+                    node: grants.node.clone(),
+                    credential: UserCredential::Password(grants.password.clone()),
+                    buckets: grants.buckets.clone(),
+                    subjects: grants.subjects.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// What one user may publish and hear, sorted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Permissions {
@@ -92,6 +157,12 @@ pub enum GrantProblem {
     /// A user has no password.
     #[error("user `{user}` has an empty password")]
     EmptyPassword {
+        /// The user.
+        user: String,
+    },
+    /// A user's NKey is not a user public key (`U…`); a seed given by mistake is never echoed.
+    #[error("user `{user}`: its nkey is not an NKey user public key (U…, 56 characters)")]
+    Nkey {
         /// The user.
         user: String,
     },
@@ -181,7 +252,15 @@ pub fn patterns_overlap(a: &str, b: &str) -> bool {
 ///
 /// Buckets and subjects are sorted and deduplicated; the result does not depend on their order.
 pub fn node_permissions(grants: &NodeGrants) -> Permissions {
-    let node = &grants.node;
+    permissions_of(&grants.node, &grants.buckets, &grants.subjects)
+}
+
+/// What `user.node` may publish and hear: [`node_permissions`] whatever its credential.
+pub fn node_user_permissions(user: &NodeUser) -> Permissions {
+    permissions_of(&user.node, &user.buckets, &user.subjects)
+}
+
+fn permissions_of(node: &str, buckets: &[String], subjects: &[String]) -> Permissions {
     let consumer = jetstream::declaration_consumer(node);
     let declarations = jetstream::DECLARATIONS_STREAM;
     let mut publish = BTreeSet::from([
@@ -197,7 +276,7 @@ pub fn node_permissions(grants: &NodeGrants) -> Permissions {
         format!("{}.>", node_inbox_prefix(node)),
         "$SRV.>".to_owned(),
     ]);
-    for bucket in &grants.buckets {
+    for bucket in buckets {
         let stream = format!("KV_{bucket}");
         publish.extend([
             format!("$KV.{bucket}.>"),
@@ -212,7 +291,7 @@ pub fn node_permissions(grants: &NodeGrants) -> Permissions {
             format!("$JS.FC.{stream}.>"),
         ]);
     }
-    for subject in &grants.subjects {
+    for subject in subjects {
         publish.insert(subject.clone());
         subscribe.insert(subject.clone());
     }
@@ -224,23 +303,32 @@ pub fn node_permissions(grants: &NodeGrants) -> Permissions {
 
 /// Every problem with a set of grants, at once (none: it can be composed).
 pub fn check(authorization: &BusAuthorization) -> Vec<GrantProblem> {
+    check_users(&BusUsers::from(authorization))
+}
+
+/// Every problem with a set of users, at once (none: it can be composed).
+pub fn check_users(users: &BusUsers) -> Vec<GrantProblem> {
     let mut problems = Vec::new();
-    let mut password = |user: String, password: &str| {
-        if password.is_empty() {
+    let mut credential = |user: String, credential: &UserCredential| match credential {
+        UserCredential::Password(password) if password.is_empty() => {
             problems.push(GrantProblem::EmptyPassword { user });
-        } else if password.chars().any(char::is_control) {
+        }
+        UserCredential::Password(password) if password.chars().any(char::is_control) => {
             problems.push(GrantProblem::Password { user });
         }
+        UserCredential::Password(_) => {}
+        UserCredential::Nkey(key) => {
+            if !crate::keys::is_user_public_key(key) {
+                problems.push(GrantProblem::Nkey { user });
+            }
+        }
     };
-    password(
-        CONTROLLER_USER.to_owned(),
-        &authorization.controller_password,
-    );
-    for grants in &authorization.nodes {
-        password(node_user(&grants.node), &grants.password);
+    credential(CONTROLLER_USER.to_owned(), &users.controller);
+    for user in &users.nodes {
+        credential(node_user(&user.node), &user.credential);
     }
     let mut seen = BTreeSet::new();
-    for grants in &authorization.nodes {
+    for grants in &users.nodes {
         let node = &grants.node;
         if !is_name(node) {
             problems.push(GrantProblem::NodeName { node: node.clone() });
@@ -285,12 +373,53 @@ pub fn check(authorization: &BusAuthorization) -> Vec<GrantProblem> {
 /// The bus's users, sorted: the controller's and one per node. When this list changes, the
 /// node holding the bus is sent first (rule 13).
 pub fn bus_users(authorization: &BusAuthorization) -> Vec<String> {
-    let mut users: Vec<String> = std::iter::once(CONTROLLER_USER.to_owned())
-        .chain(authorization.nodes.iter().map(|n| node_user(&n.node)))
+    users_of(&BusUsers::from(authorization))
+}
+
+/// The users of a [`BusUsers`], sorted, as [`bus_users`].
+pub fn users_of(users: &BusUsers) -> Vec<String> {
+    let mut names: Vec<String> = std::iter::once(CONTROLLER_USER.to_owned())
+        .chain(users.nodes.iter().map(|n| node_user(&n.node)))
         .collect();
-    users.sort();
-    users.dedup();
-    users
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The users still proving themselves with a password (not yet enrolled with an NKey), sorted:
+/// what `status` names.
+pub fn users_on_passwords(users: &BusUsers) -> Vec<String> {
+    let mut names: Vec<String> = std::iter::once((CONTROLLER_USER.to_owned(), &users.controller))
+        .chain(
+            users
+                .nodes
+                .iter()
+                .map(|n| (node_user(&n.node), &n.credential)),
+        )
+        .filter(|(_, credential)| matches!(credential, UserCredential::Password(_)))
+        .map(|(name, _)| name)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// A user's opening lines in the users file: its name and credential. An NKey user is known
+/// to the server by its key alone (it takes no `user`), so its name is a comment the mesh
+/// reads back ([`permissions_in_config`]).
+fn user_entry(out: &mut String, user: &str, credential: &UserCredential) {
+    match credential {
+        UserCredential::Password(password) => out.push_str(&format!(
+            "      user: {}\n      password: {}\n",
+            quoted(user),
+            quoted(password)
+        )),
+        UserCredential::Nkey(key) => out.push_str(&format!(
+            "      # user: {}\n      nkey: {}\n",
+            quoted(user),
+            quoted(key)
+        )),
+    }
 }
 
 fn quoted(text: &str) -> String {
@@ -327,29 +456,39 @@ fn list(out: &mut String, key: &str, items: &[String]) {
 /// # Errors
 /// Every [`GrantProblem`] at once (see [`check`]).
 pub fn authorization_config(authorization: &BusAuthorization) -> Result<String, Vec<GrantProblem>> {
-    let problems = check(authorization);
+    users_config(&BusUsers::from(authorization))
+}
+
+/// The server's `authorization` block for `users`: the controller may do everything, each node
+/// what [`node_permissions`] says; each user with its credential — an NKey's public key (no
+/// secret in the file) or a password. With every user on an NKey, the file is no secret.
+///
+/// # Guarantees
+/// Pure and deterministic, as [`authorization_config`]; for users all on passwords the bytes
+/// are [`authorization_config`]'s.
+///
+/// # Errors
+/// Every [`GrantProblem`] at once (see [`check_users`]).
+pub fn users_config(users: &BusUsers) -> Result<String, Vec<GrantProblem>> {
+    let problems = check_users(users);
     if !problems.is_empty() {
         return Err(problems);
     }
-    let mut nodes: Vec<&NodeGrants> = authorization.nodes.iter().collect();
+    let mut nodes: Vec<&NodeUser> = users.nodes.iter().collect();
     nodes.sort_by(|a, b| a.node.cmp(&b.node));
     let mut out = String::from(
         "# The mesh's bus users and what each may do (rule 13), composed by mesh-controller.\n\
          # Do not edit: the next send replaces it.\n\
          authorization {\n  users = [\n",
     );
-    out.push_str(&format!(
-        "    {{\n      user: {}\n      password: {}\n    }}\n",
-        quoted(CONTROLLER_USER),
-        quoted(&authorization.controller_password)
-    ));
-    for grants in nodes {
-        let permissions = node_permissions(grants);
-        out.push_str(&format!(
-            "    {{\n      user: {}\n      password: {}\n      permissions: {{\n",
-            quoted(&node_user(&grants.node)),
-            quoted(&grants.password)
-        ));
+    out.push_str("    {\n");
+    user_entry(&mut out, CONTROLLER_USER, &users.controller);
+    out.push_str("    }\n");
+    for user in nodes {
+        let permissions = node_user_permissions(user);
+        out.push_str("    {\n");
+        user_entry(&mut out, &node_user(&user.node), &user.credential);
+        out.push_str("      permissions: {\n");
         list(&mut out, "publish", &permissions.publish);
         list(&mut out, "subscribe", &permissions.subscribe);
         out.push_str("        allow_responses: true\n      }\n    }\n");
@@ -390,7 +529,10 @@ pub fn permissions_in_config(text: &str) -> std::collections::BTreeMap<String, P
                     List::Subscribe => permissions.subscribe.push(item),
                 }
             }
-        } else if let Some(rest) = line.strip_prefix("user:") {
+        } else if let Some(rest) = line
+            .strip_prefix("user:")
+            .or_else(|| line.strip_prefix("# user:"))
+        {
             user = unquoted(rest.trim());
             list = None;
         } else if line == "publish: {" {

@@ -17,8 +17,10 @@
 //!   that needs them is sent (rule 13);
 //! - [`records`]: the controller's records in a key-value bucket, for a controller that may
 //!   restart anywhere;
-//! - [`nats_server`]: a loopback `nats-server` for tests, benchmarks and the demo, and
-//!   [`nats_cluster`]: a loopback cluster of them (`$MESH_NATS_SERVER` chooses the binary).
+//! - [`nats_server`]: a loopback `nats-server` for tests, benchmarks and the demo (TLS too), and
+//!   [`nats_cluster`]: a loopback cluster of them (`$MESH_NATS_SERVER` chooses the binary);
+//! - [`keys`]: NKeys — a node's seed made and kept on its host, its public key in the users
+//!   file (rule 31); TLS is [`BusTls`] on [`NatsOptions`].
 //!
 //! # Invariants
 //! - Payloads are bytes: the bus knows nothing of declarations or reports, which are
@@ -39,6 +41,7 @@ pub mod discovery;
 pub mod grants;
 pub mod in_process;
 pub mod jetstream;
+pub mod keys;
 pub mod nats;
 pub mod nats_cluster;
 pub mod nats_server;
@@ -48,7 +51,7 @@ pub mod subjects;
 pub mod version;
 
 pub use in_process::InProcessBus;
-pub use nats::{BusTls, ClientCertificate, NatsBus, NatsError, NatsOptions};
+pub use nats::{BusTls, ClientCertificate, NatsBus, NatsError, NatsOptions, NodeSecret};
 
 use std::time::Duration;
 

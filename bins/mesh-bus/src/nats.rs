@@ -146,8 +146,8 @@ pub enum NatsError {
     },
 }
 
-/// How a client proves who it is to the server.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How a client proves who it is to the server. `Debug` never shows a password or seed.
+#[derive(Clone, PartialEq, Eq)]
 pub enum Credentials {
     /// A user and password, as in the server's `authorization { users = [...] }` block
     /// (see [`crate::grants::authorization_config`]).
@@ -157,6 +157,60 @@ pub enum Credentials {
         /// Its password.
         password: String,
     },
+    /// An NKey: the client signs the server's nonce with its seed, and the server knows the
+    /// user by its public key (see [`crate::grants::users_config`], [`crate::keys`]).
+    Nkey {
+        /// The mesh's name for the user (`node-<node>`, `controller`), for messages only: the
+        /// server knows the user by its key.
+        user: String,
+        /// The user's seed (`SU…`).
+        seed: String,
+    },
+}
+
+impl Credentials {
+    /// The mesh's name for the user these credentials are.
+    pub fn user(&self) -> &str {
+        match self {
+            Credentials::UserPassword { user, .. } | Credentials::Nkey { user, .. } => user,
+        }
+    }
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credentials::UserPassword { user, .. } => f
+                .debug_struct("UserPassword")
+                .field("user", user)
+                .field("password", &"<hidden>")
+                .finish(),
+            Credentials::Nkey { user, .. } => f
+                .debug_struct("Nkey")
+                .field("user", user)
+                .field("seed", &"<hidden>")
+                .finish(),
+        }
+    }
+}
+
+/// What a node proves itself with: its password (what the controller made) or its NKey seed
+/// (what `mesh-host keygen` made on the host). `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub enum NodeSecret {
+    /// A password.
+    Password(String),
+    /// An NKey user seed (`SU…`).
+    NkeySeed(String),
+}
+
+impl std::fmt::Debug for NodeSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeSecret::Password(_) => f.write_str("Password(<hidden>)"),
+            NodeSecret::NkeySeed(_) => f.write_str("NkeySeed(<hidden>)"),
+        }
+    }
 }
 
 /// Where and how to connect.
@@ -242,6 +296,36 @@ impl NatsOptions {
             name: Some(format!("mesh-host {node}")),
             inbox_prefix: Some(crate::grants::node_inbox_prefix(node)),
             ..NatsOptions::new(url)
+        }
+    }
+
+    /// Options for `node`'s host signing with its NKey `seed`, with its own inbox prefix.
+    pub fn for_node_nkey(url: impl Into<String>, node: &str, seed: impl Into<String>) -> Self {
+        NatsOptions {
+            credentials: Some(Credentials::Nkey {
+                user: crate::grants::node_user(node),
+                seed: seed.into(),
+            }),
+            ..NatsOptions::for_node(url, node, String::new())
+        }
+    }
+
+    /// Options for `node`'s host with whichever secret it has.
+    pub fn for_node_with(url: impl Into<String>, node: &str, secret: &NodeSecret) -> Self {
+        match secret {
+            NodeSecret::Password(password) => NatsOptions::for_node(url, node, password.clone()),
+            NodeSecret::NkeySeed(seed) => NatsOptions::for_node_nkey(url, node, seed.clone()),
+        }
+    }
+
+    /// Options for the controller signing with its NKey `seed` (which stays on its machine).
+    pub fn for_controller_nkey(url: impl Into<String>, seed: impl Into<String>) -> Self {
+        NatsOptions {
+            credentials: Some(Credentials::Nkey {
+                user: crate::grants::CONTROLLER_USER.to_owned(),
+                seed: seed.into(),
+            }),
+            ..NatsOptions::for_controller(url, String::new())
         }
     }
 
@@ -418,8 +502,12 @@ impl NatsBus {
                     }
                 }
             });
-        if let Some(Credentials::UserPassword { user, password }) = &options.credentials {
-            connect = connect.user_and_password(user.clone(), password.clone());
+        match &options.credentials {
+            Some(Credentials::UserPassword { user, password }) => {
+                connect = connect.user_and_password(user.clone(), password.clone());
+            }
+            Some(Credentials::Nkey { seed, .. }) => connect = connect.nkey(seed.clone()),
+            None => {}
         }
         if let Some(name) = &options.name {
             connect = connect.name(name);

@@ -257,7 +257,9 @@ fn said(refusal: &Refusal) -> String {
 
 fn user_of(options: &NatsOptions) -> String {
     match &options.credentials {
-        Some(Credentials::UserPassword { user, .. }) => user.clone(),
+        Some(credentials @ (Credentials::UserPassword { .. } | Credentials::Nkey { .. })) => {
+            credentials.user().to_owned()
+        }
         None => "(no user)".to_owned(),
     }
 }

@@ -87,7 +87,7 @@ async fn start_hosts(
         let config = mesh_host::serve::ServeConfig {
             node: name.clone(),
             bus_url: url.to_owned(),
-            password: "unused".into(),
+            secret: mesh_bus::NodeSecret::Password("unused".into()),
             bus_tls: mesh_bus::BusTls::default(),
             host: HostConfig {
                 root,

@@ -24,6 +24,39 @@
 pub mod archives;
 pub mod serve;
 
+/// Where, under the state directory, the host keeps its NKey seed (`mesh-host keygen` makes
+/// it, mode 0600; it never leaves this machine): `<state-dir>/bus/nkey.seed`.
+pub const NKEY_SEED_FILE: &str = "bus/nkey.seed";
+
+/// Makes this host's NKey (or finds the one it has) under `state_dir` (see
+/// [`NKEY_SEED_FILE`]): the public key is what the operator enrolls with the controller.
+///
+/// # Guarantees
+/// The seed is written 0600 in a 0700 directory and never replaced: a second call answers
+/// the same public key.
+///
+/// # Errors
+/// [`mesh_bus::keys::KeyError`] when the seed cannot be written, or the one there is not a
+/// seed or is readable by others.
+pub fn keygen(
+    state_dir: &std::path::Path,
+) -> Result<mesh_bus::keys::MadeSeed, mesh_bus::keys::KeyError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = state_dir.join(NKEY_SEED_FILE);
+    if let Some(dir) = path.parent() {
+        let made_dir = |source| {
+            mesh_bus::keys::KeyError::File(mesh_store::secret::SecretFileError::Io {
+                path: dir.to_owned(),
+                operation: "make the directory",
+                source,
+            })
+        };
+        std::fs::create_dir_all(dir).map_err(made_dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(made_dir)?;
+    }
+    mesh_bus::keys::make_seed_file(&path)
+}
+
 pub use archives::ArchiveSource;
 
 use mesh_apply::{ArchivedContents, HostConfig};

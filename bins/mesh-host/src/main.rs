@@ -37,8 +37,9 @@ struct Cli {
     #[arg(long, value_name = "URL")]
     bus: Option<String>,
     /// A file holding the node's bus password, as the controller keeps it under
-    /// `<home>/bus/passwords/<node>` (`serve`).
-    #[arg(long, value_name = "FILE")]
+    /// `<home>/bus/passwords/<node>` (`serve`, until the node is enrolled with an NKey; without
+    /// it, `serve` signs with the seed `keygen` made).
+    #[arg(long, value_name = "FILE", env = "MESH_BUS_PASSWORD_FILE")]
     password_file: Option<PathBuf>,
     #[command(flatten)]
     bus_tls: BusTlsArgs,
@@ -109,7 +110,15 @@ enum Command {
         /// The declaration, as `mesh-controller plan NODE --output json` prints it.
         file: PathBuf,
     },
-    /// Runs as the node's daemon on a fleet (needs `--node`, `--bus`, `--password-file`).
+    /// Makes this host's NKey for the bus (or shows the one it has): writes the seed to
+    /// `<state-dir>/bus/nkey.seed`, mode 0600 (it never leaves this machine), and prints the
+    /// public key to enroll: `mesh-controller node enroll NODE PUBLIC-KEY`.
+    ///
+    /// A seed already there is kept, never replaced: remove the file to make a new key, and
+    /// enroll the new public key.
+    Keygen,
+    /// Runs as the node's daemon on a fleet (needs `--node`, `--bus`, and `--password-file` or
+    /// the seed `keygen` made).
     ///
     /// It reads its declarations from the bus (its JetStream consumer, so one sent while it
     /// was down is not lost), applies each, reports on every apply and on a heartbeat, applies
@@ -172,6 +181,36 @@ fn run() -> Result<ExitCode> {
                 matches!(cli.output, Output::Json),
                 mesh_host::now(),
             )
+        }
+        Command::Keygen => {
+            let made = mesh_host::keygen(&cli.state_dir)
+                .with_context(|| format!("making the bus key under {}", cli.state_dir.display()))?;
+            match cli.output {
+                Output::Json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({
+                        "public_key": made.public_key,
+                        "seed_file": made.path,
+                        "made": made.made,
+                    }))?
+                ),
+                Output::Text => {
+                    let said = if made.made {
+                        "made"
+                    } else {
+                        "already there, kept"
+                    };
+                    println!("{}", made.public_key);
+                    eprintln!(
+                        "seed {} ({said}; mode 0600, it never leaves this machine)\n\
+                         enroll it on the controller: mesh-controller node enroll {} {}",
+                        made.path.display(),
+                        cli.node.as_deref().unwrap_or("NODE"),
+                        made.public_key
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::Archives => {
             let listing = mesh_host::archives::list_cache(&cli.state_dir).with_context(|| {
@@ -289,10 +328,22 @@ fn serve(
     host: HostConfig,
     heartbeat: u64,
 ) -> Result<ExitCode> {
-    let (Some(node), Some(bus_url), Some(password_file)) = (node, bus, password_file) else {
-        eprintln!("error: serve needs --node NODE, --bus URL and --password-file FILE");
+    let (Some(node), Some(bus_url)) = (node, bus) else {
+        eprintln!(
+            "error: serve needs --node NODE, --bus URL, and --password-file FILE or the seed \
+             `mesh-host keygen` makes"
+        );
         return Ok(ExitCode::from(2));
     };
+    let seed_file = host.state_dir.join(mesh_host::NKEY_SEED_FILE);
+    if password_file.is_none() && !seed_file.exists() {
+        eprintln!(
+            "error: serve needs --password-file FILE, or a seed: run `mesh-host --state-dir {} \
+             keygen` and enroll the public key it prints",
+            host.state_dir.display()
+        );
+        return Ok(ExitCode::from(2));
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("MESH_LOG")
@@ -300,16 +351,23 @@ fn serve(
         )
         .with_writer(std::io::stderr)
         .init();
-    let password = std::fs::read_to_string(&password_file)
-        .with_context(|| format!("reading the password file {}", password_file.display()))?
-        .trim_end_matches(['\n', '\r'])
-        .to_owned();
+    let secret = match &password_file {
+        Some(password_file) => mesh_bus::NodeSecret::Password(
+            std::fs::read_to_string(password_file)
+                .with_context(|| format!("reading the password file {}", password_file.display()))?
+                .trim_end_matches(['\n', '\r'])
+                .to_owned(),
+        ),
+        None => mesh_bus::NodeSecret::NkeySeed(
+            mesh_bus::keys::read_seed_file(&seed_file).context("reading the bus seed")?,
+        ),
+    };
     std::fs::create_dir_all(&host.state_dir)
         .with_context(|| format!("making the state directory {}", host.state_dir.display()))?;
     let config = mesh_host::serve::ServeConfig {
         node,
         bus_url,
-        password,
+        secret,
         bus_tls,
         host,
         archives,

@@ -66,8 +66,9 @@ pub struct ServeConfig {
     pub node: String,
     /// The bus, e.g. `nats://bus.example:4222`.
     pub bus_url: String,
-    /// The node's bus password (the controller keeps it under `<home>/bus/passwords/<node>`).
-    pub password: String,
+    /// What the node proves itself with: its NKey seed (`mesh-host keygen`), or until it is
+    /// enrolled its bus password (the controller keeps it under `<home>/bus/passwords/<node>`).
+    pub secret: mesh_bus::NodeSecret,
     /// How the bus server is checked (its CA) and this host's certificate for mTLS.
     pub bus_tls: mesh_bus::BusTls,
     /// Root prefix, state directory, retry policy.
@@ -132,7 +133,7 @@ async fn connect(
     config: &ServeConfig,
     shutdown: &mut (impl Future<Output = ()> + Unpin),
 ) -> Option<NatsBus> {
-    let options = NatsOptions::for_node(&config.bus_url, &config.node, &config.password)
+    let options = NatsOptions::for_node_with(&config.bus_url, &config.node, &config.secret)
         .with_tls(config.bus_tls.clone());
     loop {
         match NatsBus::connect(&options).await {

@@ -7,6 +7,7 @@ mod contract;
 mod discovery;
 mod grants;
 mod merges;
+mod nkey_users;
 mod permissions;
 mod records;
 mod tls;
