@@ -37,9 +37,22 @@ pub struct Supersession {
     pub superseded: Vec<SupersededPlan>,
 }
 
-/// Whether `plan` was made before `newer` (by `made_at`, never by commit; ids break a tie).
+/// Where a plan stands in the order plans were made: by `made_at` (never by commit), a tie
+/// broken by the id's number (`plan-9` before `plan-10`: its trailing digits, compared as a
+/// number), and then by the id itself.
+fn made_order(plan: &Plan) -> (u64, Option<u64>, &str) {
+    (plan.made_at, id_number(&plan.id), &plan.id)
+}
+
+/// The number an id ends with (`plan-10` → 10), if it ends with one.
+fn id_number(id: &str) -> Option<u64> {
+    let digits = id.len() - id.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    id[id.len() - digits..].parse().ok()
+}
+
+/// Whether `plan` was made before `newer`.
 fn made_before(plan: &Plan, newer: &Plan) -> bool {
-    (plan.made_at, &plan.id) < (newer.made_at, &newer.id)
+    made_order(plan) < made_order(newer)
 }
 
 /// The modules of `plan` not yet built, and those built and not rolled out to the end, each in
@@ -79,7 +92,7 @@ pub fn supersede(newer: &Plan, plans: &[Plan]) -> Supersession {
                 && made_before(p, newer)
         })
         .collect();
-    older.sort_by(|a, b| (a.made_at, &a.id).cmp(&(b.made_at, &b.id)));
+    older.sort_by(|a, b| made_order(a).cmp(&made_order(b)));
     // Names gathered by reference, sorted once, and made owned once each (a name folded in
     // from two plans is not copied twice).
     let mut modules: Vec<&str> = newer.modules.iter().map(String::as_str).collect();
@@ -290,6 +303,52 @@ mod tests {
              pc catalogue main 60 closed forgotten
              p4 catalogue main 400 building later"
         ));
+    }
+
+    /// Issue 15, point 7: plans were ordered by id as a string, so `plan-10` came before
+    /// `plan-9` — hidden while `made_at` was forced to increase. Two plans made in one second
+    /// are ordered by their number.
+    #[test]
+    fn plans_made_in_one_second_are_ordered_by_number_not_by_id_as_text() {
+        let newer = plan("plan-10 catalogue main 100 building b");
+        let older = plan("plan-9 catalogue main 100 building a");
+        let taken = supersede(&newer, std::slice::from_ref(&older));
+        assert_eq!(
+            taken.superseded.iter().map(|p| &p.id).collect::<Vec<_>>(),
+            ["plan-9"]
+        );
+        assert_eq!(
+            taken.modules.iter().collect::<Vec<_>>(),
+            ["a", "b"],
+            "plan-10 takes over plan-9's unbuilt module"
+        );
+        // And plan-9 does not take over plan-10, which was made after it.
+        assert!(supersede(&older, std::slice::from_ref(&newer))
+            .superseded
+            .is_empty());
+        // Oldest first, by number within a second, by time across seconds.
+        let newest = plan("plan-11 catalogue main 101 building c");
+        let kept = [
+            plan("plan-10 catalogue main 100 building b"),
+            plan("plan-2 catalogue main 100 building x"),
+            plan("plan-9 catalogue main 100 building a"),
+            plan("plan-1 catalogue main 99 building y"),
+        ];
+        assert_eq!(
+            supersede(&newest, &kept)
+                .superseded
+                .iter()
+                .map(|p| p.id.as_str())
+                .collect::<Vec<_>>(),
+            ["plan-1", "plan-2", "plan-9", "plan-10"]
+        );
+        // When plans were made wins over their numbers.
+        let made_later = plan("plan-3 catalogue main 200 building z");
+        assert!(
+            supersede(&plan("plan-4 catalogue main 150 building w"), &[made_later])
+                .superseded
+                .is_empty()
+        );
     }
 
     #[test]

@@ -317,14 +317,8 @@ fn make_plan(
         repository: repo.name.clone(),
         branch: repo.branch.clone(),
         commit: commit.to_owned(),
-        // Strictly after every plan made before it: supersede orders plans by `made_at`, and
-        // two made within one second would otherwise tie.
-        made_at: plans
-            .iter()
-            .map(|p| p.plan.made_at + 1)
-            .max()
-            .unwrap_or(0)
-            .max(mesh_host::now()),
+        // Supersede orders plans by when they were made, a tie (two in one second) by number.
+        made_at: mesh_host::now(),
         modules: changed.iter().cloned().collect(),
         tiers: Vec::new(),
         rollouts: BTreeMap::new(),
