@@ -202,9 +202,9 @@ fn open_records(cli: &Cli) -> anyhow::Result<Arc<dyn RecordStore>> {
         .bus_password_file
         .clone()
         .unwrap_or_else(|| cli.home.join("bus/passwords/controller"));
-    let password = std::fs::read_to_string(&file)
-        .with_context(|| format!("reading the bus password file {}", file.display()))?;
-    let options = NatsOptions::for_controller(url, password.trim_end_matches(['\n', '\r']));
+    let password =
+        mesh_store::secret::read_secret(&file).context("the controller's bus password")?;
+    let options = NatsOptions::for_controller(url, password);
     let records = KvRecords::open(&NatsOptions {
         name: Some("mesh-collector".to_owned()),
         tls: mesh_bus::BusTls {

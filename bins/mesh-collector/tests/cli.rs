@@ -134,7 +134,19 @@ fn on_a_fleet_the_records_are_read_from_the_bus() {
     let url = server.url();
     // The test server has no users: the controller's password is not checked.
     std::fs::create_dir_all(home.path().join("bus/passwords")).unwrap();
-    std::fs::write(home.path().join("bus/passwords/controller"), "unchecked\n").unwrap();
+    let password_file = home.path().join("bus/passwords/controller");
+    std::fs::write(&password_file, "unchecked-7c2e\n").unwrap();
+    // A password file others may read is refused before the bus is reached (issue 17).
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&password_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, _, stderr) = collector(home.path(), &store, &["--bus", &url, "sweep", "--dry-run"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("readable by others (mode 0644)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("unchecked-7c2e"), "{stderr}");
+    std::fs::set_permissions(&password_file, std::fs::Permissions::from_mode(0o600)).unwrap();
     // Without --bus this home holds no records: nothing would be kept.
     let local = check(home.path(), &store, &["sweep", "--dry-run"], 0);
     assert!(local.contains("kept 0"), "{local}");

@@ -353,10 +353,7 @@ fn serve(
         .init();
     let secret = match &password_file {
         Some(password_file) => mesh_bus::NodeSecret::Password(
-            std::fs::read_to_string(password_file)
-                .with_context(|| format!("reading the password file {}", password_file.display()))?
-                .trim_end_matches(['\n', '\r'])
-                .to_owned(),
+            mesh_store::secret::read_secret(password_file).context("the node's bus password")?,
         ),
         None => mesh_bus::NodeSecret::NkeySeed(
             mesh_bus::keys::read_seed_file(&seed_file).context("reading the bus seed")?,

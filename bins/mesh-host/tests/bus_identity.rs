@@ -124,6 +124,22 @@ async fn a_host_signs_with_the_seed_keygen_made_and_a_seed_others_can_read_is_re
         command
     };
 
+    // A password file others may read: refused before anything is sent, as the seed is.
+    let password_file = dir.path().join("bus-password");
+    std::fs::write(&password_file, "pw-6b1f\n").unwrap();
+    std::fs::set_permissions(&password_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let refused = serve(0o600)
+        .env("MESH_BUS_PASSWORD_FILE", &password_file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("readable by others (mode 0644)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("pw-6b1f"), "{stderr}");
+
     // A seed others may read: refused before anything is sent.
     let refused = serve(0o644).output().unwrap();
     let stderr = String::from_utf8_lossy(&refused.stderr);

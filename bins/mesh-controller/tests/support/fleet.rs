@@ -293,6 +293,10 @@ impl Bed {
         if !password_file.exists() {
             let password = self.expect(&["broker", "password", node], 0);
             write(&password_file, &password);
+            // As an operator installs it: `install -m 0600` (a host refuses one others read).
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&password_file, std::fs::Permissions::from_mode(0o600))
+                .unwrap();
         }
         let child =
             Command::new(host_binary())
