@@ -228,10 +228,57 @@ fn push_holds_a_running_containers_moved_mount_for_that_node_only() {
         "home kept what it ran"
     );
 
+    // Issue 15, point 12: this once accepted exit 3 (not converged) and never looked at the
+    // container. The move is sent, applied, and the container runs with the new directory.
     let run = mesh.run(&["push", "home", "--move", "media"]);
-    assert!(run.code == 0 || run.code == 3, "{}", run.stderr);
+    assert_eq!(
+        run.code, 0,
+        "stdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
     assert!(run.stdout.contains("home: sent"), "{}", run.stdout);
-    assert!(mesh.root("home").join("mnt/disk2/media").is_dir());
+    let moved_to = mesh.root("home").join("mnt/disk2/media");
+    assert!(moved_to.is_dir());
+    let mounts = container_mounts(&mesh, "home");
+    let sources: Vec<&str> = mounts
+        .iter()
+        .filter(|(_, destination)| destination == "/media")
+        .map(|(source, _)| source.as_str())
+        .collect();
+    assert_eq!(
+        sources,
+        [moved_to.to_str().unwrap()],
+        "the container's /media is the new directory: {mounts:?}"
+    );
+}
+
+/// Every mount (source, destination) of the containers `node`'s host made, read from podman.
+fn container_mounts(mesh: &Mesh, node: &str) -> Vec<(String, String)> {
+    let label = format!("label=io.mesh.host={}", mesh.root(node).display());
+    let ids = std::process::Command::new("podman")
+        .args(["ps", "--quiet", "--filter", &label])
+        .output()
+        .expect("podman runs");
+    assert!(ids.status.success(), "{ids:?}");
+    let ids = String::from_utf8(ids.stdout).unwrap();
+    let ids: Vec<&str> = ids.split_whitespace().collect();
+    assert_eq!(ids.len(), 1, "one running container on {node}: {ids:?}");
+    let out = std::process::Command::new("podman")
+        .args([
+            "inspect",
+            "--format",
+            "{{range .Mounts}}{{.Source}} {{.Destination}}\n{{end}}",
+            ids[0],
+        ])
+        .output()
+        .expect("podman runs");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .map(|(source, destination)| (source.to_owned(), destination.to_owned()))
+        .collect()
 }
 
 #[test]
