@@ -7,6 +7,7 @@ use crate::fsops::{self, Wanted};
 use crate::order::{units_in_order, Unit};
 use crate::paths::{is_ancestor, Opened, Resolved, RootPaths};
 use crate::podman::Podman;
+use crate::progress::{pause_point, ApplyProgress, NoProgress};
 use crate::state::STATE_FORMAT;
 use crate::state::{FailureRecord, InProgress, Origin, Record, StateDir, StateFile, Target};
 use crate::{ApplyError, ContainerRuntimeChoice, HostConfig};
@@ -26,6 +27,8 @@ pub struct Seams<'a> {
     pub accounts: &'a dyn Accounts,
     /// Containers.
     pub containers: &'a dyn ContainerRuntime,
+    /// Told before the apply changes anything ([`crate::NoProgress`] when nobody listens).
+    pub progress: &'a dyn ApplyProgress,
 }
 
 /// Applies a declaration to the machine under `config.root`; `now` is seconds since the epoch.
@@ -114,6 +117,21 @@ pub fn apply_archived(
     contents: &ArchivedContents,
     now: u64,
 ) -> Result<Report, ApplyError> {
+    apply_archived_live(config, declaration, contents, now, &NoProgress)
+}
+
+/// [`apply_archived`], telling `progress` before the first change (rule 30: a daemon publishes
+/// the `mid-change` report it is given).
+///
+/// # Errors
+/// As [`apply_with`].
+pub fn apply_archived_live(
+    config: &HostConfig,
+    declaration: &Declaration,
+    contents: &ArchivedContents,
+    now: u64,
+    progress: &dyn ApplyProgress,
+) -> Result<Report, ApplyError> {
     let accounts = ShadowUtils::new(&config.root);
     let podman;
     let containers: &dyn ContainerRuntime = match &config.containers {
@@ -126,6 +144,7 @@ pub fn apply_archived(
     let seams = Seams {
         accounts: &accounts,
         containers,
+        progress,
     };
     apply_archived_with(config, declaration, contents, now, &seams)
 }
@@ -297,6 +316,7 @@ fn apply_examined<'s>(
         findings: engine.findings,
         windows: windows.iter().map(crate::window::summary).collect(),
         resumed_from_mid_change: interrupted.is_some(),
+        drift: Vec::new(),
         started_at: now,
         finished_at: now,
     })
@@ -527,6 +547,23 @@ impl<'a> Engine<'a, '_> {
                 declaration: self.digest.get().to_owned(),
                 started_at: self.now,
             };
+            self.seams.progress.changing(&Report {
+                format: REPORT_FORMAT,
+                node: self.declaration.node.clone(),
+                declaration: marker.declaration.clone(),
+                machine: MachineState::MidChange,
+                resources: BTreeMap::new(),
+                undeclared: BTreeMap::new(),
+                findings: vec![Finding {
+                    resource: String::new(),
+                    message: format!("applying declaration {}", marker.declaration),
+                }],
+                windows: Vec::new(),
+                resumed_from_mid_change: false,
+                drift: Vec::new(),
+                started_at: self.now,
+                finished_at: self.now,
+            });
             self.dir.write_in_progress(&marker)?;
             self.marked = true;
         }
@@ -1478,6 +1515,7 @@ impl<'a> Engine<'a, '_> {
         let mut committed: Vec<Committed> = Vec::with_capacity(staged.len());
         let mut changes: Vec<Vec<String>> = Vec::with_capacity(staged.len());
         for (index, step) in staged.iter().enumerate() {
+            pause_point("commit", &members[index].id);
             match self.commit(members[index], step) {
                 Ok((done, changed)) => {
                     committed.push(done);

@@ -31,6 +31,7 @@ mod fsops;
 mod order;
 mod paths;
 mod podman;
+pub mod progress;
 pub mod state;
 pub mod window;
 
@@ -38,12 +39,16 @@ pub use accounts::{
     AccountDatabase, AccountSource, Accounts, AccountsError, GroupEntry, ShadowUtils, UserEntry,
 };
 pub use containers::{ContainerRuntime, DeclaredContainer, NoContainerRuntime, NOT_SUPPORTED};
-pub use engine::{apply, apply_archived, apply_archived_with, apply_with, ArchivedContents, Seams};
+pub use engine::{
+    apply, apply_archived, apply_archived_live, apply_archived_with, apply_with, ArchivedContents,
+    Seams,
+};
 pub use podman::{
     ContainerStatus, Podman, PodmanConfig, PodmanError, RunMount, RunSpec, LABEL_HOST,
     LABEL_MADE_BY, LABEL_MODULE, LABEL_RESOURCE, LABEL_SPEC, LABEL_SPEC_DIGEST, MADE_BY,
     RUN_SPEC_FORMAT,
 };
+pub use progress::{ApplyProgress, NoProgress};
 pub use state::is_mid_change;
 
 use std::path::PathBuf;

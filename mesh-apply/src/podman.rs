@@ -34,6 +34,7 @@ use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 /// Label: the mesh made this container (value `mesh-host`).
 pub const LABEL_MADE_BY: &str = "io.mesh.made-by";
@@ -172,7 +173,37 @@ pub enum PodmanError {
         /// The container's name.
         name: String,
     },
+    /// The container is not running after its settle time (rule 29).
+    #[error("exited with code {code} ({status}); the last lines of its log: {log}")]
+    Exited {
+        /// The container's name.
+        name: String,
+        /// Its exit code.
+        code: i32,
+        /// Podman's word for its state (`exited`, `restarting`, …).
+        status: String,
+        /// The last lines of its log, joined with ` | ` (`(empty)` when it wrote nothing).
+        log: String,
+    },
+    /// Its health command did not pass within its deadline (rule 29).
+    #[error(
+        "its health command `{command}` did not pass within {within_ms} ms; it last said: \
+         {output}"
+    )]
+    Unhealthy {
+        /// The container's name.
+        name: String,
+        /// The command, joined with spaces.
+        command: String,
+        /// The deadline.
+        within_ms: u64,
+        /// The end of what the last attempt printed, and how it exited.
+        output: String,
+    },
 }
+
+/// How many of a dead container's last log lines a report carries.
+pub const LOG_TAIL_LINES: usize = 10;
 
 /// How a container runs, as kept in its [`LABEL_SPEC`] label (version [`RUN_SPEC_FORMAT`]):
 /// every field whose change makes the mesh recreate the container.
@@ -291,6 +322,12 @@ pub struct ContainerStatus {
     pub running: bool,
     /// When it last started, as podman prints it (RFC 3339, nanoseconds).
     pub started_at: String,
+    /// Podman's word for its state (`running`, `exited`, `created`, …).
+    pub status: String,
+    /// Whether podman is restarting it (it keeps exiting).
+    pub restarting: bool,
+    /// Its main process's exit code, when it has exited.
+    pub exit_code: i32,
     /// Its labels.
     pub labels: BTreeMap<String, String>,
 }
@@ -379,6 +416,9 @@ impl Podman {
                     name: c.name,
                     running: c.state.running,
                     started_at: c.state.started_at,
+                    status: c.state.status,
+                    restarting: c.state.restarting,
+                    exit_code: c.state.exit_code,
                     labels: c.config.labels.unwrap_or_default(),
                 }))
             }
@@ -573,6 +613,7 @@ impl Podman {
         let sources = self.mount_sources(spec)?;
         let Some(current) = self.ours(&spec.name, Some(declared.id))? else {
             self.create(declared, &sources)?;
+            self.judge(spec)?;
             return Ok(vec!["created".to_owned()]);
         };
         let wanted = RunSpec::of(spec);
@@ -595,10 +636,12 @@ impl Podman {
             };
             self.remove_container(&spec.name)?;
             self.create(declared, &sources)?;
+            self.judge(spec)?;
             return Ok(changed);
         }
         if !current.running {
             self.run_ok(&os(&["container", "start", &spec.name]), &[])?;
+            self.judge(spec)?;
             return Ok(vec!["started".to_owned()]);
         }
         if restart {
@@ -607,9 +650,92 @@ impl Podman {
                 &os(&["container", "restart", "--time", &timeout, &spec.name]),
                 &[],
             )?;
+            self.judge(spec)?;
             return Ok(vec!["restarted".to_owned()]);
         }
         Ok(Vec::new())
+    }
+
+    /// Judges a container just (re)started (rule 29): after its settle time it must be running
+    /// (not exited, not being restarted), and its health command, if it declares one, must pass
+    /// within its deadline.
+    ///
+    /// # Errors
+    /// [`PodmanError::Exited`] with its exit code and log tail; [`PodmanError::Unhealthy`];
+    /// podman's failures.
+    pub fn judge(&self, spec: &ContainerSpec) -> Result<(), PodmanError> {
+        std::thread::sleep(Duration::from_millis(spec.settle_ms()));
+        self.judge_now(&spec.name)?;
+        let Some(health) = &spec.health else {
+            return Ok(());
+        };
+        let deadline = Instant::now() + Duration::from_millis(health.within_ms);
+        let mut args = os(&["exec", &spec.name]);
+        args.extend(health.command.iter().map(OsString::from));
+        loop {
+            let output = self.run(&args, &[])?;
+            if output.status.success() {
+                return Ok(());
+            }
+            // A container that died meanwhile is said as such, not as unhealthy.
+            self.judge_now(&spec.name)?;
+            if Instant::now() >= deadline {
+                let said = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&output.stdout),
+                    String::from_utf8_lossy(&output.stderr)
+                );
+                return Err(PodmanError::Unhealthy {
+                    name: spec.name.clone(),
+                    command: health.command.join(" "),
+                    within_ms: health.within_ms,
+                    output: format!("{} ({})", tail(&said, 3), output.status),
+                });
+            }
+            std::thread::sleep(HEALTH_RETRY);
+        }
+    }
+
+    /// Whether the container runs now: [`PodmanError::Exited`] (with its exit code and log
+    /// tail) when it does not.
+    ///
+    /// # Errors
+    /// [`PodmanError::Exited`], [`PodmanError::Missing`], podman's failures.
+    pub fn judge_now(&self, name: &str) -> Result<ContainerStatus, PodmanError> {
+        let status = self.inspect(name)?.ok_or_else(|| PodmanError::Missing {
+            name: name.to_owned(),
+        })?;
+        if status.running && !status.restarting {
+            return Ok(status);
+        }
+        Err(PodmanError::Exited {
+            name: name.to_owned(),
+            code: status.exit_code,
+            status: status.status,
+            log: self.log_tail(name),
+        })
+    }
+
+    /// The last [`LOG_TAIL_LINES`] lines of a container's log (stdout and stderr), joined with
+    /// ` | `.
+    pub fn log_tail(&self, name: &str) -> String {
+        let lines = LOG_TAIL_LINES.to_string();
+        match self.run(&os(&["logs", "--tail", &lines, name]), &[]) {
+            Ok(output) => {
+                let said = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&output.stdout),
+                    String::from_utf8_lossy(&output.stderr)
+                );
+                let tail = tail(&said, LOG_TAIL_LINES);
+                if tail.is_empty() {
+                    "(empty)".to_owned()
+                } else {
+                    tail
+                }
+            }
+            Err(error) => format!("(cannot read it: {error})"),
+        }
     }
 
     /// [`ContainerRuntime::remove`] with a typed error.
@@ -680,6 +806,12 @@ struct InspectedState {
     running: bool,
     #[serde(default)]
     started_at: String,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    restarting: bool,
+    #[serde(default)]
+    exit_code: i32,
 }
 
 #[derive(Deserialize)]
@@ -687,6 +819,19 @@ struct InspectedState {
 struct InspectedConfig {
     #[serde(default)]
     labels: Option<BTreeMap<String, String>>,
+}
+
+/// The time between two tries of a health command.
+const HEALTH_RETRY: Duration = Duration::from_millis(250);
+
+/// The last `lines` non-empty lines of `text`, joined with ` | `.
+fn tail(text: &str, lines: usize) -> String {
+    let kept: Vec<&str> = text
+        .lines()
+        .map(str::trim_end)
+        .filter(|line| !line.trim().is_empty())
+        .collect();
+    kept[kept.len().saturating_sub(lines)..].join(" | ")
 }
 
 fn os(args: &[&str]) -> Vec<OsString> {
@@ -731,6 +876,8 @@ mod tests {
                 read_only: false,
             }],
             restart_on: vec!["media/file/conf".to_owned()],
+            settle_ms: None,
+            health: None,
         }
     }
 

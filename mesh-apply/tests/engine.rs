@@ -170,6 +170,8 @@ fn report_of_a_mixed_apply() {
             env: Default::default(),
             mounts: Vec::new(),
             restart_on: vec!["web/file/conf".to_owned()],
+            settle_ms: None,
+            health: None,
         }),
     };
     let report = run(
@@ -667,6 +669,7 @@ fn a_together_group_whose_commit_breaks_puts_back_what_was_committed() {
     let seams = Seams {
         accounts: &accounts,
         containers: &NoContainerRuntime,
+        progress: &mesh_apply::NoProgress,
     };
     let resources = vec![
         directory("admin", "dir", "/etc/admin.d", 0o755),
@@ -745,6 +748,8 @@ fn a_container_in_a_together_group_fails_the_group_before_anything_changes() {
             env: Default::default(),
             mounts: Vec::new(),
             restart_on: vec!["web/file/conf".to_owned()],
+            settle_ms: None,
+            health: None,
         }),
     };
     let report = run(
@@ -851,4 +856,59 @@ fn a_dependency_cycle_fails_its_members_and_nothing_else() {
         Outcome::Failed { .. }
     ));
     assert_eq!(outcome(&report, "m/file/c"), &applied(&["created"]));
+}
+
+// ---- live mid-change (rule 30) ----
+
+/// Remembers every mid-change report it is told, and what `/etc/motd` held at that moment.
+struct Watching<'a> {
+    sandbox: &'a Sandbox,
+    told: std::sync::Mutex<Vec<(Report, String)>>,
+}
+
+impl mesh_apply::ApplyProgress for Watching<'_> {
+    fn changing(&self, report: &Report) {
+        let held = fs::read_to_string(self.sandbox.path("/etc/motd")).unwrap_or_default();
+        self.told.lock().unwrap().push((report.clone(), held));
+    }
+}
+
+#[test]
+fn an_apply_says_mid_change_once_before_it_changes_anything_and_a_no_op_says_nothing() {
+    let sandbox = Sandbox::new();
+    sandbox.write("/etc/motd", "before\n", 0o644);
+    let watching = Watching {
+        sandbox: &sandbox,
+        told: Default::default(),
+    };
+    let resources = vec![
+        file("motd", "motd", "/etc/motd", "after\n"),
+        file("motd", "issue", "/etc/issue", "hello\n"),
+    ];
+    let live = |now| {
+        mesh_apply::apply_archived_live(
+            &sandbox.config,
+            &declaration(resources.clone()),
+            &Default::default(),
+            now,
+            &watching,
+        )
+        .unwrap()
+    };
+    let report = live(T0);
+    assert_eq!(report.machine, MachineState::Converged, "{report:#?}");
+    let told = std::mem::take(&mut *watching.told.lock().unwrap());
+    assert_eq!(told.len(), 1, "{told:#?}");
+    let (said, held) = &told[0];
+    assert_eq!(said.machine, MachineState::MidChange);
+    assert_eq!(said.declaration, report.declaration);
+    assert_eq!(said.started_at, T0);
+    assert_eq!(held, "before\n", "told only after the file changed");
+
+    let again = live(T0 + 1);
+    assert_eq!(again.machine, MachineState::Converged);
+    assert!(
+        watching.told.lock().unwrap().is_empty(),
+        "a no-op said mid-change"
+    );
 }

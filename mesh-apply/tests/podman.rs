@@ -401,3 +401,120 @@ fn restart_on_a_file_in_a_together_group_waits_for_the_whole_group() {
     assert_eq!(sandbox.read("/etc/tls/key.pem"), "two");
     assert_eq!(starts(&made.id), 2);
 }
+
+// ---- judged alive (issue 13 item 3, rule 29) ----
+
+/// `container(..)` running `command` instead of `sleep`.
+fn running(module: &str, name: &str, machine_name: &str, command: &[&str]) -> Resource {
+    let mut resource = container(module, name, machine_name);
+    spec_mut(&mut resource).command = command.iter().map(|s| (*s).to_owned()).collect();
+    resource
+}
+
+fn failed_reason(outcome: &Outcome) -> &str {
+    match outcome {
+        Outcome::Failed { reason, .. } => reason,
+        other => panic!("not failed: {other:?}"),
+    }
+}
+
+#[test]
+fn a_container_whose_command_exits_at_once_is_failed_with_its_exit_code_and_log_tail() {
+    // Issue 13: port 8096 taken, httpd exited at once, and the push said `applied (created)`.
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let name = names.name("exits");
+    let resources = vec![running(
+        "media",
+        "media",
+        &name,
+        &[
+            "sh",
+            "-c",
+            "echo starting; echo 'bind: Address already in use' >&2; exit 3",
+        ],
+    )];
+    let report = run(&sandbox, resources);
+    let reason = failed_reason(outcome(&report, "media/container/media"));
+    assert!(reason.contains("exited with code 3"), "{reason}");
+    assert!(reason.contains("starting"), "{reason}");
+    assert!(reason.contains("bind: Address already in use"), "{reason}");
+    assert_eq!(report.machine, mesh_model::report::MachineState::Partial);
+}
+
+#[test]
+fn a_container_whose_health_command_fails_is_failed_and_one_that_passes_is_applied() {
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let sick = names.name("sick");
+    let well = names.name("well");
+    let health = |command: &[&str]| mesh_model::declaration::HealthCheck {
+        command: command.iter().map(|s| (*s).to_owned()).collect(),
+        within_ms: 1000,
+    };
+    let mut unhealthy = container("app", "sick", &sick);
+    spec_mut(&mut unhealthy).health = Some(health(&["sh", "-c", "echo not ready; exit 1"]));
+    let mut healthy = container("app", "well", &well);
+    spec_mut(&mut healthy).health = Some(health(&["true"]));
+    let report = run(&sandbox, vec![unhealthy, healthy]);
+    let reason = failed_reason(outcome(&report, "app/container/sick"));
+    assert!(
+        reason.contains("health command `sh -c echo not ready; exit 1`"),
+        "{reason}"
+    );
+    assert!(reason.contains("not ready"), "{reason}");
+    assert_eq!(
+        outcome(&report, "app/container/well"),
+        &applied(&["created"])
+    );
+}
+
+#[test]
+fn a_container_that_dies_and_exits_again_when_started_is_failed_with_its_new_exit() {
+    // Rule 29: a container killed later is started by the next apply and judged again.
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let name = names.name("dies");
+    let resources = || {
+        vec![
+            data_dir("app", "flag", "/srv"),
+            after(
+                with_mount(
+                    running(
+                        "app",
+                        "app",
+                        &name,
+                        // Runs until the flag file exists; from then on exits 7 at once.
+                        &[
+                            "sh",
+                            "-c",
+                            "while [ ! -e /flag/stop ]; do sleep 1; done; echo stopping; exit 7",
+                        ],
+                    ),
+                    "/srv",
+                    "/flag",
+                ),
+                "app/directory/flag",
+            ),
+        ]
+    };
+    let first = run(&sandbox, resources());
+    assert_eq!(
+        outcome(&first, "app/container/app"),
+        &applied(&["created"]),
+        "{first:#?}"
+    );
+    fs::write(sandbox.path("/srv/stop"), "").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while status(&sandbox.config.root, &name).is_some_and(|s| s.running) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the container never exited"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let second = run(&sandbox, resources());
+    let reason = failed_reason(outcome(&second, "app/container/app"));
+    assert!(reason.contains("exited with code 7"), "{reason}");
+    assert!(reason.contains("stopping"), "{reason}");
+}

@@ -40,6 +40,10 @@ pub struct Declaration {
     pub archives: BTreeMap<String, ArchiveRef>,
     /// Every resource, sorted by id.
     pub resources: Vec<Resource>,
+    /// The modules whose drift is only reported, not corrected (rule 28); a module not named
+    /// here is corrected. Absent when empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub drift: BTreeMap<String, crate::module::DriftPolicy>,
 }
 
 /// One resource of a declaration.
@@ -190,6 +194,36 @@ pub struct ContainerSpec {
     /// Ids of files whose change in an apply restarts it.
     #[serde(default)]
     pub restart_on: Vec<String>,
+    /// Milliseconds the host waits after creating, starting or restarting it before it judges
+    /// it (rule 29); absent: [`DEFAULT_SETTLE_MS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settle_ms: Option<u64>,
+    /// A command that must pass inside it (`podman exec`) for it to be healthy, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthCheck>,
+}
+
+/// The settle time of a container that declares none (2 s).
+pub const DEFAULT_SETTLE_MS: u64 = 2000;
+
+/// The time a health command has to pass when none is declared (30 s).
+pub const DEFAULT_HEALTH_WITHIN_MS: u64 = 30_000;
+
+impl ContainerSpec {
+    /// Its settle time in milliseconds (declared, or [`DEFAULT_SETTLE_MS`]).
+    pub fn settle_ms(&self) -> u64 {
+        self.settle_ms.unwrap_or(DEFAULT_SETTLE_MS)
+    }
+}
+
+/// A container's health command: run inside it until it exits 0, for at most `within_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct HealthCheck {
+    /// The command and its arguments.
+    pub command: Vec<String>,
+    /// Milliseconds it has to pass after the container settled.
+    pub within_ms: u64,
 }
 
 /// A host directory mounted into a container.
@@ -236,7 +270,13 @@ impl Declaration {
             node: node.into(),
             archives,
             resources,
+            drift: BTreeMap::new(),
         }
+    }
+
+    /// What the host does with drift of a resource of `module` (default `correct`).
+    pub fn drift_policy(&self, module: &str) -> crate::module::DriftPolicy {
+        self.drift.get(module).copied().unwrap_or_default()
     }
 
     /// The canonical JSON bytes: fixed field order, resources sorted, maps sorted, no spaces.

@@ -27,7 +27,12 @@
 //! command = ["httpd", "-f", "-p", "{{port}}"]
 //! mounts = [{ place = "media", at = "/media" }]
 //! restart-on = ["config"]
+//! settle = "2s"                  # judged alive this long after it (re)starts (default 2s)
+//! health = { command = ["wget", "-q", "-O-", "http://127.0.0.1:{{port}}/"], within = "30s" }
 //! ```
+//!
+//! `drift = "correct" | "report"` (top level, default `correct`) says what the host does with
+//! a managed resource changed by hand between declarations: put it back, or only report it.
 
 use crate::template;
 use crate::Diagnostic;
@@ -147,6 +152,56 @@ pub struct ContainerDefinition {
     /// Files of this module whose change restarts the container.
     #[serde(default)]
     pub restart_on: Vec<String>,
+    /// How long after it is created, started or restarted the host judges it (`"2s"`,
+    /// `"500ms"`, `"1m"`; default 2 s).
+    #[serde(default)]
+    pub settle: Option<String>,
+    /// A command that must pass inside it for it to be healthy.
+    #[serde(default)]
+    pub health: Option<HealthDefinition>,
+}
+
+/// A container's health command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct HealthDefinition {
+    /// The command and its arguments (values may use settings).
+    pub command: Vec<String>,
+    /// How long it has to pass after the container settled (default 30 s).
+    #[serde(default)]
+    pub within: Option<String>,
+}
+
+/// What a host does with drift: a managed resource changed by hand between declarations
+/// (rule 28). Either way the drift is reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DriftPolicy {
+    /// Put it back as declared (and report what was found).
+    #[default]
+    Correct,
+    /// Report it and leave it as found.
+    Report,
+}
+
+/// Reads a duration as a module writes it: a whole number and a unit, `ms`, `s` or `m`
+/// (`"500ms"`, `"2s"`, `"1m"`), in milliseconds; `None` when it is not one.
+pub fn parse_duration_ms(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 1)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1000)
+    } else if let Some(n) = text.strip_suffix('m') {
+        (n, 60_000)
+    } else {
+        return None;
+    };
+    let number = number.trim();
+    if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    number.parse::<u64>().ok()?.checked_mul(scale)
 }
 
 /// A group membership the module needs: an account added to a group.
@@ -216,6 +271,9 @@ pub struct ModuleDefinition {
     /// Groups of resources (`kind/name`) that apply all-or-nothing, by group name.
     #[serde(default)]
     pub together: BTreeMap<String, Vec<String>>,
+    /// What its hosts do with drift (default `correct`).
+    #[serde(default)]
+    pub drift: DriftPolicy,
 }
 
 fn root() -> String {
@@ -786,6 +844,32 @@ fn check_module(
                     format!("{key}.restart-on[{i}]"),
                     format!("restarts on the file `{f}`, which the module does not declare"),
                 );
+            }
+        }
+        let durations = [
+            (format!("{key}.settle"), c.settle.as_ref()),
+            (
+                format!("{key}.health.within"),
+                c.health.as_ref().and_then(|h| h.within.as_ref()),
+            ),
+        ];
+        for (at, text) in durations {
+            if let Some(text) = text.filter(|t| parse_duration_ms(t).is_none()) {
+                say(
+                    at,
+                    format!("`{text}` is not a duration (a whole number and `ms`, `s` or `m`)"),
+                );
+            }
+        }
+        if let Some(health) = &c.health {
+            if health.command.is_empty() {
+                say(
+                    format!("{key}.health.command"),
+                    "a health command needs at least the program".into(),
+                );
+            }
+            for (i, arg) in health.command.iter().enumerate() {
+                check_text(format!("{key}.health.command[{i}]"), arg, &mut say);
             }
         }
     }

@@ -4,10 +4,18 @@ use crate::WireError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// The report wire format this build writes and reads.
-pub const REPORT_FORMAT: u32 = 1;
+/// The report wire format this build writes.
+///
+/// - 1: the apply's outcomes, findings and windows.
+/// - 2: adds [`Report::drift`] (absent when empty) and the health of containers in a failed
+///   container's reason. A format-1 report reads as a format-2 one without drift.
+pub const REPORT_FORMAT: u32 = 2;
 
-/// A host's report of one apply (wire format, version [`REPORT_FORMAT`]).
+/// Every report wire format this build reads.
+pub const REPORT_FORMATS_READ: [u32; 2] = [1, 2];
+
+/// A host's report of one apply (wire format, version [`REPORT_FORMAT`]; older formats in
+/// [`REPORT_FORMATS_READ`] are read too).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Report {
@@ -37,6 +45,43 @@ pub struct Report {
     pub started_at: u64,
     /// When it finished.
     pub finished_at: u64,
+    /// Managed resources found changed by hand since the last apply of the same declaration
+    /// (rule 28): what differs, when it was seen, and whether it was put back (format 2).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drift: Vec<Drift>,
+}
+
+/// A managed resource found not as the host left it (rule 28).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Drift {
+    /// The resource id.
+    pub resource: String,
+    /// What differs: `content`, `mode`, `owner`, `group`, `exists` (a file or directory),
+    /// `membership`, `running` (a container).
+    pub field: String,
+    /// What the host left there (the declared value: a content digest, an octal mode, an
+    /// account, `present`, `running`).
+    pub was: String,
+    /// What it found (for a container that stopped: `exited with code N`, and its log's last
+    /// lines).
+    pub found: String,
+    /// When it was seen (seconds since the epoch).
+    pub seen_at: u64,
+    /// What the host did about it.
+    pub action: DriftAction,
+}
+
+/// What a host did with drift, by its module's `drift` policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DriftAction {
+    /// Put back as declared (`drift = "correct"`, the default); the resource's outcome says
+    /// whether that took.
+    Corrected,
+    /// Left as found (`drift = "report"`): the machine is `partial` until it is put back or
+    /// declared so.
+    Left,
 }
 
 /// The machine's state as a whole.
@@ -175,7 +220,7 @@ impl Report {
             what: "report",
             source,
         })?;
-        if version.format != REPORT_FORMAT {
+        if !REPORT_FORMATS_READ.contains(&version.format) {
             return Err(WireError::Format {
                 what: "report",
                 found: version.format,

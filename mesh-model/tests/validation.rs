@@ -203,3 +203,27 @@ depends = ["self"]
 "#
     ));
 }
+
+#[test]
+fn a_containers_settle_and_health_are_checked_and_drift_is_a_policy() {
+    // Rule 29: `settle` and `health.within` are durations; a health command names a program.
+    // Rule 28: `drift` is `correct` or `report`.
+    insta::assert_snapshot!(check(
+        r#"
+//- web/module.toml
+name = "web"
+drift = "report"
+[containers.web]
+image = "x"
+settle = "2 seconds"
+health = { command = [], within = "soon" }
+[containers.ok]
+image = "x"
+settle = "500ms"
+health = { command = ["true"], within = "1m" }
+//- odd/module.toml
+name = "odd"
+drift = "ignore"
+"#
+    ));
+}

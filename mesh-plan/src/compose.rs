@@ -20,10 +20,12 @@
 
 use mesh_model::declaration::{
     path_problem, resource_id, ArchivedFile, ContainerSpec, Declaration, DirectorySpec, FileSpec,
-    MembershipSpec, Mount, Resource, Spec,
+    HealthCheck, MembershipSpec, Mount, Resource, Spec, DEFAULT_HEALTH_WITHIN_MS,
 };
 use mesh_model::inventory::{Inventory, LayerScope};
-use mesh_model::module::{parse_mode, Catalogue, EntryKind, Module, PLACES_KEY};
+use mesh_model::module::{
+    parse_duration_ms, parse_mode, Catalogue, DriftPolicy, EntryKind, Module, PLACES_KEY,
+};
 use mesh_model::template::{self, TemplateError};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -153,6 +155,7 @@ pub fn compose(
     let mut problems = Vec::new();
     let mut resources = Vec::new();
     let mut archives = BTreeMap::new();
+    let mut drift = BTreeMap::new();
     for module_name in inventory.modules_of(node) {
         let Some(module) = catalogue.module(module_name) else {
             problems.push(ComposeProblem::NotInCatalogue {
@@ -160,6 +163,9 @@ pub fn compose(
             });
             continue;
         };
+        if module.definition.drift != DriftPolicy::Correct {
+            drift.insert(module.definition.name.clone(), module.definition.drift);
+        }
         match resolve_settings(module, inventory, node) {
             Ok(settings) => {
                 let before = resources.len();
@@ -176,7 +182,8 @@ pub fn compose(
     }
     if problems.is_empty() {
         add_directory_edges(&mut resources);
-        let declaration = Declaration::with_archives(node, resources, archives);
+        let mut declaration = Declaration::with_archives(node, resources, archives);
+        declaration.drift = drift;
         problems.extend(
             declaration
                 .problems()
@@ -445,6 +452,20 @@ fn compose_module(
                 .collect(),
             mounts,
             restart_on,
+            settle_ms: container.settle.as_deref().and_then(parse_duration_ms),
+            health: container.health.as_ref().map(|health| HealthCheck {
+                command: health
+                    .command
+                    .iter()
+                    .enumerate()
+                    .map(|(i, arg)| c.render(format!("{key}.health.command[{i}]"), arg))
+                    .collect(),
+                within_ms: health
+                    .within
+                    .as_deref()
+                    .and_then(parse_duration_ms)
+                    .unwrap_or(DEFAULT_HEALTH_WITHIN_MS),
+            }),
         });
         resources.push(c.resource("container", name, after.into_iter().collect(), spec));
     }
@@ -571,6 +592,47 @@ mod tests {
     #[test]
     fn composes_every_kind_of_resource_from_layered_settings() {
         insta::assert_snapshot!(check(MESH, "home"));
+    }
+
+    #[test]
+    fn a_containers_settle_and_health_and_a_modules_drift_policy_reach_the_declaration() {
+        // Rules 28 and 29: what the host needs to judge a container and to treat drift.
+        let mesh = MESH
+            .replace(
+                "restart-on = [\"config\"]",
+                "restart-on = [\"config\"]\n        settle = \"500ms\"\n        \
+                 health = { command = [\"wget\", \"-q\", \"http://127.0.0.1:{{ port }}/\"] }",
+            )
+            .replace(
+                "depends = [\"base\"]",
+                "depends = [\"base\"]\n        drift = \"report\"",
+            );
+        let (catalogue, inventory) = fixture::mesh(&mesh);
+        let home = compose(&catalogue, &inventory, "home").unwrap();
+        let server = home.resource("media/container/server").unwrap();
+        let Spec::Container(spec) = &server.spec else {
+            panic!("not a container: {server:?}");
+        };
+        assert_eq!(spec.settle_ms, Some(500));
+        assert_eq!(
+            spec.health,
+            Some(HealthCheck {
+                command: vec!["wget".into(), "-q".into(), "http://127.0.0.1:9000/".into()],
+                within_ms: DEFAULT_HEALTH_WITHIN_MS,
+            })
+        );
+        assert_eq!(home.drift_policy("media"), DriftPolicy::Report);
+        assert_eq!(home.drift_policy("base"), DriftPolicy::Correct);
+        assert_eq!(
+            home.drift.keys().collect::<Vec<_>>(),
+            ["media"],
+            "a correcting module is not named"
+        );
+        // Without them, the declaration's bytes are what they were.
+        let (catalogue, inventory) = fixture::mesh(MESH);
+        let plain = compose(&catalogue, &inventory, "home").unwrap();
+        let json = String::from_utf8(plain.canonical_json()).unwrap();
+        assert!(!json.contains("settle") && !json.contains("health") && !json.contains("drift"));
     }
 
     #[test]

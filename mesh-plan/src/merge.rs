@@ -212,6 +212,7 @@ mod tests {
             }],
             windows: Vec::new(),
             resumed_from_mid_change: false,
+            drift: Vec::new(),
             started_at: 5,
             finished_at: 5,
         }

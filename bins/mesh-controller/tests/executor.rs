@@ -67,6 +67,7 @@ impl Fleet for Simulated {
             findings: Vec::new(),
             windows: Vec::new(),
             resumed_from_mid_change: false,
+            drift: Vec::new(),
             started_at: now,
             finished_at: now,
         });

@@ -97,6 +97,7 @@ fn refused(node: &str, declaration: String, message: String, now: u64) -> Report
         }],
         windows: Vec::new(),
         resumed_from_mid_change: false,
+        drift: Vec::new(),
         started_at: now,
         finished_at: now,
     }
@@ -157,6 +158,17 @@ pub async fn receive(
 /// archives the declaration names and the few most recently used others are kept. A prune that
 /// could not be done never changes the outcome ([`prune_archive_cache`]).
 pub fn apply_received(config: &HostConfig, received: &Received, now: u64) -> Report {
+    apply_received_live(config, received, now, &mesh_apply::NoProgress)
+}
+
+/// [`apply_received`], telling `progress` the `mid-change` report before the apply changes
+/// anything (rule 30; [`mesh_apply::apply_archived_live`]).
+pub fn apply_received_live(
+    config: &HostConfig,
+    received: &Received,
+    now: u64,
+    progress: &dyn mesh_apply::ApplyProgress,
+) -> Report {
     let Received {
         declaration,
         contents,
@@ -164,7 +176,7 @@ pub fn apply_received(config: &HostConfig, received: &Received, now: u64) -> Rep
     if std::env::var_os(FAIL_POINT).is_some_and(|step| step == PANIC_IN_APPLY) {
         panic!("fail point {FAIL_POINT}={PANIC_IN_APPLY}");
     }
-    match mesh_apply::apply_archived(config, declaration, contents, now) {
+    match mesh_apply::apply_archived_live(config, declaration, contents, now, progress) {
         Ok(mut report) => {
             prune_archive_cache(config, declaration, &mut report);
             report
@@ -191,8 +203,22 @@ pub const PANIC_IN_APPLY: &str = "panic-in-apply";
 /// # Guarantees
 /// Returns a report whatever the apply did; the agent or daemon calling it goes on.
 pub fn apply_guarded(config: &HostConfig, received: &Received, now: u64) -> Report {
+    apply_guarded_live(config, received, now, &mesh_apply::NoProgress)
+}
+
+/// [`apply_guarded`], telling `progress` the `mid-change` report before the apply changes
+/// anything ([`apply_received_live`]).
+///
+/// # Guarantees
+/// As [`apply_guarded`].
+pub fn apply_guarded_live(
+    config: &HostConfig,
+    received: &Received,
+    now: u64,
+    progress: &dyn mesh_apply::ApplyProgress,
+) -> Report {
     let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        apply_received(config, received, now)
+        apply_received_live(config, received, now, progress)
     }));
     applied.unwrap_or_else(|panic| {
         let message = panic
@@ -238,6 +264,7 @@ pub fn panicked(config: &HostConfig, declaration: &Declaration, message: &str, n
         }],
         windows: Vec::new(),
         resumed_from_mid_change: false,
+        drift: Vec::new(),
         started_at: now,
         finished_at: now,
     }
@@ -246,10 +273,22 @@ pub fn panicked(config: &HostConfig, declaration: &Declaration, message: &str, n
 /// [`apply_guarded`] on a blocking thread; a task lost to the runtime is a [`panicked`] report
 /// too.
 pub async fn apply_on_blocking_thread(config: Arc<HostConfig>, received: Received) -> Report {
+    apply_on_blocking_thread_live(config, received, Box::new(mesh_apply::NoProgress)).await
+}
+
+/// [`apply_on_blocking_thread`], telling `progress` the `mid-change` report before the apply
+/// changes anything.
+pub async fn apply_on_blocking_thread_live(
+    config: Arc<HostConfig>,
+    received: Received,
+    progress: Box<dyn mesh_apply::ApplyProgress + Send>,
+) -> Report {
     let received = Arc::new(received);
     let task = {
         let (config, received) = (Arc::clone(&config), Arc::clone(&received));
-        tokio::task::spawn_blocking(move || apply_guarded(&config, &received, now()))
+        tokio::task::spawn_blocking(move || {
+            apply_guarded_live(&config, &received, now(), &*progress)
+        })
     };
     match task.await {
         Ok(report) => report,

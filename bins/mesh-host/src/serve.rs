@@ -8,6 +8,13 @@
 //! and on a heartbeat. It re-applies the last declaration when a failed resource's backoff
 //! elapses, answers discovery with its node and modules, and keeps going across a bus restart.
 //!
+//! # The truth while an apply runs (rule 30)
+//! Before an apply changes anything it publishes a `mid-change` report naming the declaration
+//! being applied ([`mesh_apply::ApplyProgress`]); the heartbeat runs on its own task and repeats
+//! the latest report — that `mid-change` one until the apply's own report replaces it — so an
+//! observer never reads the last converged report while the machine changes, and a host in a
+//! long apply is never taken for a silent one.
+//!
 //! # Why a consumer and not a plain subscription
 //! A host started after its declaration was published must still get it. The consumer holds
 //! every declaration sent since it was made, until the host acknowledges it — whether the host
@@ -35,7 +42,7 @@
 //! What it must never do: apply a declaration for another node (refused by
 //! [`crate::parse`]), or apply outside its root.
 
-use crate::{apply_guarded, apply_on_blocking_thread, now, receive};
+use crate::{apply_guarded_live, apply_on_blocking_thread_live, now, receive};
 use async_nats::jetstream::consumer::PullConsumer;
 use futures_util::StreamExt;
 use mesh_apply::HostConfig;
@@ -47,7 +54,7 @@ use mesh_model::report::{Finding, MachineState, Outcome, Report, REPORT_FORMAT};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The default time between two heartbeat reports.
@@ -162,11 +169,18 @@ pub async fn serve(
         return Ok(());
     };
     tracing::info!(node = %config.node, url = %config.bus_url, "connected to the bus");
+    let live = Arc::new(Mutex::new(None));
+    let beating = tokio::spawn(heartbeats(
+        bus.clone(),
+        config.node.clone(),
+        Arc::clone(&live),
+        config.heartbeat,
+    ));
     let mut agent = Agent {
         bus: bus.clone(),
         config: Arc::new(config),
         payload: None,
-        report: None,
+        live,
         modules: None,
         discovery: None,
         retry_at: None,
@@ -182,9 +196,6 @@ pub async fn serve(
         reopen_at: None,
         last_failure: String::new(),
     };
-    let mut heartbeat = tokio::time::interval(agent.config.heartbeat);
-    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    heartbeat.tick().await; // the first tick is now
     let outcome = loop {
         let retry = agent.retry_at.map(|at| {
             let wait = at.saturating_sub(now());
@@ -197,7 +208,6 @@ pub async fn serve(
                     break Err(error);
                 }
             }
-            _ = heartbeat.tick() => agent.heartbeat().await,
             _ = sleep_until(retry), if retry.is_some() => {
                 tracing::info!(node = %agent.config.node, "a failed resource's backoff elapsed: applying again");
                 if let Some(payload) = agent.payload.clone() {
@@ -206,11 +216,63 @@ pub async fn serve(
             }
         }
     };
+    beating.abort();
     if let Some(discovery) = agent.discovery.take() {
         discovery.stop();
     }
     let _ = bus.flush().await;
     outcome
+}
+
+/// Publishes the latest report (`live`) every `period`, whatever the daemon is doing.
+async fn heartbeats(
+    bus: NatsBus,
+    node: String,
+    live: Arc<Mutex<Option<Report>>>,
+    period: Duration,
+) {
+    let mut heartbeat = tokio::time::interval(period);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    heartbeat.tick().await; // the first tick is now
+    loop {
+        heartbeat.tick().await;
+        let latest = live.lock().expect("the live report lock").clone();
+        if let Some(report) = latest {
+            publish_report(&bus, &node, &report).await;
+        }
+    }
+}
+
+/// Publishes `report` on the node's report subject; a failure is logged.
+async fn publish_report(bus: &NatsBus, node: &str, report: &Report) {
+    let payload = serde_json::to_vec(report).expect("a report always serializes");
+    if let Err(error) = bus.publish(&subjects::report(node), payload).await {
+        tracing::error!(%node, %error, "cannot publish the report");
+    }
+}
+
+/// Publishes an apply's `mid-change` report before it changes anything, from the thread the
+/// apply runs on, and makes it the report the heartbeat repeats.
+struct LiveProgress {
+    bus: NatsBus,
+    node: String,
+    live: Arc<Mutex<Option<Report>>>,
+    handle: tokio::runtime::Handle,
+    /// The apply runs on a runtime worker (in place), not on a blocking thread.
+    on_worker: bool,
+}
+
+impl mesh_apply::ApplyProgress for LiveProgress {
+    fn changing(&self, report: &Report) {
+        tracing::info!(node = %self.node, declaration = %report.declaration, "mid-change");
+        *self.live.lock().expect("the live report lock") = Some(report.clone());
+        let publish = publish_report(&self.bus, &self.node, report);
+        if self.on_worker {
+            tokio::task::block_in_place(|| self.handle.block_on(publish));
+        } else {
+            self.handle.block_on(publish);
+        }
+    }
 }
 
 async fn sleep_until(at: Option<tokio::time::Instant>) {
@@ -342,8 +404,9 @@ struct Agent {
     config: Arc<ServeConfig>,
     /// The declaration being served (its bytes as received).
     payload: Option<Vec<u8>>,
-    /// The last report made.
-    report: Option<Report>,
+    /// The latest report published (an apply's, or the `mid-change` one of an apply under
+    /// way): what the heartbeat repeats.
+    live: Arc<Mutex<Option<Report>>>,
     /// The modules announced on discovery.
     modules: Option<BTreeSet<String>>,
     discovery: Option<DiscoveryService>,
@@ -407,6 +470,7 @@ impl Agent {
                     }],
                     windows: Vec::new(),
                     resumed_from_mid_change: false,
+                    drift: Vec::new(),
                     started_at: at,
                     finished_at: at,
                 };
@@ -443,12 +507,31 @@ impl Agent {
     /// the next retry.
     async fn apply(&mut self, payload: Vec<u8>) {
         let config = Arc::clone(&self.config);
+        let handle = tokio::runtime::Handle::current();
+        // In place only where a worker can hand its other tasks off while the mid-change
+        // report is published (block_in_place needs the multi-thread runtime).
+        let in_place = applies_in_place(&payload)
+            && handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread;
+        let progress = LiveProgress {
+            bus: self.bus.clone(),
+            node: config.node.clone(),
+            live: Arc::clone(&self.live),
+            handle,
+            on_worker: in_place,
+        };
         let report = match receive(&config.archives, &config.node, &payload, now()).await {
             Err(report) => *report,
-            Ok(received) if applies_in_place(&payload) => {
-                apply_guarded(&config.host, &received, now())
+            Ok(received) if in_place => {
+                apply_guarded_live(&config.host, &received, now(), &progress)
             }
-            Ok(received) => apply_on_blocking_thread(Arc::new(config.host.clone()), received).await,
+            Ok(received) => {
+                apply_on_blocking_thread_live(
+                    Arc::new(config.host.clone()),
+                    received,
+                    Box::new(progress),
+                )
+                .await
+            }
         };
         self.retry_at = next_retry(&report, &self.config.host.retry);
         let modules: BTreeSet<String> = Declaration::from_json(&payload)
@@ -456,25 +539,13 @@ impl Agent {
             .unwrap_or_default();
         self.payload = Some(payload);
         self.publish(&report).await;
-        self.report = Some(report);
         self.announce(modules).await;
     }
 
-    async fn heartbeat(&mut self) {
-        if let Some(report) = self.report.clone() {
-            self.publish(&report).await;
-        }
-    }
-
+    /// Publishes `report` and makes it the one the heartbeat repeats.
     async fn publish(&self, report: &Report) {
-        let payload = serde_json::to_vec(report).expect("a report always serializes");
-        if let Err(error) = self
-            .bus
-            .publish(&subjects::report(&self.config.node), payload)
-            .await
-        {
-            tracing::error!(node = %self.config.node, %error, "cannot publish the report");
-        }
+        *self.live.lock().expect("the live report lock") = Some(report.clone());
+        publish_report(&self.bus, &self.config.node, report).await;
     }
 
     /// Answers discovery with the node and `modules` (started again when they changed).
@@ -519,6 +590,7 @@ mod tests {
             findings: Vec::new(),
             windows: Vec::new(),
             resumed_from_mid_change: false,
+            drift: Vec::new(),
             started_at: 1000,
             finished_at: 1000,
         }

@@ -33,6 +33,10 @@ pub fn podman_config() -> PodmanConfig {
     }
 }
 
+/// The settle time of the tests' containers (rule 29): short, by configuration. A container
+/// that exits at once has exited long before it.
+pub const SETTLE_MS: u64 = 500;
+
 /// The locally imported busybox image.
 pub fn image() -> String {
     podman_config();
@@ -189,6 +193,8 @@ pub fn container(module: &str, name: &str, machine_name: &str) -> Resource {
             env: Default::default(),
             mounts: Vec::new(),
             restart_on: Vec::new(),
+            settle_ms: Some(SETTLE_MS),
+            health: None,
         }),
     }
 }

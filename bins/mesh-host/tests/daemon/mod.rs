@@ -1,0 +1,193 @@
+//! One `mesh-host serve` process on a real loopback `nats-server`, for the tests of what the
+//! daemon does between pushes (issue 13): its root and state directory are a sandbox, its
+//! reports are read from the bus, and every wait is on a condition with a deadline.
+
+#![allow(dead_code)]
+
+use futures_util::StreamExt;
+use mesh_bus::nats_server::NatsServer;
+use mesh_bus::{jetstream, subjects, NatsBus, NatsOptions};
+use mesh_model::declaration::Declaration;
+use mesh_model::report::Report;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Bounds a wait that should end far sooner (a failure, not a timing, ends it).
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+pub struct Daemon {
+    pub rt: tokio::runtime::Runtime,
+    pub server: NatsServer,
+    pub js: async_nats::jetstream::Context,
+    reports: async_nats::Subscriber,
+    pub child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub node: String,
+    /// Extra arguments and environment for `serve`.
+    pub serve_args: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+impl Daemon {
+    /// A server and a sandbox root (`root` and `alice` accounts); no daemon yet ([`Daemon::start`]).
+    pub fn new(node: &str) -> Daemon {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let server = NatsServer::start().unwrap_or_else(|e| panic!("{e}"));
+        let url = server.url();
+        let (js, reports) = rt.block_on(async {
+            let bus = NatsBus::connect(&NatsOptions::new(&url)).await.unwrap();
+            let js = bus.jetstream();
+            jetstream::ensure_streams(&js).await.unwrap();
+            jetstream::ensure_declaration_consumer(&js, node)
+                .await
+                .unwrap();
+            let reports = bus
+                .client()
+                .subscribe(subjects::report(node))
+                .await
+                .unwrap();
+            bus.client().flush().await.unwrap();
+            (js, reports)
+        });
+        let dir = tempfile::Builder::new()
+            .prefix("mesh-host-daemon-")
+            .tempdir()
+            .unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        std::fs::write(
+            root.join("etc/passwd"),
+            "root:x:0:0:root:/root:/bin/sh\nalice:x:1000:1000::/home/alice:/bin/sh\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("etc/group"),
+            "root:x:0:\nalice:x:1000:\nvideo:x:44:\n",
+        )
+        .unwrap();
+        std::fs::write(root.join("etc/gshadow"), "root:::\nalice:!::\nvideo:!::\n").unwrap();
+        std::fs::write(root.join("etc/shadow"), "root:!:1::::::\nalice:!:1::::::\n").unwrap();
+        std::fs::write(dir.path().join("password"), "unused\n").unwrap();
+        Daemon {
+            rt,
+            server,
+            js,
+            reports,
+            child: None,
+            dir,
+            node: node.to_owned(),
+            serve_args: Vec::new(),
+            env: Vec::new(),
+        }
+    }
+
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// The path of machine path `path` under the sandbox root.
+    pub fn path(&self, path: &str) -> PathBuf {
+        self.root().join(path.trim_start_matches('/'))
+    }
+
+    /// Starts `mesh-host serve` (heartbeat every second; containers as `containers` says).
+    pub fn start(&mut self, containers: &[&str]) {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mesh-host"));
+        command
+            .arg("--node")
+            .arg(&self.node)
+            .arg("--bus")
+            .arg(self.server.url())
+            .arg("--password-file")
+            .arg(self.dir.path().join("password"))
+            .arg("--root")
+            .arg(self.root())
+            .arg("--state-dir")
+            .arg(self.state_dir())
+            .args(containers)
+            .arg("serve")
+            .arg("--heartbeat")
+            .arg("1")
+            .args(&self.serve_args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::File::create(self.dir.path().join("serve.log")).unwrap(),
+            ));
+        for (key, value) in &self.env {
+            command.env(key, value);
+        }
+        self.child = Some(command.spawn().unwrap());
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
+    }
+
+    /// Publishes `declaration` on the node's subject (stored by the stream).
+    pub fn send(&self, declaration: &Declaration) {
+        self.rt.block_on(async {
+            self.js
+                .publish(
+                    subjects::declaration(&self.node),
+                    declaration.canonical_json().into(),
+                )
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        });
+    }
+
+    /// The next report heard, or `None` once `until` passed.
+    pub fn next_report(&mut self, until: Instant) -> Option<Report> {
+        let wait = until.saturating_duration_since(Instant::now());
+        let reports = &mut self.reports;
+        let message = self
+            .rt
+            .block_on(async { tokio::time::timeout(wait, reports.next()).await })
+            .ok()??;
+        Some(Report::from_json(&message.payload).unwrap())
+    }
+
+    /// Reads reports until one satisfies `wanted` (panics, with the log, after [`DEADLINE`]).
+    pub fn wait_for(&mut self, what: &str, wanted: impl Fn(&Report) -> bool) -> Report {
+        let until = Instant::now() + DEADLINE;
+        let mut last = None;
+        while let Some(report) = self.next_report(until) {
+            if wanted(&report) {
+                return report;
+            }
+            last = Some(report);
+        }
+        panic!(
+            "no report {what} within {DEADLINE:?}; the last: {last:#?}\nlog:\n{}",
+            self.log()
+        );
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Waits until `path` exists (panics after [`DEADLINE`]).
+pub fn wait_for_file(path: &Path) {
+    let until = Instant::now() + DEADLINE;
+    while !path.exists() {
+        assert!(Instant::now() < until, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,63 @@
+//! What an apply says while it runs (rule 30): [`ApplyProgress`] is told, once per apply and
+//! before the apply changes anything, the `mid-change` report to publish. A daemon publishes it
+//! (and repeats it on its heartbeat) so that an observer never reads the last converged report
+//! while the machine is changing.
+//!
+//! Also here: the engine's **fail points** ([`pause_point`]), named steps a test can make an
+//! apply wait at, so a slow apply is made deterministic instead of by sleeping.
+
+use mesh_model::report::Report;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Told what an apply is doing while it runs.
+pub trait ApplyProgress: Sync {
+    /// Called once per apply, **before** its first change to the machine or the state
+    /// directory, with the report saying so (machine `mid-change`, the declaration being
+    /// applied, when it started). An apply that changes nothing never calls it.
+    ///
+    /// The apply goes on when this returns: an implementation that publishes the report
+    /// returns once it is published (or could not be).
+    fn changing(&self, report: &Report);
+}
+
+/// Progress nobody listens to.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoProgress;
+
+impl ApplyProgress for NoProgress {
+    fn changing(&self, _report: &Report) {}
+}
+
+/// The environment variable naming a fail point: `STEP:RESOURCE=FILE` makes an apply that
+/// reaches `STEP` for resource `RESOURCE` write `FILE.reached` and wait until `FILE` exists
+/// (for tests; see [`pause_point`]).
+pub const PAUSE_AT: &str = "MESH_PAUSE_AT";
+
+/// The longest a fail point waits before the apply goes on anyway (it only bounds a test that
+/// forgot to release it).
+pub const PAUSE_LIMIT: Duration = Duration::from_secs(600);
+
+/// A fail point: when [`PAUSE_AT`] names `step` and `resource`, writes `FILE.reached` and waits
+/// until `FILE` exists (at most [`PAUSE_LIMIT`]). Otherwise returns at once.
+///
+/// The steps: `commit` — before a member of a together group is committed.
+pub fn pause_point(step: &str, resource: &str) {
+    let Ok(spec) = std::env::var(PAUSE_AT) else {
+        return;
+    };
+    let Some((point, file)) = spec.split_once('=') else {
+        return;
+    };
+    if point != format!("{step}:{resource}") {
+        return;
+    }
+    let release = PathBuf::from(file);
+    let mut reached = release.clone().into_os_string();
+    reached.push(".reached");
+    let _ = std::fs::write(&reached, b"");
+    let deadline = Instant::now() + PAUSE_LIMIT;
+    while !release.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
