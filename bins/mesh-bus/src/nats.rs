@@ -230,6 +230,10 @@ pub struct NatsOptions {
     /// TLS: the CA the server's certificate must be signed by, and this client's certificate
     /// for mTLS. A `tls://` URL asks for TLS with the system's CAs.
     pub tls: BusTls,
+    /// Whether the server refusing an operation is expected (a permission probe tries what must
+    /// be refused): such a refusal is logged at debug level, not as an error. It is sent to
+    /// [`NatsBus::refusals`] either way.
+    pub refusals_expected: bool,
 }
 
 /// How a client checks the bus server and proves itself by certificate (mTLS).
@@ -272,6 +276,7 @@ impl NatsOptions {
             inbox_prefix: None,
             connect_timeout: Duration::from_secs(5),
             tls: BusTls::default(),
+            refusals_expected: false,
         }
     }
 
@@ -479,6 +484,7 @@ impl NatsBus {
     pub async fn connect(options: &NatsOptions) -> Result<NatsBus, NatsError> {
         let (refusals, _) = broadcast::channel(256);
         let sender = refusals.clone();
+        let refusals_expected = options.refusals_expected;
         let mut connect = async_nats::ConnectOptions::new()
             .connection_timeout(options.connect_timeout)
             .event_callback(move |event| {
@@ -494,7 +500,14 @@ impl NatsBus {
                                     error: other.to_string(),
                                 },
                             };
-                            tracing::error!(?refusal, "the nats server refused an operation");
+                            if refusals_expected {
+                                tracing::debug!(
+                                    ?refusal,
+                                    "the nats server refused an operation, as expected"
+                                );
+                            } else {
+                                tracing::error!(?refusal, "the nats server refused an operation");
+                            }
                             // Nobody listening is fine: the log has it.
                             let _ = sender.send(refusal);
                         }

@@ -276,7 +276,12 @@ pub async fn try_checks(options: &NatsOptions, checks: &[Check]) -> Vec<Unproven
             reason,
         }]
     };
-    let bus = match NatsBus::connect(options).await {
+    // Its last check is refused on purpose, and others may be until a reload: no error to log.
+    let probing = NatsOptions {
+        refusals_expected: true,
+        ..options.clone()
+    };
+    let bus = match NatsBus::connect(&probing).await {
         Ok(bus) => bus,
         Err(error) => {
             return vec![Unproven::Login {

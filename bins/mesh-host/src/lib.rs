@@ -66,6 +66,14 @@ use mesh_model::report::{Finding, MachineState, Outcome, Report, REPORT_FORMAT};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// Whether log lines on standard error may carry colour (ANSI codes): only when standard error
+/// is a terminal and `NO_COLOR` is not set (<https://no-color.org>). For a binary's
+/// `tracing_subscriber::fmt().with_ansi(..)`.
+pub fn log_in_colour() -> bool {
+    use std::io::IsTerminal as _;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+}
+
 /// Seconds since the epoch, read from the system clock (binaries only; libraries take `now`).
 pub fn now() -> u64 {
     std::time::SystemTime::now()

@@ -350,6 +350,7 @@ fn serve(
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(mesh_host::log_in_colour())
         .init();
     let secret = match &password_file {
         Some(password_file) => mesh_bus::NodeSecret::Password(

@@ -131,3 +131,56 @@ async fn a_node_that_cannot_log_in_is_named() {
         "{unproven:?}"
     );
 }
+
+/// Every log line written while it is held, at every level, as text without colour.
+struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+// Issue 15, point 15: the probe's refusals — its last check is refused on purpose — were logged
+// as ERROR (`the nats server refused an operation`) during a push that succeeded.
+#[tokio::test]
+async fn a_proof_that_holds_logs_its_expected_refusals_below_error() {
+    let authorization = home_and_laptop(&["agent"], &["media.scan"]);
+    let (server, controller) = super::secured(&authorization_config(&authorization).unwrap()).await;
+    ensure_bucket(&controller.jetstream(), "agent")
+        .await
+        .unwrap();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let writer = std::sync::Arc::clone(&log);
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || CapturedLog(std::sync::Arc::clone(&writer)))
+        .finish();
+    // This test runs on one thread (tokio's current-thread runtime): the connection's tasks log
+    // here too.
+    let _guard = tracing::subscriber::set_default(subscriber);
+    prove_permissions(
+        &super::as_node(&server, "home"),
+        &permissions(&authorization, "home"),
+        None,
+        within(Duration::from_secs(10)),
+    )
+    .await
+    .unwrap_or_else(|unproven| panic!("{}", said(&unproven)));
+    let text = String::from_utf8(log.lock().unwrap().clone()).unwrap();
+    assert!(
+        text.contains("refused an operation, as expected"),
+        "the refusal is still said, below error:\n{text}"
+    );
+    assert!(
+        !text
+            .lines()
+            .any(|line| line.split_whitespace().nth(1) == Some("ERROR")),
+        "an ERROR during a proof that held:\n{text}"
+    );
+}
