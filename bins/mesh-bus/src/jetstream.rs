@@ -13,6 +13,10 @@
 //! on every server: 2.14's reset API (ADR-60) refuses to move a deliver-*new* consumer's floor
 //! (`invalid reset: not allowed`, 10204, on 2.15.1) and only resets it to its ack floor, which
 //! keeps the backlog a reset is for.
+//!
+//! Replicas: streams and buckets are made with [`replicas_for`] copies (1 on a single server,
+//! 3 on a cluster); one found with fewer is said in the log and listed by
+//! [`replica_shortfalls`], and [`raise_replicas`] raises it.
 
 use crate::nats::NatsError;
 use crate::subjects;
@@ -74,22 +78,58 @@ pub fn events_stream() -> stream::Config {
     }
 }
 
-/// Makes the mesh's three streams, or opens them as they are.
+/// How many copies of each stream and bucket the mesh keeps on a server that reports no cluster.
+pub const SINGLE_SERVER_REPLICAS: usize = 1;
+
+/// How many copies of each stream and bucket the mesh keeps, by default, on a cluster: R3
+/// survives one server lost (R5, given with `wanted`, two).
+pub const CLUSTER_REPLICAS: usize = 3;
+
+/// How many copies of each stream and bucket to make on the server `client` is connected to:
+/// `wanted` when given (`--bus-replicas N`), else [`CLUSTER_REPLICAS`] when the server reports
+/// a cluster (its INFO's `cluster`) and [`SINGLE_SERVER_REPLICAS`] when it does not.
+pub fn replicas_for(client: &async_nats::Client, wanted: Option<usize>) -> usize {
+    wanted.unwrap_or_else(|| {
+        if client.server_info().cluster.is_some() {
+            CLUSTER_REPLICAS
+        } else {
+            SINGLE_SERVER_REPLICAS
+        }
+    })
+}
+
+/// Makes the mesh's three streams, or opens them as they are, with [`replicas_for`] the server
+/// (1 on a single server, 3 on a cluster).
+///
+/// # Guarantees
+/// As [`ensure_streams_with`].
+///
+/// # Errors
+/// As [`ensure_streams_with`].
+pub async fn ensure_streams(js: &Context) -> Result<(), NatsError> {
+    ensure_streams_with(js, replicas_for(&js.client(), None)).await
+}
+
+/// Makes the mesh's three streams with `replicas` copies each, or opens them as they are.
 ///
 /// # Guarantees
 /// Idempotent: a stream that exists is left with its configuration (an operator's change to
-/// it stands).
+/// it stands). One with fewer copies than `replicas` is said in the log; it is raised only by
+/// [`raise_replicas`], a person's act ([`replica_shortfalls`] lists them).
 ///
 /// # Errors
-/// [`NatsError::Stream`] naming the stream that could not be made or opened.
-pub async fn ensure_streams(js: &Context) -> Result<(), NatsError> {
-    for config in [declarations_stream(), reports_stream(), events_stream()] {
+/// [`NatsError::Stream`] naming the stream that could not be made or opened (on a cluster of
+/// fewer servers than `replicas`, the server says it has not enough of them).
+pub async fn ensure_streams_with(js: &Context, replicas: usize) -> Result<(), NatsError> {
+    for mut config in [declarations_stream(), reports_stream(), events_stream()] {
+        config.num_replicas = replicas;
         ensure_stream(js, config).await?;
     }
     Ok(())
 }
 
-/// Makes a stream, or opens it as it is.
+/// Makes a stream, or opens it as it is (saying in the log when it has fewer copies than
+/// `config` asks).
 ///
 /// # Errors
 /// [`NatsError::Stream`] when it can be neither made nor opened.
@@ -98,12 +138,125 @@ pub async fn ensure_stream(
     config: stream::Config,
 ) -> Result<stream::Stream, NatsError> {
     let name = config.name.clone();
-    js.get_or_create_stream(config)
+    let wanted = config.num_replicas;
+    let stream = js
+        .get_or_create_stream(config)
         .await
         .map_err(|source| NatsError::Stream {
-            stream: name,
+            stream: name.clone(),
             source: source.into(),
-        })
+        })?;
+    let has = stream.cached_info().config.num_replicas.max(1);
+    if has < wanted {
+        tracing::warn!(
+            stream = %name,
+            replicas = has,
+            wanted,
+            "the stream has fewer copies than the mesh keeps: `mesh-controller broker replicas` \
+             raises it"
+        );
+    }
+    Ok(stream)
+}
+
+/// A stream or bucket of the mesh with fewer copies than it should have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaShortfall {
+    /// The stream (a bucket's is `KV_<bucket>`).
+    pub stream: String,
+    /// How many copies it has.
+    pub replicas: usize,
+    /// How many it should have.
+    pub wanted: usize,
+}
+
+/// Whether a stream is one the mesh makes: its three streams and its key-value buckets (the
+/// records and every module's state).
+pub fn is_mesh_stream(name: &str) -> bool {
+    [DECLARATIONS_STREAM, REPORTS_STREAM, EVENTS_STREAM].contains(&name) || name.starts_with("KV_")
+}
+
+/// Every stream of the mesh ([`is_mesh_stream`]) on the server with fewer than `wanted`
+/// copies, by name.
+///
+/// # Errors
+/// [`NatsError::Stream`] when the streams cannot be listed.
+pub async fn replica_shortfalls(
+    js: &Context,
+    wanted: usize,
+) -> Result<Vec<ReplicaShortfall>, NatsError> {
+    let mut streams = js.streams();
+    let mut short = Vec::new();
+    while let Some(info) = streams.next().await {
+        let info = info.map_err(|source| NatsError::Stream {
+            stream: "(listing the streams)".to_owned(),
+            source: source.into(),
+        })?;
+        let replicas = info.config.num_replicas.max(1);
+        if is_mesh_stream(&info.config.name) && replicas < wanted {
+            short.push(ReplicaShortfall {
+                stream: info.config.name.clone(),
+                replicas,
+                wanted,
+            });
+        }
+    }
+    short.sort_by(|a, b| a.stream.cmp(&b.stream));
+    Ok(short)
+}
+
+/// What [`raise_replicas`] found and left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicasRaised {
+    /// The copies it had.
+    pub before: usize,
+    /// The copies it has now (`before` when it already had as many as asked).
+    pub after: usize,
+}
+
+/// Raises stream `stream` (a bucket's is `KV_<bucket>`) to `replicas` copies, every other
+/// setting kept (`mesh-controller broker replicas`, a person's act as a consumer reset is).
+///
+/// # Guarantees
+/// - Never lowers: a stream with as many copies or more is left as it is.
+/// - The new copies are made by the servers from the existing one, while the stream goes on
+///   taking writes; this returns once the server has taken the new configuration, not once the
+///   copies have caught up (its info's cluster replicas say when they are current).
+///
+/// # Errors
+/// [`NatsError::Stream`] when the stream cannot be read or the server refuses the change (on
+/// a cluster of fewer servers than `replicas`, it says it has not enough of them).
+pub async fn raise_replicas(
+    js: &Context,
+    stream: &str,
+    replicas: usize,
+) -> Result<ReplicasRaised, NatsError> {
+    let stream_error = |source: async_nats::Error| NatsError::Stream {
+        stream: stream.to_owned(),
+        source,
+    };
+    let mut handle = open_stream(js, stream).await?;
+    let info = handle
+        .info()
+        .await
+        .map_err(|source| stream_error(source.into()))?;
+    let before = info.config.num_replicas.max(1);
+    if before >= replicas {
+        return Ok(ReplicasRaised {
+            before,
+            after: before,
+        });
+    }
+    let mut config = info.config.clone();
+    config.num_replicas = replicas;
+    let updated = js
+        .update_stream(config)
+        .await
+        .map_err(|source| stream_error(source.into()))?;
+    Ok(ReplicasRaised {
+        before,
+        after: updated.config.num_replicas.max(1),
+    })
 }
 
 /// Whether [`ensure_consumer_from_now`] made the consumer or found it.
@@ -263,8 +416,13 @@ pub async fn consumer_reset(
     Ok(ConsumerReset { before, after })
 }
 
+/// How long a bucket remembers a put's message id (the server's default, said here): a put sent
+/// again within it, after its server was lost before it answered, is not stored again.
+pub const BUCKET_DEDUPLICATION_WINDOW: Duration = Duration::from_secs(120);
+
 /// The stream configuration of key-value bucket `bucket`, as the key-value convention has it
-/// (`KV_<bucket>` over `$KV.<bucket>.>`, direct gets, roll-ups, `history` values per key).
+/// (`KV_<bucket>` over `$KV.<bucket>.>`, direct gets, roll-ups, `history` values per key), one
+/// copy (set `num_replicas` for more).
 pub fn bucket_stream(bucket: &str, history: i64) -> stream::Config {
     stream::Config {
         name: format!("KV_{bucket}"),
@@ -275,33 +433,81 @@ pub fn bucket_stream(bucket: &str, history: i64) -> stream::Config {
         allow_rollup: true,
         deny_delete: true,
         allow_direct: true,
-        num_replicas: 1,
+        num_replicas: SINGLE_SERVER_REPLICAS,
+        // A put retried after its server was lost is recognised by its message id for this
+        // long, and not stored twice (see crate::records).
+        duplicate_window: BUCKET_DEDUPLICATION_WINDOW,
         storage: stream::StorageType::File,
         ..Default::default()
     }
 }
 
-/// Makes a key-value bucket (a module's state) keeping 8 values per key, or opens it as it is.
+/// Makes a key-value bucket (a module's state) keeping 8 values per key, with [`replicas_for`]
+/// the server, or opens it as it is.
+///
+/// # Errors
+/// As [`ensure_bucket_with`].
+pub async fn ensure_bucket(js: &Context, bucket: &str) -> Result<kv::Store, NatsError> {
+    ensure_bucket_with(js, bucket, replicas_for(&js.client(), None)).await
+}
+
+/// Makes a key-value bucket (a module's state) keeping 8 values per key with `replicas`
+/// copies, or opens it as it is (one with fewer copies is said in the log, as in
+/// [`ensure_stream`]).
 ///
 /// The bucket's stream is made here rather than by async-nats' `create_key_value`, which asks
 /// the account's limits in a shape a 2.9 server does not answer.
 ///
 /// # Errors
 /// [`NatsError::Bucket`] when it can be neither opened nor made.
-pub async fn ensure_bucket(js: &Context, bucket: &str) -> Result<kv::Store, NatsError> {
+pub async fn ensure_bucket_with(
+    js: &Context,
+    bucket: &str,
+    replicas: usize,
+) -> Result<kv::Store, NatsError> {
+    let mut config = bucket_stream(bucket, 8);
+    config.num_replicas = replicas;
+    open_or_make_bucket(js, bucket, config).await
+}
+
+/// Opens bucket `bucket`, or makes its stream from `config` first when there is none.
+pub(crate) async fn open_or_make_bucket(
+    js: &Context,
+    bucket: &str,
+    config: stream::Config,
+) -> Result<kv::Store, NatsError> {
     let bucket_error = |source: async_nats::Error| NatsError::Bucket {
         bucket: bucket.to_owned(),
         source,
     };
-    if let Ok(store) = js.get_key_value(bucket).await {
-        return Ok(store);
+    let wanted = config.num_replicas;
+    let store = match js.get_key_value(bucket).await {
+        Ok(store) => store,
+        Err(_) => {
+            js.get_or_create_stream(config)
+                .await
+                .map_err(|source| bucket_error(source.into()))?;
+            js.get_key_value(bucket)
+                .await
+                .map_err(|source| bucket_error(source.into()))?
+        }
+    };
+    let stream = format!("KV_{bucket}");
+    if let Ok(mut handle) = js.get_stream(&stream).await {
+        if let Ok(info) = handle.info().await {
+            let has = info.config.num_replicas.max(1);
+            if has < wanted {
+                tracing::warn!(
+                    bucket,
+                    replicas = has,
+                    wanted,
+                    "the bucket has fewer copies than the mesh keeps: `mesh-controller broker \
+                     replicas` raises it"
+                );
+            }
+        }
     }
-    js.get_or_create_stream(bucket_stream(bucket, 8))
-        .await
-        .map_err(|source| bucket_error(source.into()))?;
-    js.get_key_value(bucket)
-        .await
-        .map_err(|source| bucket_error(source.into()))
+    Ok(store)
 }
 
 /// The name of the durable consumer through which `node`'s host reads its declarations from

@@ -36,6 +36,8 @@
 //!   reset a deliver-*new* consumer to now: see [`jetstream`]), and async-nats is built without
 //!   its newer-server features. What differs by server is chosen by its version ([`version`]),
 //!   never by build.
+//! - Streams and buckets are made with [`jetstream::replicas_for`] copies: 1 on a single
+//!   server, 3 on a cluster; a write sent again after its server was lost is stored once.
 
 pub mod discovery;
 pub mod grants;

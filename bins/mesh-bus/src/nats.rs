@@ -63,6 +63,14 @@ pub enum NatsError {
         #[source]
         source: mesh_store::secret::SecretFileError,
     },
+    /// A server address that is not one (in [`NatsOptions::url`]).
+    #[error("`{url}` is not a nats server address: {reason}")]
+    Url {
+        /// The address given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A stream could not be made, opened or read.
     #[error("stream `{stream}`: {source}")]
     Stream {
@@ -216,8 +224,13 @@ impl std::fmt::Debug for NodeSecret {
 /// Where and how to connect.
 #[derive(Debug, Clone)]
 pub struct NatsOptions {
-    /// The server, e.g. `nats://127.0.0.1:4222`.
+    /// The server, e.g. `nats://127.0.0.1:4222`, or several servers of one cluster,
+    /// comma-separated (`nats://a:4222,nats://b:4222`): the client connects to one of them and,
+    /// when it is lost, to another.
     pub url: String,
+    /// How many copies of each stream and bucket to make (`--bus-replicas N`); `None`: 1 on a
+    /// single server, 3 on a cluster ([`crate::jetstream::replicas_for`]).
+    pub replicas: Option<usize>,
     /// Credentials, on a secured server.
     pub credentials: Option<Credentials>,
     /// The connection's name, as the server's monitoring shows it.
@@ -267,10 +280,39 @@ impl BusTls {
 }
 
 impl NatsOptions {
+    /// The servers [`NatsOptions::url`] names, in its order.
+    ///
+    /// # Errors
+    /// [`NatsError::Url`] naming one that is not a server address, or a URL naming none.
+    pub fn servers(&self) -> Result<Vec<async_nats::ServerAddr>, NatsError> {
+        let urls: Vec<&str> = self
+            .url
+            .split(',')
+            .map(str::trim)
+            .filter(|url| !url.is_empty())
+            .collect();
+        if urls.is_empty() {
+            return Err(NatsError::Url {
+                url: self.url.clone(),
+                reason: "it names no server".to_owned(),
+            });
+        }
+        urls.into_iter()
+            .map(|url| {
+                url.parse()
+                    .map_err(|source: std::io::Error| NatsError::Url {
+                        url: url.to_owned(),
+                        reason: source.to_string(),
+                    })
+            })
+            .collect()
+    }
+
     /// Options for an unsecured server at `url`.
     pub fn new(url: impl Into<String>) -> Self {
         NatsOptions {
             url: url.into(),
+            replicas: None,
             credentials: None,
             name: None,
             inbox_prefix: None,
@@ -542,7 +584,7 @@ impl NatsBus {
                 .add_client_certificate(client.cert_file.clone(), client.key_file.clone())
                 .require_tls(true);
         }
-        let client = match connect.connect(options.url.as_str()).await {
+        let client = match connect.connect(options.servers()?).await {
             Ok(client) => client,
             Err(source) => return Err(explain_connect_failure(options, source).await),
         };

@@ -227,6 +227,33 @@ impl NatsCluster {
         server.start_again()
     }
 
+    /// What server `index` holds of stream `stream` in its own store, as its `/jsz` says:
+    /// `(messages, last sequence)`; `None` when it is not running or holds no such stream.
+    ///
+    /// # Panics
+    /// When there is no server `index`.
+    pub fn stream_state(&self, index: usize, stream: &str) -> Option<(u64, u64)> {
+        let member = &self.members[index];
+        if !member.server.is_running() {
+            return None;
+        }
+        let body = http_get(member.http_port, "/jsz?accounts=true&streams=true")?;
+        let page: serde_json::Value = serde_json::from_str(&body).ok()?;
+        page.get("account_details")?
+            .as_array()?
+            .iter()
+            .filter_map(|account| account.get("stream_detail")?.as_array())
+            .flatten()
+            .find(|detail| detail.get("name").and_then(|n| n.as_str()) == Some(stream))
+            .and_then(|detail| {
+                let state = detail.get("state")?;
+                Some((
+                    state.get("messages")?.as_u64()?,
+                    state.get("last_seq")?.as_u64()?,
+                ))
+            })
+    }
+
     /// Waits until every running server reports the same JetStream meta leader, that leader is
     /// running, and each counts the cluster's full size (its `/jsz` monitoring page).
     ///

@@ -8,24 +8,41 @@
 //! worker thread, which also carries the connection) and waited for on the caller's thread, so
 //! it may be called from inside or outside any other runtime.
 //!
+//! On a cluster the bucket is made with [`crate::jetstream::replicas_for`] copies (3 by default,
+//! [`NatsOptions::replicas`] to choose), and a call rides out the loss of the server it was
+//! connected to: the client reconnects to another of [`NatsOptions::url`]'s servers, and a call
+//! that got no answer is sent again until [`KvRecords::retry_limit`] — a read as it was, a write
+//! with the same JetStream message id (`Nats-Msg-Id`), so a write that was stored before its
+//! answer was lost is recognised by the stream and not stored twice.
+//!
 //! # Guarantees
-//! - A `put` returns once the server has stored it (the JetStream acknowledgement).
+//! - A `put` returns once the server has stored it (the JetStream acknowledgement; on a
+//!   cluster, once a majority of the bucket's copies hold it).
+//! - A write is stored once or not at all, however often it was sent again (within
+//!   [`crate::jetstream::BUCKET_DEDUPLICATION_WINDOW`]).
 //! - [`RecordStore::update`] is compare-and-set on the key's revision, retried while other
-//!   writers win: no writer's change is lost.
+//!   writers win: no writer's change is lost, and none is applied twice.
 //! - [`RecordStore::compare_and_set`] is one write (or delete marker) expecting the key's
 //!   revision: the server refuses it when another writer came first.
+//! - With no majority of the bucket's servers up (quorum lost), a write fails within the retry
+//!   limit with an error saying so, and nothing of it is stored.
 //! - The bucket is never granted to a node ([`crate::grants::check`] refuses its name): only
 //!   the controller reads it, for it holds the nodes' bus passwords.
 
-use crate::jetstream::bucket_stream;
+use crate::jetstream::{bucket_stream, open_or_make_bucket, replicas_for};
 use crate::nats::{NatsBus, NatsError, NatsOptions};
-use async_nats::jetstream::kv::{self, CreateErrorKind, Operation, UpdateErrorKind};
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+use async_nats::jetstream::kv::{self, Operation, UpdateErrorKind};
+use async_nats::jetstream::message::PublishMessage;
 use futures_util::StreamExt as _;
 use mesh_store::record_store::{
     bad_key, children, is_key, Change, RecordStore, RecordStoreError, Swap, Version,
 };
+use sha2::{Digest, Sha256};
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// The bucket holding the controller's records.
 pub const RECORDS_BUCKET: &str = "mesh-records";
@@ -37,12 +54,18 @@ pub const RECORDS_HISTORY: i64 = 16;
 /// How many times an update is retried while other writers win the race.
 const UPDATE_TRIES: usize = 100;
 
+/// How long a call is sent again while the bus gives no answer (a server lost, a stream's
+/// leader being elected again) before it fails, unless [`KvRecords::with_retry_limit`] says.
+pub const RETRY_LIMIT: Duration = Duration::from_secs(30);
+
 /// The controller's records in [`RECORDS_BUCKET`].
 pub struct KvRecords {
     runtime: Option<tokio::runtime::Runtime>,
-    _bus: NatsBus,
+    bus: NatsBus,
+    js: async_nats::jetstream::Context,
     store: kv::Store,
     url: String,
+    retry_limit: Duration,
 }
 
 impl fmt::Debug for KvRecords {
@@ -82,7 +105,10 @@ fn call<T: Send + 'static>(
 
 impl KvRecords {
     /// Connects to the bus and opens the records bucket, making it (file storage,
-    /// [`RECORDS_HISTORY`] values per key) when the bus has none yet.
+    /// [`RECORDS_HISTORY`] values per key, [`NatsOptions::replicas`] copies: by default 1 on a
+    /// single server, 3 on a cluster) when the bus has none yet. A bucket made earlier with
+    /// fewer copies is opened as it is and said in the log
+    /// ([`crate::jetstream::raise_replicas`] raises it).
     ///
     /// # Errors
     /// When the bus cannot be reached or refuses the credentials, or the bucket can be neither
@@ -100,10 +126,13 @@ impl KvRecords {
         let connecting = options.clone();
         let opened = call(&runtime, async move {
             let bus = NatsBus::connect(&connecting).await?;
-            let store = open_bucket(&bus.jetstream()).await?;
-            Ok::<_, NatsError>((bus, store))
+            let replicas = replicas_for(bus.client(), connecting.replicas);
+            // Made on the records' runtime: a context spawns its acknowledgements' task.
+            let js = bus.jetstream();
+            let store = open_bucket(&js, replicas).await?;
+            Ok::<_, NatsError>((bus, js, store))
         });
-        let (bus, store) = match opened {
+        let (bus, js, store) = match opened {
             Ok(opened) => opened,
             Err(error) => {
                 // As in drop: allowed inside another runtime, where a plain drop is not.
@@ -113,10 +142,129 @@ impl KvRecords {
         };
         Ok(KvRecords {
             runtime: Some(runtime),
-            _bus: bus,
+            bus,
+            js,
             store,
             url: options.url.clone(),
+            retry_limit: RETRY_LIMIT,
         })
+    }
+
+    /// The same records, a call that gets no answer sent again for at most `limit` (instead of
+    /// [`RETRY_LIMIT`]).
+    #[must_use]
+    pub fn with_retry_limit(mut self, limit: Duration) -> KvRecords {
+        self.retry_limit = limit;
+        self
+    }
+
+    /// How long a call that gets no answer is sent again before it fails.
+    pub fn retry_limit(&self) -> Duration {
+        self.retry_limit
+    }
+
+    /// The connection the records are read and written on (its server, for a test that must
+    /// kill the one in use).
+    pub fn bus(&self) -> &NatsBus {
+        &self.bus
+    }
+
+    /// A read sent again, as it was, until it is answered or the retry limit passes; the last
+    /// error then.
+    fn read<T, E, F>(&self, with: impl Fn(kv::Store) -> F) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        F: Future<Output = Result<T, E>> + Send + 'static,
+    {
+        let deadline = Instant::now() + self.retry_limit;
+        loop {
+            match self.run(&with) {
+                Err(_) if Instant::now() < deadline => std::thread::sleep(RETRY_PAUSE),
+                answer => return answer,
+            }
+        }
+    }
+
+    /// Stores `value` at `key` once — `expected`: only if the key's last revision is that one
+    /// (0: the key has none) — sending it again, with the same message id, until the bucket
+    /// answers or the retry limit passes.
+    fn write(&self, key: &str, value: &[u8], expected: Option<u64>) -> Result<u64, Written> {
+        let subject = format!("$KV.{RECORDS_BUCKET}.{key}");
+        let id = fresh_message_id(key);
+        let deadline = Instant::now() + self.retry_limit;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let js = self.js.clone();
+            let mut message = PublishMessage::build()
+                .payload(value.to_vec().into())
+                .message_id(&id);
+            if let Some(revision) = expected {
+                message = message.expected_last_subject_sequence(revision);
+            }
+            let sending = subject.clone();
+            let answer = call(self.runtime(), async move {
+                js.send_publish(sending, message).await?.await
+            });
+            match answer {
+                Ok(ack) => return Ok(ack.sequence),
+                Err(error) if error.kind() == PublishErrorKind::WrongLastSequence => {
+                    // Sent again after an answer was lost, the write may be the one that moved
+                    // the revision: a clustered 2.9 server checks the revision before the
+                    // message id. Then it is the key's first message after `expected`.
+                    return match (tries, expected) {
+                        (1, _) | (_, None) => Err(Written::Lost),
+                        (_, Some(revision)) => match self.stored_after(&subject, revision, &id) {
+                            Ok(Some(sequence)) => Ok(sequence),
+                            Ok(None) => Err(Written::Lost),
+                            Err(why) => Err(Written::Failed(why)),
+                        },
+                    };
+                }
+                Err(error) if !unanswered(&error) => return Err(Written::Failed(error.into())),
+                Err(_) if Instant::now() < deadline => std::thread::sleep(RETRY_PAUSE),
+                Err(error) => {
+                    return Err(Written::Failed(
+                        format!(
+                            "no server of the bus stored it within {:?} ({tries} tries, the last: \
+                             {error}): the bucket's stream has no leader — a cluster that lost \
+                             its quorum (fewer than a majority of its servers up), or no server \
+                             reachable; nothing of it is stored",
+                            self.retry_limit
+                        )
+                        .into(),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// The sequence of the message with id `id` if it is `subject`'s first after `revision`
+    /// (read from the stream's leader, not a copy that may lag).
+    fn stored_after(
+        &self,
+        subject: &str,
+        revision: u64,
+        id: &str,
+    ) -> Result<Option<u64>, Box<dyn std::error::Error + Send + Sync>> {
+        let js = self.js.clone();
+        let (subject, id) = (subject.to_owned(), id.to_owned());
+        call(self.runtime(), async move {
+            let stream = js.get_stream(format!("KV_{RECORDS_BUCKET}")).await?;
+            let next = stream
+                .get_first_raw_message_by_subject(&subject, revision + 1)
+                .await?;
+            let ours = next
+                .headers
+                .get(async_nats::header::NATS_MESSAGE_ID)
+                .is_some_and(|value| value.as_str() == id);
+            Ok(ours.then_some(next.sequence))
+        })
+    }
+
+    fn runtime(&self) -> &tokio::runtime::Runtime {
+        self.runtime.as_ref().expect("the runtime lives until drop")
     }
 
     /// Runs what `with` makes of the bucket on the records' runtime, and waits for it.
@@ -125,10 +273,7 @@ impl KvRecords {
         T: Send + 'static,
         F: Future<Output = T> + Send + 'static,
     {
-        call(
-            self.runtime.as_ref().expect("the runtime lives until drop"),
-            with(self.store.clone()),
-        )
+        call(self.runtime(), with(self.store.clone()))
     }
 
     fn checked(&self, key: &str) -> Result<(), RecordStoreError> {
@@ -144,7 +289,7 @@ impl KvRecords {
         if !dir.is_empty() {
             self.checked(dir)?;
         }
-        self.run(|store| async move {
+        self.read(|store| async move {
             let mut keys = Vec::new();
             let mut stream = store.keys().await?;
             while let Some(key) = stream.next().await {
@@ -165,22 +310,57 @@ impl KvRecords {
     }
 }
 
-async fn open_bucket(js: &async_nats::jetstream::Context) -> Result<kv::Store, NatsError> {
-    let bucket_error = |source: async_nats::Error| NatsError::Bucket {
-        bucket: RECORDS_BUCKET.to_owned(),
-        source,
-    };
-    if let Ok(store) = js.get_key_value(RECORDS_BUCKET).await {
-        return Ok(store);
+/// How long a call that got no answer waits before it is sent again.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// What a write that was not stored met.
+enum Written {
+    /// The key's revision was not the one expected: another writer came first.
+    Lost,
+    /// The bus refused it, or did not answer within the retry limit.
+    Failed(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Whether a publish got no answer (its server lost, the stream between leaders, the
+/// connection down) rather than a refusal: then it may be sent again, its message id making
+/// sure it is stored once.
+fn unanswered(error: &PublishError) -> bool {
+    match error.kind() {
+        PublishErrorKind::TimedOut
+        | PublishErrorKind::BrokenPipe
+        | PublishErrorKind::StreamNotFound => true,
+        PublishErrorKind::WrongLastMessageId
+        | PublishErrorKind::WrongLastSequence
+        | PublishErrorKind::MaxAckPending
+        | PublishErrorKind::MaxPayloadExceeded => false,
+        // A JetStream error: 10008 is "JetStream system temporarily unavailable", what a
+        // cluster answers while it has no leader for the stream.
+        PublishErrorKind::Other => error.to_string().contains("temporarily unavailable"),
     }
+}
+
+/// A message id no other write has: this process, a count, the time and the key, digested.
+fn fresh_message_id(key: &str) -> String {
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let mut digest = Sha256::new();
+    digest.update(std::process::id().to_be_bytes());
+    digest.update(COUNT.fetch_add(1, Ordering::Relaxed).to_be_bytes());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    digest.update(now.as_nanos().to_be_bytes());
+    digest.update(key.as_bytes());
+    format!("record-{}", hex::encode(&digest.finalize()[..16]))
+}
+
+async fn open_bucket(
+    js: &async_nats::jetstream::Context,
+    replicas: usize,
+) -> Result<kv::Store, NatsError> {
     let mut config = bucket_stream(RECORDS_BUCKET, RECORDS_HISTORY);
     config.description = Some("the mesh controller's records".to_owned());
-    js.get_or_create_stream(config)
-        .await
-        .map_err(|source| bucket_error(source.into()))?;
-    js.get_key_value(RECORDS_BUCKET)
-        .await
-        .map_err(|source| bucket_error(source.into()))
+    config.num_replicas = replicas;
+    open_or_make_bucket(js, RECORDS_BUCKET, config).await
 }
 
 impl RecordStore for KvRecords {
@@ -195,30 +375,38 @@ impl RecordStore for KvRecords {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, RecordStoreError> {
         self.checked(key)?;
         let owned = key.to_owned();
-        self.run(|store| async move { store.get(owned).await })
-            .map(|value| value.map(|bytes| bytes.to_vec()))
-            .map_err(|e| self.error("read", key, e))
+        self.read(|store| {
+            let owned = owned.clone();
+            async move { store.get(owned).await }
+        })
+        .map(|value| value.map(|bytes| bytes.to_vec()))
+        .map_err(|e| self.error("read", key, e))
     }
 
     fn put(&self, key: &str, bytes: &[u8]) -> Result<(), RecordStoreError> {
         self.checked(key)?;
-        let (owned, value) = (key.to_owned(), bytes.to_vec());
-        self.run(|store| async move { store.put(owned, value.into()).await })
-            .map(drop)
-            .map_err(|e| self.error("write", key, e))
+        match self.write(key, bytes, None) {
+            Ok(_) => Ok(()),
+            Err(Written::Failed(why)) => Err(self.error("write", key, why)),
+            Err(Written::Lost) => unreachable!("a put expects no revision"),
+        }
     }
 
     fn delete(&self, key: &str) -> Result<(), RecordStoreError> {
         self.checked(key)?;
         let owned = key.to_owned();
-        self.run(|store| async move {
-            match store.entry(owned.clone()).await? {
-                Some(entry) if entry.operation == Operation::Put => {
-                    store.delete(owned).await?;
+        // A removal sent again removes nothing more: it is sent as a read is.
+        self.read(|store| {
+            let owned = owned.clone();
+            async move {
+                match store.entry(owned.clone()).await? {
+                    Some(entry) if entry.operation == Operation::Put => {
+                        store.delete(owned).await?;
+                    }
+                    _ => {}
                 }
-                _ => {}
+                Ok::<_, async_nats::Error>(())
             }
-            Ok::<_, async_nats::Error>(())
         })
         .map_err(|e| self.error("remove", key, e))
     }
@@ -246,42 +434,27 @@ impl RecordStore for KvRecords {
     fn update(&self, key: &str, change: &mut Change<'_>) -> Result<Vec<u8>, RecordStoreError> {
         self.checked(key)?;
         for _ in 0..UPDATE_TRIES {
-            let owned = key.to_owned();
             let entry = self
-                .run(|store| async move { store.entry(owned).await })
+                .read(|store| {
+                    let owned = key.to_owned();
+                    async move { store.entry(owned).await }
+                })
                 .map_err(|e| self.error("read", key, e))?;
+            // The revision expected is the key's last, a removal's too; 0 for a key never
+            // written.
             let (current, revision) = match &entry {
                 Some(entry) if entry.operation == Operation::Put => {
-                    (Some(entry.value.to_vec()), Some(entry.revision))
+                    (Some(entry.value.to_vec()), entry.revision)
                 }
-                _ => (None, None),
+                Some(entry) => (None, entry.revision),
+                None => (None, 0),
             };
             let new = change(current.as_deref()).map_err(|why| self.error("update", key, why))?;
-            let written = match revision {
-                Some(revision) => self
-                    .run(|store| {
-                        let (owned, value) = (key.to_owned(), new.clone());
-                        async move { store.update(owned, value.into(), revision).await }
-                    })
-                    .map_err(|e| match e.kind() {
-                        UpdateErrorKind::WrongLastRevision => None,
-                        _ => Some(self.error("write", key, e)),
-                    }),
-                None => self
-                    .run(|store| {
-                        let (owned, value) = (key.to_owned(), new.clone());
-                        async move { store.create(owned, value.into()).await }
-                    })
-                    .map_err(|e| match e.kind() {
-                        CreateErrorKind::AlreadyExists => None,
-                        _ => Some(self.error("write", key, e)),
-                    }),
-            };
-            match written {
+            match self.write(key, &new, Some(revision)) {
                 Ok(_) => return Ok(new),
-                Err(Some(error)) => return Err(error),
+                Err(Written::Failed(why)) => return Err(self.error("write", key, why)),
                 // Another writer came first: read its record and change that.
-                Err(None) => continue,
+                Err(Written::Lost) => continue,
             }
         }
         Err(self.error(
@@ -293,9 +466,11 @@ impl RecordStore for KvRecords {
 
     fn get_versioned(&self, key: &str) -> Result<Option<(Vec<u8>, Version)>, RecordStoreError> {
         self.checked(key)?;
-        let owned = key.to_owned();
         let entry = self
-            .run(|store| async move { store.entry(owned).await })
+            .read(|store| {
+                let owned = key.to_owned();
+                async move { store.entry(owned).await }
+            })
             .map_err(|e| self.error("read", key, e))?;
         Ok(match entry {
             Some(entry) if entry.operation == Operation::Put => {
@@ -318,36 +493,51 @@ impl RecordStore for KvRecords {
             // Not a version this store gave: the record is not that version.
             Some(Version::Digest(_)) => return Ok(Swap::Stale),
         };
-        let (owned, value) = (key.to_owned(), new.map(<[u8]>::to_vec));
-        let written = self.run(|store| async move {
-            match (expected, value) {
-                // Made only while absent (a deleted key counts as absent).
-                (None, Some(value)) => match store.create(owned, value.into()).await {
-                    Ok(_) => Ok(Swap::Done),
-                    Err(e) if e.kind() == CreateErrorKind::AlreadyExists => Ok(Swap::Stale),
-                    Err(e) => Err(async_nats::Error::from(e)),
-                },
-                (None, None) => match store.entry(owned).await {
-                    Ok(Some(entry)) if entry.operation == Operation::Put => Ok(Swap::Stale),
-                    Ok(_) => Ok(Swap::Done),
-                    Err(e) => Err(e.into()),
-                },
-                (Some(revision), Some(value)) => {
-                    match store.update(owned, value.into(), revision).await {
-                        Ok(_) => Ok(Swap::Done),
-                        Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Ok(Swap::Stale),
-                        Err(e) => Err(e.into()),
-                    }
+        let swapped = |written: Result<u64, Written>| match written {
+            Ok(_) => Ok(Swap::Done),
+            Err(Written::Lost) => Ok(Swap::Stale),
+            Err(Written::Failed(why)) => Err(self.error("write", key, why)),
+        };
+        match (expected, new) {
+            // Made only while absent (a deleted key counts as absent): expecting the key's
+            // last revision, its removal's, or 0 for a key never written.
+            (None, Some(value)) => {
+                let entry = self
+                    .read(|store| {
+                        let owned = key.to_owned();
+                        async move { store.entry(owned).await }
+                    })
+                    .map_err(|e| self.error("read", key, e))?;
+                match entry {
+                    Some(entry) if entry.operation == Operation::Put => Ok(Swap::Stale),
+                    Some(entry) => swapped(self.write(key, value, Some(entry.revision))),
+                    None => swapped(self.write(key, value, Some(0))),
                 }
-                (Some(revision), None) => {
+            }
+            (None, None) => {
+                let entry = self
+                    .read(|store| {
+                        let owned = key.to_owned();
+                        async move { store.entry(owned).await }
+                    })
+                    .map_err(|e| self.error("read", key, e))?;
+                Ok(match entry {
+                    Some(entry) if entry.operation == Operation::Put => Swap::Stale,
+                    _ => Swap::Done,
+                })
+            }
+            (Some(revision), Some(value)) => swapped(self.write(key, value, Some(revision))),
+            (Some(revision), None) => {
+                let owned = key.to_owned();
+                self.run(|store| async move {
                     match store.delete_expect_revision(owned, Some(revision)).await {
                         Ok(()) => Ok(Swap::Done),
                         Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Ok(Swap::Stale),
-                        Err(e) => Err(e.into()),
+                        Err(e) => Err(async_nats::Error::from(e)),
                     }
-                }
+                })
+                .map_err(|e| self.error("write", key, e))
             }
-        });
-        written.map_err(|e| self.error("write", key, e))
+        }
     }
 }

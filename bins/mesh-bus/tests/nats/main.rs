@@ -2,6 +2,7 @@
 //! ([`mesh_bus::nats_server`]) and it is killed when the test ends. A missing binary fails the
 //! test, saying to install the Debian package `nats-server`; nothing is skipped.
 
+mod cluster;
 mod consumers;
 mod contract;
 mod discovery;

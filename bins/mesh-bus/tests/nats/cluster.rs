@@ -1,0 +1,375 @@
+//! The bus on a loopback cluster of three nats-servers ([`mesh_bus::nats_cluster`], issue 14):
+//! the controller's records (`KvRecords`) on three copies survive the loss of the stream's
+//! leader and of the server a client is connected to, read back byte for byte; a server
+//! restarted with its store deleted catches up; the plans lease holds across a server loss; with
+//! quorum lost a write fails saying so and stores nothing, and works again when quorum returns.
+//!
+//! Every kill happens after a named step (a write acknowledged, a lease taken), never after a
+//! sleep, and every wait is on a condition the servers or the records report.
+
+use mesh_bus::jetstream::{
+    self, raise_replicas, replica_shortfalls, ReplicaShortfall, CLUSTER_REPLICAS,
+};
+use mesh_bus::nats_cluster::NatsCluster;
+use mesh_bus::records::{KvRecords, RECORDS_BUCKET};
+use mesh_bus::{NatsBus, NatsOptions};
+use mesh_store::lease::{check_held, Lease, PLANS_LEASE};
+use mesh_store::record_store::RecordStore;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const RECORDS_STREAM: &str = "KV_mesh-records";
+
+/// How long a condition is waited for before the test fails (it bounds a failure only).
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn cluster() -> NatsCluster {
+    NatsCluster::start(3).unwrap_or_else(|error| panic!("{error}"))
+}
+
+/// The records on the cluster, the client given every server.
+fn records(cluster: &NatsCluster) -> KvRecords {
+    KvRecords::open(&NatsOptions::new(cluster.urls())).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Every byte value, and the key's name, so no two records are alike.
+fn payload(key: &str) -> Vec<u8> {
+    let mut bytes: Vec<u8> = (0..=255u8).collect();
+    bytes.extend_from_slice(key.as_bytes());
+    bytes
+}
+
+/// Blocks on `future` on a runtime of its own (the test itself is not async: KvRecords blocks).
+fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
+/// The stream's info as the cluster's running servers answer it: `(leader's index, every
+/// replica current)`.
+fn stream_cluster(cluster: &NatsCluster, stream: &str) -> Option<(usize, bool)> {
+    let urls = cluster.urls();
+    let stream = stream.to_owned();
+    block_on(async move {
+        let bus = NatsBus::connect(&NatsOptions::new(urls)).await.ok()?;
+        let mut handle = bus.jetstream().get_stream(&stream).await.ok()?;
+        let info = handle.info().await.ok()?;
+        let cluster_info = info.cluster.clone()?;
+        let leader = cluster_info.leader.clone()?;
+        let current = cluster_info
+            .replicas
+            .iter()
+            .all(|peer| peer.current && !peer.offline);
+        Some((leader, current))
+    })
+    .and_then(|(leader, current)| Some((cluster.index_of(&leader)?, current)))
+}
+
+/// Waits until `stream` has a running leader and every copy is current; its leader's index.
+fn settled_leader(cluster: &NatsCluster, stream: &str) -> usize {
+    wait_for(&format!("{stream} led, every copy current"), || {
+        stream_cluster(cluster, stream)
+            .filter(|(leader, current)| *current && cluster.server(*leader).is_running())
+            .map(|(leader, _)| leader)
+    })
+}
+
+/// Waits until `stream` has a running leader (its copies may still be catching up).
+fn running_leader(cluster: &NatsCluster, stream: &str) -> usize {
+    wait_for(&format!("{stream} led by a running server"), || {
+        stream_cluster(cluster, stream)
+            .map(|(leader, _)| leader)
+            .filter(|leader| cluster.server(*leader).is_running())
+    })
+}
+
+fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not so within {PATIENCE:?}: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The server `records` is connected to now.
+fn connected_to(cluster: &NatsCluster, records: &KvRecords) -> usize {
+    let port = records.bus().client().server_info().port;
+    cluster
+        .index_of_port(port)
+        .unwrap_or_else(|| panic!("connected to port {port}, no server of the cluster"))
+}
+
+fn read_back(records: &KvRecords, keys: &[String]) {
+    for key in keys {
+        assert_eq!(
+            records.get(key).unwrap().as_deref(),
+            Some(payload(key).as_slice()),
+            "{key} read back"
+        );
+    }
+}
+
+#[test]
+fn records_on_three_copies_survive_the_leader_and_the_connected_server_killed() {
+    let mut cluster = cluster();
+    let records = records(&cluster);
+    // Made on a cluster, the bucket has three copies.
+    assert_eq!(
+        block_on(async {
+            let bus = NatsBus::connect(&NatsOptions::new(cluster.urls()))
+                .await
+                .unwrap();
+            replica_shortfalls(&bus.jetstream(), CLUSTER_REPLICAS)
+                .await
+                .unwrap()
+        }),
+        vec![]
+    );
+    let mut keys: Vec<String> = (0..20).map(|i| format!("plans/plan-{i}.json")).collect();
+    for key in &keys {
+        records.put(key, &payload(key)).unwrap();
+    }
+
+    // Step: every put acknowledged. Kill the bucket's leader.
+    let leader = settled_leader(&cluster, RECORDS_STREAM);
+    cluster.kill(leader);
+    read_back(&records, &keys);
+    let more: Vec<String> = (0..5).map(|i| format!("builds/build-{i}.json")).collect();
+    for key in &more {
+        records.put(key, &payload(key)).unwrap();
+    }
+    keys.extend(more);
+    read_back(&records, &keys);
+
+    // The leader back, caught up; then kill the server the records are connected to.
+    cluster.start_again(leader).unwrap();
+    settled_leader(&cluster, RECORDS_STREAM);
+    let connected = connected_to(&cluster, &records);
+    cluster.kill(connected);
+    let after: Vec<String> = (0..5).map(|i| format!("sent/node-{i}.json")).collect();
+    for key in &after {
+        records.put(key, &payload(key)).unwrap();
+    }
+    keys.extend(after);
+    read_back(&records, &keys);
+    assert_ne!(connected_to(&cluster, &records), connected);
+
+    // A controller started afresh reads every record, byte for byte.
+    drop(records);
+    let again = self::records(&cluster);
+    read_back(&again, &keys);
+    let mut listed = again.keys_under("").unwrap();
+    listed.sort();
+    let mut expected = keys.clone();
+    expected.sort();
+    assert_eq!(listed, expected);
+}
+
+#[test]
+fn a_server_restarted_with_its_store_deleted_catches_up() {
+    let mut cluster = cluster();
+    let records = records(&cluster);
+    let keys: Vec<String> = (0..10)
+        .map(|i| format!("settings/m{i}/mesh.json"))
+        .collect();
+    for key in &keys[..5] {
+        records.put(key, &payload(key)).unwrap();
+    }
+    let leader = settled_leader(&cluster, RECORDS_STREAM);
+    let replaced = (leader + 1) % cluster.len();
+
+    // Step: the first five stored. The replaced server's disk is lost.
+    cluster.kill(replaced);
+    cluster.start_empty(replaced).unwrap();
+    assert_eq!(cluster.stream_state(replaced, RECORDS_STREAM), None);
+    // Writes go on while it catches up.
+    for key in &keys[5..] {
+        records.put(key, &payload(key)).unwrap();
+    }
+    let on_leader = wait_for("the leader's state", || {
+        cluster.stream_state(leader, RECORDS_STREAM)
+    });
+    assert_eq!(on_leader.0, keys.len() as u64);
+    wait_for("the emptied server holding what the leader holds", || {
+        (cluster.stream_state(replaced, RECORDS_STREAM) == Some(on_leader)).then_some(())
+    });
+
+    // With the old leader gone, the caught-up server and the third hold every record.
+    cluster.kill(leader);
+    running_leader(&cluster, RECORDS_STREAM);
+    read_back(&records, &keys);
+}
+
+#[test]
+fn the_plans_lease_holds_across_a_server_loss() {
+    let mut cluster = cluster();
+    let first: Arc<dyn RecordStore> = Arc::new(records(&cluster));
+    let held = Arc::new(Mutex::new(None));
+    let lease = Lease::acquire(Arc::clone(&first), "merge catalogue", Arc::clone(&held)).unwrap();
+    let token = held.lock().unwrap().clone().unwrap();
+
+    // A second controller, on its own connection, tries for the lease the whole time.
+    let second: Arc<dyn RecordStore> = Arc::new(records(&cluster));
+    let (took, taken) = mpsc::channel();
+    let trying = {
+        let second = Arc::clone(&second);
+        std::thread::spawn(move || {
+            let lease = Lease::acquire(second, "plans resume", Arc::default()).unwrap();
+            let _ = took.send(());
+            lease
+        })
+    };
+
+    // Step: the lease taken. Kill the records' leader.
+    let leader = settled_leader(&cluster, RECORDS_STREAM);
+    cluster.kill(leader);
+    // The first holder's beat goes on moving across the loss: three renewals after it.
+    let beat = |records: &dyn RecordStore| -> u64 {
+        let bytes = records.get(PLANS_LEASE).unwrap().unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        value["beat"].as_u64().unwrap()
+    };
+    let at_kill = beat(first.as_ref());
+    wait_for("three renewals after the kill", || {
+        (beat(first.as_ref()) >= at_kill + 3).then_some(())
+    });
+    assert!(
+        taken.try_recv().is_err(),
+        "the second controller took the lease while the first lived"
+    );
+    check_held(first.as_ref(), &token).unwrap();
+
+    // Released, the lease goes to the one waiting.
+    drop(lease);
+    taken.recv_timeout(PATIENCE).unwrap();
+    let second_lease = trying.join().unwrap();
+    assert!(check_held(first.as_ref(), &token).is_err());
+    drop(second_lease);
+}
+
+#[test]
+fn with_quorum_lost_a_write_fails_saying_so_and_stores_nothing_until_quorum_returns() {
+    let mut cluster = cluster();
+    let records = records(&cluster).with_retry_limit(Duration::from_secs(5));
+    records
+        .put("inventory.toml", b"bus-node = \"a\"\n")
+        .unwrap();
+
+    // Step: the first write stored. Kill the bucket's leader and one more server: the one left
+    // is a follower that cannot make a leader alone.
+    let leader = settled_leader(&cluster, RECORDS_STREAM);
+    let second = (leader + 1) % cluster.len();
+    cluster.kill(leader);
+    cluster.kill(second);
+    let error = chain(
+        &records
+            .put("inventory.toml", b"bus-node = \"b\"\n")
+            .unwrap_err(),
+    );
+    assert!(
+        error.contains("quorum") && error.contains("no leader"),
+        "the error names the lost quorum: {error}"
+    );
+    assert!(error.contains("inventory.toml"), "{error}");
+
+    // Quorum back: nothing of the failed write was stored; a write works again.
+    cluster.start_again(second).unwrap();
+    running_leader(&cluster, RECORDS_STREAM);
+    assert_eq!(
+        records.get("inventory.toml").unwrap().as_deref(),
+        Some(b"bus-node = \"a\"\n".as_slice())
+    );
+    records
+        .put("inventory.toml", b"bus-node = \"b\"\n")
+        .unwrap();
+    assert_eq!(
+        records.get("inventory.toml").unwrap().as_deref(),
+        Some(b"bus-node = \"b\"\n".as_slice())
+    );
+}
+
+/// An error and every source under it, as `{:#}` shows them.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(source) = next {
+        text.push_str(": ");
+        text.push_str(&source.to_string());
+        next = source.source();
+    }
+    text
+}
+
+#[test]
+fn a_bucket_made_with_one_copy_is_reported_and_raised() {
+    let cluster = cluster();
+    block_on(async {
+        let bus = NatsBus::connect(&NatsOptions::new(cluster.urls()))
+            .await
+            .unwrap();
+        let js = bus.jetstream();
+        // As a mesh made before replicas were: every stream and bucket with one copy.
+        jetstream::ensure_streams_with(&js, 1).await.unwrap();
+        jetstream::ensure_bucket_with(&js, "agent_state", 1)
+            .await
+            .unwrap();
+        let short = replica_shortfalls(&js, CLUSTER_REPLICAS).await.unwrap();
+        let names: Vec<&str> = short.iter().map(|s| s.stream.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "KV_agent_state",
+                "MESH_DECLARATIONS",
+                "MESH_EVENTS",
+                "MESH_REPORTS"
+            ]
+        );
+        assert_eq!(
+            short[0],
+            ReplicaShortfall {
+                stream: "KV_agent_state".into(),
+                replicas: 1,
+                wanted: 3
+            }
+        );
+        // Opened again with the default, a stream is left as it is (an operator's choice
+        // stands) and still reported.
+        jetstream::ensure_streams(&js).await.unwrap();
+        assert_eq!(replica_shortfalls(&js, 3).await.unwrap().len(), 4);
+
+        let mut kv = js.get_key_value("agent_state").await.unwrap();
+        kv.put("k", "v".into()).await.unwrap();
+        for stream in names {
+            let raised = raise_replicas(&js, stream, 3).await.unwrap();
+            assert_eq!((raised.before, raised.after), (1, 3), "{stream}");
+        }
+        assert_eq!(replica_shortfalls(&js, 3).await.unwrap(), vec![]);
+        // Raised again, nothing changes; never lowered.
+        let again = raise_replicas(&js, "MESH_EVENTS", 1).await.unwrap();
+        assert_eq!((again.before, again.after), (3, 3));
+        kv = js.get_key_value("agent_state").await.unwrap();
+        assert_eq!(kv.get("k").await.unwrap().as_deref(), Some(b"v".as_slice()));
+    });
+    // The records bucket made on the cluster: three copies, nothing to raise.
+    let records = records(&cluster);
+    records.put("inventory.toml", b"x").unwrap();
+    let leader = settled_leader(&cluster, &format!("KV_{RECORDS_BUCKET}"));
+    assert!(cluster.server(leader).is_running());
+}
+
+#[test]
+fn several_servers_are_given_as_one_comma_separated_url() {
+    let options = NatsOptions::new("nats://127.0.0.1:4222, nats://127.0.0.1:4223,");
+    assert_eq!(options.servers().unwrap().len(), 2);
+    let error = NatsOptions::new(" , ").servers().unwrap_err().to_string();
+    assert!(error.contains("names no server"), "{error}");
+}
