@@ -33,6 +33,7 @@ pub mod layout;
 pub mod lease;
 pub mod lock;
 pub mod manifest;
+pub mod problems;
 pub mod record_store;
 pub mod records;
 pub mod registry;

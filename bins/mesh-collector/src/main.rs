@@ -10,6 +10,11 @@
 //! Start at [`run`]. It must never collect for real on a partial view, and never run the
 //! registry's `garbage-collect` with `--delete-untagged`.
 //!
+//! A run that leaves a kept archive unheld, missing or lost (or fails to sweep) records that as
+//! a problem of the store in the records it read (`mesh_store::problems`), which the
+//! controller's `status` shows; a later run with every kept archive held clears it. A dry run
+//! asked for writes no problem.
+//!
 //! Exit codes: 0 every kept archive held (and, for `collect`, collected as asked); 1 an error
 //! (records unreadable, the store failed, the collection failed); 2 a usage error; 3 a kept
 //! archive is not held (missing, or dry run), so a collection ran or would run dry.
@@ -25,6 +30,7 @@ use mesh_store::keep::keep_set;
 use mesh_store::layout::OciLayoutStore;
 use mesh_store::lease::Lease;
 use mesh_store::lock::SweepLock;
+use mesh_store::problems::{clear_problem, record_problem, ProblemKind};
 use mesh_store::record_store::{DirRecords, RecordStore};
 use mesh_store::records::read_module_records;
 use mesh_store::store::{default_store_spec, open_store_with, StoreAccess, StoreSpec};
@@ -250,6 +256,10 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
     };
     let records = read_module_records(store_records.as_ref())?;
     let keep = keep_set(&records);
+    let asked_dry = match &cli.command {
+        Command::Sweep { dry_run } | Command::Collect { dry_run, .. } => *dry_run,
+    };
+    let command_name = cli.command.name();
     let (answer, text) = match cli.command {
         Command::Sweep { dry_run } => {
             let report = sweep(&*store, &lock, &keep, dry_run).await;
@@ -299,6 +309,12 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             (answer("collect", &report.sweep, Some(&report), code), text)
         }
     };
+    // Rule 26: what this run left wrong reaches the controller's `status` as a problem of the
+    // store, until a run leaves every kept archive held. A dry run asked for changes nothing.
+    if !asked_dry {
+        keep_problem(store_records.as_ref(), command_name, &answer)
+            .context("recording the collector's answer for `status`")?;
+    }
     match cli.output {
         Output::Text => print!("{text}"),
         Output::Json => println!(
@@ -307,6 +323,60 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         ),
     }
     Ok(answer.exit_code)
+}
+
+/// Records the run's answer as a problem of the store when it is not all well (exit 1 or 3),
+/// and clears the store's problem when it is.
+fn keep_problem(
+    records: &dyn RecordStore,
+    command: &'static str,
+    answer: &Answer,
+) -> anyhow::Result<()> {
+    if answer.exit_code == 0 {
+        clear_problem(records, ProblemKind::Collection, &answer.store)?;
+        return Ok(());
+    }
+    let mut details: Vec<String> = answer
+        .sweep
+        .missing()
+        .map(|kept| format!("missing {}: its blob is gone", kept.archive.digest))
+        .collect();
+    details.extend(
+        answer
+            .sweep
+            .kept
+            .iter()
+            .filter_map(|kept| match &kept.state {
+                KeptState::WouldHold => Some(format!("unheld {}", kept.archive.digest)),
+                KeptState::Failed { error } => {
+                    Some(format!("unknown {}: {error}", kept.archive.digest))
+                }
+                KeptState::AlreadyHeld | KeptState::HeldNow | KeptState::Missing => None,
+            }),
+    );
+    details.extend(answer.sweep.failures.iter().map(|f| format!("failed: {f}")));
+    if let Some(collection) = &answer.collection {
+        details.extend(collection.lost.iter().map(|d| format!("LOST {d}")));
+        if let Some(why) = &collection.refused {
+            details.push(format!("collection ran dry: {why}"));
+        }
+    }
+    record_problem(
+        records,
+        ProblemKind::Collection,
+        &answer.store,
+        &format!("`mesh-collector {command}`: {}", answer.summary),
+        details,
+        now(),
+        &format!("mesh-collector {command}"),
+    )?;
+    Ok(())
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 fn exit_code(sweep: &SweepReport, collection: Option<&CollectReport>) -> u8 {

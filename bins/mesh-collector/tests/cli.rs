@@ -411,3 +411,51 @@ fn sweep_and_collect_a_real_registry_from_the_command_line() {
         assert!(!remote.has_blob(&forgotten.reference.digest).await.unwrap());
     });
 }
+
+/// Issue 15, point 5 (rule 26): the collector's answer ("held N of M", a missing archive)
+/// was printed and nowhere else. It is a problem of the store in the records the controller's
+/// `status` reads, until a run leaves every kept archive held; a dry run asked for records
+/// nothing.
+#[test]
+fn a_missing_archive_is_a_problem_status_shows_until_a_run_holds_every_kept_archive() {
+    use mesh_store::problems::{read_problems, ProblemKind};
+    let home = tempfile::tempdir().unwrap();
+    let layout = home.path().join("store").join("oci");
+    mesh(home.path(), &layout, true);
+    let store = format!("oci:{}", layout.display());
+    let records = DirRecords::new(home.path());
+
+    check(home.path(), &store, &["collect", "--dry-run"], 3);
+    assert!(
+        read_problems(&records).unwrap().is_empty(),
+        "a dry run asked for"
+    );
+
+    check(home.path(), &store, &["collect"], 3);
+    let problems = read_problems(&records).unwrap();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    let problem = &problems[0];
+    assert_eq!(problem.kind, ProblemKind::Collection);
+    assert_eq!(problem.subject, store);
+    assert!(
+        problem.what.contains("held 5 of 6, missing 1"),
+        "{}",
+        problem.what
+    );
+    let ghost = archive("ghost").reference.digest;
+    assert!(
+        problem
+            .details
+            .iter()
+            .any(|d| d.contains(&ghost) && d.contains("missing")),
+        "{:?}",
+        problem.details
+    );
+    assert!(problem.details.iter().any(|d| d.contains("ran dry")));
+
+    // The module whose archive is gone is forgotten: every kept archive is held, and the
+    // problem is resolved.
+    forget_module(&records, "api").unwrap();
+    check(home.path(), &store, &["collect"], 0);
+    assert!(read_problems(&records).unwrap().is_empty());
+}

@@ -7,6 +7,7 @@ use crate::fleet::{connect, BusArgs};
 use anyhow::{anyhow, Context, Result};
 use mesh_bus::discovery;
 use mesh_bus::jetstream;
+use mesh_store::problems::ProblemKind;
 use std::time::Duration;
 
 /// The durable consumer through which `mesh-controller serve` hears merges on `MESH_EVENTS`.
@@ -30,7 +31,8 @@ fn machine_name() -> String {
 /// acknowledged, and then every open plan is driven on over the bus as `plans resume` would
 /// (built, rolled out one machine first to the real hosts). Open plans left by a controller
 /// stopped mid-rollout are driven on when it starts. A merge that cannot be planned (an unknown
-/// repository, another branch than the one registered) is logged and acknowledged; a drive
+/// repository, another branch than the one registered) is logged, recorded as a problem of its
+/// repository (shown by `status` until a later merge of it is planned) and acknowledged; a drive
 /// that fails is logged, and its plan is driven on after the next merge or start.
 ///
 /// # Guarantees
@@ -93,19 +95,49 @@ pub async fn serve(
             Ok(_) => crate::plans::merge(ctx, &merge.repository, Some(&merge.commit), true).await,
             Err(error) => Err(error),
         };
-        match planned {
-            Ok(outcome) => tracing::info!(
+        // Rule 26: a merge that cannot be planned reaches `status` (a problem of the
+        // repository) until a later merge of it is planned.
+        let kept = match planned {
+            Ok(outcome) => {
+                tracing::info!(
+                    repository = %merge.repository,
+                    commit = %merge.commit,
+                    outcome = %serde_json::to_string(&outcome).unwrap_or_default(),
+                    "merge heard"
+                );
+                ctx.home
+                    .clear_problem(ProblemKind::Merge, &merge.repository)
+                    .map(drop)
+            }
+            Err(error) => {
+                tracing::error!(
+                    repository = %merge.repository,
+                    commit = %merge.commit,
+                    error = format!("{error:#}"),
+                    "a merge heard could not be planned"
+                );
+                ctx.home
+                    .record_problem(
+                        ProblemKind::Merge,
+                        &merge.repository,
+                        &format!(
+                            "the merge of `{}` {} at {} could not be planned: {error}",
+                            merge.repository,
+                            merge.branch,
+                            crate::builds::short_commit(&merge.commit)
+                        ),
+                        error.chain().skip(1).map(ToString::to_string).collect(),
+                        mesh_host::now(),
+                    )
+                    .map(drop)
+            }
+        };
+        if let Err(error) = kept {
+            tracing::error!(
                 repository = %merge.repository,
-                commit = %merge.commit,
-                outcome = %serde_json::to_string(&outcome).unwrap_or_default(),
-                "merge heard"
-            ),
-            Err(error) => tracing::error!(
-                repository = %merge.repository,
-                commit = %merge.commit,
                 error = format!("{error:#}"),
-                "a merge heard could not be planned"
-            ),
+                "the merge's problem record could not be written"
+            );
         }
         if let Err(error) = heard.ack().await {
             tracing::error!(%error, "a merge could not be acknowledged; it may be heard again");

@@ -19,6 +19,7 @@
 //! store/modules/<module>.json          every build of a module (mesh-store's records)
 //! bus/passwords/<node>                 a node's bus password ([`crate::fleet`])
 //! bus/authorization.conf               the bus's users as last confirmed in force
+//! problems/<kind>/<subject>.json       a failure until it is resolved (mesh_store::problems)
 //! ```
 //!
 //! What stays on this machine, under the home, whatever holds the records:
@@ -43,6 +44,7 @@ use mesh_model::inventory::{
 use mesh_model::module::{load_catalogue, Catalogue};
 use mesh_model::report::Report;
 use mesh_model::Diagnostic;
+use mesh_store::problems::{Problem, ProblemKind};
 use mesh_store::record_store::{DirRecords, RecordStore, Swap};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -453,6 +455,51 @@ impl Home {
         }
         records.sort_by_key(|r| r.revision);
         Ok(records)
+    }
+
+    /// Records a failure for `status` until it is resolved (rule 26): `kind` and `subject`
+    /// name it (a repository, a node), `what` says it in a line, `details` add lines.
+    /// Recording it again keeps when it began.
+    ///
+    /// # Errors
+    /// When the record cannot be written.
+    pub fn record_problem(
+        &self,
+        kind: ProblemKind,
+        subject: &str,
+        what: &str,
+        details: Vec<String>,
+        now: u64,
+    ) -> Result<Problem> {
+        Ok(mesh_store::problems::record_problem(
+            self.records.as_ref(),
+            kind,
+            subject,
+            what,
+            details,
+            now,
+            "mesh-controller",
+        )?)
+    }
+
+    /// Clears a failure once what failed succeeded; returns whether one was recorded.
+    ///
+    /// # Errors
+    /// When the record cannot be read or removed.
+    pub fn clear_problem(&self, kind: ProblemKind, subject: &str) -> Result<bool> {
+        Ok(mesh_store::problems::clear_problem(
+            self.records.as_ref(),
+            kind,
+            subject,
+        )?)
+    }
+
+    /// Every failure recorded and not yet resolved, by kind and subject.
+    ///
+    /// # Errors
+    /// When a record cannot be read or is not a problem.
+    pub fn problems(&self) -> Result<Vec<Problem>> {
+        Ok(mesh_store::problems::read_problems(self.records.as_ref())?)
     }
 
     /// The declaration last sent to `node`.

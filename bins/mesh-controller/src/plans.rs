@@ -248,6 +248,8 @@ pub async fn merge(
         });
     }
     let (mut record, superseded) = make_plan(ctx, &repo, &commit, &plans)?;
+    // A merge of this repository the daemon could not plan is resolved by this one.
+    home.clear_problem(mesh_store::problems::ProblemKind::Merge, &repo.name)?;
     repo.last_planned = Some(commit.clone());
     home.write_repo(&repo)?;
     if !plan_only {

@@ -26,7 +26,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// The record directories a home holds, besides the inventory.
-const RECORD_DIRS: [&str; 9] = [
+const RECORD_DIRS: [&str; 10] = [
     "settings",
     "history",
     "sent",
@@ -36,6 +36,7 @@ const RECORD_DIRS: [&str; 9] = [
     "deployed",
     "store/modules",
     "bus",
+    "problems",
 ];
 
 /// The home at `root`, its records on the bus when `bus` is given.

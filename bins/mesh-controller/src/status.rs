@@ -1,6 +1,7 @@
 //! `status`: every node's last report, and beside it what the plans are doing — open plans and
 //! what each waits on (to the second), the modules behind, stopped rollouts with node and
-//! reason, and nodes stuck, mid-change or with a window open (rules 19 and 26).
+//! reason, nodes stuck, mid-change or with a window open, and every failure recorded as a
+//! problem until it is resolved (`mesh_store::problems`; rules 19 and 26).
 //!
 //! "Behind" is read from the open plans only ([`mesh_plan::behind`]): no second comparison of
 //! commits (seed issue 245).
@@ -34,6 +35,9 @@ pub struct Overview {
     /// (rule 12): `--move MODULE` sends them.
     #[serde(default)]
     pub held: Vec<HeldNode>,
+    /// Failures recorded where they were seen (a merge the daemon could not plan, the
+    /// collector's answer, a held push, failed grants), until resolved (rule 26).
+    pub problems: Vec<mesh_store::problems::Problem>,
 }
 
 /// A node a rollout held for a move.
@@ -192,6 +196,7 @@ pub fn overview(home: &Home, now: u64) -> Result<Overview> {
         stopped,
         attention,
         held,
+        problems: home.problems()?,
     })
 }
 

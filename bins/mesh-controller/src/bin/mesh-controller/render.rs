@@ -346,6 +346,24 @@ fn plans_status(overview: &Overview) -> String {
             }
         }
     }
+    if !overview.problems.is_empty() {
+        out.push_str("problems (shown until resolved):\n");
+        for problem in &overview.problems {
+            let _ = writeln!(
+                out,
+                "  {} `{}`: {} (since {}, last {}, by {})",
+                problem.kind.word(),
+                problem.subject,
+                problem.what,
+                format_time(problem.since),
+                format_time(problem.at),
+                problem.by
+            );
+            for line in &problem.details {
+                let _ = writeln!(out, "    {line}");
+            }
+        }
+    }
     if !overview.attention.is_empty() {
         out.push_str("nodes needing attention:\n");
         for node in &overview.attention {
@@ -952,6 +970,30 @@ mod status_tests {
             }],
             attention: Vec::new(),
             held: Vec::new(),
+            problems: vec![
+                mesh_store::problems::Problem {
+                    format: mesh_store::problems::PROBLEM_FORMAT,
+                    kind: mesh_store::problems::ProblemKind::Merge,
+                    subject: "cat".into(),
+                    what: "a merge heard could not be planned: `cat` at 0123456789ab: \
+                           `a` and `b` depend on each other; no plan was made"
+                        .into(),
+                    details: Vec::new(),
+                    since: 1010,
+                    at: 1020,
+                    by: "mesh-controller serve".into(),
+                },
+                mesh_store::problems::Problem {
+                    format: mesh_store::problems::PROBLEM_FORMAT,
+                    kind: mesh_store::problems::ProblemKind::Collection,
+                    subject: "oci:/var/lib/mesh/store/oci".into(),
+                    what: "held 1 of 2 kept archives, missing 1: collection ran dry".into(),
+                    details: vec!["missing sha256:bbbb (current build of notes)".into()],
+                    since: 1000,
+                    at: 1000,
+                    by: "mesh-collector collect".into(),
+                },
+            ],
         };
         let mut overview = overview;
         overview.attention = attention(&overview.nodes);

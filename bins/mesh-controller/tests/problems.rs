@@ -1,0 +1,108 @@
+//! Failures that reach `status` (issue 15, point 5; rule 26: nothing fails silently): a merge
+//! the daemon cannot plan was a log line and then acknowledged. It is a problem of its
+//! repository, shown by `status` (text and JSON) until a merge of that repository is planned.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use support::fleet::{runtime, write, Bed, BASE_MODULE};
+use support::git;
+
+/// Killed if the test fails before it stops the daemon itself.
+struct Daemon(std::process::Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `status --output json`'s problems.
+fn problems(bed: &Bed) -> Vec<serde_json::Value> {
+    let out = bed.run(&["status", "--output", "json"]);
+    let status: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    status["problems"].as_array().cloned().unwrap_or_default()
+}
+
+/// Waits (on the condition, a deadline bounding only a failure) until `done` holds.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_merge_the_daemon_cannot_plan_is_shown_by_status_until_one_is_planned() {
+    let mut bed = Bed::new(&[]);
+    bed.start_host("bus");
+    let repo = tempfile::tempdir().unwrap();
+    write(&repo.path().join("modules/base/module.toml"), BASE_MODULE);
+    write(&repo.path().join("modules/base/files/hello"), "hello\n");
+    git(repo.path(), &["init", "-q", "-b", "main"]);
+    git(repo.path(), &["add", "."]);
+    git(repo.path(), &["commit", "-qm", "base"]);
+    let commit = git(repo.path(), &["rev-parse", "HEAD"]);
+
+    let _serve = Daemon(
+        bed.command(&["serve"])
+            .env("MESH_LOG", "error")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let rt = runtime();
+    let bus = bed.controller_bus(&rt);
+    let announce = |commit: &str| {
+        rt.block_on(async {
+            mesh_bus::jetstream::publish_merge(&bus.jetstream(), "cat", "main", commit).await
+        })
+    };
+    // The repository is not registered yet: the merge cannot be planned. The daemon's
+    // consumer is made from now (and its stream with it), so it is announced until the daemon
+    // has heard it.
+    wait_until("the unplannable merge reaches status", || {
+        let _ = announce(&commit);
+        !problems(&bed).is_empty()
+    });
+    let found = problems(&bed);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["kind"], "merge");
+    assert_eq!(found[0]["subject"], "cat");
+    let what = found[0]["what"].as_str().unwrap();
+    assert!(
+        what.contains("`cat` main") && what.contains("could not be planned"),
+        "{what}"
+    );
+    let text = bed.expect(&["status"], 0);
+    assert!(text.contains("problems (shown until resolved):"), "{text}");
+    assert!(
+        text.contains("merge `cat`: the merge of `cat` main"),
+        "{text}"
+    );
+    assert!(bed.expect(&["plans", "--output", "json"], 0).trim() == "[]");
+
+    // Registered, the next merge (a merge is heard once per commit) is planned: the problem
+    // is resolved.
+    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    write(
+        &repo.path().join("modules/base/files/hello"),
+        "hello again\n",
+    );
+    git(repo.path(), &["commit", "-qam", "again"]);
+    let next = git(repo.path(), &["rev-parse", "HEAD"]);
+    announce(&next).unwrap();
+    wait_until("a plan of `cat` clears its problem", || {
+        problems(&bed).is_empty()
+    });
+    let plans: Vec<serde_json::Value> =
+        serde_json::from_str(&bed.expect(&["plans", "--output", "json"], 0)).unwrap();
+    assert_eq!(plans.len(), 1, "{plans:?}");
+    assert!(!bed.expect(&["status"], 0).contains("problems"));
+}
