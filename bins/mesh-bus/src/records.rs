@@ -66,7 +66,18 @@ pub struct KvRecords {
     store: kv::Store,
     url: String,
     retry_limit: Duration,
+    step: Option<StepHook>,
 }
+
+/// What a test runs at a named step of a write (see [`KvRecords::at_step`]).
+pub type StepHook = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The step of a write's first sending just before it is sent.
+pub const STEP_WRITE_SENDING: &str = "records.write.sending";
+
+/// The step of a write's first sending once it is on the wire, before its answer is awaited: a
+/// test loses the answer of a write the stream stored there.
+pub const STEP_WRITE_SENT: &str = "records.write.sent";
 
 impl fmt::Debug for KvRecords {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -147,6 +158,7 @@ impl KvRecords {
             store,
             url: options.url.clone(),
             retry_limit: RETRY_LIMIT,
+            step: None,
         })
     }
 
@@ -155,6 +167,15 @@ impl KvRecords {
     #[must_use]
     pub fn with_retry_limit(mut self, limit: Duration) -> KvRecords {
         self.retry_limit = limit;
+        self
+    }
+
+    /// The same records, `hook` run with the step's name at the named steps of a write's first
+    /// sending ([`STEP_WRITE_SENDING`], [`STEP_WRITE_SENT`]) — a fail point for tests, run on
+    /// the records' runtime while the write waits.
+    #[must_use]
+    pub fn at_step(mut self, hook: StepHook) -> KvRecords {
+        self.step = Some(hook);
         self
     }
 
@@ -204,8 +225,18 @@ impl KvRecords {
                 message = message.expected_last_subject_sequence(revision);
             }
             let sending = subject.clone();
+            let step = self.step.clone().filter(|_| tries == 1);
             let answer = call(self.runtime(), async move {
-                js.send_publish(sending, message).await?.await
+                if let Some(step) = &step {
+                    step(STEP_WRITE_SENDING);
+                }
+                let acknowledged = js.send_publish(sending, message).await?;
+                if let Some(step) = &step {
+                    // On the wire before the step, so the server may store it.
+                    let _ = js.client().flush().await;
+                    step(STEP_WRITE_SENT);
+                }
+                acknowledged.await
             });
             match answer {
                 Ok(ack) => return Ok(ack.sequence),

@@ -2,7 +2,9 @@
 //! the controller's records (`KvRecords`) on three copies survive the loss of the stream's
 //! leader and of the server a client is connected to, read back byte for byte; a server
 //! restarted with its store deleted catches up; the plans lease holds across a server loss; with
-//! quorum lost a write fails saying so and stores nothing, and works again when quorum returns.
+//! quorum lost a write fails saying so and stores nothing, and works again when quorum returns;
+//! a write whose answer is lost (a proxy cuts the connection between the stream storing it and
+//! the answer reaching the client) is sent again and stored once.
 //!
 //! Every kill happens after a named step (a write acknowledged, a lease taken), never after a
 //! sleep, and every wait is on a condition the servers or the records report.
@@ -11,10 +13,13 @@ use mesh_bus::jetstream::{
     self, raise_replicas, replica_shortfalls, ReplicaShortfall, CLUSTER_REPLICAS,
 };
 use mesh_bus::nats_cluster::NatsCluster;
-use mesh_bus::records::{KvRecords, RECORDS_BUCKET};
+use mesh_bus::records::{KvRecords, StepHook, RECORDS_BUCKET, STEP_WRITE_SENDING, STEP_WRITE_SENT};
 use mesh_bus::{NatsBus, NatsOptions};
 use mesh_store::lease::{check_held, Lease, PLANS_LEASE};
 use mesh_store::record_store::RecordStore;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -295,6 +300,216 @@ fn with_quorum_lost_a_write_fails_saying_so_and_stores_nothing_until_quorum_retu
         records.get("inventory.toml").unwrap().as_deref(),
         Some(b"bus-node = \"b\"\n".as_slice())
     );
+}
+
+/// A loopback TCP proxy in front of one server, to lose a server's answers at a named step:
+/// [`Proxy::hold`] keeps what the server sends from reaching the client, [`Proxy::cut`] closes
+/// every connection with what it held unsent and takes no more (the client then reconnects to
+/// another server of the cluster, as when its server dies with the answer unsent).
+struct Proxy {
+    port: u16,
+    holding: Arc<AtomicBool>,
+    cut: Arc<AtomicBool>,
+    sockets: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Proxy {
+    fn start(target: u16) -> Proxy {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let holding = Arc::new(AtomicBool::new(false));
+        let cut = Arc::new(AtomicBool::new(false));
+        let sockets: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        {
+            let (holding, cut, sockets) = (holding.clone(), cut.clone(), sockets.clone());
+            std::thread::spawn(move || {
+                for client in listener.incoming() {
+                    let Ok(client) = client else { return };
+                    if cut.load(Ordering::SeqCst) {
+                        drop(client);
+                        continue;
+                    }
+                    let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                        continue;
+                    };
+                    {
+                        let mut sockets = sockets.lock().unwrap();
+                        sockets.push(client.try_clone().unwrap());
+                        sockets.push(server.try_clone().unwrap());
+                    }
+                    let (mut from_client, mut to_server) =
+                        (client.try_clone().unwrap(), server.try_clone().unwrap());
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from_client, &mut to_server);
+                    });
+                    let (mut from_server, mut to_client) = (server, client);
+                    let holding = holding.clone();
+                    std::thread::spawn(move || {
+                        let mut buffer = [0u8; 16 * 1024];
+                        loop {
+                            let Ok(n) = from_server.read(&mut buffer) else {
+                                return;
+                            };
+                            if n == 0 {
+                                return;
+                            }
+                            // Held: never sent (the connection is cut before it is let go).
+                            if holding.load(Ordering::SeqCst) {
+                                continue;
+                            }
+                            if to_client.write_all(&buffer[..n]).is_err() {
+                                return;
+                            }
+                        }
+                    });
+                }
+            });
+        }
+        Proxy {
+            port,
+            holding,
+            cut,
+            sockets,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn hold(&self) {
+        self.holding.store(true, Ordering::SeqCst);
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for socket in self.sockets.lock().unwrap().drain(..) {
+            let _ = socket.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// What the fail point of [`a_write_whose_answer_is_lost_is_sent_again_and_stored_once`] needs:
+/// the cluster, the proxy the write goes through, the records stream's leader and its last
+/// sequence before the write, and whether the fail point ran.
+struct Arranged {
+    cluster: NatsCluster,
+    proxy: Option<Proxy>,
+    leader: usize,
+    last_before: u64,
+    ran: bool,
+}
+
+/// The fail point: at [`STEP_WRITE_SENDING`] nothing the server sends reaches the client any
+/// more; at [`STEP_WRITE_SENT`], once the stream's leader has stored the write, the connection
+/// is cut with its answer unsent — as when its server dies between storing and answering.
+fn lose_the_answer(arranged: &Mutex<Arranged>, step: &str) {
+    let mut arranged = arranged.lock().unwrap();
+    let Some(proxy) = arranged.proxy.take() else {
+        return;
+    };
+    match step {
+        STEP_WRITE_SENDING => {
+            proxy.hold();
+            arranged.proxy = Some(proxy);
+        }
+        STEP_WRITE_SENT => {
+            let (leader, before) = (arranged.leader, arranged.last_before);
+            wait_for("the write stored", || {
+                arranged
+                    .cluster
+                    .stream_state(leader, RECORDS_STREAM)
+                    .filter(|(_, last)| *last > before)
+            });
+            proxy.cut();
+            arranged.ran = true;
+        }
+        other => panic!("no step {other}"),
+    }
+}
+
+/// How many values `key` has in the records bucket's history (asked again while the cluster
+/// cannot answer).
+fn history_len(cluster: &NatsCluster, key: &str) -> usize {
+    wait_for(&format!("the history of {key}"), || {
+        let (urls, key) = (cluster.urls(), key.to_owned());
+        block_on(async move {
+            use futures_util::StreamExt as _;
+            let bus = NatsBus::connect(&NatsOptions::new(urls)).await.ok()?;
+            let kv = bus.jetstream().get_key_value(RECORDS_BUCKET).await.ok()?;
+            let mut history = kv.history(key).await.ok()?;
+            let mut count = 0;
+            while let Some(entry) = history.next().await {
+                entry.ok()?;
+                count += 1;
+            }
+            Some(count)
+        })
+    })
+}
+
+#[test]
+fn a_write_whose_answer_is_lost_is_sent_again_and_stored_once() {
+    let arranged = Arc::new(Mutex::new(Arranged {
+        cluster: cluster(),
+        proxy: None,
+        leader: 0,
+        last_before: 0,
+        ran: false,
+    }));
+    let hook: StepHook = {
+        let arranged = Arc::clone(&arranged);
+        Arc::new(move |step: &str| lose_the_answer(&arranged, step))
+    };
+    // Records reached through a proxy in front of one server; the client learns the others
+    // from it (the server's INFO) and reconnects to them when the proxy is cut.
+    let open_through_proxy = || {
+        let mut arranged = arranged.lock().unwrap();
+        let proxy = Proxy::start(arranged.cluster.server(0).port());
+        let records = KvRecords::open(&NatsOptions::new(proxy.url())).unwrap();
+        arranged.proxy = Some(proxy);
+        records
+    };
+    let arrange = || {
+        let mut arranged = arranged.lock().unwrap();
+        let leader = settled_leader(&arranged.cluster, RECORDS_STREAM);
+        let state = arranged.cluster.stream_state(leader, RECORDS_STREAM);
+        arranged.leader = leader;
+        arranged.last_before = state.map_or(0, |(_, last)| last);
+        arranged.ran = false;
+    };
+    let key = "plans/plan-1.json";
+
+    // A put whose answer is lost: sent again, it is stored once.
+    let records = open_through_proxy();
+    records.put(key, b"first").unwrap();
+    let records = records.at_step(Arc::clone(&hook));
+    arrange();
+    records.put(key, b"second").unwrap();
+    assert!(arranged.lock().unwrap().ran, "the fail point ran");
+    assert_eq!(
+        records.get(key).unwrap().as_deref(),
+        Some(b"second".as_slice())
+    );
+    assert_eq!(history_len(&arranged.lock().unwrap().cluster, key), 2);
+
+    // An update (compare-and-set) whose answer is lost: applied once, not twice.
+    let records = open_through_proxy().at_step(hook);
+    arrange();
+    let applied = records
+        .update(key, &mut |current| {
+            let mut next = current.unwrap_or_default().to_vec();
+            next.extend_from_slice(b"+1");
+            Ok(next)
+        })
+        .unwrap();
+    assert!(arranged.lock().unwrap().ran, "the fail point ran");
+    assert_eq!(applied, b"second+1");
+    assert_eq!(
+        records.get(key).unwrap().as_deref(),
+        Some(b"second+1".as_slice())
+    );
+    assert_eq!(history_len(&arranged.lock().unwrap().cluster, key), 3);
 }
 
 /// An error and every source under it, as `{:#}` shows them.
