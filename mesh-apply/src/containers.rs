@@ -20,6 +20,16 @@ pub struct DeclaredContainer<'a> {
     pub spec: &'a ContainerSpec,
 }
 
+/// A container kept, stopped and under another name, while the together group its replacement
+/// belongs to commits (rule 5): put back if the group does not apply whole, let go once it does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetAside {
+    /// The name it is kept under (`<name>.mesh-old`).
+    pub kept_as: String,
+    /// The fields its replacement changes (what the apply reports).
+    pub changed: Vec<String>,
+}
+
 /// Runs containers the host labelled as its own.
 ///
 /// Errors are sentences naming the container; they become the resource's `reason`.
@@ -61,6 +71,38 @@ pub trait ContainerRuntime {
     /// # Errors
     /// Why it could not, including that the mesh did not make it.
     fn start(&self, name: &str) -> Result<(), String>;
+
+    /// Before its together group commits: when bringing the container to its spec would replace
+    /// it (its spec changed), stops the one there and keeps it under another name, so that
+    /// [`ContainerRuntime::put_back`] can give it back if the group does not apply whole.
+    /// `None`: nothing to keep (no container there, or its spec is the declared one). The
+    /// default keeps nothing.
+    ///
+    /// # Errors
+    /// Why it could not (nothing was changed then, or the container runs as it did).
+    fn set_aside(&self, _declared: &DeclaredContainer<'_>) -> Result<Option<SetAside>, String> {
+        Ok(None)
+    }
+
+    /// Gives a container set aside back: removes its replacement, if any, gives it its name
+    /// back and starts it.
+    ///
+    /// # Errors
+    /// Why it could not.
+    fn put_back(&self, declared: &DeclaredContainer<'_>, _aside: &SetAside) -> Result<(), String> {
+        Err(format!(
+            "container `{}` cannot be put back by this runtime",
+            declared.spec.name
+        ))
+    }
+
+    /// Once its group applied whole: removes the container set aside.
+    ///
+    /// # Errors
+    /// Why it could not.
+    fn let_go(&self, _aside: &SetAside) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// The runtime of a host configured without container support: says so for every container.

@@ -2,7 +2,7 @@
 //! unit by unit in dependency order, report.
 
 use crate::accounts::{AccountDatabase, Accounts, ShadowUtils};
-use crate::containers::{ContainerRuntime, DeclaredContainer, NoContainerRuntime};
+use crate::containers::{ContainerRuntime, DeclaredContainer, NoContainerRuntime, SetAside};
 use crate::fsops::{self, Wanted};
 use crate::order::{units_in_order, Unit};
 use crate::paths::{is_ancestor, Opened, Resolved, RootPaths};
@@ -533,8 +533,26 @@ enum Committed {
         group: String,
     },
     Container {
-        name: String,
+        id: String,
+        module: String,
+        spec: Box<ContainerSpec>,
+        before: ContainerBefore,
+        /// Restart it once the group is whole (a `restart_on` file changed, and it was running
+        /// as declared already).
+        restart: bool,
     },
+}
+
+/// What a together member container was before its group's commit, so that it can be put back.
+enum ContainerBefore {
+    /// None was there: it was created.
+    Absent,
+    /// It was there, stopped, as declared: it was started.
+    Stopped,
+    /// It ran as declared.
+    Running,
+    /// It was replaced: the old one is kept aside until the group is whole.
+    Replaced(SetAside),
 }
 
 impl<'a> Engine<'a, '_> {
@@ -1512,6 +1530,7 @@ impl<'a> Engine<'a, '_> {
         }
 
         // Commit in order; on a failure put back what was committed.
+        let mut restart_failures: Vec<(String, String)> = Vec::new();
         let mut committed: Vec<Committed> = Vec::with_capacity(staged.len());
         let mut changes: Vec<Vec<String>> = Vec::with_capacity(staged.len());
         for (index, step) in staged.iter().enumerate() {
@@ -1534,12 +1553,50 @@ impl<'a> Engine<'a, '_> {
                 }
             }
         }
-        for done in &committed {
-            if let Committed::File { old: Some(old), .. } = done {
-                let _ = fsops::remove_if_present(old);
+        // The group is whole: what was kept to put it back goes, then the restarts it waited for.
+        for (index, done) in committed.iter().enumerate() {
+            match done {
+                Committed::File { old: Some(old), .. } => {
+                    let _ = fsops::remove_if_present(old);
+                }
+                Committed::Container {
+                    id,
+                    module,
+                    spec,
+                    before,
+                    restart,
+                } => {
+                    if let ContainerBefore::Replaced(aside) = before {
+                        if let Err(e) = self.seams.containers.let_go(aside) {
+                            self.findings.push(Finding {
+                                resource: id.clone(),
+                                message: format!(
+                                    "the container it replaced, kept as `{}`, could not be \
+                                     removed: {e}",
+                                    aside.kept_as
+                                ),
+                            });
+                        }
+                    }
+                    if *restart {
+                        let declared = DeclaredContainer { id, module, spec };
+                        match self.seams.containers.apply(&declared, true) {
+                            Ok(changed) => changes[index].extend(changed),
+                            Err(reason) => restart_failures.push((id.clone(), reason)),
+                        }
+                    }
+                }
+                Committed::Nothing
+                | Committed::File { old: None, .. }
+                | Committed::Directory { .. }
+                | Committed::Membership { .. } => {}
             }
         }
         for (member, changed) in members.iter().zip(changes) {
+            if let Some((_, reason)) = restart_failures.iter().find(|(id, _)| *id == member.id) {
+                self.fail(&member.id, reason.clone());
+                continue;
+            }
             match self.held_container(member) {
                 Some(step) => {
                     self.outcomes
@@ -1719,16 +1776,44 @@ impl<'a> Engine<'a, '_> {
                 ))
             }
             Staged::Container { spec, restart } => {
-                let changed = self
-                    .seams
-                    .containers
-                    .apply(&declared(resource, spec), *restart)?;
+                // Rule 5: the container it replaces is kept until the group is whole, and a
+                // restart waits for the whole group (seed issue 066).
+                let containers = self.seams.containers;
+                let aside = containers.set_aside(&declared(resource, spec))?;
+                let changed = match containers.apply(&declared(resource, spec), false) {
+                    Ok(changed) => changed,
+                    Err(mut reason) => {
+                        if let Some(aside) = &aside {
+                            if let Err(e) = containers.put_back(&declared(resource, spec), aside) {
+                                reason.push_str(&format!("; and putting it back failed: {e}"));
+                            }
+                        }
+                        return Err(reason);
+                    }
+                };
+                let before = match aside {
+                    Some(aside) => ContainerBefore::Replaced(aside),
+                    None if changed.iter().any(|c| c == "created") => ContainerBefore::Absent,
+                    None if changed.iter().any(|c| c == "started") => ContainerBefore::Stopped,
+                    None => ContainerBefore::Running,
+                };
+                let changed = match &before {
+                    ContainerBefore::Replaced(aside) => aside.changed.clone(),
+                    ContainerBefore::Absent
+                    | ContainerBefore::Stopped
+                    | ContainerBefore::Running => changed,
+                };
                 if let Err(e) = self.record_container(resource) {
                     return Err(e.to_string());
                 }
+                let restart = *restart && matches!(before, ContainerBefore::Running);
                 Ok((
                     Committed::Container {
-                        name: spec.name.clone(),
+                        id: resource.id.clone(),
+                        module: resource.module.clone(),
+                        spec: Box::new(spec.clone()),
+                        before,
+                        restart,
                     },
                     changed,
                 ))
@@ -1765,9 +1850,24 @@ impl<'a> Engine<'a, '_> {
                 self.reload_accounts();
                 result.map_err(|e| format!("`{account}` in `{group}`: {e}"))
             }
-            Committed::Container { name } => Err(format!(
-                "container `{name}` cannot be put back; it runs as declared"
-            )),
+            Committed::Container {
+                id,
+                module,
+                spec,
+                before,
+                restart: _,
+            } => {
+                let declared = DeclaredContainer { id, module, spec };
+                let name = &spec.name;
+                let containers = self.seams.containers;
+                match before {
+                    ContainerBefore::Replaced(aside) => containers.put_back(&declared, aside),
+                    ContainerBefore::Absent => containers.remove(name).map(drop),
+                    ContainerBefore::Stopped => containers.stop(name),
+                    ContainerBefore::Running => Ok(()),
+                }
+                .map_err(|e| format!("container `{name}`: {e}"))
+            }
         }
     }
 

@@ -38,7 +38,9 @@ pub mod window;
 pub use accounts::{
     AccountDatabase, AccountSource, Accounts, AccountsError, GroupEntry, ShadowUtils, UserEntry,
 };
-pub use containers::{ContainerRuntime, DeclaredContainer, NoContainerRuntime, NOT_SUPPORTED};
+pub use containers::{
+    ContainerRuntime, DeclaredContainer, NoContainerRuntime, SetAside, NOT_SUPPORTED,
+};
 pub use engine::{
     apply, apply_archived, apply_archived_live, apply_archived_with, apply_with, ArchivedContents,
     Seams,

@@ -25,7 +25,7 @@
 //! - Environment values never appear on podman's command line (they are passed through the
 //!   environment of the `podman` process), and the spec label keeps only their digests.
 
-use crate::containers::{ContainerRuntime, DeclaredContainer};
+use crate::containers::{ContainerRuntime, DeclaredContainer, SetAside};
 use crate::paths::RootPaths;
 use mesh_model::declaration::ContainerSpec;
 use serde::{Deserialize, Serialize};
@@ -616,24 +616,7 @@ impl Podman {
             self.judge(spec)?;
             return Ok(vec!["created".to_owned()]);
         };
-        let wanted = RunSpec::of(spec);
-        let (_, digest) = wanted.label();
-        if current.labels.get(LABEL_SPEC_DIGEST) != Some(&digest) {
-            let changed = match current
-                .labels
-                .get(LABEL_SPEC)
-                .and_then(|json| serde_json::from_str::<RunSpec>(json).ok())
-                .filter(|old| old.format == RUN_SPEC_FORMAT)
-            {
-                Some(old) => wanted.changed_fields(&old),
-                None => Vec::new(),
-            };
-            let changed = if changed.is_empty() {
-                // Its label is from another format: all we know is that it differs.
-                vec!["spec".to_owned()]
-            } else {
-                changed
-            };
+        if let Some(changed) = replaced_fields(spec, &current) {
             self.remove_container(&spec.name)?;
             self.create(declared, &sources)?;
             self.judge(spec)?;
@@ -654,6 +637,55 @@ impl Podman {
             return Ok(vec!["restarted".to_owned()]);
         }
         Ok(Vec::new())
+    }
+
+    /// [`ContainerRuntime::set_aside`] with a typed error.
+    ///
+    /// # Errors
+    /// [`PodmanError`]: a container it did not make, or podman's failure.
+    pub fn set_aside_container(
+        &self,
+        declared: &DeclaredContainer<'_>,
+    ) -> Result<Option<SetAside>, PodmanError> {
+        let spec = declared.spec;
+        let Some(current) = self.ours(&spec.name, Some(declared.id))? else {
+            return Ok(None);
+        };
+        let Some(changed) = replaced_fields(spec, &current) else {
+            return Ok(None);
+        };
+        let kept_as = format!("{}.mesh-old", spec.name);
+        if self.ours(&kept_as, None)?.is_some() {
+            self.remove_container(&kept_as)?;
+        }
+        let timeout = self.config.stop_timeout_secs.to_string();
+        self.run_ok(
+            &os(&["container", "stop", "--time", &timeout, &spec.name]),
+            &[],
+        )?;
+        if let Err(error) = self.run_ok(&os(&["container", "rename", &spec.name, &kept_as]), &[]) {
+            let _ = self.run_ok(&os(&["container", "start", &spec.name]), &[]);
+            return Err(error);
+        }
+        Ok(Some(SetAside { kept_as, changed }))
+    }
+
+    /// [`ContainerRuntime::put_back`] with a typed error.
+    ///
+    /// # Errors
+    /// [`PodmanError`]: podman's failure.
+    pub fn put_back_container(
+        &self,
+        declared: &DeclaredContainer<'_>,
+        aside: &SetAside,
+    ) -> Result<(), PodmanError> {
+        let name = &declared.spec.name;
+        if self.ours(name, Some(declared.id))?.is_some() {
+            self.remove_container(name)?;
+        }
+        self.run_ok(&os(&["container", "rename", &aside.kept_as, name]), &[])?;
+        self.run_ok(&os(&["container", "start", name]), &[])
+            .map(drop)
     }
 
     /// Judges a container just (re)started (rule 29): after its settle time it must be running
@@ -789,6 +821,46 @@ impl ContainerRuntime for Podman {
     fn start(&self, name: &str) -> Result<(), String> {
         Podman::start(self, name).map_err(|e| e.to_string())
     }
+
+    fn set_aside(&self, declared: &DeclaredContainer<'_>) -> Result<Option<SetAside>, String> {
+        self.set_aside_container(declared)
+            .map_err(|e| e.to_string())
+    }
+
+    fn put_back(&self, declared: &DeclaredContainer<'_>, aside: &SetAside) -> Result<(), String> {
+        self.put_back_container(declared, aside)
+            .map_err(|e| e.to_string())
+    }
+
+    fn let_go(&self, aside: &SetAside) -> Result<(), String> {
+        self.remove_container(&aside.kept_as)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// The fields in which the container `current` differs from `spec` — when it does, bringing it to
+/// `spec` replaces it — or `None` when its spec is the declared one.
+fn replaced_fields(spec: &ContainerSpec, current: &ContainerStatus) -> Option<Vec<String>> {
+    let wanted = RunSpec::of(spec);
+    let (_, digest) = wanted.label();
+    if current.labels.get(LABEL_SPEC_DIGEST) == Some(&digest) {
+        return None;
+    }
+    let changed = match current
+        .labels
+        .get(LABEL_SPEC)
+        .and_then(|json| serde_json::from_str::<RunSpec>(json).ok())
+        .filter(|old| old.format == RUN_SPEC_FORMAT)
+    {
+        Some(old) => wanted.changed_fields(&old),
+        None => Vec::new(),
+    };
+    Some(if changed.is_empty() {
+        // Its label is from another format: all we know is that it differs.
+        vec!["spec".to_owned()]
+    } else {
+        changed
+    })
 }
 
 #[derive(Deserialize)]

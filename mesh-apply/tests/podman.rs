@@ -518,3 +518,105 @@ fn a_container_that_dies_and_exits_again_when_started_is_failed_with_its_new_exi
     assert!(reason.contains("exited with code 7"), "{reason}");
     assert!(reason.contains("stopping"), "{reason}");
 }
+
+/// Real accounts whose adding always fails: a group member that breaks at its commit.
+struct AddingFails(mesh_apply::ShadowUtils);
+
+impl mesh_apply::Accounts for AddingFails {
+    fn read(&self) -> Result<mesh_apply::AccountDatabase, mesh_apply::AccountsError> {
+        self.0.read()
+    }
+    fn add_membership(&self, account: &str, group: &str) -> Result<(), mesh_apply::AccountsError> {
+        Err(mesh_apply::AccountsError::Command {
+            command: format!("gpasswd -a {account} {group}"),
+            status: "exit status: 1".to_owned(),
+            stderr: "injected".to_owned(),
+        })
+    }
+    fn remove_membership(
+        &self,
+        account: &str,
+        group: &str,
+    ) -> Result<(), mesh_apply::AccountsError> {
+        self.0.remove_membership(account, group)
+    }
+}
+
+// Issue 15, point 2 (rule 5, seed issue 066): a committed container could not be put back — a
+// recreate removed the old container before making the new one — so a together group holding
+// a container was not all-or-nothing. The old one is now kept, stopped and renamed, until the
+// group is whole; when another member fails, it is given back and started.
+#[test]
+fn a_together_group_whose_other_member_fails_gives_its_container_back() {
+    let sandbox = sandbox();
+    let prefix = RunPrefix::new();
+    let name = format!("{}group", prefix.0);
+    let app = |mode: &str| {
+        let mut app = together(container("app", "app", &name), "release");
+        spec_mut(&mut app).env.insert("MODE".into(), mode.into());
+        app
+    };
+    let member = || {
+        together(
+            after(membership("app", "alice", "wheel"), "app/container/app"),
+            "release",
+        )
+    };
+    run(&sandbox, vec![app("one")]);
+    let before = status(&sandbox.config.root, &name).unwrap();
+    assert!(before.running);
+
+    // The membership fails at its commit, after the container was replaced: all of it back.
+    let accounts = AddingFails(mesh_apply::ShadowUtils::new(&sandbox.config.root));
+    let podman = mesh_apply::Podman::new(podman_config(), &sandbox.config.root);
+    let seams = mesh_apply::Seams {
+        accounts: &accounts,
+        containers: &podman,
+        progress: &mesh_apply::NoProgress,
+    };
+    let broken = mesh_apply::apply_with(
+        &sandbox.config,
+        &declaration(vec![app("two"), member()]),
+        T0 + 1,
+        &seams,
+    )
+    .unwrap();
+    match outcome(&broken, "app/container/app") {
+        Outcome::Failed { reason, .. } => assert!(
+            reason.contains("together group") && reason.contains("alice-wheel"),
+            "{reason}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let after_failure = status(&sandbox.config.root, &name).unwrap();
+    assert_eq!(after_failure.id, before.id, "the old container, given back");
+    assert!(after_failure.running, "and started again");
+    assert_eq!(
+        prefix.containers(),
+        std::slice::from_ref(&name),
+        "nothing kept aside"
+    );
+    assert!(broken.findings.is_empty(), "{:?}", broken.findings);
+
+    // Whole: the new container replaces it, the old one is let go.
+    // (Its backoff elapsed.)
+    let whole = apply(
+        &sandbox.config,
+        &declaration(vec![app("two"), member()]),
+        T0 + 3600,
+    )
+    .unwrap();
+    assert_eq!(
+        outcome(&whole, "app/container/app"),
+        &applied(&["env.MODE"]),
+        "{whole:#?}"
+    );
+    let replaced = status(&sandbox.config.root, &name).unwrap();
+    assert_ne!(replaced.id, before.id);
+    assert!(replaced.running);
+    assert_eq!(prefix.containers(), std::slice::from_ref(&name));
+    assert!(whole
+        .findings
+        .iter()
+        .all(|f| !f.message.contains("kept as")));
+}
