@@ -10,6 +10,12 @@ fn serve_logs_without_colour_codes_when_standard_error_is_not_a_terminal() {
     let dir = tempfile::tempdir().unwrap();
     let password = dir.path().join("password");
     std::fs::write(&password, "secret\n").unwrap();
+    // A secret file others may read is refused.
+    std::fs::set_permissions(
+        &password,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
     // Nothing listens on port 1: the host says it cannot connect, and tries again.
     let mut host = Command::new(env!("CARGO_BIN_EXE_mesh-host"))
         .args([
