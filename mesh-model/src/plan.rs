@@ -33,7 +33,18 @@ pub struct Plan {
 pub struct ModuleRollout {
     /// The node sent first.
     pub first: Option<String>,
-    /// When each node was sent the new declaration.
+    /// How many nodes were sent the new declaration (each node's send is in its own record,
+    /// so this does not grow with the fleet).
+    #[serde(default)]
+    pub sent: usize,
+    /// How many nodes applied it.
+    #[serde(default)]
+    pub applied: usize,
+    /// How many nodes are held because their data would move (rule 12).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub held: usize,
+    /// Format 1 only: when each node was sent (read to migrate an old record; never written).
+    #[serde(default, skip_serializing)]
     pub sends: BTreeMap<String, u64>,
     /// The outcome, once there is one.
     pub outcome: Option<RolloutOutcome>,
@@ -41,6 +52,10 @@ pub struct ModuleRollout {
     /// superseding plan folds in the modules an older plan has not built.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build: Option<crate::build::ArchiveRef>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// How a module's rollout ended.

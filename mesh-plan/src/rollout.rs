@@ -349,6 +349,9 @@ pub struct RolloutState {
     /// Nodes held for a move (rule 12).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub held: usize,
+    /// Nodes sent the declaration (and not since held), counted as they are.
+    #[serde(default)]
+    pub sent: usize,
     /// How it ended.
     pub outcome: Option<RolloutOutcome>,
 }
@@ -359,10 +362,17 @@ fn is_zero(n: &usize) -> bool {
 
 /// Nodes by name with their progress: sorted for reading and serializing, indexed by a hash
 /// for the lookups every event makes (constant time, so a rollout grows linearly with nodes).
+///
+/// It remembers which nodes' progress changed since [`NodeTable::take_changed`] was last called,
+/// so a caller keeping each node's progress in a record of its own writes only those.
 #[derive(Debug, Clone, Default)]
 pub struct NodeTable {
     entries: Vec<(String, NodeProgress)>,
     index: HashMap<String, usize>,
+    /// Entries handed out for change since the last `take_changed`, with their value then.
+    touched: HashMap<usize, NodeProgress>,
+    /// Every entry is new (a rollout begun): all count as changed.
+    all_new: bool,
 }
 
 impl NodeTable {
@@ -370,9 +380,30 @@ impl NodeTable {
         let mut table = NodeTable {
             entries,
             index: HashMap::new(),
+            touched: HashMap::new(),
+            all_new: false,
         };
         table.reindex();
         table
+    }
+
+    /// The nodes whose progress changed since the last call (every node, after the rollout
+    /// began), in order of name.
+    pub fn take_changed(&mut self) -> Vec<String> {
+        let touched = std::mem::take(&mut self.touched);
+        if std::mem::take(&mut self.all_new) {
+            return self.keys().cloned().collect();
+        }
+        let mut changed: Vec<usize> = touched
+            .into_iter()
+            .filter(|(i, before)| self.entries[*i].1 != *before)
+            .map(|(i, _)| i)
+            .collect();
+        changed.sort_unstable();
+        changed
+            .into_iter()
+            .map(|i| self.entries[i].0.clone())
+            .collect()
     }
 
     fn reindex(&mut self) {
@@ -391,7 +422,11 @@ impl NodeTable {
     }
 
     fn get_mut(&mut self, node: &str) -> Option<&mut NodeProgress> {
-        self.index.get(node).map(|&i| &mut self.entries[i].1)
+        let i = *self.index.get(node)?;
+        if !self.touched.contains_key(&i) {
+            self.touched.insert(i, self.entries[i].1.clone());
+        }
+        Some(&mut self.entries[i].1)
     }
 
     /// Whether the table holds the node.
@@ -458,27 +493,20 @@ impl RolloutState {
             in_flight: 0,
             applied: 0,
             held: 0,
+            sent: 0,
             outcome: None,
         }
     }
 
-    /// The plan's record of this rollout: first node, send times, outcome.
+    /// The plan's record of this rollout: first node, how many nodes were sent, applied and
+    /// held, outcome.
     pub fn record(&self, build: Option<mesh_model::build::ArchiveRef>) -> ModuleRollout {
-        let mut sends = BTreeMap::new();
-        for (node, progress) in self.nodes.iter() {
-            match progress {
-                NodeProgress::Sent { at } | NodeProgress::Applied { sent_at: at, .. } => {
-                    sends.insert(node.clone(), *at);
-                }
-                NodeProgress::Waiting
-                | NodeProgress::Granting { .. }
-                | NodeProgress::GrantRetry { .. }
-                | NodeProgress::Held { .. } => {}
-            }
-        }
         ModuleRollout {
             first: self.first.clone(),
-            sends,
+            sent: self.sent,
+            applied: self.applied,
+            held: self.held,
+            sends: BTreeMap::new(),
             outcome: self.outcome.clone(),
             build,
         }
@@ -508,6 +536,86 @@ impl RolloutState {
             }
         }
         resume
+    }
+}
+
+/// A rollout's state without its nodes: what a record of the rollout keeps beside one record per
+/// node, so that no record grows with the fleet ([`RolloutState::parts`],
+/// [`RolloutState::assemble`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct RolloutParts {
+    /// Where it stands.
+    pub stage: Stage,
+    /// The node sent first (one-first), once chosen.
+    pub first: Option<String>,
+    /// The bus node's progress when it goes first without running the module.
+    pub bus_node: Option<(String, NodeProgress)>,
+    /// Nodes begun and not yet applied (rest stage).
+    pub in_flight: usize,
+    /// Nodes applied.
+    pub applied: usize,
+    /// Nodes held for a move.
+    #[serde(default)]
+    pub held: usize,
+    /// Nodes sent.
+    #[serde(default)]
+    pub sent: usize,
+    /// How many running nodes the rollout has.
+    pub nodes: usize,
+    /// How it ended.
+    pub outcome: Option<RolloutOutcome>,
+}
+
+impl RolloutState {
+    /// Everything but the nodes' progress.
+    pub fn parts(&self) -> RolloutParts {
+        RolloutParts {
+            stage: self.stage,
+            first: self.first.clone(),
+            bus_node: self.bus_node.clone(),
+            in_flight: self.in_flight,
+            applied: self.applied,
+            held: self.held,
+            sent: self.sent,
+            nodes: self.nodes.len(),
+            outcome: self.outcome.clone(),
+        }
+    }
+
+    /// The state again from its parts and each running node's progress (any order): the queue
+    /// is the nodes not yet begun, by name, as [`step`] made it.
+    pub fn assemble(parts: RolloutParts, nodes: Vec<(String, NodeProgress)>) -> RolloutState {
+        let nodes = NodeTable::from_sorted(nodes);
+        let queue = match parts.stage {
+            Stage::NotStarted => VecDeque::new(),
+            Stage::BusNode
+            | Stage::FirstNode
+            | Stage::Rest
+            | Stage::Held
+            | Stage::Done
+            | Stage::Stopped => nodes
+                .iter()
+                .filter(|(node, progress)| {
+                    matches!(progress, NodeProgress::Waiting)
+                        && !(parts.stage == Stage::FirstNode
+                            && parts.first.as_deref() == Some(node.as_str()))
+                })
+                .map(|(node, _)| node.clone())
+                .collect(),
+        };
+        RolloutState {
+            stage: parts.stage,
+            first: parts.first,
+            bus_node: parts.bus_node,
+            nodes,
+            queue,
+            in_flight: parts.in_flight,
+            applied: parts.applied,
+            held: parts.held,
+            sent: parts.sent,
+            outcome: parts.outcome,
+        }
     }
 }
 
@@ -602,6 +710,7 @@ fn held(
     }
     *progress = NodeProgress::Held { moves };
     state.held += 1;
+    state.sent = state.sent.saturating_sub(1);
     match stage {
         Stage::FirstNode => match state.queue.pop_front() {
             // Another node goes first.
@@ -679,6 +788,7 @@ fn start(spec: &RolloutSpec, state: &mut RolloutState, now: u64, actions: &mut V
             .map(|n| ((*n).clone(), NodeProgress::Waiting))
             .collect(),
     );
+    state.nodes.all_new = true;
     if running.is_empty() {
         match spec.nodes.keys().next() {
             None => {
@@ -772,6 +882,9 @@ fn granted(
         | NodeProgress::Applied { .. } => return,
     }
     *progress = NodeProgress::Sent { at: now };
+    if stage != Stage::BusNode {
+        state.sent += 1;
+    }
     if stage == Stage::BusNode {
         actions.push(Action::SendBusNode {
             node: node.to_owned(),
@@ -1348,6 +1461,41 @@ mod tests {
                 module: "agent".into()
             }]
         );
+    }
+
+    /// Issue 12: a rollout is kept as its parts and one record per node; read back, it is the
+    /// same state, and only the nodes an event changed are to be written again.
+    #[test]
+    fn a_rollout_kept_as_parts_and_nodes_reads_back_whole_and_says_what_changed() {
+        let spec = spec(
+            &[("a", true), ("b", true), ("c", true), ("d", true)],
+            Upgrade::OneFirst,
+        );
+        let mut state = RolloutState::new();
+        step(&spec, &mut state, Event::Start, 100);
+        assert_eq!(state.nodes.take_changed(), ["a", "b", "c", "d"], "all new");
+        step(&spec, &mut state, granted(&["a"]), 101);
+        assert_eq!(state.nodes.take_changed(), ["a"]);
+        // A report about another declaration changes nothing: nothing to write.
+        let stale = Event::Report(NodeReport {
+            node: "a".into(),
+            declaration: "sha256:old".into(),
+            made_at: 102,
+            verdict: Verdict::Applied,
+        });
+        step(&spec, &mut state, stale, 102);
+        assert!(state.nodes.take_changed().is_empty());
+        step(&spec, &mut state, applied("a", 103), 103);
+        assert_eq!(state.nodes.take_changed(), ["a", "b", "c", "d"]);
+        let mut nodes: Vec<(String, NodeProgress)> = state
+            .nodes
+            .iter()
+            .map(|(n, p)| (n.clone(), p.clone()))
+            .collect();
+        nodes.reverse();
+        let again = RolloutState::assemble(state.parts(), nodes);
+        assert_eq!(again, state);
+        assert_eq!(again.queue, state.queue);
     }
 
     fn a_move(node: &str) -> Vec<Move> {

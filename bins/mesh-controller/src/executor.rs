@@ -20,7 +20,7 @@
 
 use crate::builds::{self, DeployedRecord};
 use crate::home::Home;
-use crate::plans::{Ctx, PlanRecord};
+use crate::plans::{Ctx, PlanRecord, RolloutKept, RolloutNodeRecord, ROLLOUT_NODE_FORMAT};
 use crate::push::{Checked, PushResult};
 use anyhow::{bail, Context, Result};
 use mesh_model::build::Build;
@@ -30,7 +30,8 @@ use mesh_model::module::{load_catalogue, Catalogue, ModuleDefinition};
 use mesh_model::plan::ModuleRollout;
 use mesh_model::report::{MachineState, Report};
 use mesh_plan::rollout::{
-    step, Action, BusFirst, Event, RolloutNode, RolloutSpec, RolloutState, Stage, Verdict,
+    step, Action, BusFirst, Event, NodeProgress, RolloutNode, RolloutSpec, RolloutState, Stage,
+    Verdict,
 };
 use mesh_plan::PushDecision;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -79,6 +80,18 @@ pub trait Fleet: Send {
     /// # Errors
     /// The bus did not take it; the home cannot be written.
     async fn send(&mut self, home: &Home, declaration: &Declaration) -> Result<()>;
+
+    /// Sends several declarations (to distinct nodes), as [`Fleet::send`] each; a fleet that
+    /// can overlaps them (bounded). The default sends one after another.
+    ///
+    /// # Errors
+    /// As [`Fleet::send`], for the first that failed (the others may have been sent).
+    async fn send_many(&mut self, home: &Home, declarations: &[Declaration]) -> Result<()> {
+        for declaration in declarations {
+            self.send(home, declaration).await?;
+        }
+        Ok(())
+    }
 
     /// The next report heard within `wait`, recorded in the home.
     ///
@@ -236,11 +249,10 @@ pub async fn push(
             bail!("grants not issued: {reason}; nothing else was sent");
         }
     }
-    let mut waiting: BTreeMap<String, String> = BTreeMap::new();
-    for declaration in rest {
-        fleet.send(home, declaration).await?;
-        waiting.insert(declaration.node.clone(), declaration.digest());
-    }
+    let waiting: BTreeMap<String, String> =
+        rest.iter().map(|d| (d.node.clone(), d.digest())).collect();
+    let rest: Vec<Declaration> = rest.into_iter().cloned().collect();
+    fleet.send_many(home, &rest).await?;
     heard.extend(wait_for_reports(home, fleet, &waiting, deadline).await?);
     Ok(crate::push::results(held, &declarations, heard, timeout))
 }
@@ -254,9 +266,52 @@ fn list_moves(moves: &[mesh_plan::Move]) -> String {
         .join("; ")
 }
 
-/// Sends `node` its composed declaration for `module`'s rollout, unless it would move a
-/// running container's data and the module may not move (`--move`): then the event says it
-/// is held (rule 12). The events returned answer the send (held, or composing failed).
+/// What the check before a rollout's send decided.
+enum SendCheck {
+    /// Send it.
+    Send(Declaration),
+    /// Not sent: the event says why (held for a move, or composing failed).
+    Not(Event),
+}
+
+/// Checks `node`'s composed declaration for `module`'s rollout before it is sent: held when it
+/// would move a running container's data and the module may not move (`--move`, rule 12);
+/// the event when it is not to be sent. The digest is noted as the one its report must name.
+///
+/// # Errors
+/// What the node was sent cannot be read.
+fn checked_send(
+    ctx: &Ctx<'_>,
+    spec: &mut RolloutSpec,
+    module: &str,
+    node: &str,
+    composed: std::result::Result<Declaration, String>,
+) -> Result<SendCheck> {
+    let declaration = match composed {
+        Ok(declaration) => declaration,
+        Err(reason) => {
+            return Ok(SendCheck::Not(Event::SendFailed {
+                node: node.to_owned(),
+                reason: format!("composing its declaration failed: {reason}"),
+            }))
+        }
+    };
+    set_expected_declaration(spec, node, &declaration);
+    if let PushDecision::Hold { moves } = decide(ctx.home, &declaration, &ctx.moves)? {
+        ctx.progress.line(&format!(
+            "  `{module}`: `{node}` held: its data would move ({}); the others go on",
+            list_moves(&moves)
+        ));
+        return Ok(SendCheck::Not(Event::Held {
+            node: node.to_owned(),
+            moves,
+        }));
+    }
+    Ok(SendCheck::Send(declaration))
+}
+
+/// Sends `node` its composed declaration for `module`'s rollout, one at a time, through the
+/// check of [`checked_send`]; the events returned answer the send (held, or composing failed).
 ///
 /// # Errors
 /// The home cannot be read; the fleet did not take the declaration.
@@ -269,26 +324,10 @@ async fn send_composed(
     composed: std::result::Result<Declaration, String>,
     which: &str,
 ) -> Result<Vec<Event>> {
-    let declaration = match composed {
-        Ok(declaration) => declaration,
-        Err(reason) => {
-            return Ok(vec![Event::SendFailed {
-                node: node.to_owned(),
-                reason: format!("composing its declaration failed: {reason}"),
-            }])
-        }
+    let declaration = match checked_send(ctx, spec, module, node, composed)? {
+        SendCheck::Send(declaration) => declaration,
+        SendCheck::Not(event) => return Ok(vec![event]),
     };
-    set_expected_declaration(spec, node, &declaration);
-    if let PushDecision::Hold { moves } = decide(ctx.home, &declaration, &ctx.moves)? {
-        ctx.progress.line(&format!(
-            "  `{module}`: `{node}` held: its data would move ({}); the others go on",
-            list_moves(&moves)
-        ));
-        return Ok(vec![Event::Held {
-            node: node.to_owned(),
-            moves,
-        }]);
-    }
     fleet.send(ctx.home, &declaration).await?;
     crate::fail::point(&format!("sent:{module}:{node}"));
     ctx.progress.line(&format!(
@@ -396,9 +435,12 @@ pub async fn roll_out(
         }
     };
     let mut events: VecDeque<Event> = VecDeque::new();
-    let (mut spec, mut state) = match (&record.work[module].spec, &record.work[module].state) {
-        (Some(spec), Some(state)) => {
-            let (mut spec, state) = (spec.clone(), state.clone());
+    let plan_id = record.plan.id.clone();
+    // What each node had been sent before this rollout (a revert sends it back), by digest.
+    let mut befores: BTreeMap<String, Option<String>> = BTreeMap::new();
+    let (mut spec, mut state) = match record.work[module].rollout.clone() {
+        Some(kept) => {
+            let (mut spec, state) = read_back(home, &plan_id, module, kept, &mut befores)?;
             // Resumed: the one resume path is mesh-plan's; a node sent and not yet heard is
             // heard from its last report, else sent again through the checked send.
             let resume = state.to_resume();
@@ -438,13 +480,12 @@ pub async fn roll_out(
                 .line(&format!("  `{module}`: resumed at stage {:?}", state.stage));
             (spec, state)
         }
-        (Some(_), None) | (None, Some(_)) | (None, None) => {
+        None => {
             let definition = &catalogue
                 .module(module)
                 .map(|m| m.definition.clone())
                 .unwrap_or_else(|| placeholder_definition(module));
             let mut nodes = BTreeMap::new();
-            let work = record.work.entry(module.to_owned()).or_default();
             for node in inventory
                 .file
                 .assignments
@@ -454,8 +495,21 @@ pub async fn roll_out(
             {
                 let running = inventory.file.nodes.get(&node).is_some_and(|n| n.running);
                 let declaration = compose(&node).map(|d| d.digest()).unwrap_or_default();
-                if let Some(before) = home.sent(&node)? {
-                    work.before.insert(node.clone(), before);
+                befores.insert(node.clone(), home.sent_digest(&node)?);
+                if !running {
+                    // Never sent to: its record is written once, here.
+                    home.write_rollout_node(
+                        &plan_id,
+                        module,
+                        &RolloutNodeRecord {
+                            format: ROLLOUT_NODE_FORMAT,
+                            node: node.clone(),
+                            running,
+                            declaration: declaration.clone(),
+                            before: befores[&node].clone(),
+                            progress: NodeProgress::Waiting,
+                        },
+                    )?;
                 }
                 nodes.insert(
                     node,
@@ -510,6 +564,9 @@ pub async fn roll_out(
                 | Event::Tick => None,
             };
             let actions = step(&spec, &mut state, event, mesh_host::now());
+            // The sends of one step go out together (the fleet overlaps them, bounded): each
+            // was granted by an earlier event, so grants before code holds.
+            let mut batch: Vec<(String, Declaration)> = Vec::new();
             for action in actions {
                 match action {
                     Action::IssueGrants { nodes } => {
@@ -528,10 +585,12 @@ pub async fn roll_out(
                             | Stage::Done
                             | Stage::Stopped => "",
                         };
-                        let sent =
-                            send_composed(ctx, fleet, &mut spec, module, &node, compose(&node), which)
-                                .await?;
-                        events.extend(sent);
+                        match checked_send(ctx, &mut spec, module, &node, compose(&node))? {
+                            SendCheck::Send(declaration) => {
+                                batch.push((which.to_owned(), declaration));
+                            }
+                            SendCheck::Not(event) => events.push_back(event),
+                        }
                     }
                     Action::Held { nodes, .. } => ctx.progress.line(&format!(
                         "  `{module}`: every other node applied; {nodes} node(s) held: their \
@@ -551,7 +610,16 @@ pub async fn roll_out(
                         "  `{module}`: stopped at `{node}`: {reason}; the other nodes keep what they ran"
                     )),
                     Action::Revert { node, .. } => {
-                        match record.work[module].before.get(&node) {
+                        let before = match befores.get(&node).cloned().flatten() {
+                            Some(digest) => Some(home.declaration(&digest)?.with_context(|| {
+                                format!(
+                                    "`{node}` ran {digest} before this rollout, which is no \
+                                     longer kept"
+                                )
+                            })?),
+                            None => None,
+                        };
+                        match before.as_ref() {
                             Some(before) => {
                                 let digest = before.digest();
                                 if let PushDecision::Hold { moves } =
@@ -599,8 +667,19 @@ pub async fn roll_out(
                     }
                 }
             }
-            save_rollout(record, module, &spec, &state);
-            home.write_plan(record)?;
+            if !batch.is_empty() {
+                let declarations: Vec<Declaration> = batch.iter().map(|(_, d)| d.clone()).collect();
+                fleet.send_many(home, &declarations).await?;
+                for (which, declaration) in &batch {
+                    let node = &declaration.node;
+                    crate::fail::point(&format!("sent:{module}:{node}"));
+                    ctx.progress.line(&format!(
+                        "  `{module}`: sent `{node}`{which} declaration {}",
+                        mesh_host::short(&declaration.digest())
+                    ));
+                }
+            }
+            save_rollout(home, record, module, &spec, &mut state, &befores)?;
             if let Some(node) = heard {
                 crate::fail::point(&format!("heard:{module}:{node}"));
             }
@@ -672,18 +751,85 @@ fn set_expected_declaration(spec: &mut RolloutSpec, node: &str, declaration: &De
     }
 }
 
+/// Saves a rollout after a step: the record of each node whose progress changed (a constant
+/// number per step), then the plan record with the rollout's parts (constant in size).
+///
+/// # Errors
+/// The plans lease was taken over; the records cannot be written.
 pub(crate) fn save_rollout(
+    home: &Home,
     record: &mut PlanRecord,
     module: &str,
     spec: &RolloutSpec,
-    state: &RolloutState,
-) {
+    state: &mut RolloutState,
+    befores: &BTreeMap<String, Option<String>>,
+) -> Result<()> {
+    for node in state.nodes.take_changed() {
+        let (Some(entry), Some(progress)) = (spec.nodes.get(&node), state.nodes.get(&node)) else {
+            continue;
+        };
+        home.write_rollout_node(
+            &record.plan.id,
+            module,
+            &RolloutNodeRecord {
+                format: ROLLOUT_NODE_FORMAT,
+                node: node.clone(),
+                running: entry.running,
+                declaration: entry.declaration.clone(),
+                before: befores.get(&node).cloned().flatten(),
+                progress: progress.clone(),
+            },
+        )?;
+    }
     let work = record.work.entry(module.to_owned()).or_default();
-    work.spec = Some(spec.clone());
-    work.state = Some(state.clone());
+    work.rollout = Some(RolloutKept {
+        upgrade: spec.upgrade,
+        on_failure: spec.on_failure,
+        deadline_secs: spec.deadline_secs,
+        max_parallel: spec.max_parallel,
+        bus_first: spec.bus_first.clone(),
+        state: state.parts(),
+    });
     let build = work.build.as_ref().map(|b| b.archive.clone());
     let rollout: ModuleRollout = state.record(build);
     record.plan.rollouts.insert(module.to_owned(), rollout);
+    home.write_plan(record)
+}
+
+/// A rollout read back from its plan record and its nodes' records (a controller resumed).
+fn read_back(
+    home: &Home,
+    plan: &str,
+    module: &str,
+    kept: RolloutKept,
+    befores: &mut BTreeMap<String, Option<String>>,
+) -> Result<(RolloutSpec, RolloutState)> {
+    let records = home.rollout_nodes(plan, module)?;
+    let mut nodes = BTreeMap::new();
+    let mut progress = Vec::new();
+    for record in records {
+        befores.insert(record.node.clone(), record.before);
+        if record.running {
+            progress.push((record.node.clone(), record.progress));
+        }
+        nodes.insert(
+            record.node,
+            RolloutNode {
+                running: record.running,
+                declaration: record.declaration,
+            },
+        );
+    }
+    let spec = RolloutSpec {
+        module: module.to_owned(),
+        upgrade: kept.upgrade,
+        on_failure: kept.on_failure,
+        deadline_secs: kept.deadline_secs,
+        max_parallel: kept.max_parallel,
+        nodes,
+        bus_first: kept.bus_first,
+    };
+    Ok((spec, RolloutState::assemble(kept.state, progress)))
 }
 
 /// A definition for a module that does not validate in the rollout's catalogue: the defaults

@@ -402,6 +402,9 @@ async fn confirm_users(
     Ok(())
 }
 
+/// How many declarations a send to many nodes keeps in flight at once.
+pub const SEND_CONCURRENCY: usize = 64;
+
 /// How long a send keeps trying a bus that does not take it (a server restarting or
 /// reloading) before it fails; a rollout's plan keeps its place and `plans resume` sends again.
 pub const SEND_RETRY_LIMIT: Duration = Duration::from_secs(60);
@@ -568,6 +571,24 @@ impl Fleet for NatsFleet {
     /// The bus did not store it within the limit; the home cannot be written.
     async fn send(&mut self, home: &Home, declaration: &Declaration) -> Result<()> {
         send_patiently(home, &self.bus, declaration).await
+    }
+
+    /// Overlapped: at most [`SEND_CONCURRENCY`] declarations in flight at once.
+    async fn send_many(&mut self, home: &Home, declarations: &[Declaration]) -> Result<()> {
+        use futures_util::StreamExt as _;
+        let bus = &self.bus;
+        let sends: Vec<_> = declarations
+            .iter()
+            .map(|declaration| Box::pin(send_patiently(home, bus, declaration)))
+            .collect();
+        let mut sends = futures_util::stream::iter(sends).buffer_unordered(SEND_CONCURRENCY);
+        let mut first_error = None;
+        while let Some(sent) = sends.next().await {
+            if let (Err(error), None) = (sent, &first_error) {
+                first_error = Some(error);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// The next report heard within `wait`, recorded in the home.

@@ -11,7 +11,8 @@
 //! settings/<module>/mesh.json          the mesh layer of a module's settings
 //! settings/<module>/nodes/<node>.json  a node's layer
 //! history/settings/<module>/<scope>/<revision>.json   every layer replaced
-//! sent/<node>.json                     the whole declaration last sent to a node
+//! declarations/<hex>.json              a declaration, stored once by its digest (sha256 hex)
+//! sent/<node>.json                     the digest of the declaration last sent to a node
 //! reports/<node>.json                  the node's last report
 //! repos/<name>.json                    a registered catalogue repository ([`crate::repos`])
 //! plans/<id>.json                      a plan and the work behind it ([`crate::plans`])
@@ -67,6 +68,30 @@ pub struct Home {
     /// The token of the plans lease this process holds on the bus, if it holds one
     /// (`mesh_store::lease`).
     lease: Arc<Mutex<Option<String>>>,
+    /// What this process migrated from an older record format, to be said once.
+    migrated: Arc<Mutex<Vec<String>>>,
+}
+
+/// The format version of a `sent/<node>.json` record.
+pub const SENT_FORMAT: u32 = 1;
+
+/// What was last sent to a node: the digest of its declaration, which is kept once under
+/// `declarations/` (disk format, version [`SENT_FORMAT`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SentRecord {
+    /// Format version.
+    pub format: u32,
+    /// The digest of the declaration sent.
+    pub declaration: String,
+}
+
+/// The record key of the declaration with `digest` (`sha256:<hex>` → `declarations/<hex>.json`).
+pub fn declaration_key(digest: &str) -> String {
+    format!(
+        "declarations/{}.json",
+        digest.strip_prefix("sha256:").unwrap_or(digest)
+    )
 }
 
 /// How many times a layer is read again while other writers change it first.
@@ -122,6 +147,7 @@ impl Home {
             root,
             on_bus: false,
             lease: Arc::default(),
+            migrated: Arc::default(),
         }
     }
 
@@ -132,7 +158,27 @@ impl Home {
             records,
             on_bus: true,
             lease: Arc::default(),
+            migrated: Arc::default(),
         }
+    }
+
+    /// What this process migrated from an older record format (each said once, then
+    /// forgotten): the binary prints them.
+    pub fn take_migrations(&self) -> Vec<String> {
+        std::mem::take(
+            &mut self
+                .migrated
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    /// Notes a migration, to be said ([`Home::take_migrations`]).
+    pub fn note_migration(&self, what: String) {
+        self.migrated
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(what);
     }
 
     /// The home directory.
@@ -502,22 +548,98 @@ impl Home {
         Ok(mesh_store::problems::read_problems(self.records.as_ref())?)
     }
 
+    /// The digest of the declaration last sent to `node`, without reading the declaration.
+    ///
+    /// # Errors
+    /// The record cannot be read, or is neither format.
+    pub fn sent_digest(&self, node: &str) -> Result<Option<String>> {
+        Ok(self.sent_record(node)?.map(|(digest, _)| digest))
+    }
+
     /// The declaration last sent to `node`.
+    ///
+    /// # Errors
+    /// The records cannot be read; the pointer names a declaration that is not kept.
     pub fn sent(&self, node: &str) -> Result<Option<Declaration>> {
+        let Some((digest, whole)) = self.sent_record(node)? else {
+            return Ok(None);
+        };
+        if let Some(declaration) = whole {
+            return Ok(Some(declaration));
+        }
+        self.declaration(&digest)?.map(Some).with_context(|| {
+            format!(
+                "{} names declaration {digest}, which is not kept ({})",
+                self.records.locate(&format!("sent/{node}.json")),
+                self.records.locate(&declaration_key(&digest))
+            )
+        })
+    }
+
+    /// `sent/<node>.json` read: the digest, and the declaration when the record held it whole
+    /// (the format before [`SENT_FORMAT`], migrated here on first read, saying so).
+    fn sent_record(&self, node: &str) -> Result<Option<(String, Option<Declaration>)>> {
         let key = format!("sent/{node}.json");
+        let Some(bytes) = self.get(&key)? else {
+            return Ok(None);
+        };
+        if let Ok(record) = serde_json::from_slice::<SentRecord>(&bytes) {
+            if record.format == SENT_FORMAT {
+                return Ok(Some((record.declaration, None)));
+            }
+        }
+        let declaration = Declaration::from_json(&bytes).with_context(|| {
+            format!("{} (what was sent to `{node}`)", self.records.locate(&key))
+        })?;
+        // Migrated: the declaration kept once by digest, the record made a pointer.
+        self.record_sent(&declaration)?;
+        self.note_migration(format!(
+            "{}: the whole declaration was kept in it; it now names {} (kept once by digest)",
+            self.records.locate(&key),
+            self.records.locate(&declaration_key(&declaration.digest()))
+        ));
+        Ok(Some((declaration.digest(), Some(declaration))))
+    }
+
+    /// The declaration with `digest`, if it is kept.
+    ///
+    /// # Errors
+    /// The record cannot be read or does not read as a declaration.
+    pub fn declaration(&self, digest: &str) -> Result<Option<Declaration>> {
+        let key = declaration_key(digest);
         let Some(bytes) = self.get(&key)? else {
             return Ok(None);
         };
         Declaration::from_json(&bytes)
             .map(Some)
-            .with_context(|| format!("{} (what was sent to `{node}`)", self.records.locate(&key)))
+            .with_context(|| format!("{} is not a declaration", self.records.locate(&key)))
     }
 
-    /// Records what was sent to `node`.
+    /// Keeps `declaration` once by its digest: the key is the content's digest, so writing it
+    /// again writes the same bytes.
+    ///
+    /// # Errors
+    /// The records cannot be written.
+    pub fn keep_declaration(&self, declaration: &Declaration) -> Result<String> {
+        let bytes = declaration.canonical_json();
+        let digest = mesh_model::sha256_digest(&bytes);
+        self.put(&declaration_key(&digest), &bytes)?;
+        Ok(digest)
+    }
+
+    /// Records what was sent to `node`: the declaration kept by digest, then the node's record
+    /// naming it.
+    ///
+    /// # Errors
+    /// The records cannot be written.
     pub fn record_sent(&self, declaration: &Declaration) -> Result<()> {
-        self.put(
+        let digest = self.keep_declaration(declaration)?;
+        self.put_json(
             &format!("sent/{}.json", declaration.node),
-            &declaration.canonical_json(),
+            &SentRecord {
+                format: SENT_FORMAT,
+                declaration: digest,
+            },
         )
     }
 

@@ -27,19 +27,24 @@ use crate::home::Home;
 use crate::repos::{self, RepoRecord};
 use anyhow::{bail, Context, Result};
 use mesh_model::build::Build;
-use mesh_model::declaration::Declaration;
 use mesh_model::module::CatalogueSource;
 use mesh_model::plan::{Plan, PlanState, RolloutOutcome};
-use mesh_plan::rollout::{RolloutSpec, RolloutState};
+use mesh_plan::rollout::{BusFirst, NodeProgress, RolloutParts};
 use mesh_store::store::ArchiveStore;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The format version of a plan record.
-pub const PLAN_FORMAT: u32 = 1;
+pub const PLAN_FORMAT: u32 = 2;
+
+/// The format version of a node's record of a rollout.
+pub const ROLLOUT_NODE_FORMAT: u32 = 1;
 
 /// A plan as the controller keeps it (disk format, version [`PLAN_FORMAT`]): the plan itself
-/// and the work behind it — builds, rollout specs and states — so it can be resumed.
+/// and the work behind it — builds, each rollout's policy and where it stands — so it can be
+/// resumed. Each node's part of a rollout is a record of its own ([`RolloutNodeRecord`]), so
+/// this one does not grow with the fleet.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct PlanRecord {
@@ -73,24 +78,67 @@ pub struct ModuleWork {
     /// (rule 20).
     #[serde(default)]
     pub not_redeployed: bool,
-    /// The rollout's spec, fixed when it begins.
-    pub spec: Option<RolloutSpec>,
-    /// The rollout's state, after its latest step.
-    pub state: Option<RolloutState>,
-    /// What each node had been sent before this rollout (a revert sends it back).
-    #[serde(default)]
-    pub before: BTreeMap<String, Declaration>,
-    /// Nodes sent back what they ran before (`on-failure = "revert"`): node → the digest of
-    /// the declaration sent back.
+    /// The rollout once begun: its policy, fixed then, and where it stands, without its nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutKept>,
+    /// Nodes sent back what they ran before (`on-failure = "revert"`, the first node only):
+    /// node → the digest of the declaration sent back.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub reverted: BTreeMap<String, String>,
 }
 
+/// A module's rollout as its plan record keeps it: constant in size, whatever the fleet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RolloutKept {
+    /// One node first, or every node together.
+    pub upgrade: mesh_model::module::Upgrade,
+    /// What a failed first node does.
+    pub on_failure: mesh_model::module::OnFailure,
+    /// Seconds a node has, from its send, to report.
+    pub deadline_secs: u64,
+    /// How many nodes after the first are in flight at once.
+    pub max_parallel: Option<u32>,
+    /// The node holding the bus, sent first, when the rollout changes the bus's users.
+    pub bus_first: Option<BusFirst>,
+    /// Where it stands, its nodes aside.
+    pub state: RolloutParts,
+}
+
+/// One node's part of one module's rollout (disk format, version [`ROLLOUT_NODE_FORMAT`]), at
+/// `rollouts/<plan>/<module>/<node>.json`: written when its progress changes, so a step of a
+/// rollout writes a constant number of small records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RolloutNodeRecord {
+    /// Format version.
+    pub format: u32,
+    /// The node.
+    pub node: String,
+    /// Whether it runs (only running nodes are sent to).
+    pub running: bool,
+    /// The digest of the declaration it is sent (its report must name it).
+    pub declaration: String,
+    /// The digest of what it had been sent before this rollout (a revert sends it back; kept
+    /// under `declarations/`).
+    pub before: Option<String>,
+    /// Where it stands.
+    pub progress: NodeProgress,
+}
+
+/// The record key of a node's part of a rollout.
+pub fn rollout_node_key(plan: &str, module: &str, node: &str) -> String {
+    format!("rollouts/{plan}/{module}/{node}.json")
+}
+
 impl Home {
     /// A plan by id, or an error naming the plans there are.
+    ///
+    /// # Errors
+    /// No such plan; a record that cannot be read.
     pub fn plan(&self, id: &str) -> Result<PlanRecord> {
         let found = match plan_number(id) {
-            Some(_) => self.read_record(&plan_key(id), "a plan record", PLAN_FORMAT)?,
+            Some(_) => self.read_plan(id)?,
             None => None,
         };
         match found {
@@ -110,6 +158,9 @@ impl Home {
     }
 
     /// Every plan, in the order they were made.
+    ///
+    /// # Errors
+    /// A record that cannot be read.
     pub fn plans(&self) -> Result<Vec<PlanRecord>> {
         let mut found: Vec<(u64, String)> = self
             .json_stems("plans")?
@@ -119,15 +170,196 @@ impl Home {
         found.sort();
         let mut plans = Vec::new();
         for (_, id) in found {
-            plans.extend(self.read_record(&plan_key(&id), "a plan record", PLAN_FORMAT)?);
+            plans.extend(self.read_plan(&id)?);
         }
         Ok(plans)
     }
 
+    /// A plan record, migrated from format 1 (every node's rollout inside it) on first read,
+    /// saying so.
+    fn read_plan(&self, id: &str) -> Result<Option<PlanRecord>> {
+        let key = plan_key(id);
+        let Some(value) = self.get_json(&key)? else {
+            return Ok(None);
+        };
+        if value.get("format").and_then(Value::as_u64) == Some(1) {
+            let old: v1::PlanRecord = serde_json::from_value(value)
+                .with_context(|| format!("{} is not a plan record", self.records().locate(&key)))?;
+            let record = v1::migrate(self, old)?;
+            self.put_json(&key, &record)?;
+            self.note_migration(format!(
+                "{}: migrated from format 1 (each node's part of its rollouts is now a record of \
+                 its own under rollouts/{id}/)",
+                self.records().locate(&key)
+            ));
+            return Ok(Some(record));
+        }
+        self.read_record(&key, "a plan record", PLAN_FORMAT)
+    }
+
     /// Writes a plan record — unless this controller's plans lease on the bus was taken over.
+    ///
+    /// # Errors
+    /// The lease was taken over; the record cannot be written.
     pub fn write_plan(&self, record: &PlanRecord) -> Result<()> {
         self.check_lease()?;
         self.put_json(&plan_key(&record.plan.id), record)
+    }
+
+    /// Writes a node's part of a rollout — unless the plans lease was taken over.
+    ///
+    /// # Errors
+    /// The lease was taken over; the record cannot be written.
+    pub fn write_rollout_node(
+        &self,
+        plan: &str,
+        module: &str,
+        record: &RolloutNodeRecord,
+    ) -> Result<()> {
+        self.check_lease()?;
+        self.put(
+            &rollout_node_key(plan, module, &record.node),
+            &serde_json::to_vec(record)?,
+        )
+    }
+
+    /// Every node's part of a module's rollout in a plan, by node name.
+    ///
+    /// # Errors
+    /// A record that cannot be read.
+    pub fn rollout_nodes(&self, plan: &str, module: &str) -> Result<Vec<RolloutNodeRecord>> {
+        let dir = format!("rollouts/{plan}/{module}");
+        let mut out = Vec::new();
+        for name in self.json_stems(&dir)? {
+            let key = format!("{dir}/{name}.json");
+            out.extend(self.read_record::<RolloutNodeRecord>(
+                &key,
+                "a node's record of a rollout",
+                ROLLOUT_NODE_FORMAT,
+            )?);
+        }
+        out.sort_by(|a, b| a.node.cmp(&b.node));
+        Ok(out)
+    }
+}
+
+/// Plan records of format 1, read to be migrated.
+mod v1 {
+    use super::{ModuleWork as Work, PlanRecord as Record, RolloutKept, RolloutNodeRecord};
+    use crate::home::Home;
+    use anyhow::Result;
+    use mesh_model::build::Build;
+    use mesh_model::declaration::Declaration;
+    use mesh_model::plan::Plan;
+    use mesh_plan::rollout::{NodeProgress, RolloutSpec, RolloutState};
+    use serde::Deserialize;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub(super) struct PlanRecord {
+        plan: Plan,
+        previous_commit: Option<String>,
+        changed_paths: usize,
+        shared_paths: Vec<String>,
+        folded: BTreeMap<String, String>,
+        work: BTreeMap<String, ModuleWork>,
+        #[serde(default)]
+        held: BTreeSet<String>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    struct ModuleWork {
+        build: Option<Build>,
+        #[serde(default)]
+        not_redeployed: bool,
+        spec: Option<RolloutSpec>,
+        state: Option<RolloutState>,
+        #[serde(default)]
+        before: BTreeMap<String, Declaration>,
+        #[serde(default)]
+        reverted: BTreeMap<String, String>,
+    }
+
+    /// The record in format 2, each node's part of each rollout written as its own record and
+    /// what each node ran before kept by digest.
+    pub(super) fn migrate(home: &Home, old: PlanRecord) -> Result<Record> {
+        let mut work = BTreeMap::new();
+        for (module, old_work) in old.work {
+            let rollout = match (old_work.spec, old_work.state) {
+                (Some(spec), Some(state)) => {
+                    for (node, entry) in &spec.nodes {
+                        let before = match old_work.before.get(node) {
+                            Some(declaration) => Some(home.keep_declaration(declaration)?),
+                            None => None,
+                        };
+                        let progress = state
+                            .nodes
+                            .get(node)
+                            .cloned()
+                            .unwrap_or(NodeProgress::Waiting);
+                        home.write_rollout_node(
+                            &old.plan.id,
+                            &module,
+                            &RolloutNodeRecord {
+                                format: super::ROLLOUT_NODE_FORMAT,
+                                node: node.clone(),
+                                running: entry.running,
+                                declaration: entry.declaration.clone(),
+                                before,
+                                progress,
+                            },
+                        )?;
+                    }
+                    Some(RolloutKept {
+                        upgrade: spec.upgrade,
+                        on_failure: spec.on_failure,
+                        deadline_secs: spec.deadline_secs,
+                        max_parallel: spec.max_parallel,
+                        bus_first: spec.bus_first.clone(),
+                        state: mesh_plan::rollout::RolloutParts {
+                            sent: state
+                                .nodes
+                                .iter()
+                                .filter(|(_, p)| {
+                                    matches!(
+                                        p,
+                                        NodeProgress::Sent { .. } | NodeProgress::Applied { .. }
+                                    )
+                                })
+                                .count(),
+                            ..state.parts()
+                        },
+                    })
+                }
+                (Some(_), None) | (None, Some(_)) | (None, None) => None,
+            };
+            work.insert(
+                module,
+                Work {
+                    build: old_work.build,
+                    not_redeployed: old_work.not_redeployed,
+                    rollout,
+                    reverted: old_work.reverted,
+                },
+            );
+        }
+        let mut plan = old.plan;
+        for rollout in plan.rollouts.values_mut() {
+            rollout.sent = rollout.sends.len();
+            rollout.sends.clear();
+        }
+        Ok(Record {
+            format: super::PLAN_FORMAT,
+            plan,
+            previous_commit: old.previous_commit,
+            changed_paths: old.changed_paths,
+            shared_paths: old.shared_paths,
+            folded: old.folded,
+            work,
+            held: old.held,
+        })
     }
 }
 

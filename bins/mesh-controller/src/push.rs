@@ -145,7 +145,7 @@ pub fn status(home: &Home) -> Result<Vec<NodeStatus>> {
         .nodes
         .keys()
         .map(|node| {
-            let sent = home.sent(node)?.map(|d| d.digest());
+            let sent = home.sent_digest(node)?;
             let report = home.report(node)?;
             let current = matches!((&sent, &report), (Some(s), Some(r)) if *s == r.declaration);
             Ok(NodeStatus {

@@ -26,8 +26,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// The record directories a home holds, besides the inventory.
-const RECORD_DIRS: [&str; 10] = [
+const RECORD_DIRS: [&str; 12] = [
     "settings",
+    "declarations",
+    "rollouts",
     "history",
     "sent",
     "reports",

@@ -119,8 +119,8 @@ pub fn overview(home: &Home, now: u64) -> Result<Overview> {
         .iter()
         .filter(|r| r.plan.state.is_open())
         .map(|r| {
-            let (waits_on, since) = waits_on(r);
-            OpenPlan {
+            let (waits_on, since) = waits_on(home, r)?;
+            Ok(OpenPlan {
                 id: r.plan.id.clone(),
                 repository: r.plan.repository.clone(),
                 branch: r.plan.branch.clone(),
@@ -129,9 +129,9 @@ pub fn overview(home: &Home, now: u64) -> Result<Overview> {
                 waits_on,
                 since,
                 waiting_secs: now.saturating_sub(since),
-            }
+            })
         })
-        .collect();
+        .collect::<Result<Vec<_>>>()?;
     let mut stopped = Vec::new();
     for (index, record) in records.iter().enumerate() {
         if matches!(record.plan.state, PlanState::Closed { .. }) {
@@ -173,17 +173,17 @@ pub fn overview(home: &Home, now: u64) -> Result<Overview> {
     let attention = attention(&nodes);
     let mut held = Vec::new();
     for record in records.iter().filter(|r| r.plan.state.is_open()) {
-        for (module, work) in &record.work {
-            let Some(state) = &work.state else {
+        for (module, rollout) in &record.plan.rollouts {
+            if rollout.held == 0 {
                 continue;
-            };
-            for (node, progress) in state.nodes.iter() {
-                if let NodeProgress::Held { moves } = progress {
+            }
+            for node in home.rollout_nodes(&record.plan.id, module)? {
+                if let NodeProgress::Held { moves } = node.progress {
                     held.push(HeldNode {
                         plan: record.plan.id.clone(),
                         module: module.clone(),
-                        node: node.clone(),
-                        moves: moves.clone(),
+                        node: node.node,
+                        moves,
                     });
                 }
             }
@@ -232,8 +232,12 @@ pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
 }
 
 /// What an open plan waits on, and since when: the first module, in tier order, that is not
-/// finished.
-pub fn waits_on(record: &PlanRecord) -> (String, u64) {
+/// finished, and in it the bus node or the first node by name still to answer (its nodes'
+/// records are read for that one module only).
+///
+/// # Errors
+/// A node's record of the rollout cannot be read.
+pub fn waits_on(home: &Home, record: &PlanRecord) -> Result<(String, u64)> {
     let plan = &record.plan;
     for (index, tier) in plan.tiers.iter().enumerate() {
         for module in tier {
@@ -243,22 +247,43 @@ pub fn waits_on(record: &PlanRecord) -> (String, u64) {
             }
             let work = record.work.get(module);
             let Some(build) = work.and_then(|w| w.build.as_ref()) else {
-                return (
+                return Ok((
                     format!("the build of `{module}` (tier {index})"),
                     plan.made_at,
-                );
+                ));
             };
-            let Some(state) = work.and_then(|w| w.state.as_ref()) else {
-                return (
+            let Some(kept) = work.and_then(|w| w.rollout.as_ref()) else {
+                return Ok((
                     format!("the rollout of `{module}` to begin (tier {index}, built)"),
                     build.at,
-                );
+                ));
             };
-            let waiting = state
-                .bus_node
+            let state = &kept.state;
+            if state.stage == mesh_plan::rollout::Stage::Held {
+                return Ok((
+                    format!(
+                        "`--move {module}`: {} node(s) held, their data would move (tier {index}; \
+                         `plans resume --move {module}` sends them)",
+                        state.held
+                    ),
+                    build.at,
+                ));
+            }
+            let nodes: Vec<(String, NodeProgress)> = match state.stage {
+                mesh_plan::rollout::Stage::BusNode => state.bus_node.iter().cloned().collect(),
+                mesh_plan::rollout::Stage::NotStarted
+                | mesh_plan::rollout::Stage::FirstNode
+                | mesh_plan::rollout::Stage::Rest
+                | mesh_plan::rollout::Stage::Held
+                | mesh_plan::rollout::Stage::Done
+                | mesh_plan::rollout::Stage::Stopped => home
+                    .rollout_nodes(&plan.id, module)?
+                    .into_iter()
+                    .map(|n| (n.node, n.progress))
+                    .collect(),
+            };
+            let waiting = nodes
                 .iter()
-                .map(|(node, progress)| (node, progress))
-                .chain(state.nodes.iter())
                 .find_map(|(node, progress)| match progress {
                     NodeProgress::Sent { at } => Some((
                         format!("`{node}` to report `{module}` applied (tier {index})"),
@@ -278,23 +303,13 @@ pub fn waits_on(record: &PlanRecord) -> (String, u64) {
                     | NodeProgress::Held { .. }
                     | NodeProgress::Applied { .. } => None,
                 });
-            if state.stage == mesh_plan::rollout::Stage::Held {
-                return (
-                    format!(
-                        "`--move {module}`: {} node(s) held, their data would move (tier {index}; \
-                         `plans resume --move {module}` sends them)",
-                        state.held
-                    ),
-                    build.at,
-                );
-            }
-            return waiting.unwrap_or_else(|| {
+            return Ok(waiting.unwrap_or_else(|| {
                 (
                     format!("the rollout of `{module}` (tier {index})"),
                     build.at,
                 )
-            });
+            }));
         }
     }
-    ("nothing: every module is finished".to_owned(), plan.made_at)
+    Ok(("nothing: every module is finished".to_owned(), plan.made_at))
 }

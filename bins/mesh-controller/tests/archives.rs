@@ -69,7 +69,11 @@ fn host_apply(mesh: &Mesh, node: &str, store: &str) -> (i32, Value) {
         .arg(mesh.home().join("state").join(node))
         .args(["--store", store, "--output", "json", "--containers", "none"])
         .arg("apply")
-        .arg(mesh.home().join("sent").join(format!("{node}.json")))
+        .arg(
+            mesh.home()
+                .join("declarations")
+                .join(format!("{}.json", hex(&sent_digest(mesh, node)))),
+        )
         .output()
         .unwrap_or_else(|e| panic!("running {} (cargo build -p mesh-host): {e}", host.display()));
     let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
@@ -100,7 +104,13 @@ fn a_merged_modules_files_reach_the_host_inside_its_archive() {
 
     // The declaration sent names the archive; the plain file carries no content, the template
     // carries its rendered content.
-    let sent = json_file(&mesh.home().join("sent/control.json"));
+    // What was sent is kept once by its digest; the node's record names it (issue 12).
+    let pointer = json_file(&mesh.home().join("sent/control.json"));
+    let pointed = pointer["declaration"].as_str().unwrap();
+    let sent = json_file(&mesh.home().join(format!(
+        "declarations/{}.json",
+        pointed.strip_prefix("sha256:").unwrap()
+    )));
     assert_eq!(sent["format"], 2);
     assert_eq!(sent["archives"]["site"], deployed["archive"]);
     let resources = sent["resources"].as_array().unwrap();
@@ -198,9 +208,10 @@ fn a_merged_modules_files_reach_the_host_inside_its_archive() {
     assert!(!diff.contains("site/file/hello"), "{diff}");
 }
 
+/// The digest `sent/<node>.json` names.
 fn sent_digest(mesh: &Mesh, node: &str) -> String {
-    let bytes = std::fs::read(mesh.home().join("sent").join(format!("{node}.json"))).unwrap();
-    mesh_model::declaration::Declaration::from_json(&bytes)
+    json_file(&mesh.home().join("sent").join(format!("{node}.json")))["declaration"]
+        .as_str()
         .unwrap()
-        .digest()
+        .to_owned()
 }

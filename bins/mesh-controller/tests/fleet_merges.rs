@@ -93,15 +93,18 @@ fn spawn_merge(bed: &Bed) -> Child {
         .unwrap()
 }
 
-/// Waits until plan `id`'s record says its `module` was sent to `node`.
+/// Waits until `node`'s record of plan `id`'s rollout of `module` says it was sent.
 fn wait_until_sent(bed: &Bed, id: &str, module: &str, node: &str) {
     let records = bed.records();
-    let key = format!("plans/{id}.json");
+    let key = format!("rollouts/{id}/{module}/{node}.json");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Ok(Some(bytes)) = records.get(&key) {
             if let Ok(record) = serde_json::from_slice::<Value>(&bytes) {
-                if !record["plan"]["rollouts"][module]["sends"][node].is_null() {
+                if matches!(
+                    record["progress"]["progress"].as_str(),
+                    Some("sent" | "applied")
+                ) {
                     return;
                 }
             }
@@ -465,8 +468,9 @@ fn a_failed_first_node_is_sent_back_what_it_ran_over_the_bus_when_the_module_say
     assert_eq!(record["plan"]["state"]["node"], "a", "{record}");
     let rollout = &record["plan"]["rollouts"]["base"];
     assert_eq!(rollout["first"], "a", "{rollout}");
-    let sends: Vec<&String> = rollout["sends"].as_object().unwrap().keys().collect();
-    assert_eq!(sends, ["a"], "{rollout}");
+    assert_eq!(rollout["sent"], 1, "{rollout}");
+    let a_progress = bed.record("rollouts/plan-2/base/a.json").unwrap();
+    assert!(a_progress.contains("\"sent\""), "{a_progress}");
     assert_eq!(rollout["outcome"]["node"], "a", "{rollout}");
     assert_eq!(
         record["work"]["base"]["reverted"],

@@ -213,10 +213,7 @@ fn two_commits_changing_one_module_plan_one_module_each() {
     );
     // `tools` rebuilt byte-identical: not redeployed (rule 20), nothing sent for it.
     assert_eq!(fourth["work"]["tools"]["not-redeployed"], true);
-    assert_eq!(
-        fourth["plan"]["rollouts"]["tools"]["sends"],
-        serde_json::json!({})
-    );
+    assert_eq!(fourth["plan"]["rollouts"]["tools"]["sent"], 0);
     assert_eq!(read(&mesh, "home", "srv/www/index.html"), "v2\n");
 }
 
@@ -835,4 +832,73 @@ fn the_bus_node_goes_first_when_a_modules_grants_change_the_bus_users() {
     repo.commit("tools: two");
     let out = mesh.expect(&["merge", "cat"], 0);
     assert!(!out.contains("holding the bus"), "{out}");
+}
+
+/// Issue 12: records written in the format before records stopped growing with the fleet — a
+/// plan record holding every node's rollout inside it, and `sent/<node>.json` holding the whole
+/// declaration — are migrated on first use, saying so, and read the same after.
+#[test]
+fn records_in_the_old_format_are_migrated_on_first_use_saying_so() {
+    let mesh = Mesh::example();
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1-home");
+    for file in [
+        "inventory.toml",
+        "plans/plan-1.json",
+        "sent/control.json",
+        "sent/home.json",
+    ] {
+        let to = mesh.home().join(file);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(fixture.join(file), &to).unwrap();
+    }
+    let old_sent: Value =
+        json(&std::fs::read_to_string(mesh.home().join("sent/home.json")).unwrap());
+    let old_digest = mesh_model::declaration::Declaration::from_json(
+        &std::fs::read(mesh.home().join("sent/home.json")).unwrap(),
+    )
+    .unwrap()
+    .digest();
+    assert_eq!(
+        old_sent["format"], 2,
+        "the fixture holds a whole declaration"
+    );
+
+    let run = mesh.run(&["status", "--output", "json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("plan-1.json: migrated from format 1"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("sent/home.json"), "{}", run.stderr);
+    let status = json(&run.stdout);
+    let home = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node"] == "home")
+        .unwrap();
+    assert_eq!(home["sent"], old_digest.as_str(), "{home}");
+
+    let plan = home_json(&mesh, "plans/plan-1.json");
+    assert_eq!(plan["format"], 2);
+    assert_eq!(plan["plan"]["rollouts"]["site"]["sent"], 2, "{plan}");
+    assert!(plan["work"]["site"]["rollout"].is_object(), "{plan}");
+    let node = home_json(&mesh, "rollouts/plan-1/site/control.json");
+    assert_eq!(node["progress"]["progress"], "applied", "{node}");
+    let pointer = home_json(&mesh, "sent/home.json");
+    assert_eq!(pointer["declaration"], old_digest.as_str());
+    assert!(mesh
+        .home()
+        .join(format!(
+            "declarations/{}.json",
+            old_digest.strip_prefix("sha256:").unwrap()
+        ))
+        .is_file());
+
+    // Said once: the records are in the new format now.
+    let again = mesh.run(&["status"]);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert!(!again.stderr.contains("migrated"), "{}", again.stderr);
+    mesh.expect(&["plans", "show", "plan-1"], 0);
 }

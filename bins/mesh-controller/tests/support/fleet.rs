@@ -161,18 +161,26 @@ impl Bed {
             bed.url = server.url();
         }
         bed.watcher = Some(bed.watch_users_file());
-        // The reload is asynchronous: wait until the controller's user is let in.
+        // The reload is asynchronous, and the server let anyone in before it: wait until the
+        // users are in force — a wrong password refused — and the controller's user let in.
         let password =
             std::fs::read_to_string(bed.home.path().join("bus/passwords/controller")).unwrap();
         runtime().block_on(async {
             let deadline = Instant::now() + Duration::from_secs(10);
             loop {
-                let options =
+                let wrong = NatsOptions::for_controller(bed.url.clone(), "not-the-password");
+                let right =
                     NatsOptions::for_controller(bed.url.clone(), password.trim().to_owned());
-                match NatsBus::connect(&options).await {
-                    Ok(_) => break,
-                    Err(error) if Instant::now() > deadline => panic!("{error}"),
-                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                let in_force = NatsBus::connect(&wrong).await.is_err();
+                match (in_force, NatsBus::connect(&right).await) {
+                    (true, Ok(_)) => break,
+                    (_, Err(error)) if Instant::now() > deadline => panic!("{error}"),
+                    (false, Ok(_)) if Instant::now() > deadline => {
+                        panic!("the bus's users were not in force within 10 s")
+                    }
+                    (false, Ok(_)) | (_, Err(_)) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await
+                    }
                 }
             }
         });

@@ -494,392 +494,403 @@ fn run(cli: Cli) -> Result<ExitCode> {
         home.require()?;
         runtime.block_on(builds::effective_catalogue(&home, store.as_ref()))
     };
-    match cli.command {
-        Command::Init { example } => {
-            init::init(&home, example)?;
-            println!("made a mesh home at {}", home.root().display());
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Check => {
-            let problems = push::problems(&home, &checked()?)?;
-            print_problems(output, &problems)?;
-            Ok(if problems.is_empty() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
-        }
-        Command::Plan {
-            node,
-            diff: true,
-            detailed_exitcode,
-        } => {
-            let mut declaration = push::compose_node(&home, &checked()?, &node)?;
-            let sent = home.sent(&node)?;
-            // On a fleet the bus node is also sent the bus's users (a file holding passwords):
-            // they are not the modules' doing, `broker users` shows them, and this diff compares
-            // what the modules change — so the file it was sent is carried over, not shown gone.
-            if let Some(users) = sent
-                .as_ref()
-                .and_then(|sent| sent.resource(fleet::USERS_RESOURCE))
-            {
-                if let mesh_model::declaration::Spec::File(file) = &users.spec {
-                    if let Some(content) = &file.content {
-                        declaration = fleet::with_users_file(declaration, content);
-                    }
-                }
+    let command = cli.command;
+    let done = (|| -> Result<ExitCode> {
+        match command {
+            Command::Init { example } => {
+                init::init(&home, example)?;
+                println!("made a mesh home at {}", home.root().display());
+                Ok(ExitCode::SUCCESS)
             }
-            let diff = mesh_plan::diff(sent.as_ref(), &declaration);
-            match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&diff)?),
-                Output::Text => print!("{}", diff.render_text()),
+            Command::Check => {
+                let problems = push::problems(&home, &checked()?)?;
+                print_problems(output, &problems)?;
+                Ok(if problems.is_empty() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(1)
+                })
             }
-            Ok(if detailed_exitcode && !diff.is_empty() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            })
-        }
-        Command::Plan { node, .. } => {
-            let declaration = push::compose_node(&home, &checked()?, &node)?;
-            match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&declaration)?),
-                Output::Text => print!("{}", render::declaration(&declaration)),
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Push { behind: true, .. } => {
-            let plans =
-                runtime.block_on(plans::drive_open(&ctx, None, plans::DriveMode::RolloutOnly))?;
-            print_plans_driven(output, &plans)
-        }
-        Command::Push {
-            nodes,
-            all,
-            moves,
-            timeout,
-            behind: false,
-        } => {
-            let inventory = home.inventory()?;
-            let nodes = if all {
-                inventory.file.nodes.keys().cloned().collect()
-            } else if nodes.is_empty() {
-                eprintln!(
-                    "error: push names no node; name the nodes (`push home laptop`) or say `--all`"
-                );
-                return Ok(ExitCode::from(2));
-            } else {
-                nodes
-            };
-            let checked = checked()?;
-            let results = runtime.block_on(async {
-                let mut fleet = plans::start_fleet(&ctx).await?;
-                executor::push(
-                    &home,
-                    fleet.as_mut(),
-                    &checked,
-                    &nodes,
-                    &moves.into_iter().collect(),
-                    std::time::Duration::from_secs(timeout),
-                )
-                .await
-            })?;
-            match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&results)?),
-                Output::Text => print!("{}", render::push(&results)),
-            }
-            Ok(push_exit_code(&results))
-        }
-        Command::Status => {
-            let status = status::overview(&home, mesh_host::now())?;
-            match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&status)?),
-                Output::Text => print!("{}", render::status(&status)),
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Settings(command) => {
-            let now = mesh_host::now();
-            let (catalogue, _) = checked()?;
-            let command_line = settings::invoked_command();
-            let on = settings::On {
-                home: &home,
-                catalogue: &catalogue,
-                command: &command_line,
-            };
-            let answer = match command {
-                SettingsCommand::Show {
-                    module,
-                    node,
-                    history,
-                } => {
-                    let shown = settings::show(&on, &module, node.as_deref(), history)?;
-                    match output {
-                        Output::Json => println!("{}", serde_json::to_string_pretty(&shown)?),
-                        Output::Text => print!("{}", render::settings_shown(&shown)?),
-                    }
-                    return Ok(ExitCode::SUCCESS);
-                }
-                SettingsCommand::Set {
-                    module,
-                    json,
-                    node,
-                    replace,
-                } => settings::set(&on, &module, node.as_deref(), &json, replace, now)?,
-                SettingsCommand::Clear { module, node } => {
-                    settings::clear(&on, &module, node.as_deref(), now)?
-                }
-                SettingsCommand::Restore {
-                    module,
-                    revision,
-                    node,
-                } => settings::restore(&on, &module, node.as_deref(), revision, now)?,
-            };
-            match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&answer)?),
-                Output::Text => print!("{}", render::settings_answer(&answer)),
-            }
-            Ok(if answer.refused() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            })
-        }
-        Command::Demo => demo::run(),
-        Command::Serve => {
-            home.require()?;
-            let bus = need_bus()?;
-            runtime.block_on(async {
-                daemon::serve(&ctx, &bus, mesh_host::serve::shutdown_signal()).await
-            })?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Runtimes => {
-            home.require()?;
-            let found = runtime.block_on(runtimes::runtimes(&home, &need_bus()?))?;
-            match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&found)?),
-                Output::Text => print!("{}", render::runtimes(&found)),
-            }
-            Ok(ExitCode::from(runtimes::runtimes_exit_code(&found)))
-        }
-        Command::Broker(BrokerCommand::ConsumerReset { stream, consumer }) => {
-            let reset = runtime.block_on(broker::consumer_reset(
-                &home,
-                &need_bus()?,
-                &stream,
-                &consumer,
-            ))?;
-            match reset {
-                Ok(line) => {
-                    match output {
-                        Output::Json => println!("{}", serde_json::to_string_pretty(&line)?),
-                        Output::Text => println!(
-                            "consumer `{consumer}` on `{stream}` made again from now: {} pending \
-                             before ({} delivered and unacknowledged), {} now",
-                            line.pending_before, line.ack_pending_before, line.pending_after
-                        ),
-                    }
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(refused) => {
-                    eprintln!("error: {refused}; nothing was changed");
-                    Ok(ExitCode::from(2))
-                }
-            }
-        }
-        Command::Broker(BrokerCommand::Password { node }) => {
-            push::require_node(&home.inventory()?, &node)?;
-            println!("{}", fleet::password(&home, &node)?);
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Records(RecordsCommand::Import) => {
-            let bus = need_bus()?;
-            let imported = records::import(&cli.home, &home, &bus.url)?;
-            match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&imported)?),
-                Output::Text => println!(
-                    "copied {} records from {} to {}; the home is marked as moved: give \
-                     --bus {} with every command on it from now on",
-                    imported.keys.len(),
-                    imported.home,
-                    imported.records,
-                    bus.url
-                ),
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Records(RecordsCommand::List { dir }) => {
-            home.require()?;
-            let names = home.records().list(dir.trim_end_matches('/'))?;
-            match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&names)?),
-                Output::Text => names.iter().for_each(|name| println!("{name}")),
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Records(RecordsCommand::Get { key }) => {
-            home.require()?;
-            let bytes = home
-                .get(&key)?
-                .with_context(|| format!("there is no record {}", home.records().locate(&key)))?;
-            use std::io::Write as _;
-            std::io::stdout().write_all(&bytes)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Records(RecordsCommand::Put { key, file, base }) => {
-            match records::put_by_hand(&home, &key, &file, base.as_deref())? {
-                records::PutOutcome::Replaced => {
-                    println!("replaced {}", home.records().locate(&key));
-                    Ok(ExitCode::SUCCESS)
-                }
-                records::PutOutcome::BaseChanged => {
-                    println!(
-                        "refused: {} is no longer the inventory --base holds (it was changed \
-                         since); nothing was changed: read it again with `records get {key}`, \
-                         make the edit on that, and put it again",
-                        home.records().locate(&key)
-                    );
-                    Ok(ExitCode::from(2))
-                }
-            }
-        }
-        Command::Broker(BrokerCommand::Users) => {
-            let checked = checked()?;
-            print!(
-                "{}",
-                fleet::users_text(&home, &checked, cli.bus_password_file.clone())?
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Repo(RepoCommand::Add {
-            name,
-            path,
-            branch,
-            modules_dir,
-        }) => {
-            let record = repos::add(&home, &name, &path, branch.as_deref(), &modules_dir)?;
-            match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&record)?),
-                Output::Text => println!(
-                    "registered `{}`: {} branch {} (modules in `{}/`); its first merge plans every module",
-                    record.name,
-                    record.path.display(),
-                    record.branch,
-                    record.modules_dir
-                ),
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Repo(RepoCommand::List) => {
-            let repos = home.repos()?;
-            match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&repos)?),
-                Output::Text if repos.is_empty() => {
-                    println!("no repositories; `repo add NAME PATH` registers one")
-                }
-                Output::Text => {
-                    for repo in repos {
-                        println!(
-                            "{}: {} branch {}, last planned {}",
-                            repo.name,
-                            repo.path.display(),
-                            repo.branch,
-                            repo.last_planned
-                                .as_deref()
-                                .map_or("never", builds::short_commit)
-                        );
-                    }
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Merge {
-            repo,
-            commit,
-            plan_only,
-            ..
-        } => {
-            home.require()?;
-            let outcome =
-                runtime.block_on(plans::merge(&ctx, &repo, commit.as_deref(), plan_only))?;
-            match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&outcome)?),
-                Output::Text => print!("{}", render::merge(&outcome)),
-            }
-            Ok(match &outcome {
-                plans::MergeOutcome::Planned { plan, .. }
-                    if matches!(plan.state, mesh_model::plan::PlanState::Stopped { .. }) =>
+            Command::Plan {
+                node,
+                diff: true,
+                detailed_exitcode,
+            } => {
+                let mut declaration = push::compose_node(&home, &checked()?, &node)?;
+                let sent = home.sent(&node)?;
+                // On a fleet the bus node is also sent the bus's users (a file holding passwords):
+                // they are not the modules' doing, `broker users` shows them, and this diff compares
+                // what the modules change — so the file it was sent is carried over, not shown gone.
+                if let Some(users) = sent
+                    .as_ref()
+                    .and_then(|sent| sent.resource(fleet::USERS_RESOURCE))
                 {
-                    ExitCode::from(3)
-                }
-                plans::MergeOutcome::Planned { .. }
-                | plans::MergeOutcome::AlreadyPlanned { .. } => ExitCode::SUCCESS,
-            })
-        }
-        Command::Build {
-            modules,
-            behind: true,
-            ..
-        } => {
-            debug_assert!(modules.is_empty());
-            home.require()?;
-            let plans =
-                runtime.block_on(plans::drive_open(&ctx, None, plans::DriveMode::BuildOnly))?;
-            print_plans_driven(output, &plans)
-        }
-        Command::Build {
-            modules,
-            behind: false,
-            dry_run,
-        } => {
-            home.require()?;
-            let built = runtime.block_on(plans::build_named(&ctx, &modules, dry_run))?;
-            match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&built)?),
-                Output::Text => print!("{}", render::builds(&built, dry_run)),
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Plans { command } => match command.unwrap_or(PlansCommand::List) {
-            PlansCommand::List => {
-                let plans = home.plans()?;
-                match output {
-                    Output::Json => {
-                        let plans: Vec<_> = plans.into_iter().map(|p| p.plan).collect();
-                        println!("{}", serde_json::to_string_pretty(&plans)?)
+                    if let mesh_model::declaration::Spec::File(file) = &users.spec {
+                        if let Some(content) = &file.content {
+                            declaration = fleet::with_users_file(declaration, content);
+                        }
                     }
-                    Output::Text => print!("{}", render::plans_list(&plans)),
                 }
-                Ok(ExitCode::SUCCESS)
-            }
-            PlansCommand::Show { id } => {
-                let record = home.plan(&id)?;
+                let diff = mesh_plan::diff(sent.as_ref(), &declaration);
                 match output {
-                    Output::Json => println!("{}", serde_json::to_string_pretty(&record)?),
-                    Output::Text => print!("{}", render::plan_show(&record)),
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&diff)?),
+                    Output::Text => print!("{}", diff.render_text()),
                 }
-                Ok(ExitCode::SUCCESS)
+                Ok(if detailed_exitcode && !diff.is_empty() {
+                    ExitCode::from(2)
+                } else {
+                    ExitCode::SUCCESS
+                })
             }
-            PlansCommand::Close { id, note } => {
-                let record = plans::close(&home, &id, &note)?;
+            Command::Plan { node, .. } => {
+                let declaration = push::compose_node(&home, &checked()?, &node)?;
                 match output {
-                    Output::Json => println!("{}", serde_json::to_string_pretty(&record.plan)?),
-                    Output::Text => print!("{}", render::plan_summary(&record.plan)),
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&declaration)?),
+                    Output::Text => print!("{}", render::declaration(&declaration)),
                 }
                 Ok(ExitCode::SUCCESS)
             }
-            PlansCommand::Resume { id, .. } => {
-                home.require()?;
+            Command::Push { behind: true, .. } => {
                 let plans = runtime.block_on(plans::drive_open(
                     &ctx,
-                    id.as_deref(),
-                    plans::DriveMode::All,
+                    None,
+                    plans::DriveMode::RolloutOnly,
                 ))?;
                 print_plans_driven(output, &plans)
             }
-        },
+            Command::Push {
+                nodes,
+                all,
+                moves,
+                timeout,
+                behind: false,
+            } => {
+                let inventory = home.inventory()?;
+                let nodes = if all {
+                    inventory.file.nodes.keys().cloned().collect()
+                } else if nodes.is_empty() {
+                    eprintln!(
+                        "error: push names no node; name the nodes (`push home laptop`) or say `--all`"
+                    );
+                    return Ok(ExitCode::from(2));
+                } else {
+                    nodes
+                };
+                let checked = checked()?;
+                let results = runtime.block_on(async {
+                    let mut fleet = plans::start_fleet(&ctx).await?;
+                    executor::push(
+                        &home,
+                        fleet.as_mut(),
+                        &checked,
+                        &nodes,
+                        &moves.into_iter().collect(),
+                        std::time::Duration::from_secs(timeout),
+                    )
+                    .await
+                })?;
+                match output {
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&results)?),
+                    Output::Text => print!("{}", render::push(&results)),
+                }
+                Ok(push_exit_code(&results))
+            }
+            Command::Status => {
+                let status = status::overview(&home, mesh_host::now())?;
+                match output {
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&status)?),
+                    Output::Text => print!("{}", render::status(&status)),
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Settings(command) => {
+                let now = mesh_host::now();
+                let (catalogue, _) = checked()?;
+                let command_line = settings::invoked_command();
+                let on = settings::On {
+                    home: &home,
+                    catalogue: &catalogue,
+                    command: &command_line,
+                };
+                let answer = match command {
+                    SettingsCommand::Show {
+                        module,
+                        node,
+                        history,
+                    } => {
+                        let shown = settings::show(&on, &module, node.as_deref(), history)?;
+                        match output {
+                            Output::Json => println!("{}", serde_json::to_string_pretty(&shown)?),
+                            Output::Text => print!("{}", render::settings_shown(&shown)?),
+                        }
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                    SettingsCommand::Set {
+                        module,
+                        json,
+                        node,
+                        replace,
+                    } => settings::set(&on, &module, node.as_deref(), &json, replace, now)?,
+                    SettingsCommand::Clear { module, node } => {
+                        settings::clear(&on, &module, node.as_deref(), now)?
+                    }
+                    SettingsCommand::Restore {
+                        module,
+                        revision,
+                        node,
+                    } => settings::restore(&on, &module, node.as_deref(), revision, now)?,
+                };
+                match output {
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&answer)?),
+                    Output::Text => print!("{}", render::settings_answer(&answer)),
+                }
+                Ok(if answer.refused() {
+                    ExitCode::from(2)
+                } else {
+                    ExitCode::SUCCESS
+                })
+            }
+            Command::Demo => demo::run(),
+            Command::Serve => {
+                home.require()?;
+                let bus = need_bus()?;
+                runtime.block_on(async {
+                    daemon::serve(&ctx, &bus, mesh_host::serve::shutdown_signal()).await
+                })?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Runtimes => {
+                home.require()?;
+                let found = runtime.block_on(runtimes::runtimes(&home, &need_bus()?))?;
+                match output {
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&found)?),
+                    Output::Text => print!("{}", render::runtimes(&found)),
+                }
+                Ok(ExitCode::from(runtimes::runtimes_exit_code(&found)))
+            }
+            Command::Broker(BrokerCommand::ConsumerReset { stream, consumer }) => {
+                let reset = runtime.block_on(broker::consumer_reset(
+                    &home,
+                    &need_bus()?,
+                    &stream,
+                    &consumer,
+                ))?;
+                match reset {
+                    Ok(line) => {
+                        match output {
+                            Output::Json => println!("{}", serde_json::to_string_pretty(&line)?),
+                            Output::Text => println!(
+                                "consumer `{consumer}` on `{stream}` made again from now: {} pending \
+                                 before ({} delivered and unacknowledged), {} now",
+                                line.pending_before, line.ack_pending_before, line.pending_after
+                            ),
+                        }
+                        Ok(ExitCode::SUCCESS)
+                    }
+                    Err(refused) => {
+                        eprintln!("error: {refused}; nothing was changed");
+                        Ok(ExitCode::from(2))
+                    }
+                }
+            }
+            Command::Broker(BrokerCommand::Password { node }) => {
+                push::require_node(&home.inventory()?, &node)?;
+                println!("{}", fleet::password(&home, &node)?);
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Records(RecordsCommand::Import) => {
+                let bus = need_bus()?;
+                let imported = records::import(&cli.home, &home, &bus.url)?;
+                match output {
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&imported)?),
+                    Output::Text => println!(
+                        "copied {} records from {} to {}; the home is marked as moved: give \
+                         --bus {} with every command on it from now on",
+                        imported.keys.len(),
+                        imported.home,
+                        imported.records,
+                        bus.url
+                    ),
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Records(RecordsCommand::List { dir }) => {
+                home.require()?;
+                let names = home.records().list(dir.trim_end_matches('/'))?;
+                match output {
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&names)?),
+                    Output::Text => names.iter().for_each(|name| println!("{name}")),
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Records(RecordsCommand::Get { key }) => {
+                home.require()?;
+                let bytes = home.get(&key)?.with_context(|| {
+                    format!("there is no record {}", home.records().locate(&key))
+                })?;
+                use std::io::Write as _;
+                std::io::stdout().write_all(&bytes)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Records(RecordsCommand::Put { key, file, base }) => {
+                match records::put_by_hand(&home, &key, &file, base.as_deref())? {
+                    records::PutOutcome::Replaced => {
+                        println!("replaced {}", home.records().locate(&key));
+                        Ok(ExitCode::SUCCESS)
+                    }
+                    records::PutOutcome::BaseChanged => {
+                        println!(
+                            "refused: {} is no longer the inventory --base holds (it was changed \
+                             since); nothing was changed: read it again with `records get {key}`, \
+                             make the edit on that, and put it again",
+                            home.records().locate(&key)
+                        );
+                        Ok(ExitCode::from(2))
+                    }
+                }
+            }
+            Command::Broker(BrokerCommand::Users) => {
+                let checked = checked()?;
+                print!(
+                    "{}",
+                    fleet::users_text(&home, &checked, cli.bus_password_file.clone())?
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Repo(RepoCommand::Add {
+                name,
+                path,
+                branch,
+                modules_dir,
+            }) => {
+                let record = repos::add(&home, &name, &path, branch.as_deref(), &modules_dir)?;
+                match output {
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&record)?),
+                    Output::Text => println!(
+                        "registered `{}`: {} branch {} (modules in `{}/`); its first merge plans every module",
+                        record.name,
+                        record.path.display(),
+                        record.branch,
+                        record.modules_dir
+                    ),
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Repo(RepoCommand::List) => {
+                let repos = home.repos()?;
+                match output {
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&repos)?),
+                    Output::Text if repos.is_empty() => {
+                        println!("no repositories; `repo add NAME PATH` registers one")
+                    }
+                    Output::Text => {
+                        for repo in repos {
+                            println!(
+                                "{}: {} branch {}, last planned {}",
+                                repo.name,
+                                repo.path.display(),
+                                repo.branch,
+                                repo.last_planned
+                                    .as_deref()
+                                    .map_or("never", builds::short_commit)
+                            );
+                        }
+                    }
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Merge {
+                repo,
+                commit,
+                plan_only,
+                ..
+            } => {
+                home.require()?;
+                let outcome =
+                    runtime.block_on(plans::merge(&ctx, &repo, commit.as_deref(), plan_only))?;
+                match output {
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&outcome)?),
+                    Output::Text => print!("{}", render::merge(&outcome)),
+                }
+                Ok(match &outcome {
+                    plans::MergeOutcome::Planned { plan, .. }
+                        if matches!(plan.state, mesh_model::plan::PlanState::Stopped { .. }) =>
+                    {
+                        ExitCode::from(3)
+                    }
+                    plans::MergeOutcome::Planned { .. }
+                    | plans::MergeOutcome::AlreadyPlanned { .. } => ExitCode::SUCCESS,
+                })
+            }
+            Command::Build {
+                modules,
+                behind: true,
+                ..
+            } => {
+                debug_assert!(modules.is_empty());
+                home.require()?;
+                let plans =
+                    runtime.block_on(plans::drive_open(&ctx, None, plans::DriveMode::BuildOnly))?;
+                print_plans_driven(output, &plans)
+            }
+            Command::Build {
+                modules,
+                behind: false,
+                dry_run,
+            } => {
+                home.require()?;
+                let built = runtime.block_on(plans::build_named(&ctx, &modules, dry_run))?;
+                match output {
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&built)?),
+                    Output::Text => print!("{}", render::builds(&built, dry_run)),
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Plans { command } => match command.unwrap_or(PlansCommand::List) {
+                PlansCommand::List => {
+                    let plans = home.plans()?;
+                    match output {
+                        Output::Json => {
+                            let plans: Vec<_> = plans.into_iter().map(|p| p.plan).collect();
+                            println!("{}", serde_json::to_string_pretty(&plans)?)
+                        }
+                        Output::Text => print!("{}", render::plans_list(&plans)),
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                PlansCommand::Show { id } => {
+                    let record = home.plan(&id)?;
+                    match output {
+                        Output::Json => println!("{}", serde_json::to_string_pretty(&record)?),
+                        Output::Text => print!("{}", render::plan_show(&record)),
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                PlansCommand::Close { id, note } => {
+                    let record = plans::close(&home, &id, &note)?;
+                    match output {
+                        Output::Json => println!("{}", serde_json::to_string_pretty(&record.plan)?),
+                        Output::Text => print!("{}", render::plan_summary(&record.plan)),
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                PlansCommand::Resume { id, .. } => {
+                    home.require()?;
+                    let plans = runtime.block_on(plans::drive_open(
+                        &ctx,
+                        id.as_deref(),
+                        plans::DriveMode::All,
+                    ))?;
+                    print_plans_driven(output, &plans)
+                }
+            },
+        }
+    })();
+    // Records read in an older format were migrated on the way: say so, once.
+    for note in home.take_migrations() {
+        eprintln!("note: {note}");
     }
+    done
 }
 
 fn print_plans_driven(output: Output, plans: &[mesh_model::plan::Plan]) -> Result<ExitCode> {

@@ -508,13 +508,17 @@ fn module_line(record: &PlanRecord, module: &str) -> String {
         if let Some(first) = &rollout.first {
             parts.push(format!("first `{first}`"));
         }
-        if !rollout.sends.is_empty() {
-            let sends: Vec<String> = rollout
-                .sends
-                .iter()
-                .map(|(node, at)| format!("{node} at {}", format_time(*at)))
-                .collect();
-            parts.push(format!("sent {}", sends.join(", ")));
+        if rollout.sent > 0 || rollout.held > 0 {
+            parts.push(format!(
+                "sent {} node(s), {} applied",
+                rollout.sent, rollout.applied
+            ));
+        }
+        if rollout.held > 0 {
+            parts.push(format!(
+                "{} held: their data would move (`status` names them)",
+                rollout.held
+            ));
         }
         match &rollout.outcome {
             Some(RolloutOutcome::Done) => parts.push("done".to_owned()),
@@ -826,8 +830,9 @@ mod status_tests {
         }
     }
 
-    /// A plan whose `site` was sent to `control` at 1000 and waits for its report.
-    fn waiting_plan() -> PlanRecord {
+    /// A plan whose `site` was sent to `control` at 1000 and waits for its report; its node's
+    /// record is written in `home`.
+    fn waiting_plan(home: &mesh_controller::home::Home) -> PlanRecord {
         let build = Build {
             module: "site".into(),
             repository: "cat".into(),
@@ -861,12 +866,32 @@ mod status_tests {
             nodes: vec!["control".into()],
         };
         mesh_plan::step(&spec, &mut state, granted, 1000);
+        home.write_rollout_node(
+            "plan-7",
+            "site",
+            &mesh_controller::plans::RolloutNodeRecord {
+                format: mesh_controller::plans::ROLLOUT_NODE_FORMAT,
+                node: "control".into(),
+                running: true,
+                declaration: "sha256:c1".into(),
+                before: None,
+                progress: state.nodes.get("control").unwrap().clone(),
+            },
+        )
+        .unwrap();
         let mut work = BTreeMap::new();
         work.insert(
             "site".to_owned(),
             mesh_controller::plans::ModuleWork {
                 build: Some(build.clone()),
-                state: Some(state),
+                rollout: Some(mesh_controller::plans::RolloutKept {
+                    upgrade: spec.upgrade,
+                    on_failure: spec.on_failure,
+                    deadline_secs: spec.deadline_secs,
+                    max_parallel: spec.max_parallel,
+                    bus_first: None,
+                    state: state.parts(),
+                }),
                 ..Default::default()
             },
         );
@@ -888,7 +913,10 @@ mod status_tests {
                     "site".to_owned(),
                     ModuleRollout {
                         first: Some("control".into()),
-                        sends: [("control".to_owned(), 1000)].into(),
+                        sent: 1,
+                        applied: 0,
+                        held: 0,
+                        sends: BTreeMap::new(),
                         outcome: None,
                         build: Some(build.archive),
                     },
@@ -909,8 +937,10 @@ mod status_tests {
     /// stuck, mid-change or with a window open all reach `status`.
     #[test]
     fn status_names_the_wait_to_the_second_and_the_nodes_needing_attention() {
-        let record = waiting_plan();
-        let (waits_on, since) = waits_on(&record);
+        let dir = tempfile::tempdir().unwrap();
+        let home = mesh_controller::home::Home::new(dir.path());
+        let record = waiting_plan(&home);
+        let (waits_on, since) = waits_on(&home, &record).unwrap();
         assert_eq!(since, 1000);
         let overview = Overview {
             nodes: vec![

@@ -1,0 +1,101 @@
+//! Embedding the mesh: a Rust program that drives a merge's one-machine-first rollout in
+//! process, through the `mesh_controller` library — no binary, no copied code.
+//!
+//! It makes a mesh home and a git repository of one module in a temporary directory, registers
+//! the repository, hears a merge (the plan is built into the home's OCI layout store and rolled
+//! out to two nodes, one first, each applying under its own sandbox root), then reads status.
+//!
+//! `cargo run -p mesh-controller --example embed_rollout` (needs `git`).
+
+use anyhow::{Context, Result};
+use mesh_controller::home::Home;
+use mesh_controller::plans::{self, Ctx, MergeOutcome};
+use mesh_controller::{repos, status};
+use std::path::Path;
+use std::process::Command;
+
+/// Progress printed as it comes.
+struct Printed;
+
+impl mesh_controller::Progress for Printed {
+    fn line(&self, text: &str) {
+        println!("{text}");
+    }
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    std::fs::create_dir_all(path.parent().context("a file has a directory")?)?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+fn git(repo: &Path, args: &[&str]) -> Result<()> {
+    let status = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args([
+            "-c",
+            "user.name=example",
+            "-c",
+            "user.email=example@localhost",
+        ])
+        .args(args)
+        .status()
+        .context("running git")?;
+    anyhow::ensure!(status.success(), "git {} failed", args.join(" "));
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let home_dir = dir.path().join("home");
+    write(
+        &home_dir.join("inventory.toml"),
+        "bus-node = \"web1\"\n\n[nodes.web1]\n[nodes.web2]\n\n[assignments]\nhello = [\"web1\", \"web2\"]\n",
+    )?;
+    for node in ["web1", "web2"] {
+        let etc = home_dir.join("roots").join(node).join("etc");
+        write(&etc.join("passwd"), "root:x:0:0:root:/root:/bin/sh\n")?;
+        write(&etc.join("group"), "root:x:0:\n")?;
+    }
+    let repo = dir.path().join("catalogue");
+    write(
+        &repo.join("modules/hello/module.toml"),
+        "name = \"hello\"\n\n[files.greeting]\nsource = \"files/greeting.txt\"\npath = \"/etc/greeting\"\n",
+    )?;
+    write(&repo.join("modules/hello/files/greeting.txt"), "hello\n")?;
+    git(&repo, &["init", "-q", "-b", "main"])?;
+    git(&repo, &["add", "."])?;
+    git(&repo, &["commit", "-q", "-m", "hello"])?;
+
+    let home = Home::new(&home_dir);
+    repos::add(&home, "catalogue", &repo, None, "modules")?;
+    let store = mesh_store::store::open_store(&mesh_store::store::default_store_spec(home.root()))?;
+    let ctx = Ctx {
+        home: &home,
+        store: store.as_ref(),
+        progress: &Printed,
+        bus: None, // the embedded default: one host agent per node in this process
+        moves: Default::default(),
+        fleet: None, // or Some(your own `executor::Fleet`)
+    };
+    let runtime = tokio::runtime::Runtime::new()?;
+    let outcome = runtime.block_on(plans::merge(&ctx, "catalogue", None, false))?;
+    if let MergeOutcome::Planned { plan, .. } = &outcome {
+        println!("{}: {}", plan.id, mesh_plan::plans::state_word(&plan.state));
+    }
+    let overview = status::overview(&home, mesh_host::now())?;
+    for node in &overview.nodes {
+        let machine = node
+            .report
+            .as_ref()
+            .map_or("no report", |r| mesh_host::machine_word(r.machine));
+        println!("{}: {machine}", node.node);
+    }
+    let greeting = home_dir.join("roots/web2/etc/greeting");
+    print!(
+        "{}: {}",
+        greeting.display(),
+        std::fs::read_to_string(&greeting)?
+    );
+    Ok(())
+}
