@@ -9,7 +9,9 @@ use crate::paths::{is_ancestor, Opened, Resolved, RootPaths};
 use crate::podman::Podman;
 use crate::progress::{pause_point, ApplyProgress, NoProgress};
 use crate::state::STATE_FORMAT;
-use crate::state::{FailureRecord, InProgress, Origin, Record, StateDir, StateFile, Target};
+use crate::state::{
+    FailureRecord, GroupCommit, GroupFile, InProgress, Origin, Record, StateDir, StateFile, Target,
+};
 use crate::{ApplyError, ContainerRuntimeChoice, HostConfig};
 use mesh_model::declaration::{
     ContainerSpec, Declaration, DirectorySpec, FileSpec, MembershipSpec, Resource, Spec,
@@ -268,6 +270,16 @@ fn apply_examined<'s>(
         touched_dirs: BTreeSet::new(),
         read_buffer: vec![0; 64 * 1024],
     };
+    // A together group left mid-commit is put back whole before anything else (rule 5).
+    if let Some(group) = crate::state::put_back_interrupted_group(&config.state_dir)? {
+        engine.findings.push(Finding {
+            resource: String::new(),
+            message: format!(
+                "together group `{group}` was interrupted in the middle of its commit: it was put \
+                 back whole"
+            ),
+        });
+    }
     if let Some(interrupted) = &interrupted {
         engine.begin_change()?;
         engine.findings.push(Finding {
@@ -1529,6 +1541,29 @@ impl<'a> Engine<'a, '_> {
             return Ok(());
         }
 
+        // The group's files are recorded before the first commit step, so that a host killed
+        // in the middle puts the whole group back (rule 5).
+        let files: Vec<GroupFile> = staged
+            .iter()
+            .filter_map(|step| match step {
+                Staged::File {
+                    target, existed, ..
+                } => Some(GroupFile {
+                    target: target.clone(),
+                    existed: *existed,
+                }),
+                _ => None,
+            })
+            .collect();
+        let journaled = !files.is_empty();
+        if journaled {
+            self.dir.write_group_commit(&GroupCommit {
+                format: STATE_FORMAT,
+                group: unit.group.clone().unwrap_or_default(),
+                files,
+            })?;
+        }
+
         // Commit in order; on a failure put back what was committed.
         let mut restart_failures: Vec<(String, String)> = Vec::new();
         let mut committed: Vec<Committed> = Vec::with_capacity(staged.len());
@@ -1548,12 +1583,19 @@ impl<'a> Engine<'a, '_> {
                             reason.push_str(&format!("; and putting back failed: {e}"));
                         }
                     }
+                    if journaled {
+                        self.dir.clear_group_commit()?;
+                    }
                     self.fail_group(unit, members, &members[index].id, &reason);
                     return Ok(());
                 }
             }
         }
-        // The group is whole: what was kept to put it back goes, then the restarts it waited for.
+        // The group is whole: said so durably first (a host killed from here on finishes with
+        // the group new), then what was kept to put it back goes, then the restarts it waited for.
+        if journaled {
+            self.dir.clear_group_commit()?;
+        }
         for (index, done) in committed.iter().enumerate() {
             match done {
                 Committed::File { old: Some(old), .. } => {

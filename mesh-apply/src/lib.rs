@@ -51,7 +51,7 @@ pub use podman::{
     RUN_SPEC_FORMAT,
 };
 pub use progress::{ApplyProgress, NoProgress};
-pub use state::is_mid_change;
+pub use state::{is_mid_change, put_back_interrupted_group};
 
 use std::path::PathBuf;
 

@@ -22,6 +22,7 @@ pub const STATE_FORMAT: u32 = 1;
 
 const STATE_FILE: &str = "state.json";
 const IN_PROGRESS_FILE: &str = "in-progress.json";
+const GROUP_COMMIT_FILE: &str = "group-commit.json";
 const FOUND_DIR: &str = "found";
 
 /// What the host keeps between applies (`state.json`, version [`STATE_FORMAT`]).
@@ -150,6 +151,32 @@ pub struct InProgress {
     pub started_at: u64,
 }
 
+/// A together group being committed (`group-commit.json`, rule 5): written before its first
+/// commit step, removed once the group is whole (its `.mesh-old` copies gone) or put back. Found
+/// on start, it says the host stopped in the middle of the group's commit: the next apply puts
+/// the whole group back before anything else.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct GroupCommit {
+    /// The format version.
+    pub format: u32,
+    /// The group (`<module>/<group>`).
+    pub group: String,
+    /// Its member files, in commit order.
+    pub files: Vec<GroupFile>,
+}
+
+/// A member file of a [`GroupCommit`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct GroupFile {
+    /// Its full path (under the root).
+    pub target: PathBuf,
+    /// Whether a file was there before (kept as `.<name>.mesh-old` while the group commits);
+    /// if not, putting back removes it.
+    pub existed: bool,
+}
+
 /// The state directory of one host.
 pub(crate) struct StateDir {
     dir: PathBuf,
@@ -195,6 +222,30 @@ impl StateDir {
         let bytes = serde_json::to_vec(marker).expect("the marker always serializes");
         fsops::write_atomic_private(&path, &bytes)
             .map_err(|source| ApplyError::StateWrite { path, source })
+    }
+
+    /// Reads the record of a together group left mid-commit, if any.
+    pub(crate) fn read_group_commit(&self) -> Result<Option<GroupCommit>, ApplyError> {
+        read_json::<GroupCommit>(&self.dir.join(GROUP_COMMIT_FILE), |g| g.format)
+    }
+
+    /// Writes the record of a together group about to commit, atomically.
+    pub(crate) fn write_group_commit(&self, group: &GroupCommit) -> Result<(), ApplyError> {
+        let path = self.dir.join(GROUP_COMMIT_FILE);
+        let bytes = serde_json::to_vec(group).expect("a group record always serializes");
+        fsops::write_atomic_private(&path, &bytes)
+            .map_err(|source| ApplyError::StateWrite { path, source })
+    }
+
+    /// Removes the record of a together group's commit (durably).
+    pub(crate) fn clear_group_commit(&self) -> Result<(), ApplyError> {
+        let path = self.dir.join(GROUP_COMMIT_FILE);
+        let result = match std::fs::remove_file(&path) {
+            Ok(()) => fsops::sync_dir(&self.dir),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        };
+        result.map_err(|source| ApplyError::StateWrite { path, source })
     }
 
     /// Removes the mid-change marker (durably).
@@ -286,4 +337,45 @@ fn read_json<T: serde::de::DeserializeOwned>(
 /// [`ApplyError::StateRead`] or [`ApplyError::StateFormat`] when the marker cannot be read.
 pub fn is_mid_change(state_dir: &Path) -> Result<bool, ApplyError> {
     Ok(read_json::<InProgress>(&state_dir.join(IN_PROGRESS_FILE), |m| m.format)?.is_some())
+}
+
+/// Puts back a together group whose commit was interrupted (a [`GroupCommit`] left in
+/// `state_dir`): each member file that was there before gets its `.mesh-old` copy back, each
+/// that was not is removed; then the record goes. Returns the group's name when there was one.
+/// The next apply does this first; it is public so that a test can look at the machine as that
+/// apply will find it.
+///
+/// # Errors
+/// When the record cannot be read or removed, or a file cannot be put back (the record stays,
+/// and the next apply tries again).
+pub fn put_back_interrupted_group(state_dir: &Path) -> Result<Option<String>, ApplyError> {
+    let dir = StateDir {
+        dir: state_dir.to_path_buf(),
+    };
+    let Some(group) = dir.read_group_commit()? else {
+        return Ok(None);
+    };
+    for file in &group.files {
+        let old = fsops::old_name(&file.target);
+        let result = if file.existed {
+            match std::fs::symlink_metadata(&old) {
+                // Committed (or about to be): the copy is the file as it was.
+                Ok(_) => std::fs::rename(&old, &file.target),
+                // Not committed yet: the file is as it was.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e),
+            }
+        } else {
+            fsops::remove_if_present(&file.target)
+        };
+        result.map_err(|source| ApplyError::StateWrite {
+            path: file.target.clone(),
+            source,
+        })?;
+        if let Some(parent) = file.target.parent() {
+            let _ = fsops::sync_dir(parent);
+        }
+    }
+    dir.clear_group_commit()?;
+    Ok(Some(group.group))
 }

@@ -1,6 +1,8 @@
 //! Crash safety (issue 3): a host killed with SIGKILL at random points during applies of many
 //! files never leaves a partial file at a declared path, leaves a state directory the next apply
-//! reads, and the next apply converges (and says the machine was mid-change).
+//! reads, and the next apply converges (and says the machine was mid-change). A together group
+//! killed in the middle of its commit is wholly old or wholly new once the next apply's first
+//! step — putting back a group left mid-commit — has run (rule 5; issue 15, point 2).
 //!
 //! This binary runs without the test harness: run plainly it is the test; with
 //! `MESH_CRASH_CHILD=<variant>` it is the host being killed, applying one declaration.
@@ -70,6 +72,18 @@ fn child(variant: &str) {
     apply(&config_from_env(), &declaration_for(variant), now).expect("the child's apply runs");
 }
 
+/// The together group `pair` (files 0 to 3) as it is on the machine.
+fn pair(sandbox: &Sandbox) -> Vec<Option<String>> {
+    (0..4)
+        .map(|i| fs::read_to_string(sandbox.path(&path(i))).ok())
+        .collect()
+}
+
+/// The group `pair` as `variant` declares it.
+fn pair_of(variant: &str) -> Vec<Option<String>> {
+    (0..4).map(|i| Some(content(variant, i))).collect()
+}
+
 /// Every declared path holds nothing or one of the whole contents it may hold.
 fn check_no_partial_file(sandbox: &Sandbox, iteration: usize) {
     for i in 0..FILES {
@@ -96,7 +110,17 @@ fn check_no_partial_file(sandbox: &Sandbox, iteration: usize) {
 }
 
 fn spawn(sandbox: &Sandbox, variant: &str, now: u64) -> std::process::Child {
+    spawn_with(sandbox, variant, now, &[])
+}
+
+fn spawn_with(
+    sandbox: &Sandbox,
+    variant: &str,
+    now: u64,
+    env: &[(&str, String)],
+) -> std::process::Child {
     Command::new(std::env::current_exe().unwrap())
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .env(CHILD, variant)
         .env("MESH_CRASH_ROOT", &sandbox.config.root)
         .env("MESH_CRASH_STATE", &sandbox.config.state_dir)
@@ -119,17 +143,79 @@ fn host_killed_at_random_points_never_leaves_a_partial_file_and_the_next_apply_c
     let whole = started.elapsed();
     let seed = whole.as_nanos() as u64;
     let mut rng = Rng(seed);
+    // Killed at a step chosen, not at random: in the middle of the group's commit (two of its
+    // four files committed). The group comes back wholly old.
+    let release = sandbox.config.state_dir.with_file_name("release-pause");
+    let reached = release.with_file_name("release-pause.reached");
+    now += 1;
+    let mut host = spawn_with(
+        &sandbox,
+        "b",
+        now,
+        &[(
+            "MESH_PAUSE_AT",
+            format!("commit:crash/file/f002={}", release.display()),
+        )],
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !reached.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the child never reached the commit of f002"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    host.kill().expect("SIGKILL");
+    host.wait().unwrap();
+    assert_eq!(
+        pair(&sandbox)[..2],
+        pair_of("b")[..2],
+        "the kill landed mid-commit"
+    );
+    assert_eq!(pair(&sandbox)[2..], pair_of("a")[2..]);
+    assert_eq!(
+        mesh_apply::put_back_interrupted_group(&sandbox.config.state_dir).unwrap(),
+        Some("crash/pair".to_owned())
+    );
+    assert_eq!(
+        pair(&sandbox),
+        pair_of("a"),
+        "the group is wholly old again"
+    );
+
     let variants = ["b", "a", "empty", "a", "b"];
     let mut killed_mid_change = 0;
+    let mut groups_put_back = 0;
     for iteration in 0..ITERATIONS {
         now += 1;
         let variant = variants[iteration % variants.len()];
         let delay = Duration::from_nanos(rng.next() % (whole.as_nanos() as u64 + 1));
+        let before = pair(&sandbox);
         let mut host = spawn(&sandbox, variant, now);
         std::thread::sleep(delay);
         host.kill().expect("SIGKILL");
         host.wait().unwrap();
         check_no_partial_file(&sandbox, iteration);
+        // What the next apply does first: a group left mid-commit is put back whole.
+        if mesh_apply::put_back_interrupted_group(&sandbox.config.state_dir)
+            .unwrap_or_else(|e| panic!("iteration {iteration} (seed {seed}): {e}"))
+            .is_some()
+        {
+            groups_put_back += 1;
+        }
+        // Releasing an undeclared group is not a group commit: only applies are checked.
+        if variant != "empty" {
+            let after = pair(&sandbox);
+            assert!(
+                after == before || after == pair_of(variant),
+                "iteration {iteration} (seed {seed}): together group `pair` is neither wholly \
+                 old nor wholly new: {:?}",
+                after
+                    .iter()
+                    .map(|c| c.as_deref().map(|t| t.split(':').next().unwrap_or("")))
+                    .collect::<Vec<_>>()
+            );
+        }
         // The state directory is always readable.
         if mesh_apply::is_mid_change(&sandbox.config.state_dir)
             .unwrap_or_else(|e| panic!("iteration {iteration} (seed {seed}): {e}"))
@@ -178,7 +264,8 @@ fn host_killed_at_random_points_never_leaves_a_partial_file_and_the_next_apply_c
         "directories the mesh made are gone"
     );
     println!(
-        "{ITERATIONS} kills (one apply takes {whole:?}; {killed_mid_change} left the machine mid-change)"
+        "{ITERATIONS} kills (one apply takes {whole:?}; {killed_mid_change} left the machine mid-change, \
+         {groups_put_back} a together group mid-commit)"
     );
 }
 
