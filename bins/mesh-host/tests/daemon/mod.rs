@@ -72,6 +72,12 @@ impl Daemon {
         std::fs::write(root.join("etc/gshadow"), "root:::\nalice:!::\nvideo:!::\n").unwrap();
         std::fs::write(root.join("etc/shadow"), "root:!:1::::::\nalice:!:1::::::\n").unwrap();
         std::fs::write(dir.path().join("password"), "unused\n").unwrap();
+        // A secret file others may read is refused.
+        std::fs::set_permissions(
+            dir.path().join("password"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
         Daemon {
             rt,
             server,
