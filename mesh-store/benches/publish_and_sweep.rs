@@ -114,13 +114,20 @@ async fn run() {
     }
     let setup = start.elapsed().as_secs_f64();
     drop(lock);
-    let mut record = ModuleRecord::new("big");
-    for (i, a) in kept.iter().enumerate() {
-        record.builds.push(build("big", &a.reference, i as u64));
-    }
-    // Every archive pinned, so all M are kept.
-    record.pinned = kept.iter().map(|a| a.reference.clone()).collect();
-    let keep = keep_set(&[record]);
+    // Every archive the current build of a module of its own, so all M are kept.
+    let records: Vec<ModuleRecord> = kept
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let mut record = ModuleRecord::new(&format!("m{i}"));
+            record
+                .builds
+                .push(build(&record.module.clone(), &a.reference, i as u64));
+            record.current = Some(a.reference.clone());
+            record
+        })
+        .collect();
+    let keep = keep_set(&records);
     assert_eq!(keep.len(), swept);
 
     let proxy = Proxy::start(&registry.base_url()).await;

@@ -4,8 +4,7 @@
 //!
 //! # Guarantees
 //! A digest is kept only for a module the mesh holds, and then because
-//! - its definition names it now ([`KeepReason::Current`]),
-//! - an inventory or definition pins it ([`KeepReason::Pinned`]), or
+//! - its definition names it now ([`KeepReason::Current`]), or
 //! - it is among the [`RECENT_BUILDS_KEPT`] most recent distinct archives built for the module
 //!   ([`KeepReason::Recent`]; most recent by build time, a later record winning a tie).
 //!
@@ -28,11 +27,6 @@ pub enum KeepReason {
         /// The module.
         module: String,
     },
-    /// An inventory or definition pins it.
-    Pinned {
-        /// The module.
-        module: String,
-    },
     /// It is among the module's most recent builds.
     Recent {
         /// The module.
@@ -46,7 +40,6 @@ impl std::fmt::Display for KeepReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             KeepReason::Current { module } => write!(f, "current build of {module}"),
-            KeepReason::Pinned { module } => write!(f, "pinned by {module}"),
             KeepReason::Recent { module, rank } => {
                 write!(f, "recent build #{rank} of {module}")
             }
@@ -104,7 +97,7 @@ impl KeepSet {
 /// The keep set of the given module records.
 ///
 /// # Guarantees
-/// Pure and deterministic; see the module docs for the three reasons.
+/// Pure and deterministic; see the module docs for the two reasons.
 pub fn keep_set(records: &[ModuleRecord]) -> KeepSet {
     let mut set = KeepSet::default();
     for record in records.iter().filter(|r| r.held) {
@@ -113,14 +106,6 @@ pub fn keep_set(records: &[ModuleRecord]) -> KeepSet {
             set.add(
                 current,
                 KeepReason::Current {
-                    module: module.clone(),
-                },
-            );
-        }
-        for pinned in &record.pinned {
-            set.add(
-                pinned,
-                KeepReason::Pinned {
                     module: module.clone(),
                 },
             );

@@ -42,9 +42,6 @@ pub struct ModuleRecord {
     /// The build the module's definition names now (what the mesh deploys).
     #[serde(default)]
     pub current: Option<ArchiveRef>,
-    /// Archives an inventory or definition pins for this module.
-    #[serde(default)]
-    pub pinned: Vec<ArchiveRef>,
     /// Every recorded build, oldest first.
     #[serde(default)]
     pub builds: Vec<Build>,
@@ -58,7 +55,6 @@ impl ModuleRecord {
             module: module.to_owned(),
             held: true,
             current: None,
-            pinned: Vec::new(),
             builds: Vec::new(),
         }
     }
@@ -88,6 +84,16 @@ pub enum RecordError {
         location: String,
         /// The format found.
         found: u32,
+    },
+    /// A record pinning archives: pins were never written by the mesh and are no reason to
+    /// keep an archive (rule 22); remove `pinned` from the record.
+    #[error(
+        "module record {location} pins archives; pins are not kept by the mesh (rule 22): \
+         remove its `pinned` list (keep an archive by making it the module's current build)"
+    )]
+    Pinned {
+        /// Where it is.
+        location: String,
     },
     /// A record whose `module` is not its key's name.
     #[error("module record {location} names module `{module}`, not its own name")]
@@ -134,12 +140,27 @@ fn parse_record(location: &str, module: &str, bytes: &[u8]) -> Result<ModuleReco
             location: location.to_owned(),
             source,
         })?;
+    let mut value = value;
     let found = value.get("format").and_then(|f| f.as_u64()).unwrap_or(0) as u32;
     if found != MODULE_RECORD_FORMAT {
         return Err(RecordError::Format {
             location: location.to_owned(),
             found,
         });
+    }
+    // Records written before pins were removed (issue 15, point 1) hold `"pinned": []`:
+    // nothing ever pinned an archive, so an empty list is read as nothing; a list that is not
+    // empty was written by hand and is refused, naming it, rather than silently dropped.
+    if let Some(object) = value.as_object_mut() {
+        match object.remove("pinned") {
+            None => {}
+            Some(serde_json::Value::Array(pins)) if pins.is_empty() => {}
+            Some(_) => {
+                return Err(RecordError::Pinned {
+                    location: location.to_owned(),
+                })
+            }
+        }
     }
     let record: ModuleRecord =
         serde_json::from_value(value).map_err(|source| RecordError::Json {
@@ -256,4 +277,36 @@ pub fn record_build(
 /// [`RecordError`] naming the record that could not be read or written.
 pub fn forget_module(records: &dyn RecordStore, module: &str) -> Result<ModuleRecord, RecordError> {
     update_record(records, module, |record| record.held = false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record_store::DirRecords;
+
+    /// Issue 15, point 1: pins were a field nothing set. Records written before it was removed
+    /// hold an empty list, read as nothing; a list that is not empty is refused, naming the
+    /// record, rather than dropped unseen.
+    #[test]
+    fn an_older_records_empty_pins_are_read_and_real_pins_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = DirRecords::new(dir.path());
+        let older = r#"{"format": 1, "module": "web", "held": true, "current": null,
+                        "pinned": [], "builds": []}"#;
+        records
+            .put("store/modules/web.json", older.as_bytes())
+            .unwrap();
+        let read = read_module_record(&records, "web").unwrap().unwrap();
+        assert_eq!(read, ModuleRecord::new("web"));
+        let pinning = r#"{"format": 1, "module": "api", "held": true,
+                          "pinned": [{"digest": "sha256:aa", "size": 1}]}"#;
+        records
+            .put("store/modules/api.json", pinning.as_bytes())
+            .unwrap();
+        let error = read_module_records(&records).unwrap_err().to_string();
+        assert!(
+            error.contains("api.json") && error.contains("pins archives"),
+            "{error}"
+        );
+    }
 }

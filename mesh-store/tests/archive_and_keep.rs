@@ -222,19 +222,17 @@ fn a_forgotten_module_keeps_nothing() {
     let mut forgotten = module_with_builds("old", 3);
     forgotten.held = false;
     forgotten.current = Some(archive_ref(3));
-    forgotten.pinned = vec![archive_ref(50)];
     let held = module_with_builds("web", 1);
     let keep = keep_set(&[forgotten, held]);
     assert_eq!(keep.len(), 1);
     assert!(keep.keeps(&archive_ref(1).digest));
-    assert!(!keep.keeps(&archive_ref(50).digest));
+    assert!(!keep.keeps(&archive_ref(3).digest));
 }
 
 #[test]
 fn each_kept_digest_says_why() {
     let mut record = module_with_builds("web", 7);
     record.current = Some(archive_ref(2)); // rolled back to an old build
-    record.pinned = vec![archive_ref(7), archive_ref(100)];
     let keep = keep_set(&[record]);
     let reasons: Vec<String> = keep
         .archives
@@ -250,7 +248,6 @@ fn each_kept_digest_says_why() {
     4 recent build #4 of web
     5 recent build #3 of web
     6 recent build #2 of web
-    7 pinned by web, recent build #1 of web
-    100 pinned by web
+    7 recent build #1 of web
     ");
 }

@@ -43,7 +43,7 @@ use std::sync::Arc;
 /// Keeps the mesh's store: holds every archive the mesh keeps, lets go of the rest, and
 /// collects what nothing holds.
 ///
-/// An archive is kept when a module the mesh holds names it as its current build, pins it, or
+/// An archive is kept when a module the mesh holds names it as its current build or
 /// built it among its five most recent builds; a module the mesh no longer holds keeps nothing.
 /// The records are read from DIR/store/modules/*.json, or with --bus from the controller's
 /// records bucket on the fleet's bus (keys store/modules/*.json).

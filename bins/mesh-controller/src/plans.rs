@@ -66,6 +66,11 @@ pub struct PlanRecord {
     /// Modules held back because a module they are built from stopped (and those that stopped).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub held: BTreeSet<String>,
+    /// Modules this merge forgot (rule 22, seed issue 253): built from this repository and
+    /// gone from its catalogue at the plan's commit. The mesh no longer holds them: they keep
+    /// nothing, so the next sweep lets their archives go, and they are no longer deployed.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub forgotten: BTreeSet<String>,
 }
 
 /// The work behind one module of a plan.
@@ -359,6 +364,7 @@ mod v1 {
             folded: old.folded,
             work,
             held: old.held,
+            forgotten: BTreeSet::new(),
         })
     }
 }
@@ -451,6 +457,10 @@ pub enum MergeOutcome {
         plan: Plan,
         /// Older plans it superseded.
         superseded: Vec<String>,
+        /// Modules it forgot: gone from the repository's catalogue at this commit, so they
+        /// keep nothing in the store from now on.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        forgotten: Vec<String>,
     },
 }
 
@@ -497,6 +507,7 @@ pub async fn merge(
     Ok(MergeOutcome::Planned {
         plan: record.plan,
         superseded,
+        forgotten: record.forgotten.into_iter().collect(),
     })
 }
 
@@ -610,6 +621,7 @@ fn make_plan(
         shared_paths,
         folded,
         held: BTreeSet::new(),
+        forgotten: BTreeSet::new(),
     };
     for older in &supersession.superseded {
         let mut older_record = plans
@@ -626,8 +638,18 @@ fn make_plan(
             list_or_none(&older.unsent)
         ));
     }
+    let mut record = record;
+    record.forgotten = forget_removed_modules(home, &repo.name, &repository_modules)?;
     home.write_plan(&record)?;
     crate::fail::point("plan-saved");
+    for module in &record.forgotten {
+        ctx.progress.line(&format!(
+            "{id}: `{module}` is no longer in `{}` at {}: forgotten, it keeps nothing in the \
+             store (the next sweep lets its archives go)",
+            repo.name,
+            short_commit(commit)
+        ));
+    }
     ctx.progress.line(&format!(
         "{id}: `{}` {} at {}: {} module(s) in {} tier(s){}",
         repo.name,
@@ -654,6 +676,39 @@ fn make_plan(
         .map(|older| older.id.clone())
         .collect();
     Ok((record, superseded))
+}
+
+/// Forgets every module the mesh holds that was built from `repository` and is not among its
+/// modules now (its directory was deleted): it keeps nothing from the next sweep on, and its
+/// deployed record goes (nothing composes from an archive the sweep will let go). Returns them.
+///
+/// A module built from another repository is left alone.
+///
+/// # Errors
+/// When the module records cannot be read or written.
+fn forget_removed_modules(
+    home: &Home,
+    repository: &str,
+    modules_now: &BTreeSet<String>,
+) -> Result<BTreeSet<String>> {
+    let mut forgotten = BTreeSet::new();
+    for record in mesh_store::records::read_module_records(home.records())
+        .context("reading what the mesh holds (the store's module records)")?
+    {
+        let from_here = record
+            .builds
+            .last()
+            .is_some_and(|build| build.repository == repository);
+        if !record.held || !from_here || modules_now.contains(&record.module) {
+            continue;
+        }
+        mesh_store::records::forget_module(home.records(), &record.module)
+            .with_context(|| format!("forgetting `{}`", record.module))?;
+        home.records()
+            .delete(&format!("deployed/{}.json", record.module))?;
+        forgotten.insert(record.module);
+    }
+    Ok(forgotten)
 }
 
 fn list_or_none(modules: &[String]) -> String {

@@ -930,6 +930,7 @@ mod status_tests {
             folded: BTreeMap::new(),
             work,
             held: Default::default(),
+            forgotten: Default::default(),
         }
     }
 
