@@ -103,6 +103,16 @@ pub trait ContainerRuntime {
     fn let_go(&self, _aside: &SetAside) -> Result<(), String> {
         Ok(())
     }
+
+    /// Whether a container the host made runs, changing nothing (drift, rule 28): `None` when
+    /// it runs, else what was found instead (`exited with code N …; the last lines of its
+    /// log: …`, or that it is gone). The default, for a runtime that cannot tell: `None`.
+    ///
+    /// # Errors
+    /// Why it could not be asked.
+    fn examine(&self, _name: &str) -> Result<Option<String>, String> {
+        Ok(None)
+    }
 }
 
 /// The runtime of a host configured without container support: says so for every container.

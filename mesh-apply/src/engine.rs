@@ -1175,6 +1175,15 @@ impl<'a> Engine<'a, '_> {
             }
             return Ok(());
         }
+        // Drift its policy says to leave (rule 28).
+        if members.iter().any(|r| self.seams.progress.leave(&r.id)) {
+            for member in &members {
+                let step = crate::progress::LEFT_AS_FOUND.to_owned();
+                self.outcomes
+                    .insert(member.id.clone(), Outcome::HeldStill { step });
+            }
+            return Ok(());
+        }
         // Backoff.
         if members
             .iter()

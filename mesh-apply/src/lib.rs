@@ -26,6 +26,7 @@
 
 mod accounts;
 mod containers;
+pub mod drift;
 mod engine;
 mod fsops;
 mod order;

@@ -822,6 +822,16 @@ impl ContainerRuntime for Podman {
         Podman::start(self, name).map_err(|e| e.to_string())
     }
 
+    fn examine(&self, name: &str) -> Result<Option<String>, String> {
+        match self.judge_now(name) {
+            Ok(_) => Ok(None),
+            Err(error @ (PodmanError::Exited { .. } | PodmanError::Missing { .. })) => {
+                Ok(Some(error.to_string()))
+            }
+            Err(error) => Err(error.to_string()),
+        }
+    }
+
     fn set_aside(&self, declared: &DeclaredContainer<'_>) -> Result<Option<SetAside>, String> {
         self.set_aside_container(declared)
             .map_err(|e| e.to_string())

@@ -19,7 +19,17 @@ pub trait ApplyProgress: Sync {
     /// The apply goes on when this returns: an implementation that publishes the report
     /// returns once it is published (or could not be).
     fn changing(&self, report: &Report);
+
+    /// Whether the apply leaves `resource` as it finds it: drift its module's policy says to
+    /// report, not correct (rule 28). Such a resource is not attempted and is reported
+    /// `held-still{step: LEFT_AS_FOUND}` (with the rest of its together group). Default: no.
+    fn leave(&self, _resource: &str) -> bool {
+        false
+    }
 }
+
+/// The step a resource left as found by the drift policy is reported held still by.
+pub const LEFT_AS_FOUND: &str = "drift = \"report\": left as found";
 
 /// Progress nobody listens to.
 #[derive(Debug, Clone, Copy, Default)]

@@ -912,3 +912,66 @@ fn an_apply_says_mid_change_once_before_it_changes_anything_and_a_no_op_says_not
         "a no-op said mid-change"
     );
 }
+
+// ---- drift (rule 28) ----
+
+#[test]
+fn drift_is_examined_changing_nothing_and_content_is_hashed_only_when_a_stamp_changed() {
+    let sandbox = Sandbox::new();
+    let resources = vec![
+        file("motd", "motd", "/etc/motd", "hello\n"),
+        file("motd", "issue", "/etc/issue", "world\n"),
+    ];
+    let report = run(&sandbox, resources.clone(), T0);
+    let declaration = declaration(resources);
+    let mut examiner = mesh_apply::drift::Examiner::open(&sandbox.config.state_dir);
+    let mut examine = |full| {
+        let drift = examiner.examine(
+            &sandbox.config,
+            &declaration,
+            &report,
+            &NoContainerRuntime,
+            T0 + 1,
+            full,
+        );
+        (drift, examiner.hashed)
+    };
+    assert_eq!(
+        examine(false),
+        (Vec::new(), 2),
+        "the first look hashes each file"
+    );
+    assert_eq!(
+        examine(false),
+        (Vec::new(), 0),
+        "unchanged stamps are not hashed"
+    );
+    assert_eq!(
+        examine(true),
+        (Vec::new(), 2),
+        "a full check hashes every file"
+    );
+    fs::write(sandbox.path("/etc/motd"), "changed\n").unwrap();
+    let (drift, hashed) = examine(false);
+    assert_eq!(hashed, 1);
+    assert_eq!(drift.len(), 1, "{drift:?}");
+    assert_eq!(drift[0].resource, "motd/file/motd");
+    assert_eq!(drift[0].field, "content");
+    assert_eq!(drift[0].found, mesh_model::sha256_digest(b"changed\n"));
+    assert_eq!(
+        sandbox.read("/etc/motd"),
+        "changed\n",
+        "examining changes nothing"
+    );
+    // The cache outlives the examiner: a new one does not hash what it saw.
+    let mut again = mesh_apply::drift::Examiner::open(&sandbox.config.state_dir);
+    again.examine(
+        &sandbox.config,
+        &declaration,
+        &report,
+        &NoContainerRuntime,
+        T0 + 2,
+        false,
+    );
+    assert_eq!(again.hashed, 0);
+}

@@ -97,6 +97,8 @@ async fn start_hosts(
             },
             archives: mesh_host::ArchiveSource::cache_only(&dir.join("state").join(&name)),
             heartbeat: Duration::from_secs(3600),
+            reconcile: Duration::from_secs(3600),
+            full_check: Duration::from_secs(86_400),
         };
         let mut stopped = stopped.clone();
         tasks.push(tokio::spawn(async move {

@@ -23,6 +23,7 @@
 
 pub mod archives;
 pub mod serve;
+pub mod watch;
 
 /// Where, under the state directory, the host keeps its NKey seed (`mesh-host keygen` makes
 /// it, mode 0600; it never leaves this machine): `<state-dir>/bus/nkey.seed`.

@@ -134,6 +134,15 @@ enum Command {
         /// further failure, up to an hour).
         #[arg(long, value_name = "SECS", default_value_t = 30)]
         first_retry: u64,
+        /// Seconds between two examinations for drift (a managed resource changed by hand)
+        /// when nothing watched changed: the backstop behind the watch on declared paths, and
+        /// how often containers are checked to be running.
+        #[arg(long, value_name = "SECS", default_value_t = 300)]
+        reconcile: u64,
+        /// Seconds between two examinations that read every managed file whatever its size,
+        /// times and inode say.
+        #[arg(long, value_name = "SECS", default_value_t = 86_400)]
+        full_check: u64,
     },
     /// Lists the archive cache (`<state-dir>/archives`): each archive's digest, size, when this
     /// host last used it, and whether the last declaration applied names it.
@@ -228,6 +237,8 @@ fn run() -> Result<ExitCode> {
         Command::Serve {
             heartbeat,
             first_retry,
+            reconcile,
+            full_check,
         } => serve(
             cli.node,
             cli.bus,
@@ -244,7 +255,7 @@ fn run() -> Result<ExitCode> {
                     ..mesh_apply::RetryPolicy::default()
                 },
             },
-            heartbeat,
+            (heartbeat, reconcile, full_check),
         ),
         Command::Apply { file } => {
             let bytes =
@@ -326,7 +337,7 @@ fn serve(
     bus_tls: mesh_bus::BusTls,
     archives: mesh_host::ArchiveSource,
     host: HostConfig,
-    heartbeat: u64,
+    (heartbeat, reconcile, full_check): (u64, u64, u64),
 ) -> Result<ExitCode> {
     let (Some(node), Some(bus_url)) = (node, bus) else {
         eprintln!(
@@ -370,6 +381,8 @@ fn serve(
         host,
         archives,
         heartbeat: std::time::Duration::from_secs(heartbeat.max(1)),
+        reconcile: std::time::Duration::from_secs(reconcile.max(1)),
+        full_check: std::time::Duration::from_secs(full_check.max(1)),
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {

@@ -50,7 +50,9 @@ use mesh_bus::discovery::{serve_discovery, DiscoveryService, RuntimeAnnouncement
 use mesh_bus::jetstream::{declaration_consumer, DECLARATIONS_STREAM};
 use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
 use mesh_model::declaration::Declaration;
-use mesh_model::report::{Finding, MachineState, Outcome, Report, REPORT_FORMAT};
+use mesh_model::report::{
+    Drift, DriftAction, Finding, MachineState, Outcome, Report, REPORT_FORMAT,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::PathBuf;
@@ -84,7 +86,19 @@ pub struct ServeConfig {
     pub archives: crate::ArchiveSource,
     /// Time between heartbeat reports.
     pub heartbeat: Duration,
+    /// Time between two examinations for drift when nothing watched changed (the backstop,
+    /// [`DEFAULT_RECONCILE`]).
+    pub reconcile: Duration,
+    /// Time between two examinations that hash every managed file whatever its stamp
+    /// ([`DEFAULT_FULL_CHECK`]).
+    pub full_check: Duration,
 }
+
+/// The default [`ServeConfig::reconcile`]: 5 minutes.
+pub const DEFAULT_RECONCILE: Duration = Duration::from_secs(300);
+
+/// The default [`ServeConfig::full_check`]: a day.
+pub const DEFAULT_FULL_CHECK: Duration = Duration::from_secs(86_400);
 
 /// Why `serve` stopped other than by being asked to.
 #[derive(Debug, thiserror::Error)]
@@ -176,6 +190,11 @@ pub async fn serve(
         Arc::clone(&live),
         config.heartbeat,
     ));
+    let state_dir = config.host.state_dir.clone();
+    let (change_sender, mut changes) = tokio::sync::mpsc::unbounded_channel();
+    let mut reconcile = tokio::time::interval(config.reconcile);
+    reconcile.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    reconcile.tick().await; // the first tick is now
     let mut agent = Agent {
         bus: bus.clone(),
         config: Arc::new(config),
@@ -184,6 +203,14 @@ pub async fn serve(
         modules: None,
         discovery: None,
         retry_at: None,
+        examiner: Some(mesh_apply::drift::Examiner::open(&state_dir)),
+        known_drift: BTreeSet::new(),
+        left: Arc::new(Mutex::new(BTreeSet::new())),
+        watch: None,
+        watched_for: None,
+        changes: change_sender,
+        last_full: tokio::time::Instant::now(),
+        pending_drift: Vec::new(),
     };
     agent.announce(BTreeSet::new()).await;
     if let Some(payload) = agent.stored()? {
@@ -213,6 +240,14 @@ pub async fn serve(
                 if let Some(payload) = agent.payload.clone() {
                     agent.apply(payload).await;
                 }
+            }
+            Some(()) = changes.recv() => {
+                while changes.try_recv().is_ok() {}
+                agent.check_drift(false).await;
+            }
+            _ = reconcile.tick() => {
+                let full = agent.last_full.elapsed() >= agent.config.full_check;
+                agent.check_drift(full).await;
             }
         }
     };
@@ -260,9 +295,15 @@ struct LiveProgress {
     handle: tokio::runtime::Handle,
     /// The apply runs on a runtime worker (in place), not on a blocking thread.
     on_worker: bool,
+    /// Resources to leave as found (drift their policy says to report).
+    left: Arc<Mutex<BTreeSet<String>>>,
 }
 
 impl mesh_apply::ApplyProgress for LiveProgress {
+    fn leave(&self, resource: &str) -> bool {
+        self.left.lock().expect("the left lock").contains(resource)
+    }
+
     fn changing(&self, report: &Report) {
         tracing::info!(node = %self.node, declaration = %report.declaration, "mid-change");
         *self.live.lock().expect("the live report lock") = Some(report.clone());
@@ -412,6 +453,21 @@ struct Agent {
     discovery: Option<DiscoveryService>,
     /// When a failed resource's backoff elapses (seconds since the epoch).
     retry_at: Option<u64>,
+    /// Examines for drift (taken while it runs on a blocking thread).
+    examiner: Option<mesh_apply::drift::Examiner>,
+    /// The drift already reported: `(resource, field, found)`.
+    known_drift: BTreeSet<(String, String, String)>,
+    /// Resources whose drift their policy says to leave as found, until the next declaration.
+    left: Arc<Mutex<BTreeSet<String>>>,
+    /// The watch on the declared paths' directories, and the declaration it is for.
+    watch: Option<crate::watch::Watch>,
+    watched_for: Option<String>,
+    /// Where the watch says something changed.
+    changes: tokio::sync::mpsc::UnboundedSender<()>,
+    /// When every managed file was last hashed.
+    last_full: tokio::time::Instant,
+    /// The drift the apply under way corrects: its report lists it.
+    pending_drift: Vec<Drift>,
 }
 
 impl Agent {
@@ -512,12 +568,19 @@ impl Agent {
         // report is published (block_in_place needs the multi-thread runtime).
         let in_place = applies_in_place(&payload)
             && handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread;
+        let digest = Declaration::from_json(&payload).map(|d| d.digest()).ok();
+        if digest != self.watched_for {
+            // A new declaration is the operator's say: what was left as found is applied.
+            self.left.lock().expect("the left lock").clear();
+            self.known_drift.clear();
+        }
         let progress = LiveProgress {
             bus: self.bus.clone(),
             node: config.node.clone(),
             live: Arc::clone(&self.live),
             handle,
             on_worker: in_place,
+            left: Arc::clone(&self.left),
         };
         let report = match receive(&config.archives, &config.node, &payload, now()).await {
             Err(report) => *report,
@@ -537,9 +600,135 @@ impl Agent {
         let modules: BTreeSet<String> = Declaration::from_json(&payload)
             .map(|d| d.resources.iter().map(|r| r.module.clone()).collect())
             .unwrap_or_default();
+        let mut report = report;
+        report.drift = std::mem::take(&mut self.pending_drift);
+        if digest != self.watched_for {
+            self.rewatch(&payload, digest);
+        }
         self.payload = Some(payload);
         self.publish(&report).await;
         self.announce(modules).await;
+    }
+
+    /// Watches the directories of the declaration in `payload` (rule 28).
+    fn rewatch(&mut self, payload: &[u8], digest: Option<String>) {
+        self.watch = None;
+        self.watched_for = digest;
+        let Ok(declaration) = Declaration::from_json(payload) else {
+            return;
+        };
+        let directories = crate::watch::watched_directories(&self.config.host.root, &declaration);
+        match crate::watch::start(&directories, self.changes.clone()) {
+            Ok(watch) => {
+                tracing::info!(node = %self.config.node, directories = watch.watched, "watching for drift");
+                self.watch = Some(watch);
+            }
+            Err(error) => tracing::warn!(
+                node = %self.config.node,
+                %error,
+                "cannot watch for drift; the reconcile interval alone finds it"
+            ),
+        }
+    }
+
+    /// Examines the machine for drift (rule 28); new drift is reported at once, and corrected
+    /// by an apply unless its module's policy says to leave it (then the report says so and
+    /// the resource is `held-still` until the next declaration).
+    async fn check_drift(&mut self, full: bool) {
+        let (Some(payload), Some(mut examiner)) = (self.payload.clone(), self.examiner.take())
+        else {
+            return;
+        };
+        let Some(report) = self.live.lock().expect("the live report lock").clone() else {
+            self.examiner = Some(examiner);
+            return;
+        };
+        let Ok(declaration) = Declaration::from_json(&payload) else {
+            self.examiner = Some(examiner);
+            return;
+        };
+        if full {
+            self.last_full = tokio::time::Instant::now();
+        }
+        let host = self.config.host.clone();
+        let (examiner, drift) = tokio::task::spawn_blocking(move || {
+            let podman;
+            let containers: &dyn mesh_apply::ContainerRuntime = match &host.containers {
+                mesh_apply::ContainerRuntimeChoice::Podman(config) => {
+                    podman = mesh_apply::Podman::new(config.clone(), &host.root);
+                    &podman
+                }
+                mesh_apply::ContainerRuntimeChoice::Unsupported => &mesh_apply::NoContainerRuntime,
+            };
+            let drift = examiner.examine(&host, &declaration, &report, containers, now(), full);
+            (examiner, drift)
+        })
+        .await
+        .expect("examining for drift does not panic");
+        self.examiner = Some(examiner);
+        let seen: BTreeSet<(String, String, String)> = drift
+            .iter()
+            .map(|d| (d.resource.clone(), d.field.clone(), d.found.clone()))
+            .collect();
+        let new: Vec<Drift> = drift
+            .iter()
+            .filter(|d| {
+                !self
+                    .known_drift
+                    .contains(&(d.resource.clone(), d.field.clone(), d.found.clone()))
+            })
+            .cloned()
+            .collect();
+        self.known_drift = seen;
+        if new.is_empty() {
+            return;
+        }
+        for d in &new {
+            tracing::warn!(
+                node = %self.config.node,
+                resource = %d.resource,
+                field = %d.field,
+                was = %d.was,
+                found = %d.found,
+                action = ?d.action,
+                "drift"
+            );
+        }
+        {
+            let mut left = self.left.lock().expect("the left lock");
+            for d in drift.iter().filter(|d| d.action == DriftAction::Left) {
+                left.insert(d.resource.clone());
+            }
+        }
+        if new.iter().any(|d| d.action == DriftAction::Corrected) {
+            self.apply_with_drift(payload, drift).await;
+        } else {
+            let mut report = self
+                .live
+                .lock()
+                .expect("the live report lock")
+                .clone()
+                .expect("a report was examined");
+            for d in &drift {
+                report.resources.insert(
+                    d.resource.clone(),
+                    Outcome::HeldStill {
+                        step: mesh_apply::progress::LEFT_AS_FOUND.to_owned(),
+                    },
+                );
+            }
+            report.machine = MachineState::Partial;
+            report.format = REPORT_FORMAT;
+            report.drift = drift;
+            report.finished_at = now();
+            self.publish(&report).await;
+        }
+    }
+
+    /// Applies the declaration again to correct drift; its report lists the drift.
+    async fn apply_with_drift(&mut self, payload: Vec<u8>, drift: Vec<Drift>) {
+        self.pending_drift = drift;
+        self.apply(payload).await;
     }
 
     /// Publishes `report` and makes it the one the heartbeat repeats.

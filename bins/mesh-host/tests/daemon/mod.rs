@@ -165,7 +165,18 @@ impl Daemon {
 
     /// Reads reports until one satisfies `wanted` (panics, with the log, after [`DEADLINE`]).
     pub fn wait_for(&mut self, what: &str, wanted: impl Fn(&Report) -> bool) -> Report {
-        let until = Instant::now() + DEADLINE;
+        self.wait_within(DEADLINE, what, wanted)
+    }
+
+    /// [`Daemon::wait_for`] with another deadline.
+    pub fn wait_within(
+        &mut self,
+        deadline: Duration,
+        what: &str,
+        wanted: impl Fn(&Report) -> bool,
+    ) -> Report {
+        const DEADLINE: Duration = Duration::ZERO;
+        let until = Instant::now() + deadline;
         let mut last = None;
         while let Some(report) = self.next_report(until) {
             if wanted(&report) {
@@ -173,8 +184,9 @@ impl Daemon {
             }
             last = Some(report);
         }
+        let _ = DEADLINE;
         panic!(
-            "no report {what} within {DEADLINE:?}; the last: {last:#?}\nlog:\n{}",
+            "no report {what} within {deadline:?}; the last: {last:#?}\nlog:\n{}",
             self.log()
         );
     }
