@@ -304,3 +304,101 @@ fn a_container_stopped_by_hand_is_reported_with_its_exit_and_started_again() {
     ]);
     assert_eq!(String::from_utf8_lossy(&running.stdout).trim(), "true");
 }
+
+#[test]
+fn a_window_whose_holder_is_sigkilled_has_its_container_running_again_with_no_declaration() {
+    // Issue 13 item 5 (issue 224): a backup that crashes must not keep the database down until
+    // the next push; the daemon converges it within one reconcile interval.
+    let name = format!("mesh-test-window-{}", std::process::id());
+    struct Removed(String);
+    impl Drop for Removed {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("podman")
+                .args(["rm", "--force", "--time", "0", &self.0])
+                .output();
+        }
+    }
+    let _removed = Removed(name.clone());
+    let mut host = Daemon::new("drifty");
+    host.serve_args = vec!["--reconcile".into(), "1".into()];
+    host.start(&["--containers", "podman", "--podman-stop-timeout", "0"]);
+    let image = std::env::var("MESH_TEST_IMAGE")
+        .expect("podman is not configured: run `source scripts/podman-env.sh` first");
+    let declaration = Declaration::new(
+        "drifty",
+        vec![Resource {
+            id: "db/container/db".into(),
+            module: "db".into(),
+            together: None,
+            after: Vec::new(),
+            spec: Spec::Container(mesh_model::declaration::ContainerSpec {
+                name: name.clone(),
+                image,
+                command: vec!["sleep".into(), "1000".into()],
+                env: Default::default(),
+                mounts: Vec::new(),
+                restart_on: Vec::new(),
+                settle_ms: Some(500),
+                health: None,
+            }),
+        }],
+    );
+    host.send(&declaration);
+    let report = host.wait_for("converged", |r| {
+        r.declaration == declaration.digest() && r.machine != MachineState::MidChange
+    });
+    assert_eq!(report.machine, MachineState::Converged, "{report:#?}");
+    let started = host.dir.path().join("started");
+    let step_pid = host.dir.path().join("step-pid");
+    let mut window = std::process::Command::new(env!("CARGO_BIN_EXE_mesh-host"))
+        .arg("--root")
+        .arg(host.root())
+        .arg("--state-dir")
+        .arg(host.state_dir())
+        .args(["--containers", "podman", "--podman-stop-timeout", "0"])
+        .args([
+            "window", "run", "--step", "backup", "--hold", &name, "--", "sh", "-c",
+        ])
+        .arg(format!(
+            "echo $$ > {}; touch {}; exec sleep 1000",
+            step_pid.display(),
+            started.display()
+        ))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually("the step started", || started.exists());
+    let running = |name: &str| {
+        let out = std::process::Command::new("podman")
+            .args([
+                "container",
+                "inspect",
+                "--format",
+                "{{.State.Running}}",
+                name,
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim() == "true"
+    };
+    assert!(!running(&name), "held still by the window");
+    window.kill().unwrap(); // SIGKILL: the window is not released
+    window.wait().unwrap();
+    let step = std::fs::read_to_string(&step_pid).unwrap();
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", step.trim()])
+        .status();
+    // The window's process is gone (its step killed too, so nothing is left running).
+    let report = host.wait_for("the container started again", |r| {
+        r.resources.get("db/container/db")
+            == Some(&Outcome::Applied {
+                changed: vec!["started".into()],
+            })
+    });
+    assert!(
+        with_drift(&report, "db/container/db", "running"),
+        "{report:#?}"
+    );
+    assert!(running(&name));
+}
