@@ -1,0 +1,318 @@
+//! The embedded default at scale (issue 12): a first merge of ten modules over N nodes against
+//! ten `push --all` of the same N nodes, measured in the same run, through the library.
+//!
+//! Both go through the same [`Fleet`]: simulated hosts in this process that apply nothing and
+//! answer each declaration at once with a real converged report naming every resource, so
+//! what is measured is the controller's own work (composing, deciding, the records, the
+//! rollout's state machine) — not the hosts' applies, which are the same for both. Each side
+//! has a home of its own: the pushes' catalogue is the home's, the merge's a real git
+//! repository whose ten modules (three small files each) are built into the home's OCI store.
+//!
+//! `cargo bench -p mesh-controller --bench embedded_merge`. Knobs (environment):
+//! `MESH_BENCH_NODES` (default `1000,4000`), `MESH_BENCH_BUDGET_SECS` (default 900: a merge
+//! not finished by then is reported as "more than", and the run ends there).
+//!
+//! Printed: each time, and each ratio against its target (merge ≤ 1.5× ten pushes; 1,000 →
+//! 4,000 nodes grows ≤ 4.5×). Nothing is asserted: timings are read, not tested.
+
+use mesh_controller::executor::{self, Fleet};
+use mesh_controller::home::Home;
+use mesh_controller::plans::{self, Ctx, GivenFleet, MergeOutcome};
+use mesh_model::declaration::Declaration;
+use mesh_model::inventory::Inventory;
+use mesh_model::module::Catalogue;
+use mesh_model::report::{MachineState, Outcome, Report};
+use std::collections::{BTreeSet, VecDeque};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const MODULES: usize = 10;
+
+/// Hosts that answer each declaration at once with a converged report of every resource.
+#[derive(Default)]
+struct Simulated {
+    answers: VecDeque<Report>,
+}
+
+#[async_trait::async_trait]
+impl Fleet for Simulated {
+    fn prepare(&mut self, _: &Home, _: &Catalogue, _: &Inventory) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn users_change(&self, _: &Home, _: bool) -> Option<String> {
+        None
+    }
+
+    fn users_file(&self) -> Option<(String, String)> {
+        None
+    }
+
+    async fn issue_grants(
+        &mut self,
+        _: &Home,
+        _: &[String],
+    ) -> anyhow::Result<Result<String, String>> {
+        Ok(Ok("simulated".into()))
+    }
+
+    async fn send(&mut self, home: &Home, declaration: &Declaration) -> anyhow::Result<()> {
+        home.record_sent(declaration)?;
+        self.answers.push_back(converged(declaration));
+        Ok(())
+    }
+
+    async fn next_report(&mut self, home: &Home, wait: Duration) -> anyhow::Result<Option<Report>> {
+        match self.answers.pop_front() {
+            Some(report) => {
+                home.record_report(&report)?;
+                Ok(Some(report))
+            }
+            None => {
+                tokio::time::sleep(wait.min(Duration::from_millis(1))).await;
+                Ok(None)
+            }
+        }
+    }
+}
+
+fn converged(declaration: &Declaration) -> Report {
+    let now = mesh_host::now();
+    Report {
+        format: mesh_model::report::REPORT_FORMAT,
+        node: declaration.node.clone(),
+        declaration: declaration.digest(),
+        machine: MachineState::Converged,
+        resources: declaration
+            .resources
+            .iter()
+            .map(|r| (r.id.clone(), Outcome::Applied { changed: vec![] }))
+            .collect(),
+        undeclared: Default::default(),
+        findings: Vec::new(),
+        windows: Vec::new(),
+        resumed_from_mid_change: false,
+        started_at: now,
+        finished_at: now,
+        drift: Vec::new(),
+    }
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn node_names(nodes: usize) -> Vec<String> {
+    (0..nodes).map(|i| format!("n{i:05}")).collect()
+}
+
+/// A home of `nodes` nodes, each assigned the ten modules; the modules in its catalogue when
+/// `catalogue` says so.
+fn home(dir: &Path, nodes: usize, catalogue: bool) -> Home {
+    let names = node_names(nodes);
+    let mut inventory = format!("bus-node = \"{}\"\n\n", names[0]);
+    for node in &names {
+        inventory.push_str(&format!("[nodes.{node}]\n"));
+    }
+    inventory.push_str("\n[assignments]\n");
+    let everyone = names
+        .iter()
+        .map(|n| format!("\"{n}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    for module in 0..MODULES {
+        inventory.push_str(&format!("m{module:02} = [{everyone}]\n"));
+    }
+    write(&dir.join("inventory.toml"), &inventory);
+    std::fs::create_dir_all(dir.join("catalogue/modules")).unwrap();
+    if catalogue {
+        for (path, text) in module_files("v1") {
+            write(&dir.join("catalogue").join(path), &text);
+        }
+    }
+    Home::new(dir)
+}
+
+/// The ten modules' files (`modules/mNN/…`), three small files each.
+fn module_files(version: &str) -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    for module in 0..MODULES {
+        let module = format!("m{module:02}");
+        let mut definition = format!("name = \"{module}\"\n");
+        for file in ["one", "two", "three"] {
+            definition.push_str(&format!(
+                "\n[files.{file}]\nsource = \"files/{file}\"\npath = \"/etc/{module}/{file}\"\n"
+            ));
+            files.push((
+                format!("modules/{module}/files/{file}"),
+                format!("{module} {file} {version}\n"),
+            ));
+        }
+        files.push((format!("modules/{module}/module.toml"), definition));
+    }
+    files
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=Bench", "-c", "user.email=bench@example.internal"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+fn given(fleet: Simulated) -> GivenFleet {
+    Arc::new(tokio::sync::Mutex::new(Box::new(fleet)))
+}
+
+/// Ten `push --all` of `nodes` nodes: the time of all ten.
+fn ten_pushes(runtime: &tokio::runtime::Runtime, nodes: usize) -> Duration {
+    let dir = tempfile::Builder::new()
+        .prefix("mesh-bench-push-")
+        .tempdir()
+        .unwrap();
+    let home = home(dir.path(), nodes, true);
+    let store = mesh_store::store::open_store(&mesh_store::store::default_store_spec(dir.path()))
+        .unwrap();
+    let names = node_names(nodes);
+    let mut fleet = Simulated::default();
+    let started = Instant::now();
+    runtime.block_on(async {
+        let checked = mesh_controller::builds::effective_catalogue(&home, store.as_ref())
+            .await
+            .unwrap();
+        for _ in 0..MODULES {
+            let results = executor::push(
+                &home,
+                &mut fleet,
+                &checked,
+                &names,
+                &BTreeSet::new(),
+                Duration::from_secs(600),
+            )
+            .await
+            .unwrap();
+            let reported = results
+                .iter()
+                .filter(|r| matches!(r.result, mesh_controller::push::NodeResult::Reported { .. }))
+                .count();
+            assert_eq!(reported, nodes, "every node reported");
+        }
+    });
+    started.elapsed()
+}
+
+/// A first merge of the ten modules over `nodes` nodes: its time, or why there is none — it
+/// did not finish within `budget` (its thread is left running: the run ends) or it failed.
+fn first_merge(nodes: usize, budget: Duration) -> Result<Duration, String> {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let dir = tempfile::Builder::new()
+            .prefix("mesh-bench-merge-")
+            .tempdir()
+            .unwrap();
+        let repo = dir.path().join("repo");
+        for (path, text) in module_files("v1") {
+            write(&repo.join(path), &text);
+        }
+        git(&repo, &["init", "-q", "-b", "main"]);
+        git(&repo, &["add", "-A"]);
+        git(&repo, &["commit", "-q", "-m", "ten modules"]);
+        let root = dir.path().join("home");
+        let home = home(&root, nodes, false);
+        mesh_controller::repos::add(&home, "cat", &repo, None, "modules").unwrap();
+        let store =
+            mesh_store::store::open_store(&mesh_store::store::default_store_spec(&root)).unwrap();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let ctx = Ctx {
+            home: &home,
+            store: store.as_ref(),
+            progress: &mesh_controller::Quiet,
+            bus: None,
+            moves: BTreeSet::new(),
+            fleet: Some(given(Simulated::default())),
+        };
+        let started = Instant::now();
+        let outcome = runtime
+            .block_on(plans::merge(&ctx, "cat", None, false))
+            .unwrap();
+        let took = started.elapsed();
+        let MergeOutcome::Planned { plan, .. } = outcome else {
+            panic!("the first merge plans")
+        };
+        assert_eq!(plan.state, mesh_model::plan::PlanState::Done, "{plan:?}");
+        let _ = done.send(took);
+    });
+    finished.recv_timeout(budget).map_err(|e| match e {
+        std::sync::mpsc::RecvTimeoutError::Timeout => {
+            format!("not finished after {} s", budget.as_secs())
+        }
+        std::sync::mpsc::RecvTimeoutError::Disconnected => {
+            "failed (its panic is above)".to_owned()
+        }
+    })
+}
+
+fn main() {
+    let sizes: Vec<usize> = std::env::var("MESH_BENCH_NODES")
+        .unwrap_or_else(|_| "1000,4000".to_owned())
+        .split(',')
+        .map(|n| n.trim().parse().expect("MESH_BENCH_NODES: numbers, comma-separated"))
+        .collect();
+    let budget = Duration::from_secs(
+        std::env::var("MESH_BENCH_BUDGET_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(900),
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    println!(
+        "embedded: a first merge of {MODULES} modules (3 files each) vs ten `push --all`, \
+         simulated hosts answering at once"
+    );
+    let mut merges: Vec<(usize, Duration)> = Vec::new();
+    for &nodes in &sizes {
+        let pushes = ten_pushes(&runtime, nodes);
+        println!(
+            "  {nodes} nodes: ten pushes {:.2} s ({:.3} ms per node and push)",
+            pushes.as_secs_f64(),
+            pushes.as_secs_f64() * 1000.0 / (nodes * MODULES) as f64
+        );
+        match first_merge(nodes, budget) {
+            Ok(merge) => {
+                let ratio = merge.as_secs_f64() / pushes.as_secs_f64();
+                println!(
+                    "  {nodes} nodes: first merge {:.2} s = {ratio:.2}x ten pushes (target <= 1.5x: {})",
+                    merge.as_secs_f64(),
+                    if ratio <= 1.5 { "met" } else { "NOT met" }
+                );
+                merges.push((nodes, merge));
+            }
+            Err(why) => {
+                let ratio = budget.as_secs_f64() / pushes.as_secs_f64();
+                println!(
+                    "  {nodes} nodes: first merge {why} (more than {ratio:.1}x ten pushes when \
+                     not finished; target <= 1.5x: NOT met); the run ends here"
+                );
+                break;
+            }
+        }
+    }
+    for pair in merges.windows(2) {
+        let ((small, a), (large, b)) = (pair[0], pair[1]);
+        let growth = b.as_secs_f64() / a.as_secs_f64();
+        let target = 4.5 * (large as f64 / small as f64) / 4.0;
+        println!(
+            "  growth {small} -> {large} nodes: {growth:.2}x (target <= {target:.1}x: {})",
+            if growth <= target { "met" } else { "NOT met" }
+        );
+    }
+    // A merge left running past its budget is not waited for.
+    std::process::exit(0);
+}

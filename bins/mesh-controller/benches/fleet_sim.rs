@@ -1,0 +1,496 @@
+//! A fleet simulated on a real bus (issue 12): one controller — this process, through the
+//! library, `plans::merge` with `--bus` as the CLI runs it (the real `NatsFleet`, the records
+//! in the bus's `mesh-records` bucket) — and N simulated hosts on a real loopback
+//! `nats-server`. A merge of ten modules (three small files each, from a real git repository,
+//! built into an OCI store) rolls out one machine first to all N.
+//!
+//! The hosts are a second process (this bench run again as `MESH_BENCH_ROLE=hosts`), so that
+//! the controller's memory and CPU are its own: one task hears every declaration on
+//! `mesh.declaration.*` and answers each at once with a real converged report (every resource
+//! applied) on the node's report subject, and every host that was sent something repeats its
+//! last report every heartbeat (the host's default, 30 s), spread evenly, as real hosts do.
+//! The bus starts with the users the controller composes for the fleet, recorded as the ones
+//! it confirmed: the fleet is running already, and the merge's modules grant nothing, so no
+//! grants are issued in the measure (the per-node probes of a grants change are not measured).
+//!
+//! `cargo bench -p mesh-controller --bench fleet_sim`. Knobs (environment):
+//! `MESH_BENCH_HOSTS` (default `1000,10000`), `MESH_BENCH_BUDGET_SECS` (default 1200: a merge
+//! not finished by then is reported as "more than", and the run ends there).
+//!
+//! Printed, for each size: the merge's time; the longest time from a module's first machine's
+//! report being heard to its rollout to all complete (target: within two heartbeats); the
+//! controller's peak memory (VmHWM) and CPU time per host; the largest record in the bucket
+//! (target ≤ 64 KiB); then the time at the largest size against the smallest (target ≤ 12× for
+//! 1,000 → 10,000). Nothing is asserted: timings are read, not tested.
+
+use mesh_bus::nats_server::NatsServer;
+use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
+use mesh_controller::fleet::BusArgs;
+use mesh_controller::home::Home;
+use mesh_controller::plans::{self, Ctx, MergeOutcome};
+use mesh_model::declaration::Declaration;
+use mesh_model::report::{MachineState, Outcome, Report};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead as _, Write as _};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const MODULES: usize = 10;
+
+/// A host's heartbeat (mesh-host's default).
+const HEARTBEAT: Duration = mesh_host::serve::DEFAULT_HEARTBEAT;
+
+/// The largest a record should be.
+const RECORD_LIMIT: usize = 64 * 1024;
+
+fn main() {
+    if std::env::var("MESH_BENCH_ROLE").as_deref() == Ok("hosts") {
+        hosts();
+        return;
+    }
+    let sizes: Vec<usize> = std::env::var("MESH_BENCH_HOSTS")
+        .unwrap_or_else(|_| "1000,10000".to_owned())
+        .split(',')
+        .map(|n| n.trim().parse().expect("MESH_BENCH_HOSTS: numbers, comma-separated"))
+        .collect();
+    let budget = Duration::from_secs(
+        std::env::var("MESH_BENCH_BUDGET_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1200),
+    );
+    println!(
+        "fleet simulation: one controller, simulated hosts on a loopback nats-server, a merge \
+         of {MODULES} modules (3 files each) to all; heartbeat {} s",
+        HEARTBEAT.as_secs()
+    );
+    let mut times: Vec<(usize, Duration)> = Vec::new();
+    for &hosts in &sizes {
+        match run(hosts, budget) {
+            Ok(took) => times.push((hosts, took)),
+            Err(why) => {
+                println!("  {hosts} hosts: {why}; the run ends here");
+                break;
+            }
+        }
+    }
+    if let (Some(&(small, a)), Some(&(large, b))) = (times.first(), times.last()) {
+        if large > small {
+            let ratio = b.as_secs_f64() / a.as_secs_f64();
+            let target = 12.0 * (large as f64 / small as f64) / 10.0;
+            println!(
+                "  time {small} -> {large} hosts: {ratio:.2}x (target <= {target:.1}x: {})",
+                if ratio <= target { "met" } else { "NOT met" }
+            );
+        }
+    }
+    // A merge left running past its budget is not waited for.
+    std::process::exit(0);
+}
+
+/// Progress lines with the time each was said.
+struct Timed {
+    started: Instant,
+    lines: Mutex<Vec<(Duration, String)>>,
+}
+
+impl mesh_controller::Progress for Timed {
+    fn line(&self, text: &str) {
+        let at = self.started.elapsed();
+        self.lines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((at, text.to_owned()));
+    }
+}
+
+/// What one size measured.
+struct Measured {
+    took: Duration,
+    outcome: Result<String, String>,
+    cpu: Duration,
+    lines: Vec<(Duration, String)>,
+}
+
+/// One merge to `hosts` simulated hosts: its time, or why there is none.
+fn run(hosts: usize, budget: Duration) -> Result<Duration, String> {
+    let server = NatsServer::start().map_err(|e| format!("nats-server: {e}"))?;
+    let url = server.url();
+    let dir = tempfile::Builder::new()
+        .prefix("mesh-bench-fleet-")
+        .tempdir()
+        .unwrap();
+    let set_up = Instant::now();
+    let (home, bus) = fleet_home(dir.path(), &server, hosts);
+    let password_file = dir.path().join("bus/passwords/controller");
+    let mut simulator = Command::new(std::env::current_exe().unwrap())
+        .env("MESH_BENCH_ROLE", "hosts")
+        .env("MESH_BENCH_URL", &url)
+        .env("MESH_BENCH_PASSWORD_FILE", &password_file)
+        .env("MESH_BENCH_HOSTS", hosts.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufReader::new(simulator.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready.trim(), "ready", "the simulated hosts did not start");
+    println!(
+        "  {hosts} hosts: set up in {:.1} s (users, records on the bus, repository)",
+        set_up.elapsed().as_secs_f64()
+    );
+
+    let (done, finished) = std::sync::mpsc::channel();
+    let root = dir.path().to_owned();
+    std::thread::spawn(move || {
+        let store =
+            mesh_store::store::open_store(&mesh_store::store::default_store_spec(&root)).unwrap();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let progress = Timed {
+            started: Instant::now(),
+            lines: Mutex::new(Vec::new()),
+        };
+        let ctx = Ctx {
+            home: &home,
+            store: store.as_ref(),
+            progress: &progress,
+            bus: Some(bus),
+            moves: BTreeSet::new(),
+            fleet: None,
+        };
+        let cpu_before = cpu_time();
+        let started = Instant::now();
+        let outcome = runtime.block_on(plans::merge(&ctx, "cat", None, false));
+        let took = started.elapsed();
+        let cpu = cpu_time().saturating_sub(cpu_before);
+        let outcome = match outcome {
+            Ok(MergeOutcome::Planned { plan, .. }) => Ok(format!("{:?}", plan.state)),
+            Ok(other) => Err(format!("not planned: {other:?}")),
+            Err(error) => Err(format!("{error:#}")),
+        };
+        let lines = progress.lines.into_inner().unwrap();
+        let _ = done.send(Measured {
+            took,
+            outcome,
+            cpu,
+            lines,
+        });
+    });
+    let measured = match finished.recv_timeout(budget) {
+        Ok(measured) => measured,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            let _ = simulator.kill();
+            let _ = simulator.wait();
+            return Err(format!("the merge did not finish within {} s", budget.as_secs()));
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            let _ = simulator.kill();
+            let _ = simulator.wait();
+            return Err("the merge panicked (above)".to_owned());
+        }
+    };
+    let _ = simulator.kill();
+    let _ = simulator.wait();
+
+    let state = match &measured.outcome {
+        Ok(state) => format!("plan {state}"),
+        Err(error) => format!("FAILED: {error}"),
+    };
+    println!(
+        "  {hosts} hosts: merge {:.2} s ({state})",
+        measured.took.as_secs_f64()
+    );
+    if measured
+        .lines
+        .iter()
+        .any(|(_, line)| line.contains("goes first"))
+    {
+        println!("  {hosts} hosts: (the bus's users changed: the bus node went first and grants were issued)");
+    }
+    match first_report_to_all(&measured.lines) {
+        Some((worst, module, mean)) => println!(
+            "  {hosts} hosts: first machine's report -> rollout to all done: longest {:.2} s \
+             (`{module}`), mean {:.2} s (target <= 2 heartbeats = {} s: {})",
+            worst.as_secs_f64(),
+            mean.as_secs_f64(),
+            2 * HEARTBEAT.as_secs(),
+            if worst <= 2 * HEARTBEAT { "met" } else { "NOT met" }
+        ),
+        None => println!("  {hosts} hosts: no module's rollout finished"),
+    }
+    let peak = peak_memory_kib();
+    println!(
+        "  {hosts} hosts: controller peak memory (VmHWM, this process so far) {:.0} MiB \
+         (target < 1024 MiB at 10,000: {}); CPU {:.2} s = {:.2} ms per host",
+        peak as f64 / 1024.0,
+        if peak < 1024 * 1024 { "met" } else { "NOT met" },
+        measured.cpu.as_secs_f64(),
+        measured.cpu.as_secs_f64() * 1000.0 / hosts as f64
+    );
+    let (count, largest, key) = largest_record(&url, &password_file);
+    println!(
+        "  {hosts} hosts: {count} records in the bucket; the largest `{key}`, {largest} bytes \
+         (target <= {RECORD_LIMIT}: {})",
+        if largest <= RECORD_LIMIT { "met" } else { "NOT met" }
+    );
+    drop(server);
+    match measured.outcome {
+        Ok(_) => Ok(measured.took),
+        Err(_) => Err("the merge failed".to_owned()),
+    }
+}
+
+/// Per module, from the first send after its first node's (so after that node's report was
+/// heard) to its "done" line: the longest (with its module) and the mean.
+fn first_report_to_all(lines: &[(Duration, String)]) -> Option<(Duration, String, Duration)> {
+    let mut spans: BTreeMap<String, Duration> = BTreeMap::new();
+    for module in (0..MODULES).map(|m| format!("m{m:02}")) {
+        let prefix = format!("`{module}`: ");
+        let mine: Vec<&(Duration, String)> = lines
+            .iter()
+            .filter(|(_, line)| line.trim_start().starts_with(&prefix))
+            .collect();
+        let first = mine
+            .iter()
+            .position(|(_, line)| line.contains(": sent `") && line.contains("(first)"));
+        let done = mine.iter().find(|(_, line)| line.contains(": done on "));
+        let (Some(first), Some((done_at, _))) = (first, done) else {
+            continue;
+        };
+        let after = mine[first + 1..]
+            .iter()
+            .find(|(_, line)| line.contains(": sent `"))
+            .map_or(*done_at, |(at, _)| *at);
+        spans.insert(module, done_at.saturating_sub(after));
+    }
+    let (module, worst) = spans.iter().max_by_key(|(_, span)| **span)?;
+    let mean = spans.values().sum::<Duration>() / spans.len() as u32;
+    Some((*worst, module.clone(), mean))
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=Bench", "-c", "user.email=bench@example.internal"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+/// A home of `hosts` nodes each assigned the ten modules, its records moved to the bus, the
+/// bus running the users it composes (recorded as confirmed), and the repository `cat` of the
+/// ten modules registered.
+fn fleet_home(dir: &Path, server: &NatsServer, hosts: usize) -> (Home, BusArgs) {
+    let names: Vec<String> = (0..hosts).map(|i| format!("n{i:05}")).collect();
+    let mut inventory = format!("bus-node = \"{}\"\n\n", names[0]);
+    for node in &names {
+        inventory.push_str(&format!("[nodes.{node}]\n"));
+    }
+    inventory.push_str("\n[assignments]\n");
+    let everyone = names
+        .iter()
+        .map(|n| format!("\"{n}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let repo = dir.join("repo");
+    for module in (0..MODULES).map(|m| format!("m{m:02}")) {
+        inventory.push_str(&format!("{module} = [{everyone}]\n"));
+        let mut definition = format!("name = \"{module}\"\n");
+        for file in ["one", "two", "three"] {
+            definition.push_str(&format!(
+                "\n[files.{file}]\nsource = \"files/{file}\"\npath = \"/etc/{module}/{file}\"\n"
+            ));
+            write(
+                &repo.join(format!("modules/{module}/files/{file}")),
+                &format!("{module} {file} v1\n"),
+            );
+        }
+        write(
+            &repo.join(format!("modules/{module}/module.toml")),
+            &definition,
+        );
+    }
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "ten modules"]);
+    let root = dir.join("home");
+    write(&root.join("inventory.toml"), &inventory);
+    std::fs::create_dir_all(root.join("catalogue/modules")).unwrap();
+
+    let local = Home::new(&root);
+    let users =
+        mesh_controller::fleet::users_text(&local, &local.catalogue().unwrap(), None).unwrap();
+    server.reload(&users).unwrap();
+    let bus = BusArgs {
+        url: server.url(),
+        password_file: Some(root.join("bus/passwords/controller")),
+    };
+    // The reload is asynchronous: wait until the controller is let in.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let home = loop {
+        match mesh_controller::records::open_home(&root, Some(&bus)) {
+            Ok(home) => break home,
+            Err(error) if Instant::now() > deadline => panic!("{error:#}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    mesh_controller::records::import(&root, &home, &bus.url).unwrap();
+    // The fleet runs these users already: the bus confirmed them.
+    home.put("bus/authorization.conf", users.as_bytes())
+        .unwrap();
+    mesh_controller::repos::add(&home, "cat", &repo, None, "modules").unwrap();
+    (home, bus)
+}
+
+/// The controller's records: how many, and the largest with its key.
+fn largest_record(url: &str, password_file: &Path) -> (usize, usize, String) {
+    let password = std::fs::read_to_string(password_file).unwrap();
+    let records = mesh_bus::records::KvRecords::open(&NatsOptions::for_controller(
+        url,
+        password.trim(),
+    ))
+    .unwrap();
+    use mesh_store::record_store::RecordStore as _;
+    let keys = records.keys_under("").unwrap();
+    let found: Mutex<(usize, String)> = Mutex::new((0, String::new()));
+    std::thread::scope(|scope| {
+        for chunk in keys.chunks(keys.len().div_ceil(4).max(1)) {
+            let (records, found) = (&records, &found);
+            scope.spawn(move || {
+                for key in chunk {
+                    let size = records.get(key).unwrap().map_or(0, |b| b.len());
+                    let mut found = found.lock().unwrap();
+                    if size > found.0 {
+                        *found = (size, key.clone());
+                    }
+                }
+            });
+        }
+    });
+    let (size, key) = found.into_inner().unwrap();
+    (keys.len(), size, key)
+}
+
+/// The CPU time (user and system) of this process so far.
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // Fields after the command's closing parenthesis: state is field 3; utime 14, stime 15.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // USER_HZ is 100 on Linux.
+    Duration::from_millis(ticks * 10)
+}
+
+/// VmHWM of this process, in KiB.
+fn peak_memory_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The simulated hosts (`MESH_BENCH_ROLE=hosts`): every declaration heard is answered at once
+/// with a converged report of every resource on its node's subject; every host sent something
+/// repeats its last report every [`HEARTBEAT`], spread evenly.
+fn hosts() {
+    let url = std::env::var("MESH_BENCH_URL").unwrap();
+    let password =
+        std::fs::read_to_string(std::env::var("MESH_BENCH_PASSWORD_FILE").unwrap()).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut options = NatsOptions::for_controller(url, password.trim());
+        options.name = Some("simulated hosts".to_owned());
+        let bus = NatsBus::connect(&options).await.unwrap();
+        let mut declarations = bus.subscribe(subjects::ALL_DECLARATIONS).await.unwrap();
+        bus.round_trip().await.unwrap();
+        println!("ready");
+        std::io::stdout().flush().unwrap();
+        // The heartbeats publish on a connection of their own.
+        let beat_bus = NatsBus::connect(&options).await.unwrap();
+        let last: Mutex<BTreeMap<String, Vec<u8>>> = Mutex::default();
+        let beats = async {
+            // Each tick repeats the next slice of the hosts' last reports, so that every host
+            // beats once per heartbeat.
+            let tick = Duration::from_millis(100);
+            let ticks_per_beat = (HEARTBEAT.as_millis() / tick.as_millis()).max(1) as usize;
+            let mut interval = tokio::time::interval(tick);
+            let mut next = 0usize;
+            loop {
+                interval.tick().await;
+                let batch: Vec<(String, Vec<u8>)> = {
+                    let last = last.lock().unwrap();
+                    let per_tick = last.len().div_ceil(ticks_per_beat);
+                    if last.is_empty() {
+                        continue;
+                    }
+                    let start = next % last.len();
+                    next = start + per_tick;
+                    last.iter()
+                        .skip(start)
+                        .take(per_tick)
+                        .map(|(n, r)| (n.clone(), r.clone()))
+                        .collect()
+                };
+                for (node, report) in batch {
+                    let _ = beat_bus.publish(&subjects::report(&node), report).await;
+                }
+            }
+        };
+        let heard = async {
+            while let Some(message) = declarations.next().await {
+                let Ok(declaration) = Declaration::from_json(&message.payload) else {
+                    continue;
+                };
+                let report = serde_json::to_vec(&converged(&declaration)).unwrap();
+                bus.publish(&subjects::report(&declaration.node), report.clone())
+                    .await
+                    .unwrap();
+                last.lock().unwrap().insert(declaration.node.clone(), report);
+            }
+        };
+        tokio::select! {
+            () = beats => {}
+            () = heard => {}
+        }
+    });
+}
+
+fn converged(declaration: &Declaration) -> Report {
+    let now = mesh_host::now();
+    Report {
+        format: mesh_model::report::REPORT_FORMAT,
+        node: declaration.node.clone(),
+        declaration: declaration.digest(),
+        machine: MachineState::Converged,
+        resources: declaration
+            .resources
+            .iter()
+            .map(|r| (r.id.clone(), Outcome::Applied { changed: vec![] }))
+            .collect(),
+        undeclared: Default::default(),
+        findings: Vec::new(),
+        windows: Vec::new(),
+        resumed_from_mid_change: false,
+        started_at: now,
+        finished_at: now,
+        drift: Vec::new(),
+    }
+}
