@@ -10,7 +10,8 @@
 //!
 //! `cargo bench -p mesh-controller --bench embedded_merge`. Knobs (environment):
 //! `MESH_BENCH_NODES` (default `1000,4000`), `MESH_BENCH_BUDGET_SECS` (default 900: a merge
-//! not finished by then is reported as "more than", and the run ends there).
+//! not finished by then is reported as "more than", and the run ends there), `MESH_BENCH_TMP`
+//! (where the homes are made; default `/dev/shm`).
 //!
 //! Printed: each time, and each ratio against its target (merge ≤ 1.5× ten pushes; 1,000 →
 //! 4,000 nodes grows ≤ 4.5×). Nothing is asserted: timings are read, not tested.
@@ -160,7 +161,12 @@ fn git(dir: &Path, args: &[&str]) {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)
-        .args(["-c", "user.name=Bench", "-c", "user.email=bench@example.internal"])
+        .args([
+            "-c",
+            "user.name=Bench",
+            "-c",
+            "user.email=bench@example.internal",
+        ])
         .args(args)
         .output()
         .unwrap();
@@ -175,11 +181,11 @@ fn given(fleet: Simulated) -> GivenFleet {
 fn ten_pushes(runtime: &tokio::runtime::Runtime, nodes: usize) -> Duration {
     let dir = tempfile::Builder::new()
         .prefix("mesh-bench-push-")
-        .tempdir()
+        .tempdir_in(scratch())
         .unwrap();
     let home = home(dir.path(), nodes, true);
-    let store = mesh_store::store::open_store(&mesh_store::store::default_store_spec(dir.path()))
-        .unwrap();
+    let store =
+        mesh_store::store::open_store(&mesh_store::store::default_store_spec(dir.path())).unwrap();
     let names = node_names(nodes);
     let mut fleet = Simulated::default();
     let started = Instant::now();
@@ -215,7 +221,7 @@ fn first_merge(nodes: usize, budget: Duration) -> Result<Duration, String> {
     std::thread::spawn(move || {
         let dir = tempfile::Builder::new()
             .prefix("mesh-bench-merge-")
-            .tempdir()
+            .tempdir_in(scratch())
             .unwrap();
         let repo = dir.path().join("repo");
         for (path, text) in module_files("v1") {
@@ -253,9 +259,7 @@ fn first_merge(nodes: usize, budget: Duration) -> Result<Duration, String> {
         std::sync::mpsc::RecvTimeoutError::Timeout => {
             format!("not finished after {} s", budget.as_secs())
         }
-        std::sync::mpsc::RecvTimeoutError::Disconnected => {
-            "failed (its panic is above)".to_owned()
-        }
+        std::sync::mpsc::RecvTimeoutError::Disconnected => "failed (its panic is above)".to_owned(),
     })
 }
 
@@ -263,7 +267,11 @@ fn main() {
     let sizes: Vec<usize> = std::env::var("MESH_BENCH_NODES")
         .unwrap_or_else(|_| "1000,4000".to_owned())
         .split(',')
-        .map(|n| n.trim().parse().expect("MESH_BENCH_NODES: numbers, comma-separated"))
+        .map(|n| {
+            n.trim()
+                .parse()
+                .expect("MESH_BENCH_NODES: numbers, comma-separated")
+        })
         .collect();
     let budget = Duration::from_secs(
         std::env::var("MESH_BENCH_BUDGET_SECS")
@@ -315,4 +323,14 @@ fn main() {
     }
     // A merge left running past its budget is not waited for.
     std::process::exit(0);
+}
+
+/// Where the bench's homes are made: `MESH_BENCH_TMP`, else `/dev/shm` (tmpfs: the records'
+/// fsyncs on this shared disk swing by 10x from run to run), else the system's.
+fn scratch() -> std::path::PathBuf {
+    match std::env::var_os("MESH_BENCH_TMP") {
+        Some(dir) => dir.into(),
+        None if Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
+        None => std::env::temp_dir(),
+    }
 }

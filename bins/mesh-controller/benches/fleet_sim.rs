@@ -15,7 +15,8 @@
 //!
 //! `cargo bench -p mesh-controller --bench fleet_sim`. Knobs (environment):
 //! `MESH_BENCH_HOSTS` (default `1000,10000`), `MESH_BENCH_BUDGET_SECS` (default 1200: a merge
-//! not finished by then is reported as "more than", and the run ends there).
+//! not finished by then is reported as "more than", and the run ends there), `MESH_BENCH_TMP`
+//! (where the home is made; default `/dev/shm`).
 //!
 //! Printed, for each size: the merge's time; the longest time from a module's first machine's
 //! report being heard to its rollout to all complete (target: within two heartbeats); the
@@ -53,7 +54,11 @@ fn main() {
     let sizes: Vec<usize> = std::env::var("MESH_BENCH_HOSTS")
         .unwrap_or_else(|_| "1000,10000".to_owned())
         .split(',')
-        .map(|n| n.trim().parse().expect("MESH_BENCH_HOSTS: numbers, comma-separated"))
+        .map(|n| {
+            n.trim()
+                .parse()
+                .expect("MESH_BENCH_HOSTS: numbers, comma-separated")
+        })
         .collect();
     let budget = Duration::from_secs(
         std::env::var("MESH_BENCH_BUDGET_SECS")
@@ -120,11 +125,11 @@ fn run(hosts: usize, budget: Duration) -> Result<Duration, String> {
     let url = server.url();
     let dir = tempfile::Builder::new()
         .prefix("mesh-bench-fleet-")
-        .tempdir()
+        .tempdir_in(scratch())
         .unwrap();
     let set_up = Instant::now();
     let (home, bus) = fleet_home(dir.path(), &server, hosts);
-    let password_file = dir.path().join("bus/passwords/controller");
+    let password_file = dir.path().join("home/bus/passwords/controller");
     let mut simulator = Command::new(std::env::current_exe().unwrap())
         .env("MESH_BENCH_ROLE", "hosts")
         .env("MESH_BENCH_URL", &url)
@@ -186,7 +191,10 @@ fn run(hosts: usize, budget: Duration) -> Result<Duration, String> {
         Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
             let _ = simulator.kill();
             let _ = simulator.wait();
-            return Err(format!("the merge did not finish within {} s", budget.as_secs()));
+            return Err(format!(
+                "the merge did not finish within {} s",
+                budget.as_secs()
+            ));
         }
         Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
             let _ = simulator.kill();
@@ -219,7 +227,11 @@ fn run(hosts: usize, budget: Duration) -> Result<Duration, String> {
             worst.as_secs_f64(),
             mean.as_secs_f64(),
             2 * HEARTBEAT.as_secs(),
-            if worst <= 2 * HEARTBEAT { "met" } else { "NOT met" }
+            if worst <= 2 * HEARTBEAT {
+                "met"
+            } else {
+                "NOT met"
+            }
         ),
         None => println!("  {hosts} hosts: no module's rollout finished"),
     }
@@ -236,7 +248,11 @@ fn run(hosts: usize, budget: Duration) -> Result<Duration, String> {
     println!(
         "  {hosts} hosts: {count} records in the bucket; the largest `{key}`, {largest} bytes \
          (target <= {RECORD_LIMIT}: {})",
-        if largest <= RECORD_LIMIT { "met" } else { "NOT met" }
+        if largest <= RECORD_LIMIT {
+            "met"
+        } else {
+            "NOT met"
+        }
     );
     drop(server);
     match measured.outcome {
@@ -282,7 +298,12 @@ fn git(dir: &Path, args: &[&str]) {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)
-        .args(["-c", "user.name=Bench", "-c", "user.email=bench@example.internal"])
+        .args([
+            "-c",
+            "user.name=Bench",
+            "-c",
+            "user.email=bench@example.internal",
+        ])
         .args(args)
         .output()
         .unwrap();
@@ -357,11 +378,9 @@ fn fleet_home(dir: &Path, server: &NatsServer, hosts: usize) -> (Home, BusArgs) 
 /// The controller's records: how many, and the largest with its key.
 fn largest_record(url: &str, password_file: &Path) -> (usize, usize, String) {
     let password = std::fs::read_to_string(password_file).unwrap();
-    let records = mesh_bus::records::KvRecords::open(&NatsOptions::for_controller(
-        url,
-        password.trim(),
-    ))
-    .unwrap();
+    let records =
+        mesh_bus::records::KvRecords::open(&NatsOptions::for_controller(url, password.trim()))
+            .unwrap();
     use mesh_store::record_store::RecordStore as _;
     let keys = records.keys_under("").unwrap();
     let found: Mutex<(usize, String)> = Mutex::new((0, String::new()));
@@ -463,7 +482,9 @@ fn hosts() {
                 bus.publish(&subjects::report(&declaration.node), report.clone())
                     .await
                     .unwrap();
-                last.lock().unwrap().insert(declaration.node.clone(), report);
+                last.lock()
+                    .unwrap()
+                    .insert(declaration.node.clone(), report);
             }
         };
         tokio::select! {
@@ -492,5 +513,15 @@ fn converged(declaration: &Declaration) -> Report {
         started_at: now,
         finished_at: now,
         drift: Vec::new(),
+    }
+}
+
+/// Where the bench's homes are made: `MESH_BENCH_TMP`, else `/dev/shm` (tmpfs: the records'
+/// fsyncs on this shared disk swing by 10x from run to run), else the system's.
+fn scratch() -> std::path::PathBuf {
+    match std::env::var_os("MESH_BENCH_TMP") {
+        Some(dir) => dir.into(),
+        None if Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
+        None => std::env::temp_dir(),
     }
 }
