@@ -1,0 +1,251 @@
+//! A fleet at scale (issue 12): 21 real `mesh-host serve` processes (`bus` and 20 more) on one
+//! real `nats-server`, ten modules of three files each from a real git repository, the real
+//! registry as the store. A first merge and a second one roll out one machine first and
+//! finish; the second's controller is killed mid-rollout at a named step (the fail point
+//! `MESH_FAIL_AT=sent:<module>:<node>`, not after a sleep) and `plans resume` from a second,
+//! fresh home — holding only the catalogue checkout and the controller's password — finishes
+//! it. Then every record in the bus's records bucket is read: none may exceed 64 KiB (the bus
+//! takes at most 1 MiB in one message; records must not grow with the fleet).
+
+mod support;
+
+use mesh_store::record_store::RecordStore as _;
+use serde_json::Value;
+use std::process::{Output, Stdio};
+use support::fleet::Bed;
+use support::{Registry, Repo};
+
+/// The hosts besides `bus`: `a` (which `Bed` gives the `agent` module) and `n01`…`n19`.
+fn nodes() -> Vec<String> {
+    std::iter::once("a".to_owned())
+        .chain((1..20).map(|i| format!("n{i:02}")))
+        .collect()
+}
+
+/// The ten modules, `m00`…`m09`.
+fn modules() -> Vec<String> {
+    (0..10).map(|i| format!("m{i:02}")).collect()
+}
+
+/// The largest a record may be: far under the bus's 1 MiB `max_payload`, whatever the fleet.
+const RECORD_LIMIT: usize = 64 * 1024;
+
+/// Writes every module's three files saying `version`, and commits.
+fn commit_modules(repo: &Repo, version: &str) -> String {
+    let mut files: Vec<(String, String)> = Vec::new();
+    for module in modules() {
+        let mut definition = format!("name = \"{module}\"\n");
+        for file in ["one", "two", "three"] {
+            definition.push_str(&format!(
+                "\n[files.{file}]\nsource = \"files/{file}\"\npath = \"/etc/{module}/{file}\"\n"
+            ));
+            files.push((
+                format!("modules/{module}/files/{file}"),
+                format!("{module} {file} {version}\n"),
+            ));
+        }
+        files.push((format!("modules/{module}/module.toml"), definition));
+    }
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    repo.write(&files);
+    repo.commit(&format!("ten modules, {version}"))
+}
+
+/// Every module's files on every node say `version`.
+fn assert_everywhere(bed: &Bed, version: &str) {
+    for node in std::iter::once("bus".to_owned()).chain(nodes()) {
+        for module in modules() {
+            for file in ["one", "two", "three"] {
+                let path = bed.root(&node).join(format!("etc/{module}/{file}"));
+                let text = std::fs::read_to_string(&path)
+                    .unwrap_or_else(|e| panic!("{node}: {}: {e}", path.display()));
+                assert_eq!(text, format!("{module} {file} {version}\n"), "{node}");
+            }
+        }
+    }
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A finished plan: done, every module rolled out one machine first — a first node named, and
+/// every node of the module sent it and applied it, each node's part in its own record.
+fn assert_done_one_first(bed: &Bed, id: &str) {
+    let record = json(&bed.expect(&["plans", "show", id, "--output", "json"], 0));
+    assert_eq!(record["plan"]["state"]["state"], "done", "{id}: {record:#}");
+    let all = 1 + nodes().len();
+    let records = bed.records();
+    for module in modules() {
+        let rollout = &record["plan"]["rollouts"][&module];
+        let first = rollout["first"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{id}: `{module}` names no first node: {rollout:#}"));
+        assert_eq!(rollout["sent"], all, "{id}: `{module}`: {rollout:#}");
+        assert_eq!(rollout["applied"], all, "{id}: `{module}`: {rollout:#}");
+        let part = node_part(&records, id, &module, first)
+            .unwrap_or_else(|| panic!("{id}: `{module}` has no record of `{first}`"));
+        assert_eq!(part["progress"]["progress"], "applied", "{part:#}");
+    }
+}
+
+/// A node's part of a plan's rollout of a module, if it has one.
+fn node_part(
+    records: &mesh_bus::records::KvRecords,
+    id: &str,
+    module: &str,
+    node: &str,
+) -> Option<Value> {
+    let key = format!("rollouts/{id}/{module}/{node}.json");
+    let bytes = records.get(&key).unwrap()?;
+    Some(serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{key}: {e}")))
+}
+
+#[test]
+fn twenty_hosts_and_ten_modules_merge_twice_survive_a_killed_controller_and_keep_records_small() {
+    let registry = Registry::start();
+    let node_names = nodes();
+    let names: Vec<&str> = node_names.iter().map(String::as_str).collect();
+    let mut bed = Bed::new(&names);
+    bed.store = Some(registry.url());
+    // Every host is started at once; none is waited for: each takes its declarations from its
+    // own consumer on the bus whenever it comes up.
+    for node in std::iter::once("bus").chain(names.iter().copied()) {
+        bed.start_host(node);
+    }
+    let repo = Repo::new();
+    commit_modules(&repo, "v1");
+    let path = repo.path().to_str().unwrap().to_owned();
+    bed.expect(&["repo", "add", "cat", &path], 0);
+    let everyone = std::iter::once("\"bus\"".to_owned())
+        .chain(node_names.iter().map(|n| format!("\"{n}\"")))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut inventory = bed.record("inventory.toml").unwrap();
+    for module in modules() {
+        inventory.push_str(&format!("{module} = [{everyone}]\n"));
+    }
+    bed.put_inventory(&inventory);
+
+    // The first merge: every module, one machine first, to every node.
+    bed.expect(&["merge", "cat"], 0);
+    assert_everywhere(&bed, "v1");
+    assert_done_one_first(&bed, "plan-1");
+
+    // The second merge, killed mid-rollout: `m04` was just sent to `n07`, a node after its
+    // first (`a`, first by name).
+    let second = commit_modules(&repo, "v2");
+    let step = "sent:m04:n07";
+    let killed = bed
+        .command(&["merge", "cat"])
+        .env("MESH_LOG", "error")
+        .env("MESH_FAIL_AT", step)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(killed.status.code(), None, "{}", text(&killed));
+    assert!(
+        String::from_utf8_lossy(&killed.stderr).contains(&format!("dying at `{step}`")),
+        "{}",
+        text(&killed)
+    );
+    let open = json(&bed.expect(&["plans", "show", "plan-2", "--output", "json"], 0));
+    assert_ne!(open["plan"]["state"]["state"], "done", "{open:#}");
+    // `n07` was sent its part of `m04`'s rollout before the kill: what the controller records
+    // it was sent is the declaration its part of the rollout names.
+    let part = node_part(&bed.records(), "plan-2", "m04", "n07")
+        .unwrap_or_else(|| panic!("no record of `m04` on `n07`: {open:#}"));
+    let sent = json(&bed.record("sent/n07.json").unwrap());
+    assert_eq!(
+        sent["declaration"], part["declaration"],
+        "{sent:#}\n{part:#}"
+    );
+
+    // It resumes on "another machine": a home holding only the operator's catalogue checkout,
+    // and the controller's password to open the bus. Everything else is read from the bus.
+    let elsewhere = tempfile::Builder::new()
+        .prefix("mesh-elsewhere-")
+        .tempdir()
+        .unwrap();
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(bed.home.path().join("catalogue"))
+        .arg(elsewhere.path())
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let resumed = std::process::Command::new(support::fleet::controller_binary())
+        .arg("--home")
+        .arg(elsewhere.path())
+        .arg("--bus")
+        .arg(&bed.url)
+        .arg("--bus-password-file")
+        .arg(bed.home.path().join("bus/passwords/controller"))
+        .args(["--store", &registry.url()])
+        .args(["plans", "resume"])
+        .env_remove("MESH_BUS")
+        .env_remove("MESH_STORE")
+        .env_remove("MESH_BUS_PASSWORD_FILE")
+        .env_remove("MESH_FAIL_AT")
+        .output()
+        .unwrap();
+    assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed));
+    assert_everywhere(&bed, "v2");
+    assert_done_one_first(&bed, "plan-2");
+    for record in ["inventory.toml", "sent", "reports", "plans"] {
+        assert!(
+            !elsewhere.path().join(record).exists()
+                || support::fleet::json_records(elsewhere.path().join(record)).is_empty(),
+            "{record} was written on the other machine, not on the bus"
+        );
+    }
+    let plans = json(&bed.expect(&["plans", "--output", "json"], 0));
+    let for_second = plans
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["commit"] == second.as_str())
+        .count();
+    assert_eq!(for_second, 1, "the second merge made one plan: {plans:#}");
+
+    // No record in the bucket grows with the fleet.
+    let records = bed.records();
+    let keys = records.keys_under("").unwrap();
+    assert!(!keys.is_empty());
+    let mut sizes: Vec<(usize, String)> = keys
+        .iter()
+        .map(|key| {
+            let bytes = records.get(key).unwrap().unwrap_or_default();
+            (bytes.len(), key.clone())
+        })
+        .collect();
+    sizes.sort();
+    let (largest, key) = sizes.last().cloned().unwrap();
+    let total: usize = sizes.iter().map(|(size, _)| size).sum();
+    println!(
+        "{} records, {total} bytes in all; the largest: `{key}`, {largest} bytes (limit {RECORD_LIMIT})",
+        sizes.len()
+    );
+    let over: Vec<String> = sizes
+        .iter()
+        .filter(|(size, _)| *size > RECORD_LIMIT)
+        .map(|(size, key)| format!("{key}: {size} bytes"))
+        .collect();
+    assert!(
+        over.is_empty(),
+        "records over {RECORD_LIMIT} bytes:\n{}",
+        over.join("\n")
+    );
+}
