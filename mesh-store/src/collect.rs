@@ -183,6 +183,12 @@ pub struct RegistryCollector {
     pub ca_file: Option<PathBuf>,
 }
 
+/// Whether `garbage-collect` failed only because the registry holds no repository yet
+/// (distribution: `Path not found: /docker/registry/v2/repositories`).
+fn nothing_stored_yet(output: &str) -> bool {
+    output.contains("Path not found") && output.contains("/docker/registry/v2/repositories")
+}
+
 impl RegistryCollector {
     async fn run_garbage_collect(&self, dry_run: bool) -> Result<GarbageReport, CollectError> {
         let mut command = tokio::process::Command::new(&self.binary);
@@ -203,6 +209,16 @@ impl RegistryCollector {
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
+        if !output.status.success() && nothing_stored_yet(&text) {
+            // A registry nothing was ever pushed to has no repositories directory, and its
+            // garbage-collect fails saying so: there is nothing to collect.
+            return Ok(GarbageReport {
+                dry_run,
+                deleted: Vec::new(),
+                blobs_marked: 0,
+                output: text,
+            });
+        }
         if !output.status.success() {
             return Err(CollectError::GarbageCollect {
                 binary: self.binary.clone(),

@@ -391,3 +391,21 @@ async fn a_registry_that_does_not_allow_deletion_is_said_so() {
         Holding::Held
     );
 }
+
+/// A registry nothing was pushed to has no repositories directory, and its `garbage-collect`
+/// fails saying so: a collection there collects nothing and does not fail (found by
+/// `publishes_during_sweep_and_collection_never_lose_a_kept_archive` on a busy machine, when
+/// the first collection ran before the first publish).
+#[tokio::test]
+async fn a_collection_of_a_registry_nothing_was_pushed_to_collects_nothing() {
+    let registry = TestRegistry::start().await;
+    let store = open_store(&registry.spec()).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let mut collector = collector(&registry);
+    let lock = SweepLock::acquire(home.path()).await.unwrap();
+    let keep = keep_of(home.path());
+    let report = collect(&*store, &lock, &keep, &mut collector, false)
+        .await
+        .unwrap();
+    assert!(report.lost.is_empty(), "{report:#?}");
+}

@@ -245,7 +245,8 @@ pub struct Discovery {
 }
 
 /// An answer to discovery that could not be read (rule 25: named, never dropped).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct UnreadableAnswer {
     /// What it answers: `$SRV.PING`, or `$SRV.INFO.<service>.<id>`.
     pub asked: String,

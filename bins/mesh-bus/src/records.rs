@@ -307,6 +307,55 @@ impl KvRecords {
         call(self.runtime(), with(self.store.clone()))
     }
 
+    /// The last message `stream` holds on `subject`, with when the server stored it (seconds
+    /// since the epoch); `None` when it holds none. A blocking call, like the records'.
+    ///
+    /// # Errors
+    /// [`NatsError::Stream`] when the stream cannot be opened or read.
+    pub fn last_message(
+        &self,
+        stream: &str,
+        subject: &str,
+    ) -> Result<Option<(Vec<u8>, u64)>, NatsError> {
+        let js = self.js.clone();
+        let (name, subject) = (stream.to_owned(), subject.to_owned());
+        call(
+            self.runtime.as_ref().expect("the runtime lives until drop"),
+            async move {
+                use async_nats::jetstream::stream::LastRawMessageErrorKind;
+                let stream = js
+                    .get_stream_no_info(&name)
+                    .await
+                    .map_err(|e| NatsError::Stream {
+                        stream: name.clone(),
+                        source: e.into(),
+                    })?;
+                match stream.get_last_raw_message_by_subject(&subject).await {
+                    Ok(message) => Ok(Some((
+                        message.payload.to_vec(),
+                        u64::try_from(message.time.unix_timestamp()).unwrap_or(0),
+                    ))),
+                    Err(error) => match error.kind() {
+                        // Nothing published yet, or no stream yet (a bus no push has used).
+                        LastRawMessageErrorKind::NoMessageFound => Ok(None),
+                        LastRawMessageErrorKind::JetStream(jetstream)
+                            if jetstream.error_code()
+                                == async_nats::jetstream::ErrorCode::STREAM_NOT_FOUND =>
+                        {
+                            Ok(None)
+                        }
+                        LastRawMessageErrorKind::InvalidSubject
+                        | LastRawMessageErrorKind::JetStream(_)
+                        | LastRawMessageErrorKind::Other => Err(NatsError::Stream {
+                            stream: name,
+                            source: error.into(),
+                        }),
+                    },
+                }
+            },
+        )
+    }
+
     fn checked(&self, key: &str) -> Result<(), RecordStoreError> {
         if is_key(key) {
             Ok(())

@@ -83,7 +83,11 @@ fn main() -> Result<()> {
     if let MergeOutcome::Planned { plan, .. } = &outcome {
         println!("{}: {}", plan.id, mesh_plan::plans::state_word(&plan.state));
     }
-    let overview = status::overview(&home, mesh_host::now())?;
+    let overview = status::overview(
+        &home,
+        mesh_host::now(),
+        mesh_controller::push::SILENT_AFTER_SECS,
+    )?;
     for node in &overview.nodes {
         let machine = node
             .report

@@ -70,6 +70,20 @@ pub struct Home {
     lease: Arc<Mutex<Option<String>>>,
     /// What this process migrated from an older record format, to be said once.
     migrated: Arc<Mutex<Vec<String>>>,
+    /// Where the latest reports are read, on a fleet (`None`: the `reports/` records).
+    reports: Option<Arc<dyn ReportSource>>,
+}
+
+/// Where each node's latest report is read when it is not one of the records: on a fleet, the
+/// bus's reports stream itself, which holds every report a host publishes, heartbeats included
+/// — the one source `status`, the rollout gate and a resumed rollout read (rule 27).
+pub trait ReportSource: Send + Sync + std::fmt::Debug {
+    /// `node`'s latest report as it was published, and when the bus stored it (seconds since
+    /// the epoch).
+    ///
+    /// # Errors
+    /// The source cannot be read.
+    fn latest(&self, node: &str) -> Result<Option<(Vec<u8>, u64)>>;
 }
 
 /// The format version of a `sent/<node>.json` record.
@@ -148,17 +162,24 @@ impl Home {
             on_bus: false,
             lease: Arc::default(),
             migrated: Arc::default(),
+            reports: None,
         }
     }
 
-    /// The home at `root`, its records on a fleet's bus.
-    pub fn on_bus(root: impl Into<PathBuf>, records: Arc<dyn RecordStore>) -> Self {
+    /// The home at `root`, its records on a fleet's bus; each node's latest report read from
+    /// `reports` when given (the bus's reports stream), else from the records.
+    pub fn on_bus(
+        root: impl Into<PathBuf>,
+        records: Arc<dyn RecordStore>,
+        reports: Option<Arc<dyn ReportSource>>,
+    ) -> Self {
         Home {
             root: root.into(),
             records,
             on_bus: true,
             lease: Arc::default(),
             migrated: Arc::default(),
+            reports,
         }
     }
 
@@ -644,21 +665,58 @@ impl Home {
     }
 
     /// The last report heard from `node`.
+    ///
+    /// # Errors
+    /// The record or stream cannot be read, or what it holds is not a report.
     pub fn report(&self, node: &str) -> Result<Option<Report>> {
+        Ok(self.report_heard(node)?.map(|(report, _)| report))
+    }
+
+    /// The last report heard from `node` and when it was heard (seconds since the epoch): on a
+    /// fleet, when the bus stored it (a heartbeat repeating a report is heard anew); in the
+    /// embedded default, when the apply it reports finished.
+    ///
+    /// # Errors
+    /// The record or stream cannot be read, or what it holds is not a report.
+    pub fn report_heard(&self, node: &str) -> Result<Option<(Report, u64)>> {
+        if let Some(source) = &self.reports {
+            let Some((bytes, heard_at)) = source.latest(node)? else {
+                return Ok(None);
+            };
+            let report = Report::from_json(&bytes).with_context(|| {
+                format!("the last report of `{node}` on the bus is not a report")
+            })?;
+            return Ok(Some((report, heard_at)));
+        }
         let key = format!("reports/{node}.json");
         let Some(bytes) = self.get(&key)? else {
             return Ok(None);
         };
-        Report::from_json(&bytes).map(Some).with_context(|| {
+        let report = Report::from_json(&bytes).with_context(|| {
             format!(
                 "{} (the last report of `{node}`)",
                 self.records.locate(&key)
             )
-        })
+        })?;
+        let finished = report.finished_at;
+        Ok(Some((report, finished)))
     }
 
-    /// Records a node's report.
+    /// Whether the latest reports are the bus's stream, which every report reaches without
+    /// the controller (then [`Home::record_report`] keeps nothing).
+    pub fn reports_from_bus(&self) -> bool {
+        self.reports.is_some()
+    }
+
+    /// Records a node's report — on a fleet the reports stream already holds it, so nothing is
+    /// written (one source).
+    ///
+    /// # Errors
+    /// The record cannot be written.
     pub fn record_report(&self, report: &Report) -> Result<()> {
+        if self.reports.is_some() {
+            return Ok(());
+        }
         self.put_json(&format!("reports/{}.json", report.node), report)
     }
 
@@ -714,7 +772,7 @@ mod tests {
     fn a_plan_is_not_written_once_the_lease_was_taken_over() {
         let dir = tempfile::tempdir().unwrap();
         let records: Arc<dyn RecordStore> = Arc::new(DirRecords::new(dir.path()));
-        let home = Home::on_bus(dir.path(), Arc::clone(&records));
+        let home = Home::on_bus(dir.path(), Arc::clone(&records), None);
         home.check_lease().unwrap();
         let lease = mesh_store::lease::Lease::acquire(
             home.records_shared(),

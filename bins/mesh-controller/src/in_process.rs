@@ -59,6 +59,7 @@ impl InProcessFleet {
         let config = HostConfig {
             root: home.node_root(node, &inventory),
             state_dir: home.node_state_dir(node),
+            container_prefix: container_prefix(home, node),
             ..HostConfig::default()
         };
         std::fs::create_dir_all(&config.root)
@@ -69,6 +70,15 @@ impl InProcessFleet {
         self.agents.insert(node.to_owned(), agent);
         Ok(())
     }
+}
+
+/// The prefix of the containers `node`'s in-process host makes: every node of the embedded
+/// default shares this machine's podman, so each gets its own — `m<8 hex of the home's path>-
+/// <node>-` — and neither two nodes nor two homes (two tests, a demo) collide (issue 15).
+pub fn container_prefix(home: &Home, node: &str) -> String {
+    let digest = mesh_model::sha256_digest(home.root().as_os_str().as_encoded_bytes());
+    let hex = digest.strip_prefix("sha256:").unwrap_or(&digest);
+    format!("m{}-{node}-", &hex[..8])
 }
 
 #[async_trait::async_trait]

@@ -135,10 +135,26 @@ pub struct NodeStatus {
     pub report: Option<Report>,
     /// Whether the last report is of the declaration last sent.
     pub current: bool,
+    /// When its last report was heard (on a fleet, a heartbeat counts; in the embedded default,
+    /// when the apply reported finished).
+    #[serde(default)]
+    pub heard_at: Option<u64>,
+    /// On a fleet: set, to when it was last heard, once nothing was heard from it for more than
+    /// three heartbeats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silent_since: Option<u64>,
 }
 
-/// Every node's status.
-pub fn status(home: &Home) -> Result<Vec<NodeStatus>> {
+/// How long a fleet's node may go unheard before `status` calls it silent: three of a host's
+/// default heartbeats (rule 27).
+pub const SILENT_AFTER_SECS: u64 = 3 * mesh_host::serve::DEFAULT_HEARTBEAT.as_secs();
+
+/// Every node's status at `now`. On a fleet (reports from the bus), a node not heard for more
+/// than `silent_after_secs` — three heartbeats — is silent since it was last heard.
+///
+/// # Errors
+/// The records or the reports cannot be read.
+pub fn status(home: &Home, now: u64, silent_after_secs: u64) -> Result<Vec<NodeStatus>> {
     let inventory = home.inventory()?;
     inventory
         .file
@@ -146,9 +162,21 @@ pub fn status(home: &Home) -> Result<Vec<NodeStatus>> {
         .keys()
         .map(|node| {
             let sent = home.sent_digest(node)?;
-            let report = home.report(node)?;
+            let heard = home.report_heard(node)?;
+            let heard_at = heard.as_ref().map(|(_, at)| *at);
+            let report = heard.map(|(report, _)| report);
             let current = matches!((&sent, &report), (Some(s), Some(r)) if *s == r.declaration);
+            let silent_since = match heard_at {
+                Some(at)
+                    if home.reports_from_bus() && now.saturating_sub(at) > silent_after_secs =>
+                {
+                    Some(at)
+                }
+                Some(_) | None => None,
+            };
             Ok(NodeStatus {
+                heard_at,
+                silent_since,
                 node: node.clone(),
                 bus_node: *node == inventory.file.bus_node,
                 modules: inventory

@@ -58,7 +58,23 @@ pub fn open_home(root: &Path, bus: Option<&BusArgs>) -> Result<Home> {
     };
     let records = KvRecords::open(&options)
         .with_context(|| format!("opening the controller's records on {}", bus.url))?;
-    Ok(Home::on_bus(root, Arc::new(records)))
+    let records = Arc::new(records);
+    let reports = StreamReports(Arc::clone(&records));
+    Ok(Home::on_bus(root, records, Some(Arc::new(reports))))
+}
+
+/// The bus's reports stream as the source of each node's latest report (rule 27): every report
+/// a host publishes is there, whether or not a controller was listening.
+#[derive(Debug)]
+struct StreamReports(Arc<KvRecords>);
+
+impl crate::home::ReportSource for StreamReports {
+    fn latest(&self, node: &str) -> Result<Option<(Vec<u8>, u64)>> {
+        Ok(self.0.last_message(
+            mesh_bus::jetstream::REPORTS_STREAM,
+            &mesh_bus::subjects::report(node),
+        )?)
+    }
 }
 
 /// What `records import` copied.

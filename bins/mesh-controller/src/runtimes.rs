@@ -49,6 +49,9 @@ pub struct Runtimes {
     pub running_elsewhere: Vec<RunningElsewhere>,
     /// Milliseconds discovery took.
     pub waited_ms: u64,
+    /// Answers that could not be read, named (rule 25): what they answer, who when known,
+    /// why, and how they begin.
+    pub unreadable: Vec<discovery::UnreadableAnswer>,
 }
 
 /// A runtime that said it is there and not what it serves.
@@ -109,10 +112,12 @@ pub fn runtimes_exit_code(found: &Runtimes) -> u8 {
 pub async fn runtimes(home: &Home, bus_args: &BusArgs) -> Result<Runtimes> {
     let inventory = home.inventory()?;
     let bus = connect(home, bus_args).await?;
-    let found = discovery::discover(bus.client(), discovery::OLD_WINDOW)
+    let answers = discovery::discover_naming_unreadable(bus.client(), discovery::OLD_WINDOW)
         .await
         .context("asking who is there")?;
-    Ok(compare_with_inventory(&inventory, found))
+    let mut found = compare_with_inventory(&inventory, answers.discovery);
+    found.unreadable = answers.unreadable;
+    Ok(found)
 }
 
 /// What discovery found, set against what the inventory assigns each node (no IO).
@@ -244,5 +249,6 @@ pub fn compare_with_inventory(inventory: &Inventory, found: Discovery) -> Runtim
         missing,
         running_elsewhere,
         waited_ms: waited.as_millis() as u64,
+        unreadable: Vec::new(),
     }
 }

@@ -105,14 +105,32 @@ pub struct NodeAttention {
     pub stuck: Vec<(String, String)>,
     /// Windows open.
     pub windows: Vec<WindowSummary>,
+    /// On a fleet: nothing heard from it for three heartbeats, since then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silent_since: Option<u64>,
+    /// Managed resources found changed by hand, a container found dead (rule 28, 29).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drift: Vec<mesh_model::report::Drift>,
 }
 
-/// What `status` shows, at `now`.
+impl Overview {
+    /// Whether anything needs a person: a node's attention, a node held for a move, a stopped
+    /// rollout, a failure recorded (`status` exits 3 then).
+    pub fn needs_attention(&self) -> bool {
+        !self.attention.is_empty()
+            || !self.held.is_empty()
+            || !self.stopped.is_empty()
+            || !self.problems.is_empty()
+    }
+}
+
+/// What `status` shows, at `now`; on a fleet a node unheard for more than `silent_after_secs`
+/// is silent.
 ///
 /// # Errors
 /// When the home cannot be read.
-pub fn overview(home: &Home, now: u64) -> Result<Overview> {
-    let nodes = push::status(home)?;
+pub fn overview(home: &Home, now: u64, silent_after_secs: u64) -> Result<Overview> {
+    let nodes = push::status(home, now, silent_after_secs)?;
     let records = home.plans()?;
     let plans: Vec<_> = records.iter().map(|r| r.plan.clone()).collect();
     let open_plans = records
@@ -206,6 +224,7 @@ pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
         .iter()
         .filter_map(|n| {
             let report = n.report.as_ref()?;
+            let drift = report.drift.clone();
             let stuck: Vec<(String, String)> = report
                 .resources
                 .iter()
@@ -221,11 +240,18 @@ pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
                 })
                 .collect();
             let mid_change = report.machine == MachineState::MidChange;
-            (mid_change || !stuck.is_empty() || !report.windows.is_empty()).then(|| NodeAttention {
+            (mid_change
+                || !stuck.is_empty()
+                || !report.windows.is_empty()
+                || n.silent_since.is_some()
+                || !drift.is_empty())
+            .then(|| NodeAttention {
                 node: n.node.clone(),
                 mid_change,
                 stuck,
                 windows: report.windows.clone(),
+                silent_since: n.silent_since,
+                drift,
             })
         })
         .collect()

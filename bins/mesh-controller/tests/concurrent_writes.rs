@@ -32,7 +32,7 @@ fn home(dir: &std::path::Path, records: Option<Arc<dyn RecordStore>>) -> Home {
     std::fs::create_dir_all(&modules).unwrap();
     std::fs::write(modules.join("module.toml"), MODULE).unwrap();
     let home = match records {
-        Some(records) => Home::on_bus(dir, records),
+        Some(records) => Home::on_bus(dir, records, None),
         None => Home::new(dir),
     };
     home.put("inventory.toml", INVENTORY.as_bytes()).unwrap();

@@ -245,7 +245,12 @@ fn a_merge_moving_a_running_containers_data_holds_that_node_and_the_others_go_on
     assert!(held_line.contains("mount `/data`"), "{held_line}");
 
     let home = Home::new(bed.mesh.home());
-    let status = mesh_controller::status::overview(&home, mesh_host::now()).unwrap();
+    let status = mesh_controller::status::overview(
+        &home,
+        mesh_host::now(),
+        mesh_controller::push::SILENT_AFTER_SECS,
+    )
+    .unwrap();
     assert_eq!(status.held.len(), 1, "{:?}", status.held);
     let held = &status.held[0];
     assert_eq!(
@@ -264,7 +269,7 @@ fn a_merge_moving_a_running_containers_data_holds_that_node_and_the_others_go_on
         "{}",
         status.open_plans[0].waits_on
     );
-    let text = bed.mesh.expect(&["status"], 0);
+    let text = bed.mesh.expect(&["status"], 3);
     assert!(text.contains("held for a move"), "{text}");
     assert!(text.contains("`keep` on `control`"), "{text}");
 

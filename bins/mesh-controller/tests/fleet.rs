@@ -683,3 +683,86 @@ fn the_plans_lease_on_the_bus_waits_for_a_live_holder_and_takes_over_a_silent_on
     assert_eq!(after["holder"], serde_json::Value::Null, "{after}");
     assert!(after["beat"].as_u64().unwrap() > 8, "{after}");
 }
+
+/// The node's entry in `status --output json` (with `--silent-after SECS`).
+fn status_of(bed: &Bed, node: &str, silent_after: &str) -> (i32, serde_json::Value) {
+    let out = bed.run(&["status", "--output", "json", "--silent-after", silent_after]);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let entry = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node"] == node)
+        .cloned()
+        .unwrap();
+    (out.status.code().unwrap_or(-1), entry)
+}
+
+/// Issue 13, rule 27: the controller hears every report a host publishes, not only those a push
+/// waits for. A resource that failed at the push and took later on its own (its backoff
+/// elapsed) shows converged in `status` with no other push; a host that stops is named silent
+/// since it was last heard — the threshold shortened by `--silent-after`, never by sleeping.
+#[test]
+fn status_hears_a_failure_fixed_after_the_push_and_names_a_silent_host() {
+    let mut bed = Bed::new(&["a"]);
+    let home = bed.home.path().to_owned();
+    write(
+        &home.join("catalogue/modules/owned/module.toml"),
+        "name = \"owned\"\n\n[files.note]\nsource = \"files/note\"\npath = \"/etc/note\"\nowner = \"alice\"\n",
+    );
+    write(
+        &home.join("catalogue/modules/owned/files/note"),
+        "for alice\n",
+    );
+    let inventory = bed.record("inventory.toml").unwrap();
+    bed.put_inventory(&format!("{inventory}owned = [\"a\"]\n"));
+    bed.start_host("bus");
+    bed.start_host_with("a", &["--first-retry", "1"]);
+    let results = bed.push_all(20, 3);
+    assert_eq!(
+        results["a"]["report"]["machine"], "partial",
+        "{}",
+        results["a"]
+    );
+    let (code, a) = status_of(&bed, "a", "90");
+    assert_eq!(a["report"]["machine"], "partial", "{a}");
+    assert_eq!(code, 0, "a failure is not attention by itself: {a}");
+
+    // `alice` is made; nothing is sent: the host applies the file again on its own.
+    write(
+        &bed.root("a").join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\nalice:x:1000:0:Alice:/home/alice:/bin/sh\n",
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, a) = status_of(&bed, "a", "90");
+        if a["report"]["machine"] == "converged" {
+            assert_eq!(a["current"], true, "{a}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "status never heard a converge: {a}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // Stopped, `a` is heard no more: silent since its last heartbeat.
+    let host = bed.hosts.get_mut("a").unwrap();
+    host.kill().unwrap();
+    host.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (code, a) = loop {
+        let (code, a) = status_of(&bed, "a", "2");
+        if !a["silent_since"].is_null() {
+            break (code, a);
+        }
+        assert!(Instant::now() < deadline, "a was never called silent: {a}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(code, 3, "a silent node needs attention: {a}");
+    assert_eq!(a["silent_since"], a["heard_at"], "{a}");
+    let text = String::from_utf8(bed.run(&["status", "--silent-after", "2"]).stdout).unwrap();
+    assert!(text.contains("a: silent since"), "{text}");
+}

@@ -70,7 +70,14 @@ pub fn run() -> Result<ExitCode> {
     println!("  (a resource that did not take is reported with its reason; nothing is hidden)");
 
     step("4. What each node last reported", "status");
-    print!("{}", render::nodes(&push::status(&home)?));
+    print!(
+        "{}",
+        render::nodes(&push::status(
+            &home,
+            mesh_host::now(),
+            push::SILENT_AFTER_SECS
+        )?)
+    );
 
     let motd = home.node_root("laptop", &inventory).join("etc/motd");
     println!("\n== 5. The files are really there: {}", motd.display());

@@ -129,10 +129,20 @@ pub enum Command {
     /// Each node's last report, the open plans and what each waits on, the modules behind,
     /// stopped rollouts, and nodes stuck, mid-change or with a window open.
     ///
-    /// "Behind" is only what the open plans have yet to build or roll out.
+    /// "Behind" is only what the open plans have yet to build or roll out. On a fleet
+    /// (`--bus`) each node's last report is read from the bus's reports stream, which every
+    /// report reaches (heartbeats too), so what a host did between pushes is shown; a node not
+    /// heard for three heartbeats is "silent since …".
     ///
-    /// Exit codes: 0 shown (whatever it shows); 1 error reading the home.
-    Status,
+    /// Exit codes: 0 all well; 3 something needs attention (a node stuck, mid-change, silent,
+    /// with drift or a window open; a node held for a move; a stopped rollout; a failure
+    /// recorded); 1 error reading the home.
+    Status {
+        /// On a fleet, seconds without a report after which a node is called silent (default:
+        /// three of a host's default 30 s heartbeats; set it to three of yours).
+        #[arg(long, value_name = "SECS", default_value_t = mesh_controller::push::SILENT_AFTER_SECS)]
+        silent_after: u64,
+    },
     /// Registers catalogue repositories.
     #[command(subcommand)]
     Repo(RepoCommand),
@@ -431,8 +441,12 @@ impl mesh_controller::Progress for Lines {
 }
 
 fn main() -> ExitCode {
+    // The permission probe's logins refused on purpose are async-nats's errors: not ours.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MESH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error,async_nats::connector=off"));
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("MESH_LOG"))
+        .with_env_filter(filter)
+        .with_ansi(mesh_host::log_in_colour())
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -595,13 +609,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 Ok(push_exit_code(&results))
             }
-            Command::Status => {
-                let status = status::overview(&home, mesh_host::now())?;
+            Command::Status { silent_after } => {
+                let status = status::overview(&home, mesh_host::now(), silent_after)?;
                 match output {
                     Output::Json => println!("{}", serde_json::to_string_pretty(&status)?),
                     Output::Text => print!("{}", render::status(&status)),
                 }
-                Ok(ExitCode::SUCCESS)
+                Ok(if status.needs_attention() {
+                    ExitCode::from(3)
+                } else {
+                    ExitCode::SUCCESS
+                })
             }
             Command::Settings(command) => {
                 let now = mesh_host::now();

@@ -387,6 +387,30 @@ fn plans_status(overview: &Overview) -> String {
                     window.containers.join(", ")
                 );
             }
+            if let Some(since) = node.silent_since {
+                let _ = writeln!(
+                    out,
+                    "  {}: silent since {} (nothing heard for three heartbeats)",
+                    node.node,
+                    format_time(since)
+                );
+            }
+            for drift in &node.drift {
+                let what = match drift.action {
+                    mesh_model::report::DriftAction::Corrected => "put back",
+                    mesh_model::report::DriftAction::Left => "left as found",
+                };
+                let _ = writeln!(
+                    out,
+                    "  {}: drift {} {}: was {}, found {} (seen {}; {what})",
+                    node.node,
+                    drift.resource,
+                    drift.field,
+                    drift.was,
+                    drift.found,
+                    format_time(drift.seen_at)
+                );
+            }
         }
     }
     out
@@ -641,6 +665,22 @@ pub fn runtimes(found: &Runtimes) -> String {
             u.ping_ms
         );
     }
+    for u in &found.unreadable {
+        let _ = writeln!(
+            out,
+            "unreadable answer to {} from {}{}: {} (it begins `{}`)",
+            u.asked,
+            u.service.as_deref().unwrap_or("an unknown service"),
+            match (&u.node, &u.id) {
+                (Some(node), Some(id)) => format!(" on {node} (instance {id})"),
+                (Some(node), None) => format!(" on {node}"),
+                (None, Some(id)) => format!(" (instance {id})"),
+                (None, None) => String::new(),
+            },
+            u.error,
+            u.answer
+        );
+    }
     if !found.nodes_not_heard.is_empty() {
         let _ = writeln!(
             out,
@@ -827,6 +867,8 @@ mod status_tests {
             sent: Some(report.declaration.clone()),
             report: Some(report),
             current: true,
+            heard_at: None,
+            silent_since: None,
         }
     }
 
