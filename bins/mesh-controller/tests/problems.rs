@@ -80,7 +80,7 @@ fn a_merge_the_daemon_cannot_plan_is_shown_by_status_until_one_is_planned() {
         what.contains("`cat` main") && what.contains("could not be planned"),
         "{what}"
     );
-    let text = bed.expect(&["status"], 0);
+    let text = bed.expect(&["status"], 3);
     assert!(text.contains("problems (shown until resolved):"), "{text}");
     assert!(
         text.contains("merge `cat`: the merge of `cat` main"),
