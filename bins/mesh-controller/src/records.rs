@@ -41,6 +41,10 @@ const RECORD_DIRS: [&str; 12] = [
     "problems",
 ];
 
+/// How long opening the records keeps trying a bus that refuses or does not answer (a server
+/// restarting or reloading its users) before it fails.
+pub const OPEN_RETRY_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The home at `root`, its records on the bus when `bus` is given.
 ///
 /// # Errors
@@ -56,8 +60,28 @@ pub fn open_home(root: &Path, bus: Option<&BusArgs>) -> Result<Home> {
         name: Some("mesh-controller records".to_owned()),
         ..NatsOptions::for_controller(&bus.url, password)
     };
-    let records = KvRecords::open(&options)
-        .with_context(|| format!("opening the controller's records on {}", bus.url))?;
+    // A bus reloading its users refuses logins for a moment (nats-server answers
+    // "authorization violation" while the reload is under way): try again for a while before
+    // saying so, as a send does.
+    let deadline = std::time::Instant::now() + OPEN_RETRY_LIMIT;
+    let records = loop {
+        match KvRecords::open(&options) {
+            Ok(records) => break records,
+            Err(error) if std::time::Instant::now() < deadline => {
+                tracing::debug!(%error, "the records could not be opened; trying again");
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            Err(error) => {
+                return Err(error).with_context(|| {
+                    format!(
+                        "opening the controller's records on {} (tried for {} s)",
+                        bus.url,
+                        OPEN_RETRY_LIMIT.as_secs()
+                    )
+                })
+            }
+        }
+    };
     let records = Arc::new(records);
     let reports = StreamReports(Arc::clone(&records));
     Ok(Home::on_bus(root, records, Some(Arc::new(reports))))
