@@ -81,6 +81,7 @@ impl Fleet for Simulated {
                 Ok(Some(report))
             }
             None => {
+                // Nothing to hear: as a real fleet, wait (a little of) the time asked for.
                 tokio::time::sleep(wait.min(Duration::from_millis(10))).await;
                 Ok(None)
             }

@@ -280,8 +280,9 @@ fn a_host_that_never_reports_is_named_while_the_others_converge() {
     assert!(text.contains("mesh-host on c"), "{text}");
 }
 
-#[test]
-fn a_failed_resource_is_applied_again_when_its_backoff_elapses_and_heartbeats_repeat_it() {
+/// A bed whose node `a` runs module `owned`: a file owned by `alice`, who is not an account on
+/// `a` yet, so it fails at the push and waits its backoff (1 s); the hosts of `bus` and `a` run.
+fn owned_by_alice_on_a() -> Bed {
     let mut bed = Bed::new(&["a"]);
     let home = bed.home.path().to_owned();
     write(
@@ -296,6 +297,12 @@ fn a_failed_resource_is_applied_again_when_its_backoff_elapses_and_heartbeats_re
     bed.put_inventory(&format!("{inventory}owned = [\"a\"]\n"));
     bed.start_host("bus");
     bed.start_host_with("a", &["--first-retry", "1"]);
+    bed
+}
+
+#[test]
+fn a_failed_resource_is_applied_again_when_its_backoff_elapses_and_heartbeats_repeat_it() {
+    let bed = owned_by_alice_on_a();
     // `alice` is not an account on `a` yet: the file fails, and waits its backoff.
     let results = bed.push_all(20, 3);
     assert_eq!(
@@ -705,20 +712,7 @@ fn status_of(bed: &Bed, node: &str, silent_after: &str) -> (i32, serde_json::Val
 /// since it was last heard — the threshold shortened by `--silent-after`, never by sleeping.
 #[test]
 fn status_hears_a_failure_fixed_after_the_push_and_names_a_silent_host() {
-    let mut bed = Bed::new(&["a"]);
-    let home = bed.home.path().to_owned();
-    write(
-        &home.join("catalogue/modules/owned/module.toml"),
-        "name = \"owned\"\n\n[files.note]\nsource = \"files/note\"\npath = \"/etc/note\"\nowner = \"alice\"\n",
-    );
-    write(
-        &home.join("catalogue/modules/owned/files/note"),
-        "for alice\n",
-    );
-    let inventory = bed.record("inventory.toml").unwrap();
-    bed.put_inventory(&format!("{inventory}owned = [\"a\"]\n"));
-    bed.start_host("bus");
-    bed.start_host_with("a", &["--first-retry", "1"]);
+    let mut bed = owned_by_alice_on_a();
     let results = bed.push_all(20, 3);
     assert_eq!(
         results["a"]["report"]["machine"], "partial",
@@ -745,6 +739,7 @@ fn status_hears_a_failure_fixed_after_the_push_and_names_a_silent_host() {
             Instant::now() < deadline,
             "status never heard a converge: {a}"
         );
+        // Between two looks at the condition (the deadline bounds only a failure).
         std::thread::sleep(Duration::from_millis(200));
     }
 
@@ -759,6 +754,7 @@ fn status_hears_a_failure_fixed_after_the_push_and_names_a_silent_host() {
             break (code, a);
         }
         assert!(Instant::now() < deadline, "a was never called silent: {a}");
+        // Between two looks at the condition (the deadline bounds only a failure).
         std::thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(code, 3, "a silent node needs attention: {a}");
