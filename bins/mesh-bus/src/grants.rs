@@ -497,6 +497,94 @@ pub fn users_config(users: &BusUsers) -> Result<String, Vec<GrantProblem>> {
     Ok(out)
 }
 
+/// The user the controller proves a users file in force with, when it cannot sign as the
+/// nodes themselves (an enrolled node's seed never leaves its host): an NKey user whose key
+/// the controller derives from its own secret ([`crate::keys::derived_user_seed`]) and whose
+/// one permission names the file it belongs to ([`probe_permissions`]). A server that lets it
+/// publish on that subject has loaded that very file, and with it every node's permissions
+/// (a reload puts the whole file in force at once).
+pub const PROBE_USER: &str = "mesh-probe";
+
+/// The prefix of the probe user's reply inboxes (its round trip through the server).
+pub fn probe_inbox_prefix() -> String {
+    format!("_INBOX.{PROBE_USER}")
+}
+
+/// The subject whose publish proves `users` (a text [`users_config`] made) in force:
+/// `mesh.probe.<the first 16 hex digits of its sha256>`.
+pub fn probe_subject_for(users: &str) -> String {
+    use sha2::{Digest as _, Sha256};
+    let digest = Sha256::digest(users.as_bytes());
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("mesh.probe.{hex}")
+}
+
+/// What the probe user may do in the file made from `users`: publish on
+/// [`probe_subject_for`] and use its own inboxes.
+pub fn probe_permissions(users: &str) -> Permissions {
+    let inbox = format!("{}.>", probe_inbox_prefix());
+    let mut publish = vec![inbox.clone(), probe_subject_for(users)];
+    publish.sort();
+    Permissions {
+        publish,
+        subscribe: vec![inbox],
+    }
+}
+
+/// [`users_config`] with the probe user ([`PROBE_USER`], known by `probe_public_key`) added,
+/// allowed what [`probe_permissions`] of the text without it says.
+///
+/// # Guarantees
+/// Pure and deterministic, as [`users_config`]; the file holds no more secret than
+/// [`users_config`]'s (the probe's public key only).
+///
+/// # Errors
+/// Every [`GrantProblem`] at once, the probe's key among them.
+pub fn users_config_with_probe(
+    users: &BusUsers,
+    probe_public_key: &str,
+) -> Result<String, Vec<GrantProblem>> {
+    let mut problems = check_users(users);
+    if !crate::keys::is_user_public_key(probe_public_key) {
+        problems.push(GrantProblem::Nkey {
+            user: PROBE_USER.to_owned(),
+        });
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let text = users_config(users)?;
+    let permissions = probe_permissions(&text);
+    let mut entry = String::from("    {\n");
+    user_entry(
+        &mut entry,
+        PROBE_USER,
+        &UserCredential::Nkey(probe_public_key.to_owned()),
+    );
+    entry.push_str("      permissions: {\n");
+    list(&mut entry, "publish", &permissions.publish);
+    list(&mut entry, "subscribe", &permissions.subscribe);
+    entry.push_str("      }\n    }\n");
+    let end = text
+        .rfind("  ]\n}\n")
+        .expect("users_config ends its list of users so");
+    Ok(format!("{}{entry}{}", &text[..end], &text[end..]))
+}
+
+/// The text [`users_config_with_probe`] made, without the probe user: what
+/// [`probe_subject_for`] is computed over.
+pub fn without_probe(text: &str) -> String {
+    let marker = format!("      # user: {}\n", quoted(PROBE_USER));
+    let Some(at) = text.find(&marker) else {
+        return text.to_owned();
+    };
+    let start = text[..at].rfind("    {\n").unwrap_or(at);
+    let end = text[at..]
+        .find("\n    }\n")
+        .map_or(text.len(), |offset| at + offset + "\n    }\n".len());
+    format!("{}{}", &text[..start], &text[end..])
+}
+
 /// The permissions of each user in a text [`authorization_config`] made: user → what it may
 /// publish and hear, as the text lists them. The controller's user, allowed everything, has
 /// none; a text this crate did not make gives what lines it recognises.
@@ -665,6 +753,34 @@ mod tests {
             node_permissions(&node("laptop", &[], &[]))
         );
         assert_eq!(unquoted(r#""a\"b\\c""#).as_deref(), Some(r#"a"b\c"#));
+    }
+
+    #[test]
+    fn the_probe_user_names_the_file_it_belongs_to() {
+        let users = BusUsers {
+            controller: UserCredential::Password("c".into()),
+            nodes: vec![NodeUser {
+                node: "home".into(),
+                credential: UserCredential::Nkey(nkeys::KeyPair::new_user().public_key()),
+                buckets: vec![],
+                subjects: vec![],
+            }],
+        };
+        let probe = nkeys::KeyPair::new_user().public_key();
+        let plain = users_config(&users).unwrap();
+        let text = users_config_with_probe(&users, &probe).unwrap();
+        assert!(text.contains(&probe));
+        assert_eq!(without_probe(&text), plain);
+        let read = permissions_in_config(&text);
+        assert_eq!(read[PROBE_USER], probe_permissions(&plain));
+        assert_eq!(
+            read["node-home"],
+            permissions_in_config(&plain)["node-home"]
+        );
+        assert!(read[PROBE_USER]
+            .publish
+            .contains(&probe_subject_for(&plain)));
+        assert!(users_config_with_probe(&users, "SUNOTAKEY").is_err());
     }
 
     #[test]

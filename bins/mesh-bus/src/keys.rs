@@ -120,6 +120,33 @@ pub fn public_key_of_file(path: &Path) -> Result<String, KeyError> {
     public_key_of(&seed, path)
 }
 
+/// A user seed derived from `secret` for `purpose`: the same for the same two, and telling
+/// nothing of `secret`. The controller derives the probe user's key
+/// ([`crate::grants::PROBE_USER`]) from its own secret, so any machine holding that secret
+/// proves the bus's users in force and nothing more is kept.
+pub fn derived_user_seed(secret: &str, purpose: &str) -> String {
+    use sha2::{Digest as _, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(b"mesh derived nkey\0");
+    hasher.update(purpose.as_bytes());
+    hasher.update(b"\0");
+    hasher.update(secret.trim().as_bytes());
+    let raw: [u8; 32] = hasher.finalize().into();
+    nkeys::KeyPair::new_from_raw(nkeys::KeyPairType::User, raw)
+        .and_then(|pair| pair.seed())
+        .expect("32 random-looking bytes make a user key pair")
+}
+
+/// The public key of a user seed (`None` when it is not one).
+pub fn public_key_of_seed(seed: &str) -> Option<String> {
+    match nkeys::KeyPair::from_seed(seed.trim()) {
+        Ok(pair) if matches!(pair.key_pair_type(), nkeys::KeyPairType::User) => {
+            Some(pair.public_key())
+        }
+        _ => None,
+    }
+}
+
 fn public_key_of(seed: &str, path: &Path) -> Result<String, KeyError> {
     match nkeys::KeyPair::from_seed(seed.trim()) {
         Ok(pair) if matches!(pair.key_pair_type(), nkeys::KeyPairType::User) => {

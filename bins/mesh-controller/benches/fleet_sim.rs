@@ -351,12 +351,17 @@ fn fleet_home(dir: &Path, server: &NatsServer, hosts: usize) -> (Home, BusArgs) 
     std::fs::create_dir_all(root.join("catalogue/modules")).unwrap();
 
     let local = Home::new(&root);
-    let users =
-        mesh_controller::fleet::users_text(&local, &local.catalogue().unwrap(), None).unwrap();
+    let users = mesh_controller::fleet::users_text(
+        &local,
+        &local.catalogue().unwrap(),
+        &BusArgs::default(),
+    )
+    .unwrap();
     server.reload(&users).unwrap();
     let bus = BusArgs {
         url: server.url(),
         password_file: Some(root.join("bus/passwords/controller")),
+        ..BusArgs::default()
     };
     // The reload is asynchronous: wait until the controller is let in.
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -20,12 +20,22 @@
 //!    published on JetStream; the push waits for each node's settled report (a report of the
 //!    declaration sent that is not mid-change), up to the timeout.
 //!
-//! Passwords: each node's is generated once and kept in the records (`bus/passwords/<node>`:
-//! on a fleet the bus's records bucket, which no node may read; a file of mode 0600 under the
-//! home before the records are moved there), to be given to that node's host as its
-//! `--password-file` (`broker password NODE`). The controller's own is `--bus-password-file`,
-//! or `<home>/bus/passwords/controller`, and stays on the controller's machine: it opens the
-//! bus, and so the records.
+//! Credentials (rule 31): a node enrolled with its NKey (`node enroll`, [`crate::enroll`]) is
+//! in the users file by its public key only. A node not yet enrolled has a password, generated
+//! once and kept in the records (`bus/passwords/<node>`: on a fleet the bus's records bucket,
+//! which no node may read; a file of mode 0600 under the home before the records are moved
+//! there), to be given to that node's host as its `--password-file` (`broker password NODE`),
+//! and dropped when it is enrolled. The controller signs with its own seed (`--bus-seed`, or
+//! `<home>/bus/nkey.seed` made by `broker keygen`) or, without one, uses its password
+//! (`--bus-password-file`, or `<home>/bus/passwords/controller`); either stays on the
+//! controller's machine: it opens the bus, and so the records. The server is verified against
+//! `--bus-ca` ([`BusArgs::tls`]).
+//!
+//! An enrolled node's seed never leaves its host, so the controller cannot log in as it to
+//! prove its permissions in force: the users file carries a probe user
+//! ([`mesh_bus::grants::PROBE_USER`], its key derived from the controller's secret) allowed to
+//! publish on a subject naming that very file; the server letting it publish there has loaded
+//! the file, and with it every node's permissions.
 //!
 //! What it must never do: send a declaration before its node's grants are confirmed when they
 //! changed, report a node as converged from a heartbeat of an older declaration, or drop a
@@ -36,10 +46,10 @@ use crate::executor::Fleet;
 use crate::home::Home;
 use crate::push::Checked;
 use anyhow::{anyhow, bail, Context, Result};
-use mesh_bus::grants::{self, BusAuthorization, NodeGrants};
+use mesh_bus::grants;
 use mesh_bus::jetstream;
 use mesh_bus::probe;
-use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
+use mesh_bus::{subjects, Bus, BusTls, NatsBus, NatsOptions, NodeSecret};
 use mesh_model::declaration::{Declaration, FileSpec, Resource, Spec};
 use mesh_model::inventory::Inventory;
 use mesh_model::module::Catalogue;
@@ -59,13 +69,89 @@ pub const USERS_RESOURCE: &str = "mesh-bus/file/users";
 /// bus node reported the users file in place (its server reloading).
 pub const GRANTS_CONFIRM_LIMIT: Duration = Duration::from_secs(30);
 
-/// How the controller reaches the bus: `--bus URL` and `--bus-password-file FILE`.
-#[derive(Debug, Clone)]
+/// How the controller reaches the bus: `--bus URL`, its credential (`--bus-seed FILE`, or
+/// `--bus-password-file FILE`) and the bus's TLS (`--bus-ca FILE`, `--bus-cert`/`--bus-key`).
+#[derive(Debug, Clone, Default)]
 pub struct BusArgs {
-    /// The bus, e.g. `nats://bus.example:4222`.
+    /// The bus, e.g. `tls://bus.example:4222`.
     pub url: String,
-    /// The controller's password file (default `<home>/bus/passwords/controller`).
+    /// The controller's password file (default `<home>/bus/passwords/controller`), used when
+    /// it has no seed.
     pub password_file: Option<PathBuf>,
+    /// The controller's NKey seed file (default `<home>/bus/nkey.seed` when there is one).
+    pub seed_file: Option<PathBuf>,
+    /// The CA the server is verified against, and the controller's client certificate.
+    pub tls: BusTls,
+}
+
+/// Where the controller's own NKey seed is kept under the home (`broker keygen` makes it,
+/// 0600): on this machine only, never among the records.
+pub const CONTROLLER_SEED_FILE: &str = "bus/nkey.seed";
+
+/// The controller's seed file: `--bus-seed`, else [`CONTROLLER_SEED_FILE`] under the home
+/// when it is there (`None`: the controller is on its password).
+pub fn controller_seed_file(home: &Home, bus: &BusArgs) -> Option<PathBuf> {
+    bus.seed_file.clone().or_else(|| {
+        let path = home.root().join(CONTROLLER_SEED_FILE);
+        path.exists().then_some(path)
+    })
+}
+
+/// `broker keygen`: makes the controller's NKey seed under the home (0600), or shows the one
+/// there; the next push puts its public key in the users file instead of its password.
+///
+/// # Errors
+/// The seed cannot be written, or the one there is not a seed or is readable by others.
+pub fn controller_keygen(home: &Home) -> Result<mesh_bus::keys::MadeSeed> {
+    let path = home.root().join(CONTROLLER_SEED_FILE);
+    Ok(mesh_bus::keys::make_seed_file(&path)?)
+}
+
+/// What the controller proves itself with: its seed when it has one, else its password.
+///
+/// # Errors
+/// A seed or password file that cannot be read, is readable by others, or holds no seed (the
+/// error names the file, never what it holds).
+pub fn controller_secret(home: &Home, bus: &BusArgs) -> Result<NodeSecret> {
+    if let Some(seed_file) = controller_seed_file(home, bus) {
+        let seed = mesh_bus::keys::read_seed_file(&seed_file)
+            .context("reading the controller's bus seed")?;
+        return Ok(NodeSecret::NkeySeed(seed.trim().to_owned()));
+    }
+    Ok(NodeSecret::Password(controller_password(home, bus)?))
+}
+
+/// The controller's user as the users file holds it: its public key, or its password.
+fn controller_credential(secret: &NodeSecret) -> Result<grants::UserCredential> {
+    Ok(match secret {
+        NodeSecret::Password(password) => grants::UserCredential::Password(password.clone()),
+        NodeSecret::NkeySeed(seed) => grants::UserCredential::Nkey(
+            mesh_bus::keys::public_key_of_seed(seed)
+                .context("the controller's seed is not an NKey user seed")?,
+        ),
+    })
+}
+
+/// The probe user's seed ([`mesh_bus::grants::PROBE_USER`]), derived from the controller's
+/// secret: kept nowhere, the same on any machine holding that secret.
+fn probe_seed(secret: &NodeSecret) -> String {
+    let text = match secret {
+        NodeSecret::Password(password) => password,
+        NodeSecret::NkeySeed(seed) => seed,
+    };
+    mesh_bus::keys::derived_user_seed(text, grants::PROBE_USER)
+}
+
+/// How the controller connects: its credential and the bus's TLS.
+///
+/// # Errors
+/// As [`controller_secret`].
+pub fn controller_options(home: &Home, bus: &BusArgs) -> Result<NatsOptions> {
+    let options = match controller_secret(home, bus)? {
+        NodeSecret::Password(password) => NatsOptions::for_controller(&bus.url, password),
+        NodeSecret::NkeySeed(seed) => NatsOptions::for_controller_nkey(&bus.url, seed),
+    };
+    Ok(options.with_tls(bus.tls.clone()))
 }
 
 /// Where the controller's own bus password is kept when `--bus-password-file` is not given:
@@ -75,10 +161,7 @@ pub fn password_path(home: &Home, user: &str) -> PathBuf {
     home.root().join("bus").join("passwords").join(user)
 }
 
-/// The record key of a node's bus password.
-fn password_key(node: &str) -> String {
-    format!("bus/passwords/{node}")
-}
+use crate::enroll::password_key;
 
 /// `bytes` random bytes from `/dev/urandom`, in hex; `what` they are for names them in an
 /// error.
@@ -141,19 +224,37 @@ pub fn password(home: &Home, user: &str) -> Result<String> {
     Ok(password)
 }
 
-/// The controller's bus password: `--bus-password-file`, else the one kept in the home.
+/// The controller's bus password: `--bus-password-file` (refused when others may read it),
+/// else the one kept in the home.
 pub fn controller_password(home: &Home, bus: &BusArgs) -> Result<String> {
     match &bus.password_file {
-        Some(file) => Ok(std::fs::read_to_string(file)
-            .with_context(|| format!("reading the bus password file {}", file.display()))?
+        Some(file) => Ok(mesh_store::secret::read_secret(file)
+            .context("the controller's bus password")?
             .trim_end_matches(['\n', '\r'])
             .to_owned()),
         None => password(home, grants::CONTROLLER_USER),
     }
 }
 
-/// The bus's users as the server's `authorization` block: the controller, and one user per
-/// node with the state buckets and event subjects its assigned modules are granted.
+/// `broker password NODE`: the node's bus password, for its host's `--password-file` (made if
+/// it has none).
+///
+/// # Errors
+/// The node is enrolled with an NKey (it has no password: its host signs with its seed);
+/// the password cannot be read or made.
+pub fn node_password(home: &Home, node: &str) -> Result<String> {
+    if crate::enroll::enrolled_key(home, node)?.is_some() {
+        bail!(
+            "`{node}` is enrolled with an NKey and has no bus password: its host signs with the              seed `mesh-host keygen` made (serve without --password-file)"
+        );
+    }
+    password(home, node)
+}
+
+/// The bus's users as the server's `authorization` block: the controller, one user per node
+/// with the state buckets and event subjects its assigned modules are granted — an enrolled
+/// node by its public key, one not yet enrolled by its password — and the probe user
+/// ([`mesh_bus::grants::PROBE_USER`]).
 ///
 /// # Errors
 /// Every grant problem at once (a bad bucket name, a subject overlapping the mesh's own, …),
@@ -162,7 +263,7 @@ pub fn authorization(
     home: &Home,
     catalogue: &Catalogue,
     inventory: &Inventory,
-    controller_password: &str,
+    controller: &NodeSecret,
 ) -> Result<String> {
     let mut nodes = Vec::new();
     for node in inventory.file.nodes.keys() {
@@ -174,17 +275,22 @@ pub fn authorization(
                 event_subjects.extend(module.definition.grants.subjects.iter().cloned());
             }
         }
-        nodes.push(NodeGrants {
+        nodes.push(grants::NodeUser {
             node: node.clone(),
-            password: password(home, node)?,
+            credential: crate::enroll::node_credential(home, node)?,
             buckets: buckets.into_iter().collect(),
             subjects: event_subjects.into_iter().collect(),
         });
     }
-    grants::authorization_config(&BusAuthorization {
-        controller_password: controller_password.to_owned(),
-        nodes,
-    })
+    let probe = mesh_bus::keys::public_key_of_seed(&probe_seed(controller))
+        .expect("a derived seed is a user seed");
+    grants::users_config_with_probe(
+        &grants::BusUsers {
+            controller: controller_credential(controller)?,
+            nodes,
+        },
+        &probe,
+    )
     .map_err(|problems| {
         anyhow!(
             "the bus's grants cannot be composed; nothing was sent:\n{}",
@@ -199,19 +305,9 @@ pub fn authorization(
 
 /// `broker users`: the bus's users as the server's configuration includes them — to start
 /// the bus node's server with, before the first push sends it.
-pub fn users_text(
-    home: &Home,
-    checked: &Checked,
-    password_file: Option<PathBuf>,
-) -> Result<String> {
+pub fn users_text(home: &Home, checked: &Checked, bus: &BusArgs) -> Result<String> {
     let inventory = home.inventory()?;
-    let controller = controller_password(
-        home,
-        &BusArgs {
-            url: String::new(),
-            password_file,
-        },
-    )?;
+    let controller = controller_secret(home, bus)?;
     authorization(home, &checked.0, &inventory, &controller)
 }
 
@@ -242,7 +338,7 @@ fn confirmed(home: &Home) -> Result<Option<String>> {
 pub const USERS_GROUP: &str = "nats";
 
 /// `declaration` with the bus's users as the file [`USERS_PATH`] (owner `root`, group
-/// [`USERS_GROUP`], mode 0640: it holds the passwords).
+/// [`USERS_GROUP`], mode 0640: it holds the passwords of nodes not yet enrolled).
 pub fn with_users_file(declaration: Declaration, users: &str) -> Declaration {
     let mut resources = declaration.resources;
     resources.retain(|r| r.id != USERS_RESOURCE);
@@ -265,8 +361,8 @@ pub fn with_users_file(declaration: Declaration, users: &str) -> Declaration {
 
 /// Connects as the controller.
 pub async fn connect(home: &Home, bus: &BusArgs) -> Result<NatsBus> {
-    let password = controller_password(home, bus)?;
-    NatsBus::connect(&NatsOptions::for_controller(&bus.url, password))
+    let options = controller_options(home, bus)?;
+    NatsBus::connect(&options)
         .await
         .with_context(|| format!("connecting to the bus at {}", bus.url))
 }
@@ -361,12 +457,17 @@ fn users_file_in_place(report: &Report) -> Result<(), String> {
 /// ([`mesh_bus::probe::prove_permissions`]). A change of permissions alone, the users the
 /// same, is so proven before any code that needs it is sent (issue 249).
 ///
+/// An enrolled node's seed is not the controller's to sign with: the probe user proves the
+/// file in force first (its permission names the file, so every node's permissions in it
+/// are in force with it); each node still on a password is then proven as that node.
+///
 /// # Errors
-/// The first node whose permissions are not in force by the limit, with every permission not
+/// The first user whose permissions are not in force by the limit, with every permission not
 /// proven: the permission and what the server said. A password that cannot be read.
 async fn confirm_users(
     home: &Home,
     bus: &BusArgs,
+    controller: &NodeSecret,
     inventory: &Inventory,
     users: &str,
     confirmed: Option<&str>,
@@ -376,12 +477,45 @@ async fn confirm_users(
     let previous = confirmed
         .map(grants::permissions_in_config)
         .unwrap_or_default();
-    for node in inventory.file.nodes.keys() {
+    if let Some(permissions) = expected.get(grants::PROBE_USER) {
+        let mut options = NatsOptions {
+            credentials: Some(mesh_bus::nats::Credentials::Nkey {
+                user: grants::PROBE_USER.to_owned(),
+                seed: probe_seed(controller),
+            }),
+            name: Some("mesh-controller proving the bus's users".to_owned()),
+            inbox_prefix: Some(grants::probe_inbox_prefix()),
+            ..NatsOptions::new(&bus.url)
+        }
+        .with_tls(bus.tls.clone());
+        options.connect_timeout = Duration::from_secs(2);
+        if let Err(unproven) = probe::prove_permissions(
+            &options,
+            permissions,
+            previous.get(grants::PROBE_USER),
+            deadline,
+        )
+        .await
+        {
+            bail!(
+                "the bus has not put its new users in force {}s after they were sent: {}",
+                GRANTS_CONFIRM_LIMIT.as_secs(),
+                unproven
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
+    }
+    let on_passwords = crate::enroll::nodes_on_passwords(home, inventory)?;
+    for node in &on_passwords {
         let user = grants::node_user(node);
         let Some(permissions) = expected.get(&user) else {
             bail!("the bus's users do not name `{user}`");
         };
-        let mut options = NatsOptions::for_node(&bus.url, node, password(home, node)?);
+        let mut options =
+            NatsOptions::for_node(&bus.url, node, password(home, node)?).with_tls(bus.tls.clone());
         options.connect_timeout = Duration::from_secs(2);
         options.name = Some(format!("mesh-controller checking {node}'s grants"));
         if let Err(unproven) =
@@ -427,7 +561,7 @@ pub struct NatsFleet {
     args: BusArgs,
     bus: NatsBus,
     reports: mesh_bus::Subscription,
-    controller_password: String,
+    controller: NodeSecret,
     /// The bus's users as this rollout's catalogue and inventory compose them.
     users: String,
     buckets: BTreeSet<String>,
@@ -440,7 +574,7 @@ impl NatsFleet {
     /// # Errors
     /// The bus cannot be reached, or the streams cannot be made.
     pub async fn start(home: &Home, args: &BusArgs) -> Result<NatsFleet> {
-        let controller_password = controller_password(home, args)?;
+        let controller = controller_secret(home, args)?;
         let bus = connect(home, args).await?;
         jetstream::ensure_streams(&bus.jetstream())
             .await
@@ -450,7 +584,7 @@ impl NatsFleet {
             args: args.clone(),
             bus,
             reports,
-            controller_password,
+            controller,
             users: String::new(),
             buckets: BTreeSet::new(),
             inventory: None,
@@ -472,7 +606,7 @@ impl Fleet for NatsFleet {
     /// # Errors
     /// As [`authorization`].
     fn prepare(&mut self, home: &Home, catalogue: &Catalogue, inventory: &Inventory) -> Result<()> {
-        self.users = authorization(home, catalogue, inventory, &self.controller_password)?;
+        self.users = authorization(home, catalogue, inventory, &self.controller)?;
         self.buckets = granted_buckets(catalogue, inventory);
         self.inventory = Some(inventory.clone());
         Ok(())
@@ -552,6 +686,7 @@ impl Fleet for NatsFleet {
         if let Err(error) = confirm_users(
             home,
             &self.args,
+            &self.controller,
             inventory,
             &self.users,
             confirmed.as_deref(),

@@ -18,7 +18,8 @@
 //! plans/<id>.json                      a plan and the work behind it ([`crate::plans`])
 //! deployed/<module>.json               the build a finished rollout made current
 //! store/modules/<module>.json          every build of a module (mesh-store's records)
-//! bus/passwords/<node>                 a node's bus password ([`crate::fleet`])
+//! bus/passwords/<node>                 a node's bus password, until it is enrolled ([`crate::fleet`])
+//! bus/nkeys/<node>                     an enrolled node's NKey public key ([`crate::enroll`])
 //! bus/authorization.conf               the bus's users as last confirmed in force
 //! problems/<kind>/<subject>.json       a failure until it is resolved (mesh_store::problems)
 //! ```
@@ -32,6 +33,7 @@
 //! <home>/plans/.lock                          held while planning or driving plans
 //! <home>/store/lock, <home>/store/oci/        the store lock, the default archive store
 //! <home>/bus/passwords/controller             the controller's own bus password
+//! <home>/bus/nkey.seed                        the controller's own NKey seed (`broker keygen`)
 //! <home>/records-moved                        where the records went (`records import`)
 //! ```
 //!

@@ -12,7 +12,8 @@
 //!   machine first;
 //! - [`status`]: each node's last report and what the plans wait on;
 //! - [`runtimes`], [`broker`], [`daemon`]: who is there on the bus, looking after the bus, and
-//!   the controller as a daemon.
+//!   the controller as a daemon;
+//! - [`enroll`]: a node's NKey recorded, its password dropped (rule 31).
 //!
 //! What a person reads is rendered by the binary, never here; progress goes through the
 //! [`Progress`] the caller gives.
@@ -23,6 +24,7 @@
 pub mod broker;
 pub mod builds;
 pub mod daemon;
+pub mod enroll;
 pub mod executor;
 pub mod fail;
 pub mod fleet;

@@ -12,7 +12,8 @@
 //! # Invariants
 //! - An import never overwrites a mesh: a bus that already holds an inventory is refused and
 //!   nothing is copied.
-//! - The controller's own password never goes onto the bus (it is what opens the bus).
+//! - The controller's own password and seed never go onto the bus (they are what opens the
+//!   bus).
 
 use crate::fleet::{self, BusArgs};
 use crate::home::{Home, MOVED_FILE};
@@ -55,10 +56,9 @@ pub fn open_home(root: &Path, bus: Option<&BusArgs>) -> Result<Home> {
     let Some(bus) = bus else {
         return Ok(local);
     };
-    let password = fleet::controller_password(&local, bus)?;
     let options = NatsOptions {
         name: Some("mesh-controller records".to_owned()),
-        ..NatsOptions::for_controller(&bus.url, password)
+        ..fleet::controller_options(&local, bus)?
     };
     // A bus reloading its users refuses logins for a moment (nats-server answers
     // "authorization violation" while the reload is under way): try again for a while before
@@ -134,12 +134,9 @@ pub fn import(root: &Path, target: &Home, bus_url: &str) -> Result<Imported> {
     let mut keys = Vec::new();
     let controller_password = format!("bus/passwords/{}", mesh_bus::grants::CONTROLLER_USER);
     for dir in RECORD_DIRS {
-        keys.extend(
-            source
-                .keys_under(dir)?
-                .into_iter()
-                .filter(|key| *key != controller_password),
-        );
+        keys.extend(source.keys_under(dir)?.into_iter().filter(|key| {
+            *key != controller_password && key.as_str() != fleet::CONTROLLER_SEED_FILE
+        }));
     }
     keys.push(INVENTORY_FILE.to_owned());
     for key in &keys {

@@ -38,6 +38,10 @@ pub struct Overview {
     /// Failures recorded where they were seen (a merge the daemon could not plan, the
     /// collector's answer, a held push, failed grants), until resolved (rule 26).
     pub problems: Vec<mesh_store::problems::Problem>,
+    /// On a fleet, the nodes still proving themselves to the bus with a password, not yet
+    /// enrolled with an NKey (`node enroll`; rule 31); empty in the embedded default.
+    #[serde(default)]
+    pub on_passwords: Vec<String>,
 }
 
 /// A node a rollout held for a move.
@@ -215,6 +219,11 @@ pub fn overview(home: &Home, now: u64, silent_after_secs: u64) -> Result<Overvie
         attention,
         held,
         problems: home.problems()?,
+        on_passwords: if home.records_on_bus() {
+            crate::enroll::nodes_on_passwords(home, &home.inventory()?)?
+        } else {
+            Vec::new()
+        },
     })
 }
 

@@ -49,7 +49,8 @@ pub struct Cli {
     /// `broker` need it. Without it, the embedded default: hosts run in this process.
     #[arg(long, env = "MESH_BUS", global = true, value_name = "URL")]
     bus: Option<String>,
-    /// The controller's bus password file (default `<home>/bus/passwords/controller`).
+    /// The controller's bus password file (default `<home>/bus/passwords/controller`), used
+    /// while it has no seed (mode 0600: refused when others may read it).
     #[arg(
         long,
         env = "MESH_BUS_PASSWORD_FILE",
@@ -57,6 +58,45 @@ pub struct Cli {
         value_name = "FILE"
     )]
     bus_password_file: Option<PathBuf>,
+    /// The controller's NKey seed file, which it signs with (default `<home>/bus/nkey.seed`
+    /// when `broker keygen` made it; mode 0600: refused when others may read it).
+    #[arg(long, env = "MESH_BUS_SEED", global = true, value_name = "FILE")]
+    bus_seed: Option<PathBuf>,
+    /// The bus server's CA (a PEM file): TLS is then required and only these CAs are trusted.
+    #[arg(long, env = "MESH_BUS_CA", global = true, value_name = "FILE")]
+    bus_ca: Option<PathBuf>,
+    /// The controller's client certificate (PEM), for a bus that verifies clients (mTLS;
+    /// needs `--bus-key`).
+    #[arg(
+        long,
+        env = "MESH_BUS_CERT",
+        global = true,
+        value_name = "FILE",
+        requires = "bus_key"
+    )]
+    bus_cert: Option<PathBuf>,
+    /// The key of `--bus-cert` (PEM, mode 0600: refused when others may read it).
+    #[arg(
+        long,
+        env = "MESH_BUS_KEY",
+        global = true,
+        value_name = "FILE",
+        requires = "bus_cert"
+    )]
+    bus_key: Option<PathBuf>,
+    /// The registry's CA (a PEM file), over `https://`: its certificate must be signed by one
+    /// of these, and only these are trusted.
+    #[arg(long, env = "MESH_STORE_CA", global = true, value_name = "FILE")]
+    store_ca: Option<PathBuf>,
+    /// The controller's registry credentials (it pushes and deletes): a file holding
+    /// `USER:PASSWORD` on one line, mode 0600 (refused when others may read it).
+    #[arg(
+        long,
+        env = "MESH_STORE_CREDENTIALS",
+        global = true,
+        value_name = "FILE"
+    )]
+    store_credentials: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -237,6 +277,9 @@ pub enum Command {
     /// Looks after the bus (needs `--bus`, except `users`).
     #[command(subcommand)]
     Broker(BrokerCommand),
+    /// The fleet's nodes and how they prove themselves to the bus.
+    #[command(subcommand)]
+    Node(NodeCommand),
     /// Where the controller's records are (needs `--bus`).
     ///
     /// Without `--bus` the records (inventory, settings and their history, what was sent,
@@ -245,6 +288,25 @@ pub enum Command {
     /// started on another machine resumes from them.
     #[command(subcommand)]
     Records(RecordsCommand),
+}
+
+/// `node` subcommands.
+#[derive(Subcommand)]
+pub enum NodeCommand {
+    /// Enrolls a node's NKey: PUBLIC-KEY is what `mesh-host keygen` printed on that node (its
+    /// seed never leaves it). The key is recorded, the node's bus password dropped from the
+    /// records, and the next push sends the bus users naming the node by its key (no secret);
+    /// from then on its host signs with its seed (`mesh-host serve` without
+    /// `--password-file`). Enrolling a node again replaces its key, and says so.
+    ///
+    /// Exit codes: 0 enrolled; 1 error (not a node of the mesh, not an NKey user public key,
+    /// a seed given by mistake: nothing was changed).
+    Enroll {
+        /// The node.
+        node: String,
+        /// Its NKey user public key (`U…`, 56 characters).
+        public_key: String,
+    },
 }
 
 /// `records` subcommands.
@@ -313,7 +375,13 @@ pub enum BrokerCommand {
     /// node's password if it has none (with `--bus` in the records on the bus, else under
     /// `<home>/bus/passwords/`).
     Users,
-    /// Prints a node's bus password, for its host's `--password-file` (made if it has none).
+    /// Makes the controller's NKey seed (`<home>/bus/nkey.seed`, mode 0600; it stays on this
+    /// machine) or shows the one there, and prints its public key: the next push puts the key
+    /// in the bus's users instead of the controller's password, and the controller signs with
+    /// the seed from then on.
+    Keygen,
+    /// Prints a node's bus password, for its host's `--password-file` (made if it has none);
+    /// refused for a node enrolled with an NKey, which has none.
     Password {
         /// The node.
         node: String,
@@ -460,10 +528,22 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
-    let bus = cli.bus.clone().map(|url| fleet::BusArgs {
+    let bus_args = |url: String| fleet::BusArgs {
         url,
         password_file: cli.bus_password_file.clone(),
-    });
+        seed_file: cli.bus_seed.clone(),
+        tls: mesh_bus::BusTls {
+            ca_file: cli.bus_ca.clone(),
+            client_certificate: match (&cli.bus_cert, &cli.bus_key) {
+                (Some(cert_file), Some(key_file)) => Some(mesh_bus::ClientCertificate {
+                    cert_file: cert_file.clone(),
+                    key_file: key_file.clone(),
+                }),
+                _ => None,
+            },
+        },
+    };
+    let bus = cli.bus.clone().map(bus_args);
     if let (Command::Init { .. }, Some(bus)) = (&cli.command, &bus) {
         bail!(
             "`init` makes a mesh home on this machine, not on a bus; make it without --bus, then \
@@ -478,8 +558,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Some(spec) => spec.parse().with_context(|| format!("--store {spec}"))?,
         None => mesh_store::store::default_store_spec(home.root()),
     };
-    let store = mesh_store::store::open_store(&store_spec)
-        .with_context(|| format!("opening the store {store_spec}"))?;
+    let store = mesh_store::store::open_store_with(
+        &store_spec,
+        &mesh_store::store::StoreAccess {
+            ca_file: cli.store_ca.clone(),
+            credentials_file: cli.store_credentials.clone(),
+        },
+    )
+    .with_context(|| format!("opening the store {store_spec}"))?;
     let runtime = tokio::runtime::Runtime::new()?;
     let need_bus = || {
         bus.clone()
@@ -713,7 +799,42 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Command::Broker(BrokerCommand::Password { node }) => {
                 push::require_node(&home.inventory()?, &node)?;
-                println!("{}", fleet::password(&home, &node)?);
+                println!("{}", fleet::node_password(&home, &node)?);
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Broker(BrokerCommand::Keygen) => {
+                let made = fleet::controller_keygen(&home)?;
+                match output {
+                    Output::Json => println!(
+                        "{}",
+                        serde_json::to_string_pretty(&serde_json::json!({
+                            "seed_file": made.path,
+                            "public_key": made.public_key,
+                            "made": made.made,
+                        }))?
+                    ),
+                    Output::Text => {
+                        println!("{}", made.public_key);
+                        eprintln!(
+                            "seed {} ({}; mode 0600, it stays on this machine)",
+                            made.path.display(),
+                            if made.made {
+                                "made"
+                            } else {
+                                "already there, kept"
+                            }
+                        );
+                    }
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Node(NodeCommand::Enroll { node, public_key }) => {
+                home.require()?;
+                let enrolled = mesh_controller::enroll::enroll(&home, &node, &public_key)?;
+                match output {
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&enrolled)?),
+                    Output::Text => print!("{}", render::enrolled(&enrolled)),
+                }
                 Ok(ExitCode::SUCCESS)
             }
             Command::Records(RecordsCommand::Import) => {
@@ -769,10 +890,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Command::Broker(BrokerCommand::Users) => {
                 let checked = checked()?;
-                print!(
-                    "{}",
-                    fleet::users_text(&home, &checked, cli.bus_password_file.clone())?
-                );
+                let local = bus.clone().unwrap_or_else(|| bus_args(String::new()));
+                print!("{}", fleet::users_text(&home, &checked, &local)?);
                 Ok(ExitCode::SUCCESS)
             }
             Command::Repo(RepoCommand::Add {

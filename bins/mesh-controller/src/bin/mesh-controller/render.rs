@@ -232,6 +232,36 @@ pub fn status(overview: &Overview) -> String {
     out
 }
 
+/// What `node enroll` did, for a person.
+pub fn enrolled(enrolled: &mesh_controller::enroll::Enrolled) -> String {
+    let mut out = format!(
+        "enrolled `{}` with NKey {}",
+        enrolled.node, enrolled.public_key
+    );
+    match &enrolled.replaced {
+        Some(old) if *old == enrolled.public_key => {
+            out.push_str(" (again: it was enrolled with this key already)")
+        }
+        Some(old) => {
+            let _ = write!(
+                out,
+                "; it replaces {old}, refused by the bus once the next push sends it its users"
+            );
+        }
+        None => {}
+    }
+    out.push('\n');
+    if enrolled.password_dropped {
+        let _ = writeln!(
+            out,
+            "its bus password is dropped from the records: once the next push sends the bus its \
+             users, `{}`'s host signs with its seed (`mesh-host serve` without --password-file)",
+            enrolled.node
+        );
+    }
+    out
+}
+
 /// Every node's status, a node a paragraph.
 pub fn nodes(nodes: &[NodeStatus]) -> String {
     let mut out = String::new();
@@ -363,6 +393,14 @@ fn plans_status(overview: &Overview) -> String {
                 let _ = writeln!(out, "    {line}");
             }
         }
+    }
+    if !overview.on_passwords.is_empty() {
+        let _ = writeln!(
+            out,
+            "on bus passwords, not yet enrolled with an NKey (`mesh-host keygen` on the node, \
+             then `node enroll NODE PUBLIC-KEY`): {}",
+            overview.on_passwords.join(", ")
+        );
     }
     if !overview.attention.is_empty() {
         out.push_str("nodes needing attention:\n");
@@ -1043,6 +1081,7 @@ mod status_tests {
             }],
             attention: Vec::new(),
             held: Vec::new(),
+            on_passwords: vec!["laptop".into()],
             problems: vec![
                 mesh_store::problems::Problem {
                     format: mesh_store::problems::PROBLEM_FORMAT,

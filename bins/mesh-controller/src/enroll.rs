@@ -1,0 +1,135 @@
+//! Enrolling a node's NKey (rule 31, issue 17): `node enroll NODE PUBLIC-KEY` records the
+//! public key `mesh-host keygen` printed on that node, so the bus's users file carries its key
+//! and permissions and no secret, and drops the node's bus password from the records.
+//!
+//! Start at [`enroll`]. What the controller composes from it: [`node_credential`] (the key of
+//! an enrolled node, else its password) for every node's user in the users file
+//! ([`crate::fleet::authorization`]), and [`nodes_on_passwords`] for `status`.
+//!
+//! Records: `bus/nkeys/<node>` holds the node's public key (`U…`, no secret); a node without
+//! one is still on its password (`bus/passwords/<node>`), which keeps working until it is
+//! enrolled (an existing home goes on as it was).
+//!
+//! What it must never do: take a seed for a public key (it is refused without being echoed),
+//! change anything when the node or the key is refused, or keep an enrolled node's password.
+
+use crate::home::Home;
+use anyhow::{Context, Result};
+use mesh_bus::grants::UserCredential;
+use mesh_model::inventory::Inventory;
+use serde::Serialize;
+
+/// The record key of `node`'s enrolled public key.
+pub fn nkey_key(node: &str) -> String {
+    format!("bus/nkeys/{node}")
+}
+
+/// The record key of `node`'s bus password (kept until it is enrolled).
+pub fn password_key(node: &str) -> String {
+    format!("bus/passwords/{node}")
+}
+
+/// What [`enroll`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Enrolled {
+    /// The node.
+    pub node: String,
+    /// Its public key, now recorded.
+    pub public_key: String,
+    /// The key it replaced, when the node was enrolled already (the same key when it was
+    /// enrolled again with it).
+    pub replaced: Option<String>,
+    /// Whether a bus password of the node was dropped from the records now.
+    pub password_dropped: bool,
+}
+
+/// `node enroll NODE PUBLIC-KEY`: records `public_key` as `node`'s NKey and drops its bus
+/// password from the records. The next send to the node holding the bus carries the key in
+/// the users file (a changed users file: that node is sent first, rule 13); from then on the
+/// node's host signs with its seed (`mesh-host serve` without `--password-file`), and the old
+/// password, or a replaced key, is refused.
+///
+/// # Guarantees
+/// Nothing is changed when the node is not the mesh's or the key is not an NKey user public
+/// key; a seed given by mistake is never echoed. Idempotent: enrolling the same key again
+/// changes nothing but says it replaced itself.
+///
+/// # Errors
+/// The node is not in the inventory; the key is a seed or not a user public key (the error
+/// says which, and names the node); the records cannot be read or written.
+pub fn enroll(home: &Home, node: &str, public_key: &str) -> Result<Enrolled> {
+    let inventory = home.inventory()?;
+    crate::push::require_node(&inventory, node).context("nothing was enrolled")?;
+    let public_key = public_key.trim();
+    mesh_bus::keys::check_user_public_key(public_key)
+        .with_context(|| format!("enrolling `{node}`: nothing was enrolled"))?;
+    let replaced = enrolled_key(home, node)?;
+    home.put(&nkey_key(node), format!("{public_key}\n").as_bytes())?;
+    let password_dropped = home.get(&password_key(node))?.is_some();
+    if password_dropped {
+        home.records()
+            .delete(&password_key(node))
+            .with_context(|| format!("dropping `{node}`'s bus password from the records"))?;
+    }
+    Ok(Enrolled {
+        node: node.to_owned(),
+        public_key: public_key.to_owned(),
+        replaced,
+        password_dropped,
+    })
+}
+
+/// `node`'s enrolled public key, if it is enrolled.
+///
+/// # Errors
+/// The record cannot be read, or does not hold a user public key (naming the record).
+pub fn enrolled_key(home: &Home, node: &str) -> Result<Option<String>> {
+    let key = nkey_key(node);
+    let Some(bytes) = home.get(&key)? else {
+        return Ok(None);
+    };
+    let text = String::from_utf8_lossy(&bytes).trim().to_owned();
+    if !mesh_bus::keys::is_user_public_key(&text) {
+        anyhow::bail!(
+            "{} does not hold an NKey user public key; enroll the node again",
+            home.records().locate(&key)
+        );
+    }
+    Ok(Some(text))
+}
+
+/// How `node`'s user proves itself, as the users file holds it: its enrolled key, else its
+/// password (made the first time it is asked for, [`crate::fleet::password`]).
+///
+/// # Errors
+/// As [`enrolled_key`]; a password that cannot be read or made.
+pub fn node_credential(home: &Home, node: &str) -> Result<UserCredential> {
+    match enrolled_key(home, node)? {
+        Some(key) => Ok(UserCredential::Nkey(key)),
+        None => Ok(UserCredential::Password(crate::fleet::password(
+            home, node,
+        )?)),
+    }
+}
+
+/// The nodes of `inventory` not enrolled, by name: still on a bus password. One listing of
+/// the enrolled keys, whatever the number of nodes.
+///
+/// # Errors
+/// The records cannot be listed.
+pub fn nodes_on_passwords(home: &Home, inventory: &Inventory) -> Result<Vec<String>> {
+    let enrolled: std::collections::BTreeSet<String> = home
+        .records()
+        .list("bus/nkeys")?
+        .into_iter()
+        .map(|name| name.trim_end_matches('/').to_owned())
+        .collect();
+    Ok(inventory
+        .file
+        .nodes
+        .keys()
+        .filter(|node| !enrolled.contains(*node))
+        .cloned()
+        .collect())
+}
