@@ -614,6 +614,54 @@ pub struct MergePublished {
     pub duplicate: bool,
 }
 
+/// What [`publish_declaration`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeclarationPublished {
+    /// Its sequence in [`DECLARATIONS_STREAM`] (the first one's, for a duplicate).
+    pub sequence: u64,
+    /// A message of the same id was already stored within the stream's duplicate window (two
+    /// minutes): not stored again.
+    pub duplicate: bool,
+}
+
+/// Publishes a declaration's bytes on `node`'s declaration subject with the JetStream message
+/// id `message_id` (`Nats-Msg-Id`).
+///
+/// # Guarantees
+/// Returns once the declarations stream stored it, or said it already had a message of that id
+/// (within its duplicate window): a publish tried again with the same id — its answer lost, the
+/// server restarting — is stored once.
+///
+/// # Errors
+/// [`NatsError::Publish`] when the stream did not acknowledge it.
+pub async fn publish_declaration(
+    js: &Context,
+    node: &str,
+    declaration: Vec<u8>,
+    message_id: &str,
+) -> Result<DeclarationPublished, NatsError> {
+    let subject = subjects::declaration(node);
+    let publish_error = |source: async_nats::Error| NatsError::Publish {
+        subject: subject.clone(),
+        source,
+    };
+    let ack = js
+        .send_publish(
+            subject.clone(),
+            async_nats::jetstream::message::PublishMessage::build()
+                .payload(declaration.into())
+                .message_id(message_id),
+        )
+        .await
+        .map_err(|source| publish_error(source.into()))?
+        .await
+        .map_err(|source| publish_error(source.into()))?;
+    Ok(DeclarationPublished {
+        sequence: ack.sequence,
+        duplicate: ack.duplicate,
+    })
+}
+
 /// Announces a merge on [`subjects::MERGES`], stored once per repository, branch and commit
 /// (issues 248, 250; rule 18).
 ///

@@ -47,7 +47,7 @@ impl Fleet for Simulated {
         None
     }
 
-    fn users_file(&self) -> Option<(String, String)> {
+    fn users_file(&self) -> Option<mesh_controller::fleet::UsersFile> {
         None
     }
 

@@ -374,8 +374,8 @@ fn fleet_home(dir: &Path, server: &NatsServer, hosts: usize) -> (Home, BusArgs) 
     };
     mesh_controller::records::import(&root, &home, &bus.url).unwrap();
     // The fleet runs these users already: the bus confirmed them.
-    home.put("bus/authorization.conf", users.as_bytes())
-        .unwrap();
+    let archive = mesh_controller::fleet::users_archive(&users).unwrap();
+    mesh_controller::fleet::record_confirmed(&home, &users, &archive.reference).unwrap();
     mesh_controller::repos::add(&home, "cat", &repo, None, "modules").unwrap();
     (home, bus)
 }

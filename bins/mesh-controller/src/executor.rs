@@ -62,8 +62,9 @@ pub trait Fleet: Send {
     /// where there is nothing confirmed to compare with, that is the test).
     fn users_change(&self, home: &Home, grants_change: bool) -> Option<String>;
 
-    /// The node holding the bus and the users file every declaration sent to it carries.
-    fn users_file(&self) -> Option<(String, String)>;
+    /// The node holding the bus and the users file every declaration sent to it names (from
+    /// its archive in the store, [`crate::fleet::with_users_file`]).
+    fn users_file(&self) -> Option<crate::fleet::UsersFile>;
 
     /// Issues the grants of `nodes`: `Ok(Ok(what was done))`, or `Ok(Err(why not))`.
     ///
@@ -103,7 +104,7 @@ pub trait Fleet: Send {
 /// `declaration` as it is sent: the node holding the bus carries the bus's users file.
 fn dressed(fleet: &dyn Fleet, declaration: Declaration) -> Declaration {
     match fleet.users_file() {
-        Some((bus_node, users)) if bus_node == declaration.node => {
+        Some(users) if users.bus_node == declaration.node => {
             crate::fleet::with_users_file(declaration, &users)
         }
         Some(_) | None => declaration,
@@ -426,7 +427,7 @@ pub async fn roll_out(
                 let declaration =
                     mesh_plan::compose(&catalogue, &inventory, node).map_err(|e| e.to_string())?;
                 Ok(match &users_file {
-                    Some((bus_node, users)) if bus_node == node => {
+                    Some(users) if users.bus_node == node => {
                         crate::fleet::with_users_file(declaration, users)
                     }
                     Some(_) | None => declaration,

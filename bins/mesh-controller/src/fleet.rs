@@ -9,8 +9,8 @@
 //!    and what its modules are granted (`ModuleDefinition.grants`), plus the controller;
 //! 2. every granted state bucket is made;
 //! 3. when the composed text differs from the last one the bus confirmed
-//!    (the record `bus/authorization.conf`) — the list of users changed, or a node's grants did —
-//!    the node holding the bus is sent **first**, its declaration carrying the text as the file
+//!    (the record [`CONFIRMED_KEY`], its digest) — the list of users changed, or a node's grants
+//!    did — the node holding the bus is sent **first**, its declaration naming the file
 //!    [`USERS_PATH`] (its server includes that file and reloads when it changes); the send goes
 //!    on only once that node reported the file in place and the server has every node's
 //!    permissions in force, proven one by one as that node's user (each granted one allowed,
@@ -37,6 +37,23 @@
 //! publish on a subject naming that very file; the server letting it publish there has loaded
 //! the file, and with it every node's permissions.
 //!
+//! # How the users file travels
+//! The users file grows with the fleet (some hundreds of bytes a node: megabytes at 10,000,
+//! past the bus's 1 MiB `max_payload`), so no declaration and no record holds it whole. It
+//! travels as module builds do: packed as an archive ([`users_archive`]: one file,
+//! [`USERS_ARCHIVE_PATH`]) published to the store, which the bus node's declaration names as
+//! the archive of the module [`USERS_MODULE`], its file read from it by path and content digest
+//! ([`with_users_file`]); the bus node's host fetches it from the store and checks both
+//! digests (`mesh_host::archives`). The bus node's declaration is so the same size whatever
+//! the number of nodes.
+//!
+//! The store keeps that archive as it keeps a module's builds (rule 22): the store's record of
+//! the module [`USERS_MODULE`] (`store/modules/mesh-bus.json`) names as its current build the
+//! archive the bus node was last sent, and as recent builds the last few published — so what
+//! the bus node was last sent, and one being sent, are kept by every sweep, and the collector
+//! needs nothing of its own. The record of the users the bus last confirmed in force
+//! ([`CONFIRMED_KEY`]) holds their digest and the archive they can be read from.
+//!
 //! What it must never do: send a declaration before its node's grants are confirmed when they
 //! changed, report a node as converged from a heartbeat of an older declaration, or drop a
 //! node that did not answer (it is named "no report", and in `runtimes` "not heard"), or say
@@ -50,10 +67,15 @@ use mesh_bus::grants;
 use mesh_bus::jetstream;
 use mesh_bus::probe;
 use mesh_bus::{subjects, Bus, BusTls, NatsBus, NatsOptions, NodeSecret};
-use mesh_model::declaration::{Declaration, FileSpec, Resource, Spec};
+use mesh_model::build::{ArchiveRef, Build};
+use mesh_model::declaration::{ArchivedFile, Declaration, FileSpec, Resource, Spec};
 use mesh_model::inventory::Inventory;
 use mesh_model::module::Catalogue;
+use mesh_model::module::{EntryKind, ModuleTree};
 use mesh_model::report::{Outcome, Report};
+use mesh_store::archive::{archive_tree, unpack_archive, Archive};
+use mesh_store::store::ArchiveStore;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -64,6 +86,17 @@ pub const USERS_PATH: &str = "/etc/nats/mesh-users.conf";
 
 /// The users file's resource id in the bus node's declaration.
 pub const USERS_RESOURCE: &str = "mesh-bus/file/users";
+
+/// The module the users file belongs to in the bus node's declaration: the name its archive is
+/// named by there, and the store's record (`store/modules/mesh-bus.json`) that keeps it.
+pub const USERS_MODULE: &str = "mesh-bus";
+
+/// The users file's path inside its archive.
+pub const USERS_ARCHIVE_PATH: &str = "users.conf";
+
+/// What the store's record of [`USERS_MODULE`] names as the repository of its builds: no
+/// repository's name (it holds a space), so no merge ever forgets it.
+pub const USERS_REPOSITORY: &str = "(the bus's users)";
 
 /// The longest a push waits for the bus to have every node's permissions in force after the
 /// bus node reported the users file in place (its server reloading).
@@ -323,40 +356,289 @@ fn granted_buckets(catalogue: &Catalogue, inventory: &Inventory) -> BTreeSet<Str
         .collect()
 }
 
-/// The record holding the last authorization the bus confirmed in force.
-const CONFIRMED_KEY: &str = "bus/authorization.conf";
+/// The record of the users the bus last confirmed in force: a [`ConfirmedUsers`] (their
+/// digest, and the archive in the store they can be read from), never the text.
+pub const CONFIRMED_KEY: &str = "bus/authorization.json";
 
-/// The last authorization the bus confirmed in force, if any.
-fn confirmed(home: &Home) -> Result<Option<String>> {
+/// The record that held the confirmed users' whole text before [`CONFIRMED_KEY`]; read when
+/// that one is absent, and removed once it is written.
+pub const CONFIRMED_TEXT_KEY: &str = "bus/authorization.conf";
+
+/// The format of [`ConfirmedUsers`].
+pub const CONFIRMED_FORMAT: u32 = 1;
+
+/// The users the bus last confirmed in force (record [`CONFIRMED_KEY`], format
+/// [`CONFIRMED_FORMAT`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ConfirmedUsers {
+    /// Always [`CONFIRMED_FORMAT`].
+    pub format: u32,
+    /// `sha256:<hex>` of the users file's text.
+    pub users: String,
+    /// The archive in the store holding the text ([`USERS_ARCHIVE_PATH`]).
+    pub archive: ArchiveRef,
+}
+
+/// What the bus last confirmed: the users' digest, and either the archive holding them or (a
+/// record of the format before [`CONFIRMED_KEY`]) their text.
+enum Confirmed {
+    Archived(ConfirmedUsers),
+    Text(String),
+}
+
+impl Confirmed {
+    fn digest(&self) -> String {
+        match self {
+            Confirmed::Archived(record) => record.users.clone(),
+            Confirmed::Text(text) => mesh_model::sha256_digest(text.as_bytes()),
+        }
+    }
+}
+
+/// The users the bus last confirmed in force, if any.
+fn confirmed(home: &Home) -> Result<Option<Confirmed>> {
+    if let Some(bytes) = home.get(CONFIRMED_KEY)? {
+        let record: ConfirmedUsers = serde_json::from_slice(&bytes).with_context(|| {
+            format!(
+                "{} is not a record of confirmed users",
+                home.records().locate(CONFIRMED_KEY)
+            )
+        })?;
+        if record.format != CONFIRMED_FORMAT {
+            bail!(
+                "{} has format {}; this controller reads format {CONFIRMED_FORMAT}",
+                home.records().locate(CONFIRMED_KEY),
+                record.format
+            );
+        }
+        return Ok(Some(Confirmed::Archived(record)));
+    }
     Ok(home
-        .get(CONFIRMED_KEY)?
-        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned()))
+        .get(CONFIRMED_TEXT_KEY)?
+        .map(|bytes| Confirmed::Text(String::from_utf8_lossy(&bytes).into_owned())))
+}
+
+/// The digest of the users the bus last confirmed in force, if any.
+///
+/// # Errors
+/// The record cannot be read, or is not one.
+pub fn confirmed_digest(home: &Home) -> Result<Option<String>> {
+    Ok(confirmed(home)?.map(|confirmed| confirmed.digest()))
+}
+
+/// The text of the users the bus last confirmed, where it can be had: from the store, by the
+/// archive the record names (checked against its digests), or from a record of the format
+/// before. `None`, logged, when the store cannot give it.
+async fn confirmed_text(confirmed: &Confirmed, store: &dyn ArchiveStore) -> Option<String> {
+    let record = match confirmed {
+        Confirmed::Text(text) => return Some(text.clone()),
+        Confirmed::Archived(record) => record,
+    };
+    let read = async {
+        let fetched = store.fetch(&record.archive).await?;
+        let text = read_users_archive(&fetched.bytes, &record.archive)?;
+        if mesh_model::sha256_digest(text.as_bytes()) != record.users {
+            bail!("its users file is not {}", record.users);
+        }
+        Ok::<_, anyhow::Error>(text)
+    };
+    match read.await {
+        Ok(text) => Some(text),
+        Err(error) => {
+            tracing::warn!(archive = %record.archive.digest, store = %store.name(),
+                error = format!("{error:#}"),
+                "the users the bus last confirmed cannot be read: only what the new ones \
+                 allow is proven, not what they take away");
+            None
+        }
+    }
+}
+
+/// Records `users` (packed as `archive`) as the ones the bus confirmed in force, and removes a
+/// record of the format before, which held the text.
+///
+/// # Errors
+/// The records cannot be written.
+pub fn record_confirmed(home: &Home, users: &str, archive: &ArchiveRef) -> Result<()> {
+    home.put_json(
+        CONFIRMED_KEY,
+        &ConfirmedUsers {
+            format: CONFIRMED_FORMAT,
+            users: mesh_model::sha256_digest(users.as_bytes()),
+            archive: archive.clone(),
+        },
+    )?;
+    if home.get(CONFIRMED_TEXT_KEY)?.is_some() {
+        home.records().delete(CONFIRMED_TEXT_KEY)?;
+        tracing::info!(
+            "the record of the confirmed users is now their digest ({CONFIRMED_KEY}); \
+             {CONFIRMED_TEXT_KEY}, which held their text, is removed"
+        );
+    }
+    Ok(())
 }
 
 /// The group the bus node's `nats-server` runs as (Debian's package: user and group `nats`),
 /// which must read the users file.
 pub const USERS_GROUP: &str = "nats";
 
-/// `declaration` with the bus's users as the file [`USERS_PATH`] (owner `root`, group
-/// [`USERS_GROUP`], mode 0640: it holds the passwords of nodes not yet enrolled).
-pub fn with_users_file(declaration: Declaration, users: &str) -> Declaration {
+/// The bus's users as they travel (see [How the users file travels](self)): the node holding
+/// the bus, and the archive in the store its declaration names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsersFile {
+    /// The node holding the bus.
+    pub bus_node: String,
+    /// The archive holding the users file ([`USERS_ARCHIVE_PATH`]).
+    pub archive: ArchiveRef,
+    /// `sha256:<hex>` of the users file's text.
+    pub sha256: String,
+}
+
+impl UsersFile {
+    /// The users file of `users`, packed in `archive` ([`users_archive`]), for `bus_node`.
+    pub fn new(bus_node: &str, users: &str, archive: &Archive) -> UsersFile {
+        UsersFile {
+            bus_node: bus_node.to_owned(),
+            archive: archive.reference.clone(),
+            sha256: mesh_model::sha256_digest(users.as_bytes()),
+        }
+    }
+}
+
+/// The users file packed as an archive: one file, [`USERS_ARCHIVE_PATH`]. The same text gives
+/// the same bytes (so the same digest).
+///
+/// # Errors
+/// None in practice (the one path is plain); an archive error would be named.
+pub fn users_archive(users: &str) -> Result<Archive> {
+    let mut tree = ModuleTree::default();
+    tree.entries.insert(
+        USERS_ARCHIVE_PATH.to_owned(),
+        EntryKind::File {
+            bytes: users.as_bytes().to_vec(),
+            executable: false,
+        },
+    );
+    archive_tree(&tree).context("packing the bus's users as an archive")
+}
+
+/// The users file's text from its archive's bytes, checked against `archive`.
+///
+/// # Errors
+/// The bytes are not `archive`, or hold no users file, or it is not text.
+pub fn read_users_archive(bytes: &[u8], archive: &ArchiveRef) -> Result<String> {
+    let tree = unpack_archive(bytes, Some(archive))
+        .with_context(|| format!("the bus's users archive {}", archive.digest))?;
+    let text = tree.file(USERS_ARCHIVE_PATH).with_context(|| {
+        format!(
+            "the bus's users archive {} holds no {USERS_ARCHIVE_PATH}",
+            archive.digest
+        )
+    })?;
+    String::from_utf8(text.to_vec())
+        .with_context(|| format!("the users file in {} is not text", archive.digest))
+}
+
+/// `declaration` naming the bus's users as the file [`USERS_PATH`] (owner `root`, group
+/// [`USERS_GROUP`], mode 0640: it holds the passwords of nodes not yet enrolled), read from its
+/// archive in the store by path and content digest
+/// — the declaration's size does not grow with the number of users.
+pub fn with_users_file(declaration: Declaration, users: &UsersFile) -> Declaration {
     let mut resources = declaration.resources;
     resources.retain(|r| r.id != USERS_RESOURCE);
     resources.push(Resource {
         id: USERS_RESOURCE.to_owned(),
-        module: "mesh-bus".to_owned(),
+        module: USERS_MODULE.to_owned(),
         together: None,
         after: Vec::new(),
         spec: Spec::File(FileSpec {
             path: USERS_PATH.to_owned(),
-            content: Some(users.to_owned()),
-            source: None,
+            content: None,
+            source: Some(ArchivedFile {
+                path: USERS_ARCHIVE_PATH.to_owned(),
+                sha256: users.sha256.clone(),
+            }),
             mode: 0o640,
             owner: "root".to_owned(),
             group: USERS_GROUP.to_owned(),
         }),
     });
-    Declaration::with_archives(declaration.node, resources, declaration.archives)
+    let mut archives = declaration.archives;
+    archives.insert(USERS_MODULE.to_owned(), users.archive.clone());
+    Declaration::with_archives(declaration.node, resources, archives)
+}
+
+/// `declaration` with the users file `sent` carried (as it was sent: named from its archive,
+/// or, sent before the users travelled as an archive, carrying its text), for a diff that
+/// compares what the modules change.
+pub fn with_users_file_of(declaration: Declaration, sent: &Declaration) -> Declaration {
+    let Some(users) = sent.resource(USERS_RESOURCE).cloned() else {
+        return declaration;
+    };
+    let mut resources = declaration.resources;
+    resources.retain(|r| r.id != USERS_RESOURCE);
+    resources.push(users);
+    let mut archives = declaration.archives;
+    if let Some(archive) = sent.archives.get(USERS_MODULE) {
+        archives.insert(USERS_MODULE.to_owned(), archive.clone());
+    }
+    Declaration::with_archives(declaration.node, resources, archives)
+}
+
+/// Publishes the users archive to the store, held by its manifest (rule 21), and records it
+/// among the recent builds of [`USERS_MODULE`] in the store's record (the last
+/// [`mesh_store::keep::RECENT_BUILDS_KEPT`] kept there), under the publish lock, so no sweep
+/// lets it go before the bus node is sent it. The record's current build (what the bus node
+/// was last sent) is left as it is.
+///
+/// # Errors
+/// The store or the record cannot be written.
+pub async fn publish_users(home: &Home, store: &dyn ArchiveStore, archive: &Archive) -> Result<()> {
+    let lock = mesh_store::lock::PublishLock::acquire(home.root())
+        .await
+        .context("taking the publish lock to publish the bus's users")?;
+    mesh_store::store::publish(store, &lock, archive)
+        .await
+        .with_context(|| format!("publishing the bus's users to {}", store.name()))?;
+    let mut record = mesh_store::records::read_module_record(home.records(), USERS_MODULE)
+        .with_context(|| format!("reading the store's record of `{USERS_MODULE}`"))?
+        .unwrap_or_else(|| mesh_store::records::ModuleRecord::new(USERS_MODULE));
+    record.held = true;
+    record
+        .builds
+        .retain(|build| build.archive != archive.reference);
+    record.builds.push(Build {
+        module: USERS_MODULE.to_owned(),
+        repository: USERS_REPOSITORY.to_owned(),
+        commit: archive.reference.digest.clone(),
+        archive: archive.reference.clone(),
+        at: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        dry_run: false,
+    });
+    let extra = record
+        .builds
+        .len()
+        .saturating_sub(mesh_store::keep::RECENT_BUILDS_KEPT);
+    record.builds.drain(..extra);
+    mesh_store::records::write_module_record(home.records(), &record)
+        .with_context(|| format!("writing the store's record of `{USERS_MODULE}`"))?;
+    drop(lock);
+    Ok(())
+}
+
+/// Records that the bus node was sent the users in `archive`: the current build of
+/// [`USERS_MODULE`] in the store's record, kept by every sweep until it is sent others.
+///
+/// # Errors
+/// The record cannot be read or written.
+pub async fn users_sent(home: &Home, archive: &ArchiveRef) -> Result<()> {
+    let lock = mesh_store::lock::PublishLock::acquire(home.root())
+        .await
+        .context("taking the publish lock to keep the bus's users")?;
+    crate::builds::set_current(home, &lock, USERS_MODULE, archive)
 }
 
 /// Connects as the controller.
@@ -389,35 +671,56 @@ fn heard_report(message: &mesh_bus::Message) -> Option<Report> {
     Some(report)
 }
 
-/// Publishes `declaration` on its node's subject through JetStream (stored when this
-/// returns), its consumer made first, and records it sent.
-async fn send(home: &Home, bus: &NatsBus, declaration: &Declaration) -> Result<()> {
+/// The `Nats-Msg-Id` one send of a declaration is published with: its node, its digest and
+/// `send` (made once per send, before any attempt). A publish tried again within the send —
+/// its answer lost, the bus restarting — is so stored once (JetStream drops a message whose
+/// id it stored within the stream's duplicate window), while a later send of the same
+/// declaration (a push again, a resumed rollout) is a new message the host applies again.
+pub fn declaration_message_id(declaration: &Declaration, send: &str) -> String {
+    format!("{}:{}:{send}", declaration.node, declaration.digest())
+}
+
+/// Publishes `declaration` on its node's subject through JetStream with the message id
+/// `message_id` (stored when this returns), its consumer made first, and records it sent; the
+/// bus node's users archive it names is then the one the store keeps as last sent.
+///
+/// # Guarantees
+/// Published again with the same `message_id` within the stream's duplicate window, the
+/// declaration is stored once.
+async fn send(
+    home: &Home,
+    bus: &NatsBus,
+    declaration: &Declaration,
+    message_id: &str,
+) -> Result<()> {
     let js = bus.jetstream();
     let node = &declaration.node;
     jetstream::ensure_declaration_consumer(&js, node)
         .await
         .with_context(|| format!("making the declaration consumer of `{node}`"))?;
-    let subject = subjects::declaration(node);
-    let stored = js
-        .publish(subject.clone(), declaration.canonical_json().into())
+    jetstream::publish_declaration(&js, node, declaration.canonical_json(), message_id)
         .await
-        .with_context(|| format!("publishing on {subject}"))?;
-    stored
-        .await
-        .with_context(|| format!("{subject}: the declarations stream did not store it"))?;
-    home.record_sent(declaration)
+        .with_context(|| format!("`{node}`: the declarations stream did not store it"))?;
+    home.record_sent(declaration)?;
+    if let Some(archive) = declaration.archives.get(USERS_MODULE) {
+        users_sent(home, archive).await?;
+    }
+    Ok(())
 }
 
 /// [`send`], trying a bus that does not take the declaration again for up to
 /// [`SEND_RETRY_LIMIT`]: a server restarting, or one reloading its users (nats-server 2.9 may
-/// answer for a moment that the stream does not exist).
+/// answer for a moment that the stream does not exist). Every attempt carries the same
+/// message id ([`declaration_message_id`]), so one stored before its answer was lost is not
+/// stored again.
 ///
 /// # Errors
 /// The bus did not store it within the limit; the home cannot be written.
 async fn send_patiently(home: &Home, bus: &NatsBus, declaration: &Declaration) -> Result<()> {
+    let message_id = declaration_message_id(declaration, &random_hex(8, "a send's id")?);
     let deadline = tokio::time::Instant::now() + SEND_RETRY_LIMIT;
     loop {
-        match send(home, bus, declaration).await {
+        match send(home, bus, declaration, &message_id).await {
             Ok(()) => return Ok(()),
             Err(error) if tokio::time::Instant::now() < deadline => {
                 tracing::warn!(node = %declaration.node, error = format!("{error:#}"),
@@ -550,31 +853,46 @@ pub const SEND_RETRY_LIMIT: Duration = Duration::from_secs(60);
 /// # Guarantees
 /// - Grants before code (rule 13): [`Fleet::issue_grants`] makes the granted state
 ///   buckets, and while the bus's users for the rollout differ from the ones the bus last
-///   confirmed it answers only the bus node's grants (its declaration carries the users file,
+///   confirmed it answers only the bus node's grants (its declaration names the users file,
 ///   [`Fleet::users_file`]); any other node's grants fail until the bus node reported the
 ///   file in place and the server has every node's permissions in force, proven one by one
 ///   — then the users are recorded as confirmed.
-/// - The bus node's declaration always carries the users file, so no send takes it away.
+/// - The bus node's declaration always names the users file, so no send takes it away; the
+///   archive holding it is in the store, held and kept, before any declaration naming it is
+///   sent (see [How the users file travels](self)).
 /// - A send is stored by JetStream before it is recorded sent; a bus that does not take it is
-///   tried again for up to [`SEND_RETRY_LIMIT`].
+///   tried again for up to [`SEND_RETRY_LIMIT`], stored once however often it is tried.
 pub struct NatsFleet {
     args: BusArgs,
     bus: NatsBus,
+    store: Box<dyn ArchiveStore>,
     reports: mesh_bus::Subscription,
     controller: NodeSecret,
     /// The bus's users as this rollout's catalogue and inventory compose them.
     users: String,
+    /// [`NatsFleet::users`] packed as an archive.
+    users_archive: Option<Archive>,
+    /// The users archives this fleet published to the store (by digest).
+    published: BTreeSet<String>,
     buckets: BTreeSet<String>,
     inventory: Option<Inventory>,
 }
 
 impl NatsFleet {
-    /// Connects as the controller, makes the mesh's streams and listens for reports.
+    /// Connects as the controller, makes the mesh's streams and listens for reports; the bus's
+    /// users travel through `store` (the controller's archive store).
     ///
     /// # Errors
-    /// The bus cannot be reached, or the streams cannot be made.
-    pub async fn start(home: &Home, args: &BusArgs) -> Result<NatsFleet> {
+    /// The bus cannot be reached, or the streams cannot be made; the store's client cannot be
+    /// made.
+    pub async fn start(
+        home: &Home,
+        args: &BusArgs,
+        store: &mesh_store::store::StoreSpec,
+    ) -> Result<NatsFleet> {
         let controller = controller_secret(home, args)?;
+        let store = mesh_store::store::open_store(store)
+            .with_context(|| format!("opening the store {store} for the bus's users"))?;
         let bus = connect(home, args).await?;
         jetstream::ensure_streams(&bus.jetstream())
             .await
@@ -583,9 +901,12 @@ impl NatsFleet {
         Ok(NatsFleet {
             args: args.clone(),
             bus,
+            store,
             reports,
             controller,
             users: String::new(),
+            users_archive: None,
+            published: BTreeSet::new(),
             buckets: BTreeSet::new(),
             inventory: None,
         })
@@ -594,19 +915,46 @@ impl NatsFleet {
     /// Whether the users composed differ from the ones the bus last confirmed. A record that
     /// cannot be read counts as a change (the bus node goes first, which is always safe).
     fn users_differ(&self, home: &Home) -> bool {
-        confirmed(home).ok().flatten().as_deref() != Some(self.users.as_str())
+        confirmed_digest(home).ok().flatten()
+            != Some(mesh_model::sha256_digest(self.users.as_bytes()))
+    }
+
+    /// Publishes the users archive `declaration` names, if it names one this fleet has not
+    /// published yet ([`publish_users`]).
+    async fn publish_users_of(&mut self, home: &Home, declaration: &Declaration) -> Result<()> {
+        let Some(named) = declaration.archives.get(USERS_MODULE) else {
+            return Ok(());
+        };
+        if self.published.contains(&named.digest) {
+            return Ok(());
+        }
+        let archive = self
+            .users_archive
+            .as_ref()
+            .filter(|archive| &archive.reference == named)
+            .with_context(|| {
+                format!(
+                    "`{}`'s declaration names the users archive {}, which this rollout did not \
+                     compose",
+                    declaration.node, named.digest
+                )
+            })?;
+        publish_users(home, self.store.as_ref(), archive).await?;
+        self.published.insert(named.digest.clone());
+        Ok(())
     }
 }
 
 #[async_trait::async_trait]
 impl Fleet for NatsFleet {
-    /// Fixes the bus's users and granted buckets for one module's rollout, from the catalogue
-    /// and inventory it composes from.
+    /// Fixes the bus's users (and the archive they travel in) and granted buckets for one
+    /// module's rollout, from the catalogue and inventory it composes from.
     ///
     /// # Errors
     /// As [`authorization`].
     fn prepare(&mut self, home: &Home, catalogue: &Catalogue, inventory: &Inventory) -> Result<()> {
         self.users = authorization(home, catalogue, inventory, &self.controller)?;
+        self.users_archive = Some(users_archive(&self.users)?);
         self.buckets = granted_buckets(catalogue, inventory);
         self.inventory = Some(inventory.clone());
         Ok(())
@@ -617,10 +965,16 @@ impl Fleet for NatsFleet {
             .then(|| "the bus's users differ from the ones it confirmed".to_owned())
     }
 
-    /// The node holding the bus and the users file it is sent with every declaration.
-    fn users_file(&self) -> Option<(String, String)> {
+    /// The node holding the bus and the users file (in its archive) it is sent with every
+    /// declaration.
+    fn users_file(&self) -> Option<UsersFile> {
         let inventory = self.inventory.as_ref()?;
-        Some((inventory.file.bus_node.clone(), self.users.clone()))
+        let archive = self.users_archive.as_ref()?;
+        Some(UsersFile::new(
+            &inventory.file.bus_node,
+            &self.users,
+            archive,
+        ))
     }
 
     /// Issues the grants of `nodes` (see the type's guarantees): `Ok(Ok(what was done))`,
@@ -639,7 +993,8 @@ impl Fleet for NatsFleet {
                 return Ok(Err(format!("making state bucket `{bucket}`: {error}")));
             }
         }
-        let Some(inventory) = self.inventory.as_ref() else {
+        let (Some(inventory), Some(users_file)) = (self.inventory.as_ref(), self.users_file())
+        else {
             return Ok(Err("the rollout's users were not composed".to_owned()));
         };
         if !self.users_differ(home) {
@@ -656,7 +1011,7 @@ impl Fleet for NatsFleet {
         }
         // Everyone else waits for the bus node to have the users in place.
         let users_resource =
-            with_users_file(Declaration::new(bus_node.clone(), Vec::new()), &self.users)
+            with_users_file(Declaration::new(bus_node.clone(), Vec::new()), &users_file)
                 .resources
                 .into_iter()
                 .find(|r| r.id == USERS_RESOURCE);
@@ -682,35 +1037,44 @@ impl Fleet for NatsFleet {
                 )))
             }
         }
-        let confirmed = confirmed(home)?;
+        let previous = match confirmed(home)? {
+            Some(confirmed) => confirmed_text(&confirmed, self.store.as_ref()).await,
+            None => None,
+        };
         if let Err(error) = confirm_users(
             home,
             &self.args,
             &self.controller,
             inventory,
             &self.users,
-            confirmed.as_deref(),
+            previous.as_deref(),
         )
         .await
         {
             return Ok(Err(format!("{error:#}")));
         }
-        home.put(CONFIRMED_KEY, self.users.as_bytes())?;
+        record_confirmed(home, &self.users, &users_file.archive)?;
         Ok(Ok("the bus confirmed its new users".to_owned()))
     }
 
     /// Publishes a declaration to its node's consumer and records it sent, trying a bus that
-    /// does not take it again for up to [`SEND_RETRY_LIMIT`].
+    /// does not take it again for up to [`SEND_RETRY_LIMIT`]; a users archive it names is put
+    /// in the store first.
     ///
     /// # Errors
-    /// The bus did not store it within the limit; the home cannot be written.
+    /// The store did not take the users archive; the bus did not store the declaration within
+    /// the limit; the home cannot be written.
     async fn send(&mut self, home: &Home, declaration: &Declaration) -> Result<()> {
+        self.publish_users_of(home, declaration).await?;
         send_patiently(home, &self.bus, declaration).await
     }
 
     /// Overlapped: at most [`SEND_CONCURRENCY`] declarations in flight at once.
     async fn send_many(&mut self, home: &Home, declarations: &[Declaration]) -> Result<()> {
         use futures_util::StreamExt as _;
+        for declaration in declarations {
+            self.publish_users_of(home, declaration).await?;
+        }
         let bus = &self.bus;
         let sends: Vec<_> = declarations
             .iter()

@@ -18,9 +18,10 @@
 //! plans/<id>.json                      a plan and the work behind it ([`crate::plans`])
 //! deployed/<module>.json               the build a finished rollout made current
 //! store/modules/<module>.json          every build of a module (mesh-store's records)
+//! store/modules/mesh-bus.json         the bus's users archives: current = the bus node's last
 //! bus/passwords/<node>                 a node's bus password, until it is enrolled ([`crate::fleet`])
 //! bus/nkeys/<node>                     an enrolled node's NKey public key ([`crate::enroll`])
-//! bus/authorization.conf               the bus's users as last confirmed in force
+//! bus/authorization.json               the bus's users last confirmed in force: digest, archive
 //! problems/<kind>/<subject>.json       a failure until it is resolved (mesh_store::problems)
 //! ```
 //!

@@ -97,7 +97,7 @@ impl Fleet for InProcessFleet {
         grants_change.then(|| "its grants change the bus's users".to_owned())
     }
 
-    fn users_file(&self) -> Option<(String, String)> {
+    fn users_file(&self) -> Option<crate::fleet::UsersFile> {
         None
     }
 

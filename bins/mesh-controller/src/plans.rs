@@ -789,7 +789,9 @@ pub type GivenFleet = std::sync::Arc<tokio::sync::Mutex<Box<dyn Fleet>>>;
 /// The bus cannot be reached; the store cannot be named to the in-process hosts.
 pub async fn start_fleet(ctx: &Ctx<'_>) -> Result<Box<dyn Fleet>> {
     Ok(match &ctx.bus {
-        Some(bus) => Box::new(crate::fleet::NatsFleet::start(ctx.home, bus).await?),
+        Some(bus) => Box::new(
+            crate::fleet::NatsFleet::start(ctx.home, bus, &builds::store_spec(ctx.store)?).await?,
+        ),
         None => Box::new(
             crate::in_process::InProcessFleet::start(builds::store_spec(ctx.store)?).await?,
         ),

@@ -50,7 +50,13 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
             "{node} started before the bus node finished"
         );
     }
-    assert!(bed.record("bus/authorization.conf").is_some());
+    let confirmed: serde_json::Value =
+        serde_json::from_str(&bed.record("bus/authorization.json").unwrap()).unwrap();
+    assert_eq!(
+        confirmed["users"],
+        mesh_model::sha256_digest(users.as_bytes()),
+        "{confirmed}"
+    );
 
     // Nothing changed: every resource unchanged, and the bus node is not sent first again.
     let again = bed.push_all(20, 0);
@@ -212,7 +218,13 @@ fn a_permissions_only_change_is_in_force_on_the_bus_before_another_node_is_sent(
         a_started >= reloaded_at_s,
         "`a` was sent (started at {a_started}) before the bus reloaded its users ({reloaded_at_s})"
     );
-    assert_eq!(bed.record("bus/authorization.conf").unwrap(), users);
+    let confirmed: serde_json::Value =
+        serde_json::from_str(&bed.record("bus/authorization.json").unwrap()).unwrap();
+    assert_eq!(
+        confirmed["users"],
+        mesh_model::sha256_digest(users.as_bytes()),
+        "{confirmed}"
+    );
     // `a` may use its new bucket at once.
     let password = std::fs::read_to_string(bed.home.path().join("bus/passwords/a")).unwrap();
     runtime().block_on(async {
@@ -345,6 +357,82 @@ fn a_failed_resource_is_applied_again_when_its_backoff_elapses_and_heartbeats_re
     );
 }
 
+/// The declaration `node` was last sent, as the records hold it (bytes).
+fn sent_declaration(bed: &Bed, node: &str) -> String {
+    let sent: serde_json::Value =
+        serde_json::from_str(&bed.record(&format!("sent/{node}.json")).unwrap()).unwrap();
+    let digest = sent["declaration"].as_str().unwrap();
+    bed.record(&mesh_controller::home::declaration_key(digest))
+        .unwrap()
+}
+
+/// Issue 12: the bus's users travel as an archive in the store, named by the bus node's
+/// declaration — which is so the same size with 2 nodes as with 202 (the users file grows some
+/// hundreds of bytes a node: megabytes at 10,000, over the bus's 1 MiB max_payload) — and
+/// still land on the bus node whole; no record holds them.
+#[test]
+fn the_bus_nodes_declaration_does_not_grow_with_the_bus_users() {
+    let mut bed = Bed::new(&["a"]);
+    bed.start_host("bus");
+    bed.start_host("a");
+    let out = bed.expect(
+        &["push", "bus", "a", "--timeout", "30", "--output", "json"],
+        0,
+    );
+    let results: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert!(results.iter().all(converged), "{out}");
+    let few = sent_declaration(&bed, "bus");
+    let users_few =
+        std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap();
+    assert_eq!(users_few, bed.expect(&["broker", "users"], 0));
+    assert!(!few.contains("password"), "{few}");
+
+    // 200 more nodes, not running: each one more user of the bus.
+    let mut inventory = bed.record("inventory.toml").unwrap();
+    for index in 0..200 {
+        inventory.push_str(&format!("\n[nodes.idle-{index:03}]\nrunning = false\n"));
+    }
+    bed.put_inventory(&inventory);
+    let out = bed.expect(
+        &["push", "bus", "a", "--timeout", "60", "--output", "json"],
+        0,
+    );
+    let results: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert!(results.iter().all(converged), "{out}");
+    let many = sent_declaration(&bed, "bus");
+    assert_ne!(many, few, "the bus node was sent the new users");
+    // Only the archive's size may take a digit or two more.
+    assert!(
+        many.len() <= few.len() + 4,
+        "the bus node's declaration grew with its users:\n{few}\n{many}"
+    );
+    // The users file landed on the bus node whole, and the bus took it: `a` was let on.
+    let users_many =
+        std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap();
+    assert_eq!(users_many, bed.expect(&["broker", "users"], 0));
+    assert!(users_many.contains("idle-199"), "{users_many}");
+    assert!(users_many.len() > users_few.len() + 200 * 100);
+    // No record holds the users' text: not the declaration, not the confirmed users.
+    let records = bed.records();
+    use mesh_store::record_store::RecordStore as _;
+    let idle_user = mesh_bus::grants::node_user("idle-199");
+    for key in records.keys_under("").unwrap() {
+        if key.starts_with("bus/passwords/") {
+            continue;
+        }
+        let value = records.get(&key).unwrap().unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&value).contains(&idle_user),
+            "{key} holds the bus's users"
+        );
+    }
+    // The store keeps the archive the bus node was sent: it is the current build of `mesh-bus`.
+    let kept: serde_json::Value =
+        serde_json::from_str(&bed.record("store/modules/mesh-bus.json").unwrap()).unwrap();
+    let many: serde_json::Value = serde_json::from_str(&many).unwrap();
+    assert_eq!(kept["current"], many["archives"]["mesh-bus"], "{kept}");
+}
+
 #[test]
 fn a_grant_that_fails_fails_the_send() {
     // The bus node's host is not running: its users file is never written, so no other node
@@ -358,7 +446,7 @@ fn a_grant_that_fails_fails_the_send() {
     assert!(stderr.contains("nothing else was sent"), "{stderr}");
     std::thread::sleep(Duration::from_millis(500));
     assert!(!bed.root("a").join("etc/mesh/hello").exists());
-    assert!(bed.record("bus/authorization.conf").is_none());
+    assert!(bed.record("bus/authorization.json").is_none());
 }
 
 #[test]

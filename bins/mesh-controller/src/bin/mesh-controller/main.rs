@@ -618,18 +618,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             } => {
                 let mut declaration = push::compose_node(&home, &checked()?, &node)?;
                 let sent = home.sent(&node)?;
-                // On a fleet the bus node is also sent the bus's users (a file holding passwords):
-                // they are not the modules' doing, `broker users` shows them, and this diff compares
-                // what the modules change — so the file it was sent is carried over, not shown gone.
-                if let Some(users) = sent
-                    .as_ref()
-                    .and_then(|sent| sent.resource(fleet::USERS_RESOURCE))
-                {
-                    if let mesh_model::declaration::Spec::File(file) = &users.spec {
-                        if let Some(content) = &file.content {
-                            declaration = fleet::with_users_file(declaration, content);
-                        }
-                    }
+                // On a fleet the bus node is also sent the bus's users: they are not the modules'
+                // doing, `broker users` shows them, and this diff compares what the modules
+                // change — so the file it was sent is carried over, not shown gone.
+                if let Some(sent) = &sent {
+                    declaration = fleet::with_users_file_of(declaration, sent);
                 }
                 let diff = mesh_plan::diff(sent.as_ref(), &declaration);
                 match output {
