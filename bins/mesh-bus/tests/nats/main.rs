@@ -5,6 +5,7 @@
 mod cluster;
 mod consumers;
 mod contract;
+mod declarations;
 mod discovery;
 mod grants;
 mod merges;
