@@ -398,6 +398,9 @@ async fn explain_connect_failure(
     let url = options.url.clone();
     let trust = match &options.tls.ca_file {
         Some(path) => format!("CA file {}", path.display()),
+        None if !options.url.starts_with("tls://") => "the system's CAs: the server requires \
+            TLS and no CA file was given (--bus-ca, MESH_BUS_CA)"
+            .to_owned(),
         None => "the system's CAs".to_owned(),
     };
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&source);

@@ -137,6 +137,9 @@ pub fn controller_seed_file(home: &Home, bus: &BusArgs) -> Option<PathBuf> {
 /// The seed cannot be written, or the one there is not a seed or is readable by others.
 pub fn controller_keygen(home: &Home) -> Result<mesh_bus::keys::MadeSeed> {
     let path = home.root().join(CONTROLLER_SEED_FILE);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("making {}", dir.display()))?;
+    }
     Ok(mesh_bus::keys::make_seed_file(&path)?)
 }
 

@@ -67,6 +67,16 @@ pub fn open_home(root: &Path, bus: Option<&BusArgs>) -> Result<Home> {
     let records = loop {
         match KvRecords::open(&options) {
             Ok(records) => break records,
+            // Not a moment's refusal: trying again changes nothing.
+            Err(
+                error @ (mesh_bus::NatsError::Untrusted { .. }
+                | mesh_bus::NatsError::TlsNotOffered { .. }
+                | mesh_bus::NatsError::Secret { .. }
+                | mesh_bus::NatsError::Url { .. }),
+            ) => {
+                return Err(error)
+                    .with_context(|| format!("opening the controller's records on {}", bus.url))
+            }
             Err(error) if std::time::Instant::now() < deadline => {
                 tracing::debug!(%error, "the records could not be opened; trying again");
                 std::thread::sleep(std::time::Duration::from_millis(200));
@@ -93,11 +103,23 @@ pub fn open_home(root: &Path, bus: Option<&BusArgs>) -> Result<Home> {
 struct StreamReports(Arc<KvRecords>);
 
 impl crate::home::ReportSource for StreamReports {
+    /// Tries again for up to [`OPEN_RETRY_LIMIT`] while the stream cannot be read: a server
+    /// reloading its users answers for a moment that the stream does not exist.
     fn latest(&self, node: &str) -> Result<Option<(Vec<u8>, u64)>> {
-        Ok(self.0.last_message(
-            mesh_bus::jetstream::REPORTS_STREAM,
-            &mesh_bus::subjects::report(node),
-        )?)
+        let deadline = std::time::Instant::now() + OPEN_RETRY_LIMIT;
+        loop {
+            match self.0.last_message(
+                mesh_bus::jetstream::REPORTS_STREAM,
+                &mesh_bus::subjects::report(node),
+            ) {
+                Ok(latest) => return Ok(latest),
+                Err(error) if std::time::Instant::now() < deadline => {
+                    tracing::debug!(%error, node, "the reports stream could not be read; trying again");
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! The fleet bed (issue 8): several `mesh-host serve` processes, each with its own root, state
-//! directory and bus password, one real `nats-server` started with the users the controller
-//! composed, and `mesh-controller --bus … push`. Faults with nothing lost: the bus restarted
+//! directory and NKey seed, one real TLS-only `nats-server` started with the users the
+//! controller composed, and `mesh-controller --bus … push`. Faults with nothing lost: the bus restarted
 //! between pushes, a host killed with SIGKILL mid-apply, a host that never reports, a bus node
 //! that never takes its grants.
 //!
@@ -13,7 +13,7 @@
 mod support;
 
 use mesh_bus::grants::permissions_in_config;
-use mesh_bus::{Bus, NatsBus, NatsOptions};
+use mesh_bus::{Bus, NatsBus};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::fleet::{converged, runtime, write, Bed, AGENT_MODULE, BASE_MODULE};
@@ -98,18 +98,23 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
     assert_eq!(modules_of("b"), serde_json::json!(["base"]));
     assert_eq!(runtimes["nodes_not_heard"], serde_json::json!([]));
 
-    // The controller's password opens the bus and stays on this machine, for it alone; a
-    // node's is in the records, where only the controller reads it.
+    // The controller's seed opens the bus and stays on this machine, for it alone (never a
+    // record); a node's seed stays on its host: the records hold its public key, no password.
     use std::os::unix::fs::PermissionsExt;
-    let path = bed.home.path().join("bus/passwords/controller");
+    let path = bed.controller_seed_file();
     let mode = std::fs::metadata(&path).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "{}", path.display());
+    assert!(bed.record("bus/nkey.seed").is_none());
     assert!(bed.record("bus/passwords/controller").is_none());
     for node in ["bus", "a", "b"] {
-        let kept = bed.record(&format!("bus/passwords/{node}")).unwrap();
-        let given =
-            std::fs::read_to_string(bed.home.path().join("bus/passwords").join(node)).unwrap();
-        assert_eq!(kept, given, "{node}");
+        let seed = mesh_bus::keys::read_seed_file(&bed.seed_file(node)).unwrap();
+        let kept = bed.record(&format!("bus/nkeys/{node}")).unwrap();
+        assert_eq!(
+            Some(kept.trim().to_owned()),
+            mesh_bus::keys::public_key_of_seed(&seed),
+            "{node}"
+        );
+        assert!(bed.record(&format!("bus/passwords/{node}")).is_none());
     }
     // SIGTERM stops a host cleanly.
     for (node, child) in bed.hosts.iter_mut() {
@@ -140,8 +145,9 @@ fn a_node_joining_is_let_onto_the_bus_by_the_bus_node_before_it_is_sent_anything
         "root:x:0:0:root:/root:/bin/sh\n",
     );
     write(&bed.root("d").join("etc/group"), "root:x:0:\n");
-    // `d` gets its password now; the bus does not know it yet, so its host is refused and
-    // keeps trying.
+    // `d` makes its seed and is enrolled now; the bus does not know its key yet, so its host
+    // is refused and keeps trying.
+    bed.enroll("d");
     let users = bed.expect(&["broker", "users"], 0);
     assert!(users.contains("node-d"), "{users}");
     bed.start_host("d");
@@ -226,15 +232,8 @@ fn a_permissions_only_change_is_in_force_on_the_bus_before_another_node_is_sent(
         "{confirmed}"
     );
     // `a` may use its new bucket at once.
-    let password = std::fs::read_to_string(bed.home.path().join("bus/passwords/a")).unwrap();
     runtime().block_on(async {
-        let a = NatsBus::connect(&NatsOptions::for_node(
-            bed.url.clone(),
-            "a",
-            password.trim().to_owned(),
-        ))
-        .await
-        .unwrap();
+        let a = NatsBus::connect(&bed.node_options("a")).await.unwrap();
         let cache = a.jetstream().get_key_value("agent_cache").await.unwrap();
         cache.put("state", "kept".into()).await.unwrap();
     });
@@ -849,4 +848,169 @@ fn status_hears_a_failure_fixed_after_the_push_and_names_a_silent_host() {
     assert_eq!(a["silent_since"], a["heard_at"], "{a}");
     let text = String::from_utf8(bed.run(&["status", "--silent-after", "2"]).stdout).unwrap();
     assert!(text.contains("a: silent since"), "{text}");
+}
+
+/// Issue 17, rule 31: a fleet no one else can join. Over TLS with NKeys: a host signing with
+/// its own seed cannot be another node; a key no one enrolled is refused; the users file the
+/// bus node holds has no secret in it (parsed); the records bucket holds no node secret; a
+/// plain client and a client trusting another CA are refused, each error saying which; a seed
+/// others may read is refused at start, never echoed.
+#[test]
+fn a_fleet_no_one_else_can_join() {
+    let mut bed = Bed::new(&["a"]);
+    for node in ["bus", "a"] {
+        bed.start_host(node);
+    }
+    let results = bed.push_all(20, 0);
+    assert!(results.values().all(converged), "{results:?}");
+    let seed_of = |node: &str| mesh_bus::keys::read_seed_file(&bed.seed_file(node)).unwrap();
+    let seeds: Vec<(String, String)> = ["bus", "a"]
+        .iter()
+        .map(|node| (node.to_string(), seed_of(node).trim().to_owned()))
+        .chain(std::iter::once((
+            "controller".to_owned(),
+            mesh_bus::keys::read_seed_file(&bed.controller_seed_file())
+                .unwrap()
+                .trim()
+                .to_owned(),
+        )))
+        .collect();
+
+    // `a` signing with its own seed, claiming to be `bus`: the server knows it by its key, so
+    // it has `a`'s permissions and hears nothing of `bus`'s.
+    let rt = runtime();
+    rt.block_on(async {
+        let mut claiming = bed.node_options("a");
+        let bus_options =
+            mesh_bus::NatsOptions::for_node_nkey(bed.url.clone(), "bus", seed_of("a"))
+                .with_tls(bed.bus_tls());
+        claiming.inbox_prefix = bus_options.inbox_prefix.clone();
+        claiming.name = bus_options.name.clone();
+        claiming.refusals_expected = true;
+        let as_bus = NatsBus::connect(&claiming).await.unwrap();
+        let mut refusals = as_bus.refusals();
+        let _declarations = as_bus
+            .subscribe(&mesh_bus::subjects::declaration("bus"))
+            .await;
+        as_bus.flush().await.unwrap();
+        let refused = tokio::time::timeout(Duration::from_secs(10), refusals.recv())
+            .await
+            .expect("the server refused nothing")
+            .unwrap();
+        assert!(
+            format!("{refused:?}").contains("mesh.declaration.bus"),
+            "{refused:?}"
+        );
+        // A key no one enrolled is not let in at all.
+        let stranger = mesh_bus::keys::derived_user_seed("someone else", "fleet test");
+        let error = NatsBus::connect(
+            &mesh_bus::NatsOptions::for_node_nkey(bed.url.clone(), "a", stranger)
+                .with_tls(bed.bus_tls()),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("authorization violation"), "{error}");
+    });
+
+    // The users file the bus node was sent, parsed: every user by an NKey public key, no
+    // password, no seed.
+    let users = std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap();
+    let mut nkeys = Vec::new();
+    for line in users.lines().map(str::trim) {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        match key.trim() {
+            "nkey" => nkeys.push(value.trim().trim_matches('"').to_owned()),
+            "password" | "user" | "token" | "auth_token" => {
+                panic!("a secret-bearing entry in the users file: {line}")
+            }
+            _ => {}
+        }
+    }
+    // The controller, both nodes and the probe user.
+    assert_eq!(nkeys.len(), 4, "{users}");
+    assert!(
+        nkeys.iter().all(|k| mesh_bus::keys::is_user_public_key(k)),
+        "{nkeys:?}"
+    );
+    for (who, seed) in &seeds {
+        assert!(
+            !users.contains(seed.as_str()),
+            "{who}'s seed is in the users file"
+        );
+    }
+    let out = bed.run(&["status", "--output", "json"]);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["on-passwords"], serde_json::json!([]), "{status}");
+
+    // The records bucket: no password record, and no seed in any record.
+    use mesh_store::record_store::RecordStore as _;
+    let records = bed.records();
+    let keys = records.keys_under("").unwrap();
+    assert!(keys.iter().any(|k| k == "bus/nkeys/a"), "{keys:?}");
+    for key in &keys {
+        assert!(!key.starts_with("bus/passwords/"), "{key}");
+        assert_ne!(key, "bus/nkey.seed");
+        let value = records.get(key).unwrap().unwrap_or_default();
+        let text = String::from_utf8_lossy(&value);
+        for (who, seed) in &seeds {
+            assert!(
+                !text.contains(seed.as_str()),
+                "{who}'s seed is in record {key}"
+            );
+        }
+    }
+
+    // A plain client to the TLS-only server, and one trusting another CA: refused, each
+    // saying which.
+    let plain_url = bed.url.replace("tls://", "nats://");
+    let plain = Command::new(support::fleet::controller_binary())
+        .arg("--home")
+        .arg(bed.home.path())
+        .args(["--bus", &plain_url, "status"])
+        .env_remove("MESH_BUS_CA")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&plain.stderr);
+    assert_eq!(plain.status.code(), Some(1), "{said}");
+    assert!(said.contains(&plain_url), "{said}");
+    assert!(
+        said.contains("the server requires TLS and no CA file was given"),
+        "{said}"
+    );
+    let other = support::pki::TestPki::new("another");
+    let untrusted = Command::new(support::fleet::controller_binary())
+        .arg("--home")
+        .arg(bed.home.path())
+        .args(["--bus", &bed.url, "--bus-ca"])
+        .arg(&other.ca_file)
+        .arg("status")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&untrusted.stderr);
+    assert_eq!(untrusted.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("its certificate is not trusted")
+            && said.contains(&other.ca_file.display().to_string()),
+        "{said}"
+    );
+
+    // The controller's seed readable by others: refused at start, naming the file, not what
+    // it holds.
+    use std::os::unix::fs::PermissionsExt as _;
+    let seed_file = bed.controller_seed_file();
+    std::fs::set_permissions(&seed_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let refused = bed.run(&["status"]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("readable by others") && said.contains(&seed_file.display().to_string()),
+        "{said}"
+    );
+    let controller_seed = &seeds.last().unwrap().1;
+    assert!(!said.contains(controller_seed.as_str()), "{said}");
+    std::fs::set_permissions(&seed_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    bed.expect(&["status"], 0);
 }

@@ -13,7 +13,7 @@
 
 mod support;
 
-use mesh_bus::{Bus, NatsBus, NatsOptions};
+use mesh_bus::{Bus, NatsBus};
 use serde_json::{json, Value};
 use std::process::Command;
 use std::time::Duration;
@@ -35,10 +35,6 @@ fn stand_in(bed: &Bed, node: &str, modules: &[&str], info_delay: Option<Duration
         .build()
         .unwrap();
     let id = format!("standin{node}");
-    let password = std::fs::read_to_string(bed.home.path().join("bus/passwords").join(node))
-        .unwrap()
-        .trim()
-        .to_owned();
     let service = mesh_bus::discovery::HOST_SERVICE;
     let metadata = json!({"node": node, "modules": modules.join(",")});
     let ping_answer = json!({
@@ -53,9 +49,7 @@ fn stand_in(bed: &Bed, node: &str, modules: &[&str], info_delay: Option<Duration
     })
     .to_string();
     let (bus, mut pings, mut infos) = runtime.block_on(async {
-        let bus = NatsBus::connect(&NatsOptions::for_node(bed.url.clone(), node, password))
-            .await
-            .unwrap();
+        let bus = NatsBus::connect(&bed.node_options(node)).await.unwrap();
         // Each subscribe returns once the server has it.
         let pings = bus.subscribe("$SRV.PING").await.unwrap();
         let infos = bus

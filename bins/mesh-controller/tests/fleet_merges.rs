@@ -40,9 +40,9 @@ fn commit_base(repo: &Repo, hello: &str, top: &str, extra: &str, message: &str) 
 /// A bed of `bus` and `nodes`, every host started, the registry as the store, and the
 /// repository `cat` registered with `base` saying `v1`.
 fn setup(nodes: &[&str]) -> (Bed, Registry, Repo) {
-    let registry = Registry::start();
+    let registry = Registry::start_secured();
     let mut bed = Bed::new(nodes);
-    bed.store = Some(registry.url());
+    bed.use_registry(&registry);
     for node in std::iter::once("bus").chain(nodes.iter().copied()) {
         bed.start_host(node);
     }
@@ -280,7 +280,7 @@ fn a_rollout_rides_out_a_bus_restart_and_a_killed_controller_resumes_from_the_re
     }
     bed.start_host("a");
     // It resumes on "another machine": a home holding only the operator's catalogue checkout,
-    // and the controller's password to open the bus. Everything else is read from the bus.
+    // and the controller's seed to open the bus. Everything else is read from the bus.
     let elsewhere = tempfile::Builder::new()
         .prefix("mesh-elsewhere-")
         .tempdir()
@@ -297,13 +297,16 @@ fn a_rollout_rides_out_a_bus_restart_and_a_killed_controller_resumes_from_the_re
         .arg(elsewhere.path())
         .arg("--bus")
         .arg(&bed.url)
-        .arg("--bus-password-file")
-        .arg(bed.home.path().join("bus/passwords/controller"))
+        .arg("--bus-seed")
+        .arg(bed.controller_seed_file())
+        .arg("--bus-ca")
+        .arg(&bed.pki.ca_file)
         .args(
             bed.store
                 .iter()
                 .flat_map(|store| ["--store", store.as_str()]),
         )
+        .args(bed.controller_store_flags())
         .args(["plans", "resume"])
         .env_remove("MESH_BUS")
         .env_remove("MESH_STORE")

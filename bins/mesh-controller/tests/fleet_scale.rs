@@ -115,11 +115,11 @@ fn node_part(
 
 #[test]
 fn twenty_hosts_and_ten_modules_merge_twice_survive_a_killed_controller_and_keep_records_small() {
-    let registry = Registry::start();
+    let registry = Registry::start_secured();
     let node_names = nodes();
     let names: Vec<&str> = node_names.iter().map(String::as_str).collect();
     let mut bed = Bed::new(&names);
-    bed.store = Some(registry.url());
+    bed.use_registry(&registry);
     // Every host is started at once; none is waited for: each takes its declarations from its
     // own consumer on the bus whenever it comes up.
     for node in std::iter::once("bus").chain(names.iter().copied()) {
@@ -174,7 +174,7 @@ fn twenty_hosts_and_ten_modules_merge_twice_survive_a_killed_controller_and_keep
     );
 
     // It resumes on "another machine": a home holding only the operator's catalogue checkout,
-    // and the controller's password to open the bus. Everything else is read from the bus.
+    // and the controller's seed to open the bus. Everything else is read from the bus.
     let elsewhere = tempfile::Builder::new()
         .prefix("mesh-elsewhere-")
         .tempdir()
@@ -191,9 +191,11 @@ fn twenty_hosts_and_ten_modules_merge_twice_survive_a_killed_controller_and_keep
         .arg(elsewhere.path())
         .arg("--bus")
         .arg(&bed.url)
-        .arg("--bus-password-file")
-        .arg(bed.home.path().join("bus/passwords/controller"))
-        .args(["--store", &registry.url()])
+        .arg("--bus-seed")
+        .arg(bed.controller_seed_file())
+        .arg("--bus-ca")
+        .arg(&bed.pki.ca_file)
+        .args(registry.flags(support::StoreUser::Controller))
         .args(["plans", "resume"])
         .env_remove("MESH_BUS")
         .env_remove("MESH_STORE")

@@ -1,12 +1,22 @@
-//! The fleet bed (issue 8): several `mesh-host serve` processes, each with its own root, state
-//! directory and bus password, one real `nats-server` started with the users the controller
-//! composed, and the controller given `--bus`.
+//! The fleet bed (issue 8): several `mesh-host serve` processes, each with its own root and
+//! state directory, one real `nats-server` started with the users the controller composed,
+//! and the controller given `--bus`.
+//!
+//! Secured as on real machines (issue 17, rule 31): the server serves TLS only, with
+//! certificates made by the test's own CA ([`super::pki`]), and every client verifies it
+//! against that CA (`--bus-ca`); the controller signs with its own seed (`broker keygen`), and
+//! every host with the seed `mesh-host keygen` made in its state directory, its public key
+//! enrolled by the controller (`node enroll`): the users file holds public keys and
+//! permissions, no password. A store is a [`super::Registry::start_secured`] (TLS, htpasswd)
+//! given with [`Bed::use_registry`].
 //!
 //! The bus node's server is reloaded the way `contrib/systemd/mesh-nats-users.path` does it on
 //! a real machine: a watcher sees the users file its host wrote change and reloads the server.
 
-use mesh_bus::nats_server::NatsServer;
-use mesh_bus::{NatsBus, NatsOptions};
+use super::pki::TestPki;
+use super::{Registry, StoreUser};
+use mesh_bus::nats_server::{NatsServer, ServerTls};
+use mesh_bus::{BusTls, NatsBus, NatsOptions};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -58,6 +68,10 @@ pub struct Bed {
     pub hosts: BTreeMap<String, Child>,
     /// The store every controller command is given (`--store`), when not the default.
     pub store: Option<String>,
+    /// The store's CA and credentials flags, for the controller and for the hosts.
+    store_flags: Option<(Vec<String>, Vec<String>)>,
+    /// The bus's CA and certificates.
+    pub pki: TestPki,
     watching: Arc<AtomicBool>,
     /// The watcher's thread, joined on drop so that the server is dropped (killed) with the bed
     /// and not left running when the test process exits.
@@ -88,8 +102,8 @@ pub fn write(path: &Path, text: &str) {
 
 impl Bed {
     /// A home whose nodes are `bus` (holding the bus) and `nodes`, every node running `base`
-    /// and `a` also `agent`; a server started with the users `broker users` prints; no host
-    /// started yet.
+    /// and `a` also `agent`, each with its own seed made and enrolled; a TLS-only server
+    /// started with the users `broker users` prints; no host started yet.
     pub fn new(nodes: &[&str]) -> Bed {
         let home = tempfile::Builder::new()
             .prefix("mesh-fleet-")
@@ -138,19 +152,41 @@ impl Bed {
                 "root:x:0:\nnats:x:101:\n",
             );
         }
+        let pki = TestPki::new("bus");
+        let tls = ServerTls {
+            cert_file: pki.server_cert.clone(),
+            key_file: pki.server_key.clone(),
+            client_ca_file: None,
+        };
         let mut bed = Bed {
             server: Arc::new(Mutex::new(
-                NatsServer::start().unwrap_or_else(|e| panic!("{e}")),
+                NatsServer::start_with_tls("", &tls).unwrap_or_else(|e| panic!("{e}")),
             )),
             url: String::new(),
             home,
             hosts: BTreeMap::new(),
             store: None,
+            store_flags: None,
+            pki,
             watching: Arc::new(AtomicBool::new(true)),
             watcher: None,
             reload_delay_ms: Arc::new(AtomicU64::new(0)),
             reloaded_at_ms: Arc::new(AtomicU64::new(0)),
         };
+        // The controller's seed, and every node's made on its host and enrolled, as an operator
+        // does before the first push.
+        bed.local_command(&["broker", "keygen"])
+            .output()
+            .map(|out| assert!(out.status.success(), "broker keygen: {out:?}"))
+            .unwrap();
+        for node in &all {
+            let key = bed.host_keygen(node);
+            let out = bed
+                .local_command(&["node", "enroll", node, &key])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "node enroll {node}: {out:?}");
+        }
         // The bus has no users yet: they are composed from the home, without --bus.
         let out = bed.local_command(&["broker", "users"]).output().unwrap();
         assert!(out.status.success(), "broker users: {out:?}");
@@ -162,15 +198,15 @@ impl Bed {
         }
         bed.watcher = Some(bed.watch_users_file());
         // The reload is asynchronous, and the server let anyone in before it: wait until the
-        // users are in force — a wrong password refused — and the controller's user let in.
-        let password =
-            std::fs::read_to_string(bed.home.path().join("bus/passwords/controller")).unwrap();
+        // users are in force — a key it does not know refused — and the controller let in.
         runtime().block_on(async {
             let deadline = Instant::now() + Duration::from_secs(10);
             loop {
-                let wrong = NatsOptions::for_controller(bed.url.clone(), "not-the-password");
-                let right =
-                    NatsOptions::for_controller(bed.url.clone(), password.trim().to_owned());
+                // A key no one enrolled.
+                let stranger = mesh_bus::keys::derived_user_seed("a stranger", "the fleet bed");
+                let wrong = NatsOptions::for_controller_nkey(bed.url.clone(), stranger)
+                    .with_tls(bed.bus_tls());
+                let right = bed.controller_options();
                 let in_force = NatsBus::connect(&wrong).await.is_err();
                 match (in_force, NatsBus::connect(&right).await) {
                     (true, Ok(_)) => break,
@@ -203,13 +239,75 @@ impl Bed {
 
     /// The controller's records on the bus, read directly (as the controller does).
     pub fn records(&self) -> mesh_bus::records::KvRecords {
-        let password =
-            std::fs::read_to_string(self.home.path().join("bus/passwords/controller")).unwrap();
-        mesh_bus::records::KvRecords::open(&NatsOptions::for_controller(
-            self.url.clone(),
-            password.trim().to_owned(),
-        ))
-        .unwrap()
+        mesh_bus::records::KvRecords::open(&self.controller_options()).unwrap()
+    }
+
+    /// How a client verifies the bus: against the bed's CA.
+    pub fn bus_tls(&self) -> BusTls {
+        BusTls::with_ca(&self.pki.ca_file)
+    }
+
+    /// The controller's seed file (`broker keygen` made it under the home).
+    pub fn controller_seed_file(&self) -> PathBuf {
+        self.home.path().join("bus/nkey.seed")
+    }
+
+    /// The controller's connection options: its seed, the bed's CA.
+    pub fn controller_options(&self) -> NatsOptions {
+        let seed = mesh_bus::keys::read_seed_file(&self.controller_seed_file()).unwrap();
+        NatsOptions::for_controller_nkey(self.url.clone(), seed).with_tls(self.bus_tls())
+    }
+
+    /// `node`'s seed file, in its host's state directory (`mesh-host keygen` made it).
+    pub fn seed_file(&self, node: &str) -> PathBuf {
+        self.state_dir(node).join(mesh_host::NKEY_SEED_FILE)
+    }
+
+    /// `node`'s connection options as its host makes them: its seed, the bed's CA.
+    pub fn node_options(&self, node: &str) -> NatsOptions {
+        let seed = mesh_bus::keys::read_seed_file(&self.seed_file(node)).unwrap();
+        NatsOptions::for_node_nkey(self.url.clone(), node, seed).with_tls(self.bus_tls())
+    }
+
+    /// `mesh-host keygen` in `node`'s state directory: its public key.
+    pub fn host_keygen(&self, node: &str) -> String {
+        let out = Command::new(host_binary())
+            .arg("--state-dir")
+            .arg(self.state_dir(node))
+            .args(["--output", "json", "keygen"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mesh-host keygen: {out:?}");
+        let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        made["public_key"].as_str().unwrap().to_owned()
+    }
+
+    /// Makes `node`'s seed on its host and enrolls it through the bus (`node enroll`), unless
+    /// its host has a seed already.
+    pub fn enroll(&self, node: &str) {
+        if self.seed_file(node).exists() {
+            return;
+        }
+        let key = self.host_keygen(node);
+        self.expect(&["node", "enroll", node, &key], 0);
+    }
+
+    /// From now on every controller command and host is given `registry` as the store: the
+    /// controller with its credentials, the hosts with theirs, both trusting its CA.
+    pub fn use_registry(&mut self, registry: &Registry) {
+        self.store = Some(registry.url());
+        self.store_flags = Some((
+            registry.flags(StoreUser::Controller)[2..].to_vec(),
+            registry.flags(StoreUser::Host)[2..].to_vec(),
+        ));
+    }
+
+    /// The flags giving the controller its store's CA and credentials (none: the default).
+    pub fn controller_store_flags(&self) -> Vec<String> {
+        self.store_flags
+            .as_ref()
+            .map(|(controller, _)| controller.clone())
+            .unwrap_or_default()
     }
 
     /// Replaces the inventory on the bus (`records put inventory.toml -`).
@@ -241,7 +339,11 @@ impl Bed {
             .args(args)
             .env_remove("MESH_BUS")
             .env_remove("MESH_BUS_PASSWORD_FILE")
-            .env_remove("MESH_STORE");
+            .env_remove("MESH_BUS_SEED")
+            .env_remove("MESH_BUS_CA")
+            .env_remove("MESH_STORE")
+            .env_remove("MESH_STORE_CA")
+            .env_remove("MESH_STORE_CREDENTIALS");
         command
     }
 
@@ -295,25 +397,21 @@ impl Bed {
 
     /// Starts `node`'s host with `serve`'s extra flags.
     pub fn start_host_with(&mut self, node: &str, serve: &[&str]) {
-        // A node's password is in the controller's records on the bus; its host is given it
-        // in a file, as an operator would with `broker password NODE > FILE`.
-        let password_file = self.home.path().join("bus/passwords").join(node);
-        if !password_file.exists() {
-            let password = self.expect(&["broker", "password", node], 0);
-            write(&password_file, &password);
-            // As an operator installs it: `install -m 0600` (a host refuses one others read).
-            use std::os::unix::fs::PermissionsExt as _;
-            std::fs::set_permissions(&password_file, std::fs::Permissions::from_mode(0o600))
-                .unwrap();
-        }
+        // A node joining later makes its seed and is enrolled now.
+        self.enroll(node);
+        let host_store_flags = self
+            .store_flags
+            .as_ref()
+            .map(|(_, host)| host.clone())
+            .unwrap_or_default();
         let child =
             Command::new(host_binary())
                 .arg("--node")
                 .arg(node)
                 .arg("--bus")
                 .arg(&self.url)
-                .arg("--password-file")
-                .arg(self.home.path().join("bus/passwords").join(node))
+                .arg("--bus-ca")
+                .arg(&self.pki.ca_file)
                 .arg("--root")
                 .arg(self.root(node))
                 .arg("--state-dir")
@@ -323,8 +421,10 @@ impl Bed {
                 .arg(self.store.clone().unwrap_or_else(|| {
                     format!("oci:{}", self.home.path().join("store/oci").display())
                 }))
+                .args(host_store_flags)
                 .args(["serve", "--heartbeat", "1"])
                 .args(serve)
+                .env_remove("MESH_BUS_PASSWORD_FILE")
                 .env("MESH_LOG", "error")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -344,15 +444,22 @@ impl Bed {
             .arg(self.home.path())
             .arg("--bus")
             .arg(&self.url)
+            .arg("--bus-ca")
+            .arg(&self.pki.ca_file)
             .args(
                 self.store
                     .iter()
                     .flat_map(|store| ["--store", store.as_str()]),
             )
+            .args(self.controller_store_flags())
             .args(args)
             .env_remove("MESH_BUS")
             .env_remove("MESH_BUS_PASSWORD_FILE")
-            .env_remove("MESH_STORE");
+            .env_remove("MESH_BUS_SEED")
+            .env_remove("MESH_BUS_CA")
+            .env_remove("MESH_STORE")
+            .env_remove("MESH_STORE_CA")
+            .env_remove("MESH_STORE_CREDENTIALS");
         command
     }
 
@@ -389,13 +496,8 @@ impl Bed {
 
     /// A controller connection, living in `rt` (the runtime that uses it).
     pub fn controller_bus(&self, rt: &tokio::runtime::Runtime) -> NatsBus {
-        let password =
-            std::fs::read_to_string(self.home.path().join("bus/passwords/controller")).unwrap();
-        rt.block_on(NatsBus::connect(&NatsOptions::for_controller(
-            self.url.clone(),
-            password.trim().to_owned(),
-        )))
-        .unwrap()
+        rt.block_on(NatsBus::connect(&self.controller_options()))
+            .unwrap()
     }
 }
 

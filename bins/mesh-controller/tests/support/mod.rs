@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 pub mod fleet;
+#[path = "../../../../mesh-store/tests/support/pki.rs"]
+pub mod pki;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -302,38 +304,105 @@ pub fn redact(text: &str, words: &[(&str, &str)]) -> String {
 
 /// A real `docker-registry` (Debian's CNCF distribution) on a free loopback port, stopped when
 /// dropped. Fails, never skips, when the binary is missing.
+///
+/// [`Registry::start_secured`] serves TLS only (certificates from its own [`pki::TestPki`]) and
+/// accepts only its htpasswd users (bcrypt): the controller's (push, delete) and the hosts'
+/// (pull; distribution cannot make it read-only, see the book's store page), each given to
+/// the mesh as a credentials file (`USER:PASSWORD`, 0600).
 pub struct Registry {
     _dir: tempfile::TempDir,
     child: std::process::Child,
     /// Its port on 127.0.0.1.
     pub port: u16,
+    /// When secured: its CA and the credentials files.
+    pub secured: Option<SecuredRegistry>,
+}
+
+/// A secured registry's CA and credentials files.
+pub struct SecuredRegistry {
+    /// The certificates (the CA a client trusts is `pki.ca_file`).
+    pub pki: pki::TestPki,
+    /// The controller's credentials file (and the collector's).
+    pub controller_credentials: PathBuf,
+    /// The hosts' credentials file.
+    pub host_credentials: PathBuf,
+}
+
+/// Who a secured registry's flags are for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum StoreUser {
+    /// The controller (and the collector): push and delete.
+    Controller,
+    /// A host: pull.
+    Host,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl Registry {
-    /// Starts one and waits until it answers `/v2/`.
+    /// Starts one over plain HTTP, anyone let in, and waits until it answers `/v2/`.
     pub fn start() -> Registry {
+        Registry::start_with(false)
+    }
+
+    /// Starts one serving TLS only with htpasswd users, and waits until it answers `/v2/`
+    /// (401 to the anonymous).
+    pub fn start_secured() -> Registry {
+        Registry::start_with(true)
+    }
+
+    fn start_with(secure: bool) -> Registry {
         let binary = "/usr/bin/docker-registry";
         assert!(
             Path::new(binary).exists(),
             "{binary} is missing: `apt-get install docker-registry` (the README's test command does)"
         );
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let config = dir.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n\
-                 storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
-                 http:\n  addr: 127.0.0.1:{port}\n",
-                dir.path().join("storage").display()
-            ),
-        )
-        .unwrap();
+        let mut text = format!(
+            "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n\
+             storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
+             http:\n  addr: 127.0.0.1:{port}\n",
+            dir.path().join("storage").display()
+        );
+        let secured = secure.then(|| {
+            use std::os::unix::fs::PermissionsExt as _;
+            let pki = pki::TestPki::new("store");
+            let mut htpasswd = String::new();
+            let mut credentials = Vec::new();
+            for user in ["mesh-controller", "mesh-host"] {
+                let password = format!("{user}-{}", port);
+                // Cost 4: the registry checks the hash on every request.
+                htpasswd.push_str(&format!("{user}:{}\n", bcrypt::hash(&password, 4).unwrap()));
+                let file = dir.path().join(format!("{user}.credentials"));
+                std::fs::write(&file, format!("{user}:{password}\n")).unwrap();
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+                credentials.push(file);
+            }
+            let htpasswd_file = dir.path().join("htpasswd");
+            std::fs::write(&htpasswd_file, htpasswd).unwrap();
+            text.push_str(&format!(
+                "  tls:\n    certificate: {}\n    key: {}\n\
+                 auth:\n  htpasswd:\n    realm: mesh\n    path: {}\n",
+                pki.server_cert.display(),
+                pki.server_key.display(),
+                htpasswd_file.display()
+            ));
+            let host_credentials = credentials.pop().unwrap();
+            SecuredRegistry {
+                pki,
+                controller_credentials: credentials.pop().unwrap(),
+                host_credentials,
+            }
+        });
+        std::fs::write(&config, text).unwrap();
         let child = Command::new(binary)
             .arg("serve")
             .arg(&config)
@@ -345,11 +414,14 @@ impl Registry {
             _dir: dir,
             child,
             port,
+            secured,
         };
+        // A secured registry answers the anonymous 401.
+        let answered = if secure { "401" } else { "200" };
         for _ in 0..200 {
             if registry
-                .get("/v2/")
-                .is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+                .get_as(None, "/v2/")
+                .is_some_and(|r| r.starts_with(&format!("HTTP/1.1 {answered}")))
             {
                 return registry;
             }
@@ -358,13 +430,65 @@ impl Registry {
         panic!("docker-registry on 127.0.0.1:{port} did not answer within 10 s");
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT` (`https://` when secured).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = if self.secured.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
-    /// A plain HTTP GET: the whole response (status line, headers, body), if it answered.
+    /// The flags that give `user` this store: `--store URL` and, when secured, its CA and
+    /// `user`'s credentials.
+    pub fn flags(&self, user: StoreUser) -> Vec<String> {
+        let mut flags = vec!["--store".to_owned(), self.url()];
+        if let Some(secured) = &self.secured {
+            let credentials = match user {
+                StoreUser::Controller => &secured.controller_credentials,
+                StoreUser::Host => &secured.host_credentials,
+            };
+            flags.extend([
+                "--store-ca".to_owned(),
+                secured.pki.ca_file.display().to_string(),
+                "--store-credentials".to_owned(),
+                credentials.display().to_string(),
+            ]);
+        }
+        flags
+    }
+
+    /// A GET as the controller: the whole response (status line, headers, body), if it
+    /// answered.
     pub fn get(&self, path: &str) -> Option<String> {
+        self.get_as(Some(StoreUser::Controller), path)
+    }
+
+    /// A GET as `user` (`None`: anonymous), over TLS when secured (curl, trusting its CA only).
+    pub fn get_as(&self, user: Option<StoreUser>, path: &str) -> Option<String> {
+        let Some(secured) = &self.secured else {
+            return self.plain_get(path);
+        };
+        let mut curl = Command::new("curl");
+        curl.args(["--silent", "--include", "--http1.1", "--max-time", "10"])
+            .arg("--cacert")
+            .arg(&secured.pki.ca_file);
+        if let Some(user) = user {
+            let file = match user {
+                StoreUser::Controller => &secured.controller_credentials,
+                StoreUser::Host => &secured.host_credentials,
+            };
+            let credentials = std::fs::read_to_string(file).unwrap();
+            curl.arg("--user").arg(credentials.trim());
+        }
+        let out = curl.arg(format!("{}{path}", self.url())).output().ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn plain_get(&self, path: &str) -> Option<String> {
         use std::io::{Read, Write};
         let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
         write!(
