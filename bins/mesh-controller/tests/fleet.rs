@@ -58,14 +58,33 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
         "{confirmed}"
     );
 
-    // Nothing changed: every resource unchanged, and the bus node is not sent first again.
+    // Nothing changed: every node converged on the same declaration, and its apply of the
+    // send found every resource unchanged. (The push may take a heartbeat that repeats the
+    // first apply's report of the same declaration as the node's answer, so the apply of this
+    // send is the node's latest report, waited for on `status`.)
     let again = bed.push_all(20, 0);
     for (node, result) in &again {
-        let resources = result["report"]["resources"].as_object().unwrap();
-        assert!(
-            resources.values().all(|o| o["outcome"] == "unchanged"),
-            "{node}: {result}"
+        assert!(converged(result), "{node}: {result}");
+        assert_eq!(
+            result["declaration"], results[node]["declaration"],
+            "{node}"
         );
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = bed.run(&["status", "--output", "json"]);
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let all_unchanged = status["nodes"].as_array().unwrap().iter().all(|node| {
+            node["report"]["resources"]
+                .as_object()
+                .is_some_and(|r| r.values().all(|o| o["outcome"] == "unchanged"))
+        });
+        if all_unchanged {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never all unchanged: {status:#}");
+        // Only paces the wait on the condition above.
+        std::thread::sleep(Duration::from_millis(200));
     }
 
     // The bus node's users file is the bus's, not a module's: its diff stays empty.
