@@ -4,9 +4,9 @@
 //!
 //! It is cheap enough to run every few seconds: a file's content is read and hashed only when
 //! its size, mtime, ctime or inode changed since it was last seen as declared (git's index does
-//! the same; ctime cannot be set back from user space), kept in a **stat cache** under the state
-//! directory (`drift/stat-cache.json`, its own versioned format). A full check that hashes every
-//! file ([`Examiner::examine`] with `full`) is for a longer interval.
+//! the same; ctime cannot be set back from user space), kept in the **stat cache**
+//! ([`crate::stamps`], shared with the apply engine). A full check that hashes every file
+//! ([`Examiner::examine`] with `full`) is for a longer interval.
 //!
 //! What it must never do: change anything under the root, or look at a path the declaration
 //! does not name.
@@ -14,86 +14,28 @@
 use crate::accounts::{Accounts, ShadowUtils};
 use crate::containers::ContainerRuntime;
 use crate::paths::RootPaths;
+use crate::stamps::StatCache;
 use crate::HostConfig;
 use mesh_model::declaration::{Declaration, Spec};
 use mesh_model::report::{Drift, DriftAction, Report};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
-use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
-
-/// The version of the stat cache's format this build writes and reads.
-pub const STAT_CACHE_FORMAT: u32 = 1;
-
-const STAT_CACHE_FILE: &str = "drift/stat-cache.json";
-
-/// What a file was when it was last hashed: its stamp and the digest of its bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct Stamp {
-    /// Size in bytes.
-    pub size: u64,
-    /// Modification time, nanoseconds since the epoch.
-    pub mtime_ns: i64,
-    /// Status change time, nanoseconds since the epoch.
-    pub ctime_ns: i64,
-    /// Inode number.
-    pub ino: u64,
-    /// `sha256:<hex>` of its bytes then.
-    pub digest: String,
-}
-
-impl Stamp {
-    fn same_file(&self, meta: &std::fs::Metadata) -> bool {
-        self.size == meta.size()
-            && self.ino == meta.ino()
-            && self.mtime_ns == nanos(meta.mtime(), meta.mtime_nsec())
-            && self.ctime_ns == nanos(meta.ctime(), meta.ctime_nsec())
-    }
-}
-
-fn nanos(secs: i64, nsecs: i64) -> i64 {
-    secs.saturating_mul(1_000_000_000).saturating_add(nsecs)
-}
-
-/// The stat cache (`drift/stat-cache.json`, version [`STAT_CACHE_FORMAT`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct StatCache {
-    format: u32,
-    /// Machine path → its stamp.
-    files: BTreeMap<String, Stamp>,
-}
+use std::path::Path;
 
 /// Examines a machine for drift; keeps the stat cache between examinations.
 #[derive(Debug)]
 pub struct Examiner {
     cache: StatCache,
-    path: PathBuf,
-    dirty: bool,
     /// Files hashed by the last examination (for benchmarks and tests).
     pub hashed: usize,
 }
 
 impl Examiner {
-    /// The examiner of the host whose state directory is `state_dir`, with its stat cache (an
-    /// unreadable or other-format cache is started afresh: it only saves work).
+    /// The examiner of the host whose state directory is `state_dir`.
     pub fn open(state_dir: &Path) -> Examiner {
-        let path = state_dir.join(STAT_CACHE_FILE);
-        let cache = std::fs::read(&path)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice::<StatCache>(&bytes).ok())
-            .filter(|cache| cache.format == STAT_CACHE_FORMAT)
-            .unwrap_or(StatCache {
-                format: STAT_CACHE_FORMAT,
-                files: BTreeMap::new(),
-            });
         Examiner {
-            cache,
-            path,
-            dirty: false,
+            cache: StatCache::open(state_dir),
             hashed: 0,
         }
     }
@@ -119,6 +61,8 @@ impl Examiner {
         full: bool,
     ) -> Vec<Drift> {
         self.hashed = 0;
+        // The apply engine keeps the same cache: what it wrote since is read afresh.
+        self.cache.refresh();
         let mut paths = RootPaths::new(&config.root);
         let accounts = ShadowUtils::new(&config.root).read().ok();
         let held: Vec<String> = crate::window::open_windows(&config.state_dir, now)
@@ -182,7 +126,7 @@ impl Examiner {
                     let Some(declared) = spec.content_digest() else {
                         continue;
                     };
-                    match self.digest_of(&spec.path, &resolved.full, &meta, full) {
+                    match self.digest_of(&spec.path, &resolved.full, &meta, full, now) {
                         Ok(found) if found == declared => {}
                         Ok(found) => say("content", declared, found),
                         Err(error) => say("content", declared, format!("unreadable: {error}")),
@@ -246,12 +190,11 @@ impl Examiner {
         full_path: &Path,
         meta: &std::fs::Metadata,
         full: bool,
+        now: u64,
     ) -> std::io::Result<String> {
         if !full {
-            if let Some(stamp) = self.cache.files.get(path) {
-                if stamp.same_file(meta) {
-                    return Ok(stamp.digest.clone());
-                }
+            if let Some(digest) = self.cache.known_digest(path, meta) {
+                return Ok(digest.to_owned());
             }
         }
         let mut file = std::fs::File::open(full_path)?;
@@ -267,40 +210,13 @@ impl Examiner {
         }
         self.hashed += 1;
         let digest = format!("sha256:{}", hex::encode(hasher.finalize()));
-        let stamp = Stamp {
-            size: meta.size(),
-            mtime_ns: nanos(meta.mtime(), meta.mtime_nsec()),
-            ctime_ns: nanos(meta.ctime(), meta.ctime_nsec()),
-            ino: meta.ino(),
-            digest: digest.clone(),
-        };
-        if self.cache.files.get(path) != Some(&stamp) {
-            self.cache.files.insert(path.to_owned(), stamp);
-            self.dirty = true;
-        }
+        self.cache.record(path, &meta, &digest, now);
         Ok(digest)
     }
 
-    /// Writes the stat cache when it changed (temp + rename; a failure only costs work later).
+    /// Writes the stat cache when it changed (a failure only costs work later).
     pub fn save(&mut self) {
-        if !self.dirty {
-            return;
-        }
-        let Some(dir) = self.path.parent() else {
-            return;
-        };
-        let temporary = dir.join(".stat-cache.json.new");
-        let written = std::fs::create_dir_all(dir)
-            .and_then(|()| {
-                std::fs::write(
-                    &temporary,
-                    serde_json::to_vec(&self.cache).expect("a stat cache always serializes"),
-                )
-            })
-            .and_then(|()| std::fs::rename(&temporary, &self.path));
-        if written.is_ok() {
-            self.dirty = false;
-        }
+        self.cache.save();
     }
 }
 

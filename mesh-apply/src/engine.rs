@@ -56,7 +56,12 @@ pub fn apply(
 /// found bytes kept) **before** anything is changed; then every resource is attempted in
 /// dependency order, a together group as one unit; the state is written. The mid-change marker
 /// (see [`crate::is_mid_change`]) is written before the first change, in the state directory or
-/// under the root, and removed at the end; an apply that changes nothing writes nothing at all.
+/// under the root, and removed at the end; an apply that changes nothing writes nothing but
+/// (when a stamp was new) the stat cache ([`crate::stamps`]).
+///
+/// A file's content is read only when its stamp (size, mtime, ctime, inode) differs from the
+/// one kept when it was last read or written as declared; otherwise one lstat says its mode
+/// and owner.
 ///
 /// # Guarantees
 /// - Every declared resource gets an outcome; a failure of one never stops another (except
@@ -269,6 +274,7 @@ fn apply_examined<'s>(
         blocked: unreadable_files(declaration, contents),
         touched_dirs: BTreeSet::new(),
         read_buffer: vec![0; 64 * 1024],
+        stamps: crate::stamps::StatCache::open(&config.state_dir),
     };
     // A together group left mid-commit is put back whole before anything else (rule 5).
     if let Some(group) = crate::state::put_back_interrupted_group(&config.state_dir)? {
@@ -363,6 +369,9 @@ struct Engine<'a, 's> {
     touched_dirs: BTreeSet<PathBuf>,
     /// Reused to compare files with what is declared.
     read_buffer: Vec<u8>,
+    /// What each file was when last read or written as declared: a file whose stamp matches
+    /// is not read again ([`crate::stamps`]).
+    stamps: crate::stamps::StatCache,
 }
 
 /// The content of the declaration's archived files, as the host read them from their archives
@@ -845,6 +854,9 @@ impl<'a> Engine<'a, '_> {
     }
 
     fn release(&mut self, record: &Record) -> Result<String, String> {
+        if let Target::File { path } = &record.target {
+            self.stamps.forget(path);
+        }
         match (&record.target, &record.origin) {
             (Target::File { path }, Origin::Made) => {
                 let resolved = self.paths.resolve(path)?;
@@ -1318,6 +1330,15 @@ impl<'a> Engine<'a, '_> {
             gid,
         };
         let path = &spec.path;
+        if let Some((full, missing_parents, changed)) = self.unchanged_by_stamp(spec, &wanted)? {
+            return Ok(FileChange {
+                full,
+                missing_parents,
+                wanted,
+                existed: true,
+                changed,
+            });
+        }
         let cannot_read = |e: io::Error| format!("cannot read `{path}`: {e}");
         let (full, missing_parents, found) = match read {
             FileRead::Opened => {
@@ -1335,8 +1356,10 @@ impl<'a> Engine<'a, '_> {
                             &meta,
                             &wanted,
                             &mut self.read_buffer,
-                        );
-                        Some(changed.map_err(cannot_read)?)
+                        )
+                        .map_err(cannot_read)?;
+                        self.note_read(spec, &meta, &changed);
+                        Some(changed)
                     }
                 };
                 (full, missing_parents, found)
@@ -1351,7 +1374,10 @@ impl<'a> Engine<'a, '_> {
                     None => None,
                     Some(meta) => {
                         regular_file(path, meta)?;
-                        Some(file_differences(&full, meta, &wanted).map_err(cannot_read)?)
+                        let changed =
+                            file_differences(&full, meta, &wanted).map_err(cannot_read)?;
+                        self.note_read(spec, meta, &changed);
+                        Some(changed)
                     }
                 };
                 (full, missing_parents, found)
@@ -1364,6 +1390,56 @@ impl<'a> Engine<'a, '_> {
             existed: found.is_some(),
             changed: found.unwrap_or_else(|| vec!["created".to_owned()]),
         })
+    }
+
+    /// The change a file resource needs when the stat cache says its content is as declared
+    /// (its stamp unchanged since it was last read or written so): its mode and owner alone,
+    /// from one lstat; `None` when its content must be read.
+    #[allow(clippy::type_complexity)]
+    fn unchanged_by_stamp(
+        &mut self,
+        spec: &FileSpec,
+        wanted: &Wanted<'_>,
+    ) -> Result<Option<(PathBuf, Vec<String>, Vec<String>)>, String> {
+        if !self.stamps.has(&spec.path) {
+            return Ok(None);
+        }
+        let Some(declared) = spec.content_digest() else {
+            return Ok(None);
+        };
+        let Resolved {
+            full,
+            missing_parents,
+            meta,
+        } = self.paths.resolve(&spec.path)?;
+        let Some(meta) = meta.filter(|meta| meta.is_file()) else {
+            return Ok(None);
+        };
+        if self.stamps.known_digest(&spec.path, &meta) != Some(declared.as_str()) {
+            return Ok(None);
+        }
+        let changed = mode_owner_differences(&meta, (wanted.mode, wanted.uid, wanted.gid));
+        Ok(Some((full, missing_parents, changed)))
+    }
+
+    /// Keeps the stamp of a file whose content was just read and found as declared.
+    fn note_read(&mut self, spec: &FileSpec, meta: &fs::Metadata, changed: &[String]) {
+        if changed.iter().any(|c| c == "content") {
+            return;
+        }
+        if let Some(declared) = spec.content_digest() {
+            self.stamps.record(&spec.path, meta, &declared, self.now);
+        }
+    }
+
+    /// Keeps the stamp of a file just written (or given its mode and owner) as declared.
+    fn note_written(&mut self, spec: &FileSpec, full: &std::path::Path) {
+        match (fs::symlink_metadata(full), spec.content_digest()) {
+            (Ok(meta), Some(declared)) if meta.is_file() => {
+                self.stamps.record(&spec.path, &meta, &declared, self.now);
+            }
+            _ => self.stamps.forget(&spec.path),
+        }
     }
 
     /// What applying a directory resource would change; a reason when it cannot be applied.
@@ -1445,8 +1521,10 @@ impl<'a> Engine<'a, '_> {
             fsops::set_mode_owner(&full, wanted.mode, wanted.uid, wanted.gid)
         };
         if let Err(e) = result {
+            self.stamps.forget(path);
             return Ok(Err(format!("cannot write `{path}`: {e}")));
         }
+        self.note_written(spec, &full);
         Ok(Ok(changed))
     }
 
@@ -1942,6 +2020,7 @@ impl<'a> Engine<'a, '_> {
         if self.dirty {
             self.save()?;
         }
+        self.stamps.save();
         let kept: BTreeSet<String> = self
             .state
             .resources

@@ -33,6 +33,7 @@ mod order;
 mod paths;
 mod podman;
 pub mod progress;
+pub mod stamps;
 pub mod state;
 pub mod window;
 

@@ -1,0 +1,232 @@
+//! The **stat cache**: what each managed file was when its content was last read and found
+//! (or written) as declared — its size, mtime, ctime and inode, with the digest of its bytes then.
+//!
+//! A no-op apply ([`crate::apply`]) and a drift examination ([`crate::drift::Examiner`]) read a
+//! file's content only when its stamp differs from the one kept here, as git's index does:
+//! ctime cannot be set back from user space, so a file changed by hand — even with its mtime put
+//! back — has another stamp. A stamp taken within [`RACY_NS`] of its file's ctime is never kept
+//! (git's "racily clean" entries): a file changed again within one tick of the filesystem's clock
+//! would keep its ctime. A full check on a longer interval (`mesh-host serve --full-check`) reads
+//! every file whatever its stamp.
+//!
+//! Kept under the state directory as `drift/stat-cache.json`, its own versioned format
+//! ([`STAT_CACHE_FORMAT`]). Every entry is a fact ("a file with this stamp held these bytes"), so
+//! a cache written by another run, or a lost update, only costs work, never a wrong answer; an
+//! unreadable cache is started afresh.
+//!
+//! What it must never do: say a file is as declared without its stamp matching one taken when it
+//! was read or written.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+/// The version of the stat cache's format this build writes and reads.
+pub const STAT_CACHE_FORMAT: u32 = 1;
+
+/// The stat cache's file, under the state directory.
+pub const STAT_CACHE_FILE: &str = "drift/stat-cache.json";
+
+/// A stamp is kept only when its file's ctime is at least this long before the stamp was
+/// taken (2 s: far above any filesystem clock's tick).
+pub const RACY_NS: i64 = 2_000_000_000;
+
+/// What a file was when it was last read or written as declared: its stamp and the digest of
+/// its bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Stamp {
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, nanoseconds since the epoch.
+    pub mtime_ns: i64,
+    /// Status change time, nanoseconds since the epoch.
+    pub ctime_ns: i64,
+    /// Inode number.
+    pub ino: u64,
+    /// `sha256:<hex>` of its bytes then.
+    pub digest: String,
+}
+
+impl Stamp {
+    /// Whether `meta` is the file this stamp was taken of, unchanged.
+    pub fn same_file(&self, meta: &std::fs::Metadata) -> bool {
+        self.size == meta.size()
+            && self.ino == meta.ino()
+            && self.mtime_ns == nanos(meta.mtime(), meta.mtime_nsec())
+            && self.ctime_ns == nanos(meta.ctime(), meta.ctime_nsec())
+    }
+}
+
+fn nanos(secs: i64, nsecs: i64) -> i64 {
+    secs.saturating_mul(1_000_000_000).saturating_add(nsecs)
+}
+
+/// The cache file's format (`drift/stat-cache.json`, version [`STAT_CACHE_FORMAT`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct StatCacheFile {
+    format: u32,
+    /// Machine path → its stamp.
+    files: HashMap<String, Stamp>,
+}
+
+/// The stat cache of one host, read from its state directory.
+#[derive(Debug)]
+pub struct StatCache {
+    files: HashMap<String, Stamp>,
+    path: PathBuf,
+    dirty: bool,
+    /// The cache file as last read or written (inode, size, mtime): [`StatCache::refresh`]
+    /// reads it again only when another writer replaced it.
+    seen: Option<(u64, u64, i64)>,
+}
+
+fn file_identity(path: &Path) -> Option<(u64, u64, i64)> {
+    std::fs::metadata(path).ok().map(|meta| {
+        (
+            meta.ino(),
+            meta.size(),
+            nanos(meta.mtime(), meta.mtime_nsec()),
+        )
+    })
+}
+
+impl StatCache {
+    /// The cache of the host whose state directory is `state_dir` (empty when there is none,
+    /// or it cannot be read, or it is of another format: it only saves work).
+    pub fn open(state_dir: &Path) -> StatCache {
+        let path = state_dir.join(STAT_CACHE_FILE);
+        let files = std::fs::read(&path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<StatCacheFile>(&bytes).ok())
+            .filter(|cache| cache.format == STAT_CACHE_FORMAT)
+            .map(|cache| cache.files)
+            .unwrap_or_default();
+        let seen = file_identity(&path);
+        StatCache {
+            files,
+            path,
+            dirty: false,
+            seen,
+        }
+    }
+
+    /// Reads the cache again when another writer (an apply) replaced its file since it was
+    /// last read or written here; what is kept here and not yet saved is written first.
+    pub fn refresh(&mut self) {
+        self.save();
+        if file_identity(&self.path) != self.seen {
+            let state_dir = self
+                .path
+                .parent()
+                .and_then(Path::parent)
+                .map(Path::to_path_buf)
+                .unwrap_or_default();
+            *self = StatCache::open(&state_dir);
+        }
+    }
+
+    /// The digest of the bytes of the file at machine path `path`, when `meta` matches the
+    /// stamp kept for it.
+    pub fn known_digest(&self, path: &str, meta: &std::fs::Metadata) -> Option<&str> {
+        self.files
+            .get(path)
+            .filter(|stamp| stamp.same_file(meta))
+            .map(|stamp| stamp.digest.as_str())
+    }
+
+    /// Whether a stamp is kept for `path` (whatever the file is now).
+    pub fn has(&self, path: &str) -> bool {
+        self.files.contains_key(path)
+    }
+
+    /// Keeps that the file at `path`, as `meta` says it is, holds bytes of `digest`; `now` is
+    /// when `meta` was read (seconds since the epoch). A stamp within [`RACY_NS`] of its ctime
+    /// is not kept (and any older one is forgotten).
+    pub fn record(&mut self, path: &str, meta: &std::fs::Metadata, digest: &str, now: u64) {
+        let ctime_ns = nanos(meta.ctime(), meta.ctime_nsec());
+        let taken_ns = i64::try_from(now)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(1_000_000_000);
+        if ctime_ns.saturating_add(RACY_NS) > taken_ns {
+            self.forget(path);
+            return;
+        }
+        let stamp = Stamp {
+            size: meta.size(),
+            mtime_ns: nanos(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns,
+            ino: meta.ino(),
+            digest: digest.to_owned(),
+        };
+        if self.files.get(path) != Some(&stamp) {
+            self.files.insert(path.to_owned(), stamp);
+            self.dirty = true;
+        }
+    }
+
+    /// Forgets the stamp of `path`.
+    pub fn forget(&mut self, path: &str) {
+        if self.files.remove(path).is_some() {
+            self.dirty = true;
+        }
+    }
+
+    /// Writes the cache when it changed (temp + rename; a failure only costs work later).
+    pub fn save(&mut self) {
+        if !self.dirty {
+            return;
+        }
+        let Some(dir) = self.path.parent() else {
+            return;
+        };
+        let temporary = dir.join(".stat-cache.json.new");
+        let file = StatCacheFile {
+            format: STAT_CACHE_FORMAT,
+            files: std::mem::take(&mut self.files),
+        };
+        let written = std::fs::create_dir_all(dir)
+            .and_then(|()| {
+                std::fs::write(
+                    &temporary,
+                    serde_json::to_vec(&file).expect("a stat cache always serializes"),
+                )
+            })
+            .and_then(|()| std::fs::rename(&temporary, &self.path));
+        self.files = file.files;
+        if written.is_ok() {
+            self.dirty = false;
+            self.seen = file_identity(&self.path);
+        }
+    }
+}
+
+/// `sha256:<hex>` of `bytes`.
+pub fn digest_of_bytes(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stamp_taken_within_the_racy_margin_of_its_ctime_is_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, "x").unwrap();
+        let meta = std::fs::symlink_metadata(&file).unwrap();
+        let ctime = u64::try_from(meta.ctime()).unwrap();
+        let mut cache = StatCache::open(dir.path());
+        cache.record("/f", &meta, "sha256:x", ctime);
+        assert_eq!(cache.known_digest("/f", &meta), None, "racy: not kept");
+        cache.record("/f", &meta, "sha256:x", ctime + 3);
+        assert_eq!(cache.known_digest("/f", &meta), Some("sha256:x"));
+        cache.save();
+        let again = StatCache::open(dir.path());
+        assert_eq!(again.known_digest("/f", &meta), Some("sha256:x"));
+    }
+}
