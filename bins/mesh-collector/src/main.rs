@@ -65,9 +65,16 @@ struct Cli {
     bus: Option<String>,
 
     /// The controller's bus password file (the collector reads the controller's records as
-    /// the controller). Default: DIR/bus/passwords/controller.
+    /// the controller), used when the controller has no seed. Default:
+    /// DIR/bus/passwords/controller.
     #[arg(long, env = "MESH_BUS_PASSWORD_FILE", value_name = "FILE")]
     bus_password_file: Option<PathBuf>,
+
+    /// The controller's NKey seed file, which the collector signs with as the controller
+    /// (mode 0600: refused when others may read it). Default: DIR/bus/nkey.seed when
+    /// `mesh-controller broker keygen` made it.
+    #[arg(long, env = "MESH_BUS_SEED", value_name = "FILE")]
+    bus_seed: Option<PathBuf>,
 
     /// The bus server's CA (a PEM file): TLS is then required and only these CAs are trusted.
     #[arg(long, env = "MESH_BUS_CA", value_name = "FILE")]
@@ -204,13 +211,25 @@ fn open_records(cli: &Cli) -> anyhow::Result<Arc<dyn RecordStore>> {
     let Some(url) = &cli.bus else {
         return Ok(Arc::new(DirRecords::new(&cli.home)));
     };
-    let file = cli
-        .bus_password_file
-        .clone()
-        .unwrap_or_else(|| cli.home.join("bus/passwords/controller"));
-    let password =
-        mesh_store::secret::read_secret(&file).context("the controller's bus password")?;
-    let options = NatsOptions::for_controller(url, password);
+    let seed_file = cli.bus_seed.clone().or_else(|| {
+        let default = cli.home.join("bus/nkey.seed");
+        (cli.bus_password_file.is_none() && default.exists()).then_some(default)
+    });
+    let options = match seed_file {
+        Some(seed_file) => NatsOptions::for_controller_nkey(
+            url,
+            mesh_bus::keys::read_seed_file(&seed_file).context("the controller's bus seed")?,
+        ),
+        None => {
+            let file = cli
+                .bus_password_file
+                .clone()
+                .unwrap_or_else(|| cli.home.join("bus/passwords/controller"));
+            let password =
+                mesh_store::secret::read_secret(&file).context("the controller's bus password")?;
+            NatsOptions::for_controller(url, password)
+        }
+    };
     let records = KvRecords::open(&NatsOptions {
         name: Some("mesh-collector".to_owned()),
         tls: mesh_bus::BusTls {

@@ -115,6 +115,9 @@ pub struct BusArgs {
     pub seed_file: Option<PathBuf>,
     /// The CA the server is verified against, and the controller's client certificate.
     pub tls: BusTls,
+    /// The controller's access to its store (`--store-ca`, `--store-credentials`), through
+    /// which the bus's users travel to the bus node.
+    pub store_access: mesh_store::store::StoreAccess,
 }
 
 /// Where the controller's own NKey seed is kept under the home (`broker keygen` makes it,
@@ -894,7 +897,7 @@ impl NatsFleet {
         store: &mesh_store::store::StoreSpec,
     ) -> Result<NatsFleet> {
         let controller = controller_secret(home, args)?;
-        let store = mesh_store::store::open_store(store)
+        let store = mesh_store::store::open_store_with(store, &args.store_access)
             .with_context(|| format!("opening the store {store} for the bus's users"))?;
         let bus = connect(home, args).await?;
         jetstream::ensure_streams(&bus.jetstream())

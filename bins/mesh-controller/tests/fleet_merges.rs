@@ -186,6 +186,32 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
         tags.contains(digest.trim_start_matches("sha256:")),
         "{tags}"
     );
+    // The anonymous are refused the registry (issue 17); the collector, signing as the
+    // controller with its seed over TLS and using the controller's registry credentials,
+    // holds every kept archive.
+    let anonymous = registry
+        .get_as(None, "/v2/mesh/archives/tags/list")
+        .unwrap();
+    assert!(anonymous.starts_with("HTTP/1.1 401"), "{anonymous}");
+    let collector = support::fleet::controller_binary().with_file_name("mesh-collector");
+    let swept = std::process::Command::new(&collector)
+        .arg("--home")
+        .arg(bed.home.path())
+        .args(["--bus", &bed.url, "--bus-ca"])
+        .arg(&bed.pki.ca_file)
+        .args(registry.flags(support::StoreUser::Controller))
+        .args(["--output", "json", "sweep", "--dry-run"])
+        .env_remove("MESH_BUS_PASSWORD_FILE")
+        .output()
+        .unwrap();
+    assert_eq!(swept.status.code(), Some(0), "{swept:?}");
+    let answer: Value = serde_json::from_slice(&swept.stdout).unwrap();
+    assert!(
+        answer
+            .to_string()
+            .contains(digest.trim_start_matches("sha256:")),
+        "{answer}"
+    );
 
     // A commit whose file `a` (first by name now that the users are as confirmed) cannot own:
     // the rollout stops there, naming the failure, and nobody else is sent the new build.

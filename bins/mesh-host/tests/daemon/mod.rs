@@ -1,12 +1,21 @@
 //! One `mesh-host serve` process on a real loopback `nats-server`, for the tests of what the
 //! daemon does between pushes (issue 13): its root and state directory are a sandbox, its
 //! reports are read from the bus, and every wait is on a condition with a deadline.
+//!
+//! Secured as a fleet is (issue 17, rule 31): the server serves TLS only, with certificates
+//! from the test's own CA, and knows the host and the test's controller by their NKeys alone
+//! (the users file holds public keys); the host signs with the seed made in its state
+//! directory, as `mesh-host keygen` makes it, and verifies the server with `--bus-ca`.
 
 #![allow(dead_code)]
 
+#[path = "../../../../mesh-store/tests/support/pki.rs"]
+mod pki;
+
 use futures_util::StreamExt;
-use mesh_bus::nats_server::NatsServer;
-use mesh_bus::{jetstream, subjects, NatsBus, NatsOptions};
+use mesh_bus::grants::{users_config, BusUsers, NodeUser, UserCredential};
+use mesh_bus::nats_server::{NatsServer, ServerTls};
+use mesh_bus::{jetstream, subjects, BusTls, NatsBus, NatsOptions};
 use mesh_model::declaration::Declaration;
 use mesh_model::report::Report;
 use std::path::{Path, PathBuf};
@@ -23,6 +32,8 @@ pub struct Daemon {
     reports: async_nats::Subscriber,
     pub child: Option<Child>,
     pub dir: tempfile::TempDir,
+    /// The bus's CA and certificates.
+    pub pki: pki::TestPki,
     pub node: String,
     /// Extra arguments and environment for `serve`.
     pub serve_args: Vec<String>,
@@ -36,10 +47,43 @@ impl Daemon {
             .enable_all()
             .build()
             .unwrap();
-        let server = NatsServer::start().unwrap_or_else(|e| panic!("{e}"));
-        let url = server.url();
+        let dir = tempfile::Builder::new()
+            .prefix("mesh-host-daemon-")
+            .tempdir()
+            .unwrap();
+        // The host's seed, as `mesh-host keygen` makes it, and the test's controller's.
+        let host_seed = dir.path().join("state").join(mesh_host::NKEY_SEED_FILE);
+        std::fs::create_dir_all(host_seed.parent().unwrap()).unwrap();
+        let host_key = mesh_bus::keys::make_seed_file(&host_seed).unwrap();
+        let controller_key =
+            mesh_bus::keys::make_seed_file(&dir.path().join("controller.seed")).unwrap();
+        let users = users_config(&BusUsers {
+            controller: UserCredential::Nkey(controller_key.public_key),
+            nodes: vec![NodeUser {
+                node: node.to_owned(),
+                credential: UserCredential::Nkey(host_key.public_key),
+                buckets: vec![],
+                subjects: vec![],
+            }],
+        })
+        .unwrap();
+        let pki = pki::TestPki::new("daemon");
+        let server = NatsServer::start_with_tls(
+            &users,
+            &ServerTls {
+                cert_file: pki.server_cert.clone(),
+                key_file: pki.server_key.clone(),
+                client_ca_file: None,
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let controller = NatsOptions::for_controller_nkey(
+            server.url(),
+            mesh_bus::keys::read_seed_file(&dir.path().join("controller.seed")).unwrap(),
+        )
+        .with_tls(BusTls::with_ca(&pki.ca_file));
         let (js, reports) = rt.block_on(async {
-            let bus = NatsBus::connect(&NatsOptions::new(&url)).await.unwrap();
+            let bus = NatsBus::connect(&controller).await.unwrap();
             let js = bus.jetstream();
             jetstream::ensure_streams(&js).await.unwrap();
             jetstream::ensure_declaration_consumer(&js, node)
@@ -53,10 +97,6 @@ impl Daemon {
             bus.client().flush().await.unwrap();
             (js, reports)
         });
-        let dir = tempfile::Builder::new()
-            .prefix("mesh-host-daemon-")
-            .tempdir()
-            .unwrap();
         let root = dir.path().join("root");
         std::fs::create_dir_all(root.join("etc")).unwrap();
         std::fs::write(
@@ -71,13 +111,6 @@ impl Daemon {
         .unwrap();
         std::fs::write(root.join("etc/gshadow"), "root:::\nalice:!::\nvideo:!::\n").unwrap();
         std::fs::write(root.join("etc/shadow"), "root:!:1::::::\nalice:!:1::::::\n").unwrap();
-        std::fs::write(dir.path().join("password"), "unused\n").unwrap();
-        // A secret file others may read is refused.
-        std::fs::set_permissions(
-            dir.path().join("password"),
-            std::os::unix::fs::PermissionsExt::from_mode(0o600),
-        )
-        .unwrap();
         Daemon {
             rt,
             server,
@@ -85,6 +118,7 @@ impl Daemon {
             reports,
             child: None,
             dir,
+            pki,
             node: node.to_owned(),
             serve_args: Vec::new(),
             env: Vec::new(),
@@ -112,8 +146,9 @@ impl Daemon {
             .arg(&self.node)
             .arg("--bus")
             .arg(self.server.url())
-            .arg("--password-file")
-            .arg(self.dir.path().join("password"))
+            .arg("--bus-ca")
+            .arg(&self.pki.ca_file)
+            .env_remove("MESH_BUS_PASSWORD_FILE")
             .arg("--root")
             .arg(self.root())
             .arg("--state-dir")

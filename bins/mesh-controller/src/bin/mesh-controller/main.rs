@@ -542,6 +542,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 _ => None,
             },
         },
+        store_access: mesh_store::store::StoreAccess {
+            ca_file: cli.store_ca.clone(),
+            credentials_file: cli.store_credentials.clone(),
+        },
     };
     let bus = cli.bus.clone().map(bus_args);
     if let (Command::Init { .. }, Some(bus)) = (&cli.command, &bus) {
