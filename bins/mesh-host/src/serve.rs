@@ -112,6 +112,12 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
+    /// The bus cannot be reached as configured, which trying again does not change: its
+    /// certificate is not signed by the CA given, it offers no TLS to a client that requires
+    /// it, or a secret file of the connection cannot be used. (A bus that is down or refuses
+    /// for a moment is tried again.)
+    #[error("{0}; not trying again: fix the configuration and start it again")]
+    Bus(#[source] mesh_bus::NatsError),
 }
 
 /// A future that completes at SIGTERM or SIGINT; the handlers are installed when this is
@@ -150,21 +156,32 @@ pub fn shutdown_signal() -> impl Future<Output = ()> {
 
 /// Connects to the bus as `config.node`, trying again every [`RETRY_DELAY`] until it works or
 /// `shutdown` completes (`None`).
+///
+/// # Errors
+/// [`ServeError::Bus`] at once for what trying again does not change: a certificate the CA
+/// did not sign, a server offering no TLS to a client requiring it, an unusable secret file,
+/// an address that is not one.
 async fn connect(
     config: &ServeConfig,
     shutdown: &mut (impl Future<Output = ()> + Unpin),
-) -> Option<NatsBus> {
+) -> Result<Option<NatsBus>, ServeError> {
     let options = NatsOptions::for_node_with(&config.bus_url, &config.node, &config.secret)
         .with_tls(config.bus_tls.clone());
     loop {
         match NatsBus::connect(&options).await {
-            Ok(bus) => return Some(bus),
+            Ok(bus) => return Ok(Some(bus)),
+            Err(
+                error @ (mesh_bus::NatsError::Untrusted { .. }
+                | mesh_bus::NatsError::TlsNotOffered { .. }
+                | mesh_bus::NatsError::Secret { .. }
+                | mesh_bus::NatsError::Url { .. }),
+            ) => return Err(ServeError::Bus(error)),
             Err(error) => {
                 tracing::warn!(node = %config.node, %error, "cannot connect to the bus; trying again");
             }
         }
         tokio::select! {
-            _ = &mut *shutdown => return None,
+            _ = &mut *shutdown => return Ok(None),
             _ = tokio::time::sleep(RETRY_DELAY) => {}
         }
     }
@@ -173,13 +190,14 @@ async fn connect(
 /// Serves the node until `shutdown` completes (see the module's documentation).
 ///
 /// # Errors
-/// [`ServeError::State`] when the state directory cannot hold the declaration received.
+/// [`ServeError::State`] when the state directory cannot hold the declaration received;
+/// [`ServeError::Bus`] when the bus cannot be reached as configured (see [`connect`]).
 pub async fn serve(
     config: ServeConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let mut shutdown = Box::pin(shutdown);
-    let Some(bus) = connect(&config, &mut shutdown).await else {
+    let Some(bus) = connect(&config, &mut shutdown).await? else {
         return Ok(());
     };
     tracing::info!(node = %config.node, url = %config.bus_url, "connected to the bus");

@@ -2,7 +2,7 @@
 //! 31): `mesh-host keygen` makes the seed 0600 under the state directory and prints the public
 //! key; `serve` signs with it over TLS, verifying the server against the fleet's CA, against a
 //! real nats-server whose users file holds public keys only. A seed readable by others is
-//! refused at start.
+//! refused at start; so is a host trusting another CA, or given no CA for the TLS-only server.
 
 #[path = "../../../mesh-store/tests/support/pki.rs"]
 mod pki;
@@ -146,6 +146,44 @@ async fn a_host_signs_with_the_seed_keygen_made_and_a_seed_others_can_read_is_re
     assert_eq!(refused.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("readable by others"), "{stderr}");
     assert!(!stderr.contains(seed.trim()), "{stderr}");
+
+    // A host trusting another CA, and one given no CA for the TLS-only server: refused at
+    // start, each saying which (trying again would change nothing).
+    let other = pki::TestPki::new("another");
+    std::fs::set_permissions(&seed_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let refused = host(&state)
+        .args(["--node", "home", "--bus", &server.url(), "--bus-ca"])
+        .arg(&other.ca_file)
+        .arg("--root")
+        .arg(&root)
+        .args(["--containers", "none", "serve"])
+        .env("MESH_LOG", "error")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("its certificate is not trusted")
+            && stderr.contains(&other.ca_file.display().to_string()),
+        "{stderr}"
+    );
+    let plain_url = server.url().replace("tls://", "nats://");
+    let refused = host(&state)
+        .args(["--node", "home", "--bus", &plain_url, "--root"])
+        .arg(&root)
+        .args(["--containers", "none", "serve"])
+        .env("MESH_LOG", "error")
+        .env_remove("MESH_BUS_CA")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the server requires TLS and no CA file was given"),
+        "{stderr}"
+    );
 
     // 0600: the host connects as home, signing with its seed, and reports.
     let _running = Running(serve(0o600).stderr(Stdio::inherit()).spawn().unwrap());
