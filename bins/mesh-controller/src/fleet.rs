@@ -845,6 +845,10 @@ async fn confirm_users(
     Ok(())
 }
 
+/// How long making a granted state bucket is tried again (a server reloading its users)
+/// before the grant fails.
+pub const BUCKET_RETRY_LIMIT: Duration = Duration::from_secs(10);
+
 /// How many declarations a send to many nodes keeps in flight at once.
 pub const SEND_CONCURRENCY: usize = 64;
 
@@ -995,8 +999,20 @@ impl Fleet for NatsFleet {
     ) -> Result<std::result::Result<String, String>> {
         let js = self.bus.jetstream();
         for bucket in &self.buckets {
-            if let Err(error) = jetstream::ensure_bucket(&js, bucket).await {
-                return Ok(Err(format!("making state bucket `{bucket}`: {error}")));
+            // A server reloading its users answers for a moment "jetstream unavailable": try
+            // again for a while before the grant fails.
+            let deadline = tokio::time::Instant::now() + BUCKET_RETRY_LIMIT;
+            loop {
+                match jetstream::ensure_bucket(&js, bucket).await {
+                    Ok(_) => break,
+                    Err(error) if tokio::time::Instant::now() < deadline => {
+                        tracing::debug!(bucket, %error, "a state bucket could not be made; trying again");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(error) => {
+                        return Ok(Err(format!("making state bucket `{bucket}`: {error}")))
+                    }
+                }
             }
         }
         let (Some(inventory), Some(users_file)) = (self.inventory.as_ref(), self.users_file())
