@@ -39,7 +39,7 @@ struct Simulated {
 
 #[async_trait::async_trait]
 impl Fleet for Simulated {
-    fn prepare(&mut self, _: &Home, _: &Catalogue, _: &Inventory) -> anyhow::Result<()> {
+    fn prepare(&mut self, _: &Home, _: &Catalogue, _: &Inventory) -> mesh_controller::Result<()> {
         Ok(())
     }
 
@@ -55,17 +55,25 @@ impl Fleet for Simulated {
         &mut self,
         _: &Home,
         _: &[String],
-    ) -> anyhow::Result<Result<String, String>> {
+    ) -> mesh_controller::Result<Result<String, String>> {
         Ok(Ok("simulated".into()))
     }
 
-    async fn send(&mut self, home: &Home, declaration: &Declaration) -> anyhow::Result<()> {
+    async fn send(
+        &mut self,
+        home: &Home,
+        declaration: &Declaration,
+    ) -> mesh_controller::Result<()> {
         home.record_sent(declaration)?;
         self.answers.push_back(converged(declaration));
         Ok(())
     }
 
-    async fn next_report(&mut self, home: &Home, wait: Duration) -> anyhow::Result<Option<Report>> {
+    async fn next_report(
+        &mut self,
+        home: &Home,
+        wait: Duration,
+    ) -> mesh_controller::Result<Option<Report>> {
         match self.answers.pop_front() {
             Some(report) => {
                 home.record_report(&report)?;

@@ -1,9 +1,9 @@
 //! `broker`: looking after the bus — a stuck durable consumer made again from now (rule 24,
 //! issue 248).
 
+use crate::error::Result;
 use crate::fleet::{connect, BusArgs};
 use crate::home::Home;
-use anyhow::Result;
 use mesh_bus::jetstream;
 use serde::Serialize;
 

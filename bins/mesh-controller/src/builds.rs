@@ -15,8 +15,8 @@
 //! - A module is built only when the whole catalogue at its commit validates for it: a module
 //!   with any diagnostic fails its build, naming every problem.
 
+use crate::error::{Context, Error, Result};
 use crate::home::Home;
-use anyhow::{bail, Context, Result};
 use mesh_model::build::{ArchiveRef, Build};
 use mesh_model::module::{load_catalogue, Catalogue, CatalogueSource};
 use mesh_model::Diagnostic;
@@ -84,8 +84,12 @@ impl Home {
 pub async fn effective_source(home: &Home, store: &dyn ArchiveStore) -> Result<CatalogueSource> {
     let dir = home.modules_dir();
     let mut source = if dir.is_dir() {
-        mesh_store::tree::read_catalogue(&dir, "catalogue/modules")
-            .with_context(|| format!("reading the catalogue at {}", dir.display()))?
+        mesh_store::tree::read_catalogue(&dir, "catalogue/modules").map_err(|source| {
+            Error::Invalid {
+                what: format!("reading the catalogue at {}", dir.display()),
+                source: Some(Box::new(source)),
+            }
+        })?
     } else {
         CatalogueSource {
             prefix: "catalogue/modules".to_owned(),
@@ -93,18 +97,23 @@ pub async fn effective_source(home: &Home, store: &dyn ArchiveStore) -> Result<C
         }
     };
     for deployed in home.deployed_all()? {
-        let archive = store.fetch(&deployed.archive).await.with_context(|| {
-            format!(
-                "the deployed build of `{}` ({}, {} at {}) could not be read from {}",
-                deployed.module,
-                deployed.archive.digest,
-                deployed.repository,
-                short_commit(&deployed.commit),
-                store.name()
-            )
-        })?;
+        let archive = store
+            .fetch(&deployed.archive)
+            .await
+            .for_module(&deployed.module, || {
+                format!(
+                    "the deployed build of `{}` ({}, {} at {}) could not be read from {}",
+                    deployed.module,
+                    deployed.archive.digest,
+                    deployed.repository,
+                    short_commit(&deployed.commit),
+                    store.name()
+                )
+            })?;
         let tree = unpack_archive(&archive.bytes, Some(&deployed.archive))
-            .with_context(|| format!("the deployed build of `{}`", deployed.module))?;
+            .for_module(&deployed.module, || {
+                format!("the deployed build of `{}`", deployed.module)
+            })?;
         source.modules.insert(deployed.module.clone(), tree);
         // Its files reach the hosts inside this archive (the declaration names it).
         source
@@ -125,7 +134,7 @@ pub fn host_archives(
     store: &mesh_store::store::StoreSpec,
 ) -> Result<mesh_host::ArchiveSource> {
     mesh_host::ArchiveSource::open(&home.node_state_dir(node), Some(store))
-        .with_context(|| format!("opening the store {store} for `{node}`"))
+        .for_node(node, || format!("opening the store {store} for `{node}`"))
 }
 
 /// The spec of an open store: its name ([`ArchiveStore::name`] is the spec).
@@ -134,8 +143,10 @@ pub fn host_archives(
 /// When the name is not a spec.
 pub fn store_spec(store: &dyn ArchiveStore) -> Result<mesh_store::store::StoreSpec> {
     let name = store.name();
-    name.parse()
-        .with_context(|| format!("the store's name {name} is not a store spec"))
+    name.parse().map_err(|source| Error::Internal {
+        doing: format!("the store's name {name} is not a store spec"),
+        source: Some(Box::new(source)),
+    })
 }
 
 /// [`effective_source`], validated.
@@ -158,13 +169,17 @@ pub fn set_current(
     archive: &ArchiveRef,
 ) -> Result<()> {
     let mut record = mesh_store::records::read_module_record(home.records(), module)
-        .with_context(|| format!("reading the store's record of `{module}`"))?
+        .for_module(module, || {
+            format!("reading the store's record of `{module}`")
+        })?
         .unwrap_or_else(|| mesh_store::records::ModuleRecord::new(module));
     if record.current.as_ref() != Some(archive) {
         record.current = Some(archive.clone());
         record.held = true;
         mesh_store::records::write_module_record(home.records(), &record)
-            .with_context(|| format!("writing the store's record of `{module}`"))?;
+            .for_module(module, || {
+                format!("writing the store's record of `{module}`")
+            })?;
     }
     Ok(())
 }
@@ -177,7 +192,9 @@ pub fn set_current(
 pub async fn deploy(home: &Home, record: &DeployedRecord) -> Result<()> {
     let lock = mesh_store::lock::PublishLock::acquire(home.root())
         .await
-        .with_context(|| format!("taking the publish lock to deploy `{}`", record.module))?;
+        .for_module(&record.module, || {
+            format!("taking the publish lock to deploy `{}`", record.module)
+        })?;
     set_current(home, &lock, &record.module, &record.archive)?;
     home.write_deployed(record)
 }
@@ -245,16 +262,15 @@ pub async fn build_module(
     } = *from;
     let problems = module_problems(source, module);
     if !problems.is_empty() {
-        let listed: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
-        bail!(
-            "`{module}` at {repository} {} does not validate ({} problem(s)):\n{}",
-            short_commit(commit),
-            problems.len(),
-            listed.join("\n")
-        );
+        return Err(Error::DoesNotValidate {
+            module: module.to_owned(),
+            repository: repository.to_owned(),
+            commit: commit.to_owned(),
+            problems,
+        });
     }
     let tree = &source.modules[module];
-    let archive = archive_tree(tree).with_context(|| {
+    let archive = archive_tree(tree).for_module(module, || {
         format!(
             "archiving `{module}` at {repository} {}",
             short_commit(commit)
@@ -273,12 +289,16 @@ pub async fn build_module(
     }
     let lock = mesh_store::lock::PublishLock::acquire(home.root())
         .await
-        .with_context(|| format!("taking the publish lock to publish `{module}`"))?;
+        .for_module(module, || {
+            format!("taking the publish lock to publish `{module}`")
+        })?;
     mesh_store::store::publish(store, &lock, &archive)
         .await
-        .with_context(|| format!("publishing `{module}` to {}", store.name()))?;
+        .for_module(module, || {
+            format!("publishing `{module}` to {}", store.name())
+        })?;
     mesh_store::records::record_build(home.records(), &lock, &build)
-        .with_context(|| format!("recording the build of `{module}`"))?;
+        .for_module(module, || format!("recording the build of `{module}`"))?;
     // The record's current build is what the mesh runs (the keep set keeps it whatever comes
     // after): until a rollout finishes the new one, that stays the deployed build.
     if let Some(deployed) = home.deployed(module)? {

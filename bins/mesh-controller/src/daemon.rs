@@ -3,8 +3,8 @@
 //!
 //! Start at [`serve`].
 
+use crate::error::{bus_error, Error, Result};
 use crate::fleet::{connect, BusArgs};
-use anyhow::{anyhow, Context, Result};
 use mesh_bus::discovery;
 use mesh_bus::jetstream;
 use mesh_store::problems::ProblemKind;
@@ -51,7 +51,7 @@ pub async fn serve(
     let js = bus.jetstream();
     jetstream::ensure_streams(&js)
         .await
-        .context("making the mesh's streams")?;
+        .map_err(bus_error(|| "making the mesh's streams".to_owned()))?;
     let _discovery = discovery::serve_discovery(
         bus.client(),
         &discovery::RuntimeAnnouncement {
@@ -62,10 +62,10 @@ pub async fn serve(
         },
     )
     .await
-    .context("answering discovery")?;
+    .map_err(bus_error(|| "answering discovery".to_owned()))?;
     let mut merges = jetstream::MergeListener::open(&js, MERGE_CONSUMER)
         .await
-        .context("opening the merge consumer")?;
+        .map_err(bus_error(|| "opening the merge consumer".to_owned()))?;
     tracing::info!(url = %bus_args.url, "serving: hearing merges");
     if drive_open_plans(ctx, &mut shutdown).await {
         return Ok(());
@@ -86,12 +86,10 @@ pub async fn serve(
         };
         let merge = &heard.merge;
         let planned = match ctx.home.repo(&merge.repository) {
-            Ok(repo) if repo.branch != merge.branch => Err(anyhow!(
+            Ok(repo) if repo.branch != merge.branch => Err(Error::refused(format!(
                 "repository `{}` is registered on branch `{}`, not `{}`",
-                merge.repository,
-                repo.branch,
-                merge.branch
-            )),
+                merge.repository, repo.branch, merge.branch
+            ))),
             Ok(_) => crate::plans::merge(ctx, &merge.repository, Some(&merge.commit), true).await,
             Err(error) => Err(error),
         };
@@ -113,7 +111,7 @@ pub async fn serve(
                 tracing::error!(
                     repository = %merge.repository,
                     commit = %merge.commit,
-                    error = format!("{error:#}"),
+                    error = error.chain_line(),
                     "a merge heard could not be planned"
                 );
                 ctx.home
@@ -135,7 +133,7 @@ pub async fn serve(
         if let Err(error) = kept {
             tracing::error!(
                 repository = %merge.repository,
-                error = format!("{error:#}"),
+                error = error.chain_line(),
                 "the merge's problem record could not be written"
             );
         }
@@ -166,7 +164,7 @@ async fn drive_open_plans<S: std::future::Future<Output = ()>>(
             }
         }
         Err(error) => tracing::error!(
-            error = format!("{error:#}"),
+            error = error.chain_line(),
             "driving the open plans failed; they are driven on after the next merge"
         ),
     }

@@ -13,8 +13,8 @@
 //! What it must never do: take a seed for a public key (it is refused without being echoed),
 //! change anything when the node or the key is refused, or keep an enrolled node's password.
 
+use crate::error::{Context, Error, Result};
 use crate::home::Home;
-use anyhow::{Context, Result};
 use mesh_bus::grants::UserCredential;
 use mesh_model::inventory::Inventory;
 use serde::Serialize;
@@ -60,17 +60,20 @@ pub struct Enrolled {
 /// says which, and names the node); the records cannot be read or written.
 pub fn enroll(home: &Home, node: &str, public_key: &str) -> Result<Enrolled> {
     let inventory = home.inventory()?;
-    crate::push::require_node(&inventory, node).context("nothing was enrolled")?;
+    crate::push::require_node(&inventory, node)
+        .for_node(node, || "nothing was enrolled".to_owned())?;
     let public_key = public_key.trim();
     mesh_bus::keys::check_user_public_key(public_key)
-        .with_context(|| format!("enrolling `{node}`: nothing was enrolled"))?;
+        .for_node(node, || format!("enrolling `{node}`: nothing was enrolled"))?;
     let replaced = enrolled_key(home, node)?;
     home.put(&nkey_key(node), format!("{public_key}\n").as_bytes())?;
     let password_dropped = home.get(&password_key(node))?.is_some();
     if password_dropped {
         home.records()
             .delete(&password_key(node))
-            .with_context(|| format!("dropping `{node}`'s bus password from the records"))?;
+            .for_node(node, || {
+                format!("dropping `{node}`'s bus password from the records")
+            })?;
     }
     Ok(Enrolled {
         node: node.to_owned(),
@@ -91,10 +94,11 @@ pub fn enrolled_key(home: &Home, node: &str) -> Result<Option<String>> {
     };
     let text = String::from_utf8_lossy(&bytes).trim().to_owned();
     if !mesh_bus::keys::is_user_public_key(&text) {
-        anyhow::bail!(
-            "{} does not hold an NKey user public key; enroll the node again",
-            home.records().locate(&key)
-        );
+        return Err(Error::BadRecord {
+            location: home.records().locate(&key),
+            what: "an NKey user public key; enroll the node again".to_owned(),
+            source: None,
+        });
     }
     Ok(Some(text))
 }

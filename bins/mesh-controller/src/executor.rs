@@ -19,10 +19,10 @@
 //! declaration, or drop a node that did not answer (it is named "no report").
 
 use crate::builds::{self, DeployedRecord};
+use crate::error::{Context, Error, Result};
 use crate::home::Home;
 use crate::plans::{Ctx, PlanRecord, RolloutKept, RolloutNodeRecord, ROLLOUT_NODE_FORMAT};
 use crate::push::{Checked, PushResult};
-use anyhow::{bail, Context, Result};
 use mesh_model::build::Build;
 use mesh_model::declaration::Declaration;
 use mesh_model::inventory::Inventory;
@@ -34,6 +34,7 @@ use mesh_plan::rollout::{
     Verdict,
 };
 use mesh_plan::PushDecision;
+use mesh_store::problems::ProblemKind;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
@@ -179,6 +180,9 @@ pub async fn wait_for_reports(
 ///   (named or not) and no other node is sent anything until its grants are confirmed; a grant
 ///   that fails fails the push (rule 13).
 /// - What was sent is recorded as it is sent; every report heard is recorded.
+/// - A held node and a grant that fails are recorded as problems for `status` (rule 26:
+///   [`ProblemKind::HeldPush`], [`ProblemKind::Grants`], the node their subject) until a later
+///   send to that node; each node sent clears its own.
 ///
 /// # Errors
 /// A grant that fails ("grants not issued: …; nothing else was sent"); a bus that does not
@@ -210,33 +214,55 @@ pub async fn push(
             }
         }
     }
+    let now = mesh_host::now();
+    for (node, moves) in &held {
+        home.record_problem(
+            ProblemKind::HeldPush,
+            node,
+            &format!(
+                "a push to `{node}` is held: it would move a running container's data; push \
+                 again with --move MODULE to move it"
+            ),
+            moves.iter().map(ToString::to_string).collect(),
+            now,
+        )?;
+    }
     let deadline = tokio::time::Instant::now() + timeout;
     let mut heard: BTreeMap<String, Report> = BTreeMap::new();
     if users_change.is_some() {
         // Grants before code: the bus node first, then its server must let everyone in.
         let Some(position) = declarations.iter().position(|d| d.node == bus_node) else {
-            bail!(
+            return Err(Error::refused(format!(
                 "the bus's users changed and `{bus_node}`, which holds the bus, is held \
                  (see `plan {bus_node} --diff`); nothing was sent"
-            );
+            )));
         };
         let first = declarations.remove(position);
         if let Err(reason) = fleet
             .issue_grants(home, std::slice::from_ref(&bus_node))
             .await?
         {
-            bail!("grants not issued: {reason}; nothing was sent");
+            record_grants_failed(home, std::slice::from_ref(&bus_node), &reason, now)?;
+            return Err(Error::refused(format!(
+                "grants not issued: {reason}; nothing was sent"
+            )));
         }
         fleet.send(home, &first).await?;
+        clear_push_problems(home, std::slice::from_ref(&first))?;
         let waiting = BTreeMap::from([(bus_node.clone(), first.digest())]);
         let mut first_heard = wait_for_reports(home, fleet, &waiting, deadline).await?;
-        let report = first_heard.remove(&bus_node).with_context(|| {
-            format!(
-                "grants not issued: `{bus_node}`, which holds the bus, sent no report within \
-                 {}s of being sent the bus's users; nothing else was sent",
+        let Some(report) = first_heard.remove(&bus_node) else {
+            let reason = format!(
+                "`{bus_node}`, which holds the bus, sent no report within {}s of being sent \
+                 the bus's users",
                 timeout.as_secs()
-            )
-        })?;
+            );
+            let others: Vec<String> = declarations.iter().map(|d| d.node.clone()).collect();
+            record_grants_failed(home, &others, &reason, now)?;
+            return Err(Error::refused(format!(
+                "grants not issued: {reason}; nothing else was sent"
+            )));
+        };
         heard.insert(bus_node.clone(), report);
         declarations.insert(position, first);
     }
@@ -247,15 +273,51 @@ pub async fn push(
     if !rest.is_empty() {
         let rest_nodes: Vec<String> = rest.iter().map(|d| d.node.clone()).collect();
         if let Err(reason) = fleet.issue_grants(home, &rest_nodes).await? {
-            bail!("grants not issued: {reason}; nothing else was sent");
+            record_grants_failed(home, &rest_nodes, &reason, now)?;
+            return Err(Error::refused(format!(
+                "grants not issued: {reason}; nothing else was sent"
+            )));
         }
     }
     let waiting: BTreeMap<String, String> =
         rest.iter().map(|d| (d.node.clone(), d.digest())).collect();
     let rest: Vec<Declaration> = rest.into_iter().cloned().collect();
     fleet.send_many(home, &rest).await?;
+    clear_push_problems(home, &rest)?;
     heard.extend(wait_for_reports(home, fleet, &waiting, deadline).await?);
     Ok(crate::push::results(held, &declarations, heard, timeout))
+}
+
+/// Records that `nodes`' grants failed on a push, for `status` until a send to each.
+fn record_grants_failed(home: &Home, nodes: &[String], reason: &str, now: u64) -> Result<()> {
+    for node in nodes {
+        home.record_problem(
+            ProblemKind::Grants,
+            node,
+            &format!("a push to `{node}` was not sent: grants not issued: {reason}"),
+            Vec::new(),
+            now,
+        )?;
+    }
+    Ok(())
+}
+
+/// Clears the held-push and grants problems of the nodes just sent (one listing of the
+/// problems, then only the ones recorded are removed).
+fn clear_push_problems(home: &Home, sent: &[Declaration]) -> Result<()> {
+    let recorded = home.problems()?;
+    if recorded.is_empty() {
+        return Ok(());
+    }
+    let sent: BTreeSet<&str> = sent.iter().map(|d| d.node.as_str()).collect();
+    for problem in recorded {
+        if matches!(problem.kind, ProblemKind::HeldPush | ProblemKind::Grants)
+            && sent.contains(problem.subject.as_str())
+        {
+            home.clear_problem(problem.kind, &problem.subject)?;
+        }
+    }
+    Ok(())
 }
 
 /// The moves, one after another, as a person reads them.
@@ -369,15 +431,19 @@ pub async fn rollout_catalogue(
     let mut source = builds::effective_source(ctx.home, ctx.store).await?;
     let (running, _) = load_catalogue(&source);
     let old = running.module(module).map(|m| m.definition.clone());
-    let archive = ctx.store.fetch(&build.archive).await.with_context(|| {
-        format!(
-            "reading the build of `{module}` ({}) from {}",
-            build.archive.digest,
-            ctx.store.name()
-        )
-    })?;
+    let archive = ctx
+        .store
+        .fetch(&build.archive)
+        .await
+        .for_module(module, || {
+            format!(
+                "reading the build of `{module}` ({}) from {}",
+                build.archive.digest,
+                ctx.store.name()
+            )
+        })?;
     let tree = mesh_store::archive::unpack_archive(&archive.bytes, Some(&build.archive))
-        .with_context(|| format!("the build of `{module}`"))?;
+        .for_module(module, || format!("the build of `{module}`"))?;
     source.modules.insert(module.to_owned(), tree);
     source
         .archives
@@ -413,7 +479,7 @@ pub async fn roll_out(
     let build = record.work[module]
         .build
         .clone()
-        .context("a module is built before it is rolled out")?;
+        .ok_or_else(|| Error::internal(format!("`{module}` is rolled out before it was built")))?;
     let (catalogue, inventory, old_definition) = rollout_catalogue(ctx, module, &build).await?;
     fleet.prepare(home, &catalogue, &inventory)?;
     // Over a fleet's bus, the node holding it is sent the bus's users with every declaration.
@@ -612,11 +678,20 @@ pub async fn roll_out(
                     )),
                     Action::Revert { node, .. } => {
                         let before = match befores.get(&node).cloned().flatten() {
-                            Some(digest) => Some(home.declaration(&digest)?.with_context(|| {
-                                format!(
-                                    "`{node}` ran {digest} before this rollout, which is no \
-                                     longer kept"
-                                )
+                            Some(digest) => Some(home.declaration(&digest)?.ok_or_else(|| {
+                                Error::Node {
+                                    node: node.clone(),
+                                    doing: format!("reverting `{node}`"),
+                                    source: Box::new(Error::BadRecord {
+                                        location: home
+                                            .records()
+                                            .locate(&crate::home::declaration_key(&digest)),
+                                        what: format!(
+                                            "kept: `{node}` ran {digest} before this rollout"
+                                        ),
+                                        source: None,
+                                    }),
+                                }
                             })?),
                             None => None,
                         };

@@ -59,10 +59,10 @@
 //! node that did not answer (it is named "no report", and in `runtimes` "not heard"), or say
 //! that a module of a node whose runtime was not heard is missing or running elsewhere.
 
+use crate::error::{bad_record, bus_error, file_error, Context, Error, Result};
 use crate::executor::Fleet;
 use crate::home::Home;
 use crate::push::Checked;
-use anyhow::{anyhow, bail, Context, Result};
 use mesh_bus::grants;
 use mesh_bus::jetstream;
 use mesh_bus::probe;
@@ -141,9 +141,12 @@ pub fn controller_seed_file(home: &Home, bus: &BusArgs) -> Option<PathBuf> {
 pub fn controller_keygen(home: &Home) -> Result<mesh_bus::keys::MadeSeed> {
     let path = home.root().join(CONTROLLER_SEED_FILE);
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("making {}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(file_error("making", dir))?;
     }
-    Ok(mesh_bus::keys::make_seed_file(&path)?)
+    mesh_bus::keys::make_seed_file(&path).map_err(|source| Error::Invalid {
+        what: format!("the controller's bus seed {}", path.display()),
+        source: Some(Box::new(source)),
+    })
 }
 
 /// What the controller proves itself with: its seed when it has one, else its password.
@@ -153,8 +156,10 @@ pub fn controller_keygen(home: &Home) -> Result<mesh_bus::keys::MadeSeed> {
 /// error names the file, never what it holds).
 pub fn controller_secret(home: &Home, bus: &BusArgs) -> Result<NodeSecret> {
     if let Some(seed_file) = controller_seed_file(home, bus) {
-        let seed = mesh_bus::keys::read_seed_file(&seed_file)
-            .context("reading the controller's bus seed")?;
+        let seed = mesh_bus::keys::read_seed_file(&seed_file).map_err(|source| Error::Invalid {
+            what: "reading the controller's bus seed".to_owned(),
+            source: Some(Box::new(source)),
+        })?;
         return Ok(NodeSecret::NkeySeed(seed.trim().to_owned()));
     }
     Ok(NodeSecret::Password(controller_password(home, bus)?))
@@ -166,7 +171,7 @@ fn controller_credential(secret: &NodeSecret) -> Result<grants::UserCredential> 
         NodeSecret::Password(password) => grants::UserCredential::Password(password.clone()),
         NodeSecret::NkeySeed(seed) => grants::UserCredential::Nkey(
             mesh_bus::keys::public_key_of_seed(seed)
-                .context("the controller's seed is not an NKey user seed")?,
+                .ok_or_else(|| Error::invalid("the controller's seed is not an NKey user seed"))?,
         ),
     })
 }
@@ -209,7 +214,7 @@ pub fn random_hex(bytes: usize, what: &str) -> Result<String> {
     use std::io::Read as _;
     std::fs::File::open("/dev/urandom")
         .and_then(|mut file| file.read_exact(&mut random))
-        .with_context(|| format!("reading /dev/urandom for {what}"))?;
+        .map_err(file_error(&format!("reading for {what}"), "/dev/urandom"))?;
     Ok(random.iter().map(|b| format!("{b:02x}")).collect())
 }
 
@@ -233,22 +238,22 @@ pub fn password(home: &Home, user: &str) -> Result<String> {
                     .update(&key, &mut |current| {
                         Ok(current.map_or_else(|| fresh.clone().into_bytes(), <[u8]>::to_vec))
                     })
-                    .with_context(|| format!("keeping `{user}`'s bus password"))?
+                    .for_node(user, || format!("keeping `{user}`'s bus password"))?
             }
         };
-        let text = String::from_utf8(bytes)
-            .with_context(|| format!("{} is not text", home.records().locate(&key)))?;
+        let text =
+            String::from_utf8(bytes).map_err(bad_record(home.records().locate(&key), "text"))?;
         return Ok(text.trim_end_matches(['\n', '\r']).to_owned());
     }
     let path = password_path(home, user);
     match std::fs::read_to_string(&path) {
         Ok(text) => return Ok(text.trim_end_matches(['\n', '\r']).to_owned()),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-        Err(error) => return Err(error).with_context(|| format!("reading {}", path.display())),
+        Err(error) => return Err(file_error("reading", &path)(error)),
     }
     let password = random_password()?;
     let dir = path.parent().expect("a password file has a directory");
-    std::fs::create_dir_all(dir).with_context(|| format!("making {}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(file_error("making", dir))?;
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let mut file = std::fs::OpenOptions::new()
@@ -256,10 +261,9 @@ pub fn password(home: &Home, user: &str) -> Result<String> {
         .create_new(true)
         .mode(0o600)
         .open(&path)
-        .with_context(|| format!("making {}", path.display()))?;
-    writeln!(file, "{password}").with_context(|| format!("writing {}", path.display()))?;
-    file.sync_all()
-        .with_context(|| format!("writing {}", path.display()))?;
+        .map_err(file_error("making", &path))?;
+    writeln!(file, "{password}").map_err(file_error("writing", &path))?;
+    file.sync_all().map_err(file_error("writing", &path))?;
     Ok(password)
 }
 
@@ -268,7 +272,10 @@ pub fn password(home: &Home, user: &str) -> Result<String> {
 pub fn controller_password(home: &Home, bus: &BusArgs) -> Result<String> {
     match &bus.password_file {
         Some(file) => Ok(mesh_store::secret::read_secret(file)
-            .context("the controller's bus password")?
+            .map_err(|source| Error::Invalid {
+                what: "the controller's bus password".to_owned(),
+                source: Some(Box::new(source)),
+            })?
             .trim_end_matches(['\n', '\r'])
             .to_owned()),
         None => password(home, grants::CONTROLLER_USER),
@@ -283,9 +290,10 @@ pub fn controller_password(home: &Home, bus: &BusArgs) -> Result<String> {
 /// the password cannot be read or made.
 pub fn node_password(home: &Home, node: &str) -> Result<String> {
     if crate::enroll::enrolled_key(home, node)?.is_some() {
-        bail!(
-            "`{node}` is enrolled with an NKey and has no bus password: its host signs with the              seed `mesh-host keygen` made (serve without --password-file)"
-        );
+        return Err(Error::refused(format!(
+            "`{node}` is enrolled with an NKey and has no bus password: its host signs with the \
+             seed `mesh-host keygen` made (serve without --password-file)"
+        )));
     }
     password(home, node)
 }
@@ -331,14 +339,14 @@ pub fn authorization(
         &probe,
     )
     .map_err(|problems| {
-        anyhow!(
+        Error::refused(format!(
             "the bus's grants cannot be composed; nothing was sent:\n{}",
             problems
                 .iter()
                 .map(|p| format!("  {p}"))
                 .collect::<Vec<_>>()
                 .join("\n")
-        )
+        ))
     })
 }
 
@@ -405,18 +413,16 @@ impl Confirmed {
 /// The users the bus last confirmed in force, if any.
 fn confirmed(home: &Home) -> Result<Option<Confirmed>> {
     if let Some(bytes) = home.get(CONFIRMED_KEY)? {
-        let record: ConfirmedUsers = serde_json::from_slice(&bytes).with_context(|| {
-            format!(
-                "{} is not a record of confirmed users",
-                home.records().locate(CONFIRMED_KEY)
-            )
-        })?;
+        let record: ConfirmedUsers = serde_json::from_slice(&bytes).map_err(bad_record(
+            home.records().locate(CONFIRMED_KEY),
+            "a record of confirmed users",
+        ))?;
         if record.format != CONFIRMED_FORMAT {
-            bail!(
-                "{} has format {}; this controller reads format {CONFIRMED_FORMAT}",
-                home.records().locate(CONFIRMED_KEY),
-                record.format
-            );
+            return Err(Error::Format {
+                location: home.records().locate(CONFIRMED_KEY),
+                found: record.format.to_string(),
+                expected: CONFIRMED_FORMAT,
+            });
         }
         return Ok(Some(Confirmed::Archived(record)));
     }
@@ -445,15 +451,19 @@ async fn confirmed_text(confirmed: &Confirmed, store: &dyn ArchiveStore) -> Opti
         let fetched = store.fetch(&record.archive).await?;
         let text = read_users_archive(&fetched.bytes, &record.archive)?;
         if mesh_model::sha256_digest(text.as_bytes()) != record.users {
-            bail!("its users file is not {}", record.users);
+            return Err(Error::BadRecord {
+                location: format!("the bus's users archive {}", record.archive.digest),
+                what: format!("the users {}", record.users),
+                source: None,
+            });
         }
-        Ok::<_, anyhow::Error>(text)
+        Ok::<_, Error>(text)
     };
     match read.await {
         Ok(text) => Some(text),
         Err(error) => {
             tracing::warn!(archive = %record.archive.digest, store = %store.name(),
-                error = format!("{error:#}"),
+                error = error.chain_line(),
                 "the users the bus last confirmed cannot be read: only what the new ones \
                  allow is proven, not what they take away");
             None
@@ -526,7 +536,10 @@ pub fn users_archive(users: &str) -> Result<Archive> {
             executable: false,
         },
     );
-    archive_tree(&tree).context("packing the bus's users as an archive")
+    archive_tree(&tree).map_err(|source| Error::Internal {
+        doing: "packing the bus's users as an archive".to_owned(),
+        source: Some(Box::new(source)),
+    })
 }
 
 /// The users file's text from its archive's bytes, checked against `archive`.
@@ -534,16 +547,17 @@ pub fn users_archive(users: &str) -> Result<Archive> {
 /// # Errors
 /// The bytes are not `archive`, or hold no users file, or it is not text.
 pub fn read_users_archive(bytes: &[u8], archive: &ArchiveRef) -> Result<String> {
+    let location = format!("the bus's users archive {}", archive.digest);
     let tree = unpack_archive(bytes, Some(archive))
-        .with_context(|| format!("the bus's users archive {}", archive.digest))?;
-    let text = tree.file(USERS_ARCHIVE_PATH).with_context(|| {
-        format!(
-            "the bus's users archive {} holds no {USERS_ARCHIVE_PATH}",
-            archive.digest
-        )
-    })?;
-    String::from_utf8(text.to_vec())
-        .with_context(|| format!("the users file in {} is not text", archive.digest))
+        .map_err(bad_record(location.clone(), "a users archive"))?;
+    let text = tree
+        .file(USERS_ARCHIVE_PATH)
+        .ok_or_else(|| Error::BadRecord {
+            location: location.clone(),
+            what: format!("an archive holding {USERS_ARCHIVE_PATH}"),
+            source: None,
+        })?;
+    String::from_utf8(text.to_vec()).map_err(bad_record(location, "a users file of text"))
 }
 
 /// `declaration` naming the bus's users as the file [`USERS_PATH`] (owner `root`, group
@@ -603,12 +617,18 @@ pub fn with_users_file_of(declaration: Declaration, sent: &Declaration) -> Decla
 pub async fn publish_users(home: &Home, store: &dyn ArchiveStore, archive: &Archive) -> Result<()> {
     let lock = mesh_store::lock::PublishLock::acquire(home.root())
         .await
-        .context("taking the publish lock to publish the bus's users")?;
+        .for_module(USERS_MODULE, || {
+            "taking the publish lock to publish the bus's users".to_owned()
+        })?;
     mesh_store::store::publish(store, &lock, archive)
         .await
-        .with_context(|| format!("publishing the bus's users to {}", store.name()))?;
+        .for_module(USERS_MODULE, || {
+            format!("publishing the bus's users to {}", store.name())
+        })?;
     let mut record = mesh_store::records::read_module_record(home.records(), USERS_MODULE)
-        .with_context(|| format!("reading the store's record of `{USERS_MODULE}`"))?
+        .for_module(USERS_MODULE, || {
+            format!("reading the store's record of `{USERS_MODULE}`")
+        })?
         .unwrap_or_else(|| mesh_store::records::ModuleRecord::new(USERS_MODULE));
     record.held = true;
     record
@@ -630,7 +650,9 @@ pub async fn publish_users(home: &Home, store: &dyn ArchiveStore, archive: &Arch
         .saturating_sub(mesh_store::keep::RECENT_BUILDS_KEPT);
     record.builds.drain(..extra);
     mesh_store::records::write_module_record(home.records(), &record)
-        .with_context(|| format!("writing the store's record of `{USERS_MODULE}`"))?;
+        .for_module(USERS_MODULE, || {
+            format!("writing the store's record of `{USERS_MODULE}`")
+        })?;
     drop(lock);
     Ok(())
 }
@@ -643,16 +665,18 @@ pub async fn publish_users(home: &Home, store: &dyn ArchiveStore, archive: &Arch
 pub async fn users_sent(home: &Home, archive: &ArchiveRef) -> Result<()> {
     let lock = mesh_store::lock::PublishLock::acquire(home.root())
         .await
-        .context("taking the publish lock to keep the bus's users")?;
+        .for_module(USERS_MODULE, || {
+            "taking the publish lock to keep the bus's users".to_owned()
+        })?;
     crate::builds::set_current(home, &lock, USERS_MODULE, archive)
 }
 
 /// Connects as the controller.
 pub async fn connect(home: &Home, bus: &BusArgs) -> Result<NatsBus> {
     let options = controller_options(home, bus)?;
-    NatsBus::connect(&options)
-        .await
-        .with_context(|| format!("connecting to the bus at {}", bus.url))
+    NatsBus::connect(&options).await.map_err(bus_error(|| {
+        format!("connecting to the bus at {}", bus.url)
+    }))
 }
 
 /// A report heard on the bus, if it reads and was published on its own node's subject (a
@@ -703,10 +727,14 @@ async fn send(
     let node = &declaration.node;
     jetstream::ensure_declaration_consumer(&js, node)
         .await
-        .with_context(|| format!("making the declaration consumer of `{node}`"))?;
+        .map_err(bus_error(|| {
+            format!("making the declaration consumer of `{node}`")
+        }))?;
     jetstream::publish_declaration(&js, node, declaration.canonical_json(), message_id)
         .await
-        .with_context(|| format!("`{node}`: the declarations stream did not store it"))?;
+        .map_err(bus_error(|| {
+            format!("`{node}`: the declarations stream did not store it")
+        }))?;
     home.record_sent(declaration)?;
     if let Some(archive) = declaration.archives.get(USERS_MODULE) {
         users_sent(home, archive).await?;
@@ -729,12 +757,12 @@ async fn send_patiently(home: &Home, bus: &NatsBus, declaration: &Declaration) -
         match send(home, bus, declaration, &message_id).await {
             Ok(()) => return Ok(()),
             Err(error) if tokio::time::Instant::now() < deadline => {
-                tracing::warn!(node = %declaration.node, error = format!("{error:#}"),
+                tracing::warn!(node = %declaration.node, error = error.chain_line(),
                     "the bus did not take a declaration; trying again");
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
             Err(error) => {
-                return Err(error).with_context(|| {
+                return Err(error).for_node(&declaration.node, || {
                     format!(
                         "the bus did not take `{}`'s declaration within {} s",
                         declaration.node,
@@ -806,22 +834,29 @@ async fn confirm_users(
         )
         .await
         {
-            bail!(
-                "the bus has not put its new users in force {}s after they were sent: {}",
-                GRANTS_CONFIRM_LIMIT.as_secs(),
-                unproven
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            );
+            return Err(Error::Bus {
+                doing: format!(
+                    "the bus has not put its new users in force {}s after they were sent",
+                    GRANTS_CONFIRM_LIMIT.as_secs()
+                ),
+                source: Some(
+                    unproven
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                        .into(),
+                ),
+            });
         }
     }
     let on_passwords = crate::enroll::nodes_on_passwords(home, inventory)?;
     for node in &on_passwords {
         let user = grants::node_user(node);
         let Some(permissions) = expected.get(&user) else {
-            bail!("the bus's users do not name `{user}`");
+            return Err(Error::refused(format!(
+                "the bus's users do not name `{user}`"
+            )));
         };
         let mut options =
             NatsOptions::for_node(&bus.url, node, password(home, node)?).with_tls(bus.tls.clone());
@@ -830,16 +865,21 @@ async fn confirm_users(
         if let Err(unproven) =
             probe::prove_permissions(&options, permissions, previous.get(&user), deadline).await
         {
-            bail!(
-                "the bus has not put `{user}`'s permissions in force {}s after its users were \
-                 sent: {}",
-                GRANTS_CONFIRM_LIMIT.as_secs(),
-                unproven
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            );
+            return Err(Error::Node {
+                node: node.clone(),
+                doing: format!(
+                    "the bus has not put `{user}`'s permissions in force {}s after its users \
+                     were sent",
+                    GRANTS_CONFIRM_LIMIT.as_secs()
+                ),
+                source: Box::new(Error::bus(
+                    unproven
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                )),
+            });
         }
     }
     Ok(())
@@ -902,12 +942,17 @@ impl NatsFleet {
     ) -> Result<NatsFleet> {
         let controller = controller_secret(home, args)?;
         let store = mesh_store::store::open_store_with(store, &args.store_access)
-            .with_context(|| format!("opening the store {store} for the bus's users"))?;
+            .for_module(USERS_MODULE, || {
+                format!("opening the store {store} for the bus's users")
+            })?;
         let bus = connect(home, args).await?;
         jetstream::ensure_streams(&bus.jetstream())
             .await
-            .context("making the mesh's streams")?;
-        let reports = bus.subscribe(subjects::ALL_REPORTS).await?;
+            .map_err(bus_error(|| "making the mesh's streams".to_owned()))?;
+        let reports = bus
+            .subscribe(subjects::ALL_REPORTS)
+            .await
+            .map_err(bus_error(|| "listening for reports".to_owned()))?;
         Ok(NatsFleet {
             args: args.clone(),
             bus,
@@ -942,12 +987,12 @@ impl NatsFleet {
             .users_archive
             .as_ref()
             .filter(|archive| &archive.reference == named)
-            .with_context(|| {
-                format!(
+            .ok_or_else(|| {
+                Error::internal(format!(
                     "`{}`'s declaration names the users archive {}, which this rollout did not \
                      compose",
                     declaration.node, named.digest
-                )
+                ))
             })?;
         publish_users(home, self.store.as_ref(), archive).await?;
         self.published.insert(named.digest.clone());
@@ -1073,7 +1118,7 @@ impl Fleet for NatsFleet {
         )
         .await
         {
-            return Ok(Err(format!("{error:#}")));
+            return Ok(Err(error.chain_line()));
         }
         record_confirmed(home, &self.users, &users_file.archive)?;
         Ok(Ok("the bus confirmed its new users".to_owned()))
@@ -1126,7 +1171,7 @@ impl Fleet for NatsFleet {
                         return Ok(Some(report));
                     }
                 }
-                Ok(None) => bail!("the bus's report subscription ended"),
+                Ok(None) => return Err(Error::bus("the bus's report subscription ended")),
                 Err(_) => return Ok(None),
             }
         }

@@ -40,7 +40,7 @@
 //!
 //! Every write is whole: a temporary file renamed into place, or one value on the bucket.
 
-use anyhow::{bail, Context, Result};
+use crate::error::{bad_record, file_error, Error, Result};
 use mesh_model::declaration::Declaration;
 use mesh_model::inventory::{
     layer_file, Inventory, InventoryFile, LayerScope, Layers, INVENTORY_FILE,
@@ -259,26 +259,32 @@ impl Home {
         if !self.on_bus {
             let moved = self.root.join(MOVED_FILE);
             if let Ok(text) = fs::read_to_string(&moved) {
-                bail!(
-                    "the records of {} were moved to a bus ({}): give that bus with --bus (or \
-                     MESH_BUS), so nothing reads the old ones",
-                    self.root.display(),
-                    text.trim()
-                );
+                return Err(Error::NoMesh {
+                    reason: format!(
+                        "the records of {} were moved to a bus ({}): give that bus with --bus (or \
+                         MESH_BUS), so nothing reads the old ones",
+                        self.root.display(),
+                        text.trim()
+                    ),
+                });
             }
         }
         match self.records.get(INVENTORY_FILE)? {
             Some(bytes) => Ok(bytes),
-            None if self.on_bus => bail!(
-                "{} holds no mesh (no {INVENTORY_FILE}); move a home's records there with \
-                 `mesh-controller --home DIR --bus URL records import`",
-                self.records.name()
-            ),
-            None => bail!(
-                "{} is not a mesh home (no {INVENTORY_FILE}); make one with `mesh-controller --home {} init --example`",
-                self.root.display(),
-                self.root.display()
-            ),
+            None if self.on_bus => Err(Error::NoMesh {
+                reason: format!(
+                    "{} holds no mesh (no {INVENTORY_FILE}); move a home's records there with \
+                     `mesh-controller --home DIR --bus URL records import`",
+                    self.records.name()
+                ),
+            }),
+            None => Err(Error::NoMesh {
+                reason: format!(
+                    "{} is not a mesh home (no {INVENTORY_FILE}); make one with `mesh-controller --home {} init --example`",
+                    self.root.display(),
+                    self.root.display()
+                ),
+            }),
         }
     }
 
@@ -303,7 +309,7 @@ impl Home {
             None => Ok(None),
             Some(bytes) => serde_json::from_slice(&bytes)
                 .map(Some)
-                .with_context(|| format!("{} is not valid JSON", self.records.locate(key))),
+                .map_err(bad_record(self.records.locate(key), "valid JSON")),
         }
     }
 
@@ -321,14 +327,17 @@ impl Home {
         let location = self.records.locate(key);
         match value.get("format").and_then(Value::as_u64) {
             Some(found) if found == u64::from(expected) => {}
-            found => bail!(
-                "{location} has format {}, this build reads format {expected}",
-                found.map_or("none".to_owned(), |f| f.to_string())
-            ),
+            found => {
+                return Err(Error::Format {
+                    location,
+                    found: found.map_or("none".to_owned(), |f| f.to_string()),
+                    expected,
+                })
+            }
         }
         serde_json::from_value(value)
             .map(Some)
-            .with_context(|| format!("{location} is not {what}"))
+            .map_err(bad_record(location, what))
     }
 
     /// The names of the `*.json` records in `dir`, without the extension, sorted.
@@ -349,8 +358,13 @@ impl Home {
     /// Reads and validates the catalogue: modules that are sound, and every problem.
     pub fn catalogue(&self) -> Result<(Catalogue, Vec<Diagnostic>)> {
         let dir = self.modules_dir();
-        let source = mesh_store::tree::read_catalogue(&dir, "catalogue/modules")
-            .with_context(|| format!("reading the catalogue at {}", dir.display()))?;
+        let source =
+            mesh_store::tree::read_catalogue(&dir, "catalogue/modules").map_err(|source| {
+                Error::Invalid {
+                    what: format!("reading the catalogue at {}", dir.display()),
+                    source: Some(Box::new(source)),
+                }
+            })?;
         Ok(load_catalogue(&source))
     }
 
@@ -358,10 +372,9 @@ impl Home {
     pub fn inventory(&self) -> Result<Inventory> {
         let bytes = self.inventory_bytes()?;
         let location = self.records.locate(INVENTORY_FILE);
-        let text =
-            String::from_utf8(bytes).with_context(|| format!("{location} is not UTF-8 text"))?;
-        let file: InventoryFile = toml::from_str(&text)
-            .with_context(|| format!("{location} is not a valid inventory"))?;
+        let text = String::from_utf8(bytes).map_err(bad_record(location.clone(), "UTF-8 text"))?;
+        let file: InventoryFile =
+            toml::from_str(&text).map_err(bad_record(location, "a valid inventory"))?;
         let mut layers = Layers::default();
         // One listing: `settings/<module>/mesh.json` and `settings/<module>/nodes/<node>.json`.
         for key in self.records.keys_under("settings")? {
@@ -383,7 +396,10 @@ impl Home {
 
     /// Writes the inventory.
     pub fn write_inventory(&self, file: &InventoryFile) -> Result<()> {
-        let text = toml::to_string_pretty(file).context("writing the inventory")?;
+        let text = toml::to_string_pretty(file).map_err(|source| Error::Internal {
+            doing: "writing the inventory".to_owned(),
+            source: Some(Box::new(source)),
+        })?;
         self.put(INVENTORY_FILE, text.as_bytes())
     }
 
@@ -425,9 +441,8 @@ impl Home {
             let (old, version) = match found {
                 None => (None, None),
                 Some((bytes, version)) => {
-                    let layer: Value = serde_json::from_slice(&bytes).with_context(|| {
-                        format!("{} is not valid JSON", self.records.locate(&key))
-                    })?;
+                    let layer: Value = serde_json::from_slice(&bytes)
+                        .map_err(bad_record(self.records.locate(&key), "valid JSON"))?;
                     (Some(layer), Some(version))
                 }
             };
@@ -460,11 +475,11 @@ impl Home {
                 Swap::Stale => self.records.delete(&kept_key)?,
             }
         }
-        bail!(
+        Err(Error::refused(format!(
             "{} was changed by other writers {LAYER_TRIES} times in a row while it was being \
              replaced; nothing was changed",
             self.records.locate(&key)
-        )
+        )))
     }
 
     /// Writes `layer` into the layer's history under the next revision no writer has taken;
@@ -503,10 +518,10 @@ impl Home {
                 Swap::Stale => revision += 1,
             }
         }
-        bail!(
+        Err(Error::refused(format!(
             "no free revision in {} after {LAYER_TRIES} tries; nothing was changed",
             self.records.locate(&dir)
-        )
+        )))
     }
 
     /// Every replaced layer, oldest first.
@@ -518,9 +533,8 @@ impl Home {
             let Some(value) = self.get_json(&key)? else {
                 continue;
             };
-            let record: HistoryRecord = serde_json::from_value(value).with_context(|| {
-                format!("{} is not a history record", self.records.locate(&key))
-            })?;
+            let record: HistoryRecord = serde_json::from_value(value)
+                .map_err(bad_record(self.records.locate(&key), "a history record"))?;
             records.push(record);
         }
         records.sort_by_key(|r| r.revision);
@@ -591,13 +605,17 @@ impl Home {
         if let Some(declaration) = whole {
             return Ok(Some(declaration));
         }
-        self.declaration(&digest)?.map(Some).with_context(|| {
-            format!(
-                "{} names declaration {digest}, which is not kept ({})",
-                self.records.locate(&format!("sent/{node}.json")),
-                self.records.locate(&declaration_key(&digest))
-            )
-        })
+        match self.declaration(&digest)? {
+            Some(declaration) => Ok(Some(declaration)),
+            None => Err(Error::BadRecord {
+                location: self.records.locate(&format!("sent/{node}.json")),
+                what: format!(
+                    "readable: it names declaration {digest}, which is not kept ({})",
+                    self.records.locate(&declaration_key(&digest))
+                ),
+                source: None,
+            }),
+        }
     }
 
     /// `sent/<node>.json` read: the digest, and the declaration when the record held it whole
@@ -612,9 +630,10 @@ impl Home {
                 return Ok(Some((record.declaration, None)));
             }
         }
-        let declaration = Declaration::from_json(&bytes).with_context(|| {
-            format!("{} (what was sent to `{node}`)", self.records.locate(&key))
-        })?;
+        let declaration = Declaration::from_json(&bytes).map_err(bad_record(
+            self.records.locate(&key),
+            &format!("a declaration (what was sent to `{node}`)"),
+        ))?;
         // Migrated: the declaration kept once by digest, the record made a pointer.
         self.record_sent(&declaration)?;
         self.note_migration(format!(
@@ -636,7 +655,7 @@ impl Home {
         };
         Declaration::from_json(&bytes)
             .map(Some)
-            .with_context(|| format!("{} is not a declaration", self.records.locate(&key)))
+            .map_err(bad_record(self.records.locate(&key), "a declaration"))
     }
 
     /// Keeps `declaration` once by its digest: the key is the content's digest, so writing it
@@ -686,21 +705,20 @@ impl Home {
             let Some((bytes, heard_at)) = source.latest(node)? else {
                 return Ok(None);
             };
-            let report = Report::from_json(&bytes).with_context(|| {
-                format!("the last report of `{node}` on the bus is not a report")
-            })?;
+            let report = Report::from_json(&bytes).map_err(bad_record(
+                format!("the last report of `{node}` on the bus"),
+                "a report",
+            ))?;
             return Ok(Some((report, heard_at)));
         }
         let key = format!("reports/{node}.json");
         let Some(bytes) = self.get(&key)? else {
             return Ok(None);
         };
-        let report = Report::from_json(&bytes).with_context(|| {
-            format!(
-                "{} (the last report of `{node}`)",
-                self.records.locate(&key)
-            )
-        })?;
+        let report = Report::from_json(&bytes).map_err(bad_record(
+            self.records.locate(&key),
+            &format!("a report (the last report of `{node}`)"),
+        ))?;
         let finished = report.finished_at;
         Ok(Some((report, finished)))
     }
@@ -747,23 +765,25 @@ fn history_dir(module: &str, scope: &LayerScope) -> String {
 
 /// Writes a file atomically: a temporary file beside it, fsync, rename, fsync the directory.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
-        .with_context(|| format!("{} has no parent directory", path.display()))?;
-    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = path.parent().ok_or_else(|| Error::File {
+        doing: "writing".to_owned(),
+        path: path.to_owned(),
+        source: std::io::Error::other("it has no parent directory"),
+    })?;
+    fs::create_dir_all(dir).map_err(file_error("creating", dir))?;
     let tmp = dir.join(format!(
         ".{}.tmp-{}",
         path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
         std::process::id()
     ));
-    let mut file = fs::File::create(&tmp).with_context(|| format!("writing {}", tmp.display()))?;
+    let mut file = fs::File::create(&tmp).map_err(file_error("writing", &tmp))?;
     file.write_all(bytes)
         .and_then(|()| file.sync_all())
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    fs::rename(&tmp, path).with_context(|| format!("renaming into {}", path.display()))?;
+        .map_err(file_error("writing", &tmp))?;
+    fs::rename(&tmp, path).map_err(file_error("renaming into", path))?;
     fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .with_context(|| format!("syncing {}", dir.display()))?;
+        .map_err(file_error("syncing", dir))?;
     Ok(())
 }
 

@@ -7,9 +7,9 @@
 //! What it must never do: apply to this machine's own root (every agent is given the node's
 //! sandbox root and state directory under the home).
 
+use crate::error::{file_error, Context, Error, Result};
 use crate::executor::Fleet;
 use crate::home::Home;
-use anyhow::{bail, Context, Result};
 use mesh_apply::HostConfig;
 use mesh_bus::{subjects, Bus, InProcessBus, Subscription};
 use mesh_model::declaration::Declaration;
@@ -63,10 +63,12 @@ impl InProcessFleet {
             ..HostConfig::default()
         };
         std::fs::create_dir_all(&config.root)
-            .with_context(|| format!("creating the root of `{node}`"))?;
+            .map_err(file_error("creating", &config.root))
+            .for_node(node, || format!("creating the root of `{node}`"))?;
         let archives = crate::builds::host_archives(home, node, &self.store)?;
-        let agent =
-            mesh_host::start(Arc::clone(&self.bus), node.to_owned(), config, archives).await?;
+        let agent = mesh_host::start(Arc::clone(&self.bus), node.to_owned(), config, archives)
+            .await
+            .for_node(node, || format!("starting the host agent of `{node}`"))?;
         self.agents.insert(node.to_owned(), agent);
         Ok(())
     }
@@ -119,7 +121,9 @@ impl Fleet for InProcessFleet {
                 declaration.canonical_json(),
             )
             .await
-            .with_context(|| format!("sending `{}` its declaration", declaration.node))?;
+            .for_node(&declaration.node, || {
+                format!("sending `{}` its declaration", declaration.node)
+            })?;
         home.record_sent(declaration)
     }
 
@@ -140,7 +144,7 @@ impl Fleet for InProcessFleet {
                     Ok(None)
                 }
             },
-            Ok(None) => bail!("the in-process bus closed"),
+            Ok(None) => Err(Error::bus("the in-process bus closed")),
             Err(_) => Ok(None),
         }
     }

@@ -25,6 +25,7 @@ pub mod broker;
 pub mod builds;
 pub mod daemon;
 pub mod enroll;
+pub mod error;
 pub mod executor;
 pub mod fail;
 pub mod fleet;
@@ -38,7 +39,7 @@ pub mod runtimes;
 pub mod settings;
 pub mod status;
 
-use anyhow::{bail, Result};
+pub use error::{Error, Result};
 
 /// Where a long call says what it is doing, a line at a time (a rollout's sends, a plan's
 /// builds). The binary prints them; an embedding tool logs or collects them.
@@ -71,16 +72,13 @@ impl Progress for Collected {
 /// Fails with every problem listed, when there are any.
 ///
 /// # Errors
-/// When `problems` is not empty: "the catalogue or inventory has N problem(s); nothing was
-/// sent", each problem on its own line.
+/// [`Error::Problems`] when `problems` is not empty: "the catalogue or inventory has N
+/// problem(s); nothing was sent", each problem on its own line.
 pub fn refuse_problems(problems: &[mesh_model::Diagnostic]) -> Result<()> {
     if problems.is_empty() {
         return Ok(());
     }
-    let listed: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
-    bail!(
-        "the catalogue or inventory has {} problem(s); nothing was sent:\n{}",
-        problems.len(),
-        listed.join("\n")
-    )
+    Err(Error::Problems {
+        problems: problems.to_vec(),
+    })
 }

@@ -22,10 +22,10 @@
 //! - A plan that is not open (done, stopped, superseded, closed) is never driven again.
 
 use crate::builds::{self, short_commit};
+use crate::error::{bad_record, file_error, Context, Error, Result};
 use crate::executor::Fleet;
 use crate::home::Home;
 use crate::repos::{self, RepoRecord};
-use anyhow::{bail, Context, Result};
 use mesh_model::build::Build;
 use mesh_model::module::CatalogueSource;
 use mesh_model::plan::{Plan, PlanState, RolloutOutcome};
@@ -150,14 +150,14 @@ impl Home {
             Some(record) => Ok(record),
             None => {
                 let known: Vec<String> = self.plans()?.into_iter().map(|p| p.plan.id).collect();
-                bail!(
+                Err(Error::invalid(format!(
                     "there is no plan `{id}` (plans: {})",
                     if known.is_empty() {
                         "none".to_owned()
                     } else {
                         known.join(", ")
                     }
-                );
+                )))
             }
         }
     }
@@ -189,7 +189,7 @@ impl Home {
         };
         if value.get("format").and_then(Value::as_u64) == Some(1) {
             let old: v1::PlanRecord = serde_json::from_value(value)
-                .with_context(|| format!("{} is not a plan record", self.records().locate(&key)))?;
+                .map_err(bad_record(self.records().locate(&key), "a plan record"))?;
             let record = v1::migrate(self, old)?;
             self.put_json(&key, &record)?;
             self.note_migration(format!(
@@ -251,8 +251,8 @@ impl Home {
 /// Plan records of format 1, read to be migrated.
 mod v1 {
     use super::{ModuleWork as Work, PlanRecord as Record, RolloutKept, RolloutNodeRecord};
+    use crate::error::Result;
     use crate::home::Home;
-    use anyhow::Result;
     use mesh_model::build::Build;
     use mesh_model::declaration::Declaration;
     use mesh_model::plan::Plan;
@@ -397,24 +397,23 @@ impl PlansLock {
     pub fn acquire(home: &Home, doing: &str) -> Result<PlansLock> {
         if home.records_on_bus() {
             let lease =
-                mesh_store::lease::Lease::acquire(home.records_shared(), doing, home.lease_slot())
-                    .context("taking the plans lock on the bus")?;
+                mesh_store::lease::Lease::acquire(home.records_shared(), doing, home.lease_slot())?;
             return Ok(PlansLock {
                 _file: None,
                 _lease: Some(lease),
             });
         }
         let dir = home.root().join("plans");
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::create_dir_all(&dir).map_err(file_error("creating", &dir))?;
         let path = dir.join(".lock");
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&path)
-            .with_context(|| format!("opening {}", path.display()))?;
+            .map_err(file_error("opening", &path))?;
         rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
-            .with_context(|| format!("locking {}", path.display()))?;
+            .map_err(|errno| file_error("locking", &path)(errno.into()))?;
         Ok(PlansLock {
             _file: Some(file),
             _lease: None,
@@ -479,7 +478,7 @@ pub async fn merge(
     let home = ctx.home;
     let mut repo = home.repo(name)?;
     let commit = repos::resolve(&repo.path, commit.unwrap_or(&repo.branch))
-        .with_context(|| format!("repository `{name}`"))?;
+        .for_repo(name, || format!("repository `{name}`"))?;
     let _lock = PlansLock::acquire(home, &format!("merge {name}"))?;
     let plans = home.plans()?;
     if let Some(existing) = plans.iter().find(|p| {
@@ -521,7 +520,9 @@ fn make_plan(
 ) -> Result<(PlanRecord, Vec<String>)> {
     let home = ctx.home;
     let source = repos::catalogue_at(&repo.path, commit, &repo.modules_dir)
-        .with_context(|| format!("reading `{}` at {}", repo.name, short_commit(commit)))?;
+        .for_repo(&repo.name, || {
+            format!("reading `{}` at {}", repo.name, short_commit(commit))
+        })?;
     let repository_modules: BTreeSet<String> = source.modules.keys().cloned().collect();
     // The commit changes are read from: the newest plan's for this repository and branch (so a
     // controller stopped between saving a plan and its repository record loses nothing).
@@ -531,14 +532,15 @@ fn make_plan(
     let (changed, changed_paths, shared_paths) = match &last_planned {
         None => (repository_modules.clone(), 0, Vec::new()),
         Some(last) => {
-            let paths = repos::changed_paths(&repo.path, last, commit).with_context(|| {
-                format!(
-                    "reading what `{}` changed from {} to {}",
-                    repo.name,
-                    short_commit(last),
-                    short_commit(commit)
-                )
-            })?;
+            let paths =
+                repos::changed_paths(&repo.path, last, commit).for_repo(&repo.name, || {
+                    format!(
+                        "reading what `{}` changed from {} to {}",
+                        repo.name,
+                        short_commit(last),
+                        short_commit(commit)
+                    )
+                })?;
             let known = module_dirs_at(repo, last)?;
             let attribution = mesh_plan::attribute(&paths, &repo.modules_dir, &known);
             (
@@ -596,11 +598,11 @@ fn make_plan(
     }
     let graph = lenient_dependency_graph(&source);
     let tiers = mesh_plan::tiers(&graph, &wanted).map_err(|error| {
-        anyhow::anyhow!(
+        Error::refused(format!(
             "`{}` at {}: {error}; no plan was made",
             repo.name,
             short_commit(commit)
-        )
+        ))
     })?;
     let affected: BTreeSet<String> = tiers.tiers.iter().flatten().cloned().collect();
     plan.modules = affected.into_iter().collect();
@@ -628,7 +630,12 @@ fn make_plan(
             .iter()
             .find(|p| p.plan.id == older.id)
             .cloned()
-            .context("a superseded plan is among the plans")?;
+            .ok_or_else(|| {
+                Error::internal(format!(
+                    "the superseded plan {} is not among the plans",
+                    older.id
+                ))
+            })?;
         older_record.plan.state = older.state.clone();
         home.write_plan(&older_record)?;
         ctx.progress.line(&format!(
@@ -693,7 +700,9 @@ fn forget_removed_modules(
 ) -> Result<BTreeSet<String>> {
     let mut forgotten = BTreeSet::new();
     for record in mesh_store::records::read_module_records(home.records())
-        .context("reading what the mesh holds (the store's module records)")?
+        .for_repo(repository, || {
+            "reading what the mesh holds (the store's module records)".to_owned()
+        })?
     {
         let from_here = record
             .builds
@@ -703,7 +712,7 @@ fn forget_removed_modules(
             continue;
         }
         mesh_store::records::forget_module(home.records(), &record.module)
-            .with_context(|| format!("forgetting `{}`", record.module))?;
+            .for_module(&record.module, || format!("forgetting `{}`", record.module))?;
         home.records()
             .delete(&format!("deployed/{}.json", record.module))?;
         forgotten.insert(record.module);
@@ -870,7 +879,7 @@ pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> R
                         crate::fail::point(&format!("built:{module}"));
                     }
                     Err(error) => {
-                        let reason = format!("{error:#}");
+                        let reason = error.chain_line();
                         ctx.progress.line(&format!(
                             "{id} tier {index}: the build of `{module}` failed: {reason}"
                         ));
@@ -907,20 +916,28 @@ pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> R
                     if given_fleet.is_none() {
                         given_fleet = Some(given.lock().await);
                     }
-                    given_fleet.as_mut().context("locked above")?.as_mut()
+                    given_fleet
+                        .as_mut()
+                        .ok_or_else(|| Error::internal("the given fleet was not locked"))?
+                        .as_mut()
                 }
                 None => {
                     if own_fleet.is_none() {
                         own_fleet = Some(start_fleet(ctx).await?);
                     }
-                    own_fleet.as_mut().context("started above")?.as_mut()
+                    own_fleet
+                        .as_mut()
+                        .ok_or_else(|| Error::internal("the fleet was not started"))?
+                        .as_mut()
                 }
             };
             record.plan.state = PlanState::RollingOut;
             home.write_plan(record)?;
             ctx.progress
                 .line(&format!("{id} tier {index}: rolling out `{module}`"));
-            crate::executor::roll_out(ctx, fleet, record, module).await?;
+            crate::executor::roll_out(ctx, fleet, record, module)
+                .await
+                .for_plan(&id, || format!("{id}: rolling out `{module}`"))?;
             if let Some(RolloutOutcome::Stopped { .. }) = outcome_of(record, module) {
                 hold(ctx, record, &mut source, &mut blocked)?;
             }
@@ -953,13 +970,16 @@ fn end_drive(record: &mut PlanRecord, home: &Home, held: &BTreeSet<String>) -> R
 
 fn plan_source(home: &Home, record: &PlanRecord) -> Result<CatalogueSource> {
     let repo = home.repo(&record.plan.repository)?;
-    repos::catalogue_at(&repo.path, &record.plan.commit, &repo.modules_dir).with_context(|| {
-        format!(
-            "reading `{}` at {}",
-            repo.name,
-            short_commit(&record.plan.commit)
-        )
-    })
+    repos::catalogue_at(&repo.path, &record.plan.commit, &repo.modules_dir).for_repo(
+        &repo.name,
+        || {
+            format!(
+                "reading `{}` at {}",
+                repo.name,
+                short_commit(&record.plan.commit)
+            )
+        },
+    )
 }
 
 /// Recomputes what the plan's stopped modules hold back ([`mesh_plan::merge::held_back`]),
@@ -1041,10 +1061,10 @@ pub async fn drive_open(ctx: &Ctx<'_>, only: Option<&str>, mode: DriveMode) -> R
     if let Some(id) = only {
         let record = ctx.home.plan(id)?;
         if !record.plan.state.is_open() {
-            bail!(
+            return Err(Error::refused(format!(
                 "plan `{id}` is not open (it is {}); a plan that ended is never resumed",
                 mesh_plan::plans::state_word(&record.plan.state)
-            );
+            )));
         }
     }
     for mut record in ctx.home.plans()? {
@@ -1101,8 +1121,10 @@ pub async fn build_named(
                         break;
                     }
                 }
-                found.with_context(|| {
-                    format!("no registered repository holds a module `{module}`")
+                found.ok_or_else(|| {
+                    Error::invalid(format!(
+                        "no registered repository holds a module `{module}`"
+                    ))
                 })?
             }
         };

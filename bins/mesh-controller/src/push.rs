@@ -3,8 +3,8 @@
 //! default every node's host agent runs in this process on an in-process bus, and the
 //! controller publishes each declaration and waits for each report exactly as across a fleet.
 
+use crate::error::{Context, Error, Result};
 use crate::home::Home;
-use anyhow::{bail, Context, Result};
 use mesh_model::declaration::Declaration;
 use mesh_model::module::Catalogue;
 use mesh_model::report::Report;
@@ -38,7 +38,7 @@ pub fn compose_nodes(home: &Home, checked: &Checked, nodes: &[String]) -> Result
         .map(|node| {
             require_node(&inventory, node)?;
             mesh_plan::compose(catalogue, &inventory, node)
-                .with_context(|| format!("composing the declaration of `{node}`"))
+                .for_node(node, || format!("composing the declaration of `{node}`"))
         })
         .collect()
 }
@@ -198,16 +198,10 @@ pub fn status(home: &Home, now: u64, silent_after_secs: u64) -> Result<Vec<NodeS
 /// When it is not.
 pub fn require_node(inventory: &mesh_model::inventory::Inventory, node: &str) -> Result<()> {
     if !inventory.file.nodes.contains_key(node) {
-        bail!(
-            "`{node}` is not a node of this mesh; its nodes are: {}",
-            inventory
-                .file
-                .nodes
-                .keys()
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        return Err(Error::UnknownNode {
+            node: node.to_owned(),
+            known: inventory.file.nodes.keys().cloned().collect(),
+        });
     }
     Ok(())
 }

@@ -15,9 +15,9 @@
 //! - The controller's own password and seed never go onto the bus (they are what opens the
 //!   bus).
 
+use crate::error::{bus_error, file_error, Error, Result};
 use crate::fleet::{self, BusArgs};
 use crate::home::{Home, MOVED_FILE};
-use anyhow::{bail, Context, Result};
 use mesh_bus::records::KvRecords;
 use mesh_bus::NatsOptions;
 use mesh_model::inventory::INVENTORY_FILE;
@@ -74,21 +74,22 @@ pub fn open_home(root: &Path, bus: Option<&BusArgs>) -> Result<Home> {
                 | mesh_bus::NatsError::Secret { .. }
                 | mesh_bus::NatsError::Url { .. }),
             ) => {
-                return Err(error)
-                    .with_context(|| format!("opening the controller's records on {}", bus.url))
+                return Err(bus_error(|| {
+                    format!("opening the controller's records on {}", bus.url)
+                })(error))
             }
             Err(error) if std::time::Instant::now() < deadline => {
                 tracing::debug!(%error, "the records could not be opened; trying again");
                 std::thread::sleep(std::time::Duration::from_millis(200));
             }
             Err(error) => {
-                return Err(error).with_context(|| {
+                return Err(bus_error(|| {
                     format!(
                         "opening the controller's records on {} (tried for {} s)",
                         bus.url,
                         OPEN_RETRY_LIMIT.as_secs()
                     )
-                })
+                })(error))
             }
         }
     };
@@ -117,7 +118,11 @@ impl crate::home::ReportSource for StreamReports {
                     tracing::debug!(%error, node, "the reports stream could not be read; trying again");
                     std::thread::sleep(std::time::Duration::from_millis(200));
                 }
-                Err(error) => return Err(error.into()),
+                Err(error) => {
+                    return Err(bus_error(|| {
+                        format!("reading the last report of `{node}` from the reports stream")
+                    })(error))
+                }
             }
         }
     }
@@ -145,10 +150,10 @@ pub fn import(root: &Path, target: &Home, bus_url: &str) -> Result<Imported> {
     let local = Home::new(root);
     local.require()?;
     if target.get(INVENTORY_FILE)?.is_some() {
-        bail!(
+        return Err(Error::refused(format!(
             "{} already holds a mesh ({INVENTORY_FILE}); nothing was copied",
             target.records().name()
-        );
+        )));
     }
     // No controller on this home plans or drives while its records are copied.
     let _lock = crate::plans::PlansLock::acquire(&local, "records import")?;
@@ -162,9 +167,11 @@ pub fn import(root: &Path, target: &Home, bus_url: &str) -> Result<Imported> {
     }
     keys.push(INVENTORY_FILE.to_owned());
     for key in &keys {
-        let bytes = source
-            .get(key)?
-            .with_context(|| format!("{} vanished while it was copied", source.locate(key)))?;
+        let bytes = source.get(key)?.ok_or_else(|| Error::BadRecord {
+            location: source.locate(key),
+            what: "there any more: it vanished while it was copied".to_owned(),
+            source: None,
+        })?;
         target.put(key, &bytes)?;
     }
     let moved = root.join(MOVED_FILE);
@@ -204,28 +211,32 @@ pub enum PutOutcome {
 pub fn put_by_hand(home: &Home, key: &str, file: &Path, base: Option<&Path>) -> Result<PutOutcome> {
     home.require()?;
     if key != INVENTORY_FILE {
-        bail!(
+        return Err(Error::refused(format!(
             "only {INVENTORY_FILE} is replaced by hand; settings layers are changed with \
              `settings set`, and every other record is the controller's own; nothing was changed"
-        );
+        )));
     }
     let read = |file: &Path| -> Result<String> {
         if file == Path::new("-") {
-            std::io::read_to_string(std::io::stdin()).context("reading standard input")
+            std::io::read_to_string(std::io::stdin())
+                .map_err(file_error("reading", "standard input"))
         } else {
-            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))
+            std::fs::read_to_string(file).map_err(file_error("reading", file))
         }
     };
     let text = read(file)?;
-    toml::from_str::<mesh_model::inventory::InventoryFile>(&text).with_context(|| {
-        format!(
-            "{} is not an inventory; nothing was changed",
-            if file == Path::new("-") {
-                "standard input".to_owned()
-            } else {
-                file.display().to_string()
-            }
-        )
+    toml::from_str::<mesh_model::inventory::InventoryFile>(&text).map_err(|source| {
+        Error::Invalid {
+            what: format!(
+                "{} is not an inventory; nothing was changed",
+                if file == Path::new("-") {
+                    "standard input".to_owned()
+                } else {
+                    file.display().to_string()
+                }
+            ),
+            source: Some(Box::new(source)),
+        }
     })?;
     let base = base.map(read).transpose()?;
     let records = home.records();
@@ -246,9 +257,9 @@ pub fn put_by_hand(home: &Home, key: &str, file: &Path, base: Option<&Path>) -> 
             Swap::Stale => continue,
         }
     }
-    bail!(
+    Err(Error::refused(format!(
         "{} was changed by other writers {} times in a row; nothing was changed",
         records.locate(key),
         crate::home::LAYER_TRIES
-    )
+    )))
 }

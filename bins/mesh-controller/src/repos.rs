@@ -11,8 +11,8 @@
 //! - A symbolic link in git (mode `120000`) is read as [`EntryKind::Symlink`] and a submodule as
 //!   [`EntryKind::Other`], so validation and archiving refuse them as they would on disk.
 
+use crate::error::{BoxError, Error, Result};
 use crate::home::Home;
-use anyhow::{bail, Context, Result};
 use mesh_model::module::{CatalogueSource, EntryKind};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -53,10 +53,10 @@ impl Home {
             Some(record) => Ok(record),
             None => {
                 let known: Vec<String> = self.repos()?.into_iter().map(|r| r.name).collect();
-                bail!(
+                Err(Error::invalid(format!(
                     "no repository `{name}` is registered (registered: {}); add it with `repo add {name} PATH`",
                     if known.is_empty() { "none".to_owned() } else { known.join(", ") }
-                );
+                )))
             }
         }
     }
@@ -89,25 +89,35 @@ pub fn add(
 ) -> Result<RepoRecord> {
     home.require()?;
     if modules_dir.trim_matches('/').is_empty() || modules_dir.split('/').any(|p| p == "..") {
-        bail!("`{modules_dir}` is not a directory inside the repository");
+        return Err(Error::invalid(format!(
+            "`{modules_dir}` is not a directory inside the repository"
+        )));
     }
     if !mesh_model::module::is_valid_name(name) {
-        bail!("`{name}` is not a repository name: use [a-z0-9][a-z0-9_-]*");
+        return Err(Error::invalid(format!(
+            "`{name}` is not a repository name: use [a-z0-9][a-z0-9_-]*"
+        )));
     }
     if home.get(&repo_key(name))?.is_some() {
-        bail!("a repository `{name}` is already registered; nothing was changed");
+        return Err(Error::refused(format!(
+            "a repository `{name}` is already registered; nothing was changed"
+        )));
     }
-    let path = std::fs::canonicalize(path)
-        .with_context(|| format!("repository `{name}`: {} does not exist", path.display()))?;
+    let path = std::fs::canonicalize(path).map_err(|source| Error::Invalid {
+        what: format!("repository `{name}`: {} does not exist", path.display()),
+        source: Some(Box::new(source)),
+    })?;
     let branch = match branch {
         Some(branch) => branch.to_owned(),
         None => String::from_utf8(git(&path, &["symbolic-ref", "--short", "HEAD"])?)
-            .context("the branch name is not UTF-8")?
+            .map_err(|source| git_failed(&path, "the branch name is not UTF-8", source))?
             .trim()
             .to_owned(),
     };
-    resolve(&path, &branch)
-        .with_context(|| format!("repository `{name}` has no branch `{branch}`"))?;
+    resolve(&path, &branch).map_err(|source| Error::Invalid {
+        what: format!("repository `{name}` has no branch `{branch}`"),
+        source: Some(Box::new(source)),
+    })?;
     let record = RepoRecord {
         format: REPO_FORMAT,
         name: name.to_owned(),
@@ -120,7 +130,28 @@ pub fn add(
     Ok(record)
 }
 
+/// A git failure in `repo`: `doing` says what, `source` why.
+fn git_failed(repo: &Path, doing: impl Into<String>, source: impl Into<BoxError>) -> Error {
+    Error::Git {
+        repo: repo.to_owned(),
+        doing: doing.into(),
+        source: Some(source.into()),
+    }
+}
+
+/// A git failure in `repo` that git itself said (`doing` carries it).
+fn git_said(repo: &Path, doing: String) -> Error {
+    Error::Git {
+        repo: repo.to_owned(),
+        doing,
+        source: None,
+    }
+}
+
 /// Runs `git -C REPO ARGS`, returning standard output; an error carries git's own message.
+///
+/// # Errors
+/// [`Error::Git`] when git cannot be run or fails.
 pub fn git(repo: &Path, args: &[&str]) -> Result<Vec<u8>> {
     let out = Command::new("git")
         .arg("-C")
@@ -128,14 +159,17 @@ pub fn git(repo: &Path, args: &[&str]) -> Result<Vec<u8>> {
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .with_context(|| format!("running git in {}", repo.display()))?;
+        .map_err(|source| git_failed(repo, format!("running git in {}", repo.display()), source))?;
     if !out.status.success() {
-        bail!(
-            "`git {}` in {} failed: {}",
-            args.join(" "),
-            repo.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        return Err(git_said(
+            repo,
+            format!(
+                "`git {}` in {} failed: {}",
+                args.join(" "),
+                repo.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        ));
     }
     Ok(out.stdout)
 }
@@ -151,8 +185,17 @@ pub fn resolve(repo: &Path, revision: &str) -> Result<String> {
             &format!("{revision}^{{commit}}"),
         ],
     )
-    .with_context(|| format!("`{revision}` is not a commit of {}", repo.display()))?;
-    Ok(String::from_utf8(out)?.trim().to_owned())
+    .map_err(|source| {
+        git_failed(
+            repo,
+            format!("`{revision}` is not a commit of {}", repo.display()),
+            source,
+        )
+    })?;
+    Ok(String::from_utf8(out)
+        .map_err(|source| git_failed(repo, "git named a commit that is not UTF-8", source))?
+        .trim()
+        .to_owned())
 }
 
 /// Every path that differs between two commits (added, changed, removed; a rename is its old
@@ -162,14 +205,17 @@ pub fn changed_paths(repo: &Path, from: &str, to: &str) -> Result<Vec<String>> {
         repo,
         &["diff", "--name-only", "--no-renames", "-z", from, to, "--"],
     )?;
-    split_z(&out)
+    split_z(repo, &out)
 }
 
-fn split_z(bytes: &[u8]) -> Result<Vec<String>> {
+fn split_z(repo: &Path, bytes: &[u8]) -> Result<Vec<String>> {
     bytes
         .split(|b| *b == 0)
         .filter(|p| !p.is_empty())
-        .map(|p| String::from_utf8(p.to_vec()).context("git named a path that is not UTF-8"))
+        .map(|p| {
+            String::from_utf8(p.to_vec())
+                .map_err(|source| git_failed(repo, "git named a path that is not UTF-8", source))
+        })
         .collect()
 }
 
@@ -198,14 +244,17 @@ pub fn catalogue_at(repo: &Path, commit: &str, modules_dir: &str) -> Result<Cata
     };
     // (module, relative path, mode, object) for every blob to read.
     let mut blobs: Vec<(String, String, String, String)> = Vec::new();
-    for line in split_z(&listing)? {
+    for line in split_z(repo, &listing)? {
         let (meta, path) = line
             .split_once('\t')
-            .with_context(|| format!("unexpected `git ls-tree` line: {line}"))?;
+            .ok_or_else(|| git_said(repo, format!("unexpected `git ls-tree` line: {line}")))?;
         let mut fields = meta.split(' ');
         let (Some(mode), Some(_kind), Some(object)) = (fields.next(), fields.next(), fields.next())
         else {
-            bail!("unexpected `git ls-tree` line: {line}");
+            return Err(git_said(
+                repo,
+                format!("unexpected `git ls-tree` line: {line}"),
+            ));
         };
         let Some(rest) = path.strip_prefix(&prefix) else {
             continue;
@@ -273,36 +322,61 @@ fn cat_blobs<'o>(repo: &Path, objects: impl Iterator<Item = &'o str>) -> Result<
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .with_context(|| format!("running `git cat-file --batch` in {}", repo.display()))?;
-    let mut stdin = child.stdin.take().context("git's standard input")?;
+        .map_err(|source| {
+            git_failed(
+                repo,
+                format!("running `git cat-file --batch` in {}", repo.display()),
+                source,
+            )
+        })?;
+    let reading = |source: std::io::Error| {
+        git_failed(repo, "reading what `git cat-file --batch` answered", source)
+    };
+    let mut stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| git_said(repo, "git's standard input was not made".to_owned()))?;
     let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
-    let mut reader = BufReader::new(child.stdout.take().context("git's standard output")?);
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| git_said(repo, "git's standard output was not made".to_owned()))?;
+    let mut reader = BufReader::new(stdout);
     let mut out = Vec::new();
     let mut header = String::new();
     loop {
         header.clear();
-        if reader.read_line(&mut header)? == 0 {
+        if reader.read_line(&mut header).map_err(reading)? == 0 {
             break;
         }
+        let answered = || format!("`git cat-file --batch` answered `{}`", header.trim_end());
         let fields: Vec<&str> = header.trim_end().split(' ').collect();
         if fields.len() != 3 {
-            bail!("`git cat-file --batch` answered `{}`", header.trim_end());
+            return Err(git_said(repo, answered()));
         }
         let size: usize = fields[2]
             .parse()
-            .with_context(|| format!("`git cat-file --batch` answered `{}`", header.trim_end()))?;
+            .map_err(|source| git_failed(repo, answered(), source))?;
         let mut bytes = vec![0; size + 1];
-        reader.read_exact(&mut bytes)?;
+        reader.read_exact(&mut bytes).map_err(reading)?;
         bytes.pop();
         out.push(bytes);
     }
     writer
         .join()
-        .map_err(|_| anyhow::anyhow!("writing to `git cat-file --batch` panicked"))?
-        .context("writing to `git cat-file --batch`")?;
-    let status = child.wait()?;
+        .map_err(|_| {
+            git_said(
+                repo,
+                "writing to `git cat-file --batch` panicked".to_owned(),
+            )
+        })?
+        .map_err(|source| git_failed(repo, "writing to `git cat-file --batch`", source))?;
+    let status = child.wait().map_err(reading)?;
     if !status.success() {
-        bail!("`git cat-file --batch` in {} failed", repo.display());
+        return Err(git_said(
+            repo,
+            format!("`git cat-file --batch` in {} failed", repo.display()),
+        ));
     }
     Ok(out)
 }

@@ -5,9 +5,9 @@
 //! What it must never do: say that a module of a node whose runtime was not heard is missing
 //! or running elsewhere.
 
+use crate::error::{bus_error, Result};
 use crate::fleet::{connect, BusArgs};
 use crate::home::Home;
-use anyhow::{Context, Result};
 use mesh_bus::discovery::{self, Discovery};
 use mesh_model::inventory::Inventory;
 use serde::Serialize;
@@ -116,7 +116,7 @@ pub async fn runtimes(home: &Home, bus_args: &BusArgs) -> Result<Runtimes> {
     // INFO misses a host answering after a second (fleet_discovery): not wired yet.
     let found = discovery::discover(bus.client(), discovery::OLD_WINDOW)
         .await
-        .context("asking who is there")?;
+        .map_err(bus_error(|| "asking who is there".to_owned()))?;
     Ok(compare_with_inventory(&inventory, found))
 }
 

@@ -1,8 +1,8 @@
 //! `settings show | set | clear | restore`: reading and replacing settings layers, with every
 //! replaced layer kept (ADR 0217 §1, seed issue 246).
 
+use crate::error::{Error, Result};
 use crate::home::{HistoryRecord, Home, LayerChange};
-use anyhow::{bail, Context, Result};
 use mesh_model::inventory::{check_layer, LayerScope};
 use mesh_model::module::Catalogue;
 use mesh_plan::{settings_change, SettingsChange, SettingsDecision};
@@ -30,7 +30,7 @@ fn scope(
 ) -> Result<LayerScope> {
     let inventory = home.inventory()?;
     if catalogue.module(module).is_none() {
-        bail!(
+        return Err(Error::invalid(format!(
             "`{module}` is not a module of the catalogue; its modules are: {}",
             catalogue
                 .modules
@@ -38,14 +38,17 @@ fn scope(
                 .cloned()
                 .collect::<Vec<_>>()
                 .join(", ")
-        );
+        )));
     }
     match node {
         None => Ok(LayerScope::Mesh),
         Some(node) if inventory.file.nodes.contains_key(node) => {
             Ok(LayerScope::Node(node.to_owned()))
         }
-        Some(node) => bail!("`{node}` is not a node of this mesh"),
+        Some(node) => Err(Error::UnknownNode {
+            node: node.to_owned(),
+            known: Vec::new(),
+        }),
     }
 }
 
@@ -174,7 +177,7 @@ fn replace(
     Ok(Answer {
         module: module.to_owned(),
         node: node.map(str::to_owned),
-        change: change.context("the layer was decided on")?,
+        change: change.ok_or_else(|| Error::internal("the layer was never decided on"))?,
         kept_as_revision: replaced.kept.map(|record| record.revision),
         raced: replaced.raced,
     })
@@ -211,7 +214,7 @@ pub fn invoked_command() -> String {
 fn check(catalogue: &Catalogue, module: &str, layer: &Value) -> Result<()> {
     let definition = &catalogue
         .module(module)
-        .context("the module is in the catalogue")?
+        .ok_or_else(|| Error::internal(format!("`{module}` is not in the catalogue")))?
         .definition;
     let problems = check_layer(definition, layer);
     if !problems.is_empty() {
@@ -225,10 +228,10 @@ fn check(catalogue: &Catalogue, module: &str, layer: &Value) -> Result<()> {
                 }
             })
             .collect();
-        bail!(
+        return Err(Error::refused(format!(
             "the layer is refused, nothing changed:\n{}",
             listed.join("\n")
-        );
+        )));
     }
     Ok(())
 }
@@ -244,11 +247,12 @@ pub fn set(
 ) -> Result<Answer> {
     let (home, catalogue) = (on.home, on.catalogue);
     let scope = scope(home, catalogue, module, node)?;
-    let layer: Value = serde_json::from_str(json).with_context(|| {
-        format!(
+    let layer: Value = serde_json::from_str(json).map_err(|source| Error::Invalid {
+        what: format!(
             "the new layer for {} is not valid JSON",
             describe(module, &scope)
-        )
+        ),
+        source: Some(Box::new(source)),
     })?;
     check(catalogue, module, &layer)?;
     replace(on, module, node, &scope, Some(layer), replace_keys, now)
@@ -259,10 +263,10 @@ pub fn clear(on: &On<'_>, module: &str, node: Option<&str>, now: u64) -> Result<
     let (home, catalogue) = (on.home, on.catalogue);
     let scope = scope(home, catalogue, module, node)?;
     if home.layer(module, &scope)?.is_none() {
-        bail!(
+        return Err(Error::refused(format!(
             "{}: no layer set; nothing to clear",
             describe(module, &scope)
-        );
+        )));
     }
     replace(on, module, node, &scope, None, true, now)
 }
@@ -280,7 +284,7 @@ pub fn restore(
     let scope = scope(home, catalogue, module, node)?;
     let records = home.history(module, &scope)?;
     let Some(record) = records.iter().find(|r| r.revision == revision) else {
-        bail!(
+        return Err(Error::invalid(format!(
             "{} has no revision {revision}; its revisions are: {}",
             describe(module, &scope),
             records
@@ -288,7 +292,7 @@ pub fn restore(
                 .map(|r| r.revision.to_string())
                 .collect::<Vec<_>>()
                 .join(", ")
-        );
+        )));
     };
     if let Some(layer) = &record.layer {
         check(catalogue, module, layer)?;

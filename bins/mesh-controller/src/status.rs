@@ -6,10 +6,10 @@
 //! "Behind" is read from the open plans only ([`mesh_plan::behind`]): no second comparison of
 //! commits (seed issue 245).
 
+use crate::error::Result;
 use crate::home::Home;
 use crate::plans::PlanRecord;
 use crate::push::{self, NodeStatus};
-use anyhow::Result;
 use mesh_model::plan::{PlanState, RolloutOutcome};
 use mesh_model::report::{MachineState, Outcome, WindowSummary};
 use mesh_plan::plans::{state_word, Behind};

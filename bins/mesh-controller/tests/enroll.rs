@@ -112,21 +112,24 @@ fn an_unknown_node_or_a_malformed_key_is_refused_and_changes_nothing() {
     let before = Mesh::snapshot_tree(mesh.home());
     let (seed, key) = fixed_key("nobody");
 
-    let unknown = format!("{:#}", enroll::enroll(&home, "nobody", &key).unwrap_err());
+    let unknown = enroll::enroll(&home, "nobody", &key)
+        .unwrap_err()
+        .chain_line();
     assert!(
         unknown.contains("`nobody` is not a node of this mesh"),
         "{unknown}"
     );
-    let malformed = format!(
-        "{:#}",
-        enroll::enroll(&home, "home", "UNOTAKEY").unwrap_err()
-    );
+    let malformed = enroll::enroll(&home, "home", "UNOTAKEY")
+        .unwrap_err()
+        .chain_line();
     assert!(
         malformed.contains("enrolling `home`")
             && malformed.contains("is not an NKey user public key"),
         "{malformed}"
     );
-    let a_seed = format!("{:#}", enroll::enroll(&home, "home", &seed).unwrap_err());
+    let a_seed = enroll::enroll(&home, "home", &seed)
+        .unwrap_err()
+        .chain_line();
     assert!(a_seed.contains("that is an NKey seed"), "{a_seed}");
     assert!(
         !a_seed.contains(seed.trim()),

@@ -29,7 +29,7 @@ struct Simulated {
 
 #[async_trait::async_trait]
 impl Fleet for Simulated {
-    fn prepare(&mut self, _: &Home, _: &Catalogue, _: &Inventory) -> anyhow::Result<()> {
+    fn prepare(&mut self, _: &Home, _: &Catalogue, _: &Inventory) -> mesh_controller::Result<()> {
         Ok(())
     }
 
@@ -45,11 +45,15 @@ impl Fleet for Simulated {
         &mut self,
         _: &Home,
         _: &[String],
-    ) -> anyhow::Result<Result<String, String>> {
+    ) -> mesh_controller::Result<Result<String, String>> {
         Ok(Ok("simulated".into()))
     }
 
-    async fn send(&mut self, home: &Home, declaration: &Declaration) -> anyhow::Result<()> {
+    async fn send(
+        &mut self,
+        home: &Home,
+        declaration: &Declaration,
+    ) -> mesh_controller::Result<()> {
         home.record_sent(declaration)?;
         self.sent.lock().unwrap().push(declaration.node.clone());
         let now = mesh_host::now();
@@ -74,7 +78,11 @@ impl Fleet for Simulated {
         Ok(())
     }
 
-    async fn next_report(&mut self, home: &Home, wait: Duration) -> anyhow::Result<Option<Report>> {
+    async fn next_report(
+        &mut self,
+        home: &Home,
+        wait: Duration,
+    ) -> mesh_controller::Result<Option<Report>> {
         match self.answers.pop_front() {
             Some(report) => {
                 home.record_report(&report)?;
@@ -288,5 +296,91 @@ fn a_merge_moving_a_running_containers_data_holds_that_node_and_the_others_go_on
     assert!(
         matches!(composed, mesh_plan::PushDecision::Send { .. }),
         "what control was sent is now what it holds"
+    );
+}
+
+/// Issue 12: what fails is a typed error an embedding tool can match, naming the node, module
+/// or plan: a node not in the inventory, a catalogue with problems (a refusal, nothing sent), a
+/// module whose build does not validate, a plan that is not there.
+#[test]
+fn the_library_fails_with_typed_errors_naming_what_failed() {
+    use mesh_controller::Error;
+    let bed = Bed::new();
+    bed.merge(&[]);
+    let home = Home::new(bed.mesh.home());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let checked = runtime
+        .block_on(mesh_controller::builds::effective_catalogue(
+            &home,
+            bed.store.as_ref(),
+        ))
+        .unwrap();
+    let push = |nodes: &[&str], checked: &mesh_controller::push::Checked| {
+        let mut fleet = Simulated::default();
+        let nodes: Vec<String> = nodes.iter().map(|n| (*n).to_owned()).collect();
+        runtime.block_on(mesh_controller::executor::push(
+            &home,
+            &mut fleet,
+            checked,
+            &nodes,
+            &BTreeSet::new(),
+            Duration::from_secs(5),
+        ))
+    };
+
+    let error = push(&["nowhere"], &checked).unwrap_err();
+    assert!(
+        matches!(&error, Error::UnknownNode { node, known } if node == "nowhere" && known.len() == 3),
+        "{error:?}"
+    );
+    assert_eq!(error.node(), Some("nowhere"));
+    assert_eq!(
+        error.to_string(),
+        "`nowhere` is not a node of this mesh; its nodes are: control, home, laptop"
+    );
+
+    assert_eq!(checked.1, Vec::new(), "the merged mesh is sound");
+    let problem = mesh_model::Diagnostic::new("catalogue/modules/web", Some("web"), None, "broken");
+    let broken = (checked.0.clone(), vec![problem]);
+    let error = push(&["home"], &broken).unwrap_err();
+    assert!(
+        matches!(&error, Error::Problems { problems } if problems.len() == 1),
+        "{error:?}"
+    );
+    assert!(error.is_refusal());
+    assert!(error.to_string().contains("nothing was sent"), "{error}");
+
+    let error = home.plan("plan-99").unwrap_err();
+    assert!(matches!(&error, Error::Invalid { .. }), "{error:?}");
+    assert!(
+        error.to_string().contains("there is no plan `plan-99`"),
+        "{error}"
+    );
+
+    // A module that does not validate at a commit names the module, the repository and every
+    // problem.
+    bed.repo
+        .write(&[("modules/keep/module.toml", "this is not toml = [")]);
+    bed.repo.commit("keep: broken");
+    let commit = mesh_controller::repos::resolve(bed.repo.path(), "HEAD").unwrap();
+    let source = mesh_controller::repos::catalogue_at(bed.repo.path(), &commit, "modules").unwrap();
+    let built = runtime.block_on(mesh_controller::builds::build_module(
+        &home,
+        bed.store.as_ref(),
+        &mesh_controller::builds::BuildSource {
+            repository: "cat",
+            commit: &commit,
+            source: &source,
+        },
+        "keep",
+        mesh_host::now(),
+        true,
+    ));
+    let error = built.unwrap_err();
+    assert_eq!(error.module(), Some("keep"), "{error:?}");
+    assert!(error.is_refusal(), "{error:?}");
+    assert!(
+        matches!(&error, Error::DoesNotValidate { repository, .. } if repository == "cat"),
+        "{error:?}"
     );
 }

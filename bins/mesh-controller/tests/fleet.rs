@@ -462,9 +462,30 @@ fn a_grant_that_fails_fails_the_send() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("grants not issued"), "{stderr}");
     assert!(stderr.contains("nothing else was sent"), "{stderr}");
-    std::thread::sleep(Duration::from_millis(500));
+    // The controller records every send as it makes it: `a` was never sent anything.
+    assert!(bed.record("sent/a.json").is_none(), "a was sent nothing");
     assert!(!bed.root("a").join("etc/mesh/hello").exists());
     assert!(bed.record("bus/authorization.json").is_none());
+    // Issue 15, point 5 (rule 26): the failure is `status`'s until a send to `a`, not only a
+    // line on stderr.
+    let out = bed.run(&["status", "--output", "json"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let grants: Vec<&serde_json::Value> = status["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "grants")
+        .collect();
+    assert_eq!(grants.len(), 1, "{status:#}");
+    assert_eq!(grants[0]["subject"], "a", "{status:#}");
+    assert!(
+        grants[0]["what"]
+            .as_str()
+            .unwrap()
+            .contains("grants not issued"),
+        "{status:#}"
+    );
 }
 
 #[test]

@@ -228,6 +228,20 @@ fn push_holds_a_running_containers_moved_mount_for_that_node_only() {
         "home kept what it ran"
     );
 
+    // Issue 15, point 5 (rule 26): the held push is a problem `status` shows until a send to
+    // that node, not only the push's output and exit code.
+    let status = mesh.run(&["status", "--output", "json"]);
+    assert_eq!(
+        status.code, 3,
+        "a held push needs a person: {}",
+        status.stderr
+    );
+    let problems = held_push_problems(&status.stdout);
+    assert_eq!(problems.len(), 1, "{}", status.stdout);
+    assert_eq!(problems[0]["subject"], "home", "{}", status.stdout);
+    let details = problems[0]["details"].to_string();
+    assert!(details.contains("/mnt/disk2/media"), "{details}");
+
     // Issue 15, point 12: this once accepted exit 3 (not converged) and never looked at the
     // container. The move is sent, applied, and the container runs with the new directory.
     let run = mesh.run(&["push", "home", "--move", "media"]);
@@ -250,6 +264,26 @@ fn push_holds_a_running_containers_moved_mount_for_that_node_only() {
         [moved_to.to_str().unwrap()],
         "the container's /media is the new directory: {mounts:?}"
     );
+    let status = mesh.run(&["status", "--output", "json"]);
+    assert_eq!(
+        held_push_problems(&status.stdout),
+        Vec::<serde_json::Value>::new(),
+        "the send cleared it: {}",
+        status.stdout
+    );
+}
+
+/// The held-push problems in `status --output json`.
+fn held_push_problems(json: &str) -> Vec<serde_json::Value> {
+    let status: serde_json::Value =
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    status["problems"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p["kind"] == "held-push")
+        .collect()
 }
 
 /// Every mount (source, destination) of the containers `node`'s host made, read from podman.

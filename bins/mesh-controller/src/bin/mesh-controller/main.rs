@@ -596,7 +596,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     };
     let checked = || -> Result<push::Checked> {
         home.require()?;
-        runtime.block_on(builds::effective_catalogue(&home, store.as_ref()))
+        Ok(runtime.block_on(builds::effective_catalogue(&home, store.as_ref()))?)
     };
     let command = cli.command;
     let done = (|| -> Result<ExitCode> {
