@@ -19,8 +19,11 @@
 //! (records unreadable, the store failed, the collection failed); 2 a usage error; 3 a kept
 //! archive is not held (missing, or dry run), so a collection ran or would run dry.
 
+#[path = "../../cli_docs.rs"]
+mod cli_docs;
+
 use anyhow::{bail, Context as _};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use mesh_bus::records::KvRecords;
 use mesh_bus::NatsOptions;
 use mesh_store::collect::{
@@ -53,9 +56,10 @@ use std::sync::Arc;
 #[derive(Debug, Parser)]
 #[command(name = "mesh-collector", version)]
 struct Cli {
-    /// The mesh home (the controller's); records and the store lock live under it.
+    /// The mesh home (the controller's); records and the store lock live under it. Needed by
+    /// `sweep` and `collect`.
     #[arg(long, value_name = "DIR")]
-    home: PathBuf,
+    home: Option<PathBuf>,
 
     /// A fleet's bus (NATS JetStream), e.g. nats://bus.example:4222: the module records are
     /// the controller's, in its records bucket there, not files under --home; the collector
@@ -101,7 +105,7 @@ struct Cli {
     output: Output,
 
     #[command(subcommand)]
-    command: Command,
+    command: TopCommand,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -122,7 +126,29 @@ impl Command {
     }
 }
 
+/// The collector's commands: the store's, and what documents the command line.
 #[derive(Debug, Subcommand)]
+enum TopCommand {
+    #[command(flatten)]
+    Store(Command),
+    /// Prints shell completions on standard output, e.g.
+    /// `mesh-collector completions bash > /usr/share/bash-completion/completions/mesh-collector`.
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Prints the manual page (roff) on standard output, e.g. `mesh-collector man | man -l -`; with
+    /// `--dir DIR`, writes one page per command and subcommand there and lists them.
+    Man {
+        /// Where to write every page (`mesh-collector.1`, `mesh-collector-COMMAND.1`, …).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// What the collector does to a store.
+#[derive(Debug, Clone, Subcommand)]
 enum Command {
     /// Hold every kept archive (backfilling a missing holding manifest from the record), then
     /// let go of every held archive not kept by removing its manifest. Nothing is let go if
@@ -186,6 +212,31 @@ struct CollectionAnswer {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let command = match &cli.command {
+        TopCommand::Completions { shell } => {
+            return match cli_docs::print_completions(*shell, Cli::command()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: writing the completions: {e}");
+                    ExitCode::from(1)
+                }
+            };
+        }
+        TopCommand::Man { dir } => {
+            return match cli_docs::man(Cli::command(), dir.as_deref()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: writing the manual pages: {e}");
+                    ExitCode::from(1)
+                }
+            };
+        }
+        TopCommand::Store(command) => command.clone(),
+    };
+    if cli.home.is_none() {
+        eprintln!("error: --home DIR is needed: the mesh home whose store is swept or collected");
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -196,7 +247,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(&cli, command)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -205,14 +256,21 @@ fn main() -> ExitCode {
     }
 }
 
+/// `--home`, which `main` has checked is given.
+fn home(cli: &Cli) -> &std::path::Path {
+    cli.home
+        .as_deref()
+        .expect("main refuses sweep and collect without --home")
+}
+
 /// Where the module records are: files under `--home`, or with `--bus` the controller's
 /// records bucket.
 fn open_records(cli: &Cli) -> anyhow::Result<Arc<dyn RecordStore>> {
     let Some(url) = &cli.bus else {
-        return Ok(Arc::new(DirRecords::new(&cli.home)));
+        return Ok(Arc::new(DirRecords::new(home(cli))));
     };
     let seed_file = cli.bus_seed.clone().or_else(|| {
-        let default = cli.home.join("bus/nkey.seed");
+        let default = home(cli).join("bus/nkey.seed");
         (cli.bus_password_file.is_none() && default.exists()).then_some(default)
     });
     let options = match seed_file {
@@ -224,7 +282,7 @@ fn open_records(cli: &Cli) -> anyhow::Result<Arc<dyn RecordStore>> {
             let file = cli
                 .bus_password_file
                 .clone()
-                .unwrap_or_else(|| cli.home.join("bus/passwords/controller"));
+                .unwrap_or_else(|| home(cli).join("bus/passwords/controller"));
             let password =
                 mesh_store::secret::read_secret(&file).context("the controller's bus password")?;
             NatsOptions::for_controller(url, password)
@@ -243,10 +301,10 @@ fn open_records(cli: &Cli) -> anyhow::Result<Arc<dyn RecordStore>> {
 }
 
 /// Runs one command and prints its answer; returns the exit code.
-async fn run(cli: Cli) -> anyhow::Result<u8> {
+async fn run(cli: &Cli, command: Command) -> anyhow::Result<u8> {
     let spec: StoreSpec = match &cli.store {
         Some(spec) => spec.parse()?,
-        None => default_store_spec(&cli.home),
+        None => default_store_spec(home(cli)),
     };
     let store = open_store_with(
         &spec,
@@ -255,10 +313,10 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             credentials_file: cli.store_credentials.clone(),
         },
     )?;
-    let lock = SweepLock::acquire(&cli.home)
+    let lock = SweepLock::acquire(home(cli))
         .await
         .context("the store lock is shared with every publish")?;
-    let store_records = open_records(&cli)?;
+    let store_records = open_records(cli)?;
     // On a fleet the controller publishes and records builds on its own machine, which this
     // machine's lock does not reach: the plans lease on the bus (held by a controller while it
     // builds) keeps every publish out for the whole run.
@@ -266,7 +324,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Some(_) => Some(
             Lease::acquire(
                 Arc::clone(&store_records),
-                &format!("mesh-collector {}", cli.command.name()),
+                &format!("mesh-collector {}", command.name()),
                 Arc::default(),
             )
             .context("taking the plans lock on the bus, so no build is published meanwhile")?,
@@ -275,11 +333,11 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
     };
     let records = read_module_records(store_records.as_ref())?;
     let keep = keep_set(&records);
-    let asked_dry = match &cli.command {
+    let asked_dry = match &command {
         Command::Sweep { dry_run } | Command::Collect { dry_run, .. } => *dry_run,
     };
-    let command_name = cli.command.name();
-    let (answer, text) = match cli.command {
+    let command_name = command.name();
+    let (answer, text) = match command {
         Command::Sweep { dry_run } => {
             let report = sweep(&*store, &lock, &keep, dry_run).await;
             let code = exit_code(&report, None);

@@ -2,11 +2,13 @@
 //! `window` runs a maintenance step with containers held still (the `window` module);
 //! `archives` lists the archive cache.
 
+#[path = "../../cli_docs.rs"]
+mod cli_docs;
 mod containers;
 mod window;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use mesh_apply::HostConfig;
 use mesh_host::render_report;
 use mesh_model::declaration::Declaration;
@@ -160,6 +162,20 @@ enum Command {
         #[command(subcommand)]
         command: window::WindowCommand,
     },
+    /// Prints shell completions on standard output, e.g.
+    /// `mesh-host completions bash > /usr/share/bash-completion/completions/mesh-host`.
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Prints the manual page (roff) on standard output, e.g. `mesh-host man | man -l -`; with
+    /// `--dir DIR`, writes one page per command and subcommand there and lists them.
+    Man {
+        /// Where to write every page (`mesh-host.1`, `mesh-host-COMMAND.1`, …).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -174,8 +190,22 @@ fn main() -> ExitCode {
 
 fn run() -> Result<ExitCode> {
     let cli = Cli::parse();
+    match &cli.command {
+        Command::Completions { shell } => {
+            cli_docs::print_completions(*shell, Cli::command())
+                .context("writing the completions")?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Man { dir } => {
+            cli_docs::man(Cli::command(), dir.as_deref()).context("writing the manual pages")?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
+    }
     let access = store_access(&cli);
     match cli.command {
+        // Answered above, before anything else is read.
+        Command::Completions { .. } | Command::Man { .. } => Ok(ExitCode::SUCCESS),
         Command::Window { command } => {
             let host = HostConfig {
                 root: cli.root,

@@ -5,6 +5,8 @@
 //! [`mesh_controller`] library. Start at [`Command`]; what a person reads is rendered in
 //! [`render`]; `demo` and `init` are the binary's own.
 
+#[path = "../../../../cli_docs.rs"]
+mod cli_docs;
 mod demo;
 mod init;
 mod render;
@@ -15,7 +17,7 @@ use mesh_controller::{
 };
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -249,6 +251,20 @@ pub enum Command {
     Settings(SettingsCommand),
     /// Runs init, plan, push and status in a temporary home, explaining each step.
     Demo,
+    /// Prints shell completions on standard output, e.g.
+    /// `mesh-controller completions bash > /usr/share/bash-completion/completions/mesh-controller`.
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Prints the manual page (roff) on standard output, e.g. `mesh-controller man | man -l -`; with
+    /// `--dir DIR`, writes one page per command and subcommand there and lists them.
+    Man {
+        /// Where to write every page (`mesh-controller.1`, `mesh-controller-COMMAND.1`, …).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Runs the controller as a daemon on a fleet (needs `--bus`).
     ///
     /// It makes the mesh's streams, answers discovery, and plans each merge announced on the
@@ -528,6 +544,19 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
+    // What documents the command line needs no home.
+    match &cli.command {
+        Command::Completions { shell } => {
+            cli_docs::print_completions(*shell, Cli::command())
+                .context("writing the completions")?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Man { dir } => {
+            cli_docs::man(Cli::command(), dir.as_deref()).context("writing the manual pages")?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
+    }
     let bus_args = |url: String| fleet::BusArgs {
         url,
         password_file: cli.bus_password_file.clone(),
@@ -752,6 +781,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 })
             }
             Command::Demo => demo::run(),
+            Command::Completions { .. } | Command::Man { .. } => Ok(ExitCode::SUCCESS),
             Command::Serve => {
                 home.require()?;
                 let bus = need_bus()?;
