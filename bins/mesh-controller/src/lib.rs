@@ -32,6 +32,7 @@ pub mod fleet;
 pub mod home;
 pub mod in_process;
 pub mod plans;
+pub mod preview;
 pub mod push;
 pub mod records;
 pub mod repos;

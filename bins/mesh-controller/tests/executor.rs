@@ -384,3 +384,92 @@ fn the_library_fails_with_typed_errors_naming_what_failed() {
         "{error:?}"
     );
 }
+
+/// Issue 16: the fleet preview of a merge (`merge --plan-only`) names the first machine, each
+/// node that changes with its counts and its recreated containers, the node held for a move and
+/// the node in a window; nothing is sent. The rollout of that plan then does what it said.
+#[test]
+fn the_preview_of_a_merge_says_what_its_rollout_then_does() {
+    let bed = Bed::new();
+    bed.merge(&[]);
+    let home = Home::new(bed.mesh.home());
+    // `laptop`'s host reports a maintenance window holding the container still.
+    let mut report = home.report("laptop").unwrap().unwrap();
+    report.windows.push(mesh_model::report::WindowSummary {
+        step: "backup".to_owned(),
+        containers: vec!["keep/container/db".to_owned()],
+        opened_at: report.finished_at,
+    });
+    home.record_report(&report).unwrap();
+
+    // The data's default moves (only `control` follows the default) and the command changes
+    // (every node's container is recreated).
+    let module = keep_module("/srv/data2", "v2").replace("\"3600\"", "\"7200\"");
+    bed.repo.write(&[
+        ("modules/keep/module.toml", &module),
+        ("modules/keep/files/note.txt", "v2\n"),
+    ]);
+    bed.repo.commit("keep: data moves, the command changes");
+    let sent_before = bed.sent_since(0).len();
+    let text = bed.mesh.expect(&["merge", "cat", "--plan-only"], 0);
+    assert_eq!(
+        bed.sent_since(0).len(),
+        sent_before,
+        "the preview sends nothing"
+    );
+    let home_dir = bed.mesh.home().display().to_string();
+    let mut words: Vec<(String, String)> = bed.repo.commit_names();
+    words.push((home_dir, "[home]".to_owned()));
+    let words: Vec<(&str, &str)> = words
+        .iter()
+        .map(|(w, n)| (w.as_str(), n.as_str()))
+        .collect();
+    insta::assert_snapshot!("merge_preview", support::redact(&text, &words));
+
+    let json = bed
+        .mesh
+        .expect(&["merge", "cat", "--plan-only", "--output", "json"], 0);
+    let answer: serde_json::Value = serde_json::from_str(&json).unwrap();
+    // The plan was already made by the first --plan-only: this one answers that, no preview.
+    assert_eq!(answer["result"], "already-planned", "{answer:#}");
+    let plan = answer["plan"]["id"].as_str().unwrap().to_owned();
+    let shown = bed.mesh.expect(
+        &["plans", "show", &plan, "--preview", "--output", "json"],
+        0,
+    );
+    let preview: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    let keep = &preview["tiers"][0]["modules"][0];
+    assert_eq!(keep["module"], "keep", "{preview:#}");
+    assert_eq!(keep["first"], "home", "{preview:#}");
+    assert_eq!(keep["held"][0]["node"], "control", "{preview:#}");
+    assert_eq!(keep["in-window"][0]["node"], "laptop", "{preview:#}");
+    let changed: Vec<&str> = keep["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["node"].as_str().unwrap())
+        .collect();
+    assert_eq!(changed, ["control", "home", "laptop"], "{preview:#}");
+    for change in keep["changes"].as_array().unwrap() {
+        assert_eq!(
+            change["recreated"][0]["resource"], "keep/container/db",
+            "{change:#}"
+        );
+    }
+
+    // The rollout does what the preview said: `home` first, then `laptop`; `control` held.
+    let lines = bed.resume(&[]);
+    assert_eq!(
+        bed.sent_since(sent_before),
+        ["home", "laptop"],
+        "{lines:#?}"
+    );
+    let status = mesh_controller::status::overview(
+        &home,
+        mesh_host::now(),
+        mesh_controller::push::SILENT_AFTER_SECS,
+    )
+    .unwrap();
+    let held: Vec<&str> = status.held.iter().map(|h| h.node.as_str()).collect();
+    assert_eq!(held, ["control"]);
+}

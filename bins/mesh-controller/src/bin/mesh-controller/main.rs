@@ -12,8 +12,8 @@ mod init;
 mod render;
 
 use mesh_controller::{
-    broker, builds, daemon, executor, fleet, plans, push, records, repos, runtimes, settings,
-    status,
+    broker, builds, daemon, executor, fleet, plans, preview, push, records, repos, runtimes,
+    settings, status,
 };
 
 use anyhow::{bail, Context, Result};
@@ -436,6 +436,12 @@ pub enum PlansCommand {
     Show {
         /// The plan's id (`plan-3`).
         id: String,
+        /// Instead, what its rollouts would do across the fleet (as `merge --plan-only`
+        /// answers): per tier and module the first machine, each node that changes and how,
+        /// the nodes held for a move or in a window, and those unchanged. Reads only; sends
+        /// nothing.
+        #[arg(long)]
+        preview: bool,
     },
     /// Closes an open plan by hand; it is never resumed.
     Close {
@@ -972,9 +978,28 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 home.require()?;
                 let outcome =
                     runtime.block_on(plans::merge(&ctx, &repo, commit.as_deref(), plan_only))?;
+                // With --plan-only, what the plan's rollouts would do across the fleet.
+                let preview = match (&outcome, plan_only) {
+                    (plans::MergeOutcome::Planned { plan, .. }, true) => {
+                        let record = home.plan(&plan.id)?;
+                        Some(runtime.block_on(preview::preview(&ctx, &record))?)
+                    }
+                    _ => None,
+                };
                 match output {
-                    Output::Json => println!("{}", serde_json::to_string_pretty(&outcome)?),
-                    Output::Text => print!("{}", render::merge(&outcome)),
+                    Output::Json => {
+                        let mut value = serde_json::to_value(&outcome)?;
+                        if let (Some(preview), Some(object)) = (&preview, value.as_object_mut()) {
+                            object.insert("preview".to_owned(), serde_json::to_value(preview)?);
+                        }
+                        println!("{}", serde_json::to_string_pretty(&value)?);
+                    }
+                    Output::Text => {
+                        print!("{}", render::merge(&outcome));
+                        if let Some(preview) = &preview {
+                            print!("{}", render::preview(preview));
+                        }
+                    }
                 }
                 Ok(match &outcome {
                     plans::MergeOutcome::Planned { plan, .. }
@@ -1022,7 +1047,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     }
                     Ok(ExitCode::SUCCESS)
                 }
-                PlansCommand::Show { id } => {
+                PlansCommand::Show { id, preview: true } => {
+                    home.require()?;
+                    let record = home.plan(&id)?;
+                    let preview = runtime.block_on(preview::preview(&ctx, &record))?;
+                    match output {
+                        Output::Json => println!("{}", serde_json::to_string_pretty(&preview)?),
+                        Output::Text => print!("{}", render::preview(&preview)),
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                PlansCommand::Show { id, preview: false } => {
                     let record = home.plan(&id)?;
                     match output {
                         Output::Json => println!("{}", serde_json::to_string_pretty(&record)?),

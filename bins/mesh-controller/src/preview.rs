@@ -1,0 +1,335 @@
+//! The fleet preview of a plan (`merge --plan-only`, `plans show PLAN --preview`): what its
+//! rollouts would do across the fleet, tier by tier and module by module, before anything is
+//! built or sent.
+//!
+//! Start at [`preview`]. For each module of each tier it answers the machine that would go
+//! first, each node whose declaration would change (resources added, changed and removed, and
+//! the containers that would be recreated, with the fields that make it so), the nodes that
+//! would be held because a running container's data would move (rule 12), the nodes with a
+//! maintenance window open (their held containers are left alone), the nodes whose declaration
+//! would not change, and the nodes not running (never sent to).
+//!
+//! # Guarantees
+//! - Nothing is built, published, written or sent: the preview reads the records, the
+//!   repository at the plan's commit (git objects, no checkout) and the store's deployed builds.
+//! - It composes exactly as the rollout does: the module's tree at the plan's commit over what
+//!   the mesh runs, the modules of earlier tiers of the same plan included, and the first
+//!   machine is the one mesh-plan's state machine ([`mesh_plan::rollout::step`]) sends first,
+//!   held nodes passed over as a rollout passes them.
+//! - A module that does not validate at the commit is named with every problem; the other
+//!   modules are previewed all the same.
+
+use crate::builds::{effective_source, module_problems};
+use crate::error::Result;
+use crate::plans::{Ctx, PlanRecord};
+use crate::repos;
+use mesh_model::declaration::Declaration;
+use mesh_model::module::load_catalogue;
+use mesh_plan::rollout::{step, Action, Event, RolloutNode, RolloutSpec, RolloutState};
+use mesh_plan::PushDecision;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// What a plan's rollouts would do, tier by tier.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Preview {
+    /// The plan's id.
+    pub plan: String,
+    /// Its tiers, in order.
+    pub tiers: Vec<TierPreview>,
+}
+
+/// One tier of a preview.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct TierPreview {
+    /// The tier's number, from 1.
+    pub tier: usize,
+    /// Its modules, in the order they roll out.
+    pub modules: Vec<ModulePreview>,
+}
+
+/// What one module's rollout would do.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ModulePreview {
+    /// The module.
+    pub module: String,
+    /// Why it would not be built (it does not validate at the commit): every problem, one to a
+    /// line. Nothing else is said of it then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+    /// The node its rollout would send first (`None`: none would be sent).
+    pub first: Option<String>,
+    /// The nodes whose declaration would change, with how.
+    pub changes: Vec<NodeChange>,
+    /// The nodes that would be held: a running container's data would move.
+    pub held: Vec<HeldNode>,
+    /// The nodes with a maintenance window open (the containers it holds are left alone).
+    pub in_window: Vec<WindowNode>,
+    /// The nodes whose declaration would not change.
+    pub unchanged: Vec<String>,
+    /// The nodes assigned the module that do not run (never sent to).
+    pub not_running: Vec<String>,
+}
+
+/// How one node's declaration would change.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct NodeChange {
+    /// The node.
+    pub node: String,
+    /// Whether it was never sent anything (everything is added).
+    pub first_send: bool,
+    /// Resources added.
+    pub added: usize,
+    /// Resources changed.
+    pub changed: usize,
+    /// Resources removed.
+    pub removed: usize,
+    /// The containers that would be recreated, each with the fields that make it so.
+    pub recreated: Vec<Recreated>,
+}
+
+/// A container that would be recreated.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Recreated {
+    /// The resource id.
+    pub resource: String,
+    /// The fields whose change recreates it.
+    pub fields: Vec<String>,
+}
+
+/// A node that would be held for a move.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct HeldNode {
+    /// The node.
+    pub node: String,
+    /// Each move: module, mount, both directories.
+    pub moves: Vec<String>,
+}
+
+/// A node with a maintenance window open, as its last report says.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct WindowNode {
+    /// The node.
+    pub node: String,
+    /// Each open window's step and the containers it holds still.
+    pub windows: Vec<String>,
+}
+
+/// The preview of `record`'s rollouts (see the module's guarantees); `ctx.moves` are the
+/// modules whose moves are acknowledged (`--move`), as for the rollout.
+///
+/// # Errors
+/// The records, the repository or the store's deployed builds cannot be read.
+pub async fn preview(ctx: &Ctx<'_>, record: &PlanRecord) -> Result<Preview> {
+    let home = ctx.home;
+    let repo = home.repo(&record.plan.repository)?;
+    let at_commit = repos::catalogue_at(&repo.path, &record.plan.commit, &repo.modules_dir)?;
+    let mut source = effective_source(home, ctx.store).await?;
+    let base_inventory = home.inventory()?;
+    // What each node would hold as the preview goes: what it was sent, then each module's.
+    let mut holds: BTreeMap<String, Option<Declaration>> = BTreeMap::new();
+    let mut tiers = Vec::new();
+    for (index, tier) in record.plan.tiers.iter().enumerate() {
+        let mut modules = Vec::new();
+        for module in tier {
+            let problems = module_problems(&at_commit, module);
+            if !problems.is_empty() {
+                modules.push(ModulePreview {
+                    module: module.clone(),
+                    refused: Some(
+                        problems
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join("\n"),
+                    ),
+                    first: None,
+                    changes: Vec::new(),
+                    held: Vec::new(),
+                    in_window: Vec::new(),
+                    unchanged: Vec::new(),
+                    not_running: Vec::new(),
+                });
+                continue;
+            }
+            let tree = at_commit.modules[module].clone();
+            let archive = mesh_store::archive::archive_tree(&tree)?;
+            source.modules.insert(module.clone(), tree);
+            source
+                .archives
+                .insert(module.clone(), archive.reference.clone());
+            modules.push(preview_module(
+                ctx,
+                &source,
+                &base_inventory,
+                module,
+                &mut holds,
+            )?);
+        }
+        tiers.push(TierPreview {
+            tier: index + 1,
+            modules,
+        });
+    }
+    Ok(Preview {
+        plan: record.plan.id.clone(),
+        tiers,
+    })
+}
+
+/// One module's preview, with `source` already holding its tree at the plan's commit.
+fn preview_module(
+    ctx: &Ctx<'_>,
+    source: &mesh_model::module::CatalogueSource,
+    base_inventory: &mesh_model::inventory::Inventory,
+    module: &str,
+    holds: &mut BTreeMap<String, Option<Declaration>>,
+) -> Result<ModulePreview> {
+    let home = ctx.home;
+    let (catalogue, _) = load_catalogue(source);
+    let mut inventory = base_inventory.clone();
+    inventory
+        .file
+        .assignments
+        .retain(|m, _| catalogue.module(m).is_some() || m == module);
+    let mut out = ModulePreview {
+        module: module.to_owned(),
+        refused: None,
+        first: None,
+        changes: Vec::new(),
+        held: Vec::new(),
+        in_window: Vec::new(),
+        unchanged: Vec::new(),
+        not_running: Vec::new(),
+    };
+    let Some(definition) = catalogue.module(module).map(|m| m.definition.clone()) else {
+        out.refused =
+            Some("it does not validate against what the mesh runs (`check` lists why)".into());
+        return Ok(out);
+    };
+    let allowed: BTreeSet<String> = if ctx.moves.contains(module) {
+        BTreeSet::from([module.to_owned()])
+    } else {
+        BTreeSet::new()
+    };
+    let mut nodes = BTreeMap::new();
+    let mut held_moves: BTreeMap<String, Vec<mesh_plan::Move>> = BTreeMap::new();
+    let assigned = inventory
+        .file
+        .assignments
+        .get(module)
+        .cloned()
+        .unwrap_or_default();
+    for node in assigned {
+        let running = inventory.file.nodes.get(&node).is_some_and(|n| n.running);
+        if !running {
+            out.not_running.push(node.clone());
+            nodes.insert(
+                node,
+                RolloutNode {
+                    running,
+                    declaration: String::new(),
+                },
+            );
+            continue;
+        }
+        let declaration = mesh_plan::compose(&catalogue, &inventory, &node)?;
+        let before = match holds.get(&node) {
+            Some(before) => before.clone(),
+            None => home.sent(&node)?,
+        };
+        let diff = mesh_plan::diff(before.as_ref(), &declaration);
+        if diff.added.is_empty() && diff.changed.is_empty() && diff.removed.is_empty() {
+            out.unchanged.push(node.clone());
+        } else {
+            out.changes.push(NodeChange {
+                node: node.clone(),
+                first_send: diff.first_send,
+                added: diff.added.len(),
+                changed: diff.changed.len(),
+                removed: diff.removed.len(),
+                recreated: diff
+                    .changed
+                    .iter()
+                    .filter(|change| change.recreates)
+                    .map(|change| Recreated {
+                        resource: change.id.clone(),
+                        fields: change
+                            .fields
+                            .iter()
+                            .filter(|field| field.recreates)
+                            .map(|field| field.field.clone())
+                            .collect(),
+                    })
+                    .collect(),
+            });
+        }
+        if let PushDecision::Hold { moves } = crate::executor::decide(home, &declaration, &allowed)?
+        {
+            out.held.push(HeldNode {
+                node: node.clone(),
+                moves: moves.iter().map(ToString::to_string).collect(),
+            });
+            held_moves.insert(node.clone(), moves);
+        }
+        if let Some(report) = home.report(&node)? {
+            if !report.windows.is_empty() {
+                out.in_window.push(WindowNode {
+                    node: node.clone(),
+                    windows: report
+                        .windows
+                        .iter()
+                        .map(|w| format!("{} (holding {})", w.step, w.containers.join(", ")))
+                        .collect(),
+                });
+            }
+        }
+        nodes.insert(
+            node.clone(),
+            RolloutNode {
+                running,
+                declaration: declaration.digest(),
+            },
+        );
+        if !held_moves.contains_key(&node) {
+            holds.insert(node, Some(declaration));
+        }
+    }
+    out.first = first_sent(&RolloutSpec::new(&definition, nodes, None), &held_moves);
+    Ok(out)
+}
+
+/// The node the rollout's state machine sends first, a held node passed over as the executor
+/// passes it ([`Event::Held`]).
+fn first_sent(spec: &RolloutSpec, held: &BTreeMap<String, Vec<mesh_plan::Move>>) -> Option<String> {
+    let mut state = RolloutState::new();
+    let mut events = VecDeque::from([Event::Start]);
+    // The clock is not read: the preview's steps need no deadline.
+    while let Some(event) = events.pop_front() {
+        for action in step(spec, &mut state, event, 0) {
+            match action {
+                Action::IssueGrants { nodes } => events.push_back(Event::GrantsIssued { nodes }),
+                Action::SendBusNode { node } | Action::Send { node, .. } => match held.get(&node) {
+                    Some(moves) => events.push_back(Event::Held {
+                        node,
+                        moves: moves.clone(),
+                    }),
+                    None => return Some(node),
+                },
+                Action::SendFailed { .. }
+                | Action::Stop { .. }
+                | Action::Revert { .. }
+                | Action::Held { .. }
+                | Action::Done { .. } => {}
+            }
+        }
+    }
+    None
+}
