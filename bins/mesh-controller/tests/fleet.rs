@@ -25,7 +25,7 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
     for node in ["bus", "a", "b"] {
         bed.start_host(node);
     }
-    let results = bed.push_all(20, 0);
+    let results = bed.push_all(60, 0);
     assert_eq!(results.len(), 3, "{results:?}");
     for (node, result) in &results {
         assert!(converged(result), "{node}: {result}");
@@ -62,7 +62,7 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
     // send found every resource unchanged. (The push may take a heartbeat that repeats the
     // first apply's report of the same declaration as the node's answer, so the apply of this
     // send is the node's latest report, waited for on `status`.)
-    let again = bed.push_all(20, 0);
+    let again = bed.push_all(60, 0);
     for (node, result) in &again {
         assert!(converged(result), "{node}: {result}");
         assert_eq!(
@@ -153,7 +153,7 @@ fn a_node_joining_is_let_onto_the_bus_by_the_bus_node_before_it_is_sent_anything
     for node in ["bus", "a"] {
         bed.start_host(node);
     }
-    bed.push_all(20, 0);
+    bed.push_all(60, 0);
     let inventory = bed.record("inventory.toml").unwrap();
     bed.put_inventory(&format!(
         "{}\n[nodes.d]\n",
@@ -171,7 +171,7 @@ fn a_node_joining_is_let_onto_the_bus_by_the_bus_node_before_it_is_sent_anything
     assert!(users.contains("node-d"), "{users}");
     bed.start_host("d");
 
-    let results = bed.push_all(20, 0);
+    let results = bed.push_all(60, 0);
     let bus_users = &results["bus"]["report"]["resources"]["mesh-bus/file/users"];
     assert_eq!(bus_users["outcome"], "applied", "{}", results["bus"]);
     assert!(converged(&results["d"]), "{}", results["d"]);
@@ -198,7 +198,7 @@ fn a_permissions_only_change_is_in_force_on_the_bus_before_another_node_is_sent(
     for node in ["bus", "a"] {
         bed.start_host(node);
     }
-    bed.push_all(20, 0);
+    bed.push_all(60, 0);
     let before = bed.expect(&["broker", "users"], 0);
     write(
         &bed.home.path().join("catalogue/modules/agent/module.toml"),
@@ -264,7 +264,7 @@ fn hosts_ride_out_a_bus_restart_and_the_next_push_converges() {
     for node in ["bus", "a", "b"] {
         bed.start_host(node);
     }
-    bed.push_all(20, 0);
+    bed.push_all(60, 0);
     bed.server.lock().unwrap().restart().unwrap();
     write(
         &bed.home.path().join("catalogue/modules/base/files/hello"),
@@ -494,7 +494,7 @@ fn a_host_killed_mid_apply_reports_mid_change_then_converges() {
     for node in ["bus", "a"] {
         bed.start_host(node);
     }
-    bed.push_all(20, 0);
+    bed.push_all(60, 0);
     // A large declaration for `a`: many files, so its apply takes a while.
     let mut module = String::from("name = \"bulk\"\n");
     for i in 0..1500 {
@@ -901,7 +901,7 @@ fn a_fleet_no_one_else_can_join() {
     for node in ["bus", "a"] {
         bed.start_host(node);
     }
-    let results = bed.push_all(20, 0);
+    let results = bed.push_all(60, 0);
     assert!(results.values().all(converged), "{results:?}");
     let seed_of = |node: &str| mesh_bus::keys::read_seed_file(&bed.seed_file(node)).unwrap();
     let seeds: Vec<(String, String)> = ["bus", "a"]

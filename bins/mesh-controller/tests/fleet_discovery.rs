@@ -146,7 +146,7 @@ fn a_heard_host_lacking_a_module_is_named_and_nothing_is_said_of_an_unheard_ones
     for node in ["bus", "a", "b"] {
         bed.start_host(node);
     }
-    for (node, result) in bed.push_all(20, 0) {
+    for (node, result) in bed.push_all(60, 0) {
         assert!(converged(&result), "{node}: {result}");
     }
     let found = runtimes_json(&bed, 0);
