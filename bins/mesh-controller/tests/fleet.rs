@@ -700,8 +700,33 @@ fn the_controller_daemon_answers_discovery_and_rolls_out_a_merge_announced_twice
         std::fs::read_to_string(bed.root("bus").join("etc/mesh/hello")).unwrap(),
         "hello\n"
     );
-    // The second announcement, heard after the drive, made no plan.
-    std::thread::sleep(Duration::from_millis(1000));
+    // The second announcement made no plan: once the daemon's merge consumer has nothing
+    // pending and nothing unacknowledged, every announcement stored was handled (the second,
+    // the same message id, was not stored at all).
+    let handled = rt.block_on(async {
+        let js = bus.jetstream();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
+                .get_consumer_from_stream(
+                    mesh_controller::daemon::MERGE_CONSUMER,
+                    mesh_bus::jetstream::EVENTS_STREAM,
+                )
+                .await
+                .unwrap();
+            let info = consumer.info().await.unwrap();
+            if info.num_pending == 0 && info.num_ack_pending == 0 {
+                return info.delivered.stream_sequence;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the daemon never acknowledged every merge: {info:?}"
+            );
+            // Only paces the wait on the condition above.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    assert!(handled >= 1, "the merge was delivered");
     let made = plans();
     assert_eq!(made.len(), 1, "{made:?}");
     assert_eq!(made[0]["commit"], commit.as_str());
