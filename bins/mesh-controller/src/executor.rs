@@ -502,6 +502,8 @@ pub async fn roll_out(
         }
     };
     let mut events: VecDeque<Event> = VecDeque::new();
+    // The declarations composed when the rollout began, by node, until each is sent.
+    let mut composed: BTreeMap<String, std::result::Result<Declaration, String>> = BTreeMap::new();
     let plan_id = record.plan.id.clone();
     // What each node had been sent before this rollout (a revert sends it back), by digest.
     let mut befores: BTreeMap<String, Option<String>> = BTreeMap::new();
@@ -561,7 +563,15 @@ pub async fn roll_out(
                 .unwrap_or_default()
             {
                 let running = inventory.file.nodes.get(&node).is_some_and(|n| n.running);
-                let declaration = compose(&node).map(|d| d.digest()).unwrap_or_default();
+                let declaration_of_node = compose(&node);
+                let declaration = declaration_of_node
+                    .as_ref()
+                    .map(Declaration::digest)
+                    .unwrap_or_default();
+                if running {
+                    // Composed once: its send takes it from here.
+                    composed.insert(node.clone(), declaration_of_node);
+                }
                 befores.insert(node.clone(), home.sent_digest(&node)?);
                 if !running {
                     // Never sent to: its record is written once, here.
@@ -619,21 +629,26 @@ pub async fn roll_out(
     let mut reverted: Option<(String, String)> = None;
     let mut last_tick = tokio::time::Instant::now();
     loop {
+        // Every event at hand is stepped, then the sends they decided go out together (the
+        // fleet overlaps them, bounded) and the rollout is saved once: a step's sends were
+        // granted by an earlier event, so grants before code holds, and a report heard with
+        // a hundred others costs one save, not a hundred.
+        let mut batch: Vec<(String, Declaration)> = Vec::new();
+        let mut heard: Vec<String> = Vec::new();
+        let mut stepped = false;
         while let Some(event) = events.pop_front() {
-            let heard = match &event {
-                Event::Report(report) => Some(report.node.clone()),
+            stepped = true;
+            match &event {
+                Event::Report(report) => heard.push(report.node.clone()),
                 Event::Start
                 | Event::GrantsIssued { .. }
                 | Event::GrantsFailed { .. }
                 | Event::SendFailed { .. }
                 | Event::Held { .. }
                 | Event::Release
-                | Event::Tick => None,
-            };
+                | Event::Tick => {}
+            }
             let actions = step(&spec, &mut state, event, mesh_host::now());
-            // The sends of one step go out together (the fleet overlaps them, bounded): each
-            // was granted by an earlier event, so grants before code holds.
-            let mut batch: Vec<(String, Declaration)> = Vec::new();
             for action in actions {
                 match action {
                     Action::IssueGrants { nodes } => {
@@ -652,7 +667,10 @@ pub async fn roll_out(
                             | Stage::Done
                             | Stage::Stopped => "",
                         };
-                        match checked_send(ctx, &mut spec, module, &node, compose(&node))? {
+                        let declaration = composed
+                            .remove(&node)
+                            .unwrap_or_else(|| compose(&node));
+                        match checked_send(ctx, &mut spec, module, &node, declaration)? {
                             SendCheck::Send(declaration) => {
                                 batch.push((which.to_owned(), declaration));
                             }
@@ -743,28 +761,38 @@ pub async fn roll_out(
                     }
                 }
             }
-            if !batch.is_empty() {
-                let declarations: Vec<Declaration> = batch.iter().map(|(_, d)| d.clone()).collect();
-                fleet.send_many(home, &declarations).await?;
-                for (which, declaration) in &batch {
-                    let node = &declaration.node;
-                    crate::fail::point(&format!("sent:{module}:{node}"));
-                    ctx.progress.line(&format!(
-                        "  `{module}`: sent `{node}`{which} declaration {}",
-                        mesh_host::short(&declaration.digest())
-                    ));
-                }
+        }
+        if !batch.is_empty() {
+            let declarations: Vec<Declaration> = batch.iter().map(|(_, d)| d.clone()).collect();
+            fleet.send_many(home, &declarations).await?;
+            for (which, declaration) in &batch {
+                let node = &declaration.node;
+                crate::fail::point(&format!("sent:{module}:{node}"));
+                // The digest its report must name, noted when it was checked.
+                let digest = expected_declaration(&spec, node);
+                ctx.progress.line(&format!(
+                    "  `{module}`: sent `{node}`{which} declaration {}",
+                    mesh_host::short(&digest)
+                ));
             }
+        }
+        if stepped {
             save_rollout(home, record, module, &spec, &mut state, &befores)?;
-            if let Some(node) = heard {
-                crate::fail::point(&format!("heard:{module}:{node}"));
-            }
+        }
+        for node in heard {
+            crate::fail::point(&format!("heard:{module}:{node}"));
         }
         match state.stage {
             Stage::Done | Stage::Stopped | Stage::Held => break,
             Stage::NotStarted | Stage::BusNode | Stage::FirstNode | Stage::Rest => {}
         }
-        if let Some(report) = fleet.next_report(home, Duration::from_secs(1)).await? {
+        // One report waited for (up to a second), then every other one already at hand.
+        let mut wait = Duration::from_secs(1);
+        for _ in 0..REPORTS_PER_STEP {
+            let Some(report) = fleet.next_report(home, wait).await? else {
+                break;
+            };
+            wait = Duration::ZERO;
             let expected = expected_declaration(&spec, &report.node);
             if !expected.is_empty() {
                 let judged = mesh_plan::merge::module_report(&report, module);
@@ -804,6 +832,9 @@ pub async fn roll_out(
     }
     Ok(())
 }
+
+/// How many reports a rollout takes in at most before it steps them (and saves once).
+const REPORTS_PER_STEP: usize = 256;
 
 /// The digest a node's report must name: its own declaration, or the bus node's when it goes
 /// first without running the module (empty: the rollout does not wait on the node).
