@@ -27,6 +27,7 @@
 //! - [`keep`] and [`manifest`] do no IO.
 
 pub mod archive;
+pub mod chunked;
 pub mod collect;
 pub mod keep;
 pub mod layout;

@@ -297,7 +297,10 @@ fn open_records(cli: &Cli) -> anyhow::Result<Arc<dyn RecordStore>> {
         ..options
     })
     .with_context(|| format!("opening the controller's records on {url}"))?;
-    Ok(Arc::new(records))
+    // As the controller keeps them: a large record in chunks.
+    Ok(Arc::new(mesh_store::chunked::ChunkedRecords::new(
+        Arc::new(records),
+    )))
 }
 
 /// Runs one command and prints its answer; returns the exit code.

@@ -95,7 +95,10 @@ pub fn open_home(root: &Path, bus: Option<&BusArgs>) -> Result<Home> {
     };
     let records = Arc::new(records);
     let reports = StreamReports(Arc::clone(&records));
-    Ok(Home::on_bus(root, records, Some(Arc::new(reports))))
+    // A record larger than a bucket's value (an inventory of thousands of nodes) is kept in
+    // chunks, none above 64 KiB.
+    let chunked = Arc::new(mesh_store::chunked::ChunkedRecords::new(records));
+    Ok(Home::on_bus(root, chunked, Some(Arc::new(reports))))
 }
 
 /// The bus's reports stream as the source of each node's latest report (rule 27): every report

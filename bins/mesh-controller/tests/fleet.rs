@@ -451,6 +451,34 @@ fn the_bus_nodes_declaration_does_not_grow_with_the_bus_users() {
     assert_eq!(kept["current"], many["archives"]["mesh-bus"], "{kept}");
 }
 
+/// Issue 12: a record larger than a bucket's value — an inventory of thousands of nodes — is
+/// kept in chunks: read back whole, and no value in the bucket above 64 KiB.
+#[test]
+fn an_inventory_larger_than_a_bucket_value_is_kept_in_chunks_and_read_back_whole() {
+    let bed = Bed::new(&["a"]);
+    let mut inventory = bed.record("inventory.toml").unwrap();
+    for index in 0..3000 {
+        inventory.push_str(&format!("\n[nodes.idle-{index:04}]\nrunning = false\n"));
+    }
+    assert!(inventory.len() > 100 * 1024);
+    bed.put_inventory(&inventory);
+    assert_eq!(bed.record("inventory.toml").unwrap(), inventory);
+    let records = bed.records();
+    use mesh_store::record_store::RecordStore as _;
+    let keys = records.keys_under("").unwrap();
+    assert!(
+        keys.iter()
+            .any(|key| key.starts_with("chunked/inventory.toml/")),
+        "{keys:?}"
+    );
+    for key in &keys {
+        let size = records.get(key).unwrap().unwrap_or_default().len();
+        assert!(size <= 64 * 1024, "{key}: {size} bytes");
+    }
+    // The controller reads it as an inventory: `broker users` names every node.
+    assert!(bed.expect(&["broker", "users"], 0).contains("idle-2999"));
+}
+
 #[test]
 fn a_grant_that_fails_fails_the_send() {
     // The bus node's host is not running: its users file is never written, so no other node
