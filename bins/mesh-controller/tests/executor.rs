@@ -473,3 +473,53 @@ fn the_preview_of_a_merge_says_what_its_rollout_then_does() {
     let held: Vec<&str> = status.held.iter().map(|h| h.node.as_str()).collect();
     assert_eq!(held, ["control"]);
 }
+
+/// Rollout progress as a tool (or the binary's bar) receives it.
+#[derive(Default)]
+struct Steps(std::sync::Mutex<Vec<mesh_controller::RolloutProgress>>);
+
+impl mesh_controller::Progress for Steps {
+    fn line(&self, _text: &str) {}
+
+    fn rollout(&self, at: &mesh_controller::RolloutProgress) {
+        self.0.lock().unwrap().push(at.clone());
+    }
+}
+
+/// Issue 16: a rollout says where it stands after every step — the machine awaited while it
+/// goes first, then nodes applied of all — so a terminal can draw it; counts only.
+#[test]
+fn a_rollout_reports_its_progress_step_by_step() {
+    let bed = Bed::new();
+    let home = Home::new(bed.mesh.home());
+    let steps = Steps::default();
+    let ctx = Ctx {
+        home: &home,
+        store: bed.store.as_ref(),
+        progress: &steps,
+        bus: None,
+        moves: BTreeSet::new(),
+        fleet: Some(Arc::clone(&bed.fleet)),
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime
+        .block_on(plans::merge(&ctx, "cat", None, false))
+        .unwrap();
+    let steps = steps.0.into_inner().unwrap();
+    assert!(!steps.is_empty());
+    assert!(
+        steps.iter().all(|s| s.module == "keep" && s.total == 3),
+        "{steps:#?}"
+    );
+    let first = steps
+        .iter()
+        .find(|s| s.stage == "first")
+        .unwrap_or_else(|| panic!("{steps:#?}"));
+    assert_eq!(first.waiting_on.as_deref(), Some("control"), "{steps:#?}");
+    assert!(
+        steps.windows(2).all(|w| w[0].applied <= w[1].applied),
+        "applied only grows: {steps:#?}"
+    );
+    let last = steps.last().unwrap();
+    assert_eq!((last.stage, last.applied), ("done", 3), "{steps:#?}");
+}
