@@ -1106,4 +1106,27 @@ fn a_fleet_no_one_else_can_join() {
     assert!(!said.contains(controller_seed.as_str()), "{said}");
     std::fs::set_permissions(&seed_file, std::fs::Permissions::from_mode(0o600)).unwrap();
     bed.expect(&["status"], 0);
+
+    // A node added and not yet enrolled is on a password: `status` names it (text and JSON)
+    // until it is enrolled.
+    let inventory = bed.record("inventory.toml").unwrap();
+    bed.put_inventory(&format!("{inventory}\n[nodes.late]\n"));
+    let text = bed.run(&["status"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("on bus passwords, not yet enrolled with an NKey")
+            && text.contains("`node enroll NODE PUBLIC-KEY`): late\n"),
+        "{text}"
+    );
+    let out = bed.run(&["status", "--output", "json"]);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        status["on-passwords"],
+        serde_json::json!(["late"]),
+        "{status}"
+    );
+    bed.enroll("late");
+    let out = bed.run(&["status", "--output", "json"]);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["on-passwords"], serde_json::json!([]), "{status}");
 }
