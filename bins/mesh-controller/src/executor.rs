@@ -134,6 +134,8 @@ pub fn decide(
 /// mid-change) of that digest, or `deadline`; the last report of the digest heard for each
 /// node is returned (a mid-change one when that is all there was).
 ///
+/// Where it stands goes to `progress` as a push's ([`push_progress`]) after each report.
+///
 /// # Errors
 /// As [`Fleet::next_report`].
 pub async fn wait_for_reports(
@@ -141,9 +143,11 @@ pub async fn wait_for_reports(
     fleet: &mut dyn Fleet,
     waiting: &BTreeMap<String, String>,
     deadline: tokio::time::Instant,
+    progress: &dyn crate::Progress,
 ) -> Result<BTreeMap<String, Report>> {
     let mut heard: BTreeMap<String, Report> = BTreeMap::new();
     let mut settled = 0;
+    progress.rollout(&push_progress(waiting.len(), settled));
     while settled < waiting.len() {
         let now = tokio::time::Instant::now();
         if now >= deadline {
@@ -163,10 +167,25 @@ pub async fn wait_for_reports(
         }
         if report.machine != MachineState::MidChange {
             settled += 1;
+            progress.rollout(&push_progress(waiting.len(), settled));
         }
         heard.insert(report.node.clone(), report);
     }
     Ok(heard)
+}
+
+/// Where a push stands: `settled` of `total` nodes heard (its plan is `push`, its module empty).
+pub fn push_progress(total: usize, settled: usize) -> crate::RolloutProgress {
+    crate::RolloutProgress {
+        plan: "push".to_owned(),
+        module: String::new(),
+        total,
+        applied: settled,
+        in_flight: total - settled,
+        held: 0,
+        waiting_on: None,
+        stage: if settled == total { "done" } else { "rest" },
+    }
 }
 
 /// Sends every named node its declaration through `fleet`, grants first, and waits (up to
@@ -194,6 +213,32 @@ pub async fn push(
     nodes: &[String],
     allowed_moves: &BTreeSet<String>,
     timeout: Duration,
+) -> Result<Vec<PushResult>> {
+    push_telling(
+        home,
+        fleet,
+        checked,
+        nodes,
+        allowed_moves,
+        timeout,
+        &crate::Quiet,
+    )
+    .await
+}
+
+/// [`push`], saying how many nodes were heard of all as the reports come
+/// ([`crate::Progress::rollout`], [`push_progress`]).
+///
+/// # Errors
+/// As [`push`].
+pub async fn push_telling(
+    home: &Home,
+    fleet: &mut dyn Fleet,
+    checked: &Checked,
+    nodes: &[String],
+    allowed_moves: &BTreeSet<String>,
+    timeout: Duration,
+    progress: &dyn crate::Progress,
 ) -> Result<Vec<PushResult>> {
     let inventory = home.inventory()?;
     fleet.prepare(home, &checked.0, &inventory)?;
@@ -250,7 +295,8 @@ pub async fn push(
         fleet.send(home, &first).await?;
         clear_push_problems(home, std::slice::from_ref(&first))?;
         let waiting = BTreeMap::from([(bus_node.clone(), first.digest())]);
-        let mut first_heard = wait_for_reports(home, fleet, &waiting, deadline).await?;
+        let mut first_heard =
+            wait_for_reports(home, fleet, &waiting, deadline, &crate::Quiet).await?;
         let Some(report) = first_heard.remove(&bus_node) else {
             let reason = format!(
                 "`{bus_node}`, which holds the bus, sent no report within {}s of being sent \
@@ -284,7 +330,7 @@ pub async fn push(
     let rest: Vec<Declaration> = rest.into_iter().cloned().collect();
     fleet.send_many(home, &rest).await?;
     clear_push_problems(home, &rest)?;
-    heard.extend(wait_for_reports(home, fleet, &waiting, deadline).await?);
+    heard.extend(wait_for_reports(home, fleet, &waiting, deadline, progress).await?);
     Ok(crate::push::results(held, &declarations, heard, timeout))
 }
 

@@ -79,6 +79,17 @@ fn a_rollout_draws_a_bar_on_a_terminal_and_plain_lines_otherwise() {
     assert!(terminal.contains("plan-1 `hello` ["), "{terminal}");
     assert!(terminal.contains("3/3 applied"), "{terminal}");
     assert!(terminal.contains("done on 3 node(s)"), "{terminal}");
+    // A push to the fleet counts the nodes heard of all the same way.
+    let push = format!("{controller} --home {} push --all", home.display());
+    let out = Command::new("script")
+        .args(["-qec", &push, "/dev/null"])
+        .env_remove("MESH_BUS")
+        .env_remove("MESH_STORE")
+        .output()
+        .unwrap();
+    let terminal = String::from_utf8_lossy(&out.stdout);
+    assert!(terminal.contains("push: nodes ["), "{terminal}");
+    assert!(terminal.contains("3/3 applied"), "{terminal}");
 
     // Not a terminal: the lines alone, no bar and no escape codes.
     std::fs::write(dir.path().join("repo/modules/hello/files/g"), "hi again\n").unwrap();

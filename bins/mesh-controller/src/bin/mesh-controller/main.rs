@@ -571,7 +571,11 @@ impl mesh_controller::Progress for Lines {
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
                 .progress_chars("=> "),
             );
-            bar.set_prefix(format!("{} `{}`", at.plan, at.module));
+            bar.set_prefix(if at.module.is_empty() {
+                format!("{}: nodes", at.plan)
+            } else {
+                format!("{} `{}`", at.plan, at.module)
+            });
             bar.enable_steady_tick(std::time::Duration::from_millis(500));
             *slot = Some((key, bar));
         }
@@ -582,6 +586,9 @@ impl mesh_controller::Progress for Lines {
         bar.set_position(at.applied as u64);
         let mut message = match &at.waiting_on {
             Some(node) => format!("waiting on `{node}`, going first"),
+            None if at.in_flight > 0 && at.module.is_empty() => {
+                format!("{} not yet heard", at.in_flight)
+            }
             None if at.in_flight > 0 => format!("{} in flight", at.in_flight),
             None => String::new(),
         };
@@ -776,13 +783,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 let checked = checked()?;
                 let results = runtime.block_on(async {
                     let mut fleet = plans::start_fleet(&ctx).await?;
-                    executor::push(
+                    executor::push_telling(
                         &home,
                         fleet.as_mut(),
                         &checked,
                         &nodes,
                         &moves.into_iter().collect(),
                         std::time::Duration::from_secs(timeout),
+                        &progress,
                     )
                     .await
                 })?;
