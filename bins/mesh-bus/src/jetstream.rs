@@ -152,7 +152,7 @@ pub async fn ensure_stream(
             stream = %name,
             replicas = has,
             wanted,
-            "the stream has fewer copies than the mesh keeps: `mesh-controller broker replicas` \
+            "the stream has fewer copies than the mesh keeps: `mesh-controller broker raise-replicas` \
              raises it"
         );
     }
@@ -215,7 +215,7 @@ pub struct ReplicasRaised {
 }
 
 /// Raises stream `stream` (a bucket's is `KV_<bucket>`) to `replicas` copies, every other
-/// setting kept (`mesh-controller broker replicas`, a person's act as a consumer reset is).
+/// setting kept (`mesh-controller broker raise-replicas`, a person's act as a consumer reset is).
 ///
 /// # Guarantees
 /// - Never lowers: a stream with as many copies or more is left as it is.
@@ -502,7 +502,7 @@ pub(crate) async fn open_or_make_bucket(
                     replicas = has,
                     wanted,
                     "the bucket has fewer copies than the mesh keeps: `mesh-controller broker \
-                     replicas` raises it"
+                     raise-replicas` raises it"
                 );
             }
         }

@@ -49,7 +49,8 @@ pub async fn serve(
     let mut shutdown = Box::pin(shutdown);
     let bus = connect(ctx.home, bus_args).await?;
     let js = bus.jetstream();
-    jetstream::ensure_streams(&js)
+    let replicas = crate::broker::wanted_replicas(ctx.home, bus_args, &bus)?;
+    jetstream::ensure_streams_with(&js, replicas)
         .await
         .map_err(bus_error(|| "making the mesh's streams".to_owned()))?;
     let _discovery = discovery::serve_discovery(

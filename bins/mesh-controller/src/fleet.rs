@@ -118,6 +118,10 @@ pub struct BusArgs {
     /// The controller's access to its store (`--store-ca`, `--store-credentials`), through
     /// which the bus's users travel to the bus node.
     pub store_access: mesh_store::store::StoreAccess,
+    /// How many copies of each stream and bucket to make (`--bus-replicas N`, recorded when
+    /// given); `None`: the recorded number, else 1 on a single server and 3 on a cluster
+    /// ([`crate::broker::wanted_replicas`]).
+    pub replicas: Option<usize>,
 }
 
 /// Where the controller's own NKey seed is kept under the home (`broker keygen` makes it,
@@ -195,7 +199,10 @@ pub fn controller_options(home: &Home, bus: &BusArgs) -> Result<NatsOptions> {
         NodeSecret::Password(password) => NatsOptions::for_controller(&bus.url, password),
         NodeSecret::NkeySeed(seed) => NatsOptions::for_controller_nkey(&bus.url, seed),
     };
-    Ok(options.with_tls(bus.tls.clone()))
+    Ok(NatsOptions {
+        replicas: bus.replicas,
+        ..options.with_tls(bus.tls.clone())
+    })
 }
 
 /// Where the controller's own bus password is kept when `--bus-password-file` is not given:
@@ -926,6 +933,8 @@ pub struct NatsFleet {
     published: BTreeSet<String>,
     buckets: BTreeSet<String>,
     inventory: Option<Inventory>,
+    /// How many copies the streams and module state buckets this fleet makes keep.
+    replicas: usize,
 }
 
 impl NatsFleet {
@@ -946,7 +955,8 @@ impl NatsFleet {
                 format!("opening the store {store} for the bus's users")
             })?;
         let bus = connect(home, args).await?;
-        jetstream::ensure_streams(&bus.jetstream())
+        let replicas = crate::broker::wanted_replicas(home, args, &bus)?;
+        jetstream::ensure_streams_with(&bus.jetstream(), replicas)
             .await
             .map_err(bus_error(|| "making the mesh's streams".to_owned()))?;
         let reports = bus
@@ -964,6 +974,7 @@ impl NatsFleet {
             published: BTreeSet::new(),
             buckets: BTreeSet::new(),
             inventory: None,
+            replicas,
         })
     }
 
@@ -1048,7 +1059,7 @@ impl Fleet for NatsFleet {
             // again for a while before the grant fails.
             let deadline = tokio::time::Instant::now() + BUCKET_RETRY_LIMIT;
             loop {
-                match jetstream::ensure_bucket(&js, bucket).await {
+                match jetstream::ensure_bucket_with(&js, bucket, self.replicas).await {
                     Ok(_) => break,
                     Err(error) if tokio::time::Instant::now() < deadline => {
                         tracing::debug!(bucket, %error, "a state bucket could not be made; trying again");

@@ -64,6 +64,12 @@ pub struct Cli {
     /// when `broker keygen` made it; mode 0600: refused when others may read it).
     #[arg(long, env = "MESH_BUS_SEED", global = true, value_name = "FILE")]
     bus_seed: Option<PathBuf>,
+    /// How many copies the mesh's streams, records bucket and module state buckets keep
+    /// (recorded on the bus, so later runs keep it); default: the recorded number, else 1 on
+    /// a single server and 3 when the server reports a cluster. Streams made earlier with
+    /// fewer are listed by `broker replicas` and raised by `broker raise-replicas`.
+    #[arg(long, env = "MESH_BUS_REPLICAS", global = true, value_name = "N")]
+    bus_replicas: Option<usize>,
     /// The bus server's CA (a PEM file): TLS is then required and only these CAs are trusted.
     #[arg(long, env = "MESH_BUS_CA", global = true, value_name = "FILE")]
     bus_ca: Option<PathBuf>,
@@ -386,6 +392,20 @@ pub enum BrokerCommand {
         /// The durable consumer, e.g. `controller`.
         consumer: String,
     },
+    /// Lists the mesh's streams and key-value buckets (records, module state) with fewer
+    /// copies than it keeps (`--bus-replicas`, the record of it, or 1 on a single server and 3
+    /// on a cluster). Changes nothing.
+    ///
+    /// Exit codes: 0 every stream has its copies; 3 some have fewer (a person raises them with
+    /// `broker raise-replicas`); 1 error.
+    Replicas,
+    /// Raises the named streams (`MESH_DECLARATIONS`, `KV_mesh-records`, …; default: every one
+    /// `broker replicas` lists) to the copies the mesh keeps, every other setting kept; never
+    /// lowers. The new copies catch up from the existing one while the stream takes writes.
+    RaiseReplicas {
+        /// The streams (a bucket's is `KV_<bucket>`).
+        streams: Vec<String>,
+    },
     /// Prints the bus's users (the server's `authorization` block) as the next push would send
     /// them to the node holding the bus: to start its server with the first time. Makes each
     /// node's password if it has none (with `--bus` in the records on the bus, else under
@@ -655,6 +675,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             ca_file: cli.store_ca.clone(),
             credentials_file: cli.store_credentials.clone(),
         },
+        replicas: cli.bus_replicas,
     };
     let bus = cli.bus.clone().map(bus_args);
     if let (Command::Init { .. }, Some(bus)) = (&cli.command, &bus) {
@@ -993,6 +1014,27 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         Ok(ExitCode::from(2))
                     }
                 }
+            }
+            Command::Broker(BrokerCommand::Replicas) => {
+                let answer = runtime.block_on(broker::replicas(&home, &need_bus()?))?;
+                match output {
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&answer)?),
+                    Output::Text => print!("{}", render::replicas(&answer)),
+                }
+                Ok(if answer.short.is_empty() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(3)
+                })
+            }
+            Command::Broker(BrokerCommand::RaiseReplicas { streams }) => {
+                let raised =
+                    runtime.block_on(broker::raise_replicas(&home, &need_bus()?, &streams))?;
+                match output {
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&raised)?),
+                    Output::Text => print!("{}", render::raised_replicas(&raised)),
+                }
+                Ok(ExitCode::SUCCESS)
             }
             Command::Broker(BrokerCommand::Users) => {
                 let checked = checked()?;

@@ -657,6 +657,59 @@ pub fn builds(builds: &[NamedBuild], dry_run: bool) -> String {
 }
 
 /// `runtimes` as a person reads it.
+/// `broker replicas`.
+pub fn replicas(answer: &mesh_controller::broker::ReplicasAnswer) -> String {
+    use mesh_controller::broker::ReplicasSource;
+    let why = match answer.source {
+        ReplicasSource::Given => "--bus-replicas, now recorded",
+        ReplicasSource::Recorded => "recorded by an earlier --bus-replicas",
+        ReplicasSource::Cluster => "the server reports a cluster",
+        ReplicasSource::SingleServer => "the server reports no cluster",
+    };
+    let mut out = match &answer.cluster {
+        Some(cluster) => format!(
+            "the mesh keeps {} copies of each stream and bucket ({why}; cluster `{cluster}`)\n",
+            answer.wanted
+        ),
+        None => format!(
+            "the mesh keeps {} copies of each stream and bucket ({why}; a single server)\n",
+            answer.wanted
+        ),
+    };
+    if answer.short.is_empty() {
+        out.push_str("every stream and bucket of the mesh has them\n");
+        return out;
+    }
+    out.push_str("with fewer copies (`mesh-controller broker raise-replicas` raises them):\n");
+    for short in &answer.short {
+        out.push_str(&format!(
+            "  {}: {} of {}\n",
+            short.stream, short.replicas, short.wanted
+        ));
+    }
+    out
+}
+
+/// `broker raise-replicas`.
+pub fn raised_replicas(raised: &[mesh_controller::broker::RaisedLine]) -> String {
+    if raised.is_empty() {
+        return "nothing to raise: every stream and bucket of the mesh has its copies\n".to_owned();
+    }
+    raised
+        .iter()
+        .map(|line| {
+            if line.before == line.after {
+                format!("{}: {} copies already, left as it is\n", line.stream, line.after)
+            } else {
+                format!(
+                    "{}: raised from {} to {} copies (the new ones catch up while it takes writes)\n",
+                    line.stream, line.before, line.after
+                )
+            }
+        })
+        .collect()
+}
+
 pub fn runtimes(found: &Runtimes) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();

@@ -1,0 +1,238 @@
+//! The controller on a loopback cluster of three real nats-servers (issue 14): how many copies
+//! the mesh's streams and buckets keep (`--bus-replicas`, recorded; 3 by default on a
+//! cluster), the ones made earlier with fewer listed by `broker replicas` and raised by
+//! `broker raise-replicas`, a person's act.
+
+mod support;
+
+use mesh_bus::jetstream;
+use mesh_bus::nats_cluster::NatsCluster;
+use mesh_bus::{NatsBus, NatsOptions};
+use std::path::Path;
+use std::process::{Command, Output};
+use support::fleet::{controller_binary, runtime};
+
+/// Runs the controller with `--home home --bus urls` and `args`.
+fn controller(home: &Path, urls: &str, args: &[&str]) -> Output {
+    Command::new(controller_binary())
+        .arg("--home")
+        .arg(home)
+        .arg("--bus")
+        .arg(urls)
+        .args(args)
+        .env_remove("MESH_BUS")
+        .env_remove("MESH_BUS_REPLICAS")
+        .env_remove("MESH_BUS_PASSWORD_FILE")
+        .env_remove("MESH_BUS_SEED")
+        .env_remove("MESH_BUS_CA")
+        .env_remove("MESH_STORE")
+        .env("MESH_LOG", "error")
+        .output()
+        .unwrap()
+}
+
+/// Runs the controller, checks its exit code and returns its standard output.
+fn expect(home: &Path, urls: &str, args: &[&str], code: i32) -> String {
+    let out = controller(home, urls, args);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "mesh-controller {args:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `(stream, replicas)` of every stream `broker replicas --output json` lists as short.
+fn short(answer: &serde_json::Value) -> Vec<(String, u64)> {
+    answer["short"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|line| {
+            assert_eq!(line["wanted"], answer["wanted"], "{line}");
+            (
+                line["stream"].as_str().unwrap().to_owned(),
+                line["replicas"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The copies each server's stream configuration says `stream` keeps.
+fn replicas_of(rt: &tokio::runtime::Runtime, bus: &NatsBus, stream: &str) -> usize {
+    rt.block_on(async {
+        let mut handle = bus.jetstream().get_stream(stream).await.unwrap();
+        handle.info().await.unwrap().config.num_replicas
+    })
+}
+
+#[test]
+fn streams_made_with_one_copy_are_listed_and_raised_to_three_on_a_cluster() {
+    let rt = runtime();
+    let cluster = NatsCluster::start(3).unwrap_or_else(|e| panic!("{e}"));
+    let urls = cluster.urls();
+    let home = tempfile::Builder::new()
+        .prefix("mesh-cluster-")
+        .tempdir()
+        .unwrap();
+    // The mesh's streams and a module's state bucket as a controller of before made them: one
+    // copy each, on one server of the three.
+    let bus = rt.block_on(async {
+        let bus = NatsBus::connect(&NatsOptions::for_controller(&urls, "unused".to_owned()))
+            .await
+            .unwrap();
+        let js = bus.jetstream();
+        jetstream::ensure_streams_with(&js, 1).await.unwrap();
+        jetstream::ensure_bucket_with(&js, "agent_state", 1)
+            .await
+            .unwrap();
+        bus
+    });
+
+    // The server reports a cluster: the mesh keeps 3 copies; the records bucket, made now by
+    // the controller, has them; the rest are listed, and nothing is changed.
+    let listed: serde_json::Value = serde_json::from_str(&expect(
+        home.path(),
+        &urls,
+        &["broker", "replicas", "--output", "json"],
+        3,
+    ))
+    .unwrap();
+    assert_eq!(listed["wanted"], 3, "{listed}");
+    assert_eq!(listed["source"], "cluster", "{listed}");
+    assert_eq!(listed["cluster"], cluster.name(), "{listed}");
+    let expected = vec![
+        ("KV_agent_state".to_owned(), 1),
+        ("MESH_DECLARATIONS".to_owned(), 1),
+        ("MESH_EVENTS".to_owned(), 1),
+        ("MESH_REPORTS".to_owned(), 1),
+    ];
+    assert_eq!(short(&listed), expected);
+    assert_eq!(replicas_of(&rt, &bus, "KV_mesh-records"), 3);
+    assert_eq!(replicas_of(&rt, &bus, "MESH_DECLARATIONS"), 1);
+    let text = expect(home.path(), &urls, &["broker", "replicas"], 3);
+    assert!(
+        text.contains("the server reports a cluster")
+            && text.contains("MESH_DECLARATIONS: 1 of 3")
+            && text.contains("broker raise-replicas"),
+        "{text}"
+    );
+
+    // A stream that is not the mesh's is refused, and nothing is changed.
+    let out = controller(home.path(), &urls, &["broker", "raise-replicas", "OTHER"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("`OTHER` is not one of the mesh's streams") && said.contains("nothing"),
+        "{said}"
+    );
+    assert_eq!(replicas_of(&rt, &bus, "MESH_DECLARATIONS"), 1);
+
+    // Raised by a person: every one listed, every other setting kept.
+    let before = rt.block_on(async {
+        let mut handle = bus.jetstream().get_stream("MESH_REPORTS").await.unwrap();
+        handle.info().await.unwrap().config.clone()
+    });
+    let raised: serde_json::Value = serde_json::from_str(&expect(
+        home.path(),
+        &urls,
+        &["broker", "raise-replicas", "--output", "json"],
+        0,
+    ))
+    .unwrap();
+    let raised: Vec<(String, u64, u64)> = raised
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|line| {
+            (
+                line["stream"].as_str().unwrap().to_owned(),
+                line["before"].as_u64().unwrap(),
+                line["after"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        raised,
+        expected
+            .iter()
+            .map(|(stream, _)| (stream.clone(), 1, 3))
+            .collect::<Vec<_>>()
+    );
+    for (stream, _) in &expected {
+        assert_eq!(replicas_of(&rt, &bus, stream), 3, "{stream}");
+    }
+    let after = rt.block_on(async {
+        let mut handle = bus.jetstream().get_stream("MESH_REPORTS").await.unwrap();
+        handle.info().await.unwrap().config.clone()
+    });
+    assert_eq!(
+        async_nats::jetstream::stream::Config {
+            num_replicas: 1,
+            ..after
+        },
+        before
+    );
+    let text = expect(home.path(), &urls, &["broker", "replicas"], 0);
+    assert!(
+        text.contains("every stream and bucket of the mesh has them"),
+        "{text}"
+    );
+    let text = expect(home.path(), &urls, &["broker", "raise-replicas"], 0);
+    assert!(text.starts_with("nothing to raise"), "{text}");
+
+    // `--bus-replicas` is recorded: a later run without it keeps the number. Never lowered.
+    let listed: serde_json::Value = serde_json::from_str(&expect(
+        home.path(),
+        &urls,
+        &[
+            "--bus-replicas",
+            "2",
+            "broker",
+            "replicas",
+            "--output",
+            "json",
+        ],
+        0,
+    ))
+    .unwrap();
+    assert_eq!(
+        (&listed["wanted"], &listed["source"]),
+        (&2.into(), &"given".into())
+    );
+    let listed: serde_json::Value = serde_json::from_str(&expect(
+        home.path(),
+        &urls,
+        &["broker", "replicas", "--output", "json"],
+        0,
+    ))
+    .unwrap();
+    assert_eq!(
+        (&listed["wanted"], &listed["source"]),
+        (&2.into(), &"recorded".into())
+    );
+    let records = mesh_bus::records::KvRecords::open(&NatsOptions::for_controller(
+        &urls,
+        "unused".to_owned(),
+    ))
+    .unwrap();
+    use mesh_store::record_store::RecordStore as _;
+    let record = String::from_utf8(records.get("bus/replicas.json").unwrap().unwrap()).unwrap();
+    assert!(record.contains("\"replicas\": 2"), "{record}");
+    expect(
+        home.path(),
+        &urls,
+        &["broker", "raise-replicas", "MESH_EVENTS"],
+        0,
+    );
+    assert_eq!(replicas_of(&rt, &bus, "MESH_EVENTS"), 3);
+    let out = controller(
+        home.path(),
+        &urls,
+        &["--bus-replicas", "0", "broker", "replicas"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--bus-replicas 0"));
+}
