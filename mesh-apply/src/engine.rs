@@ -247,8 +247,9 @@ fn apply_examined<'s>(
     (dir, state, interrupted): (StateDir, StateFile, Option<InProgress>),
     digest: Digest<'s>,
 ) -> Result<Report, ApplyError> {
-    // Windows that lapsed or whose process is gone are closed: their records go (best effort).
-    let _ = crate::window::prune_closed(&config.state_dir, now);
+    // Windows that lapsed or whose process is gone ended abnormally (a released window leaves
+    // no record): their records go (best effort), and the report says so (issue 13, rule 6).
+    let ended = crate::window::prune_closed(&config.state_dir, now).unwrap_or_default();
     let windows = crate::window::open_windows(&config.state_dir, now).map_err(window_error)?;
     let held = windows
         .iter()
@@ -276,6 +277,12 @@ fn apply_examined<'s>(
         read_buffer: vec![0; 64 * 1024],
         stamps: crate::stamps::StatCache::open(&config.state_dir),
     };
+    for closed in &ended {
+        engine.findings.push(Finding {
+            resource: String::new(),
+            message: crate::window::ended_abnormally(closed),
+        });
+    }
     // A together group left mid-commit is put back whole before anything else (rule 5).
     if let Some(group) = crate::state::put_back_interrupted_group(&config.state_dir)? {
         engine.findings.push(Finding {

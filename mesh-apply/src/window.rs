@@ -186,6 +186,29 @@ pub fn judge(window: &WindowFile, now: u64) -> io::Result<WindowState> {
     })
 }
 
+/// The finding an apply reports for a window that ended without being released: its holder
+/// is gone, or it lapsed; its containers are converged by that apply.
+pub fn ended_abnormally(closed: &RecordedWindow) -> String {
+    let why = match closed.state {
+        WindowState::Lapsed => format!(
+            "it lapsed {} h after it opened at {}",
+            LAPSE_SECS / 3600,
+            closed.window.opened_at
+        ),
+        WindowState::ProcessGone => format!(
+            "its process (pid {}) is gone without releasing it",
+            closed.window.pid
+        ),
+        WindowState::Open => "it is still open".to_owned(),
+    };
+    format!(
+        "the maintenance window for `{}` ended abnormally: {why}; the containers it held ({}) \
+         are converged",
+        closed.window.step,
+        closed.window.containers.join(", ")
+    )
+}
+
 /// Every window recorded under `state_dir`, judged at `now`, in the order they opened.
 ///
 /// # Errors

@@ -154,6 +154,15 @@ fn a_window_whose_process_was_killed_is_treated_as_closed() {
     let after = run(&sandbox, vec![container("db", "db", &name)], T0 + 2);
     assert_eq!(after.resources["db/container/db"], started());
     assert!(after.windows.is_empty());
+    assert!(
+        after.findings.iter().any(|f| f
+            .message
+            .contains("the maintenance window for `backup` ended abnormally: its process")
+            && f.message.contains("is gone without releasing it")
+            && f.message.contains(&name)),
+        "the report says the window ended abnormally: {:#?}",
+        after.findings
+    );
     assert!(status(&sandbox.config.root, &name).unwrap().running);
     assert!(
         window::list(&sandbox.config.state_dir, T0 + 3)
@@ -182,6 +191,21 @@ fn a_window_older_than_six_hours_is_treated_as_closed() {
     );
     assert_eq!(lapsed.resources["db/container/db"], started());
     assert!(lapsed.windows.is_empty());
+    assert!(
+        lapsed.findings.iter().any(|f| f.message.contains(
+            "the maintenance window for `backup` ended abnormally: it lapsed 6 h after it opened"
+        )),
+        "the report says the window lapsed: {:#?}",
+        lapsed.findings
+    );
+    assert!(
+        !last_held
+            .findings
+            .iter()
+            .any(|f| f.message.contains("ended abnormally")),
+        "{:#?}",
+        last_held.findings
+    );
     assert!(status(&sandbox.config.root, &name).unwrap().running);
     // Releasing it late is harmless.
     opened.release(&podman(&sandbox)).unwrap();

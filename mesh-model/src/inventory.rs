@@ -20,6 +20,10 @@ pub struct Node {
     /// Whether the node is running (a rollout's first node is the first running one by name).
     #[serde(default = "yes")]
     pub running: bool,
+    /// Module → what this node's host does with its drift, over the module's own `drift`
+    /// (rule 28): `[nodes.laptop] drift = { media = "report" }`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub drift: BTreeMap<String, crate::module::DriftPolicy>,
 }
 
 fn yes() -> bool {
@@ -150,6 +154,31 @@ impl Inventory {
                         Some(module),
                         Some(&key),
                         format!("assigned to `{node}`, which is not a node"),
+                    ));
+                }
+            }
+        }
+        for (node, found) in &self.file.nodes {
+            for module in found.drift.keys() {
+                let key = format!("nodes.{node}.drift.{module}");
+                if catalogue.module(module).is_none() && !catalogue.refused.contains(module) {
+                    out.push(Diagnostic::new(
+                        file,
+                        Some(module),
+                        Some(&key),
+                        "a drift policy for a module that is not in the catalogue",
+                    ));
+                } else if !self
+                    .file
+                    .assignments
+                    .get(module)
+                    .is_some_and(|nodes| nodes.contains(node))
+                {
+                    out.push(Diagnostic::new(
+                        file,
+                        Some(module),
+                        Some(&key),
+                        format!("a drift policy for a module not assigned to `{node}`"),
                     ));
                 }
             }

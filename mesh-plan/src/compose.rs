@@ -163,8 +163,16 @@ pub fn compose(
             });
             continue;
         };
-        if module.definition.drift != DriftPolicy::Correct {
-            drift.insert(module.definition.name.clone(), module.definition.drift);
+        // The node's own say over the module's (rule 28).
+        let policy = inventory
+            .file
+            .nodes
+            .get(node)
+            .and_then(|n| n.drift.get(module_name))
+            .copied()
+            .unwrap_or(module.definition.drift);
+        if policy != DriftPolicy::Correct {
+            drift.insert(module.definition.name.clone(), policy);
         }
         match resolve_settings(module, inventory, node) {
             Ok(settings) => {
@@ -633,6 +641,42 @@ mod tests {
         let plain = compose(&catalogue, &inventory, "home").unwrap();
         let json = String::from_utf8(plain.canonical_json()).unwrap();
         assert!(!json.contains("settle") && !json.contains("health") && !json.contains("drift"));
+    }
+
+    #[test]
+    fn a_nodes_drift_policy_overrides_its_modules() {
+        // Rule 28: `drift` on a module, overridable per node in the inventory.
+        let mesh = MESH
+            .replace(
+                "depends = [\"base\"]",
+                "depends = [\"base\"]\n        drift = \"report\"",
+            )
+            .replace(
+                "[nodes.home]",
+                "[nodes.home]\n        drift = { media = \"correct\", base = \"report\" }",
+            );
+        let (catalogue, inventory) = fixture::mesh(&mesh);
+        assert_eq!(inventory.validate(&catalogue), Vec::new());
+        let home = compose(&catalogue, &inventory, "home").unwrap();
+        assert_eq!(home.drift_policy("media"), DriftPolicy::Correct);
+        assert_eq!(home.drift_policy("base"), DriftPolicy::Report);
+        let control = compose(&catalogue, &inventory, "control").unwrap();
+        assert_eq!(control.drift_policy("base"), DriftPolicy::Correct);
+    }
+
+    #[test]
+    fn a_drift_policy_for_a_module_a_node_does_not_run_is_refused_naming_node_and_module() {
+        let mesh = MESH.replace(
+            "[nodes.control]",
+            "[nodes.control]\n        drift = { media = \"report\", nothing = \"report\" }",
+        );
+        let (catalogue, inventory) = fixture::mesh(&mesh);
+        let said: Vec<String> = inventory
+            .validate(&catalogue)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        insta::assert_snapshot!(said.join("\n"));
     }
 
     #[test]

@@ -348,3 +348,198 @@ pub fn waits_on(home: &Home, record: &PlanRecord) -> Result<(String, u64)> {
     }
     Ok(("nothing: every module is finished".to_owned(), plan.made_at))
 }
+
+/// The lines a watcher without a terminal is told (`status --watch`), between the overview it
+/// last showed (`None`: the first) and `after`: one per node whose latest report changed (its
+/// machine state, its declaration, whether it is current), that fell silent or was heard
+/// again, or whose attention changed; one per stopped rollout and problem newly listed.
+pub fn changes(before: Option<&Overview>, after: &Overview) -> Vec<String> {
+    fn seen(node: &NodeStatus) -> (Option<MachineState>, Option<&str>, bool, Option<u64>) {
+        (
+            node.report.as_ref().map(|r| r.machine),
+            node.report.as_ref().map(|r| r.declaration.as_str()),
+            node.current,
+            node.silent_since,
+        )
+    }
+    let mut out = Vec::new();
+    for node in &after.nodes {
+        let was = before.and_then(|b| b.nodes.iter().find(|n| n.node == node.node));
+        let attention_now = after.attention.iter().find(|a| a.node == node.node);
+        let attention_was = before.and_then(|b| b.attention.iter().find(|a| a.node == node.node));
+        let attention_changed =
+            attention_now.map(attention_words) != attention_was.map(attention_words);
+        if was.map(seen) == Some(seen(node)) && !attention_changed {
+            continue;
+        }
+        let mut line = format!("{}: ", node.node);
+        match (&node.report, node.silent_since) {
+            (_, Some(since)) => line.push_str(&format!("silent since {since}")),
+            (None, None) => line.push_str("no report"),
+            (Some(report), None) => {
+                line.push_str(match report.machine {
+                    MachineState::Converged => "converged",
+                    MachineState::MidChange => "mid-change",
+                    MachineState::Partial => "partial",
+                });
+                let short: String = report.declaration.chars().take(19).collect();
+                line.push_str(&format!(
+                    ", declaration {short}… {}",
+                    if node.current {
+                        "(current)"
+                    } else {
+                        "(not the one sent)"
+                    }
+                ));
+            }
+        }
+        if let Some(attention) = attention_now {
+            line.push_str(&format!(
+                "; needs attention: {}",
+                attention_words(attention)
+            ));
+        }
+        out.push(line);
+    }
+    for stopped in &after.stopped {
+        let already = before.is_some_and(|b| {
+            b.stopped
+                .iter()
+                .any(|s| s.plan == stopped.plan && s.module == stopped.module)
+        });
+        if !already {
+            out.push(format!(
+                "rollout of `{}` ({}) stopped at `{}`: {}",
+                stopped.module, stopped.plan, stopped.node, stopped.reason
+            ));
+        }
+    }
+    for problem in &after.problems {
+        let already = before.is_some_and(|b| b.problems.contains(problem));
+        if !already {
+            out.push(format!("problem: {}: {}", problem.subject, problem.what));
+        }
+    }
+    out
+}
+
+/// What a node's attention says, in words.
+fn attention_words(attention: &NodeAttention) -> String {
+    let mut words = Vec::new();
+    if attention.mid_change {
+        words.push("mid-change".to_owned());
+    }
+    for (id, reason) in &attention.stuck {
+        words.push(format!("`{id}` stuck: {reason}"));
+    }
+    for window in &attention.windows {
+        words.push(format!("window `{}` open", window.step));
+    }
+    for drift in &attention.drift {
+        words.push(format!(
+            "drift of `{}` {}: {} → {}",
+            drift.resource, drift.field, drift.was, drift.found
+        ));
+    }
+    if let Some(since) = attention.silent_since {
+        words.push(format!("silent since {since}"));
+    }
+    words.join("; ")
+}
+
+/// Every report the hosts publish, as heard on the bus (`status --watch`, rule 27): the node
+/// of each, in the order heard. A subscription of its own on `mesh.report.*`, kept by a thread
+/// of its own; what status shows is still read from the reports stream ([`overview`]).
+#[derive(Debug)]
+pub struct ReportWatch {
+    heard: std::sync::mpsc::Receiver<String>,
+}
+
+impl ReportWatch {
+    /// Subscribes to every node's reports as the controller; returns once the subscription is
+    /// in force (a report published after this returns is heard).
+    ///
+    /// # Errors
+    /// When the bus cannot be reached or refuses the subscription.
+    pub fn open(home: &Home, bus: &crate::fleet::BusArgs) -> Result<ReportWatch> {
+        use mesh_bus::Bus as _;
+        let mut options = crate::fleet::controller_options(home, bus)?;
+        options.name = Some("mesh-controller status --watch".to_owned());
+        let (sender, heard) = std::sync::mpsc::channel();
+        let (ready, in_force) = std::sync::mpsc::channel::<std::result::Result<(), String>>();
+        std::thread::Builder::new()
+            .name("status-watch".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        let _ = ready.send(Err(format!("cannot start a runtime: {error}")));
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    let subscribed = async {
+                        let bus = mesh_bus::NatsBus::connect(&options)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        let reports = bus
+                            .subscribe(mesh_bus::subjects::ALL_REPORTS)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        bus.round_trip().await.map_err(|e| e.to_string())?;
+                        Ok::<_, String>((bus, reports))
+                    };
+                    let (_bus, mut reports) = match subscribed.await {
+                        Ok(subscribed) => subscribed,
+                        Err(error) => {
+                            let _ = ready.send(Err(error));
+                            return;
+                        }
+                    };
+                    let _ = ready.send(Ok(()));
+                    let prefix = mesh_bus::subjects::report("");
+                    while let Some(message) = reports.next().await {
+                        let node = message
+                            .subject
+                            .strip_prefix(&prefix)
+                            .unwrap_or(&message.subject)
+                            .to_owned();
+                        if sender.send(node).is_err() {
+                            return;
+                        }
+                    }
+                });
+            })
+            .map_err(|e| anyhow::anyhow!("cannot start the watch's thread: {e}"))?;
+        match in_force.recv() {
+            Ok(Ok(())) => Ok(ReportWatch { heard }),
+            Ok(Err(error)) => Err(anyhow::anyhow!(
+                "cannot hear the reports on {}: {error}",
+                bus.url
+            )),
+            Err(_) => Err(anyhow::anyhow!("the watch's thread stopped")),
+        }
+    }
+
+    /// The node of the next report heard within `timeout` (`None`: none was). Reports heard
+    /// meanwhile are taken too: one redraw answers all of them.
+    ///
+    /// # Errors
+    /// When the subscription ended (the bus went away for good).
+    pub fn next(&self, timeout: std::time::Duration) -> Result<Option<Vec<String>>> {
+        use std::sync::mpsc::RecvTimeoutError;
+        let first = match self.heard.recv_timeout(timeout) {
+            Ok(node) => node,
+            Err(RecvTimeoutError::Timeout) => return Ok(None),
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(anyhow::anyhow!("the reports subscription ended"))
+            }
+        };
+        let mut nodes = vec![first];
+        nodes.extend(self.heard.try_iter());
+        Ok(Some(nodes))
+    }
+}

@@ -400,5 +400,11 @@ fn a_window_whose_holder_is_sigkilled_has_its_container_running_again_with_no_de
         with_drift(&report, "db/container/db", "running"),
         "{report:#?}"
     );
+    assert!(
+        report.findings.iter().any(|f| f
+            .message
+            .contains("the maintenance window for `backup` ended abnormally")),
+        "the report says the window ended abnormally: {report:#?}"
+    );
     assert!(running(&name));
 }

@@ -190,6 +190,11 @@ pub enum Command {
         /// three of a host's default 30 s heartbeats; set it to three of yours).
         #[arg(long, value_name = "SECS", default_value_t = mesh_controller::push::SILENT_AFTER_SECS)]
         silent_after: u64,
+        /// On a fleet, keep going: on a terminal, redraw on every report a host publishes (and
+        /// every 5 s, so a node falling silent shows); otherwise print a line for each change
+        /// (with `--output json`, one overview a line). Runs until interrupted.
+        #[arg(long)]
+        watch: bool,
     },
     /// Registers catalogue repositories.
     #[command(subcommand)]
@@ -643,6 +648,47 @@ fn main() -> ExitCode {
     }
 }
 
+/// `status --watch` (rule 27): the overview again on every report heard on the bus.
+fn watch_status(
+    home: &mesh_controller::home::Home,
+    bus: Option<&fleet::BusArgs>,
+    silent_after: u64,
+    output: Output,
+) -> Result<ExitCode> {
+    use std::io::{IsTerminal as _, Write as _};
+    let Some(bus) = bus else {
+        eprintln!(
+            "status --watch hears the reports hosts publish on a fleet's bus: give --bus URL \
+             (the embedded default has no bus to hear; run `status` after a push)"
+        );
+        return Ok(ExitCode::from(2));
+    };
+    let watch = status::ReportWatch::open(home, bus)?;
+    let terminal = std::io::stdout().is_terminal();
+    let mut last: Option<status::Overview> = None;
+    loop {
+        let now = mesh_host::now();
+        let overview = status::overview(home, now, silent_after)?;
+        let mut out = std::io::stdout().lock();
+        match output {
+            Output::Json => writeln!(out, "{}", serde_json::to_string(&overview)?)?,
+            Output::Text if terminal => {
+                // Home, clear, then the status as `status` prints it.
+                write!(out, "\x1b[H\x1b[2J{}", render::status(&overview))?;
+            }
+            Output::Text => {
+                for line in status::changes(last.as_ref(), &overview) {
+                    writeln!(out, "{now} {line}")?;
+                }
+            }
+        }
+        out.flush()?;
+        drop(out);
+        last = Some(overview);
+        watch.next(std::time::Duration::from_secs(5))?;
+    }
+}
+
 fn run(cli: Cli) -> Result<ExitCode> {
     // What documents the command line needs no home.
     match &cli.command {
@@ -821,7 +867,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 Ok(push_exit_code(&results))
             }
-            Command::Status { silent_after } => {
+            Command::Status {
+                silent_after,
+                watch: true,
+            } => watch_status(&home, bus.as_ref(), silent_after, output),
+            Command::Status {
+                silent_after,
+                watch: false,
+            } => {
                 let status = status::overview(&home, mesh_host::now(), silent_after)?;
                 match output {
                     Output::Json => println!("{}", serde_json::to_string_pretty(&status)?),
