@@ -513,14 +513,23 @@ impl ReportWatch {
                     }
                 });
             })
-            .map_err(|e| anyhow::anyhow!("cannot start the watch's thread: {e}"))?;
+            .map_err(|e| crate::Error::Bus {
+                doing: format!("starting the thread that hears the reports on {}", bus.url),
+                source: Some(Box::new(e)),
+            })?;
         match in_force.recv() {
             Ok(Ok(())) => Ok(ReportWatch { heard }),
-            Ok(Err(error)) => Err(anyhow::anyhow!(
-                "cannot hear the reports on {}: {error}",
-                bus.url
-            )),
-            Err(_) => Err(anyhow::anyhow!("the watch's thread stopped")),
+            Ok(Err(error)) => Err(crate::Error::Bus {
+                doing: format!("hearing the reports on {}: {error}", bus.url),
+                source: None,
+            }),
+            Err(_) => Err(crate::Error::Bus {
+                doing: format!(
+                    "hearing the reports on {}: the watch's thread stopped",
+                    bus.url
+                ),
+                source: None,
+            }),
         }
     }
 
@@ -535,7 +544,10 @@ impl ReportWatch {
             Ok(node) => node,
             Err(RecvTimeoutError::Timeout) => return Ok(None),
             Err(RecvTimeoutError::Disconnected) => {
-                return Err(anyhow::anyhow!("the reports subscription ended"))
+                return Err(crate::Error::Bus {
+                    doing: "hearing the reports: the subscription ended".to_owned(),
+                    source: None,
+                })
             }
         };
         let mut nodes = vec![first];
