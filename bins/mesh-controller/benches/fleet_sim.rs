@@ -14,7 +14,10 @@
 //! grants are issued in the measure (the per-node probes of a grants change are not measured).
 //!
 //! `cargo bench -p mesh-controller --bench fleet_sim`. Knobs (environment):
-//! `MESH_BENCH_HOSTS` (default `1000,10000`), `MESH_BENCH_BUDGET_SECS` (default 1200: a merge
+//! `MESH_BENCH_HOSTS` (default `1000,10000`), `MESH_BENCH_BUS` (`single`, the default, or
+//! `single,cluster`: each size also on a loopback cluster of three servers, every stream and
+//! bucket with 3 copies, and the cluster's time against the single server's printed as a
+//! ratio — issue 14), `MESH_BENCH_BUDGET_SECS` (default 1200: a merge
 //! not finished by then is reported as "more than", and the run ends there), `MESH_BENCH_TMP`
 //! (where the home is made; default `/dev/shm`).
 //!
@@ -24,6 +27,7 @@
 //! (target ≤ 64 KiB); then the time at the largest size against the smallest (target ≤ 12× for
 //! 1,000 → 10,000). Nothing is asserted: timings are read, not tested.
 
+use mesh_bus::nats_cluster::NatsCluster;
 use mesh_bus::nats_server::NatsServer;
 use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
 use mesh_controller::fleet::BusArgs;
@@ -60,6 +64,11 @@ fn main() {
                 .expect("MESH_BENCH_HOSTS: numbers, comma-separated")
         })
         .collect();
+    let buses: Vec<String> = std::env::var("MESH_BENCH_BUS")
+        .unwrap_or_else(|_| "single".to_owned())
+        .split(',')
+        .map(|bus| bus.trim().to_owned())
+        .collect();
     let budget = Duration::from_secs(
         std::env::var("MESH_BENCH_BUDGET_SECS")
             .ok()
@@ -72,12 +81,47 @@ fn main() {
         HEARTBEAT.as_secs()
     );
     let mut times: Vec<(usize, Duration)> = Vec::new();
-    for &hosts in &sizes {
-        match run(hosts, budget) {
-            Ok(took) => times.push((hosts, took)),
-            Err(why) => {
-                println!("  {hosts} hosts: {why}; the run ends here");
-                break;
+    'sizes: for &hosts in &sizes {
+        let mut single = None;
+        for kind in &buses {
+            let server = match kind.as_str() {
+                "single" => NatsServer::start().map(BenchBus::Single),
+                "cluster" => NatsCluster::start(3).map(BenchBus::Cluster),
+                other => panic!("MESH_BENCH_BUS: `single` or `cluster`, not `{other}`"),
+            };
+            let server = match server {
+                Ok(server) => server,
+                Err(error) => {
+                    println!("  {hosts} hosts: nats-server ({kind}): {error}; the run ends here");
+                    break 'sizes;
+                }
+            };
+            println!("  {hosts} hosts on {}:", server.describe());
+            match run(&server, hosts, budget) {
+                Ok((took, to_all)) => {
+                    if kind == "single" {
+                        times.push((hosts, took));
+                        single = Some((took, to_all));
+                    } else if let Some((single_took, single_to_all)) = single {
+                        println!(
+                            "  {hosts} hosts: merge on the R3 cluster / on a single server: \
+                             {:.2}x",
+                            took.as_secs_f64() / single_took.as_secs_f64()
+                        );
+                        if let (Some(cluster), Some(single)) = (to_all, single_to_all) {
+                            println!(
+                                "  {hosts} hosts: declaration -> applied -> report heard, first \
+                                 machine's report to all done (mean over modules), R3 / R1: \
+                                 {:.2}x",
+                                cluster.as_secs_f64() / single.as_secs_f64()
+                            );
+                        }
+                    }
+                }
+                Err(why) => {
+                    println!("  {hosts} hosts: {why}; the run ends here");
+                    break 'sizes;
+                }
             }
         }
     }
@@ -119,16 +163,60 @@ struct Measured {
     lines: Vec<(Duration, String)>,
 }
 
-/// One merge to `hosts` simulated hosts: its time, or why there is none.
-fn run(hosts: usize, budget: Duration) -> Result<Duration, String> {
-    let server = NatsServer::start().map_err(|e| format!("nats-server: {e}"))?;
+/// The bus a run is measured on.
+enum BenchBus {
+    /// One server: every stream and bucket with one copy.
+    Single(NatsServer),
+    /// A loopback cluster of three: every stream and bucket with three copies (the server
+    /// reports a cluster).
+    Cluster(NatsCluster),
+}
+
+impl BenchBus {
+    /// Every server's URL, comma-separated.
+    fn url(&self) -> String {
+        match self {
+            BenchBus::Single(server) => server.url(),
+            BenchBus::Cluster(cluster) => cluster.urls(),
+        }
+    }
+
+    /// Gives every server `users`.
+    fn reload(&self, users: &str) {
+        match self {
+            BenchBus::Single(server) => server.reload(users).unwrap(),
+            BenchBus::Cluster(cluster) => {
+                for index in 0..cluster.len() {
+                    cluster.server(index).reload(users).unwrap();
+                }
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            BenchBus::Single(_) => "a single nats-server (R1)".to_owned(),
+            BenchBus::Cluster(cluster) => {
+                format!("a loopback cluster of {} (R3)", cluster.len())
+            }
+        }
+    }
+}
+
+/// One merge to `hosts` simulated hosts on `server`: its time and the mean time from a
+/// module's first machine's report to its rollout to all done, or why there is none.
+fn run(
+    server: &BenchBus,
+    hosts: usize,
+    budget: Duration,
+) -> Result<(Duration, Option<Duration>), String> {
     let url = server.url();
     let dir = tempfile::Builder::new()
         .prefix("mesh-bench-fleet-")
         .tempdir_in(scratch())
         .unwrap();
     let set_up = Instant::now();
-    let (home, bus) = fleet_home(dir.path(), &server, hosts);
+    let (home, bus) = fleet_home(dir.path(), server, hosts);
     let password_file = dir.path().join("home/bus/passwords/controller");
     let mut simulator = Command::new(std::env::current_exe().unwrap())
         .env("MESH_BENCH_ROLE", "hosts")
@@ -220,7 +308,8 @@ fn run(hosts: usize, budget: Duration) -> Result<Duration, String> {
     {
         println!("  {hosts} hosts: (the bus's users changed: the bus node went first and grants were issued)");
     }
-    match first_report_to_all(&measured.lines) {
+    let to_all = first_report_to_all(&measured.lines);
+    match to_all.clone() {
         Some((worst, module, mean)) => println!(
             "  {hosts} hosts: first machine's report -> rollout to all done: longest {:.2} s \
              (`{module}`), mean {:.2} s (target <= 2 heartbeats = {} s: {})",
@@ -254,9 +343,8 @@ fn run(hosts: usize, budget: Duration) -> Result<Duration, String> {
             "NOT met"
         }
     );
-    drop(server);
     match measured.outcome {
-        Ok(_) => Ok(measured.took),
+        Ok(_) => Ok((measured.took, to_all.map(|(_, _, mean)| mean))),
         Err(_) => Err("the merge failed".to_owned()),
     }
 }
@@ -313,7 +401,7 @@ fn git(dir: &Path, args: &[&str]) {
 /// A home of `hosts` nodes each assigned the ten modules, its records moved to the bus, the
 /// bus running the users it composes (recorded as confirmed), and the repository `cat` of the
 /// ten modules registered.
-fn fleet_home(dir: &Path, server: &NatsServer, hosts: usize) -> (Home, BusArgs) {
+fn fleet_home(dir: &Path, server: &BenchBus, hosts: usize) -> (Home, BusArgs) {
     let names: Vec<String> = (0..hosts).map(|i| format!("n{i:05}")).collect();
     let mut inventory = format!("bus-node = \"{}\"\n\n", names[0]);
     for node in &names {
@@ -357,7 +445,7 @@ fn fleet_home(dir: &Path, server: &NatsServer, hosts: usize) -> (Home, BusArgs) 
         &BusArgs::default(),
     )
     .unwrap();
-    server.reload(&users).unwrap();
+    server.reload(&users);
     let bus = BusArgs {
         url: server.url(),
         password_file: Some(root.join("bus/passwords/controller")),
