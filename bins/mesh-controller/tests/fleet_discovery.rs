@@ -49,7 +49,18 @@ fn stand_in(bed: &Bed, node: &str, modules: &[&str], info_delay: Option<Duration
     })
     .to_string();
     let (bus, mut pings, mut infos) = runtime.block_on(async {
-        let bus = NatsBus::connect(&bed.node_options(node)).await.unwrap();
+        // The bus node's server may be reloading the users it was just sent, which refuses
+        // logins for a moment: try again until it lets the node in (the deadline only bounds
+        // a failure).
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let bus = loop {
+            match NatsBus::connect(&bed.node_options(node)).await {
+                Ok(bus) => break bus,
+                Err(error) if std::time::Instant::now() > deadline => panic!("{error}"),
+                // Only paces the wait on the login above.
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
         // Each subscribe returns once the server has it.
         let pings = bus.subscribe("$SRV.PING").await.unwrap();
         let infos = bus
