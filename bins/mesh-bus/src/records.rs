@@ -386,6 +386,16 @@ impl KvRecords {
         key: &str,
         source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
     ) -> RecordStoreError {
+        let source = source.into();
+        // 10008 after the retry limit: the bucket's stream has had no leader all that time.
+        if source.to_string().contains("temporarily unavailable") {
+            let said = format!(
+                "the bucket's stream had no leader for {:?} — a cluster that lost its quorum \
+                 (fewer than a majority of its servers up): {source}",
+                self.retry_limit
+            );
+            return RecordStoreError::new(action, self.locate(key), said);
+        }
         RecordStoreError::new(action, self.locate(key), source)
     }
 }
