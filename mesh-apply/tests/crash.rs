@@ -163,6 +163,7 @@ fn host_killed_at_random_points_never_leaves_a_partial_file_and_the_next_apply_c
             Instant::now() < deadline,
             "the child never reached the commit of f002"
         );
+        // Only paces the looks at the condition above; the deadline bounds a failure.
         std::thread::sleep(Duration::from_millis(10));
     }
     host.kill().expect("SIGKILL");

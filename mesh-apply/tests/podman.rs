@@ -511,6 +511,7 @@ fn a_container_that_dies_and_exits_again_when_started_is_failed_with_its_new_exi
             std::time::Instant::now() < deadline,
             "the container never exited"
         );
+        // Only paces the looks at the condition above; the deadline bounds a failure.
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     let second = run(&sandbox, resources());

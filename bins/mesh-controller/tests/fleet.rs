@@ -17,7 +17,7 @@ use mesh_bus::{Bus, NatsBus};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::fleet::{converged, runtime, write, Bed, AGENT_MODULE, BASE_MODULE};
-use support::git;
+use support::{git, wait_for};
 
 #[test]
 fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
@@ -70,22 +70,24 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
             "{node}"
         );
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let out = bed.run(&["status", "--output", "json"]);
-        let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let all_unchanged = status["nodes"].as_array().unwrap().iter().all(|node| {
-            node["report"]["resources"]
-                .as_object()
-                .is_some_and(|r| r.values().all(|o| o["outcome"] == "unchanged"))
-        });
-        if all_unchanged {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never all unchanged: {status:#}");
-        // Only paces the wait on the condition above.
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for(
+        "every node's latest apply unchanged",
+        Duration::from_secs(30),
+        || {
+            let out = bed.run(&["status", "--output", "json"]);
+            let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let all_unchanged = status["nodes"].as_array().unwrap().iter().all(|node| {
+                node["report"]["resources"]
+                    .as_object()
+                    .is_some_and(|r| r.values().all(|o| o["outcome"] == "unchanged"))
+            });
+            if all_unchanged {
+                Ok(())
+            } else {
+                Err(format!("{status:#}"))
+            }
+        },
+    );
 
     // The bus node's users file is the bus's, not a module's: its diff stays empty.
     let diff = bed.run(&["plan", "bus", "--diff", "--detailed-exitcode"]);
@@ -908,35 +910,28 @@ fn status_hears_a_failure_fixed_after_the_push_and_names_a_silent_host() {
         &bed.root("a").join("etc/passwd"),
         "root:x:0:0:root:/root:/bin/sh\nalice:x:1000:0:Alice:/home/alice:/bin/sh\n",
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let a = wait_for("status hears a converge", Duration::from_secs(30), || {
         let (_, a) = status_of(&bed, "a", "90");
         if a["report"]["machine"] == "converged" {
-            assert_eq!(a["current"], true, "{a}");
-            break;
+            Ok(a)
+        } else {
+            Err(a.to_string())
         }
-        assert!(
-            Instant::now() < deadline,
-            "status never heard a converge: {a}"
-        );
-        // Between two looks at the condition (the deadline bounds only a failure).
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    });
+    assert_eq!(a["current"], true, "{a}");
 
     // Stopped, `a` is heard no more: silent since its last heartbeat.
     let host = bed.hosts.get_mut("a").unwrap();
     host.kill().unwrap();
     host.wait().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let (code, a) = loop {
+    let (code, a) = wait_for("a called silent", Duration::from_secs(30), || {
         let (code, a) = status_of(&bed, "a", "2");
-        if !a["silent_since"].is_null() {
-            break (code, a);
+        if a["silent_since"].is_null() {
+            Err(a.to_string())
+        } else {
+            Ok((code, a))
         }
-        assert!(Instant::now() < deadline, "a was never called silent: {a}");
-        // Between two looks at the condition (the deadline bounds only a failure).
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    });
     assert_eq!(code, 3, "a silent node needs attention: {a}");
     assert_eq!(a["silent_since"], a["heard_at"], "{a}");
     let text = String::from_utf8(bed.run(&["status", "--silent-after", "2"]).stdout).unwrap();

@@ -5,7 +5,7 @@
 mod support;
 
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::fleet::{runtime, write, Bed, BASE_MODULE};
 use support::git;
 
@@ -27,13 +27,15 @@ fn problems(bed: &Bed) -> Vec<serde_json::Value> {
     status["problems"].as_array().cloned().unwrap_or_default()
 }
 
-/// Waits (on the condition, a deadline bounding only a failure) until `done` holds.
+/// Waits until `done` holds (a deadline bounds only a failure).
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !done() {
-        assert!(Instant::now() < deadline, "never: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    support::wait_for(what, Duration::from_secs(60), || {
+        if done() {
+            Ok(())
+        } else {
+            Err("not yet".to_owned())
+        }
+    });
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 mod daemon;
 
-use daemon::Daemon;
+use daemon::{eventually, Daemon};
 use mesh_model::declaration::{
     Declaration, DirectorySpec, FileSpec, MembershipSpec, Resource, Spec,
 };
@@ -87,11 +87,9 @@ fn converged(policy: DriftPolicy) -> (Daemon, Declaration) {
     assert_eq!(report.machine, MachineState::Converged, "{report:#?}");
     // The host watches the declared paths once it has applied: a report after the apply is
     // heard when the watch is up (the log says so).
-    let until = Instant::now() + daemon::DEADLINE;
-    while !host.log().contains("watching for drift") {
-        assert!(Instant::now() < until, "never watched:\n{}", host.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually("the host watches for drift", || {
+        host.log().contains("watching for drift")
+    });
     (host, declaration)
 }
 
@@ -100,15 +98,6 @@ fn with_drift(report: &Report, resource: &str, field: &str) -> bool {
         .drift
         .iter()
         .any(|d| d.resource == resource && d.field == field)
-}
-
-/// Waits until `condition` holds (a deadline only bounds a failure).
-fn eventually(what: &str, condition: impl Fn() -> bool) {
-    let until = Instant::now() + daemon::DEADLINE;
-    while !condition() {
-        assert!(Instant::now() < until, "never: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

@@ -101,6 +101,7 @@ fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
             Instant::now() < deadline,
             "not so within {PATIENCE:?}: {what}"
         );
+        // Only paces the looks at the condition above; the deadline bounds a failure.
         std::thread::sleep(Duration::from_millis(100));
     }
 }

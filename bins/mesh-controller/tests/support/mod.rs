@@ -508,3 +508,23 @@ impl Drop for Registry {
         let _ = self.child.wait();
     }
 }
+
+/// Waits until `check` answers `Ok`, looking again every 100 ms; `Err` says what it saw, for
+/// the failure after `limit`, which only bounds a failure (nothing is asserted on time).
+pub fn wait_for<T>(
+    what: &str,
+    limit: std::time::Duration,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        match check() {
+            Ok(found) => return found,
+            Err(seen) if std::time::Instant::now() >= deadline => {
+                panic!("never within {limit:?}: {what}: {seen}")
+            }
+            // Only paces the looks at the condition: the test waits on `check`, not on time.
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+        }
+    }
+}

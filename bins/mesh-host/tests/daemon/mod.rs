@@ -236,11 +236,18 @@ impl Drop for Daemon {
     }
 }
 
-/// Waits until `path` exists (panics after [`DEADLINE`]).
-pub fn wait_for_file(path: &Path) {
+/// Waits until `condition` holds, looking again every 20 ms (panics after [`DEADLINE`], which
+/// only bounds a failure).
+pub fn eventually(what: &str, condition: impl Fn() -> bool) {
     let until = Instant::now() + DEADLINE;
-    while !path.exists() {
-        assert!(Instant::now() < until, "{} never appeared", path.display());
+    while !condition() {
+        assert!(Instant::now() < until, "never: {what}");
+        // Only paces the looks at the condition: the test waits on it, not on time.
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Waits until `path` exists (panics after [`DEADLINE`]).
+pub fn wait_for_file(path: &Path) {
+    eventually(&format!("{} appears", path.display()), || path.exists());
 }
