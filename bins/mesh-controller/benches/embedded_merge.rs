@@ -16,98 +16,21 @@
 //! Printed: each time, and each ratio against its target (merge ≤ 1.5× ten pushes; 1,000 →
 //! 4,000 nodes grows ≤ 4.5×). Nothing is asserted: timings are read, not tested.
 
-use mesh_controller::executor::{self, Fleet};
+use mesh_controller::executor;
 use mesh_controller::home::Home;
 use mesh_controller::plans::{self, Ctx, GivenFleet, MergeOutcome};
-use mesh_model::declaration::Declaration;
-use mesh_model::inventory::Inventory;
-use mesh_model::module::Catalogue;
-use mesh_model::report::{MachineState, Outcome, Report};
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[path = "../tests/support/simulated.rs"]
+mod simulated;
+
+use simulated::Simulated;
+
 const MODULES: usize = 10;
-
-/// Hosts that answer each declaration at once with a converged report of every resource.
-#[derive(Default)]
-struct Simulated {
-    answers: VecDeque<Report>,
-}
-
-#[async_trait::async_trait]
-impl Fleet for Simulated {
-    fn prepare(&mut self, _: &Home, _: &Catalogue, _: &Inventory) -> mesh_controller::Result<()> {
-        Ok(())
-    }
-
-    fn users_change(&self, _: &Home, _: bool) -> Option<String> {
-        None
-    }
-
-    fn users_file(&self) -> Option<mesh_controller::fleet::UsersFile> {
-        None
-    }
-
-    async fn issue_grants(
-        &mut self,
-        _: &Home,
-        _: &[String],
-    ) -> mesh_controller::Result<Result<String, String>> {
-        Ok(Ok("simulated".into()))
-    }
-
-    async fn send(
-        &mut self,
-        home: &Home,
-        declaration: &Declaration,
-    ) -> mesh_controller::Result<()> {
-        home.record_sent(declaration)?;
-        self.answers.push_back(converged(declaration));
-        Ok(())
-    }
-
-    async fn next_report(
-        &mut self,
-        home: &Home,
-        wait: Duration,
-    ) -> mesh_controller::Result<Option<Report>> {
-        match self.answers.pop_front() {
-            Some(report) => {
-                home.record_report(&report)?;
-                Ok(Some(report))
-            }
-            None => {
-                tokio::time::sleep(wait.min(Duration::from_millis(1))).await;
-                Ok(None)
-            }
-        }
-    }
-}
-
-fn converged(declaration: &Declaration) -> Report {
-    let now = mesh_host::now();
-    Report {
-        format: mesh_model::report::REPORT_FORMAT,
-        node: declaration.node.clone(),
-        declaration: declaration.digest(),
-        machine: MachineState::Converged,
-        resources: declaration
-            .resources
-            .iter()
-            .map(|r| (r.id.clone(), Outcome::Applied { changed: vec![] }))
-            .collect(),
-        undeclared: Default::default(),
-        findings: Vec::new(),
-        windows: Vec::new(),
-        resumed_from_mid_change: false,
-        started_at: now,
-        finished_at: now,
-        drift: Vec::new(),
-    }
-}
 
 fn write(path: &Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();

@@ -6,96 +6,14 @@
 
 mod support;
 
-use mesh_controller::executor::Fleet;
 use mesh_controller::home::Home;
 use mesh_controller::plans::{self, Ctx, MergeOutcome};
-use mesh_model::declaration::Declaration;
-use mesh_model::inventory::Inventory;
-use mesh_model::module::Catalogue;
 use mesh_model::plan::PlanState;
-use mesh_model::report::{MachineState, Outcome, Report};
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
+use support::simulated::Simulated;
 use support::{Mesh, Repo};
-
-/// Hosts that answer each declaration at once with a converged report naming every resource
-/// applied; what each was sent, in order, is kept.
-#[derive(Default)]
-struct Simulated {
-    answers: VecDeque<Report>,
-    sent: Arc<std::sync::Mutex<Vec<String>>>,
-}
-
-#[async_trait::async_trait]
-impl Fleet for Simulated {
-    fn prepare(&mut self, _: &Home, _: &Catalogue, _: &Inventory) -> mesh_controller::Result<()> {
-        Ok(())
-    }
-
-    fn users_change(&self, _: &Home, _: bool) -> Option<String> {
-        None
-    }
-
-    fn users_file(&self) -> Option<mesh_controller::fleet::UsersFile> {
-        None
-    }
-
-    async fn issue_grants(
-        &mut self,
-        _: &Home,
-        _: &[String],
-    ) -> mesh_controller::Result<Result<String, String>> {
-        Ok(Ok("simulated".into()))
-    }
-
-    async fn send(
-        &mut self,
-        home: &Home,
-        declaration: &Declaration,
-    ) -> mesh_controller::Result<()> {
-        home.record_sent(declaration)?;
-        self.sent.lock().unwrap().push(declaration.node.clone());
-        let now = mesh_host::now();
-        self.answers.push_back(Report {
-            format: 1,
-            node: declaration.node.clone(),
-            declaration: declaration.digest(),
-            machine: MachineState::Converged,
-            resources: declaration
-                .resources
-                .iter()
-                .map(|r| (r.id.clone(), Outcome::Applied { changed: vec![] }))
-                .collect(),
-            undeclared: Default::default(),
-            findings: Vec::new(),
-            windows: Vec::new(),
-            resumed_from_mid_change: false,
-            drift: Vec::new(),
-            started_at: now,
-            finished_at: now,
-        });
-        Ok(())
-    }
-
-    async fn next_report(
-        &mut self,
-        home: &Home,
-        wait: Duration,
-    ) -> mesh_controller::Result<Option<Report>> {
-        match self.answers.pop_front() {
-            Some(report) => {
-                home.record_report(&report)?;
-                Ok(Some(report))
-            }
-            None => {
-                // Nothing to hear: as a real fleet, wait (a little of) the time asked for.
-                tokio::time::sleep(wait.min(Duration::from_millis(10))).await;
-                Ok(None)
-            }
-        }
-    }
-}
 
 /// `keep` runs a container whose `/data` is the place `data`; `home` and `laptop` set the place
 /// in their own layers, so a change of its default moves only `control`'s data.

@@ -5,6 +5,7 @@
 pub mod fleet;
 #[path = "../../../../mesh-store/tests/support/pki.rs"]
 pub mod pki;
+pub mod simulated;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

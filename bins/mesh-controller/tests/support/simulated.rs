@@ -1,0 +1,95 @@
+//! Simulated hosts behind the executor's [`Fleet`] seam: each declaration is answered at once
+//! with a converged report naming every resource applied; what each node was sent is kept in
+//! order. Shared by `tests/executor.rs` and `benches/embedded_merge.rs` (`#[path]`-included).
+
+use mesh_controller::executor::Fleet;
+use mesh_controller::home::Home;
+use mesh_model::declaration::Declaration;
+use mesh_model::inventory::Inventory;
+use mesh_model::module::Catalogue;
+use mesh_model::report::{MachineState, Outcome, Report};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Hosts that answer each declaration at once; `sent` names the nodes sent to, in order.
+#[derive(Default)]
+pub struct Simulated {
+    answers: VecDeque<Report>,
+    pub sent: Arc<Mutex<Vec<String>>>,
+}
+
+#[async_trait::async_trait]
+impl Fleet for Simulated {
+    fn prepare(&mut self, _: &Home, _: &Catalogue, _: &Inventory) -> mesh_controller::Result<()> {
+        Ok(())
+    }
+
+    fn users_change(&self, _: &Home, _: bool) -> Option<String> {
+        None
+    }
+
+    fn users_file(&self) -> Option<mesh_controller::fleet::UsersFile> {
+        None
+    }
+
+    async fn issue_grants(
+        &mut self,
+        _: &Home,
+        _: &[String],
+    ) -> mesh_controller::Result<Result<String, String>> {
+        Ok(Ok("simulated".into()))
+    }
+
+    async fn send(
+        &mut self,
+        home: &Home,
+        declaration: &Declaration,
+    ) -> mesh_controller::Result<()> {
+        home.record_sent(declaration)?;
+        self.sent.lock().unwrap().push(declaration.node.clone());
+        self.answers.push_back(converged(declaration));
+        Ok(())
+    }
+
+    async fn next_report(
+        &mut self,
+        home: &Home,
+        wait: Duration,
+    ) -> mesh_controller::Result<Option<Report>> {
+        match self.answers.pop_front() {
+            Some(report) => {
+                home.record_report(&report)?;
+                Ok(Some(report))
+            }
+            None => {
+                // Nothing to hear: as a real fleet, wait (a little of) the time asked for.
+                tokio::time::sleep(wait.min(Duration::from_millis(1))).await;
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// A converged report of `declaration`, every resource applied.
+pub fn converged(declaration: &Declaration) -> Report {
+    let now = mesh_host::now();
+    Report {
+        format: mesh_model::report::REPORT_FORMAT,
+        node: declaration.node.clone(),
+        declaration: declaration.digest(),
+        machine: MachineState::Converged,
+        resources: declaration
+            .resources
+            .iter()
+            .map(|r| (r.id.clone(), Outcome::Applied { changed: vec![] }))
+            .collect(),
+        undeclared: Default::default(),
+        findings: Vec::new(),
+        windows: Vec::new(),
+        resumed_from_mid_change: false,
+        started_at: now,
+        finished_at: now,
+        drift: Vec::new(),
+    }
+}
