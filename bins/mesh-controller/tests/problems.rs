@@ -19,21 +19,29 @@ impl Drop for Daemon {
     }
 }
 
-/// `status --output json`'s problems.
-fn problems(bed: &Bed) -> Vec<serde_json::Value> {
+/// `status --output json`'s problems; `Err` with what it printed when it answered no JSON (a
+/// bus reloading its users refuses the controller's login for a moment).
+fn try_problems(bed: &Bed) -> Result<Vec<serde_json::Value>, String> {
     let out = bed.run(&["status", "--output", "json"]);
     let status: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
-    status["problems"].as_array().cloned().unwrap_or_default()
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("{e}: {out:?}"))?;
+    Ok(status["problems"].as_array().cloned().unwrap_or_default())
 }
 
-/// Waits until `done` holds (a deadline bounds only a failure).
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+/// `status --output json`'s problems.
+fn problems(bed: &Bed) -> Vec<serde_json::Value> {
+    try_problems(bed).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Waits until `done` holds of the problems `status` answers (a deadline bounds only a
+/// failure; a status that answered no JSON is looked at again).
+fn wait_until(what: &str, bed: &Bed, mut done: impl FnMut(&[serde_json::Value]) -> bool) {
     support::wait_for(what, Duration::from_secs(60), || {
-        if done() {
+        let problems = try_problems(bed)?;
+        if done(&problems) {
             Ok(())
         } else {
-            Err("not yet".to_owned())
+            Err(format!("{problems:?}"))
         }
     });
 }
@@ -69,9 +77,9 @@ fn a_merge_the_daemon_cannot_plan_is_shown_by_status_until_one_is_planned() {
     // The repository is not registered yet: the merge cannot be planned. The daemon's
     // consumer is made from now (and its stream with it), so it is announced until the daemon
     // has heard it.
-    wait_until("the unplannable merge reaches status", || {
+    wait_until("the unplannable merge reaches status", &bed, |problems| {
         let _ = announce(&commit);
-        !problems(&bed).is_empty()
+        !problems.is_empty()
     });
     let found = problems(&bed);
     assert_eq!(found.len(), 1, "{found:?}");
@@ -100,8 +108,8 @@ fn a_merge_the_daemon_cannot_plan_is_shown_by_status_until_one_is_planned() {
     git(repo.path(), &["commit", "-qam", "again"]);
     let next = git(repo.path(), &["rev-parse", "HEAD"]);
     announce(&next).unwrap();
-    wait_until("a plan of `cat` clears its problem", || {
-        problems(&bed).is_empty()
+    wait_until("a plan of `cat` clears its problem", &bed, |problems| {
+        problems.is_empty()
     });
     let plans: Vec<serde_json::Value> =
         serde_json::from_str(&bed.expect(&["plans", "--output", "json"], 0)).unwrap();
