@@ -164,6 +164,13 @@ async fn a_proof_that_holds_logs_its_expected_refusals_below_error() {
     // This test runs on one thread (tokio's current-thread runtime): the connection's tasks log
     // here too.
     let _guard = tracing::subscriber::set_default(subscriber);
+    // tracing caches each log line's interest for the whole process, the first time any thread
+    // reaches it. While one dispatcher alone is registered, that interest is asked of the
+    // reaching thread's own subscriber: a sibling test's thread, with none, would cache
+    // "never" for the probe's log line and this capture would hear nothing (it failed so once
+    // in CI). With a second dispatcher alive, tracing asks every live one, this capture among
+    // them.
+    let _second = tracing::Dispatch::new(tracing_subscriber::registry());
     prove_permissions(
         &super::as_node(&server, "home"),
         &permissions(&authorization, "home"),
