@@ -15,7 +15,7 @@ use serde_json::Value;
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 use support::fleet::Bed;
-use support::{Registry, Repo};
+use support::Repo;
 
 /// `base` writes `/etc/mesh/hello` on every node; `extra` is appended to its file's table
 /// (e.g. an owner), `top` to the definition's top-level keys (e.g. a deadline).
@@ -39,10 +39,8 @@ fn commit_base(repo: &Repo, hello: &str, top: &str, extra: &str, message: &str) 
 
 /// A bed of `bus` and `nodes`, every host started, the registry as the store, and the
 /// repository `cat` registered with `base` saying `v1`.
-fn setup(nodes: &[&str]) -> (Bed, Registry, Repo) {
-    let registry = Registry::start_secured();
+fn setup(nodes: &[&str]) -> (Bed, Repo) {
     let mut bed = Bed::new(nodes);
-    bed.use_registry(&registry);
     for node in std::iter::once("bus").chain(nodes.iter().copied()) {
         bed.start_host(node);
     }
@@ -50,7 +48,7 @@ fn setup(nodes: &[&str]) -> (Bed, Registry, Repo) {
     commit_base(&repo, "v1\n", "", "", "base v1");
     let path = repo.path().to_str().unwrap().to_owned();
     bed.expect(&["repo", "add", "cat", &path], 0);
-    (bed, registry, repo)
+    (bed, repo)
 }
 
 fn hello(bed: &Bed, node: &str) -> String {
@@ -140,7 +138,7 @@ fn kill_host(bed: &mut Bed, node: &str) {
 
 #[test]
 fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stops_it() {
-    let (mut bed, registry, repo) = setup(&["a", "b", "c"]);
+    let (mut bed, repo) = setup(&["a", "b", "c"]);
     let first = repo.git(&["rev-parse", "HEAD"]);
 
     // The first merge: built into the registry, the bus node first (its users are new to the
@@ -181,7 +179,7 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
     let deployed = json(&bed.record("deployed/base.json").unwrap());
     assert_eq!(deployed["commit"], first.as_str());
     let digest = deployed["archive"]["digest"].as_str().unwrap();
-    let tags = registry.get("/v2/mesh/archives/tags/list").unwrap();
+    let tags = bed.registry.get("/v2/mesh/archives/tags/list").unwrap();
     assert!(
         tags.contains(digest.trim_start_matches("sha256:")),
         "{tags}"
@@ -189,7 +187,8 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
     // The anonymous are refused the registry (issue 17); the collector, signing as the
     // controller with its seed over TLS and using the controller's registry credentials,
     // holds every kept archive.
-    let anonymous = registry
+    let anonymous = bed
+        .registry
         .get_as(None, "/v2/mesh/archives/tags/list")
         .unwrap();
     assert!(anonymous.starts_with("HTTP/1.1 401"), "{anonymous}");
@@ -199,7 +198,7 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
         .arg(bed.home.path())
         .args(["--bus", &bed.url, "--bus-ca"])
         .arg(&bed.pki.ca_file)
-        .args(registry.flags(support::StoreUser::Controller))
+        .args(bed.controller_store_flags())
         .args(["--output", "json", "sweep", "--dry-run"])
         .env_remove("MESH_BUS_PASSWORD_FILE")
         .output()
@@ -272,7 +271,7 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
 #[test]
 fn a_rollout_rides_out_a_bus_restart_and_a_killed_controller_resumes_from_the_record_on_another_machine(
 ) {
-    let (mut bed, _registry, repo) = setup(&["a", "b"]);
+    let (mut bed, repo) = setup(&["a", "b"]);
     bed.expect(&["merge", "cat"], 0);
 
     // The bus restarted while the rollout waits on its first node: the rollout completes.
@@ -327,11 +326,6 @@ fn a_rollout_rides_out_a_bus_restart_and_a_killed_controller_resumes_from_the_re
         .arg(bed.controller_seed_file())
         .arg("--bus-ca")
         .arg(&bed.pki.ca_file)
-        .args(
-            bed.store
-                .iter()
-                .flat_map(|store| ["--store", store.as_str()]),
-        )
         .args(bed.controller_store_flags())
         .args(["plans", "resume"])
         .env_remove("MESH_BUS")
@@ -366,7 +360,7 @@ fn a_rollout_rides_out_a_bus_restart_and_a_killed_controller_resumes_from_the_re
 
 #[test]
 fn a_host_killed_mid_apply_reports_mid_change_and_the_rollout_goes_on_once_it_converges() {
-    let (mut bed, _registry, repo) = setup(&["a", "b"]);
+    let (mut bed, repo) = setup(&["a", "b"]);
     bed.expect(&["merge", "cat"], 0);
     // A new module of many files on `a` and `b`: its apply takes a while.
     let mut module = String::from("name = \"bulk\"\n");
@@ -434,7 +428,7 @@ fn a_host_killed_mid_apply_reports_mid_change_and_the_rollout_goes_on_once_it_co
 /// sent the new build, and the plan and `status` name the revert.
 #[test]
 fn a_failed_first_node_is_sent_back_what_it_ran_over_the_bus_when_the_module_says_revert() {
-    let (bed, _registry, repo) = setup(&["a", "b"]);
+    let (bed, repo) = setup(&["a", "b"]);
     let revert = "on-failure = \"revert\"\n";
     commit_base(&repo, "v1\n", revert, "", "base v1, revert on failure");
     bed.expect(&["merge", "cat"], 0);

@@ -13,7 +13,7 @@ use mesh_store::record_store::RecordStore as _;
 use serde_json::Value;
 use std::process::{Output, Stdio};
 use support::fleet::Bed;
-use support::{Registry, Repo};
+use support::Repo;
 
 /// The hosts besides `bus`: `a` (which `Bed` gives the `agent` module) and `n01`…`n19`.
 fn nodes() -> Vec<String> {
@@ -115,11 +115,9 @@ fn node_part(
 
 #[test]
 fn twenty_hosts_and_ten_modules_merge_twice_survive_a_killed_controller_and_keep_records_small() {
-    let registry = Registry::start_secured();
     let node_names = nodes();
     let names: Vec<&str> = node_names.iter().map(String::as_str).collect();
     let mut bed = Bed::new(&names);
-    bed.use_registry(&registry);
     // Every host is started at once; none is waited for: each takes its declarations from its
     // own consumer on the bus whenever it comes up.
     for node in std::iter::once("bus").chain(names.iter().copied()) {
@@ -195,7 +193,7 @@ fn twenty_hosts_and_ten_modules_merge_twice_survive_a_killed_controller_and_keep
         .arg(bed.controller_seed_file())
         .arg("--bus-ca")
         .arg(&bed.pki.ca_file)
-        .args(registry.flags(support::StoreUser::Controller))
+        .args(bed.controller_store_flags())
         .args(["plans", "resume"])
         .env_remove("MESH_BUS")
         .env_remove("MESH_STORE")

@@ -7,8 +7,9 @@
 //! against that CA (`--bus-ca`); the controller signs with its own seed (`broker keygen`), and
 //! every host with the seed `mesh-host keygen` made in its state directory, its public key
 //! enrolled by the controller (`node enroll`): the users file holds public keys and
-//! permissions, no password. A store is a [`super::Registry::start_secured`] (TLS, htpasswd)
-//! given with [`Bed::use_registry`].
+//! permissions, no password. The store is the bed's own [`super::Registry::start_secured`]
+//! (TLS only, htpasswd users): the controller and the collector push and delete as its
+//! controller user, every host pulls as its host user, each trusting the store's own CA.
 //!
 //! The bus node's server is reloaded the way `contrib/systemd/mesh-nats-users.path` does it on
 //! a real machine: a watcher sees the users file its host wrote change and reloads the server.
@@ -66,10 +67,9 @@ pub struct Bed {
     pub url: String,
     /// Each node's `mesh-host serve` process.
     pub hosts: BTreeMap<String, Child>,
-    /// The store every controller command is given (`--store`), when not the default.
-    pub store: Option<String>,
-    /// The store's CA and credentials flags, for the controller and for the hosts.
-    store_flags: Option<(Vec<String>, Vec<String>)>,
+    /// The store every controller command and host is given: a real docker-registry serving
+    /// TLS with htpasswd users (dropped after the hosts, which the bed's drop stops).
+    pub registry: Registry,
     /// The bus's CA and certificates.
     pub pki: TestPki,
     watching: Arc<AtomicBool>,
@@ -165,8 +165,7 @@ impl Bed {
             url: String::new(),
             home,
             hosts: BTreeMap::new(),
-            store: None,
-            store_flags: None,
+            registry: Registry::start_secured(),
             pki,
             watching: Arc::new(AtomicBool::new(true)),
             watcher: None,
@@ -292,25 +291,12 @@ impl Bed {
         self.expect(&["node", "enroll", node, &key], 0);
     }
 
-    /// From now on every controller command and host is given `registry` as the store: the
-    /// controller with its credentials, the hosts with theirs, both trusting its CA.
-    pub fn use_registry(&mut self, registry: &Registry) {
-        self.store = Some(registry.url());
-        self.store_flags = Some((
-            registry.flags(StoreUser::Controller)[2..].to_vec(),
-            registry.flags(StoreUser::Host)[2..].to_vec(),
-        ));
-    }
-
-    /// The flags giving the controller its store's CA and credentials (none: the default).
+    /// The flags giving the controller its store: `--store URL`, the store's CA and the
+    /// controller's credentials.
     pub fn controller_store_flags(&self) -> Vec<String> {
-        self.store_flags
-            .as_ref()
-            .map(|(controller, _)| controller.clone())
-            .unwrap_or_default()
+        self.registry.flags(StoreUser::Controller)
     }
 
-    /// Replaces the inventory on the bus (`records put inventory.toml -`).
     pub fn put_inventory(&self, text: &str) {
         use std::io::Write as _;
         let mut child = self
@@ -399,38 +385,29 @@ impl Bed {
     pub fn start_host_with(&mut self, node: &str, serve: &[&str]) {
         // A node joining later makes its seed and is enrolled now.
         self.enroll(node);
-        let host_store_flags = self
-            .store_flags
-            .as_ref()
-            .map(|(_, host)| host.clone())
-            .unwrap_or_default();
-        let child =
-            Command::new(host_binary())
-                .arg("--node")
-                .arg(node)
-                .arg("--bus")
-                .arg(&self.url)
-                .arg("--bus-ca")
-                .arg(&self.pki.ca_file)
-                .arg("--root")
-                .arg(self.root(node))
-                .arg("--state-dir")
-                .arg(self.state_dir(node))
-                // The controller's store: archived files are fetched from it.
-                .arg("--store")
-                .arg(self.store.clone().unwrap_or_else(|| {
-                    format!("oci:{}", self.home.path().join("store/oci").display())
-                }))
-                .args(host_store_flags)
-                .args(["serve", "--heartbeat", "1"])
-                .args(serve)
-                .env_remove("MESH_BUS_PASSWORD_FILE")
-                .env("MESH_LOG", "error")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap();
+        let child = Command::new(host_binary())
+            .arg("--node")
+            .arg(node)
+            .arg("--bus")
+            .arg(&self.url)
+            .arg("--bus-ca")
+            .arg(&self.pki.ca_file)
+            .arg("--root")
+            .arg(self.root(node))
+            .arg("--state-dir")
+            .arg(self.state_dir(node))
+            // The controller's store: archived files are fetched from it, as the hosts'
+            // user, trusting the store's CA.
+            .args(self.registry.flags(StoreUser::Host))
+            .args(["serve", "--heartbeat", "1"])
+            .args(serve)
+            .env_remove("MESH_BUS_PASSWORD_FILE")
+            .env("MESH_LOG", "error")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
         if let Some(mut old) = self.hosts.insert(node.to_owned(), child) {
             let _ = old.kill();
             let _ = old.wait();
@@ -446,11 +423,6 @@ impl Bed {
             .arg(&self.url)
             .arg("--bus-ca")
             .arg(&self.pki.ca_file)
-            .args(
-                self.store
-                    .iter()
-                    .flat_map(|store| ["--store", store.as_str()]),
-            )
             .args(self.controller_store_flags())
             .args(args)
             .env_remove("MESH_BUS")

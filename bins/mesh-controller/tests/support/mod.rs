@@ -418,17 +418,17 @@ impl Registry {
             secured,
         };
         // A secured registry answers the anonymous 401.
-        let answered = if secure { "401" } else { "200" };
-        for _ in 0..200 {
-            if registry
-                .get_as(None, "/v2/")
-                .is_some_and(|r| r.starts_with(&format!("HTTP/1.1 {answered}")))
-            {
-                return registry;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        panic!("docker-registry on 127.0.0.1:{port} did not answer within 10 s");
+        let answered = format!("HTTP/1.1 {}", if secure { "401" } else { "200" });
+        wait_for(
+            &format!("docker-registry on 127.0.0.1:{port} answering /v2/"),
+            std::time::Duration::from_secs(60),
+            || match registry.get_as(None, "/v2/") {
+                Some(response) if response.starts_with(&answered) => Ok(()),
+                Some(response) => Err(response),
+                None => Err("no answer".to_owned()),
+            },
+        );
+        registry
     }
 
     /// `http://127.0.0.1:PORT` (`https://` when secured).
