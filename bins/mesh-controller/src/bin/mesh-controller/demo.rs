@@ -72,7 +72,7 @@ pub fn run() -> Result<ExitCode> {
         "push --all",
     );
     let nodes: Vec<String> = inventory.file.nodes.keys().cloned().collect();
-    let push_all = |checked: &push::Checked| {
+    let push_to = |checked: &push::Checked, to: &[String], moves: &BTreeSet<String>| {
         runtime.block_on(async {
             let mut fleet =
                 InProcessFleet::start(mesh_store::store::default_store_spec(home.root())).await?;
@@ -80,13 +80,14 @@ pub fn run() -> Result<ExitCode> {
                 &home,
                 &mut fleet,
                 checked,
-                &nodes,
-                &BTreeSet::new(),
+                to,
+                moves,
                 Duration::from_secs(120),
             )
             .await
         })
     };
+    let push_all = |checked: &push::Checked| push_to(checked, &nodes, &BTreeSet::new());
     let first = push_all(&checked)?;
     print!("{}", render::push(&first));
     println!("  (a resource that did not take is reported with its reason; nothing is hidden)");
@@ -191,8 +192,34 @@ pub fn run() -> Result<ExitCode> {
         );
     }
 
+    let home_only = ["home".to_owned()];
     step(
-        "11. A catalogue in git: a merge is planned, built into the store and rolled out one \
+        "11. A change that would move a running container's data is held: `home` is sent \
+         nothing until a person says the data moved",
+        r#"settings set media --node home '{"places": {"media": "/srv/disk2/media", …}}'; push home"#,
+    );
+    let media_home = r#"{"places": {"media": "/srv/disk2/media", "config": "/srv/disk1/media-config"}, "accesses": {"library": "read-write"}, "endpoints": {"web": "http://home.internal:8096"}}"#;
+    settings::set(
+        &on,
+        "media",
+        Some("home"),
+        media_home,
+        false,
+        mesh_host::now(),
+    )?;
+    let checked = catalogue()?;
+    let held = push_to(&checked, &home_only, &BTreeSet::new())?;
+    print!("{}", render::push(&held));
+    step(
+        "12. `--move media` says so (the data was copied, or the container may start on an \
+         empty directory): the push goes ahead",
+        "push home --move media",
+    );
+    let moved = push_to(&checked, &home_only, &BTreeSet::from(["media".to_owned()]))?;
+    print!("{}", render::push(&moved));
+
+    step(
+        "13. A catalogue in git: a merge is planned, built into the store and rolled out one \
          machine first",
         "repo add demo REPO; merge demo",
     );
@@ -209,7 +236,7 @@ pub fn run() -> Result<ExitCode> {
         print!("{}", render::merge(&merged));
 
         step(
-            "12. A second merge whose first machine fails stops there: the other nodes keep \
+            "14. A second merge whose first machine fails stops there: the other nodes keep \
              what they ran",
             "merge demo",
         );
@@ -218,7 +245,7 @@ pub fn run() -> Result<ExitCode> {
         let merged = merge()?;
         print!("{}", render::merge(&merged));
         step(
-            "13. `status` names the node and the reason (and exits 3: it needs a person)",
+            "15. `status` names the node and the reason (and exits 3: it needs a person)",
             "status",
         );
         print!(
@@ -233,7 +260,7 @@ pub fn run() -> Result<ExitCode> {
 
     let motd = home.node_root("laptop", &inventory).join("etc/motd");
     step(
-        "14. Drift: a managed file changed by hand is put back by the next apply, and the \
+        "16. Drift: a managed file changed by hand is put back by the next apply, and the \
          report says so",
         "push laptop",
     );
@@ -259,15 +286,18 @@ pub fn run() -> Result<ExitCode> {
          files and does this by itself, reporting the drift)",
         motd.display()
     );
-    println!(
-        "\n== 15. Maintenance windows hold containers still while a step runs: \
-         `mesh-host window run --help`{}",
-        if podman {
-            ""
-        } else {
-            " (skipped here: no podman)"
-        }
+    step(
+        "17. A maintenance window (on the host: `mesh-host window run --step demo-backup \
+         --hold CONTAINER -- STEP`) holds a container still while its step runs: an apply \
+         meanwhile leaves it alone and says so",
+        "push home",
     );
+    window_step(&home, &inventory, podman, || {
+        let checked = catalogue()?;
+        let during = push_to(&checked, &home_only, &BTreeSet::new())?;
+        print!("{}", render::push(&during));
+        Ok(())
+    })?;
 
     // The hosts' containers live in podman, outside the temporary home: every host lets go of
     // what it made (an empty declaration) before the home is removed.
@@ -275,6 +305,7 @@ pub fn run() -> Result<ExitCode> {
         let config = mesh_apply::HostConfig {
             root: home.node_root(node, &inventory),
             state_dir: home.node_state_dir(node),
+            container_prefix: mesh_controller::in_process::container_prefix(&home, node),
             ..mesh_apply::HostConfig::default()
         };
         let empty = mesh_model::declaration::Declaration::new(node.clone(), Vec::new());
@@ -297,6 +328,67 @@ impl mesh_controller::Progress for Print {
     fn line(&self, text: &str) {
         println!("  {text}");
     }
+}
+
+/// The window step: with podman, `home`'s media container is held still (as `mesh-host window
+/// run` holds it) while `during` runs, then let go; without podman, one line says why not.
+fn window_step(
+    home: &Home,
+    inventory: &mesh_model::inventory::Inventory,
+    podman: bool,
+    during: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    use mesh_apply::window::{self, ProcessIdentity};
+    if !podman {
+        println!(
+            "  skipped: no podman here (a window holds running containers; on a real host \
+             `mesh-host window run` does this around a backup or a migration)"
+        );
+        return Ok(());
+    }
+    let config = mesh_apply::HostConfig {
+        root: home.node_root("home", inventory),
+        state_dir: home.node_state_dir("home"),
+        container_prefix: mesh_controller::in_process::container_prefix(home, "home"),
+        ..mesh_apply::HostConfig::default()
+    };
+    let mesh_apply::ContainerRuntimeChoice::Podman(podman_config) = &config.containers else {
+        println!("  skipped: this host runs no containers");
+        return Ok(());
+    };
+    let runtime = mesh_apply::Podman::new(podman_config.clone(), &config.root);
+    let sent = home.sent("home")?.context("`home` was sent nothing")?;
+    let Some(media) = sent
+        .resources
+        .iter()
+        .find_map(|resource| match &resource.spec {
+            mesh_model::declaration::Spec::Container(spec) if resource.module == "media" => {
+                Some(format!("{}{}", config.container_prefix, spec.name))
+            }
+            _ => None,
+        })
+    else {
+        println!("  skipped: `home` runs no media container");
+        return Ok(());
+    };
+    let opened = window::open(
+        &config.state_dir,
+        "demo-backup",
+        std::slice::from_ref(&media),
+        ProcessIdentity::current().context("reading this process's start time")?,
+        mesh_host::now(),
+        &runtime,
+    )
+    .with_context(|| format!("opening a window holding {media}"))?;
+    println!("  window `demo-backup` open: {media} is stopped while the step runs");
+    let result = during();
+    let released = opened
+        .release(&runtime)
+        .with_context(|| format!("releasing the window holding {media}"));
+    result?;
+    released?;
+    println!("  window released: {media} runs again; the next apply finds it as declared");
+    Ok(())
 }
 
 /// Writes the demo's catalogue repository (a module `hello` with one file, and with `broken`
