@@ -1,7 +1,8 @@
 //! `status --watch` on a fleet (issue 13, rule 27): a real TLS-only `nats-server`, real
 //! `mesh-host serve` processes. Without a terminal the watch prints a line for each change it
-//! sees in the overview, again on every report a host publishes; the embedded default has no
-//! bus to hear, and says so with exit 2.
+//! sees in the overview, again on every report a host publishes; on a terminal (a real one,
+//! made by `script`) it redraws the whole status on each; the embedded default has no bus to
+//! hear, and says so with exit 2.
 
 mod support;
 
@@ -120,4 +121,101 @@ fn status_watch_without_a_bus_says_it_needs_one_and_exits_2() {
         stderr.contains("status --watch hears the reports hosts publish on a fleet's bus"),
         "{stderr}"
     );
+}
+
+/// The watch under a real terminal (`script`, util-linux), its whole process group killed
+/// however the test ends (`script` and the watch it runs).
+struct OnTerminal(Child);
+
+impl Drop for OnTerminal {
+    fn drop(&mut self) {
+        let group = format!("-{}", self.0.id());
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+/// `text` quoted for `sh`.
+fn quoted(text: &std::ffi::OsStr) -> String {
+    format!("'{}'", text.to_string_lossy().replace('\'', r"'\''"))
+}
+
+#[test]
+fn on_a_terminal_status_watch_redraws_the_whole_status_on_every_change() {
+    use std::io::Read as _;
+    use std::os::unix::process::CommandExt as _;
+    let mut bed = Bed::new(&["a"]);
+    for node in ["bus", "a"] {
+        bed.start_host(node);
+    }
+    let watch = bed.command(&["status", "--watch"]);
+    let line = std::iter::once(watch.get_program())
+        .chain(watch.get_args())
+        .map(quoted)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut script = std::process::Command::new("script");
+    script.args(["-qfec", &line, "/dev/null"]);
+    // The bed's command removes what the environment would otherwise give the controller;
+    // `script` passes its environment on.
+    for (key, value) in watch.get_envs() {
+        match value {
+            Some(value) => script.env(key, value),
+            None => script.env_remove(key),
+        };
+    }
+    let child = script
+        .env("MESH_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mut terminal = OnTerminal(child);
+    let mut stdout = terminal.0.stdout.take().unwrap();
+    let screen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let writer = std::sync::Arc::clone(&screen);
+    std::thread::spawn(move || {
+        let mut buffer = [0u8; 4096];
+        while let Ok(read @ 1..) = stdout.read(&mut buffer) {
+            writer.lock().unwrap().extend_from_slice(&buffer[..read]);
+        }
+    });
+    // Each frame: the cursor home, the screen cleared, the status as `status` prints it.
+    const CLEAR: &str = "\x1b[H\x1b[2J";
+    let frames = || -> Vec<String> {
+        let text = String::from_utf8_lossy(&screen.lock().unwrap()).into_owned();
+        text.split(CLEAR)
+            .skip(1)
+            .map(|frame| frame.replace("\r\n", "\n"))
+            .collect()
+    };
+    let shows = |frame: &str, node: &str, state: &str| {
+        frame
+            .lines()
+            .any(|line| line.starts_with(&format!("{node}: {state}")))
+    };
+    let first = support::wait_for("a first frame naming every node", DEADLINE, || {
+        frames()
+            .into_iter()
+            .find(|f| shows(f, "a", "never sent") && shows(f, "bus (bus)", "never sent"))
+            .ok_or_else(|| format!("{:?}", frames()))
+    });
+    assert!(!first.contains("converged"), "{first}");
+    // A push: the reports heard redraw the screen, the whole status each time, until a frame
+    // shows both nodes converged.
+    bed.push_all(30, 0);
+    let last = support::wait_for("a frame with both nodes converged", DEADLINE, || {
+        frames()
+            .into_iter()
+            .rev()
+            .find(|f| shows(f, "a", "converged") && shows(f, "bus (bus)", "converged"))
+            .ok_or_else(|| format!("{:?}", frames().last()))
+    });
+    // A redraw is the whole status, not a line added: it still ends with the plans.
+    assert!(last.contains("plans: "), "{last}");
+    assert!(!last.contains("never sent"), "{last}");
 }
