@@ -369,28 +369,7 @@ fn clear_push_problems(home: &Home, sent: &[Declaration]) -> Result<()> {
 /// Where `state` stands, for [`crate::Progress::rollout`]: counters only, never a walk of the
 /// nodes (a step stays constant-time at 10,000 nodes).
 fn rollout_progress(plan: &str, module: &str, state: &RolloutState) -> crate::RolloutProgress {
-    let (stage, waiting_on) = match state.stage {
-        Stage::NotStarted => ("first", None),
-        Stage::BusNode => (
-            "first",
-            state.bus_node.as_ref().map(|(node, _)| node.clone()),
-        ),
-        Stage::FirstNode => ("first", state.first.clone()),
-        Stage::Rest => ("rest", None),
-        Stage::Held => ("held", None),
-        Stage::Done => ("done", None),
-        Stage::Stopped => ("stopped", None),
-    };
-    crate::RolloutProgress {
-        plan: plan.to_owned(),
-        module: module.to_owned(),
-        total: state.nodes.len(),
-        applied: state.applied,
-        in_flight: state.in_flight,
-        held: state.held,
-        waiting_on,
-        stage,
-    }
+    crate::RolloutProgress::of_parts(plan, module, &state.parts())
 }
 
 /// The moves, one after another, as a person reads them.

@@ -13,7 +13,9 @@
 //! - [`status`]: each node's last report and what the plans wait on;
 //! - [`runtimes`], [`broker`], [`daemon`]: who is there on the bus, looking after the bus, and
 //!   the controller as a daemon;
-//! - [`enroll`]: a node's NKey recorded, its password dropped (rule 31).
+//! - [`enroll`]: a node's NKey recorded, its password dropped (rule 31);
+//! - [`http`]: the status page, `/metrics` and `/status.json` over HTTP, read from [`status`]
+//!   and the plans (`mesh-controller serve --http ADDR`, or mounted by an embedding tool).
 //!
 //! What a person reads is rendered by the binary, never here; progress goes through the
 //! [`Progress`] the caller gives.
@@ -30,6 +32,7 @@ pub mod executor;
 pub mod fail;
 pub mod fleet;
 pub mod home;
+pub mod http;
 pub mod in_process;
 pub mod plans;
 pub mod preview;
@@ -73,6 +76,39 @@ pub struct RolloutProgress {
     pub waiting_on: Option<String>,
     /// The stage, as a word: `first`, `rest`, `held`, `done`, `stopped`.
     pub stage: &'static str,
+}
+
+impl RolloutProgress {
+    /// Where a rollout stands from the parts its plan record keeps (counters only).
+    pub fn of_parts(
+        plan: &str,
+        module: &str,
+        parts: &mesh_plan::rollout::RolloutParts,
+    ) -> RolloutProgress {
+        use mesh_plan::rollout::Stage;
+        let (stage, waiting_on) = match parts.stage {
+            Stage::NotStarted => ("first", None),
+            Stage::BusNode => (
+                "first",
+                parts.bus_node.as_ref().map(|(node, _)| node.clone()),
+            ),
+            Stage::FirstNode => ("first", parts.first.clone()),
+            Stage::Rest => ("rest", None),
+            Stage::Held => ("held", None),
+            Stage::Done => ("done", None),
+            Stage::Stopped => ("stopped", None),
+        };
+        RolloutProgress {
+            plan: plan.to_owned(),
+            module: module.to_owned(),
+            total: parts.nodes,
+            applied: parts.applied,
+            in_flight: parts.in_flight,
+            held: parts.held,
+            waiting_on,
+            stage,
+        }
+    }
 }
 
 /// Progress nobody reads.

@@ -118,6 +118,21 @@ pub struct NodeAttention {
 }
 
 impl Overview {
+    /// The document `status --output json` prints, newline and all; `/status.json` answers the
+    /// same bytes ([`crate::http`]).
+    ///
+    /// # Errors
+    /// [`crate::Error::Internal`] if it could not be encoded (it holds strings, numbers and
+    /// maps keyed by strings, so it always is).
+    pub fn json_document(&self) -> Result<String> {
+        let mut text = serde_json::to_string_pretty(self).map_err(|e| crate::Error::Internal {
+            doing: "encoding the status as JSON".to_owned(),
+            source: Some(Box::new(e)),
+        })?;
+        text.push('\n');
+        Ok(text)
+    }
+
     /// Whether anything needs a person: a node's attention, a node held for a move, a stopped
     /// rollout, a failure recorded (`status` exits 3 then).
     pub fn needs_attention(&self) -> bool {
@@ -134,8 +149,21 @@ impl Overview {
 /// # Errors
 /// When the home cannot be read.
 pub fn overview(home: &Home, now: u64, silent_after_secs: u64) -> Result<Overview> {
+    overview_of_plans(home, &home.plans()?, now, silent_after_secs)
+}
+
+/// [`overview`] with the plan records already read (`home.plans()`), for a caller that shows
+/// them too (the status page) and reads them once.
+///
+/// # Errors
+/// When the home cannot be read.
+pub fn overview_of_plans(
+    home: &Home,
+    records: &[PlanRecord],
+    now: u64,
+    silent_after_secs: u64,
+) -> Result<Overview> {
     let nodes = push::status(home, now, silent_after_secs)?;
-    let records = home.plans()?;
     let plans: Vec<_> = records.iter().map(|r| r.plan.clone()).collect();
     let open_plans = records
         .iter()
@@ -424,7 +452,7 @@ pub fn changes(before: Option<&Overview>, after: &Overview) -> Vec<String> {
 }
 
 /// What a node's attention says, in words.
-fn attention_words(attention: &NodeAttention) -> String {
+pub fn attention_words(attention: &NodeAttention) -> String {
     let mut words = Vec::new();
     if attention.mid_change {
         words.push("mid-change".to_owned());

@@ -12,7 +12,7 @@ mod init;
 mod render;
 
 use mesh_controller::{
-    broker, builds, daemon, executor, fleet, plans, preview, push, records, repos, runtimes,
+    broker, builds, daemon, executor, fleet, http, plans, preview, push, records, repos, runtimes,
     settings, status,
 };
 
@@ -284,8 +284,38 @@ pub enum Command {
     /// driven on when it starts. SIGTERM or SIGINT stop it, mid-rollout too (the plan resumes
     /// where it was).
     ///
-    /// Exit codes: 0 stopped by a signal; 1 error (the bus cannot be reached).
-    Serve,
+    /// With `--http ADDR` it also serves a read-only status page at `/`, the Prometheus
+    /// text format at `/metrics` and `/status.json` (the document `status --output json`
+    /// prints), and prints the page's URL on standard output once it listens.
+    ///
+    /// Exit codes: 0 stopped by a signal; 1 error (the bus cannot be reached; the status page's
+    /// address refused or taken, its certificate or key unreadable).
+    Serve {
+        /// Serve the status page, `/metrics` and `/status.json` on this address, e.g.
+        /// `127.0.0.1:9480` (port 0 picks a free one). Only a loopback address, unless
+        /// `--http-cert` (TLS) or `--http-public` is given.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<std::net::SocketAddr>,
+        /// Serve the status page over HTTPS with this certificate chain (PEM; needs
+        /// `--http-key`), e.g. the bus server's.
+        #[arg(long, value_name = "FILE", requires_all = ["http", "http_key"])]
+        http_cert: Option<PathBuf>,
+        /// The key of `--http-cert` (PEM, mode 0600: refused when others may read it).
+        #[arg(long, value_name = "FILE", requires = "http_cert")]
+        http_key: Option<PathBuf>,
+        /// Answer only HTTPS clients presenting a certificate signed by this CA (PEM), e.g. the
+        /// bus's `--bus-ca`.
+        #[arg(long, value_name = "FILE", requires = "http_cert")]
+        http_client_ca: Option<PathBuf>,
+        /// Serve a non-loopback `--http` address in the clear, without TLS: anyone who reaches
+        /// it reads the fleet's status.
+        #[arg(long, requires = "http")]
+        http_public: bool,
+        /// For the status page: seconds without a report after which a node is called silent
+        /// (as `status --silent-after`).
+        #[arg(long, value_name = "SECS", default_value_t = mesh_controller::push::SILENT_AFTER_SECS)]
+        silent_after: u64,
+    },
     /// Asks the bus who is there (needs `--bus`).
     ///
     /// Lists each runtime with its answer time, size and modules, the runtimes that said they
@@ -877,7 +907,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             } => {
                 let status = status::overview(&home, mesh_host::now(), silent_after)?;
                 match output {
-                    Output::Json => println!("{}", serde_json::to_string_pretty(&status)?),
+                    Output::Json => print!("{}", status.json_document()?),
                     Output::Text => print!("{}", render::status(&status)),
                 }
                 Ok(if status.needs_attention() {
@@ -935,11 +965,50 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Command::Demo => demo::run(),
             Command::Completions { .. } | Command::Man { .. } => Ok(ExitCode::SUCCESS),
-            Command::Serve => {
+            Command::Serve {
+                http: address,
+                http_cert,
+                http_key,
+                http_client_ca,
+                http_public,
+                silent_after,
+            } => {
                 home.require()?;
                 let bus = need_bus()?;
                 runtime.block_on(async {
-                    daemon::serve(&ctx, &bus, mesh_host::serve::shutdown_signal()).await
+                    // The pages share the home's records (dropped with it, after the runtime).
+                    let pages = match address {
+                        Some(addr) => {
+                            let listen = http::Listen {
+                                addr,
+                                tls: match (http_cert, http_key) {
+                                    (Some(cert_file), Some(key_file)) => Some(http::Tls {
+                                        cert_file,
+                                        key_file,
+                                        client_ca_file: http_client_ca,
+                                    }),
+                                    _ => None,
+                                },
+                                public: http_public,
+                            };
+                            let bound = http::bind(&listen).await?;
+                            println!("serving the status page on {}", bound.url());
+                            let pages =
+                                std::sync::Arc::new(http::Pages::new(home.clone(), silent_after));
+                            Some(tokio::spawn(http::serve(
+                                bound,
+                                pages,
+                                std::future::pending(),
+                            )))
+                        }
+                        None => None,
+                    };
+                    let served =
+                        daemon::serve(&ctx, &bus, mesh_host::serve::shutdown_signal()).await;
+                    if let Some(pages) = pages {
+                        pages.abort();
+                    }
+                    served
                 })?;
                 Ok(ExitCode::SUCCESS)
             }
