@@ -702,6 +702,7 @@ fn the_controller_daemon_answers_discovery_and_rolls_out_a_merge_announced_twice
             "the controller never answered: {found}"
         );
     }
+    support::fleet::wait_for_merge_consumer(&rt, &bus);
     rt.block_on(async {
         let js = bus.jetstream();
         for _ in 0..2 {

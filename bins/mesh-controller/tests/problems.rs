@@ -74,11 +74,11 @@ fn a_merge_the_daemon_cannot_plan_is_shown_by_status_until_one_is_planned() {
             mesh_bus::jetstream::publish_merge(&bus.jetstream(), "cat", "main", commit).await
         })
     };
-    // The repository is not registered yet: the merge cannot be planned. The daemon's
-    // consumer is made from now (and its stream with it), so it is announced until the daemon
-    // has heard it.
+    // The repository is not registered yet: the merge cannot be planned. It is announced once
+    // the daemon's consumer is there (made from now, it hears nothing announced before).
+    support::fleet::wait_for_merge_consumer(&rt, &bus);
+    announce(&commit).unwrap();
     wait_until("the unplannable merge reaches status", &bed, |problems| {
-        let _ = announce(&commit);
         !problems.is_empty()
     });
     let found = problems(&bed);

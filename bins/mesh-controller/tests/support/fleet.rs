@@ -473,6 +473,34 @@ impl Bed {
     }
 }
 
+/// Waits until `mesh-controller serve`'s merge consumer is on the bus. It is made from now
+/// (rule 24) and a merge is stored once per commit (its message id): one announced before it
+/// exists is never heard, and announcing it again stores nothing.
+pub fn wait_for_merge_consumer(rt: &tokio::runtime::Runtime, bus: &NatsBus) {
+    // A JetStream context starts a task: it is made inside the runtime.
+    let js = {
+        let _in = rt.enter();
+        bus.jetstream()
+    };
+    super::wait_for(
+        "the daemon's merge consumer",
+        Duration::from_secs(60),
+        || {
+            rt.block_on(async {
+                let stream = js
+                    .get_stream(mesh_bus::jetstream::EVENTS_STREAM)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                stream
+                    .consumer_info(mesh_controller::daemon::MERGE_CONSUMER)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+        },
+    );
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
