@@ -249,20 +249,7 @@ fn the_status_page_shows_the_nodes_and_a_rollouts_progress_in_a_browser_and_metr
         let _in = rt.enter();
         bus.jetstream()
     };
-    wait_for(
-        "the daemon's merge consumer",
-        Duration::from_secs(60),
-        || {
-            rt.block_on(
-                js.get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(
-                    mesh_controller::daemon::MERGE_CONSUMER,
-                    mesh_bus::jetstream::EVENTS_STREAM,
-                ),
-            )
-            .map(drop)
-            .map_err(|e| e.to_string())
-        },
-    );
+    support::fleet::wait_for_merge_consumer(&rt, &bus);
     let plan_ended = |id: &str| -> Result<(), String> {
         let plans = json(&bed.expect(&["plans", "--output", "json"], 0));
         let state = plans
