@@ -14,6 +14,7 @@ mod support;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, Read as _, Write as _};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -27,6 +28,21 @@ impl Drop for Killed {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// Chromium, its process group killed (and it reaped) when dropped before it exited.
+struct Browser(Child);
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", self.0.id())])
+                .status();
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
     }
 }
 
@@ -132,9 +148,11 @@ fn chromium(url: &str, flags: &[String], scratch: &Path) -> String {
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out).unwrap())
         .stderr(std::fs::File::create(&err).unwrap())
+        // A group of its own: its renderers go with it if the test fails first.
+        .process_group(0)
         .spawn()
         .expect("chromium (Debian's package `chromium`; scripts/test installs it)");
-    let mut browser = Killed(child);
+    let mut browser = Browser(child);
     let status = wait_for("chromium to exit", Duration::from_secs(120), || {
         browser
             .0
