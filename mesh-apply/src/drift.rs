@@ -16,7 +16,7 @@ use crate::containers::ContainerRuntime;
 use crate::paths::RootPaths;
 use crate::stamps::StatCache;
 use crate::HostConfig;
-use mesh_model::declaration::{Declaration, Spec};
+use mesh_model::declaration::{Declared, Spec};
 use mesh_model::report::{Drift, DriftAction, Report};
 use sha2::{Digest as _, Sha256};
 use std::io::Read as _;
@@ -40,10 +40,11 @@ impl Examiner {
         }
     }
 
-    /// What differs from what the host left, for every resource of `declaration` that
-    /// `report` (the last apply of that declaration) says took; `now` stamps each drift.
+    /// What differs from what the host left, for every resource of `declared` that `report`
+    /// (the last apply of that declaration) says took; `now` stamps each drift. A
+    /// [`mesh_model::declaration::Sealed`] declaration is not hashed again on each look.
     /// `full` hashes every file whatever its stamp. Each drift's `action` is what the
-    /// declaration's policy for its module says ([`Declaration::drift_policy`]).
+    /// declaration's policy for its module says ([`mesh_model::declaration::Declaration::drift_policy`]).
     ///
     /// Containers are asked of `containers` ([`ContainerRuntime::examine`]); those held still
     /// by an open maintenance window are not examined.
@@ -54,7 +55,7 @@ impl Examiner {
     pub fn examine(
         &mut self,
         config: &HostConfig,
-        declaration: &Declaration,
+        declared: &dyn Declared,
         report: &Report,
         containers: &dyn ContainerRuntime,
         now: u64,
@@ -69,9 +70,10 @@ impl Examiner {
             .map(|windows| windows.into_iter().flat_map(|w| w.containers).collect())
             .unwrap_or_default();
         let mut out = Vec::new();
-        if report.declaration != declaration.digest() {
+        if report.declaration != declared.digest() {
             return out;
         }
+        let declaration = declared.declaration();
         for resource in &declaration.resources {
             if !report
                 .resources
@@ -123,13 +125,20 @@ impl Examiner {
                         &accounts,
                         &mut say,
                     );
-                    let Some(declared) = spec.content_digest() else {
+                    let Some(declared) = declared.content_digest(resource) else {
                         continue;
                     };
+                    if !full && self.cache.known_digest(&spec.path, &meta) == Some(&*declared) {
+                        continue;
+                    }
                     match self.digest_of(&spec.path, &resolved.full, &meta, full, now) {
-                        Ok(found) if found == declared => {}
-                        Ok(found) => say("content", declared, found),
-                        Err(error) => say("content", declared, format!("unreadable: {error}")),
+                        Ok(found) if found == *declared => {}
+                        Ok(found) => say("content", declared.into_owned(), found),
+                        Err(error) => say(
+                            "content",
+                            declared.into_owned(),
+                            format!("unreadable: {error}"),
+                        ),
                     }
                 }
                 Spec::Directory(spec) => {

@@ -14,7 +14,7 @@ use crate::state::{
 };
 use crate::{ApplyError, ContainerRuntimeChoice, HostConfig};
 use mesh_model::declaration::{
-    ContainerSpec, Declaration, DirectorySpec, FileSpec, MembershipSpec, Resource, Spec,
+    ContainerSpec, Declaration, Declared, DirectorySpec, FileSpec, MembershipSpec, Resource, Spec,
 };
 use mesh_model::report::{Finding, MachineState, Outcome, Report, REPORT_FORMAT};
 use std::collections::{BTreeMap, BTreeSet};
@@ -43,7 +43,7 @@ pub struct Seams<'a> {
 /// As [`apply_with`].
 pub fn apply(
     config: &HostConfig,
-    declaration: &Declaration,
+    declaration: &dyn Declared,
     now: u64,
 ) -> Result<Report, ApplyError> {
     apply_archived(config, declaration, &ArchivedContents::default(), now)
@@ -94,7 +94,7 @@ pub fn apply(
 /// the machine stays mid-change until an apply finishes.
 pub fn apply_with(
     config: &HostConfig,
-    declaration: &Declaration,
+    declaration: &dyn Declared,
     now: u64,
     seams: &Seams<'_>,
 ) -> Result<Report, ApplyError> {
@@ -120,7 +120,7 @@ pub fn apply_with(
 /// As [`apply_with`].
 pub fn apply_archived(
     config: &HostConfig,
-    declaration: &Declaration,
+    declaration: &dyn Declared,
     contents: &ArchivedContents,
     now: u64,
 ) -> Result<Report, ApplyError> {
@@ -134,7 +134,7 @@ pub fn apply_archived(
 /// As [`apply_with`].
 pub fn apply_archived_live(
     config: &HostConfig,
-    declaration: &Declaration,
+    declaration: &dyn Declared,
     contents: &ArchivedContents,
     now: u64,
     progress: &dyn ApplyProgress,
@@ -162,21 +162,25 @@ pub fn apply_archived_live(
 /// As [`apply_with`].
 pub fn apply_archived_with(
     config: &HostConfig,
-    declaration: &Declaration,
+    declaration: &dyn Declared,
     contents: &ArchivedContents,
     now: u64,
     seams: &Seams<'_>,
 ) -> Result<Report, ApplyError> {
     // Containers are applied under their names on this machine; the report still names the
     // declaration as sent.
-    let renamed = with_container_prefix(declaration, &config.container_prefix);
     let sent = declaration;
-    let declaration = renamed.as_ref().unwrap_or(sent);
-    // The digest is needed only for the marker and the report: it is hashed on another core
-    // while the declaration is checked, the state read and the resources examined.
+    let renamed = with_container_prefix(sent.declaration(), &config.container_prefix);
+    let declaration = renamed.as_ref().unwrap_or(sent.declaration());
+    // The digest is needed only for the marker and the report: a declaration not sealed
+    // (`mesh_model::declaration::Sealed`, which knows it) is hashed on another core while it
+    // is checked, the state read and the resources examined.
     std::thread::scope(|scope| {
-        let hashing = scope.spawn(|| declaration_digest(sent));
-        let problems = declaration.problems();
+        let hashing = scope.spawn(|| sent.digest().into_owned());
+        let problems = match &renamed {
+            Some(renamed) => renamed.problems(),
+            None => sent.problems().into_owned(),
+        };
         if !problems.is_empty() {
             return Err(ApplyError::Declaration {
                 node: declaration.node.clone(),
@@ -188,7 +192,7 @@ pub fn apply_archived_with(
         let interrupted = dir.read_in_progress()?;
         apply_examined(
             config,
-            (declaration, contents),
+            (declaration, sent, contents),
             now,
             seams,
             (dir, state, interrupted),
@@ -241,7 +245,7 @@ impl Digest<'_> {
 /// The rest of [`apply_with`], once the state directory is read.
 fn apply_examined<'s>(
     config: &HostConfig,
-    (declaration, contents): (&Declaration, &ArchivedContents),
+    (declaration, sent, contents): (&Declaration, &dyn Declared, &ArchivedContents),
     now: u64,
     seams: &Seams<'_>,
     (dir, state, interrupted): (StateDir, StateFile, Option<InProgress>),
@@ -261,6 +265,7 @@ fn apply_examined<'s>(
         marked: false,
         config,
         declaration,
+        sent,
         contents,
         now,
         seams,
@@ -275,7 +280,7 @@ fn apply_examined<'s>(
         blocked: unreadable_files(declaration, contents),
         touched_dirs: BTreeSet::new(),
         read_buffer: vec![0; 64 * 1024],
-        stamps: crate::stamps::StatCache::open(&config.state_dir),
+        stamps: crate::stamps::StatCache::take(&config.state_dir),
     };
     for closed in &ended {
         engine.findings.push(Finding {
@@ -356,6 +361,9 @@ struct Engine<'a, 's> {
     marked: bool,
     config: &'a HostConfig,
     declaration: &'a Declaration,
+    /// The declaration as sent (`declaration` is it with containers under their names on this
+    /// machine): what it knows of its files' contents.
+    sent: &'a dyn Declared,
     /// The content of the declaration's archived files, as the host read it.
     contents: &'a ArchivedContents,
     now: u64,
@@ -432,6 +440,20 @@ fn content_of<'a>(contents: &'a ArchivedContents, id: &str, spec: &'a FileSpec) 
     }
 }
 
+/// Whether `target` is what the declared `spec` is on the machine (`target_of(spec) == target`,
+/// without making one).
+fn is_target(spec: &Spec, target: &Target) -> bool {
+    match (spec, target) {
+        (Spec::File(f), Target::File { path }) => f.path == *path,
+        (Spec::Directory(d), Target::Directory { path }) => d.path == *path,
+        (Spec::Membership(m), Target::Membership { account, group }) => {
+            m.account == *account && m.group == *group
+        }
+        (Spec::Container(c), Target::Container { name }) => c.name == *name,
+        (Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) | Spec::Container(_), _) => false,
+    }
+}
+
 /// What a declared resource is on the machine.
 fn target_of(spec: &Spec) -> Target {
     match spec {
@@ -449,29 +471,6 @@ fn target_of(spec: &Spec) -> Target {
             name: c.name.clone(),
         },
     }
-}
-
-/// The declaration's digest ([`Declaration::digest`]), hashed as it is serialized rather than
-/// from a copy of its canonical JSON.
-fn declaration_digest(declaration: &Declaration) -> String {
-    use sha2::Digest as _;
-    struct Hashing(sha2::Sha256);
-    impl io::Write for Hashing {
-        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-            self.0.update(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut hashing = Hashing(sha2::Sha256::new());
-    serde_json::to_writer(
-        io::BufWriter::with_capacity(64 * 1024, &mut hashing),
-        declaration,
-    )
-    .expect("a declaration always serializes");
-    format!("sha256:{}", hex::encode(hashing.0.finalize()))
 }
 
 fn resource_digest(resource: &Resource) -> String {
@@ -773,17 +772,19 @@ impl<'a> Engine<'a, '_> {
     // ---- releasing what is no longer declared ----
 
     fn release_undeclared(&mut self) -> Result<(), ApplyError> {
-        let mut to_release: Vec<(String, Record)> = self
-            .state
-            .resources
-            .iter()
-            .filter(|(id, record)| {
-                self.declaration
-                    .resource(id)
-                    .is_none_or(|r| target_of(&r.spec) != record.target)
-            })
-            .map(|(id, record)| (id.clone(), record.clone()))
-            .collect();
+        // Both are sorted by id: one walk through the two, no search.
+        let mut declared = self.declaration.resources.iter().peekable();
+        let mut to_release: Vec<(String, Record)> = Vec::new();
+        for (id, record) in &self.state.resources {
+            while declared.next_if(|r| r.id < *id).is_some() {}
+            let same = declared
+                .peek()
+                .filter(|r| r.id == *id)
+                .is_some_and(|r| is_target(&r.spec, &record.target));
+            if !same {
+                to_release.push((id.clone(), record.clone()));
+            }
+        }
         if !to_release.is_empty() {
             self.begin_change()?;
         }
@@ -1337,7 +1338,9 @@ impl<'a> Engine<'a, '_> {
             gid,
         };
         let path = &spec.path;
-        if let Some((full, missing_parents, changed)) = self.unchanged_by_stamp(spec, &wanted)? {
+        if let Some((full, missing_parents, changed)) =
+            self.unchanged_by_stamp(resource, spec, &wanted)?
+        {
             return Ok(FileChange {
                 full,
                 missing_parents,
@@ -1365,7 +1368,7 @@ impl<'a> Engine<'a, '_> {
                             &mut self.read_buffer,
                         )
                         .map_err(cannot_read)?;
-                        self.note_read(spec, &meta, &changed);
+                        self.note_read(resource, spec, &meta, &changed);
                         Some(changed)
                     }
                 };
@@ -1383,7 +1386,7 @@ impl<'a> Engine<'a, '_> {
                         regular_file(path, meta)?;
                         let changed =
                             file_differences(&full, meta, &wanted).map_err(cannot_read)?;
-                        self.note_read(spec, meta, &changed);
+                        self.note_read(resource, spec, meta, &changed);
                         Some(changed)
                     }
                 };
@@ -1405,13 +1408,14 @@ impl<'a> Engine<'a, '_> {
     #[allow(clippy::type_complexity)]
     fn unchanged_by_stamp(
         &mut self,
+        resource: &Resource,
         spec: &FileSpec,
         wanted: &Wanted<'_>,
     ) -> Result<Option<(PathBuf, Vec<String>, Vec<String>)>, String> {
         if !self.stamps.has(&spec.path) {
             return Ok(None);
         }
-        let Some(declared) = spec.content_digest() else {
+        let Some(declared) = self.sent.content_digest(resource) else {
             return Ok(None);
         };
         let Resolved {
@@ -1422,7 +1426,7 @@ impl<'a> Engine<'a, '_> {
         let Some(meta) = meta.filter(|meta| meta.is_file()) else {
             return Ok(None);
         };
-        if self.stamps.known_digest(&spec.path, &meta) != Some(declared.as_str()) {
+        if self.stamps.known_digest(&spec.path, &meta) != Some(&*declared) {
             return Ok(None);
         }
         let changed = mode_owner_differences(&meta, (wanted.mode, wanted.uid, wanted.gid));
@@ -1430,18 +1434,27 @@ impl<'a> Engine<'a, '_> {
     }
 
     /// Keeps the stamp of a file whose content was just read and found as declared.
-    fn note_read(&mut self, spec: &FileSpec, meta: &fs::Metadata, changed: &[String]) {
+    fn note_read(
+        &mut self,
+        resource: &Resource,
+        spec: &FileSpec,
+        meta: &fs::Metadata,
+        changed: &[String],
+    ) {
         if changed.iter().any(|c| c == "content") {
             return;
         }
-        if let Some(declared) = spec.content_digest() {
+        if let Some(declared) = self.sent.content_digest(resource) {
             self.stamps.record(&spec.path, meta, &declared, self.now);
         }
     }
 
     /// Keeps the stamp of a file just written (or given its mode and owner) as declared.
-    fn note_written(&mut self, spec: &FileSpec, full: &std::path::Path) {
-        match (fs::symlink_metadata(full), spec.content_digest()) {
+    fn note_written(&mut self, resource: &Resource, spec: &FileSpec, full: &std::path::Path) {
+        match (
+            fs::symlink_metadata(full),
+            self.sent.content_digest(resource),
+        ) {
             (Ok(meta), Some(declared)) if meta.is_file() => {
                 self.stamps.record(&spec.path, &meta, &declared, self.now);
             }
@@ -1531,7 +1544,7 @@ impl<'a> Engine<'a, '_> {
             self.stamps.forget(path);
             return Ok(Err(format!("cannot write `{path}`: {e}")));
         }
-        self.note_written(spec, &full);
+        self.note_written(resource, spec, &full);
         Ok(Ok(changed))
     }
 
@@ -2027,7 +2040,7 @@ impl<'a> Engine<'a, '_> {
         if self.dirty {
             self.save()?;
         }
-        self.stamps.save();
+        std::mem::replace(&mut self.stamps, crate::stamps::StatCache::none()).keep();
         let kept: BTreeSet<String> = self
             .state
             .resources
@@ -2041,6 +2054,8 @@ impl<'a> Engine<'a, '_> {
         if self.marked {
             self.dir.clear_in_progress()?;
         }
+        // Written when it changed (above): the next apply takes it without parsing it.
+        self.dir.keep_state(std::mem::take(&mut self.state));
         Ok(())
     }
 }

@@ -70,6 +70,12 @@ pub(crate) fn write_atomic(target: &Path, wanted: &Wanted<'_>) -> io::Result<()>
 
 /// Writes a state file atomically and durably (mode 0600, the process's owner).
 pub(crate) fn write_atomic_private(target: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomic_private_seen(target, bytes).map(drop)
+}
+
+/// [`write_atomic_private`], answering the written file's metadata (taken before it is renamed
+/// into place: its inode, size and mtime are the file's at `target` until another write).
+pub(crate) fn write_atomic_private_seen(target: &Path, bytes: &[u8]) -> io::Result<fs::Metadata> {
     let temp = new_name(target);
     remove_if_present(&temp)?;
     let mut file = OpenOptions::new()
@@ -79,9 +85,11 @@ pub(crate) fn write_atomic_private(target: &Path, bytes: &[u8]) -> io::Result<()
         .open(&temp)?;
     file.write_all(bytes)?;
     file.sync_all()?;
+    let written = file.metadata()?;
     drop(file);
     fs::rename(&temp, target)?;
-    sync_dir(target.parent().unwrap_or(Path::new(".")))
+    sync_dir(target.parent().unwrap_or(Path::new(".")))?;
+    Ok(written)
 }
 
 /// Fsyncs a directory, so renames and removals in it are durable.

@@ -43,7 +43,12 @@ pub(crate) fn units_in_order(declaration: &Declaration) -> (Vec<Unit>, Vec<Unit>
             _ => None,
         })
         .collect();
-    let declared: BTreeSet<&str> = resources.iter().map(|r| r.id.as_str()).collect();
+    // Resources are sorted by id (a declaration's rule).
+    let declared = |id: &str| {
+        resources
+            .binary_search_by(|r| r.id.as_str().cmp(id))
+            .is_ok()
+    };
 
     // Group resources into units.
     let mut unit_of_group: BTreeMap<(String, String), usize> = BTreeMap::new();
@@ -96,7 +101,7 @@ pub(crate) fn units_in_order(declaration: &Declaration) -> (Vec<Unit>, Vec<Unit>
                     c.restart_on
                         .iter()
                         .map(String::as_str)
-                        .filter(|id| declared.contains(id)),
+                        .filter(|id| declared(id)),
                 );
                 for mount in &c.mounts {
                     if let Some(id) = directories.get(mount.source.as_str()) {
@@ -156,7 +161,10 @@ pub(crate) fn units_in_order(declaration: &Declaration) -> (Vec<Unit>, Vec<Unit>
             }
         }
     }
-    let in_order: BTreeSet<usize> = sorted.iter().copied().collect();
+    let mut in_order = vec![false; units.len()];
+    for &u in &sorted {
+        in_order[u] = true;
+    }
     let mut slots: Vec<Option<Unit>> = units.into_iter().map(Some).collect();
     let ordered = sorted
         .iter()
@@ -165,7 +173,7 @@ pub(crate) fn units_in_order(declaration: &Declaration) -> (Vec<Unit>, Vec<Unit>
     let cyclic = slots
         .into_iter()
         .enumerate()
-        .filter(|(u, _)| !in_order.contains(u))
+        .filter(|(u, _)| !in_order[*u])
         .filter_map(|(_, unit)| unit)
         .collect();
     (ordered, cyclic)

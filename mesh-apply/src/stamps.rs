@@ -83,6 +83,10 @@ pub struct StatCache {
     seen: Option<(u64, u64, i64)>,
 }
 
+/// The caches this process kept ([`StatCache::keep`]), by state directory.
+static KEPT: std::sync::Mutex<std::collections::BTreeMap<PathBuf, StatCache>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
 fn file_identity(path: &Path) -> Option<(u64, u64, i64)> {
     std::fs::metadata(path).ok().map(|meta| {
         (
@@ -111,6 +115,51 @@ impl StatCache {
             dirty: false,
             seen,
         }
+    }
+
+    /// An empty cache of no state directory, that keeps nothing (what an apply leaves in place
+    /// of the cache it kept).
+    pub(crate) fn none() -> StatCache {
+        StatCache {
+            files: HashMap::new(),
+            path: PathBuf::new(),
+            dirty: false,
+            seen: None,
+        }
+    }
+
+    /// The cache of `state_dir` as this process last left it ([`StatCache::keep`]) when its
+    /// file was not replaced since (read again otherwise, [`StatCache::refresh`]); read from
+    /// the file when this process kept none. An apply takes it, so a no-op apply of many files
+    /// does not parse it again (issue 13).
+    pub fn take(state_dir: &Path) -> StatCache {
+        let kept = KEPT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(state_dir);
+        match kept {
+            Some(mut cache) => {
+                cache.refresh();
+                cache
+            }
+            None => StatCache::open(state_dir),
+        }
+    }
+
+    /// Saves the cache ([`StatCache::save`]) and keeps it in this process for the next
+    /// [`StatCache::take`] of its state directory.
+    pub fn keep(mut self) {
+        self.save();
+        if self.dirty {
+            // Not written: the next take reads the file.
+            return;
+        }
+        let Some(state_dir) = self.path.parent().and_then(Path::parent) else {
+            return;
+        };
+        KEPT.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(state_dir.to_path_buf(), self);
     }
 
     /// Reads the cache again when another writer (an apply) replaced its file since it was

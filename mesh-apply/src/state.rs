@@ -180,7 +180,33 @@ pub struct GroupFile {
 /// The state directory of one host.
 pub(crate) struct StateDir {
     dir: PathBuf,
+    /// `state.json` as last read or written here ([`FileIdentity`]).
+    state_seen: std::cell::Cell<Option<FileIdentity>>,
 }
+
+/// Which file a path held when it was read or written: device, inode, size and mtime. Every
+/// state file is written as a new file renamed into place, so another write gives another
+/// inode while this one exists.
+type FileIdentity = (u64, u64, u64, i64);
+
+fn identity_of(meta: &std::fs::Metadata) -> FileIdentity {
+    use std::os::unix::fs::MetadataExt as _;
+    (
+        meta.dev(),
+        meta.ino(),
+        meta.size(),
+        meta.mtime()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(meta.mtime_nsec()),
+    )
+}
+
+/// `state.json` as this process last read or wrote it, by state directory, with the identity
+/// of that file: an apply takes it instead of parsing the file again when the file is still
+/// that one (issue 13: a no-op apply of 10,000 files), and leaves it when it is done
+/// ([`StateDir::keep_state`]).
+static KEPT_STATES: std::sync::Mutex<BTreeMap<PathBuf, (FileIdentity, StateFile)>> =
+    std::sync::Mutex::new(BTreeMap::new());
 
 impl StateDir {
     /// Opens (creating if needed) a state directory.
@@ -191,24 +217,66 @@ impl StateDir {
         })?;
         Ok(StateDir {
             dir: dir.to_path_buf(),
+            state_seen: std::cell::Cell::new(None),
         })
     }
 
-    /// Reads `state.json` (a fresh state when there is none).
+    /// Reads `state.json` (a fresh state when there is none): the one this process kept
+    /// ([`StateDir::keep_state`]) when the file is still the one it was read from or written
+    /// as, else the file.
     pub(crate) fn read_state(&self) -> Result<StateFile, ApplyError> {
         let path = self.dir.join(STATE_FILE);
-        match read_json::<StateFile>(&path, |s| s.format)? {
-            Some(state) => Ok(state),
-            None => Ok(StateFile::default()),
+        let read_error = |source| ApplyError::StateRead {
+            path: path.clone(),
+            source,
+        };
+        let mut file = match std::fs::File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.state_seen.set(None);
+                return Ok(StateFile::default());
+            }
+            Err(source) => return Err(read_error(source)),
+        };
+        let seen = identity_of(&file.metadata().map_err(read_error)?);
+        let kept = KEPT_STATES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.dir);
+        if let Some((identity, state)) = kept {
+            if identity == seen {
+                self.state_seen.set(Some(seen));
+                return Ok(state);
+            }
         }
+        let mut bytes = Vec::new();
+        io::Read::read_to_end(&mut file, &mut bytes).map_err(read_error)?;
+        let state = parse_json::<StateFile>(&path, &bytes, |s| s.format)?;
+        self.state_seen.set(Some(seen));
+        Ok(state)
     }
 
     /// Writes `state.json` atomically.
     pub(crate) fn write_state(&self, state: &StateFile) -> Result<(), ApplyError> {
         let path = self.dir.join(STATE_FILE);
         let bytes = serde_json::to_vec(state).expect("the state always serializes");
-        fsops::write_atomic_private(&path, &bytes)
-            .map_err(|source| ApplyError::StateWrite { path, source })
+        self.state_seen.set(None);
+        let written = fsops::write_atomic_private_seen(&path, &bytes)
+            .map_err(|source| ApplyError::StateWrite { path, source })?;
+        self.state_seen.set(Some(identity_of(&written)));
+        Ok(())
+    }
+
+    /// Keeps `state` in this process for the next [`StateDir::read_state`] of this directory;
+    /// it must be the state as last read or written here (an apply's, once it has written
+    /// what it changed).
+    pub(crate) fn keep_state(&self, state: StateFile) {
+        if let Some(seen) = self.state_seen.get() {
+            KEPT_STATES
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(self.dir.clone(), (seen, state));
+        }
     }
 
     /// Reads the mid-change marker, if an apply is (or was left) under way.
@@ -305,11 +373,19 @@ fn read_json<T: serde::de::DeserializeOwned>(
             })
         }
     };
+    parse_json(path, &bytes, format_of).map(Some)
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    bytes: &[u8],
+    format_of: impl Fn(&T) -> u32,
+) -> Result<T, ApplyError> {
     #[derive(Deserialize)]
     struct Version {
         format: u32,
     }
-    let version: Version = serde_json::from_slice(&bytes).map_err(|e| ApplyError::StateFormat {
+    let version: Version = serde_json::from_slice(bytes).map_err(|e| ApplyError::StateFormat {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
@@ -322,12 +398,12 @@ fn read_json<T: serde::de::DeserializeOwned>(
             ),
         });
     }
-    let value: T = serde_json::from_slice(&bytes).map_err(|e| ApplyError::StateFormat {
+    let value: T = serde_json::from_slice(bytes).map_err(|e| ApplyError::StateFormat {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
     debug_assert_eq!(format_of(&value), STATE_FORMAT);
-    Ok(Some(value))
+    Ok(value)
 }
 
 /// Whether the host with this state directory is **mid-change**: an apply is under way, or one was
@@ -351,6 +427,7 @@ pub fn is_mid_change(state_dir: &Path) -> Result<bool, ApplyError> {
 pub fn put_back_interrupted_group(state_dir: &Path) -> Result<Option<String>, ApplyError> {
     let dir = StateDir {
         dir: state_dir.to_path_buf(),
+        state_seen: std::cell::Cell::new(None),
     };
     let Some(group) = dir.read_group_commit()? else {
         return Ok(None);
@@ -378,4 +455,36 @@ pub fn put_back_interrupted_group(state_dir: &Path) -> Result<Option<String>, Ap
     }
     dir.clear_group_commit()?;
     Ok(Some(group.group))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_file_another_writer_replaced_is_read_again_not_taken_from_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let state_dir = StateDir::open(dir.path()).unwrap();
+        let mut ours = StateFile::default();
+        ours.made_parents.insert("/ours".to_owned());
+        state_dir.write_state(&ours).unwrap();
+        state_dir.keep_state(ours.clone());
+        assert_eq!(
+            StateDir::open(dir.path()).unwrap().read_state().unwrap(),
+            ours
+        );
+        state_dir.keep_state(ours.clone());
+
+        // Another process writes the file (as every writer does: a new file renamed in).
+        let mut theirs = StateFile::default();
+        theirs.made_parents.insert("/theirs".to_owned());
+        let other = dir.path().join("other.json");
+        std::fs::write(&other, serde_json::to_vec(&theirs).unwrap()).unwrap();
+        std::fs::rename(&other, dir.path().join(STATE_FILE)).unwrap();
+        assert_eq!(
+            StateDir::open(dir.path()).unwrap().read_state().unwrap(),
+            theirs,
+            "the file, not what this process kept"
+        );
+    }
 }

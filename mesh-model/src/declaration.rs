@@ -284,9 +284,27 @@ impl Declaration {
         serde_json::to_vec(self).expect("a declaration always serializes")
     }
 
-    /// The sha256 digest of the canonical JSON.
+    /// The sha256 digest of the canonical JSON (hashed as it is serialized, without a copy of
+    /// it).
     pub fn digest(&self) -> String {
-        sha256_digest(&self.canonical_json())
+        use sha2::Digest as _;
+        struct Hashing(sha2::Sha256);
+        impl std::io::Write for Hashing {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.update(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut hashing = Hashing(sha2::Sha256::new());
+        serde_json::to_writer(
+            std::io::BufWriter::with_capacity(64 * 1024, &mut hashing),
+            self,
+        )
+        .expect("a declaration always serializes");
+        format!("sha256:{}", hex::encode(hashing.0.finalize()))
     }
 
     /// A resource by id.
@@ -591,5 +609,130 @@ mod tests {
         );
         declaration.format = DECLARATION_FORMAT;
         assert!(declaration.problems()[0].starts_with("format 1 names no archive"));
+    }
+}
+
+/// A declaration as a host keeps it once received: what an apply and every look for drift
+/// compute of it — its digest, the digest of each file's declared content, the rules it
+/// breaks — computed **once**, when it is sealed, not on every apply or reconcile (issue 13:
+/// at 10,000 files they cost more than a stat of every file).
+///
+/// It cannot be changed once sealed (the declaration is reached through
+/// [`Sealed::declaration`] or `Deref` only), so what was computed stays its own.
+#[derive(Debug, Clone)]
+pub struct Sealed {
+    declaration: Declaration,
+    digest: String,
+    /// Per resource, in the declaration's order: the digest of a file's declared content.
+    contents: Vec<Option<String>>,
+    problems: Vec<String>,
+}
+
+impl Sealed {
+    /// Seals `declaration`: hashes it and each file's content, and checks its rules.
+    pub fn new(declaration: Declaration) -> Sealed {
+        let digest = declaration.digest();
+        let contents = declaration
+            .resources
+            .iter()
+            .map(|r| match &r.spec {
+                Spec::File(f) => f.content_digest(),
+                Spec::Directory(_) | Spec::Membership(_) | Spec::Container(_) => None,
+            })
+            .collect();
+        let problems = declaration.problems();
+        Sealed {
+            declaration,
+            digest,
+            contents,
+            problems,
+        }
+    }
+
+    /// The declaration.
+    pub fn declaration(&self) -> &Declaration {
+        &self.declaration
+    }
+
+    /// The declaration, unsealed.
+    pub fn into_declaration(self) -> Declaration {
+        self.declaration
+    }
+}
+
+impl std::ops::Deref for Sealed {
+    type Target = Declaration;
+    fn deref(&self) -> &Declaration {
+        &self.declaration
+    }
+}
+
+impl From<Declaration> for Sealed {
+    fn from(declaration: Declaration) -> Sealed {
+        Sealed::new(declaration)
+    }
+}
+
+/// A declaration with what is computed of it: a plain [`Declaration`] computes each on every
+/// call, a [`Sealed`] one answers what it computed once. What an apply or a look for drift
+/// takes, so that either can be given.
+pub trait Declared: Sync {
+    /// The declaration.
+    fn declaration(&self) -> &Declaration;
+    /// Its digest ([`Declaration::digest`]).
+    fn digest(&self) -> std::borrow::Cow<'_, str>;
+    /// The digest of the declared content of file `resource` (one of this declaration's, or of
+    /// a copy of it with the same files) ([`FileSpec::content_digest`]); `None` for a resource
+    /// that is not a file with content (or not declared).
+    fn content_digest(&self, resource: &Resource) -> Option<std::borrow::Cow<'_, str>>;
+    /// Every rule it breaks ([`Declaration::problems`]).
+    fn problems(&self) -> std::borrow::Cow<'_, [String]>;
+}
+
+impl Declared for Declaration {
+    fn declaration(&self) -> &Declaration {
+        self
+    }
+    fn digest(&self) -> std::borrow::Cow<'_, str> {
+        Declaration::digest(self).into()
+    }
+    fn content_digest(&self, resource: &Resource) -> Option<std::borrow::Cow<'_, str>> {
+        match &self.resource(&resource.id)?.spec {
+            Spec::File(f) => f.content_digest().map(Into::into),
+            Spec::Directory(_) | Spec::Membership(_) | Spec::Container(_) => None,
+        }
+    }
+    fn problems(&self) -> std::borrow::Cow<'_, [String]> {
+        Declaration::problems(self).into()
+    }
+}
+
+impl Declared for Sealed {
+    fn declaration(&self) -> &Declaration {
+        &self.declaration
+    }
+    fn digest(&self) -> std::borrow::Cow<'_, str> {
+        self.digest.as_str().into()
+    }
+    fn content_digest(&self, resource: &Resource) -> Option<std::borrow::Cow<'_, str>> {
+        let resources = &self.declaration.resources;
+        // One of its own resources is found by where it is (no search); a copy's by its id.
+        let offset = (resource as *const Resource as usize)
+            .wrapping_sub(resources.as_ptr() as usize)
+            / std::mem::size_of::<Resource>().max(1);
+        let index = if resources
+            .get(offset)
+            .is_some_and(|own| std::ptr::eq(own, resource))
+        {
+            offset
+        } else {
+            resources
+                .binary_search_by(|r| r.id.as_str().cmp(&resource.id))
+                .ok()?
+        };
+        self.contents[index].as_deref().map(Into::into)
+    }
+    fn problems(&self) -> std::borrow::Cow<'_, [String]> {
+        self.problems.as_slice().into()
     }
 }

@@ -16,7 +16,9 @@
 
 use mesh_apply::drift::Examiner;
 use mesh_apply::{apply, HostConfig, NoContainerRuntime};
-use mesh_model::declaration::{resource_id, Declaration, DirectorySpec, FileSpec, Resource, Spec};
+use mesh_model::declaration::{
+    resource_id, Declaration, DirectorySpec, FileSpec, Resource, Sealed, Spec,
+};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -164,7 +166,8 @@ fn main() {
     } else {
         (SMOKE_FILES, 1)
     };
-    let declaration = files(n);
+    // Sealed as the host keeps a declaration it received: its digests are computed once.
+    let declaration = Sealed::new(files(n));
     let mut lines = Vec::new();
     let (mut examine_ratios, mut noop_ratios) = (Vec::new(), Vec::new());
     for round in 0..rounds {
