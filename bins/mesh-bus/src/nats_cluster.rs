@@ -7,6 +7,9 @@
 //! route to every other, and `sync_interval: always` where the server has it (2.10 and later),
 //! and waits until every server knows the same JetStream meta leader and the whole cluster.
 //!
+//! [`NatsCluster::start_with_tls`] has every server serve its clients TLS only, as the mesh's
+//! bus does on real machines (the routes between the servers stay on loopback, plain).
+//!
 //! Then a test kills one ([`NatsCluster::kill`], SIGKILL), starts it again with its store
 //! ([`NatsCluster::start_again`]) or with its store deleted ([`NatsCluster::start_empty`]), and
 //! asks which server leads a stream ([`NatsCluster::index_of`] on the name the stream's info
@@ -17,7 +20,7 @@
 //! condition the servers report (a greeting, `/jsz`), with a deadline that only bounds a failure.
 
 use crate::nats_server::{
-    binary, free_port, io, version_of, NatsServer, NatsServerError, LOG_FILE, USERS_FILE,
+    binary, free_port, io, version_of, NatsServer, NatsServerError, ServerTls, LOG_FILE, USERS_FILE,
 };
 use crate::version::ServerVersion;
 use std::io::{Read, Write};
@@ -68,6 +71,27 @@ impl NatsCluster {
     /// # Errors
     /// As [`NatsCluster::start`].
     pub fn start_with_config(size: usize, users: &str) -> Result<NatsCluster, NatsServerError> {
+        NatsCluster::start_serving(size, users, None)
+    }
+
+    /// As [`NatsCluster::start_with_config`], every server serving its clients TLS only with
+    /// `tls` (its URLs are then `tls://…`).
+    ///
+    /// # Errors
+    /// As [`NatsCluster::start`] (a certificate a server cannot read is in its log's end).
+    pub fn start_with_tls(
+        size: usize,
+        users: &str,
+        tls: &ServerTls,
+    ) -> Result<NatsCluster, NatsServerError> {
+        NatsCluster::start_serving(size, users, Some(tls))
+    }
+
+    fn start_serving(
+        size: usize,
+        users: &str,
+        tls: Option<&ServerTls>,
+    ) -> Result<NatsCluster, NatsServerError> {
         let binary = binary()?;
         let version = version_of(&binary)?;
         let name = format!("mesh-{}-{}", std::process::id(), unique());
@@ -82,7 +106,7 @@ impl NatsCluster {
                     })
                 })
                 .collect::<Result<Vec<_>, NatsServerError>>()?;
-            match NatsCluster::spawn_all(&binary, version, &name, &ports, users) {
+            match NatsCluster::spawn_all(&binary, version, &name, &ports, users, tls) {
                 Ok(members) => {
                     let cluster = NatsCluster { name, members };
                     cluster.wait_until_formed()?;
@@ -101,6 +125,7 @@ impl NatsCluster {
         cluster: &str,
         ports: &[Ports],
         users: &str,
+        tls: Option<&ServerTls>,
     ) -> Result<Vec<Member>, NatsServerError> {
         let mut members = Vec::new();
         for (index, own) in ports.iter().enumerate() {
@@ -111,10 +136,14 @@ impl NatsCluster {
             std::fs::write(dir.path().join(USERS_FILE), users).map_err(io("writing its users"))?;
             let name = format!("{cluster}-{index}");
             let routes: Vec<u16> = ports.iter().map(|p| p.route).collect();
-            let text = member_config(&name, cluster, *own, &routes, dir.path(), version);
+            let mut text = member_config(&name, cluster, *own, &routes, dir.path(), version);
+            if let Some(tls) = tls {
+                text.push_str(&tls.config());
+            }
             // Each server comes up on its own (its client port greets before its routes are
             // up); the cluster forming is waited for once all are started.
-            let server = NatsServer::start_member(binary, version, dir, own.client, &text)?;
+            let server =
+                NatsServer::start_member(binary, version, dir, own.client, &text, tls.cloned())?;
             members.push(Member {
                 server,
                 name,
@@ -252,6 +281,29 @@ impl NatsCluster {
                     state.get("last_seq")?.as_u64()?,
                 ))
             })
+    }
+
+    /// The names of the clients connected to server `index` now, as they gave them
+    /// (`NatsOptions::name`: `mesh-controller`, `mesh-host <node>`, …; its `/connz` monitoring
+    /// page), one per connection; empty when it is not running or does not answer.
+    ///
+    /// # Panics
+    /// When there is no server `index`.
+    pub fn client_names(&self, index: usize) -> Vec<String> {
+        let member = &self.members[index];
+        if !member.server.is_running() {
+            return Vec::new();
+        }
+        let Some(body) = http_get(member.http_port, "/connz?limit=1024") else {
+            return Vec::new();
+        };
+        let page: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        page.get("connections")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|connection| connection.get("name")?.as_str().map(str::to_owned))
+            .collect()
     }
 
     /// Waits until every running server reports the same JetStream meta leader, that leader is

@@ -190,13 +190,15 @@ impl NatsServer {
         Err(last.expect("tried at least once"))
     }
 
-    /// A server of a cluster, its configuration `text` written and run from `dir`.
+    /// A server of a cluster, its configuration `text` (holding `tls`'s block when it serves
+    /// TLS) written and run from `dir`.
     pub(crate) fn start_member(
         binary: &Path,
         version: ServerVersion,
         dir: tempfile::TempDir,
         port: u16,
         text: &str,
+        tls: Option<ServerTls>,
     ) -> Result<NatsServer, NatsServerError> {
         let child = NatsServer::spawn(binary, dir.path(), port, text)?;
         Ok(NatsServer {
@@ -204,7 +206,7 @@ impl NatsServer {
             port,
             dir,
             binary: binary.to_owned(),
-            tls: None,
+            tls,
             version,
         })
     }

@@ -25,7 +25,9 @@
 //! - [`RecordStore::compare_and_set`] is one write (or delete marker) expecting the key's
 //!   revision: the server refuses it when another writer came first.
 //! - With no majority of the bucket's servers up (quorum lost), a write fails within the retry
-//!   limit with an error saying so, and nothing of it is stored.
+//!   limit with an error saying so, and is not stored then. It is in doubt, as any write without
+//!   an answer is in Raft: a stream leader that had not yet seen its quorum lost may hold it,
+//!   and stores it — whole, once — when quorum returns; never part of it.
 //! - The bucket is never granted to a node ([`crate::grants::check`] refuses its name): only
 //!   the controller reads it, for it holds the nodes' bus passwords.
 
@@ -57,6 +59,13 @@ const UPDATE_TRIES: usize = 100;
 /// How long a call is sent again while the bus gives no answer (a server lost, a stream's
 /// leader being elected again) before it fails, unless [`KvRecords::with_retry_limit`] says.
 pub const RETRY_LIMIT: Duration = Duration::from_secs(30);
+
+/// How long a listing waits for the next key before it is asked again. A listing reads the
+/// bucket through an ephemeral consumer of one copy, which a cluster may place on a server
+/// just lost until it counts that server offline (tens of seconds after a SIGKILL): such a
+/// listing hears nothing, and is asked again (placed anew) within the retry limit instead of
+/// waiting out the client's heartbeat check (10 s) each time.
+pub const LIST_QUIET: Duration = Duration::from_secs(3);
 
 /// The controller's records in [`RECORDS_BUCKET`].
 pub struct KvRecords {
@@ -261,7 +270,8 @@ impl KvRecords {
                             "no server of the bus stored it within {:?} ({tries} tries, the last: \
                              {error}): the bucket's stream has no leader — a cluster that lost \
                              its quorum (fewer than a majority of its servers up), or no server \
-                             reachable; nothing of it is stored",
+                             reachable; it is not stored (a server that had not yet seen its \
+                             quorum lost may hold it, and store it once when quorum returns)",
                             self.retry_limit
                         )
                         .into(),
@@ -370,10 +380,23 @@ impl KvRecords {
             self.checked(dir)?;
         }
         self.read(|store| async move {
+            let quiet = || -> async_nats::Error {
+                format!(
+                    "the listing heard nothing for {LIST_QUIET:?} (its consumer placed on a \
+                     server that is gone and the cluster does not know it yet)"
+                )
+                .into()
+            };
             let mut keys = Vec::new();
-            let mut stream = store.keys().await?;
-            while let Some(key) = stream.next().await {
-                keys.push(key?);
+            let mut stream = tokio::time::timeout(LIST_QUIET, store.keys())
+                .await
+                .map_err(|_| quiet())??;
+            loop {
+                match tokio::time::timeout(LIST_QUIET, stream.next()).await {
+                    Ok(Some(key)) => keys.push(key?),
+                    Ok(None) => break,
+                    Err(_) => return Err(quiet()),
+                }
             }
             Ok::<_, async_nats::Error>(keys)
         })

@@ -4,9 +4,29 @@
 //! `MESH_FAIL_AT=STEP` aborts the process (SIGABRT: no destructor runs, no record is finished)
 //! the first time it reaches `STEP`; `STEP#N` the N-th time. The steps a drive passes are named
 //! in [`STEPS`]. Unset, a fail point costs one environment read per step.
+//!
+//! `MESH_HOLD_AT=STEP` (or `STEP#N`) with `MESH_HOLD_DIR=DIR` pauses there instead: the
+//! process writes `DIR/paused` (holding the step's name) and waits until `DIR/release` exists,
+//! then goes on — so a test does something to the world (kills a bus server) at a known step
+//! of a live rollout, never "after N ms". The thread that reached the step is blocked while it
+//! waits; the rest of the process (the plans lease's renewals, the bus client) runs on.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The environment variable naming the step to die at.
 pub const FAIL_AT: &str = "MESH_FAIL_AT";
+
+/// The environment variable naming the step to hold at (a pause).
+pub const HOLD_AT: &str = "MESH_HOLD_AT";
+
+/// The directory a pause writes its marker in and waits for its release file in.
+pub const HOLD_DIR: &str = "MESH_HOLD_DIR";
+
+/// The file a pause writes (its content: the step) once it waits.
+pub const PAUSED_FILE: &str = "paused";
+
+/// The file whose existence ends a pause.
+pub const RELEASE_FILE: &str = "release";
 
 /// The steps, in the order a rollout passes them (`<module>` and `<node>` filled in):
 /// - `plan-saved`: a merge's plan was saved, before anything was built;
@@ -24,21 +44,44 @@ pub const STEPS: [&str; 5] = [
 
 /// Dies here when `MESH_FAIL_AT` names this step (see the module's documentation).
 pub fn point(step: &str) {
-    let Some(wanted) = std::env::var_os(FAIL_AT) else {
-        return;
+    static DIE_PASSED: AtomicUsize = AtomicUsize::new(0);
+    static HOLD_PASSED: AtomicUsize = AtomicUsize::new(0);
+    if reached(FAIL_AT, step, &DIE_PASSED) {
+        eprintln!("fail point: dying at `{step}` ({FAIL_AT})");
+        std::process::abort();
+    }
+    if reached(HOLD_AT, step, &HOLD_PASSED) {
+        pause(step);
+    }
+}
+
+/// Whether `variable` names `step` and this is the time it names (counted in `passed`).
+fn reached(variable: &str, step: &str, passed: &AtomicUsize) -> bool {
+    let Some(wanted) = std::env::var_os(variable) else {
+        return false;
     };
     let wanted = wanted.to_string_lossy();
     let (name, nth) = match wanted.rsplit_once('#') {
         Some((name, nth)) => (name, nth.parse::<usize>().unwrap_or(1)),
         None => (wanted.as_ref(), 1),
     };
-    if name != step {
-        return;
-    }
-    static PASSED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let passed = PASSED.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-    if passed == nth {
-        eprintln!("fail point: dying at `{step}` ({FAIL_AT})");
+    name == step && passed.fetch_add(1, Ordering::SeqCst) + 1 == nth
+}
+
+/// Writes the marker and waits for the release file (see the module's documentation). A pause
+/// without `MESH_HOLD_DIR`, or whose marker cannot be written, aborts: a test asked for it.
+fn pause(step: &str) {
+    let Some(dir) = std::env::var_os(HOLD_DIR).map(std::path::PathBuf::from) else {
+        eprintln!("fail point: {HOLD_AT} names `{step}` but {HOLD_DIR} is not set");
         std::process::abort();
+    };
+    if let Err(error) = std::fs::write(dir.join(PAUSED_FILE), step) {
+        eprintln!("fail point: cannot write {}: {error}", dir.display());
+        std::process::abort();
+    }
+    eprintln!("fail point: paused at `{step}` ({HOLD_AT}) until {RELEASE_FILE} exists");
+    while !dir.join(RELEASE_FILE).exists() {
+        // Only paces the looks at the release file.
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }

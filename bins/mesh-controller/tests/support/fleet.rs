@@ -11,12 +11,16 @@
 //! (TLS only, htpasswd users): the controller and the collector push and delete as its
 //! controller user, every host pulls as its host user, each trusting the store's own CA.
 //!
+//! [`Bed::on_cluster`] runs the bus as a loopback cluster of three servers instead (issue 14),
+//! each serving TLS with the same users, every client given all three URLs.
+//!
 //! The bus node's server is reloaded the way `contrib/systemd/mesh-nats-users.path` does it on
 //! a real machine: a watcher sees the users file its host wrote change and reloads the server.
 
 use super::pki::TestPki;
 use super::{Registry, StoreUser};
-use mesh_bus::nats_server::{NatsServer, ServerTls};
+use mesh_bus::nats_cluster::NatsCluster;
+use mesh_bus::nats_server::{NatsServer, NatsServerError, ServerTls};
 use mesh_bus::{BusTls, NatsBus, NatsOptions};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -58,12 +62,73 @@ buckets = ["agent_state"]
 subjects = ["agent.events"]
 "#;
 
+/// The bed's bus: one server, or a loopback cluster.
+pub enum BedBus {
+    Single(NatsServer),
+    Cluster(NatsCluster),
+}
+
+impl BedBus {
+    /// Restarts the single server (SIGKILL, started again with its store).
+    pub fn restart(&mut self) -> Result<(), NatsServerError> {
+        match self {
+            BedBus::Single(server) => server.restart(),
+            BedBus::Cluster(_) => panic!("restart a cluster's servers one by one (cluster())"),
+        }
+    }
+
+    /// The cluster.
+    pub fn cluster(&mut self) -> &mut NatsCluster {
+        match self {
+            BedBus::Cluster(cluster) => cluster,
+            BedBus::Single(_) => panic!("the bed's bus is a single server"),
+        }
+    }
+
+    /// Every server's URL, comma-separated.
+    fn url(&self) -> String {
+        match self {
+            BedBus::Single(server) => server.url(),
+            BedBus::Cluster(cluster) => cluster.urls(),
+        }
+    }
+
+    /// Each server's URL.
+    fn each_url(&self) -> Vec<String> {
+        match self {
+            BedBus::Single(server) => vec![server.url()],
+            BedBus::Cluster(cluster) => (0..cluster.len()).map(|i| cluster.url(i)).collect(),
+        }
+    }
+
+    /// Gives every server `users`: a running one reloads; a killed one reads them when it is
+    /// started again.
+    fn reload(&self, users: &str) -> Result<(), NatsServerError> {
+        let servers: Vec<&NatsServer> = match self {
+            BedBus::Single(server) => vec![server],
+            BedBus::Cluster(cluster) => (0..cluster.len()).map(|i| cluster.server(i)).collect(),
+        };
+        for server in servers {
+            if server.is_running() {
+                server.reload(users)?;
+            } else {
+                let file = server.dir().join(mesh_bus::nats_server::USERS_FILE);
+                std::fs::write(file, users).map_err(|source| NatsServerError::Io {
+                    what: "writing a killed server's users".to_owned(),
+                    source,
+                })?;
+            }
+        }
+        Ok(())
+    }
+}
+
 pub struct Bed {
     /// The mesh home.
     pub home: tempfile::TempDir,
     /// The bus.
-    pub server: Arc<Mutex<NatsServer>>,
-    /// The bus's URL.
+    pub server: Arc<Mutex<BedBus>>,
+    /// The bus's URL (every server's, comma-separated, on a cluster).
     pub url: String,
     /// Each node's `mesh-host serve` process.
     pub hosts: BTreeMap<String, Child>,
@@ -105,6 +170,15 @@ impl Bed {
     /// and `a` also `agent`, each with its own seed made and enrolled; a TLS-only server
     /// started with the users `broker users` prints; no host started yet.
     pub fn new(nodes: &[&str]) -> Bed {
+        Bed::start(nodes, None)
+    }
+
+    /// As [`Bed::new`], the bus a loopback cluster of `servers` TLS-only servers.
+    pub fn on_cluster(nodes: &[&str], servers: usize) -> Bed {
+        Bed::start(nodes, Some(servers))
+    }
+
+    fn start(nodes: &[&str], cluster: Option<usize>) -> Bed {
         let home = tempfile::Builder::new()
             .prefix("mesh-fleet-")
             .tempdir()
@@ -158,10 +232,16 @@ impl Bed {
             key_file: pki.server_key.clone(),
             client_ca_file: None,
         };
-        let mut bed = Bed {
-            server: Arc::new(Mutex::new(
+        let bus = match cluster {
+            None => BedBus::Single(
                 NatsServer::start_with_tls("", &tls).unwrap_or_else(|e| panic!("{e}")),
-            )),
+            ),
+            Some(size) => BedBus::Cluster(
+                NatsCluster::start_with_tls(size, "", &tls).unwrap_or_else(|e| panic!("{e}")),
+            ),
+        };
+        let mut bed = Bed {
+            server: Arc::new(Mutex::new(bus)),
             url: String::new(),
             home,
             hosts: BTreeMap::new(),
@@ -197,24 +277,31 @@ impl Bed {
         }
         bed.watcher = Some(bed.watch_users_file());
         // The reload is asynchronous, and the server let anyone in before it: wait until the
-        // users are in force — a key it does not know refused — and the controller let in.
+        // users are in force on every server — a key it does not know refused — and the
+        // controller let in.
+        let each_url = bed.server.lock().unwrap().each_url();
         runtime().block_on(async {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                // A key no one enrolled.
-                let stranger = mesh_bus::keys::derived_user_seed("a stranger", "the fleet bed");
-                let wrong = NatsOptions::for_controller_nkey(bed.url.clone(), stranger)
-                    .with_tls(bed.bus_tls());
-                let right = bed.controller_options();
-                let in_force = NatsBus::connect(&wrong).await.is_err();
-                match (in_force, NatsBus::connect(&right).await) {
-                    (true, Ok(_)) => break,
-                    (_, Err(error)) if Instant::now() > deadline => panic!("{error}"),
-                    (false, Ok(_)) if Instant::now() > deadline => {
-                        panic!("the bus's users were not in force within 10 s")
-                    }
-                    (false, Ok(_)) | (_, Err(_)) => {
-                        tokio::time::sleep(Duration::from_millis(50)).await
+            for url in &each_url {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                loop {
+                    // A key no one enrolled.
+                    let stranger = mesh_bus::keys::derived_user_seed("a stranger", "the fleet bed");
+                    let wrong = NatsOptions::for_controller_nkey(url.clone(), stranger)
+                        .with_tls(bed.bus_tls());
+                    let right = NatsOptions {
+                        url: url.clone(),
+                        ..bed.controller_options()
+                    };
+                    let in_force = NatsBus::connect(&wrong).await.is_err();
+                    match (in_force, NatsBus::connect(&right).await) {
+                        (true, Ok(_)) => break,
+                        (_, Err(error)) if Instant::now() > deadline => panic!("{error}"),
+                        (false, Ok(_)) if Instant::now() > deadline => {
+                            panic!("the bus's users were not in force within 10 s")
+                        }
+                        (false, Ok(_)) | (_, Err(_)) => {
+                            tokio::time::sleep(Duration::from_millis(50)).await
+                        }
                     }
                 }
             }
