@@ -292,6 +292,126 @@ impl UnreadableAnswer {
     }
 }
 
+/// An INFO answer: heard, or named unreadable (with its instance, when it is one asked).
+fn read_info(
+    message: &async_nats::Message,
+    at: Duration,
+    asked: &[String],
+    pinged: &BTreeMap<String, Pinged>,
+    heard: &mut BTreeMap<String, RuntimeHeard>,
+    answered_unreadably: &mut BTreeSet<String>,
+    unreadable: &mut Vec<UnreadableAnswer>,
+) {
+    let instance = message
+        .subject
+        .rsplit('.')
+        .next()
+        .and_then(|n| n.parse::<usize>().ok())
+        .and_then(|n| asked.get(n))
+        .and_then(|id| pinged.get_key_value(id));
+    let Some((instance_id, instance)) = instance else {
+        unreadable.push(UnreadableAnswer::new(
+            "$SRV.INFO".to_owned(),
+            None,
+            format!("an answer on `{}`, which was not asked", message.subject),
+            &message.payload,
+        ));
+        return;
+    };
+    let answer: Answer = match serde_json::from_slice(&message.payload) {
+        Ok(answer) => answer,
+        Err(error) => {
+            tracing::warn!(%error, id = %instance_id, "a discovery INFO answer that cannot be read");
+            answered_unreadably.insert(instance_id.clone());
+            unreadable.push(UnreadableAnswer::new(
+                format!("$SRV.INFO.{}.{instance_id}", instance.service),
+                Some((instance_id, instance)),
+                error.to_string(),
+                &message.payload,
+            ));
+            return;
+        }
+    };
+    let metadata = answer.metadata.unwrap_or_default();
+    let mut modules: Vec<String> = metadata
+        .get(MODULES_KEY)
+        .map(|m| {
+            m.split(',')
+                .filter(|m| !m.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    modules.sort();
+    let ping_time = instance.ping_time;
+    let id = instance_id.clone();
+    heard.insert(
+        id.clone(),
+        RuntimeHeard {
+            service: answer.name,
+            id,
+            version: answer.version,
+            node: metadata.get(NODE_KEY).cloned(),
+            modules,
+            ping_time,
+            answer_time: at,
+            answer_size: message.payload.len(),
+        },
+    );
+}
+
+/// A PING answer, read: `None` when it is one already heard, or cannot be read (then it is
+/// in `unreadable`, naming whoever it says sent it and why).
+fn read_ping(
+    message: &async_nats::Message,
+    pinged: &BTreeMap<String, Pinged>,
+    unreadable: &mut Vec<UnreadableAnswer>,
+) -> Option<Answer> {
+    let answer: Answer = match serde_json::from_slice(&message.payload) {
+        Ok(answer) => answer,
+        Err(error) => {
+            tracing::warn!(%error, "a discovery PING answer that cannot be read");
+            let mut named = UnreadableAnswer::new(
+                "$SRV.PING".to_owned(),
+                None,
+                error.to_string(),
+                &message.payload,
+            );
+            // Who sent it, as far as it says.
+            if let Ok(value) = serde_json::from_slice::<serde_json::Value>(&message.payload) {
+                let text =
+                    |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(str::to_owned);
+                named.service = text(value.get("name"));
+                named.id = text(value.get("id"));
+                named.node = text(value.get("metadata").and_then(|m| m.get(NODE_KEY)));
+            }
+            unreadable.push(named);
+            return None;
+        }
+    };
+    if pinged.contains_key(&answer.id) {
+        return None;
+    }
+    let subject = format!("$SRV.INFO.{}.{}", answer.name, answer.id);
+    if !crate::is_valid_subject(&subject, false)
+        || answer.name.contains('.')
+        || answer.id.contains('.')
+    {
+        tracing::warn!(%subject, "a discovery PING answer naming an instance that cannot be asked");
+        unreadable.push(UnreadableAnswer::new(
+            "$SRV.PING".to_owned(),
+            None,
+            format!(
+                "its service `{}` and id `{}` do not make a subject to ask INFO on",
+                answer.name, answer.id
+            ),
+            &message.payload,
+        ));
+        return None;
+    }
+    Some(answer)
+}
+
 #[derive(serde::Deserialize)]
 struct Answer {
     name: String,
@@ -323,8 +443,10 @@ pub async fn discover(
 
 /// Asks who is there and what each serves, naming every answer that could not be read.
 ///
-/// PING goes to every runtime with a reply inbox; every PING answer during `window` is
-/// collected, and each instance that answered is asked INFO (`$SRV.INFO.<name>.<id>`) at once.
+/// PING goes to every runtime with a reply inbox; every PING answer heard before discovery
+/// ends (during `window`, or later while INFO is awaited) is collected, and each instance that
+/// answered is asked INFO (`$SRV.INFO.<name>.<id>`) at once. What came and was not yet read
+/// when discovery ends is read then: nothing heard is dropped unnamed.
 /// Discovery ends when `window` has passed and every instance that answered PING has answered
 /// INFO, or at [`DISCOVERY_LIMIT`] (or `window`, if longer), naming those not heard.
 ///
@@ -392,41 +514,14 @@ pub async fn discover_naming_unreadable(
         };
         tokio::select! {
             _ = tokio::time::sleep_until(until) => {}
-            Some(message) = pings.next(), if now < window_end => {
+            // PING answers are heard until discovery ends, not only in the window: a late one
+            // is asked INFO too (and an unreadable one named), never dropped.
+            Some(message) = pings.next() => {
                 let at = start.elapsed();
-                let answer: Answer = match serde_json::from_slice(&message.payload) {
-                    Ok(answer) => answer,
-                    Err(error) => {
-                        tracing::warn!(%error, "a discovery PING answer that cannot be read");
-                        unreadable.push(UnreadableAnswer::new(
-                            "$SRV.PING".to_owned(),
-                            None,
-                            error.to_string(),
-                            &message.payload,
-                        ));
-                        continue;
-                    }
+                let Some(answer) = read_ping(&message, &pinged, &mut unreadable) else {
+                    continue;
                 };
-                if pinged.contains_key(&answer.id) {
-                    continue;
-                }
                 let subject = format!("$SRV.INFO.{}.{}", answer.name, answer.id);
-                if !crate::is_valid_subject(&subject, false)
-                    || answer.name.contains('.')
-                    || answer.id.contains('.')
-                {
-                    tracing::warn!(%subject, "a discovery PING answer naming an instance that cannot be asked");
-                    unreadable.push(UnreadableAnswer::new(
-                        "$SRV.PING".to_owned(),
-                        None,
-                        format!(
-                            "its service `{}` and id `{}` do not make a subject to ask INFO on",
-                            answer.name, answer.id
-                        ),
-                        &message.payload,
-                    ));
-                    continue;
-                }
                 let reply = format!("{info_inbox}.{}", asked.len());
                 client
                     .publish_with_reply(subject.clone(), reply, Default::default())
@@ -442,56 +537,35 @@ pub async fn discover_naming_unreadable(
             }
             Some(message) = infos.next() => {
                 let at = start.elapsed();
-                let instance = message
-                    .subject
-                    .rsplit('.')
-                    .next()
-                    .and_then(|n| n.parse::<usize>().ok())
-                    .and_then(|n| asked.get(n))
-                    .and_then(|id| pinged.get_key_value(id));
-                let Some((instance_id, instance)) = instance else {
-                    unreadable.push(UnreadableAnswer::new(
-                        "$SRV.INFO".to_owned(),
-                        None,
-                        format!("an answer on `{}`, which was not asked", message.subject),
-                        &message.payload,
-                    ));
-                    continue;
-                };
-                let answer: Answer = match serde_json::from_slice(&message.payload) {
-                    Ok(answer) => answer,
-                    Err(error) => {
-                        tracing::warn!(%error, id = %instance_id, "a discovery INFO answer that cannot be read");
-                        answered_unreadably.insert(instance_id.clone());
-                        unreadable.push(UnreadableAnswer::new(
-                            format!("$SRV.INFO.{}.{instance_id}", instance.service),
-                            Some((instance_id, instance)),
-                            error.to_string(),
-                            &message.payload,
-                        ));
-                        continue;
-                    }
-                };
-                let metadata = answer.metadata.unwrap_or_default();
-                let mut modules: Vec<String> = metadata
-                    .get(MODULES_KEY)
-                    .map(|m| m.split(',').filter(|m| !m.is_empty()).map(str::to_owned).collect())
-                    .unwrap_or_default();
-                modules.sort();
-                let ping_time = instance.ping_time;
-                let id = instance_id.clone();
-                heard.insert(id.clone(), RuntimeHeard {
-                    service: answer.name,
-                    id,
-                    version: answer.version,
-                    node: metadata.get(NODE_KEY).cloned(),
-                    modules,
-                    ping_time,
-                    answer_time: at,
-                    answer_size: message.payload.len(),
-                });
+                read_info(&message, at, &asked, &pinged, &mut heard, &mut answered_unreadably, &mut unreadable);
             }
         }
+    }
+    // What came and was not yet read when discovery ended is read now, so that nothing heard is
+    // dropped unnamed: a PING answer too late to be asked INFO is unheard (or unreadable).
+    while let Some(Some(message)) = futures_util::FutureExt::now_or_never(pings.next()) {
+        if let Some(answer) = read_ping(&message, &pinged, &mut unreadable) {
+            pinged.insert(
+                answer.id.clone(),
+                Pinged {
+                    service: answer.name,
+                    node: answer.metadata.and_then(|m| m.get(NODE_KEY).cloned()),
+                    ping_time: start.elapsed(),
+                },
+            );
+        }
+    }
+    while let Some(Some(message)) = futures_util::FutureExt::now_or_never(infos.next()) {
+        let at = start.elapsed();
+        read_info(
+            &message,
+            at,
+            &asked,
+            &pinged,
+            &mut heard,
+            &mut answered_unreadably,
+            &mut unreadable,
+        );
     }
     let waited = start.elapsed();
     let mut unheard: Vec<RuntimeUnheard> = pinged

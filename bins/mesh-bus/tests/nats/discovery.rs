@@ -248,3 +248,74 @@ async fn an_unreadable_discovery_answer_is_named_with_its_instance_and_why() {
     assert!(info.error.contains("invalid type"), "{info:?}");
     served.stop();
 }
+
+// Issue 15, point 6 (rule 25): a PING answer that came after the window was never read, so an
+// unreadable one vanished unnamed. A stand-in answers PING at once (it is asked INFO), then,
+// only once the window is surely over (later than the window after it heard PING, which was
+// sent after discovery began), answers PING again with garbage that names who sent it, and
+// only then answers INFO: discovery is still waiting for that INFO when the garbage comes.
+#[tokio::test]
+async fn an_unreadable_ping_answer_after_the_window_is_named_with_who_sent_it() {
+    let window = Duration::from_secs(2);
+    let server = super::server();
+    let controller = super::connect(&server).await;
+    let late = super::connect(&server).await;
+    let client = late.client().clone();
+    let mut pings = client.subscribe("$SRV.PING").await.unwrap();
+    let mut infos = client.subscribe("$SRV.INFO.mesh-host.late1").await.unwrap();
+    mesh_bus::nats::round_trip(&client).await.unwrap();
+    let stand_in = tokio::spawn(async move {
+        let ping = pings.next().await.unwrap();
+        let heard_at = tokio::time::Instant::now();
+        let ping_reply = ping.reply.unwrap();
+        client
+            .publish(
+                ping_reply.clone(),
+                r#"{"type":"io.nats.micro.v1.ping_response","name":"mesh-host","id":"late1","version":"0.1.0","metadata":{"node":"late"}}"#.into(),
+            )
+            .await
+            .unwrap();
+        client.flush().await.unwrap();
+        let info = infos.next().await.unwrap();
+        // Past the window: this orders the answers, it is not what the test waits on.
+        tokio::time::sleep_until(heard_at + window + Duration::from_millis(200)).await;
+        client
+            .publish(
+                ping_reply,
+                r#"{"name":"mesh-host","id":"late2","version":7,"metadata":{"node":"laptop"}}"#
+                    .into(),
+            )
+            .await
+            .unwrap();
+        client.flush().await.unwrap();
+        client
+            .publish(
+                info.reply.unwrap(),
+                r#"{"type":"io.nats.micro.v1.info_response","name":"mesh-host","id":"late1","version":"0.1.0","metadata":{"node":"late"},"endpoints":[]}"#.into(),
+            )
+            .await
+            .unwrap();
+        client.flush().await.unwrap();
+    });
+    let found = discover_naming_unreadable(controller.client(), window)
+        .await
+        .unwrap();
+    stand_in.await.unwrap();
+    assert!(
+        found.discovery.waited > window,
+        "the garbage came after the window: {found:#?}"
+    );
+    assert_eq!(found.unreadable.len(), 1, "{found:#?}");
+    let garbage = &found.unreadable[0];
+    assert_eq!(garbage.asked, "$SRV.PING");
+    assert_eq!(
+        (
+            garbage.service.as_deref(),
+            garbage.id.as_deref(),
+            garbage.node.as_deref()
+        ),
+        (Some("mesh-host"), Some("late2"), Some("laptop")),
+        "who sent it, as far as it says: {garbage:?}"
+    );
+    assert!(garbage.error.contains("invalid type"), "{garbage:?}");
+}
