@@ -43,13 +43,15 @@ pub fn changes_bus_users(old: Option<&ModuleDefinition>, new: &ModuleDefinition)
 /// The module's own resources (ids `<module>/…`) decide: a failure of another module on that
 /// node, there before this rollout, does not stop this one. The machine counts as converged for
 /// the module when every one of its resources took, unless the apply was left mid-change. A
-/// report with no resources and findings is a declaration the host refused whole: a failure,
-/// in the host's words — unless the machine is mid-change: a host restarted during an apply
-/// says so before it applies again, and that decides nothing yet.
+/// report with no resources and findings, its machine `partial`, is a declaration the host
+/// refused whole: a failure, in the host's words. Not so when the machine is mid-change (a host
+/// restarted during an apply says so before it applies again, and that decides nothing yet),
+/// nor when it is converged (a declaration with no resources applied, with a note such as an
+/// archive cache that could not be pruned: issue 15 point 5).
 pub fn module_report(report: &Report, module: &str) -> NodeReport {
     if report.resources.is_empty()
         && !report.findings.is_empty()
-        && report.machine != MachineState::MidChange
+        && report.machine == MachineState::Partial
     {
         return NodeReport {
             node: report.node.clone(),
@@ -232,6 +234,17 @@ mod tests {
                 reasons: vec!["a declaration for another node".into()]
             }
         );
+    }
+
+    /// Issue 15 point 5: a host that applied a declaration with no resources and could not
+    /// prune its archive cache says so in a converged report; that is a note, not a refusal.
+    #[test]
+    fn a_converged_report_with_no_resources_and_a_note_is_not_a_refusal() {
+        let noted = with_one_finding(
+            MachineState::Converged,
+            "the archive cache could not be pruned as it should",
+        );
+        assert_eq!(module_report(&noted, "m").verdict, Verdict::Applied);
     }
 
     #[test]

@@ -307,8 +307,9 @@ pub async fn apply_on_blocking_thread_live(
 
 /// Prunes the host's archive cache after `declaration` was applied
 /// ([`archives::prune_after_apply`]) and notes in `report` what could not be done: a finding
-/// naming the cache — unless the report has no resources, where a finding would read as a
-/// refused declaration: then it is only logged.
+/// naming the cache, whatever the report holds (rule 26: `status` shows it until a later apply
+/// prunes; a report with no resources and a finding is a refusal only when its machine is
+/// `partial`, `mesh_plan::merge::module_report`).
 pub fn prune_archive_cache(config: &HostConfig, declaration: &Declaration, report: &mut Report) {
     let note = archives::prune_after_apply(
         &config.state_dir,
@@ -316,7 +317,7 @@ pub fn prune_archive_cache(config: &HostConfig, declaration: &Declaration, repor
         &report.declaration,
         report.finished_at,
     );
-    if let Some(message) = note.filter(|_| !report.resources.is_empty()) {
+    if let Some(message) = note {
         report.findings.push(Finding {
             resource: String::new(),
             message,

@@ -488,3 +488,29 @@ async fn a_hand_run_apply_prunes_and_archives_lists_the_cache() {
         "{text}"
     );
 }
+
+// Issue 15 point 5 (rule 26): a prune problem after an apply of a declaration with no
+// resources was only logged, so `status` never showed it.
+#[tokio::test]
+async fn a_cache_that_cannot_be_pruned_is_noted_in_a_report_with_no_resources() {
+    let fixture = Fixture::new(&TEXTS).await;
+    std::fs::create_dir_all(&fixture.config.state_dir).unwrap();
+    std::fs::write(fixture.cache(), "not a directory").unwrap();
+    let empty = Declaration::new(fixture.web(A).node.clone(), Vec::new());
+    let report = fixture.apply(&empty).await;
+    assert_eq!(report.machine, MachineState::Converged, "{report:#?}");
+    assert!(report.resources.is_empty(), "{report:#?}");
+    let [finding] = &report.findings[..] else {
+        panic!("one note about the cache: {report:#?}");
+    };
+    assert!(
+        finding.message.contains("could not be pruned"),
+        "{}",
+        finding.message
+    );
+    // The rollout gate reads it as applied, not as a refused declaration.
+    assert_eq!(
+        mesh_plan::merge::module_report(&report, "web").verdict,
+        mesh_plan::rollout::Verdict::Applied
+    );
+}
