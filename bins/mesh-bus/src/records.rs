@@ -382,8 +382,9 @@ impl KvRecords {
         self.read(|store| async move {
             let quiet = || -> async_nats::Error {
                 format!(
-                    "the listing heard nothing for {LIST_QUIET:?} (its consumer placed on a \
-                     server that is gone and the cluster does not know it yet)"
+                    "the listing heard nothing for {LIST_QUIET:?}: its consumer was placed on a \
+                     server that is gone and the cluster does not know it yet, or the bucket's \
+                     stream has no leader — a cluster that lost its quorum"
                 )
                 .into()
             };
