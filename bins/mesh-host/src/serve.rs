@@ -217,6 +217,7 @@ pub async fn serve(
         bus: bus.clone(),
         config: Arc::new(config),
         payload: None,
+        sealed: None,
         live,
         modules: None,
         discovery: None,
@@ -463,6 +464,9 @@ struct Agent {
     config: Arc<ServeConfig>,
     /// The declaration being served (its bytes as received).
     payload: Option<Vec<u8>>,
+    /// It, parsed and sealed once when received: every look for drift uses it, neither parsing
+    /// nor hashing it again (issue 13).
+    sealed: Option<Arc<mesh_model::declaration::Sealed>>,
     /// The latest report published (an apply's, or the `mid-change` one of an apply under
     /// way): what the heartbeat repeats.
     live: Arc<Mutex<Option<Report>>>,
@@ -586,7 +590,12 @@ impl Agent {
         // report is published (block_in_place needs the multi-thread runtime).
         let in_place = applies_in_place(&payload)
             && handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread;
-        let digest = Declaration::from_json(&payload).map(|d| d.digest()).ok();
+        let sealed = Declaration::from_json(&payload)
+            .ok()
+            .map(|d| Arc::new(mesh_model::declaration::Sealed::new(d)));
+        let digest = sealed
+            .as_deref()
+            .map(|s| mesh_model::declaration::Declared::digest(s).into_owned());
         if digest != self.watched_for {
             // A new declaration is the operator's say: what was left as found is applied.
             self.left.lock().expect("the left lock").clear();
@@ -615,7 +624,8 @@ impl Agent {
             }
         };
         self.retry_at = next_retry(&report, &self.config.host.retry);
-        let modules: BTreeSet<String> = Declaration::from_json(&payload)
+        let modules: BTreeSet<String> = sealed
+            .as_deref()
             .map(|d| d.resources.iter().map(|r| r.module.clone()).collect())
             .unwrap_or_default();
         let mut report = report;
@@ -624,6 +634,7 @@ impl Agent {
             self.rewatch(&payload, digest);
         }
         self.payload = Some(payload);
+        self.sealed = sealed;
         self.publish(&report).await;
         self.announce(modules).await;
     }
@@ -653,15 +664,16 @@ impl Agent {
     /// by an apply unless its module's policy says to leave it (then the report says so and
     /// the resource is `held-still` until the next declaration).
     async fn check_drift(&mut self, full: bool) {
-        let (Some(payload), Some(mut examiner)) = (self.payload.clone(), self.examiner.take())
+        // Nothing is taken unless all three are there.
+        let (Some(payload), Some(sealed), Some(_)) = (&self.payload, &self.sealed, &self.examiner)
         else {
             return;
         };
-        let Some(report) = self.live.lock().expect("the live report lock").clone() else {
-            self.examiner = Some(examiner);
+        let (payload, sealed) = (payload.clone(), Arc::clone(sealed));
+        let Some(mut examiner) = self.examiner.take() else {
             return;
         };
-        let Ok(declaration) = Declaration::from_json(&payload) else {
+        let Some(report) = self.live.lock().expect("the live report lock").clone() else {
             self.examiner = Some(examiner);
             return;
         };
@@ -678,7 +690,7 @@ impl Agent {
                 }
                 mesh_apply::ContainerRuntimeChoice::Unsupported => &mesh_apply::NoContainerRuntime,
             };
-            let drift = examiner.examine(&host, &declaration, &report, containers, now(), full);
+            let drift = examiner.examine(&host, &*sealed, &report, containers, now(), full);
             (examiner, drift)
         })
         .await
