@@ -47,7 +47,7 @@ mod fixture;
 pub use attribution::{attribute, tiers, Attribution, DependencyGraph, TierError, Tiers};
 pub use compose::{compose, ComposeError, ComposeProblem};
 pub use diff::{diff, DeclarationDiff};
-pub use moves::{decide_push, moves, Move, PushDecision};
+pub use moves::{could_move, decide_push, moves, Move, PushDecision};
 pub use plans::{behind, close, supersede, Behind, Supersession};
 pub use rollout::{step, Action, Event, RolloutSpec, RolloutState};
 pub use settings::{settings_change, SettingsChange, SettingsDecision};

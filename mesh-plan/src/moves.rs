@@ -42,6 +42,16 @@ impl fmt::Display for Move {
     }
 }
 
+/// Whether a push of `new` could hold a move at all, whatever its node was sent: only a
+/// container with a mount can move. When this is false, [`moves`] is empty for every `sent`,
+/// so a caller need not read what was sent (a rollout over a fleet reads nothing per node).
+pub fn could_move(new: &Declaration) -> bool {
+    new.resources.iter().any(|resource| match &resource.spec {
+        Spec::Container(container) => !container.mounts.is_empty(),
+        Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) => false,
+    })
+}
+
 /// Every move in a push of `new` to a node that was last sent `sent` (`None`: never).
 ///
 /// # Guarantees
@@ -221,6 +231,20 @@ mod tests {
             None,
         );
         insta::assert_snapshot!(check(Some(&sent), &lost_placement, &[]));
+    }
+
+    /// A declaration without a mounted container moves nothing, whatever was sent; one with
+    /// one may.
+    #[test]
+    fn only_a_mounted_container_could_move() {
+        let with_mounts = composed(None, None);
+        assert!(could_move(&with_mounts));
+        let mut files_only = with_mounts.clone();
+        files_only
+            .resources
+            .retain(|r| !matches!(r.spec, Spec::Container(_)));
+        assert!(!could_move(&files_only));
+        assert!(moves(Some(&with_mounts), &files_only).is_empty());
     }
 
     #[test]

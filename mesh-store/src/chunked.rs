@@ -14,12 +14,18 @@
 //! - Compare-and-set and update act on the manifest, so they keep the inner store's
 //!   guarantees; the chunks of the version replaced are removed after the swap (a reader that
 //!   was reading them reads the record again).
+//! - A `put` of a record at or under [`CHUNK_SIZE`] is one write, nothing read first (the
+//!   records a fleet writes per node are small): the chunks of a larger version it replaces
+//!   are left to [`ChunkedRecords::collect_orphans`]. A larger `put` reads the manifest it
+//!   replaces and removes the chunks no longer named.
 //! - The chunk records are hidden from [`RecordStore::list`] and [`RecordStore::keys_under`].
 //!
-//! What it never does: remove a chunk another version of the record still names, or the chunks
-//! of a write that lost its compare-and-set (they are left; they name no record).
+//! What it never does: remove a chunk another version of the record still names, or a chunk
+//! younger than the grace [`ChunkedRecords::collect_orphans`] is given (a write under way
+//! writes its chunks before the manifest naming them). The chunks of a write that lost its
+//! compare-and-set are left (they name no record) until collected.
 
-use crate::record_store::{Change, RecordStore, RecordStoreError, Swap, Version};
+use crate::record_store::{Change, RecordStat, RecordStore, RecordStoreError, Swap, Version};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -46,6 +52,19 @@ struct Manifest {
     sha256: String,
     /// The chunks' digests (hex), in order.
     chunks: Vec<String>,
+}
+
+/// What a collection removed: how many records and their bytes, and how many it left only
+/// because they were younger than its grace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Collected {
+    /// Records removed.
+    pub count: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Records named by nothing and kept, younger than the grace.
+    pub young: u64,
 }
 
 /// A [`RecordStore`] whose records may be larger than a value of the store under it (see the
@@ -139,6 +158,53 @@ impl ChunkedRecords {
         }
     }
 
+    /// Removes every chunk that the record it belongs to no longer names (left by a smaller
+    /// `put` over a chunked record, or by a write that lost its compare-and-set) and that was
+    /// written at least `grace_secs` before `now` (seconds since the epoch, the store's clock):
+    /// a younger one may belong to a write under way, whose manifest is not written yet.
+    ///
+    /// # Errors
+    /// When the chunks cannot be listed, a record read, or a chunk removed.
+    pub fn collect_orphans(
+        &self,
+        now: u64,
+        grace_secs: u64,
+    ) -> Result<Collected, RecordStoreError> {
+        let mut by_record: std::collections::BTreeMap<String, Vec<RecordStat>> =
+            std::collections::BTreeMap::new();
+        for stat in self.inner.stat_under(CHUNKS_DIR)? {
+            let Some((record, _hex)) = stat
+                .key
+                .strip_prefix(&format!("{CHUNKS_DIR}/"))
+                .and_then(|rest| rest.rsplit_once('/'))
+            else {
+                continue;
+            };
+            by_record.entry(record.to_owned()).or_default().push(stat);
+        }
+        let mut collected = Collected::default();
+        for (record, chunks) in by_record {
+            let named: BTreeSet<String> = self
+                .current_manifest(&record)?
+                .map(|manifest| manifest.chunks.into_iter().collect())
+                .unwrap_or_default();
+            for chunk in chunks {
+                let hex = chunk.key.rsplit('/').next().unwrap_or_default();
+                if named.contains(hex) {
+                    continue;
+                }
+                if chunk.written.saturating_add(grace_secs) > now {
+                    collected.young += 1;
+                    continue;
+                }
+                self.inner.delete(&chunk.key)?;
+                collected.count += 1;
+                collected.bytes += chunk.size;
+            }
+        }
+        Ok(collected)
+    }
+
     fn current_manifest(&self, key: &str) -> Result<Option<Manifest>, RecordStoreError> {
         match self.inner.get(key)? {
             Some(raw) => self.manifest(key, &raw),
@@ -177,10 +243,27 @@ impl RecordStore for ChunkedRecords {
     }
 
     fn put(&self, key: &str, bytes: &[u8]) -> Result<(), RecordStoreError> {
+        if bytes.len() <= CHUNK_SIZE && !bytes.starts_with(MAGIC) {
+            // Kept as it is, in one write: the chunks of a larger version replaced are left to
+            // collect_orphans.
+            return self.inner.put(key, bytes);
+        }
         let old = self.current_manifest(key)?;
         let (raw, manifest) = self.encode(key, bytes)?;
         self.inner.put(key, &raw)?;
         self.remove_replaced(key, old, manifest.as_ref());
+        Ok(())
+    }
+
+    /// The small records written together by the store under, a larger one on its own.
+    fn put_many(&self, records: &[(String, Vec<u8>)]) -> Result<(), RecordStoreError> {
+        let small = |bytes: &[u8]| bytes.len() <= CHUNK_SIZE && !bytes.starts_with(MAGIC);
+        if records.iter().all(|(_, bytes)| small(bytes)) {
+            return self.inner.put_many(records);
+        }
+        for (key, bytes) in records {
+            self.put(key, bytes)?;
+        }
         Ok(())
     }
 
@@ -203,6 +286,38 @@ impl RecordStore for ChunkedRecords {
         let mut keys = self.inner.keys_under(dir)?;
         keys.retain(|key| !hidden(key));
         Ok(keys)
+    }
+
+    /// One listing of the store under; a chunked record among them is assembled (its chunks
+    /// read).
+    fn values_under(&self, dir: &str) -> Result<Vec<(String, Vec<u8>)>, RecordStoreError> {
+        let mut values = Vec::new();
+        for (key, raw) in self.inner.values_under(dir)? {
+            if hidden(&key) {
+                continue;
+            }
+            if raw.starts_with(MAGIC) {
+                // A manifest: the record read whole, as a get reads it.
+                if let Some(bytes) = self.get(&key)? {
+                    values.push((key, bytes));
+                }
+            } else {
+                values.push((key, raw));
+            }
+        }
+        Ok(values)
+    }
+
+    /// The chunks no record names ([`ChunkedRecords::collect_orphans`]).
+    fn collect_leftovers(&self, now: u64, grace_secs: u64) -> Result<Collected, RecordStoreError> {
+        self.collect_orphans(now, grace_secs)
+    }
+
+    /// A chunked record's size is its manifest's.
+    fn stat_under(&self, dir: &str) -> Result<Vec<RecordStat>, RecordStoreError> {
+        let mut stats = self.inner.stat_under(dir)?;
+        stats.retain(|stat| !hidden(&stat.key));
+        Ok(stats)
     }
 
     fn update(&self, key: &str, change: &mut Change<'_>) -> Result<Vec<u8>, RecordStoreError> {
@@ -321,6 +436,22 @@ mod tests {
         assert_eq!(chunked.get("inventory.toml").unwrap().unwrap(), second);
         assert_eq!(inner.keys_under(CHUNKS_DIR).unwrap().len(), 4);
         chunked.put("inventory.toml", b"small now").unwrap();
+        assert_eq!(
+            chunked.get("inventory.toml").unwrap().unwrap(),
+            b"small now"
+        );
+        // A small put reads nothing first: the chunks it no longer names are collected, once
+        // older than the grace.
+        assert_eq!(inner.keys_under(CHUNKS_DIR).unwrap().len(), 4);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let young = chunked.collect_orphans(now, 600).unwrap();
+        assert_eq!((young.count, young.young), (0, 4));
+        let old = chunked.collect_orphans(now + 601, 600).unwrap();
+        assert_eq!((old.count, old.young), (4, 0));
+        assert!(old.bytes > 150_000, "{old:?}");
         assert!(inner.keys_under(CHUNKS_DIR).unwrap().is_empty());
         chunked.put("inventory.toml", &second).unwrap();
         chunked.delete("inventory.toml").unwrap();

@@ -59,6 +59,18 @@ impl RecordStoreError {
 /// not (nothing is written).
 pub type Change<'a> = dyn FnMut(Option<&[u8]>) -> Result<Vec<u8>, String> + 'a;
 
+/// A record as a listing gives it ([`RecordStore::stat_under`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordStat {
+    /// Its key.
+    pub key: String,
+    /// When it was last written, in seconds since the epoch by the store's clock: a file's
+    /// modification time, the time the bus stored the value.
+    pub written: u64,
+    /// How many bytes the store holds at the key.
+    pub size: u64,
+}
+
 /// Which value of a record was read, for [`RecordStore::compare_and_set`]. Compare it only with
 /// versions given by the same store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,6 +121,23 @@ pub trait RecordStore: Send + Sync + fmt::Debug {
     /// When it cannot be written; then nothing changed.
     fn put(&self, key: &str, bytes: &[u8]) -> Result<(), RecordStoreError>;
 
+    /// Replaces each record of `records`, whole, in order: where the store can, the writes are
+    /// sent together and their acknowledgements awaited together (a bucket), not one round
+    /// trip each. By default one [`RecordStore::put`] after another.
+    ///
+    /// # Guarantees
+    /// When it returns `Ok`, every record is written; a reader that sees a later record of the
+    /// batch may not yet see an earlier one only while the call is under way.
+    ///
+    /// # Errors
+    /// When one cannot be written; those before it may have been.
+    fn put_many(&self, records: &[(String, Vec<u8>)]) -> Result<(), RecordStoreError> {
+        for (key, bytes) in records {
+            self.put(key, bytes)?;
+        }
+        Ok(())
+    }
+
     /// Removes the record at `key` (none there is not an error).
     ///
     /// # Errors
@@ -128,6 +157,46 @@ pub trait RecordStore: Send + Sync + fmt::Debug {
     /// # Errors
     /// When a listing cannot be read.
     fn keys_under(&self, dir: &str) -> Result<Vec<String>, RecordStoreError>;
+
+    /// Every record under `dir`, however deep, with its bytes, sorted by key: one listing
+    /// where the store can (a bucket's records under a prefix come in one stream), so reading
+    /// a record per node of a fleet is not a round trip per node. By default
+    /// [`RecordStore::keys_under`] and a [`RecordStore::get`] of each (a record removed
+    /// meanwhile is left out).
+    ///
+    /// # Errors
+    /// When the listing or a record cannot be read.
+    fn values_under(&self, dir: &str) -> Result<Vec<(String, Vec<u8>)>, RecordStoreError> {
+        let mut values = Vec::new();
+        for key in self.keys_under(dir)? {
+            if let Some(bytes) = self.get(&key)? {
+                values.push((key, bytes));
+            }
+        }
+        Ok(values)
+    }
+
+    /// Every record under `dir`, however deep, with when it was last written and its size,
+    /// sorted by key; no record is read (one listing where the store can).
+    ///
+    /// # Errors
+    /// When a listing cannot be read.
+    fn stat_under(&self, dir: &str) -> Result<Vec<RecordStat>, RecordStoreError>;
+
+    /// Removes what the store keeps for itself that no record names any more, written at least
+    /// `grace_secs` before `now` (the chunks of records replaced, in
+    /// [`crate::chunked::ChunkedRecords`]); by default there is none.
+    ///
+    /// # Errors
+    /// When what it keeps cannot be listed, read or removed.
+    fn collect_leftovers(
+        &self,
+        now: u64,
+        grace_secs: u64,
+    ) -> Result<crate::chunked::Collected, RecordStoreError> {
+        let _ = (now, grace_secs);
+        Ok(crate::chunked::Collected::default())
+    }
 
     /// Reads the record at `key`, gives it to `change`, and writes what `change` returns,
     /// never losing a concurrent writer's change (`change` may be called again with the newer
@@ -332,6 +401,31 @@ impl RecordStore for DirRecords {
         }
         keys.sort();
         Ok(keys)
+    }
+
+    fn stat_under(&self, dir: &str) -> Result<Vec<RecordStat>, RecordStoreError> {
+        let mut stats = Vec::new();
+        for key in self.keys_under(dir)? {
+            let path = self.root.join(&key);
+            match std::fs::symlink_metadata(&path) {
+                Ok(metadata) => {
+                    let written = metadata
+                        .modified()
+                        .ok()
+                        .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
+                        .map_or(0, |d| d.as_secs());
+                    stats.push(RecordStat {
+                        key,
+                        written,
+                        size: metadata.len(),
+                    });
+                }
+                // Removed since it was listed: no longer a record.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(RecordStoreError::new("list", path.display().to_string(), e)),
+            }
+        }
+        Ok(stats)
     }
 
     fn update(&self, key: &str, change: &mut Change<'_>) -> Result<Vec<u8>, RecordStoreError> {

@@ -28,7 +28,7 @@
 
 use futures_util::StreamExt as _;
 use mesh_bus::nats_server::NatsServer;
-use mesh_bus::records::{KvRecords, RECORDS_BUCKET};
+use mesh_bus::records::{bucket_key, KvRecords, RECORDS_BUCKET};
 use mesh_bus::NatsOptions;
 use mesh_store::record_store::{DirRecords, RecordStore};
 use std::path::Path;
@@ -198,15 +198,17 @@ fn main() {
             .await
             .expect("ack")
     };
-    let direct_get = || async { store.get(KEY).await.expect("get").expect("there") };
-    let direct_put = || async { store.put(KEY, value.clone()).await.expect("put") };
+    // The bucket's own key of the record (`KvRecords` keeps `KEY` there).
+    let raw_key = bucket_key(KEY);
+    let direct_get = || async { store.get(&raw_key).await.expect("get").expect("there") };
+    let direct_put = || async { store.put(&raw_key, value.clone()).await.expect("put") };
 
     for _ in 0..WARM_UP {
         runtime.block_on(raw_request()).expect("answer");
         runtime.block_on(raw_publish());
         runtime.block_on(direct_get());
         runtime.block_on(direct_put());
-        hop.block_on(hop_store.get(KEY)).expect("get");
+        hop.block_on(hop_store.get(&raw_key)).expect("get");
         records.get(KEY).expect("get");
         records.put(KEY, &value).expect("put");
     }
@@ -224,15 +226,15 @@ fn main() {
         }
         samples.direct_get.extend(timed_async(&runtime, direct_get));
         for _ in 0..PER_BLOCK {
-            samples
-                .hop_get
-                .push(timed(|| hop.block_on(hop_store.get(KEY)).expect("get")));
+            samples.hop_get.push(timed(|| {
+                hop.block_on(hop_store.get(&raw_key)).expect("get")
+            }));
         }
         for _ in 0..PER_BLOCK {
             samples.scoped_hop_get.push(timed(|| {
                 std::thread::scope(|scope| {
                     scope
-                        .spawn(|| hop.block_on(hop_store.get(KEY)).expect("get"))
+                        .spawn(|| hop.block_on(hop_store.get(&raw_key)).expect("get"))
                         .join()
                         .expect("joined")
                 })
@@ -403,7 +405,7 @@ async fn fill_bucket(url: &str, keys: &[String], value: &bytes::Bytes) {
         .await
         .expect("the bucket");
     let mut puts = futures_util::stream::iter(keys)
-        .map(|key| store.put(key, value.clone()))
+        .map(|key| store.put(bucket_key(key), value.clone()))
         .buffer_unordered(64);
     while let Some(put) = puts.next().await {
         put.expect("put");

@@ -38,7 +38,7 @@ use async_nats::jetstream::kv::{self, Operation, UpdateErrorKind};
 use async_nats::jetstream::message::PublishMessage;
 use futures_util::StreamExt as _;
 use mesh_store::record_store::{
-    bad_key, children, is_key, Change, RecordStore, RecordStoreError, Swap, Version,
+    bad_key, children, is_key, Change, RecordStat, RecordStore, RecordStoreError, Swap, Version,
 };
 use sha2::{Digest, Sha256};
 use std::fmt;
@@ -76,6 +76,7 @@ pub struct KvRecords {
     url: String,
     retry_limit: Duration,
     step: Option<StepHook>,
+    migrated: usize,
 }
 
 /// What a test runs at a named step of a write (see [`KvRecords::at_step`]).
@@ -150,9 +151,15 @@ impl KvRecords {
             // Made on the records' runtime: a context spawns its acknowledgements' task.
             let js = bus.jetstream();
             let store = open_bucket(&js, replicas).await?;
-            Ok::<_, NatsError>((bus, js, store))
+            let migrated = migrate_layout(&store)
+                .await
+                .map_err(|source| NatsError::Bucket {
+                    bucket: RECORDS_BUCKET.to_owned(),
+                    source,
+                })?;
+            Ok::<_, NatsError>((bus, js, store, migrated))
         });
-        let (bus, js, store) = match opened {
+        let (bus, js, store, migrated) = match opened {
             Ok(opened) => opened,
             Err(error) => {
                 // As in drop: allowed inside another runtime, where a plain drop is not.
@@ -168,7 +175,15 @@ impl KvRecords {
             url: options.url.clone(),
             retry_limit: RETRY_LIMIT,
             step: None,
+            migrated,
         })
+    }
+
+    /// How many records opening the bucket moved from the key layout before
+    /// [`bucket_key`]'s (0: none, the bucket was in it already or new) — for the caller to
+    /// say so.
+    pub fn migrated(&self) -> usize {
+        self.migrated
     }
 
     /// The same records, a call that gets no answer sent again for at most `limit` (instead of
@@ -220,7 +235,7 @@ impl KvRecords {
     /// (0: the key has none) — sending it again, with the same message id, until the bucket
     /// answers or the retry limit passes.
     fn write(&self, key: &str, value: &[u8], expected: Option<u64>) -> Result<u64, Written> {
-        let subject = format!("$KV.{RECORDS_BUCKET}.{key}");
+        let subject = format!("$KV.{RECORDS_BUCKET}.{}", bucket_key(key));
         let id = fresh_message_id(key);
         let deadline = Instant::now() + self.retry_limit;
         let mut tries = 0;
@@ -374,32 +389,19 @@ impl KvRecords {
         }
     }
 
-    /// Every key in the bucket (one scan); `dir` names what was asked, for errors.
-    fn all_keys(&self, dir: &str) -> Result<Vec<String>, RecordStoreError> {
+    /// The records under `dir` (`""`: all), each once with when it was last written, and its
+    /// bytes when `values`: one ordered consumer on the subjects under `dir` only
+    /// ([`bucket_subjects`]), delivering the last message of each, so a listing costs what is
+    /// under `dir`, not the whole bucket. A removed record is left out.
+    fn listed(&self, dir: &str, values: bool) -> Result<Vec<Listed>, RecordStoreError> {
         if !dir.is_empty() {
             self.checked(dir)?;
         }
-        self.read(|store| async move {
-            let quiet = || -> async_nats::Error {
-                format!(
-                    "the listing heard nothing for {LIST_QUIET:?}: its consumer was placed on a \
-                     server that is gone and the cluster does not know it yet, or the bucket's \
-                     stream has no leader — a cluster that lost its quorum"
-                )
-                .into()
-            };
-            let mut keys = Vec::new();
-            let mut stream = tokio::time::timeout(LIST_QUIET, store.keys())
-                .await
-                .map_err(|_| quiet())??;
-            loop {
-                match tokio::time::timeout(LIST_QUIET, stream.next()).await {
-                    Ok(Some(key)) => keys.push(key?),
-                    Ok(None) => break,
-                    Err(_) => return Err(quiet()),
-                }
-            }
-            Ok::<_, async_nats::Error>(keys)
+        let filter = bucket_subjects(dir);
+        let js = self.js.clone();
+        self.read(|store| {
+            let (filter, js) = (filter.clone(), js.clone());
+            async move { list_subjects(&js, &store, filter, values).await }
         })
         .map_err(|e| self.error("list", dir, e))
     }
@@ -423,6 +425,141 @@ impl KvRecords {
         RecordStoreError::new(action, self.locate(key), source)
     }
 }
+
+/// The bucket's key for the record key `key`: each name's `.` made `=`, each `/` made `.`, so
+/// that a record directory is a subject token and every record under it is matched by one
+/// subject filter ([`bucket_subjects`]). `=` is in no record key, so the mapping is one to one
+/// ([`record_key`] is its inverse).
+pub fn bucket_key(key: &str) -> String {
+    key.replace('.', "=").replace('/', ".")
+}
+
+/// The record key of the bucket's key `bucket_key` (the inverse of [`bucket_key`]).
+pub fn record_key(bucket_key: &str) -> String {
+    bucket_key.replace('.', "/").replace('=', ".")
+}
+
+/// The subject filter of every record under `dir` (`""`: every record).
+pub fn bucket_subjects(dir: &str) -> String {
+    if dir.is_empty() {
+        format!("$KV.{RECORDS_BUCKET}.>")
+    } else {
+        format!("$KV.{RECORDS_BUCKET}.{}.>", bucket_key(dir))
+    }
+}
+
+/// A record listed: its key, when the bus stored its value (seconds since the epoch), its
+/// size, and the value when it was asked for.
+struct Listed {
+    key: String,
+    written: u64,
+    size: u64,
+    value: Vec<u8>,
+}
+
+/// The last value of every subject matching `filter` in the bucket's stream, each once, by
+/// record key — an ordered consumer delivering the last message per subject (headers only
+/// unless `values`), read until it has none pending.
+async fn list_subjects(
+    js: &async_nats::jetstream::Context,
+    store: &kv::Store,
+    filter: String,
+    values: bool,
+) -> Result<Vec<Listed>, async_nats::Error> {
+    use async_nats::jetstream::consumer::{push, DeliverPolicy, ReplayPolicy};
+    // A listing that hears nothing for LIST_QUIET (its consumer placed on a server gone, or a
+    // message counted as pending removed before it was delivered) is asked again.
+    let quiet = || -> async_nats::Error {
+        format!(
+            "the listing heard nothing for {LIST_QUIET:?}: its consumer was placed on a server \
+             that is gone and the cluster does not know it yet, or the bucket's stream has no \
+             leader — a cluster that lost its quorum"
+        )
+        .into()
+    };
+    let making = store.stream.create_consumer(push::OrderedConfig {
+        deliver_subject: js.client().new_inbox(),
+        description: Some("mesh records listing".to_owned()),
+        filter_subject: filter,
+        headers_only: !values,
+        replay_policy: ReplayPolicy::Instant,
+        deliver_policy: DeliverPolicy::LastPerSubject,
+        ..Default::default()
+    });
+    let consumer = tokio::time::timeout(LIST_QUIET, making)
+        .await
+        .map_err(|_| quiet())??;
+    let mut found: std::collections::BTreeMap<String, Option<(u64, u64, Vec<u8>)>> =
+        std::collections::BTreeMap::new();
+    if consumer.cached_info().num_pending == 0 {
+        return Ok(Vec::new());
+    }
+    let mut messages = consumer.messages().await?;
+    let prefix = format!("$KV.{RECORDS_BUCKET}.");
+    loop {
+        let message = match tokio::time::timeout(LIST_QUIET, messages.next()).await {
+            Ok(Some(message)) => message?,
+            Ok(None) => return Err("the listing's consumer ended".into()),
+            Err(_) => return Err(quiet()),
+        };
+        let info = message.info()?;
+        let pending = info.pending;
+        let written = u64::try_from(info.published.unix_timestamp()).unwrap_or(0);
+        let header = |name: &str| {
+            message
+                .headers
+                .as_ref()
+                .and_then(|headers| headers.get(name))
+                .map(|value| value.as_str().to_owned())
+        };
+        let removed =
+            header("KV-Operation").is_some_and(|op| matches!(op.as_str(), "DEL" | "PURGE"));
+        // Headers only: the server says the value's size in `Nats-Msg-Size`.
+        let size = match header("Nats-Msg-Size") {
+            Some(size) if !values => size.parse().unwrap_or(0),
+            Some(_) | None => message.payload.len() as u64,
+        };
+        // The layout's own key is no record, nor what is left of the older layout (a key of
+        // it removed when the bucket was moved: no bucket key holds a `/`).
+        if let Some(key) = message
+            .subject
+            .strip_prefix(prefix.as_str())
+            .filter(|raw| !raw.contains('/'))
+            .map(record_key)
+            .filter(|key| is_key(key))
+        {
+            let value = (!removed).then(|| {
+                (
+                    written,
+                    size,
+                    if values {
+                        message.payload.to_vec()
+                    } else {
+                        Vec::new()
+                    },
+                )
+            });
+            found.insert(key, value);
+        }
+        if pending == 0 {
+            break;
+        }
+    }
+    Ok(found
+        .into_iter()
+        .filter_map(|(key, value)| {
+            value.map(|(written, size, value)| Listed {
+                key,
+                written,
+                size,
+                value,
+            })
+        })
+        .collect())
+}
+
+/// How many writes of a [`RecordStore::put_many`] are on the wire at once.
+const PUT_WINDOW: usize = 256;
 
 /// How long a call that got no answer waits before it is sent again.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
@@ -467,6 +604,65 @@ fn fresh_message_id(key: &str) -> String {
     format!("record-{}", hex::encode(&digest.finalize()[..16]))
 }
 
+/// The bucket's key saying its keys are in [`bucket_key`]'s layout: no record key maps to it
+/// (no name starts with `.`, so no token of a record's bucket key starts with `=`).
+const LAYOUT_KEY: &str = "=layout";
+
+/// The layout [`LAYOUT_KEY`] names.
+const LAYOUT: &[u8] = b"2";
+
+/// Moves the records of a bucket written before [`bucket_key`]'s layout (their keys the record
+/// keys themselves, `plans/plan-1.json`) to it, once: every record copied to its new key, the
+/// layout marked, then the old keys purged. A move stopped part way is done again whole on the
+/// next open (the old keys stay until the mark is written). Returns how many were moved.
+async fn migrate_layout(store: &kv::Store) -> Result<usize, async_nats::Error> {
+    match store.get(LAYOUT_KEY).await? {
+        Some(layout) if layout.as_ref() == LAYOUT => return Ok(0),
+        Some(layout) => {
+            return Err(format!(
+                "the bucket's keys are in layout {:?}; this mesh reads layout 2",
+                String::from_utf8_lossy(&layout)
+            )
+            .into())
+        }
+        None => {}
+    }
+    let mut raw = Vec::new();
+    let mut keys = store.keys().await?;
+    while let Some(key) = keys.next().await {
+        raw.push(key?);
+    }
+    // The old keys: every key with a `/`, and a top-level one with a `.` that is not the copy
+    // of one with a `/` (a move stopped part way). A key with neither is the same in both.
+    let copies: std::collections::BTreeSet<String> = raw
+        .iter()
+        .filter(|key| key.contains('/'))
+        .map(|key| bucket_key(key))
+        .collect();
+    let old: Vec<&String> = raw
+        .iter()
+        .filter(|key| {
+            key.contains('/') || (key.contains('.') && !key.contains('=') && !copies.contains(*key))
+        })
+        .collect();
+    for key in &old {
+        if let Some(value) = store.get(key.as_str()).await? {
+            store.put(bucket_key(key), value).await?;
+        }
+    }
+    store.put(LAYOUT_KEY, LAYOUT.to_vec().into()).await?;
+    for key in &old {
+        store.purge(key.as_str()).await?;
+    }
+    if !old.is_empty() {
+        tracing::info!(
+            records = old.len(),
+            "the records bucket's keys were moved to layout 2"
+        );
+    }
+    Ok(old.len())
+}
+
 async fn open_bucket(
     js: &async_nats::jetstream::Context,
     replicas: usize,
@@ -488,7 +684,7 @@ impl RecordStore for KvRecords {
 
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, RecordStoreError> {
         self.checked(key)?;
-        let owned = key.to_owned();
+        let owned = bucket_key(key);
         self.read(|store| {
             let owned = owned.clone();
             async move { store.get(owned).await }
@@ -506,9 +702,58 @@ impl RecordStore for KvRecords {
         }
     }
 
+    /// Sent in windows of [`PUT_WINDOW`], each window's acknowledgements awaited together; a
+    /// write not acknowledged is written again on its own, as [`RecordStore::put`] writes.
+    fn put_many(&self, records: &[(String, Vec<u8>)]) -> Result<(), RecordStoreError> {
+        for (key, _) in records {
+            self.checked(key)?;
+        }
+        let batch: Vec<(String, bytes::Bytes, String)> = records
+            .iter()
+            .map(|(key, bytes)| {
+                (
+                    format!("$KV.{RECORDS_BUCKET}.{}", bucket_key(key)),
+                    bytes::Bytes::copy_from_slice(bytes),
+                    fresh_message_id(key),
+                )
+            })
+            .collect();
+        let js = self.js.clone();
+        let unacknowledged: Vec<usize> = call(self.runtime(), async move {
+            let mut unacknowledged = Vec::new();
+            for (window, writes) in batch.chunks(PUT_WINDOW).enumerate() {
+                let mut acks = Vec::with_capacity(writes.len());
+                for (i, (subject, value, id)) in writes.iter().enumerate() {
+                    let message = PublishMessage::build()
+                        .payload(value.clone())
+                        .message_id(id);
+                    acks.push((
+                        window * PUT_WINDOW + i,
+                        js.send_publish(subject.clone(), message).await,
+                    ));
+                }
+                for (index, sent) in acks {
+                    let stored = match sent {
+                        Ok(ack) => ack.await.is_ok(),
+                        Err(_) => false,
+                    };
+                    if !stored {
+                        unacknowledged.push(index);
+                    }
+                }
+            }
+            unacknowledged
+        });
+        for index in unacknowledged {
+            let (key, bytes) = &records[index];
+            self.put(key, bytes)?;
+        }
+        Ok(())
+    }
+
     fn delete(&self, key: &str) -> Result<(), RecordStoreError> {
         self.checked(key)?;
-        let owned = key.to_owned();
+        let owned = bucket_key(key);
         // A removal sent again removes nothing more: it is sent as a read is.
         self.read(|store| {
             let owned = owned.clone();
@@ -526,23 +771,37 @@ impl RecordStore for KvRecords {
     }
 
     fn list(&self, dir: &str) -> Result<Vec<String>, RecordStoreError> {
-        let keys = self.all_keys(dir)?;
-        Ok(children(dir, keys.iter().map(String::as_str)))
+        let keys = self.listed(dir, false)?;
+        Ok(children(dir, keys.iter().map(|listed| listed.key.as_str())))
     }
 
     fn keys_under(&self, dir: &str) -> Result<Vec<String>, RecordStoreError> {
-        let prefix = if dir.is_empty() {
-            String::new()
-        } else {
-            format!("{dir}/")
-        };
-        let mut keys: Vec<String> = self
-            .all_keys(dir)?
+        Ok(self
+            .listed(dir, false)?
             .into_iter()
-            .filter(|key| key.starts_with(&prefix))
-            .collect();
-        keys.sort();
-        Ok(keys)
+            .map(|listed| listed.key)
+            .collect())
+    }
+
+    /// One stream of the values under `dir`, not a round trip per record.
+    fn values_under(&self, dir: &str) -> Result<Vec<(String, Vec<u8>)>, RecordStoreError> {
+        Ok(self
+            .listed(dir, true)?
+            .into_iter()
+            .map(|listed| (listed.key, listed.value))
+            .collect())
+    }
+
+    fn stat_under(&self, dir: &str) -> Result<Vec<RecordStat>, RecordStoreError> {
+        Ok(self
+            .listed(dir, false)?
+            .into_iter()
+            .map(|listed| RecordStat {
+                key: listed.key,
+                written: listed.written,
+                size: listed.size,
+            })
+            .collect())
     }
 
     fn update(&self, key: &str, change: &mut Change<'_>) -> Result<Vec<u8>, RecordStoreError> {
@@ -550,7 +809,7 @@ impl RecordStore for KvRecords {
         for _ in 0..UPDATE_TRIES {
             let entry = self
                 .read(|store| {
-                    let owned = key.to_owned();
+                    let owned = bucket_key(key);
                     async move { store.entry(owned).await }
                 })
                 .map_err(|e| self.error("read", key, e))?;
@@ -582,7 +841,7 @@ impl RecordStore for KvRecords {
         self.checked(key)?;
         let entry = self
             .read(|store| {
-                let owned = key.to_owned();
+                let owned = bucket_key(key);
                 async move { store.entry(owned).await }
             })
             .map_err(|e| self.error("read", key, e))?;
@@ -618,7 +877,7 @@ impl RecordStore for KvRecords {
             (None, Some(value)) => {
                 let entry = self
                     .read(|store| {
-                        let owned = key.to_owned();
+                        let owned = bucket_key(key);
                         async move { store.entry(owned).await }
                     })
                     .map_err(|e| self.error("read", key, e))?;
@@ -631,7 +890,7 @@ impl RecordStore for KvRecords {
             (None, None) => {
                 let entry = self
                     .read(|store| {
-                        let owned = key.to_owned();
+                        let owned = bucket_key(key);
                         async move { store.entry(owned).await }
                     })
                     .map_err(|e| self.error("read", key, e))?;
@@ -642,7 +901,7 @@ impl RecordStore for KvRecords {
             }
             (Some(revision), Some(value)) => swapped(self.write(key, value, Some(revision))),
             (Some(revision), None) => {
-                let owned = key.to_owned();
+                let owned = bucket_key(key);
                 self.run(|store| async move {
                     match store.delete_expect_revision(owned, Some(revision)).await {
                         Ok(()) => Ok(Swap::Done),

@@ -117,6 +117,60 @@ pub fn node_credential(home: &Home, node: &str) -> Result<UserCredential> {
     }
 }
 
+/// How each of `nodes` proves itself, as [`node_credential`] says, read at once: one listing
+/// of the enrolled keys and one of the passwords, whatever the number of nodes; a password is
+/// made (one record) only for a node that has neither.
+///
+/// # Errors
+/// As [`node_credential`], naming the node's record.
+pub fn node_credentials<'a>(
+    home: &Home,
+    nodes: impl IntoIterator<Item = &'a String>,
+) -> Result<std::collections::BTreeMap<String, UserCredential>> {
+    let records = home.records();
+    let listed = |dir: &str| -> Result<std::collections::BTreeMap<String, Vec<u8>>> {
+        let prefix = format!("{dir}/");
+        Ok(records
+            .values_under(dir)?
+            .into_iter()
+            .filter_map(|(key, bytes)| Some((key.strip_prefix(&prefix)?.to_owned(), bytes)))
+            .collect())
+    };
+    let keys = listed("bus/nkeys")?;
+    let passwords = if home.records_on_bus() {
+        listed("bus/passwords")?
+    } else {
+        // The embedded default keeps them as files of the home (fleet::password).
+        std::collections::BTreeMap::new()
+    };
+    let mut credentials = std::collections::BTreeMap::new();
+    for node in nodes {
+        let credential = match (keys.get(node), passwords.get(node)) {
+            (Some(bytes), _) => {
+                let text = String::from_utf8_lossy(bytes).trim().to_owned();
+                if !mesh_bus::keys::is_user_public_key(&text) {
+                    return Err(Error::BadRecord {
+                        location: records.locate(&nkey_key(node)),
+                        what: "an NKey user public key; enroll the node again".to_owned(),
+                        source: None,
+                    });
+                }
+                UserCredential::Nkey(text)
+            }
+            (None, Some(bytes)) => {
+                let text = String::from_utf8(bytes.clone()).map_err(crate::error::bad_record(
+                    records.locate(&password_key(node)),
+                    "text",
+                ))?;
+                UserCredential::Password(text.trim_end_matches(['\n', '\r']).to_owned())
+            }
+            (None, None) => UserCredential::Password(crate::fleet::password(home, node)?),
+        };
+        credentials.insert(node.clone(), credential);
+    }
+    Ok(credentials)
+}
+
 /// The nodes of `inventory` not enrolled, by name: still on a bus password. One listing of
 /// the enrolled keys, whatever the number of nodes.
 ///

@@ -122,6 +122,12 @@ pub fn decide(
     declaration: &Declaration,
     allowed_moves: &BTreeSet<String>,
 ) -> Result<PushDecision> {
+    if !mesh_plan::could_move(declaration) {
+        // Nothing in it can move, whatever was sent: nothing to read.
+        return Ok(PushDecision::Send {
+            acknowledged: Vec::new(),
+        });
+    }
     let sent = home.sent(&declaration.node)?;
     Ok(mesh_plan::decide_push(
         sent.as_ref(),
@@ -607,6 +613,8 @@ pub async fn roll_out(
                 .map(|m| m.definition.clone())
                 .unwrap_or_else(|| placeholder_definition(module));
             let mut nodes = BTreeMap::new();
+            // What every node was sent, in one listing.
+            let mut sent_before = home.sent_digests()?;
             for node in inventory
                 .file
                 .assignments
@@ -624,7 +632,7 @@ pub async fn roll_out(
                     // Composed once: its send takes it from here.
                     composed.insert(node.clone(), declaration_of_node);
                 }
-                befores.insert(node.clone(), home.sent_digest(&node)?);
+                befores.insert(node.clone(), sent_before.remove(&node));
                 if !running {
                     // Never sent to: its record is written once, here.
                     home.write_rollout_node(
@@ -925,23 +933,21 @@ pub(crate) fn save_rollout(
     state: &mut RolloutState,
     befores: &BTreeMap<String, Option<String>>,
 ) -> Result<()> {
+    let mut changed = Vec::new();
     for node in state.nodes.take_changed() {
         let (Some(entry), Some(progress)) = (spec.nodes.get(&node), state.nodes.get(&node)) else {
             continue;
         };
-        home.write_rollout_node(
-            &record.plan.id,
-            module,
-            &RolloutNodeRecord {
-                format: ROLLOUT_NODE_FORMAT,
-                node: node.clone(),
-                running: entry.running,
-                declaration: entry.declaration.clone(),
-                before: befores.get(&node).cloned().flatten(),
-                progress: progress.clone(),
-            },
-        )?;
+        changed.push(RolloutNodeRecord {
+            format: ROLLOUT_NODE_FORMAT,
+            node: node.clone(),
+            running: entry.running,
+            declaration: entry.declaration.clone(),
+            before: befores.get(&node).cloned().flatten(),
+            progress: progress.clone(),
+        });
     }
+    home.write_rollout_nodes(&record.plan.id, module, &changed)?;
     let work = record.work.entry(module.to_owned()).or_default();
     work.rollout = Some(RolloutKept {
         upgrade: spec.upgrade,

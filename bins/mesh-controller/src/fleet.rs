@@ -320,6 +320,8 @@ pub fn authorization(
     controller: &NodeSecret,
 ) -> Result<String> {
     let mut nodes = Vec::new();
+    // One listing of the keys and one of the passwords, not a read per node.
+    let mut credentials = crate::enroll::node_credentials(home, inventory.file.nodes.keys())?;
     for node in inventory.file.nodes.keys() {
         let mut buckets = BTreeSet::new();
         let mut event_subjects = BTreeSet::new();
@@ -331,7 +333,9 @@ pub fn authorization(
         }
         nodes.push(grants::NodeUser {
             node: node.clone(),
-            credential: crate::enroll::node_credential(home, node)?,
+            credential: credentials
+                .remove(node)
+                .expect("node_credentials answers for every node"),
             buckets: buckets.into_iter().collect(),
             subjects: event_subjects.into_iter().collect(),
         });
@@ -717,19 +721,24 @@ pub fn declaration_message_id(declaration: &Declaration, send: &str) -> String {
     format!("{}:{}:{send}", declaration.node, declaration.digest())
 }
 
+/// Records `declarations` sent (together), then says the users archive one names was sent.
+async fn recorded_sent(home: &Home, declarations: &[&Declaration]) -> Result<()> {
+    home.record_sent_many(declarations)?;
+    for declaration in declarations {
+        if let Some(archive) = declaration.archives.get(USERS_MODULE) {
+            users_sent(home, archive).await?;
+        }
+    }
+    Ok(())
+}
+
 /// Publishes `declaration` on its node's subject through JetStream with the message id
-/// `message_id` (stored when this returns), its consumer made first, and records it sent; the
-/// bus node's users archive it names is then the one the store keeps as last sent.
+/// `message_id` (stored when this returns), its consumer made first; records nothing.
 ///
 /// # Guarantees
 /// Published again with the same `message_id` within the stream's duplicate window, the
 /// declaration is stored once.
-async fn send(
-    home: &Home,
-    bus: &NatsBus,
-    declaration: &Declaration,
-    message_id: &str,
-) -> Result<()> {
+async fn publish(bus: &NatsBus, declaration: &Declaration, message_id: &str) -> Result<()> {
     let js = bus.jetstream();
     let node = &declaration.node;
     jetstream::ensure_declaration_consumer(&js, node)
@@ -742,14 +751,10 @@ async fn send(
         .map_err(bus_error(|| {
             format!("`{node}`: the declarations stream did not store it")
         }))?;
-    home.record_sent(declaration)?;
-    if let Some(archive) = declaration.archives.get(USERS_MODULE) {
-        users_sent(home, archive).await?;
-    }
     Ok(())
 }
 
-/// [`send`], trying a bus that does not take the declaration again for up to
+/// [`publish`], then the declaration recorded sent — the publish tried again for up to
 /// [`SEND_RETRY_LIMIT`]: a server restarting, or one reloading its users (nats-server 2.9 may
 /// answer for a moment that the stream does not exist). Every attempt carries the same
 /// message id ([`declaration_message_id`]), so one stored before its answer was lost is not
@@ -758,10 +763,16 @@ async fn send(
 /// # Errors
 /// The bus did not store it within the limit; the home cannot be written.
 async fn send_patiently(home: &Home, bus: &NatsBus, declaration: &Declaration) -> Result<()> {
+    publish_patiently(bus, declaration).await?;
+    recorded_sent(home, &[declaration]).await
+}
+
+/// [`publish`], tried again as [`send_patiently`] does.
+async fn publish_patiently(bus: &NatsBus, declaration: &Declaration) -> Result<()> {
     let message_id = declaration_message_id(declaration, &random_hex(8, "a send's id")?);
     let deadline = tokio::time::Instant::now() + SEND_RETRY_LIMIT;
     loop {
-        match send(home, bus, declaration, &message_id).await {
+        match publish(bus, declaration, &message_id).await {
             Ok(()) => return Ok(()),
             Err(error) if tokio::time::Instant::now() < deadline => {
                 tracing::warn!(node = %declaration.node, error = error.chain_line(),
@@ -1156,15 +1167,23 @@ impl Fleet for NatsFleet {
         let bus = &self.bus;
         let sends: Vec<_> = declarations
             .iter()
-            .map(|declaration| Box::pin(send_patiently(home, bus, declaration)))
+            .map(|declaration| {
+                Box::pin(async move { (declaration, publish_patiently(bus, declaration).await) })
+            })
             .collect();
         let mut sends = futures_util::stream::iter(sends).buffer_unordered(SEND_CONCURRENCY);
         let mut first_error = None;
-        while let Some(sent) = sends.next().await {
-            if let (Err(error), None) = (sent, &first_error) {
-                first_error = Some(error);
+        let mut stored = Vec::with_capacity(declarations.len());
+        while let Some((declaration, sent)) = sends.next().await {
+            match sent {
+                Ok(()) => stored.push(declaration),
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
             }
         }
+        // What the bus stored is recorded as sent, together (not a round trip per node).
+        recorded_sent(home, &stored).await?;
         first_error.map_or(Ok(()), Err)
     }
 

@@ -300,6 +300,15 @@ impl Home {
         Ok(self.records.put(key, bytes)?)
     }
 
+    /// Writes each record of `records`, in order, together where the records' store can
+    /// ([`RecordStore::put_many`]).
+    ///
+    /// # Errors
+    /// A record cannot be written (those before it may have been).
+    pub fn put_many(&self, records: &[(String, Vec<u8>)]) -> Result<()> {
+        Ok(self.records.put_many(records)?)
+    }
+
     /// Writes `value` as pretty JSON at `key`.
     pub fn put_json<T: Serialize>(&self, key: &str, value: &T) -> Result<()> {
         self.put(key, &serde_json::to_vec_pretty(value)?)
@@ -596,6 +605,33 @@ impl Home {
         Ok(self.sent_record(node)?.map(|(digest, _)| digest))
     }
 
+    /// The digest of the declaration last sent to each node that was sent one, by node: one
+    /// listing of `sent/`, not a read per node (a record of the format before [`SENT_FORMAT`]
+    /// is read, and migrated, as [`Home::sent_digest`] does).
+    ///
+    /// # Errors
+    /// The records cannot be listed, or a record is neither format.
+    pub fn sent_digests(&self) -> Result<std::collections::BTreeMap<String, String>> {
+        let mut digests = std::collections::BTreeMap::new();
+        for (key, bytes) in self.records.values_under("sent")? {
+            let Some(node) = key
+                .strip_prefix("sent/")
+                .and_then(|name| name.strip_suffix(".json"))
+                .filter(|node| !node.contains('/'))
+            else {
+                continue;
+            };
+            let digest = match serde_json::from_slice::<SentRecord>(&bytes) {
+                Ok(record) if record.format == SENT_FORMAT => Some(record.declaration),
+                Ok(_) | Err(_) => self.sent_digest(node)?,
+            };
+            if let Some(digest) = digest {
+                digests.insert(node.to_owned(), digest);
+            }
+        }
+        Ok(digests)
+    }
+
     /// The declaration last sent to `node`.
     ///
     /// # Errors
@@ -686,6 +722,30 @@ impl Home {
                 declaration: digest,
             },
         )
+    }
+
+    /// Records what was sent to each node of `declarations`, as [`Home::record_sent`] does,
+    /// together: every declaration kept by digest first, then the nodes' records naming them.
+    ///
+    /// # Errors
+    /// The records cannot be written.
+    pub fn record_sent_many(&self, declarations: &[&Declaration]) -> Result<()> {
+        let mut kept = Vec::with_capacity(declarations.len());
+        let mut named = Vec::with_capacity(declarations.len());
+        for declaration in declarations {
+            let bytes = declaration.canonical_json();
+            let digest = mesh_model::sha256_digest(&bytes);
+            named.push((
+                format!("sent/{}.json", declaration.node),
+                serde_json::to_vec_pretty(&SentRecord {
+                    format: SENT_FORMAT,
+                    declaration: digest.clone(),
+                })?,
+            ));
+            kept.push((declaration_key(&digest), bytes));
+        }
+        self.put_many(&kept)?;
+        self.put_many(&named)
     }
 
     /// The last report heard from `node`.

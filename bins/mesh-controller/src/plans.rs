@@ -228,6 +228,28 @@ impl Home {
         )
     }
 
+    /// Writes nodes' parts of a rollout, the lease checked once for them all — unless the
+    /// plans lease was taken over.
+    ///
+    /// # Errors
+    /// The lease was taken over (nothing is written); a record cannot be written.
+    pub fn write_rollout_nodes<'r>(
+        &self,
+        plan: &str,
+        module: &str,
+        records: impl IntoIterator<Item = &'r RolloutNodeRecord>,
+    ) -> Result<()> {
+        self.check_lease()?;
+        let mut batch = Vec::new();
+        for record in records {
+            batch.push((
+                rollout_node_key(plan, module, &record.node),
+                serde_json::to_vec(record)?,
+            ));
+        }
+        self.put_many(&batch)
+    }
+
     /// Every node's part of a module's rollout in a plan, by node name.
     ///
     /// # Errors
@@ -235,13 +257,28 @@ impl Home {
     pub fn rollout_nodes(&self, plan: &str, module: &str) -> Result<Vec<RolloutNodeRecord>> {
         let dir = format!("rollouts/{plan}/{module}");
         let mut out = Vec::new();
-        for name in self.json_stems(&dir)? {
-            let key = format!("{dir}/{name}.json");
-            out.extend(self.read_record::<RolloutNodeRecord>(
-                &key,
-                "a node's record of a rollout",
-                ROLLOUT_NODE_FORMAT,
-            )?);
+        // One listing with the values, not a read per node.
+        for (key, bytes) in self.records().values_under(&dir)? {
+            if key.matches('/').count() != 3 || !key.ends_with(".json") {
+                continue;
+            }
+            let location = self.records().locate(&key);
+            let value: Value =
+                serde_json::from_slice(&bytes).map_err(bad_record(location.clone(), "JSON"))?;
+            match value.get("format").and_then(Value::as_u64) {
+                Some(found) if found == u64::from(ROLLOUT_NODE_FORMAT) => {}
+                found => {
+                    return Err(Error::Format {
+                        location,
+                        found: found.map_or("none".to_owned(), |f| f.to_string()),
+                        expected: ROLLOUT_NODE_FORMAT,
+                    })
+                }
+            }
+            out.push(
+                serde_json::from_value::<RolloutNodeRecord>(value)
+                    .map_err(bad_record(location, "a node's record of a rollout"))?,
+            );
         }
         out.sort_by(|a, b| a.node.cmp(&b.node));
         Ok(out)

@@ -93,12 +93,21 @@ pub fn open_home(root: &Path, bus: Option<&BusArgs>) -> Result<Home> {
             }
         }
     };
+    let migrated = records.migrated();
     let records = Arc::new(records);
     let reports = StreamReports(Arc::clone(&records));
     // A record larger than a bucket's value (an inventory of thousands of nodes) is kept in
     // chunks, none above 64 KiB.
     let chunked = Arc::new(mesh_store::chunked::ChunkedRecords::new(records));
-    Ok(Home::on_bus(root, chunked, Some(Arc::new(reports))))
+    let home = Home::on_bus(root, chunked, Some(Arc::new(reports)));
+    if migrated > 0 {
+        home.note_migration(format!(
+            "{}: {migrated} records moved to the keys of layout 2 (each record directory a \
+             subject token, so a listing reads only its directory)",
+            home.records().name()
+        ));
+    }
+    Ok(home)
 }
 
 /// The bus's reports stream as the source of each node's latest report (rule 27): every report

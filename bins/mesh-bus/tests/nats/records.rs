@@ -202,3 +202,135 @@ fn a_node_cannot_read_the_records_and_the_bucket_is_never_granted() {
     );
     assert_eq!(CONTROLLER_USER, "controller");
 }
+
+/// A listing reads only what is under its directory: each directory is a subject token of the
+/// bucket's keys (`mesh_bus::records::bucket_key`), so a prefix is one subject filter. Names
+/// holding dots list as themselves, a removed record is not listed, and the values and sizes
+/// come with one listing.
+#[test]
+fn a_listing_reads_only_its_directory_with_values_and_sizes() {
+    let server = super::server();
+    let records = open(&server);
+    records.put("sent/n1.json", b"one").unwrap();
+    records.put("sent/n2.json", b"second").unwrap();
+    records.put("sentinel.json", b"not under sent").unwrap();
+    records.put("sent.json", b"not under sent either").unwrap();
+    records.put("declarations/ab.json", b"{}").unwrap();
+    records.put("rollouts/plan-1/m00/n1.json", b"r").unwrap();
+    records.put("rollouts/plan-1/m00/n2.json", b"r").unwrap();
+    records.delete("rollouts/plan-1/m00/n2.json").unwrap();
+    assert_eq!(
+        records.keys_under("sent").unwrap(),
+        vec!["sent/n1.json", "sent/n2.json"]
+    );
+    assert_eq!(
+        records.values_under("sent").unwrap(),
+        vec![
+            ("sent/n1.json".to_owned(), b"one".to_vec()),
+            ("sent/n2.json".to_owned(), b"second".to_vec())
+        ]
+    );
+    assert_eq!(records.list("rollouts/plan-1").unwrap(), vec!["m00"]);
+    assert_eq!(
+        records.keys_under("rollouts").unwrap(),
+        vec!["rollouts/plan-1/m00/n1.json"]
+    );
+    assert!(records.keys_under("nothing").unwrap().is_empty());
+    assert_eq!(
+        records.list("").unwrap(),
+        vec![
+            "declarations",
+            "rollouts",
+            "sent",
+            "sent.json",
+            "sentinel.json"
+        ]
+    );
+    let stats = records.stat_under("sent").unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert_eq!(
+        stats
+            .iter()
+            .map(|s| (s.key.as_str(), s.size))
+            .collect::<Vec<_>>(),
+        vec![("sent/n1.json", 3), ("sent/n2.json", 6)]
+    );
+    assert!(
+        stats
+            .iter()
+            .all(|s| s.written <= now + 1 && s.written + 600 > now),
+        "{stats:?}"
+    );
+    // The bucket's keys: directories as subject tokens, a name's dots as `=`.
+    assert_eq!(
+        mesh_bus::records::bucket_key("rollouts/plan-1/m00/n1.json"),
+        "rollouts.plan-1.m00.n1=json"
+    );
+    assert_eq!(
+        mesh_bus::records::record_key("rollouts.plan-1.m00.n1=json"),
+        "rollouts/plan-1/m00/n1.json"
+    );
+}
+
+/// A bucket written with the record keys as its keys (before the layout of
+/// `mesh_bus::records::bucket_key`) is moved to the layout on first open, saying how many,
+/// every record read back as it was; a second open moves nothing.
+#[test]
+fn a_bucket_of_the_older_layout_is_moved_on_first_open() {
+    let server = super::server();
+    // The older layout, written as the controller wrote it then: the record key as the key.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let bus = super::connect(&server).await;
+        let js = bus.jetstream();
+        js.get_or_create_stream(mesh_bus::jetstream::bucket_stream(RECORDS_BUCKET, 16))
+            .await
+            .unwrap();
+        let kv = js.get_key_value(RECORDS_BUCKET).await.unwrap();
+        for (key, value) in [
+            ("inventory.toml", "bus-node = \"a\"\n"),
+            ("plans/plan-1.json", "{\"format\":2}"),
+            ("settings/web/nodes/a.json", "{}"),
+            ("bus/passwords/a", "secret\n"),
+        ] {
+            kv.put(key, value.as_bytes().to_vec().into()).await.unwrap();
+        }
+        kv.put("plans/gone.json", b"x".to_vec().into())
+            .await
+            .unwrap();
+        kv.delete("plans/gone.json").await.unwrap();
+    });
+    let records = open(&server);
+    // The four records; the removed one is not moved.
+    assert_eq!(records.migrated(), 4);
+    assert_eq!(
+        records.get("inventory.toml").unwrap().as_deref(),
+        Some(b"bus-node = \"a\"\n".as_slice())
+    );
+    assert_eq!(
+        records.keys_under("").unwrap(),
+        vec![
+            "bus/passwords/a",
+            "inventory.toml",
+            "plans/plan-1.json",
+            "settings/web/nodes/a.json"
+        ]
+    );
+    assert_eq!(
+        records.get("bus/passwords/a").unwrap().as_deref(),
+        Some(b"secret\n".as_slice())
+    );
+    drop(records);
+    let again = open(&server);
+    assert_eq!(again.migrated(), 0);
+    assert_eq!(
+        again.keys_under("plans").unwrap(),
+        vec!["plans/plan-1.json"]
+    );
+}
