@@ -275,3 +275,108 @@ pub fn put_by_hand(home: &Home, key: &str, file: &Path, base: Option<&Path>) -> 
         crate::home::LAYER_TRIES
     )))
 }
+
+/// How long a declaration no record names is kept after it was written, unless
+/// [`collect_declarations`] is given another grace: a push writes a declaration before the
+/// record naming it (`sent/<node>.json`), so a collection running between the two must not take
+/// it.
+pub const DECLARATION_GRACE: std::time::Duration = std::time::Duration::from_secs(10 * 60);
+
+/// What `records collect` did.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct DeclarationsCollected {
+    /// The declarations removed: no record names them, and they are older than the grace.
+    pub collected: mesh_store::chunked::Collected,
+    /// Declarations kept because a record names them.
+    pub named: u64,
+    /// How many nodes' last sends named declarations.
+    pub sent_nodes: u64,
+    /// The open plans whose rollouts named declarations (what each node is sent, what it ran
+    /// before, what it was sent back).
+    pub open_plans: Vec<String>,
+    /// The grace, in seconds.
+    pub grace_secs: u64,
+    /// The chunks of replaced records removed (on a fleet's bus, where a record over 60 KiB is
+    /// kept in chunks).
+    pub chunks: mesh_store::chunked::Collected,
+}
+
+/// `records collect`: removes every declaration (`declarations/<hex>.json`, kept once by
+/// digest) that no record names any more and that was written at least `grace` before `now`
+/// (seconds since the epoch; the records' store dates what it holds), and the chunks of
+/// replaced records no record names. Named are what each node was last sent
+/// (`sent/<node>.json`) and, for every open plan, what each node of its rollouts is sent,
+/// what it ran before (a revert sends it back) and what it was sent back.
+///
+/// # Guarantees
+/// - Holds the plans lock while it runs: no rollout writes records meanwhile (it waits for one
+///   under way to finish).
+/// - A push writes a declaration before the record naming it; a declaration younger than
+///   `grace` is kept whether named or not, so a push under way never loses its declaration.
+/// - Nothing named is removed; a record that cannot be read stops the collection before
+///   anything is removed.
+///
+/// # Errors
+/// The home holds no mesh; a record cannot be read (nothing is removed) or a declaration cannot
+/// be removed (those before it were).
+pub fn collect_declarations(
+    home: &Home,
+    now: u64,
+    grace: std::time::Duration,
+) -> Result<DeclarationsCollected> {
+    home.require()?;
+    let _lock = crate::plans::PlansLock::acquire(home, "collecting declarations")?;
+    let mut named: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    let sent = home.sent_digests()?;
+    let sent_nodes = sent.len() as u64;
+    named.extend(sent.into_values());
+    let mut open_plans = Vec::new();
+    for record in home.plans()? {
+        if !record.plan.state.is_open() {
+            continue;
+        }
+        for (module, work) in &record.work {
+            named.extend(work.reverted.values().cloned());
+            if let Some(rollout) = &work.rollout {
+                named.extend(rollout.bus_first.iter().map(|bus| bus.declaration.clone()));
+            }
+            for node in home.rollout_nodes(&record.plan.id, module)? {
+                named.insert(node.declaration);
+                named.extend(node.before);
+            }
+        }
+        open_plans.push(record.plan.id.clone());
+    }
+    let grace_secs = grace.as_secs();
+    let records = home.records();
+    let mut collected = mesh_store::chunked::Collected::default();
+    let mut kept = 0;
+    for stat in records.stat_under("declarations")? {
+        let Some(hex) = stat
+            .key
+            .strip_prefix("declarations/")
+            .and_then(|name| name.strip_suffix(".json"))
+        else {
+            continue;
+        };
+        if named.contains(&format!("sha256:{hex}")) {
+            kept += 1;
+        } else if stat.written.saturating_add(grace_secs) > now {
+            collected.young += 1;
+        } else {
+            records.delete(&stat.key)?;
+            collected.count += 1;
+            collected.bytes += stat.size;
+        }
+    }
+    let chunks = records.collect_leftovers(now, grace_secs)?;
+    Ok(DeclarationsCollected {
+        collected,
+        named: kept,
+        sent_nodes,
+        open_plans,
+        grace_secs,
+        chunks,
+    })
+}

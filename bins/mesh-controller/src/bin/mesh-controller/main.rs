@@ -383,6 +383,19 @@ pub enum RecordsCommand {
         #[arg(default_value = "")]
         dir: String,
     },
+    /// Removes the declarations no record names any more: each is kept once by its digest,
+    /// and kept while what a node was last sent, or an open plan's rollout (what a node is
+    /// sent, what it ran before, what it was sent back), names it. One written within the
+    /// grace is kept all the same (a push writes it before the record naming it). Also removes
+    /// the chunks of replaced records on a fleet's bus. Says how many were removed and their
+    /// bytes. Waits while a plan is being driven.
+    ///
+    /// Exit codes: 0 collected; 1 error (a record could not be read: nothing was removed).
+    Collect {
+        /// Keep what no record names when it was written less than this many minutes ago.
+        #[arg(long, value_name = "MINUTES", default_value_t = 10)]
+        grace_minutes: u64,
+    },
     /// Prints one record, e.g. `inventory.toml` or `plans/plan-3.json`.
     ///
     /// Exit codes: 0 printed; 1 error (no such record).
@@ -1108,6 +1121,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 match output {
                     Output::Json => println!("{}", serde_json::to_string_pretty(&names)?),
                     Output::Text => names.iter().for_each(|name| println!("{name}")),
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Records(RecordsCommand::Collect { grace_minutes }) => {
+                let collected = records::collect_declarations(
+                    &home,
+                    mesh_host::now(),
+                    std::time::Duration::from_secs(grace_minutes.saturating_mul(60)),
+                )?;
+                match output {
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&collected)?),
+                    Output::Text => print!("{}", render::declarations_collected(&collected)),
                 }
                 Ok(ExitCode::SUCCESS)
             }

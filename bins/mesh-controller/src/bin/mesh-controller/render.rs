@@ -232,6 +232,41 @@ pub fn status(overview: &Overview) -> String {
     out
 }
 
+/// `records collect`: what was removed and why the rest was kept.
+pub fn declarations_collected(done: &mesh_controller::records::DeclarationsCollected) -> String {
+    let plans = if done.open_plans.is_empty() {
+        "no open plan".to_owned()
+    } else {
+        format!("open plans {}", done.open_plans.join(", "))
+    };
+    let mut out = format!(
+        "collected {} declaration(s), {} bytes, that no record names; kept {} named (by what \
+         {} node(s) were last sent and {plans})",
+        done.collected.count, done.collected.bytes, done.named, done.sent_nodes
+    );
+    if done.collected.young > 0 {
+        let _ = write!(
+            out,
+            " and {} written less than {} minute(s) ago",
+            done.collected.young,
+            done.grace_secs / 60
+        );
+    }
+    out.push('\n');
+    if done.chunks.count > 0 || done.chunks.young > 0 {
+        let _ = writeln!(
+            out,
+            "collected {} chunk(s) of replaced records, {} bytes ({} kept, written less than {} \
+             minute(s) ago)",
+            done.chunks.count,
+            done.chunks.bytes,
+            done.chunks.young,
+            done.grace_secs / 60
+        );
+    }
+    out
+}
+
 /// What `node enroll` did, for a person.
 pub fn enrolled(enrolled: &mesh_controller::enroll::Enrolled) -> String {
     let mut out = format!(
