@@ -3,23 +3,67 @@
 //! cluster), the ones made earlier with fewer listed by `broker replicas` and raised by
 //! `broker raise-replicas`, a person's act; with one server of three left a record write
 //! fails naming the lost quorum and stores nothing, and works again when quorum returns.
+//!
+//! Secured as a fleet's bus is (issue 17): the servers serve TLS only, with certificates from
+//! the test's own CA, and know the controller by its NKey alone.
 
 mod support;
 
+use mesh_bus::grants::{users_config, BusUsers, UserCredential};
 use mesh_bus::jetstream;
 use mesh_bus::nats_cluster::NatsCluster;
-use mesh_bus::{NatsBus, NatsOptions};
+use mesh_bus::nats_server::ServerTls;
+use mesh_bus::{BusTls, NatsBus, NatsOptions};
 use std::path::Path;
 use std::process::{Command, Output};
 use support::fleet::{controller_binary, runtime};
 
-/// Runs the controller with `--home home --bus urls` and `args`.
+/// Where a secured cluster's home keeps the CA its servers' certificates are signed by.
+const BUS_CA: &str = "bus-ca.pem";
+
+/// A home and a loopback cluster of three TLS-only servers that let in the controller alone,
+/// by its NKey: the home's seed made as `broker keygen` makes it (`bus/nkey.seed`), the
+/// servers' certificates from the test's own CA, kept in the home as [`BUS_CA`] for every
+/// controller run to trust (`--bus-ca`).
+fn secured_cluster() -> (tempfile::TempDir, NatsCluster, support::pki::TestPki) {
+    let home = tempfile::Builder::new()
+        .prefix("mesh-cluster-")
+        .tempdir()
+        .unwrap();
+    std::fs::create_dir_all(home.path().join("bus")).unwrap();
+    let seed = mesh_bus::keys::make_seed_file(&home.path().join("bus/nkey.seed")).unwrap();
+    let users = users_config(&BusUsers {
+        controller: UserCredential::Nkey(seed.public_key),
+        nodes: Vec::new(),
+    })
+    .unwrap();
+    let pki = support::pki::TestPki::new("cluster");
+    std::fs::copy(&pki.ca_file, home.path().join(BUS_CA)).unwrap();
+    let tls = ServerTls {
+        cert_file: pki.server_cert.clone(),
+        key_file: pki.server_key.clone(),
+        client_ca_file: None,
+    };
+    let cluster = NatsCluster::start_with_tls(3, &users, &tls).unwrap_or_else(|e| panic!("{e}"));
+    (home, cluster, pki)
+}
+
+/// The controller's connection options to `urls`: its seed in `home`, the home's CA.
+fn controller_options(home: &Path, urls: &str) -> NatsOptions {
+    let seed = mesh_bus::keys::read_seed_file(&home.join("bus/nkey.seed")).unwrap();
+    NatsOptions::for_controller_nkey(urls.to_owned(), seed)
+        .with_tls(BusTls::with_ca(home.join(BUS_CA)))
+}
+
+/// Runs the controller with `--home home --bus urls`, trusting the home's CA, and `args`.
 fn controller(home: &Path, urls: &str, args: &[&str]) -> Output {
     Command::new(controller_binary())
         .arg("--home")
         .arg(home)
         .arg("--bus")
         .arg(urls)
+        .arg("--bus-ca")
+        .arg(home.join(BUS_CA))
         .args(args)
         .env_remove("MESH_BUS")
         .env_remove("MESH_BUS_REPLICAS")
@@ -72,16 +116,12 @@ fn replicas_of(rt: &tokio::runtime::Runtime, bus: &NatsBus, stream: &str) -> usi
 #[test]
 fn streams_made_with_one_copy_are_listed_and_raised_to_three_on_a_cluster() {
     let rt = runtime();
-    let cluster = NatsCluster::start(3).unwrap_or_else(|e| panic!("{e}"));
+    let (home, cluster, _pki) = secured_cluster();
     let urls = cluster.urls();
-    let home = tempfile::Builder::new()
-        .prefix("mesh-cluster-")
-        .tempdir()
-        .unwrap();
     // The mesh's streams and a module's state bucket as a controller of before made them: one
     // copy each, on one server of the three.
     let bus = rt.block_on(async {
-        let bus = NatsBus::connect(&NatsOptions::for_controller(&urls, "unused".to_owned()))
+        let bus = NatsBus::connect(&controller_options(home.path(), &urls))
             .await
             .unwrap();
         let js = bus.jetstream();
@@ -214,11 +254,8 @@ fn streams_made_with_one_copy_are_listed_and_raised_to_three_on_a_cluster() {
         (&listed["wanted"], &listed["source"]),
         (&2.into(), &"recorded".into())
     );
-    let records = mesh_bus::records::KvRecords::open(&NatsOptions::for_controller(
-        &urls,
-        "unused".to_owned(),
-    ))
-    .unwrap();
+    let records =
+        mesh_bus::records::KvRecords::open(&controller_options(home.path(), &urls)).unwrap();
     use mesh_store::record_store::RecordStore as _;
     let record = String::from_utf8(records.get("bus/replicas.json").unwrap().unwrap()).unwrap();
     assert!(record.contains("\"replicas\": 2"), "{record}");
@@ -239,9 +276,9 @@ fn streams_made_with_one_copy_are_listed_and_raised_to_three_on_a_cluster() {
 }
 
 /// The server leading the records bucket's stream, once it has one.
-fn records_leader(cluster: &NatsCluster) -> usize {
+fn records_leader(cluster: &NatsCluster, home: &Path) -> usize {
     let rt = runtime();
-    let options = NatsOptions::for_controller(cluster.urls(), "unused".to_owned());
+    let options = controller_options(home, &cluster.urls());
     support::wait_for(
         "the records led",
         std::time::Duration::from_secs(60),
@@ -283,12 +320,8 @@ fn local(home: &Path, args: &[&str]) -> Output {
 #[test]
 fn with_one_server_of_three_left_a_record_write_fails_naming_the_lost_quorum_and_nothing_is_half_written(
 ) {
-    let mut cluster = NatsCluster::start(3).unwrap_or_else(|e| panic!("{e}"));
+    let (home, mut cluster, _pki) = secured_cluster();
     let urls = cluster.urls();
-    let home = tempfile::Builder::new()
-        .prefix("mesh-cluster-")
-        .tempdir()
-        .unwrap();
     let out = local(home.path(), &["init", "--example"]);
     assert!(out.status.success(), "init: {out:?}");
     expect(home.path(), &urls, &["records", "import"], 0);
@@ -325,7 +358,7 @@ fn with_one_server_of_three_left_a_record_write_fails_naming_the_lost_quorum_and
     // follower that takes no write (a leader that had not yet seen its quorum lost would hold
     // the write in doubt, and store it when quorum returns) — no stream has a leader. The
     // write fails, saying so, after the records' retry limit.
-    let leader = records_leader(&cluster);
+    let leader = records_leader(&cluster, home.path());
     let second = (leader + 1) % cluster.len();
     cluster.kill(leader);
     cluster.kill(second);
