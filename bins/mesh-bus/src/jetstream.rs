@@ -516,6 +516,42 @@ pub fn declaration_consumer(node: &str) -> String {
     format!("host-{node}")
 }
 
+/// How long [`leaderless`] waits for a stream's servers to answer.
+pub const LEADER_PROBE: Duration = Duration::from_secs(5);
+
+/// Why `stream` takes no message now when the reason is that it has no leader — a cluster that
+/// lost its quorum (fewer than a majority of the stream's servers up) — for an error to say
+/// so; `None` when a leader answers for it (or it is on a single server that answers).
+///
+/// Asked of the servers within [`LEADER_PROBE`]: a stream whose info no server gives in that
+/// time is taken as leaderless (its servers down, or none reachable), and said so.
+pub async fn leaderless(js: &Context, stream: &str) -> Option<String> {
+    let info = tokio::time::timeout(LEADER_PROBE, async {
+        let mut handle = js.get_stream(stream).await.map_err(|e| e.to_string())?;
+        handle
+            .info()
+            .await
+            .map(|info| info.cluster.clone())
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    let lost = "a cluster that lost its quorum (fewer than a majority of its servers up)";
+    match info {
+        Ok(Ok(Some(cluster))) if cluster.leader.is_none() => {
+            Some(format!("the stream `{stream}` has no leader: {lost}"))
+        }
+        Ok(Ok(_)) => None,
+        Ok(Err(error)) => Some(format!(
+            "no server answered for the stream `{stream}` ({error}): {lost}, or no server \
+             reachable"
+        )),
+        Err(_) => Some(format!(
+            "no server answered for the stream `{stream}` within {LEADER_PROBE:?}: {lost}, or \
+             no server reachable"
+        )),
+    }
+}
+
 /// Makes `node`'s declaration consumer from now (the controller does, when it issues the
 /// node's grants — before the first declaration it sends), or keeps the one that exists.
 ///

@@ -780,13 +780,25 @@ async fn publish_patiently(bus: &NatsBus, declaration: &Declaration) -> Result<(
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
             Err(error) => {
+                // Said when it is why: the declarations' stream has no leader (its cluster lost
+                // its quorum), so the operator is not left with a bare time-out.
+                let why = jetstream::leaderless(&bus.jetstream(), jetstream::DECLARATIONS_STREAM)
+                    .await
+                    .map(|why| {
+                        format!(
+                            " — {why}; it is not stored (a server that had not yet seen the \
+                             quorum lost may hold it and store it once when quorum returns: \
+                             its message id keeps a second copy out)"
+                        )
+                    })
+                    .unwrap_or_default();
                 return Err(error).for_node(&declaration.node, || {
                     format!(
-                        "the bus did not take `{}`'s declaration within {} s",
+                        "the bus did not take `{}`'s declaration within {} s{why}",
                         declaration.node,
                         SEND_RETRY_LIMIT.as_secs()
                     )
-                })
+                });
             }
         }
     }

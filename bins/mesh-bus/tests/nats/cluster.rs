@@ -274,9 +274,23 @@ fn with_quorum_lost_a_write_fails_saying_so_and_stores_nothing_until_quorum_retu
     // Step: the first write stored. Kill the bucket's leader and one more server: the one left
     // is a follower that cannot make a leader alone.
     let leader = settled_leader(&cluster, RECORDS_STREAM);
+    let leaderless = |cluster: &NatsCluster| {
+        let urls = cluster.urls();
+        block_on(async move {
+            let bus = NatsBus::connect(&NatsOptions::new(urls)).await.unwrap();
+            jetstream::leaderless(&bus.jetstream(), RECORDS_STREAM).await
+        })
+    };
+    assert_eq!(leaderless(&cluster), None, "a stream with a leader");
     let second = (leader + 1) % cluster.len();
     cluster.kill(leader);
     cluster.kill(second);
+    // What a send that got no answer says of the stream (the controller's declarations).
+    let said = leaderless(&cluster).expect("the stream is said to have lost its leader");
+    assert!(
+        said.contains(RECORDS_STREAM) && said.contains("lost its quorum"),
+        "{said}"
+    );
     let error = chain(
         &records
             .put("inventory.toml", b"bus-node = \"b\"\n")
