@@ -4,7 +4,7 @@
 use crate::accounts::{AccountDatabase, Accounts, ShadowUtils};
 use crate::containers::{ContainerRuntime, DeclaredContainer, NoContainerRuntime, SetAside};
 use crate::fsops::{self, Wanted};
-use crate::order::{units_in_order, Unit};
+use crate::order::{order_of, Unit};
 use crate::paths::{is_ancestor, Opened, Resolved, RootPaths};
 use crate::podman::Podman;
 use crate::progress::{pause_point, ApplyProgress, NoProgress};
@@ -312,11 +312,12 @@ fn apply_examined<'s>(
     }
     engine.release_undeclared()?;
     engine.discover()?;
-    let (units, cyclic) = units_in_order(declaration);
-    for unit in &units {
+    let order = order_of(declaration, sent);
+    let (units, cyclic) = &*order;
+    for unit in units {
         engine.apply_unit(unit)?;
     }
-    for unit in &cyclic {
+    for unit in cyclic {
         for &member in &unit.members {
             let id = &declaration.resources[member].id;
             engine.fail(id, "it is part of a dependency cycle (`after`)".to_owned());

@@ -7,8 +7,9 @@
 //! containers; ties by id, so the order is a pure function of the declaration.
 
 use crate::paths::depth;
-use mesh_model::declaration::{Declaration, Resource, Spec};
+use mesh_model::declaration::{Declaration, Declared, Resource, Spec};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// A lone resource or a together group, applied as one.
 #[derive(Debug)]
@@ -33,8 +34,30 @@ fn key(resource: &Resource) -> Key<'_> {
     (phase, path_depth, resource.id.as_str())
 }
 
+/// A declaration's units in apply order, and the units caught in a dependency cycle.
+pub(crate) type Order = (Vec<Unit>, Vec<Unit>);
+
+/// [`units_in_order`] of `declaration`, computed once per sealed declaration (kept in its
+/// [`Declared::derived`] slot) when `declaration` is `sent`'s own; computed again otherwise.
+pub(crate) fn order_of(declaration: &Declaration, sent: &dyn Declared) -> Arc<Order> {
+    let slot = sent
+        .derived()
+        .filter(|_| std::ptr::eq(sent.declaration(), declaration));
+    let Some(slot) = slot else {
+        return Arc::new(units_in_order(declaration));
+    };
+    let kept = slot.get_or_init(|| -> Arc<dyn std::any::Any + Send + Sync> {
+        Arc::new(units_in_order(declaration))
+    });
+    match Arc::clone(kept).downcast::<Order>() {
+        Ok(order) => order,
+        // Another consumer's slot: derive it here.
+        Err(_) => Arc::new(units_in_order(declaration)),
+    }
+}
+
 /// The units of a declaration in apply order, and the units caught in a dependency cycle.
-pub(crate) fn units_in_order(declaration: &Declaration) -> (Vec<Unit>, Vec<Unit>) {
+pub(crate) fn units_in_order(declaration: &Declaration) -> Order {
     let resources = &declaration.resources;
     let directories: BTreeMap<&str, &str> = resources
         .iter()

@@ -626,6 +626,9 @@ pub struct Sealed {
     /// Per resource, in the declaration's order: the digest of a file's declared content.
     contents: Vec<Option<String>>,
     problems: Vec<String>,
+    /// What a consumer derived of it once (the apply keeps its order of units here): set once;
+    /// a copy carries what was set before it was made ([`Declared::derived`]).
+    derived: std::sync::OnceLock<std::sync::Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl Sealed {
@@ -646,6 +649,7 @@ impl Sealed {
             digest,
             contents,
             problems,
+            derived: std::sync::OnceLock::new(),
         }
     }
 
@@ -687,6 +691,14 @@ pub trait Declared: Sync {
     fn content_digest(&self, resource: &Resource) -> Option<std::borrow::Cow<'_, str>>;
     /// Every rule it breaks ([`Declaration::problems`]).
     fn problems(&self) -> std::borrow::Cow<'_, [String]>;
+    /// A slot where a consumer keeps what it derives of this declaration once (a pure function
+    /// of it, such as the apply's order of units), when it is kept sealed; `None` for a plain
+    /// declaration, whose consumers derive it again on every call.
+    fn derived(
+        &self,
+    ) -> Option<&std::sync::OnceLock<std::sync::Arc<dyn std::any::Any + Send + Sync>>> {
+        None
+    }
 }
 
 impl Declared for Declaration {
@@ -734,5 +746,10 @@ impl Declared for Sealed {
     }
     fn problems(&self) -> std::borrow::Cow<'_, [String]> {
         self.problems.as_slice().into()
+    }
+    fn derived(
+        &self,
+    ) -> Option<&std::sync::OnceLock<std::sync::Arc<dyn std::any::Any + Send + Sync>>> {
+        Some(&self.derived)
     }
 }

@@ -62,7 +62,7 @@ pub use archives::ArchiveSource;
 
 use mesh_apply::{ArchivedContents, HostConfig};
 use mesh_bus::{subjects, Bus, BusError};
-use mesh_model::declaration::Declaration;
+use mesh_model::declaration::{Declaration, Declared, Sealed};
 use mesh_model::report::{Finding, MachineState, Outcome, Report, REPORT_FORMAT};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -85,8 +85,9 @@ pub fn now() -> u64 {
 /// A declaration received and checked, with its archived files read: ready to apply.
 #[derive(Debug, Clone)]
 pub struct Received {
-    /// The declaration as sent.
-    pub declaration: Declaration,
+    /// The declaration as sent, sealed once on receipt ([`Sealed`]): the apply neither hashes
+    /// it nor checks its rules again.
+    pub declaration: Arc<Sealed>,
     /// The content of its archived files, or why each could not be read.
     pub contents: ArchivedContents,
 }
@@ -151,7 +152,32 @@ pub async fn receive(
     payload: &[u8],
     now: u64,
 ) -> Result<Received, Box<Report>> {
-    let declaration = parse(node, payload, now)?;
+    let declaration = Arc::new(Sealed::new(parse(node, payload, now)?));
+    receive_sealed(source, node, declaration, now).await
+}
+
+/// [`receive`] of a payload already parsed and sealed (a host keeps the declaration it
+/// received sealed: it is neither parsed nor hashed twice).
+///
+/// # Errors
+/// The report refusing a declaration that is not for `node`.
+pub async fn receive_sealed(
+    source: &ArchiveSource,
+    node: &str,
+    declaration: Arc<Sealed>,
+    now: u64,
+) -> Result<Received, Box<Report>> {
+    if declaration.node != node {
+        return Err(Box::new(refused(
+            node,
+            Declared::digest(&*declaration).into_owned(),
+            format!(
+                "declaration refused, nothing applied: it is for `{}`, this host is `{node}`",
+                declaration.node
+            ),
+            now,
+        )));
+    }
     let contents = archives::read_archived(&declaration, source).await;
     Ok(Received {
         declaration,
@@ -185,14 +211,14 @@ pub fn apply_received_live(
     if std::env::var_os(FAIL_POINT).is_some_and(|step| step == PANIC_IN_APPLY) {
         panic!("fail point {FAIL_POINT}={PANIC_IN_APPLY}");
     }
-    match mesh_apply::apply_archived_live(config, declaration, contents, now, progress) {
+    match mesh_apply::apply_archived_live(config, &**declaration, contents, now, progress) {
         Ok(mut report) => {
             prune_archive_cache(config, declaration, &mut report);
             report
         }
         Err(error) => refused(
             &declaration.node,
-            declaration.digest(),
+            Declared::digest(&**declaration).into_owned(),
             format!("apply refused, nothing applied: {error}"),
             now,
         ),

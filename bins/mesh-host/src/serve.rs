@@ -42,7 +42,7 @@
 //! What it must never do: apply a declaration for another node (refused by
 //! [`crate::parse`]), or apply outside its root.
 
-use crate::{apply_guarded_live, apply_on_blocking_thread_live, now, receive};
+use crate::{apply_guarded_live, apply_on_blocking_thread_live, now, receive, receive_sealed};
 use async_nats::jetstream::consumer::PullConsumer;
 use futures_util::StreamExt;
 use mesh_apply::HostConfig;
@@ -609,7 +609,13 @@ impl Agent {
             on_worker: in_place,
             left: Arc::clone(&self.left),
         };
-        let report = match receive(&config.archives, &config.node, &payload, now()).await {
+        let received = match &sealed {
+            Some(sealed) => {
+                receive_sealed(&config.archives, &config.node, Arc::clone(sealed), now()).await
+            }
+            None => receive(&config.archives, &config.node, &payload, now()).await,
+        };
+        let report = match received {
             Err(report) => *report,
             Ok(received) if in_place => {
                 apply_guarded_live(&config.host, &received, now(), &progress)
