@@ -657,26 +657,11 @@ pub fn age(secs: u64) -> String {
     }
 }
 
-/// Seconds since the epoch as `YYYY-MM-DD HH:MM:SS UTC`.
+/// Seconds since the epoch as `YYYY-MM-DD HH:MM:SS UTC` (the host's [`mesh_host::format_time`],
+/// written for a person).
 pub fn utc(secs: u64) -> String {
-    // Howard Hinnant's days-to-civil.
-    let days = (secs / 86_400) as i64;
-    let rest = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rest / 3_600,
-        rest % 3_600 / 60,
-        rest % 60
-    )
+    let iso = mesh_host::format_time(secs);
+    format!("{} UTC", iso.trim_end_matches('Z').replacen('T', " ", 1))
 }
 
 const STYLE: &str = "

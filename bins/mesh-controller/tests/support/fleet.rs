@@ -299,6 +299,8 @@ impl Bed {
                         (false, Ok(_)) if Instant::now() > deadline => {
                             panic!("the bus's users were not in force within 10 s")
                         }
+                        // Only paces the looks at the condition above (the users in force);
+                        // the deadline bounds a failure, nothing is asserted on time.
                         (false, Ok(_)) | (_, Err(_)) => {
                             tokio::time::sleep(Duration::from_millis(50)).await
                         }
