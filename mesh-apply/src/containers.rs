@@ -7,6 +7,7 @@
 //! its `restart_on` (and after the whole together group they belong to), and tells the runtime
 //! whether one of them changed in this apply, so a restart happens only once its group is whole.
 
+use crate::state::ContainerWas;
 use mesh_model::declaration::ContainerSpec;
 
 /// A declared container, with who declares it (what its labels say).
@@ -21,7 +22,8 @@ pub struct DeclaredContainer<'a> {
 }
 
 /// A container kept, stopped and under another name, while the together group its replacement
-/// belongs to commits (rule 5): put back if the group does not apply whole, let go once it does.
+/// belongs to commits (rule 5): put back ([`ContainerRuntime::restore`]) if the group does not
+/// apply whole, let go once it does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SetAside {
     /// The name it is kept under (`<name>.mesh-old`).
@@ -72,9 +74,23 @@ pub trait ContainerRuntime {
     /// Why it could not, including that the mesh did not make it.
     fn start(&self, name: &str) -> Result<(), String>;
 
+    /// Before its together group commits, changing nothing: what the container is now, as
+    /// [`ContainerRuntime::restore`] needs it to put it back (kept in the group's record,
+    /// `group-commit.json`, before the first commit step). The default, for a runtime that
+    /// cannot tell: an error (its containers cannot be in a together group).
+    ///
+    /// # Errors
+    /// Why it cannot tell.
+    fn before_commit(&self, declared: &DeclaredContainer<'_>) -> Result<ContainerWas, String> {
+        Err(format!(
+            "container `{}` cannot be in a together group with this runtime",
+            declared.spec.name
+        ))
+    }
+
     /// Before its together group commits: when bringing the container to its spec would replace
     /// it (its spec changed), stops the one there and keeps it under another name, so that
-    /// [`ContainerRuntime::put_back`] can give it back if the group does not apply whole.
+    /// [`ContainerRuntime::restore`] can give it back if the group does not apply whole.
     /// `None`: nothing to keep (no container there, or its spec is the declared one). The
     /// default keeps nothing.
     ///
@@ -84,15 +100,21 @@ pub trait ContainerRuntime {
         Ok(None)
     }
 
-    /// Gives a container set aside back: removes its replacement, if any, gives it its name
-    /// back and starts it.
+    /// Puts the container named `name` (made for `resource`) back to what it was before its
+    /// together group's commit (`was`, from [`ContainerRuntime::before_commit`]), wherever that
+    /// commit stopped — in this process when another member failed, or after a host was killed
+    /// in the middle (rule 5): a container the commit created is removed, one it started is
+    /// stopped, and one it replaced gets its name back from the kept `<name>.mesh-old` (only the
+    /// container with the recorded id) and is started if it ran, its replacement removed.
+    ///
+    /// # Guarantees
+    /// Idempotent; a container the mesh did not make is never changed.
     ///
     /// # Errors
-    /// Why it could not.
-    fn put_back(&self, declared: &DeclaredContainer<'_>, _aside: &SetAside) -> Result<(), String> {
+    /// Why it could not (the next apply tries again).
+    fn restore(&self, _resource: &str, name: &str, _was: &ContainerWas) -> Result<(), String> {
         Err(format!(
-            "container `{}` cannot be put back by this runtime",
-            declared.spec.name
+            "container `{name}` cannot be put back by this runtime"
         ))
     }
 
@@ -102,6 +124,17 @@ pub trait ContainerRuntime {
     /// Why it could not.
     fn let_go(&self, _aside: &SetAside) -> Result<(), String> {
         Ok(())
+    }
+
+    /// After an interrupted apply: removes `<name>.mesh-old`, a container kept aside by a
+    /// together group that was whole when the host stopped (its record gone) — only when this
+    /// host's mesh made it. Returns what was done, `None` when there was nothing to remove.
+    /// The default removes nothing.
+    ///
+    /// # Errors
+    /// Why it could not.
+    fn let_go_leftover(&self, _name: &str) -> Result<Option<String>, String> {
+        Ok(None)
     }
 
     /// Whether a container the host made runs, changing nothing (drift, rule 28): `None` when

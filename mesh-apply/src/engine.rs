@@ -10,7 +10,8 @@ use crate::podman::Podman;
 use crate::progress::{pause_point, ApplyProgress, NoProgress};
 use crate::state::STATE_FORMAT;
 use crate::state::{
-    FailureRecord, GroupCommit, GroupFile, InProgress, Origin, Record, StateDir, StateFile, Target,
+    ContainerWas, FailureRecord, GroupCommit, GroupContainer, GroupDirectory, GroupFile,
+    GroupMembership, InProgress, Origin, Record, StateDir, StateFile, Target,
 };
 use crate::{ApplyError, ContainerRuntimeChoice, HostConfig};
 use mesh_model::declaration::{
@@ -139,6 +140,18 @@ pub fn apply_archived_live(
     now: u64,
     progress: &dyn ApplyProgress,
 ) -> Result<Report, ApplyError> {
+    with_real_seams(config, progress, |seams| {
+        apply_archived_with(config, declaration, contents, now, seams)
+    })
+}
+
+/// Runs `then` with the real seams: [`ShadowUtils`], and the runtime
+/// [`HostConfig::containers`] names.
+fn with_real_seams<T>(
+    config: &HostConfig,
+    progress: &dyn ApplyProgress,
+    then: impl FnOnce(&Seams<'_>) -> T,
+) -> T {
     let accounts = ShadowUtils::new(&config.root);
     let podman;
     let containers: &dyn ContainerRuntime = match &config.containers {
@@ -148,12 +161,173 @@ pub fn apply_archived_live(
         }
         ContainerRuntimeChoice::Unsupported => &NoContainerRuntime,
     };
-    let seams = Seams {
+    then(&Seams {
         accounts: &accounts,
         containers,
         progress,
+    })
+}
+
+/// Puts back a together group whose commit was interrupted (a [`crate::state::GroupCommit`]
+/// left in the state directory), with the real seams ([`apply`]'s): the first step of the next
+/// apply, public so that a test can look at the machine as that apply will find it. See
+/// [`put_back_interrupted_group_with`].
+///
+/// # Errors
+/// As [`put_back_interrupted_group_with`].
+pub fn put_back_interrupted_group(config: &HostConfig) -> Result<Option<String>, ApplyError> {
+    with_real_seams(config, &NoProgress, |seams| {
+        put_back_interrupted_group_with(config, seams)
+    })
+}
+
+/// Puts back a together group whose commit was interrupted, with the given seams; returns the
+/// group's name when there was one. Every apply does this first (rule 5).
+///
+/// # Guarantees
+/// The whole group is as it was before its commit, whichever step the host stopped at: each
+/// member file that was there gets its `.mesh-old` copy back and each that was not is removed
+/// (with its staged copy); each membership the commit added is removed; each directory it
+/// created is removed (left, and said, when it holds something) and each it changed gets its
+/// mode and owner back; each container is put back by [`ContainerRuntime::restore`] (one it
+/// created removed, one it started stopped, one it replaced given its name back from
+/// `<name>.mesh-old` and started if it ran). Then the record goes. Containers come last, so a
+/// container given back starts with the group's old files. Idempotent.
+///
+/// # Errors
+/// When the record cannot be read or removed, or a member cannot be put back
+/// ([`ApplyError::GroupPutBack`]): the record stays, the `.mesh-old` copies and containers are
+/// kept, and the next apply tries again.
+pub fn put_back_interrupted_group_with(
+    config: &HostConfig,
+    seams: &Seams<'_>,
+) -> Result<Option<String>, ApplyError> {
+    let dir = StateDir::open(&config.state_dir)?;
+    Ok(put_back_group(&dir, seams)?.map(|(group, _)| group))
+}
+
+/// [`put_back_interrupted_group_with`]: the group's name and what was left (a created
+/// directory that holds something), when there was one.
+fn put_back_group(
+    dir: &StateDir,
+    seams: &Seams<'_>,
+) -> Result<Option<(String, Vec<String>)>, ApplyError> {
+    let Some(record) = dir.read_group_commit()? else {
+        return Ok(None);
     };
-    apply_archived_with(config, declaration, contents, now, &seams)
+    let failed = |reason: String| ApplyError::GroupPutBack {
+        group: record.group.clone(),
+        reason,
+    };
+    let mut left = Vec::new();
+    for file in &record.files {
+        let old = fsops::old_name(&file.target);
+        let result = if file.existed {
+            match fs::symlink_metadata(&old) {
+                // Committed (or about to be): the copy is the file as it was.
+                Ok(_) => fs::rename(&old, &file.target),
+                // Not committed yet: the file is as it was.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e),
+            }
+        } else {
+            fsops::remove_if_present(&file.target)
+        }
+        .and_then(|()| fsops::remove_if_present(&fsops::new_name(&file.target)));
+        result.map_err(|source| ApplyError::StateWrite {
+            path: file.target.clone(),
+            source,
+        })?;
+        if let Some(parent) = file.target.parent() {
+            let _ = fsops::sync_dir(parent);
+        }
+    }
+    for membership in &record.memberships {
+        let (account, group) = (&membership.account, &membership.group);
+        let db = seams
+            .accounts
+            .read()
+            .map_err(|e| failed(format!("cannot read the accounts: {e}")))?;
+        if db.is_member(account, group) {
+            seams
+                .accounts
+                .remove_membership(account, group)
+                .map_err(|e| failed(format!("cannot remove `{account}` from `{group}`: {e}")))?;
+        }
+    }
+    for directory in record.directories.iter().rev() {
+        let target = &directory.target;
+        let result = if directory.created {
+            match fs::remove_dir(target) {
+                Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => {
+                    left.push(format!(
+                        "directory `{}`, which the group created, holds something: it is left",
+                        target.display()
+                    ));
+                    Ok(())
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            }
+        } else {
+            fsops::set_mode_owner(target, directory.mode, directory.uid, directory.gid)
+        };
+        result.map_err(|e| failed(format!("directory `{}`: {e}", target.display())))?;
+    }
+    for container in record.containers.iter().rev() {
+        seams
+            .containers
+            .restore(&container.resource, &container.name, &container.before)
+            .map_err(|e| failed(format!("container `{}`: {e}", container.name)))?;
+    }
+    dir.clear_group_commit()?;
+    Ok(Some((record.group, left)))
+}
+
+/// The record of a together group about to commit: every member its commit changes, with
+/// what it was.
+fn group_record(unit: &Unit, members: &[&Resource], staged: &[Staged]) -> GroupCommit {
+    let mut record = GroupCommit {
+        format: STATE_FORMAT,
+        group: unit.group.clone().unwrap_or_default(),
+        files: Vec::new(),
+        directories: Vec::new(),
+        memberships: Vec::new(),
+        containers: Vec::new(),
+    };
+    for (member, step) in members.iter().zip(staged) {
+        match step {
+            Staged::Nothing => {}
+            Staged::File {
+                target, existed, ..
+            } => record.files.push(GroupFile {
+                target: target.clone(),
+                existed: *existed,
+            }),
+            Staged::Directory {
+                full,
+                create,
+                before: (mode, uid, gid),
+                ..
+            } => record.directories.push(GroupDirectory {
+                target: full.clone(),
+                created: *create,
+                mode: *mode,
+                uid: *uid,
+                gid: *gid,
+            }),
+            Staged::Membership { account, group } => record.memberships.push(GroupMembership {
+                account: account.clone(),
+                group: group.clone(),
+            }),
+            Staged::Container { spec, was, .. } => record.containers.push(GroupContainer {
+                resource: member.id.clone(),
+                name: spec.name.clone(),
+                before: was.clone(),
+            }),
+        }
+    }
+    record
 }
 
 /// [`apply_archived`] with the given seams.
@@ -251,6 +425,9 @@ fn apply_examined<'s>(
     (dir, state, interrupted): (StateDir, StateFile, Option<InProgress>),
     digest: Digest<'s>,
 ) -> Result<Report, ApplyError> {
+    // A together group left mid-commit is put back whole before anything else (rule 5), and
+    // before the accounts are read: putting it back may remove a membership.
+    let put_back = put_back_group(&dir, seams)?;
     // Windows that lapsed or whose process is gone ended abnormally (a released window leaves
     // no record): their records go (best effort), and the report says so (issue 13, rule 6).
     let ended = crate::window::prune_closed(&config.state_dir, now).unwrap_or_default();
@@ -288,8 +465,7 @@ fn apply_examined<'s>(
             message: crate::window::ended_abnormally(closed),
         });
     }
-    // A together group left mid-commit is put back whole before anything else (rule 5).
-    if let Some(group) = crate::state::put_back_interrupted_group(&config.state_dir)? {
+    if let Some((group, left)) = put_back {
         engine.findings.push(Finding {
             resource: String::new(),
             message: format!(
@@ -297,6 +473,12 @@ fn apply_examined<'s>(
                  back whole"
             ),
         });
+        for message in left {
+            engine.findings.push(Finding {
+                resource: String::new(),
+                message,
+            });
+        }
     }
     if let Some(interrupted) = &interrupted {
         engine.begin_change()?;
@@ -540,7 +722,12 @@ enum Staged {
     /// A membership to add.
     Membership { account: String, group: String },
     /// A container to bring to its spec.
-    Container { spec: ContainerSpec, restart: bool },
+    Container {
+        spec: ContainerSpec,
+        restart: bool,
+        /// What it is now (kept in the group's record, to put it back).
+        was: ContainerWas,
+    },
 }
 
 /// What a committed member needs to be put back.
@@ -564,23 +751,14 @@ enum Committed {
         id: String,
         module: String,
         spec: Box<ContainerSpec>,
-        before: ContainerBefore,
+        /// What it was before ([`ContainerRuntime::restore`] puts it back).
+        was: ContainerWas,
+        /// The container it replaced, kept aside until the group is whole.
+        aside: Option<SetAside>,
         /// Restart it once the group is whole (a `restart_on` file changed, and it was running
         /// as declared already).
         restart: bool,
     },
-}
-
-/// What a together member container was before its group's commit, so that it can be put back.
-enum ContainerBefore {
-    /// None was there: it was created.
-    Absent,
-    /// It was there, stopped, as declared: it was started.
-    Stopped,
-    /// It ran as declared.
-    Running,
-    /// It was replaced: the old one is kept aside until the group is whole.
-    Replaced(SetAside),
 }
 
 impl<'a> Engine<'a, '_> {
@@ -656,8 +834,38 @@ impl<'a> Engine<'a, '_> {
         Ok((uid, gid))
     }
 
-    /// Removes the temporary files an interrupted apply may have left beside file paths.
+    /// Removes what an interrupted apply may have left: temporary files beside file paths, and
+    /// the file copies and containers kept aside by a together group that was whole when the
+    /// host stopped. (Those of a group left mid-commit were given back first, by
+    /// [`put_back_group`]: a group's record gone says it was whole.)
     fn remove_leftovers(&mut self) {
+        let mut containers: BTreeMap<String, String> = self
+            .declaration
+            .resources
+            .iter()
+            .filter_map(|r| match &r.spec {
+                Spec::Container(c) => Some((c.name.clone(), r.id.clone())),
+                _ => None,
+            })
+            .collect();
+        for (id, record) in &self.state.resources {
+            if let Target::Container { name } = &record.target {
+                containers.entry(name.clone()).or_insert_with(|| id.clone());
+            }
+        }
+        for (name, id) in containers {
+            let message = match self.seams.containers.let_go_leftover(&name) {
+                Ok(None) => continue,
+                Ok(Some(done)) => done,
+                Err(e) => {
+                    format!("cannot remove the container kept aside as `{name}.mesh-old`: {e}")
+                }
+            };
+            self.findings.push(Finding {
+                resource: id,
+                message,
+            });
+        }
         let mut paths: BTreeSet<String> = self
             .declaration
             .resources
@@ -1649,27 +1857,15 @@ impl<'a> Engine<'a, '_> {
             return Ok(());
         }
 
-        // The group's files are recorded before the first commit step, so that a host killed
-        // in the middle puts the whole group back (rule 5).
-        let files: Vec<GroupFile> = staged
-            .iter()
-            .filter_map(|step| match step {
-                Staged::File {
-                    target, existed, ..
-                } => Some(GroupFile {
-                    target: target.clone(),
-                    existed: *existed,
-                }),
-                _ => None,
-            })
-            .collect();
-        let journaled = !files.is_empty();
+        // Every member the commit changes is recorded, with what it was, before the first
+        // commit step, so that a host killed in the middle puts the whole group back (rule 5).
+        let record = group_record(unit, members, &staged);
+        let journaled = !(record.files.is_empty()
+            && record.directories.is_empty()
+            && record.memberships.is_empty()
+            && record.containers.is_empty());
         if journaled {
-            self.dir.write_group_commit(&GroupCommit {
-                format: STATE_FORMAT,
-                group: unit.group.clone().unwrap_or_default(),
-                files,
-            })?;
+            self.dir.write_group_commit(&record)?;
         }
 
         // Commit in order; on a failure put back what was committed.
@@ -1713,10 +1909,12 @@ impl<'a> Engine<'a, '_> {
                     id,
                     module,
                     spec,
-                    before,
+                    was: _,
+                    aside,
                     restart,
                 } => {
-                    if let ContainerBefore::Replaced(aside) = before {
+                    if let Some(aside) = aside {
+                        pause_point("let-go", id);
                         if let Err(e) = self.seams.containers.let_go(aside) {
                             self.findings.push(Finding {
                                 resource: id.clone(),
@@ -1833,15 +2031,18 @@ impl<'a> Engine<'a, '_> {
                 }))
             }
             Spec::Container(spec) if self.held.contains_key(&spec.name) => Ok(Ok(Staged::Nothing)),
-            Spec::Container(spec) => Ok(
-                match self.seams.containers.check(&declared(resource, spec)) {
-                    Ok(()) => Ok(Staged::Container {
+            Spec::Container(spec) => {
+                let containers = self.seams.containers;
+                let declared = declared(resource, spec);
+                Ok(containers
+                    .check(&declared)
+                    .and_then(|()| containers.before_commit(&declared))
+                    .map(|was| Staged::Container {
                         spec: spec.clone(),
                         restart: self.restart_wanted(spec, changed_in_group),
-                    }),
-                    Err(reason) => Err(reason),
-                },
-            ),
+                        was,
+                    }))
+            }
         }
     }
 
@@ -1925,44 +2126,37 @@ impl<'a> Engine<'a, '_> {
                     changed,
                 ))
             }
-            Staged::Container { spec, restart } => {
+            Staged::Container { spec, restart, was } => {
                 // Rule 5: the container it replaces is kept until the group is whole, and a
                 // restart waits for the whole group (seed issue 066).
                 let containers = self.seams.containers;
-                let aside = containers.set_aside(&declared(resource, spec))?;
-                let changed = match containers.apply(&declared(resource, spec), false) {
-                    Ok(changed) => changed,
-                    Err(mut reason) => {
-                        if let Some(aside) = &aside {
-                            if let Err(e) = containers.put_back(&declared(resource, spec), aside) {
-                                reason.push_str(&format!("; and putting it back failed: {e}"));
-                            }
-                        }
-                        return Err(reason);
+                let put_back = |mut reason: String| {
+                    if let Err(e) = containers.restore(&resource.id, &spec.name, was) {
+                        reason.push_str(&format!("; and putting it back failed: {e}"));
                     }
+                    reason
                 };
-                let before = match aside {
-                    Some(aside) => ContainerBefore::Replaced(aside),
-                    None if changed.iter().any(|c| c == "created") => ContainerBefore::Absent,
-                    None if changed.iter().any(|c| c == "started") => ContainerBefore::Stopped,
-                    None => ContainerBefore::Running,
-                };
-                let changed = match &before {
-                    ContainerBefore::Replaced(aside) => aside.changed.clone(),
-                    ContainerBefore::Absent
-                    | ContainerBefore::Stopped
-                    | ContainerBefore::Running => changed,
+                let aside = containers
+                    .set_aside(&declared(resource, spec))
+                    .map_err(put_back)?;
+                let changed = containers
+                    .apply(&declared(resource, spec), false)
+                    .map_err(put_back)?;
+                let changed = match &aside {
+                    Some(aside) => aside.changed.clone(),
+                    None => changed,
                 };
                 if let Err(e) = self.record_container(resource) {
-                    return Err(e.to_string());
+                    return Err(put_back(e.to_string()));
                 }
-                let restart = *restart && matches!(before, ContainerBefore::Running);
+                let restart = *restart && matches!(was, ContainerWas::Running);
                 Ok((
                     Committed::Container {
                         id: resource.id.clone(),
                         module: resource.module.clone(),
                         spec: Box::new(spec.clone()),
-                        before,
+                        was: was.clone(),
+                        aside,
                         restart,
                     },
                     changed,
@@ -2000,23 +2194,12 @@ impl<'a> Engine<'a, '_> {
                 self.reload_accounts();
                 result.map_err(|e| format!("`{account}` in `{group}`: {e}"))
             }
-            Committed::Container {
-                id,
-                module,
-                spec,
-                before,
-                restart: _,
-            } => {
-                let declared = DeclaredContainer { id, module, spec };
+            Committed::Container { id, spec, was, .. } => {
                 let name = &spec.name;
-                let containers = self.seams.containers;
-                match before {
-                    ContainerBefore::Replaced(aside) => containers.put_back(&declared, aside),
-                    ContainerBefore::Absent => containers.remove(name).map(drop),
-                    ContainerBefore::Stopped => containers.stop(name),
-                    ContainerBefore::Running => Ok(()),
-                }
-                .map_err(|e| format!("container `{name}`: {e}"))
+                self.seams
+                    .containers
+                    .restore(id, name, was)
+                    .map_err(|e| format!("container `{name}`: {e}"))
             }
         }
     }

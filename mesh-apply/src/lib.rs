@@ -44,8 +44,8 @@ pub use containers::{
     ContainerRuntime, DeclaredContainer, NoContainerRuntime, SetAside, NOT_SUPPORTED,
 };
 pub use engine::{
-    apply, apply_archived, apply_archived_live, apply_archived_with, apply_with, ArchivedContents,
-    Seams,
+    apply, apply_archived, apply_archived_live, apply_archived_with, apply_with,
+    put_back_interrupted_group, put_back_interrupted_group_with, ArchivedContents, Seams,
 };
 pub use podman::{
     ContainerStatus, Podman, PodmanConfig, PodmanError, RunMount, RunSpec, LABEL_HOST,
@@ -53,7 +53,7 @@ pub use podman::{
     RUN_SPEC_FORMAT,
 };
 pub use progress::{ApplyProgress, NoProgress};
-pub use state::{is_mid_change, put_back_interrupted_group};
+pub use state::{is_mid_change, ContainerWas};
 
 use std::path::PathBuf;
 
@@ -207,6 +207,15 @@ pub enum ApplyError {
         /// The file.
         path: PathBuf,
         /// What is wrong with it.
+        reason: String,
+    },
+    /// A together group left mid-commit (`group-commit.json`) could not be put back; its record
+    /// and what it kept stay, and the next apply tries again.
+    #[error("together group `{group}` was left in the middle of its commit and cannot be put back: {reason}")]
+    GroupPutBack {
+        /// The group (`<module>/<group>`).
+        group: String,
+        /// What could not be put back, and why.
         reason: String,
     },
 }

@@ -27,6 +27,8 @@
 
 use crate::containers::{ContainerRuntime, DeclaredContainer, SetAside};
 use crate::paths::RootPaths;
+use crate::progress::pause_point;
+use crate::state::ContainerWas;
 use mesh_model::declaration::ContainerSpec;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -613,12 +615,14 @@ impl Podman {
         let sources = self.mount_sources(spec)?;
         let Some(current) = self.ours(&spec.name, Some(declared.id))? else {
             self.create(declared, &sources)?;
+            pause_point("created", declared.id);
             self.judge(spec)?;
             return Ok(vec!["created".to_owned()]);
         };
         if let Some(changed) = replaced_fields(spec, &current) {
             self.remove_container(&spec.name)?;
             self.create(declared, &sources)?;
+            pause_point("created", declared.id);
             self.judge(spec)?;
             return Ok(changed);
         }
@@ -654,7 +658,7 @@ impl Podman {
         let Some(changed) = replaced_fields(spec, &current) else {
             return Ok(None);
         };
-        let kept_as = format!("{}.mesh-old", spec.name);
+        let kept_as = kept_name(&spec.name);
         if self.ours(&kept_as, None)?.is_some() {
             self.remove_container(&kept_as)?;
         }
@@ -663,29 +667,116 @@ impl Podman {
             &os(&["container", "stop", "--time", &timeout, &spec.name]),
             &[],
         )?;
+        pause_point("stopped", declared.id);
         if let Err(error) = self.run_ok(&os(&["container", "rename", &spec.name, &kept_as]), &[]) {
             let _ = self.run_ok(&os(&["container", "start", &spec.name]), &[]);
             return Err(error);
         }
+        pause_point("kept", declared.id);
         Ok(Some(SetAside { kept_as, changed }))
     }
 
-    /// [`ContainerRuntime::put_back`] with a typed error.
+    /// [`ContainerRuntime::before_commit`] with a typed error.
+    ///
+    /// # Errors
+    /// [`PodmanError`]: a container it did not make, or podman's failure.
+    pub fn before_commit_container(
+        &self,
+        declared: &DeclaredContainer<'_>,
+    ) -> Result<ContainerWas, PodmanError> {
+        let spec = declared.spec;
+        let Some(current) = self.ours(&spec.name, Some(declared.id))? else {
+            return Ok(ContainerWas::Absent);
+        };
+        Ok(if replaced_fields(spec, &current).is_some() {
+            ContainerWas::Replaced {
+                kept_as: kept_name(&spec.name),
+                id: current.id,
+                running: current.running,
+            }
+        } else if current.running {
+            ContainerWas::Running
+        } else {
+            ContainerWas::Stopped
+        })
+    }
+
+    /// [`ContainerRuntime::restore`] with a typed error.
     ///
     /// # Errors
     /// [`PodmanError`]: podman's failure.
-    pub fn put_back_container(
+    pub fn restore_container(
         &self,
-        declared: &DeclaredContainer<'_>,
-        aside: &SetAside,
+        resource: &str,
+        name: &str,
+        was: &ContainerWas,
     ) -> Result<(), PodmanError> {
-        let name = &declared.spec.name;
-        if self.ours(name, Some(declared.id))?.is_some() {
-            self.remove_container(name)?;
+        // Only this host's container for this resource is ever changed under `name`.
+        let ours_now = || match self.ours(name, Some(resource)) {
+            Ok(found) => Ok(found),
+            Err(
+                PodmanError::Foreign { .. }
+                | PodmanError::OtherHost { .. }
+                | PodmanError::OtherResource { .. },
+            ) => Ok(None),
+            Err(e) => Err(e),
+        };
+        match was {
+            ContainerWas::Absent => {
+                if ours_now()?.is_some() {
+                    self.remove_container(name)?;
+                }
+            }
+            ContainerWas::Stopped => {
+                if ours_now()?.is_some_and(|c| c.running) {
+                    let timeout = self.config.stop_timeout_secs.to_string();
+                    self.run_ok(&os(&["container", "stop", "--time", &timeout, name]), &[])?;
+                }
+            }
+            ContainerWas::Running => {}
+            ContainerWas::Replaced {
+                kept_as,
+                id,
+                running,
+            } => {
+                let kept = self.inspect(kept_as)?.filter(|c| c.id == *id);
+                if kept.is_some() {
+                    // Set aside: its replacement (if made) goes, and it gets its name back.
+                    if ours_now()?.is_some_and(|c| c.id != *id) {
+                        self.remove_container(name)?;
+                    }
+                    self.run_ok(&os(&["container", "rename", kept_as, name]), &[])?;
+                } else if self.inspect(name)?.is_none_or(|c| c.id != *id) {
+                    // Neither under its name nor kept: it is gone (removed by hand); the next
+                    // apply converges the container.
+                    return Ok(());
+                }
+                // Under its name again (or never renamed): running if it ran.
+                if *running && self.inspect(name)?.is_some_and(|c| !c.running) {
+                    self.run_ok(&os(&["container", "start", name]), &[])?;
+                }
+            }
         }
-        self.run_ok(&os(&["container", "rename", &aside.kept_as, name]), &[])?;
-        self.run_ok(&os(&["container", "start", name]), &[])
-            .map(drop)
+        Ok(())
+    }
+
+    /// [`ContainerRuntime::let_go_leftover`] with a typed error.
+    ///
+    /// # Errors
+    /// [`PodmanError`]: podman's failure.
+    pub fn let_go_leftover_container(&self, name: &str) -> Result<Option<String>, PodmanError> {
+        let kept_as = kept_name(name);
+        match self.ours(&kept_as, None) {
+            Ok(None) | Err(PodmanError::Foreign { .. } | PodmanError::OtherHost { .. }) => Ok(None),
+            Err(e) => Err(e),
+            Ok(Some(_)) => {
+                self.remove_container(&kept_as)?;
+                Ok(Some(format!(
+                    "removed container `{kept_as}`, kept aside by a together group whose commit \
+                     completed before the host stopped"
+                )))
+            }
+        }
     }
 
     /// Judges a container just (re)started (rule 29): after its settle time it must be running
@@ -837,8 +928,18 @@ impl ContainerRuntime for Podman {
             .map_err(|e| e.to_string())
     }
 
-    fn put_back(&self, declared: &DeclaredContainer<'_>, aside: &SetAside) -> Result<(), String> {
-        self.put_back_container(declared, aside)
+    fn before_commit(&self, declared: &DeclaredContainer<'_>) -> Result<ContainerWas, String> {
+        self.before_commit_container(declared)
+            .map_err(|e| e.to_string())
+    }
+
+    fn restore(&self, resource: &str, name: &str, was: &ContainerWas) -> Result<(), String> {
+        self.restore_container(resource, name, was)
+            .map_err(|e| e.to_string())
+    }
+
+    fn let_go_leftover(&self, name: &str) -> Result<Option<String>, String> {
+        self.let_go_leftover_container(name)
             .map_err(|e| e.to_string())
     }
 
@@ -846,6 +947,11 @@ impl ContainerRuntime for Podman {
         self.remove_container(&aside.kept_as)
             .map_err(|e| e.to_string())
     }
+}
+
+/// The name a container replaced in a together group is kept under until the group is whole.
+fn kept_name(name: &str) -> String {
+    format!("{name}.mesh-old")
 }
 
 /// The fields in which the container `current` differs from `spec` — when it does, bringing it to

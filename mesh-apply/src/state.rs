@@ -3,6 +3,7 @@
 //! ```text
 //! <state-dir>/state.json        StateFile: what the mesh made and found, failures being retried
 //! <state-dir>/in-progress.json  InProgress: present while an apply runs (the machine is mid-change)
+//! <state-dir>/group-commit.json GroupCommit: present while a together group commits (rule 5)
 //! <state-dir>/found/<sha256>    the bytes of a file the mesh wrote over, to give back
 //! ```
 //!
@@ -152,9 +153,16 @@ pub struct InProgress {
 }
 
 /// A together group being committed (`group-commit.json`, rule 5): written before its first
-/// commit step, removed once the group is whole (its `.mesh-old` copies gone) or put back. Found
-/// on start, it says the host stopped in the middle of the group's commit: the next apply puts
-/// the whole group back before anything else.
+/// commit step, removed once the group is whole (before its `.mesh-old` copies and containers
+/// go) or put back. Found on start, it says the host stopped in the middle of the group's
+/// commit: the next apply puts the whole group back before anything else
+/// (`crate::put_back_interrupted_group`).
+///
+/// It holds every member the commit changes, with what it was before. A record written before
+/// directories, memberships and containers were recorded (files only) reads as one with none
+/// of them; a record of a group with none of them is written as such a record, so an older
+/// build reads it. An older build refuses a record naming members it does not know (rather
+/// than put back part of the group).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct GroupCommit {
@@ -164,6 +172,15 @@ pub struct GroupCommit {
     pub group: String,
     /// Its member files, in commit order.
     pub files: Vec<GroupFile>,
+    /// Its member directories the commit creates or whose mode or owner it changes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub directories: Vec<GroupDirectory>,
+    /// Its memberships the commit adds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memberships: Vec<GroupMembership>,
+    /// Its member containers the commit brings to their spec.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub containers: Vec<GroupContainer>,
 }
 
 /// A member file of a [`GroupCommit`].
@@ -175,6 +192,70 @@ pub struct GroupFile {
     /// Whether a file was there before (kept as `.<name>.mesh-old` while the group commits);
     /// if not, putting back removes it.
     pub existed: bool,
+}
+
+/// A member directory of a [`GroupCommit`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct GroupDirectory {
+    /// Its full path (under the root).
+    pub target: PathBuf,
+    /// Whether the commit creates it (putting back removes it, when empty); if not, putting
+    /// back gives it the mode and owner below.
+    pub created: bool,
+    /// Its permission bits before.
+    pub mode: u32,
+    /// Its owner's uid before.
+    pub uid: u32,
+    /// Its group's gid before.
+    pub gid: u32,
+}
+
+/// A membership a [`GroupCommit`] adds (the account was not in the group): putting back
+/// removes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct GroupMembership {
+    /// The account.
+    pub account: String,
+    /// The group.
+    pub group: String,
+}
+
+/// A member container of a [`GroupCommit`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct GroupContainer {
+    /// Its resource id (what its labels name).
+    pub resource: String,
+    /// Its name on the machine.
+    pub name: String,
+    /// What it was before the commit.
+    pub before: ContainerWas,
+}
+
+/// What a together member container was before its group's commit, as putting it back needs
+/// it (`"absent"`, or `{"replaced": {...}}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ContainerWas {
+    /// None was there: the commit creates it, putting back removes it.
+    Absent,
+    /// It was there as declared, stopped: the commit starts it, putting back stops it.
+    Stopped,
+    /// It ran as declared: the commit leaves it (a restart waits for the whole group).
+    Running,
+    /// Its spec changed: the commit stops it, keeps it under `kept_as` and makes its
+    /// replacement; putting back removes the replacement and gives it its name back.
+    #[serde(rename_all = "kebab-case")]
+    Replaced {
+        /// The name it is kept under while the group commits (`<name>.mesh-old`).
+        kept_as: String,
+        /// Its podman id: only the container with this id is given its name back.
+        id: String,
+        /// Whether it ran (putting back starts it again).
+        running: bool,
+    },
 }
 
 /// The state directory of one host.
@@ -415,48 +496,6 @@ pub fn is_mid_change(state_dir: &Path) -> Result<bool, ApplyError> {
     Ok(read_json::<InProgress>(&state_dir.join(IN_PROGRESS_FILE), |m| m.format)?.is_some())
 }
 
-/// Puts back a together group whose commit was interrupted (a [`GroupCommit`] left in
-/// `state_dir`): each member file that was there before gets its `.mesh-old` copy back, each
-/// that was not is removed; then the record goes. Returns the group's name when there was one.
-/// The next apply does this first; it is public so that a test can look at the machine as that
-/// apply will find it.
-///
-/// # Errors
-/// When the record cannot be read or removed, or a file cannot be put back (the record stays,
-/// and the next apply tries again).
-pub fn put_back_interrupted_group(state_dir: &Path) -> Result<Option<String>, ApplyError> {
-    let dir = StateDir {
-        dir: state_dir.to_path_buf(),
-        state_seen: std::cell::Cell::new(None),
-    };
-    let Some(group) = dir.read_group_commit()? else {
-        return Ok(None);
-    };
-    for file in &group.files {
-        let old = fsops::old_name(&file.target);
-        let result = if file.existed {
-            match std::fs::symlink_metadata(&old) {
-                // Committed (or about to be): the copy is the file as it was.
-                Ok(_) => std::fs::rename(&old, &file.target),
-                // Not committed yet: the file is as it was.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(e),
-            }
-        } else {
-            fsops::remove_if_present(&file.target)
-        };
-        result.map_err(|source| ApplyError::StateWrite {
-            path: file.target.clone(),
-            source,
-        })?;
-        if let Some(parent) = file.target.parent() {
-            let _ = fsops::sync_dir(parent);
-        }
-    }
-    dir.clear_group_commit()?;
-    Ok(Some(group.group))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -486,5 +525,53 @@ mod tests {
             theirs,
             "the file, not what this process kept"
         );
+    }
+
+    #[test]
+    fn a_group_record_of_files_only_reads_as_before_and_one_with_containers_round_trips() {
+        // As written before directories, memberships and containers were recorded.
+        let old =
+            br#"{"format":1,"group":"app/pair","files":[{"target":"/r/etc/a","existed":true}]}"#;
+        let record =
+            parse_json::<GroupCommit>(Path::new("group-commit.json"), old, |g| g.format).unwrap();
+        assert_eq!(record.files.len(), 1);
+        assert!(record.directories.is_empty() && record.memberships.is_empty());
+        assert!(record.containers.is_empty());
+        // A record of files only is written as such a record (an older build reads it).
+        assert_eq!(serde_json::to_vec(&record).unwrap(), old.to_vec());
+
+        let full = GroupCommit {
+            containers: vec![GroupContainer {
+                resource: "app/container/app".to_owned(),
+                name: "mesh-app-app".to_owned(),
+                before: ContainerWas::Replaced {
+                    kept_as: "mesh-app-app.mesh-old".to_owned(),
+                    id: "0123abcd".to_owned(),
+                    running: true,
+                },
+            }],
+            memberships: vec![GroupMembership {
+                account: "alice".to_owned(),
+                group: "wheel".to_owned(),
+            }],
+            directories: vec![GroupDirectory {
+                target: PathBuf::from("/r/srv/data"),
+                created: true,
+                mode: 0,
+                uid: 0,
+                gid: 0,
+            }],
+            ..record
+        };
+        let bytes = serde_json::to_vec(&full).unwrap();
+        assert!(
+            String::from_utf8_lossy(&bytes)
+                .contains(r#""replaced":{"kept-as":"mesh-app-app.mesh-old""#),
+            "{}",
+            String::from_utf8_lossy(&bytes)
+        );
+        let read = parse_json::<GroupCommit>(Path::new("group-commit.json"), &bytes, |g| g.format)
+            .unwrap();
+        assert_eq!(read, full);
     }
 }

@@ -175,7 +175,7 @@ fn host_killed_at_random_points_never_leaves_a_partial_file_and_the_next_apply_c
     );
     assert_eq!(pair(&sandbox)[2..], pair_of("a")[2..]);
     assert_eq!(
-        mesh_apply::put_back_interrupted_group(&sandbox.config.state_dir).unwrap(),
+        mesh_apply::put_back_interrupted_group(&sandbox.config).unwrap(),
         Some("crash/pair".to_owned())
     );
     assert_eq!(
@@ -198,7 +198,7 @@ fn host_killed_at_random_points_never_leaves_a_partial_file_and_the_next_apply_c
         host.wait().unwrap();
         check_no_partial_file(&sandbox, iteration);
         // What the next apply does first: a group left mid-commit is put back whole.
-        if mesh_apply::put_back_interrupted_group(&sandbox.config.state_dir)
+        if mesh_apply::put_back_interrupted_group(&sandbox.config)
             .unwrap_or_else(|e| panic!("iteration {iteration} (seed {seed}): {e}"))
             .is_some()
         {

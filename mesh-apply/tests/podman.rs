@@ -598,6 +598,10 @@ fn a_together_group_whose_other_member_fails_gives_its_container_back() {
         "nothing kept aside"
     );
     assert!(broken.findings.is_empty(), "{:?}", broken.findings);
+    assert!(
+        !sandbox.config.state_dir.join("group-commit.json").exists(),
+        "the group's record goes once it is put back"
+    );
 
     // Whole: the new container replaces it, the old one is let go.
     // (Its backoff elapsed.)
