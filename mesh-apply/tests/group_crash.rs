@@ -1,0 +1,293 @@
+//! A together group holding a container, killed in the middle of its commit (rule 5; issue 15,
+//! point 2; seed issue 066), under real podman: after each kill and the next apply's first
+//! step (putting back a group left mid-commit), the group is wholly old or wholly new — never a
+//! file of one declaration beside the container of the other — and the next apply converges.
+//!
+//! The host is killed at named steps only (fail points, `MESH_PAUSE_AT`): before each member's
+//! commit, and inside podman's replacement of the container (the old one stopped, kept as
+//! `<name>.mesh-old`, its replacement made), and once the group is whole before the old
+//! container is let go. Nothing here waits on a clock.
+//!
+//! This binary runs without the test harness: run plainly it is the test; with
+//! `MESH_GROUP_CRASH_CHILD=<variant>` it is the host being killed, applying one declaration.
+//! Needs podman configured as `scripts/podman-env.sh` does; fails, never skips, without it.
+
+mod common;
+mod podman_support;
+
+use common::*;
+use mesh_apply::{
+    apply, ContainerRuntimeChoice, HostConfig, RunSpec, LABEL_MADE_BY, LABEL_SPEC_DIGEST, MADE_BY,
+};
+use mesh_model::declaration::{Declaration, Resource, Spec};
+use mesh_model::report::MachineState;
+use podman_support::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+const CHILD: &str = "MESH_GROUP_CRASH_CHILD";
+const CONF: &str = "/etc/app.conf";
+const DATA: &str = "/srv/app-data";
+const FILE_ID: &str = "app/file/conf";
+const DIRECTORY_ID: &str = "app/directory/data";
+const MEMBERSHIP_ID: &str = "app/membership/alice-wheel";
+const CONTAINER_ID: &str = "app/container/app";
+
+fn conf(variant: &str) -> String {
+    format!("the configuration of declaration {variant}\n")
+}
+
+fn app(variant: &str, name: &str) -> Resource {
+    let mut app = together(container("app", "app", name), "release");
+    spec_mut(&mut app)
+        .env
+        .insert("MODE".to_owned(), variant.to_owned());
+    app
+}
+
+/// Declaration `a`: the group is a file and a container. Declaration `b` changes the file and
+/// the container's spec (so it is replaced) and adds a membership and a directory to the group.
+fn declaration_for(variant: &str, name: &str) -> Declaration {
+    let mut resources = vec![
+        together(file("app", "conf", CONF, &conf(variant)), "release"),
+        app(variant, name),
+    ];
+    if variant == "b" {
+        resources.push(together(directory("app", "data", DATA, 0o750), "release"));
+        resources.push(together(membership("app", "alice", "wheel"), "release"));
+    }
+    declaration(resources)
+}
+
+fn config(root: PathBuf, state_dir: PathBuf) -> HostConfig {
+    HostConfig {
+        root,
+        state_dir,
+        containers: ContainerRuntimeChoice::Podman(podman_config()),
+        ..HostConfig::default()
+    }
+}
+
+fn child(variant: &str) {
+    let env = |key: &str| std::env::var(key).unwrap();
+    let config = config(
+        PathBuf::from(env("MESH_GROUP_CRASH_ROOT")),
+        PathBuf::from(env("MESH_GROUP_CRASH_STATE")),
+    );
+    let now: u64 = env("MESH_GROUP_CRASH_NOW").parse().unwrap();
+    let declaration = declaration_for(variant, &env("MESH_GROUP_CRASH_NAME"));
+    apply(&config, &declaration, now).expect("the child's apply runs");
+}
+
+/// The together group `release` as it is on the machine.
+#[derive(Debug, PartialEq, Eq)]
+struct Group {
+    conf: Option<String>,
+    /// The spec digest of the container under its real name, and whether it runs.
+    container: Option<(String, bool)>,
+    alice_in_wheel: bool,
+    data_dir: bool,
+}
+
+fn spec_digest(variant: &str, name: &str) -> String {
+    match &app(variant, name).spec {
+        Spec::Container(spec) => RunSpec::of(spec).label().1,
+        other => panic!("not a container: {other:?}"),
+    }
+}
+
+/// The group as declaration `variant` declares it.
+fn group_of(variant: &str, name: &str) -> Group {
+    Group {
+        conf: Some(conf(variant)),
+        container: Some((spec_digest(variant, name), true)),
+        alice_in_wheel: variant == "b",
+        data_dir: variant == "b",
+    }
+}
+
+fn group(sandbox: &Sandbox, name: &str) -> Group {
+    Group {
+        conf: std::fs::read_to_string(sandbox.path(CONF)).ok(),
+        container: status(&sandbox.config.root, name).map(|s| {
+            assert_eq!(
+                s.labels.get(LABEL_MADE_BY).map(String::as_str),
+                Some(MADE_BY)
+            );
+            (
+                s.labels.get(LABEL_SPEC_DIGEST).cloned().unwrap_or_default(),
+                s.running,
+            )
+        }),
+        alice_in_wheel: sandbox.groups_of("alice").iter().any(|g| g == "wheel"),
+        data_dir: sandbox.exists(DATA),
+    }
+}
+
+/// The `.mesh-old` (and `.mesh-new`) files beside the group's file.
+fn file_leftovers(sandbox: &Sandbox) -> Vec<String> {
+    std::fs::read_dir(sandbox.path("/etc"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".mesh-"))
+        .collect()
+}
+
+/// A host process killed when dropped (a failing test leaves no host waiting at a fail point).
+struct Host(Child);
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs the child host applying `variant`, made to wait at `step` for `resource`; returns once it
+/// waits there.
+fn host_waiting_at(
+    sandbox: &Sandbox,
+    name: &str,
+    variant: &str,
+    now: u64,
+    (step, resource): (&str, &str),
+    release: &Path,
+) -> Host {
+    let mut host = Host(
+        Command::new(std::env::current_exe().unwrap())
+            .env(CHILD, variant)
+            .env("MESH_GROUP_CRASH_ROOT", &sandbox.config.root)
+            .env("MESH_GROUP_CRASH_STATE", &sandbox.config.state_dir)
+            .env("MESH_GROUP_CRASH_NOW", now.to_string())
+            .env("MESH_GROUP_CRASH_NAME", name)
+            .env(
+                mesh_apply::progress::PAUSE_AT,
+                format!("{step}:{resource}={}", release.display()),
+            )
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("the test binary re-runs itself"),
+    );
+    let mut reached = release.as_os_str().to_owned();
+    reached.push(".reached");
+    let reached = PathBuf::from(reached);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !reached.exists() {
+        if let Some(exit) = host.0.try_wait().unwrap() {
+            panic!("the host ended ({exit}) without reaching `{step}` for `{resource}`");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the host never reached `{step}` for `{resource}`"
+        );
+        // Only paces the looks at the condition above; the deadline bounds a failure.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    host
+}
+
+fn converge(sandbox: &Sandbox, prefix: &RunPrefix, name: &str, variant: &str, now: u64) {
+    let report = apply(&sandbox.config, &declaration_for(variant, name), now).unwrap();
+    assert_eq!(report.machine, MachineState::Converged, "{report:#?}");
+    assert_eq!(group(sandbox, name), group_of(variant, name));
+    assert_eq!(
+        prefix.containers(),
+        std::slice::from_ref(&name.to_owned()),
+        "nothing kept aside after applying {variant}"
+    );
+    assert_eq!(file_leftovers(sandbox), Vec::<String>::new());
+}
+
+fn a_together_group_with_a_container_killed_mid_commit_is_wholly_old_or_wholly_new() {
+    let mut sandbox = Sandbox::new();
+    sandbox.config = config(
+        sandbox.config.root.clone(),
+        sandbox.config.state_dir.clone(),
+    );
+    let prefix = RunPrefix::new();
+    let name = format!("{}app", prefix.0);
+    let mut now = 1_800_000_000;
+    converge(&sandbox, &prefix, &name, "a", now);
+
+    // Every place in the commit of `b` the host can stop at, in no particular order: each
+    // member's commit, the container's replacement inside podman, and the group whole.
+    let steps = [
+        ("commit", FILE_ID),
+        ("commit", DIRECTORY_ID),
+        ("commit", MEMBERSHIP_ID),
+        ("commit", CONTAINER_ID),
+        ("stopped", CONTAINER_ID),
+        ("kept", CONTAINER_ID),
+        ("created", CONTAINER_ID),
+        ("let-go", CONTAINER_ID),
+    ];
+    for (n, step) in steps.into_iter().enumerate() {
+        let at = format!("`{}` for `{}`", step.0, step.1);
+        let old_id = status(&sandbox.config.root, &name).unwrap().id;
+        now += 1;
+        let release = sandbox
+            .config
+            .state_dir
+            .with_file_name(format!("release-{n}"));
+        let host = host_waiting_at(&sandbox, &name, "b", now, step, &release);
+        drop(host); // SIGKILL, then reaped.
+
+        // The next apply's first step: a group left mid-commit is put back whole.
+        let put_back = mesh_apply::put_back_interrupted_group(&sandbox.config)
+            .unwrap_or_else(|e| panic!("killed at {at}: {e}"));
+        let found = group(&sandbox, &name);
+        let old = group_of("a", &name);
+        let new = group_of("b", &name);
+        assert!(
+            found == old || found == new,
+            "killed at {at}: together group `app/release` is neither wholly old nor wholly \
+             new: {found:#?}"
+        );
+        if step.0 == "let-go" {
+            // The group was whole: its record was gone, nothing is put back.
+            assert_eq!(put_back, None, "killed at {at}");
+            assert_eq!(found, new, "killed at {at}");
+        } else {
+            assert_eq!(put_back.as_deref(), Some("app/release"), "killed at {at}");
+            assert_eq!(found, old, "killed at {at}");
+            let given_back = status(&sandbox.config.root, &name).unwrap();
+            assert_eq!(
+                given_back.id, old_id,
+                "killed at {at}: the old container itself"
+            );
+            assert_eq!(
+                prefix.containers(),
+                std::slice::from_ref(&name),
+                "killed at {at}: nothing kept aside"
+            );
+            assert_eq!(
+                file_leftovers(&sandbox),
+                Vec::<String>::new(),
+                "killed at {at}"
+            );
+        }
+
+        // The next apply converges (removing what a whole group kept aside), and so does
+        // going back to `a` for the next kill.
+        converge(&sandbox, &prefix, &name, "b", now + 1);
+        now += 2;
+        converge(&sandbox, &prefix, &name, "a", now);
+    }
+}
+
+fn main() {
+    if let Ok(variant) = std::env::var(CHILD) {
+        child(&variant);
+        return;
+    }
+    let name = "a_together_group_with_a_container_killed_mid_commit_is_wholly_old_or_wholly_new";
+    let started = Instant::now();
+    a_together_group_with_a_container_killed_mid_commit_is_wholly_old_or_wholly_new();
+    println!("test {name} ... ok");
+    println!(
+        "test result: ok. 1 passed; 0 failed; finished in {:.2?}",
+        started.elapsed()
+    );
+}
