@@ -33,6 +33,7 @@ const FILE_ID: &str = "app/file/conf";
 const DIRECTORY_ID: &str = "app/directory/data";
 const MEMBERSHIP_ID: &str = "app/membership/alice-wheel";
 const CONTAINER_ID: &str = "app/container/app";
+const WORKER_ID: &str = "app/container/worker";
 
 fn conf(variant: &str) -> String {
     format!("the configuration of declaration {variant}\n")
@@ -47,7 +48,8 @@ fn app(variant: &str, name: &str) -> Resource {
 }
 
 /// Declaration `a`: the group is a file and a container. Declaration `b` changes the file and
-/// the container's spec (so it is replaced) and adds a membership and a directory to the group.
+/// the container's spec (so it is replaced) and adds a membership, a directory and a second
+/// container (`<name>-worker`, created) to the group.
 fn declaration_for(variant: &str, name: &str) -> Declaration {
     let mut resources = vec![
         together(file("app", "conf", CONF, &conf(variant)), "release"),
@@ -56,8 +58,16 @@ fn declaration_for(variant: &str, name: &str) -> Declaration {
     if variant == "b" {
         resources.push(together(directory("app", "data", DATA, 0o750), "release"));
         resources.push(together(membership("app", "alice", "wheel"), "release"));
+        resources.push(together(
+            container("app", "worker", &worker(name)),
+            "release",
+        ));
     }
     declaration(resources)
+}
+
+fn worker(name: &str) -> String {
+    format!("{name}-worker")
 }
 
 fn config(root: PathBuf, state_dir: PathBuf) -> HostConfig {
@@ -86,6 +96,8 @@ struct Group {
     conf: Option<String>,
     /// The spec digest of the container under its real name, and whether it runs.
     container: Option<(String, bool)>,
+    /// Whether the second container is there (only `b` declares it), and runs.
+    worker: Option<bool>,
     alice_in_wheel: bool,
     data_dir: bool,
 }
@@ -102,6 +114,7 @@ fn group_of(variant: &str, name: &str) -> Group {
     Group {
         conf: Some(conf(variant)),
         container: Some((spec_digest(variant, name), true)),
+        worker: (variant == "b").then_some(true),
         alice_in_wheel: variant == "b",
         data_dir: variant == "b",
     }
@@ -120,6 +133,7 @@ fn group(sandbox: &Sandbox, name: &str) -> Group {
                 s.running,
             )
         }),
+        worker: status(&sandbox.config.root, &worker(name)).map(|s| s.running),
         alice_in_wheel: sandbox.groups_of("alice").iter().any(|g| g == "wheel"),
         data_dir: sandbox.exists(DATA),
     }
@@ -188,13 +202,29 @@ fn host_waiting_at(
     host
 }
 
+/// The containers the group's commit leaves when nothing is kept aside.
+fn containers_of(variant: &str, name: &str) -> Vec<String> {
+    let mut names = vec![name.to_owned()];
+    if variant == "b" {
+        names.push(worker(name));
+    }
+    names.sort();
+    names
+}
+
+fn containers_now(prefix: &RunPrefix) -> Vec<String> {
+    let mut names = prefix.containers();
+    names.sort();
+    names
+}
+
 fn converge(sandbox: &Sandbox, prefix: &RunPrefix, name: &str, variant: &str, now: u64) {
     let report = apply(&sandbox.config, &declaration_for(variant, name), now).unwrap();
     assert_eq!(report.machine, MachineState::Converged, "{report:#?}");
     assert_eq!(group(sandbox, name), group_of(variant, name));
     assert_eq!(
-        prefix.containers(),
-        std::slice::from_ref(&name.to_owned()),
+        containers_now(prefix),
+        containers_of(variant, name),
         "nothing kept aside after applying {variant}"
     );
     assert_eq!(file_leftovers(sandbox), Vec::<String>::new());
@@ -221,6 +251,8 @@ fn a_together_group_with_a_container_killed_mid_commit_is_wholly_old_or_wholly_n
         ("stopped", CONTAINER_ID),
         ("kept", CONTAINER_ID),
         ("created", CONTAINER_ID),
+        ("commit", WORKER_ID),
+        ("created", WORKER_ID),
         ("let-go", CONTAINER_ID),
     ];
     for (n, step) in steps.into_iter().enumerate() {
@@ -258,9 +290,9 @@ fn a_together_group_with_a_container_killed_mid_commit_is_wholly_old_or_wholly_n
                 "killed at {at}: the old container itself"
             );
             assert_eq!(
-                prefix.containers(),
-                std::slice::from_ref(&name),
-                "killed at {at}: nothing kept aside"
+                containers_now(&prefix),
+                containers_of("a", &name),
+                "killed at {at}: nothing kept aside, nothing made left"
             );
             assert_eq!(
                 file_leftovers(&sandbox),

@@ -546,7 +546,8 @@ impl mesh_apply::Accounts for AddingFails {
 // Issue 15, point 2 (rule 5, seed issue 066): a committed container could not be put back — a
 // recreate removed the old container before making the new one — so a together group holding
 // a container was not all-or-nothing. The old one is now kept, stopped and renamed, until the
-// group is whole; when another member fails, it is given back and started.
+// group is whole. Here the membership fails (before the container commits: it is left as it
+// was); a container put back after its commit is the next test's.
 #[test]
 fn a_together_group_whose_other_member_fails_gives_its_container_back() {
     let sandbox = sandbox();
@@ -624,4 +625,86 @@ fn a_together_group_whose_other_member_fails_gives_its_container_back() {
         .findings
         .iter()
         .all(|f| !f.message.contains("kept as")));
+}
+
+// Issue 15, point 2 (rule 5): the test above fails the group at its membership, which commits
+// before any container (members commit directories, files, memberships, containers) — so it
+// never put back a committed container. Here the group is two containers and no file: the
+// first one commits (replaced, or started), the second fails at its commit (it exits at once),
+// and the first is put back as it was — the old container itself, running; or stopped again —
+// and the one the commit made is removed.
+#[test]
+fn a_together_group_of_containers_failing_at_its_second_puts_the_first_back() {
+    let sandbox = sandbox();
+    let prefix = RunPrefix::new();
+    let name = format!("{}first", prefix.0);
+    let second = format!("{}second", prefix.0);
+    let app = |mode: &str| {
+        let mut app = together(container("app", "app", &name), "release");
+        spec_mut(&mut app).env.insert("MODE".into(), mode.into());
+        app
+    };
+    let breaks = || {
+        together(
+            running("app", "second", &second, &["sh", "-c", "exit 3"]),
+            "release",
+        )
+    };
+    run(&sandbox, vec![app("one")]);
+    let before = status(&sandbox.config.root, &name).unwrap();
+    assert!(before.running);
+
+    // Replaced at its commit, then the second fails: the old one comes back, running.
+    let broken = run(&sandbox, vec![app("two"), breaks()]);
+    let reason = failed_reason(outcome(&broken, "app/container/app"));
+    assert!(
+        reason.contains("together group") && reason.contains("app/container/second"),
+        "{reason}"
+    );
+    assert!(
+        failed_reason(outcome(&broken, "app/container/second")).contains("exited with code 3"),
+        "{broken:#?}"
+    );
+    let after_failure = status(&sandbox.config.root, &name).unwrap();
+    assert_eq!(after_failure.id, before.id, "the old container, given back");
+    assert!(after_failure.running, "and started again");
+    assert_eq!(
+        after_failure.labels.get(mesh_apply::LABEL_SPEC_DIGEST),
+        before.labels.get(mesh_apply::LABEL_SPEC_DIGEST),
+        "with its old spec"
+    );
+    assert_eq!(
+        prefix.containers(),
+        std::slice::from_ref(&name),
+        "nothing kept aside, the second one removed"
+    );
+    assert!(!sandbox.config.state_dir.join("group-commit.json").exists());
+
+    // There as declared but stopped: the commit starts it, the second fails, it is stopped
+    // again.
+    let podman = mesh_apply::Podman::new(podman_config(), &sandbox.config.root);
+    podman.stop(&name).unwrap();
+    let stopped = status(&sandbox.config.root, &name).unwrap();
+    assert!(!stopped.running);
+    let broken = apply(
+        &sandbox.config,
+        &declaration(vec![app("one"), breaks()]),
+        T0 + 3600,
+    )
+    .unwrap();
+    assert!(
+        matches!(
+            outcome(&broken, "app/container/app"),
+            Outcome::Failed { .. }
+        ),
+        "{broken:#?}"
+    );
+    let after_failure = status(&sandbox.config.root, &name).unwrap();
+    assert_eq!(after_failure.id, before.id, "the same container");
+    assert_ne!(
+        after_failure.started_at, stopped.started_at,
+        "the commit had started it: {broken:#?}"
+    );
+    assert!(!after_failure.running, "stopped again, as it was");
+    assert_eq!(prefix.containers(), std::slice::from_ref(&name));
 }
