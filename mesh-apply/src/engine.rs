@@ -1882,13 +1882,24 @@ impl<'a> Engine<'a, '_> {
                 Err(reason) => {
                     discard(&staged[index..]);
                     let mut reason = reason;
-                    for done in committed.iter().rev() {
+                    // Containers last, as after a crash: one given back starts with the
+                    // group's old files.
+                    let (containers, others): (Vec<&Committed>, Vec<&Committed>) = committed
+                        .iter()
+                        .rev()
+                        .partition(|done| matches!(done, Committed::Container { .. }));
+                    let mut whole_again = true;
+                    for done in others.into_iter().chain(containers) {
                         if let Err(e) = self.put_back(done) {
+                            whole_again = false;
                             reason.push_str(&format!("; and putting back failed: {e}"));
                         }
                     }
-                    if journaled {
+                    if journaled && whole_again {
                         self.dir.clear_group_commit()?;
+                    } else if journaled {
+                        // The record stays: the next apply puts the group back first.
+                        reason.push_str(" (the next apply puts the group back first)");
                     }
                     self.fail_group(unit, members, &members[index].id, &reason);
                     return Ok(());

@@ -708,3 +708,69 @@ fn a_together_group_of_containers_failing_at_its_second_puts_the_first_back() {
     assert!(!after_failure.running, "stopped again, as it was");
     assert_eq!(prefix.containers(), std::slice::from_ref(&name));
 }
+
+/// Real accounts whose removing always fails: a member that cannot be put back.
+struct RemovingFails(mesh_apply::ShadowUtils);
+
+impl mesh_apply::Accounts for RemovingFails {
+    fn read(&self) -> Result<mesh_apply::AccountDatabase, mesh_apply::AccountsError> {
+        self.0.read()
+    }
+    fn add_membership(&self, account: &str, group: &str) -> Result<(), mesh_apply::AccountsError> {
+        self.0.add_membership(account, group)
+    }
+    fn remove_membership(
+        &self,
+        account: &str,
+        group: &str,
+    ) -> Result<(), mesh_apply::AccountsError> {
+        Err(mesh_apply::AccountsError::Command {
+            command: format!("gpasswd -d {account} {group}"),
+            status: "exit status: 1".to_owned(),
+            stderr: "injected".to_owned(),
+        })
+    }
+}
+
+// Issue 15, point 2 (rule 5): a group whose failed commit could not be put back whole dropped
+// its record, so nothing would ever put the rest back. The record stays, and the next apply's
+// first step puts the group back.
+#[test]
+fn a_together_group_that_cannot_be_put_back_keeps_its_record_for_the_next_apply() {
+    let sandbox = sandbox();
+    let prefix = RunPrefix::new();
+    let second = format!("{}second", prefix.0);
+    let group = || {
+        declaration(vec![
+            together(membership("app", "alice", "wheel"), "release"),
+            together(
+                running("app", "second", &second, &["sh", "-c", "exit 3"]),
+                "release",
+            ),
+        ])
+    };
+    let accounts = RemovingFails(mesh_apply::ShadowUtils::new(&sandbox.config.root));
+    let podman = mesh_apply::Podman::new(podman_config(), &sandbox.config.root);
+    let seams = mesh_apply::Seams {
+        accounts: &accounts,
+        containers: &podman,
+        progress: &mesh_apply::NoProgress,
+    };
+    let broken = mesh_apply::apply_with(&sandbox.config, &group(), T0, &seams).unwrap();
+    let reason = failed_reason(outcome(&broken, "app/membership/alice-wheel"));
+    assert!(
+        reason.contains("putting back failed") && reason.contains("next apply puts the group back"),
+        "{reason}"
+    );
+    assert!(sandbox.groups_of("alice").contains(&"wheel".to_owned()));
+    assert!(sandbox.config.state_dir.join("group-commit.json").exists());
+    assert!(prefix.containers().is_empty(), "the second one removed");
+
+    // The next apply's first step (real accounts now).
+    assert_eq!(
+        mesh_apply::put_back_interrupted_group(&sandbox.config).unwrap(),
+        Some("app/release".to_owned())
+    );
+    assert!(!sandbox.groups_of("alice").contains(&"wheel".to_owned()));
+    assert!(!sandbox.config.state_dir.join("group-commit.json").exists());
+}
