@@ -5,6 +5,7 @@ use crate::accounts::{AccountDatabase, Accounts, ShadowUtils};
 use crate::containers::{ContainerRuntime, DeclaredContainer, NoContainerRuntime, SetAside};
 use crate::fsops::{self, Wanted};
 use crate::order::{order_of, Unit};
+use crate::outcomes::Outcomes;
 use crate::paths::{is_ancestor, Opened, Resolved, RootPaths};
 use crate::podman::Podman;
 use crate::progress::{pause_point, ApplyProgress, NoProgress};
@@ -23,6 +24,9 @@ use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
+
+/// How many owner and group pairs an apply keeps the ids of ([`Engine::owner_ids`]).
+const OWNERS_KEPT: usize = 16;
 
 /// The IO seams an apply uses.
 pub struct Seams<'a> {
@@ -451,7 +455,8 @@ fn apply_examined<'s>(
         dirty: false,
         paths: RootPaths::new(&config.root),
         accounts: seams.accounts.read().map_err(|e| e.to_string()),
-        outcomes: BTreeMap::new(),
+        owners: Vec::new(),
+        outcomes: Outcomes::new(declaration),
         undeclared: BTreeMap::new(),
         findings: Vec::new(),
         blocked: unreadable_files(declaration, contents),
@@ -509,7 +514,7 @@ fn apply_examined<'s>(
     engine.finish()?;
 
     let digest = engine.digest.get().to_owned();
-    let outcomes = engine.outcomes;
+    let outcomes = engine.outcomes.into_map();
     let undeclared = engine.undeclared;
     let whole = outcomes
         .values()
@@ -557,7 +562,11 @@ struct Engine<'a, 's> {
     dirty: bool,
     paths: RootPaths,
     accounts: Result<AccountDatabase, String>,
-    outcomes: BTreeMap<String, Outcome>,
+    /// Owner and group pairs already looked up in `accounts`, with their uid and gid
+    /// ([`Engine::owner_ids`]); emptied when the accounts are read again.
+    owners: Vec<(String, String, (u32, u32))>,
+    /// The declared resources' outcomes, by their place in `declaration`.
+    outcomes: Outcomes<'a>,
     undeclared: BTreeMap<String, Outcome>,
     findings: Vec<Finding>,
     /// Declared resources that cannot be attempted, and why (the resource they replace could
@@ -815,9 +824,28 @@ impl<'a> Engine<'a, '_> {
 
     fn reload_accounts(&mut self) {
         self.accounts = self.seams.accounts.read().map_err(|e| e.to_string());
+        self.owners.clear();
     }
 
-    fn owner_ids(&self, owner: &str, group: &str) -> Result<(u32, u32), String> {
+    /// The uid of account `owner` and gid of group `group`, as the accounts read say; the
+    /// answer for each pair is kept until the accounts are read again, so many files of one
+    /// owner ask the accounts once (a no-op apply of 10,000 files, issue 13).
+    fn owner_ids(&mut self, owner: &str, group: &str) -> Result<(u32, u32), String> {
+        if let Some(&(_, _, ids)) = self
+            .owners
+            .iter()
+            .find(|(o, g, _)| o == owner && g == group)
+        {
+            return Ok(ids);
+        }
+        let ids = self.look_up_owner_ids(owner, group)?;
+        if self.owners.len() < OWNERS_KEPT {
+            self.owners.push((owner.to_owned(), group.to_owned(), ids));
+        }
+        Ok(ids)
+    }
+
+    fn look_up_owner_ids(&self, owner: &str, group: &str) -> Result<(u32, u32), String> {
         let db = self.db()?;
         let uid = db.uid(owner).ok_or_else(|| {
             format!(
@@ -897,15 +925,21 @@ impl<'a> Engine<'a, '_> {
     // ---- failures and outcomes ----
 
     fn succeed(&mut self, id: &str, changed: Vec<String>) {
+        let outcome = self.success(id, changed);
+        self.outcomes.insert(id.to_owned(), outcome);
+    }
+
+    /// The outcome of declared resource `id`, which took (`changed`: what changed); any
+    /// failure of it before is forgotten.
+    fn success(&mut self, id: &str, changed: Vec<String>) -> Outcome {
         if self.state.failures.remove(id).is_some() {
             self.dirty = true;
         }
-        let outcome = if changed.is_empty() {
+        if changed.is_empty() {
             Outcome::Unchanged
         } else {
             Outcome::Applied { changed }
-        };
-        self.outcomes.insert(id.to_owned(), outcome);
+        }
     }
 
     /// Records a failure of declared resource `id` and reports it `failed` or `stuck`.
@@ -1290,11 +1324,20 @@ impl<'a> Engine<'a, '_> {
     /// Records, before anything is changed, what is at every newly declared resource.
     fn discover(&mut self) -> Result<(), ApplyError> {
         let declaration = self.declaration;
+        // Both are sorted by id: the resources without a record are found in one walk through
+        // the two, no search.
+        let mut recorded = self.state.resources.keys().peekable();
+        let new: Vec<&Resource> = declaration
+            .resources
+            .iter()
+            .filter(|resource| {
+                while recorded.next_if(|id| **id < resource.id).is_some() {}
+                recorded.peek().is_none_or(|id| **id != resource.id)
+            })
+            .collect();
         let mut added = false;
-        for resource in &declaration.resources {
-            if self.state.resources.contains_key(&resource.id)
-                || self.blocked.contains_key(&resource.id)
-            {
+        for resource in new {
+            if self.blocked.contains_key(&resource.id) {
                 continue;
             }
             if let Some(origin) = self.observe(resource)? {
@@ -1367,18 +1410,26 @@ impl<'a> Engine<'a, '_> {
 
     fn apply_unit(&mut self, unit: &Unit) -> Result<(), ApplyError> {
         let declaration = self.declaration;
-        let members: Vec<&Resource> = unit
-            .members
-            .iter()
-            .map(|&i| &declaration.resources[i])
-            .collect();
+        // A lone resource's unit (nearly every unit) lists its member without an allocation.
+        let lone: [&Resource; 1];
+        let group: Vec<&Resource>;
+        let members: &[&Resource] = match unit.members.as_slice() {
+            [only] => {
+                lone = [&declaration.resources[*only]];
+                &lone
+            }
+            many => {
+                group = many.iter().map(|&i| &declaration.resources[i]).collect();
+                &group
+            }
+        };
         // Blocked members (what they replace could not be released) fail the unit.
         if let Some((id, reason)) = members.iter().find_map(|r| {
             self.blocked
                 .get(&r.id)
                 .map(|reason| (r.id.clone(), reason.clone()))
         }) {
-            for member in &members {
+            for member in members {
                 let reason = if member.id == id {
                     reason.clone()
                 } else {
@@ -1392,9 +1443,9 @@ impl<'a> Engine<'a, '_> {
         if let Some(gate) = unit
             .deps
             .iter()
-            .find(|dep| !self.outcomes.get(*dep).is_some_and(Outcome::took))
+            .find(|dep| !self.outcomes.get(dep).is_some_and(Outcome::took))
         {
-            for member in &members {
+            for member in members {
                 self.outcomes.insert(
                     member.id.clone(),
                     Outcome::Skipped {
@@ -1406,7 +1457,7 @@ impl<'a> Engine<'a, '_> {
         }
         // Drift its policy says to leave (rule 28).
         if members.iter().any(|r| self.seams.progress.leave(&r.id)) {
-            for member in &members {
+            for member in members {
                 let step = crate::progress::LEFT_AS_FOUND.to_owned();
                 self.outcomes
                     .insert(member.id.clone(), Outcome::HeldStill { step });
@@ -1418,9 +1469,9 @@ impl<'a> Engine<'a, '_> {
             .iter()
             .any(|r| self.state.failures.contains_key(&r.id))
         {
-            return self.apply_unit_after_failures(unit, &members);
+            return self.apply_unit_after_failures(unit, members);
         }
-        self.attempt_unit(unit, &members)
+        self.attempt_unit(unit, members)
     }
 
     /// [`Engine::apply_unit`] for a unit some member of which failed before.
@@ -1459,7 +1510,10 @@ impl<'a> Engine<'a, '_> {
                 return Ok(());
             }
             match self.apply_one(resource)? {
-                Ok(changed) => self.succeed(&resource.id, changed),
+                Ok(changed) => {
+                    let outcome = self.success(&resource.id, changed);
+                    self.outcomes.set(unit.members[0], outcome);
+                }
                 Err(reason) => self.fail(&resource.id, reason),
             }
             return Ok(());
@@ -1621,9 +1675,10 @@ impl<'a> Engine<'a, '_> {
         spec: &FileSpec,
         wanted: &Wanted<'_>,
     ) -> Result<Option<(PathBuf, Vec<String>, Vec<String>)>, String> {
-        if !self.stamps.has(&spec.path) {
+        // One look-up of the stamp serves both questions: is there one, and is it this file's.
+        let Some(stamp) = self.stamps.stamp(&spec.path) else {
             return Ok(None);
-        }
+        };
         let Some(declared) = self.sent.content_digest(resource) else {
             return Ok(None);
         };
@@ -1635,7 +1690,7 @@ impl<'a> Engine<'a, '_> {
         let Some(meta) = meta.filter(|meta| meta.is_file()) else {
             return Ok(None);
         };
-        if self.stamps.known_digest(&spec.path, &meta) != Some(&*declared) {
+        if !stamp.same_file(&meta) || stamp.digest != *declared {
             return Ok(None);
         }
         let changed = mode_owner_differences(&meta, (wanted.mode, wanted.uid, wanted.gid));

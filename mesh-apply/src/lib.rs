@@ -30,6 +30,7 @@ pub mod drift;
 mod engine;
 mod fsops;
 mod order;
+mod outcomes;
 mod paths;
 mod podman;
 pub mod progress;

@@ -41,7 +41,12 @@ impl RootPaths {
 
     /// The path under the root for a machine path (no checks).
     pub(crate) fn full(&self, machine_path: &str) -> PathBuf {
-        self.root.join(machine_path.trim_start_matches('/'))
+        // `root.join(relative)`, made at its length at once (join grows a copy of the root).
+        let relative = machine_path.trim_start_matches('/');
+        let mut full = PathBuf::with_capacity(self.root.as_os_str().len() + 1 + relative.len());
+        full.push(&self.root);
+        full.push(relative);
+        full
     }
 
     /// Notes that a directory now exists (the engine made it).

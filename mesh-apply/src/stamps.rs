@@ -191,6 +191,12 @@ impl StatCache {
         self.files.contains_key(path)
     }
 
+    /// The stamp kept for the file at machine path `path` (whatever the file is now): its
+    /// digest says what the file held only when [`Stamp::same_file`] says it is that file.
+    pub fn stamp(&self, path: &str) -> Option<&Stamp> {
+        self.files.get(path)
+    }
+
     /// Keeps that the file at `path`, as `meta` says it is, holds bytes of `digest`; `now` is
     /// when `meta` was read (seconds since the epoch). A stamp within [`RACY_NS`] of its ctime
     /// is not kept (and any older one is forgotten).
