@@ -470,12 +470,24 @@ async fn grants_event(
         Ok(note) => {
             ctx.progress.line(&format!(
                 "  `{module}`: grants for {} ({note})",
-                nodes.join(", ")
+                some_nodes(&nodes)
             ));
             Event::GrantsIssued { nodes }
         }
         Err(reason) => Event::GrantsFailed { nodes, reason },
     })
+}
+
+/// How many nodes a progress line names before it counts the rest.
+const NODES_NAMED: usize = 5;
+
+/// `nodes` as a progress line names them: all of a few, or the first [`NODES_NAMED`] and how
+/// many more (a batch of grants on a fleet is thousands of nodes: one line, not a page).
+fn some_nodes(nodes: &[String]) -> String {
+    match nodes.len().checked_sub(NODES_NAMED) {
+        None | Some(0) => nodes.join(", "),
+        Some(rest) => format!("{} and {rest} more", nodes[..NODES_NAMED].join(", ")),
+    }
 }
 
 /// The catalogue a rollout composes from: what is deployed (or in the home's catalogue), with
@@ -1004,4 +1016,26 @@ fn read_back(
 pub(crate) fn placeholder_definition(module: &str) -> mesh_model::module::ModuleDefinition {
     let text = format!("name = \"{module}\"\n");
     toml::from_str(&text).unwrap_or_else(|_| panic!("a minimal definition parses"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(n: usize) -> Vec<String> {
+        (1..=n).map(|i| format!("n{i:05}")).collect()
+    }
+
+    #[test]
+    fn a_progress_line_names_a_few_nodes_and_counts_the_rest_of_a_fleet() {
+        assert_eq!(some_nodes(&names(1)), "n00001");
+        assert_eq!(
+            some_nodes(&names(5)),
+            "n00001, n00002, n00003, n00004, n00005"
+        );
+        assert_eq!(
+            some_nodes(&names(10_000)),
+            "n00001, n00002, n00003, n00004, n00005 and 9995 more"
+        );
+    }
 }
