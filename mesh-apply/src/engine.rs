@@ -334,6 +334,21 @@ fn group_record(unit: &Unit, members: &[&Resource], staged: &[Staged]) -> GroupC
     record
 }
 
+/// File resource id → the declared containers that restart on it.
+fn restarters_of(declaration: &Declaration) -> BTreeMap<&str, Vec<&str>> {
+    let mut out: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for resource in &declaration.resources {
+        if let Spec::Container(c) = &resource.spec {
+            for file in &c.restart_on {
+                out.entry(file.as_str())
+                    .or_default()
+                    .push(resource.id.as_str());
+            }
+        }
+    }
+    out
+}
+
 /// [`apply_archived`] with the given seams.
 ///
 /// # Errors
@@ -463,6 +478,7 @@ fn apply_examined<'s>(
         touched_dirs: BTreeSet::new(),
         read_buffer: vec![0; 64 * 1024],
         stamps: crate::stamps::StatCache::take(&config.state_dir),
+        restarters: None,
     };
     for closed in &ended {
         engine.findings.push(Finding {
@@ -579,6 +595,9 @@ struct Engine<'a, 's> {
     /// What each file was when last read or written as declared: a file whose stamp matches
     /// is not read again ([`crate::stamps`]).
     stamps: crate::stamps::StatCache,
+    /// File resource id → the declared containers that restart on it (`restart_on`), made the
+    /// first time a file is about to change ([`Engine::owe_restarts`]).
+    restarters: Option<BTreeMap<&'a str, Vec<&'a str>>>,
 }
 
 /// The content of the declaration's archived files, as the host read them from their archives
@@ -1531,10 +1550,14 @@ impl<'a> Engine<'a, '_> {
             Spec::Membership(m) => self.apply_membership(resource, m),
             Spec::Container(c) => {
                 self.begin_change()?;
-                let restart = self.restart_wanted(c, &BTreeSet::new());
+                let restart = self.restart_wanted(&resource.id, c, &BTreeSet::new());
+                if restart {
+                    pause_point("restart", &resource.id);
+                }
                 let result = self.seams.containers.apply(&declared(resource, c), restart);
                 if result.is_ok() {
                     self.record_container(resource)?;
+                    self.paid_restart(&resource.id);
                 }
                 Ok(result)
             }
@@ -1571,12 +1594,63 @@ impl<'a> Engine<'a, '_> {
         }
     }
 
-    /// Whether a container must restart: a file it restarts on changed in this apply.
-    fn restart_wanted(&self, spec: &ContainerSpec, changed_in_group: &BTreeSet<String>) -> bool {
-        spec.restart_on.iter().any(|id| {
-            changed_in_group.contains(id)
-                || matches!(self.outcomes.get(id), Some(Outcome::Applied { .. }))
-        })
+    /// Whether container `id` must restart: a file it restarts on changed in this apply, or it
+    /// owes a restart (such a file changed in an apply that stopped before the restart).
+    fn restart_wanted(
+        &self,
+        id: &str,
+        spec: &ContainerSpec,
+        changed_in_group: &BTreeSet<String>,
+    ) -> bool {
+        self.state.pending_restarts.contains(id)
+            || spec.restart_on.iter().any(|id| {
+                changed_in_group.contains(id)
+                    || matches!(self.outcomes.get(id), Some(Outcome::Applied { .. }))
+            })
+    }
+
+    /// Before files `ids` are committed: records, durably, that the declared containers
+    /// restarting on them (and already made: one still to be created starts with the new
+    /// files) owe a restart, so that a host killed before the restart makes it on the next
+    /// apply (rule 5). Writes nothing when no such container restarts on them, or each owes
+    /// one already.
+    ///
+    /// # Errors
+    /// The state could not be written (nothing was committed then).
+    fn owe_restarts<'i>(
+        &mut self,
+        ids: impl IntoIterator<Item = &'i str>,
+    ) -> Result<(), ApplyError> {
+        let declaration = self.declaration;
+        let restarters = self
+            .restarters
+            .get_or_insert_with(|| restarters_of(declaration));
+        if restarters.is_empty() {
+            return Ok(());
+        }
+        let mut added = false;
+        for id in ids {
+            for container in restarters.get(id).into_iter().flatten() {
+                if self.state.resources.contains_key(*container)
+                    && !self.state.pending_restarts.contains(*container)
+                {
+                    self.state.pending_restarts.insert((*container).to_owned());
+                    added = true;
+                }
+            }
+        }
+        if added {
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// Container `id` was brought to its spec (restarted, or made, replaced or started with the
+    /// files as they are now): it owes no restart any more.
+    fn paid_restart(&mut self, id: &str) {
+        if self.state.pending_restarts.remove(id) {
+            self.dirty = true;
+        }
     }
 
     // ---- examining: what applying a resource would change, before anything changes ----
@@ -1788,6 +1862,7 @@ impl<'a> Engine<'a, '_> {
         if let Err(reason) = self.prepare_change(resource, &change.missing_parents)? {
             return Ok(Err(reason));
         }
+        self.owe_restarts([resource.id.as_str()])?;
         let FileChange {
             full,
             wanted,
@@ -1919,6 +1994,14 @@ impl<'a> Engine<'a, '_> {
             && record.directories.is_empty()
             && record.memberships.is_empty()
             && record.containers.is_empty());
+        // Containers restarting on a member file owe the restart from before its commit.
+        self.owe_restarts(
+            members
+                .iter()
+                .zip(&staged)
+                .filter(|(_, s)| matches!(s, Staged::File { .. }))
+                .map(|(m, _)| m.id.as_str()),
+        )?;
         if journaled {
             self.dir.write_group_commit(&record)?;
         }
@@ -1993,6 +2076,7 @@ impl<'a> Engine<'a, '_> {
                         }
                     }
                     if *restart {
+                        pause_point("restart", id);
                         let declared = DeclaredContainer { id, module, spec };
                         match self.seams.containers.apply(&declared, true) {
                             Ok(changed) => changes[index].extend(changed),
@@ -2016,7 +2100,10 @@ impl<'a> Engine<'a, '_> {
                     self.outcomes
                         .insert(member.id.clone(), Outcome::HeldStill { step });
                 }
-                None => self.succeed(&member.id, changed),
+                None => {
+                    self.paid_restart(&member.id);
+                    self.succeed(&member.id, changed);
+                }
             }
         }
         Ok(())
@@ -2105,7 +2192,7 @@ impl<'a> Engine<'a, '_> {
                     .and_then(|()| containers.before_commit(&declared))
                     .map(|was| Staged::Container {
                         spec: spec.clone(),
-                        restart: self.restart_wanted(spec, changed_in_group),
+                        restart: self.restart_wanted(&resource.id, spec, changed_in_group),
                         was,
                     }))
             }
@@ -2285,6 +2372,16 @@ impl<'a> Engine<'a, '_> {
             .failures
             .retain(|id, _| declaration.resource(id).is_some() || resources.contains_key(id));
         if self.state.failures.len() != before {
+            self.dirty = true;
+        }
+        // A restart owed by a container no longer declared is owed no more.
+        let before = self.state.pending_restarts.len();
+        self.state.pending_restarts.retain(|id| {
+            declaration
+                .resource(id)
+                .is_some_and(|r| matches!(r.spec, Spec::Container(_)))
+        });
+        if self.state.pending_restarts.len() != before {
             self.dirty = true;
         }
         if self.dirty {

@@ -51,12 +51,16 @@ pub const PAUSE_LIMIT: Duration = Duration::from_secs(600);
 /// A fail point: when [`PAUSE_AT`] names `step` and `resource`, writes `FILE.reached` and waits
 /// until `FILE` exists (at most [`PAUSE_LIMIT`]). Otherwise returns at once.
 ///
-/// The steps, each for a together group's member (rule 5):
+/// The steps for a together group's member (rule 5):
 /// - `commit` — before the member is committed (the group's record is written);
 /// - `stopped` — a container being replaced: the old one stopped, still under its name;
 /// - `kept` — the old one renamed `<name>.mesh-old`, its replacement not made yet;
 /// - `created` — a container created (or its replacement made) and started, before it is judged;
 /// - `let-go` — the group is whole (its record gone), before the container it replaced is removed.
+///
+/// And for a container, lone or in a group:
+/// - `restart` — a file in its `restart_on` was committed (its group whole), before the
+///   container restarts (the restart it owes is in the state file).
 pub fn pause_point(step: &str, resource: &str) {
     let Ok(spec) = std::env::var(PAUSE_AT) else {
         return;

@@ -8,7 +8,12 @@
 //! `<name>.mesh-old`, its replacement made), and once the group is whole before the old
 //! container is let go. Nothing here waits on a clock.
 //!
-//! This binary runs without the test harness: run plainly it is the test; with
+//! Also here: a container that `restart_on`s a file, the host killed once the file is
+//! committed and before the restart (in a together group: once the group is whole, at the
+//! `let-go` of a container it replaced and at the `restart` step; a lone file and container: at
+//! the `restart` step), is restarted by the next apply, which reports it `restarted`.
+//!
+//! This binary runs without the test harness: run plainly it is the tests; with
 //! `MESH_GROUP_CRASH_CHILD=<variant>` it is the host being killed, applying one declaration.
 //! Needs podman configured as `scripts/podman-env.sh` does; fails, never skips, without it.
 
@@ -20,7 +25,7 @@ use mesh_apply::{
     apply, ContainerRuntimeChoice, HostConfig, RunSpec, LABEL_MADE_BY, LABEL_SPEC_DIGEST, MADE_BY,
 };
 use mesh_model::declaration::{Declaration, Resource, Spec};
-use mesh_model::report::MachineState;
+use mesh_model::report::{MachineState, Outcome};
 use podman_support::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -34,6 +39,9 @@ const DIRECTORY_ID: &str = "app/directory/data";
 const MEMBERSHIP_ID: &str = "app/membership/alice-wheel";
 const CONTAINER_ID: &str = "app/container/app";
 const WORKER_ID: &str = "app/container/worker";
+/// A container of the restart test's group, replaced by its `b` (sorted before `app`: its
+/// `let-go` comes before `app`'s restart).
+const AIDE_ID: &str = "app/container/aide";
 
 fn conf(variant: &str) -> String {
     format!("the configuration of declaration {variant}\n")
@@ -86,8 +94,36 @@ fn child(variant: &str) {
         PathBuf::from(env("MESH_GROUP_CRASH_STATE")),
     );
     let now: u64 = env("MESH_GROUP_CRASH_NOW").parse().unwrap();
-    let declaration = declaration_for(variant, &env("MESH_GROUP_CRASH_NAME"));
+    let name = env("MESH_GROUP_CRASH_NAME");
+    let declaration = match variant.split_once('-') {
+        Some((shape, variant)) => restarting_declaration(shape, variant, &name),
+        None => declaration_for(variant, &name),
+    };
     apply(&config, &declaration, now).expect("the child's apply runs");
+}
+
+/// The restart test's declaration: the file and a container (`name`) restarting on it, its spec
+/// the same in `a` and `b`; shape `group`: both in together group `release` with a container
+/// `<name>-aide` whose spec `b` changes (replaced), shape `lone`: the two alone.
+fn restarting_declaration(shape: &str, variant: &str, name: &str) -> Declaration {
+    let mut app = container("app", "app", name);
+    spec_mut(&mut app).restart_on.push(FILE_ID.to_owned());
+    let conf = file("app", "conf", CONF, &conf(variant));
+    match shape {
+        "group" => {
+            let mut aide = container("app", "aide", &format!("{name}-aide"));
+            spec_mut(&mut aide)
+                .env
+                .insert("MODE".to_owned(), variant.to_owned());
+            declaration(vec![
+                together(conf, "release"),
+                together(aide, "release"),
+                together(app, "release"),
+            ])
+        }
+        "lone" => declaration(vec![conf, app]),
+        other => panic!("no shape `{other}`"),
+    }
 }
 
 /// The together group `release` as it is on the machine.
@@ -309,17 +345,116 @@ fn a_together_group_with_a_container_killed_mid_commit_is_wholly_old_or_wholly_n
     }
 }
 
+fn a_restart_owed_when_the_host_was_killed_is_made_by_the_next_apply() {
+    for (shape, steps) in [
+        (
+            "group",
+            &[("let-go", AIDE_ID), ("restart", CONTAINER_ID)][..],
+        ),
+        ("lone", &[("restart", CONTAINER_ID)][..]),
+    ] {
+        let mut sandbox = Sandbox::new();
+        sandbox.config = config(
+            sandbox.config.root.clone(),
+            sandbox.config.state_dir.clone(),
+        );
+        let prefix = RunPrefix::new();
+        let name = format!("{}app", prefix.0);
+        let mut now = 1_800_000_000;
+        let apply_variant = |variant: &str, now: u64| {
+            let report = apply(
+                &sandbox.config,
+                &restarting_declaration(shape, variant, &name),
+                now,
+            )
+            .unwrap();
+            assert_eq!(report.machine, MachineState::Converged, "{report:#?}");
+            report
+        };
+        apply_variant("a", now);
+        for (n, &(step, resource)) in steps.iter().enumerate() {
+            let at = format!("{shape}: killed at `{step}` for `{resource}`");
+            let before = status(&sandbox.config.root, &name).unwrap();
+            let started = starts(&before.id);
+            now += 1;
+            let release = sandbox
+                .config
+                .state_dir
+                .with_file_name(format!("release-{n}"));
+            let host = host_waiting_at(
+                &sandbox,
+                &name,
+                &format!("{shape}-b"),
+                now,
+                (step, resource),
+                &release,
+            );
+            drop(host); // SIGKILL, then reaped.
+            assert_eq!(
+                std::fs::read_to_string(sandbox.path(CONF)).ok(),
+                Some(conf("b")),
+                "{at}: the file is committed"
+            );
+            assert_eq!(starts(&before.id), started, "{at}: not restarted yet");
+
+            now += 1;
+            let report = apply_variant("b", now);
+            assert_eq!(
+                report.resources.get(FILE_ID),
+                Some(&Outcome::Unchanged),
+                "{at}"
+            );
+            assert_eq!(
+                report.resources.get(CONTAINER_ID),
+                Some(&Outcome::Applied {
+                    changed: vec!["restarted".to_owned()]
+                }),
+                "{at}: {report:#?}"
+            );
+            let after = status(&sandbox.config.root, &name).unwrap();
+            assert_eq!(after.id, before.id, "{at}: restarted, not recreated");
+            assert_ne!(after.started_at, before.started_at, "{at}");
+            assert_eq!(starts(&before.id), started + 1, "{at}: restarted once");
+
+            // The restart owed is paid: the next apply leaves the container running.
+            now += 1;
+            let report = apply_variant("b", now);
+            assert_eq!(
+                report.resources.get(CONTAINER_ID),
+                Some(&Outcome::Unchanged),
+                "{at}"
+            );
+            assert_eq!(starts(&before.id), started + 1, "{at}: not restarted again");
+
+            now += 1;
+            apply_variant("a", now);
+        }
+    }
+}
+
 fn main() {
     if let Ok(variant) = std::env::var(CHILD) {
         child(&variant);
         return;
     }
-    let name = "a_together_group_with_a_container_killed_mid_commit_is_wholly_old_or_wholly_new";
+    let tests: [(&str, fn()); 2] = [
+        (
+            "a_together_group_with_a_container_killed_mid_commit_is_wholly_old_or_wholly_new",
+            a_together_group_with_a_container_killed_mid_commit_is_wholly_old_or_wholly_new,
+        ),
+        (
+            "a_restart_owed_when_the_host_was_killed_is_made_by_the_next_apply",
+            a_restart_owed_when_the_host_was_killed_is_made_by_the_next_apply,
+        ),
+    ];
     let started = Instant::now();
-    a_together_group_with_a_container_killed_mid_commit_is_wholly_old_or_wholly_new();
-    println!("test {name} ... ok");
+    for (name, test) in tests {
+        test();
+        println!("test {name} ... ok");
+    }
     println!(
-        "test result: ok. 1 passed; 0 failed; finished in {:.2?}",
+        "test result: ok. {} passed; 0 failed; finished in {:.2?}",
+        tests.len(),
         started.elapsed()
     );
 }
