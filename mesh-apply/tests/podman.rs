@@ -402,6 +402,67 @@ fn restart_on_a_file_in_a_together_group_waits_for_the_whole_group() {
     assert_eq!(starts(&made.id), 2);
 }
 
+#[test]
+fn a_restart_that_failed_is_owed_and_made_by_a_later_apply_though_its_file_is_unchanged() {
+    // Rule 5 (seed 066): the restart a changed `restart_on` file asks for is owed until it is
+    // made; a restart judged failed is retried, not forgotten once the file is in place.
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let name = names.name("restart-owed");
+    fs::create_dir_all(sandbox.path("/srv")).unwrap();
+    fs::write(sandbox.path("/srv/ready"), "").unwrap();
+    let resources = |content: &str| {
+        let mut app = with_mount(
+            restarting_on(container("app", "app", &name), "app/file/conf"),
+            "/srv",
+            "/data",
+        );
+        spec_mut(&mut app).health = Some(mesh_model::declaration::HealthCheck {
+            command: ["sh", "-c", "test -e /data/ready"]
+                .map(str::to_owned)
+                .to_vec(),
+            within_ms: 1000,
+        });
+        vec![
+            data_dir("app", "data", "/srv"),
+            file("app", "conf", "/srv/app.conf", content),
+            app,
+        ]
+    };
+    let made = run(&sandbox, resources("one"));
+    assert_eq!(
+        outcome(&made, "app/container/app"),
+        &applied(&["created"]),
+        "{made:#?}"
+    );
+    let id = status(&sandbox.config.root, &name).unwrap().id;
+
+    // The file changes; the restart is made but judged unhealthy (`ready` gone).
+    fs::remove_file(sandbox.path("/srv/ready")).unwrap();
+    let failed = apply(&sandbox.config, &declaration(resources("two")), T0 + 1).unwrap();
+    assert_eq!(outcome(&failed, "app/file/conf"), &applied(&["content"]));
+    let reason = failed_reason(outcome(&failed, "app/container/app"));
+    assert!(reason.contains("sh -c test -e /data/ready"), "{reason}");
+    assert_eq!(starts(&id), 2);
+
+    // Healthy again, its backoff elapsed: the file is unchanged, the restart still owed.
+    fs::write(sandbox.path("/srv/ready"), "").unwrap();
+    let retried = apply(&sandbox.config, &declaration(resources("two")), T0 + 3600).unwrap();
+    assert_eq!(outcome(&retried, "app/file/conf"), &Outcome::Unchanged);
+    assert_eq!(
+        outcome(&retried, "app/container/app"),
+        &applied(&["restarted"]),
+        "{retried:#?}"
+    );
+    assert_eq!(status(&sandbox.config.root, &name).unwrap().id, id);
+    assert_eq!(starts(&id), 3);
+
+    // Paid: no restart after that.
+    let after = apply(&sandbox.config, &declaration(resources("two")), T0 + 3601).unwrap();
+    assert_eq!(outcome(&after, "app/container/app"), &Outcome::Unchanged);
+    assert_eq!(starts(&id), 3);
+}
+
 // ---- judged alive (issue 13 item 3, rule 29) ----
 
 /// `container(..)` running `command` instead of `sleep`.
