@@ -7,7 +7,7 @@
 //! apply wait at, so a slow apply is made deterministic instead of by sleeping.
 
 use mesh_model::report::Report;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Told what an apply is doing while it runs.
@@ -44,6 +44,14 @@ impl ApplyProgress for NoProgress {
 /// (for tests; see [`pause_point`]).
 pub const PAUSE_AT: &str = "MESH_PAUSE_AT";
 
+/// The file a fail point writes when it is reached: `FILE.reached` beside the release `FILE`
+/// named in [`PAUSE_AT`] (a test waits for it, then kills or releases the apply).
+pub fn reached_marker(release: &Path) -> PathBuf {
+    let mut reached = release.as_os_str().to_owned();
+    reached.push(".reached");
+    PathBuf::from(reached)
+}
+
 /// The longest a fail point waits before the apply goes on anyway (it only bounds a test that
 /// forgot to release it).
 pub const PAUSE_LIMIT: Duration = Duration::from_secs(600);
@@ -72,9 +80,7 @@ pub fn pause_point(step: &str, resource: &str) {
         return;
     }
     let release = PathBuf::from(file);
-    let mut reached = release.clone().into_os_string();
-    reached.push(".reached");
-    let _ = std::fs::write(&reached, b"");
+    let _ = std::fs::write(reached_marker(&release), b"");
     let deadline = Instant::now() + PAUSE_LIMIT;
     while !release.exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));

@@ -146,7 +146,6 @@ fn host_killed_at_random_points_never_leaves_a_partial_file_and_the_next_apply_c
     // Killed at a step chosen, not at random: in the middle of the group's commit (two of its
     // four files committed). The group comes back wholly old.
     let release = sandbox.config.state_dir.with_file_name("release-pause");
-    let reached = release.with_file_name("release-pause.reached");
     now += 1;
     let mut host = spawn_with(
         &sandbox,
@@ -157,15 +156,7 @@ fn host_killed_at_random_points_never_leaves_a_partial_file_and_the_next_apply_c
             format!("commit:crash/file/f002={}", release.display()),
         )],
     );
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !reached.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the child never reached the commit of f002"
-        );
-        // Only paces the looks at the condition above; the deadline bounds a failure.
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until_paused(&mut host, &release, "the commit of f002");
     host.kill().expect("SIGKILL");
     host.wait().unwrap();
     assert_eq!(

@@ -29,7 +29,7 @@ use mesh_model::report::{MachineState, Outcome};
 use podman_support::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const CHILD: &str = "MESH_GROUP_CRASH_CHILD";
 const CONF: &str = "/etc/app.conf";
@@ -195,6 +195,19 @@ impl Drop for Host {
     }
 }
 
+/// A sandbox whose host runs containers under podman, this run's container prefix, and the
+/// name of the group's container under it.
+fn podman_sandbox() -> (Sandbox, RunPrefix, String) {
+    let mut sandbox = Sandbox::new();
+    sandbox.config = config(
+        sandbox.config.root.clone(),
+        sandbox.config.state_dir.clone(),
+    );
+    let prefix = RunPrefix::new();
+    let name = format!("{}app", prefix.0);
+    (sandbox, prefix, name)
+}
+
 /// Runs the child host applying `variant`, made to wait at `step` for `resource`; returns once it
 /// waits there.
 fn host_waiting_at(
@@ -220,21 +233,7 @@ fn host_waiting_at(
             .spawn()
             .expect("the test binary re-runs itself"),
     );
-    let mut reached = release.as_os_str().to_owned();
-    reached.push(".reached");
-    let reached = PathBuf::from(reached);
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while !reached.exists() {
-        if let Some(exit) = host.0.try_wait().unwrap() {
-            panic!("the host ended ({exit}) without reaching `{step}` for `{resource}`");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the host never reached `{step}` for `{resource}`"
-        );
-        // Only paces the looks at the condition above; the deadline bounds a failure.
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until_paused(&mut host.0, release, &format!("`{step}` for `{resource}`"));
     host
 }
 
@@ -267,13 +266,7 @@ fn converge(sandbox: &Sandbox, prefix: &RunPrefix, name: &str, variant: &str, no
 }
 
 fn a_together_group_with_a_container_killed_mid_commit_is_wholly_old_or_wholly_new() {
-    let mut sandbox = Sandbox::new();
-    sandbox.config = config(
-        sandbox.config.root.clone(),
-        sandbox.config.state_dir.clone(),
-    );
-    let prefix = RunPrefix::new();
-    let name = format!("{}app", prefix.0);
+    let (sandbox, prefix, name) = podman_sandbox();
     let mut now = 1_800_000_000;
     converge(&sandbox, &prefix, &name, "a", now);
 
@@ -353,13 +346,7 @@ fn a_restart_owed_when_the_host_was_killed_is_made_by_the_next_apply() {
         ),
         ("lone", &[("restart", CONTAINER_ID)][..]),
     ] {
-        let mut sandbox = Sandbox::new();
-        sandbox.config = config(
-            sandbox.config.root.clone(),
-            sandbox.config.state_dir.clone(),
-        );
-        let prefix = RunPrefix::new();
-        let name = format!("{}app", prefix.0);
+        let (sandbox, _prefix, name) = podman_sandbox();
         let mut now = 1_800_000_000;
         let apply_variant = |variant: &str, now: u64| {
             let report = apply(

@@ -283,21 +283,7 @@ fn records_leader(cluster: &NatsCluster, home: &Path) -> usize {
         "the records led",
         std::time::Duration::from_secs(60),
         || {
-            let leader = rt.block_on(async {
-                let bus = NatsBus::connect(&options)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let mut handle = bus
-                    .jetstream()
-                    .get_stream("KV_mesh-records")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let info = handle.info().await.map_err(|e| e.to_string())?;
-                info.cluster
-                    .clone()
-                    .and_then(|c| c.leader)
-                    .ok_or_else(|| "no leader".to_owned())
-            })?;
+            let leader = rt.block_on(support::fleet::stream_leader(&options, "KV_mesh-records"))?;
             cluster
                 .index_of(&leader)
                 .ok_or_else(|| format!("led by {leader}"))

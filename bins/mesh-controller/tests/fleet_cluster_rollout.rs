@@ -306,21 +306,7 @@ fn leader_of(bed: &Bed, stream: &str) -> usize {
         &format!("{stream} led by a running server"),
         PATIENCE,
         || {
-            let leader = rt.block_on(async {
-                let bus = NatsBus::connect(&options)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let mut handle = bus
-                    .jetstream()
-                    .get_stream(stream)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let info = handle.info().await.map_err(|e| e.to_string())?;
-                info.cluster
-                    .clone()
-                    .and_then(|cluster| cluster.leader)
-                    .ok_or_else(|| "no leader".to_owned())
-            })?;
+            let leader = rt.block_on(support::fleet::stream_leader(&options, stream))?;
             let mut bus = bed.server.lock().unwrap();
             let cluster = bus.cluster();
             cluster

@@ -55,9 +55,7 @@ fn an_observer_sees_mid_change_never_the_old_report_while_a_together_group_commi
     );
     host.send(&second);
     // Every report from here until the paused commit is released: mid-change of the second.
-    let mut reached = release.clone().into_os_string();
-    reached.push(".reached");
-    let reached = std::path::PathBuf::from(reached);
+    let reached = mesh_apply::progress::reached_marker(&release);
     let mut heard_while_paused = 0;
     let until = Instant::now() + daemon::DEADLINE;
     loop {

@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
 
 /// A sandbox: a root with `etc/passwd`, `etc/group`, `etc/gshadow`, `etc/shadow`, and a state
 /// directory beside it.
@@ -197,5 +199,22 @@ impl Rng {
     /// One of `items`.
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len() as u64) as usize]
+    }
+}
+
+/// Waits until `child`, run with a fail point ([`mesh_apply::progress::PAUSE_AT`]) whose release
+/// file is `release`, waits at it (its `.reached` marker exists). Panics, naming `what`, when the
+/// child ends first or has not reached it within five minutes (a deadline that only bounds a
+/// failure).
+pub fn wait_until_paused(child: &mut Child, release: &Path, what: &str) {
+    let reached = mesh_apply::progress::reached_marker(release);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !reached.exists() {
+        if let Some(exit) = child.try_wait().unwrap() {
+            panic!("the host ended ({exit}) without reaching {what}");
+        }
+        assert!(Instant::now() < deadline, "the host never reached {what}");
+        // Only paces the looks at the condition above; the deadline bounds a failure.
+        std::thread::sleep(Duration::from_millis(10));
     }
 }

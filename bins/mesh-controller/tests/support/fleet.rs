@@ -619,3 +619,19 @@ pub fn json_records(dir: PathBuf) -> Vec<PathBuf> {
         })
         .unwrap_or_default()
 }
+
+/// The name of the server leading JetStream stream `stream`, as the stream's info tells it; an
+/// error (to wait on) while the bus cannot be reached or the stream has no leader.
+pub async fn stream_leader(options: &NatsOptions, stream: &str) -> Result<String, String> {
+    let bus = NatsBus::connect(options).await.map_err(|e| e.to_string())?;
+    let mut handle = bus
+        .jetstream()
+        .get_stream(stream)
+        .await
+        .map_err(|e| e.to_string())?;
+    let info = handle.info().await.map_err(|e| e.to_string())?;
+    info.cluster
+        .clone()
+        .and_then(|cluster| cluster.leader)
+        .ok_or_else(|| "no leader".to_owned())
+}
