@@ -156,12 +156,14 @@ pub const SILENT_AFTER_SECS: u64 = 3 * mesh_host::serve::DEFAULT_HEARTBEAT.as_se
 /// The records or the reports cannot be read.
 pub fn status(home: &Home, now: u64, silent_after_secs: u64) -> Result<Vec<NodeStatus>> {
     let inventory = home.inventory()?;
+    // One listing of what every node was sent, not a read per node.
+    let mut sent_all = home.sent_digests()?;
     inventory
         .file
         .nodes
         .keys()
         .map(|node| {
-            let sent = home.sent_digest(node)?;
+            let sent = sent_all.remove(node);
             let heard = home.report_heard(node)?;
             let heard_at = heard.as_ref().map(|(_, at)| *at);
             let report = heard.map(|(report, _)| report);
