@@ -14,6 +14,7 @@
 //! - [`runtimes`], [`broker`], [`daemon`]: who is there on the bus, looking after the bus, and
 //!   the controller as a daemon;
 //! - [`enroll`]: a node's NKey recorded, its password dropped (rule 31);
+//! - [`init`]: a new mesh home, empty or holding the book's example;
 //! - [`http`]: the status page, `/metrics` and `/status.json` over HTTP, read from [`status`]
 //!   and the plans (`mesh-controller serve --http ADDR`, or mounted by an embedding tool).
 //!
@@ -34,6 +35,7 @@ pub mod fleet;
 pub mod home;
 pub mod http;
 pub mod in_process;
+pub mod init;
 pub mod plans;
 pub mod preview;
 pub mod push;

@@ -333,3 +333,26 @@ fn first_sent(spec: &RolloutSpec, held: &BTreeMap<String, Vec<mesh_plan::Move>>)
     }
     None
 }
+
+/// Hears a merge as [`crate::plans::merge`] does; with `plan_only`, also previews the plan it
+/// made (what its rollouts would do across the fleet), which is what `merge --plan-only`
+/// answers. No preview when the merge was already planned or the plan is driven.
+///
+/// # Errors
+/// As [`crate::plans::merge`] and [`preview`].
+pub async fn merge(
+    ctx: &Ctx<'_>,
+    repo: &str,
+    commit: Option<&str>,
+    plan_only: bool,
+) -> Result<(crate::plans::MergeOutcome, Option<Preview>)> {
+    let outcome = crate::plans::merge(ctx, repo, commit, plan_only).await?;
+    let preview = match (&outcome, plan_only) {
+        (crate::plans::MergeOutcome::Planned { plan, .. }, true) => {
+            let record = ctx.home.plan(&plan.id)?;
+            Some(preview(ctx, &record).await?)
+        }
+        _ => None,
+    };
+    Ok((outcome, preview))
+}

@@ -207,3 +207,102 @@ pub fn require_node(inventory: &mesh_model::inventory::Inventory, node: &str) ->
     }
     Ok(())
 }
+
+/// A push that names no node and does not say every node: refused, nothing sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("push names no node; name the nodes (`push home laptop`) or say `--all`")]
+pub struct NoNodeNamed;
+
+/// The nodes a push goes to: every node of the inventory with `all`, else those named. A push
+/// naming none is refused rather than read as "every node".
+///
+/// # Errors
+/// [`NoNodeNamed`] when `nodes` is empty and `all` is not set.
+pub fn targets(
+    inventory: &mesh_model::inventory::Inventory,
+    nodes: Vec<String>,
+    all: bool,
+) -> std::result::Result<Vec<String>, NoNodeNamed> {
+    if all {
+        Ok(inventory.file.nodes.keys().cloned().collect())
+    } else if nodes.is_empty() {
+        Err(NoNodeNamed)
+    } else {
+        Ok(nodes)
+    }
+}
+
+/// What a push's results come to, as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// Every node sent to reported converged.
+    Converged,
+    /// Some node was held (its container's data would move): nothing was sent to it.
+    Held,
+    /// Some node sent to did not converge, or did not report in time.
+    NotConverged,
+}
+
+/// What `results` come to: held when any node was held, else converged when every node
+/// reported converged, else not converged.
+pub fn verdict(results: &[PushResult]) -> Verdict {
+    if results
+        .iter()
+        .any(|r| matches!(r.result, NodeResult::Held { .. }))
+    {
+        return Verdict::Held;
+    }
+    let converged = results.iter().all(|r| {
+        matches!(&r.result, NodeResult::Reported { report, .. }
+            if report.machine == mesh_model::report::MachineState::Converged)
+    });
+    if converged {
+        Verdict::Converged
+    } else {
+        Verdict::NotConverged
+    }
+}
+
+/// What a push would change on `node`: its declaration composed now against what it was last
+/// sent. On a fleet the bus node is also sent the bus's users; they are not the modules' doing
+/// (`broker users` shows them), and this diff compares what the modules change, so the users
+/// file it was sent is carried over rather than shown gone.
+///
+/// # Errors
+/// When the node is not in the mesh, the mesh is unsound, or a record cannot be read.
+pub fn diff(home: &Home, checked: &Checked, node: &str) -> Result<mesh_plan::DeclarationDiff> {
+    let mut declaration = compose_node(home, checked, node)?;
+    let sent = home.sent(node)?;
+    if let Some(sent) = &sent {
+        declaration = crate::fleet::with_users_file_of(declaration, sent);
+    }
+    Ok(mesh_plan::diff(sent.as_ref(), &declaration))
+}
+
+/// Composes, sends and applies the declarations of `nodes` through the context's fleet (the
+/// bus's hosts, a fleet the caller brings, or the embedded default), grants first, holding a
+/// node whose running container's data would move unless its module is in `ctx.moves`, and
+/// waits up to `timeout` for each node's report.
+///
+/// # Errors
+/// When the fleet cannot be started, a grant fails (nothing else is sent), or a record cannot
+/// be read or written.
+pub async fn push(
+    ctx: &crate::plans::Ctx<'_>,
+    checked: &Checked,
+    nodes: &[String],
+    timeout: Duration,
+) -> Result<Vec<PushResult>> {
+    let mut fleet = crate::plans::start_fleet(ctx).await?;
+    crate::executor::push_telling(
+        ctx.home,
+        fleet.as_mut(),
+        checked,
+        nodes,
+        &ctx.moves,
+        timeout,
+        ctx.progress,
+    )
+    .await
+}

@@ -195,6 +195,19 @@ pub fn import(root: &Path, target: &Home, bus_url: &str) -> Result<Imported> {
     })
 }
 
+/// `records get`: the record at `key`, as its bytes.
+///
+/// # Errors
+/// When there is no such record ("there is no record …", naming where it would be), or it
+/// cannot be read.
+pub fn get(home: &Home, key: &str) -> Result<Vec<u8>> {
+    home.require()?;
+    home.get(key)?.ok_or_else(|| crate::Error::Invalid {
+        what: format!("there is no record {}", home.records().locate(key)),
+        source: None,
+    })
+}
+
 /// What `records put` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]

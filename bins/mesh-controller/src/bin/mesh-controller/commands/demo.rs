@@ -1,6 +1,6 @@
 //! `demo`: the whole embedded mesh in a temporary home, explained for a newcomer.
 
-use crate::{init, render};
+use crate::render;
 use anyhow::{Context, Result};
 use mesh_controller::home::Home;
 use mesh_controller::in_process::InProcessFleet;
@@ -9,8 +9,12 @@ use std::collections::BTreeSet;
 use std::process::ExitCode;
 use std::time::Duration;
 
+/// Runs init, plan, push and status in a temporary home, explaining each step.
+#[derive(clap::Args)]
+pub struct Args {}
+
 /// Runs the demo, printing each step and its output.
-pub fn run() -> Result<ExitCode> {
+pub fn exec(_args: Args) -> Result<ExitCode> {
     let dir = tempfile::Builder::new()
         .prefix("mesh-demo-")
         .tempdir()
@@ -47,7 +51,7 @@ pub fn run() -> Result<ExitCode> {
         "1. A new mesh from the book's example: six modules, three nodes, settings layers",
         "init --example",
     );
-    init::init(&home, true)?;
+    mesh_controller::init::init(&home, true)?;
     let inventory = home.inventory()?;
     let catalogue = || -> Result<push::Checked> {
         Ok(runtime.block_on(builds::effective_catalogue(&home, store.as_ref()))?)

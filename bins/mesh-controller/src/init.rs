@@ -1,19 +1,31 @@
-//! `init`: a new mesh home, empty or from the book's example.
+//! A new mesh home (`mesh-controller init`), empty or holding the book's example mesh (six
+//! modules, three nodes and their settings, with sandbox roots under `<home>/roots`).
 
-use anyhow::{bail, Result};
-use mesh_controller::home::{write_atomic, Home};
+use crate::error::{file_error, Error, Result};
+use crate::home::{write_atomic, Home};
 use mesh_model::inventory::{InventoryFile, Node, INVENTORY_FILE};
 use std::collections::BTreeMap;
 
-include!(concat!(env!("OUT_DIR"), "/example.rs"));
+mod example {
+    include!(concat!(env!("OUT_DIR"), "/example.rs"));
+}
+use example::EXAMPLE;
 
-/// Makes a mesh home at `home`, refusing one that already holds an inventory.
+/// Makes a mesh home at `home`, refusing one that already holds an inventory. With
+/// `example`, the home holds the book's example mesh; otherwise one node, `control`, holding
+/// the bus, and no module.
+///
+/// # Errors
+/// [`Error::Refused`] when the home already holds a mesh (nothing was changed); when a file
+/// cannot be written.
 pub fn init(home: &Home, example: bool) -> Result<()> {
     if home.root().join(INVENTORY_FILE).exists() {
-        bail!(
-            "{} already holds a mesh ({INVENTORY_FILE}); nothing was changed",
-            home.root().display()
-        );
+        return Err(Error::Refused {
+            reason: format!(
+                "{} already holds a mesh ({INVENTORY_FILE}); nothing was changed",
+                home.root().display()
+            ),
+        });
     }
     if example {
         for (path, bytes) in EXAMPLE {
@@ -34,13 +46,17 @@ pub fn init(home: &Home, example: bool) -> Result<()> {
             nodes,
             assignments: BTreeMap::new(),
         })?;
-        std::fs::create_dir_all(home.modules_dir())?;
+        let modules = home.modules_dir();
+        std::fs::create_dir_all(&modules).map_err(file_error("creating", &modules))?;
     }
     Ok(())
 }
 
 /// Gives a sandbox root the account files shadow-utils needs, with `root`, the example's
-/// operator `alice`, and the groups the example uses.
+/// operator `alice`, and the groups the example uses; files already there are kept.
+///
+/// # Errors
+/// When a file cannot be written.
 pub fn sandbox_accounts(root: &std::path::Path) -> Result<()> {
     let etc = root.join("etc");
     let files: [(&str, &str, u32); 4] = [
@@ -70,7 +86,8 @@ pub fn sandbox_accounts(root: &std::path::Path) -> Result<()> {
         if !path.exists() {
             write_atomic(&path, content.as_bytes())?;
             use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+                .map_err(file_error("setting the mode of", &path))?;
         }
     }
     Ok(())

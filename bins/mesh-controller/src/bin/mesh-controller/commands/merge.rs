@@ -1,0 +1,75 @@
+//! `merge`: hears a merge, plans it, builds and rolls it out.
+
+use crate::{render, Output};
+use anyhow::Result;
+use mesh_controller::{plans, preview};
+use std::process::ExitCode;
+
+/// Hears a merge to a registered repository: plans it, then builds and rolls it out.
+///
+/// The paths changed since the repository's last planned commit are read whole from git;
+/// the modules they belong to and every module depending on them are planned in tiers (the
+/// first merge plans every module). Older open plans of the same repository and branch are
+/// superseded, their unfinished modules taken in. Each tier's modules are built (a build
+/// byte-identical to the deployed one is not redeployed) and rolled out one machine first.
+/// A merge heard twice makes one plan. Open plans of other repositories are resumed after.
+/// With `--bus`, the rollouts go to the fleet's hosts, each send's grants issued first.
+///
+/// Exit codes: 0 the plan is done (or was already made, or `--plan-only`); 1 error (a
+/// dependency cycle among the affected modules is named; no plan is made); 3 the plan
+/// stopped (a build failed, or a rollout stopped at a node: `status` says where and why).
+#[derive(clap::Args)]
+pub struct Args {
+    /// The repository.
+    repo: String,
+    /// The merged commit (default: the head of the repository's branch).
+    #[arg(long)]
+    commit: Option<String>,
+    /// Make the plan and stop there: nothing is built or sent until `plans resume`,
+    /// `build --behind`, `push --behind` or the next merge.
+    #[arg(long)]
+    plan_only: bool,
+    /// Send a module's nodes whose running container would get another host directory at
+    /// a mount (its data moving); without it the rollout holds such a node, names module,
+    /// mount and both directories, and goes on with the others. Repeatable.
+    #[arg(long = "move", value_name = "MODULE")]
+    moves: Vec<String>,
+}
+
+/// Hears the merge (with `--plan-only`, answering with the plan's preview): exit 3 when the
+/// plan stopped.
+pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
+    env.home.require()?;
+    let ctx = env.ctx(&args.moves);
+    let (outcome, preview) = env.runtime.block_on(preview::merge(
+        &ctx,
+        &args.repo,
+        args.commit.as_deref(),
+        args.plan_only,
+    ))?;
+    match env.output {
+        Output::Json => {
+            let mut value = serde_json::to_value(&outcome)?;
+            if let (Some(preview), Some(object)) = (&preview, value.as_object_mut()) {
+                object.insert("preview".to_owned(), serde_json::to_value(preview)?);
+            }
+            env.print_json(&value)?;
+        }
+        Output::Text => {
+            print!("{}", render::merge(&outcome));
+            if let Some(preview) = &preview {
+                print!("{}", render::preview(preview));
+            }
+        }
+    }
+    Ok(match &outcome {
+        plans::MergeOutcome::Planned { plan, .. }
+            if matches!(plan.state, mesh_model::plan::PlanState::Stopped { .. }) =>
+        {
+            ExitCode::from(3)
+        }
+        plans::MergeOutcome::Planned { .. } | plans::MergeOutcome::AlreadyPlanned { .. } => {
+            ExitCode::SUCCESS
+        }
+    })
+}

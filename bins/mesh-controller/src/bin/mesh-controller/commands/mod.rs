@@ -1,0 +1,163 @@
+//! One file per command, in the way of cargo's `commands/`: each holds the command's arguments
+//! (`Args`, or `Command` for a command of subcommands), with its help, and an `exec` that calls
+//! the [`mesh_controller`] library, renders the answer ([`crate::render`]) and says the exit
+//! code. A rule of the mesh lives in the library, so a tool embedding it gets the CLI's answer;
+//! what is here is parsing, printing and exit codes.
+
+pub mod broker;
+pub mod build;
+pub mod check;
+pub mod completions;
+pub mod demo;
+pub mod init;
+pub mod man;
+pub mod merge;
+pub mod node;
+pub mod plan;
+pub mod plans;
+pub mod push;
+pub mod records;
+pub mod repo;
+pub mod runtimes;
+pub mod serve;
+pub mod settings;
+pub mod status;
+
+use crate::lines::Lines;
+use crate::{Cli, Output};
+use anyhow::{Context, Result};
+use mesh_controller::builds;
+use mesh_controller::fleet::BusArgs;
+use mesh_controller::home::Home;
+use mesh_store::store::ArchiveStore;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// What every command but `completions` and `man` runs with: the home, the store and the bus
+/// the global options name, a runtime, and where progress goes.
+pub struct Env {
+    /// The home's path as given (`--home`).
+    pub home_path: PathBuf,
+    /// The mesh home, its records under it or on the bus.
+    pub home: Home,
+    /// Text or JSON.
+    pub output: Output,
+    /// The fleet's bus, when `--bus` names one.
+    pub bus: Option<BusArgs>,
+    /// The bus options with no URL: what `broker users` renders for without `--bus`.
+    pub local_bus: BusArgs,
+    /// The archive store.
+    pub store: Box<dyn ArchiveStore>,
+    /// The runtime the library's async calls run on.
+    pub runtime: tokio::runtime::Runtime,
+    /// Progress lines (and bars on a terminal).
+    pub progress: Lines,
+}
+
+impl Env {
+    /// Opens the home (on the bus with `--bus`) and the store, and starts a runtime.
+    pub fn open(cli: &Cli) -> Result<Env> {
+        let bus_args = |url: String| BusArgs {
+            url,
+            password_file: cli.bus_password_file.clone(),
+            seed_file: cli.bus_seed.clone(),
+            tls: mesh_bus::BusTls {
+                ca_file: cli.bus_ca.clone(),
+                client_certificate: match (&cli.bus_cert, &cli.bus_key) {
+                    (Some(cert_file), Some(key_file)) => Some(mesh_bus::ClientCertificate {
+                        cert_file: cert_file.clone(),
+                        key_file: key_file.clone(),
+                    }),
+                    _ => None,
+                },
+            },
+            store_access: mesh_store::store::StoreAccess {
+                ca_file: cli.store_ca.clone(),
+                credentials_file: cli.store_credentials.clone(),
+            },
+            replicas: cli.bus_replicas,
+        };
+        let bus = cli.bus.clone().map(bus_args);
+        let home = mesh_controller::records::open_home(&cli.home, bus.as_ref())?;
+        let store_spec: mesh_store::store::StoreSpec = match &cli.store {
+            Some(spec) => spec.parse().with_context(|| format!("--store {spec}"))?,
+            None => mesh_store::store::default_store_spec(home.root()),
+        };
+        let store = mesh_store::store::open_store_with(
+            &store_spec,
+            &mesh_store::store::StoreAccess {
+                ca_file: cli.store_ca.clone(),
+                credentials_file: cli.store_credentials.clone(),
+            },
+        )
+        .with_context(|| format!("opening the store {store_spec}"))?;
+        Ok(Env {
+            home_path: cli.home.clone(),
+            home,
+            output: cli.output,
+            bus,
+            local_bus: bus_args(String::new()),
+            store,
+            runtime: tokio::runtime::Runtime::new()?,
+            progress: Lines::new(cli.output),
+        })
+    }
+
+    /// The bus, for a command that talks to a fleet's.
+    pub fn need_bus(&self) -> Result<BusArgs> {
+        self.bus
+            .clone()
+            .context("this command talks to a fleet's bus: give --bus URL (or MESH_BUS)")
+    }
+
+    /// The library's context for plans, rollouts and pushes, with the modules whose running
+    /// containers' data may move (`--move`).
+    pub fn ctx<'a>(&'a self, moves: &[String]) -> mesh_controller::plans::Ctx<'a> {
+        mesh_controller::plans::Ctx {
+            home: &self.home,
+            store: self.store.as_ref(),
+            progress: &self.progress,
+            bus: self.bus.clone(),
+            moves: moves.iter().cloned().collect::<BTreeSet<_>>(),
+            fleet: None,
+        }
+    }
+
+    /// The catalogue the mesh composes from (registered repositories' builds over the home's
+    /// modules) and its problems.
+    pub fn checked(&self) -> Result<mesh_controller::push::Checked> {
+        self.home.require()?;
+        Ok(self
+            .runtime
+            .block_on(builds::effective_catalogue(&self.home, self.store.as_ref()))?)
+    }
+
+    /// Prints `value` as pretty JSON on standard output.
+    pub fn print_json(&self, value: &impl serde::Serialize) -> Result<()> {
+        println!("{}", serde_json::to_string_pretty(value)?);
+        Ok(())
+    }
+}
+
+/// Prints the plans a drive left (`plans resume`, `push --behind`, `build --behind`): exit 3
+/// when one of them stopped.
+pub fn print_plans_driven(output: Output, plans: &[mesh_model::plan::Plan]) -> Result<ExitCode> {
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(plans)?),
+        Output::Text if plans.is_empty() => println!("no open plans"),
+        Output::Text => {
+            for plan in plans {
+                print!("{}", crate::render::plan_summary(plan));
+            }
+        }
+    }
+    let stopped = plans
+        .iter()
+        .any(|p| matches!(p.state, mesh_model::plan::PlanState::Stopped { .. }));
+    Ok(if stopped {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

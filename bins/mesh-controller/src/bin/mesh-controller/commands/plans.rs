@@ -1,0 +1,106 @@
+//! `plans`: listing, showing, closing and resuming plans.
+
+use crate::{render, Output};
+use anyhow::Result;
+use clap::Subcommand;
+use mesh_controller::{plans, preview};
+use std::process::ExitCode;
+
+/// Lists the plans; `plans show`, `plans close`, `plans resume`.
+///
+/// Exit codes: 0 success; 1 error (no such plan; closing or resuming a plan that is not
+/// open); 3 `plans resume` left a plan stopped.
+#[derive(clap::Args)]
+pub struct Args {
+    /// What to do (default: list every plan).
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// `plans` subcommands.
+#[derive(Subcommand)]
+pub enum Command {
+    /// Lists every plan (the default).
+    List,
+    /// Shows one plan: what changed, its tiers, each module's build and rollout.
+    Show {
+        /// The plan's id (`plan-3`).
+        id: String,
+        /// Instead, what its rollouts would do across the fleet (as `merge --plan-only`
+        /// answers): per tier and module the first machine, each node that changes and how,
+        /// the nodes held for a move or in a window, and those unchanged. Reads only; sends
+        /// nothing.
+        #[arg(long)]
+        preview: bool,
+    },
+    /// Closes an open plan by hand; it is never resumed.
+    Close {
+        /// The plan's id.
+        id: String,
+        /// Why, kept in the plan.
+        #[arg(long, default_value = "")]
+        note: String,
+    },
+    /// Drives the open plans (or one) on from where they stand: a controller stopped
+    /// mid-rollout resumes here (with `--bus`, on the fleet's hosts).
+    Resume {
+        /// Only this plan.
+        id: Option<String>,
+        /// Send the nodes of MODULE held because its running container's data would move
+        /// (see `status`). Repeatable.
+        #[arg(long = "move", value_name = "MODULE")]
+        moves: Vec<String>,
+    },
+}
+
+/// Lists, shows, closes or resumes.
+pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
+    let home = &env.home;
+    match args.command.unwrap_or(Command::List) {
+        Command::List => {
+            let plans = home.plans()?;
+            match env.output {
+                Output::Json => {
+                    let plans: Vec<_> = plans.into_iter().map(|p| p.plan).collect();
+                    env.print_json(&plans)?
+                }
+                Output::Text => print!("{}", render::plans_list(&plans)),
+            }
+        }
+        Command::Show { id, preview: true } => {
+            home.require()?;
+            let record = home.plan(&id)?;
+            let preview = env
+                .runtime
+                .block_on(preview::preview(&env.ctx(&[]), &record))?;
+            match env.output {
+                Output::Json => env.print_json(&preview)?,
+                Output::Text => print!("{}", render::preview(&preview)),
+            }
+        }
+        Command::Show { id, preview: false } => {
+            let record = home.plan(&id)?;
+            match env.output {
+                Output::Json => env.print_json(&record)?,
+                Output::Text => print!("{}", render::plan_show(&record)),
+            }
+        }
+        Command::Close { id, note } => {
+            let record = plans::close(home, &id, &note)?;
+            match env.output {
+                Output::Json => env.print_json(&record.plan)?,
+                Output::Text => print!("{}", render::plan_summary(&record.plan)),
+            }
+        }
+        Command::Resume { id, moves } => {
+            home.require()?;
+            let plans = env.runtime.block_on(plans::drive_open(
+                &env.ctx(&moves),
+                id.as_deref(),
+                plans::DriveMode::All,
+            ))?;
+            return super::print_plans_driven(env.output, &plans);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

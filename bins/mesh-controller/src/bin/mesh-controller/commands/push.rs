@@ -1,0 +1,71 @@
+//! `push`: compose, send and apply declarations; or roll out what the open plans built.
+
+use crate::{render, Output};
+use anyhow::Result;
+use mesh_controller::{plans, push};
+use std::process::ExitCode;
+
+/// Composes, sends and applies declarations, then prints what each node reported.
+///
+/// Name the nodes, or say `--all`: a push with no node is refused. With `--bus`, it sends to
+/// the fleet's hosts (`mesh-host serve`) and waits for their reports, grants first: when
+/// the bus's users changed, the node holding the bus is sent them first, and a grant that
+/// fails fails the send (exit 1, nothing else sent). `--behind` instead rolls
+/// out, one machine first, what the open plans built and have not rolled out.
+///
+/// Exit codes: 0 every node converged (`--behind`: the plans went as far as their builds);
+/// 1 error; 2 refused or held; 3 some node did not converge (`--behind`: a plan stopped).
+#[derive(clap::Args)]
+pub struct Args {
+    /// The nodes to send to.
+    nodes: Vec<String>,
+    /// Send to every node.
+    #[arg(long, conflicts_with = "nodes")]
+    all: bool,
+    /// Send a module whose running container would get another host directory at a mount
+    /// (its data moving); without it such a node's push is held. Repeatable.
+    #[arg(long = "move", value_name = "MODULE")]
+    moves: Vec<String>,
+    /// Seconds to wait for each node's report.
+    #[arg(long, default_value_t = 120)]
+    timeout: u64,
+    /// Instead of nodes: roll out the modules the open plans built and have not rolled
+    /// out (the same list `status` calls behind), one machine first. With `--move MODULE`,
+    /// that module's nodes held for a move are sent.
+    #[arg(long, conflicts_with_all = ["nodes", "all"])]
+    behind: bool,
+}
+
+/// Pushes, or drives the open plans' rollouts with `--behind`.
+pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
+    let ctx = env.ctx(&args.moves);
+    if args.behind {
+        let plans =
+            env.runtime
+                .block_on(plans::drive_open(&ctx, None, plans::DriveMode::RolloutOnly))?;
+        return super::print_plans_driven(env.output, &plans);
+    }
+    let nodes = match push::targets(&env.home.inventory()?, args.nodes, args.all) {
+        Ok(nodes) => nodes,
+        Err(refused) => {
+            eprintln!("error: {refused}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let checked = env.checked()?;
+    let results = env.runtime.block_on(push::push(
+        &ctx,
+        &checked,
+        &nodes,
+        std::time::Duration::from_secs(args.timeout),
+    ))?;
+    match env.output {
+        Output::Json => env.print_json(&results)?,
+        Output::Text => print!("{}", render::push(&results)),
+    }
+    Ok(match push::verdict(&results) {
+        push::Verdict::Converged => ExitCode::SUCCESS,
+        push::Verdict::Held => ExitCode::from(2),
+        push::Verdict::NotConverged => ExitCode::from(3),
+    })
+}

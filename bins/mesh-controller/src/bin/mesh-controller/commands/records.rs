@@ -1,0 +1,131 @@
+//! `records`: where the controller's records are, and reading and replacing them by hand.
+
+use crate::{render, Output};
+use anyhow::Result;
+use clap::Subcommand;
+use mesh_controller::records;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// `records` subcommands.
+#[derive(Subcommand)]
+pub enum Command {
+    /// Moves the home's records onto the bus (`--bus`): every record is copied, the inventory
+    /// last, and the home is marked as moved, so a later command on it without `--bus` is
+    /// refused rather than reading records no longer kept. The catalogue, sandbox roots and
+    /// the controller's own password stay in the home.
+    ///
+    /// Exit codes: 0 copied; 1 error (the bus already holds a mesh: nothing was copied; a
+    /// record could not be copied: run it again).
+    Import,
+    /// Lists the records one level under DIR (default: the top), as a directory would.
+    List {
+        /// The directory, e.g. `plans` or `settings/web`.
+        #[arg(default_value = "")]
+        dir: String,
+    },
+    /// Removes the declarations no record names any more: each is kept once by its digest,
+    /// and kept while what a node was last sent, or an open plan's rollout (what a node is
+    /// sent, what it ran before, what it was sent back), names it. One written within the
+    /// grace is kept all the same (a push writes it before the record naming it). Also removes
+    /// the chunks of replaced records on a fleet's bus. Says how many were removed and their
+    /// bytes. Waits while a plan is being driven.
+    ///
+    /// Exit codes: 0 collected; 1 error (a record could not be read: nothing was removed).
+    Collect {
+        /// Keep what no record names when it was written less than this many minutes ago.
+        #[arg(long, value_name = "MINUTES", default_value_t = 10)]
+        grace_minutes: u64,
+    },
+    /// Prints one record, e.g. `inventory.toml` or `plans/plan-3.json`.
+    ///
+    /// Exit codes: 0 printed; 1 error (no such record).
+    Get {
+        /// The record's key.
+        key: String,
+    },
+    /// Replaces the inventory (`inventory.toml`) with FILE (`-`: standard input) — on a fleet
+    /// the way to edit it, as the file under the home is edited without `--bus`. The new
+    /// inventory must read as one; a node added, removed or re-assigned reaches the fleet
+    /// with the next push or rollout. Settings layers are changed with `settings set`.
+    ///
+    /// With `--base` (the inventory as `records get` gave it when the edit began) the put is
+    /// compare-and-set: refused, nothing changed, when another operator changed the
+    /// inventory since.
+    ///
+    /// Exit codes: 0 replaced; 1 error (not an inventory: nothing was changed); 2 refused:
+    /// the inventory is no longer `--base` (nothing was changed: read it again, edit, put).
+    Put {
+        /// The record's key: `inventory.toml`.
+        key: String,
+        /// The file holding the new record, or `-` for standard input.
+        file: PathBuf,
+        /// The inventory the edit started from: the put goes ahead only while the inventory
+        /// is still exactly this.
+        #[arg(long, value_name = "FILE")]
+        base: Option<PathBuf>,
+    },
+}
+
+/// Imports, lists, collects, gets or puts.
+pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
+    let home = &env.home;
+    match command {
+        Command::Import => {
+            let bus = env.need_bus()?;
+            let imported = records::import(&env.home_path, home, &bus.url)?;
+            match env.output {
+                Output::Json => env.print_json(&imported)?,
+                Output::Text => println!(
+                    "copied {} records from {} to {}; the home is marked as moved: give \
+                     --bus {} with every command on it from now on",
+                    imported.keys.len(),
+                    imported.home,
+                    imported.records,
+                    bus.url
+                ),
+            }
+        }
+        Command::List { dir } => {
+            home.require()?;
+            let names = home.records().list(dir.trim_end_matches('/'))?;
+            match env.output {
+                Output::Json => env.print_json(&names)?,
+                Output::Text => names.iter().for_each(|name| println!("{name}")),
+            }
+        }
+        Command::Collect { grace_minutes } => {
+            let collected = records::collect_declarations(
+                home,
+                mesh_host::now(),
+                std::time::Duration::from_secs(grace_minutes.saturating_mul(60)),
+            )?;
+            match env.output {
+                Output::Json => env.print_json(&collected)?,
+                Output::Text => print!("{}", render::declarations_collected(&collected)),
+            }
+        }
+        Command::Get { key } => {
+            let bytes = records::get(home, &key)?;
+            use std::io::Write as _;
+            std::io::stdout().write_all(&bytes)?;
+        }
+        Command::Put { key, file, base } => {
+            match records::put_by_hand(home, &key, &file, base.as_deref())? {
+                records::PutOutcome::Replaced => {
+                    println!("replaced {}", home.records().locate(&key));
+                }
+                records::PutOutcome::BaseChanged => {
+                    println!(
+                        "refused: {} is no longer the inventory --base holds (it was changed \
+                         since); nothing was changed: read it again with `records get {key}`, \
+                         make the edit on that, and put it again",
+                        home.records().locate(&key)
+                    );
+                    return Ok(ExitCode::from(2));
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

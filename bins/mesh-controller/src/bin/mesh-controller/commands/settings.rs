@@ -1,0 +1,105 @@
+//! `settings`: reading and replacing settings layers, every replaced layer kept.
+
+use crate::{render, Output};
+use anyhow::Result;
+use clap::Subcommand;
+use mesh_controller::settings;
+use std::process::ExitCode;
+
+/// `settings` subcommands.
+#[derive(Subcommand)]
+pub enum Command {
+    /// Prints a layer as it is (JSON); with `--history`, every earlier layer too.
+    Show {
+        /// The module.
+        module: String,
+        /// The node's layer (default: the mesh layer).
+        #[arg(long)]
+        node: Option<String>,
+        /// Also print every layer it replaced, newest first, with when and by which command.
+        #[arg(long)]
+        history: bool,
+    },
+    /// Replaces a layer whole with JSON, answering with the keys added, changed and removed.
+    ///
+    /// A set that would remove any key is refused (nothing changes, exit 2) unless
+    /// `--replace`. A set that only adds or changes keys needs nothing. The replaced layer is
+    /// kept in the history.
+    Set {
+        /// The module.
+        module: String,
+        /// The new layer, a JSON object (e.g. '{"port": 8097}').
+        json: String,
+        /// The node's layer (default: the mesh layer).
+        #[arg(long)]
+        node: Option<String>,
+        /// Allow the new layer to remove keys.
+        #[arg(long)]
+        replace: bool,
+    },
+    /// Removes a layer; it is kept in the history like a set.
+    Clear {
+        /// The module.
+        module: String,
+        /// The node's layer (default: the mesh layer).
+        #[arg(long)]
+        node: Option<String>,
+    },
+    /// Puts back a layer from the history (`settings show --history` lists revisions).
+    Restore {
+        /// The module.
+        module: String,
+        /// The revision to put back.
+        revision: u64,
+        /// The node's layer (default: the mesh layer).
+        #[arg(long)]
+        node: Option<String>,
+    },
+}
+
+/// Shows a layer, or changes one: exit 2 when the change was refused.
+pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
+    let now = mesh_host::now();
+    let (catalogue, _) = env.checked()?;
+    let command_line = settings::invoked_command();
+    let on = settings::On {
+        home: &env.home,
+        catalogue: &catalogue,
+        command: &command_line,
+    };
+    let answer = match command {
+        Command::Show {
+            module,
+            node,
+            history,
+        } => {
+            let shown = settings::show(&on, &module, node.as_deref(), history)?;
+            match env.output {
+                Output::Json => env.print_json(&shown)?,
+                Output::Text => print!("{}", render::settings_shown(&shown)?),
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Set {
+            module,
+            json,
+            node,
+            replace,
+        } => settings::set(&on, &module, node.as_deref(), &json, replace, now)?,
+        Command::Clear { module, node } => settings::clear(&on, &module, node.as_deref(), now)?,
+        Command::Restore {
+            module,
+            revision,
+            node,
+        } => settings::restore(&on, &module, node.as_deref(), revision, now)?,
+    };
+    match env.output {
+        Output::Json => env.print_json(&answer)?,
+        Output::Text => print!("{}", render::settings_answer(&answer)),
+    }
+    Ok(if answer.refused() {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

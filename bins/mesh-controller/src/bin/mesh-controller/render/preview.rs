@@ -1,0 +1,76 @@
+//! A plan's preview (`merge --plan-only`, `plans show --preview`).
+
+/// What a plan's rollouts would do across the fleet (`merge --plan-only`, `plans show
+/// --preview`): per tier and module, the first machine, then every node by what would happen
+/// to it.
+pub fn preview(preview: &mesh_controller::preview::Preview) -> String {
+    use std::fmt::Write as _;
+    let mut out = format!("preview of {}: nothing is built or sent\n", preview.plan);
+    for tier in &preview.tiers {
+        for module in &tier.modules {
+            let _ = writeln!(out, "tier {}: `{}`", tier.tier, module.module);
+            if let Some(refused) = &module.refused {
+                let _ = writeln!(out, "  not built: it does not validate:");
+                for line in refused.lines() {
+                    let _ = writeln!(out, "    {line}");
+                }
+                continue;
+            }
+            match &module.first {
+                Some(first) => {
+                    let _ = writeln!(out, "  first machine: {first}");
+                }
+                None => {
+                    let _ = writeln!(out, "  first machine: none (no node would be sent)");
+                }
+            }
+            for change in &module.changes {
+                let counts = if change.first_send {
+                    format!("first send, {} resource(s)", change.added)
+                } else {
+                    format!(
+                        "{} added, {} changed, {} removed",
+                        change.added, change.changed, change.removed
+                    )
+                };
+                let _ = writeln!(out, "  changes {}: {counts}", change.node);
+                for recreated in &change.recreated {
+                    let _ = writeln!(
+                        out,
+                        "    recreates {} ({})",
+                        recreated.resource,
+                        recreated.fields.join(", ")
+                    );
+                }
+            }
+            for held in &module.held {
+                let _ = writeln!(
+                    out,
+                    "  held {}: {} (send it with --move {})",
+                    held.node,
+                    held.moves.join("; "),
+                    module.module
+                );
+            }
+            for window in &module.in_window {
+                let _ = writeln!(
+                    out,
+                    "  in a window {}: {} (left alone until it closes)",
+                    window.node,
+                    window.windows.join("; ")
+                );
+            }
+            if !module.unchanged.is_empty() {
+                let _ = writeln!(out, "  unchanged: {}", module.unchanged.join(", "));
+            }
+            if !module.not_running.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "  not running (not sent): {}",
+                    module.not_running.join(", ")
+                );
+            }
+        }
+    }
+    out
+}
