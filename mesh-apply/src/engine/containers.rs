@@ -1,0 +1,76 @@
+//! Container resources, through the [`crate::ContainerRuntime`] seam: a lone container brought
+//! to its spec, recorded once made, and left alone while a maintenance window holds it still.
+
+use super::{target_of, Attempt, Engine};
+use crate::containers::DeclaredContainer;
+use crate::progress::pause_point;
+use crate::state::{Origin, Record, Target};
+use crate::ApplyError;
+use mesh_model::declaration::{ContainerSpec, Resource, Spec};
+use std::collections::BTreeSet;
+
+impl<'a> Engine<'a, '_> {
+    /// Brings a lone container to its spec (made, replaced, started, or restarted when a file
+    /// it restarts on changed or it owes a restart), and records it once it is made.
+    pub(super) fn apply_container(
+        &mut self,
+        resource: &Resource,
+        spec: &ContainerSpec,
+    ) -> Result<Attempt, ApplyError> {
+        self.begin_change()?;
+        let restart = self.restart_wanted(&resource.id, spec, &BTreeSet::new());
+        if restart {
+            pause_point("restart", &resource.id);
+        }
+        let result = self
+            .seams
+            .containers
+            .apply(&declared(resource, spec), restart);
+        if result.is_ok() {
+            self.record_container(resource)?;
+            self.paid_restart(&resource.id);
+        }
+        Ok(result.into())
+    }
+
+    pub(super) fn record_container(&mut self, resource: &Resource) -> Result<(), ApplyError> {
+        if !self.state.resources.contains_key(&resource.id) {
+            self.state.resources.insert(
+                resource.id.clone(),
+                Record {
+                    target: target_of(&resource.spec),
+                    origin: Origin::Made,
+                },
+            );
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// The step holding a declared container still, if a window holds it.
+    pub(super) fn held_container(&self, resource: &Resource) -> Option<String> {
+        match &resource.spec {
+            Spec::Container(c) => self.held.get(&c.name).cloned(),
+            Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) => None,
+        }
+    }
+
+    /// The step holding a recorded container still, if a window holds it.
+    pub(super) fn held_step(&self, target: &Target) -> Option<String> {
+        match target {
+            Target::Container { name } => self.held.get(name).cloned(),
+            Target::File { .. } | Target::Directory { .. } | Target::Membership { .. } => None,
+        }
+    }
+}
+/// A declared container as its runtime is told of it.
+pub(super) fn declared<'r>(
+    resource: &'r Resource,
+    spec: &'r ContainerSpec,
+) -> DeclaredContainer<'r> {
+    DeclaredContainer {
+        id: &resource.id,
+        module: &resource.module,
+        spec,
+    }
+}

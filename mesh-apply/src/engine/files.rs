@@ -1,0 +1,320 @@
+//! File resources: what applying one would change (read through the stat cache when its stamp
+//! allows), and bringing a lone file to what is declared with an atomic write.
+
+use super::discover::Prepared;
+use super::{ArchivedContents, Attempt, Engine};
+use crate::fsops::{self, Wanted};
+use crate::paths::{Opened, Resolved};
+use crate::ApplyError;
+use mesh_model::declaration::{FileSpec, Resource};
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::PathBuf;
+
+/// The bytes a file should hold: its content, or what was read from its archive. A file with
+/// neither is blocked before it is attempted ([`super::unreadable_files`]), so this is never asked.
+fn content_of<'a>(contents: &'a ArchivedContents, id: &str, spec: &'a FileSpec) -> &'a [u8] {
+    match &spec.content {
+        Some(content) => content.as_bytes(),
+        None => contents.read.get(id).map_or(&[], |c| c.as_bytes()),
+    }
+}
+
+/// How a file resource's path is read to compare it with what is declared.
+pub(super) enum FileRead {
+    /// One open that never follows a link, compared as it is read through the engine's buffer:
+    /// a lone file, the no-op apply's path.
+    Opened,
+    /// An lstat, then the whole file read by its path: a together group's member.
+    ByPath,
+}
+
+/// What applying a file resource would change, found before anything changes.
+pub(super) struct FileChange<'c> {
+    /// The path under the root.
+    pub(super) full: PathBuf,
+    /// Ancestors (machine paths) that do not exist yet.
+    pub(super) missing_parents: Vec<String>,
+    /// The content, mode and owner declared.
+    pub(super) wanted: Wanted<'c>,
+    /// Whether a regular file is there now.
+    pub(super) existed: bool,
+    /// What differs (`created` when nothing is there); empty when it is as declared.
+    pub(super) changed: Vec<String>,
+}
+
+impl<'a> Engine<'a, '_> {
+    /// What applying a file resource would change, read from the machine; a reason when it
+    /// cannot be applied (an unknown owner, a path that is not a regular file, an unreadable
+    /// file). Both a lone file and a together member start here.
+    pub(super) fn examine_file<'r>(
+        &mut self,
+        resource: &Resource,
+        spec: &'r FileSpec,
+        read: FileRead,
+    ) -> Result<FileChange<'r>, String>
+    where
+        'a: 'r,
+    {
+        let (uid, gid) = self.owner_ids(&spec.owner, &spec.group)?;
+        let wanted = Wanted {
+            bytes: content_of(self.contents, &resource.id, spec),
+            mode: spec.mode,
+            uid,
+            gid,
+        };
+        let path = &spec.path;
+        if let Some((full, missing_parents, changed)) =
+            self.unchanged_by_stamp(resource, spec, &wanted)?
+        {
+            return Ok(FileChange {
+                full,
+                missing_parents,
+                wanted,
+                existed: true,
+                changed,
+            });
+        }
+        let cannot_read = |e: io::Error| format!("cannot read `{path}`: {e}");
+        let (full, missing_parents, found) = match read {
+            FileRead::Opened => {
+                let Opened {
+                    full,
+                    missing_parents,
+                    current,
+                } = self.paths.open_file(path)?;
+                let found = match current {
+                    None => None,
+                    Some((mut file, meta)) => {
+                        regular_file(path, &meta)?;
+                        let changed = differences_of_open_file(
+                            &mut file,
+                            &meta,
+                            &wanted,
+                            &mut self.read_buffer,
+                        )
+                        .map_err(cannot_read)?;
+                        self.note_read(resource, spec, &meta, &changed);
+                        Some(changed)
+                    }
+                };
+                (full, missing_parents, found)
+            }
+            FileRead::ByPath => {
+                let Resolved {
+                    full,
+                    missing_parents,
+                    meta,
+                } = self.paths.resolve(path)?;
+                let found = match &meta {
+                    None => None,
+                    Some(meta) => {
+                        regular_file(path, meta)?;
+                        let changed =
+                            file_differences(&full, meta, &wanted).map_err(cannot_read)?;
+                        self.note_read(resource, spec, meta, &changed);
+                        Some(changed)
+                    }
+                };
+                (full, missing_parents, found)
+            }
+        };
+        Ok(FileChange {
+            full,
+            missing_parents,
+            wanted,
+            existed: found.is_some(),
+            changed: found.unwrap_or_else(|| vec!["created".to_owned()]),
+        })
+    }
+
+    /// The change a file resource needs when the stat cache says its content is as declared
+    /// (its stamp unchanged since it was last read or written so): its mode and owner alone,
+    /// from one lstat; `None` when its content must be read.
+    #[allow(clippy::type_complexity)]
+    fn unchanged_by_stamp(
+        &mut self,
+        resource: &Resource,
+        spec: &FileSpec,
+        wanted: &Wanted<'_>,
+    ) -> Result<Option<(PathBuf, Vec<String>, Vec<String>)>, String> {
+        // One look-up of the stamp serves both questions: is there one, and is it this file's.
+        let Some(stamp) = self.stamps.stamp(&spec.path) else {
+            return Ok(None);
+        };
+        let Some(declared) = self.sent.content_digest(resource) else {
+            return Ok(None);
+        };
+        let Resolved {
+            full,
+            missing_parents,
+            meta,
+        } = self.paths.resolve(&spec.path)?;
+        let Some(meta) = meta.filter(|meta| meta.is_file()) else {
+            return Ok(None);
+        };
+        if !stamp.same_file(&meta) || stamp.digest != *declared {
+            return Ok(None);
+        }
+        let changed = mode_owner_differences(&meta, (wanted.mode, wanted.uid, wanted.gid));
+        Ok(Some((full, missing_parents, changed)))
+    }
+
+    /// Keeps the stamp of a file whose content was just read and found as declared.
+    fn note_read(
+        &mut self,
+        resource: &Resource,
+        spec: &FileSpec,
+        meta: &fs::Metadata,
+        changed: &[String],
+    ) {
+        if changed.iter().any(|c| c == "content") {
+            return;
+        }
+        if let Some(declared) = self.sent.content_digest(resource) {
+            self.stamps.record(&spec.path, meta, &declared, self.now);
+        }
+    }
+
+    /// Keeps the stamp of a file just written (or given its mode and owner) as declared.
+    fn note_written(&mut self, resource: &Resource, spec: &FileSpec, full: &std::path::Path) {
+        match (
+            fs::symlink_metadata(full),
+            self.sent.content_digest(resource),
+        ) {
+            (Ok(meta), Some(declared)) if meta.is_file() => {
+                self.stamps.record(&spec.path, &meta, &declared, self.now);
+            }
+            _ => self.stamps.forget(&spec.path),
+        }
+    }
+
+    /// Brings a lone file resource to what is declared.
+    pub(super) fn apply_file(
+        &mut self,
+        resource: &Resource,
+        spec: &FileSpec,
+    ) -> Result<Attempt, ApplyError> {
+        let change = match self.examine_file(resource, spec, FileRead::Opened) {
+            Ok(change) => change,
+            Err(reason) => return Ok(Attempt::Failed(reason)),
+        };
+        if change.changed.is_empty() {
+            return Ok(Attempt::Took(change.changed));
+        }
+        if let Prepared::Failed(reason) = self.prepare_change(resource, &change.missing_parents)? {
+            return Ok(Attempt::Failed(reason));
+        }
+        self.owe_restarts([resource.id.as_str()])?;
+        let FileChange {
+            full,
+            wanted,
+            existed,
+            changed,
+            ..
+        } = change;
+        let path = &spec.path;
+        let result = if !existed {
+            fsops::write_atomic(&full, &wanted).map(|()| self.touched(&full))
+        } else if changed.iter().any(|c| c == "content") {
+            self.touched(&full);
+            fsops::write_atomic(&full, &wanted)
+        } else {
+            fsops::set_mode_owner(&full, wanted.mode, wanted.uid, wanted.gid)
+        };
+        if let Err(e) = result {
+            self.stamps.forget(path);
+            return Ok(Attempt::Failed(format!("cannot write `{path}`: {e}")));
+        }
+        self.note_written(resource, spec, &full);
+        Ok(Attempt::Took(changed))
+    }
+}
+/// A reason when what is at a file resource's path is not a regular file.
+fn regular_file(path: &str, meta: &fs::Metadata) -> Result<(), String> {
+    if meta.is_file() {
+        Ok(())
+    } else if meta.is_dir() {
+        Err(format!("`{path}` is a directory, not a file"))
+    } else {
+        Err(format!("`{path}` is not a regular file"))
+    }
+}
+
+pub(super) fn mode_owner_differences(
+    meta: &fs::Metadata,
+    (mode, uid, gid): (u32, u32, u32),
+) -> Vec<String> {
+    let mut changed = Vec::new();
+    if meta.mode() & 0o7777 != mode {
+        changed.push("mode".to_owned());
+    }
+    if meta.uid() != uid {
+        changed.push("owner".to_owned());
+    }
+    if meta.gid() != gid {
+        changed.push("group".to_owned());
+    }
+    changed
+}
+
+/// What differs between an open file and what is wanted; reads through `buffer`, comparing as
+/// it goes, so nothing is allocated per file.
+fn differences_of_open_file(
+    file: &mut fs::File,
+    meta: &fs::Metadata,
+    wanted: &Wanted<'_>,
+    buffer: &mut [u8],
+) -> io::Result<Vec<String>> {
+    let mut changed = Vec::new();
+    if meta.len() != wanted.bytes.len() as u64 || !same_bytes(file, wanted.bytes, buffer)? {
+        changed.push("content".to_owned());
+    }
+    changed.extend(mode_owner_differences(
+        meta,
+        (wanted.mode, wanted.uid, wanted.gid),
+    ));
+    Ok(changed)
+}
+
+/// Whether what `reader` holds is exactly `expected`.
+fn same_bytes(reader: &mut impl io::Read, expected: &[u8], buffer: &mut [u8]) -> io::Result<bool> {
+    let mut offset = 0;
+    loop {
+        let read = match reader.read(buffer) {
+            Ok(read) => read,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if read == 0 {
+            return Ok(offset == expected.len());
+        }
+        if expected.len() - offset < read || buffer[..read] != expected[offset..offset + read] {
+            return Ok(false);
+        }
+        offset += read;
+        if offset == expected.len() {
+            // The length was checked against the file's metadata: no read for the end.
+            return Ok(true);
+        }
+    }
+}
+
+/// What differs between the file at `full` and what is wanted.
+fn file_differences(
+    full: &std::path::Path,
+    meta: &fs::Metadata,
+    wanted: &Wanted<'_>,
+) -> io::Result<Vec<String>> {
+    let mut changed = Vec::new();
+    let same_content = meta.len() == wanted.bytes.len() as u64 && fs::read(full)? == wanted.bytes;
+    if !same_content {
+        changed.push("content".to_owned());
+    }
+    changed.extend(mode_owner_differences(
+        meta,
+        (wanted.mode, wanted.uid, wanted.gid),
+    ));
+    Ok(changed)
+}
