@@ -34,7 +34,13 @@
 //! `drift = "correct" | "report"` (top level, default `correct`) says what the host does with
 //! a managed resource changed by hand between declarations: put it back, or only report it.
 
-use crate::template;
+mod check;
+mod container;
+mod cycles;
+
+pub use container::{ContainerDefinition, HealthDefinition, MountDefinition};
+pub use cycles::find_cycles;
+
 use crate::Diagnostic;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -121,59 +127,8 @@ pub struct DirectoryDefinition {
     pub group: String,
 }
 
-/// A mount of a place into a container.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct MountDefinition {
-    /// The place mounted (one the module declares).
-    pub place: String,
-    /// Where inside the container.
-    pub at: String,
-    /// Mounted read-only.
-    #[serde(default)]
-    pub read_only: bool,
-}
-
-/// A container the module runs under podman.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct ContainerDefinition {
-    /// The image reference.
-    pub image: String,
-    /// The command and its arguments (default: the image's).
-    #[serde(default)]
-    pub command: Vec<String>,
-    /// Environment variables (values may use settings).
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// Places mounted into it.
-    #[serde(default)]
-    pub mounts: Vec<MountDefinition>,
-    /// Files of this module whose change restarts the container.
-    #[serde(default)]
-    pub restart_on: Vec<String>,
-    /// How long after it is created, started or restarted the host judges it (`"2s"`,
-    /// `"500ms"`, `"1m"`; default 2 s).
-    #[serde(default)]
-    pub settle: Option<String>,
-    /// A command that must pass inside it for it to be healthy.
-    #[serde(default)]
-    pub health: Option<HealthDefinition>,
-}
-
-/// A container's health command.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct HealthDefinition {
-    /// The command and its arguments (values may use settings).
-    pub command: Vec<String>,
-    /// How long it has to pass after the container settled (default 30 s).
-    #[serde(default)]
-    pub within: Option<String>,
-}
-
 /// What a host does with drift: a managed resource changed by hand between declarations
-/// (rule 28). Either way the drift is reported.
+/// (*drift is seen, and reported even when corrected*). Either way the drift is reported.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DriftPolicy {
@@ -516,103 +471,6 @@ pub fn load_catalogue(source: &CatalogueSource) -> (Catalogue, Vec<Diagnostic>) 
     (Catalogue { modules, refused }, diagnostics)
 }
 
-/// Every elementary cycle's members, each reported once (starting at its smallest name).
-pub fn find_cycles(graph: &BTreeMap<&str, Vec<&str>>) -> Vec<Vec<String>> {
-    // Tarjan's strongly connected components; a component of more than one node, or a node
-    // depending on itself, is a cycle.
-    struct State<'g> {
-        index: usize,
-        indices: BTreeMap<&'g str, usize>,
-        low: BTreeMap<&'g str, usize>,
-        stack: Vec<&'g str>,
-        on_stack: BTreeSet<&'g str>,
-        components: Vec<Vec<String>>,
-    }
-    fn connect<'g>(node: &'g str, graph: &BTreeMap<&'g str, Vec<&'g str>>, s: &mut State<'g>) {
-        s.indices.insert(node, s.index);
-        s.low.insert(node, s.index);
-        s.index += 1;
-        s.stack.push(node);
-        s.on_stack.insert(node);
-        for &next in graph.get(node).map(Vec::as_slice).unwrap_or(&[]) {
-            if !graph.contains_key(next) {
-                continue;
-            }
-            if !s.indices.contains_key(next) {
-                connect(next, graph, s);
-                let low = s.low[node].min(s.low[next]);
-                s.low.insert(node, low);
-            } else if s.on_stack.contains(next) {
-                let low = s.low[node].min(s.indices[next]);
-                s.low.insert(node, low);
-            }
-        }
-        if s.low[node] == s.indices[node] {
-            let mut component = Vec::new();
-            while let Some(member) = s.stack.pop() {
-                s.on_stack.remove(member);
-                component.push(member.to_owned());
-                if member == node {
-                    break;
-                }
-            }
-            let self_loop = graph.get(node).is_some_and(|deps| deps.contains(&node));
-            if component.len() > 1 || self_loop {
-                s.components.push(cycle_order(component, graph));
-            }
-        }
-    }
-    let mut state = State {
-        index: 0,
-        indices: BTreeMap::new(),
-        low: BTreeMap::new(),
-        stack: Vec::new(),
-        on_stack: BTreeSet::new(),
-        components: Vec::new(),
-    };
-    for &node in graph.keys() {
-        if !state.indices.contains_key(node) {
-            connect(node, graph, &mut state);
-        }
-    }
-    state.components.sort();
-    state.components
-}
-
-/// Orders a strongly connected component as a cycle: from its smallest member, following
-/// dependency edges inside the component, the shortest way back.
-fn cycle_order(mut component: Vec<String>, graph: &BTreeMap<&str, Vec<&str>>) -> Vec<String> {
-    component.sort();
-    let members: BTreeSet<&str> = component.iter().map(String::as_str).collect();
-    let start = component[0].as_str();
-    // Breadth-first from start's dependencies back to start.
-    let mut previous: BTreeMap<&str, &str> = BTreeMap::new();
-    let mut queue = std::collections::VecDeque::from([start]);
-    while let Some(node) = queue.pop_front() {
-        for &next in graph.get(node).map(Vec::as_slice).unwrap_or(&[]) {
-            if !members.contains(next) {
-                continue;
-            }
-            if next == start {
-                let mut path = vec![node];
-                while let Some(&before) = previous.get(path[path.len() - 1]) {
-                    path.push(before);
-                }
-                if path.last() != Some(&start) {
-                    path.push(start);
-                }
-                path.reverse();
-                return path.into_iter().map(str::to_owned).collect();
-            }
-            if !previous.contains_key(next) {
-                previous.insert(next, node);
-                queue.push_back(next);
-            }
-        }
-    }
-    component
-}
-
 /// Parses one module's definition and checks it against its own directory.
 fn parse_module(
     file: &str,
@@ -679,7 +537,7 @@ fn parse_module(
             return None;
         }
     };
-    check_module(file, dir, tree, &definition, diagnostics);
+    check::check_module(file, dir, tree, &definition, diagnostics);
     Some(definition)
 }
 
@@ -703,229 +561,4 @@ pub fn is_valid_name(name: &str) -> bool {
 pub fn parse_mode(text: &str) -> Option<u32> {
     let mode = u32::from_str_radix(text, 8).ok()?;
     (mode <= 0o7777).then_some(mode)
-}
-
-fn check_module(
-    file: &str,
-    dir: &str,
-    tree: &ModuleTree,
-    d: &ModuleDefinition,
-    out: &mut Vec<Diagnostic>,
-) {
-    let m = Some(dir);
-    let mut say = |key: String, message: String| {
-        out.push(Diagnostic::new(file, m, Some(&key), message));
-    };
-    if d.name != dir {
-        say(
-            "name".into(),
-            format!(
-                "the module is named `{}` but its directory is `{dir}`",
-                d.name
-            ),
-        );
-    }
-    if !is_valid_name(&d.name) {
-        say("name".into(), "a module name is [a-z0-9][a-z0-9_-]*".into());
-    }
-    if d.depends.contains(&d.name) {
-        say("depends".into(), "a module cannot depend on itself".into());
-    }
-    for key in d.settings.keys() {
-        if key == PLACES_KEY {
-            say(
-                format!("settings.{key}"),
-                "`places` is reserved for placements; declare [places.NAME] instead".into(),
-            );
-        } else if !template::is_dotted_key(key) || key.contains('.') {
-            say(format!("settings.{key}"), "not a valid setting name".into());
-        }
-    }
-    let defaults = d.defaults();
-    let check_text =
-        |key: String, text: &str, say: &mut dyn FnMut(String, String)| match template::references(
-            text,
-        ) {
-            Ok(refs) => {
-                for r in refs {
-                    if template::lookup(&defaults, &r).is_none() {
-                        say(key.clone(), format!("refers to the unknown setting `{r}`"));
-                    }
-                }
-            }
-            Err(error) => say(key, error.to_string()),
-        };
-    let mut names = BTreeSet::new();
-    for (name, place) in &d.places {
-        let key = format!("places.{name}");
-        check_name(&key, name, &mut say);
-        names.insert(format!("directory/{name}"));
-        check_absolute(&format!("{key}.default"), &place.default, &mut say);
-        check_mode(&format!("{key}.mode"), &place.mode, &mut say);
-        check_text(format!("{key}.owner"), &place.owner, &mut say);
-    }
-    for (name, dir_def) in &d.directories {
-        let key = format!("directories.{name}");
-        check_name(&key, name, &mut say);
-        if !names.insert(format!("directory/{name}")) {
-            say(key.clone(), format!("a place is also named `{name}`"));
-        }
-        check_absolute(&format!("{key}.path"), &dir_def.path, &mut say);
-        check_text(format!("{key}.path"), &dir_def.path, &mut say);
-        check_mode(&format!("{key}.mode"), &dir_def.mode, &mut say);
-    }
-    for (name, f) in &d.files {
-        let key = format!("files.{name}");
-        check_name(&key, name, &mut say);
-        check_absolute(&format!("{key}.path"), &f.path, &mut say);
-        check_text(format!("{key}.path"), &f.path, &mut say);
-        check_mode(&format!("{key}.mode"), &f.mode, &mut say);
-        match tree.entries.get(&f.source) {
-            Some(EntryKind::File { bytes, .. }) => {
-                if f.template {
-                    match std::str::from_utf8(bytes) {
-                        Ok(text) => check_text(format!("{key}.source"), text, &mut say),
-                        Err(_) => say(
-                            format!("{key}.source"),
-                            format!("the template `{}` is not UTF-8", f.source),
-                        ),
-                    }
-                }
-            }
-            Some(EntryKind::Symlink { .. }) => say(
-                format!("{key}.source"),
-                format!("the source `{}` is a symbolic link", f.source),
-            ),
-            Some(_) => say(
-                format!("{key}.source"),
-                format!("the source `{}` is not a regular file", f.source),
-            ),
-            None => say(
-                format!("{key}.source"),
-                format!("the source `{}` is not in the module directory", f.source),
-            ),
-        }
-    }
-    for (name, c) in &d.containers {
-        let key = format!("containers.{name}");
-        check_name(&key, name, &mut say);
-        check_text(format!("{key}.image"), &c.image, &mut say);
-        if c.image.trim().is_empty() {
-            say(format!("{key}.image"), "an image is required".into());
-        }
-        for (i, arg) in c.command.iter().enumerate() {
-            check_text(format!("{key}.command[{i}]"), arg, &mut say);
-        }
-        for (var, value) in &c.env {
-            check_text(format!("{key}.env.{var}"), value, &mut say);
-        }
-        let mut ats = BTreeSet::new();
-        for (i, mount) in c.mounts.iter().enumerate() {
-            if !d.places.contains_key(&mount.place) {
-                say(
-                    format!("{key}.mounts[{i}].place"),
-                    format!(
-                        "mounts the place `{}`, which the module does not declare",
-                        mount.place
-                    ),
-                );
-            }
-            check_absolute(&format!("{key}.mounts[{i}].at"), &mount.at, &mut say);
-            if !ats.insert(mount.at.clone()) {
-                say(
-                    format!("{key}.mounts[{i}].at"),
-                    format!("two mounts at `{}`", mount.at),
-                );
-            }
-        }
-        for (i, f) in c.restart_on.iter().enumerate() {
-            if !d.files.contains_key(f) {
-                say(
-                    format!("{key}.restart-on[{i}]"),
-                    format!("restarts on the file `{f}`, which the module does not declare"),
-                );
-            }
-        }
-        let durations = [
-            (format!("{key}.settle"), c.settle.as_ref()),
-            (
-                format!("{key}.health.within"),
-                c.health.as_ref().and_then(|h| h.within.as_ref()),
-            ),
-        ];
-        for (at, text) in durations {
-            if let Some(text) = text.filter(|t| parse_duration_ms(t).is_none()) {
-                say(
-                    at,
-                    format!("`{text}` is not a duration (a whole number and `ms`, `s` or `m`)"),
-                );
-            }
-        }
-        if let Some(health) = &c.health {
-            if health.command.is_empty() {
-                say(
-                    format!("{key}.health.command"),
-                    "a health command needs at least the program".into(),
-                );
-            }
-            for (i, arg) in health.command.iter().enumerate() {
-                check_text(format!("{key}.health.command[{i}]"), arg, &mut say);
-            }
-        }
-    }
-    for (name, mship) in &d.memberships {
-        let key = format!("memberships.{name}");
-        check_name(&key, name, &mut say);
-        check_text(format!("{key}.account"), &mship.account, &mut say);
-        check_text(format!("{key}.group"), &mship.group, &mut say);
-    }
-    let refs = d.resource_refs();
-    let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
-    for (group, members) in &d.together {
-        let key = format!("together.{group}");
-        if members.len() < 2 {
-            say(
-                key.clone(),
-                "a together group needs at least two members".into(),
-            );
-        }
-        for member in members {
-            if !refs.contains(member) {
-                say(
-                    key.clone(),
-                    format!("`{member}` is not a resource of this module (expected kind/name)"),
-                );
-            } else if let Some(other) = seen.insert(member, group) {
-                say(
-                    key.clone(),
-                    format!("`{member}` is already in the together group `{other}`"),
-                );
-            }
-        }
-    }
-}
-
-fn check_name(key: &str, name: &str, say: &mut dyn FnMut(String, String)) {
-    if !is_valid_name(name) {
-        say(key.to_owned(), "a name is [a-z0-9][a-z0-9_-]*".into());
-    }
-}
-
-fn check_absolute(key: &str, path: &str, say: &mut dyn FnMut(String, String)) {
-    let templated = path.starts_with("{{");
-    if !templated && !path.starts_with('/') {
-        say(key.to_owned(), format!("`{path}` is not an absolute path"));
-    }
-    if path.split('/').any(|s| s == "..") {
-        say(key.to_owned(), format!("`{path}` climbs with `..`"));
-    }
-}
-
-fn check_mode(key: &str, mode: &str, say: &mut dyn FnMut(String, String)) {
-    if parse_mode(mode).is_none() {
-        say(
-            key.to_owned(),
-            format!("`{mode}` is not an octal mode such as 0644"),
-        );
-    }
 }

@@ -1,0 +1,111 @@
+//! Why podman could not do what was asked.
+
+use super::LABEL_MADE_BY;
+use std::io;
+use std::path::PathBuf;
+
+/// Why podman could not do what was asked. Its display is the sentence a report carries.
+#[derive(Debug, thiserror::Error)]
+pub enum PodmanError {
+    /// The `podman` program is not there.
+    #[error("podman is not installed")]
+    NotInstalled,
+    /// The `podman` program could not be started.
+    #[error("cannot run `{}`: {source}", program.display())]
+    Spawn {
+        /// The program.
+        program: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// A podman command failed.
+    #[error("`podman {command}` failed ({status}): {stderr}")]
+    Command {
+        /// The subcommand and its leading arguments.
+        command: String,
+        /// How it exited.
+        status: String,
+        /// What it said.
+        stderr: String,
+    },
+    /// Podman's answer could not be read.
+    #[error("cannot read what `podman {command}` answered: {reason}")]
+    Answer {
+        /// The subcommand.
+        command: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A container of that name exists that the mesh did not make.
+    #[error(
+        "a container named `{name}` exists that the mesh did not make (no `{LABEL_MADE_BY}` \
+         label); it is left alone"
+    )]
+    Foreign {
+        /// The container's name.
+        name: String,
+    },
+    /// A container of that name exists that the mesh made for another resource.
+    #[error("the container named `{name}` was made by the mesh for `{owner}`; it is left alone")]
+    OtherResource {
+        /// The container's name.
+        name: String,
+        /// The resource its label names.
+        owner: String,
+    },
+    /// A container of that name exists that the mesh of another host (root prefix) made.
+    #[error(
+        "the container named `{name}` was made by the mesh of another host (root `{host}`); it \
+         is left alone"
+    )]
+    OtherHost {
+        /// The container's name.
+        name: String,
+        /// The root prefix its label names.
+        host: String,
+    },
+    /// A mount cannot be used.
+    #[error("mount at `{at}`: {reason}")]
+    Mount {
+        /// The path inside the container.
+        at: String,
+        /// Why.
+        reason: String,
+    },
+    /// No container of that name exists.
+    #[error("there is no container named `{name}`")]
+    Missing {
+        /// The container's name.
+        name: String,
+    },
+    /// The container is not running after its settle time (*a container is applied only
+    /// when it runs*).
+    #[error("exited with code {code} ({status}); the last lines of its log: {log}")]
+    Exited {
+        /// The container's name.
+        name: String,
+        /// Its exit code.
+        code: i32,
+        /// Podman's word for its state (`exited`, `restarting`, …).
+        status: String,
+        /// The last lines of its log, joined with ` | ` (`(empty)` when it wrote nothing).
+        log: String,
+    },
+    /// Its health command did not pass within its deadline (*a container is applied only when it
+    /// runs*).
+    #[error(
+        "its health command `{command}` did not pass within {within_ms} ms; it last said: \
+         {output}"
+    )]
+    Unhealthy {
+        /// The container's name.
+        name: String,
+        /// The command, joined with spaces.
+        command: String,
+        /// The deadline.
+        within_ms: u64,
+        /// The end of what the last attempt printed, and how it exited.
+        output: String,
+    },
+}

@@ -1,0 +1,177 @@
+//! Checking one module's definition against itself and its directory: every problem at once,
+//! each naming the key it is about.
+
+use super::{
+    container, is_valid_name, parse_mode, EntryKind, ModuleDefinition, ModuleTree, PLACES_KEY,
+};
+use crate::template;
+use crate::Diagnostic;
+use std::collections::{BTreeMap, BTreeSet};
+
+pub(super) fn check_module(
+    file: &str,
+    dir: &str,
+    tree: &ModuleTree,
+    d: &ModuleDefinition,
+    out: &mut Vec<Diagnostic>,
+) {
+    let m = Some(dir);
+    let mut say = |key: String, message: String| {
+        out.push(Diagnostic::new(file, m, Some(&key), message));
+    };
+    if d.name != dir {
+        say(
+            "name".into(),
+            format!(
+                "the module is named `{}` but its directory is `{dir}`",
+                d.name
+            ),
+        );
+    }
+    if !is_valid_name(&d.name) {
+        say("name".into(), "a module name is [a-z0-9][a-z0-9_-]*".into());
+    }
+    if d.depends.contains(&d.name) {
+        say("depends".into(), "a module cannot depend on itself".into());
+    }
+    for key in d.settings.keys() {
+        if key == PLACES_KEY {
+            say(
+                format!("settings.{key}"),
+                "`places` is reserved for placements; declare [places.NAME] instead".into(),
+            );
+        } else if !template::is_dotted_key(key) || key.contains('.') {
+            say(format!("settings.{key}"), "not a valid setting name".into());
+        }
+    }
+    let defaults = d.defaults();
+    let check_text =
+        |key: String, text: &str, say: &mut dyn FnMut(String, String)| match template::references(
+            text,
+        ) {
+            Ok(refs) => {
+                for r in refs {
+                    if template::lookup(&defaults, &r).is_none() {
+                        say(key.clone(), format!("refers to the unknown setting `{r}`"));
+                    }
+                }
+            }
+            Err(error) => say(key, error.to_string()),
+        };
+    let mut names = BTreeSet::new();
+    for (name, place) in &d.places {
+        let key = format!("places.{name}");
+        check_name(&key, name, &mut say);
+        names.insert(format!("directory/{name}"));
+        check_absolute(&format!("{key}.default"), &place.default, &mut say);
+        check_mode(&format!("{key}.mode"), &place.mode, &mut say);
+        check_text(format!("{key}.owner"), &place.owner, &mut say);
+    }
+    for (name, dir_def) in &d.directories {
+        let key = format!("directories.{name}");
+        check_name(&key, name, &mut say);
+        if !names.insert(format!("directory/{name}")) {
+            say(key.clone(), format!("a place is also named `{name}`"));
+        }
+        check_absolute(&format!("{key}.path"), &dir_def.path, &mut say);
+        check_text(format!("{key}.path"), &dir_def.path, &mut say);
+        check_mode(&format!("{key}.mode"), &dir_def.mode, &mut say);
+    }
+    for (name, f) in &d.files {
+        let key = format!("files.{name}");
+        check_name(&key, name, &mut say);
+        check_absolute(&format!("{key}.path"), &f.path, &mut say);
+        check_text(format!("{key}.path"), &f.path, &mut say);
+        check_mode(&format!("{key}.mode"), &f.mode, &mut say);
+        match tree.entries.get(&f.source) {
+            Some(EntryKind::File { bytes, .. }) => {
+                if f.template {
+                    match std::str::from_utf8(bytes) {
+                        Ok(text) => check_text(format!("{key}.source"), text, &mut say),
+                        Err(_) => say(
+                            format!("{key}.source"),
+                            format!("the template `{}` is not UTF-8", f.source),
+                        ),
+                    }
+                }
+            }
+            Some(EntryKind::Symlink { .. }) => say(
+                format!("{key}.source"),
+                format!("the source `{}` is a symbolic link", f.source),
+            ),
+            Some(_) => say(
+                format!("{key}.source"),
+                format!("the source `{}` is not a regular file", f.source),
+            ),
+            None => say(
+                format!("{key}.source"),
+                format!("the source `{}` is not in the module directory", f.source),
+            ),
+        }
+    }
+    for (name, c) in &d.containers {
+        container::check_container(
+            &format!("containers.{name}"),
+            name,
+            c,
+            d,
+            &mut say,
+            &check_text,
+        );
+    }
+    for (name, mship) in &d.memberships {
+        let key = format!("memberships.{name}");
+        check_name(&key, name, &mut say);
+        check_text(format!("{key}.account"), &mship.account, &mut say);
+        check_text(format!("{key}.group"), &mship.group, &mut say);
+    }
+    let refs = d.resource_refs();
+    let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
+    for (group, members) in &d.together {
+        let key = format!("together.{group}");
+        if members.len() < 2 {
+            say(
+                key.clone(),
+                "a together group needs at least two members".into(),
+            );
+        }
+        for member in members {
+            if !refs.contains(member) {
+                say(
+                    key.clone(),
+                    format!("`{member}` is not a resource of this module (expected kind/name)"),
+                );
+            } else if let Some(other) = seen.insert(member, group) {
+                say(
+                    key.clone(),
+                    format!("`{member}` is already in the together group `{other}`"),
+                );
+            }
+        }
+    }
+}
+
+pub(super) fn check_name(key: &str, name: &str, say: &mut dyn FnMut(String, String)) {
+    if !is_valid_name(name) {
+        say(key.to_owned(), "a name is [a-z0-9][a-z0-9_-]*".into());
+    }
+}
+
+pub(super) fn check_absolute(key: &str, path: &str, say: &mut dyn FnMut(String, String)) {
+    let templated = path.starts_with("{{");
+    if !templated && !path.starts_with('/') {
+        say(key.to_owned(), format!("`{path}` is not an absolute path"));
+    }
+    if path.split('/').any(|s| s == "..") {
+        say(key.to_owned(), format!("`{path}` climbs with `..`"));
+    }
+}
+
+fn check_mode(key: &str, mode: &str, say: &mut dyn FnMut(String, String)) {
+    if parse_mode(mode).is_none() {
+        say(
+            key.to_owned(),
+            format!("`{mode}` is not an octal mode such as 0644"),
+        );
+    }
+}
