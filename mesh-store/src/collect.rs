@@ -24,6 +24,7 @@
 //! - After a real collection, every kept archive's blob is checked again; one that is gone is
 //!   reported ([`CollectReport::lost`]).
 
+pub use crate::garbage::GarbageReport;
 use crate::keep::KeepSet;
 use crate::layout::OciLayoutStore;
 use crate::lock::SweepLock;
@@ -33,20 +34,6 @@ use async_trait::async_trait;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// What one garbage collection deleted (or would delete).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GarbageReport {
-    /// Whether nothing was deleted.
-    pub dry_run: bool,
-    /// The blobs deleted (or eligible, on a dry run), by digest.
-    pub deleted: Vec<String>,
-    /// How many blobs were marked (kept by a manifest).
-    pub blobs_marked: usize,
-    /// The collector's own output (the registry's `garbage-collect`), for the record.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub output: String,
-}
 
 /// An error collecting.
 #[derive(Debug, thiserror::Error)]

@@ -14,8 +14,7 @@
 //! - Collection deletes only blobs that no manifest reachable from `index.json` names.
 
 use crate::archive::Archive;
-use crate::collect::GarbageReport;
-use crate::lock::{exclusive_file_lock, write_atomically};
+use crate::garbage::GarbageReport;
 use crate::manifest::{
     archive_digest_of_tag, holding_manifest, holding_manifest_digest, holding_tag, ARTIFACT_TYPE,
     EMPTY_CONFIG, EMPTY_CONFIG_DIGEST, MANIFEST_MEDIA_TYPE,
@@ -23,6 +22,7 @@ use crate::manifest::{
 use crate::store::{ArchiveStore, Holding, Release, StoreError};
 use async_trait::async_trait;
 use mesh_model::build::ArchiveRef;
+use mesh_records::files::{exclusive_file_lock, write_atomically};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};

@@ -6,16 +6,20 @@
 //!   ([`archive::unpack_archive`]);
 //! - [`manifest`] is the manifest that holds an archive, a pure function of its digest and size
 //!   ([`manifest::holding_manifest`], rule 21);
-//! - [`store`] is the one trait over both backends ([`store::ArchiveStore`]: [`layout`] an OCI
-//!   image layout directory, [`registry`] an OCI registry), how a store is named
-//!   ([`store::StoreSpec`], [`store::open_store`]) and [`store::publish`];
+//! - [`store`] is the one trait over both backends ([`store::ArchiveStore`]), how a store is
+//!   named ([`store::StoreSpec`]) and [`store::publish`]; [`layout`] (an OCI image layout
+//!   directory) and [`registry`] (an OCI registry) implement it, and [`open`] is the one place
+//!   a backend is chosen ([`open_store`]);
 //! - [`records`] is what the mesh holds (one versioned record per module in the mesh's
 //!   [`record_store`]: files under the mesh home, or a bucket on a fleet),
 //!   [`keep`] what it therefore keeps and why (rule 22);
 //! - [`sweep`] holds every kept archive and then lets the rest go, [`collect`] deletes what
-//!   nothing holds (rule 23); [`lock`] keeps publishing and collecting apart;
-//! - [`secret`] reads and writes the files that hold a secret (0600, refused when others may
-//!   read them).
+//!   nothing holds (rule 23), each backend reporting a [`garbage::GarbageReport`]; [`lock`]
+//!   keeps publishing and collecting apart;
+//! - [`problems`] are the failures kept in the records until resolved.
+//!
+//! The record store, its chunking, the lease and secret files are mesh-records' (the bus
+//! shares them without the OCI client), re-exported here.
 //!
 //! # Invariants
 //! - Reading a tree never follows a symbolic link; an archive never holds one.
@@ -27,18 +31,22 @@
 //! - [`keep`] and [`manifest`] do no IO.
 
 pub mod archive;
-pub mod chunked;
 pub mod collect;
+pub mod garbage;
 pub mod keep;
 pub mod layout;
-pub mod lease;
 pub mod lock;
 pub mod manifest;
+pub mod open;
 pub mod problems;
-pub mod record_store;
 pub mod records;
 pub mod registry;
-pub mod secret;
 pub mod store;
 pub mod sweep;
 pub mod tree;
+
+/// The record store, its chunking, the lease and secret files live in mesh-records, which the
+/// bus shares without the OCI client; they are re-exported here because the store's records
+/// ([`records`], [`problems`]) take a [`record_store::RecordStore`] in their signatures.
+pub use mesh_records::{chunked, lease, record_store, secret};
+pub use open::{open_store, open_store_with};

@@ -13,7 +13,7 @@
 //!   rest; it is one read-modify-write ([`RecordStore::update`]), so two writers lose nothing.
 //! - Clearing a problem that is not there is not an error.
 
-use crate::record_store::{RecordStore, RecordStoreError};
+use mesh_records::record_store::{RecordStore, RecordStoreError};
 use serde::{Deserialize, Serialize};
 
 /// Where problems are kept.
@@ -202,7 +202,7 @@ pub fn read_problems(records: &dyn RecordStore) -> Result<Vec<Problem>, ProblemE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record_store::DirRecords;
+    use mesh_records::record_store::DirRecords;
 
     #[test]
     fn a_problem_is_kept_until_cleared_and_remembers_when_it_began() {

@@ -18,8 +18,8 @@
 //!   [`RecordStore::update`] (a lock on a directory, compare-and-set on a bucket).
 
 use crate::lock::PublishLock;
-use crate::record_store::{RecordStore, RecordStoreError};
 use mesh_model::build::{ArchiveRef, Build};
+use mesh_records::record_store::{RecordStore, RecordStoreError};
 use serde::{Deserialize, Serialize};
 
 /// The version of [`ModuleRecord`] this crate writes and reads.
@@ -282,7 +282,7 @@ pub fn forget_module(records: &dyn RecordStore, module: &str) -> Result<ModuleRe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record_store::DirRecords;
+    use mesh_records::record_store::DirRecords;
 
     /// Issue 15, point 1: pins were a field nothing set. Records written before it was removed
     /// hold an empty list, read as nothing; a list that is not empty is refused, naming the

@@ -3,7 +3,7 @@
 //! Start with [`ArchiveStore`] and [`publish`]. A store is named by a [`StoreSpec`]:
 //! `oci:PATH` for an OCI image layout directory ([`crate::layout::OciLayoutStore`], the
 //! embedded default) or `http://HOST:PORT[/REPOSITORY]` (`https://` too) for an OCI registry
-//! ([`crate::registry::RegistryStore`]); [`open_store`] opens either.
+//! ([`crate::registry::RegistryStore`]); [`crate::open::open_store`] opens either.
 //!
 //! # Naming in a registry
 //! Every archive of the mesh lives in one repository, [`DEFAULT_REPOSITORY`] (`mesh/archives`)
@@ -164,7 +164,7 @@ pub enum StoreError {
         store: String,
         /// Why.
         #[source]
-        source: crate::secret::SecretFileError,
+        source: mesh_records::secret::SecretFileError,
     },
     /// Bytes read from the store are not the digest asked for.
     #[error("store {store}: blob {expected} read back as {actual}")]
@@ -359,36 +359,6 @@ pub fn default_store_spec(home: &std::path::Path) -> StoreSpec {
     StoreSpec::Layout(home.join("store").join("oci"))
 }
 
-/// Opens the store a spec names, anonymously and trusting the system's CAs. Nothing is
-/// contacted or created yet. See [`open_store_with`] for a registry that wants credentials or
-/// a private CA.
-///
-/// # Errors
-/// [`StoreError`] when the client cannot be built.
-pub fn open_store(spec: &StoreSpec) -> Result<Box<dyn ArchiveStore>, StoreError> {
-    open_store_with(spec, &StoreAccess::default())
-}
-
-/// Opens the store a spec names with `access` (a registry's CA and credentials; a layout
-/// needs neither and ignores them). Nothing is contacted or created yet; the files `access`
-/// names are read now.
-///
-/// # Errors
-/// [`StoreError::Access`] or [`StoreError::Secret`] when a file of `access` cannot be used
-/// (the credentials file readable by others, say); [`StoreError`] when the client cannot be
-/// built.
-pub fn open_store_with(
-    spec: &StoreSpec,
-    access: &StoreAccess,
-) -> Result<Box<dyn ArchiveStore>, StoreError> {
-    match spec {
-        StoreSpec::Layout(path) => Ok(Box::new(crate::layout::OciLayoutStore::new(path))),
-        StoreSpec::Registry { .. } => Ok(Box::new(crate::registry::RegistryStore::with_access(
-            spec, access,
-        )?)),
-    }
-}
-
 /// How to reach a registry beyond its address: which CA signs its certificate, and who this
 /// client is. The default trusts the system's CAs and sends no credentials.
 ///
@@ -425,17 +395,18 @@ impl std::fmt::Debug for RegistryCredentials {
 }
 
 impl RegistryCredentials {
-    /// Reads `USER:PASSWORD` from a secret file (see [`crate::secret::read_secret`]).
+    /// Reads `USER:PASSWORD` from a secret file (see [`mesh_records::secret::read_secret`]).
     ///
     /// # Errors
     /// [`StoreError::Secret`] when others may read it or it cannot be read;
     /// [`StoreError::Access`] when it is not `USER:PASSWORD` (the message never holds what
     /// the file holds).
     pub fn read(store: &str, path: &std::path::Path) -> Result<RegistryCredentials, StoreError> {
-        let text = crate::secret::read_secret(path).map_err(|source| StoreError::Secret {
-            store: store.to_owned(),
-            source,
-        })?;
+        let text =
+            mesh_records::secret::read_secret(path).map_err(|source| StoreError::Secret {
+                store: store.to_owned(),
+                source,
+            })?;
         match text.split_once(':') {
             Some((user, password))
                 if !user.is_empty() && !password.is_empty() && !text.contains('\n') =>

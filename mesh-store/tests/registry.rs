@@ -10,9 +10,10 @@ use mesh_store::lock::{PublishLock, SweepLock};
 use mesh_store::manifest::{
     holding_manifest, holding_manifest_digest, holding_tag, MANIFEST_MEDIA_TYPE,
 };
+use mesh_store::open_store;
 use mesh_store::record_store::DirRecords;
 use mesh_store::records::{record_build, write_module_record, ModuleRecord};
-use mesh_store::store::{open_store, publish, ArchiveStore, Holding};
+use mesh_store::store::{publish, ArchiveStore, Holding};
 use mesh_store::sweep::{sweep, KeptState, ReleasedState};
 use std::path::Path;
 use support::{archive, build, keep_of, Fault, Proxy, TestRegistry, REGISTRY_BINARY};

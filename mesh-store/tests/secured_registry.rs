@@ -8,7 +8,8 @@ mod support;
 
 use mesh_store::lock::PublishLock;
 use mesh_store::manifest::holding_manifest_digest;
-use mesh_store::store::{open_store_with, publish, ArchiveStore, Holding, StoreAccess, StoreError};
+use mesh_store::open_store_with;
+use mesh_store::store::{publish, ArchiveStore, Holding, StoreAccess, StoreError};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use support::pki::TestPki;

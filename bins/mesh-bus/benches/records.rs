@@ -28,9 +28,10 @@
 
 use futures_util::StreamExt as _;
 use mesh_bus::nats_server::NatsServer;
-use mesh_bus::records::{bucket_key, KvRecords, RECORDS_BUCKET};
+use mesh_bus::records::{bucket_key, KvRecords};
+use mesh_bus::subjects::RECORDS_BUCKET;
 use mesh_bus::NatsOptions;
-use mesh_store::record_store::{DirRecords, RecordStore};
+use mesh_records::record_store::{DirRecords, RecordStore};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

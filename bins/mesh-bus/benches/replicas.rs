@@ -16,7 +16,7 @@ use mesh_bus::nats_cluster::NatsCluster;
 use mesh_bus::nats_server::NatsServer;
 use mesh_bus::records::KvRecords;
 use mesh_bus::NatsOptions;
-use mesh_store::record_store::RecordStore;
+use mesh_records::record_store::RecordStore;
 use std::time::{Duration, Instant};
 
 #[path = "support/summary.rs"]

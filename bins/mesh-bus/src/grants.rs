@@ -29,22 +29,12 @@
 //!
 //! The controller's user may do everything.
 
-use crate::{is_valid_subject, jetstream, subjects};
+use crate::is_valid_subject;
+use crate::subjects::{
+    self, declaration_consumer, node_inbox_prefix, node_user, probe_inbox_prefix,
+    probe_subject_for, CONTROLLER_USER, DECLARATIONS_STREAM, PROBE_USER, RECORDS_BUCKET,
+};
 use std::collections::BTreeSet;
-
-/// The controller's user on the bus.
-pub const CONTROLLER_USER: &str = "controller";
-
-/// `node`'s user on the bus.
-pub fn node_user(node: &str) -> String {
-    format!("node-{node}")
-}
-
-/// The prefix of `node`'s reply inboxes; its grants let it hear only those. (A generated inbox
-/// token never holds `-`, so no other client's inbox can fall under it.)
-pub fn node_inbox_prefix(node: &str) -> String {
-    format!("_INBOX.{}", node_user(node))
-}
 
 /// Who may use the bus: the controller and every node with what its modules are granted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -261,8 +251,8 @@ pub fn node_user_permissions(user: &NodeUser) -> Permissions {
 }
 
 fn permissions_of(node: &str, buckets: &[String], subjects: &[String]) -> Permissions {
-    let consumer = jetstream::declaration_consumer(node);
-    let declarations = jetstream::DECLARATIONS_STREAM;
+    let consumer = declaration_consumer(node);
+    let declarations = DECLARATIONS_STREAM;
     let mut publish = BTreeSet::from([
         subjects::report(node),
         format!("$JS.API.CONSUMER.INFO.{declarations}.{consumer}"),
@@ -277,9 +267,9 @@ fn permissions_of(node: &str, buckets: &[String], subjects: &[String]) -> Permis
         "$SRV.>".to_owned(),
     ]);
     for bucket in buckets {
-        let stream = format!("KV_{bucket}");
+        let stream = subjects::bucket_stream_name(bucket);
         publish.extend([
-            format!("$KV.{bucket}.>"),
+            subjects::bucket_all(bucket),
             format!("$JS.API.STREAM.INFO.{stream}"),
             format!("$JS.API.STREAM.MSG.GET.{stream}"),
             format!("$JS.API.DIRECT.GET.{stream}"),
@@ -342,7 +332,7 @@ pub fn check_users(users: &BusUsers) -> Vec<GrantProblem> {
                     node: node.clone(),
                     bucket: bucket.clone(),
                 });
-            } else if bucket == crate::records::RECORDS_BUCKET {
+            } else if bucket == RECORDS_BUCKET {
                 problems.push(GrantProblem::ReservedBucket {
                     node: node.clone(),
                     bucket: bucket.clone(),
@@ -495,28 +485,6 @@ pub fn users_config(users: &BusUsers) -> Result<String, Vec<GrantProblem>> {
     }
     out.push_str("  ]\n}\n");
     Ok(out)
-}
-
-/// The user the controller proves a users file in force with, when it cannot sign as the
-/// nodes themselves (an enrolled node's seed never leaves its host): an NKey user whose key
-/// the controller derives from its own secret ([`crate::keys::derived_user_seed`]) and whose
-/// one permission names the file it belongs to ([`probe_permissions`]). A server that lets it
-/// publish on that subject has loaded that very file, and with it every node's permissions
-/// (a reload puts the whole file in force at once).
-pub const PROBE_USER: &str = "mesh-probe";
-
-/// The prefix of the probe user's reply inboxes (its round trip through the server).
-pub fn probe_inbox_prefix() -> String {
-    format!("_INBOX.{PROBE_USER}")
-}
-
-/// The subject whose publish proves `users` (a text [`users_config`] made) in force:
-/// `mesh.probe.<the first 16 hex digits of its sha256>`.
-pub fn probe_subject_for(users: &str) -> String {
-    use sha2::{Digest as _, Sha256};
-    let digest = Sha256::digest(users.as_bytes());
-    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    format!("mesh.probe.{hex}")
 }
 
 /// What the probe user may do in the file made from `users`: publish on

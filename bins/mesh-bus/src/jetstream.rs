@@ -19,7 +19,9 @@
 //! [`replica_shortfalls`], and [`raise_replicas`] raises it.
 
 use crate::nats::NatsError;
-use crate::subjects;
+use crate::subjects::{
+    self, declaration_consumer, DECLARATIONS_STREAM, EVENTS_STREAM, REPORTS_STREAM,
+};
 use async_nats::jetstream::consumer::{self, pull, DeliverPolicy, PullConsumer};
 use async_nats::jetstream::stream::{self, RetentionPolicy};
 use async_nats::jetstream::{kv, Context};
@@ -27,13 +29,6 @@ use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
-
-/// The stream holding every node's declarations (`mesh.declaration.<node>`), a few per node.
-pub const DECLARATIONS_STREAM: &str = "MESH_DECLARATIONS";
-/// The stream holding every node's reports (`mesh.report.<node>`).
-pub const REPORTS_STREAM: &str = "MESH_REPORTS";
-/// The stream holding the mesh's events: merges and builds (`mesh.event.>`).
-pub const EVENTS_STREAM: &str = "MESH_EVENTS";
 
 /// How long the events stream remembers a merge's message id: a merge announced again within
 /// it is not stored again (issue 250 saw repeats 0.5 to 30 seconds apart).
@@ -173,7 +168,8 @@ pub struct ReplicaShortfall {
 /// Whether a stream is one the mesh makes: its three streams and its key-value buckets (the
 /// records and every module's state).
 pub fn is_mesh_stream(name: &str) -> bool {
-    [DECLARATIONS_STREAM, REPORTS_STREAM, EVENTS_STREAM].contains(&name) || name.starts_with("KV_")
+    [DECLARATIONS_STREAM, REPORTS_STREAM, EVENTS_STREAM].contains(&name)
+        || name.starts_with(&subjects::bucket_stream_name(""))
 }
 
 /// Every stream of the mesh ([`is_mesh_stream`]) on the server with fewer than `wanted`
@@ -425,9 +421,9 @@ pub const BUCKET_DEDUPLICATION_WINDOW: Duration = Duration::from_secs(120);
 /// copy (set `num_replicas` for more).
 pub fn bucket_stream(bucket: &str, history: i64) -> stream::Config {
     stream::Config {
-        name: format!("KV_{bucket}"),
+        name: subjects::bucket_stream_name(bucket),
         description: Some(format!("state bucket {bucket}")),
-        subjects: vec![format!("$KV.{bucket}.>")],
+        subjects: vec![subjects::bucket_all(bucket)],
         max_messages_per_subject: history.clamp(1, 64),
         discard: stream::DiscardPolicy::New,
         allow_rollup: true,
@@ -492,7 +488,7 @@ pub(crate) async fn open_or_make_bucket(
                 .map_err(|source| bucket_error(source.into()))?
         }
     };
-    let stream = format!("KV_{bucket}");
+    let stream = subjects::bucket_stream_name(bucket);
     if let Ok(mut handle) = js.get_stream(&stream).await {
         if let Ok(info) = handle.info().await {
             let has = info.config.num_replicas.max(1);
@@ -508,12 +504,6 @@ pub(crate) async fn open_or_make_bucket(
         }
     }
     Ok(store)
-}
-
-/// The name of the durable consumer through which `node`'s host reads its declarations from
-/// [`DECLARATIONS_STREAM`]; its grants name it.
-pub fn declaration_consumer(node: &str) -> String {
-    format!("host-{node}")
 }
 
 /// How long [`leaderless`] waits for a stream's servers to answer.

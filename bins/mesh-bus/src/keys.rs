@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 pub enum KeyError {
     /// The seed file cannot be made, read, or is readable by others.
     #[error(transparent)]
-    File(#[from] mesh_store::secret::SecretFileError),
+    File(#[from] mesh_records::secret::SecretFileError),
     /// The file does not hold a user seed (`SU…`).
     #[error("{path} does not hold an NKey user seed (SU…)")]
     NotASeed {
@@ -75,7 +75,7 @@ pub fn check_user_public_key(key: &str) -> Result<(), KeyError> {
 ///
 /// # Guarantees
 /// The seed file is never readable by others, not even for a moment (see
-/// [`mesh_store::secret::write_secret`]); idempotent.
+/// [`mesh_records::secret::write_secret`]); idempotent.
 ///
 /// # Errors
 /// [`KeyError`] when the file cannot be written, or the one there is not a seed or is
@@ -93,7 +93,7 @@ pub fn make_seed_file(path: &Path) -> Result<MadeSeed, KeyError> {
     let seed = pair.seed().map_err(|_| KeyError::NotASeed {
         path: path.to_owned(),
     })?;
-    mesh_store::secret::write_secret(path, format!("{seed}\n").as_bytes())?;
+    mesh_records::secret::write_secret(path, format!("{seed}\n").as_bytes())?;
     Ok(MadeSeed {
         path: path.to_owned(),
         public_key: pair.public_key(),
@@ -106,7 +106,7 @@ pub fn make_seed_file(path: &Path) -> Result<MadeSeed, KeyError> {
 /// # Errors
 /// [`KeyError`] when it cannot be read, is readable by others, or holds no user seed.
 pub fn read_seed_file(path: &Path) -> Result<String, KeyError> {
-    let seed = mesh_store::secret::read_secret(path)?;
+    let seed = mesh_records::secret::read_secret(path)?;
     public_key_of(&seed, path)?;
     Ok(seed)
 }

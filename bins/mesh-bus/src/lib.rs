@@ -1,6 +1,7 @@
 //! The bus: how the controller and the hosts talk.
 //!
-//! One small trait, [`Bus`] — publish, subscribe, request — with subjects named in
+//! One small trait, [`Bus`] — publish, subscribe, request — with every subject, user, stream,
+//! consumer and bucket named in
 //! [`subjects`]. [`InProcessBus`] serves the embedded mode (one process, nothing to install);
 //! [`NatsBus`] serves a fleet over a real NATS server — one, or a cluster of them — Debian's
 //! `nats-server` 2.9 or a current release ([`version`]).

@@ -61,7 +61,7 @@ pub enum NatsError {
         url: String,
         /// Why.
         #[source]
-        source: mesh_store::secret::SecretFileError,
+        source: mesh_records::secret::SecretFileError,
     },
     /// A server address that is not one (in [`NatsOptions::url`]).
     #[error("`{url}` is not a nats server address: {reason}")]
@@ -236,7 +236,7 @@ pub struct NatsOptions {
     /// The connection's name, as the server's monitoring shows it.
     pub name: Option<String>,
     /// The prefix of this client's reply inboxes. A node must use its own
-    /// ([`crate::grants::node_inbox_prefix`]): its grants let it hear only those.
+    /// ([`crate::subjects::node_inbox_prefix`]): its grants let it hear only those.
     pub inbox_prefix: Option<String>,
     /// How long to wait for the server on connect.
     pub connect_timeout: Duration,
@@ -332,16 +332,16 @@ impl NatsOptions {
         self.url.starts_with("tls://") || self.tls.ca_file.is_some()
     }
 
-    /// Options for `node`'s host: its user (see [`crate::grants::node_user`]), its password and
+    /// Options for `node`'s host: its user (see [`crate::subjects::node_user`]), its password and
     /// its own inbox prefix.
     pub fn for_node(url: impl Into<String>, node: &str, password: impl Into<String>) -> Self {
         NatsOptions {
             credentials: Some(Credentials::UserPassword {
-                user: crate::grants::node_user(node),
+                user: crate::subjects::node_user(node),
                 password: password.into(),
             }),
             name: Some(format!("mesh-host {node}")),
-            inbox_prefix: Some(crate::grants::node_inbox_prefix(node)),
+            inbox_prefix: Some(crate::subjects::node_inbox_prefix(node)),
             ..NatsOptions::new(url)
         }
     }
@@ -350,7 +350,7 @@ impl NatsOptions {
     pub fn for_node_nkey(url: impl Into<String>, node: &str, seed: impl Into<String>) -> Self {
         NatsOptions {
             credentials: Some(Credentials::Nkey {
-                user: crate::grants::node_user(node),
+                user: crate::subjects::node_user(node),
                 seed: seed.into(),
             }),
             ..NatsOptions::for_node(url, node, String::new())
@@ -369,18 +369,18 @@ impl NatsOptions {
     pub fn for_controller_nkey(url: impl Into<String>, seed: impl Into<String>) -> Self {
         NatsOptions {
             credentials: Some(Credentials::Nkey {
-                user: crate::grants::CONTROLLER_USER.to_owned(),
+                user: crate::subjects::CONTROLLER_USER.to_owned(),
                 seed: seed.into(),
             }),
             ..NatsOptions::for_controller(url, String::new())
         }
     }
 
-    /// Options for the controller: its user ([`crate::grants::CONTROLLER_USER`]) and password.
+    /// Options for the controller: its user ([`crate::subjects::CONTROLLER_USER`]) and password.
     pub fn for_controller(url: impl Into<String>, password: impl Into<String>) -> Self {
         NatsOptions {
             credentials: Some(Credentials::UserPassword {
-                user: crate::grants::CONTROLLER_USER.to_owned(),
+                user: crate::subjects::CONTROLLER_USER.to_owned(),
                 password: password.into(),
             }),
             name: Some("mesh-controller".to_owned()),
@@ -577,7 +577,7 @@ impl NatsBus {
             connect = connect.add_root_certificates(ca.clone()).require_tls(true);
         }
         if let Some(client) = &options.tls.client_certificate {
-            mesh_store::secret::check_secret_mode(&client.key_file).map_err(|source| {
+            mesh_records::secret::check_secret_mode(&client.key_file).map_err(|source| {
                 NatsError::Secret {
                     url: options.url.clone(),
                     source,

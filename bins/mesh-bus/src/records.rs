@@ -33,11 +33,12 @@
 
 use crate::jetstream::{bucket_stream, open_or_make_bucket, replicas_for};
 use crate::nats::{NatsBus, NatsError, NatsOptions};
+use crate::subjects::{bucket_all, bucket_key_subject, bucket_stream_name, RECORDS_BUCKET};
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::kv::{self, Operation, UpdateErrorKind};
 use async_nats::jetstream::message::PublishMessage;
 use futures_util::StreamExt as _;
-use mesh_store::record_store::{
+use mesh_records::record_store::{
     bad_key, children, is_key, Change, RecordStat, RecordStore, RecordStoreError, Swap, Version,
 };
 use sha2::{Digest, Sha256};
@@ -45,9 +46,6 @@ use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-/// The bucket holding the controller's records.
-pub const RECORDS_BUCKET: &str = "mesh-records";
 
 /// How many values of each record the bucket keeps (the newest is the record; the older ones
 /// are there for whoever needs to look back by hand with `nats kv history`).
@@ -235,7 +233,7 @@ impl KvRecords {
     /// (0: the key has none) — sending it again, with the same message id, until the bucket
     /// answers or the retry limit passes.
     fn write(&self, key: &str, value: &[u8], expected: Option<u64>) -> Result<u64, Written> {
-        let subject = format!("$KV.{RECORDS_BUCKET}.{}", bucket_key(key));
+        let subject = bucket_key_subject(RECORDS_BUCKET, &bucket_key(key));
         let id = fresh_message_id(key);
         let deadline = Instant::now() + self.retry_limit;
         let mut tries = 0;
@@ -307,7 +305,7 @@ impl KvRecords {
         let js = self.js.clone();
         let (subject, id) = (subject.to_owned(), id.to_owned());
         call(self.runtime(), async move {
-            let stream = js.get_stream(format!("KV_{RECORDS_BUCKET}")).await?;
+            let stream = js.get_stream(bucket_stream_name(RECORDS_BUCKET)).await?;
             let next = stream
                 .get_first_raw_message_by_subject(&subject, revision + 1)
                 .await?;
@@ -442,9 +440,9 @@ pub fn record_key(bucket_key: &str) -> String {
 /// The subject filter of every record under `dir` (`""`: every record).
 pub fn bucket_subjects(dir: &str) -> String {
     if dir.is_empty() {
-        format!("$KV.{RECORDS_BUCKET}.>")
+        bucket_all(RECORDS_BUCKET)
     } else {
-        format!("$KV.{RECORDS_BUCKET}.{}.>", bucket_key(dir))
+        format!("{}.>", bucket_key_subject(RECORDS_BUCKET, &bucket_key(dir)))
     }
 }
 
@@ -495,7 +493,7 @@ async fn list_subjects(
         return Ok(Vec::new());
     }
     let mut messages = consumer.messages().await?;
-    let prefix = format!("$KV.{RECORDS_BUCKET}.");
+    let prefix = bucket_key_subject(RECORDS_BUCKET, "");
     loop {
         let message = match tokio::time::timeout(LIST_QUIET, messages.next()).await {
             Ok(Some(message)) => message?,
@@ -712,7 +710,7 @@ impl RecordStore for KvRecords {
             .iter()
             .map(|(key, bytes)| {
                 (
-                    format!("$KV.{RECORDS_BUCKET}.{}", bucket_key(key)),
+                    bucket_key_subject(RECORDS_BUCKET, &bucket_key(key)),
                     bytes::Bytes::copy_from_slice(bytes),
                     fresh_message_id(key),
                 )

@@ -1,7 +1,9 @@
-//! The subjects the mesh uses, in one place.
+//! The names the mesh uses on the bus, in one place: subjects, users and their inboxes,
+//! streams and their consumers, buckets.
 //!
-//! Every subject the controller, the hosts and the grants name comes from here, so a grant
-//! ([`crate::grants`]) allows exactly what the code uses. Node names are single subject tokens
+//! Every name the controller, the hosts and the grants use comes from here, so a grant
+//! ([`crate::grants`]) allows exactly what the code uses. This module depends on nothing else
+//! in the crate. Node names are single subject tokens
 //! (`[A-Za-z0-9_-]`, checked where grants are composed).
 
 /// Where a node's declaration is sent.
@@ -31,3 +33,76 @@ pub const ALL_EVENTS: &str = "mesh.event.>";
 
 /// Everything the mesh itself publishes: no module may be granted a subject overlapping it.
 pub const MESH: &str = "mesh.>";
+
+/// The subject whose publish proves `users` (a text [`crate::grants::users_config`] made) in
+/// force: `mesh.probe.<the first 16 hex digits of its sha256>`.
+pub fn probe_subject_for(users: &str) -> String {
+    use sha2::{Digest as _, Sha256};
+    let digest = Sha256::digest(users.as_bytes());
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("mesh.probe.{hex}")
+}
+
+// Users, and the inboxes their grants let them hear.
+
+/// The controller's user on the bus.
+pub const CONTROLLER_USER: &str = "controller";
+
+/// `node`'s user on the bus.
+pub fn node_user(node: &str) -> String {
+    format!("node-{node}")
+}
+
+/// The prefix of `node`'s reply inboxes; its grants let it hear only those. (A generated inbox
+/// token never holds `-`, so no other client's inbox can fall under it.)
+pub fn node_inbox_prefix(node: &str) -> String {
+    format!("_INBOX.{}", node_user(node))
+}
+
+/// The user the controller proves a users file in force with, when it cannot sign as the
+/// nodes themselves (an enrolled node's seed never leaves its host): an NKey user whose key
+/// the controller derives from its own secret ([`crate::keys::derived_user_seed`]) and whose
+/// one permission names the file it belongs to ([`crate::grants::probe_permissions`]). A
+/// server that lets it publish on that subject has loaded that very file, and with it every
+/// node's permissions (a reload puts the whole file in force at once).
+pub const PROBE_USER: &str = "mesh-probe";
+
+/// The prefix of the probe user's reply inboxes (its round trip through the server).
+pub fn probe_inbox_prefix() -> String {
+    format!("_INBOX.{PROBE_USER}")
+}
+
+// Streams and their consumers.
+
+/// The stream holding every node's declarations (`mesh.declaration.<node>`), a few per node.
+pub const DECLARATIONS_STREAM: &str = "MESH_DECLARATIONS";
+/// The stream holding every node's reports (`mesh.report.<node>`).
+pub const REPORTS_STREAM: &str = "MESH_REPORTS";
+/// The stream holding the mesh's events: merges and builds (`mesh.event.>`).
+pub const EVENTS_STREAM: &str = "MESH_EVENTS";
+
+/// The name of the durable consumer through which `node`'s host reads its declarations from
+/// [`DECLARATIONS_STREAM`]; its grants name it.
+pub fn declaration_consumer(node: &str) -> String {
+    format!("host-{node}")
+}
+
+// Key-value buckets.
+
+/// The bucket holding the controller's records.
+pub const RECORDS_BUCKET: &str = "mesh-records";
+
+/// The stream JetStream keeps `bucket` in.
+pub fn bucket_stream_name(bucket: &str) -> String {
+    format!("KV_{bucket}")
+}
+
+/// Every key of `bucket`, as the subjects its stream holds.
+pub fn bucket_all(bucket: &str) -> String {
+    format!("$KV.{bucket}.>")
+}
+
+/// The subject of `key` (already laid out as subject tokens) in `bucket`.
+pub fn bucket_key_subject(bucket: &str, key: &str) -> String {
+    format!("$KV.{bucket}.{key}")
+}

@@ -367,7 +367,7 @@ fn sweep_and_collect_a_real_registry_from_the_command_line() {
         .enable_all()
         .build()
         .unwrap();
-    let remote = mesh_store::store::open_store(&store.parse().unwrap()).unwrap();
+    let remote = mesh_store::open_store(&store.parse().unwrap()).unwrap();
     runtime.block_on(async {
         let lock = PublishLock::acquire(home.path()).await.unwrap();
         for (module, a) in [("web", &kept), ("old", &forgotten)] {

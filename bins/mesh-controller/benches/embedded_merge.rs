@@ -115,8 +115,7 @@ fn ten_pushes(runtime: &tokio::runtime::Runtime, nodes: usize) -> Duration {
         .tempdir_in(scratch())
         .unwrap();
     let home = home(dir.path(), nodes, true);
-    let store =
-        mesh_store::store::open_store(&mesh_store::store::default_store_spec(dir.path())).unwrap();
+    let store = mesh_store::open_store(&mesh_store::store::default_store_spec(dir.path())).unwrap();
     let names = node_names(nodes);
     let mut fleet = Simulated::default();
     let started = Instant::now();
@@ -164,8 +163,7 @@ fn first_merge(nodes: usize, budget: Duration) -> Result<Duration, String> {
         let root = dir.path().join("home");
         let home = home(&root, nodes, false);
         mesh_controller::repos::add(&home, "cat", &repo, None, "modules").unwrap();
-        let store =
-            mesh_store::store::open_store(&mesh_store::store::default_store_spec(&root)).unwrap();
+        let store = mesh_store::open_store(&mesh_store::store::default_store_spec(&root)).unwrap();
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let ctx = Ctx {
             home: &home,

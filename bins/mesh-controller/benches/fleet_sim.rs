@@ -241,8 +241,7 @@ fn run(
     let (done, finished) = std::sync::mpsc::channel();
     let root = dir.path().to_owned();
     std::thread::spawn(move || {
-        let store =
-            mesh_store::store::open_store(&mesh_store::store::default_store_spec(&root)).unwrap();
+        let store = mesh_store::open_store(&mesh_store::store::default_store_spec(&root)).unwrap();
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let progress = Timed {
             started: Instant::now(),

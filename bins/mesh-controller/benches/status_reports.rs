@@ -50,7 +50,7 @@ fn main() {
         let mut bytes = 0usize;
         for node in &names {
             let (payload, _) = raw_reader
-                .last_message(mesh_bus::jetstream::REPORTS_STREAM, &subjects::report(node))
+                .last_message(mesh_bus::subjects::REPORTS_STREAM, &subjects::report(node))
                 .unwrap()
                 .expect("every node reported");
             bytes += payload.len();

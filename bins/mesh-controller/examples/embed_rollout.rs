@@ -69,7 +69,7 @@ fn main() -> Result<()> {
 
     let home = Home::new(&home_dir);
     repos::add(&home, "catalogue", &repo, None, "modules")?;
-    let store = mesh_store::store::open_store(&mesh_store::store::default_store_spec(home.root()))?;
+    let store = mesh_store::open_store(&mesh_store::store::default_store_spec(home.root()))?;
     let ctx = Ctx {
         home: &home,
         store: store.as_ref(),

@@ -33,7 +33,7 @@
 //!
 //! An enrolled node's seed never leaves its host, so the controller cannot log in as it to
 //! prove its permissions in force: the users file carries a probe user
-//! ([`mesh_bus::grants::PROBE_USER`], its key derived from the controller's secret) allowed to
+//! ([`mesh_bus::subjects::PROBE_USER`], its key derived from the controller's secret) allowed to
 //! publish on a subject naming that very file; the server letting it publish there has loaded
 //! the file, and with it every node's permissions.
 //!
@@ -180,14 +180,14 @@ fn controller_credential(secret: &NodeSecret) -> Result<grants::UserCredential> 
     })
 }
 
-/// The probe user's seed ([`mesh_bus::grants::PROBE_USER`]), derived from the controller's
+/// The probe user's seed ([`mesh_bus::subjects::PROBE_USER`]), derived from the controller's
 /// secret: kept nowhere, the same on any machine holding that secret.
 fn probe_seed(secret: &NodeSecret) -> String {
     let text = match secret {
         NodeSecret::Password(password) => password,
         NodeSecret::NkeySeed(seed) => seed,
     };
-    mesh_bus::keys::derived_user_seed(text, grants::PROBE_USER)
+    mesh_bus::keys::derived_user_seed(text, mesh_bus::subjects::PROBE_USER)
 }
 
 /// How the controller connects: its credential and the bus's TLS.
@@ -235,7 +235,7 @@ fn random_password() -> Result<String> {
 /// fleet a node's is in the records (`bus/passwords/<node>`), so a controller started on
 /// another machine composes the same users and no host is locked out.
 pub fn password(home: &Home, user: &str) -> Result<String> {
-    if home.records_on_bus() && user != grants::CONTROLLER_USER {
+    if home.records_on_bus() && user != mesh_bus::subjects::CONTROLLER_USER {
         let key = password_key(user);
         let bytes = match home.get(&key)? {
             Some(bytes) => bytes,
@@ -285,7 +285,7 @@ pub fn controller_password(home: &Home, bus: &BusArgs) -> Result<String> {
             })?
             .trim_end_matches(['\n', '\r'])
             .to_owned()),
-        None => password(home, grants::CONTROLLER_USER),
+        None => password(home, mesh_bus::subjects::CONTROLLER_USER),
     }
 }
 
@@ -308,7 +308,7 @@ pub fn node_password(home: &Home, node: &str) -> Result<String> {
 /// The bus's users as the server's `authorization` block: the controller, one user per node
 /// with the state buckets and event subjects its assigned modules are granted — an enrolled
 /// node by its public key, one not yet enrolled by its password — and the probe user
-/// ([`mesh_bus::grants::PROBE_USER`]).
+/// ([`mesh_bus::subjects::PROBE_USER`]).
 ///
 /// # Errors
 /// Every grant problem at once (a bad bucket name, a subject overlapping the mesh's own, …),
@@ -782,16 +782,19 @@ async fn publish_patiently(bus: &NatsBus, declaration: &Declaration) -> Result<(
             Err(error) => {
                 // Said when it is why: the declarations' stream has no leader (its cluster lost
                 // its quorum), so the operator is not left with a bare time-out.
-                let why = jetstream::leaderless(&bus.jetstream(), jetstream::DECLARATIONS_STREAM)
-                    .await
-                    .map(|why| {
-                        format!(
-                            " — {why}; it is not stored (a server that had not yet seen the \
+                let why = jetstream::leaderless(
+                    &bus.jetstream(),
+                    mesh_bus::subjects::DECLARATIONS_STREAM,
+                )
+                .await
+                .map(|why| {
+                    format!(
+                        " — {why}; it is not stored (a server that had not yet seen the \
                              quorum lost may hold it and store it once when quorum returns: \
                              its message id keeps a second copy out)"
-                        )
-                    })
-                    .unwrap_or_default();
+                    )
+                })
+                .unwrap_or_default();
                 return Err(error).for_node(&declaration.node, || {
                     format!(
                         "the bus did not take `{}`'s declaration within {} s{why}",
@@ -844,14 +847,14 @@ async fn confirm_users(
     let previous = confirmed
         .map(grants::permissions_in_config)
         .unwrap_or_default();
-    if let Some(permissions) = expected.get(grants::PROBE_USER) {
+    if let Some(permissions) = expected.get(mesh_bus::subjects::PROBE_USER) {
         let mut options = NatsOptions {
             credentials: Some(mesh_bus::nats::Credentials::Nkey {
-                user: grants::PROBE_USER.to_owned(),
+                user: mesh_bus::subjects::PROBE_USER.to_owned(),
                 seed: probe_seed(controller),
             }),
             name: Some("mesh-controller proving the bus's users".to_owned()),
-            inbox_prefix: Some(grants::probe_inbox_prefix()),
+            inbox_prefix: Some(mesh_bus::subjects::probe_inbox_prefix()),
             ..NatsOptions::new(&bus.url)
         }
         .with_tls(bus.tls.clone());
@@ -859,7 +862,7 @@ async fn confirm_users(
         if let Err(unproven) = probe::prove_permissions(
             &options,
             permissions,
-            previous.get(grants::PROBE_USER),
+            previous.get(mesh_bus::subjects::PROBE_USER),
             deadline,
         )
         .await
@@ -882,7 +885,7 @@ async fn confirm_users(
     }
     let on_passwords = crate::enroll::nodes_on_passwords(home, inventory)?;
     for node in &on_passwords {
-        let user = grants::node_user(node);
+        let user = mesh_bus::subjects::node_user(node);
         let Some(permissions) = expected.get(&user) else {
             return Err(Error::refused(format!(
                 "the bus's users do not name `{user}`"
@@ -973,7 +976,7 @@ impl NatsFleet {
         store: &mesh_store::store::StoreSpec,
     ) -> Result<NatsFleet> {
         let controller = controller_secret(home, args)?;
-        let store = mesh_store::store::open_store_with(store, &args.store_access)
+        let store = mesh_store::open_store_with(store, &args.store_access)
             .for_module(USERS_MODULE, || {
                 format!("opening the store {store} for the bus's users")
             })?;

@@ -122,7 +122,7 @@ impl crate::home::ReportSource for StreamReports {
         let deadline = std::time::Instant::now() + OPEN_RETRY_LIMIT;
         loop {
             match self.0.last_message(
-                mesh_bus::jetstream::REPORTS_STREAM,
+                mesh_bus::subjects::REPORTS_STREAM,
                 &mesh_bus::subjects::report(node),
             ) {
                 Ok(latest) => return Ok(latest),
@@ -171,7 +171,7 @@ pub fn import(root: &Path, target: &Home, bus_url: &str) -> Result<Imported> {
     let _lock = crate::plans::PlansLock::acquire(&local, "records import")?;
     let source = DirRecords::new(root);
     let mut keys = Vec::new();
-    let controller_password = format!("bus/passwords/{}", mesh_bus::grants::CONTROLLER_USER);
+    let controller_password = format!("bus/passwords/{}", mesh_bus::subjects::CONTROLLER_USER);
     for dir in RECORD_DIRS {
         keys.extend(source.keys_under(dir)?.into_iter().filter(|key| {
             *key != controller_password && key.as_str() != fleet::CONTROLLER_SEED_FILE

@@ -79,8 +79,7 @@ impl Bed {
         let path = repo.path().to_str().unwrap().to_owned();
         mesh.expect(&["repo", "add", "cat", &path], 0);
         let store =
-            mesh_store::store::open_store(&mesh_store::store::default_store_spec(mesh.home()))
-                .unwrap();
+            mesh_store::open_store(&mesh_store::store::default_store_spec(mesh.home())).unwrap();
         let simulated = Simulated::default();
         let sent = Arc::clone(&simulated.sent);
         let fleet: plans::GivenFleet = Arc::new(tokio::sync::Mutex::new(Box::new(simulated)));

@@ -451,7 +451,7 @@ fn the_bus_nodes_declaration_does_not_grow_with_the_bus_users() {
     // No record holds the users' text: not the declaration, not the confirmed users.
     let records = bed.records();
     use mesh_store::record_store::RecordStore as _;
-    let idle_user = mesh_bus::grants::node_user("idle-199");
+    let idle_user = mesh_bus::subjects::node_user("idle-199");
     for key in records.keys_under("").unwrap() {
         if key.starts_with("bus/passwords/") {
             continue;
@@ -757,7 +757,7 @@ fn the_controller_daemon_answers_discovery_and_rolls_out_a_merge_announced_twice
             let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
                 .get_consumer_from_stream(
                     mesh_controller::daemon::MERGE_CONSUMER,
-                    mesh_bus::jetstream::EVENTS_STREAM,
+                    mesh_bus::subjects::EVENTS_STREAM,
                 )
                 .await
                 .unwrap();

@@ -18,8 +18,8 @@
 
 mod support;
 
-use mesh_bus::jetstream::DECLARATIONS_STREAM;
 use mesh_bus::records::KvRecords;
+use mesh_bus::subjects::DECLARATIONS_STREAM;
 use mesh_bus::{NatsBus, NatsOptions};
 use mesh_store::record_store::RecordStore as _;
 use serde_json::Value;

@@ -47,7 +47,7 @@ use async_nats::jetstream::consumer::PullConsumer;
 use futures_util::StreamExt;
 use mesh_apply::HostConfig;
 use mesh_bus::discovery::{serve_discovery, DiscoveryService, RuntimeAnnouncement, HOST_SERVICE};
-use mesh_bus::jetstream::{declaration_consumer, DECLARATIONS_STREAM};
+use mesh_bus::subjects::{declaration_consumer, DECLARATIONS_STREAM};
 use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
 use mesh_model::declaration::Declaration;
 use mesh_model::report::{

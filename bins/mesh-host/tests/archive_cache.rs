@@ -11,7 +11,8 @@ use mesh_model::declaration::{resource_id, ArchivedFile, Declaration, FileSpec, 
 use mesh_model::module::{EntryKind, ModuleTree};
 use mesh_model::report::{MachineState, Report};
 use mesh_store::archive::{archive_tree, Archive};
-use mesh_store::store::{open_store, StoreSpec};
+use mesh_store::open_store;
+use mesh_store::store::StoreSpec;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 

@@ -12,7 +12,8 @@ use mesh_model::declaration::{resource_id, ArchivedFile, Declaration, FileSpec, 
 use mesh_model::module::{EntryKind, ModuleTree};
 use mesh_model::report::{Outcome, Report};
 use mesh_store::archive::{archive_tree, Archive};
-use mesh_store::store::{open_store, ArchiveStore, StoreSpec};
+use mesh_store::open_store;
+use mesh_store::store::{ArchiveStore, StoreSpec};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -248,7 +249,7 @@ async fn the_host_fetches_from_a_secured_registry_with_its_own_credentials() {
     };
     let controller = credentials("controller", "controller:c-pass-4d1e\n", 0o600);
     let host_credentials = credentials("host", "host-n:h-pass-77ab\n", 0o600);
-    let store = mesh_store::store::open_store_with(
+    let store = mesh_store::open_store_with(
         &registry.spec(),
         &mesh_store::store::StoreAccess {
             ca_file: Some(pki.ca_file.clone()),

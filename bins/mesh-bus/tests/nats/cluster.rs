@@ -13,10 +13,11 @@ use mesh_bus::jetstream::{
     self, raise_replicas, replica_shortfalls, ReplicaShortfall, CLUSTER_REPLICAS,
 };
 use mesh_bus::nats_cluster::NatsCluster;
-use mesh_bus::records::{KvRecords, StepHook, RECORDS_BUCKET, STEP_WRITE_SENDING, STEP_WRITE_SENT};
+use mesh_bus::records::{KvRecords, StepHook, STEP_WRITE_SENDING, STEP_WRITE_SENT};
+use mesh_bus::subjects::RECORDS_BUCKET;
 use mesh_bus::{NatsBus, NatsOptions};
-use mesh_store::lease::{check_held, Lease, PLANS_LEASE};
-use mesh_store::record_store::RecordStore;
+use mesh_records::lease::{check_held, Lease, PLANS_LEASE};
+use mesh_records::record_store::RecordStore;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -4,9 +4,8 @@
 
 use async_nats::jetstream::Context;
 use futures_util::StreamExt as _;
-use mesh_bus::jetstream::{
-    ensure_declaration_consumer, ensure_streams, publish_declaration, DECLARATIONS_STREAM,
-};
+use mesh_bus::jetstream::{ensure_declaration_consumer, ensure_streams, publish_declaration};
+use mesh_bus::subjects::DECLARATIONS_STREAM;
 use std::time::Duration;
 
 /// How many messages the declarations stream holds now.

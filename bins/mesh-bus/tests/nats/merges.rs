@@ -2,10 +2,11 @@
 
 use async_nats::jetstream::{stream, Context};
 use mesh_bus::jetstream::{
-    ensure_streams, publish_merge, HeardMerge, MergeAnnouncement, MergeListener, EVENTS_STREAM,
+    ensure_streams, publish_merge, HeardMerge, MergeAnnouncement, MergeListener,
 };
 use mesh_bus::nats_server::NatsServer;
 use mesh_bus::subjects;
+use mesh_bus::subjects::EVENTS_STREAM;
 use std::time::Duration;
 
 const QUIET: Duration = Duration::from_millis(500);
@@ -113,10 +114,10 @@ async fn the_mesh_streams_are_made_once_and_a_reopened_listener_keeps_its_place(
     );
     for (stream, subject) in [
         (
-            mesh_bus::jetstream::DECLARATIONS_STREAM,
+            mesh_bus::subjects::DECLARATIONS_STREAM,
             subjects::ALL_DECLARATIONS,
         ),
-        (mesh_bus::jetstream::REPORTS_STREAM, subjects::ALL_REPORTS),
+        (mesh_bus::subjects::REPORTS_STREAM, subjects::ALL_REPORTS),
     ] {
         let info = stream_info(&js, stream).await;
         assert_eq!(info.config.subjects, [subject]);

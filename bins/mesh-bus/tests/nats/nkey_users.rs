@@ -279,13 +279,13 @@ async fn the_nine_refusals_hold_for_a_nodes_user_over_tls() {
         // 4. reading the records bucket
         format!(
             "$JS.API.STREAM.INFO.KV_{}",
-            mesh_bus::records::RECORDS_BUCKET
+            mesh_bus::subjects::RECORDS_BUCKET
         ),
-        format!("$KV.{}.some-key", mesh_bus::records::RECORDS_BUCKET),
+        format!("$KV.{}.some-key", mesh_bus::subjects::RECORDS_BUCKET),
         // 8. reading the declarations stream
         format!(
             "$JS.API.STREAM.MSG.GET.{}",
-            mesh_bus::jetstream::DECLARATIONS_STREAM
+            mesh_bus::subjects::DECLARATIONS_STREAM
         ),
         // 9. the stream list
         "$JS.API.STREAM.LIST".to_owned(),

@@ -2,11 +2,13 @@
 //! connection writes another reads, listing is one level like a directory, concurrent updates
 //! lose nothing, and a node cannot read the bucket (it holds the nodes' passwords).
 
-use mesh_bus::grants::{authorization_config, BusAuthorization, NodeGrants, CONTROLLER_USER};
+use mesh_bus::grants::{authorization_config, BusAuthorization, NodeGrants};
 use mesh_bus::nats_server::NatsServer;
-use mesh_bus::records::{KvRecords, RECORDS_BUCKET};
+use mesh_bus::records::KvRecords;
+use mesh_bus::subjects::CONTROLLER_USER;
+use mesh_bus::subjects::RECORDS_BUCKET;
 use mesh_bus::NatsOptions;
-use mesh_store::record_store::RecordStore;
+use mesh_records::record_store::RecordStore;
 
 fn open(server: &NatsServer) -> KvRecords {
     KvRecords::open(&NatsOptions::new(server.url())).unwrap_or_else(|e| panic!("{e}"))
@@ -102,7 +104,7 @@ fn concurrent_updates_lose_nothing() {
 /// the revision read: a writer that was overtaken writes nothing.
 #[test]
 fn a_compare_and_set_writes_only_over_the_revision_it_read() {
-    use mesh_store::record_store::{Swap, Version};
+    use mesh_records::record_store::{Swap, Version};
     let server = super::server();
     let (first, second) = (open(&server), open(&server));
     let key = "settings/web/mesh.json";

@@ -577,7 +577,7 @@ pub fn wait_for_merge_consumer(rt: &tokio::runtime::Runtime, bus: &NatsBus) {
         || {
             rt.block_on(async {
                 let stream = js
-                    .get_stream(mesh_bus::jetstream::EVENTS_STREAM)
+                    .get_stream(mesh_bus::subjects::EVENTS_STREAM)
                     .await
                     .map_err(|e| e.to_string())?;
                 stream

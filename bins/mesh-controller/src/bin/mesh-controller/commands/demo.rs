@@ -20,7 +20,7 @@ pub fn exec(_args: Args) -> Result<ExitCode> {
         .tempdir()
         .context("making a temporary home")?;
     let home = Home::new(dir.path());
-    let store = mesh_store::store::open_store(&mesh_store::store::default_store_spec(home.root()))
+    let store = mesh_store::open_store(&mesh_store::store::default_store_spec(home.root()))
         .context("opening the demo's store")?;
     let runtime = tokio::runtime::Runtime::new()?;
     // Whether this machine runs containers (the container steps need podman).

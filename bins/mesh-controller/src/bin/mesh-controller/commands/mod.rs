@@ -84,7 +84,7 @@ impl Env {
             Some(spec) => spec.parse().with_context(|| format!("--store {spec}"))?,
             None => mesh_store::store::default_store_spec(home.root()),
         };
-        let store = mesh_store::store::open_store_with(
+        let store = mesh_store::open_store_with(
             &store_spec,
             &mesh_store::store::StoreAccess {
                 ca_file: cli.store_ca.clone(),

@@ -2,7 +2,7 @@
 //! when anyone but their owner (and, where a server must read one, its group) can read them.
 //!
 //! Start at [`read_secret`] (every reader of a secret file goes through it) and
-//! [`write_secret`] (every writer). The store's credentials ([`crate::store::StoreAccess`]),
+//! [`write_secret`] (every writer). The store's credentials (mesh-store's `StoreAccess`),
 //! the host's NKey seed and the bus's client key use these.
 //!
 //! What it must never do: put a secret's bytes in an error message or a log line — an error

@@ -23,9 +23,23 @@
 //! - A key written by `update` or `compare_and_set` must be written only that way: a plain
 //!   [`RecordStore::put`] does not wait for the lock they take on a directory.
 
-use crate::lock::{exclusive_file_lock, write_atomically};
+use crate::files::{exclusive_file_lock, write_atomically};
+use serde::Serialize;
 use std::fmt;
 use std::path::{Path, PathBuf};
+
+/// What a collection removed: how many records and their bytes, and how many it left only
+/// because they were younger than its grace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Collected {
+    /// Records removed.
+    pub count: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Records named by nothing and kept, younger than the grace.
+    pub young: u64,
+}
 
 /// An error reading or writing a record: what was being done, where, and why.
 #[derive(Debug, thiserror::Error)]
@@ -189,13 +203,9 @@ pub trait RecordStore: Send + Sync + fmt::Debug {
     ///
     /// # Errors
     /// When what it keeps cannot be listed, read or removed.
-    fn collect_leftovers(
-        &self,
-        now: u64,
-        grace_secs: u64,
-    ) -> Result<crate::chunked::Collected, RecordStoreError> {
+    fn collect_leftovers(&self, now: u64, grace_secs: u64) -> Result<Collected, RecordStoreError> {
         let _ = (now, grace_secs);
-        Ok(crate::chunked::Collected::default())
+        Ok(Collected::default())
     }
 
     /// Reads the record at `key`, gives it to `change`, and writes what `change` returns,

@@ -25,6 +25,7 @@
 //! writes its chunks before the manifest naming them). The chunks of a write that lost its
 //! compare-and-set are left (they name no record) until collected.
 
+pub use crate::record_store::Collected;
 use crate::record_store::{Change, RecordStat, RecordStore, RecordStoreError, Swap, Version};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -52,19 +53,6 @@ struct Manifest {
     sha256: String,
     /// The chunks' digests (hex), in order.
     chunks: Vec<String>,
-}
-
-/// What a collection removed: how many records and their bytes, and how many it left only
-/// because they were younger than its grace.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct Collected {
-    /// Records removed.
-    pub count: u64,
-    /// Their bytes.
-    pub bytes: u64,
-    /// Records named by nothing and kept, younger than the grace.
-    pub young: u64,
 }
 
 /// A [`RecordStore`] whose records may be larger than a value of the store under it (see the
@@ -96,14 +84,14 @@ impl ChunkedRecords {
         }
         let mut chunks = Vec::new();
         for chunk in bytes.chunks(CHUNK_SIZE) {
-            let digest = mesh_model::sha256_digest(chunk);
+            let digest = sha256_digest(chunk);
             let hex = digest.trim_start_matches("sha256:").to_owned();
             self.inner.put(&Self::chunk_key(key, &hex), chunk)?;
             chunks.push(hex);
         }
         let manifest = Manifest {
             size: bytes.len() as u64,
-            sha256: mesh_model::sha256_digest(bytes),
+            sha256: sha256_digest(bytes),
             chunks,
         };
         let mut out = MAGIC.to_vec();
@@ -134,7 +122,7 @@ impl ChunkedRecords {
                 None => return Ok(None),
             }
         }
-        if mesh_model::sha256_digest(&bytes) != manifest.sha256 {
+        if sha256_digest(&bytes) != manifest.sha256 {
             return Err(RecordStoreError::new(
                 "read",
                 self.inner.locate(key),
@@ -383,6 +371,12 @@ impl RecordStore for ChunkedRecords {
         }
         Ok(swap)
     }
+}
+
+/// `sha256:<hex>` of `bytes`, as mesh-model writes every digest.
+fn sha256_digest(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
 }
 
 #[cfg(test)]
