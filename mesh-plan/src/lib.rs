@@ -14,6 +14,9 @@
 //!   the container fields that recreate (rule 10).
 //! - [`decide_push()`](moves::decide_push): whether a node's push is held because a running
 //!   container's mount would move (rule 12).
+//! - [`orphaned_settings()`](orphans::orphaned_settings): the keys a module's new version no
+//!   longer accepts (or accepts with another type) that a layer still sets, and what each node
+//!   gets in their place.
 //! - [`attribute()`](attribution::attribute) and [`DependencyGraph`]:
 //!   a merge's changed paths to modules (rule 17), and the affected modules in tiers.
 //! - [`supersede()`](plans::supersede), [`close()`](plans::close), [`behind()`](plans::behind):
@@ -37,6 +40,7 @@ pub mod compose;
 pub mod diff;
 pub mod merge;
 pub mod moves;
+pub mod orphans;
 pub mod plans;
 pub mod rollout;
 pub mod settings;
@@ -48,6 +52,7 @@ pub use attribution::{attribute, tiers, Attribution, DependencyGraph, TierError,
 pub use compose::{compose, ComposeError, ComposeProblem};
 pub use diff::{diff, DeclarationDiff};
 pub use moves::{could_move, decide_push, moves, Move, PushDecision};
+pub use orphans::{orphaned_settings, Orphan, Orphans};
 pub use plans::{behind, close, supersede, Behind, Supersession};
 pub use rollout::{step, Action, Event, RolloutSpec, RolloutState};
 pub use settings::{settings_change, SettingsChange, SettingsDecision};

@@ -36,6 +36,7 @@ pub mod home;
 pub mod http;
 pub mod in_process;
 pub mod init;
+pub mod orphans;
 pub mod plans;
 pub mod preview;
 pub mod push;

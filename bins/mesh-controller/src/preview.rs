@@ -24,7 +24,7 @@ use crate::error::Result;
 use crate::plans::{Ctx, PlanRecord};
 use crate::repos;
 use mesh_model::declaration::Declaration;
-use mesh_model::module::load_catalogue;
+use mesh_model::module::{load_catalogue, ModuleDefinition};
 use mesh_plan::rollout::{step, Action, Event, RolloutNode, RolloutSpec, RolloutState};
 use mesh_plan::PushDecision;
 use serde::Serialize;
@@ -72,6 +72,14 @@ pub struct ModulePreview {
     pub unchanged: Vec<String>,
     /// The nodes assigned the module that do not run (never sent to).
     pub not_running: Vec<String>,
+    /// The settings its layers hold that this version no longer accepts, or accepts with
+    /// another type (the rule "an orphaned setting is a removal"), with what the nodes get in
+    /// their place.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub orphans: Option<mesh_plan::Orphans>,
+    /// The running nodes those orphans change what they get, by name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub orphaned_nodes: Vec<String>,
 }
 
 /// How one node's declaration would change.
@@ -132,6 +140,8 @@ pub async fn preview(ctx: &Ctx<'_>, record: &PlanRecord) -> Result<Preview> {
     let repo = home.repo(&record.plan.repository)?;
     let at_commit = repos::catalogue_at(&repo.path, &record.plan.commit, &repo.modules_dir)?;
     let mut source = effective_source(home, ctx.store).await?;
+    // What the nodes run now: the version each module's orphaned settings are judged from.
+    let (running, _) = load_catalogue(&source);
     let base_inventory = home.inventory()?;
     // What each node would hold as the preview goes: what it was sent, then each module's.
     let mut holds: BTreeMap<String, Option<Declaration>> = BTreeMap::new();
@@ -156,6 +166,8 @@ pub async fn preview(ctx: &Ctx<'_>, record: &PlanRecord) -> Result<Preview> {
                     in_window: Vec::new(),
                     unchanged: Vec::new(),
                     not_running: Vec::new(),
+                    orphans: None,
+                    orphaned_nodes: Vec::new(),
                 });
                 continue;
             }
@@ -165,11 +177,12 @@ pub async fn preview(ctx: &Ctx<'_>, record: &PlanRecord) -> Result<Preview> {
             source
                 .archives
                 .insert(module.clone(), archive.reference.clone());
+            let previous = running.module(module).map(|m| &m.definition);
             modules.push(preview_module(
                 ctx,
                 &source,
                 &base_inventory,
-                module,
+                (module, previous),
                 &mut holds,
             )?);
         }
@@ -189,7 +202,7 @@ fn preview_module(
     ctx: &Ctx<'_>,
     source: &mesh_model::module::CatalogueSource,
     base_inventory: &mesh_model::inventory::Inventory,
-    module: &str,
+    (module, previous): (&str, Option<&ModuleDefinition>),
     holds: &mut BTreeMap<String, Option<Declaration>>,
 ) -> Result<ModulePreview> {
     let home = ctx.home;
@@ -208,6 +221,8 @@ fn preview_module(
         in_window: Vec::new(),
         unchanged: Vec::new(),
         not_running: Vec::new(),
+        orphans: None,
+        orphaned_nodes: Vec::new(),
     };
     let Some(definition) = catalogue.module(module).map(|m| m.definition.clone()) else {
         out.refused =
@@ -219,6 +234,7 @@ fn preview_module(
     } else {
         BTreeSet::new()
     };
+    let orphans = mesh_plan::orphaned_settings(previous, &definition, &inventory.layers);
     let mut nodes = BTreeMap::new();
     let mut held_moves: BTreeMap<String, Vec<mesh_plan::Move>> = BTreeMap::new();
     let assigned = inventory
@@ -239,6 +255,9 @@ fn preview_module(
                 },
             );
             continue;
+        }
+        if !orphans.for_node(&node).is_empty() {
+            out.orphaned_nodes.push(node.clone());
         }
         let declaration = mesh_plan::compose(&catalogue, &inventory, &node)?;
         let before = match holds.get(&node) {
@@ -301,6 +320,9 @@ fn preview_module(
         if !held_moves.contains_key(&node) {
             holds.insert(node, Some(declaration));
         }
+    }
+    if !orphans.is_empty() {
+        out.orphans = Some(orphans);
     }
     out.first = first_sent(&RolloutSpec::new(&definition, nodes, None), &held_moves);
     Ok(out)

@@ -300,8 +300,170 @@ pub fn restore(
     replace(on, module, node, &scope, record.layer.clone(), true, now)
 }
 
+/// What `settings rename` did: each layer that held the old key, with what changed in it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Renamed {
+    /// The module.
+    pub module: String,
+    /// The key's old name (a dotted path).
+    pub old: String,
+    /// Its new name.
+    pub new: String,
+    /// The version the new name was checked against: the newest the mesh knows.
+    pub checked_against: String,
+    /// Each layer renamed, mesh layer first: its keys added and removed, and the history
+    /// revision that keeps the layer it replaced.
+    pub layers: Vec<Answer>,
+}
+
+/// The value at a dotted path of an object.
+fn at_path<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.').try_fold(value, |value, key| value.get(key))
+}
+
+/// `layer` with the value at `old` moved to `new` (intermediate tables made as needed), or
+/// `None` when it holds nothing at `old`.
+fn moved(layer: &Value, old: &str, new: &str) -> Option<Value> {
+    let value = at_path(layer, old)?.clone();
+    let mut layer = layer.clone();
+    let (parent, leaf) = match old.rsplit_once('.') {
+        Some((parent, leaf)) => (Some(parent), leaf),
+        None => (None, old),
+    };
+    let holder = match parent {
+        Some(parent) => parent
+            .split('.')
+            .try_fold(&mut layer, |value, key| value.get_mut(key))?,
+        None => &mut layer,
+    };
+    holder.as_object_mut()?.remove(leaf);
+    let mut at = &mut layer;
+    let mut keys = new.split('.').peekable();
+    while let Some(key) = keys.next() {
+        let object = at.as_object_mut()?;
+        if keys.peek().is_none() {
+            object.insert(key.to_owned(), value);
+            return Some(layer);
+        }
+        at = object
+            .entry(key.to_owned())
+            .or_insert_with(|| Value::Object(Default::default()));
+    }
+    None
+}
+
+/// `settings rename MODULE OLD NEW`: moves the value of `old` to `new` in every layer of the
+/// module that sets `old` (the mesh layer and each node's), keeping each replaced layer in the
+/// history, so a setting a new version renamed keeps its value (the rule "an orphaned setting
+/// is a removal"). `newest` is the version `new` must be accepted by: the newest the mesh knows
+/// ([`crate::orphans::newest_definition`]).
+///
+/// # Guarantees
+/// Every layer is checked before any is written: when no layer sets `old`, a layer already
+/// sets `new`, or `newest` does not accept `new`, it is refused and nothing changes.
+///
+/// # Errors
+/// As above (a refusal), or a record that cannot be read or written.
+pub fn rename(
+    on: &On<'_>,
+    module: &str,
+    (old, new): (&str, &str),
+    newest: &crate::orphans::Newest,
+    now: u64,
+) -> Result<Renamed> {
+    let home = on.home;
+    scope(home, on.catalogue, module, None)?;
+    let refused = |why: String| {
+        Error::refused(format!(
+            "`settings rename {module} {old} {new}` is refused, nothing changed: {why}"
+        ))
+    };
+    if old == new || old.is_empty() || new.is_empty() || new.split('.').any(str::is_empty) {
+        return Err(refused("name two different keys".into()));
+    }
+    let inventory = home.inventory()?;
+    let mut to_rename = Vec::new();
+    for (scope, layer) in inventory.layers.layers.get(module).into_iter().flatten() {
+        let Some(renamed) = moved(layer, old, new) else {
+            continue;
+        };
+        if at_path(layer, new).is_some() {
+            return Err(refused(format!(
+                "the {scope} sets `{new}` already; set it with `settings set` instead"
+            )));
+        }
+        let top = new.split('.').next().unwrap_or(new);
+        if let Some(problem) = check_layer(&newest.definition, &renamed)
+            .into_iter()
+            .find(|p| p.key == new || p.key == top)
+        {
+            return Err(refused(format!(
+                "{} (checked against {})",
+                problem.message, newest.from
+            )));
+        }
+        to_rename.push(scope.clone());
+    }
+    if to_rename.is_empty() {
+        return Err(refused(format!("no layer of `{module}` sets `{old}`")));
+    }
+    let mut layers = Vec::new();
+    for scope in to_rename {
+        let mut change = None;
+        let replaced = home.replace_layer(module, &scope, on.command, now, &mut |found| {
+            // Another writer may have renamed or dropped it meanwhile: then leave it.
+            let Some(renamed) = found.and_then(|layer| moved(layer, old, new)) else {
+                change = None;
+                return Ok(LayerChange::Leave);
+            };
+            change = Some(settings_change(found, &renamed, true));
+            Ok(LayerChange::Set(renamed))
+        })?;
+        if let Some(change) = change {
+            layers.push(Answer {
+                module: module.to_owned(),
+                node: match &scope {
+                    LayerScope::Node(node) => Some(node.clone()),
+                    LayerScope::Mesh => None,
+                },
+                change,
+                kept_as_revision: replaced.kept.map(|record| record.revision),
+                raced: replaced.raced,
+            });
+        }
+    }
+    Ok(Renamed {
+        module: module.to_owned(),
+        old: old.to_owned(),
+        new: new.to_owned(),
+        checked_against: newest.from.clone(),
+        layers,
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn a_key_is_moved_at_any_depth_and_only_when_it_is_there() {
+        let layer = json!({"port": 9090, "places": {"a": "/x"}, "user": "m"});
+        assert_eq!(
+            super::moved(&layer, "port", "http-port"),
+            Some(json!({"http-port": 9090, "places": {"a": "/x"}, "user": "m"}))
+        );
+        assert_eq!(
+            super::moved(&layer, "places.a", "places.b"),
+            Some(json!({"port": 9090, "places": {"b": "/x"}, "user": "m"}))
+        );
+        assert_eq!(
+            super::moved(&layer, "user", "account.name"),
+            Some(json!({"port": 9090, "places": {"a": "/x"}, "account": {"name": "m"}}))
+        );
+        assert_eq!(super::moved(&layer, "size", "capacity"), None);
+    }
+
     #[test]
     fn formats_times_in_utc() {
         assert_eq!(mesh_host::format_time(0), "1970-01-01T00:00:00Z");

@@ -1,28 +1,52 @@
-//! `check`: every problem of the catalogue and the inventory at once.
+//! `check`: every problem of the catalogue and the inventory at once, and the settings the next
+//! merge of each registered repository would orphan.
 
 use crate::Output;
 use anyhow::Result;
-use mesh_controller::push;
+use mesh_controller::{orphans, push};
 use std::process::ExitCode;
 
-/// Validates the catalogue and the inventory, listing every problem at once.
+/// Validates the catalogue and the inventory, listing every problem at once, and names every
+/// setting a layer holds that the next merge of a registered repository would orphan (its head
+/// no longer accepts the key, or accepts it with another type).
 #[derive(clap::Args)]
 pub struct Args {}
 
-/// Lists the problems: exit 1 when there is any.
+/// What `check --output json` prints.
+#[derive(serde::Serialize)]
+struct Checked<'a> {
+    problems: &'a [mesh_model::Diagnostic],
+    orphans: &'a [orphans::ComingOrphans],
+}
+
+/// Lists the problems and the orphans: exit 1 when there is any.
 pub fn exec(_args: Args, env: &super::Env) -> Result<ExitCode> {
-    let problems = push::problems(&env.home, &env.checked()?)?;
+    let checked = env.checked()?;
+    let problems = push::problems(&env.home, &checked)?;
+    let orphans = orphans::at_heads(&env.home, &checked)?;
     match env.output {
-        Output::Json => env.print_json(&problems)?,
-        Output::Text if problems.is_empty() => println!("the catalogue and inventory are sound"),
+        Output::Json => env.print_json(&Checked {
+            problems: &problems,
+            orphans: &orphans,
+        })?,
+        Output::Text if problems.is_empty() && orphans.is_empty() => {
+            println!("the catalogue and inventory are sound");
+        }
         Output::Text => {
             for problem in &problems {
                 println!("{problem}");
             }
-            println!("{} problem(s)", problems.len());
+            for coming in &orphans {
+                print!("{}", coming.render_text(None));
+            }
+            let orphaned: usize = orphans.iter().map(|o| o.orphans.orphans.len()).sum();
+            match orphaned {
+                0 => println!("{} problem(s)", problems.len()),
+                n => println!("{} problem(s), {n} orphaned setting(s)", problems.len()),
+            }
         }
     }
-    Ok(if problems.is_empty() {
+    Ok(if problems.is_empty() && orphans.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

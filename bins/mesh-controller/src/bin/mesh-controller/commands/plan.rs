@@ -2,7 +2,7 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::push;
+use mesh_controller::{orphans, push};
 use std::process::ExitCode;
 
 /// Prints the declaration a node would be sent now, or with `--diff` what would change.
@@ -12,12 +12,22 @@ pub struct Args {
     node: String,
     /// Show what differs from what the node was last sent: resources added, changed and
     /// removed, with old and new values; a container's fields that make it recreate are
-    /// marked. An unchanged node prints nothing.
+    /// marked. An unchanged node prints nothing. The settings of the node's layers that an open
+    /// plan's version of a module would orphan are named after it.
     #[arg(long)]
     diff: bool,
     /// With `--diff`: exit 2 when there is a difference, 0 when there is none.
     #[arg(long, requires = "diff")]
     detailed_exitcode: bool,
+}
+
+/// What `plan NODE --diff --output json` prints: the diff, and what open plans would orphan.
+#[derive(serde::Serialize)]
+struct Diffed<'a> {
+    #[serde(flatten)]
+    diff: &'a mesh_plan::DeclarationDiff,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    orphans: &'a [orphans::ComingOrphans],
 }
 
 /// Prints the declaration, or the diff (exit 2 with `--detailed-exitcode` when it is not
@@ -26,9 +36,18 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     let checked = env.checked()?;
     if args.diff {
         let diff = push::diff(&env.home, &checked, &args.node)?;
+        let orphans = orphans::in_open_plans(&env.home, &checked, &args.node)?;
         match env.output {
-            Output::Json => env.print_json(&diff)?,
-            Output::Text => print!("{}", diff.render_text()),
+            Output::Json => env.print_json(&Diffed {
+                diff: &diff,
+                orphans: &orphans,
+            })?,
+            Output::Text => {
+                print!("{}", diff.render_text());
+                for coming in &orphans {
+                    print!("{}", coming.render_text(Some(&args.node)));
+                }
+            }
         }
         return Ok(if args.detailed_exitcode && !diff.is_empty() {
             ExitCode::from(2)

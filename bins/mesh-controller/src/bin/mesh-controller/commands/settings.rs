@@ -45,6 +45,21 @@ pub enum Command {
         #[arg(long)]
         node: Option<String>,
     },
+    /// Renames a key in every layer of the module that sets it (the mesh layer and each
+    /// node's), keeping its value: what a module's new version that renamed a setting needs.
+    ///
+    /// The new name must be accepted by the newest version of the module the mesh knows (an
+    /// open plan's commit, else what the nodes run); it says which. Each layer it replaces is
+    /// kept in the history. Refused, nothing changed (exit 1), when no layer sets the old key,
+    /// a layer already sets the new one, or the new one is not accepted.
+    Rename {
+        /// The module.
+        module: String,
+        /// The key's old name (dotted for a nested key: `places.media`).
+        old: String,
+        /// Its new name.
+        new: String,
+    },
     /// Puts back a layer from the history (`settings show --history` lists revisions).
     Restore {
         /// The module.
@@ -86,6 +101,19 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             node,
             replace,
         } => settings::set(&on, &module, node.as_deref(), &json, replace, now)?,
+        Command::Rename { module, old, new } => {
+            let Some(newest) =
+                mesh_controller::orphans::newest_definition(&env.home, &catalogue, &module)?
+            else {
+                anyhow::bail!("`{module}` is not a module of the mesh");
+            };
+            let renamed = settings::rename(&on, &module, (&old, &new), &newest, now)?;
+            match env.output {
+                Output::Json => env.print_json(&renamed)?,
+                Output::Text => print!("{}", render::settings_renamed(&renamed)),
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
         Command::Clear { module, node } => settings::clear(&on, &module, node.as_deref(), now)?,
         Command::Restore {
             module,

@@ -94,6 +94,42 @@ pub fn settings_answer(answer: &Answer) -> String {
     out
 }
 
+/// What `settings rename` did, one layer a line.
+pub fn settings_renamed(renamed: &mesh_controller::settings::Renamed) -> String {
+    let mut out = format!(
+        "`{}`: renamed `{}` to `{}` (checked against {})\n",
+        renamed.module, renamed.old, renamed.new, renamed.checked_against
+    );
+    for answer in &renamed.layers {
+        let scope = match &answer.node {
+            Some(node) => mesh_model::inventory::LayerScope::Node(node.clone()),
+            None => mesh_model::inventory::LayerScope::Mesh,
+        };
+        let value = answer
+            .change
+            .added
+            .first()
+            .map(|added| added.value.to_string())
+            .unwrap_or_default();
+        let _ = write!(
+            out,
+            "  {}: {} = {value}",
+            describe(&answer.module, &scope),
+            renamed.new
+        );
+        match answer.kept_as_revision {
+            Some(revision) => {
+                let _ = writeln!(
+                    out,
+                    " (the layer it replaced is kept as revision {revision})"
+                );
+            }
+            None => out.push('\n'),
+        }
+    }
+    out
+}
+
 /// A declaration, one resource a line.
 pub fn declaration(declaration: &Declaration) -> String {
     let mut out = String::new();

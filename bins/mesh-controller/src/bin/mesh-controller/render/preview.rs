@@ -43,6 +43,9 @@ pub fn preview(preview: &mesh_controller::preview::Preview) -> String {
                     );
                 }
             }
+            if let Some(orphans) = &module.orphans {
+                out.push_str(&orphaned(orphans, &module.orphaned_nodes));
+            }
             for held in &module.held {
                 let _ = writeln!(
                     out,
@@ -71,6 +74,30 @@ pub fn preview(preview: &mesh_controller::preview::Preview) -> String {
                 );
             }
         }
+    }
+    out
+}
+
+/// A module's orphaned settings, nodes that would lose the same settings named together (the
+/// first five, then a count).
+fn orphaned(orphans: &mesh_plan::Orphans, nodes: &[String]) -> String {
+    use std::fmt::Write as _;
+    let mut groups: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
+    for node in nodes {
+        let text = orphans.render_text(&orphans.for_node(node), "    ");
+        groups.entry(text).or_default().push(node);
+    }
+    let mut out = String::new();
+    for (text, nodes) in groups {
+        let named = match nodes.len() {
+            0..=5 => nodes.join(", "),
+            n => format!("{} and {} more", nodes[..5].join(", "), n - 5),
+        };
+        let _ = writeln!(
+            out,
+            "  orphaned settings on {named} (dropped by this version):"
+        );
+        out.push_str(&text);
     }
     out
 }
