@@ -380,9 +380,34 @@ impl StateDir {
             .map_err(|source| ApplyError::StateWrite { path, source })
     }
 
-    /// Reads the record of a together group left mid-commit, if any.
-    pub(crate) fn read_group_commit(&self) -> Result<Option<GroupCommit>, ApplyError> {
-        read_json::<GroupCommit>(&self.dir.join(GROUP_COMMIT_FILE), |g| g.format)
+    /// Reads the record of a together group left mid-commit, if any. Putting a group back
+    /// removes and renames the files it names, so a record naming a path outside `root` (or
+    /// one climbing out with `..`) is refused whole, before anything is touched: a state
+    /// directory copied from another machine, or a damaged one, must not reach outside the
+    /// machine it applies to (*the host never destroys what it did not make*).
+    pub(crate) fn read_group_commit(&self, root: &Path) -> Result<Option<GroupCommit>, ApplyError> {
+        let path = self.dir.join(GROUP_COMMIT_FILE);
+        let Some(record) = read_json::<GroupCommit>(&path, |g| g.format)? else {
+            return Ok(None);
+        };
+        let targets = record
+            .files
+            .iter()
+            .map(|f| &f.target)
+            .chain(record.directories.iter().map(|d| &d.target));
+        for target in targets {
+            if !is_under(target, root) {
+                return Err(ApplyError::StateFormat {
+                    path,
+                    reason: format!(
+                        "it names `{}`, which is not under the root `{}`",
+                        target.display(),
+                        root.display()
+                    ),
+                });
+            }
+        }
+        Ok(Some(record))
     }
 
     /// Writes the record of a together group about to commit, atomically.
@@ -445,6 +470,14 @@ impl StateDir {
             }
         }
     }
+}
+
+/// Whether `path` is `root` itself or below it, with no `..` that could climb out.
+fn is_under(path: &Path, root: &Path) -> bool {
+    path.starts_with(root)
+        && !path
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(

@@ -59,16 +59,17 @@ pub fn put_back_interrupted_group_with(
     seams: &Seams<'_>,
 ) -> Result<Option<String>, ApplyError> {
     let dir = StateDir::open(&config.state_dir)?;
-    Ok(put_back_group(&dir, seams)?.map(|(group, _)| group))
+    Ok(put_back_group(&dir, &config.root, seams)?.map(|(group, _)| group))
 }
 
 /// [`put_back_interrupted_group_with`]: the group's name and what was left (a created
 /// directory that holds something), when there was one.
 pub(super) fn put_back_group(
     dir: &StateDir,
+    root: &std::path::Path,
     seams: &Seams<'_>,
 ) -> Result<Option<(String, Vec<String>)>, ApplyError> {
-    let Some(record) = dir.read_group_commit()? else {
+    let Some(record) = dir.read_group_commit(root)? else {
         return Ok(None);
     };
     let failed = |reason: String| ApplyError::GroupPutBack {

@@ -280,7 +280,7 @@ fn apply_examined<'s>(
     // A together group left mid-commit is put back whole before anything else (*resources
     // declared together apply all-or-nothing*), and
     // before the accounts are read: putting it back may remove a membership.
-    let put_back = put_back_group(&dir, seams)?;
+    let put_back = put_back_group(&dir, &config.root, seams)?;
     // Windows that lapsed or whose process is gone ended abnormally (a released window leaves
     // no record): their records go (best effort), and the report says so (*a maintenance window
     // holds containers still*).
