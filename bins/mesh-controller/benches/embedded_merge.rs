@@ -18,7 +18,8 @@
 
 use mesh_controller::executor;
 use mesh_controller::home::Home;
-use mesh_controller::plans::{self, Ctx, GivenFleet, MergeOutcome};
+use mesh_controller::plans::MergeOutcome;
+use mesh_controller::runtime::{self as mesh_runtime, Ctx, GivenFleet};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
@@ -175,7 +176,7 @@ fn first_merge(nodes: usize, budget: Duration) -> Result<Duration, String> {
         };
         let started = Instant::now();
         let outcome = runtime
-            .block_on(plans::merge(&ctx, "cat", None, false))
+            .block_on(mesh_runtime::merge(&ctx, "cat", None, false))
             .unwrap();
         let took = started.elapsed();
         let MergeOutcome::Planned { plan, .. } = outcome else {

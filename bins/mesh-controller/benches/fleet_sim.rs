@@ -1,5 +1,5 @@
 //! A fleet simulated on a real bus (issue 12): one controller — this process, through the
-//! library, `plans::merge` with `--bus` as the CLI runs it (the real `NatsFleet`, the records
+//! library, `runtime::merge` with `--bus` as the CLI runs it (the real `NatsFleet`, the records
 //! in the bus's `mesh-records` bucket) — and N simulated hosts on a real loopback
 //! `nats-server`. A merge of ten modules (three small files each, from a real git repository,
 //! built into an OCI store) rolls out one machine first to all N.
@@ -30,9 +30,10 @@
 use mesh_bus::nats_cluster::NatsCluster;
 use mesh_bus::nats_server::NatsServer;
 use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
-use mesh_controller::fleet::BusArgs;
+use mesh_controller::credentials::BusArgs;
 use mesh_controller::home::Home;
-use mesh_controller::plans::{self, Ctx, MergeOutcome};
+use mesh_controller::plans::MergeOutcome;
+use mesh_controller::runtime::{self as mesh_runtime, Ctx};
 use mesh_model::declaration::Declaration;
 use mesh_model::report::{MachineState, Outcome, Report};
 use std::collections::{BTreeMap, BTreeSet};
@@ -257,7 +258,7 @@ fn run(
         };
         let cpu_before = cpu_time();
         let started = Instant::now();
-        let outcome = runtime.block_on(plans::merge(&ctx, "cat", None, false));
+        let outcome = runtime.block_on(mesh_runtime::merge(&ctx, "cat", None, false));
         let took = started.elapsed();
         let cpu = cpu_time().saturating_sub(cpu_before);
         let outcome = match outcome {
@@ -438,7 +439,7 @@ fn fleet_home(dir: &Path, server: &BenchBus, hosts: usize) -> (Home, BusArgs) {
     std::fs::create_dir_all(root.join("catalogue/modules")).unwrap();
 
     let local = Home::new(&root);
-    let users = mesh_controller::fleet::users_text(
+    let users = mesh_controller::users::users_text(
         &local,
         &local.catalogue().unwrap(),
         &BusArgs::default(),
@@ -461,8 +462,8 @@ fn fleet_home(dir: &Path, server: &BenchBus, hosts: usize) -> (Home, BusArgs) {
     };
     mesh_controller::records::import(&root, &home, &bus.url).unwrap();
     // The fleet runs these users already: the bus confirmed them.
-    let archive = mesh_controller::fleet::users_archive(&users).unwrap();
-    mesh_controller::fleet::record_confirmed(&home, &users, &archive.reference).unwrap();
+    let archive = mesh_controller::users::users_archive(&users).unwrap();
+    mesh_controller::users::confirm::record_confirmed(&home, &users, &archive.reference).unwrap();
     mesh_controller::repos::add(&home, "cat", &repo, None, "modules").unwrap();
     (home, bus)
 }

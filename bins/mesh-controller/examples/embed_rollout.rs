@@ -9,7 +9,8 @@
 
 use anyhow::{Context, Result};
 use mesh_controller::home::Home;
-use mesh_controller::plans::{self, Ctx, MergeOutcome};
+use mesh_controller::plans::MergeOutcome;
+use mesh_controller::runtime::{self as mesh_runtime, Ctx};
 use mesh_controller::{repos, status};
 use std::path::Path;
 use std::process::Command;
@@ -76,10 +77,10 @@ fn main() -> Result<()> {
         progress: &Printed,
         bus: None, // the embedded default: one host agent per node in this process
         moves: Default::default(),
-        fleet: None, // or Some(your own `executor::Fleet`)
+        fleet: None, // or Some(your own `fleet::Fleet`)
     };
     let runtime = tokio::runtime::Runtime::new()?;
-    let outcome = runtime.block_on(plans::merge(&ctx, "catalogue", None, false))?;
+    let outcome = runtime.block_on(mesh_runtime::merge(&ctx, "catalogue", None, false))?;
     if let MergeOutcome::Planned { plan, .. } = &outcome {
         println!("{}: {}", plan.id, mesh_plan::plans::state_word(&plan.state));
     }

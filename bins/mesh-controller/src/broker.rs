@@ -3,8 +3,8 @@
 //! at [`REPLICAS_KEY`]), the ones with fewer (`broker replicas`) and raising them
 //! (`broker raise-replicas`, a person's act).
 
+use crate::credentials::{connect, BusArgs};
 use crate::error::{bus_error, Error, Result};
-use crate::fleet::{connect, BusArgs};
 use crate::home::Home;
 use mesh_bus::jetstream;
 use serde::{Deserialize, Serialize};

@@ -3,8 +3,8 @@
 //!
 //! Start at [`serve`].
 
+use crate::credentials::{connect, BusArgs};
 use crate::error::{bus_error, Error, Result};
-use crate::fleet::{connect, BusArgs};
 use mesh_bus::discovery;
 use mesh_bus::jetstream;
 use mesh_store::problems::ProblemKind;
@@ -42,7 +42,7 @@ fn machine_name() -> String {
 /// # Errors
 /// The bus cannot be reached at start, or the streams or consumer cannot be made.
 pub async fn serve(
-    ctx: &crate::plans::Ctx<'_>,
+    ctx: &crate::runtime::Ctx<'_>,
     bus_args: &BusArgs,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
@@ -91,7 +91,7 @@ pub async fn serve(
                 "repository `{}` is registered on branch `{}`, not `{}`",
                 merge.repository, repo.branch, merge.branch
             ))),
-            Ok(_) => crate::plans::merge(ctx, &merge.repository, Some(&merge.commit), true).await,
+            Ok(_) => crate::runtime::merge(ctx, &merge.repository, Some(&merge.commit), true).await,
             Err(error) => Err(error),
         };
         // Rule 26: a merge that cannot be planned reaches `status` (a problem of the
@@ -150,12 +150,12 @@ pub async fn serve(
 /// Drives every open plan on (as `plans resume`), unless `shutdown` comes first; says whether
 /// it did.
 async fn drive_open_plans<S: std::future::Future<Output = ()>>(
-    ctx: &crate::plans::Ctx<'_>,
+    ctx: &crate::runtime::Ctx<'_>,
     shutdown: &mut std::pin::Pin<Box<S>>,
 ) -> bool {
     let driven = tokio::select! {
         _ = shutdown.as_mut() => return true,
-        driven = crate::plans::drive_open(ctx, None, crate::plans::DriveMode::All) => driven,
+        driven = crate::runtime::drive_open(ctx, None, crate::runtime::DriveMode::All) => driven,
     };
     match driven {
         Ok(plans) => {

@@ -4,7 +4,7 @@
 //!
 //! Start at [`enroll`]. What the controller composes from it: [`node_credential`] (the key of
 //! an enrolled node, else its password) for every node's user in the users file
-//! ([`crate::fleet::authorization`]), and [`nodes_on_passwords`] for `status`.
+//! ([`crate::users::authorization`]), and [`nodes_on_passwords`] for `status`.
 //!
 //! Records: `bus/nkeys/<node>` holds the node's public key (`U…`, no secret); a node without
 //! one is still on its password (`bus/passwords/<node>`), which keeps working until it is
@@ -13,6 +13,7 @@
 //! What it must never do: take a seed for a public key (it is refused without being echoed),
 //! change anything when the node or the key is refused, or keep an enrolled node's password.
 
+use crate::credentials::{password, password_key};
 use crate::error::{Context, Error, Result};
 use crate::home::Home;
 use mesh_bus::grants::UserCredential;
@@ -22,11 +23,6 @@ use serde::Serialize;
 /// The record key of `node`'s enrolled public key.
 pub fn nkey_key(node: &str) -> String {
     format!("bus/nkeys/{node}")
-}
-
-/// The record key of `node`'s bus password (kept until it is enrolled).
-pub fn password_key(node: &str) -> String {
-    format!("bus/passwords/{node}")
 }
 
 /// What [`enroll`] did.
@@ -104,16 +100,14 @@ pub fn enrolled_key(home: &Home, node: &str) -> Result<Option<String>> {
 }
 
 /// How `node`'s user proves itself, as the users file holds it: its enrolled key, else its
-/// password (made the first time it is asked for, [`crate::fleet::password`]).
+/// password (made the first time it is asked for, [`crate::credentials::password`]).
 ///
 /// # Errors
 /// As [`enrolled_key`]; a password that cannot be read or made.
 pub fn node_credential(home: &Home, node: &str) -> Result<UserCredential> {
     match enrolled_key(home, node)? {
         Some(key) => Ok(UserCredential::Nkey(key)),
-        None => Ok(UserCredential::Password(crate::fleet::password(
-            home, node,
-        )?)),
+        None => Ok(UserCredential::Password(password(home, node)?)),
     }
 }
 
@@ -140,7 +134,7 @@ pub fn node_credentials<'a>(
     let passwords = if home.records_on_bus() {
         listed("bus/passwords")?
     } else {
-        // The embedded default keeps them as files of the home (fleet::password).
+        // The embedded default keeps them as files of the home (credentials::password).
         std::collections::BTreeMap::new()
     };
     let mut credentials = std::collections::BTreeMap::new();
@@ -164,7 +158,7 @@ pub fn node_credentials<'a>(
                 ))?;
                 UserCredential::Password(text.trim_end_matches(['\n', '\r']).to_owned())
             }
-            (None, None) => UserCredential::Password(crate::fleet::password(home, node)?),
+            (None, None) => UserCredential::Password(password(home, node)?),
         };
         credentials.insert(node.clone(), credential);
     }
@@ -190,4 +184,20 @@ pub fn nodes_on_passwords(home: &Home, inventory: &Inventory) -> Result<Vec<Stri
         .filter(|node| !enrolled.contains(*node))
         .cloned()
         .collect())
+}
+
+/// `broker password NODE`: the node's bus password, for its host's `--password-file` (made if
+/// it has none).
+///
+/// # Errors
+/// The node is enrolled with an NKey (it has no password: its host signs with its seed);
+/// the password cannot be read or made.
+pub fn node_password(home: &Home, node: &str) -> Result<String> {
+    if enrolled_key(home, node)?.is_some() {
+        return Err(Error::refused(format!(
+            "`{node}` is enrolled with an NKey and has no bus password: its host signs with the \
+             seed `mesh-host keygen` made (serve without --password-file)"
+        )));
+    }
+    password(home, node)
 }

@@ -3,20 +3,28 @@
 //! change settings without copying a line of the binary.
 //!
 //! Start at [`home::Home`] (the mesh home and where its records are: files under the home, or
-//! the bus's records bucket, [`records::open_home`]). Then:
-//! - [`executor`]: the one place declarations leave — `push` and every rollout send through it
-//!   to a [`executor::Fleet`]: [`in_process`] (the embedded default) or [`fleet`] (a fleet's
-//!   bus, NATS, with real grants); [`push`] composes and says what a push did;
-//! - [`settings`]: reading and replacing settings layers, every replaced layer kept;
-//! - [`repos`], [`plans`], [`builds`]: merges make plans; plans are built and rolled out one
-//!   machine first;
-//! - [`status`]: each node's last report and what the plans wait on;
-//! - [`runtimes`], [`broker`], [`daemon`]: who is there on the bus, looking after the bus, and
-//!   the controller as a daemon;
-//! - [`enroll`]: a node's NKey recorded, its password dropped (rule 31);
-//! - [`init`]: a new mesh home, empty or holding the book's example;
-//! - [`http`]: the status page, `/metrics` and `/status.json` over HTTP, read from [`status`]
-//!   and the plans (`mesh-controller serve --http ADDR`, or mounted by an embedding tool).
+//! the bus's records bucket, [`records::open_home`]). Then, in the order they depend on each
+//! other (a module uses only those above it):
+//! - [`error`], [`fail`], [`home`], [`settings`], [`repos`], [`builds`]: the records, settings
+//!   layers (every replaced layer kept), registered repositories and builds;
+//! - [`push`]: composing declarations and what a push did for each node;
+//! - [`credentials`], [`enroll`], [`users`], [`broker`]: the controller on a fleet's bus — its
+//!   credential, a node's NKey recorded and its password dropped (rule 31), the bus's users and
+//!   their proof, looking after the bus;
+//! - [`fleet`]: the hosts as a transport (send, next report, grants): [`fleet::in_process`]
+//!   (the embedded default) or [`fleet::nats`] (a fleet's bus, NATS, with real grants);
+//! - [`plans`]: merges make plans, kept so they resume where they stood; [`records`] opens
+//!   the records a command uses and moves a home's onto the bus;
+//! - [`executor`]: the one place declarations leave — a push and every rollout send through
+//!   it, and it records what was sent and heard;
+//! - [`runtime`]: plans driven (built, then rolled out one machine first) and pushes, on the
+//!   context's fleet;
+//! - [`orphans`], [`preview`], [`init`], [`runtimes`], [`status`], [`http`]: the settings a
+//!   coming version would orphan, what a plan would do, a new mesh home, who is there on the
+//!   bus, each node's last report and what the plans wait on, and the status page, `/metrics`
+//!   and `/status.json` over HTTP (`mesh-controller serve --http ADDR`, or mounted by an
+//!   embedding tool);
+//! - [`daemon`]: the controller as a daemon on a fleet.
 //!
 //! What a person reads is rendered by the binary, never here; progress goes through the
 //! [`Progress`] the caller gives.
@@ -24,27 +32,43 @@
 //! What it must never do: send a node a declaration before its grants, move a running
 //! container's data without an acknowledgement, or say a node converged that did not.
 
-pub mod broker;
-pub mod builds;
-pub mod daemon;
-pub mod enroll;
+// In dependency order, a layer at a time: each uses only the layers above it.
 pub mod error;
-pub mod executor;
 pub mod fail;
-pub mod fleet;
 pub mod home;
-pub mod http;
-pub mod in_process;
-pub mod init;
-pub mod orphans;
-pub mod plans;
-pub mod preview;
-pub mod push;
-pub mod records;
+
+pub mod builds;
 pub mod repos;
-pub mod runtimes;
 pub mod settings;
+
+pub mod push;
+
+pub mod credentials;
+
+pub mod enroll;
+
+pub mod users;
+
+pub mod broker;
+pub mod fleet;
+pub mod plans;
+
+pub mod records;
+
+pub mod executor;
+
+pub mod runtime;
+
+pub mod orphans;
+pub mod preview;
+
+pub mod init;
+pub mod runtimes;
 pub mod status;
+
+pub mod http;
+
+pub mod daemon;
 
 pub use error::{Error, Result};
 

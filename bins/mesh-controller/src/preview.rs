@@ -2,7 +2,9 @@
 //! rollouts would do across the fleet, tier by tier and module by module, before anything is
 //! built or sent.
 //!
-//! Start at [`preview`]. For each module of each tier it answers the machine that would go
+//! Start at [`preview`]; [`diff`] is what a push would change on one node (`plan --diff`).
+//!
+//! For each module of each tier of a plan it answers the machine that would go
 //! first, each node whose declaration would change (resources added, changed and removed, and
 //! the containers that would be recreated, with the fields that make it so), the nodes that
 //! would be held because a running container's data would move (rule 12), the nodes with a
@@ -21,8 +23,10 @@
 
 use crate::builds::{effective_source, module_problems};
 use crate::error::Result;
-use crate::plans::{Ctx, PlanRecord};
+use crate::home::Home;
+use crate::plans::PlanRecord;
 use crate::repos;
+use crate::runtime::Ctx;
 use mesh_model::declaration::Declaration;
 use mesh_model::module::{load_catalogue, ModuleDefinition};
 use mesh_plan::rollout::{step, Action, Event, RolloutNode, RolloutSpec, RolloutState};
@@ -356,19 +360,19 @@ fn first_sent(spec: &RolloutSpec, held: &BTreeMap<String, Vec<mesh_plan::Move>>)
     None
 }
 
-/// Hears a merge as [`crate::plans::merge`] does; with `plan_only`, also previews the plan it
+/// Hears a merge as [`crate::runtime::merge`] does; with `plan_only`, also previews the plan it
 /// made (what its rollouts would do across the fleet), which is what `merge --plan-only`
 /// answers. No preview when the merge was already planned or the plan is driven.
 ///
 /// # Errors
-/// As [`crate::plans::merge`] and [`preview`].
+/// As [`crate::runtime::merge`] and [`preview`].
 pub async fn merge(
     ctx: &Ctx<'_>,
     repo: &str,
     commit: Option<&str>,
     plan_only: bool,
 ) -> Result<(crate::plans::MergeOutcome, Option<Preview>)> {
-    let outcome = crate::plans::merge(ctx, repo, commit, plan_only).await?;
+    let outcome = crate::runtime::merge(ctx, repo, commit, plan_only).await?;
     let preview = match (&outcome, plan_only) {
         (crate::plans::MergeOutcome::Planned { plan, .. }, true) => {
             let record = ctx.home.plan(&plan.id)?;
@@ -377,4 +381,24 @@ pub async fn merge(
         _ => None,
     };
     Ok((outcome, preview))
+}
+
+/// What a push would change on `node`: its declaration composed now against what it was last
+/// sent. On a fleet the bus node is also sent the bus's users; they are not the modules' doing
+/// (`broker users` shows them), and this diff compares what the modules change, so the users
+/// file it was sent is carried over rather than shown gone.
+///
+/// # Errors
+/// When the node is not in the mesh, the mesh is unsound, or a record cannot be read.
+pub fn diff(
+    home: &Home,
+    checked: &crate::push::Checked,
+    node: &str,
+) -> Result<mesh_plan::DeclarationDiff> {
+    let mut declaration = crate::push::compose_node(home, checked, node)?;
+    let sent = home.sent(node)?;
+    if let Some(sent) = &sent {
+        declaration = crate::users::with_users_file_of(declaration, sent);
+    }
+    Ok(mesh_plan::diff(sent.as_ref(), &declaration))
 }

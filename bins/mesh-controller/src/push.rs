@@ -1,5 +1,5 @@
 //! Composing declarations, what a push did for each node, and each node's status. The push
-//! itself is [`crate::executor::push`], through a [`crate::executor::Fleet`]: in the embedded
+//! itself is [`crate::executor::push()`], through a [`crate::fleet::Fleet`]: in the embedded
 //! default every node's host agent runs in this process on an in-process bus, and the
 //! controller publishes each declaration and waits for each report exactly as across a fleet.
 
@@ -262,47 +262,4 @@ pub fn verdict(results: &[PushResult]) -> Verdict {
     } else {
         Verdict::NotConverged
     }
-}
-
-/// What a push would change on `node`: its declaration composed now against what it was last
-/// sent. On a fleet the bus node is also sent the bus's users; they are not the modules' doing
-/// (`broker users` shows them), and this diff compares what the modules change, so the users
-/// file it was sent is carried over rather than shown gone.
-///
-/// # Errors
-/// When the node is not in the mesh, the mesh is unsound, or a record cannot be read.
-pub fn diff(home: &Home, checked: &Checked, node: &str) -> Result<mesh_plan::DeclarationDiff> {
-    let mut declaration = compose_node(home, checked, node)?;
-    let sent = home.sent(node)?;
-    if let Some(sent) = &sent {
-        declaration = crate::fleet::with_users_file_of(declaration, sent);
-    }
-    Ok(mesh_plan::diff(sent.as_ref(), &declaration))
-}
-
-/// Composes, sends and applies the declarations of `nodes` through the context's fleet (the
-/// bus's hosts, a fleet the caller brings, or the embedded default), grants first, holding a
-/// node whose running container's data would move unless its module is in `ctx.moves`, and
-/// waits up to `timeout` for each node's report.
-///
-/// # Errors
-/// When the fleet cannot be started, a grant fails (nothing else is sent), or a record cannot
-/// be read or written.
-pub async fn push(
-    ctx: &crate::plans::Ctx<'_>,
-    checked: &Checked,
-    nodes: &[String],
-    timeout: Duration,
-) -> Result<Vec<PushResult>> {
-    let mut fleet = crate::plans::start_fleet(ctx).await?;
-    crate::executor::push_telling(
-        ctx.home,
-        fleet.as_mut(),
-        checked,
-        nodes,
-        &ctx.moves,
-        timeout,
-        ctx.progress,
-    )
-    .await
 }

@@ -15,8 +15,8 @@
 //! - The controller's own password and seed never go onto the bus (they are what opens the
 //!   bus).
 
+use crate::credentials::{self, BusArgs};
 use crate::error::{bus_error, file_error, Error, Result};
-use crate::fleet::{self, BusArgs};
 use crate::home::{Home, MOVED_FILE};
 use mesh_bus::records::KvRecords;
 use mesh_bus::NatsOptions;
@@ -58,7 +58,7 @@ pub fn open_home(root: &Path, bus: Option<&BusArgs>) -> Result<Home> {
     };
     let options = NatsOptions {
         name: Some("mesh-controller records".to_owned()),
-        ..fleet::controller_options(&local, bus)?
+        ..credentials::controller_options(&local, bus)?
     };
     // A bus reloading its users refuses logins for a moment (nats-server answers
     // "authorization violation" while the reload is under way): try again for a while before
@@ -174,7 +174,7 @@ pub fn import(root: &Path, target: &Home, bus_url: &str) -> Result<Imported> {
     let controller_password = format!("bus/passwords/{}", mesh_bus::subjects::CONTROLLER_USER);
     for dir in RECORD_DIRS {
         keys.extend(source.keys_under(dir)?.into_iter().filter(|key| {
-            *key != controller_password && key.as_str() != fleet::CONTROLLER_SEED_FILE
+            *key != controller_password && key.as_str() != credentials::CONTROLLER_SEED_FILE
         }));
     }
     keys.push(INVENTORY_FILE.to_owned());

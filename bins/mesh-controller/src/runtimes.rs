@@ -5,8 +5,8 @@
 //! What it must never do: say that a module of a node whose runtime was not heard is missing
 //! or running elsewhere.
 
+use crate::credentials::{connect, BusArgs};
 use crate::error::{bus_error, Result};
-use crate::fleet::{connect, BusArgs};
 use crate::home::Home;
 use mesh_bus::discovery::{self, Discovery};
 use mesh_model::inventory::Inventory;

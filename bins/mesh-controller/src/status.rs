@@ -489,9 +489,9 @@ impl ReportWatch {
     ///
     /// # Errors
     /// When the bus cannot be reached or refuses the subscription.
-    pub fn open(home: &Home, bus: &crate::fleet::BusArgs) -> Result<ReportWatch> {
+    pub fn open(home: &Home, bus: &crate::credentials::BusArgs) -> Result<ReportWatch> {
         use mesh_bus::Bus as _;
-        let mut options = crate::fleet::controller_options(home, bus)?;
+        let mut options = crate::credentials::controller_options(home, bus)?;
         options.name = Some("mesh-controller status --watch".to_owned());
         let (sender, heard) = std::sync::mpsc::channel();
         let (ready, in_force) = std::sync::mpsc::channel::<std::result::Result<(), String>>();

@@ -7,9 +7,10 @@
 
 mod support;
 
+use mesh_controller::credentials::BusArgs;
 use mesh_controller::enroll;
-use mesh_controller::fleet::{self, BusArgs};
 use mesh_controller::home::Home;
+use mesh_controller::users;
 use support::Mesh;
 
 /// A public key that is the same on every run (its seed derived from a fixed text), so the
@@ -21,7 +22,7 @@ fn fixed_key(name: &str) -> (String, String) {
 }
 
 fn users(home: &Home) -> String {
-    fleet::users_text(home, &home.catalogue().unwrap(), &BusArgs::default()).unwrap()
+    users::users_text(home, &home.catalogue().unwrap(), &BusArgs::default()).unwrap()
 }
 
 /// The credential lines of `user`'s entry in a users file: (`nkey`, `password`).
@@ -91,7 +92,9 @@ fn an_enrolled_node_is_in_the_users_file_by_its_key_and_its_password_is_dropped(
         ["control", "laptop"]
     );
     // A node enrolled has no password to give out.
-    let refused = fleet::node_password(&home, "home").unwrap_err().to_string();
+    let refused = enroll::node_password(&home, "home")
+        .unwrap_err()
+        .to_string();
     assert!(refused.contains("enrolled with an NKey"), "{refused}");
 
     // Enrolled again with a new key: the old one is gone from the file, and said replaced.

@@ -7,7 +7,8 @@
 mod support;
 
 use mesh_controller::home::Home;
-use mesh_controller::plans::{self, Ctx, MergeOutcome};
+use mesh_controller::plans::MergeOutcome;
+use mesh_controller::runtime::{self as mesh_runtime, Ctx};
 use mesh_model::plan::PlanState;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -51,7 +52,7 @@ struct Bed {
     mesh: Mesh,
     repo: Repo,
     store: Box<dyn mesh_store::store::ArchiveStore>,
-    fleet: plans::GivenFleet,
+    fleet: mesh_runtime::GivenFleet,
     sent: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
@@ -82,7 +83,8 @@ impl Bed {
             mesh_store::open_store(&mesh_store::store::default_store_spec(mesh.home())).unwrap();
         let simulated = Simulated::default();
         let sent = Arc::clone(&simulated.sent);
-        let fleet: plans::GivenFleet = Arc::new(tokio::sync::Mutex::new(Box::new(simulated)));
+        let fleet: mesh_runtime::GivenFleet =
+            Arc::new(tokio::sync::Mutex::new(Box::new(simulated)));
         Bed {
             mesh,
             repo,
@@ -106,7 +108,7 @@ impl Bed {
         };
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let outcome = runtime
-            .block_on(plans::merge(&ctx, "cat", None, false))
+            .block_on(mesh_runtime::merge(&ctx, "cat", None, false))
             .unwrap();
         let lines = progress.0.lock().unwrap().clone();
         (outcome, lines)
@@ -125,7 +127,11 @@ impl Bed {
         };
         let runtime = tokio::runtime::Runtime::new().unwrap();
         runtime
-            .block_on(plans::drive_open(&ctx, None, plans::DriveMode::All))
+            .block_on(mesh_runtime::drive_open(
+                &ctx,
+                None,
+                mesh_runtime::DriveMode::All,
+            ))
             .unwrap();
         let lines = progress.0.lock().unwrap().clone();
         lines
@@ -420,7 +426,7 @@ fn a_rollout_reports_its_progress_step_by_step() {
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime
-        .block_on(plans::merge(&ctx, "cat", None, false))
+        .block_on(mesh_runtime::merge(&ctx, "cat", None, false))
         .unwrap();
     let steps = steps.0.into_inner().unwrap();
     assert!(!steps.is_empty());

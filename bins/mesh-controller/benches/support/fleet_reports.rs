@@ -3,7 +3,7 @@
 
 use mesh_bus::nats_server::NatsServer;
 use mesh_bus::{subjects, NatsBus, NatsOptions};
-use mesh_controller::fleet::BusArgs;
+use mesh_controller::credentials::BusArgs;
 use mesh_controller::home::Home;
 use mesh_model::report::{MachineState, Outcome, Report, REPORT_FORMAT};
 use std::path::Path;
@@ -33,7 +33,7 @@ pub fn fleet_home(dir: &Path, server: &NatsServer, nodes: usize) -> (Home, Strin
     std::fs::create_dir_all(root.join("catalogue/modules")).unwrap();
     std::fs::write(root.join("inventory.toml"), inventory).unwrap();
     let local = Home::new(&root);
-    let users = mesh_controller::fleet::users_text(
+    let users = mesh_controller::users::users_text(
         &local,
         &local.catalogue().unwrap(),
         &BusArgs::default(),

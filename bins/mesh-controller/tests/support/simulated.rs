@@ -2,8 +2,7 @@
 //! with a converged report naming every resource applied; what each node was sent is kept in
 //! order. Shared by `tests/executor.rs` and `benches/embedded_merge.rs` (`#[path]`-included).
 
-use mesh_controller::executor::Fleet;
-use mesh_controller::home::Home;
+use mesh_controller::fleet::{Fleet, Grants};
 use mesh_model::declaration::Declaration;
 use mesh_model::inventory::Inventory;
 use mesh_model::module::Catalogue;
@@ -21,47 +20,31 @@ pub struct Simulated {
 
 #[async_trait::async_trait]
 impl Fleet for Simulated {
-    fn prepare(&mut self, _: &Home, _: &Catalogue, _: &Inventory) -> mesh_controller::Result<()> {
+    fn prepare(&mut self, _: &Catalogue, _: &Inventory) -> mesh_controller::Result<()> {
         Ok(())
     }
 
-    fn users_change(&self, _: &Home, _: bool) -> Option<String> {
+    fn users_change(&self, _: bool) -> Option<String> {
         None
     }
 
-    fn users_file(&self) -> Option<mesh_controller::fleet::UsersFile> {
+    fn users_file(&self) -> Option<mesh_controller::users::UsersFile> {
         None
     }
 
-    async fn issue_grants(
-        &mut self,
-        _: &Home,
-        _: &[String],
-    ) -> mesh_controller::Result<Result<String, String>> {
-        Ok(Ok("simulated".into()))
+    async fn issue_grants(&mut self, _: &[String]) -> mesh_controller::Result<Grants> {
+        Ok(Grants::Issued("simulated".into()))
     }
 
-    async fn send(
-        &mut self,
-        home: &Home,
-        declaration: &Declaration,
-    ) -> mesh_controller::Result<()> {
-        home.record_sent(declaration)?;
+    async fn send(&mut self, declaration: &Declaration) -> mesh_controller::Result<()> {
         self.sent.lock().unwrap().push(declaration.node.clone());
         self.answers.push_back(converged(declaration));
         Ok(())
     }
 
-    async fn next_report(
-        &mut self,
-        home: &Home,
-        wait: Duration,
-    ) -> mesh_controller::Result<Option<Report>> {
+    async fn next_report(&mut self, wait: Duration) -> mesh_controller::Result<Option<Report>> {
         match self.answers.pop_front() {
-            Some(report) => {
-                home.record_report(&report)?;
-                Ok(Some(report))
-            }
+            Some(report) => Ok(Some(report)),
             None => {
                 // Nothing to hear: as a real fleet, wait (a little of) the time asked for.
                 tokio::time::sleep(wait.min(Duration::from_millis(1))).await;

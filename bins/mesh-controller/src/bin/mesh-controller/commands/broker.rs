@@ -3,7 +3,7 @@
 use crate::{render, Output};
 use anyhow::Result;
 use clap::Subcommand;
-use mesh_controller::{broker, fleet, push};
+use mesh_controller::{broker, credentials, enroll, push, users};
 use std::process::ExitCode;
 
 /// `broker` subcommands.
@@ -102,10 +102,10 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
         Command::Users => {
             let checked = env.checked()?;
             let local = env.bus.clone().unwrap_or_else(|| env.local_bus.clone());
-            print!("{}", fleet::users_text(home, &checked, &local)?);
+            print!("{}", users::users_text(home, &checked, &local)?);
         }
         Command::Keygen => {
-            let made = fleet::controller_keygen(home)?;
+            let made = credentials::controller_keygen(home)?;
             match env.output {
                 Output::Json => env.print_json(&serde_json::json!({
                     "seed_file": made.path,
@@ -128,7 +128,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
         }
         Command::Password { node } => {
             push::require_node(&home.inventory()?, &node)?;
-            println!("{}", fleet::node_password(home, &node)?);
+            println!("{}", enroll::node_password(home, &node)?);
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -2,7 +2,7 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::plans;
+use mesh_controller::{plans, runtime};
 use std::process::ExitCode;
 
 /// Builds modules into the store: each at the commit of the newest open plan naming it
@@ -33,14 +33,19 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     let ctx = env.ctx(&[]);
     if args.behind {
         debug_assert!(args.modules.is_empty());
-        let plans =
-            env.runtime
-                .block_on(plans::drive_open(&ctx, None, plans::DriveMode::BuildOnly))?;
+        let plans = env.runtime.block_on(runtime::drive_open(
+            &ctx,
+            None,
+            runtime::DriveMode::BuildOnly,
+        ))?;
         return super::print_plans_driven(env.output, &plans);
     }
-    let built = env
-        .runtime
-        .block_on(plans::build_named(&ctx, &args.modules, args.dry_run))?;
+    let built = env.runtime.block_on(plans::build_named(
+        &env.home,
+        env.store.as_ref(),
+        &args.modules,
+        args.dry_run,
+    ))?;
     match env.output {
         Output::Json => env.print_json(&built)?,
         Output::Text => print!("{}", render::builds(&built, args.dry_run)),

@@ -2,9 +2,9 @@
 
 use crate::render;
 use anyhow::{Context, Result};
+use mesh_controller::fleet::in_process::InProcessFleet;
 use mesh_controller::home::Home;
-use mesh_controller::in_process::InProcessFleet;
-use mesh_controller::{builds, executor, plans, push, settings, status};
+use mesh_controller::{builds, executor, plans, push, runtime as mesh_runtime, settings, status};
 use std::collections::BTreeSet;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -30,7 +30,7 @@ pub fn exec(_args: Args) -> Result<ExitCode> {
         .is_ok_and(|out| out.status.success());
     let progress = Print;
     let merge = || -> Result<plans::MergeOutcome> {
-        let ctx = plans::Ctx {
+        let ctx = mesh_runtime::Ctx {
             home: &home,
             store: store.as_ref(),
             progress: &progress,
@@ -38,7 +38,7 @@ pub fn exec(_args: Args) -> Result<ExitCode> {
             moves: BTreeSet::new(),
             fleet: None,
         };
-        Ok(runtime.block_on(plans::merge(&ctx, "demo", None, false))?)
+        Ok(runtime.block_on(mesh_runtime::merge(&ctx, "demo", None, false))?)
     };
     let step = |title: &str, command: &str| {
         println!(
@@ -79,7 +79,8 @@ pub fn exec(_args: Args) -> Result<ExitCode> {
     let push_to = |checked: &push::Checked, to: &[String], moves: &BTreeSet<String>| {
         runtime.block_on(async {
             let mut fleet =
-                InProcessFleet::start(mesh_store::store::default_store_spec(home.root())).await?;
+                InProcessFleet::start(&home, mesh_store::store::default_store_spec(home.root()))
+                    .await?;
             executor::push(
                 &home,
                 &mut fleet,
@@ -273,7 +274,8 @@ pub fn exec(_args: Args) -> Result<ExitCode> {
     let checked = catalogue()?;
     let laptop = runtime.block_on(async {
         let mut fleet =
-            InProcessFleet::start(mesh_store::store::default_store_spec(home.root())).await?;
+            InProcessFleet::start(&home, mesh_store::store::default_store_spec(home.root()))
+                .await?;
         executor::push(
             &home,
             &mut fleet,
@@ -309,7 +311,7 @@ pub fn exec(_args: Args) -> Result<ExitCode> {
         let config = mesh_apply::HostConfig {
             root: home.node_root(node, &inventory),
             state_dir: home.node_state_dir(node),
-            container_prefix: mesh_controller::in_process::container_prefix(&home, node),
+            container_prefix: mesh_controller::fleet::in_process::container_prefix(&home, node),
             ..mesh_apply::HostConfig::default()
         };
         let empty = mesh_model::declaration::Declaration::new(node.clone(), Vec::new());
@@ -353,7 +355,7 @@ fn window_step(
     let config = mesh_apply::HostConfig {
         root: home.node_root("home", inventory),
         state_dir: home.node_state_dir("home"),
-        container_prefix: mesh_controller::in_process::container_prefix(home, "home"),
+        container_prefix: mesh_controller::fleet::in_process::container_prefix(home, "home"),
         ..mesh_apply::HostConfig::default()
     };
     let mesh_apply::ContainerRuntimeChoice::Podman(podman_config) = &config.containers else {

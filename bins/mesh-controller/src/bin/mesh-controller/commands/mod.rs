@@ -27,7 +27,7 @@ use crate::lines::Lines;
 use crate::{Cli, Output};
 use anyhow::{Context, Result};
 use mesh_controller::builds;
-use mesh_controller::fleet::BusArgs;
+use mesh_controller::credentials::BusArgs;
 use mesh_controller::home::Home;
 use mesh_store::store::ArchiveStore;
 use std::collections::BTreeSet;
@@ -113,8 +113,8 @@ impl Env {
 
     /// The library's context for plans, rollouts and pushes, with the modules whose running
     /// containers' data may move (`--move`).
-    pub fn ctx<'a>(&'a self, moves: &[String]) -> mesh_controller::plans::Ctx<'a> {
-        mesh_controller::plans::Ctx {
+    pub fn ctx<'a>(&'a self, moves: &[String]) -> mesh_controller::runtime::Ctx<'a> {
+        mesh_controller::runtime::Ctx {
             home: &self.home,
             store: self.store.as_ref(),
             progress: &self.progress,

@@ -2,7 +2,7 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::{orphans, push};
+use mesh_controller::{orphans, preview, push};
 use std::process::ExitCode;
 
 /// Prints the declaration a node would be sent now, or with `--diff` what would change.
@@ -35,7 +35,7 @@ struct Diffed<'a> {
 pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     let checked = env.checked()?;
     if args.diff {
-        let diff = push::diff(&env.home, &checked, &args.node)?;
+        let diff = preview::diff(&env.home, &checked, &args.node)?;
         let orphans = orphans::in_open_plans(&env.home, &checked, &args.node)?;
         match env.output {
             Output::Json => env.print_json(&Diffed {

@@ -3,7 +3,7 @@
 use crate::{render, Output};
 use anyhow::Result;
 use clap::Subcommand;
-use mesh_controller::{plans, preview};
+use mesh_controller::{plans, preview, runtime};
 use std::process::ExitCode;
 
 /// Lists the plans; `plans show`, `plans close`, `plans resume`.
@@ -94,10 +94,10 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         }
         Command::Resume { id, moves } => {
             home.require()?;
-            let plans = env.runtime.block_on(plans::drive_open(
+            let plans = env.runtime.block_on(runtime::drive_open(
                 &env.ctx(&moves),
                 id.as_deref(),
-                plans::DriveMode::All,
+                runtime::DriveMode::All,
             ))?;
             return super::print_plans_driven(env.output, &plans);
         }

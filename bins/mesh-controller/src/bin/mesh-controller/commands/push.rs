@@ -2,7 +2,7 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::{plans, push};
+use mesh_controller::{push, runtime};
 use std::process::ExitCode;
 
 /// Composes, sends and applies declarations, then prints what each node reported.
@@ -40,9 +40,11 @@ pub struct Args {
 pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     let ctx = env.ctx(&args.moves);
     if args.behind {
-        let plans =
-            env.runtime
-                .block_on(plans::drive_open(&ctx, None, plans::DriveMode::RolloutOnly))?;
+        let plans = env.runtime.block_on(runtime::drive_open(
+            &ctx,
+            None,
+            runtime::DriveMode::RolloutOnly,
+        ))?;
         return super::print_plans_driven(env.output, &plans);
     }
     let nodes = match push::targets(&env.home.inventory()?, args.nodes, args.all) {
@@ -53,7 +55,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         }
     };
     let checked = env.checked()?;
-    let results = env.runtime.block_on(push::push(
+    let results = env.runtime.block_on(runtime::push(
         &ctx,
         &checked,
         &nodes,

@@ -7,8 +7,8 @@
 //! What it must never do: apply to this machine's own root (every agent is given the node's
 //! sandbox root and state directory under the home).
 
+use super::{Fleet, Grants};
 use crate::error::{file_error, Context, Error, Result};
-use crate::executor::Fleet;
 use crate::home::Home;
 use mesh_apply::HostConfig;
 use mesh_bus::{subjects, Bus, InProcessBus, Subscription};
@@ -23,6 +23,7 @@ use std::time::Duration;
 
 /// The in-process fleet: a bus with one host agent per node sent to.
 pub struct InProcessFleet {
+    home: Home,
     bus: Arc<dyn Bus>,
     reports: Subscription,
     store: StoreSpec,
@@ -31,14 +32,16 @@ pub struct InProcessFleet {
 }
 
 impl InProcessFleet {
-    /// A fleet whose agents read archives from their caches, then from `store`.
+    /// A fleet of `home`'s nodes whose agents read archives from their caches, then from
+    /// `store`.
     ///
     /// # Errors
     /// The in-process bus cannot be subscribed to (it always can).
-    pub async fn start(store: StoreSpec) -> Result<InProcessFleet> {
+    pub async fn start(home: &Home, store: StoreSpec) -> Result<InProcessFleet> {
         let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new());
         let reports = bus.subscribe(subjects::ALL_REPORTS).await?;
         Ok(InProcessFleet {
+            home: home.clone(),
             bus,
             reports,
             store,
@@ -48,7 +51,8 @@ impl InProcessFleet {
     }
 
     /// Starts `node`'s agent unless it runs.
-    async fn agent(&mut self, home: &Home, node: &str) -> Result<()> {
+    async fn agent(&mut self, node: &str) -> Result<()> {
+        let home = &self.home;
         if self.agents.contains_key(node) {
             return Ok(());
         }
@@ -85,36 +89,27 @@ pub fn container_prefix(home: &Home, node: &str) -> String {
 
 #[async_trait::async_trait]
 impl Fleet for InProcessFleet {
-    fn prepare(
-        &mut self,
-        _home: &Home,
-        _catalogue: &Catalogue,
-        inventory: &Inventory,
-    ) -> Result<()> {
+    fn prepare(&mut self, _catalogue: &Catalogue, inventory: &Inventory) -> Result<()> {
         self.inventory = Some(inventory.clone());
         Ok(())
     }
 
-    fn users_change(&self, _home: &Home, grants_change: bool) -> Option<String> {
+    fn users_change(&self, grants_change: bool) -> Option<String> {
         grants_change.then(|| "its grants change the bus's users".to_owned())
     }
 
-    fn users_file(&self) -> Option<crate::fleet::UsersFile> {
+    fn users_file(&self) -> Option<crate::users::UsersFile> {
         None
     }
 
-    async fn issue_grants(
-        &mut self,
-        _home: &Home,
-        _nodes: &[String],
-    ) -> Result<std::result::Result<String, String>> {
-        Ok(Ok(
-            "the in-process bus has no permissions to issue".to_owned()
+    async fn issue_grants(&mut self, _nodes: &[String]) -> Result<Grants> {
+        Ok(Grants::Issued(
+            "the in-process bus has no permissions to issue".to_owned(),
         ))
     }
 
-    async fn send(&mut self, home: &Home, declaration: &Declaration) -> Result<()> {
-        self.agent(home, &declaration.node).await?;
+    async fn send(&mut self, declaration: &Declaration) -> Result<()> {
+        self.agent(&declaration.node).await?;
         self.bus
             .publish(
                 &subjects::declaration(&declaration.node),
@@ -124,16 +119,13 @@ impl Fleet for InProcessFleet {
             .for_node(&declaration.node, || {
                 format!("sending `{}` its declaration", declaration.node)
             })?;
-        home.record_sent(declaration)
+        Ok(())
     }
 
-    async fn next_report(&mut self, home: &Home, wait: Duration) -> Result<Option<Report>> {
+    async fn next_report(&mut self, wait: Duration) -> Result<Option<Report>> {
         match tokio::time::timeout(wait, self.reports.next()).await {
             Ok(Some(message)) => match Report::from_json(&message.payload) {
-                Ok(report) if message.subject == subjects::report(&report.node) => {
-                    home.record_report(&report)?;
-                    Ok(Some(report))
-                }
+                Ok(report) if message.subject == subjects::report(&report.node) => Ok(Some(report)),
                 Ok(report) => {
                     tracing::warn!(subject = %message.subject, node = %report.node,
                         "a report published on another node's subject: ignored");

@@ -1,0 +1,287 @@
+//! The executor: the one place declarations leave the controller. `push` (embedded and over
+//! the bus) and every rollout (`merge`, `plans resume`, `push --behind`, the daemon) send
+//! through it, to a [`Fleet`], so the rules that guard a send hold on every path; and it
+//! records what was sent and heard, whatever the fleet.
+//!
+//! Start at [`Executor`] (a fleet and the records: every send recorded, every report heard
+//! recorded), then [`push()`] and [`roll_out`]. The fleets are [`crate::fleet`]'s; a Rust tool
+//! may bring its own.
+//!
+//! # Guarantees
+//! - Grants before code: no declaration is sent to a node before [`Fleet::issue_grants`] for it
+//!   answered; when the bus's users change, the node holding the bus is sent first and the rest
+//!   only once its grants are confirmed (rule 13, ADR 0218 §1, issue 249).
+//! - A send that would give a running container another host directory at a mount it has is
+//!   held unless its module is allowed to move (rule 12).
+//! - A node is judged converged only from a settled report of the declaration it was sent.
+//! - What a fleet took is recorded sent ([`Home::record_sent_many`]), and every report heard is
+//!   recorded ([`Home::record_report`]), here and nowhere else.
+//!
+//! What it must never do: send before grants, report a node converged from a report of another
+//! declaration, or drop a node that did not answer (it is named "no report").
+
+mod push;
+mod rollout;
+mod saved;
+
+pub use push::{push, push_telling};
+pub use rollout::{roll_out, rollout_catalogue};
+
+use crate::error::Result;
+use crate::fleet::{Fleet, Grants};
+use crate::home::Home;
+use crate::users::{users_sent, with_users_file, USERS_MODULE};
+use mesh_model::declaration::Declaration;
+use mesh_model::report::{MachineState, Report};
+use mesh_plan::PushDecision;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// A fleet and the records: what leaves through it is recorded sent once the fleet took it, and
+/// every report heard through it is recorded, so every fleet — a tool's own too — keeps the
+/// records the same way. It carries where progress goes and the modules allowed to move.
+pub struct Executor<'a> {
+    home: &'a Home,
+    fleet: &'a mut dyn Fleet,
+    progress: &'a dyn crate::Progress,
+    moves: &'a BTreeSet<String>,
+}
+
+impl<'a> Executor<'a> {
+    /// An executor sending through `fleet`, recording in `home`; progress goes to `progress`,
+    /// and the held nodes of the modules in `moves` are sent (rule 12).
+    pub fn new(
+        home: &'a Home,
+        fleet: &'a mut dyn Fleet,
+        progress: &'a dyn crate::Progress,
+        moves: &'a BTreeSet<String>,
+    ) -> Executor<'a> {
+        Executor {
+            home,
+            fleet,
+            progress,
+            moves,
+        }
+    }
+
+    /// The home it records in.
+    pub fn home(&self) -> &'a Home {
+        self.home
+    }
+
+    /// The fleet it sends through.
+    pub fn fleet(&self) -> &dyn Fleet {
+        self.fleet
+    }
+
+    /// Where progress goes.
+    pub fn progress(&self) -> &'a dyn crate::Progress {
+        self.progress
+    }
+
+    /// The modules whose held nodes are sent.
+    pub fn moves(&self) -> &'a BTreeSet<String> {
+        self.moves
+    }
+
+    /// As [`Fleet::prepare`].
+    ///
+    /// # Errors
+    /// As [`Fleet::prepare`].
+    pub fn prepare(
+        &mut self,
+        catalogue: &mesh_model::module::Catalogue,
+        inventory: &mesh_model::inventory::Inventory,
+    ) -> Result<()> {
+        self.fleet.prepare(catalogue, inventory)
+    }
+
+    /// Issues the grants of `nodes` ([`Fleet::issue_grants`]).
+    ///
+    /// # Errors
+    /// As [`Fleet::issue_grants`].
+    pub async fn issue_grants(&mut self, nodes: &[String]) -> Result<Grants> {
+        self.fleet.issue_grants(nodes).await
+    }
+
+    /// Sends `declaration` and records it sent.
+    ///
+    /// # Errors
+    /// The fleet did not take it; the records cannot be written.
+    pub async fn send(&mut self, declaration: &Declaration) -> Result<()> {
+        self.fleet.send(declaration).await?;
+        recorded_sent(self.home, &[declaration]).await
+    }
+
+    /// Sends several declarations (to distinct nodes), overlapped as the fleet can, and records
+    /// those it took as sent, together (not a round trip per node).
+    ///
+    /// # Errors
+    /// The first send that failed (those taken are recorded all the same); the records cannot
+    /// be written.
+    pub async fn send_many(&mut self, declarations: &[Declaration]) -> Result<()> {
+        let sent = self.fleet.send_many(declarations).await;
+        let taken: Vec<&Declaration> = sent.taken.iter().map(|i| &declarations[*i]).collect();
+        recorded_sent(self.home, &taken).await?;
+        sent.failed.map_or(Ok(()), Err)
+    }
+
+    /// The next report heard within `wait`, recorded.
+    ///
+    /// # Errors
+    /// The fleet's reports ended; the records cannot be written.
+    pub async fn next_report(&mut self, wait: Duration) -> Result<Option<Report>> {
+        let report = self.fleet.next_report(wait).await?;
+        if let Some(report) = &report {
+            self.home.record_report(report)?;
+        }
+        Ok(report)
+    }
+}
+
+/// Records `declarations` sent (together), then says the users archive one names was sent
+/// (the store's record of the bus's users keeps it, [`users_sent`]).
+async fn recorded_sent(home: &Home, declarations: &[&Declaration]) -> Result<()> {
+    if declarations.is_empty() {
+        return Ok(());
+    }
+    home.record_sent_many(declarations)?;
+    for declaration in declarations {
+        if let Some(archive) = declaration.archives.get(USERS_MODULE) {
+            users_sent(home, archive).await?;
+        }
+    }
+    Ok(())
+}
+
+/// `declaration` as it is sent: the node holding the bus carries the bus's users file.
+pub(crate) fn dressed(fleet: &dyn Fleet, declaration: Declaration) -> Declaration {
+    match fleet.users_file() {
+        Some(users) if users.bus_node == declaration.node => with_users_file(declaration, &users),
+        Some(_) | None => declaration,
+    }
+}
+
+/// Whether `declaration` may be sent now or is held because it would move a running
+/// container's data (rule 12), against what its node was last sent.
+///
+/// # Errors
+/// What the node was sent cannot be read.
+pub fn decide(
+    home: &Home,
+    declaration: &Declaration,
+    allowed_moves: &BTreeSet<String>,
+) -> Result<PushDecision> {
+    if !mesh_plan::could_move(declaration) {
+        // Nothing in it can move, whatever was sent: nothing to read.
+        return Ok(PushDecision::Send {
+            acknowledged: Vec::new(),
+        });
+    }
+    let sent = home.sent(&declaration.node)?;
+    Ok(mesh_plan::decide_push(
+        sent.as_ref(),
+        declaration,
+        allowed_moves,
+    ))
+}
+
+/// Waits until every node in `waiting` (node → digest sent) has a settled report (not
+/// mid-change) of that digest, or `deadline`; the last report of the digest heard for each
+/// node is returned (a mid-change one when that is all there was).
+///
+/// Where it stands goes to `progress` as a push's ([`push_progress`]) after each report.
+///
+/// # Errors
+/// As [`Executor::next_report`].
+pub async fn wait_for_reports(
+    executor: &mut Executor<'_>,
+    waiting: &BTreeMap<String, String>,
+    deadline: tokio::time::Instant,
+    progress: &dyn crate::Progress,
+) -> Result<BTreeMap<String, Report>> {
+    let mut heard: BTreeMap<String, Report> = BTreeMap::new();
+    let mut settled = 0;
+    progress.rollout(&push_progress(waiting.len(), settled));
+    while settled < waiting.len() {
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            break;
+        }
+        let Some(report) = executor.next_report(deadline - now).await? else {
+            continue;
+        };
+        if waiting.get(&report.node) != Some(&report.declaration) {
+            continue;
+        }
+        let was_settled = heard
+            .get(&report.node)
+            .is_some_and(|r| r.machine != MachineState::MidChange);
+        if was_settled {
+            continue;
+        }
+        if report.machine != MachineState::MidChange {
+            settled += 1;
+            progress.rollout(&push_progress(waiting.len(), settled));
+        }
+        heard.insert(report.node.clone(), report);
+    }
+    Ok(heard)
+}
+
+/// Where a push stands: `settled` of `total` nodes heard (its plan is `push`, its module empty).
+pub fn push_progress(total: usize, settled: usize) -> crate::RolloutProgress {
+    crate::RolloutProgress {
+        plan: "push".to_owned(),
+        module: String::new(),
+        total,
+        applied: settled,
+        in_flight: total - settled,
+        held: 0,
+        waiting_on: None,
+        stage: if settled == total { "done" } else { "rest" },
+    }
+}
+
+/// The moves, one after another, as a person reads them.
+pub(crate) fn list_moves(moves: &[mesh_plan::Move]) -> String {
+    moves
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// How many nodes a progress line names before it counts the rest.
+const NODES_NAMED: usize = 5;
+
+/// `nodes` as a progress line names them: all of a few, or the first [`NODES_NAMED`] and how
+/// many more (a batch of grants on a fleet is thousands of nodes: one line, not a page).
+pub(crate) fn some_nodes(nodes: &[String]) -> String {
+    match nodes.len().checked_sub(NODES_NAMED) {
+        None | Some(0) => nodes.join(", "),
+        Some(rest) => format!("{} and {rest} more", nodes[..NODES_NAMED].join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(n: usize) -> Vec<String> {
+        (1..=n).map(|i| format!("n{i:05}")).collect()
+    }
+
+    #[test]
+    fn a_progress_line_names_a_few_nodes_and_counts_the_rest_of_a_fleet() {
+        assert_eq!(some_nodes(&names(1)), "n00001");
+        assert_eq!(
+            some_nodes(&names(5)),
+            "n00001, n00002, n00003, n00004, n00005"
+        );
+        assert_eq!(
+            some_nodes(&names(10_000)),
+            "n00001, n00002, n00003, n00004, n00005 and 9995 more"
+        );
+    }
+}

@@ -1,0 +1,193 @@
+//! A push: every named node sent its declaration, grants first, and each node's settled
+//! report waited for.
+
+use super::{decide, dressed, wait_for_reports, Executor};
+use crate::error::{Error, Result};
+use crate::fleet::{Fleet, Grants};
+use crate::home::Home;
+use crate::push::{Checked, PushResult};
+use mesh_model::declaration::Declaration;
+use mesh_model::report::Report;
+use mesh_plan::PushDecision;
+use mesh_store::problems::ProblemKind;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// Sends every named node its declaration through `fleet`, grants first, and waits (up to
+/// `timeout`) for each node's settled report.
+///
+/// # Guarantees
+/// - Nothing is sent when the catalogue or inventory has a problem (every problem named).
+/// - A node whose declaration would move a running container's data is held, unless its module
+///   is in `allowed_moves`; the other nodes go ahead (rule 12).
+/// - Grants before code: when the bus's users change, the node holding the bus is sent first
+///   (named or not) and no other node is sent anything until its grants are confirmed; a grant
+///   that fails fails the push (rule 13).
+/// - What was sent is recorded as it is sent; every report heard is recorded.
+/// - A held node and a grant that fails are recorded as problems for `status` (rule 26:
+///   [`ProblemKind::HeldPush`], [`ProblemKind::Grants`], the node their subject) until a later
+///   send to that node; each node sent clears its own.
+///
+/// # Errors
+/// A grant that fails ("grants not issued: …; nothing else was sent"); a bus that does not
+/// take a declaration; a home that cannot be read or written.
+pub async fn push(
+    home: &Home,
+    fleet: &mut dyn Fleet,
+    checked: &Checked,
+    nodes: &[String],
+    allowed_moves: &BTreeSet<String>,
+    timeout: Duration,
+) -> Result<Vec<PushResult>> {
+    push_telling(
+        home,
+        fleet,
+        checked,
+        nodes,
+        allowed_moves,
+        timeout,
+        &crate::Quiet,
+    )
+    .await
+}
+
+/// [`push`], saying how many nodes were heard of all as the reports come
+/// ([`crate::Progress::rollout`], [`push_progress`]).
+///
+/// # Errors
+/// As [`push`].
+pub async fn push_telling(
+    home: &Home,
+    fleet: &mut dyn Fleet,
+    checked: &Checked,
+    nodes: &[String],
+    allowed_moves: &BTreeSet<String>,
+    timeout: Duration,
+    progress: &dyn crate::Progress,
+) -> Result<Vec<PushResult>> {
+    let mut executor = Executor::new(home, fleet, progress, allowed_moves);
+    let inventory = home.inventory()?;
+    executor.prepare(&checked.0, &inventory)?;
+    let bus_node = inventory.file.bus_node.clone();
+    let users_change = executor.fleet().users_change(false);
+    let mut named: Vec<String> = nodes.to_vec();
+    if users_change.is_some() && !named.contains(&bus_node) {
+        named.push(bus_node.clone());
+    }
+    let mut held: BTreeMap<String, Vec<mesh_plan::Move>> = BTreeMap::new();
+    let mut declarations = Vec::new();
+    for declaration in crate::push::compose_nodes(home, checked, &named)? {
+        let declaration = dressed(executor.fleet(), declaration);
+        match decide(home, &declaration, allowed_moves)? {
+            PushDecision::Send { .. } => declarations.push(declaration),
+            PushDecision::Hold { moves } => {
+                held.insert(declaration.node.clone(), moves);
+            }
+        }
+    }
+    let now = mesh_host::now();
+    for (node, moves) in &held {
+        home.record_problem(
+            ProblemKind::HeldPush,
+            node,
+            &format!(
+                "a push to `{node}` is held: it would move a running container's data; push \
+                 again with --move MODULE to move it"
+            ),
+            moves.iter().map(ToString::to_string).collect(),
+            now,
+        )?;
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut heard: BTreeMap<String, Report> = BTreeMap::new();
+    if users_change.is_some() {
+        // Grants before code: the bus node first, then its server must let everyone in.
+        let Some(position) = declarations.iter().position(|d| d.node == bus_node) else {
+            return Err(Error::refused(format!(
+                "the bus's users changed and `{bus_node}`, which holds the bus, is held \
+                 (see `plan {bus_node} --diff`); nothing was sent"
+            )));
+        };
+        let first = declarations.remove(position);
+        if let Grants::Failed(reason) = executor
+            .issue_grants(std::slice::from_ref(&bus_node))
+            .await?
+        {
+            record_grants_failed(home, std::slice::from_ref(&bus_node), &reason, now)?;
+            return Err(Error::refused(format!(
+                "grants not issued: {reason}; nothing was sent"
+            )));
+        }
+        executor.send(&first).await?;
+        clear_push_problems(home, std::slice::from_ref(&first))?;
+        let waiting = BTreeMap::from([(bus_node.clone(), first.digest())]);
+        let mut first_heard =
+            wait_for_reports(&mut executor, &waiting, deadline, &crate::Quiet).await?;
+        let Some(report) = first_heard.remove(&bus_node) else {
+            let reason = format!(
+                "`{bus_node}`, which holds the bus, sent no report within {}s of being sent \
+                 the bus's users",
+                timeout.as_secs()
+            );
+            let others: Vec<String> = declarations.iter().map(|d| d.node.clone()).collect();
+            record_grants_failed(home, &others, &reason, now)?;
+            return Err(Error::refused(format!(
+                "grants not issued: {reason}; nothing else was sent"
+            )));
+        };
+        heard.insert(bus_node.clone(), report);
+        declarations.insert(position, first);
+    }
+    let rest: Vec<&Declaration> = declarations
+        .iter()
+        .filter(|d| !heard.contains_key(&d.node))
+        .collect();
+    if !rest.is_empty() {
+        let rest_nodes: Vec<String> = rest.iter().map(|d| d.node.clone()).collect();
+        if let Grants::Failed(reason) = executor.issue_grants(&rest_nodes).await? {
+            record_grants_failed(home, &rest_nodes, &reason, now)?;
+            return Err(Error::refused(format!(
+                "grants not issued: {reason}; nothing else was sent"
+            )));
+        }
+    }
+    let waiting: BTreeMap<String, String> =
+        rest.iter().map(|d| (d.node.clone(), d.digest())).collect();
+    let rest: Vec<Declaration> = rest.into_iter().cloned().collect();
+    executor.send_many(&rest).await?;
+    clear_push_problems(home, &rest)?;
+    heard.extend(wait_for_reports(&mut executor, &waiting, deadline, progress).await?);
+    Ok(crate::push::results(held, &declarations, heard, timeout))
+}
+
+/// Records that `nodes`' grants failed on a push, for `status` until a send to each.
+fn record_grants_failed(home: &Home, nodes: &[String], reason: &str, now: u64) -> Result<()> {
+    for node in nodes {
+        home.record_problem(
+            ProblemKind::Grants,
+            node,
+            &format!("a push to `{node}` was not sent: grants not issued: {reason}"),
+            Vec::new(),
+            now,
+        )?;
+    }
+    Ok(())
+}
+
+/// Clears the held-push and grants problems of the nodes just sent (one listing of the
+/// problems, then only the ones recorded are removed).
+fn clear_push_problems(home: &Home, sent: &[Declaration]) -> Result<()> {
+    let recorded = home.problems()?;
+    if recorded.is_empty() {
+        return Ok(());
+    }
+    let sent: BTreeSet<&str> = sent.iter().map(|d| d.node.as_str()).collect();
+    for problem in recorded {
+        if matches!(problem.kind, ProblemKind::HeldPush | ProblemKind::Grants)
+            && sent.contains(problem.subject.as_str())
+        {
+            home.clear_problem(problem.kind, &problem.subject)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,356 @@
+//! Plans: what a merge changed, in tiers, and the work behind each module — its build and
+//! where its rollout stands — kept so that a plan is resumed where it stood (rules 13–20, ADR
+//! 0218, issue 6).
+//!
+//! Start at [`PlanRecord`]. [`merge`] makes a plan from a merge: it reads the changed paths
+//! since the repository's last planned commit from git, attributes them to modules (rule 17),
+//! supersedes older open plans of the same repository and branch, folding in their unfinished
+//! modules (rule 16), orders the affected modules in tiers and saves the plan. [`build`] builds
+//! the modules a plan names. Driving a plan — its builds, then each module's rollout through the
+//! executor — is [`crate::runtime`]'s.
+//!
+//! # Layout
+//! `<home>/plans/<id>.json`: a [`PlanRecord`] (ids `plan-1`, `plan-2`, … in the order plans are
+//! made), rewritten after every step of a rollout so that a controller stopped mid-rollout
+//! resumes where it was (`plans resume`, or the next `merge`); each node's part of a rollout is
+//! a record of its own ([`RolloutNodeRecord`]). [`PlansLock`] keeps two controllers from
+//! planning or driving at once.
+//!
+//! # Guarantees
+//! - A merge heard twice (same repository, branch and commit) makes one plan (rule 18).
+//! - A plan that is not open (done, stopped, superseded, closed) is never driven again.
+
+pub mod build;
+mod lock;
+pub mod merge;
+mod v1;
+
+pub use build::{build_named, NamedBuild};
+pub use lock::PlansLock;
+pub use merge::MergeOutcome;
+
+use crate::builds::short_commit;
+use crate::error::{bad_record, Context, Error, Result};
+use crate::home::Home;
+use crate::repos;
+use mesh_model::build::Build;
+use mesh_model::module::CatalogueSource;
+use mesh_model::plan::{Plan, RolloutOutcome};
+use mesh_plan::rollout::{BusFirst, NodeProgress, RolloutParts};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The format version of a plan record.
+pub const PLAN_FORMAT: u32 = 2;
+
+/// The format version of a node's record of a rollout.
+pub const ROLLOUT_NODE_FORMAT: u32 = 1;
+
+/// A plan as the controller keeps it (disk format, version [`PLAN_FORMAT`]): the plan itself
+/// and the work behind it — builds, each rollout's policy and where it stands — so it can be
+/// resumed. Each node's part of a rollout is a record of its own ([`RolloutNodeRecord`]), so
+/// this one does not grow with the fleet.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PlanRecord {
+    /// Format version.
+    pub format: u32,
+    /// The plan.
+    pub plan: Plan,
+    /// The commit the changed paths were read from (`None`: the repository's first merge,
+    /// which plans every module).
+    pub previous_commit: Option<String>,
+    /// How many paths the merge changed.
+    pub changed_paths: usize,
+    /// Changed paths that belong to no one module (each meant every module).
+    pub shared_paths: Vec<String>,
+    /// Modules taken over from older plans this one superseded: module → that plan's id.
+    pub folded: BTreeMap<String, String>,
+    /// Per module, the work done for it.
+    pub work: BTreeMap<String, ModuleWork>,
+    /// Modules held back because a module they are built from stopped (and those that stopped).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub held: BTreeSet<String>,
+    /// Modules this merge forgot (rule 22, seed issue 253): built from this repository and
+    /// gone from its catalogue at the plan's commit. The mesh no longer holds them: they keep
+    /// nothing, so the next sweep lets their archives go, and they are no longer deployed.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub forgotten: BTreeSet<String>,
+}
+
+/// The work behind one module of a plan.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ModuleWork {
+    /// The build, once made.
+    pub build: Option<Build>,
+    /// Set when the build is byte-identical to the module's deployed build: not redeployed
+    /// (rule 20).
+    #[serde(default)]
+    pub not_redeployed: bool,
+    /// The rollout once begun: its policy, fixed then, and where it stands, without its nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutKept>,
+    /// Nodes sent back what they ran before (`on-failure = "revert"`, the first node only):
+    /// node → the digest of the declaration sent back.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub reverted: BTreeMap<String, String>,
+}
+
+/// A module's rollout as its plan record keeps it: constant in size, whatever the fleet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RolloutKept {
+    /// One node first, or every node together.
+    pub upgrade: mesh_model::module::Upgrade,
+    /// What a failed first node does.
+    pub on_failure: mesh_model::module::OnFailure,
+    /// Seconds a node has, from its send, to report.
+    pub deadline_secs: u64,
+    /// How many nodes after the first are in flight at once.
+    pub max_parallel: Option<u32>,
+    /// The node holding the bus, sent first, when the rollout changes the bus's users.
+    pub bus_first: Option<BusFirst>,
+    /// Where it stands, its nodes aside.
+    pub state: RolloutParts,
+}
+
+/// One node's part of one module's rollout (disk format, version [`ROLLOUT_NODE_FORMAT`]), at
+/// `rollouts/<plan>/<module>/<node>.json`: written when its progress changes, so a step of a
+/// rollout writes a constant number of small records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RolloutNodeRecord {
+    /// Format version.
+    pub format: u32,
+    /// The node.
+    pub node: String,
+    /// Whether it runs (only running nodes are sent to).
+    pub running: bool,
+    /// The digest of the declaration it is sent (its report must name it).
+    pub declaration: String,
+    /// The digest of what it had been sent before this rollout (a revert sends it back; kept
+    /// under `declarations/`).
+    pub before: Option<String>,
+    /// Where it stands.
+    pub progress: NodeProgress,
+}
+
+/// The record key of a node's part of a rollout.
+pub fn rollout_node_key(plan: &str, module: &str, node: &str) -> String {
+    format!("rollouts/{plan}/{module}/{node}.json")
+}
+
+impl Home {
+    /// A plan by id, or an error naming the plans there are.
+    ///
+    /// # Errors
+    /// No such plan; a record that cannot be read.
+    pub fn plan(&self, id: &str) -> Result<PlanRecord> {
+        let found = match plan_number(id) {
+            Some(_) => self.read_plan(id)?,
+            None => None,
+        };
+        match found {
+            Some(record) => Ok(record),
+            None => {
+                let known: Vec<String> = self.plans()?.into_iter().map(|p| p.plan.id).collect();
+                Err(Error::invalid(format!(
+                    "there is no plan `{id}` (plans: {})",
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                )))
+            }
+        }
+    }
+
+    /// Every plan, in the order they were made.
+    ///
+    /// # Errors
+    /// A record that cannot be read.
+    pub fn plans(&self) -> Result<Vec<PlanRecord>> {
+        let mut found: Vec<(u64, String)> = self
+            .json_stems("plans")?
+            .into_iter()
+            .filter_map(|id| Some((plan_number(&id)?, id)))
+            .collect();
+        found.sort();
+        let mut plans = Vec::new();
+        for (_, id) in found {
+            plans.extend(self.read_plan(&id)?);
+        }
+        Ok(plans)
+    }
+
+    /// A plan record, migrated from format 1 (every node's rollout inside it) on first read,
+    /// saying so.
+    fn read_plan(&self, id: &str) -> Result<Option<PlanRecord>> {
+        let key = plan_key(id);
+        let Some(value) = self.get_json(&key)? else {
+            return Ok(None);
+        };
+        if value.get("format").and_then(Value::as_u64) == Some(1) {
+            let old: v1::PlanRecord = serde_json::from_value(value)
+                .map_err(bad_record(self.records().locate(&key), "a plan record"))?;
+            let record = v1::migrate(self, old)?;
+            self.put_json(&key, &record)?;
+            self.note_migration(format!(
+                "{}: migrated from format 1 (each node's part of its rollouts is now a record of \
+                 its own under rollouts/{id}/)",
+                self.records().locate(&key)
+            ));
+            return Ok(Some(record));
+        }
+        self.read_record(&key, "a plan record", PLAN_FORMAT)
+    }
+
+    /// Writes a plan record — unless this controller's plans lease on the bus was taken over.
+    ///
+    /// # Errors
+    /// The lease was taken over; the record cannot be written.
+    pub fn write_plan(&self, record: &PlanRecord) -> Result<()> {
+        self.check_lease()?;
+        self.put_json(&plan_key(&record.plan.id), record)
+    }
+
+    /// Writes a node's part of a rollout — unless the plans lease was taken over.
+    ///
+    /// # Errors
+    /// The lease was taken over; the record cannot be written.
+    pub fn write_rollout_node(
+        &self,
+        plan: &str,
+        module: &str,
+        record: &RolloutNodeRecord,
+    ) -> Result<()> {
+        self.check_lease()?;
+        self.put(
+            &rollout_node_key(plan, module, &record.node),
+            &serde_json::to_vec(record)?,
+        )
+    }
+
+    /// Writes nodes' parts of a rollout, the lease checked once for them all — unless the
+    /// plans lease was taken over.
+    ///
+    /// # Errors
+    /// The lease was taken over (nothing is written); a record cannot be written.
+    pub fn write_rollout_nodes<'r>(
+        &self,
+        plan: &str,
+        module: &str,
+        records: impl IntoIterator<Item = &'r RolloutNodeRecord>,
+    ) -> Result<()> {
+        self.check_lease()?;
+        let mut batch = Vec::new();
+        for record in records {
+            batch.push((
+                rollout_node_key(plan, module, &record.node),
+                serde_json::to_vec(record)?,
+            ));
+        }
+        self.put_many(&batch)
+    }
+
+    /// Every node's part of a module's rollout in a plan, by node name.
+    ///
+    /// # Errors
+    /// A record that cannot be read.
+    pub fn rollout_nodes(&self, plan: &str, module: &str) -> Result<Vec<RolloutNodeRecord>> {
+        let dir = format!("rollouts/{plan}/{module}");
+        let mut out = Vec::new();
+        // One listing with the values, not a read per node.
+        for (key, bytes) in self.records().values_under(&dir)? {
+            if key.matches('/').count() != 3 || !key.ends_with(".json") {
+                continue;
+            }
+            let location = self.records().locate(&key);
+            let value: Value =
+                serde_json::from_slice(&bytes).map_err(bad_record(location.clone(), "JSON"))?;
+            match value.get("format").and_then(Value::as_u64) {
+                Some(found) if found == u64::from(ROLLOUT_NODE_FORMAT) => {}
+                found => {
+                    return Err(Error::Format {
+                        location,
+                        found: found.map_or("none".to_owned(), |f| f.to_string()),
+                        expected: ROLLOUT_NODE_FORMAT,
+                    })
+                }
+            }
+            out.push(
+                serde_json::from_value::<RolloutNodeRecord>(value)
+                    .map_err(bad_record(location, "a node's record of a rollout"))?,
+            );
+        }
+        out.sort_by(|a, b| a.node.cmp(&b.node));
+        Ok(out)
+    }
+}
+
+fn plan_key(id: &str) -> String {
+    format!("plans/{id}.json")
+}
+
+fn plan_number(id: &str) -> Option<u64> {
+    id.strip_prefix("plan-")?.parse().ok()
+}
+
+/// Records a module's build in a plan; a build byte-identical to the module's deployed one is
+/// not redeployed (rule 20): its rollout is done as it is. Returns whether it was identical.
+pub(crate) fn record_built(home: &Home, record: &mut PlanRecord, build: &Build) -> Result<bool> {
+    let module = &build.module;
+    let identical = home
+        .deployed(module)?
+        .is_some_and(|d| d.archive == build.archive);
+    let rollout = record.plan.rollouts.entry(module.clone()).or_default();
+    rollout.build = Some(build.archive.clone());
+    if identical {
+        rollout.outcome = Some(RolloutOutcome::Done);
+    }
+    let work = record.work.entry(module.clone()).or_default();
+    work.build = Some(build.clone());
+    work.not_redeployed = identical;
+    Ok(identical)
+}
+
+pub(crate) fn outcome_of<'r>(record: &'r PlanRecord, module: &str) -> Option<&'r RolloutOutcome> {
+    record
+        .plan
+        .rollouts
+        .get(module)
+        .and_then(|r| r.outcome.as_ref())
+}
+
+/// Closes an open plan by hand; it is never resumed.
+///
+/// # Errors
+/// When there is no such plan, or it is not open.
+pub fn close(home: &Home, id: &str, note: &str) -> Result<PlanRecord> {
+    let _lock = PlansLock::acquire(home, &format!("plans close {id}"))?;
+    let mut record = home.plan(id)?;
+    record.plan.state = mesh_plan::close(&record.plan, note)?;
+    home.write_plan(&record)?;
+    Ok(record)
+}
+
+/// The catalogue at a plan's commit, from its repository.
+///
+/// # Errors
+/// The repository is not registered, or git cannot be read.
+pub(crate) fn plan_source(home: &Home, record: &PlanRecord) -> Result<CatalogueSource> {
+    let repo = home.repo(&record.plan.repository)?;
+    repos::catalogue_at(&repo.path, &record.plan.commit, &repo.modules_dir).for_repo(
+        &repo.name,
+        || {
+            format!(
+                "reading `{}` at {}",
+                repo.name,
+                short_commit(&record.plan.commit)
+            )
+        },
+    )
+}

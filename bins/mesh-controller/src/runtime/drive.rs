@@ -1,0 +1,211 @@
+//! Driving a plan: tier by tier, each module built, then rolled out one machine first through
+//! the executor, the plan saved after every step.
+
+use super::{Ctx, DriveMode};
+use crate::builds;
+use crate::error::{Context, Error, Result};
+use crate::executor::Executor;
+use crate::fleet::Fleet;
+use crate::home::Home;
+use crate::plans::merge::lenient_dependency_graph;
+use crate::plans::{outcome_of, plan_source, record_built, PlanRecord};
+use mesh_model::module::CatalogueSource;
+use mesh_model::plan::{PlanState, RolloutOutcome};
+use std::collections::BTreeSet;
+
+/// Carries a plan out as far as `mode` says, saving it after every step. A plan that is not
+/// open is left as it is.
+///
+/// # Errors
+/// When the home, the store or the bus fails; a failed build or a stopped rollout is recorded
+/// in the plan (state `stopped`), not returned as an error.
+pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> Result<()> {
+    if !record.plan.state.is_open() {
+        return Ok(());
+    }
+    let home = ctx.home;
+    let id = record.plan.id.clone();
+    let mut source: Option<CatalogueSource> = None;
+    let mut own_fleet: Option<Box<dyn Fleet>> = None;
+    let mut given_fleet = None;
+    // Modules that stopped, and every module of the plan built from one: not built, not rolled
+    // out. The others go on.
+    let mut blocked: BTreeSet<String> = BTreeSet::new();
+    if record
+        .plan
+        .rollouts
+        .values()
+        .any(|r| matches!(r.outcome, Some(RolloutOutcome::Stopped { .. })))
+    {
+        hold(ctx, record, &mut source, &mut blocked)?;
+    }
+    let tiers = record.plan.tiers.clone();
+    for (index, tier) in tiers.iter().enumerate() {
+        if mode != DriveMode::RolloutOnly {
+            for module in tier {
+                if blocked.contains(module)
+                    || record.work[module].build.is_some()
+                    || outcome_of(record, module).is_some()
+                {
+                    continue;
+                }
+                let catalogue = match &source {
+                    Some(source) => source,
+                    None => source.insert(plan_source(home, record)?),
+                };
+                record.plan.state = PlanState::Building;
+                home.write_plan(record)?;
+                let built = builds::build_module(
+                    home,
+                    ctx.store,
+                    &builds::BuildSource {
+                        repository: &record.plan.repository,
+                        commit: &record.plan.commit,
+                        source: catalogue,
+                    },
+                    module,
+                    mesh_host::now(),
+                    false,
+                )
+                .await;
+                match built {
+                    Ok(built) => {
+                        let identical = record_built(home, record, &built.build)?;
+                        ctx.progress.line(&format!(
+                            "{id} tier {index}: built `{module}` {} ({} bytes){}",
+                            mesh_host::short(&built.build.archive.digest),
+                            built.build.archive.size,
+                            if identical {
+                                ", byte-identical to its deployed build: not redeployed"
+                            } else {
+                                ""
+                            }
+                        ));
+                        home.write_plan(record)?;
+                        crate::fail::point(&format!("built:{module}"));
+                    }
+                    Err(error) => {
+                        let reason = error.chain_line();
+                        ctx.progress.line(&format!(
+                            "{id} tier {index}: the build of `{module}` failed: {reason}"
+                        ));
+                        record
+                            .plan
+                            .rollouts
+                            .entry(module.clone())
+                            .or_default()
+                            .outcome = Some(RolloutOutcome::Stopped {
+                            node: String::new(),
+                            reason: format!("the build failed: {reason}"),
+                        });
+                        home.write_plan(record)?;
+                        hold(ctx, record, &mut source, &mut blocked)?;
+                    }
+                }
+            }
+        }
+        if mode == DriveMode::BuildOnly {
+            continue;
+        }
+        for module in tier {
+            if blocked.contains(module) || outcome_of(record, module).is_some() {
+                continue;
+            }
+            if record.work[module].build.is_none() {
+                ctx.progress.line(&format!(
+                    "{id} tier {index}: `{module}` is not built yet; `build --behind` builds it"
+                ));
+                return end_drive(record, home, &blocked);
+            }
+            let fleet: &mut dyn Fleet = match &ctx.fleet {
+                Some(given) => {
+                    if given_fleet.is_none() {
+                        given_fleet = Some(given.lock().await);
+                    }
+                    given_fleet
+                        .as_mut()
+                        .ok_or_else(|| Error::internal("the given fleet was not locked"))?
+                        .as_mut()
+                }
+                None => {
+                    if own_fleet.is_none() {
+                        own_fleet = Some(super::start_fleet(ctx).await?);
+                    }
+                    own_fleet
+                        .as_mut()
+                        .ok_or_else(|| Error::internal("the fleet was not started"))?
+                        .as_mut()
+                }
+            };
+            record.plan.state = PlanState::RollingOut;
+            home.write_plan(record)?;
+            ctx.progress
+                .line(&format!("{id} tier {index}: rolling out `{module}`"));
+            let mut executor = Executor::new(home, fleet, ctx.progress, &ctx.moves);
+            crate::executor::roll_out(&mut executor, ctx.store, record, module)
+                .await
+                .for_plan(&id, || format!("{id}: rolling out `{module}`"))?;
+            if let Some(RolloutOutcome::Stopped { .. }) = outcome_of(record, module) {
+                hold(ctx, record, &mut source, &mut blocked)?;
+            }
+        }
+    }
+    end_drive(record, home, &blocked)
+}
+
+/// Ends a drive: the plan is done, or stopped, when nothing is left to do
+/// ([`mesh_plan::merge::plan_end`]); otherwise it stays open, rolling out once everything not
+/// held back is built.
+pub(super) fn end_drive(
+    record: &mut PlanRecord,
+    home: &Home,
+    held: &BTreeSet<String>,
+) -> Result<()> {
+    record.held = held.clone();
+    match mesh_plan::merge::plan_end(&record.plan, held) {
+        Some(state) => record.plan.state = state,
+        None => {
+            let all_built = record
+                .plan
+                .modules
+                .iter()
+                .filter(|m| !held.contains(*m))
+                .all(|m| record.work[m].build.is_some());
+            if all_built {
+                record.plan.state = PlanState::RollingOut;
+            }
+        }
+    }
+    home.write_plan(record)
+}
+
+/// Recomputes what the plan's stopped modules hold back ([`mesh_plan::merge::held_back`]),
+/// saying which modules are newly held and from what.
+fn hold(
+    ctx: &Ctx<'_>,
+    record: &PlanRecord,
+    source: &mut Option<CatalogueSource>,
+    held: &mut BTreeSet<String>,
+) -> Result<()> {
+    let source = match source {
+        Some(source) => source,
+        None => source.insert(plan_source(ctx.home, record)?),
+    };
+    let graph = lenient_dependency_graph(source);
+    let now_held = mesh_plan::merge::held_back(&record.plan, &graph);
+    for module in now_held.difference(held) {
+        if outcome_of(record, module).is_some() {
+            continue;
+        }
+        let from = graph
+            .get(module)
+            .and_then(|deps| deps.iter().find(|d| now_held.contains(*d)))
+            .map_or("a module", String::as_str);
+        ctx.progress.line(&format!(
+            "{}: `{module}` is built from `{from}`, which stopped: left as it is",
+            record.plan.id
+        ));
+    }
+    *held = now_held;
+    Ok(())
+}
