@@ -196,7 +196,8 @@ impl OciLayoutStore {
     ///
     /// # Errors
     /// [`StoreError`] naming the file that could not be read or deleted; a manifest blob that
-    /// cannot be parsed stops the collection before anything is deleted.
+    /// cannot be parsed, or whose content is not its digest, stops the collection before
+    /// anything is deleted.
     pub fn collect_garbage(&self, dry_run: bool) -> Result<GarbageReport, StoreError> {
         let index = self.read_index()?;
         let mut marked = BTreeSet::new();
@@ -211,6 +212,18 @@ impl OciLayoutStore {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(self.io("read", &path, e)),
             };
+            // A manifest changed in place would name other blobs than it did, and what it
+            // held would be deleted as unnamed: its content must still be its digest.
+            let actual = mesh_model::sha256_digest(&bytes);
+            if actual != digest {
+                return Err(StoreError::Corrupt {
+                    store: self.name(),
+                    path: path.clone(),
+                    reason: format!(
+                        "a manifest whose content is not its digest (its content is {actual})"
+                    ),
+                });
+            }
             let manifest: Value =
                 serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
                     store: self.name(),
