@@ -25,13 +25,19 @@ export CONTAINERS_STORAGE_CONF="$mesh_podman_dir/storage.conf"
 export MESH_PODMAN_ULIMITS="--ulimit nofile=${nofile}:${nofile} --ulimit nproc=${nproc}:${nproc}"
 export MESH_TEST_IMAGE="localhost/mesh-busybox:latest"
 
-# The test image: busybox from Debian's busybox-static, imported (nothing is pulled).
-if ! podman image exists "$MESH_TEST_IMAGE" 2>/dev/null; then
+# The test image: busybox from Debian's busybox-static, imported (nothing is pulled). Its
+# label says which recipe made it; an image of an older recipe is made again (recipe 2: a root
+# any user can enter, so a container runs as a user other than root, and `id`).
+mesh_test_image_recipe=2
+if [ "$(podman image inspect --format '{{index .Labels "io.mesh.test-image"}}' "$MESH_TEST_IMAGE" 2>/dev/null)" != "$mesh_test_image_recipe" ]; then
   img=$(mktemp -d)
+  chmod 755 "$img"
   mkdir -p "$img/bin" "$img/tmp" "$img/media" "$img/config"
+  chmod 1777 "$img/tmp"
   cp /bin/busybox "$img/bin/busybox"
-  for applet in sh sleep httpd cat echo ls true false touch date; do ln -s busybox "$img/bin/$applet"; done
+  for applet in sh sleep httpd cat echo ls true false touch date id; do ln -s busybox "$img/bin/$applet"; done
   tar -C "$img" -cf "$img.tar" .
-  podman import --change 'CMD ["/bin/sh"]' "$img.tar" "$MESH_TEST_IMAGE" >/dev/null
+  podman import --change 'CMD ["/bin/sh"]' --change "LABEL io.mesh.test-image=$mesh_test_image_recipe" \
+    "$img.tar" "$MESH_TEST_IMAGE" >/dev/null
   rm -rf "$img" "$img.tar"
 fi

@@ -163,7 +163,7 @@ fn report_of_a_mixed_apply() {
         module: "web".to_owned(),
         together: None,
         after: Vec::new(),
-        spec: Spec::Container(ContainerSpec {
+        spec: Spec::Container(Box::new(ContainerSpec {
             name: "web".to_owned(),
             image: "localhost/busybox:latest".to_owned(),
             command: vec!["httpd".to_owned()],
@@ -172,7 +172,8 @@ fn report_of_a_mixed_apply() {
             restart_on: vec!["web/file/conf".to_owned()],
             settle_ms: None,
             health: None,
-        }),
+            ..ContainerSpec::default()
+        })),
     };
     let report = run(
         &sandbox,
@@ -741,7 +742,7 @@ fn a_container_in_a_together_group_fails_the_group_before_anything_changes() {
         module: "web".to_owned(),
         together: Some("site".to_owned()),
         after: Vec::new(),
-        spec: Spec::Container(ContainerSpec {
+        spec: Spec::Container(Box::new(ContainerSpec {
             name: "web".to_owned(),
             image: "localhost/busybox:latest".to_owned(),
             command: Vec::new(),
@@ -750,7 +751,8 @@ fn a_container_in_a_together_group_fails_the_group_before_anything_changes() {
             restart_on: vec!["web/file/conf".to_owned()],
             settle_ms: None,
             health: None,
-        }),
+            ..ContainerSpec::default()
+        })),
     };
     let report = run(
         &sandbox,

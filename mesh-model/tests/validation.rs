@@ -227,3 +227,38 @@ drift = "ignore"
 "#
     ));
 }
+
+#[test]
+fn a_serving_containers_problems_are_each_said_against_its_key() {
+    let said = check(
+        r#"
+//- web/module.toml
+name = "web"
+[settings]
+port = 8080
+[containers.site]
+image = "localhost/mesh-busybox:latest"
+ports = ["127.0.0.1:{{ port }}:80", "80", "8081:81/sctp", "9000:9001", "9000:9002", "{{ nope }}:80"]
+network = "overlay"
+user = "Root"
+memory = "lots"
+cpus = "-1"
+pids = 0
+cap-add = ["net_admin"]
+cap-drop = ["ALL"]
+workdir = "srv"
+entrypoint = []
+labels = { "io.mesh.spec" = "mine" }
+stop-timeout = "soon"
+restart = "sometimes"
+//- host/module.toml
+name = "host"
+[containers.own]
+image = "localhost/mesh-busybox:latest"
+network = "host"
+ports = ["8096:80"]
+cpus = 0.5
+"#,
+    );
+    insta::assert_snapshot!(said);
+}

@@ -207,6 +207,35 @@ fn flatten(resource: &Resource) -> BTreeMap<String, Flat<'_>> {
             put("command", json!(c.command));
             put("env", json!(c.env));
             put("restart-on", json!(c.restart_on));
+            // The fields services gained: each is shown only when set, so a declaration sent
+            // before they existed compares equal to its successor that does not use them.
+            let mut set = |name: &str, value: Value| {
+                if !(value.is_null()
+                    || value == json!([])
+                    || value == json!({})
+                    || value == json!(false))
+                {
+                    put(name, value);
+                }
+            };
+            let ports: Vec<String> = c.ports.iter().map(ToString::to_string).collect();
+            set("ports", json!(ports));
+            set("network", json!(c.network));
+            set("user", json!(c.user));
+            set("memory", json!(c.limits.memory));
+            set("cpus", json!(c.limits.cpus));
+            set("pids", json!(c.limits.pids));
+            set("cap-add", json!(c.cap_add));
+            set("cap-drop", json!(c.cap_drop));
+            set("read-only", json!(c.read_only_root));
+            set("workdir", json!(c.workdir));
+            set("entrypoint", json!(c.entrypoint));
+            set("labels", json!(c.labels));
+            set(
+                "stop-timeout",
+                json!(c.stop_timeout_secs.map(|s| format!("{s}s"))),
+            );
+            set("restart", json!(c.restart));
             for mount in &c.mounts {
                 put(
                     &format!("mounts[{}]", mount.at),
@@ -221,7 +250,9 @@ fn flatten(resource: &Resource) -> BTreeMap<String, Flat<'_>> {
 /// Whether a change of `field` makes the host recreate a resource of `kind`.
 ///
 /// A container is recreated for any change of how it runs: name, image, command, an environment
-/// variable, a mount (added, removed, its source or its read-only flag). Its `restart-on` list,
+/// variable, a mount (added, removed, its source or its read-only flag), its ports, network,
+/// user, limits, capabilities, read-only root, workdir, entrypoint, labels, stop timeout and
+/// restart policy (podman sets each only when it creates a container). Its `restart-on` list,
 /// a mount's place name, `after` and `together` only change how an apply is ordered.
 pub fn field_recreates(kind: &str, field: &str) -> bool {
     kind == "container"
@@ -723,6 +754,38 @@ mod tests {
     #[test]
     fn a_first_send_adds_everything() {
         insta::assert_snapshot!(check(None, &composed(None)));
+    }
+
+    #[test]
+    fn every_field_a_serving_container_changes_is_named_and_recreates_it() {
+        let sent = composed(None);
+        let mut new = sent.clone();
+        for resource in &mut new.resources {
+            if let Spec::Container(c) = &mut resource.spec {
+                c.ports = vec![
+                    mesh_model::declaration::PortMapping::parse("127.0.0.1:8080:80")
+                        .expect("a port"),
+                ];
+                c.network = Some("bridge".into());
+                c.user = Some("2345:2345".into());
+                c.limits.memory = Some("64m".into());
+                c.limits.cpus = Some("0.5".into());
+                c.limits.pids = Some(100);
+                c.cap_add = vec!["NET_BIND_SERVICE".into()];
+                c.cap_drop = vec!["ALL".into()];
+                c.read_only_root = true;
+                c.workdir = Some("/srv".into());
+                c.entrypoint = Some(vec!["/bin/busybox".into()]);
+                c.labels = [("team".into(), "media".into())].into();
+                c.stop_timeout_secs = Some(20);
+                c.restart = Some("on-failure".into());
+            }
+        }
+        let d = diff(Some(&sent), &new);
+        for change in &d.changed {
+            assert!(change.fields.iter().all(|f| f.recreates), "{change:?}");
+        }
+        insta::assert_snapshot!(d.render_text());
     }
 
     #[test]

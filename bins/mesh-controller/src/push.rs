@@ -17,11 +17,32 @@ use std::time::Duration;
 pub type Checked = (Catalogue, Vec<Diagnostic>);
 
 /// Every problem of the catalogue and the inventory.
+///
+/// When the catalogue and the inventory are sound, every node's declaration is composed too, and
+/// what refuses one is a problem of that node (`nodes.<node>`): a setting that renders to
+/// something a resource cannot be, or two modules' containers publishing one host port.
 pub fn problems(home: &Home, checked: &Checked) -> Result<Vec<Diagnostic>> {
     let (catalogue, problems) = checked;
     let mut problems = problems.clone();
     let inventory = home.inventory()?;
     problems.extend(inventory.validate(catalogue));
+    if problems.is_empty() {
+        for node in inventory.file.nodes.keys() {
+            if let Err(mesh_plan::ComposeError::Problems {
+                problems: found, ..
+            }) = mesh_plan::compose(catalogue, &inventory, node)
+            {
+                problems.extend(found.iter().map(|problem| {
+                    Diagnostic::new(
+                        mesh_model::inventory::INVENTORY_FILE,
+                        None,
+                        Some(&format!("nodes.{node}")),
+                        problem.to_string(),
+                    )
+                }));
+            }
+        }
+    }
     problems.sort();
     Ok(problems)
 }

@@ -112,6 +112,48 @@ fn a_broken_catalogue_is_refused_with_every_problem_and_nothing_is_sent() {
 }
 
 #[test]
+fn two_modules_publishing_one_host_port_on_a_node_are_refused_at_check_naming_both() {
+    let mesh = Mesh::example();
+    let modules = mesh.home().join("catalogue/modules");
+    let media = modules.join("media/module.toml");
+    std::fs::write(
+        &media,
+        std::fs::read_to_string(&media).unwrap().replace(
+            "restart-on = [\"config\"]",
+            "restart-on = [\"config\"]\nports = [\"{{port}}:{{port}}\"]",
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(modules.join("radio")).unwrap();
+    std::fs::write(
+        modules.join("radio/module.toml"),
+        "name = \"radio\"\n[containers.radio]\nimage = \"localhost/mesh-busybox:latest\"\n\
+         ports = [\"127.0.0.1:8096:80\"]\n",
+    )
+    .unwrap();
+    let inventory = mesh.home().join("inventory.toml");
+    std::fs::write(
+        &inventory,
+        std::fs::read_to_string(&inventory).unwrap().replace(
+            "media = [\"home\"]",
+            "media = [\"home\"]\nradio = [\"home\", \"laptop\"]",
+        ),
+    )
+    .unwrap();
+    let check = mesh.run(&["check"]);
+    assert_eq!(check.code, 1, "{}", check.stdout);
+    assert!(
+        check.stdout.contains(
+            "inventory.toml: `nodes.home`: `media/container/media` and `radio/container/radio` \
+             both publish host port 127.0.0.1:8096/tcp"
+        ),
+        "{}",
+        check.stdout
+    );
+    assert!(check.stdout.contains("1 problem(s)"), "{}", check.stdout);
+}
+
+#[test]
 fn init_refuses_an_existing_home() {
     let mesh = Mesh::example();
     let run = mesh.run(&["init", "--example"]);

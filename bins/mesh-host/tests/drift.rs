@@ -248,7 +248,7 @@ fn a_container_stopped_by_hand_is_reported_with_its_exit_and_started_again() {
             module: "app".into(),
             together: None,
             after: Vec::new(),
-            spec: Spec::Container(mesh_model::declaration::ContainerSpec {
+            spec: Spec::Container(Box::new(mesh_model::declaration::ContainerSpec {
                 name: name.clone(),
                 image,
                 command: vec![
@@ -261,7 +261,8 @@ fn a_container_stopped_by_hand_is_reported_with_its_exit_and_started_again() {
                 restart_on: Vec::new(),
                 settle_ms: Some(500),
                 health: None,
-            }),
+                ..mesh_model::declaration::ContainerSpec::default()
+            })),
         }],
     );
     host.send(&declaration);
@@ -320,7 +321,7 @@ fn a_window_whose_holder_is_sigkilled_has_its_container_running_again_with_no_de
             module: "db".into(),
             together: None,
             after: Vec::new(),
-            spec: Spec::Container(mesh_model::declaration::ContainerSpec {
+            spec: Spec::Container(Box::new(mesh_model::declaration::ContainerSpec {
                 name: name.clone(),
                 image,
                 command: vec!["sleep".into(), "1000".into()],
@@ -329,7 +330,8 @@ fn a_window_whose_holder_is_sigkilled_has_its_container_running_again_with_no_de
                 restart_on: Vec::new(),
                 settle_ms: Some(500),
                 health: None,
-            }),
+                ..mesh_model::declaration::ContainerSpec::default()
+            })),
         }],
     );
     host.send(&declaration);

@@ -506,7 +506,7 @@ impl<'a> Engine<'a, '_> {
                     .and_then(|()| containers.before_commit(&declared));
                 Ok(match was {
                     Ok(was) => Staging::Staged(Staged::Container {
-                        spec: Box::new(spec.clone()),
+                        spec: spec.clone(),
                         restart: self.restart_wanted(&resource.id, spec, changed_in_group),
                         was,
                     }),

@@ -73,6 +73,18 @@ pub enum PodmanError {
         /// Why.
         reason: String,
     },
+    /// A host port the container publishes (or listens on) is held by another program.
+    #[error(
+        "host port {port} is held by another program, {holder}; the container cannot serve it"
+    )]
+    PortHeld {
+        /// The container's name.
+        name: String,
+        /// The host side of the port (`127.0.0.1:8080/tcp`).
+        port: String,
+        /// The program that holds it (`` `python3` (pid 812) ``).
+        holder: String,
+    },
     /// No container of that name exists.
     #[error("there is no container named `{name}`")]
     Missing {

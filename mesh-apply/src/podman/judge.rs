@@ -19,7 +19,8 @@ impl Podman {
     /// podman's failures.
     pub fn judge(&self, spec: &ContainerSpec) -> Result<(), PodmanError> {
         std::thread::sleep(Duration::from_millis(spec.settle_ms()));
-        self.judge_now(&spec.name)?;
+        self.judge_now(&spec.name)
+            .map_err(|error| blame_held_port(spec, error))?;
         let Some(health) = &spec.health else {
             return Ok(());
         };
@@ -90,6 +91,16 @@ impl Podman {
             }
             Err(error) => format!("(cannot read it: {error})"),
         }
+    }
+}
+
+/// A container that exited while a host port it serves is held by another program is failed
+/// as that, naming the port and the program, not as its exit (a program that cannot bind may
+/// exit 0).
+fn blame_held_port(spec: &ContainerSpec, error: PodmanError) -> PodmanError {
+    match error {
+        PodmanError::Exited { .. } => super::ports_free(spec).err().unwrap_or(error),
+        other => other,
     }
 }
 

@@ -3,7 +3,7 @@
 //! for this resource on this host. The [`ContainerRuntime`] seam is implemented here.
 
 use super::run_spec::replaced_fields;
-use super::{os, Podman, PodmanError};
+use super::{os, ports_free, Podman, PodmanError};
 use crate::containers::{ContainerRuntime, DeclaredContainer, SetAside};
 use crate::progress::pause_point;
 use crate::state::ContainerWas;
@@ -56,19 +56,20 @@ impl Podman {
             return Ok(vec!["created".to_owned()]);
         };
         if let Some(changed) = replaced_fields(spec, &current) {
-            self.remove_container(&spec.name)?;
+            self.remove_container_within(&spec.name, &self.stop_timeout(spec))?;
             self.create(declared, &sources)?;
             pause_point("created", declared.id);
             self.judge(spec)?;
             return Ok(changed);
         }
         if !current.running {
+            ports_free(spec)?;
             self.run_ok(&os(&["container", "start", &spec.name]), &[])?;
             self.judge(spec)?;
             return Ok(vec!["started".to_owned()]);
         }
         if restart {
-            let timeout = self.config.stop_timeout_secs.to_string();
+            let timeout = self.stop_timeout(spec);
             self.run_ok(
                 &os(&["container", "restart", "--time", &timeout, &spec.name]),
                 &[],
@@ -98,7 +99,7 @@ impl Podman {
         if self.ours(&kept_as, None)?.is_some() {
             self.remove_container(&kept_as)?;
         }
-        let timeout = self.config.stop_timeout_secs.to_string();
+        let timeout = self.stop_timeout(spec);
         self.run_ok(
             &os(&["container", "stop", "--time", &timeout, &spec.name]),
             &[],

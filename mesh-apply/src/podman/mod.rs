@@ -28,16 +28,17 @@
 //!
 //! The runtime is in files of their own: `error` (what podman could not do), `run_spec` (how a
 //! container runs, as its label keeps it, and the fields that changed), `lifecycle` (create,
-//! replace, set aside, put back, remove: the [`ContainerRuntime`] seam) and `judge` (whether a
-//! container just started runs, and its log tail).
+//! replace, set aside, put back, remove: the [`ContainerRuntime`] seam), `judge` (whether a
+//! container just started runs, and its log tail) and `ports` (who holds a host port).
 
 mod error;
 mod judge;
 mod lifecycle;
+mod ports;
 mod run_spec;
 
 pub use error::PodmanError;
-pub use run_spec::{RunMount, RunSpec};
+pub use run_spec::{RunMount, RunSpec, ServingSpec};
 
 use crate::containers::DeclaredContainer;
 use crate::paths::RootPaths;
@@ -154,6 +155,14 @@ impl Podman {
             config,
             root: root.to_path_buf(),
         }
+    }
+
+    /// The seconds podman gives `spec`'s container after SIGTERM: its own stop timeout, or the
+    /// host's.
+    fn stop_timeout(&self, spec: &ContainerSpec) -> String {
+        spec.stop_timeout_secs
+            .unwrap_or(self.config.stop_timeout_secs)
+            .to_string()
     }
 
     /// The value of [`LABEL_HOST`] for containers this runtime makes.
@@ -313,7 +322,9 @@ impl Podman {
         sources: &[PathBuf],
     ) -> Result<(), PodmanError> {
         let spec = declared.spec;
-        let (spec_json, digest) = RunSpec::of(spec).label();
+        ports_free(spec)?;
+        let run_spec = RunSpec::of(spec);
+        let (spec_json, digest) = run_spec.label();
         let mut args = os(&["run", "--detach", "--name", &spec.name]);
         for (key, value) in [
             (LABEL_MADE_BY, MADE_BY),
@@ -342,6 +353,7 @@ impl Podman {
             args.push("--mount".into());
             args.push(value);
         }
+        args.extend(run_spec.serves.run_args());
         args.push(spec.image.clone().into());
         args.extend(spec.command.iter().map(OsString::from));
         let env: Vec<(&str, &str)> = spec
@@ -363,9 +375,13 @@ impl Podman {
     }
 
     fn remove_container(&self, name: &str) -> Result<(), PodmanError> {
-        let timeout = self.config.stop_timeout_secs.to_string();
+        self.remove_container_within(name, &self.config.stop_timeout_secs.to_string())
+    }
+
+    /// Removes a container, giving it `timeout` seconds after SIGTERM.
+    fn remove_container_within(&self, name: &str, timeout: &str) -> Result<(), PodmanError> {
         self.run_ok(
-            &os(&["container", "rm", "--force", "--time", &timeout, name]),
+            &os(&["container", "rm", "--force", "--time", timeout, name]),
             &[],
         )
         .map(drop)
@@ -400,6 +416,22 @@ struct InspectedState {
 struct InspectedConfig {
     #[serde(default)]
     labels: Option<BTreeMap<String, String>>,
+}
+
+/// Fails, naming the port and the program, when a host port `spec` publishes (or, on host
+/// networking, listens on) is held by another program: podman would fail, or the container's
+/// program would exit as if it had nothing to say.
+fn ports_free(spec: &ContainerSpec) -> Result<(), PodmanError> {
+    for port in &spec.ports {
+        if let Some(holder) = ports::holder(port) {
+            return Err(PodmanError::PortHeld {
+                name: spec.name.clone(),
+                port: port.host_side(),
+                holder,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn os(args: &[&str]) -> Vec<OsString> {

@@ -186,7 +186,7 @@ pub fn container(module: &str, name: &str, machine_name: &str) -> Resource {
         module: module.to_owned(),
         together: None,
         after: Vec::new(),
-        spec: Spec::Container(ContainerSpec {
+        spec: Spec::Container(Box::new(ContainerSpec {
             name: machine_name.to_owned(),
             image: image(),
             command: vec!["sleep".to_owned(), "1000".to_owned()],
@@ -195,7 +195,8 @@ pub fn container(module: &str, name: &str, machine_name: &str) -> Resource {
             restart_on: Vec::new(),
             settle_ms: Some(SETTLE_MS),
             health: None,
-        }),
+            ..ContainerSpec::default()
+        })),
     }
 }
 

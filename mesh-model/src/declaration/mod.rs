@@ -16,10 +16,14 @@
 //! host that reads only format 1 refuses a format-2 declaration rather than misread it.
 
 mod container;
+mod port;
 
 pub use container::{
-    ContainerSpec, HealthCheck, Mount, DEFAULT_HEALTH_WITHIN_MS, DEFAULT_SETTLE_MS,
+    capability_problem, cpus_problem, label_problem, memory_problem, network_problem,
+    restart_problem, user_problem, ContainerSpec, HealthCheck, Limits, Mount,
+    DEFAULT_HEALTH_WITHIN_MS, DEFAULT_SETTLE_MS, NETWORK_BRIDGE, NETWORK_HOST, RESERVED_LABELS,
 };
+pub use port::{PortMapping, Protocol};
 
 use crate::build::ArchiveRef;
 use crate::{sha256_digest, WireError};
@@ -81,7 +85,7 @@ pub enum Spec {
     /// An account's membership of a group.
     Membership(MembershipSpec),
     /// A container under podman.
-    Container(ContainerSpec),
+    Container(Box<ContainerSpec>),
 }
 
 impl Spec {
@@ -355,15 +359,45 @@ impl Declaration {
                             out.push(format!("`{}`: mount source {problem}", r.id));
                         }
                     }
+                    for problem in c.problems() {
+                        out.push(format!("`{}`: {problem}", r.id));
+                    }
                 }
                 Spec::Membership(_) => {}
             }
         }
+        out.extend(self.port_collisions());
         out
     }
 }
 
 impl Declaration {
+    /// Two containers that would take one host port, each pair said once, naming both.
+    fn port_collisions(&self) -> Vec<String> {
+        let published: Vec<(&str, &PortMapping)> = self
+            .resources
+            .iter()
+            .filter_map(|r| match &r.spec {
+                Spec::Container(c) => Some((r.id.as_str(), &c.ports)),
+                Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) => None,
+            })
+            .flat_map(|(id, ports)| ports.iter().map(move |port| (id, port)))
+            .collect();
+        let mut out = Vec::new();
+        for (i, (id, port)) in published.iter().enumerate() {
+            for (other, other_port) in &published[..i] {
+                if other != id && port.collides_with(other_port) {
+                    out.push(format!(
+                        "`{other}` and `{id}` both publish host port {} (`{other_port}` and \
+                         `{port}`)",
+                        port.host_side()
+                    ));
+                }
+            }
+        }
+        out
+    }
+
     /// The rules of the format and of [`Declaration::archives`].
     fn archive_problems(&self) -> Vec<String> {
         let mut out = Vec::new();

@@ -2,6 +2,10 @@
 
 use super::check::{check_absolute, check_name};
 use super::{parse_duration_ms, ModuleDefinition};
+use crate::declaration::{
+    capability_problem, cpus_problem, label_problem, memory_problem, restart_problem, user_problem,
+    PortMapping, NETWORK_BRIDGE, NETWORK_HOST,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -43,6 +47,74 @@ pub struct ContainerDefinition {
     /// A command that must pass inside it for it to be healthy.
     #[serde(default)]
     pub health: Option<HealthDefinition>,
+    /// Ports it publishes, in podman's form `[ADDRESS:]HOST-PORT:CONTAINER-PORT[/PROTOCOL]`
+    /// (each may use settings).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<String>,
+    /// `bridge`, `host`; absent: `bridge` when it publishes a port, podman's own default
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
+    /// The user it runs as: `UID[:GID]` or a name (may use settings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Memory limit (`64m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    /// CPU limit (`0.5`, `2`; a number or its text).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "text_or_number"
+    )]
+    pub cpus: Option<String>,
+    /// Process limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u32>,
+    /// Capabilities added.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cap_add: Vec<String>,
+    /// Capabilities dropped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cap_drop: Vec<String>,
+    /// A read-only root filesystem.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
+    /// The working directory (may use settings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    /// The entrypoint in place of the image's (each may use settings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<Vec<String>>,
+    /// Labels of its own (values may use settings).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// How long podman waits after SIGTERM before it kills it (`"20s"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_timeout: Option<String>,
+    /// Podman's restart policy for a crash (`on-failure`, `always`, …; default `no`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<String>,
+}
+
+/// A number written as TOML text or as a number, kept as its text.
+fn text_or_number<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum TextOrNumber {
+        Text(String),
+        Whole(u64),
+        Decimal(f64),
+    }
+    Ok(
+        Option::<TextOrNumber>::deserialize(deserializer)?.map(|value| match value {
+            TextOrNumber::Text(text) => text,
+            TextOrNumber::Whole(n) => n.to_string(),
+            TextOrNumber::Decimal(n) => n.to_string(),
+        }),
+    )
 }
 
 /// A container's health command.
@@ -131,5 +203,128 @@ pub(super) fn check_container(
         for (i, arg) in health.command.iter().enumerate() {
             check_text(format!("{key}.health.command[{i}]"), arg, say);
         }
+    }
+    check_serving(key, c, say, check_text);
+}
+
+/// Checks what a container that serves says: its ports, network, user, limits and the rest. A
+/// text that uses settings is checked once rendered, when a node's declaration is composed.
+fn check_serving(
+    key: &str,
+    c: &ContainerDefinition,
+    say: &mut dyn FnMut(String, String),
+    check_text: &CheckText<'_>,
+) {
+    let fixed = |text: &str| !text.contains("{{");
+    let host = c.network.as_deref() == Some(NETWORK_HOST);
+    let mut ports: Vec<PortMapping> = Vec::new();
+    for (i, port) in c.ports.iter().enumerate() {
+        let at = format!("{key}.ports[{i}]");
+        check_text(at.clone(), port, say);
+        if !fixed(port) {
+            continue;
+        }
+        match PortMapping::parse(port) {
+            Ok(parsed) => {
+                if host && parsed.host_port != parsed.port {
+                    say(
+                        at.clone(),
+                        format!(
+                            "`{port}`: with `network = \"host\"` a container's port is the \
+                             host's; the two ports must be equal"
+                        ),
+                    );
+                }
+                if let Some(other) = ports.iter().find(|p| p.collides_with(&parsed)) {
+                    say(
+                        at,
+                        format!(
+                            "`{other}` and `{parsed}` both take host port {}",
+                            parsed.host_side()
+                        ),
+                    );
+                }
+                ports.push(parsed);
+            }
+            Err(problem) => say(at, problem),
+        }
+    }
+    let mut problems: Vec<(String, Option<String>)> = vec![
+        (
+            format!("{key}.network"),
+            c.network
+                .as_deref()
+                .filter(|n| *n != NETWORK_BRIDGE && *n != NETWORK_HOST)
+                .map(|n| format!("`{n}` is not a network: `bridge` or `host`")),
+        ),
+        (
+            format!("{key}.user"),
+            c.user
+                .as_deref()
+                .filter(|u| fixed(u))
+                .and_then(user_problem),
+        ),
+        (
+            format!("{key}.memory"),
+            c.memory.as_deref().and_then(memory_problem),
+        ),
+        (
+            format!("{key}.cpus"),
+            c.cpus.as_deref().and_then(cpus_problem),
+        ),
+        (
+            format!("{key}.pids"),
+            (c.pids == Some(0)).then(|| "a pids limit of 0 lets nothing run".to_owned()),
+        ),
+        (
+            format!("{key}.restart"),
+            c.restart.as_deref().and_then(restart_problem),
+        ),
+        (
+            format!("{key}.stop-timeout"),
+            c.stop_timeout
+                .as_ref()
+                .filter(|t| parse_duration_ms(t).is_none())
+                .map(|t| format!("`{t}` is not a duration (a whole number and `ms`, `s` or `m`)")),
+        ),
+        (
+            format!("{key}.entrypoint"),
+            c.entrypoint
+                .as_ref()
+                .is_some_and(Vec::is_empty)
+                .then(|| "an entrypoint needs at least the program".to_owned()),
+        ),
+    ];
+    for (i, cap) in c.cap_add.iter().enumerate() {
+        problems.push((format!("{key}.cap-add[{i}]"), capability_problem(cap)));
+    }
+    for (i, cap) in c.cap_drop.iter().enumerate() {
+        problems.push((format!("{key}.cap-drop[{i}]"), capability_problem(cap)));
+    }
+    for name in c.labels.keys() {
+        problems.push((format!("{key}.labels.{name}"), label_problem(name)));
+    }
+    for (at, problem) in problems {
+        if let Some(problem) = problem {
+            say(at, problem);
+        }
+    }
+    if let Some(user) = &c.user {
+        check_text(format!("{key}.user"), user, say);
+    }
+    if let Some(workdir) = &c.workdir {
+        check_text(format!("{key}.workdir"), workdir, say);
+        if fixed(workdir) && !workdir.starts_with('/') {
+            say(
+                format!("{key}.workdir"),
+                format!("`{workdir}` is not an absolute path"),
+            );
+        }
+    }
+    for (i, arg) in c.entrypoint.iter().flatten().enumerate() {
+        check_text(format!("{key}.entrypoint[{i}]"), arg, say);
+    }
+    for (name, value) in &c.labels {
+        check_text(format!("{key}.labels.{name}"), value, say);
     }
 }

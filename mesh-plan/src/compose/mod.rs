@@ -18,17 +18,19 @@
 //!   it. A template is rendered here and carried. A declaration of modules that come from no
 //!   build is format 1, as it always was.
 
+mod container;
+
+pub use container::container_name;
+
 use mesh_model::declaration::{
-    path_problem, resource_id, ArchivedFile, ContainerSpec, Declaration, DirectorySpec, FileSpec,
-    HealthCheck, MembershipSpec, Mount, Resource, Spec, DEFAULT_HEALTH_WITHIN_MS,
+    path_problem, resource_id, ArchivedFile, Declaration, DirectorySpec, FileSpec, MembershipSpec,
+    Resource, Spec,
 };
 use mesh_model::inventory::{Inventory, LayerScope};
-use mesh_model::module::{
-    parse_duration_ms, parse_mode, Catalogue, DriftPolicy, EntryKind, Module, PLACES_KEY,
-};
+use mesh_model::module::{parse_mode, Catalogue, DriftPolicy, EntryKind, Module, PLACES_KEY};
 use mesh_model::template::{self, TemplateError};
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// Why a node's declaration could not be composed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -127,6 +129,16 @@ pub enum ComposeProblem {
         /// The definition key.
         key: String,
         /// What is wrong with the path.
+        problem: String,
+    },
+    /// A rendered value is not acceptable (a port that is not one, …).
+    #[error("module `{module}`: `{key}`: {problem}")]
+    BadValue {
+        /// The module.
+        module: String,
+        /// The definition key.
+        key: String,
+        /// What is wrong with the value.
         problem: String,
     },
     /// The composed declaration breaks a declaration rule (two resources on one path, …).
@@ -423,65 +435,8 @@ fn compose_module(
         resources.push(c.resource("membership", name, Vec::new(), spec));
     }
     for (name, container) in &definition.containers {
-        let key = format!("containers.{name}");
-        let mut after = BTreeSet::new();
-        let mut mounts = Vec::with_capacity(container.mounts.len());
-        for (i, mount) in container.mounts.iter().enumerate() {
-            after.insert(resource_id(c.name(), "directory", &mount.place));
-            mounts.push(Mount {
-                place: mount.place.clone(),
-                source: place_paths
-                    .get(mount.place.as_str())
-                    .cloned()
-                    .unwrap_or_default(),
-                at: c.render(format!("{key}.mounts[{i}].at"), &mount.at),
-                read_only: mount.read_only,
-            });
-        }
-        let restart_on: Vec<String> = container
-            .restart_on
-            .iter()
-            .map(|file| resource_id(c.name(), "file", file))
-            .collect();
-        after.extend(restart_on.iter().cloned());
-        let spec = Spec::Container(ContainerSpec {
-            name: container_name(c.name(), name),
-            image: c.render(format!("{key}.image"), &container.image),
-            command: container
-                .command
-                .iter()
-                .enumerate()
-                .map(|(i, arg)| c.render(format!("{key}.command[{i}]"), arg))
-                .collect(),
-            env: container
-                .env
-                .iter()
-                .map(|(var, value)| (var.clone(), c.render(format!("{key}.env.{var}"), value)))
-                .collect(),
-            mounts,
-            restart_on,
-            settle_ms: container.settle.as_deref().and_then(parse_duration_ms),
-            health: container.health.as_ref().map(|health| HealthCheck {
-                command: health
-                    .command
-                    .iter()
-                    .enumerate()
-                    .map(|(i, arg)| c.render(format!("{key}.health.command[{i}]"), arg))
-                    .collect(),
-                within_ms: health
-                    .within
-                    .as_deref()
-                    .and_then(parse_duration_ms)
-                    .unwrap_or(DEFAULT_HEALTH_WITHIN_MS),
-            }),
-        });
-        resources.push(c.resource("container", name, after.into_iter().collect(), spec));
+        resources.push(c.container(name, container, &place_paths));
     }
-}
-
-/// The name a module's container runs under on a machine: `mesh-<module>-<container>`.
-pub fn container_name(module: &str, container: &str) -> String {
-    format!("mesh-{module}-{container}")
 }
 
 /// Adds, to every file and directory inside a declared directory, an `after` edge to the
@@ -521,6 +476,7 @@ fn add_directory_edges(resources: &mut [Resource]) {
 mod tests {
     use super::*;
     use crate::fixture;
+    use mesh_model::declaration::{HealthCheck, DEFAULT_HEALTH_WITHIN_MS};
 
     /// Composes `node` from a fixture and snapshots the declaration (or the error).
     fn check(fixture_text: &str, node: &str) -> String {

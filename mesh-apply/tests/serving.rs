@@ -1,0 +1,199 @@
+//! Containers that serve, under real podman: published ports, a port another program holds,
+//! limits and the rest of how a container runs. Needs podman configured as
+//! `scripts/podman-env.sh` does; fails, never skips, without it.
+
+mod common;
+mod podman_support;
+
+use common::*;
+use mesh_apply::{apply, ContainerRuntimeChoice};
+use mesh_model::declaration::{Limits, PortMapping, Resource, NETWORK_BRIDGE, NETWORK_HOST};
+use mesh_model::report::{Outcome, Report};
+use podman_support::*;
+use std::net::{TcpListener, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const T0: u64 = 1_800_000_000;
+
+fn sandbox() -> Sandbox {
+    let mut sandbox = Sandbox::new();
+    sandbox.config.containers = ContainerRuntimeChoice::Podman(podman_config());
+    sandbox
+}
+
+fn run(sandbox: &Sandbox, resources: Vec<Resource>) -> Report {
+    apply(&sandbox.config, &declaration(resources), T0).expect("the apply runs")
+}
+
+fn outcome<'a>(report: &'a Report, id: &str) -> &'a Outcome {
+    report
+        .resources
+        .get(id)
+        .unwrap_or_else(|| panic!("no outcome for {id} in {report:#?}"))
+}
+
+/// A port on 127.0.0.1 nothing listens on now (the kernel's pick, let go at once).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Busybox's httpd serving `/` on `port` inside the container.
+fn httpd(name: &str, machine_name: &str, port: u16) -> Resource {
+    let mut resource = container("web", name, machine_name);
+    spec_mut(&mut resource).command = ["httpd", "-f", "-p", &port.to_string()]
+        .map(str::to_owned)
+        .to_vec();
+    resource
+}
+
+/// What `podman container inspect --format FORMAT name` says.
+fn inspect(name: &str, format: &str) -> String {
+    let output = Command::new("podman")
+        .args(["container", "inspect", "--format", format, name])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+#[test]
+fn a_published_port_answers_a_tcp_connect_from_the_host() {
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let name = names.name("publish");
+    let port = free_port();
+    let mut web = httpd("site", &name, 80);
+    let spec = spec_mut(&mut web);
+    spec.network = Some(NETWORK_BRIDGE.to_owned());
+    spec.ports = vec![PortMapping::parse(&format!("127.0.0.1:{port}:80/tcp")).unwrap()];
+
+    let report = run(&sandbox, vec![web]);
+    assert_eq!(
+        outcome(&report, "web/container/site"),
+        &Outcome::Applied {
+            changed: vec!["created".to_owned()]
+        }
+    );
+    // Podman's forwarding may come up a moment after the container runs: wait for it, then
+    // say what the last try said.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let connected = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(stream) => break Ok(stream),
+            Err(e) if Instant::now() >= deadline => break Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    connected.unwrap_or_else(|e| panic!("nothing answers on 127.0.0.1:{port}: {e}"));
+    assert_eq!(
+        inspect(&name, "{{.HostConfig.NetworkMode}}"),
+        NETWORK_BRIDGE
+    );
+}
+
+#[test]
+fn a_port_another_program_holds_fails_the_container_naming_the_port_and_the_program() {
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let published = names.name("held-bridge");
+    let listening = names.name("held-host");
+    // This test is the other program: it holds both ports.
+    let held = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let held_too = TcpListener::bind("0.0.0.0:0").unwrap();
+    let host_port = held_too.local_addr().unwrap().port();
+
+    let mut on_bridge = httpd("bridge", &published, 80);
+    let spec = spec_mut(&mut on_bridge);
+    spec.network = Some(NETWORK_BRIDGE.to_owned());
+    spec.ports = vec![PortMapping::parse(&format!("127.0.0.1:{port}:80")).unwrap()];
+    // On host networking busybox's httpd, finding its port taken, would exit 0.
+    let mut on_host = httpd("host", &listening, host_port);
+    let spec = spec_mut(&mut on_host);
+    spec.network = Some(NETWORK_HOST.to_owned());
+    spec.ports = vec![PortMapping::parse(&format!("{host_port}:{host_port}")).unwrap()];
+
+    let report = run(&sandbox, vec![on_bridge, on_host]);
+    let us = format!("(pid {})", std::process::id());
+    for (id, port) in [
+        ("web/container/bridge", format!("127.0.0.1:{port}/tcp")),
+        ("web/container/host", format!("*:{host_port}/tcp")),
+    ] {
+        let Outcome::Failed { reason, .. } = outcome(&report, id) else {
+            panic!("{id} did not fail: {report:#?}");
+        };
+        assert!(
+            reason.contains(&format!("host port {port} is held by another program")),
+            "{reason}"
+        );
+        assert!(reason.contains(&us), "{reason}");
+        assert!(!reason.contains("exited with code"), "{reason}");
+    }
+    assert!(status(&sandbox.config.root, &published).is_none());
+    assert!(status(&sandbox.config.root, &listening).is_none());
+    drop((held, held_too));
+}
+
+#[test]
+fn limits_and_how_it_runs_show_in_podman_inspect_and_a_change_names_its_field() {
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let name = names.name("limited");
+    let limited = |memory: &str| {
+        let mut resource = container("app", "limited", &name);
+        let spec = spec_mut(&mut resource);
+        spec.entrypoint = Some(vec!["sleep".to_owned()]);
+        spec.command = vec!["1000".to_owned()];
+        spec.user = Some("65534:65534".to_owned());
+        spec.limits = Limits {
+            memory: Some(memory.to_owned()),
+            cpus: Some("0.5".to_owned()),
+            pids: Some(50),
+        };
+        spec.cap_drop = vec!["NET_RAW".to_owned()];
+        spec.read_only_root = true;
+        spec.workdir = Some("/tmp".to_owned());
+        spec.labels = [("team".to_owned(), "media".to_owned())].into();
+        spec.stop_timeout_secs = Some(3);
+        spec.restart = Some("on-failure".to_owned());
+        resource
+    };
+
+    let first = run(&sandbox, vec![limited("64m")]);
+    assert_eq!(
+        outcome(&first, "app/container/limited"),
+        &Outcome::Applied {
+            changed: vec!["created".to_owned()]
+        }
+    );
+    let shown = inspect(
+        &name,
+        "{{.HostConfig.Memory}} {{.HostConfig.NanoCpus}} {{.HostConfig.PidsLimit}} \
+         {{.HostConfig.ReadonlyRootfs}} {{.Config.StopTimeout}} \
+         {{.HostConfig.RestartPolicy.Name}} {{.Config.User}} {{.Config.WorkingDir}} \
+         {{index .Config.Labels \"team\"}} {{.HostConfig.CapDrop}}",
+    );
+    assert_eq!(
+        shown,
+        "67108864 500000000 50 true 3 on-failure 65534:65534 /tmp media [CAP_NET_RAW]"
+    );
+
+    let second = run(&sandbox, vec![limited("64m")]);
+    assert_eq!(
+        outcome(&second, "app/container/limited"),
+        &Outcome::Unchanged
+    );
+    let third = run(&sandbox, vec![limited("96m")]);
+    assert_eq!(
+        outcome(&third, "app/container/limited"),
+        &Outcome::Applied {
+            changed: vec!["memory".to_owned()]
+        }
+    );
+    assert_eq!(inspect(&name, "{{.HostConfig.Memory}}"), "100663296");
+}
