@@ -115,7 +115,11 @@ impl ChunkedRecords {
         let Some(manifest) = self.manifest(key, &raw)? else {
             return Ok(Some(raw));
         };
-        let mut bytes = Vec::with_capacity(manifest.size as usize);
+        // The size is what the manifest claims, not what is there: never allocated beyond what
+        // its chunks can hold (a damaged manifest must be refused, not abort the process).
+        let claimed = usize::try_from(manifest.size).unwrap_or(usize::MAX);
+        let mut bytes =
+            Vec::with_capacity(claimed.min(manifest.chunks.len().saturating_mul(CHUNK_SIZE)));
         for hex in &manifest.chunks {
             match self.inner.get(&Self::chunk_key(key, hex))? {
                 Some(chunk) => bytes.extend(chunk),
