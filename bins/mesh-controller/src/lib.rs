@@ -66,6 +66,7 @@ pub mod init;
 pub mod runtimes;
 pub mod status;
 
+pub mod alert;
 pub mod http;
 
 pub mod daemon;

@@ -107,14 +107,50 @@ pub struct NodeAttention {
     pub mid_change: bool,
     /// Resources stuck: id and last reason.
     pub stuck: Vec<(String, String)>,
+    /// Resources that failed, wait to be tried again after failing, or were skipped behind
+    /// one that did not apply: id and reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<(String, String)>,
     /// Windows open.
     pub windows: Vec<WindowSummary>,
     /// On a fleet: nothing heard from it for three heartbeats, since then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub silent_since: Option<u64>,
-    /// Managed resources found changed by hand, a container found dead (rule 28, 29).
+    /// Managed resources found changed by hand, a container found dead (rule 28, 29): left as
+    /// found, or put back within the retention and not acknowledged
+    /// ([`crate::alert::shows`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drift: Vec<mesh_model::report::Drift>,
+}
+
+impl NodeAttention {
+    /// Whether nothing is left to say of the node.
+    fn is_empty(&self) -> bool {
+        !self.mid_change
+            && self.stuck.is_empty()
+            && self.failed.is_empty()
+            && self.windows.is_empty()
+            && self.silent_since.is_none()
+            && self.drift.is_empty()
+    }
+}
+
+/// What `status` is judged with beside `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatusOptions {
+    /// On a fleet, seconds without a report after which a node is silent.
+    pub silent_after_secs: u64,
+    /// Seconds a drift that was put back is shown after it was seen.
+    pub drift_retention_secs: u64,
+}
+
+impl Default for StatusOptions {
+    fn default() -> StatusOptions {
+        StatusOptions {
+            silent_after_secs: push::SILENT_AFTER_SECS,
+            drift_retention_secs: crate::alert::DEFAULT_DRIFT_RETENTION_SECS,
+        }
+    }
 }
 
 impl Overview {
@@ -134,7 +170,8 @@ impl Overview {
     }
 
     /// Whether anything needs a person: a node's attention, a node held for a move, a stopped
-    /// rollout, a failure recorded (`status` exits 3 then).
+    /// rollout, a failure recorded. `status` exits by [`crate::alert::judge`], which also
+    /// tells a node mid-change within its deadline (in progress) from one past it.
     pub fn needs_attention(&self) -> bool {
         !self.attention.is_empty()
             || !self.held.is_empty()
@@ -149,7 +186,22 @@ impl Overview {
 /// # Errors
 /// When the home cannot be read.
 pub fn overview(home: &Home, now: u64, silent_after_secs: u64) -> Result<Overview> {
-    overview_of_plans(home, &home.plans()?, now, silent_after_secs)
+    overview_with(
+        home,
+        now,
+        &StatusOptions {
+            silent_after_secs,
+            ..StatusOptions::default()
+        },
+    )
+}
+
+/// [`overview`] with every option given.
+///
+/// # Errors
+/// When the home cannot be read.
+pub fn overview_with(home: &Home, now: u64, options: &StatusOptions) -> Result<Overview> {
+    overview_of_plans_with(home, &home.plans()?, now, options)
 }
 
 /// [`overview`] with the plan records already read (`home.plans()`), for a caller that shows
@@ -163,7 +215,25 @@ pub fn overview_of_plans(
     now: u64,
     silent_after_secs: u64,
 ) -> Result<Overview> {
-    let nodes = push::status(home, now, silent_after_secs)?;
+    let options = StatusOptions {
+        silent_after_secs,
+        ..StatusOptions::default()
+    };
+    overview_of_plans_with(home, records, now, &options)
+}
+
+/// [`overview_of_plans`] with every option given: a drift put back is shown for
+/// `options.drift_retention_secs`, until a person acknowledges it (`status ack`).
+///
+/// # Errors
+/// When the home cannot be read.
+pub fn overview_of_plans_with(
+    home: &Home,
+    records: &[PlanRecord],
+    now: u64,
+    options: &StatusOptions,
+) -> Result<Overview> {
+    let nodes = push::status(home, now, options.silent_after_secs)?;
     let plans: Vec<_> = records.iter().map(|r| r.plan.clone()).collect();
     let open_plans = records
         .iter()
@@ -220,7 +290,14 @@ pub fn overview_of_plans(
             }
         }
     }
-    let attention = attention(&nodes);
+    let acks = crate::alert::acks_of_all(home)?;
+    let mut attention = attention(&nodes);
+    for node in &mut attention {
+        let acked = acks.get(&node.node);
+        node.drift
+            .retain(|d| crate::alert::shows(d, acked, now, options.drift_retention_secs));
+    }
+    attention.retain(|node| !node.is_empty());
     let mut held = Vec::new();
     for record in records.iter().filter(|r| r.plan.state.is_open()) {
         for (module, rollout) in &record.plan.rollouts {
@@ -255,7 +332,8 @@ pub fn overview_of_plans(
     })
 }
 
-/// The nodes whose last report says stuck, mid-change, or a window open.
+/// The nodes whose last report says failed, stuck, mid-change, drift or a window open (every
+/// drift the report holds: [`overview_of_plans_with`] keeps only what is still shown).
 pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
     nodes
         .iter()
@@ -276,9 +354,29 @@ pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
                     | Outcome::Removed { .. } => None,
                 })
                 .collect();
+            let failed: Vec<(String, String)> = report
+                .resources
+                .iter()
+                .filter_map(|(id, outcome)| match outcome {
+                    Outcome::Failed { reason, .. } => Some((id.clone(), reason.clone())),
+                    Outcome::Waiting { last_reason, .. } => {
+                        Some((id.clone(), last_reason.clone()))
+                    }
+                    Outcome::Skipped { gated_by } => Some((
+                        id.clone(),
+                        format!("skipped: it comes after `{gated_by}`, which did not apply"),
+                    )),
+                    Outcome::Applied { .. }
+                    | Outcome::Unchanged
+                    | Outcome::Stuck { .. }
+                    | Outcome::HeldStill { .. }
+                    | Outcome::Removed { .. } => None,
+                })
+                .collect();
             let mid_change = report.machine == MachineState::MidChange;
             (mid_change
                 || !stuck.is_empty()
+                || !failed.is_empty()
                 || !report.windows.is_empty()
                 || n.silent_since.is_some()
                 || !drift.is_empty())
@@ -286,6 +384,7 @@ pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
                 node: n.node.clone(),
                 mid_change,
                 stuck,
+                failed,
                 windows: report.windows.clone(),
                 silent_since: n.silent_since,
                 drift,
@@ -402,7 +501,9 @@ pub fn changes(before: Option<&Overview>, after: &Overview) -> Vec<String> {
         }
         let mut line = format!("{}: ", node.node);
         match (&node.report, node.silent_since) {
-            (_, Some(since)) => line.push_str(&format!("silent since {since}")),
+            (_, Some(since)) => {
+                line.push_str(&format!("silent since {}", mesh_host::format_time(since)));
+            }
             (None, None) => line.push_str("no report"),
             (Some(report), None) => {
                 line.push_str(match report.machine {
@@ -460,6 +561,9 @@ pub fn attention_words(attention: &NodeAttention) -> String {
     for (id, reason) in &attention.stuck {
         words.push(format!("`{id}` stuck: {reason}"));
     }
+    for (id, reason) in &attention.failed {
+        words.push(format!("`{id}` failed: {reason}"));
+    }
     for window in &attention.windows {
         words.push(format!("window `{}` open", window.step));
     }
@@ -470,7 +574,7 @@ pub fn attention_words(attention: &NodeAttention) -> String {
         ));
     }
     if let Some(since) = attention.silent_since {
-        words.push(format!("silent since {since}"));
+        words.push(format!("silent since {}", mesh_host::format_time(since)));
     }
     words.join("; ")
 }

@@ -907,7 +907,8 @@ fn status_of(bed: &Bed, node: &str, silent_after: &str) -> (i32, serde_json::Val
 
 /// Issue 13, rule 27: the controller hears every report a host publishes, not only those a push
 /// waits for. A resource that failed at the push and took later on its own (its backoff
-/// elapsed) shows converged in `status` with no other push; a host that stops is named silent
+/// elapsed) shows converged in `status` with no other push (exit 3 while it failed, 0 once
+/// every node converged); a host that stops is named silent
 /// since it was last heard — the threshold shortened by `--silent-after`, never by sleeping.
 #[test]
 fn status_hears_a_failure_fixed_after_the_push_and_names_a_silent_host() {
@@ -920,22 +921,23 @@ fn status_hears_a_failure_fixed_after_the_push_and_names_a_silent_host() {
     );
     let (code, a) = status_of(&bed, "a", "90");
     assert_eq!(a["report"]["machine"], "partial", "{a}");
-    assert_eq!(code, 0, "a failure is not attention by itself: {a}");
+    assert_eq!(code, 3, "a failed resource needs attention: {a}");
 
     // `alice` is made; nothing is sent: the host applies the file again on its own.
     write(
         &bed.root("a").join("etc/passwd"),
         "root:x:0:0:root:/root:/bin/sh\nalice:x:1000:0:Alice:/home/alice:/bin/sh\n",
     );
-    let a = wait_for("status hears a converge", Duration::from_secs(30), || {
-        let (_, a) = status_of(&bed, "a", "90");
+    let (code, a) = wait_for("status hears a converge", Duration::from_secs(30), || {
+        let (code, a) = status_of(&bed, "a", "90");
         if a["report"]["machine"] == "converged" {
-            Ok(a)
+            Ok((code, a))
         } else {
             Err(a.to_string())
         }
     });
     assert_eq!(a["current"], true, "{a}");
+    assert_eq!(code, 0, "every node converged and current: {a}");
 
     // Stopped, `a` is heard no more: silent since its last heartbeat.
     let host = bed.hosts.get_mut("a").unwrap();

@@ -97,6 +97,16 @@ fn status_watch_prints_a_line_for_each_node_whose_report_changed_as_hosts_report
         1,
         "{seen:#?}"
     );
+    // Each line starts with the time it was seen, as a person reads it (RFC 3339, UTC), not
+    // seconds since the epoch.
+    for line in &seen {
+        let time = line.split(' ').next().unwrap_or_default();
+        let shape: String = time
+            .chars()
+            .map(|c| if c.is_ascii_digit() { '9' } else { c })
+            .collect();
+        assert_eq!(shape, "9999-99-99T99:99:99Z", "{line}");
+    }
 }
 
 #[test]

@@ -352,7 +352,7 @@ fn behind_lists_exactly_what_the_open_plans_have_not_finished() {
         behind(&mesh),
         [("notes".into(), "build".into(), "plan-2".into())]
     );
-    let status = mesh.expect(&["status"], 0);
+    let status = mesh.expect(&["status"], 2);
     insta::assert_snapshot!("status_with_an_open_plan", redact(&status, &names(&repo)));
 
     mesh.expect(&["build", "--behind"], 0);

@@ -3,7 +3,7 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::status;
+use mesh_controller::{alert, status};
 use std::process::ExitCode;
 
 /// Each node's last report, the open plans and what each waits on, the modules behind,
@@ -14,11 +14,17 @@ use std::process::ExitCode;
 /// report reaches (heartbeats too), so what a host did between pushes is shown; a node not
 /// heard for three heartbeats is "silent since …".
 ///
-/// Exit codes: 0 all well; 3 something needs attention (a node stuck, mid-change, silent,
-/// with drift or a window open; a node held for a move; a stopped rollout; a failure
-/// recorded); 1 error reading the home.
+/// Exit codes, for an alert to key on: 0 settled (every node sent a declaration reports it
+/// converged and current, nothing pending); 2 in progress and nothing wrong (a node
+/// mid-change within its deadline or yet to report what it was sent, an open plan); 3 needs
+/// attention (a resource failed, stuck or held still; drift left as found, or put back within
+/// the retention and not acknowledged; a node silent or mid-change past its deadline; a node
+/// held for a move; a stopped rollout; a failure recorded); 1 error reading the home.
 #[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// On a fleet, seconds without a report after which a node is called silent (default:
     /// three of a host's default 30 s heartbeats; set it to three of yours).
     #[arg(long, value_name = "SECS", default_value_t = mesh_controller::push::SILENT_AFTER_SECS)]
@@ -28,27 +34,58 @@ pub struct Args {
     /// (with `--output json`, one overview a line). Runs until interrupted.
     #[arg(long)]
     watch: bool,
+    /// Seconds a drift that was put back is shown (and exits 3) after it was seen; `status ack`
+    /// clears it sooner.
+    #[arg(long, value_name = "SECS", default_value_t = alert::DEFAULT_DRIFT_RETENTION_SECS)]
+    drift_retention: u64,
+    /// Seconds a node may report mid-change, from the start of its apply, before it is past
+    /// its deadline (exit 3 rather than 2).
+    #[arg(long, value_name = "SECS", default_value_t = alert::DEFAULT_MID_CHANGE_AFTER_SECS)]
+    mid_change_after: u64,
+}
+
+/// `status` subcommands.
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Acknowledges a node's drift that was put back, so `status` no longer shows it (nor exits
+    /// 3 for it) before its retention ends; drift seen later shows again.
+    Ack {
+        /// The node.
+        node: String,
+        /// Only this resource's drift (its id, as `status` names it); default: all of it.
+        resource: Option<String>,
+    },
 }
 
 /// Prints the overview: exit 3 when something needs attention.
 pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
-    if args.watch {
-        return watch(env, args.silent_after);
+    if let Some(Command::Ack { node, resource }) = args.command {
+        let acked = alert::ack(&env.home, &node, resource.as_deref(), mesh_host::now())?;
+        match env.output {
+            Output::Json => env.print_json(&acked)?,
+            Output::Text => print!("{}", render::acked(&acked)),
+        }
+        return Ok(ExitCode::SUCCESS);
     }
-    let status = status::overview(&env.home, mesh_host::now(), args.silent_after)?;
+    let options = status::StatusOptions {
+        silent_after_secs: args.silent_after,
+        drift_retention_secs: args.drift_retention,
+    };
+    if args.watch {
+        return watch(env, &options);
+    }
+    let now = mesh_host::now();
+    let status = status::overview_with(&env.home, now, &options)?;
     match env.output {
         Output::Json => print!("{}", status.json_document()?),
         Output::Text => print!("{}", render::status(&status)),
     }
-    Ok(if status.needs_attention() {
-        ExitCode::from(3)
-    } else {
-        ExitCode::SUCCESS
-    })
+    let verdict = alert::judge(&status, now, args.mid_change_after);
+    Ok(ExitCode::from(verdict.health.exit_code()))
 }
 
 /// `status --watch`: the overview again on every report heard on the bus.
-fn watch(env: &super::Env, silent_after: u64) -> Result<ExitCode> {
+fn watch(env: &super::Env, options: &status::StatusOptions) -> Result<ExitCode> {
     use std::io::{IsTerminal as _, Write as _};
     let Some(bus) = &env.bus else {
         eprintln!(
@@ -62,7 +99,7 @@ fn watch(env: &super::Env, silent_after: u64) -> Result<ExitCode> {
     let mut last: Option<status::Overview> = None;
     loop {
         let now = mesh_host::now();
-        let overview = status::overview(&env.home, now, silent_after)?;
+        let overview = status::overview_with(&env.home, now, options)?;
         let mut out = std::io::stdout().lock();
         match env.output {
             Output::Json => writeln!(out, "{}", serde_json::to_string(&overview)?)?,
@@ -72,7 +109,7 @@ fn watch(env: &super::Env, silent_after: u64) -> Result<ExitCode> {
             }
             Output::Text => {
                 for line in status::changes(last.as_ref(), &overview) {
-                    writeln!(out, "{now} {line}")?;
+                    writeln!(out, "{} {line}", mesh_host::format_time(now))?;
                 }
             }
         }

@@ -94,6 +94,31 @@ pub fn settings_answer(answer: &Answer) -> String {
     out
 }
 
+/// What `status ack` did: the drift it clears.
+pub fn acked(acked: &mesh_controller::alert::Acked) -> String {
+    let mut out = format!(
+        "{}: drift {} put back and seen by {} acknowledged\n",
+        acked.node,
+        acked
+            .resource
+            .as_deref()
+            .map_or("of every resource".to_owned(), |r| format!("of {r}")),
+        format_time(acked.at)
+    );
+    for drift in &acked.cleared {
+        let _ = writeln!(
+            out,
+            "  cleared: {} {}: was {}, found {} (seen {})",
+            drift.resource,
+            drift.field,
+            drift.was,
+            drift.found,
+            format_time(drift.seen_at)
+        );
+    }
+    out
+}
+
 /// What `settings rename` did, one layer a line.
 pub fn settings_renamed(renamed: &mesh_controller::settings::Renamed) -> String {
     let mut out = format!(

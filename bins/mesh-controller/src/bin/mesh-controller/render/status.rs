@@ -163,6 +163,9 @@ fn plans_status(overview: &Overview) -> String {
             for (id, reason) in &node.stuck {
                 let _ = writeln!(out, "  {}: stuck {id}: {reason}", node.node);
             }
+            for (id, reason) in &node.failed {
+                let _ = writeln!(out, "  {}: failed {id}: {reason}", node.node);
+            }
             for window in &node.windows {
                 let _ = writeln!(
                     out,

@@ -1,0 +1,329 @@
+//! `status`'s exit codes, one test per row of the book's table (the user guide's "Drift and
+//! health"): the overview read from a real home's records (inventory, what each node was sent,
+//! its last report, problems, acknowledgements) and judged at an injected `now`.
+
+use mesh_controller::alert::{self, Health};
+use mesh_controller::home::Home;
+use mesh_controller::status::{self, HeldNode, OpenPlan, StatusOptions, StoppedRollout};
+use mesh_model::declaration::Declaration;
+use mesh_model::inventory::{InventoryFile, Node};
+use mesh_model::report::Report;
+use serde_json::json;
+
+/// The time every test judges at.
+const NOW: u64 = 2_000_000_000;
+
+/// A home with nodes `a` and `b`, both sent an empty declaration; `b` reports it converged.
+struct Bed {
+    _dir: tempfile::TempDir,
+    home: Home,
+}
+
+impl Bed {
+    fn new() -> Bed {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::new(dir.path());
+        home.write_inventory(&InventoryFile {
+            bus_node: "a".into(),
+            nodes: [("a".into(), Node::default()), ("b".into(), Node::default())].into(),
+            assignments: Default::default(),
+        })
+        .unwrap();
+        for node in ["a", "b"] {
+            home.record_sent(&Declaration::new(node, Vec::new())).unwrap();
+        }
+        let bed = Bed { _dir: dir, home };
+        bed.report("b", json!({"machine": "converged"}));
+        bed
+    }
+
+    /// Records `node`'s report: `fields` over a converged report of what it was sent, started
+    /// and finished a minute before [`NOW`].
+    fn report(&self, node: &str, fields: serde_json::Value) {
+        let mut report = json!({
+            "format": 2, "node": node, "machine": "converged",
+            "declaration": Declaration::new(node, Vec::new()).digest(),
+            "resources": {}, "started-at": NOW - 60, "finished-at": NOW - 60
+        });
+        for (key, value) in fields.as_object().unwrap() {
+            report[key] = value.clone();
+        }
+        let report: Report = serde_json::from_value(report).unwrap();
+        self.home.record_report(&report).unwrap();
+    }
+
+    fn overview(&self, options: &StatusOptions) -> status::Overview {
+        status::overview_with(&self.home, NOW, options).unwrap()
+    }
+
+    /// The verdict at [`NOW`], default options.
+    fn judged(&self) -> alert::Verdict {
+        alert::judge(
+            &self.overview(&StatusOptions::default()),
+            NOW,
+            alert::DEFAULT_MID_CHANGE_AFTER_SECS,
+        )
+    }
+}
+
+fn failed(reason: &str) -> serde_json::Value {
+    json!({"outcome": "failed", "reason": reason, "attempts": 1, "since": NOW - 60})
+}
+
+/// A drift of `web/file/conf` seen `ago` seconds before [`NOW`], put back or left.
+fn drift(ago: u64, action: &str) -> serde_json::Value {
+    json!([{
+        "resource": "web/file/conf", "field": "content", "was": "sha256:aa",
+        "found": "sha256:bb", "seen-at": NOW - ago, "action": action
+    }])
+}
+
+#[track_caller]
+fn assert_health(verdict: &alert::Verdict, health: Health, code: u8) {
+    assert_eq!(verdict.health, health, "{verdict:#?}");
+    assert_eq!(verdict.health.exit_code(), code);
+}
+
+#[test]
+fn every_node_converged_and_current_with_nothing_pending_exits_0() {
+    let bed = Bed::new();
+    bed.report("a", json!({"resources": {"web/file/conf": {"outcome": "unchanged"}}}));
+    let verdict = bed.judged();
+    assert_health(&verdict, Health::Settled, 0);
+    assert!(verdict.attention.is_empty() && verdict.in_progress.is_empty());
+}
+
+#[test]
+fn a_node_yet_to_report_what_it_was_sent_is_in_progress_2() {
+    let bed = Bed::new();
+    assert_health(&bed.judged(), Health::InProgress, 2);
+    bed.report("a", json!({"declaration": "sha256:an-older-one"}));
+    let verdict = bed.judged();
+    assert_health(&verdict, Health::InProgress, 2);
+    assert_eq!(
+        verdict.in_progress,
+        ["a: has not reported the declaration last sent"]
+    );
+}
+
+#[test]
+fn a_node_mid_change_within_its_deadline_is_in_progress_2_and_past_it_exits_3() {
+    let bed = Bed::new();
+    bed.report("a", json!({"machine": "mid-change", "started-at": NOW - 600}));
+    assert_health(&bed.judged(), Health::InProgress, 2);
+    bed.report("a", json!({"machine": "mid-change", "started-at": NOW - 601}));
+    let verdict = bed.judged();
+    assert_health(&verdict, Health::NeedsAttention, 3);
+    assert!(verdict.attention[0].contains("past its deadline"), "{verdict:#?}");
+}
+
+#[test]
+fn an_open_plan_is_in_progress_2() {
+    let bed = Bed::new();
+    bed.report("a", json!({}));
+    let mut overview = bed.overview(&StatusOptions::default());
+    overview.open_plans.push(OpenPlan {
+        id: "plan-2".into(),
+        repository: "cat".into(),
+        branch: "main".into(),
+        commit: "0123".into(),
+        state: "rolling-out",
+        waits_on: "`a` to report `web` applied".into(),
+        since: NOW - 5,
+        waiting_secs: 5,
+    });
+    assert_health(
+        &alert::judge(&overview, NOW, alert::DEFAULT_MID_CHANGE_AFTER_SECS),
+        Health::InProgress,
+        2,
+    );
+}
+
+#[test]
+fn a_failed_resource_exits_3_though_the_rest_converged() {
+    // Found on main: `status` exited 0 while a node was partial with a failed container.
+    let bed = Bed::new();
+    bed.report(
+        "a",
+        json!({"machine": "partial", "resources": {
+            "web/container/web": failed("port 8096 is taken"),
+            "web/file/conf": {"outcome": "unchanged"}
+        }}),
+    );
+    let verdict = bed.judged();
+    assert_health(&verdict, Health::NeedsAttention, 3);
+    assert_eq!(
+        verdict.attention,
+        ["a: web/container/web failed: port 8096 is taken"]
+    );
+}
+
+#[test]
+fn a_resource_waiting_to_retry_or_skipped_behind_a_failure_exits_3() {
+    let bed = Bed::new();
+    bed.report(
+        "a",
+        json!({"machine": "partial", "resources": {
+            "web/file/conf": {"outcome": "waiting", "last-reason": "disk full", "attempts": 2,
+                              "retry-at": NOW + 30},
+            "web/container/web": {"outcome": "skipped", "gated-by": "web/file/conf"}
+        }}),
+    );
+    let verdict = bed.judged();
+    assert_health(&verdict, Health::NeedsAttention, 3);
+    assert_eq!(verdict.attention.len(), 2, "{verdict:#?}");
+}
+
+#[test]
+fn a_stuck_resource_exits_3() {
+    let bed = Bed::new();
+    bed.report(
+        "a",
+        json!({"machine": "partial", "resources": {"web/file/conf": {
+            "outcome": "stuck", "attempts": 9, "since": NOW - 900, "last-reason": "disk full"
+        }}}),
+    );
+    assert_health(&bed.judged(), Health::NeedsAttention, 3);
+}
+
+#[test]
+fn a_container_held_still_by_a_window_exits_3() {
+    let bed = Bed::new();
+    bed.report(
+        "a",
+        json!({"machine": "partial",
+               "resources": {"db/container/db": {"outcome": "held-still", "step": "backup"}},
+               "windows": [{"step": "backup", "containers": ["db/container/db"],
+                            "opened-at": NOW - 10}]}),
+    );
+    assert_health(&bed.judged(), Health::NeedsAttention, 3);
+}
+
+#[test]
+fn a_node_held_for_a_move_exits_3() {
+    let bed = Bed::new();
+    bed.report("a", json!({}));
+    let mut overview = bed.overview(&StatusOptions::default());
+    overview.held.push(HeldNode {
+        plan: "plan-2".into(),
+        module: "media".into(),
+        node: "a".into(),
+        moves: Vec::new(),
+    });
+    assert_health(
+        &alert::judge(&overview, NOW, alert::DEFAULT_MID_CHANGE_AFTER_SECS),
+        Health::NeedsAttention,
+        3,
+    );
+}
+
+#[test]
+fn a_stopped_rollout_exits_3() {
+    let bed = Bed::new();
+    bed.report("a", json!({}));
+    let mut overview = bed.overview(&StatusOptions::default());
+    overview.stopped.push(StoppedRollout {
+        plan: "plan-2".into(),
+        module: "web".into(),
+        node: "a".into(),
+        reason: "web/container/web failed".into(),
+        reverted: None,
+    });
+    assert_health(
+        &alert::judge(&overview, NOW, alert::DEFAULT_MID_CHANGE_AFTER_SECS),
+        Health::NeedsAttention,
+        3,
+    );
+}
+
+#[test]
+fn a_failure_recorded_exits_3() {
+    let bed = Bed::new();
+    bed.report("a", json!({}));
+    bed.home
+        .record_problem(
+            mesh_store::problems::ProblemKind::Grants,
+            "a",
+            "grants failed",
+            Vec::new(),
+            NOW - 5,
+        )
+        .unwrap();
+    assert_health(&bed.judged(), Health::NeedsAttention, 3);
+}
+
+#[test]
+fn drift_left_as_found_exits_3_for_as_long_as_it_is_reported() {
+    let bed = Bed::new();
+    bed.report("a", json!({"machine": "partial", "drift": drift(86_400, "left")}));
+    let verdict = bed.judged();
+    assert_health(&verdict, Health::NeedsAttention, 3);
+    assert!(verdict.attention[0].contains("left as found"), "{verdict:#?}");
+}
+
+#[test]
+fn drift_put_back_is_shown_and_exits_3_for_its_retention_then_ages_out() {
+    let bed = Bed::new();
+    let hour = alert::DEFAULT_DRIFT_RETENTION_SECS;
+    bed.report("a", json!({"drift": drift(hour - 1, "corrected")}));
+    let verdict = bed.judged();
+    assert_health(&verdict, Health::NeedsAttention, 3);
+    assert!(
+        verdict.attention[0].starts_with("a: drift of web/file/conf content seen ")
+            && verdict.attention[0].ends_with("(put back)"),
+        "{verdict:#?}"
+    );
+    let shown = bed.overview(&StatusOptions::default());
+    assert_eq!(shown.attention[0].drift[0].found, "sha256:bb", "what it was, kept");
+
+    bed.report("a", json!({"drift": drift(hour, "corrected")}));
+    assert_health(&bed.judged(), Health::Settled, 0);
+
+    // The retention is the caller's to choose.
+    let longer = StatusOptions {
+        drift_retention_secs: 2 * hour,
+        ..StatusOptions::default()
+    };
+    assert_eq!(bed.overview(&longer).attention.len(), 1);
+}
+
+#[test]
+fn status_ack_clears_drift_put_back_sooner_and_drift_seen_later_shows_again() {
+    let bed = Bed::new();
+    bed.report("a", json!({"drift": drift(60, "corrected")}));
+    assert_health(&bed.judged(), Health::NeedsAttention, 3);
+
+    // Naming a resource with no drift is refused, and writes nothing.
+    let refused = alert::ack(&bed.home, "a", Some("web/file/other"), NOW - 30).unwrap_err();
+    assert!(refused.to_string().contains("web/file/other"), "{refused}");
+    assert_health(&bed.judged(), Health::NeedsAttention, 3);
+
+    let acked = alert::ack(&bed.home, "a", Some("web/file/conf"), NOW - 30).unwrap();
+    assert_eq!(acked.cleared.len(), 1);
+    assert_health(&bed.judged(), Health::Settled, 0);
+
+    // Seen again after the acknowledgement: shown again.
+    bed.report("a", json!({"drift": drift(10, "corrected")}));
+    assert_health(&bed.judged(), Health::NeedsAttention, 3);
+    alert::ack(&bed.home, "a", None, NOW - 5).unwrap();
+    assert_health(&bed.judged(), Health::Settled, 0);
+
+    // Drift left as found is not the acknowledgement's to clear: the resource is not as
+    // declared.
+    bed.report("a", json!({"machine": "partial", "drift": drift(60, "left")}));
+    assert_health(&bed.judged(), Health::NeedsAttention, 3);
+}
+
+#[test]
+fn a_silent_node_exits_3() {
+    // Silence is judged from when a node was last heard, which only a fleet's bus records;
+    // the overview says so by `silent_since`.
+    let bed = Bed::new();
+    bed.report("a", json!({}));
+    let mut overview = bed.overview(&StatusOptions::default());
+    overview.nodes[0].silent_since = Some(NOW - 300);
+    overview.attention = status::attention(&overview.nodes);
+    let verdict = alert::judge(&overview, NOW, alert::DEFAULT_MID_CHANGE_AFTER_SECS);
+    assert_health(&verdict, Health::NeedsAttention, 3);
+    assert!(verdict.attention[0].starts_with("a: silent since "), "{verdict:#?}");
+}
