@@ -359,9 +359,7 @@ pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
                 .iter()
                 .filter_map(|(id, outcome)| match outcome {
                     Outcome::Failed { reason, .. } => Some((id.clone(), reason.clone())),
-                    Outcome::Waiting { last_reason, .. } => {
-                        Some((id.clone(), last_reason.clone()))
-                    }
+                    Outcome::Waiting { last_reason, .. } => Some((id.clone(), last_reason.clone())),
                     Outcome::Skipped { gated_by } => Some((
                         id.clone(),
                         format!("skipped: it comes after `{gated_by}`, which did not apply"),

@@ -30,7 +30,8 @@ impl Bed {
         })
         .unwrap();
         for node in ["a", "b"] {
-            home.record_sent(&Declaration::new(node, Vec::new())).unwrap();
+            home.record_sent(&Declaration::new(node, Vec::new()))
+                .unwrap();
         }
         let bed = Bed { _dir: dir, home };
         bed.report("b", json!({"machine": "converged"}));
@@ -87,7 +88,10 @@ fn assert_health(verdict: &alert::Verdict, health: Health, code: u8) {
 #[test]
 fn every_node_converged_and_current_with_nothing_pending_exits_0() {
     let bed = Bed::new();
-    bed.report("a", json!({"resources": {"web/file/conf": {"outcome": "unchanged"}}}));
+    bed.report(
+        "a",
+        json!({"resources": {"web/file/conf": {"outcome": "unchanged"}}}),
+    );
     let verdict = bed.judged();
     assert_health(&verdict, Health::Settled, 0);
     assert!(verdict.attention.is_empty() && verdict.in_progress.is_empty());
@@ -109,12 +113,21 @@ fn a_node_yet_to_report_what_it_was_sent_is_in_progress_2() {
 #[test]
 fn a_node_mid_change_within_its_deadline_is_in_progress_2_and_past_it_exits_3() {
     let bed = Bed::new();
-    bed.report("a", json!({"machine": "mid-change", "started-at": NOW - 600}));
+    bed.report(
+        "a",
+        json!({"machine": "mid-change", "started-at": NOW - 600}),
+    );
     assert_health(&bed.judged(), Health::InProgress, 2);
-    bed.report("a", json!({"machine": "mid-change", "started-at": NOW - 601}));
+    bed.report(
+        "a",
+        json!({"machine": "mid-change", "started-at": NOW - 601}),
+    );
     let verdict = bed.judged();
     assert_health(&verdict, Health::NeedsAttention, 3);
-    assert!(verdict.attention[0].contains("past its deadline"), "{verdict:#?}");
+    assert!(
+        verdict.attention[0].contains("past its deadline"),
+        "{verdict:#?}"
+    );
 }
 
 #[test]
@@ -255,10 +268,16 @@ fn a_failure_recorded_exits_3() {
 #[test]
 fn drift_left_as_found_exits_3_for_as_long_as_it_is_reported() {
     let bed = Bed::new();
-    bed.report("a", json!({"machine": "partial", "drift": drift(86_400, "left")}));
+    bed.report(
+        "a",
+        json!({"machine": "partial", "drift": drift(86_400, "left")}),
+    );
     let verdict = bed.judged();
     assert_health(&verdict, Health::NeedsAttention, 3);
-    assert!(verdict.attention[0].contains("left as found"), "{verdict:#?}");
+    assert!(
+        verdict.attention[0].contains("left as found"),
+        "{verdict:#?}"
+    );
 }
 
 #[test]
@@ -274,7 +293,10 @@ fn drift_put_back_is_shown_and_exits_3_for_its_retention_then_ages_out() {
         "{verdict:#?}"
     );
     let shown = bed.overview(&StatusOptions::default());
-    assert_eq!(shown.attention[0].drift[0].found, "sha256:bb", "what it was, kept");
+    assert_eq!(
+        shown.attention[0].drift[0].found, "sha256:bb",
+        "what it was, kept"
+    );
 
     bed.report("a", json!({"drift": drift(hour, "corrected")}));
     assert_health(&bed.judged(), Health::Settled, 0);
@@ -310,7 +332,10 @@ fn status_ack_clears_drift_put_back_sooner_and_drift_seen_later_shows_again() {
 
     // Drift left as found is not the acknowledgement's to clear: the resource is not as
     // declared.
-    bed.report("a", json!({"machine": "partial", "drift": drift(60, "left")}));
+    bed.report(
+        "a",
+        json!({"machine": "partial", "drift": drift(60, "left")}),
+    );
     assert_health(&bed.judged(), Health::NeedsAttention, 3);
 }
 
@@ -325,5 +350,8 @@ fn a_silent_node_exits_3() {
     overview.attention = status::attention(&overview.nodes);
     let verdict = alert::judge(&overview, NOW, alert::DEFAULT_MID_CHANGE_AFTER_SECS);
     assert_health(&verdict, Health::NeedsAttention, 3);
-    assert!(verdict.attention[0].starts_with("a: silent since "), "{verdict:#?}");
+    assert!(
+        verdict.attention[0].starts_with("a: silent since "),
+        "{verdict:#?}"
+    );
 }
