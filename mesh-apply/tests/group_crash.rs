@@ -18,15 +18,13 @@
 //! Needs podman configured as `scripts/podman-env.sh` does; fails, never skips, without it.
 
 mod common;
-mod podman_support;
-
 use common::*;
 use mesh_apply::{
     apply, ContainerRuntimeChoice, HostConfig, RunSpec, LABEL_MADE_BY, LABEL_SPEC_DIGEST, MADE_BY,
 };
 use mesh_model::declaration::{Declaration, Resource, Spec};
 use mesh_model::report::{MachineState, Outcome};
-use podman_support::*;
+use mesh_test_support::podman::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Instant;

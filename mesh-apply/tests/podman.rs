@@ -2,13 +2,11 @@
 //! `scripts/podman-env.sh` does; fails, never skips, without it.
 
 mod common;
-mod podman_support;
-
 use common::*;
 use mesh_apply::{apply, ContainerRuntimeChoice, PodmanConfig, LABEL_MADE_BY, LABEL_RESOURCE};
 use mesh_model::declaration::Resource;
 use mesh_model::report::{Outcome, Report};
-use podman_support::*;
+use mesh_test_support::podman::*;
 use std::fs;
 
 const T0: u64 = 1_800_000_000;

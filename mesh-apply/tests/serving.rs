@@ -3,13 +3,12 @@
 //! `scripts/podman-env.sh` does; fails, never skips, without it.
 
 mod common;
-mod podman_support;
 
 use common::*;
 use mesh_apply::{apply, ContainerRuntimeChoice};
 use mesh_model::declaration::{Limits, PortMapping, Resource, NETWORK_BRIDGE, NETWORK_HOST};
 use mesh_model::report::{Outcome, Report};
-use podman_support::*;
+use mesh_test_support::podman::*;
 use std::net::{TcpListener, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -2,14 +2,12 @@
 //! backup recreated what the backup had stopped).
 
 mod common;
-mod podman_support;
-
 use common::*;
 use mesh_apply::window::{self, OpenWindow, ProcessIdentity, WindowError, WindowState, LAPSE_SECS};
 use mesh_apply::{apply, ContainerRuntimeChoice, Podman};
 use mesh_model::declaration::Resource;
 use mesh_model::report::{Outcome, Report};
-use podman_support::*;
+use mesh_test_support::podman::*;
 use std::process::Command;
 
 const T0: u64 = 1_800_000_000;

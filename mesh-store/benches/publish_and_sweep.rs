@@ -20,9 +20,10 @@ use mesh_store::open_store;
 use mesh_store::records::ModuleRecord;
 use mesh_store::store::{publish, publish_all, ArchiveStore, PUBLISH_CONCURRENCY};
 use mesh_store::sweep::sweep;
+use mesh_test_support::registry::TestRegistry;
 use std::sync::Arc;
 use std::time::Instant;
-use support::{archive, build, Proxy, TestRegistry};
+use support::{archive, build, Proxy, RegistryExt};
 
 fn count(var: &str, default: usize) -> usize {
     std::env::var(var)
@@ -47,7 +48,7 @@ fn main() {
 async fn run() {
     let publishes = count("MESH_BENCH_PUBLISH", 500);
     let swept = count("MESH_BENCH_SWEEP", 5000);
-    let registry = TestRegistry::start().await;
+    let registry = TestRegistry::start();
     let store = open_store(&registry.spec()).unwrap();
     let home = tempfile::tempdir().unwrap();
     let lock = PublishLock::acquire(home.path()).await.unwrap();

@@ -15,14 +15,15 @@ use mesh_store::record_store::DirRecords;
 use mesh_store::records::{record_build, write_module_record, ModuleRecord};
 use mesh_store::store::{publish, ArchiveStore, Holding};
 use mesh_store::sweep::{sweep, KeptState, ReleasedState};
+use mesh_test_support::registry::{TestRegistry, REGISTRY_BINARY};
 use std::path::Path;
-use support::{archive, build, keep_of, Fault, Proxy, TestRegistry, REGISTRY_BINARY};
+use support::{archive, build, keep_of, Fault, Proxy, RegistryExt};
 
 fn collector(registry: &TestRegistry) -> RegistryCollector {
     RegistryCollector {
         binary: REGISTRY_BINARY.into(),
-        config: registry.config.clone(),
-        process: Box::new(registry.process()),
+        config: registry.config().to_owned(),
+        process: Box::new(registry.collector_process()),
         base_url: registry.base_url(),
         ca_file: registry.ca_file(),
     }
@@ -78,7 +79,7 @@ fn record(home: &Path, module: &str, held: bool, builds: &[(&Archive, u64)]) {
 // collection and every released one is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stock_collection_deletes_bare_archives_and_spares_held_ones() {
-    let (registry, store, home) = store_and_home(TestRegistry::start().await);
+    let (registry, store, home) = store_and_home(TestRegistry::start());
 
     let bare = [archive("bare-1"), archive("bare-2")];
     for a in &bare {
@@ -87,7 +88,7 @@ async fn stock_collection_deletes_bare_archives_and_spares_held_ones() {
     let held = [archive("held-1"), archive("held-2")];
     publish_under_lock(&*store, home.path(), &held).await;
 
-    let output = registry.stock_garbage_collect().await;
+    let output = registry.stock_garbage_collect();
     for a in &bare {
         assert!(
             !store.has_blob(&a.reference.digest).await.unwrap(),
@@ -142,7 +143,7 @@ async fn stock_collection_deletes_bare_archives_and_spares_held_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_manifest_is_byte_identical_to_its_recomputation_and_skopeo_reads_it() {
-    let (registry, store, home) = store_and_home(TestRegistry::start().await);
+    let (registry, store, home) = store_and_home(TestRegistry::start());
     let a = archive("identical");
     let lock = PublishLock::acquire(home.path()).await.unwrap();
     let published = publish(&*store, &lock, &a).await.unwrap();
@@ -182,7 +183,7 @@ async fn held_manifest_is_byte_identical_to_its_recomputation_and_skopeo_reads_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn collection_refuses_to_run_for_real_while_a_kept_archive_is_unheld() {
-    let (registry, store, home) = store_and_home(TestRegistry::start().await);
+    let (registry, store, home) = store_and_home(TestRegistry::start());
     let kept = archive("kept");
     let ghost = archive("ghost"); // recorded, never uploaded: it cannot be held
     let unkept = archive("unkept");
@@ -205,7 +206,7 @@ async fn collection_refuses_to_run_for_real_while_a_kept_archive_is_unheld() {
 }
 
 async fn partial_view_releases_nothing(fault: Fault) {
-    let (registry, direct, home) = store_and_home(TestRegistry::start().await);
+    let (registry, direct, home) = store_and_home(TestRegistry::start());
     let kept: Vec<_> = (0..4).map(|i| archive(&format!("kept-{i}"))).collect();
     let unkept: Vec<_> = (0..3).map(|i| archive(&format!("unkept-{i}"))).collect();
     let bare_kept = archive("bare-kept");
@@ -274,7 +275,7 @@ async fn a_registry_going_away_mid_sweep_leaves_every_kept_archive_held() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_listing_lets_nothing_go() {
-    let (registry, store, home) = store_and_home(TestRegistry::start().await);
+    let (registry, store, home) = store_and_home(TestRegistry::start());
     let unkept = archive("unkept");
     publish_under_lock(&*store, home.path(), [&unkept]).await;
     let proxy = Proxy::start(&registry.base_url()).await;
@@ -297,7 +298,7 @@ async fn a_failed_listing_lets_nothing_go() {
 // Publishes running while sweeps and real collections run never lose a kept archive.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_during_sweep_and_collection_never_lose_a_kept_archive() {
-    let registry = TestRegistry::start().await;
+    let registry = TestRegistry::start();
     let spec = registry.spec();
     let home = tempfile::tempdir().unwrap();
     let home_path = home.path().to_owned();
@@ -372,7 +373,7 @@ async fn publishes_during_sweep_and_collection_never_lose_a_kept_archive() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registry_that_does_not_allow_deletion_is_said_so() {
-    let (_registry, store, home) = store_and_home(TestRegistry::start_with_deletion(false).await);
+    let (_registry, store, home) = store_and_home(TestRegistry::start_with_deletion(false));
     let unkept = archive("unkept");
     publish_under_lock(&*store, home.path(), [&unkept]).await;
     let lock = SweepLock::acquire(home.path()).await.unwrap();
@@ -399,7 +400,7 @@ async fn a_registry_that_does_not_allow_deletion_is_said_so() {
 /// the first collection ran before the first publish).
 #[tokio::test]
 async fn a_collection_of_a_registry_nothing_was_pushed_to_collects_nothing() {
-    let registry = TestRegistry::start().await;
+    let registry = TestRegistry::start();
     let store = open_store(&registry.spec()).unwrap();
     let home = tempfile::tempdir().unwrap();
     let mut collector = collector(&registry);

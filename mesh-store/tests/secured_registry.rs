@@ -10,10 +10,11 @@ use mesh_store::lock::PublishLock;
 use mesh_store::manifest::holding_manifest_digest;
 use mesh_store::open_store_with;
 use mesh_store::store::{publish, ArchiveStore, Holding, StoreAccess, StoreError};
+use mesh_test_support::pki::TestPki;
+use mesh_test_support::registry::{Secured, TestRegistry};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use support::pki::TestPki;
-use support::{archive, Secured, TestRegistry};
+use support::{archive, RegistryExt};
 
 const CONTROLLER: (&str, &str) = ("controller", "controller-pass-7f3a");
 const HOST: (&str, &str) = ("host", "host-pass-91bc");
@@ -41,18 +42,17 @@ fn store(
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
-async fn secured(pki: &TestPki) -> TestRegistry {
+fn secured(pki: &TestPki) -> TestRegistry {
     TestRegistry::start_secured(Secured {
         pki,
         users: &[CONTROLLER, HOST],
     })
-    .await
 }
 
 #[tokio::test]
 async fn an_anonymous_push_or_manifest_delete_is_refused_and_the_controllers_credentials_work() {
     let pki = TestPki::new("store");
-    let registry = secured(&pki).await;
+    let registry = secured(&pki);
     assert!(registry.base_url().starts_with("https://"));
     let files = tempfile::tempdir().unwrap();
     let controller_file = credentials(files.path(), "controller", CONTROLLER);
@@ -144,7 +144,7 @@ async fn an_anonymous_push_or_manifest_delete_is_refused_and_the_controllers_cre
 async fn a_client_trusting_another_ca_is_refused_and_says_the_certificate_is_not_trusted() {
     let pki = TestPki::new("store");
     let other = TestPki::new("other");
-    let registry = secured(&pki).await;
+    let registry = secured(&pki);
     let files = tempfile::tempdir().unwrap();
     let controller_file = credentials(files.path(), "controller", CONTROLLER);
     let kept = archive("kept");

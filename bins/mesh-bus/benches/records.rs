@@ -27,11 +27,11 @@
 //! ratios are to be read: absolute times move with the machine's load.
 
 use futures_util::StreamExt as _;
-use mesh_bus::nats_server::NatsServer;
 use mesh_bus::records::{bucket_key, KvRecords};
 use mesh_bus::subjects::RECORDS_BUCKET;
 use mesh_bus::NatsOptions;
 use mesh_records::record_store::{DirRecords, RecordStore};
+use mesh_test_support::nats_server::NatsServer;
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -12,11 +12,11 @@
 //! Blocks of each way alternate, so drift on this noisy machine touches them alike. Only
 //! ratios are to be read: absolute times move with the machine's load.
 
-use mesh_bus::nats_cluster::NatsCluster;
-use mesh_bus::nats_server::NatsServer;
 use mesh_bus::records::KvRecords;
 use mesh_bus::NatsOptions;
 use mesh_records::record_store::RecordStore;
+use mesh_test_support::nats_cluster::NatsCluster;
+use mesh_test_support::nats_server::NatsServer;
 use std::time::{Duration, Instant};
 
 #[path = "support/summary.rs"]

@@ -15,12 +15,11 @@
 //! TLS, and TLS's own cost (TLS raw / plain raw), are printed from the same run.
 
 use futures_util::StreamExt;
-use mesh_bus::nats_server::{NatsServer, ServerTls};
 use mesh_bus::{Bus, BusTls, InProcessBus, NatsBus, NatsOptions};
+use mesh_test_support::nats_server::{NatsServer, ServerTls};
 use std::time::{Duration, Instant};
 
-#[path = "../../../mesh-store/tests/support/pki.rs"]
-mod pki;
+use mesh_test_support::pki;
 #[path = "support/summary.rs"]
 mod summary;
 use summary::{summarize, Summary};

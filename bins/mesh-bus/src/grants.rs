@@ -437,7 +437,7 @@ fn list(out: &mut String, key: &str, items: &[String]) {
 /// The server's `authorization` block: the controller may do everything, each node what
 /// [`node_permissions`] says. The node holding the bus includes it in its server configuration
 /// and reloads the server when it changes — with JetStream set in that configuration file, not
-/// by the `-js` flag (see [`crate::nats_server`]).
+/// by the `-js` flag (see the test kit's `nats_server`).
 ///
 /// # Guarantees
 /// Pure and deterministic: the same grants give the same bytes whatever the order of nodes,

@@ -18,8 +18,6 @@
 //!   that needs them is sent (rule 13);
 //! - [`records`]: the controller's records in a key-value bucket, for a controller that may
 //!   restart anywhere;
-//! - [`nats_server`]: a loopback `nats-server` for tests, benchmarks and the demo (TLS too), and
-//!   [`nats_cluster`]: a loopback cluster of them (`$MESH_NATS_SERVER` chooses the binary);
 //! - [`keys`]: NKeys — a node's seed made and kept on its host, its public key in the users
 //!   file (rule 31); TLS is [`BusTls`] on [`NatsOptions`].
 //!
@@ -46,8 +44,6 @@ pub mod in_process;
 pub mod jetstream;
 pub mod keys;
 pub mod nats;
-pub mod nats_cluster;
-pub mod nats_server;
 pub mod probe;
 pub mod records;
 pub mod subjects;

@@ -3,7 +3,7 @@
 //! The mesh runs on Debian's nats-server 2.9 and on current releases (2.10 and later). Where a
 //! current server offers something better than 2.9's way, the mesh asks the server its version
 //! — a client from the server's INFO ([`ServerVersion::of_client`]), the test kit from
-//! `nats-server --version` ([`crate::nats_server::version_of`]) — and chooses by it; nothing is
+//! `nats-server --version` — and chooses by it; nothing is
 //! chosen by the version of the async-nats crate.
 //!
 //! What it must never do: take a version it cannot read for a new one. An unreadable version is

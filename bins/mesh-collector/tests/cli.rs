@@ -8,6 +8,7 @@ use mesh_store::lock::PublishLock;
 use mesh_store::record_store::{DirRecords, RecordStore};
 use mesh_store::records::{forget_module, record_build};
 use mesh_store::store::{publish, ArchiveStore};
+use mesh_test_support::registry::{RegistryOptions, ShellRegistry};
 use std::path::Path;
 use std::process::Command;
 
@@ -122,7 +123,8 @@ fn sweep_then_collect_on_the_layout() {
 fn on_a_fleet_the_records_are_read_from_the_bus() {
     let home = tempfile::tempdir().unwrap();
     let layout = home.path().join("store").join("oci");
-    let server = mesh_bus::nats_server::NatsServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let server =
+        mesh_test_support::nats_server::NatsServer::start().unwrap_or_else(|e| panic!("{e}"));
     let records = mesh_bus::records::KvRecords::open(&mesh_bus::NatsOptions::new(server.url()))
         .unwrap_or_else(|e| panic!("{e}"));
     mesh_recorded_in(home.path(), &layout, false, &records);
@@ -279,86 +281,12 @@ fn help_explains_the_commands() {
     insta::assert_snapshot!(String::from_utf8_lossy(&output.stdout));
 }
 
-/// A docker-registry run the way an operator's service manager would: started and stopped by
-/// shell commands (a pid file), which `collect` is given.
-struct ShellRegistry {
-    dir: tempfile::TempDir,
-    port: u16,
-}
-
-impl ShellRegistry {
-    fn start() -> ShellRegistry {
-        assert!(
-            Path::new("/usr/bin/docker-registry").exists(),
-            "/usr/bin/docker-registry is missing: install the Debian package with \
-             `apt-get install docker-registry`"
-        );
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        std::fs::write(
-            dir.path().join("config.yml"),
-            format!(
-                "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n\
-                 storage:\n  filesystem:\n    rootdirectory: {}/storage\n  delete:\n    \
-                 enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n  relativeurls: true\n",
-                dir.path().display()
-            ),
-        )
-        .unwrap();
-        let registry = ShellRegistry { dir, port };
-        let status = Command::new("sh")
-            .arg("-c")
-            .arg(registry.start_command())
-            .status()
-            .unwrap();
-        assert!(status.success());
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return registry;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        panic!("docker-registry did not start on port {port}");
-    }
-
-    fn config(&self) -> String {
-        self.dir.path().join("config.yml").display().to_string()
-    }
-
-    fn pid_file(&self) -> String {
-        self.dir.path().join("pid").display().to_string()
-    }
-
-    fn start_command(&self) -> String {
-        format!(
-            "/usr/bin/docker-registry serve {} >/dev/null 2>&1 & echo $! > {}",
-            self.config(),
-            self.pid_file()
-        )
-    }
-
-    fn stop_command(&self) -> String {
-        let pid = self.pid_file();
-        format!("kill $(cat {pid}); while kill -0 $(cat {pid}) 2>/dev/null; do sleep 0.05; done")
-    }
-}
-
-impl Drop for ShellRegistry {
-    fn drop(&mut self) {
-        let _ = Command::new("sh")
-            .arg("-c")
-            .arg(self.stop_command())
-            .status();
-    }
-}
-
 #[test]
 fn sweep_and_collect_a_real_registry_from_the_command_line() {
-    let registry = ShellRegistry::start();
+    let registry = ShellRegistry::start(RegistryOptions {
+        delete_enabled: true,
+        blob_descriptor_cache: false,
+    });
     let home = tempfile::tempdir().unwrap();
     let store = format!("http://127.0.0.1:{}", registry.port);
     let kept = archive("kept");

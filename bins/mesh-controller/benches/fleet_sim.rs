@@ -27,8 +27,6 @@
 //! (target ≤ 64 KiB); then the time at the largest size against the smallest (target ≤ 12× for
 //! 1,000 → 10,000). Nothing is asserted: timings are read, not tested.
 
-use mesh_bus::nats_cluster::NatsCluster;
-use mesh_bus::nats_server::NatsServer;
 use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
 use mesh_controller::credentials::BusArgs;
 use mesh_controller::home::Home;
@@ -36,6 +34,8 @@ use mesh_controller::plans::MergeOutcome;
 use mesh_controller::runtime::{self as mesh_runtime, Ctx};
 use mesh_model::declaration::Declaration;
 use mesh_model::report::{MachineState, Outcome, Report};
+use mesh_test_support::nats_cluster::NatsCluster;
+use mesh_test_support::nats_server::NatsServer;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead as _, Write as _};
 use std::path::Path;

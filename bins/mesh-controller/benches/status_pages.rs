@@ -16,8 +16,8 @@
 mod fleet_reports;
 
 use fleet_reports::{fleet_home, publish_reports, scratch};
-use mesh_bus::nats_server::NatsServer;
 use mesh_controller::http;
+use mesh_test_support::nats_server::NatsServer;
 use std::io::{Read as _, Write as _};
 use std::time::{Duration, Instant};
 

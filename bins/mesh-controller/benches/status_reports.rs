@@ -13,8 +13,8 @@
 mod fleet_reports;
 
 use fleet_reports::{fleet_home, node_name, publish_reports, scratch};
-use mesh_bus::nats_server::NatsServer;
 use mesh_bus::{subjects, NatsOptions};
+use mesh_test_support::nats_server::NatsServer;
 use std::time::Instant;
 
 const ROUNDS: usize = 3;

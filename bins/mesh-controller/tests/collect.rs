@@ -175,8 +175,8 @@ fn the_embedded_default_collects_declarations_no_record_names() {
 
 #[test]
 fn a_fleets_records_bucket_collects_declarations_no_record_names() {
-    let server =
-        mesh_bus::nats_server::NatsServer::start().unwrap_or_else(|error| panic!("{error}"));
+    let server = mesh_test_support::nats_server::NatsServer::start()
+        .unwrap_or_else(|error| panic!("{error}"));
     let records = KvRecords::open(&NatsOptions::new(server.url())).unwrap();
     let chunked = mesh_store::chunked::ChunkedRecords::new(Arc::new(records));
     let dir = tempfile::tempdir().unwrap();

@@ -276,8 +276,8 @@ fn two_settings_sets_on_one_layer_lose_no_key_in_a_home() {
 
 #[test]
 fn two_settings_sets_on_one_layer_lose_no_key_on_the_bus() {
-    let server =
-        mesh_bus::nats_server::NatsServer::start().unwrap_or_else(|error| panic!("{error}"));
+    let server = mesh_test_support::nats_server::NatsServer::start()
+        .unwrap_or_else(|error| panic!("{error}"));
     let records = mesh_bus::records::KvRecords::open(&mesh_bus::NatsOptions::new(server.url()))
         .unwrap_or_else(|error| panic!("{error}"));
     let dir = tempfile::tempdir().unwrap();

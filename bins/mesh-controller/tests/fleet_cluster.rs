@@ -11,9 +11,9 @@ mod support;
 
 use mesh_bus::grants::{users_config, BusUsers, UserCredential};
 use mesh_bus::jetstream;
-use mesh_bus::nats_cluster::NatsCluster;
-use mesh_bus::nats_server::ServerTls;
 use mesh_bus::{BusTls, NatsBus, NatsOptions};
+use mesh_test_support::nats_cluster::NatsCluster;
+use mesh_test_support::nats_server::ServerTls;
 use std::path::Path;
 use std::process::{Command, Output};
 use support::fleet::{controller_binary, runtime};

@@ -16,10 +16,10 @@
 
 use futures_util::StreamExt;
 use mesh_apply::HostConfig;
-use mesh_bus::nats_server::NatsServer;
 use mesh_bus::{jetstream, subjects, NatsBus, NatsOptions};
 use mesh_model::declaration::{Declaration, FileSpec, Resource, Spec};
 use mesh_model::report::{MachineState, Report};
+use mesh_test_support::nats_server::NatsServer;
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -2,9 +2,6 @@
 //! (the OCI image layout store, and a real docker-registry), checked, cached, and applied; an
 //! archive that cannot be had fails only the files read from it (issue 6, item 2).
 
-#[path = "../../../mesh-store/tests/support/mod.rs"]
-mod support;
-
 use mesh_apply::{ContainerRuntimeChoice, HostConfig};
 use mesh_host::{apply_received, receive, ArchiveSource};
 use mesh_model::build::ArchiveRef;
@@ -14,8 +11,15 @@ use mesh_model::report::{Outcome, Report};
 use mesh_store::archive::{archive_tree, Archive};
 use mesh_store::open_store;
 use mesh_store::store::{ArchiveStore, StoreSpec};
+use mesh_test_support::pki::TestPki;
+use mesh_test_support::registry::{Secured, TestRegistry};
 use std::collections::BTreeMap;
 use std::path::Path;
+
+/// The store spec of `registry`'s default repository.
+fn spec_of(registry: &TestRegistry) -> StoreSpec {
+    registry.base_url().parse().unwrap()
+}
 
 /// A module tree holding `files/<name>` for each `(name, text)`.
 fn module_archive(files: &[(&str, &str)]) -> Archive {
@@ -173,8 +177,8 @@ async fn archived_files_reach_the_host_from_an_oci_layout_store() {
 
 #[tokio::test]
 async fn archived_files_reach_the_host_from_a_registry() {
-    let registry = support::TestRegistry::start().await;
-    let spec = registry.spec();
+    let registry = TestRegistry::start();
+    let spec = spec_of(&registry);
     let store = open_store(&spec).unwrap();
     archived_files_reach_the_host(store.as_ref(), &spec).await;
 }
@@ -234,12 +238,11 @@ fn a_host_that_reads_archives_from_its_cache_alone_says_what_it_lacks() {
 #[tokio::test]
 async fn the_host_fetches_from_a_secured_registry_with_its_own_credentials() {
     use std::os::unix::fs::PermissionsExt as _;
-    let pki = support::pki::TestPki::new("host");
-    let registry = support::TestRegistry::start_secured(support::Secured {
+    let pki = TestPki::new("host");
+    let registry = TestRegistry::start_secured(Secured {
         pki: &pki,
         users: &[("controller", "c-pass-4d1e"), ("host-n", "h-pass-77ab")],
-    })
-    .await;
+    });
     let dir = tempfile::tempdir().unwrap();
     let credentials = |name: &str, line: &str, mode: u32| {
         let path = dir.path().join(name);
@@ -250,7 +253,7 @@ async fn the_host_fetches_from_a_secured_registry_with_its_own_credentials() {
     let controller = credentials("controller", "controller:c-pass-4d1e\n", 0o600);
     let host_credentials = credentials("host", "host-n:h-pass-77ab\n", 0o600);
     let store = mesh_store::open_store_with(
-        &registry.spec(),
+        &spec_of(&registry),
         &mesh_store::store::StoreAccess {
             ca_file: Some(pki.ca_file.clone()),
             credentials_file: Some(controller),
@@ -275,7 +278,7 @@ async fn the_host_fetches_from_a_secured_registry_with_its_own_credentials() {
             .arg("--state-dir")
             .arg(&config.state_dir)
             .arg("--store")
-            .arg(registry.spec().to_string())
+            .arg(spec_of(&registry).to_string())
             .arg("--store-ca")
             .arg(&pki.ca_file)
             .arg("--store-credentials")

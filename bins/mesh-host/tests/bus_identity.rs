@@ -4,12 +4,11 @@
 //! real nats-server whose users file holds public keys only. A seed readable by others is
 //! refused at start; so is a host trusting another CA, or given no CA for the TLS-only server.
 
-#[path = "../../../mesh-store/tests/support/pki.rs"]
-mod pki;
+use mesh_test_support::pki;
 
 use mesh_bus::grants::{users_config, BusUsers, NodeUser, UserCredential};
-use mesh_bus::nats_server::{NatsServer, ServerTls};
 use mesh_bus::{subjects, Bus, BusTls, NatsBus, NatsOptions};
+use mesh_test_support::nats_server::{NatsServer, ServerTls};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -2,12 +2,9 @@
 //! an apply during a backup recreated what the backup had stopped). Needs podman configured as
 //! `scripts/podman-env.sh` does; fails, never skips, without it.
 
-#[path = "../../../mesh-apply/tests/podman_support/mod.rs"]
-mod podman_support;
-
 use mesh_model::declaration::Declaration;
 use mesh_model::report::{Outcome, Report};
-use podman_support::*;
+use mesh_test_support::podman::*;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 

@@ -1,9 +1,7 @@
-//! Shared by the integration tests and the benchmark: a real `docker-registry` started on a
-//! free loopback port, and a tiny HTTP proxy in front of it that counts requests and can
-//! answer 500 or drop connections.
+//! Shared by the store's integration tests and its benchmark: the test kit's `docker-registry`
+//! as the store sees it (its spec, its process for a collector), a tiny HTTP proxy in front of
+//! it that counts requests and can answer 500 or drop connections, and small module trees.
 #![allow(dead_code)]
-
-pub mod pki;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -15,230 +13,47 @@ use mesh_model::module::{EntryKind, ModuleTree};
 use mesh_store::archive::{archive_tree, Archive};
 use mesh_store::collect::RegistryProcess;
 use mesh_store::store::StoreSpec;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use mesh_test_support::registry::{RegistryHandle, TestRegistry};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-/// The Debian binary the tests run.
-pub const REGISTRY_BINARY: &str = "/usr/bin/docker-registry";
-
-/// A docker-registry this test owns: its storage, config and process.
-pub struct TestRegistry {
-    /// Storage and config live here.
-    pub dir: tempfile::TempDir,
-    /// The config file.
-    pub config: PathBuf,
-    /// Its port on 127.0.0.1.
-    pub port: u16,
-    /// Over TLS: the CA file its certificate is signed by.
-    tls_ca: Option<PathBuf>,
-    child: Arc<Mutex<Option<Child>>>,
-}
-
-/// How a [`TestRegistry`] is secured: TLS with certificates from a [`pki::TestPki`], and
-/// htpasswd users (bcrypt).
-pub struct Secured<'a> {
-    /// The certificates.
-    pub pki: &'a pki::TestPki,
-    /// Each user and password it accepts.
-    pub users: &'a [(&'a str, &'a str)],
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind a loopback port")
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn spawn_registry(config: &Path) -> Child {
-    Command::new(REGISTRY_BINARY)
-        .arg("serve")
-        .arg(config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn docker-registry")
-}
-
-async fn wait_answering(port: u16, tls_ca: Option<&Path>) {
-    let mut client = reqwest::Client::builder();
-    if let Some(ca) = tls_ca {
-        let pem = std::fs::read(ca).unwrap();
-        client = client.tls_certs_only(reqwest::Certificate::from_pem_bundle(&pem).unwrap());
-    }
-    let client = client.build().unwrap();
-    let scheme = if tls_ca.is_some() { "https" } else { "http" };
-    for _ in 0..200 {
-        if let Ok(r) = client
-            .get(format!("{scheme}://127.0.0.1:{port}/v2/"))
-            .send()
-            .await
-        {
-            // A secured registry answers 401 to the anonymous.
-            if r.status().is_success() || r.status().as_u16() == 401 {
-                return;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("docker-registry on 127.0.0.1:{port} did not answer within 10 s");
-}
-
-impl TestRegistry {
-    /// Starts a registry with deletion enabled on a free loopback port. Fails (never skips)
-    /// when the binary is missing.
-    pub async fn start() -> TestRegistry {
-        TestRegistry::start_with_deletion(true).await
-    }
-
-    /// As [`TestRegistry::start`], with `storage.delete.enabled` as given.
-    pub async fn start_with_deletion(delete_enabled: bool) -> TestRegistry {
-        TestRegistry::start_with(delete_enabled, None).await
-    }
-
-    /// As [`TestRegistry::start`], serving TLS only with `secured`'s certificate and accepting
-    /// only its users (htpasswd, bcrypt).
-    pub async fn start_secured(secured: Secured<'_>) -> TestRegistry {
-        TestRegistry::start_with(true, Some(secured)).await
-    }
-
-    async fn start_with(delete_enabled: bool, secured: Option<Secured<'_>>) -> TestRegistry {
-        assert!(
-            Path::new(REGISTRY_BINARY).exists(),
-            "{REGISTRY_BINARY} is missing: install the Debian package with \
-             `apt-get install docker-registry` (the README's test command does)"
-        );
-        // Storage in memory where there is a tmpfs: the tests measure the mesh, not the disk.
-        let dir = match std::env::var_os("MESH_TEST_REGISTRY_TMP") {
-            Some(base) => tempfile::tempdir_in(base),
-            None => tempfile::tempdir(),
-        }
-        .expect("temp dir");
-        let port = free_port();
-        let config = dir.path().join("config.yml");
-        let storage = dir.path().join("storage");
-        std::fs::create_dir_all(&storage).unwrap();
-        let mut text = format!(
-            "version: 0.1\n\
-             log:\n  level: error\n  accesslog:\n    disabled: true\n\
-             storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: {delete_enabled}\n  \
-             cache:\n    blobdescriptor: inmemory\n\
-             http:\n  addr: 127.0.0.1:{port}\n  relativeurls: true\n",
-            storage.display()
-        );
-        let tls_ca = secured.as_ref().map(|s| s.pki.ca_file.clone());
-        if let Some(secured) = &secured {
-            // Cost 4: the registry checks the hash on every request (see the book's store page).
-            let htpasswd: String = secured
-                .users
-                .iter()
-                .map(|(user, password)| format!("{user}:{}\n", bcrypt::hash(password, 4).unwrap()))
-                .collect();
-            let htpasswd_file = dir.path().join("htpasswd");
-            std::fs::write(&htpasswd_file, htpasswd).unwrap();
-            text.push_str(&format!(
-                "  tls:\n    certificate: {}\n    key: {}\n\
-                 auth:\n  htpasswd:\n    realm: mesh\n    path: {}\n",
-                secured.pki.server_cert.display(),
-                secured.pki.server_key.display(),
-                htpasswd_file.display()
-            ));
-        }
-        std::fs::write(&config, text).unwrap();
-        let child = spawn_registry(&config);
-        wait_answering(port, tls_ca.as_deref()).await;
-        TestRegistry {
-            dir,
-            config,
-            port,
-            tls_ca,
-            child: Arc::new(Mutex::new(Some(child))),
-        }
-    }
-
-    /// `http://127.0.0.1:PORT` (`https://` when secured).
-    pub fn base_url(&self) -> String {
-        let scheme = if self.tls_ca.is_some() {
-            "https"
-        } else {
-            "http"
-        };
-        format!("{scheme}://127.0.0.1:{}", self.port)
-    }
-
-    /// The CA file its certificate is signed by, when secured.
-    pub fn ca_file(&self) -> Option<PathBuf> {
-        self.tls_ca.clone()
-    }
-
+/// What the store's tests ask of the kit's registry beyond starting it.
+pub trait RegistryExt {
     /// The store spec of its default repository.
-    pub fn spec(&self) -> StoreSpec {
+    fn spec(&self) -> StoreSpec;
+
+    /// The collector's handle on its process: stops and starts it (see [`TestProcess`]).
+    fn collector_process(&self) -> TestProcess;
+}
+
+impl RegistryExt for TestRegistry {
+    fn spec(&self) -> StoreSpec {
         self.base_url().parse().unwrap()
     }
 
-    /// A handle that stops and starts this registry.
-    pub fn process(&self) -> TestProcess {
-        TestProcess {
-            child: self.child.clone(),
-            config: self.config.clone(),
-            port: self.port,
-            tls_ca: self.tls_ca.clone(),
-        }
-    }
-
-    /// Runs the stock collector by hand (stopped registry, plain `garbage-collect`, restart):
-    /// the seed's nightly job.
-    pub async fn stock_garbage_collect(&self) -> String {
-        let mut process = self.process();
-        process.stop().await.unwrap();
-        let out = Command::new(REGISTRY_BINARY)
-            .arg("garbage-collect")
-            .arg(&self.config)
-            .output()
-            .expect("run garbage-collect");
-        process.start().await.unwrap();
-        assert!(out.status.success(), "garbage-collect failed: {out:?}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+    fn collector_process(&self) -> TestProcess {
+        TestProcess(self.process())
     }
 }
 
-impl Drop for TestRegistry {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.lock().unwrap().take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// Stops and starts a [`TestRegistry`].
-pub struct TestProcess {
-    child: Arc<Mutex<Option<Child>>>,
-    config: PathBuf,
-    port: u16,
-    tls_ca: Option<PathBuf>,
-}
+/// Stops and starts a [`TestRegistry`] for the collector; the waits run off the async worker.
+pub struct TestProcess(RegistryHandle);
 
 #[async_trait::async_trait]
 impl RegistryProcess for TestProcess {
     async fn stop(&mut self) -> std::io::Result<()> {
-        let taken = self.child.lock().unwrap().take();
-        if let Some(mut child) = taken {
-            child.kill()?;
-            child.wait()?;
-        }
-        Ok(())
+        let handle = self.0.clone();
+        tokio::task::spawn_blocking(move || handle.stop())
+            .await
+            .map_err(std::io::Error::other)
     }
 
     async fn start(&mut self) -> std::io::Result<()> {
-        let child = spawn_registry(&self.config);
-        *self.child.lock().unwrap() = Some(child);
-        wait_answering(self.port, self.tls_ca.as_deref()).await;
-        Ok(())
+        let handle = self.0.clone();
+        tokio::task::spawn_blocking(move || handle.start_again())
+            .await
+            .map_err(std::io::Error::other)
     }
 }
 

@@ -1,4 +1,4 @@
-//! The bus on a loopback cluster of three nats-servers ([`mesh_bus::nats_cluster`], issue 14):
+//! The bus on a loopback cluster of three nats-servers ([`mesh_test_support::nats_cluster`], issue 14):
 //! the controller's records (`KvRecords`) on three copies survive the loss of the stream's
 //! leader and of the server a client is connected to, read back byte for byte; a server
 //! restarted with its store deleted catches up; the plans lease holds across a server loss; with
@@ -12,12 +12,12 @@
 use mesh_bus::jetstream::{
     self, raise_replicas, replica_shortfalls, ReplicaShortfall, CLUSTER_REPLICAS,
 };
-use mesh_bus::nats_cluster::NatsCluster;
 use mesh_bus::records::{KvRecords, StepHook, STEP_WRITE_SENDING, STEP_WRITE_SENT};
 use mesh_bus::subjects::RECORDS_BUCKET;
 use mesh_bus::{NatsBus, NatsOptions};
 use mesh_records::lease::{check_held, Lease, PLANS_LEASE};
 use mesh_records::record_store::RecordStore;
+use mesh_test_support::nats_cluster::NatsCluster;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -8,9 +8,9 @@ use futures_util::StreamExt;
 use mesh_bus::grants::{authorization_config, BusAuthorization};
 use mesh_bus::jetstream::{ensure_bucket, ensure_declaration_consumer};
 use mesh_bus::nats::Refusal;
-use mesh_bus::nats_server::NatsServer;
 use mesh_bus::subjects::{declaration_consumer, DECLARATIONS_STREAM};
 use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
+use mesh_test_support::nats_server::NatsServer;
 use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 

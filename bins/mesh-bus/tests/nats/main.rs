@@ -1,5 +1,5 @@
 //! mesh-bus against a real `nats-server` (Debian's 2.9): each test starts its own on loopback
-//! ([`mesh_bus::nats_server`]) and it is killed when the test ends. A missing binary fails the
+//! ([`mesh_test_support::nats_server`]) and it is killed when the test ends. A missing binary fails the
 //! test, saying to install the Debian package `nats-server`; nothing is skipped.
 
 mod cluster;
@@ -14,12 +14,11 @@ mod permissions;
 mod records;
 mod tls;
 
-#[path = "../../../../mesh-store/tests/support/pki.rs"]
-mod pki;
+use mesh_test_support::pki;
 
 use mesh_bus::grants::{BusAuthorization, NodeGrants};
-use mesh_bus::nats_server::NatsServer;
 use mesh_bus::{Message, NatsBus, NatsOptions, Subscription};
+use mesh_test_support::nats_server::NatsServer;
 use std::time::Duration;
 
 /// A fresh server, or a failure that says what to install.

@@ -4,9 +4,9 @@ use async_nats::jetstream::{stream, Context};
 use mesh_bus::jetstream::{
     ensure_streams, publish_merge, HeardMerge, MergeAnnouncement, MergeListener,
 };
-use mesh_bus::nats_server::NatsServer;
 use mesh_bus::subjects;
 use mesh_bus::subjects::EVENTS_STREAM;
+use mesh_test_support::nats_server::NatsServer;
 use std::time::Duration;
 
 const QUIET: Duration = Duration::from_millis(500);

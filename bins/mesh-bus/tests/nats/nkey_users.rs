@@ -10,8 +10,8 @@ use mesh_bus::grants::{
     permissions_in_config, users_config, users_on_passwords, BusUsers, NodeUser, UserCredential,
 };
 use mesh_bus::nats::Refusal;
-use mesh_bus::nats_server::NatsServer;
 use mesh_bus::{subjects, Bus, BusTls, NatsBus, NatsError, NatsOptions};
+use mesh_test_support::nats_server::NatsServer;
 use std::io::{BufRead as _, Write as _};
 use std::time::Duration;
 use tokio::sync::broadcast;

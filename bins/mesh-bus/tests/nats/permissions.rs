@@ -7,10 +7,10 @@ use mesh_bus::grants::{
     authorization_config, node_permissions, permissions_in_config, BusAuthorization, Permissions,
 };
 use mesh_bus::jetstream::ensure_bucket;
-use mesh_bus::nats_server::{NatsServer, USERS_FILE};
 use mesh_bus::probe::{prove_permissions, Unproven};
 use mesh_bus::subjects::REPORTS_STREAM;
 use mesh_bus::NatsOptions;
+use mesh_test_support::nats_server::{NatsServer, USERS_FILE};
 use std::time::Duration;
 
 fn permissions(authorization: &BusAuthorization, node: &str) -> Permissions {

@@ -3,12 +3,12 @@
 //! lose nothing, and a node cannot read the bucket (it holds the nodes' passwords).
 
 use mesh_bus::grants::{authorization_config, BusAuthorization, NodeGrants};
-use mesh_bus::nats_server::NatsServer;
 use mesh_bus::records::KvRecords;
 use mesh_bus::subjects::CONTROLLER_USER;
 use mesh_bus::subjects::RECORDS_BUCKET;
 use mesh_bus::NatsOptions;
 use mesh_records::record_store::RecordStore;
+use mesh_test_support::nats_server::NatsServer;
 
 fn open(server: &NatsServer) -> KvRecords {
     KvRecords::open(&NatsOptions::new(server.url())).unwrap_or_else(|e| panic!("{e}"))

@@ -4,8 +4,8 @@
 //! error saying which; with mTLS a client without a certificate is refused.
 
 use crate::pki::TestPki;
-use mesh_bus::nats_server::{NatsServer, ServerTls};
 use mesh_bus::{Bus, BusTls, ClientCertificate, NatsBus, NatsError, NatsOptions};
+use mesh_test_support::nats_server::{NatsServer, ServerTls};
 use std::io::{BufRead as _, Write as _};
 use std::os::unix::fs::PermissionsExt as _;
 use std::time::Duration;

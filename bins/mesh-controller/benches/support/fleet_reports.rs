@@ -1,11 +1,11 @@
 //! What the status benches share: a home of N nodes whose records are on a real loopback
 //! `nats-server`, and every node's latest report in its reports stream.
 
-use mesh_bus::nats_server::NatsServer;
 use mesh_bus::{subjects, NatsBus, NatsOptions};
 use mesh_controller::credentials::BusArgs;
 use mesh_controller::home::Home;
 use mesh_model::report::{MachineState, Outcome, Report, REPORT_FORMAT};
+use mesh_test_support::nats_server::NatsServer;
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -19,9 +19,9 @@
 
 use super::pki::TestPki;
 use super::{Registry, StoreUser};
-use mesh_bus::nats_cluster::NatsCluster;
-use mesh_bus::nats_server::{NatsServer, NatsServerError, ServerTls};
 use mesh_bus::{BusTls, NatsBus, NatsOptions};
+use mesh_test_support::nats_cluster::NatsCluster;
+use mesh_test_support::nats_server::{NatsServer, NatsServerError, ServerTls};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -112,7 +112,9 @@ impl BedBus {
             if server.is_running() {
                 server.reload(users)?;
             } else {
-                let file = server.dir().join(mesh_bus::nats_server::USERS_FILE);
+                let file = server
+                    .dir()
+                    .join(mesh_test_support::nats_server::USERS_FILE);
                 std::fs::write(file, users).map_err(|source| NatsServerError::Io {
                     what: "writing a killed server's users".to_owned(),
                     source,

@@ -3,10 +3,11 @@
 #![allow(dead_code)]
 
 pub mod fleet;
-#[path = "../../../../mesh-store/tests/support/pki.rs"]
-pub mod pki;
+pub use mesh_test_support::pki;
+pub use mesh_test_support::wait::wait_for;
 pub mod simulated;
 
+use mesh_test_support::registry::{RegistryOptions, Secured, TestRegistry};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -303,16 +304,12 @@ pub fn redact(text: &str, words: &[(&str, &str)]) -> String {
     out
 }
 
-/// A real `docker-registry` (Debian's CNCF distribution) on a free loopback port, stopped when
-/// dropped. Fails, never skips, when the binary is missing.
-///
-/// [`Registry::start_secured`] serves TLS only (certificates from its own [`pki::TestPki`]) and
-/// accepts only its htpasswd users (bcrypt): the controller's (push, delete) and the hosts'
-/// (pull; distribution cannot make it read-only, see the book's store page), each given to
-/// the mesh as a credentials file (`USER:PASSWORD`, 0600).
+/// The test kit's `docker-registry` as the controller's tests use it: plain, or secured with its
+/// own [`pki::TestPki`] and htpasswd users — the controller's (push, delete) and the hosts'
+/// (pull; distribution cannot make it read-only, see the book's store page), each given to the
+/// mesh as a credentials file (`USER:PASSWORD`, 0600). Stopped when dropped.
 pub struct Registry {
-    _dir: tempfile::TempDir,
-    child: std::process::Child,
+    registry: TestRegistry,
     /// Its port on 127.0.0.1.
     pub port: u16,
     /// When secured: its CA and the credentials files.
@@ -327,6 +324,8 @@ pub struct SecuredRegistry {
     pub controller_credentials: PathBuf,
     /// The hosts' credentials file.
     pub host_credentials: PathBuf,
+    /// Holds the credentials files.
+    _files: tempfile::TempDir,
 }
 
 /// Who a secured registry's flags are for.
@@ -338,107 +337,63 @@ pub enum StoreUser {
     Host,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Registry {
     /// Starts one over plain HTTP, anyone let in, and waits until it answers `/v2/`.
     pub fn start() -> Registry {
-        Registry::start_with(false)
+        let registry = TestRegistry::start_with(PLAIN, None);
+        Registry {
+            port: registry.port,
+            registry,
+            secured: None,
+        }
     }
 
     /// Starts one serving TLS only with htpasswd users, and waits until it answers `/v2/`
     /// (401 to the anonymous).
     pub fn start_secured() -> Registry {
-        Registry::start_with(true)
-    }
-
-    fn start_with(secure: bool) -> Registry {
-        let binary = "/usr/bin/docker-registry";
-        assert!(
-            Path::new(binary).exists(),
-            "{binary} is missing: `apt-get install docker-registry` (the README's test command does)"
-        );
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let port = free_port();
-        let config = dir.path().join("config.yml");
-        let mut text = format!(
-            "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n\
-             storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
-             http:\n  addr: 127.0.0.1:{port}\n",
-            dir.path().join("storage").display()
-        );
-        let secured = secure.then(|| {
-            use std::os::unix::fs::PermissionsExt as _;
-            let pki = pki::TestPki::new("store");
-            let mut htpasswd = String::new();
-            let mut credentials = Vec::new();
-            for user in ["mesh-controller", "mesh-host"] {
-                let password = format!("{user}-{}", port);
-                // Cost 4: the registry checks the hash on every request.
-                htpasswd.push_str(&format!("{user}:{}\n", bcrypt::hash(&password, 4).unwrap()));
-                let file = dir.path().join(format!("{user}.credentials"));
+        use std::os::unix::fs::PermissionsExt as _;
+        let pki = pki::TestPki::new("store");
+        let files = tempfile::tempdir().expect("a temporary directory");
+        let tag = std::process::id();
+        let users: Vec<(String, String)> = ["mesh-controller", "mesh-host"]
+            .iter()
+            .map(|user| (user.to_string(), format!("{user}-{tag}")))
+            .collect();
+        let credentials: Vec<PathBuf> = users
+            .iter()
+            .map(|(user, password)| {
+                let file = files.path().join(format!("{user}.credentials"));
                 std::fs::write(&file, format!("{user}:{password}\n")).unwrap();
                 std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
-                credentials.push(file);
-            }
-            let htpasswd_file = dir.path().join("htpasswd");
-            std::fs::write(&htpasswd_file, htpasswd).unwrap();
-            text.push_str(&format!(
-                "  tls:\n    certificate: {}\n    key: {}\n\
-                 auth:\n  htpasswd:\n    realm: mesh\n    path: {}\n",
-                pki.server_cert.display(),
-                pki.server_key.display(),
-                htpasswd_file.display()
-            ));
-            let host_credentials = credentials.pop().unwrap();
-            SecuredRegistry {
-                pki,
-                controller_credentials: credentials.pop().unwrap(),
-                host_credentials,
-            }
-        });
-        std::fs::write(&config, text).unwrap();
-        let child = Command::new(binary)
-            .arg("serve")
-            .arg(&config)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("docker-registry starts");
-        let registry = Registry {
-            _dir: dir,
-            child,
-            port,
-            secured,
-        };
-        // A secured registry answers the anonymous 401.
-        let answered = format!("HTTP/1.1 {}", if secure { "401" } else { "200" });
-        wait_for(
-            &format!("docker-registry on 127.0.0.1:{port} answering /v2/"),
-            std::time::Duration::from_secs(60),
-            || match registry.get_as(None, "/v2/") {
-                Some(response) if response.starts_with(&answered) => Ok(()),
-                Some(response) => Err(response),
-                None => Err("no answer".to_owned()),
-            },
+                file
+            })
+            .collect();
+        let pairs: Vec<(&str, &str)> = users
+            .iter()
+            .map(|(user, password)| (user.as_str(), password.as_str()))
+            .collect();
+        let registry = TestRegistry::start_with(
+            PLAIN,
+            Some(Secured {
+                pki: &pki,
+                users: &pairs,
+            }),
         );
-        registry
+        Registry {
+            port: registry.port,
+            registry,
+            secured: Some(SecuredRegistry {
+                pki,
+                controller_credentials: credentials[0].clone(),
+                host_credentials: credentials[1].clone(),
+                _files: files,
+            }),
+        }
     }
 
     /// `http://127.0.0.1:PORT` (`https://` when secured).
     pub fn url(&self) -> String {
-        let scheme = if self.secured.is_some() {
-            "https"
-        } else {
-            "http"
-        };
-        format!("{scheme}://127.0.0.1:{}", self.port)
+        self.registry.base_url()
     }
 
     /// The flags that give `user` this store: `--store URL` and, when secured, its CA and
@@ -446,15 +401,11 @@ impl Registry {
     pub fn flags(&self, user: StoreUser) -> Vec<String> {
         let mut flags = vec!["--store".to_owned(), self.url()];
         if let Some(secured) = &self.secured {
-            let credentials = match user {
-                StoreUser::Controller => &secured.controller_credentials,
-                StoreUser::Host => &secured.host_credentials,
-            };
             flags.extend([
                 "--store-ca".to_owned(),
                 secured.pki.ca_file.display().to_string(),
                 "--store-credentials".to_owned(),
-                credentials.display().to_string(),
+                secured.credentials(user).display().to_string(),
             ]);
         }
         flags
@@ -466,66 +417,31 @@ impl Registry {
         self.get_as(Some(StoreUser::Controller), path)
     }
 
-    /// A GET as `user` (`None`: anonymous), over TLS when secured (curl, trusting its CA only).
+    /// A GET as `user` (`None`: anonymous), over TLS when secured (trusting its CA only).
     pub fn get_as(&self, user: Option<StoreUser>, path: &str) -> Option<String> {
-        let Some(secured) = &self.secured else {
-            return self.plain_get(path);
-        };
-        let mut curl = Command::new("curl");
-        curl.args(["--silent", "--include", "--http1.1", "--max-time", "10"])
-            .arg("--cacert")
-            .arg(&secured.pki.ca_file);
-        if let Some(user) = user {
-            let file = match user {
-                StoreUser::Controller => &secured.controller_credentials,
-                StoreUser::Host => &secured.host_credentials,
-            };
-            let credentials = std::fs::read_to_string(file).unwrap();
-            curl.arg("--user").arg(credentials.trim());
-        }
-        let out = curl.arg(format!("{}{path}", self.url())).output().ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
-    fn plain_get(&self, path: &str) -> Option<String> {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
-        let mut out = String::new();
-        stream.read_to_string(&mut out).ok()?;
-        Some(out)
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Waits until `check` answers `Ok`, looking again every 100 ms; `Err` says what it saw, for
-/// the failure after `limit`, which only bounds a failure (nothing is asserted on time).
-pub fn wait_for<T>(
-    what: &str,
-    limit: std::time::Duration,
-    mut check: impl FnMut() -> Result<T, String>,
-) -> T {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        match check() {
-            Ok(found) => return found,
-            Err(seen) if std::time::Instant::now() >= deadline => {
-                panic!("never within {limit:?}: {what}: {seen}")
+        let credentials = match (&self.secured, user) {
+            (Some(secured), Some(user)) => {
+                Some(std::fs::read_to_string(secured.credentials(user)).unwrap())
             }
-            // Only paces the looks at the condition: the test waits on `check`, not on time.
-            Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+            _ => None,
+        };
+        self.registry
+            .get_as(credentials.as_deref().map(str::trim), path)
+    }
+}
+
+impl SecuredRegistry {
+    fn credentials(&self, user: StoreUser) -> &Path {
+        match user {
+            StoreUser::Controller => &self.controller_credentials,
+            StoreUser::Host => &self.host_credentials,
         }
     }
 }
+
+/// The controller's tests' registry: deletion on, no blob-descriptor cache (as a registry
+/// installed by its package runs).
+const PLAIN: RegistryOptions = RegistryOptions {
+    delete_enabled: true,
+    blob_descriptor_cache: false,
+};

@@ -9,15 +9,14 @@
 
 #![allow(dead_code)]
 
-#[path = "../../../../mesh-store/tests/support/pki.rs"]
-mod pki;
+use mesh_test_support::pki;
 
 use futures_util::StreamExt;
 use mesh_bus::grants::{users_config, BusUsers, NodeUser, UserCredential};
-use mesh_bus::nats_server::{NatsServer, ServerTls};
 use mesh_bus::{jetstream, subjects, BusTls, NatsBus, NatsOptions};
 use mesh_model::declaration::Declaration;
 use mesh_model::report::Report;
+use mesh_test_support::nats_server::{NatsServer, ServerTls};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

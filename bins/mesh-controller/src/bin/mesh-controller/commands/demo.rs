@@ -6,6 +6,7 @@ use mesh_controller::fleet::in_process::InProcessFleet;
 use mesh_controller::home::Home;
 use mesh_controller::{builds, executor, plans, push, runtime as mesh_runtime, settings, status};
 use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -15,10 +16,7 @@ pub struct Args {}
 
 /// Runs the demo, printing each step and its output.
 pub fn exec(_args: Args) -> Result<ExitCode> {
-    let dir = tempfile::Builder::new()
-        .prefix("mesh-demo-")
-        .tempdir()
-        .context("making a temporary home")?;
+    let dir = DemoHome::make().context("making a temporary home")?;
     let home = Home::new(dir.path());
     let store = mesh_store::open_store(&mesh_store::store::default_store_spec(home.root()))
         .context("opening the demo's store")?;
@@ -444,4 +442,36 @@ fn make_repo(
     }
     git(&["add", "-A"])?;
     git(&["commit", "-q", "-m", "the demo's catalogue"])
+}
+
+/// The demo's home: a directory of its own under the system's temporary directory (mode 0700,
+/// made only where nothing was), removed with everything in it when the demo ends.
+struct DemoHome(PathBuf);
+
+impl DemoHome {
+    fn make() -> std::io::Result<DemoHome> {
+        use std::os::unix::fs::DirBuilderExt as _;
+        let base = std::env::temp_dir();
+        let mut builder = std::fs::DirBuilder::new();
+        builder.mode(0o700);
+        let mut n = 0u32;
+        loop {
+            let path = base.join(format!("mesh-demo-{}-{n}", std::process::id()));
+            match builder.create(&path) {
+                Ok(()) => return Ok(DemoHome(path)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => n += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for DemoHome {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

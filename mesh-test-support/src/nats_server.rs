@@ -1,8 +1,8 @@
-//! A real `nats-server` on loopback, for tests, benchmarks and the demo.
+//! A real `nats-server` on loopback, for tests and benchmarks.
 //!
 //! [`NatsServer::start`] runs `nats-server` with JetStream, listening on 127.0.0.1 at a free
 //! port, its store in its own directory, and waits until it answers;
-//! [`NatsServer::start_with_config`] adds the users ([`crate::grants::authorization_config`]);
+//! [`NatsServer::start_with_config`] adds the users ([`mesh_bus::grants::authorization_config`]);
 //! [`NatsServer::reload`] replaces them and has the server reload;
 //! [`NatsServer::start_with_tls`] serves TLS only ([`ServerTls`]: its certificate and key, and
 //! for mTLS the CA client certificates must be signed by). Dropping the handle kills the
@@ -24,7 +24,7 @@
 //! missing — that is an error saying to install the Debian package `nats-server` (tests fail on
 //! it; they are never skipped).
 
-use crate::version::ServerVersion;
+use mesh_bus::version::ServerVersion;
 use std::collections::HashMap;
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};

@@ -22,7 +22,7 @@
 use crate::nats_server::{
     binary, free_port, io, version_of, NatsServer, NatsServerError, ServerTls, LOG_FILE, USERS_FILE,
 };
-use crate::version::ServerVersion;
+use mesh_bus::version::ServerVersion;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;

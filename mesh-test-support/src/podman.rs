@@ -1,6 +1,6 @@
-//! Podman for tests: configured from `scripts/podman-env.sh`, containers named per test and
-//! removed when the test ends.
-#![allow(dead_code)]
+//! Podman for tests, a sandbox: configured from `scripts/podman-env.sh`, containers named per
+//! test and removed when the test ends, and container resources running the locally imported
+//! busybox image.
 
 use mesh_apply::{ContainerStatus, Podman, PodmanConfig};
 use mesh_model::declaration::{resource_id, ContainerSpec, Mount, Resource, Spec};
@@ -57,8 +57,15 @@ impl Containers {
         name
     }
 
+    /// None yet.
     pub fn new() -> Self {
         Containers { names: Vec::new() }
+    }
+}
+
+impl Default for Containers {
+    fn default() -> Self {
+        Containers::new()
     }
 }
 
@@ -75,7 +82,14 @@ impl Drop for Containers {
 /// named it, and whether or not the test passed.
 pub struct RunPrefix(pub String);
 
+impl Default for RunPrefix {
+    fn default() -> Self {
+        RunPrefix::new()
+    }
+}
+
 impl RunPrefix {
+    /// A prefix no other call of this run has.
     pub fn new() -> Self {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -111,6 +125,7 @@ impl Drop for RunPrefix {
     }
 }
 
+/// Removes the container named `name`, if there is one.
 pub fn remove(name: &str) {
     let _ = Command::new("podman")
         .args(["rm", "--force", "--time", "0", name])
@@ -200,6 +215,7 @@ pub fn container(module: &str, name: &str, machine_name: &str) -> Resource {
     }
 }
 
+/// The container spec of `resource`, which must be a container.
 pub fn spec_mut(resource: &mut Resource) -> &mut ContainerSpec {
     match &mut resource.spec {
         Spec::Container(spec) => spec,
@@ -207,6 +223,7 @@ pub fn spec_mut(resource: &mut Resource) -> &mut ContainerSpec {
     }
 }
 
+/// `resource` with the place `data`'s `source` mounted at `at`.
 pub fn with_mount(mut resource: Resource, source: &str, at: &str) -> Resource {
     spec_mut(&mut resource).mounts.push(Mount {
         place: "data".to_owned(),
@@ -217,6 +234,7 @@ pub fn with_mount(mut resource: Resource, source: &str, at: &str) -> Resource {
     resource
 }
 
+/// `resource` restarted when the file `file_id` changes (and after it).
 pub fn restarting_on(mut resource: Resource, file_id: &str) -> Resource {
     spec_mut(&mut resource).restart_on.push(file_id.to_owned());
     resource.after.push(file_id.to_owned());

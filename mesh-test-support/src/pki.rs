@@ -1,10 +1,8 @@
 //! The test kit's certificates: a CA made for one test, a server certificate it signs for
 //! loopback (`127.0.0.1`, `localhost`), and a client certificate it signs (for mTLS).
 //!
-//! One file, shared by every crate's tests that need TLS (the store's, the bus's, the host's
-//! and the controller's include it with `#[path]`), never copied. Needs `rcgen` as a
-//! dev-dependency (ring backend).
-#![allow(dead_code)]
+//! Shared by every crate's tests that need TLS (the store's, the bus's, the host's and the
+//! controller's), never copied.
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
