@@ -6,11 +6,21 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-/// Runs the demo with `path` as `PATH` (`None`: this process's).
-fn demo(path: Option<&Path>) -> (Output, String) {
+/// A port nothing listens on now, as the system chooses it: no test binds a fixed port.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind(("0.0.0.0", 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Runs the demo with `path` as `PATH` (`None`: this process's), its media container on
+/// `port`; it must exit 0.
+fn demo(path: Option<&Path>, port: u16) -> (Output, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_mesh-controller"));
     command
-        .arg("demo")
+        .args(["demo", "--port", &port.to_string()])
         .env_remove("MESH_HOME")
         .env_remove("MESH_BUS")
         .env_remove("MESH_STORE");
@@ -94,7 +104,7 @@ fn the_demo_tells_the_story_step_by_step_with_its_containers_running() {
         version.as_ref().is_ok_and(|out| out.status.success()),
         "podman is needed (the README's test command sets it up): {version:?}"
     );
-    let (_, text) = demo(None);
+    let (_, text) = demo(None, free_port());
     check_steps(&text, EVERY_STEP);
     check_steps(
         &text,
@@ -132,10 +142,8 @@ fn the_demo_tells_the_story_step_by_step_with_its_containers_running() {
     );
 }
 
-#[test]
-fn without_podman_the_demo_says_which_steps_it_skips_and_why() {
-    // A PATH with every program of this machine but podman.
-    let bin = tempfile::tempdir().unwrap();
+/// A directory with every program of this machine but podman, for `PATH`.
+fn path_without_podman(bin: &tempfile::TempDir) -> std::path::PathBuf {
     for dir in ["/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"] {
         let Ok(entries) = std::fs::read_dir(dir) else {
             continue;
@@ -148,7 +156,13 @@ fn without_podman_the_demo_says_which_steps_it_skips_and_why() {
             }
         }
     }
-    let (_, text) = demo(Some(bin.path()));
+    bin.path().to_owned()
+}
+
+#[test]
+fn without_podman_the_demo_says_which_steps_it_skips_and_why() {
+    let bin = tempfile::tempdir().unwrap();
+    let (_, text) = demo(Some(&path_without_podman(&bin)), free_port());
     check_steps(&text, EVERY_STEP);
     check_steps(
         &text,
@@ -162,4 +176,60 @@ fn without_podman_the_demo_says_which_steps_it_skips_and_why() {
         ],
     );
     check_second_merge(&text);
+}
+
+#[test]
+fn with_a_podman_that_cannot_run_its_image_the_demo_exits_0_and_says_why() {
+    // Found on main: podman present without the demo's image, and the demo exited 1 at its
+    // window step. This podman answers its version and refuses every container.
+    let bin = tempfile::tempdir().unwrap();
+    let path = path_without_podman(&bin);
+    let podman = path.join("podman");
+    std::fs::write(
+        &podman,
+        "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'podman version 9.9.9'; exit 0; fi\n\
+         echo 'Error: this podman runs no containers (a test stand-in)' >&2\nexit 125\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&podman, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (_, text) = demo(Some(&path), free_port());
+    check_steps(&text, EVERY_STEP);
+    check_steps(
+        &text,
+        &[
+            (
+                "== 10.",
+                "the container cannot run on this machine (podman is here and could not run it",
+            ),
+            (
+                "== 17.",
+                "skipped: `home`'s media container is not running here (",
+            ),
+            ("== 17.", "this podman runs no containers"),
+        ],
+    );
+}
+
+#[test]
+fn with_the_examples_port_taken_the_demo_picks_another_and_says_which() {
+    let taken = std::net::TcpListener::bind(("0.0.0.0", 0)).unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let (_, text) = demo(None, port);
+    let said = format!("port {port} is taken on this machine: the media container listens on ");
+    let one = section(&text, "== 1.");
+    let chosen: u16 = one
+        .split(&said)
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|word| word.parse().ok())
+        .unwrap_or_else(|| panic!("step 1 does not say which port:\n{one}"));
+    assert_ne!(chosen, port);
+    check_steps(&text, EVERY_STEP);
+    // Its container runs on the port chosen (this test runs with podman, as the first does).
+    check_steps(
+        &text,
+        &[("== 3.", "applied    media/container/media (created)")],
+    );
+    drop(taken);
 }

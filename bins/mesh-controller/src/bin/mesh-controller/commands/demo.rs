@@ -11,11 +11,47 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 /// Runs init, plan, push and status in a temporary home, explaining each step.
+///
+/// On a machine where podman cannot run the demo's image, the container steps say so and
+/// why; where the example's port is taken, the media container listens on a free one, and
+/// the demo says which.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The port the example's media container listens on (default 8096, the example's; when
+    /// it is taken, a free one, said).
+    #[arg(long, value_name = "PORT")]
+    port: Option<u16>,
+}
+
+/// The port the example's media module listens on by default.
+const EXAMPLE_PORT: u16 = 8096;
+
+/// `wanted` when nothing listens there, else a port the system says is free (and never one of
+/// `not`), with the words that say so.
+fn free_port(wanted: u16, not: &[u16]) -> Result<(u16, Option<String>)> {
+    let free = |port: u16| std::net::TcpListener::bind(("0.0.0.0", port)).is_ok();
+    if free(wanted) && !not.contains(&wanted) {
+        return Ok((wanted, None));
+    }
+    loop {
+        let port = std::net::TcpListener::bind(("0.0.0.0", 0))
+            .and_then(|listener| listener.local_addr())
+            .context("asking the system for a free port")?
+            .port();
+        if !not.contains(&port) {
+            return Ok((
+                port,
+                Some(format!(
+                    "port {wanted} is taken on this machine: the media container listens on \
+                     {port} instead"
+                )),
+            ));
+        }
+    }
+}
 
 /// Runs the demo, printing each step and its output.
-pub fn exec(_args: Args) -> Result<ExitCode> {
+pub fn exec(args: Args) -> Result<ExitCode> {
     let dir = DemoHome::make().context("making a temporary home")?;
     let home = Home::new(dir.path());
     let store = mesh_store::open_store(&mesh_store::store::default_store_spec(home.root()))
@@ -58,6 +94,27 @@ pub fn exec(_args: Args) -> Result<ExitCode> {
     for node in inventory.file.nodes.keys() {
         let modules: Vec<&str> = inventory.modules_of(node).into_iter().collect();
         println!("  node {node}: {}", modules.join(", "));
+    }
+    // The media container listens on the host's network: a port taken there would fail it.
+    let (port, taken) = free_port(args.port.unwrap_or(EXAMPLE_PORT), &[])?;
+    let on = settings::On {
+        home: &home,
+        catalogue: &checked.0,
+        command: "mesh-controller settings set …",
+    };
+    if port != EXAMPLE_PORT {
+        settings::set(
+            &on,
+            "media",
+            None,
+            &format!(r#"{{"port": {port}}}"#),
+            false,
+            mesh_host::now(),
+        )?;
+        match &taken {
+            Some(taken) => println!("  ({taken}: `settings set media '{{\"port\": {port}}}'`)"),
+            None => println!("  (the media container listens on {port}, as --port says)"),
+        }
     }
 
     step(
@@ -120,11 +177,6 @@ pub fn exec(_args: Args) -> Result<ExitCode> {
     print!("{}", render::push(&second));
 
     // The guards: what makes the mesh safe to point at machines one cares about.
-    let on = settings::On {
-        home: &home,
-        catalogue: &checked.0,
-        command: "mesh-controller settings set base …",
-    };
     step(
         "7. A settings change that would drop a key is refused; nothing changes",
         r#"settings set base '{"timezone": "Europe/Brussels"}'"#,
@@ -152,14 +204,18 @@ pub fn exec(_args: Args) -> Result<ExitCode> {
         mesh_host::now(),
     )?;
     print!("{}", render::settings_answer(&set));
+    let (next_port, taken) = free_port(port + 1, &[port])?;
     settings::set(
         &on,
         "media",
         None,
-        r#"{"port": 8097}"#,
+        &format!(r#"{{"port": {next_port}}}"#),
         false,
         mesh_host::now(),
     )?;
+    if let Some(taken) = taken {
+        println!("  ({taken})");
+    }
     step(
         "9. Before anything is sent: what `home` would be sent, field by field \
          (its container would be recreated: its port changed)",
@@ -188,7 +244,7 @@ pub fn exec(_args: Args) -> Result<ExitCode> {
             "  (the container cannot run on this machine ({}): expected here, and a real \
              host reports it exactly so; the other resources took)",
             if podman {
-                "podman is here, the demo's image `localhost/mesh-busybox` is not"
+                "podman is here and could not run it: its reason is above"
             } else {
                 "no podman"
             }
@@ -362,19 +418,43 @@ fn window_step(
     };
     let runtime = mesh_apply::Podman::new(podman_config.clone(), &config.root);
     let sent = home.sent("home")?.context("`home` was sent nothing")?;
-    let Some(media) = sent
+    let Some((id, media)) = sent
         .resources
         .iter()
         .find_map(|resource| match &resource.spec {
-            mesh_model::declaration::Spec::Container(spec) if resource.module == "media" => {
-                Some(format!("{}{}", config.container_prefix, spec.name))
-            }
+            mesh_model::declaration::Spec::Container(spec) if resource.module == "media" => Some((
+                resource.id.clone(),
+                format!("{}{}", config.container_prefix, spec.name),
+            )),
             _ => None,
         })
     else {
         println!("  skipped: `home` runs no media container");
         return Ok(());
     };
+    // A window holds a running container: podman may be here and not run the demo's image.
+    let outcome = home
+        .report("home")?
+        .and_then(|r| r.resources.get(&id).cloned());
+    if let Some(outcome) = outcome.filter(|o| !o.took()) {
+        let why = match &outcome {
+            mesh_model::report::Outcome::Failed { reason, .. }
+            | mesh_model::report::Outcome::Waiting {
+                last_reason: reason,
+                ..
+            }
+            | mesh_model::report::Outcome::Stuck {
+                last_reason: reason,
+                ..
+            } => reason.clone(),
+            other => other.word().to_owned(),
+        };
+        println!(
+            "  skipped: `home`'s media container is not running here ({why}); a window holds \
+             a running container"
+        );
+        return Ok(());
+    }
     let opened = window::open(
         &config.state_dir,
         "demo-backup",
