@@ -19,7 +19,7 @@
 use mesh_controller::executor;
 use mesh_controller::home::Home;
 use mesh_controller::plans::MergeOutcome;
-use mesh_controller::runtime::{self as mesh_runtime, Ctx, GivenFleet};
+use mesh_controller::runtime::{GivenFleet, Mesh, MeshOptions, Runtime};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
@@ -164,19 +164,14 @@ fn first_merge(nodes: usize, budget: Duration) -> Result<Duration, String> {
         let root = dir.path().join("home");
         let home = home(&root, nodes, false);
         mesh_controller::repos::add(&home, "cat", &repo, None, "modules").unwrap();
-        let store = mesh_store::open_store(&mesh_store::store::default_store_spec(&root)).unwrap();
-        let runtime = tokio::runtime::Runtime::new().unwrap();
-        let ctx = Ctx {
-            home: &home,
-            store: store.as_ref(),
-            progress: &mesh_controller::Quiet,
-            bus: None,
-            moves: BTreeSet::new(),
-            fleet: Some(given(Simulated::default())),
-        };
+        let mesh = Mesh::open(&root, MeshOptions::default())
+            .unwrap()
+            .with_fleet(given(Simulated::default()));
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        let runtime = Runtime::new(Arc::new(mesh), Arc::new(mesh_controller::Quiet));
         let started = Instant::now();
-        let outcome = runtime
-            .block_on(mesh_runtime::merge(&ctx, "cat", None, false))
+        let outcome = tokio
+            .block_on(runtime.merge("cat", None, false, &BTreeSet::new()))
             .unwrap();
         let took = started.elapsed();
         let MergeOutcome::Planned { plan, .. } = outcome else {

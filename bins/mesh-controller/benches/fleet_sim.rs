@@ -31,7 +31,7 @@ use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
 use mesh_controller::credentials::BusArgs;
 use mesh_controller::home::Home;
 use mesh_controller::plans::MergeOutcome;
-use mesh_controller::runtime::{self as mesh_runtime, Ctx};
+use mesh_controller::runtime::{Mesh, MeshOptions, Runtime};
 use mesh_model::declaration::Declaration;
 use mesh_model::report::{MachineState, Outcome, Report};
 use mesh_test_support::nats_cluster::NatsCluster;
@@ -40,7 +40,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead as _, Write as _};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const MODULES: usize = 10;
@@ -242,23 +242,26 @@ fn run(
     let (done, finished) = std::sync::mpsc::channel();
     let root = dir.path().to_owned();
     std::thread::spawn(move || {
-        let store = mesh_store::open_store(&mesh_store::store::default_store_spec(&root)).unwrap();
-        let runtime = tokio::runtime::Runtime::new().unwrap();
-        let progress = Timed {
+        // The records are on the bus (opened there); the store is the one the home was set up
+        // with.
+        let mesh = Mesh::open(
+            home.root(),
+            MeshOptions {
+                bus: Some(bus),
+                store: Some(mesh_store::store::default_store_spec(&root)),
+                ..MeshOptions::default()
+            },
+        )
+        .unwrap();
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        let progress = Arc::new(Timed {
             started: Instant::now(),
             lines: Mutex::new(Vec::new()),
-        };
-        let ctx = Ctx {
-            home: &home,
-            store: store.as_ref(),
-            progress: &progress,
-            bus: Some(bus),
-            moves: BTreeSet::new(),
-            fleet: None,
-        };
+        });
+        let runtime = Runtime::new(Arc::new(mesh), Arc::clone(&progress) as _);
         let cpu_before = cpu_time();
         let started = Instant::now();
-        let outcome = runtime.block_on(mesh_runtime::merge(&ctx, "cat", None, false));
+        let outcome = tokio.block_on(runtime.merge("cat", None, false, &BTreeSet::new()));
         let took = started.elapsed();
         let cpu = cpu_time().saturating_sub(cpu_before);
         let outcome = match outcome {
@@ -266,7 +269,7 @@ fn run(
             Ok(other) => Err(format!("not planned: {other:?}")),
             Err(error) => Err(format!("{error:#}")),
         };
-        let lines = progress.lines.into_inner().unwrap();
+        let lines = std::mem::take(&mut *progress.lines.lock().unwrap());
         let _ = done.send(Measured {
             took,
             outcome,

@@ -1,19 +1,21 @@
 //! Embedding the mesh: a Rust program that drives a merge's one-machine-first rollout in
 //! process, through the `mesh_controller` library — no binary, no copied code.
 //!
-//! It makes a mesh home and a git repository of one module in a temporary directory, registers
-//! the repository, hears a merge (the plan is built into the home's OCI layout store and rolled
-//! out to two nodes, one first, each applying under its own sandbox root), then reads status.
+//! It makes a mesh home and a git repository of one module in a temporary directory, opens the
+//! mesh (`Mesh::open`: its home, its store and the fleet it sends through — here the embedded
+//! default), registers the repository, and hears a merge through the mesh's `Runtime`: the plan
+//! is built into the home's OCI layout store and its drive, a task the runtime owns, rolls it
+//! out to two nodes, one first, each applying under its own sandbox root. Then it reads status.
 //!
 //! `cargo run -p mesh-controller --example embed_rollout` (needs `git`).
 
 use anyhow::{Context, Result};
-use mesh_controller::home::Home;
 use mesh_controller::plans::MergeOutcome;
-use mesh_controller::runtime::{self as mesh_runtime, Ctx};
+use mesh_controller::runtime::{Mesh, MeshOptions, Runtime};
 use mesh_controller::{repos, status};
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
 
 /// Progress printed as it comes.
 struct Printed;
@@ -68,24 +70,21 @@ fn main() -> Result<()> {
     git(&repo, &["add", "."])?;
     git(&repo, &["commit", "-q", "-m", "hello"])?;
 
-    let home = Home::new(&home_dir);
-    repos::add(&home, "catalogue", &repo, None, "modules")?;
-    let store = mesh_store::open_store(&mesh_store::store::default_store_spec(home.root()))?;
-    let ctx = Ctx {
-        home: &home,
-        store: store.as_ref(),
-        progress: &Printed,
-        bus: None, // the embedded default: one host agent per node in this process
-        moves: Default::default(),
-        fleet: None, // or Some(your own `fleet::Fleet`)
-    };
-    let runtime = tokio::runtime::Runtime::new()?;
-    let outcome = runtime.block_on(mesh_runtime::merge(&ctx, "catalogue", None, false))?;
+    // No bus: the embedded default, one host agent per node in this process. With
+    // `bus: Some(..)` the same calls go to a fleet's hosts; `Mesh::with_fleet` brings your own
+    // `fleet::Fleet`.
+    let mesh = Arc::new(Mesh::open(&home_dir, MeshOptions::default())?);
+    let home = mesh.home();
+    repos::add(home, "catalogue", &repo, None, "modules")?;
+    let runtime = Runtime::new(Arc::clone(&mesh), Arc::new(Printed));
+    let tokio = tokio::runtime::Runtime::new()?;
+    let moves = Default::default(); // no running container's data may move (`--move`)
+    let outcome = tokio.block_on(runtime.merge("catalogue", None, false, &moves))?;
     if let MergeOutcome::Planned { plan, .. } = &outcome {
         println!("{}: {}", plan.id, mesh_plan::plans::state_word(&plan.state));
     }
     let overview = status::overview(
-        &home,
+        home,
         mesh_host::now(),
         mesh_controller::push::SILENT_AFTER_SECS,
     )?;

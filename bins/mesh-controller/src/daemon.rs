@@ -3,11 +3,13 @@
 //!
 //! Start at [`serve`].
 
-use crate::credentials::{connect, BusArgs};
+use crate::credentials::connect;
 use crate::error::{bus_error, Error, Result};
+use crate::runtime::{DriveMode, Runtime};
 use mesh_bus::discovery;
 use mesh_bus::jetstream;
 use mesh_store::problems::ProblemKind;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// The durable consumer through which `mesh-controller serve` hears merges on `MESH_EVENTS`.
@@ -35,21 +37,27 @@ fn machine_name() -> String {
 /// repository (shown by `status` until a later merge of it is planned) and acknowledged; a drive
 /// that fails is logged, and its plan is driven on after the next merge or start.
 ///
+/// Every plan is driven through `runtime`, on its mesh's bus.
+///
 /// # Guarantees
 /// `shutdown` is heard mid-drive too: the drive stops where it is, its plan saved as of its
 /// last step, and is resumed from there.
 ///
 /// # Errors
-/// The bus cannot be reached at start, or the streams or consumer cannot be made.
+/// The mesh is not on a bus; the bus cannot be reached at start, or the streams or consumer
+/// cannot be made.
 pub async fn serve(
-    ctx: &crate::runtime::Ctx<'_>,
-    bus_args: &BusArgs,
+    runtime: &Runtime,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
     let mut shutdown = Box::pin(shutdown);
-    let bus = connect(ctx.home, bus_args).await?;
+    let home = runtime.mesh().home();
+    let bus_args = runtime.mesh().bus().ok_or_else(|| {
+        Error::refused("the controller serves a fleet's bus: open the mesh with one (--bus URL)")
+    })?;
+    let bus = connect(home, bus_args).await?;
     let js = bus.jetstream();
-    let replicas = crate::broker::wanted_replicas(ctx.home, bus_args, &bus)?;
+    let replicas = crate::broker::wanted_replicas(home, bus_args, &bus)?;
     jetstream::ensure_streams_with(&js, replicas)
         .await
         .map_err(bus_error(|| "making the mesh's streams".to_owned()))?;
@@ -68,7 +76,7 @@ pub async fn serve(
         .await
         .map_err(bus_error(|| "opening the merge consumer".to_owned()))?;
     tracing::info!(url = %bus_args.url, "serving: hearing merges");
-    if drive_open_plans(ctx, &mut shutdown).await {
+    if drive_open_plans(runtime, &mut shutdown).await {
         return Ok(());
     }
     loop {
@@ -86,12 +94,21 @@ pub async fn serve(
             }
         };
         let merge = &heard.merge;
-        let planned = match ctx.home.repo(&merge.repository) {
+        let planned = match home.repo(&merge.repository) {
             Ok(repo) if repo.branch != merge.branch => Err(Error::refused(format!(
                 "repository `{}` is registered on branch `{}`, not `{}`",
                 merge.repository, repo.branch, merge.branch
             ))),
-            Ok(_) => crate::runtime::merge(ctx, &merge.repository, Some(&merge.commit), true).await,
+            Ok(_) => {
+                runtime
+                    .merge(
+                        &merge.repository,
+                        Some(&merge.commit),
+                        true,
+                        &BTreeSet::new(),
+                    )
+                    .await
+            }
             Err(error) => Err(error),
         };
         // Rule 26: a merge that cannot be planned reaches `status` (a problem of the
@@ -104,8 +121,7 @@ pub async fn serve(
                     outcome = %serde_json::to_string(&outcome).unwrap_or_default(),
                     "merge heard"
                 );
-                ctx.home
-                    .clear_problem(ProblemKind::Merge, &merge.repository)
+                home.clear_problem(ProblemKind::Merge, &merge.repository)
                     .map(drop)
             }
             Err(error) => {
@@ -115,20 +131,19 @@ pub async fn serve(
                     error = error.chain_line(),
                     "a merge heard could not be planned"
                 );
-                ctx.home
-                    .record_problem(
-                        ProblemKind::Merge,
-                        &merge.repository,
-                        &format!(
-                            "the merge of `{}` {} at {} could not be planned: {error}",
-                            merge.repository,
-                            merge.branch,
-                            crate::builds::short_commit(&merge.commit)
-                        ),
-                        error.chain().skip(1).map(ToString::to_string).collect(),
-                        mesh_host::now(),
-                    )
-                    .map(drop)
+                home.record_problem(
+                    ProblemKind::Merge,
+                    &merge.repository,
+                    &format!(
+                        "the merge of `{}` {} at {} could not be planned: {error}",
+                        merge.repository,
+                        merge.branch,
+                        crate::builds::short_commit(&merge.commit)
+                    ),
+                    error.chain().skip(1).map(ToString::to_string).collect(),
+                    mesh_host::now(),
+                )
+                .map(drop)
             }
         };
         if let Err(error) = kept {
@@ -141,7 +156,7 @@ pub async fn serve(
         if let Err(error) = heard.ack().await {
             tracing::error!(%error, "a merge could not be acknowledged; it may be heard again");
         }
-        if drive_open_plans(ctx, &mut shutdown).await {
+        if drive_open_plans(runtime, &mut shutdown).await {
             return Ok(());
         }
     }
@@ -150,12 +165,13 @@ pub async fn serve(
 /// Drives every open plan on (as `plans resume`), unless `shutdown` comes first; says whether
 /// it did.
 async fn drive_open_plans<S: std::future::Future<Output = ()>>(
-    ctx: &crate::runtime::Ctx<'_>,
+    runtime: &Runtime,
     shutdown: &mut std::pin::Pin<Box<S>>,
 ) -> bool {
+    let moves = BTreeSet::new();
     let driven = tokio::select! {
         _ = shutdown.as_mut() => return true,
-        driven = crate::runtime::drive_open(ctx, None, crate::runtime::DriveMode::All) => driven,
+        driven = runtime.drive_open(None, DriveMode::All, &moves) => driven,
     };
     match driven {
         Ok(plans) => {

@@ -2,11 +2,12 @@
 //! values, so a Rust tool can compose, push, drive a one-machine-first rollout, read status and
 //! change settings without copying a line of the binary.
 //!
-//! Start at [`home::Home`] (the mesh home and where its records are: files under the home, or
-//! the bus's records bucket, [`records::open_home`]). Then, in the order they depend on each
+//! Start at [`runtime::Mesh::open`] (a mesh: its home — [`home::Home`], its records files under
+//! it or the bus's records bucket — its store and the fleet it sends through) and the
+//! [`runtime::Runtime`] that drives its plans. The modules, in the order they depend on each
 //! other (a module uses only those above it):
-//! - [`error`], [`fail`], [`home`], [`settings`], [`repos`], [`builds`]: the records, settings
-//!   layers (every replaced layer kept), registered repositories and builds;
+//! - [`error`], [`fail`], [`home`], [`repos`], [`builds`], [`cancel`]: the records, registered
+//!   repositories, builds, and a drive's cancellation;
 //! - [`push`]: composing declarations and what a push did for each node;
 //! - [`credentials`], [`enroll`], [`users`], [`broker`]: the controller on a fleet's bus — its
 //!   credential, a node's NKey recorded and its password dropped (rule 31), the bus's users and
@@ -17,13 +18,15 @@
 //!   the records a command uses and moves a home's onto the bus;
 //! - [`executor`]: the one place declarations leave — a push and every rollout send through
 //!   it, and it records what was sent and heard;
-//! - [`runtime`]: plans driven (built, then rolled out one machine first) and pushes, on the
-//!   context's fleet;
-//! - [`orphans`], [`preview`], [`init`], [`runtimes`], [`status`], [`http`]: the settings a
-//!   coming version would orphan, what a plan would do, a new mesh home, who is there on the
-//!   bus, each node's last report and what the plans wait on, and the status page, `/metrics`
-//!   and `/status.json` over HTTP (`mesh-controller serve --http ADDR`, or mounted by an
-//!   embedding tool);
+//! - [`runtime`]: a mesh opened once ([`runtime::Mesh::open`]: home, store, fleet) and the
+//!   [`runtime::Runtime`] every command drives through — plans driven (built, then rolled out
+//!   one machine first) as tasks it owns and can cancel, and pushes;
+//! - [`orphans`], [`preview`], [`settings`], [`init`], [`runtimes`], [`status`], [`http`]: the
+//!   settings a coming version would orphan, what a plan would do, settings layers read and
+//!   replaced (every replaced layer kept), a new mesh home, who is there on the bus, each
+//!   node's last report and what the plans wait on, and the status page, `/metrics` and
+//!   `/status.json` over HTTP (`mesh-controller serve --http ADDR`, or mounted by an embedding
+//!   tool);
 //! - [`daemon`]: the controller as a daemon on a fleet.
 //!
 //! What a person reads is rendered by the binary, never here; progress goes through the
@@ -38,8 +41,8 @@ pub mod fail;
 pub mod home;
 
 pub mod builds;
+pub mod cancel;
 pub mod repos;
-pub mod settings;
 
 pub mod push;
 
@@ -64,6 +67,7 @@ pub mod preview;
 
 pub mod init;
 pub mod runtimes;
+pub mod settings;
 pub mod status;
 
 pub mod alert;

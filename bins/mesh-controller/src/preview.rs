@@ -26,7 +26,7 @@ use crate::error::Result;
 use crate::home::Home;
 use crate::plans::PlanRecord;
 use crate::repos;
-use crate::runtime::Ctx;
+use crate::runtime::{Ctx, Runtime};
 use mesh_model::declaration::Declaration;
 use mesh_model::module::{load_catalogue, ModuleDefinition};
 use mesh_plan::rollout::{step, Action, Event, RolloutNode, RolloutSpec, RolloutState};
@@ -139,11 +139,11 @@ pub struct WindowNode {
 ///
 /// # Errors
 /// The records, the repository or the store's deployed builds cannot be read.
-pub async fn preview(ctx: &Ctx<'_>, record: &PlanRecord) -> Result<Preview> {
-    let home = ctx.home;
+pub async fn preview(ctx: &Ctx, record: &PlanRecord) -> Result<Preview> {
+    let home = ctx.home();
     let repo = home.repo(&record.plan.repository)?;
     let at_commit = repos::catalogue_at(&repo.path, &record.plan.commit, &repo.modules_dir)?;
-    let mut source = effective_source(home, ctx.store).await?;
+    let mut source = effective_source(home, ctx.store()).await?;
     // What the nodes run now: the version each module's orphaned settings are judged from.
     let (running, _) = load_catalogue(&source);
     let base_inventory = home.inventory()?;
@@ -203,13 +203,13 @@ pub async fn preview(ctx: &Ctx<'_>, record: &PlanRecord) -> Result<Preview> {
 
 /// One module's preview, with `source` already holding its tree at the plan's commit.
 fn preview_module(
-    ctx: &Ctx<'_>,
+    ctx: &Ctx,
     source: &mesh_model::module::CatalogueSource,
     base_inventory: &mesh_model::inventory::Inventory,
     (module, previous): (&str, Option<&ModuleDefinition>),
     holds: &mut BTreeMap<String, Option<Declaration>>,
 ) -> Result<ModulePreview> {
-    let home = ctx.home;
+    let home = ctx.home();
     let (catalogue, _) = load_catalogue(source);
     let mut inventory = base_inventory.clone();
     inventory
@@ -360,23 +360,25 @@ fn first_sent(spec: &RolloutSpec, held: &BTreeMap<String, Vec<mesh_plan::Move>>)
     None
 }
 
-/// Hears a merge as [`crate::runtime::merge`] does; with `plan_only`, also previews the plan it
-/// made (what its rollouts would do across the fleet), which is what `merge --plan-only`
-/// answers. No preview when the merge was already planned or the plan is driven.
+/// Hears a merge as [`Runtime::merge`] does (`moves` allowed to move); with `plan_only`, also
+/// previews the plan it made (what its rollouts would do across the fleet), which is what
+/// `merge --plan-only` answers. No preview when the merge was already planned or the plan is
+/// driven.
 ///
 /// # Errors
-/// As [`crate::runtime::merge`] and [`preview`].
+/// As [`Runtime::merge`] and [`preview`].
 pub async fn merge(
-    ctx: &Ctx<'_>,
+    runtime: &Runtime,
     repo: &str,
     commit: Option<&str>,
     plan_only: bool,
+    moves: &BTreeSet<String>,
 ) -> Result<(crate::plans::MergeOutcome, Option<Preview>)> {
-    let outcome = crate::runtime::merge(ctx, repo, commit, plan_only).await?;
+    let outcome = runtime.merge(repo, commit, plan_only, moves).await?;
     let preview = match (&outcome, plan_only) {
         (crate::plans::MergeOutcome::Planned { plan, .. }, true) => {
-            let record = ctx.home.plan(&plan.id)?;
-            Some(preview(ctx, &record).await?)
+            let record = runtime.mesh().home().plan(&plan.id)?;
+            Some(preview(&runtime.ctx(moves), &record).await?)
         }
         _ => None,
     };

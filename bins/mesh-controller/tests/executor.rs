@@ -8,7 +8,7 @@ mod support;
 
 use mesh_controller::home::Home;
 use mesh_controller::plans::MergeOutcome;
-use mesh_controller::runtime::{self as mesh_runtime, Ctx};
+use mesh_controller::runtime::{self as mesh_runtime, MeshOptions, Runtime};
 use mesh_model::plan::PlanState;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -94,44 +94,35 @@ impl Bed {
         }
     }
 
+    /// The mesh opened as a tool opens it, sending through the simulated hosts; progress goes
+    /// to `progress`.
+    fn runtime(&self, progress: Arc<dyn mesh_controller::Progress>) -> Runtime {
+        let mesh = mesh_runtime::Mesh::open(self.mesh.home(), MeshOptions::default())
+            .unwrap()
+            .with_fleet(Arc::clone(&self.fleet));
+        Runtime::new(Arc::new(mesh), progress)
+    }
+
     /// `merge cat` through the library, `moves` allowed to move.
     fn merge(&self, moves: &[&str]) -> (MergeOutcome, Vec<String>) {
-        let home = Home::new(self.mesh.home());
-        let progress = mesh_controller::Collected::default();
-        let ctx = Ctx {
-            home: &home,
-            store: self.store.as_ref(),
-            progress: &progress,
-            bus: None,
-            moves: moves.iter().map(|m| (*m).to_owned()).collect(),
-            fleet: Some(Arc::clone(&self.fleet)),
-        };
-        let runtime = tokio::runtime::Runtime::new().unwrap();
-        let outcome = runtime
-            .block_on(mesh_runtime::merge(&ctx, "cat", None, false))
+        let progress = Arc::new(mesh_controller::Collected::default());
+        let moves: BTreeSet<String> = moves.iter().map(|m| (*m).to_owned()).collect();
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        let runtime = self.runtime(Arc::clone(&progress) as _);
+        let outcome = tokio
+            .block_on(runtime.merge("cat", None, false, &moves))
             .unwrap();
         let lines = progress.0.lock().unwrap().clone();
         (outcome, lines)
     }
 
     fn resume(&self, moves: &[&str]) -> Vec<String> {
-        let home = Home::new(self.mesh.home());
-        let progress = mesh_controller::Collected::default();
-        let ctx = Ctx {
-            home: &home,
-            store: self.store.as_ref(),
-            progress: &progress,
-            bus: None,
-            moves: moves.iter().map(|m| (*m).to_owned()).collect(),
-            fleet: Some(Arc::clone(&self.fleet)),
-        };
-        let runtime = tokio::runtime::Runtime::new().unwrap();
-        runtime
-            .block_on(mesh_runtime::drive_open(
-                &ctx,
-                None,
-                mesh_runtime::DriveMode::All,
-            ))
+        let progress = Arc::new(mesh_controller::Collected::default());
+        let moves: BTreeSet<String> = moves.iter().map(|m| (*m).to_owned()).collect();
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        let runtime = self.runtime(Arc::clone(&progress) as _);
+        tokio
+            .block_on(runtime.drive_open(None, mesh_runtime::DriveMode::All, &moves))
             .unwrap();
         let lines = progress.0.lock().unwrap().clone();
         lines
@@ -140,6 +131,70 @@ impl Bed {
     fn sent_since(&self, from: usize) -> Vec<String> {
         self.sent.lock().unwrap()[from..].to_vec()
     }
+}
+
+/// A plan's drive is a task the runtime owns: cancelled while it waits on its first machine
+/// (hosts that never report), it stops at its next step — the task ends, the plan saved open
+/// where it stood, nothing written after — and a later drive resumes it from there to the end.
+#[test]
+fn a_drive_cancelled_while_its_first_machine_is_awaited_stops_saved_and_resumes() {
+    let bed = Bed::new();
+    let mut silent = Simulated::default();
+    silent.silent = true;
+    let sent = Arc::clone(&silent.sent);
+    let mesh = mesh_runtime::Mesh::open(bed.mesh.home(), MeshOptions::default())
+        .unwrap()
+        .with_fleet(Arc::new(tokio::sync::Mutex::new(Box::new(silent))));
+    let runtime = Runtime::new(Arc::new(mesh), Arc::new(mesh_controller::Quiet));
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let none = BTreeSet::new();
+    let MergeOutcome::Planned { plan, .. } = tokio
+        .block_on(runtime.merge("cat", None, true, &none))
+        .unwrap()
+    else {
+        panic!("the first merge plans")
+    };
+    let home = Home::new(bed.mesh.home());
+    let record = home.plan(&plan.id).unwrap();
+    let stopped = tokio.block_on(async {
+        let task = runtime.drive(record, mesh_runtime::DriveMode::All, &none);
+        assert_eq!(runtime.driving(), std::slice::from_ref(&plan.id));
+        // The condition, not a time: the first machine was sent its declaration.
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while sent.lock().unwrap().is_empty() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the first machine is sent its declaration");
+        assert!(runtime.cancel(&plan.id), "the drive runs");
+        tokio::time::timeout(Duration::from_secs(30), task.finish())
+            .await
+            .expect("a cancelled drive ends at its next step")
+            .unwrap()
+    });
+    assert!(runtime.driving().is_empty());
+    assert_eq!(sent.lock().unwrap().len(), 1, "one machine first");
+    assert_eq!(
+        stopped.plan.state,
+        PlanState::RollingOut,
+        "{:?}",
+        stopped.plan
+    );
+    let saved = home.plan(&plan.id).unwrap();
+    assert_eq!(saved.plan.state, PlanState::RollingOut);
+    let kept = saved.work["keep"]
+        .rollout
+        .as_ref()
+        .expect("its rollout is saved");
+    assert_eq!(kept.state.stage, mesh_plan::rollout::Stage::FirstNode);
+    assert_eq!(kept.state.sent, 1, "{kept:?}");
+
+    // Resumed on hosts that answer: the first machine is sent again, then the others.
+    let lines = bed.resume(&[]);
+    let record = home.plan(&plan.id).unwrap();
+    assert_eq!(record.plan.state, PlanState::Done, "{lines:#?}");
+    assert_eq!(bed.sent_since(0).len(), 3, "{lines:#?}");
 }
 
 /// Issue 12 / rule 12 on the rollout path: a merge that changes a place's default for a running
@@ -414,21 +469,15 @@ impl mesh_controller::Progress for Steps {
 #[test]
 fn a_rollout_reports_its_progress_step_by_step() {
     let bed = Bed::new();
-    let home = Home::new(bed.mesh.home());
-    let steps = Steps::default();
-    let ctx = Ctx {
-        home: &home,
-        store: bed.store.as_ref(),
-        progress: &steps,
-        bus: None,
-        moves: BTreeSet::new(),
-        fleet: Some(Arc::clone(&bed.fleet)),
-    };
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime
-        .block_on(mesh_runtime::merge(&ctx, "cat", None, false))
+    let steps = Arc::new(Steps::default());
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    tokio
+        .block_on(
+            bed.runtime(Arc::clone(&steps) as _)
+                .merge("cat", None, false, &BTreeSet::new()),
+        )
         .unwrap();
-    let steps = steps.0.into_inner().unwrap();
+    let steps = steps.0.lock().unwrap().clone();
     assert!(!steps.is_empty());
     assert!(
         steps.iter().all(|s| s.module == "keep" && s.total == 3),

@@ -20,6 +20,7 @@
 //! What it must never do: send before grants, report a node converged from a report of another
 //! declaration, or drop a node that did not answer (it is named "no report").
 
+mod actions;
 mod push;
 mod rollout;
 mod saved;
@@ -27,6 +28,7 @@ mod saved;
 pub use push::{push, push_telling};
 pub use rollout::{roll_out, rollout_catalogue};
 
+use crate::cancel::Cancel;
 use crate::error::Result;
 use crate::fleet::{Fleet, Grants};
 use crate::home::Home;
@@ -45,6 +47,7 @@ pub struct Executor<'a> {
     fleet: &'a mut dyn Fleet,
     progress: &'a dyn crate::Progress,
     moves: &'a BTreeSet<String>,
+    cancel: Option<&'a Cancel>,
 }
 
 impl<'a> Executor<'a> {
@@ -61,7 +64,22 @@ impl<'a> Executor<'a> {
             fleet,
             progress,
             moves,
+            cancel: None,
         }
+    }
+
+    /// The executor heeding `cancel`: a rollout stops at its next step, saved, once it is
+    /// asked for.
+    pub fn cancelled_by(self, cancel: &'a Cancel) -> Executor<'a> {
+        Executor {
+            cancel: Some(cancel),
+            ..self
+        }
+    }
+
+    /// Whether its work was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_some_and(Cancel::is_cancelled)
     }
 
     /// The home it records in.

@@ -1,123 +1,58 @@
 //! A module's rollout: the pure state machine [`mesh_plan::rollout::step`] driven against a
-//! fleet, one machine first, its actions carried out through the [`Executor`] and the plan
-//! saved after every step.
+//! fleet, one machine first, each of its actions carried out through the [`Executor`]
+//! (`actions`, one function per action) and the plan saved after every step.
 
-use super::saved::{
-    expected_declaration, placeholder_definition, read_back, save_rollout, set_expected_declaration,
-};
-use super::{decide, list_moves, some_nodes, Executor};
-use crate::builds::{self, DeployedRecord};
+use super::saved::{expected_declaration, placeholder_definition, read_back, save_rollout};
+use super::Executor;
+use crate::builds;
 use crate::error::{Context, Error, Result};
-use crate::fleet::Grants;
 use crate::home::Home;
 use crate::plans::{PlanRecord, RolloutNodeRecord, ROLLOUT_NODE_FORMAT};
+use crate::users::UsersFile;
 use mesh_model::build::Build;
 use mesh_model::declaration::Declaration;
 use mesh_model::inventory::Inventory;
 use mesh_model::module::{load_catalogue, Catalogue, ModuleDefinition};
 use mesh_model::report::MachineState;
 use mesh_plan::rollout::{
-    step, Action, BusFirst, Event, NodeProgress, RolloutNode, RolloutSpec, RolloutState, Stage,
-    Verdict,
+    step, BusFirst, Event, NodeProgress, RolloutNode, RolloutSpec, RolloutState, Stage, Verdict,
 };
-use mesh_plan::PushDecision;
 use mesh_store::store::ArchiveStore;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-/// Where `state` stands, for [`crate::Progress::rollout`]: counters only, never a walk of the
-/// nodes (a step stays constant-time at 10,000 nodes).
-fn rollout_progress(plan: &str, module: &str, state: &RolloutState) -> crate::RolloutProgress {
-    crate::RolloutProgress::of_parts(plan, module, &state.parts())
-}
+/// How many reports a rollout takes in at most before it steps them (and saves once).
+const REPORTS_PER_STEP: usize = 256;
 
-/// What the check before a rollout's send decided.
-enum SendCheck {
-    /// Send it.
-    Send(Declaration),
-    /// Not sent: the event says why (held for a move, or composing failed).
-    Not(Event),
-}
-
-/// Checks `node`'s composed declaration for `module`'s rollout before it is sent: held when it
-/// would move a running container's data and the module may not move (`--move`, rule 12);
-/// the event when it is not to be sent. The digest is noted as the one its report must name.
-///
-/// # Errors
-/// What the node was sent cannot be read.
-fn checked_send(
-    executor: &Executor<'_>,
-    spec: &mut RolloutSpec,
-    module: &str,
-    node: &str,
-    composed: std::result::Result<Declaration, String>,
-) -> Result<SendCheck> {
-    let declaration = match composed {
-        Ok(declaration) => declaration,
-        Err(reason) => {
-            return Ok(SendCheck::Not(Event::SendFailed {
-                node: node.to_owned(),
-                reason: format!("composing its declaration failed: {reason}"),
-            }))
-        }
-    };
-    set_expected_declaration(spec, node, &declaration);
-    if let PushDecision::Hold { moves } = decide(executor.home(), &declaration, executor.moves())? {
-        executor.progress().line(&format!(
-            "  `{module}`: `{node}` held: its data would move ({}); the others go on",
-            list_moves(&moves)
-        ));
-        return Ok(SendCheck::Not(Event::Held {
-            node: node.to_owned(),
-            moves,
-        }));
-    }
-    Ok(SendCheck::Send(declaration))
-}
-
-/// Sends `node` its composed declaration for `module`'s rollout, one at a time, through the
-/// check of [`checked_send`]; the events returned answer the send (held, or composing failed).
-///
-/// # Errors
-/// The home cannot be read; the fleet did not take the declaration.
-async fn send_composed(
-    executor: &mut Executor<'_>,
-    spec: &mut RolloutSpec,
-    module: &str,
-    node: &str,
-    composed: std::result::Result<Declaration, String>,
-    which: &str,
-) -> Result<Vec<Event>> {
-    let declaration = match checked_send(executor, spec, module, node, composed)? {
-        SendCheck::Send(declaration) => declaration,
-        SendCheck::Not(event) => return Ok(vec![event]),
-    };
-    executor.send(&declaration).await?;
-    crate::fail::point(&format!("sent:{module}:{node}"));
-    executor.progress().line(&format!(
-        "  `{module}`: sent `{node}`{which} declaration {}",
-        mesh_host::short(&declaration.digest())
-    ));
-    Ok(Vec::new())
-}
-
-/// Issues the grants of `nodes` for `module`'s rollout, as the event that answers
-/// [`Action::IssueGrants`].
-async fn grants_event(
-    executor: &mut Executor<'_>,
-    module: &str,
-    nodes: Vec<String>,
-) -> Result<Event> {
-    Ok(match executor.issue_grants(&nodes).await? {
-        Grants::Issued(note) => {
-            executor.progress().line(&format!(
-                "  `{module}`: grants for {} ({note})",
-                some_nodes(&nodes)
-            ));
-            Event::GrantsIssued { nodes }
-        }
-        Grants::Failed(reason) => Event::GrantsFailed { nodes, reason },
-    })
+/// A module's rollout under way: what it composes from, where the state machine stands, and
+/// what the step being carried out decided.
+pub(super) struct Rollout {
+    /// The module.
+    pub(super) module: String,
+    /// The plan's id.
+    pub(super) plan: String,
+    /// The module's build.
+    pub(super) build: Build,
+    /// The catalogue the declarations are composed from.
+    catalogue: Catalogue,
+    /// The inventory they are composed for.
+    inventory: Inventory,
+    /// Over a fleet's bus: the users file the node holding it is sent with every declaration.
+    users_file: Option<UsersFile>,
+    /// The rollout's policy and nodes.
+    pub(super) spec: RolloutSpec,
+    /// Where it stands.
+    pub(super) state: RolloutState,
+    /// The declarations composed when the rollout began, by node, until each is sent.
+    pub(super) composed: BTreeMap<String, std::result::Result<Declaration, String>>,
+    /// What each node had been sent before this rollout (a revert sends it back), by digest.
+    pub(super) befores: BTreeMap<String, Option<String>>,
+    /// The events to step.
+    pub(super) events: VecDeque<Event>,
+    /// This step's sends, each with how its progress line names it, sent together.
+    pub(super) batch: Vec<(String, Declaration)>,
+    /// The node sent back what it ran before, and that declaration's digest.
+    pub(super) reverted: Option<(String, String)>,
 }
 
 /// The catalogue a rollout composes from: what is deployed (or in the home's catalogue), with
@@ -157,7 +92,7 @@ pub async fn rollout_catalogue(
 /// Rolls one module out with the state machine ([`mesh_plan::rollout::step`]), carrying out
 /// its actions through `executor` until it is done or stopped; saves the plan after every step,
 /// so a controller stopped anywhere resumes here from the record. The build is read from
-/// `store`.
+/// `store`. Cancelled ([`Executor::cancelled_by`]), it returns after the step it is on, saved.
 ///
 /// # Guarantees
 /// Grants before code (every send follows the grants issued for its node), the bus node first
@@ -172,356 +107,319 @@ pub async fn roll_out(
     record: &mut PlanRecord,
     module: &str,
 ) -> Result<()> {
-    let home = executor.home();
-    let id = record.plan.id.clone();
-    let build = record.work[module]
-        .build
-        .clone()
-        .ok_or_else(|| Error::internal(format!("`{module}` is rolled out before it was built")))?;
-    let (catalogue, inventory, old_definition) =
-        rollout_catalogue(home, store, module, &build).await?;
-    executor.prepare(&catalogue, &inventory)?;
-    // Over a fleet's bus, the node holding it is sent the bus's users with every declaration.
-    let users_file = executor.fleet().users_file();
-    let compose = |node: &str| -> Result<Declaration, String> {
-        match catalogue.module(module) {
-            None => Err(format!(
-                "`{module}` does not validate against what the mesh runs (`check` lists why)"
-            )),
-            Some(_) => {
-                let declaration =
-                    mesh_plan::compose(&catalogue, &inventory, node).map_err(|e| e.to_string())?;
-                Ok(match &users_file {
-                    Some(users) if users.bus_node == node => {
-                        crate::users::with_users_file(declaration, users)
-                    }
-                    Some(_) | None => declaration,
-                })
-            }
-        }
-    };
-    let mut events: VecDeque<Event> = VecDeque::new();
-    // The declarations composed when the rollout began, by node, until each is sent.
-    let mut composed: BTreeMap<String, std::result::Result<Declaration, String>> = BTreeMap::new();
-    let plan_id = record.plan.id.clone();
-    // What each node had been sent before this rollout (a revert sends it back), by digest.
-    let mut befores: BTreeMap<String, Option<String>> = BTreeMap::new();
-    let (mut spec, mut state) = match record.work[module].rollout.clone() {
-        Some(kept) => {
-            let (mut spec, state) = read_back(home, &plan_id, module, kept, &mut befores)?;
-            // Resumed: the one resume path is mesh-plan's; a node sent and not yet heard is
-            // heard from its last report, else sent again through the checked send.
-            let resume = state.to_resume();
-            if !resume.grants.is_empty() {
-                events.push_back(grants_event(executor, module, resume.grants).await?);
-            }
-            for node in &resume.sent {
-                let expected = expected_declaration(&spec, node);
-                match home.report(node)? {
-                    Some(report) if report.declaration == expected => {
-                        events.push_back(Event::Report(mesh_plan::merge::module_report(
-                            &report, module,
-                        )));
-                    }
-                    Some(_) | None => {
-                        let sent = send_composed(
-                            executor,
-                            &mut spec,
-                            module,
-                            node,
-                            compose(node),
-                            " again (resumed)",
-                        )
-                        .await?;
-                        events.extend(sent);
-                    }
-                }
-            }
-            if state.stage == Stage::Held && executor.moves().contains(module) {
-                executor.progress().line(&format!(
-                    "  `{module}`: the held nodes are sent (--move {module})"
-                ));
-                events.push_back(Event::Release);
-            }
-            executor
-                .progress()
-                .line(&format!("  `{module}`: resumed at stage {:?}", state.stage));
-            (spec, state)
-        }
-        None => {
-            let definition = &catalogue
-                .module(module)
-                .map(|m| m.definition.clone())
-                .unwrap_or_else(|| placeholder_definition(module));
-            let mut nodes = BTreeMap::new();
-            // What every node was sent, in one listing.
-            let mut sent_before = home.sent_digests()?;
-            for node in inventory
-                .file
-                .assignments
-                .get(module)
-                .cloned()
-                .unwrap_or_default()
-            {
-                let running = inventory.file.nodes.get(&node).is_some_and(|n| n.running);
-                let declaration_of_node = compose(&node);
-                let declaration = declaration_of_node
-                    .as_ref()
-                    .map(Declaration::digest)
-                    .unwrap_or_default();
-                if running {
-                    // Composed once: its send takes it from here.
-                    composed.insert(node.clone(), declaration_of_node);
-                }
-                befores.insert(node.clone(), sent_before.remove(&node));
-                if !running {
-                    // Never sent to: its record is written once, here.
-                    home.write_rollout_node(
-                        &plan_id,
-                        module,
-                        &RolloutNodeRecord {
-                            format: ROLLOUT_NODE_FORMAT,
-                            node: node.clone(),
-                            running,
-                            declaration: declaration.clone(),
-                            before: befores[&node].clone(),
-                            progress: NodeProgress::Waiting,
-                        },
-                    )?;
-                }
-                nodes.insert(
-                    node,
-                    RolloutNode {
-                        running,
-                        declaration,
-                    },
-                );
-            }
-            // Grants before code: when the bus's users change, the node holding the bus goes
-            // first (in the embedded default there are no permissions to issue, and the order
-            // is kept all the same).
-            let bus_node = &inventory.file.bus_node;
-            let bus_node_running = inventory
-                .file
-                .nodes
-                .get(bus_node)
-                .is_some_and(|n| n.running);
-            let grants_change =
-                mesh_plan::merge::changes_bus_users(old_definition.as_ref(), definition);
-            let users_change = executor.fleet().users_change(grants_change);
-            let bus_first = if let (Some(why), true) = (users_change, bus_node_running) {
-                executor.progress().line(&format!(
-                    "  `{module}`: {why}: `{bus_node}`, holding the bus, goes first"
-                ));
-                Some(BusFirst {
-                    node: bus_node.clone(),
-                    declaration: compose(bus_node).map(|d| d.digest()).unwrap_or_default(),
-                })
-            } else {
-                None
-            };
-            events.push_back(Event::Start);
-            (
-                RolloutSpec::new(definition, nodes, bus_first),
-                RolloutState::new(),
-            )
-        }
-    };
-    let mut reverted: Option<(String, String)> = None;
+    let mut rollout = Rollout::begin(executor, store, record, module).await?;
     let mut last_tick = tokio::time::Instant::now();
     loop {
         // Every event at hand is stepped, then the sends they decided go out together (the
         // fleet overlaps them, bounded) and the rollout is saved once: a step's sends were
         // granted by an earlier event, so grants before code holds, and a report heard with
         // a hundred others costs one save, not a hundred.
-        let mut batch: Vec<(String, Declaration)> = Vec::new();
         let mut heard: Vec<String> = Vec::new();
         let mut stepped = false;
-        while let Some(event) = events.pop_front() {
+        while let Some(event) = rollout.events.pop_front() {
             stepped = true;
-            match &event {
-                Event::Report(report) => heard.push(report.node.clone()),
-                Event::Start
-                | Event::GrantsIssued { .. }
-                | Event::GrantsFailed { .. }
-                | Event::SendFailed { .. }
-                | Event::Held { .. }
-                | Event::Release
-                | Event::Tick => {}
+            if let Event::Report(report) = &event {
+                heard.push(report.node.clone());
             }
-            let actions = step(&spec, &mut state, event, mesh_host::now());
+            let actions = step(&rollout.spec, &mut rollout.state, event, mesh_host::now());
             executor
                 .progress()
-                .rollout(&rollout_progress(&plan_id, module, &state));
-            for action in actions {
-                match action {
-                    Action::IssueGrants { nodes } => {
-                        events.push_back(grants_event(executor, module, nodes).await?);
-                    }
-                    Action::SendBusNode { node } | Action::Send { node, .. } => {
-                        let which = match state.stage {
-                            Stage::BusNode => " (holding the bus, first)",
-                            Stage::FirstNode if state.first.as_deref() == Some(node.as_str()) => {
-                                " (first)"
-                            }
-                            Stage::NotStarted
-                            | Stage::FirstNode
-                            | Stage::Rest
-                            | Stage::Held
-                            | Stage::Done
-                            | Stage::Stopped => "",
-                        };
-                        let declaration = composed
-                            .remove(&node)
-                            .unwrap_or_else(|| compose(&node));
-                        match checked_send(executor, &mut spec, module, &node, declaration)? {
-                            SendCheck::Send(declaration) => {
-                                batch.push((which.to_owned(), declaration));
-                            }
-                            SendCheck::Not(event) => events.push_back(event),
-                        }
-                    }
-                    Action::Held { nodes, .. } => executor.progress().line(&format!(
-                        "  `{module}`: every other node applied; {nodes} node(s) held: their \
-                         data would move (`--move {module}` on `plans resume`, `merge` or \
-                         `push --behind` sends them)"
-                    )),
-                    Action::SendFailed {
-                        node,
-                        reason,
-                        retry_at,
-                        ..
-                    } => executor.progress().line(&format!(
-                        "  `{module}`: not sent to `{node}`: {reason}; tried again at {}",
-                        mesh_host::format_time(retry_at)
-                    )),
-                    Action::Stop { node, reason, .. } => executor.progress().line(&format!(
-                        "  `{module}`: stopped at `{node}`: {reason}; the other nodes keep what they ran"
-                    )),
-                    Action::Revert { node, .. } => {
-                        let before = match befores.get(&node).cloned().flatten() {
-                            Some(digest) => Some(home.declaration(&digest)?.ok_or_else(|| {
-                                Error::Node {
-                                    node: node.clone(),
-                                    doing: format!("reverting `{node}`"),
-                                    source: Box::new(Error::BadRecord {
-                                        location: home
-                                            .records()
-                                            .locate(&crate::home::declaration_key(&digest)),
-                                        what: format!(
-                                            "kept: `{node}` ran {digest} before this rollout"
-                                        ),
-                                        source: None,
-                                    }),
-                                }
-                            })?),
-                            None => None,
-                        };
-                        match before.as_ref() {
-                            Some(before) => {
-                                let digest = before.digest();
-                                if let PushDecision::Hold { moves } =
-                                    decide(home, before, executor.moves())?
-                                {
-                                    executor.progress().line(&format!(
-                                        "  `{module}`: `{node}` is not sent back what it ran: \
-                                         its data would move ({}); `--move {module}` allows it",
-                                        list_moves(&moves)
-                                    ));
-                                    continue;
-                                }
-                                executor.send(before).await?;
-                                executor.progress().line(&format!(
-                                    "  `{module}`: sent `{node}` back what it ran before ({})",
-                                    mesh_host::short(&digest)
-                                ));
-                                if let Some(work) = record.work.get_mut(module) {
-                                    work.reverted.insert(node.clone(), digest.clone());
-                                }
-                                reverted = Some((node, digest));
-                            }
-                            None => executor.progress().line(&format!(
-                                "  `{module}`: nothing to send `{node}` back to: it was never sent before"
-                            )),
-                        }
-                    }
-                    Action::Done { .. } => {
-                        let deployed = DeployedRecord {
-                            format: builds::DEPLOYED_FORMAT,
-                            module: module.to_owned(),
-                            repository: build.repository.clone(),
-                            commit: build.commit.clone(),
-                            archive: build.archive.clone(),
-                            plan: id.clone(),
-                            at: mesh_host::now(),
-                        };
-                        builds::deploy(home, &deployed).await?;
-                        crate::fail::point(&format!("deployed:{module}"));
-                        executor.progress().line(&format!(
-                            "  `{module}`: done on {} node(s); its build {} is deployed",
-                            state.applied,
-                            mesh_host::short(&build.archive.digest)
-                        ));
-                    }
-                }
-            }
-        }
-        if !batch.is_empty() {
-            let declarations: Vec<Declaration> = batch.iter().map(|(_, d)| d.clone()).collect();
-            executor.send_many(&declarations).await?;
-            for (which, declaration) in &batch {
-                let node = &declaration.node;
-                crate::fail::point(&format!("sent:{module}:{node}"));
-                // The digest its report must name, noted when it was checked.
-                let digest = expected_declaration(&spec, node);
-                executor.progress().line(&format!(
-                    "  `{module}`: sent `{node}`{which} declaration {}",
-                    mesh_host::short(&digest)
+                .rollout(&crate::RolloutProgress::of_parts(
+                    &rollout.plan,
+                    module,
+                    &rollout.state.parts(),
                 ));
+            for action in actions {
+                rollout.act(executor, record, action).await?;
             }
         }
+        rollout.send_batch(executor).await?;
         if stepped {
-            save_rollout(home, record, module, &spec, &mut state, &befores)?;
+            save_rollout(
+                executor.home(),
+                record,
+                module,
+                &rollout.spec,
+                &mut rollout.state,
+                &rollout.befores,
+            )?;
         }
         for node in heard {
             crate::fail::point(&format!("heard:{module}:{node}"));
         }
-        match state.stage {
+        match rollout.state.stage {
             Stage::Done | Stage::Stopped | Stage::Held => break,
             Stage::NotStarted | Stage::BusNode | Stage::FirstNode | Stage::Rest => {}
         }
-        // One report waited for (up to a second), then every other one already at hand.
+        // A step boundary: everything done is saved.
+        if executor.is_cancelled() {
+            return Ok(());
+        }
+        rollout.hear(executor).await?;
+        // Deadlines are judged at least once a second, however busy the reports keep the
+        // loop (a fleet's hosts send heartbeats).
+        if last_tick.elapsed() >= Duration::from_secs(1) {
+            last_tick = tokio::time::Instant::now();
+            rollout.events.push_back(Event::Tick);
+        }
+    }
+    rollout.hear_reverted(executor).await
+}
+
+impl Rollout {
+    /// The rollout of `module`: read back from its plan when it had begun (a controller
+    /// resumed), else begun.
+    async fn begin(
+        executor: &mut Executor<'_>,
+        store: &dyn ArchiveStore,
+        record: &PlanRecord,
+        module: &str,
+    ) -> Result<Rollout> {
+        let home = executor.home();
+        let build = record.work[module].build.clone().ok_or_else(|| {
+            Error::internal(format!("`{module}` is rolled out before it was built"))
+        })?;
+        let (catalogue, inventory, old_definition) =
+            rollout_catalogue(home, store, module, &build).await?;
+        executor.prepare(&catalogue, &inventory)?;
+        let mut rollout = Rollout {
+            module: module.to_owned(),
+            plan: record.plan.id.clone(),
+            build,
+            catalogue,
+            inventory,
+            users_file: executor.fleet().users_file(),
+            spec: RolloutSpec::new(&placeholder_definition(module), BTreeMap::new(), None),
+            state: RolloutState::new(),
+            composed: BTreeMap::new(),
+            befores: BTreeMap::new(),
+            events: VecDeque::new(),
+            batch: Vec::new(),
+            reverted: None,
+        };
+        match record.work[module].rollout.clone() {
+            Some(kept) => {
+                let (spec, state) =
+                    read_back(home, &rollout.plan, module, kept, &mut rollout.befores)?;
+                rollout.spec = spec;
+                rollout.state = state;
+                rollout.resume(executor).await?;
+            }
+            None => rollout.start(executor, old_definition.as_ref())?,
+        }
+        Ok(rollout)
+    }
+
+    /// `node`'s declaration composed for this rollout (the node holding the bus carrying the
+    /// bus's users), or why it cannot be.
+    pub(super) fn compose(&self, node: &str) -> std::result::Result<Declaration, String> {
+        let module = &self.module;
+        if self.catalogue.module(module).is_none() {
+            return Err(format!(
+                "`{module}` does not validate against what the mesh runs (`check` lists why)"
+            ));
+        }
+        let declaration = mesh_plan::compose(&self.catalogue, &self.inventory, node)
+            .map_err(|e| e.to_string())?;
+        Ok(match &self.users_file {
+            Some(users) if users.bus_node == node => {
+                crate::users::with_users_file(declaration, users)
+            }
+            Some(_) | None => declaration,
+        })
+    }
+
+    /// A rollout read back, resumed: the one resume path is mesh-plan's; a node sent and not
+    /// yet heard is heard from its last report, else sent again through the checked send.
+    async fn resume(&mut self, executor: &mut Executor<'_>) -> Result<()> {
+        let home = executor.home();
+        let module = self.module.clone();
+        let resume = self.state.to_resume();
+        if !resume.grants.is_empty() {
+            self.issue_grants(executor, resume.grants).await?;
+        }
+        for node in &resume.sent {
+            let expected = expected_declaration(&self.spec, node);
+            match home.report(node)? {
+                Some(report) if report.declaration == expected => {
+                    self.events
+                        .push_back(Event::Report(mesh_plan::merge::module_report(
+                            &report, &module,
+                        )));
+                }
+                Some(_) | None => self.send_now(executor, node, " again (resumed)").await?,
+            }
+        }
+        if self.state.stage == Stage::Held && executor.moves().contains(&module) {
+            executor.progress().line(&format!(
+                "  `{module}`: the held nodes are sent (--move {module})"
+            ));
+            self.events.push_back(Event::Release);
+        }
+        executor.progress().line(&format!(
+            "  `{module}`: resumed at stage {:?}",
+            self.state.stage
+        ));
+        Ok(())
+    }
+
+    /// A rollout begun: every assigned node's declaration composed (the running ones kept until
+    /// each is sent), a node not running recorded once, and the node holding the bus first when
+    /// the bus's users change.
+    fn start(
+        &mut self,
+        executor: &Executor<'_>,
+        old_definition: Option<&ModuleDefinition>,
+    ) -> Result<()> {
+        let home = executor.home();
+        let module = self.module.clone();
+        let definition = &self
+            .catalogue
+            .module(&module)
+            .map(|m| m.definition.clone())
+            .unwrap_or_else(|| placeholder_definition(&module));
+        let mut nodes = BTreeMap::new();
+        // What every node was sent, in one listing.
+        let mut sent_before = home.sent_digests()?;
+        let assigned = self
+            .inventory
+            .file
+            .assignments
+            .get(&module)
+            .cloned()
+            .unwrap_or_default();
+        for node in assigned {
+            let running = self
+                .inventory
+                .file
+                .nodes
+                .get(&node)
+                .is_some_and(|n| n.running);
+            let declaration_of_node = self.compose(&node);
+            let declaration = declaration_of_node
+                .as_ref()
+                .map(Declaration::digest)
+                .unwrap_or_default();
+            if running {
+                // Composed once: its send takes it from here.
+                self.composed.insert(node.clone(), declaration_of_node);
+            }
+            let before = sent_before.remove(&node);
+            self.befores.insert(node.clone(), before.clone());
+            if !running {
+                // Never sent to: its record is written once, here.
+                home.write_rollout_node(
+                    &self.plan,
+                    &module,
+                    &RolloutNodeRecord {
+                        format: ROLLOUT_NODE_FORMAT,
+                        node: node.clone(),
+                        running,
+                        declaration: declaration.clone(),
+                        before,
+                        progress: NodeProgress::Waiting,
+                    },
+                )?;
+            }
+            nodes.insert(
+                node,
+                RolloutNode {
+                    running,
+                    declaration,
+                },
+            );
+        }
+        // Grants before code: when the bus's users change, the node holding the bus goes
+        // first (in the embedded default there are no permissions to issue, and the order is
+        // kept all the same).
+        let bus_node = self.inventory.file.bus_node.clone();
+        let bus_node_running = self
+            .inventory
+            .file
+            .nodes
+            .get(&bus_node)
+            .is_some_and(|n| n.running);
+        let grants_change = mesh_plan::merge::changes_bus_users(old_definition, definition);
+        let users_change = executor.fleet().users_change(grants_change);
+        let bus_first = if let (Some(why), true) = (users_change, bus_node_running) {
+            executor.progress().line(&format!(
+                "  `{module}`: {why}: `{bus_node}`, holding the bus, goes first"
+            ));
+            Some(BusFirst {
+                declaration: self
+                    .compose(&bus_node)
+                    .map(|d| d.digest())
+                    .unwrap_or_default(),
+                node: bus_node,
+            })
+        } else {
+            None
+        };
+        self.events.push_back(Event::Start);
+        self.spec = RolloutSpec::new(definition, nodes, bus_first);
+        self.state = RolloutState::new();
+        Ok(())
+    }
+
+    /// Sends this step's batch together (the fleet overlaps them, bounded), each line naming
+    /// the digest its report must name.
+    async fn send_batch(&mut self, executor: &mut Executor<'_>) -> Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::take(&mut self.batch);
+        let declarations: Vec<Declaration> = batch.iter().map(|(_, d)| d.clone()).collect();
+        executor.send_many(&declarations).await?;
+        let module = &self.module;
+        for (which, declaration) in &batch {
+            let node = &declaration.node;
+            crate::fail::point(&format!("sent:{module}:{node}"));
+            // The digest its report must name, noted when it was checked.
+            let digest = expected_declaration(&self.spec, node);
+            executor.progress().line(&format!(
+                "  `{module}`: sent `{node}`{which} declaration {}",
+                mesh_host::short(&digest)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Hears one report (waiting up to a second), then every other one already at hand, each
+    /// of a node the rollout waits on queued as an event.
+    async fn hear(&mut self, executor: &mut Executor<'_>) -> Result<()> {
+        let module = &self.module;
         let mut wait = Duration::from_secs(1);
         for _ in 0..REPORTS_PER_STEP {
             let Some(report) = executor.next_report(wait).await? else {
                 break;
             };
             wait = Duration::ZERO;
-            let expected = expected_declaration(&spec, &report.node);
-            if !expected.is_empty() {
-                let judged = mesh_plan::merge::module_report(&report, module);
-                if judged.verdict == Verdict::Pending && judged.declaration == expected {
-                    executor.progress().line(&format!(
-                        "  `{module}`: `{}` reported it {}, not yet applied: waiting for its next report, up to {} s from its send",
-                        report.node,
-                        mesh_host::machine_word(report.machine),
-                        spec.deadline_secs
-                    ));
-                }
-                events.push_back(Event::Report(judged));
+            let expected = expected_declaration(&self.spec, &report.node);
+            if expected.is_empty() {
+                continue;
             }
+            let judged = mesh_plan::merge::module_report(&report, module);
+            if judged.verdict == Verdict::Pending && judged.declaration == expected {
+                executor.progress().line(&format!(
+                    "  `{module}`: `{}` reported it {}, not yet applied: waiting for its next \
+                     report, up to {} s from its send",
+                    report.node,
+                    mesh_host::machine_word(report.machine),
+                    self.spec.deadline_secs
+                ));
+            }
+            self.events.push_back(Event::Report(judged));
         }
-        // Deadlines are judged at least once a second, however busy the reports keep the
-        // loop (a fleet's hosts send heartbeats).
-        if last_tick.elapsed() >= Duration::from_secs(1) {
-            last_tick = tokio::time::Instant::now();
-            events.push_back(Event::Tick);
-        }
+        Ok(())
     }
-    if let Some((node, digest)) = reverted {
-        // Hear the reverted node's report of what it was sent back, so status shows what it
-        // runs now. Not any report of the node: a fleet host's heartbeat repeating its report
-        // of the failed declaration may be heard first.
+
+    /// Hears the reverted node's report of what it was sent back, so status shows what it runs
+    /// now. Not any report of the node: a fleet host's heartbeat repeating its report of the
+    /// failed declaration may be heard first.
+    async fn hear_reverted(&mut self, executor: &mut Executor<'_>) -> Result<()> {
+        let Some((node, digest)) = self.reverted.take() else {
+            return Ok(());
+        };
         let until = tokio::time::Instant::now() + Duration::from_secs(30);
         while tokio::time::Instant::now() < until {
             if let Some(report) = executor.next_report(Duration::from_secs(1)).await? {
@@ -533,9 +431,6 @@ pub async fn roll_out(
                 }
             }
         }
+        Ok(())
     }
-    Ok(())
 }
-
-/// How many reports a rollout takes in at most before it steps them (and saves once).
-const REPORTS_PER_STEP: usize = 256;

@@ -1,11 +1,10 @@
 //! Driving a plan: tier by tier, each module built, then rolled out one machine first through
 //! the executor, the plan saved after every step.
 
-use super::{Ctx, DriveMode};
+use super::{Ctx, Started};
 use crate::builds;
-use crate::error::{Context, Error, Result};
+use crate::error::{Context, Result};
 use crate::executor::Executor;
-use crate::fleet::Fleet;
 use crate::home::Home;
 use crate::plans::merge::lenient_dependency_graph;
 use crate::plans::{outcome_of, plan_source, record_built, PlanRecord};
@@ -13,21 +12,34 @@ use mesh_model::module::CatalogueSource;
 use mesh_model::plan::{PlanState, RolloutOutcome};
 use std::collections::BTreeSet;
 
+/// What driving a plan does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriveMode {
+    /// Build and roll out, tier by tier.
+    All,
+    /// Only build what is not built (`build --behind`).
+    BuildOnly,
+    /// Only roll out what is built, tier by tier, up to the first module not built
+    /// (`push --behind`).
+    RolloutOnly,
+}
+
 /// Carries a plan out as far as `mode` says, saving it after every step. A plan that is not
-/// open is left as it is.
+/// open is left as it is. A cancelled drive ([`Ctx::cancel`]) stops at its next step
+/// boundary and writes nothing after.
 ///
 /// # Errors
 /// When the home, the store or the bus fails; a failed build or a stopped rollout is recorded
 /// in the plan (state `stopped`), not returned as an error.
-pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> Result<()> {
+pub async fn drive(ctx: &Ctx, record: &mut PlanRecord, mode: DriveMode) -> Result<()> {
     if !record.plan.state.is_open() {
         return Ok(());
     }
-    let home = ctx.home;
+    let home = ctx.home();
     let id = record.plan.id.clone();
     let mut source: Option<CatalogueSource> = None;
-    let mut own_fleet: Option<Box<dyn Fleet>> = None;
-    let mut given_fleet = None;
+    // The fleet, started at the first rollout (a drive that only builds starts none).
+    let mut started: Option<Started> = None;
     // Modules that stopped, and every module of the plan built from one: not built, not rolled
     // out. The others go on.
     let mut blocked: BTreeSet<String> = BTreeSet::new();
@@ -49,6 +61,9 @@ pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> R
                 {
                     continue;
                 }
+                if ctx.cancel.is_cancelled() {
+                    return Ok(());
+                }
                 let catalogue = match &source {
                     Some(source) => source,
                     None => source.insert(plan_source(home, record)?),
@@ -57,7 +72,7 @@ pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> R
                 home.write_plan(record)?;
                 let built = builds::build_module(
                     home,
-                    ctx.store,
+                    ctx.store(),
                     &builds::BuildSource {
                         repository: &record.plan.repository,
                         commit: &record.plan.commit,
@@ -71,7 +86,7 @@ pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> R
                 match built {
                     Ok(built) => {
                         let identical = record_built(home, record, &built.build)?;
-                        ctx.progress.line(&format!(
+                        ctx.progress().line(&format!(
                             "{id} tier {index}: built `{module}` {} ({} bytes){}",
                             mesh_host::short(&built.build.archive.digest),
                             built.build.archive.size,
@@ -86,7 +101,7 @@ pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> R
                     }
                     Err(error) => {
                         let reason = error.chain_line();
-                        ctx.progress.line(&format!(
+                        ctx.progress().line(&format!(
                             "{id} tier {index}: the build of `{module}` failed: {reason}"
                         ));
                         record
@@ -112,39 +127,30 @@ pub async fn drive(ctx: &Ctx<'_>, record: &mut PlanRecord, mode: DriveMode) -> R
                 continue;
             }
             if record.work[module].build.is_none() {
-                ctx.progress.line(&format!(
+                ctx.progress().line(&format!(
                     "{id} tier {index}: `{module}` is not built yet; `build --behind` builds it"
                 ));
                 return end_drive(record, home, &blocked);
             }
-            let fleet: &mut dyn Fleet = match &ctx.fleet {
-                Some(given) => {
-                    if given_fleet.is_none() {
-                        given_fleet = Some(given.lock().await);
-                    }
-                    given_fleet
-                        .as_mut()
-                        .ok_or_else(|| Error::internal("the given fleet was not locked"))?
-                        .as_mut()
-                }
-                None => {
-                    if own_fleet.is_none() {
-                        own_fleet = Some(super::start_fleet(ctx).await?);
-                    }
-                    own_fleet
-                        .as_mut()
-                        .ok_or_else(|| Error::internal("the fleet was not started"))?
-                        .as_mut()
-                }
+            if ctx.cancel.is_cancelled() {
+                return Ok(());
+            }
+            let fleet = match &mut started {
+                Some(started) => started,
+                None => started.insert(ctx.mesh.start_fleet().await?),
             };
             record.plan.state = PlanState::RollingOut;
             home.write_plan(record)?;
-            ctx.progress
+            ctx.progress()
                 .line(&format!("{id} tier {index}: rolling out `{module}`"));
-            let mut executor = Executor::new(home, fleet, ctx.progress, &ctx.moves);
-            crate::executor::roll_out(&mut executor, ctx.store, record, module)
+            let mut executor = Executor::new(home, fleet.fleet(), ctx.progress(), &ctx.moves)
+                .cancelled_by(&ctx.cancel);
+            crate::executor::roll_out(&mut executor, ctx.store(), record, module)
                 .await
                 .for_plan(&id, || format!("{id}: rolling out `{module}`"))?;
+            if ctx.cancel.is_cancelled() {
+                return Ok(());
+            }
             if let Some(RolloutOutcome::Stopped { .. }) = outcome_of(record, module) {
                 hold(ctx, record, &mut source, &mut blocked)?;
             }
@@ -182,14 +188,14 @@ pub(super) fn end_drive(
 /// Recomputes what the plan's stopped modules hold back ([`mesh_plan::merge::held_back`]),
 /// saying which modules are newly held and from what.
 fn hold(
-    ctx: &Ctx<'_>,
+    ctx: &Ctx,
     record: &PlanRecord,
     source: &mut Option<CatalogueSource>,
     held: &mut BTreeSet<String>,
 ) -> Result<()> {
     let source = match source {
         Some(source) => source,
-        None => source.insert(plan_source(ctx.home, record)?),
+        None => source.insert(plan_source(ctx.home(), record)?),
     };
     let graph = lenient_dependency_graph(source);
     let now_held = mesh_plan::merge::held_back(&record.plan, &graph);
@@ -201,7 +207,7 @@ fn hold(
             .get(module)
             .and_then(|deps| deps.iter().find(|d| now_held.contains(*d)))
             .map_or("a module", String::as_str);
-        ctx.progress.line(&format!(
+        ctx.progress().line(&format!(
             "{}: `{module}` is built from `{from}`, which stopped: left as it is",
             record.plan.id
         ));

@@ -1,169 +1,268 @@
-//! The controller's runtime: plans driven — built, then rolled out through the executor — on
-//! the fleet the context names.
+//! The controller's runtime, in the shape of kube-runtime's `Controller`: a [`Mesh`] opened
+//! once (its home, store and fleet, [`Mesh::open`]), and a [`Runtime`] that owns the drives of
+//! its plans — each a task of its own, cancelled at any step boundary ([`Runtime::cancel`]) —
+//! and that every command drives through: `merge` ([`Runtime::merge`]), `plans resume`,
+//! `push --behind` and `build --behind` ([`Runtime::drive_open`]), `push` ([`Runtime::push`])
+//! and the daemon ([`crate::daemon`]).
 //!
-//! Start at [`merge`] (a merge heard, planned and driven), [`drive_open`] (`plans resume`,
-//! `push --behind`, `build --behind`) and [`push`] (`push`).
+//! A drive ([`drive`]) goes tier by tier: each module built, then rolled out one machine first
+//! through the executor ([`crate::executor::roll_out`]), the plan saved after every step.
+//!
+//! # Guarantees
+//! - A cancelled drive stops at its next step boundary — between two builds, two rollouts or
+//!   two steps of a rollout — having saved everything it did, and writes nothing after: its
+//!   plan is resumed from there.
+//! - A drive whose task is dropped (its caller gone: a daemon stopped mid-rollout) is aborted
+//!   where it awaits, its plan saved as of its last step.
+//! - One drive at a time holds the plans lock's work: `merge` and `drive_open` take it, and
+//!   drive their plans one after another under it.
 
 mod drive;
+mod mesh;
 
-pub use drive::drive;
+pub use drive::{drive, DriveMode};
+pub use mesh::{Ctx, GivenFleet, Mesh, MeshOptions, Started};
 
-use crate::builds;
+use crate::cancel::Cancel;
 use crate::error::{Context, Error, Result};
-use crate::fleet::Fleet;
-use crate::home::Home;
 use crate::plans::merge::Heard;
-use crate::plans::{MergeOutcome, PlansLock};
+use crate::plans::{MergeOutcome, PlanRecord, PlansLock};
 use crate::push::{Checked, PushResult};
 use crate::repos;
 use mesh_model::plan::Plan;
-use mesh_store::store::ArchiveStore;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-/// What driving a plan does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DriveMode {
-    /// Build and roll out, tier by tier.
-    All,
-    /// Only build what is not built (`build --behind`).
-    BuildOnly,
-    /// Only roll out what is built, tier by tier, up to the first module not built
-    /// (`push --behind`).
-    RolloutOnly,
+/// The drives running, by plan, each with its cancellation.
+type Running = Arc<Mutex<BTreeMap<String, Cancel>>>;
+
+/// The controller's runtime: a mesh, where progress goes, and the drives it owns.
+pub struct Runtime {
+    mesh: Arc<Mesh>,
+    progress: Arc<dyn crate::Progress>,
+    running: Running,
 }
 
-/// A fleet a caller gives the plans to drive through ([`Ctx::fleet`]).
-pub type GivenFleet = std::sync::Arc<tokio::sync::Mutex<Box<dyn Fleet>>>;
-
-/// The fleet of `ctx` when it brings none: over its bus when one is named, else in process.
-///
-/// # Errors
-/// The bus cannot be reached; the store cannot be named to the in-process hosts.
-pub async fn start_fleet(ctx: &Ctx<'_>) -> Result<Box<dyn Fleet>> {
-    Ok(match &ctx.bus {
-        Some(bus) => Box::new(
-            crate::fleet::nats::NatsFleet::start(ctx.home, bus, &builds::store_spec(ctx.store)?)
-                .await?,
-        ),
-        None => Box::new(
-            crate::fleet::in_process::InProcessFleet::start(
-                ctx.home,
-                builds::store_spec(ctx.store)?,
-            )
-            .await?,
-        ),
-    })
+/// A plan's drive, running as a task of its own: [`DriveTask::finish`] awaits it; dropped, the
+/// task is aborted where it awaits.
+pub struct DriveTask {
+    plan: String,
+    cancel: Cancel,
+    task: tokio::task::JoinHandle<Result<PlanRecord>>,
+    running: Running,
 }
 
-/// The controller's context for plan work.
-pub struct Ctx<'a> {
-    /// The mesh home.
-    pub home: &'a Home,
-    /// The archive store.
-    pub store: &'a dyn ArchiveStore,
-    /// Where progress goes.
-    pub progress: &'a dyn crate::Progress,
-    /// A fleet's bus: rollouts go to its real hosts (`None`: the embedded default, one host
-    /// agent per node in this process).
-    pub bus: Option<crate::credentials::BusArgs>,
-    /// Modules whose running containers' data may move (`--move MODULE`): their held nodes are
-    /// sent (rule 12). Empty: every move is held.
-    pub moves: BTreeSet<String>,
-    /// A fleet the caller brings (a Rust tool's own hosts, a simulation): every rollout sends
-    /// through it. `None`: the bus's real hosts when `bus` is named, else one host agent per
-    /// node in this process.
-    pub fleet: Option<GivenFleet>,
+impl DriveTask {
+    /// The plan driven.
+    pub fn plan(&self) -> &str {
+        &self.plan
+    }
+
+    /// Awaits the drive: the plan as it stands when the drive ended (or was cancelled).
+    ///
+    /// # Errors
+    /// As [`drive`]. A drive that panicked panics here.
+    pub async fn finish(mut self) -> Result<PlanRecord> {
+        let joined = (&mut self.task).await;
+        match joined {
+            Ok(driven) => driven,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            Err(error) => Err(Error::internal(format!(
+                "the drive of {} ended: {error}",
+                self.plan
+            ))),
+        }
+    }
 }
 
-/// Hears a merge to a registered repository: makes its plan and, unless `plan_only`, drives it
-/// and then any other open plan.
-///
-/// # Errors
-/// When git cannot be read, the affected modules depend on each other in a cycle (named), or a
-/// plan cannot be saved; a failed build or rollout is not an error but a stopped plan.
-pub async fn merge(
-    ctx: &Ctx<'_>,
-    name: &str,
-    commit: Option<&str>,
-    plan_only: bool,
-) -> Result<MergeOutcome> {
-    let home = ctx.home;
-    let repo = home.repo(name)?;
-    let commit = repos::resolve(&repo.path, commit.unwrap_or(&repo.branch))
-        .for_repo(name, || format!("repository `{name}`"))?;
-    let _lock = PlansLock::acquire(home, &format!("merge {name}"))?;
-    let (mut record, superseded) =
-        match crate::plans::merge::merge(home, ctx.progress, repo, &commit)? {
-            Heard::AlreadyPlanned(plan) => return Ok(MergeOutcome::AlreadyPlanned { plan }),
-            Heard::Planned { record, superseded } => (record, superseded),
-        };
-    if !plan_only {
-        drive(ctx, &mut record, DriveMode::All).await?;
-        for mut other in home.plans()? {
-            if other.plan.id != record.plan.id && other.plan.state.is_open() {
-                ctx.progress
-                    .line(&format!("resuming the open plan {}", other.plan.id));
-                drive(ctx, &mut other, DriveMode::All).await?;
+impl Drop for DriveTask {
+    fn drop(&mut self) {
+        self.task.abort();
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if running
+            .get(&self.plan)
+            .is_some_and(|cancel| cancel.is(&self.cancel))
+        {
+            running.remove(&self.plan);
+        }
+    }
+}
+
+impl Runtime {
+    /// The runtime of `mesh`, saying what it does to `progress`.
+    pub fn new(mesh: Arc<Mesh>, progress: Arc<dyn crate::Progress>) -> Runtime {
+        Runtime {
+            mesh,
+            progress,
+            running: Arc::default(),
+        }
+    }
+
+    /// The mesh.
+    pub fn mesh(&self) -> &Arc<Mesh> {
+        &self.mesh
+    }
+
+    /// A context for one drive or push, `moves` allowed to move (rule 12).
+    pub fn ctx(&self, moves: &BTreeSet<String>) -> Ctx {
+        Ctx {
+            mesh: Arc::clone(&self.mesh),
+            progress: Arc::clone(&self.progress),
+            moves: moves.clone(),
+            cancel: Cancel::new(),
+        }
+    }
+
+    /// Starts driving `record` as far as `mode` says, as a task the runtime owns; `moves` are
+    /// allowed to move. A plan driven already is cancelled first.
+    pub fn drive(
+        &self,
+        record: PlanRecord,
+        mode: DriveMode,
+        moves: &BTreeSet<String>,
+    ) -> DriveTask {
+        let ctx = self.ctx(moves);
+        let plan = record.plan.id.clone();
+        if let Some(earlier) = self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(plan.clone(), ctx.cancel.clone())
+        {
+            earlier.cancel();
+        }
+        let cancel = ctx.cancel.clone();
+        let task = tokio::spawn(async move {
+            let mut record = record;
+            drive(&ctx, &mut record, mode).await?;
+            Ok(record)
+        });
+        DriveTask {
+            plan,
+            cancel,
+            task,
+            running: Arc::clone(&self.running),
+        }
+    }
+
+    /// Cancels the drive of `plan`, if one runs: it stops at its next step boundary. Says
+    /// whether one ran.
+    pub fn cancel(&self, plan: &str) -> bool {
+        let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        running
+            .get(plan)
+            .inspect(|cancel| cancel.cancel())
+            .is_some()
+    }
+
+    /// The plans driven now.
+    pub fn driving(&self) -> Vec<String> {
+        self.running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// Hears a merge to a registered repository: makes its plan and, unless `plan_only`,
+    /// drives it and then any other open plan (`moves` allowed to move).
+    ///
+    /// # Errors
+    /// When git cannot be read, the affected modules depend on each other in a cycle (named),
+    /// or a plan cannot be saved; a failed build or rollout is not an error but a stopped plan.
+    pub async fn merge(
+        &self,
+        name: &str,
+        commit: Option<&str>,
+        plan_only: bool,
+        moves: &BTreeSet<String>,
+    ) -> Result<MergeOutcome> {
+        let home = self.mesh.home();
+        let repo = home.repo(name)?;
+        let commit = repos::resolve(&repo.path, commit.unwrap_or(&repo.branch))
+            .for_repo(name, || format!("repository `{name}`"))?;
+        let _lock = PlansLock::acquire(home, &format!("merge {name}"))?;
+        let (mut record, superseded) =
+            match crate::plans::merge::merge(home, self.progress.as_ref(), repo, &commit)? {
+                Heard::AlreadyPlanned(plan) => return Ok(MergeOutcome::AlreadyPlanned { plan }),
+                Heard::Planned { record, superseded } => (record, superseded),
+            };
+        if !plan_only {
+            record = self.drive(record, DriveMode::All, moves).finish().await?;
+            for other in home.plans()? {
+                if other.plan.id != record.plan.id && other.plan.state.is_open() {
+                    self.progress
+                        .line(&format!("resuming the open plan {}", other.plan.id));
+                    self.drive(other, DriveMode::All, moves).finish().await?;
+                }
             }
         }
+        Ok(MergeOutcome::Planned {
+            plan: record.plan,
+            superseded,
+            forgotten: record.forgotten.into_iter().collect(),
+        })
     }
-    Ok(MergeOutcome::Planned {
-        plan: record.plan,
-        superseded,
-        forgotten: record.forgotten.into_iter().collect(),
-    })
-}
 
-/// Drives every open plan (or the one named) as far as `mode` says.
-///
-/// # Errors
-/// As [`drive`]; naming a plan that is not open is an error.
-pub async fn drive_open(ctx: &Ctx<'_>, only: Option<&str>, mode: DriveMode) -> Result<Vec<Plan>> {
-    let _lock = PlansLock::acquire(ctx.home, "driving the open plans")?;
-    let mut out = Vec::new();
-    if let Some(id) = only {
-        let record = ctx.home.plan(id)?;
-        if !record.plan.state.is_open() {
-            return Err(Error::refused(format!(
-                "plan `{id}` is not open (it is {}); a plan that ended is never resumed",
-                mesh_plan::plans::state_word(&record.plan.state)
-            )));
+    /// Drives every open plan (or the one named) as far as `mode` says, one after another
+    /// (`moves` allowed to move).
+    ///
+    /// # Errors
+    /// As [`drive`]; naming a plan that is not open is an error.
+    pub async fn drive_open(
+        &self,
+        only: Option<&str>,
+        mode: DriveMode,
+        moves: &BTreeSet<String>,
+    ) -> Result<Vec<Plan>> {
+        let home = self.mesh.home();
+        let _lock = PlansLock::acquire(home, "driving the open plans")?;
+        let mut out = Vec::new();
+        if let Some(id) = only {
+            let record = home.plan(id)?;
+            if !record.plan.state.is_open() {
+                return Err(Error::refused(format!(
+                    "plan `{id}` is not open (it is {}); a plan that ended is never resumed",
+                    mesh_plan::plans::state_word(&record.plan.state)
+                )));
+            }
         }
-    }
-    for mut record in ctx.home.plans()? {
-        if !record.plan.state.is_open() || only.is_some_and(|id| id != record.plan.id) {
-            continue;
+        for record in home.plans()? {
+            if !record.plan.state.is_open() || only.is_some_and(|id| id != record.plan.id) {
+                continue;
+            }
+            let record = self.drive(record, mode, moves).finish().await?;
+            out.push(record.plan);
         }
-        drive(ctx, &mut record, mode).await?;
-        out.push(record.plan);
+        Ok(out)
     }
-    Ok(out)
-}
 
-/// Composes, sends and applies the declarations of `nodes` through the context's fleet (the
-/// bus's hosts, a fleet the caller brings, or the embedded default), grants first, holding a
-/// node whose running container's data would move unless its module is in `ctx.moves`, and
-/// waits up to `timeout` for each node's report.
-///
-/// # Errors
-/// When the fleet cannot be started, a grant fails (nothing else is sent), or a record cannot
-/// be read or written.
-pub async fn push(
-    ctx: &Ctx<'_>,
-    checked: &Checked,
-    nodes: &[String],
-    timeout: Duration,
-) -> Result<Vec<PushResult>> {
-    let mut fleet = start_fleet(ctx).await?;
-    crate::executor::push_telling(
-        ctx.home,
-        fleet.as_mut(),
-        checked,
-        nodes,
-        &ctx.moves,
-        timeout,
-        ctx.progress,
-    )
-    .await
+    /// Composes, sends and applies the declarations of `nodes` through the mesh's fleet,
+    /// grants first, holding a node whose running container's data would move unless its
+    /// module is in `moves`, and waits up to `timeout` for each node's report.
+    ///
+    /// # Errors
+    /// When the fleet cannot be started, a grant fails (nothing else is sent), or a record
+    /// cannot be read or written.
+    pub async fn push(
+        &self,
+        checked: &Checked,
+        nodes: &[String],
+        moves: &BTreeSet<String>,
+        timeout: Duration,
+    ) -> Result<Vec<PushResult>> {
+        let mut started = self.mesh.start_fleet().await?;
+        crate::executor::push_telling(
+            self.mesh.home(),
+            started.fleet(),
+            checked,
+            nodes,
+            moves,
+            timeout,
+            self.progress.as_ref(),
+        )
+        .await
+    }
 }

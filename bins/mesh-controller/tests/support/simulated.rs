@@ -11,11 +11,15 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Hosts that answer each declaration at once; `sent` names the nodes sent to, in order.
+/// Hosts that answer each declaration at once — or, `silent`, never; `sent` names the nodes
+/// sent to, in order.
 #[derive(Default)]
 pub struct Simulated {
     answers: VecDeque<Report>,
     pub sent: Arc<Mutex<Vec<String>>>,
+    /// Hosts that take every declaration and never report (a first machine that never comes
+    /// back).
+    pub silent: bool,
 }
 
 #[async_trait::async_trait]
@@ -38,7 +42,9 @@ impl Fleet for Simulated {
 
     async fn send(&mut self, declaration: &Declaration) -> mesh_controller::Result<()> {
         self.sent.lock().unwrap().push(declaration.node.clone());
-        self.answers.push_back(converged(declaration));
+        if !self.silent {
+            self.answers.push_back(converged(declaration));
+        }
         Ok(())
     }
 

@@ -30,19 +30,18 @@ pub struct Args {
 /// Builds the modules, or what the open plans have yet to build.
 pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     env.home.require()?;
-    let ctx = env.ctx(&[]);
     if args.behind {
         debug_assert!(args.modules.is_empty());
-        let plans = env.runtime.block_on(runtime::drive_open(
-            &ctx,
+        let plans = env.runtime.block_on(env.drives().drive_open(
             None,
             runtime::DriveMode::BuildOnly,
+            &Default::default(),
         ))?;
         return super::print_plans_driven(env.output, &plans);
     }
     let built = env.runtime.block_on(plans::build_named(
         &env.home,
-        env.store.as_ref(),
+        env.store(),
         &args.modules,
         args.dry_run,
     ))?;

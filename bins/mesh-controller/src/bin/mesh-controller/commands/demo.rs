@@ -4,7 +4,8 @@ use crate::render;
 use anyhow::{Context, Result};
 use mesh_controller::fleet::in_process::InProcessFleet;
 use mesh_controller::home::Home;
-use mesh_controller::{builds, executor, plans, push, runtime as mesh_runtime, settings, status};
+use mesh_controller::runtime::{Mesh, MeshOptions, Runtime};
+use mesh_controller::{builds, executor, plans, push, settings, status};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -53,26 +54,19 @@ fn free_port(wanted: u16, not: &[u16]) -> Result<(u16, Option<String>)> {
 /// Runs the demo, printing each step and its output.
 pub fn exec(args: Args) -> Result<ExitCode> {
     let dir = DemoHome::make().context("making a temporary home")?;
-    let home = Home::new(dir.path());
-    let store = mesh_store::open_store(&mesh_store::store::default_store_spec(home.root()))
-        .context("opening the demo's store")?;
+    let mesh = std::sync::Arc::new(
+        Mesh::open(dir.path(), MeshOptions::default()).context("opening the demo's store")?,
+    );
+    let home = mesh.home().clone();
     let runtime = tokio::runtime::Runtime::new()?;
     // Whether this machine runs containers (the container steps need podman).
     let podman = std::process::Command::new("podman")
         .arg("--version")
         .output()
         .is_ok_and(|out| out.status.success());
-    let progress = Print;
+    let drives = Runtime::new(std::sync::Arc::clone(&mesh), std::sync::Arc::new(Print));
     let merge = || -> Result<plans::MergeOutcome> {
-        let ctx = mesh_runtime::Ctx {
-            home: &home,
-            store: store.as_ref(),
-            progress: &progress,
-            bus: None,
-            moves: BTreeSet::new(),
-            fleet: None,
-        };
-        Ok(runtime.block_on(mesh_runtime::merge(&ctx, "demo", None, false))?)
+        Ok(runtime.block_on(drives.merge("demo", None, false, &BTreeSet::new()))?)
     };
     let step = |title: &str, command: &str| {
         println!(
@@ -88,7 +82,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
     mesh_controller::init::init(&home, true)?;
     let inventory = home.inventory()?;
     let catalogue = || -> Result<push::Checked> {
-        Ok(runtime.block_on(builds::effective_catalogue(&home, store.as_ref()))?)
+        Ok(runtime.block_on(builds::effective_catalogue(&home, mesh.store()))?)
     };
     let checked = catalogue()?;
     for node in inventory.file.nodes.keys() {

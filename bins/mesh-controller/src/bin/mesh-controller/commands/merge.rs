@@ -40,12 +40,12 @@ pub struct Args {
 /// plan stopped.
 pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     env.home.require()?;
-    let ctx = env.ctx(&args.moves);
     let (outcome, preview) = env.runtime.block_on(preview::merge(
-        &ctx,
+        &env.drives(),
         &args.repo,
         args.commit.as_deref(),
         args.plan_only,
+        &super::Env::moves(&args.moves),
     ))?;
     match env.output {
         Output::Json => {

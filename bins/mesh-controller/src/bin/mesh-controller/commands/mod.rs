@@ -29,10 +29,12 @@ use anyhow::{Context, Result};
 use mesh_controller::builds;
 use mesh_controller::credentials::BusArgs;
 use mesh_controller::home::Home;
+use mesh_controller::runtime::{Mesh, MeshOptions, Runtime};
 use mesh_store::store::ArchiveStore;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 /// What every command but `completions` and `man` runs with: the home, the store and the bus
 /// the global options name, a runtime, and where progress goes.
@@ -47,16 +49,17 @@ pub struct Env {
     pub bus: Option<BusArgs>,
     /// The bus options with no URL: what `broker users` renders for without `--bus`.
     pub local_bus: BusArgs,
-    /// The archive store.
-    pub store: Box<dyn ArchiveStore>,
+    /// The mesh: the home, the store and the fleet.
+    pub mesh: Arc<Mesh>,
     /// The runtime the library's async calls run on.
     pub runtime: tokio::runtime::Runtime,
     /// Progress lines (and bars on a terminal).
-    pub progress: Lines,
+    pub progress: Arc<Lines>,
 }
 
 impl Env {
-    /// Opens the home (on the bus with `--bus`) and the store, and starts a runtime.
+    /// Opens the mesh — the home (on the bus with `--bus`), the store and the fleet — and
+    /// starts a runtime.
     pub fn open(cli: &Cli) -> Result<Env> {
         let bus_args = |url: String| BusArgs {
             url,
@@ -79,28 +82,30 @@ impl Env {
             replicas: cli.bus_replicas,
         };
         let bus = cli.bus.clone().map(bus_args);
-        let home = mesh_controller::records::open_home(&cli.home, bus.as_ref())?;
-        let store_spec: mesh_store::store::StoreSpec = match &cli.store {
-            Some(spec) => spec.parse().with_context(|| format!("--store {spec}"))?,
-            None => mesh_store::store::default_store_spec(home.root()),
+        let store: Option<mesh_store::store::StoreSpec> = match &cli.store {
+            Some(spec) => Some(spec.parse().with_context(|| format!("--store {spec}"))?),
+            None => None,
         };
-        let store = mesh_store::open_store_with(
-            &store_spec,
-            &mesh_store::store::StoreAccess {
-                ca_file: cli.store_ca.clone(),
-                credentials_file: cli.store_credentials.clone(),
+        let mesh = Mesh::open(
+            &cli.home,
+            MeshOptions {
+                bus: bus.clone(),
+                store,
+                store_access: mesh_store::store::StoreAccess {
+                    ca_file: cli.store_ca.clone(),
+                    credentials_file: cli.store_credentials.clone(),
+                },
             },
-        )
-        .with_context(|| format!("opening the store {store_spec}"))?;
+        )?;
         Ok(Env {
             home_path: cli.home.clone(),
-            home,
+            home: mesh.home().clone(),
             output: cli.output,
             bus,
             local_bus: bus_args(String::new()),
-            store,
+            mesh: Arc::new(mesh),
             runtime: tokio::runtime::Runtime::new()?,
-            progress: Lines::new(cli.output),
+            progress: Arc::new(Lines::new(cli.output)),
         })
     }
 
@@ -111,17 +116,20 @@ impl Env {
             .context("this command talks to a fleet's bus: give --bus URL (or MESH_BUS)")
     }
 
-    /// The library's context for plans, rollouts and pushes, with the modules whose running
-    /// containers' data may move (`--move`).
-    pub fn ctx<'a>(&'a self, moves: &[String]) -> mesh_controller::runtime::Ctx<'a> {
-        mesh_controller::runtime::Ctx {
-            home: &self.home,
-            store: self.store.as_ref(),
-            progress: &self.progress,
-            bus: self.bus.clone(),
-            moves: moves.iter().cloned().collect::<BTreeSet<_>>(),
-            fleet: None,
-        }
+    /// The archive store.
+    pub fn store(&self) -> &dyn ArchiveStore {
+        self.mesh.store()
+    }
+
+    /// The library's runtime of the mesh, which plans, rollouts and pushes drive through;
+    /// progress goes to the command's lines.
+    pub fn drives(&self) -> Runtime {
+        Runtime::new(Arc::clone(&self.mesh), Arc::clone(&self.progress) as _)
+    }
+
+    /// The modules whose running containers' data may move (`--move`).
+    pub fn moves(moves: &[String]) -> BTreeSet<String> {
+        moves.iter().cloned().collect()
     }
 
     /// The catalogue the mesh composes from (registered repositories' builds over the home's
@@ -130,7 +138,7 @@ impl Env {
         self.home.require()?;
         Ok(self
             .runtime
-            .block_on(builds::effective_catalogue(&self.home, self.store.as_ref()))?)
+            .block_on(builds::effective_catalogue(&self.home, self.store()))?)
     }
 
     /// Prints `value` as pretty JSON on standard output.

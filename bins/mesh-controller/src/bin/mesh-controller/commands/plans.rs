@@ -70,9 +70,10 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         Command::Show { id, preview: true } => {
             home.require()?;
             let record = home.plan(&id)?;
-            let preview = env
-                .runtime
-                .block_on(preview::preview(&env.ctx(&[]), &record))?;
+            let preview = env.runtime.block_on(preview::preview(
+                &env.drives().ctx(&Default::default()),
+                &record,
+            ))?;
             match env.output {
                 Output::Json => env.print_json(&preview)?,
                 Output::Text => print!("{}", render::preview(&preview)),
@@ -94,10 +95,10 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         }
         Command::Resume { id, moves } => {
             home.require()?;
-            let plans = env.runtime.block_on(runtime::drive_open(
-                &env.ctx(&moves),
+            let plans = env.runtime.block_on(env.drives().drive_open(
                 id.as_deref(),
                 runtime::DriveMode::All,
+                &super::Env::moves(&moves),
             ))?;
             return super::print_plans_driven(env.output, &plans);
         }

@@ -38,12 +38,13 @@ pub struct Args {
 
 /// Pushes, or drives the open plans' rollouts with `--behind`.
 pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
-    let ctx = env.ctx(&args.moves);
+    let drives = env.drives();
+    let moves = super::Env::moves(&args.moves);
     if args.behind {
-        let plans = env.runtime.block_on(runtime::drive_open(
-            &ctx,
+        let plans = env.runtime.block_on(drives.drive_open(
             None,
             runtime::DriveMode::RolloutOnly,
+            &moves,
         ))?;
         return super::print_plans_driven(env.output, &plans);
     }
@@ -55,10 +56,10 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         }
     };
     let checked = env.checked()?;
-    let results = env.runtime.block_on(runtime::push(
-        &ctx,
+    let results = env.runtime.block_on(drives.push(
         &checked,
         &nodes,
+        &moves,
         std::time::Duration::from_secs(args.timeout),
     ))?;
     match env.output {

@@ -50,8 +50,8 @@ pub struct Args {
 /// Serves until a signal.
 pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     env.home.require()?;
-    let bus = env.need_bus()?;
-    let ctx = env.ctx(&[]);
+    env.need_bus()?;
+    let drives = env.drives();
     env.runtime.block_on(async {
         // The pages share the home's records (dropped with it, after the runtime).
         let pages = match args.http {
@@ -80,7 +80,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             }
             None => None,
         };
-        let served = daemon::serve(&ctx, &bus, mesh_host::serve::shutdown_signal()).await;
+        let served = daemon::serve(&drives, mesh_host::serve::shutdown_signal()).await;
         if let Some(pages) = pages {
             pages.abort();
         }

@@ -1,0 +1,294 @@
+//! What a rollout does for each action of the state machine ([`mesh_plan::rollout::Action`]):
+//! one function per action, each turning it into fleet calls through the [`Executor`] (which
+//! records them), progress lines, and the events that answer it.
+
+use super::rollout::Rollout;
+use super::saved::set_expected_declaration;
+use super::{decide, list_moves, some_nodes, Executor};
+use crate::builds::{self, DeployedRecord};
+use crate::error::{Error, Result};
+use crate::fleet::Grants;
+use crate::plans::PlanRecord;
+use mesh_model::declaration::Declaration;
+use mesh_plan::rollout::{Action, Event, Stage};
+use mesh_plan::PushDecision;
+
+/// What the check before a rollout's send decided.
+pub(super) enum SendCheck {
+    /// Send it.
+    Send(Declaration),
+    /// Not sent: the event says why (held for a move, or composing failed).
+    Not(Event),
+}
+
+impl Rollout {
+    /// Carries out `action`, one function per action.
+    ///
+    /// # Errors
+    /// The records cannot be read or written; the fleet did not take a declaration sent back.
+    pub(super) async fn act(
+        &mut self,
+        executor: &mut Executor<'_>,
+        record: &mut PlanRecord,
+        action: Action,
+    ) -> Result<()> {
+        match action {
+            Action::IssueGrants { nodes } => self.issue_grants(executor, nodes).await,
+            Action::SendBusNode { node } => self.send_bus_node(executor, node),
+            Action::Send { node, .. } => self.send(executor, node),
+            Action::Held { nodes, .. } => {
+                self.held(executor, nodes);
+                Ok(())
+            }
+            Action::SendFailed {
+                node,
+                reason,
+                retry_at,
+                ..
+            } => {
+                self.send_failed(executor, &node, &reason, retry_at);
+                Ok(())
+            }
+            Action::Stop { node, reason, .. } => {
+                self.stop(executor, &node, &reason);
+                Ok(())
+            }
+            Action::Revert { node, .. } => self.revert(executor, record, node).await,
+            Action::Done { .. } => self.done(executor).await,
+        }
+    }
+
+    /// [`Action::IssueGrants`]: issues the grants of `nodes`; the answer is the next event.
+    ///
+    /// # Errors
+    /// As [`Executor::issue_grants`].
+    pub(super) async fn issue_grants(
+        &mut self,
+        executor: &mut Executor<'_>,
+        nodes: Vec<String>,
+    ) -> Result<()> {
+        let module = &self.module;
+        let event = match executor.issue_grants(&nodes).await? {
+            Grants::Issued(note) => {
+                executor.progress().line(&format!(
+                    "  `{module}`: grants for {} ({note})",
+                    some_nodes(&nodes)
+                ));
+                Event::GrantsIssued { nodes }
+            }
+            Grants::Failed(reason) => Event::GrantsFailed { nodes, reason },
+        };
+        self.events.push_back(event);
+        Ok(())
+    }
+
+    /// [`Action::SendBusNode`]: the node holding the bus sent first, as [`Rollout::send`].
+    ///
+    /// # Errors
+    /// As [`Rollout::send`].
+    fn send_bus_node(&mut self, executor: &Executor<'_>, node: String) -> Result<()> {
+        self.send(executor, node)
+    }
+
+    /// [`Action::Send`]: `node`'s declaration checked ([`Rollout::checked_send`]) and put in
+    /// this step's batch, sent together once every event at hand is stepped.
+    ///
+    /// # Errors
+    /// What the node was sent cannot be read.
+    fn send(&mut self, executor: &Executor<'_>, node: String) -> Result<()> {
+        let which = match self.state.stage {
+            Stage::BusNode => " (holding the bus, first)",
+            Stage::FirstNode if self.state.first.as_deref() == Some(node.as_str()) => " (first)",
+            Stage::NotStarted
+            | Stage::FirstNode
+            | Stage::Rest
+            | Stage::Held
+            | Stage::Done
+            | Stage::Stopped => "",
+        };
+        let declaration = match self.composed.remove(&node) {
+            Some(declaration) => declaration,
+            None => self.compose(&node),
+        };
+        match self.checked_send(executor, &node, declaration)? {
+            SendCheck::Send(declaration) => self.batch.push((which.to_owned(), declaration)),
+            SendCheck::Not(event) => self.events.push_back(event),
+        }
+        Ok(())
+    }
+
+    /// [`Action::Held`]: every other node applied, and `nodes` are held for a move.
+    fn held(&self, executor: &Executor<'_>, nodes: usize) {
+        let module = &self.module;
+        executor.progress().line(&format!(
+            "  `{module}`: every other node applied; {nodes} node(s) held: their data would move \
+             (`--move {module}` on `plans resume`, `merge` or `push --behind` sends them)"
+        ));
+    }
+
+    /// [`Action::SendFailed`]: `node` was not sent, and is tried again at `retry_at`.
+    fn send_failed(&self, executor: &Executor<'_>, node: &str, reason: &str, retry_at: u64) {
+        executor.progress().line(&format!(
+            "  `{}`: not sent to `{node}`: {reason}; tried again at {}",
+            self.module,
+            mesh_host::format_time(retry_at)
+        ));
+    }
+
+    /// [`Action::Stop`]: the rollout stopped at `node`.
+    fn stop(&self, executor: &Executor<'_>, node: &str, reason: &str) {
+        executor.progress().line(&format!(
+            "  `{}`: stopped at `{node}`: {reason}; the other nodes keep what they ran",
+            self.module
+        ));
+    }
+
+    /// [`Action::Revert`]: `node` sent back what it ran before this rollout — unless that
+    /// would move its data and the module may not move — and the revert kept in the plan.
+    ///
+    /// # Errors
+    /// What it ran before is not kept; the fleet did not take it; the records cannot be read.
+    async fn revert(
+        &mut self,
+        executor: &mut Executor<'_>,
+        record: &mut PlanRecord,
+        node: String,
+    ) -> Result<()> {
+        let home = executor.home();
+        let module = self.module.clone();
+        let before = match self.befores.get(&node).cloned().flatten() {
+            Some(digest) => Some(home.declaration(&digest)?.ok_or_else(|| {
+                Error::Node {
+                    node: node.clone(),
+                    doing: format!("reverting `{node}`"),
+                    source: Box::new(Error::BadRecord {
+                        location: home
+                            .records()
+                            .locate(&crate::home::declaration_key(&digest)),
+                        what: format!("kept: `{node}` ran {digest} before this rollout"),
+                        source: None,
+                    }),
+                }
+            })?),
+            None => None,
+        };
+        let Some(before) = before else {
+            executor.progress().line(&format!(
+                "  `{module}`: nothing to send `{node}` back to: it was never sent before"
+            ));
+            return Ok(());
+        };
+        let digest = before.digest();
+        if let PushDecision::Hold { moves } = decide(home, &before, executor.moves())? {
+            executor.progress().line(&format!(
+                "  `{module}`: `{node}` is not sent back what it ran: its data would move ({}); \
+                 `--move {module}` allows it",
+                list_moves(&moves)
+            ));
+            return Ok(());
+        }
+        executor.send(&before).await?;
+        executor.progress().line(&format!(
+            "  `{module}`: sent `{node}` back what it ran before ({})",
+            mesh_host::short(&digest)
+        ));
+        if let Some(work) = record.work.get_mut(&module) {
+            work.reverted.insert(node.clone(), digest.clone());
+        }
+        self.reverted = Some((node, digest));
+        Ok(())
+    }
+
+    /// [`Action::Done`]: the module's build recorded deployed.
+    ///
+    /// # Errors
+    /// The deployed record cannot be written.
+    async fn done(&self, executor: &mut Executor<'_>) -> Result<()> {
+        let module = &self.module;
+        let deployed = DeployedRecord {
+            format: builds::DEPLOYED_FORMAT,
+            module: module.clone(),
+            repository: self.build.repository.clone(),
+            commit: self.build.commit.clone(),
+            archive: self.build.archive.clone(),
+            plan: self.plan.clone(),
+            at: mesh_host::now(),
+        };
+        builds::deploy(executor.home(), &deployed).await?;
+        crate::fail::point(&format!("deployed:{module}"));
+        executor.progress().line(&format!(
+            "  `{module}`: done on {} node(s); its build {} is deployed",
+            self.state.applied,
+            mesh_host::short(&self.build.archive.digest)
+        ));
+        Ok(())
+    }
+
+    /// Checks `node`'s composed declaration before it is sent: held when it would move a
+    /// running container's data and the module may not move (`--move`, rule 12); the event
+    /// when it is not to be sent. The digest is noted as the one its report must name.
+    ///
+    /// # Errors
+    /// What the node was sent cannot be read.
+    pub(super) fn checked_send(
+        &mut self,
+        executor: &Executor<'_>,
+        node: &str,
+        composed: std::result::Result<Declaration, String>,
+    ) -> Result<SendCheck> {
+        let declaration = match composed {
+            Ok(declaration) => declaration,
+            Err(reason) => {
+                return Ok(SendCheck::Not(Event::SendFailed {
+                    node: node.to_owned(),
+                    reason: format!("composing its declaration failed: {reason}"),
+                }))
+            }
+        };
+        set_expected_declaration(&mut self.spec, node, &declaration);
+        if let PushDecision::Hold { moves } =
+            decide(executor.home(), &declaration, executor.moves())?
+        {
+            executor.progress().line(&format!(
+                "  `{}`: `{node}` held: its data would move ({}); the others go on",
+                self.module,
+                list_moves(&moves)
+            ));
+            return Ok(SendCheck::Not(Event::Held {
+                node: node.to_owned(),
+                moves,
+            }));
+        }
+        Ok(SendCheck::Send(declaration))
+    }
+
+    /// Sends `node` its composed declaration at once, through the check of
+    /// [`Rollout::checked_send`] (a resumed rollout's send again); an event answering the send
+    /// (held, or composing failed) is queued.
+    ///
+    /// # Errors
+    /// The records cannot be read; the fleet did not take the declaration.
+    pub(super) async fn send_now(
+        &mut self,
+        executor: &mut Executor<'_>,
+        node: &str,
+        which: &str,
+    ) -> Result<()> {
+        let composed = self.compose(node);
+        let declaration = match self.checked_send(executor, node, composed)? {
+            SendCheck::Send(declaration) => declaration,
+            SendCheck::Not(event) => {
+                self.events.push_back(event);
+                return Ok(());
+            }
+        };
+        executor.send(&declaration).await?;
+        crate::fail::point(&format!("sent:{}:{node}", self.module));
+        executor.progress().line(&format!(
+            "  `{}`: sent `{node}`{which} declaration {}",
+            self.module,
+            mesh_host::short(&declaration.digest())
+        ));
+        Ok(())
+    }
+}
