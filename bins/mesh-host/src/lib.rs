@@ -208,9 +208,8 @@ pub fn apply_received_live(
         declaration,
         contents,
     } = received;
-    if std::env::var_os(FAIL_POINT).is_some_and(|step| step == PANIC_IN_APPLY) {
-        panic!("fail point {FAIL_POINT}={PANIC_IN_APPLY}");
-    }
+    #[cfg(feature = "fail-points")]
+    fail::fail_point!(PANIC_IN_APPLY);
     match mesh_apply::apply_archived_live(config, &**declaration, contents, now, progress) {
         Ok(mut report) => {
             prune_archive_cache(config, declaration, &mut report);
@@ -225,12 +224,12 @@ pub fn apply_received_live(
     }
 }
 
-/// The environment variable naming a fail point: a step at which the host fails on purpose, so
-/// that tests can see what such a failure does. Unset (or naming no step) in production.
-pub const FAIL_POINT: &str = "MESH_HOST_FAIL_POINT";
-
-/// The fail point at which [`apply_received`] panics before it applies anything.
-pub const PANIC_IN_APPLY: &str = "panic-in-apply";
+/// The fail point at which [`apply_received`] fails before it applies anything (a test sets it
+/// to panic: `fail::cfg(PANIC_IN_APPLY, "panic(…)")`), so that tests can see what such a
+/// failure does. It exists only with the `fail-points` feature, which the crate's tests turn
+/// on: a release build has no fail point and reads none from anywhere.
+#[cfg(feature = "fail-points")]
+pub const PANIC_IN_APPLY: &str = "mesh-host.apply.panic";
 
 /// [`apply_received`], with a panic in it caught and made the report: every resource of the
 /// declaration failed with `the host's apply panicked: <message>` ([`panicked`]).

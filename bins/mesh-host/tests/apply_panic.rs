@@ -3,12 +3,13 @@
 //! the report — every resource failed, naming it — and the agent goes on to the next
 //! declaration.
 //!
-//! One test in this binary: it sets the fail point [`mesh_host::FAIL_POINT`] in its own
-//! process's environment, and clears it only once the panicked report is heard.
+//! One test in this binary: it sets the fail point [`mesh_host::PANIC_IN_APPLY`] to panic (the
+//! `fail` crate; the crate's tests build it with the `fail-points` feature), and removes it
+//! only once the panicked report is heard.
 
 use mesh_apply::{ContainerRuntimeChoice, HostConfig};
 use mesh_bus::{subjects, Bus, InProcessBus};
-use mesh_host::{ArchiveSource, FAIL_POINT, PANIC_IN_APPLY};
+use mesh_host::{ArchiveSource, PANIC_IN_APPLY};
 use mesh_model::report::{MachineState, Outcome, Report};
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,12 +54,16 @@ async fn a_panic_in_an_apply_is_a_failed_report_naming_it_and_the_agent_goes_on(
     .await
     .unwrap();
 
-    std::env::set_var(FAIL_POINT, PANIC_IN_APPLY);
+    fail::cfg(
+        PANIC_IN_APPLY,
+        &format!("panic(fail point {PANIC_IN_APPLY})"),
+    )
+    .unwrap();
     bus.publish(&subjects::declaration("box"), DECLARATION.into())
         .await
         .unwrap();
     let report = next_report(&mut reports).await;
-    std::env::remove_var(FAIL_POINT);
+    fail::remove(PANIC_IN_APPLY);
     assert_eq!(report.machine, MachineState::Partial, "{report:#?}");
     assert_eq!(report.resources.len(), 2, "{report:#?}");
     for (id, outcome) in &report.resources {
