@@ -137,6 +137,33 @@ pub trait ContainerRuntime {
         Ok(None)
     }
 
+    /// Makes the podman network `name` for resource `resource` of `module` when it is not there
+    /// (labelled as the host's own). Returns what changed (`created`; empty: it was there, made
+    /// by this host for this resource).
+    ///
+    /// # Errors
+    /// Why it could not, including that a network of that name is there that the mesh did not
+    /// make (it is left alone). The default, for a runtime without networks: that it has none.
+    fn ensure_network(
+        &self,
+        _resource: &str,
+        _module: &str,
+        name: &str,
+    ) -> Result<Vec<String>, String> {
+        Err(format!("network `{name}`: {NOT_SUPPORTED}"))
+    }
+
+    /// Removes the network `name` the mesh made and no longer declares; a network the mesh did
+    /// not make is left alone, and that is said. Returns what was done.
+    ///
+    /// # Errors
+    /// Why it could not (a container the mesh did not make still joins it, say).
+    fn remove_network(&self, name: &str) -> Result<String, String> {
+        Ok(format!(
+            "network `{name}` was not removed: this host runs no containers"
+        ))
+    }
+
     /// Whether a container the host made runs, changing nothing (drift, rule 28): `None` when
     /// it runs, else what was found instead (`exited with code N …; the last lines of its
     /// log: …`, or that it is gone). The default, for a runtime that cannot tell: `None`.

@@ -173,6 +173,8 @@ impl Examiner {
                         }
                     }
                 }
+                // A network is seen through the containers that join it.
+                Spec::Network(_) => {}
                 Spec::Container(spec) => {
                     // Its name on this machine (`HostConfig::container_prefix`).
                     let name = format!("{}{}", config.container_prefix, spec.name);

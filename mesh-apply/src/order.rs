@@ -29,7 +29,8 @@ fn key(resource: &Resource) -> Key<'_> {
         Spec::Directory(d) => (0, depth(&d.path)),
         Spec::File(f) => (1, depth(&f.path)),
         Spec::Membership(_) => (2, 0),
-        Spec::Container(_) => (3, 0),
+        Spec::Network(_) => (3, 0),
+        Spec::Container(_) => (4, 0),
     };
     (phase, path_depth, resource.id.as_str())
 }
@@ -118,7 +119,7 @@ pub(crate) fn units_in_order(declaration: &Declaration) -> Order {
         match &resource.spec {
             Spec::File(f) => deps.extend(nearest_directory(&f.path)),
             Spec::Directory(d) => deps.extend(nearest_directory(&d.path)),
-            Spec::Membership(_) => {}
+            Spec::Membership(_) | Spec::Network(_) => {}
             Spec::Container(c) => {
                 deps.extend(
                     c.restart_on

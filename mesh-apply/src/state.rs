@@ -98,6 +98,11 @@ pub enum Target {
         /// Its name on the machine.
         name: String,
     },
+    /// A podman network by name.
+    Network {
+        /// Its name on the machine.
+        name: String,
+    },
 }
 
 /// Whether the mesh made a resource or found it there, and what it found (`"made"`, or

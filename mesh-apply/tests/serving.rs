@@ -196,3 +196,135 @@ fn limits_and_how_it_runs_show_in_podman_inspect_and_a_change_names_its_field() 
     );
     assert_eq!(inspect(&name, "{{.HostConfig.Memory}}"), "100663296");
 }
+
+/// Removes the podman networks it names when dropped, whoever made them.
+struct Networks(Vec<String>);
+
+impl Networks {
+    fn name(&mut self, what: &str) -> String {
+        let name = format!("mesh-test-{what}-{}", std::process::id());
+        self.0.push(name.clone());
+        remove_network(&name);
+        name
+    }
+}
+
+impl Drop for Networks {
+    fn drop(&mut self) {
+        for name in &self.0 {
+            remove_network(name);
+        }
+    }
+}
+
+fn remove_network(name: &str) {
+    let _ = Command::new("podman")
+        .args(["network", "rm", "--force", name])
+        .output();
+}
+
+fn network_exists(name: &str) -> bool {
+    Command::new("podman")
+        .args(["network", "exists", name])
+        .status()
+        .unwrap()
+        .success()
+}
+
+fn network(module: &str, name: &str, machine_name: &str) -> Resource {
+    Resource {
+        id: mesh_model::declaration::resource_id(module, "network", name),
+        module: module.to_owned(),
+        together: None,
+        after: Vec::new(),
+        spec: mesh_model::declaration::Spec::Network(mesh_model::declaration::NetworkSpec {
+            name: machine_name.to_owned(),
+        }),
+    }
+}
+
+#[test]
+fn a_declared_network_is_made_joined_and_given_back_and_a_foreign_one_is_left_alone() {
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let mut networks = Networks(Vec::new());
+    let ours = networks.name("net");
+    let theirs = networks.name("foreign-net");
+    let joined = names.name("joins");
+    let stranded = names.name("stranded");
+    let joining = |name: &str, machine_name: &str, net: &str| {
+        let mut resource = after(
+            container("app", name, machine_name),
+            &format!("app/network/{net}"),
+        );
+        spec_mut(&mut resource).network = Some(if net == "backend" {
+            ours.clone()
+        } else {
+            theirs.clone()
+        });
+        resource
+    };
+    let made_by_hand = Command::new("podman")
+        .args(["network", "create", &theirs])
+        .output()
+        .unwrap();
+    assert!(made_by_hand.status.success(), "{made_by_hand:?}");
+
+    let first = run(
+        &sandbox,
+        vec![
+            network("app", "backend", &ours),
+            network("app", "front", &theirs),
+            joining("joins", &joined, "backend"),
+            joining("stranded", &stranded, "front"),
+        ],
+    );
+    assert_eq!(
+        outcome(&first, "app/network/backend"),
+        &Outcome::Applied {
+            changed: vec!["created".to_owned()]
+        }
+    );
+    assert_eq!(
+        outcome(&first, "app/container/joins"),
+        &Outcome::Applied {
+            changed: vec!["created".to_owned()]
+        }
+    );
+    assert!(
+        inspect(
+            &joined,
+            "{{range $name, $_ := .NetworkSettings.Networks}}{{$name}} {{end}}"
+        )
+        .split_whitespace()
+        .any(|n| n == ours),
+        "the container joins the network"
+    );
+    let Outcome::Failed { reason, .. } = outcome(&first, "app/network/front") else {
+        panic!("a foreign network was taken: {first:#?}");
+    };
+    assert!(
+        reason.contains(&format!(
+            "a network named `{theirs}` exists that the mesh did not make"
+        )),
+        "{reason}"
+    );
+    assert_eq!(
+        outcome(&first, "app/container/stranded"),
+        &Outcome::Skipped {
+            gated_by: "app/network/front".to_owned()
+        }
+    );
+
+    // Undeclared: the container goes, then the network it made; the foreign one stays.
+    let second = run(&sandbox, Vec::new());
+    let Some(Outcome::Removed { detail }) = second.undeclared.get("app/network/backend") else {
+        panic!("the network was not given back: {second:#?}");
+    };
+    assert!(detail.contains("removed network"), "{detail}");
+    assert!(!network_exists(&ours));
+    assert!(
+        network_exists(&theirs),
+        "a network the mesh did not make is left alone"
+    );
+}

@@ -262,3 +262,32 @@ cpus = 0.5
     );
     insta::assert_snapshot!(said);
 }
+
+#[test]
+fn a_network_is_one_the_module_declares_never_podmans_own_and_never_in_a_together_group() {
+    let said = check(
+        r#"
+//- app/module.toml
+name = "app"
+[networks.backend]
+[networks.host]
+[containers.db]
+image = "localhost/mesh-busybox:latest"
+network = "frontend"
+[containers.api]
+image = "localhost/mesh-busybox:latest"
+network = "backend"
+[together]
+pair = ["network/backend", "container/api"]
+"#,
+    );
+    for says in [
+        "`containers.db.network`: `frontend` is not a network: `bridge`, `host`, or one the module \
+         declares",
+        "`networks.host`: `host` is podman's own network",
+        "`together.pair`: `network/backend`: a network cannot be in a together group",
+    ] {
+        assert!(said.contains(says), "{says}\n{said}");
+    }
+    assert!(!said.contains("containers.api"), "{said}");
+}

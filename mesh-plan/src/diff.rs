@@ -197,6 +197,7 @@ fn flatten(resource: &Resource) -> BTreeMap<String, Flat<'_>> {
             put("owner", json!(d.owner));
             put("group", json!(d.group));
         }
+        Spec::Network(n) => put("name", json!(n.name)),
         Spec::Membership(m) => {
             put("account", json!(m.account));
             put("group", json!(m.group));

@@ -48,7 +48,7 @@ impl fmt::Display for Move {
 pub fn could_move(new: &Declaration) -> bool {
     new.resources.iter().any(|resource| match &resource.spec {
         Spec::Container(container) => !container.mounts.is_empty(),
-        Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) => false,
+        Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) | Spec::Network(_) => false,
     })
 }
 
@@ -70,8 +70,13 @@ pub fn moves(sent: Option<&Declaration>, new: &Declaration) -> Vec<Move> {
         let (container, old) = match (&resource.spec, &before.spec) {
             (Spec::Container(container), Spec::Container(old)) => (container, old),
             // Only a container that was sent as one can move: nothing else mounts places.
-            (Spec::Container(_), Spec::File(_) | Spec::Directory(_) | Spec::Membership(_))
-            | (Spec::File(_) | Spec::Directory(_) | Spec::Membership(_), _) => continue,
+            (
+                Spec::Container(_),
+                Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) | Spec::Network(_),
+            )
+            | (Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) | Spec::Network(_), _) => {
+                continue
+            }
         };
         let old_sources: BTreeMap<&str, &str> = old
             .mounts

@@ -27,13 +27,13 @@ impl<'a> Engine<'a, '_> {
             .containers
             .apply(&declared(resource, spec), restart);
         if result.is_ok() {
-            self.record_container(resource)?;
+            self.record_made(resource)?;
             self.paid_restart(&resource.id);
         }
         Ok(result.into())
     }
 
-    pub(super) fn record_container(&mut self, resource: &Resource) -> Result<(), ApplyError> {
+    pub(super) fn record_made(&mut self, resource: &Resource) -> Result<(), ApplyError> {
         if !self.state.resources.contains_key(&resource.id) {
             self.state.resources.insert(
                 resource.id.clone(),
@@ -51,7 +51,7 @@ impl<'a> Engine<'a, '_> {
     pub(super) fn held_container(&self, resource: &Resource) -> Option<String> {
         match &resource.spec {
             Spec::Container(c) => self.held.get(&c.name).cloned(),
-            Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) => None,
+            Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) | Spec::Network(_) => None,
         }
     }
 
@@ -59,7 +59,10 @@ impl<'a> Engine<'a, '_> {
     pub(super) fn held_step(&self, target: &Target) -> Option<String> {
         match target {
             Target::Container { name } => self.held.get(name).cloned(),
-            Target::File { .. } | Target::Directory { .. } | Target::Membership { .. } => None,
+            Target::File { .. }
+            | Target::Directory { .. }
+            | Target::Membership { .. }
+            | Target::Network { .. } => None,
         }
     }
 }

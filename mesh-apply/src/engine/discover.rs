@@ -65,8 +65,8 @@ impl<'a> Engine<'a, '_> {
                 }
                 _ => None,
             }),
-            // A container is recorded once its runtime has made it.
-            Spec::Container(_) => Ok(None),
+            // A container or a network is recorded once its runtime has made it.
+            Spec::Container(_) | Spec::Network(_) => Ok(None),
         }
     }
 

@@ -495,6 +495,9 @@ impl<'a> Engine<'a, '_> {
                     group: spec.group.clone(),
                 }))
             }
+            Spec::Network(_) => Ok(Staging::Broken(
+                "a network cannot be in a together group".to_owned(),
+            )),
             Spec::Container(spec) if self.held.contains_key(&spec.name) => {
                 Ok(Staging::Staged(Staged::Nothing))
             }
@@ -616,7 +619,7 @@ impl<'a> Engine<'a, '_> {
                     Some(aside) => aside.changed.clone(),
                     None => changed,
                 };
-                if let Err(e) = self.record_container(resource) {
+                if let Err(e) = self.record_made(resource) {
                     return Err(put_back(e.to_string()));
                 }
                 let restart = *restart && matches!(was, ContainerWas::Running);
@@ -685,7 +688,7 @@ fn show(resource: &Resource) -> String {
     match &resource.spec {
         Spec::File(f) => f.path.clone(),
         Spec::Directory(d) => d.path.clone(),
-        Spec::Membership(_) | Spec::Container(_) => resource.id.clone(),
+        Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) => resource.id.clone(),
     }
 }
 

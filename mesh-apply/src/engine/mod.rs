@@ -15,6 +15,7 @@ mod discover;
 mod files;
 mod group;
 mod memberships;
+mod networks;
 mod release;
 mod restarts;
 mod units;
@@ -227,20 +228,39 @@ pub fn apply_archived_with(
     })
 }
 
-/// `declaration` with every container under its name on this machine ([`HostConfig::container_prefix`]
-/// before its declared name); `None` when that changes nothing (no prefix, or no container).
+/// `declaration` with every container and network under its name on this machine
+/// ([`HostConfig::container_prefix`] before its declared name, and a container joining a declared
+/// network joins it under that name); `None` when that changes nothing (no prefix, or no
+/// container or network).
 fn with_container_prefix(declaration: &Declaration, prefix: &str) -> Option<Declaration> {
     let has_container = declaration
         .resources
         .iter()
-        .any(|r| matches!(r.spec, Spec::Container(_)));
+        .any(|r| matches!(r.spec, Spec::Container(_) | Spec::Network(_)));
     if prefix.is_empty() || !has_container {
         return None;
     }
+    let networks: BTreeSet<&str> = declaration
+        .resources
+        .iter()
+        .filter_map(|r| match &r.spec {
+            Spec::Network(n) => Some(n.name.as_str()),
+            _ => None,
+        })
+        .collect();
     let mut renamed = declaration.clone();
     for resource in &mut renamed.resources {
-        if let Spec::Container(container) = &mut resource.spec {
-            container.name = format!("{prefix}{}", container.name);
+        match &mut resource.spec {
+            Spec::Container(container) => {
+                container.name = format!("{prefix}{}", container.name);
+                if let Some(network) = &mut container.network {
+                    if networks.contains(network.as_str()) {
+                        *network = format!("{prefix}{network}");
+                    }
+                }
+            }
+            Spec::Network(network) => network.name = format!("{prefix}{}", network.name),
+            Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) => {}
         }
     }
     Some(renamed)
@@ -505,7 +525,15 @@ fn is_target(spec: &Spec, target: &Target) -> bool {
             m.account == *account && m.group == *group
         }
         (Spec::Container(c), Target::Container { name }) => c.name == *name,
-        (Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) | Spec::Container(_), _) => false,
+        (Spec::Network(n), Target::Network { name }) => n.name == *name,
+        (
+            Spec::File(_)
+            | Spec::Directory(_)
+            | Spec::Membership(_)
+            | Spec::Container(_)
+            | Spec::Network(_),
+            _,
+        ) => false,
     }
 }
 
@@ -524,6 +552,9 @@ fn target_of(spec: &Spec) -> Target {
         },
         Spec::Container(c) => Target::Container {
             name: c.name.clone(),
+        },
+        Spec::Network(n) => Target::Network {
+            name: n.name.clone(),
         },
     }
 }

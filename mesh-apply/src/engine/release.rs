@@ -91,12 +91,13 @@ impl<'a> Engine<'a, '_> {
         if !to_release.is_empty() {
             self.begin_change()?;
         }
-        // Containers, memberships, then files, then directories deepest first.
+        // Containers, networks, memberships, then files, then directories deepest first.
         to_release.sort_by_key(|(id, record)| match &record.target {
             Target::Container { .. } => (0, 0, id.clone()),
-            Target::Membership { .. } => (1, 0, id.clone()),
-            Target::File { .. } => (2, 0, id.clone()),
-            Target::Directory { path } => (3, usize::MAX - crate::paths::depth(path), id.clone()),
+            Target::Network { .. } => (1, 0, id.clone()),
+            Target::Membership { .. } => (2, 0, id.clone()),
+            Target::File { .. } => (3, 0, id.clone()),
+            Target::Directory { path } => (4, usize::MAX - crate::paths::depth(path), id.clone()),
         });
         for (id, record) in to_release {
             let declared_again = self.declaration.resource(&id).is_some();
@@ -141,12 +142,14 @@ impl<'a> Engine<'a, '_> {
         let declared = self.declaration.resources.iter().any(|r| match &r.spec {
             Spec::File(f) => is_ancestor(dir, &f.path),
             Spec::Directory(d) => is_ancestor(dir, &d.path),
-            Spec::Membership(_) | Spec::Container(_) => false,
+            Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) => false,
         });
         declared
             || self.state.resources.values().any(|r| match &r.target {
                 Target::File { path } | Target::Directory { path } => is_ancestor(dir, path),
-                Target::Membership { .. } | Target::Container { .. } => false,
+                Target::Membership { .. } | Target::Container { .. } | Target::Network { .. } => {
+                    false
+                }
             })
     }
 
@@ -155,12 +158,14 @@ impl<'a> Engine<'a, '_> {
         let declared = self.declaration.resources.iter().any(|r| match &r.spec {
             Spec::File(f) => f.path == path,
             Spec::Directory(d) => d.path == path,
-            Spec::Membership(_) | Spec::Container(_) => false,
+            Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) => false,
         });
         declared
             || self.state.resources.values().any(|r| match &r.target {
                 Target::File { path: p } | Target::Directory { path: p } => p == path,
-                Target::Membership { .. } | Target::Container { .. } => false,
+                Target::Membership { .. } | Target::Container { .. } | Target::Network { .. } => {
+                    false
+                }
             })
     }
 
@@ -280,6 +285,7 @@ impl<'a> Engine<'a, '_> {
                 "kept `{account}` in `{group}`: it was a member before the mesh"
             )),
             (Target::Container { name }, Origin::Made) => self.seams.containers.remove(name),
+            (Target::Network { name }, Origin::Made) => self.seams.containers.remove_network(name),
             (target, origin) => Ok(format!(
                 "forgot {target:?}: its record ({origin:?}) does not fit it"
             )),

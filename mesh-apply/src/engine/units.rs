@@ -131,6 +131,7 @@ impl<'a> Engine<'a, '_> {
             Spec::Directory(d) => self.apply_directory(resource, d),
             Spec::Membership(m) => self.apply_membership(resource, m),
             Spec::Container(c) => self.apply_container(resource, c),
+            Spec::Network(n) => self.apply_network(resource, n),
         }
     }
 }

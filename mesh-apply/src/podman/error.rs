@@ -85,6 +85,14 @@ pub enum PodmanError {
         /// The program that holds it (`` `python3` (pid 812) ``).
         holder: String,
     },
+    /// A network of that name exists that the mesh did not make for this resource.
+    #[error("a network named `{name}` exists that {whose}; it is left alone")]
+    ForeignNetwork {
+        /// The network's name.
+        name: String,
+        /// Whose it is (`the mesh did not make (…)`).
+        whose: String,
+    },
     /// No container of that name exists.
     #[error("there is no container named `{name}`")]
     Missing {

@@ -297,6 +297,20 @@ impl ContainerRuntime for Podman {
             .map_err(|e| e.to_string())
     }
 
+    fn ensure_network(
+        &self,
+        resource: &str,
+        module: &str,
+        name: &str,
+    ) -> Result<Vec<String>, String> {
+        self.ensure_network_made(resource, module, name)
+            .map_err(|e| e.to_string())
+    }
+
+    fn remove_network(&self, name: &str) -> Result<String, String> {
+        self.remove_network_made(name).map_err(|e| e.to_string())
+    }
+
     fn let_go(&self, aside: &SetAside) -> Result<(), String> {
         self.remove_container(&aside.kept_as)
             .map_err(|e| e.to_string())

@@ -29,11 +29,13 @@
 //! The runtime is in files of their own: `error` (what podman could not do), `run_spec` (how a
 //! container runs, as its label keeps it, and the fields that changed), `lifecycle` (create,
 //! replace, set aside, put back, remove: the [`ContainerRuntime`] seam), `judge` (whether a
-//! container just started runs, and its log tail) and `ports` (who holds a host port).
+//! container just started runs, and its log tail), `ports` (who holds a host port) and
+//! `networks` (the podman networks a module declares).
 
 mod error;
 mod judge;
 mod lifecycle;
+mod networks;
 mod ports;
 mod run_spec;
 

@@ -86,6 +86,8 @@ pub enum Spec {
     Membership(MembershipSpec),
     /// A container under podman.
     Container(Box<ContainerSpec>),
+    /// A podman network the module's containers join.
+    Network(NetworkSpec),
 }
 
 impl Spec {
@@ -96,6 +98,7 @@ impl Spec {
             Spec::Directory(_) => "directory",
             Spec::Membership(_) => "membership",
             Spec::Container(_) => "container",
+            Spec::Network(_) => "network",
         }
     }
 }
@@ -172,6 +175,14 @@ pub struct DirectorySpec {
     pub owner: String,
     /// Owning group.
     pub group: String,
+}
+
+/// A podman network the host makes, and removes when it is no longer declared.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct NetworkSpec {
+    /// Its name on the machine.
+    pub name: String,
 }
 
 /// An account's membership of a group.
@@ -331,7 +342,7 @@ impl Declaration {
             let path = match &r.spec {
                 Spec::File(f) => Some(f.path.as_str()),
                 Spec::Directory(d) => Some(d.path.as_str()),
-                Spec::Membership(_) | Spec::Container(_) => None,
+                Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) => None,
             };
             if let Some(path) = path {
                 if let Some(problem) = path_problem(path) {
@@ -362,6 +373,20 @@ impl Declaration {
                     for problem in c.problems() {
                         out.push(format!("`{}`: {problem}", r.id));
                     }
+                    out.extend(self.network_problem(r, c));
+                }
+                Spec::Network(n) => {
+                    if let Some(problem) = network_problem(&n.name)
+                        .or_else(|| is_builtin_network(&n.name).then(|| "is podman's own".into()))
+                    {
+                        out.push(format!("`{}`: network `{}` {problem}", r.id, n.name));
+                    }
+                    if r.together.is_some() {
+                        out.push(format!(
+                            "`{}`: a network cannot be in a together group",
+                            r.id
+                        ));
+                    }
                 }
                 Spec::Membership(_) => {}
             }
@@ -371,7 +396,34 @@ impl Declaration {
     }
 }
 
+/// Whether `name` is one of podman's own networks a container names without declaring it.
+fn is_builtin_network(name: &str) -> bool {
+    matches!(name, NETWORK_BRIDGE | NETWORK_HOST | "none" | "podman")
+}
+
 impl Declaration {
+    /// What is wrong with the network a container names, if anything: one that is not
+    /// podman's own must be a network the declaration holds, and the container comes after it.
+    fn network_problem(&self, resource: &Resource, spec: &ContainerSpec) -> Option<String> {
+        let name = spec.network.as_deref().filter(|n| !is_builtin_network(n))?;
+        let Some(network) = self
+            .resources
+            .iter()
+            .find(|r| matches!(&r.spec, Spec::Network(n) if n.name == name))
+        else {
+            return Some(format!(
+                "`{}`: joins the network `{name}`, which is not declared",
+                resource.id
+            ));
+        };
+        (!resource.after.contains(&network.id)).then(|| {
+            format!(
+                "`{}`: joins the network of `{}` and must come after it",
+                resource.id, network.id
+            )
+        })
+    }
+
     /// Two containers that would take one host port, each pair said once, naming both.
     fn port_collisions(&self) -> Vec<String> {
         let published: Vec<(&str, &PortMapping)> = self
@@ -379,7 +431,7 @@ impl Declaration {
             .iter()
             .filter_map(|r| match &r.spec {
                 Spec::Container(c) => Some((r.id.as_str(), &c.ports)),
-                Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) => None,
+                Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) | Spec::Network(_) => None,
             })
             .flat_map(|(id, ports)| ports.iter().map(move |port| (id, port)))
             .collect();
@@ -613,7 +665,10 @@ impl Sealed {
             .iter()
             .map(|r| match &r.spec {
                 Spec::File(f) => f.content_digest(),
-                Spec::Directory(_) | Spec::Membership(_) | Spec::Container(_) => None,
+                Spec::Directory(_)
+                | Spec::Membership(_)
+                | Spec::Container(_)
+                | Spec::Network(_) => None,
             })
             .collect();
         let problems = declaration.problems();
@@ -684,7 +739,9 @@ impl Declared for Declaration {
     fn content_digest(&self, resource: &Resource) -> Option<std::borrow::Cow<'_, str>> {
         match &self.resource(&resource.id)?.spec {
             Spec::File(f) => f.content_digest().map(Into::into),
-            Spec::Directory(_) | Spec::Membership(_) | Spec::Container(_) => None,
+            Spec::Directory(_) | Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) => {
+                None
+            }
         }
     }
     fn problems(&self) -> std::borrow::Cow<'_, [String]> {

@@ -125,6 +125,15 @@ pub(super) fn check_module(
         check_text(format!("{key}.account"), &mship.account, &mut say);
         check_text(format!("{key}.group"), &mship.group, &mut say);
     }
+    for name in d.networks.keys() {
+        check_name(&format!("networks.{name}"), name, &mut say);
+        if matches!(name.as_str(), "bridge" | "host" | "none" | "podman") {
+            say(
+                format!("networks.{name}"),
+                format!("`{name}` is podman's own network; name the module's another way"),
+            );
+        }
+    }
     let refs = d.resource_refs();
     let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
     for (group, members) in &d.together {
@@ -136,7 +145,12 @@ pub(super) fn check_module(
             );
         }
         for member in members {
-            if !refs.contains(member) {
+            if member.starts_with("network/") {
+                say(
+                    key.clone(),
+                    format!("`{member}`: a network cannot be in a together group"),
+                );
+            } else if !refs.contains(member) {
                 say(
                     key.clone(),
                     format!("`{member}` is not a resource of this module (expected kind/name)"),

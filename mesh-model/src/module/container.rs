@@ -51,8 +51,8 @@ pub struct ContainerDefinition {
     /// (each may use settings).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<String>,
-    /// `bridge`, `host`; absent: `bridge` when it publishes a port, podman's own default
-    /// otherwise.
+    /// `bridge`, `host`, or a network the module declares (`[networks.NAME]`); absent: `bridge`
+    /// when it publishes a port, podman's own default otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<String>,
     /// The user it runs as: `UID[:GID]` or a name (may use settings).
@@ -204,7 +204,7 @@ pub(super) fn check_container(
             check_text(format!("{key}.health.command[{i}]"), arg, say);
         }
     }
-    check_serving(key, c, say, check_text);
+    check_serving(key, c, d, say, check_text);
 }
 
 /// Checks what a container that serves says: its ports, network, user, limits and the rest. A
@@ -212,6 +212,7 @@ pub(super) fn check_container(
 fn check_serving(
     key: &str,
     c: &ContainerDefinition,
+    d: &ModuleDefinition,
     say: &mut dyn FnMut(String, String),
     check_text: &CheckText<'_>,
 ) {
@@ -254,8 +255,12 @@ fn check_serving(
             format!("{key}.network"),
             c.network
                 .as_deref()
-                .filter(|n| *n != NETWORK_BRIDGE && *n != NETWORK_HOST)
-                .map(|n| format!("`{n}` is not a network: `bridge` or `host`")),
+                .filter(|n| {
+                    *n != NETWORK_BRIDGE && *n != NETWORK_HOST && !d.networks.contains_key(*n)
+                })
+                .map(|n| {
+                    format!("`{n}` is not a network: `bridge`, `host`, or one the module declares")
+                }),
         ),
         (
             format!("{key}.user"),

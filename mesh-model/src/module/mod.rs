@@ -169,6 +169,13 @@ pub struct MembershipDefinition {
     pub group: String,
 }
 
+/// A podman network the module declares (`[networks.NAME]`): the host makes it, as
+/// `mesh-<module>-<name>`, and removes it when it is no longer declared. Its containers join it
+/// with `network = "NAME"`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct NetworkDefinition {}
+
 /// What a module needs on the bus before its code runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -220,6 +227,9 @@ pub struct ModuleDefinition {
     /// Group memberships, by name.
     #[serde(default)]
     pub memberships: BTreeMap<String, MembershipDefinition>,
+    /// Podman networks its containers join, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub networks: BTreeMap<String, NetworkDefinition>,
     /// Bus grants.
     #[serde(default)]
     pub grants: Grants,
@@ -279,6 +289,7 @@ impl ModuleDefinition {
         refs.extend(self.directories.keys().map(|n| format!("directory/{n}")));
         refs.extend(self.containers.keys().map(|n| format!("container/{n}")));
         refs.extend(self.memberships.keys().map(|n| format!("membership/{n}")));
+        refs.extend(self.networks.keys().map(|n| format!("network/{n}")));
         refs
     }
 

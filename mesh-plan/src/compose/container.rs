@@ -39,6 +39,13 @@ impl ModuleComposer<'_> {
             .collect();
         after.extend(restart_on.iter().cloned());
         let serving = self.serving(&key, container);
+        if let Some(network) = container
+            .network
+            .as_ref()
+            .filter(|n| self.module.definition.networks.contains_key(*n))
+        {
+            after.insert(resource_id(self.name(), "network", network));
+        }
         let spec = Spec::Container(Box::new(ContainerSpec {
             name: container_name(self.name(), name),
             image: self.render(format!("{key}.image"), &container.image),
@@ -96,10 +103,14 @@ impl ModuleComposer<'_> {
         }
         // A container that publishes a port is on the bridge unless it says otherwise: on a
         // podman whose default is host networking, a published port would mean nothing.
-        let network = container
-            .network
-            .clone()
-            .or_else(|| (!ports.is_empty()).then(|| NETWORK_BRIDGE.to_owned()));
+        // A network the module declares is joined under its name on the machine.
+        let network = match &container.network {
+            Some(network) if self.module.definition.networks.contains_key(network) => {
+                Some(container_name(self.name(), network))
+            }
+            Some(network) => Some(network.clone()),
+            None => (!ports.is_empty()).then(|| NETWORK_BRIDGE.to_owned()),
+        };
         ContainerSpec {
             ports,
             network,
@@ -145,7 +156,7 @@ impl ModuleComposer<'_> {
     }
 }
 
-/// The name a module's container runs under on a machine: `mesh-<module>-<container>`.
+/// The name a module's container (or network) has on a machine: `mesh-<module>-<name>`.
 pub fn container_name(module: &str, container: &str) -> String {
     format!("mesh-{module}-{container}")
 }
@@ -264,5 +275,37 @@ mod tests {
             "{error}"
         );
         assert!(error.contains("`eighty` is not a port"), "{error}");
+    }
+
+    #[test]
+    fn a_container_joins_the_network_its_module_declares_under_its_machine_name() {
+        let mesh = r#"
+            //- modules/app/module.toml
+            name = "app"
+            [networks.backend]
+            [containers.db]
+            image = "localhost/mesh-busybox:latest"
+            network = "backend"
+            //- inventory.toml
+            bus-node = "a"
+            [nodes.a]
+            [assignments]
+            app = ["a"]
+        "#;
+        let (catalogue, inventory) = fixture::mesh(mesh);
+        let declaration = compose(&catalogue, &inventory, "a").unwrap();
+        let network = declaration.resource("app/network/backend").unwrap();
+        assert_eq!(
+            network.spec,
+            Spec::Network(mesh_model::declaration::NetworkSpec {
+                name: "mesh-app-backend".to_owned()
+            })
+        );
+        let db = declaration.resource("app/container/db").unwrap();
+        let Spec::Container(spec) = &db.spec else {
+            panic!("not a container: {db:?}");
+        };
+        assert_eq!(spec.network.as_deref(), Some("mesh-app-backend"));
+        assert_eq!(db.after, ["app/network/backend"]);
     }
 }

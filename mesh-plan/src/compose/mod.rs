@@ -24,7 +24,7 @@ pub use container::container_name;
 
 use mesh_model::declaration::{
     path_problem, resource_id, ArchivedFile, Declaration, DirectorySpec, FileSpec, MembershipSpec,
-    Resource, Spec,
+    NetworkSpec, Resource, Spec,
 };
 use mesh_model::inventory::{Inventory, LayerScope};
 use mesh_model::module::{parse_mode, Catalogue, DriftPolicy, EntryKind, Module, PLACES_KEY};
@@ -437,6 +437,12 @@ fn compose_module(
     for (name, container) in &definition.containers {
         resources.push(c.container(name, container, &place_paths));
     }
+    for name in definition.networks.keys() {
+        let spec = Spec::Network(NetworkSpec {
+            name: container_name(c.name(), name),
+        });
+        resources.push(c.resource("network", name, Vec::new(), spec));
+    }
 }
 
 /// Adds, to every file and directory inside a declared directory, an `after` edge to the
@@ -446,14 +452,14 @@ fn add_directory_edges(resources: &mut [Resource]) {
         .iter()
         .filter_map(|r| match &r.spec {
             Spec::Directory(d) => Some((d.path.trim_end_matches('/').to_owned(), r.id.clone())),
-            Spec::File(_) | Spec::Membership(_) | Spec::Container(_) => None,
+            Spec::File(_) | Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) => None,
         })
         .collect();
     for resource in resources.iter_mut() {
         let path = match &resource.spec {
             Spec::File(f) => f.path.as_str(),
             Spec::Directory(d) => d.path.as_str(),
-            Spec::Membership(_) | Spec::Container(_) => continue,
+            Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) => continue,
         };
         let mut rest = path.trim_end_matches('/');
         while let Some((parent, _)) = rest.rsplit_once('/') {

@@ -188,6 +188,7 @@ pub fn declaration(declaration: &Declaration) -> String {
             }
             Spec::Directory(d) => format!("{}/ ({:04o} {}:{})", d.path, d.mode, d.owner, d.group),
             Spec::Membership(m) => format!("account {} in group {}", m.account, m.group),
+            Spec::Network(n) => format!("podman network {}", n.name),
             Spec::Container(c) => {
                 let mounts: Vec<String> = c
                     .mounts
@@ -201,7 +202,7 @@ pub fn declaration(declaration: &Declaration) -> String {
                         )
                     })
                     .collect();
-                format!(
+                let mut shown = format!(
                     "{} [{}] mounts {}",
                     c.image,
                     c.command.join(" "),
@@ -210,7 +211,15 @@ pub fn declaration(declaration: &Declaration) -> String {
                     } else {
                         mounts.join(", ")
                     }
-                )
+                );
+                if let Some(network) = &c.network {
+                    shown.push_str(&format!(" on {network}"));
+                }
+                if !c.ports.is_empty() {
+                    let ports: Vec<String> = c.ports.iter().map(ToString::to_string).collect();
+                    shown.push_str(&format!(" publishes {}", ports.join(", ")));
+                }
+                shown
             }
         };
         let together = resource
