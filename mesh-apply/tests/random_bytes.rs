@@ -7,12 +7,12 @@
 
 mod common;
 
-use common::mutate::{byte_edits, cases, edit_bytes, edit_value, value_edits};
 use common::*;
 use mesh_apply::state::{GroupCommit, GroupDirectory, GroupFile, STATE_FORMAT};
 use mesh_apply::window::{WindowFile, WINDOW_FORMAT};
 use mesh_apply::{apply, is_mid_change};
 use mesh_model::declaration::Declaration;
+use mesh_test_support::mutate::{byte_edits, cases, edit_bytes, edit_value, value_edits};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::fs;

@@ -11,8 +11,8 @@
 use mesh_model::declaration::Declaration;
 use mesh_model::module::{load_catalogue, CatalogueSource, EntryKind, ModuleTree};
 use mesh_model::report::Report;
+use mesh_test_support::mutate::{byte_edits, cases, edit_bytes, edit_value, value_edits};
 use proptest::prelude::*;
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -23,165 +23,6 @@ const EXAMPLE_MODULES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../book/example/catalogue/modules"
 );
-
-/// One change to a valid input's bytes.
-#[derive(Debug, Clone)]
-enum ByteEdit {
-    Flip(usize, u8),
-    Truncate(usize),
-    Insert(usize, Vec<u8>),
-    Delete(usize, usize),
-    Repeat(usize, usize),
-}
-
-fn byte_edits() -> impl Strategy<Value = Vec<ByteEdit>> {
-    let edit = prop_oneof![
-        (any::<usize>(), any::<u8>()).prop_map(|(at, b)| ByteEdit::Flip(at, b)),
-        any::<usize>().prop_map(ByteEdit::Truncate),
-        (any::<usize>(), prop::collection::vec(any::<u8>(), 1..16))
-            .prop_map(|(at, bytes)| ByteEdit::Insert(at, bytes)),
-        (any::<usize>(), 1usize..64).prop_map(|(at, n)| ByteEdit::Delete(at, n)),
-        (any::<usize>(), 1usize..64).prop_map(|(at, n)| ByteEdit::Repeat(at, n)),
-    ];
-    prop::collection::vec(edit, 1..6)
-}
-
-fn edit_bytes(valid: &[u8], edits: &[ByteEdit]) -> Vec<u8> {
-    let mut out = valid.to_vec();
-    for edit in edits {
-        let len = out.len().max(1);
-        match edit {
-            ByteEdit::Flip(at, b) => {
-                if !out.is_empty() {
-                    let i = at % out.len();
-                    out[i] = *b;
-                }
-            }
-            ByteEdit::Truncate(at) => out.truncate(at % len),
-            ByteEdit::Insert(at, bytes) => {
-                let i = at % (out.len() + 1);
-                out.splice(i..i, bytes.iter().copied());
-            }
-            ByteEdit::Delete(at, n) => {
-                if !out.is_empty() {
-                    let i = at % out.len();
-                    let end = (i + n).min(out.len());
-                    out.drain(i..end);
-                }
-            }
-            ByteEdit::Repeat(at, n) => {
-                if !out.is_empty() {
-                    let i = at % out.len();
-                    let end = (i + n).min(out.len());
-                    let piece: Vec<u8> = out[i..end].to_vec();
-                    out.splice(end..end, piece);
-                }
-            }
-        }
-    }
-    out
-}
-
-/// A JSON value of any shape, a few levels deep.
-fn any_json() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(Value::from),
-        any::<u64>().prop_map(Value::from),
-        any::<f64>()
-            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
-        ".{0,24}".prop_map(Value::String),
-        Just(Value::String("../../etc/shadow".into())),
-        Just(Value::String("sha256:".into())),
-    ];
-    leaf.prop_recursive(3, 16, 4, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-            prop::collection::btree_map("[a-z-]{1,10}", inner, 0..4)
-                .prop_map(|m| Value::Object(m.into_iter().collect())),
-        ]
-    })
-}
-
-/// One change to a valid input's structure: a value replaced by one of another shape, a key
-/// removed, an unknown key added.
-#[derive(Debug, Clone)]
-enum ValueEdit {
-    Replace(usize, Value),
-    Remove(usize),
-    Add(usize, String, Value),
-}
-
-fn value_edits() -> impl Strategy<Value = Vec<ValueEdit>> {
-    let edit = prop_oneof![
-        (any::<usize>(), any_json()).prop_map(|(at, v)| ValueEdit::Replace(at, v)),
-        any::<usize>().prop_map(ValueEdit::Remove),
-        (any::<usize>(), "[a-z-]{1,12}", any_json())
-            .prop_map(|(at, k, v)| ValueEdit::Add(at, k, v)),
-    ];
-    prop::collection::vec(edit, 1..4)
-}
-
-/// Every place in a value, as a JSON pointer, the root first.
-fn pointers(value: &Value, at: String, out: &mut Vec<String>) {
-    out.push(at.clone());
-    match value {
-        Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                pointers(item, format!("{at}/{i}"), out);
-            }
-        }
-        Value::Object(map) => {
-            for (k, v) in map {
-                let k = k.replace('~', "~0").replace('/', "~1");
-                pointers(v, format!("{at}/{k}"), out);
-            }
-        }
-        _ => {}
-    }
-}
-
-fn edit_value(valid: &str, edits: &[ValueEdit]) -> Vec<u8> {
-    let mut value: Value = serde_json::from_str(valid).expect("the fixture is JSON");
-    for edit in edits {
-        let mut places = Vec::new();
-        pointers(&value, String::new(), &mut places);
-        match edit {
-            ValueEdit::Replace(at, new) => {
-                let place = &places[at % places.len()];
-                if let Some(slot) = value.pointer_mut(place) {
-                    *slot = new.clone();
-                }
-            }
-            ValueEdit::Remove(at) => {
-                let place = places[at % places.len()].clone();
-                if let Some((parent, key)) = place.rsplit_once('/') {
-                    match value.pointer_mut(parent) {
-                        Some(Value::Object(map)) => {
-                            map.remove(&key.replace("~1", "/").replace("~0", "~"));
-                        }
-                        Some(Value::Array(items)) => {
-                            if let Ok(i) = key.parse::<usize>() {
-                                if i < items.len() {
-                                    items.remove(i);
-                                }
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            ValueEdit::Add(at, key, new) => {
-                let place = &places[at % places.len()];
-                if let Some(Value::Object(map)) = value.pointer_mut(place) {
-                    map.insert(key.clone(), new.clone());
-                }
-            }
-        }
-    }
-    serde_json::to_vec(&value).expect("a value serializes")
-}
 
 /// What a declaration parser may do with any bytes: refuse them, or accept a sound declaration
 /// that reads back the same from its canonical bytes.
@@ -276,15 +117,6 @@ fn catalogue_holds(module_toml: &[u8]) -> Result<(), TestCaseError> {
         );
     }
     Ok(())
-}
-
-/// How many cases each property runs: `PROPTEST_CASES` when set (`scripts/fuzz` sets 10,000),
-/// else `default`.
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 #[test]

@@ -7,11 +7,9 @@
 //!
 //! CI runs proptest's default number of cases; `scripts/fuzz` runs 10,000 (`PROPTEST_CASES`).
 
-mod mutate;
-
 use mesh_records::chunked::{ChunkedRecords, CHUNK_SIZE};
 use mesh_records::record_store::{DirRecords, RecordStore};
-use mutate::{byte_edits, cases, edit_bytes, edit_value, value_edits};
+use mesh_test_support::mutate::{byte_edits, cases, edit_bytes, edit_value, value_edits};
 use proptest::prelude::*;
 use std::path::PathBuf;
 use std::sync::Arc;

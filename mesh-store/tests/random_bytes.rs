@@ -6,7 +6,6 @@
 //! CI runs a few dozen cases (each publishes and collects on disk); `scripts/fuzz` runs 10,000
 //! (`PROPTEST_CASES`).
 
-mod mutate;
 mod support;
 
 use mesh_store::archive::Archive;
@@ -16,7 +15,7 @@ use mesh_store::lock::{PublishLock, SweepLock};
 use mesh_store::record_store::DirRecords;
 use mesh_store::records::record_build;
 use mesh_store::store::{publish, ArchiveStore};
-use mutate::{byte_edits, cases, edit_bytes, edit_value, value_edits};
+use mesh_test_support::mutate::{byte_edits, cases, edit_bytes, edit_value, value_edits};
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

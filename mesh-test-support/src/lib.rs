@@ -9,6 +9,8 @@
 //!   binary, its version the configuration), and [`nats_cluster`]: a loopback cluster of them;
 //! - [`registry`]: a loopback `docker-registry` (TLS and htpasswd users too), stopped and
 //!   started again by the test or by shell commands an operator's service manager would run;
+//! - [`mutate`]: changes to a valid input, for the property tests that feed every parser
+//!   random bytes;
 //! - [`podman`]: the podman sandbox (configured by `scripts/podman-env.sh`, containers named
 //!   per test and removed when it ends).
 //!
@@ -18,6 +20,7 @@
 //! - Nothing waits on time before asserting: a wait is on a condition, bounded only for the
 //!   failure's sake.
 
+pub mod mutate;
 pub mod nats_cluster;
 pub mod nats_server;
 pub mod pki;

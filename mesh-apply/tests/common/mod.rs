@@ -1,8 +1,6 @@
 //! Shared fixtures: a sandbox root with its own accounts, and resource builders.
 #![allow(dead_code)]
 
-pub mod mutate;
-
 use mesh_apply::HostConfig;
 use mesh_model::declaration::{
     resource_id, Declaration, DirectorySpec, FileSpec, MembershipSpec, Resource, Spec,

@@ -1,21 +1,26 @@
-//! Changes to a valid input, for the property tests that feed every parser random bytes: its
-//! bytes flipped, cut, repeated or spliced, and its JSON values replaced by others of any shape,
-//! removed, or joined by unknown keys.
-#![allow(dead_code)]
-
+//! Changes to a valid input, for the property tests that feed every parser random bytes
+//! (`tests/random_bytes.rs` of each crate, at length with `scripts/fuzz`): its bytes flipped,
+//! cut, repeated or spliced ([`byte_edits`], [`edit_bytes`]), and its JSON values replaced by
+//! others of any shape, removed, or joined by unknown keys ([`value_edits`], [`edit_value`]).
 use proptest::prelude::*;
 use serde_json::Value;
 
-/// One change to a valid input's bytes.
+/// One change to a valid input's bytes (positions are taken modulo the input's length).
 #[derive(Debug, Clone)]
 pub enum ByteEdit {
+    /// The byte at a position replaced.
     Flip(usize, u8),
+    /// The input cut at a position.
     Truncate(usize),
+    /// Bytes inserted at a position.
     Insert(usize, Vec<u8>),
+    /// Up to n bytes removed from a position.
     Delete(usize, usize),
+    /// Up to n bytes from a position repeated after themselves.
     Repeat(usize, usize),
 }
 
+/// One to five byte changes.
 pub fn byte_edits() -> impl Strategy<Value = Vec<ByteEdit>> {
     let edit = prop_oneof![
         (any::<usize>(), any::<u8>()).prop_map(|(at, b)| ByteEdit::Flip(at, b)),
@@ -28,6 +33,7 @@ pub fn byte_edits() -> impl Strategy<Value = Vec<ByteEdit>> {
     prop::collection::vec(edit, 1..6)
 }
 
+/// `valid` with `edits` made in order.
 pub fn edit_bytes(valid: &[u8], edits: &[ByteEdit]) -> Vec<u8> {
     let mut out = valid.to_vec();
     for edit in edits {
@@ -90,11 +96,15 @@ pub fn any_json() -> impl Strategy<Value = Value> {
 /// removed, an unknown key added.
 #[derive(Debug, Clone)]
 pub enum ValueEdit {
+    /// The value at a place (taken modulo the number of places) replaced.
     Replace(usize, Value),
+    /// The value at a place removed from its object or array.
     Remove(usize),
+    /// A key added to the object at a place.
     Add(usize, String, Value),
 }
 
+/// One to three value changes.
 pub fn value_edits() -> impl Strategy<Value = Vec<ValueEdit>> {
     let edit = prop_oneof![
         (any::<usize>(), any_json()).prop_map(|(at, v)| ValueEdit::Replace(at, v)),
@@ -124,6 +134,10 @@ fn pointers(value: &Value, at: String, out: &mut Vec<String>) {
     }
 }
 
+/// The JSON `valid` with `edits` made in order, as bytes.
+///
+/// # Panics
+/// When `valid` is not JSON.
 pub fn edit_value(valid: &str, edits: &[ValueEdit]) -> Vec<u8> {
     let mut value: Value = serde_json::from_str(valid).expect("the fixture is JSON");
     for edit in edits {
