@@ -19,8 +19,7 @@
 //! (records unreadable, the store failed, the collection failed); 2 a usage error; 3 a kept
 //! archive is not held (missing, or dry run), so a collection ran or would run dry.
 
-#[path = "../../cli_docs.rs"]
-mod cli_docs;
+use mesh_cli_docs as cli_docs;
 
 use anyhow::{bail, Context as _};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};

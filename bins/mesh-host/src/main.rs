@@ -2,8 +2,7 @@
 //! `window` runs a maintenance step with containers held still (the `window` module);
 //! `archives` lists the archive cache.
 
-#[path = "../../cli_docs.rs"]
-mod cli_docs;
+use mesh_cli_docs as cli_docs;
 mod containers;
 mod window;
 

@@ -7,8 +7,7 @@
 //! person reads is rendered in [`render`]; progress lines and bars in [`lines`]. `demo` is the
 //! binary's own.
 
-#[path = "../../../../cli_docs.rs"]
-mod cli_docs;
+use mesh_cli_docs as cli_docs;
 mod commands;
 mod lines;
 mod render;

@@ -1,6 +1,6 @@
 //! Shell completions and manual pages for a binary's command line, made from its `clap`
 //! definition (`clap_complete`, `clap_mangen`): the binaries' `completions SHELL` and `man`
-//! commands. Shared by the three binaries (`#[path]`-included), so each says the same.
+//! commands. Shared by the three binaries, so each says the same.
 
 use std::io::Write;
 use std::path::Path;
