@@ -29,13 +29,16 @@ pub const PAUSED_FILE: &str = "paused";
 pub const RELEASE_FILE: &str = "release";
 
 /// The steps, in the order a rollout passes them (`<module>` and `<node>` filled in):
-/// - `plan-saved`: a merge's plan was saved, before anything was built;
+/// - `plan-saved`: a merge's plan was saved (holding the unfinished modules of the older plans
+///   it supersedes), before anything was built;
+/// - `superseded:<plan>`: an older plan was marked superseded by it (after the plan was saved);
 /// - `built:<module>`: a module's build was recorded in its plan;
 /// - `sent:<module>:<node>`: a node was sent the module's declaration and it was recorded sent;
 /// - `heard:<module>:<node>`: a node's report of it was heard and the plan saved;
 /// - `deployed:<module>`: the module's rollout finished and its build was made current.
-pub const STEPS: [&str; 5] = [
+pub const STEPS: [&str; 6] = [
     "plan-saved",
+    "superseded:<plan>",
     "built:<module>",
     "sent:<module>:<node>",
     "heard:<module>:<node>",

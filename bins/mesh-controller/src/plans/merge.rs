@@ -61,7 +61,7 @@ pub fn merge(
     mut repo: RepoRecord,
     commit: &str,
 ) -> Result<Heard> {
-    let plans = home.plans()?;
+    let plans = finish_supersessions(home, progress)?;
     if let Some(existing) = plans.iter().find(|p| {
         p.plan.repository == repo.name && p.plan.branch == repo.branch && p.plan.commit == commit
     }) {
@@ -73,6 +73,42 @@ pub fn merge(
     repo.last_planned = Some(commit.to_owned());
     home.write_repo(&repo)?;
     Ok(Heard::Planned { record, superseded })
+}
+
+/// Finishes every supersede a controller was killed in the middle of: an open plan older than a
+/// plan of the same repository and branch is one that plan superseded (a merge marks every such
+/// plan superseded right after saving its own, whose modules take in theirs), so it is marked
+/// superseded by it now — each, once, in the order the plans were made, saying so. Returns
+/// every plan as it then stands; the caller holds the plans lock.
+///
+/// # Errors
+/// The plans cannot be read or written.
+pub fn finish_supersessions(
+    home: &Home,
+    progress: &dyn crate::Progress,
+) -> Result<Vec<PlanRecord>> {
+    let mut records = home.plans()?;
+    for index in 0..records.len() {
+        let newer = records[index].plan.clone();
+        let kept: Vec<Plan> = records.iter().map(|r| r.plan.clone()).collect();
+        for older in mesh_plan::supersede(&newer, &kept).superseded {
+            let Some(older_record) = records.iter_mut().find(|r| r.plan.id == older.id) else {
+                continue;
+            };
+            older_record.plan.state = older.state.clone();
+            home.write_plan(older_record)?;
+            progress.line(&format!(
+                "{}: superseded by {} (its supersede was interrupted; {} holds what it had not \
+                 built: {}; not rolled out: {})",
+                older.id,
+                newer.id,
+                newer.id,
+                list_or_none(&older.unbuilt),
+                list_or_none(&older.unsent)
+            ));
+        }
+    }
+    Ok(records)
 }
 
 /// Makes and saves the plan for `commit`, superseding older open plans of the same repository
@@ -190,6 +226,15 @@ fn make_plan(
         held: BTreeSet::new(),
         forgotten: BTreeSet::new(),
     };
+    // Crash-safe takeover: the new plan, holding the older plans' unfinished modules, is
+    // durable before any older plan is marked superseded by it. Killed in between, the older
+    // plans are still open and the new plan holds their modules; the next drive or merge
+    // finishes the supersede ([`finish_supersessions`]). Never an older plan superseded by a
+    // plan that is not there.
+    let mut record = record;
+    record.forgotten = forget_removed_modules(home, &repo.name, &repository_modules)?;
+    home.write_plan(&record)?;
+    crate::fail::point("plan-saved");
     for older in &supersession.superseded {
         let mut older_record = plans
             .iter()
@@ -203,6 +248,7 @@ fn make_plan(
             })?;
         older_record.plan.state = older.state.clone();
         home.write_plan(&older_record)?;
+        crate::fail::point(&format!("superseded:{}", older.id));
         progress.line(&format!(
             "{}: superseded by {id} (it had not built: {}; not rolled out: {})",
             older.id,
@@ -210,10 +256,6 @@ fn make_plan(
             list_or_none(&older.unsent)
         ));
     }
-    let mut record = record;
-    record.forgotten = forget_removed_modules(home, &repo.name, &repository_modules)?;
-    home.write_plan(&record)?;
-    crate::fail::point("plan-saved");
     for module in &record.forgotten {
         progress.line(&format!(
             "{id}: `{module}` is no longer in `{}` at {}: forgotten, it keeps nothing in the \

@@ -219,9 +219,15 @@ impl Runtime {
     ) -> Result<Vec<Plan>> {
         let home = self.mesh.home();
         let _lock = PlansLock::acquire(home, "driving the open plans")?;
+        // A supersede a controller was killed in the middle of is finished first: an older plan
+        // whose modules a newer one holds is never driven again.
+        let plans = crate::plans::merge::finish_supersessions(home, self.progress.as_ref())?;
         let mut out = Vec::new();
         if let Some(id) = only {
-            let record = home.plan(id)?;
+            let record = match plans.iter().find(|record| record.plan.id == id) {
+                Some(record) => record.clone(),
+                None => home.plan(id)?,
+            };
             if !record.plan.state.is_open() {
                 return Err(Error::refused(format!(
                     "plan `{id}` is not open (it is {}); a plan that ended is never resumed",
@@ -229,7 +235,7 @@ impl Runtime {
                 )));
             }
         }
-        for record in home.plans()? {
+        for record in plans {
             if !record.plan.state.is_open() || only.is_some_and(|id| id != record.plan.id) {
                 continue;
             }

@@ -1,0 +1,159 @@
+//! A newer merge takes over an older open plan, and the takeover survives a crash (issue 28,
+//! item 4): the new plan — holding the older plan's unfinished modules — and the older plan's
+//! superseded mark become durable in that order, each write with a fail point. The controller
+//! dies (SIGABRT, nothing finished: a fail point, never a kill after a sleep) at each. At that
+//! instant either the older plan is open or the new plan holds its modules; the next drive
+//! finishes the takeover, and no module of the older plan is lost.
+
+mod support;
+
+use serde_json::Value;
+use support::{Mesh, Repo};
+
+const INVENTORY: &str = r#"bus-node = "control"
+
+[nodes.control]
+[nodes.home]
+
+[assignments]
+site = ["control", "home"]
+notes = ["control", "home"]
+"#;
+
+fn module(name: &str, path: &str, text: &str) -> [(String, String); 2] {
+    [
+        (
+            format!("modules/{name}/module.toml"),
+            format!(
+                "name = \"{name}\"\n\n[files.text]\nsource = \"files/text\"\npath = \"{path}\"\n"
+            ),
+        ),
+        (format!("modules/{name}/files/text"), text.to_owned()),
+    ]
+}
+
+fn write(repo: &Repo, files: &[(String, String)]) {
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(path, text)| (path.as_str(), text.as_str()))
+        .collect();
+    repo.write(&files);
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// A mesh whose repository's first commit is planned and not built (`plan-1`, open: `site` and
+/// `notes`), and a second commit changing only `site`, not yet merged; its id.
+fn an_open_plan_and_a_newer_commit() -> (Mesh, Repo, String) {
+    let mesh = Mesh::example();
+    std::fs::write(mesh.home().join("inventory.toml"), INVENTORY).unwrap();
+    let repo = Repo::new();
+    write(&repo, &module("site", "/srv/www/index.html", "v1\n"));
+    write(&repo, &module("notes", "/etc/notes.txt", "first note\n"));
+    repo.commit("first");
+    let path = repo.path().to_str().unwrap().to_owned();
+    mesh.expect(&["repo", "add", "cat", &path], 0);
+    mesh.expect(&["merge", "cat", "--plan-only"], 0);
+    write(&repo, &module("site", "/srv/www/index.html", "v2\n"));
+    let second = repo.commit("site: v2");
+    (mesh, repo, second)
+}
+
+/// The plans, by id.
+fn plans(mesh: &Mesh) -> std::collections::BTreeMap<String, Value> {
+    let listed = json(&mesh.expect(&["plans", "--output", "json"], 0));
+    listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|plan| (plan["id"].as_str().unwrap().to_owned(), plan.clone()))
+        .collect()
+}
+
+fn modules(plan: &Value) -> Vec<&str> {
+    plan["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_controller_killed_at_each_takeover_write_loses_no_module_of_the_older_plan() {
+    for step in ["plan-saved", "superseded:plan-1"] {
+        let (mesh, _repo, second) = an_open_plan_and_a_newer_commit();
+        let died = mesh.run_env(&["merge", "cat", "--plan-only"], &[("MESH_FAIL_AT", step)]);
+        assert_eq!(
+            died.code, -1,
+            "the controller was to die at `{step}`: {}{}",
+            died.stdout, died.stderr
+        );
+        assert!(
+            died.stderr.contains(&format!("dying at `{step}`")),
+            "{}",
+            died.stderr
+        );
+
+        // As the kill left them: plan-1 open, or plan-2 holding every module plan-1 had not
+        // finished — never plan-1 superseded by a plan that is not there.
+        let at_kill = plans(&mesh);
+        let older = &at_kill["plan-1"];
+        let older_open = matches!(older["state"]["state"].as_str(), Some("building"));
+        if !older_open {
+            assert_eq!(older["state"]["state"], "superseded", "{at_kill:#?}");
+            assert_eq!(older["state"]["by"], "plan-2", "{at_kill:#?}");
+        }
+        let newer = at_kill.get("plan-2");
+        if let Some(newer) = newer {
+            assert_eq!(newer["commit"], second.as_str());
+            for module in ["site", "notes"] {
+                assert!(
+                    modules(newer).contains(&module),
+                    "died at `{step}`: plan-2 holds `{module}`: {at_kill:#?}"
+                );
+            }
+        }
+        assert!(
+            older_open || newer.is_some(),
+            "died at `{step}`: plan-1's modules are nowhere: {at_kill:#?}"
+        );
+
+        // The next drive finishes the takeover before it drives anything: plan-1 is superseded
+        // by plan-2, which builds and rolls out both modules.
+        let resumed = mesh.expect(&["plans", "resume"], 0);
+        let after = plans(&mesh);
+        assert_eq!(
+            after["plan-1"]["state"],
+            serde_json::json!({"state": "superseded", "by": "plan-2"}),
+            "died at `{step}`: {resumed}"
+        );
+        assert_eq!(after["plan-2"]["state"]["state"], "done", "{resumed}");
+        assert_eq!(after.len(), 2, "{after:#?}");
+        if step == "plan-saved" {
+            assert!(
+                resumed.contains("plan-1: superseded by plan-2 (its supersede was interrupted"),
+                "{resumed}"
+            );
+        }
+        for (module, path, text) in [
+            ("site", "srv/www/index.html", "v2\n"),
+            ("notes", "etc/notes.txt", "first note\n"),
+        ] {
+            let deployed = json(
+                &std::fs::read_to_string(mesh.home().join(format!("deployed/{module}.json")))
+                    .unwrap(),
+            );
+            assert_eq!(deployed["plan"], "plan-2", "died at `{step}`: {resumed}");
+            for node in ["control", "home"] {
+                assert_eq!(
+                    std::fs::read_to_string(mesh.root(node).join(path)).unwrap(),
+                    text,
+                    "`{module}` on {node}, died at `{step}`"
+                );
+            }
+        }
+    }
+}
