@@ -3,6 +3,8 @@
 //! (`cargo tree -e normal` of the binaries names neither it nor `tempfile`).
 //!
 //! In dependency order:
+//! - [`code_map`]: a crate's top-level modules and the `use` lines between them, so a crate's
+//!   test holds it to no cycle;
 //! - [`wait`]: waiting on a condition (never on time) and a free loopback port;
 //! - [`pki`]: a CA made for one test and the server and client certificates it signs;
 //! - [`nats_server`]: a loopback `nats-server` (TLS too; `$MESH_NATS_SERVER` chooses the
@@ -20,6 +22,7 @@
 //! - Nothing waits on time before asserting: a wait is on a condition, bounded only for the
 //!   failure's sake.
 
+pub mod code_map;
 pub mod mutate;
 pub mod nats_cluster;
 pub mod nats_server;
