@@ -17,14 +17,14 @@
 
 use mesh_model::inventory::{LayerScope, Layers};
 use mesh_model::module::{ModuleDefinition, PLACES_KEY};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::fmt::Write as _;
 
 /// A JSON value's type, as a setting's type is judged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Kind {
     /// `null`.
@@ -69,7 +69,7 @@ impl fmt::Display for Kind {
 }
 
 /// Why a key is orphaned.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "why", rename_all = "kebab-case")]
 pub enum Why {
     /// The new version has no setting (or place) by this name.
@@ -84,7 +84,7 @@ pub enum Why {
 }
 
 /// What the node gets where the orphaned value was.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "gets", rename_all = "kebab-case")]
 pub enum Instead {
     /// Nothing: no setting by that name is read any more.
@@ -103,7 +103,7 @@ pub enum Instead {
 }
 
 /// One orphaned key of one layer.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct Orphan {
     /// The module.

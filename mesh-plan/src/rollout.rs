@@ -31,6 +31,7 @@
 //! Nodes that are not running are not sent to; they take the module at their next push.
 
 use crate::moves::Move;
+use crate::orphans::Orphan;
 use mesh_model::module::{ModuleDefinition, OnFailure, Upgrade};
 use mesh_model::plan::{ModuleRollout, RolloutOutcome};
 use mesh_model::report::{MachineState, Outcome, Report};
@@ -126,12 +127,15 @@ pub enum Event {
     },
     /// A node reported.
     Report(NodeReport),
-    /// A node's declaration was not sent: it would move a running container's data (rule 12).
+    /// A node's declaration was not sent: it would move a running container's data (rule 12),
+    /// or drop a setting its layers hold (the rule "an orphaned setting is a removal").
     Held {
         /// The node.
         node: String,
         /// The moves nobody acknowledged.
         moves: Vec<Move>,
+        /// The orphaned settings nobody renamed, dropped or let go.
+        orphans: Vec<Orphan>,
     },
     /// A person acknowledged the moves (`--move MODULE`): the held nodes are sent.
     Release,
@@ -293,10 +297,14 @@ pub enum NodeProgress {
         /// When.
         at: u64,
     },
-    /// Its declaration was held back: it would move a running container's data (rule 12).
+    /// Its declaration was held back: it would move a running container's data (rule 12), or
+    /// drop a setting its layers hold (the rule "an orphaned setting is a removal").
     Held {
         /// The moves nobody acknowledged.
         moves: Vec<Move>,
+        /// The orphaned settings nobody renamed, dropped or let go.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        orphans: Vec<Orphan>,
     },
     /// It reported the declaration applied and current.
     Applied {
@@ -673,7 +681,11 @@ pub fn step(spec: &RolloutSpec, state: &mut RolloutState, event: Event, now: u64
             }
         }
         Event::Report(report) => reported(spec, state, report, now, &mut actions),
-        Event::Held { node, moves } => held(spec, state, &node, moves, now, &mut actions),
+        Event::Held {
+            node,
+            moves,
+            orphans,
+        } => held(spec, state, &node, (moves, orphans), now, &mut actions),
         Event::Release => release(spec, state, now, &mut actions),
         Event::Tick => tick(spec, state, now, &mut actions),
     }
@@ -685,7 +697,7 @@ fn held(
     spec: &RolloutSpec,
     state: &mut RolloutState,
     node: &str,
-    moves: Vec<Move>,
+    (moves, orphans): (Vec<Move>, Vec<Orphan>),
     now: u64,
     actions: &mut Vec<Action>,
 ) {
@@ -702,13 +714,14 @@ fn held(
             moves
                 .iter()
                 .map(ToString::to_string)
+                .chain(orphans.iter().map(ToString::to_string))
                 .collect::<Vec<_>>()
                 .join("; ")
         );
         stop(spec, state, node, reason, actions);
         return;
     }
-    *progress = NodeProgress::Held { moves };
+    *progress = NodeProgress::Held { moves, orphans };
     state.held += 1;
     state.sent = state.sent.saturating_sub(1);
     match stage {
@@ -1526,6 +1539,7 @@ mod tests {
         let held = Event::Held {
             node: "a".into(),
             moves: a_move("a"),
+            orphans: Vec::new(),
         };
         assert_eq!(
             step(&spec, &mut state, held, 102),
@@ -1578,6 +1592,7 @@ mod tests {
         let hold = |node: &str| Event::Held {
             node: node.into(),
             moves: a_move(node),
+            orphans: Vec::new(),
         };
         step(&spec, &mut state, hold("a"), 102);
         step(&spec, &mut state, granted(&["b"]), 103);

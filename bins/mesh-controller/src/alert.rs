@@ -132,8 +132,13 @@ pub fn judge(overview: &Overview, now: u64, mid_change_after_secs: u64) -> Verdi
         }
     }
     for held in &overview.held {
+        let why = if held.orphans.is_empty() {
+            "would move a running container's data"
+        } else {
+            "orphans settings its layers hold"
+        };
         attention.push(format!(
-            "{}: held by {} (`{}` would move a running container's data)",
+            "{}: held by {} (`{}` {why})",
             held.node, held.plan, held.module
         ));
     }

@@ -261,7 +261,9 @@ fn preview_module(
             continue;
         }
         if !orphans.for_node(&node).is_empty() {
+            // Held as the rollout holds it: nothing is sent to it.
             out.orphaned_nodes.push(node.clone());
+            held_moves.entry(node.clone()).or_default();
         }
         let declaration = mesh_plan::compose(&catalogue, &inventory, &node)?;
         let before = match holds.get(&node) {
@@ -346,6 +348,7 @@ fn first_sent(spec: &RolloutSpec, held: &BTreeMap<String, Vec<mesh_plan::Move>>)
                     Some(moves) => events.push_back(Event::Held {
                         node,
                         moves: moves.clone(),
+                        orphans: Vec::new(),
                     }),
                     None => return Some(node),
                 },

@@ -44,7 +44,7 @@ pub struct Overview {
     pub on_passwords: Vec<String>,
 }
 
-/// A node a rollout held for a move.
+/// A node a rollout held for a move, or for orphaned settings.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct HeldNode {
@@ -56,6 +56,10 @@ pub struct HeldNode {
     pub node: String,
     /// The moves: module, container, mount and both host directories.
     pub moves: Vec<mesh_plan::Move>,
+    /// The settings its layers hold that the module's new version orphans (the rule "an
+    /// orphaned setting is a removal").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub orphans: Vec<mesh_plan::Orphan>,
 }
 
 /// An open plan and what it waits on.
@@ -305,12 +309,13 @@ pub fn overview_of_plans_with(
                 continue;
             }
             for node in home.rollout_nodes(&record.plan.id, module)? {
-                if let NodeProgress::Held { moves } = node.progress {
+                if let NodeProgress::Held { moves, orphans } = node.progress {
                     held.push(HeldNode {
                         plan: record.plan.id.clone(),
                         module: module.clone(),
                         node: node.node,
                         moves,
+                        orphans,
                     });
                 }
             }
@@ -420,14 +425,31 @@ pub fn waits_on(home: &Home, record: &PlanRecord) -> Result<(String, u64)> {
             };
             let state = &kept.state;
             if state.stage == mesh_plan::rollout::Stage::Held {
-                return Ok((
-                    format!(
-                        "`--move {module}`: {} node(s) held, their data would move (tier {index}; \
-                         `plans resume --move {module}` sends them)",
-                        state.held
-                    ),
-                    build.at,
-                ));
+                // Held for a move, or for orphaned settings: each node's record says which.
+                let orphaned = home
+                    .rollout_nodes(&plan.id, module)?
+                    .iter()
+                    .filter(|node| {
+                        matches!(&node.progress, NodeProgress::Held { orphans, .. }
+                            if !orphans.is_empty())
+                    })
+                    .count();
+                let moved = state.held.saturating_sub(orphaned);
+                let mut why = Vec::new();
+                if moved > 0 {
+                    why.push(format!(
+                        "`--move {module}`: {moved} node(s) held, their data would move (tier \
+                         {index}; `plans resume --move {module}` sends them)"
+                    ));
+                }
+                if orphaned > 0 {
+                    why.push(format!(
+                        "{orphaned} node(s) held, `{module}`'s version orphans settings their \
+                         layers hold (tier {index}; `settings rename {module} OLD NEW` or \
+                         `settings set … --replace` ends it)"
+                    ));
+                }
+                return Ok((why.join("; "), build.at));
             }
             let nodes: Vec<(String, NodeProgress)> = match state.stage {
                 mesh_plan::rollout::Stage::BusNode => state.bus_node.iter().cloned().collect(),

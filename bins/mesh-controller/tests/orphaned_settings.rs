@@ -228,3 +228,52 @@ fn settings_rename_keeps_the_value_under_the_new_name_in_every_layer_and_in_hist
         "the catalogue and inventory are sound\n"
     );
 }
+
+#[test]
+fn a_merge_holds_the_node_whose_setting_it_orphans_until_the_setting_is_renamed() {
+    let (mesh, repo) = renamed_upstream();
+    let sent_a = std::fs::read(mesh.home().join("sent/a.json")).unwrap();
+
+    // `a` is held, naming module, layer, key and value; `b`, whose layers set nothing, goes on.
+    let merged = mesh.run(&["merge", "cat"]);
+    assert!(
+        merged.stdout.contains("`web`: `a` held: this version orphans settings its layers hold (`web`, node `a` layer: `port` = 9090: no longer accepted"),
+        "{}",
+        merged.stdout
+    );
+    assert!(merged.stdout.contains("sent `b`"), "{}", merged.stdout);
+    assert_eq!(
+        std::fs::read(mesh.home().join("sent/a.json")).unwrap(),
+        sent_a,
+        "nothing is sent to `a`"
+    );
+    assert_eq!(
+        std::fs::read_to_string(mesh.root("a").join("etc/web.conf")).unwrap(),
+        "listen 9090\n"
+    );
+    let status = mesh.run(&["status"]);
+    assert_eq!(status.code, 3, "{}", status.stdout);
+    insta::assert_snapshot!("status_held", redacted(&repo, &status.stdout));
+    let json: Value =
+        serde_json::from_str(&mesh.run(&["status", "--output", "json"]).stdout).unwrap();
+    assert_eq!(json["held"][0]["node"], "a");
+    assert_eq!(json["held"][0]["orphans"][0]["key"], "port");
+    assert_eq!(json["held"][0]["orphans"][0]["value"], 9090);
+
+    // Resumed with nothing renamed: still held, still nothing sent.
+    mesh.run(&["plans", "resume"]);
+    assert_eq!(
+        std::fs::read(mesh.home().join("sent/a.json")).unwrap(),
+        sent_a
+    );
+
+    // The rename ends the hold: the next drive sends `a`, which keeps its port.
+    mesh.expect(&["settings", "rename", "web", "port", "http-port"], 0);
+    let resumed = mesh.expect(&["plans", "resume"], 0);
+    assert!(resumed.contains("sent `a`"), "{resumed}");
+    assert_eq!(
+        std::fs::read_to_string(mesh.root("a").join("etc/web.conf")).unwrap(),
+        "listen 9090\n"
+    );
+    assert_eq!(mesh.run(&["status"]).code, 0);
+}

@@ -222,6 +222,7 @@ fn a_node_held_for_a_move_exits_3() {
         module: "media".into(),
         node: "a".into(),
         moves: Vec::new(),
+        orphans: Vec::new(),
     });
     assert_health(
         &alert::judge(&overview, NOW, alert::DEFAULT_MID_CHANGE_AFTER_SECS),

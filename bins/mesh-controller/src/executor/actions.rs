@@ -225,8 +225,9 @@ impl Rollout {
     }
 
     /// Checks `node`'s composed declaration before it is sent: held when it would move a
-    /// running container's data and the module may not move (`--move`, rule 12); the event
-    /// when it is not to be sent. The digest is noted as the one its report must name.
+    /// running container's data and the module may not move (`--move`, rule 12), or when the
+    /// module's new version orphans a setting the node's layers hold (the rule "an orphaned
+    /// setting is a removal"); the event when it is not to be sent. The digest is noted as the one its report must name.
     ///
     /// # Errors
     /// What the node was sent cannot be read.
@@ -257,6 +258,26 @@ impl Rollout {
             return Ok(SendCheck::Not(Event::Held {
                 node: node.to_owned(),
                 moves,
+                orphans: Vec::new(),
+            }));
+        }
+        let orphaned: Vec<mesh_plan::Orphan> =
+            self.orphans.for_node(node).into_iter().cloned().collect();
+        if !orphaned.is_empty() {
+            executor.progress().line(&format!(
+                "  `{}`: `{node}` held: this version orphans settings its layers hold ({}); the \
+                 others go on",
+                self.module,
+                orphaned
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ));
+            return Ok(SendCheck::Not(Event::Held {
+                node: node.to_owned(),
+                moves: Vec::new(),
+                orphans: orphaned,
             }));
         }
         Ok(SendCheck::Send(declaration))

@@ -39,6 +39,10 @@ pub(super) struct Rollout {
     inventory: Inventory,
     /// Over a fleet's bus: the users file the node holding it is sent with every declaration.
     users_file: Option<UsersFile>,
+    /// What this version orphans of the layers as they are at this drive (the rule "an
+    /// orphaned setting is a removal"): a node whose layers hold one is held, and a node held
+    /// for one whose layers no longer hold it is checked again.
+    pub(super) orphans: mesh_plan::Orphans,
     /// The rollout's policy and nodes.
     pub(super) spec: RolloutSpec,
     /// Where it stands.
@@ -182,7 +186,16 @@ impl Rollout {
         let (catalogue, inventory, old_definition) =
             rollout_catalogue(home, store, module, &build).await?;
         executor.prepare(&catalogue, &inventory)?;
+        let orphans = mesh_plan::orphaned_settings(
+            old_definition.as_ref(),
+            &catalogue
+                .module(module)
+                .map(|m| m.definition.clone())
+                .unwrap_or_else(|| placeholder_definition(module)),
+            &inventory.layers,
+        );
         let mut rollout = Rollout {
+            orphans,
             module: module.to_owned(),
             plan: record.plan.id.clone(),
             build,
@@ -229,6 +242,21 @@ impl Rollout {
         })
     }
 
+    /// A node held for orphaned settings whose layers hold none of them now, if any.
+    fn orphans_ended(&self) -> Option<String> {
+        self.state
+            .nodes
+            .iter()
+            .find_map(|(node, progress)| match progress {
+                NodeProgress::Held { orphans, .. }
+                    if !orphans.is_empty() && self.orphans.for_node(node).is_empty() =>
+                {
+                    Some(node.clone())
+                }
+                _ => None,
+            })
+    }
+
     /// A rollout read back, resumed: the one resume path is mesh-plan's; a node sent and not
     /// yet heard is heard from its last report, else sent again through the checked send.
     async fn resume(&mut self, executor: &mut Executor<'_>) -> Result<()> {
@@ -253,6 +281,14 @@ impl Rollout {
         if self.state.stage == Stage::Held && executor.moves().contains(&module) {
             executor.progress().line(&format!(
                 "  `{module}`: the held nodes are sent (--move {module})"
+            ));
+            self.events.push_back(Event::Release);
+        } else if let Some(node) = self.orphans_ended() {
+            // The hold is ended by the layers themselves (`settings rename`, `settings set
+            // --replace`): the held nodes are checked again, and those still held stay so.
+            executor.progress().line(&format!(
+                "  `{module}`: `{node}`'s layers no longer hold a setting this version orphans: \
+                 the held nodes are checked again"
             ));
             self.events.push_back(Event::Release);
         }

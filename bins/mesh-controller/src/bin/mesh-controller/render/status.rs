@@ -112,7 +112,18 @@ fn plans_status(overview: &Overview) -> String {
             }
         }
     }
-    if !overview.held.is_empty() {
+    if overview.held.iter().any(|held| !held.orphans.is_empty()) {
+        out.push_str(
+            "held for orphaned settings (`settings rename MODULE OLD NEW`, or `settings set … \
+             --replace`, ends the hold; the next drive sends them):\n",
+        );
+        for held in &overview.held {
+            for orphan in &held.orphans {
+                let _ = writeln!(out, "  {} on `{}`: {orphan}", held.plan, held.node);
+            }
+        }
+    }
+    if overview.held.iter().any(|held| !held.moves.is_empty()) {
         out.push_str("held for a move (`plans resume --move MODULE` sends them):\n");
         for held in &overview.held {
             for one in &held.moves {
