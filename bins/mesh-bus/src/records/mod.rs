@@ -31,13 +31,18 @@
 //! - The bucket is never granted to a node ([`crate::grants::check`] refuses its name): only
 //!   the controller reads it, for it holds the nodes' bus passwords.
 
+mod layout;
+mod listing;
+
 use crate::jetstream::{bucket_stream, open_or_make_bucket, replicas_for};
 use crate::nats::{NatsBus, NatsError, NatsOptions};
-use crate::subjects::{bucket_all, bucket_key_subject, bucket_stream_name, RECORDS_BUCKET};
+use crate::subjects::{bucket_key_subject, bucket_stream_name, RECORDS_BUCKET};
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::kv::{self, Operation, UpdateErrorKind};
 use async_nats::jetstream::message::PublishMessage;
-use futures_util::StreamExt as _;
+use layout::migrate_layout;
+pub use layout::{bucket_key, bucket_subjects, record_key};
+use listing::{list_subjects, Listed};
 use mesh_records::record_store::{
     bad_key, children, is_key, Change, RecordStat, RecordStore, RecordStoreError, Swap, Version,
 };
@@ -424,138 +429,6 @@ impl KvRecords {
     }
 }
 
-/// The bucket's key for the record key `key`: each name's `.` made `=`, each `/` made `.`, so
-/// that a record directory is a subject token and every record under it is matched by one
-/// subject filter ([`bucket_subjects`]). `=` is in no record key, so the mapping is one to one
-/// ([`record_key`] is its inverse).
-pub fn bucket_key(key: &str) -> String {
-    key.replace('.', "=").replace('/', ".")
-}
-
-/// The record key of the bucket's key `bucket_key` (the inverse of [`bucket_key`]).
-pub fn record_key(bucket_key: &str) -> String {
-    bucket_key.replace('.', "/").replace('=', ".")
-}
-
-/// The subject filter of every record under `dir` (`""`: every record).
-pub fn bucket_subjects(dir: &str) -> String {
-    if dir.is_empty() {
-        bucket_all(RECORDS_BUCKET)
-    } else {
-        format!("{}.>", bucket_key_subject(RECORDS_BUCKET, &bucket_key(dir)))
-    }
-}
-
-/// A record listed: its key, when the bus stored its value (seconds since the epoch), its
-/// size, and the value when it was asked for.
-struct Listed {
-    key: String,
-    written: u64,
-    size: u64,
-    value: Vec<u8>,
-}
-
-/// The last value of every subject matching `filter` in the bucket's stream, each once, by
-/// record key — an ordered consumer delivering the last message per subject (headers only
-/// unless `values`), read until it has none pending.
-async fn list_subjects(
-    js: &async_nats::jetstream::Context,
-    store: &kv::Store,
-    filter: String,
-    values: bool,
-) -> Result<Vec<Listed>, async_nats::Error> {
-    use async_nats::jetstream::consumer::{push, DeliverPolicy, ReplayPolicy};
-    // A listing that hears nothing for LIST_QUIET (its consumer placed on a server gone, or a
-    // message counted as pending removed before it was delivered) is asked again.
-    let quiet = || -> async_nats::Error {
-        format!(
-            "the listing heard nothing for {LIST_QUIET:?}: its consumer was placed on a server \
-             that is gone and the cluster does not know it yet, or the bucket's stream has no \
-             leader — a cluster that lost its quorum"
-        )
-        .into()
-    };
-    let making = store.stream.create_consumer(push::OrderedConfig {
-        deliver_subject: js.client().new_inbox(),
-        description: Some("mesh records listing".to_owned()),
-        filter_subject: filter,
-        headers_only: !values,
-        replay_policy: ReplayPolicy::Instant,
-        deliver_policy: DeliverPolicy::LastPerSubject,
-        ..Default::default()
-    });
-    let consumer = tokio::time::timeout(LIST_QUIET, making)
-        .await
-        .map_err(|_| quiet())??;
-    let mut found: std::collections::BTreeMap<String, Option<(u64, u64, Vec<u8>)>> =
-        std::collections::BTreeMap::new();
-    if consumer.cached_info().num_pending == 0 {
-        return Ok(Vec::new());
-    }
-    let mut messages = consumer.messages().await?;
-    let prefix = bucket_key_subject(RECORDS_BUCKET, "");
-    loop {
-        let message = match tokio::time::timeout(LIST_QUIET, messages.next()).await {
-            Ok(Some(message)) => message?,
-            Ok(None) => return Err("the listing's consumer ended".into()),
-            Err(_) => return Err(quiet()),
-        };
-        let info = message.info()?;
-        let pending = info.pending;
-        let written = u64::try_from(info.published.unix_timestamp()).unwrap_or(0);
-        let header = |name: &str| {
-            message
-                .headers
-                .as_ref()
-                .and_then(|headers| headers.get(name))
-                .map(|value| value.as_str().to_owned())
-        };
-        let removed =
-            header("KV-Operation").is_some_and(|op| matches!(op.as_str(), "DEL" | "PURGE"));
-        // Headers only: the server says the value's size in `Nats-Msg-Size`.
-        let size = match header("Nats-Msg-Size") {
-            Some(size) if !values => size.parse().unwrap_or(0),
-            Some(_) | None => message.payload.len() as u64,
-        };
-        // The layout's own key is no record, nor what is left of the older layout (a key of
-        // it removed when the bucket was moved: no bucket key holds a `/`).
-        if let Some(key) = message
-            .subject
-            .strip_prefix(prefix.as_str())
-            .filter(|raw| !raw.contains('/'))
-            .map(record_key)
-            .filter(|key| is_key(key))
-        {
-            let value = (!removed).then(|| {
-                (
-                    written,
-                    size,
-                    if values {
-                        message.payload.to_vec()
-                    } else {
-                        Vec::new()
-                    },
-                )
-            });
-            found.insert(key, value);
-        }
-        if pending == 0 {
-            break;
-        }
-    }
-    Ok(found
-        .into_iter()
-        .filter_map(|(key, value)| {
-            value.map(|(written, size, value)| Listed {
-                key,
-                written,
-                size,
-                value,
-            })
-        })
-        .collect())
-}
-
 /// How many writes of a [`RecordStore::put_many`] are on the wire at once.
 const PUT_WINDOW: usize = 256;
 
@@ -600,65 +473,6 @@ fn fresh_message_id(key: &str) -> String {
     digest.update(now.as_nanos().to_be_bytes());
     digest.update(key.as_bytes());
     format!("record-{}", hex::encode(&digest.finalize()[..16]))
-}
-
-/// The bucket's key saying its keys are in [`bucket_key`]'s layout: no record key maps to it
-/// (no name starts with `.`, so no token of a record's bucket key starts with `=`).
-const LAYOUT_KEY: &str = "=layout";
-
-/// The layout [`LAYOUT_KEY`] names.
-const LAYOUT: &[u8] = b"2";
-
-/// Moves the records of a bucket written before [`bucket_key`]'s layout (their keys the record
-/// keys themselves, `plans/plan-1.json`) to it, once: every record copied to its new key, the
-/// layout marked, then the old keys purged. A move stopped part way is done again whole on the
-/// next open (the old keys stay until the mark is written). Returns how many were moved.
-async fn migrate_layout(store: &kv::Store) -> Result<usize, async_nats::Error> {
-    match store.get(LAYOUT_KEY).await? {
-        Some(layout) if layout.as_ref() == LAYOUT => return Ok(0),
-        Some(layout) => {
-            return Err(format!(
-                "the bucket's keys are in layout {:?}; this mesh reads layout 2",
-                String::from_utf8_lossy(&layout)
-            )
-            .into())
-        }
-        None => {}
-    }
-    let mut raw = Vec::new();
-    let mut keys = store.keys().await?;
-    while let Some(key) = keys.next().await {
-        raw.push(key?);
-    }
-    // The old keys: every key with a `/`, and a top-level one with a `.` that is not the copy
-    // of one with a `/` (a move stopped part way). A key with neither is the same in both.
-    let copies: std::collections::BTreeSet<String> = raw
-        .iter()
-        .filter(|key| key.contains('/'))
-        .map(|key| bucket_key(key))
-        .collect();
-    let old: Vec<&String> = raw
-        .iter()
-        .filter(|key| {
-            key.contains('/') || (key.contains('.') && !key.contains('=') && !copies.contains(*key))
-        })
-        .collect();
-    for key in &old {
-        if let Some(value) = store.get(key.as_str()).await? {
-            store.put(bucket_key(key), value).await?;
-        }
-    }
-    store.put(LAYOUT_KEY, LAYOUT.to_vec().into()).await?;
-    for key in &old {
-        store.purge(key.as_str()).await?;
-    }
-    if !old.is_empty() {
-        tracing::info!(
-            records = old.len(),
-            "the records bucket's keys were moved to layout 2"
-        );
-    }
-    Ok(old.len())
 }
 
 async fn open_bucket(

@@ -4,7 +4,8 @@
 //! Start at [`ensure_streams`] (the controller runs it on start), then
 //! [`ensure_consumer_from_now`] for every durable consumer on a history stream (rule 24,
 //! issue 248), and [`consumer_reset`] for `mesh-controller broker consumer-reset STREAM CONSUMER`.
-//! Merges travel as [`publish_merge`] / [`MergeListener`].
+//! Merges travel as [`publish_merge`] / [`MergeListener`] (`merges`); key-value buckets are
+//! made by [`ensure_bucket`] (`buckets`).
 //!
 //! What it must never do: re-make a consumer that exists (it would lose its place), make one with
 //! the server's default deliver policy (*all*: a week of history replayed), or reset a work
@@ -18,16 +19,24 @@
 //! 3 on a cluster); one found with fewer is said in the log and listed by
 //! [`replica_shortfalls`], and [`raise_replicas`] raises it.
 
+mod buckets;
+mod merges;
+
+pub(crate) use buckets::open_or_make_bucket;
+pub use buckets::{bucket_stream, ensure_bucket, ensure_bucket_with, BUCKET_DEDUPLICATION_WINDOW};
+pub use merges::{
+    merge_consumer, publish_merge, HeardMerge, MergeAnnouncement, MergeListener, MergePublished,
+    MERGES_REMEMBERED,
+};
+
 use crate::nats::NatsError;
 use crate::subjects::{
     self, declaration_consumer, DECLARATIONS_STREAM, EVENTS_STREAM, REPORTS_STREAM,
 };
 use async_nats::jetstream::consumer::{self, pull, DeliverPolicy, PullConsumer};
 use async_nats::jetstream::stream::{self, RetentionPolicy};
-use async_nats::jetstream::{kv, Context};
+use async_nats::jetstream::Context;
 use futures_util::StreamExt;
-use sha2::{Digest, Sha256};
-use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
 /// How long the events stream remembers a merge's message id: a merge announced again within
@@ -412,100 +421,6 @@ pub async fn consumer_reset(
     Ok(ConsumerReset { before, after })
 }
 
-/// How long a bucket remembers a put's message id (the server's default, said here): a put sent
-/// again within it, after its server was lost before it answered, is not stored again.
-pub const BUCKET_DEDUPLICATION_WINDOW: Duration = Duration::from_secs(120);
-
-/// The stream configuration of key-value bucket `bucket`, as the key-value convention has it
-/// (`KV_<bucket>` over `$KV.<bucket>.>`, direct gets, roll-ups, `history` values per key), one
-/// copy (set `num_replicas` for more).
-pub fn bucket_stream(bucket: &str, history: i64) -> stream::Config {
-    stream::Config {
-        name: subjects::bucket_stream_name(bucket),
-        description: Some(format!("state bucket {bucket}")),
-        subjects: vec![subjects::bucket_all(bucket)],
-        max_messages_per_subject: history.clamp(1, 64),
-        discard: stream::DiscardPolicy::New,
-        allow_rollup: true,
-        deny_delete: true,
-        allow_direct: true,
-        num_replicas: SINGLE_SERVER_REPLICAS,
-        // A put retried after its server was lost is recognised by its message id for this
-        // long, and not stored twice (see crate::records).
-        duplicate_window: BUCKET_DEDUPLICATION_WINDOW,
-        storage: stream::StorageType::File,
-        ..Default::default()
-    }
-}
-
-/// Makes a key-value bucket (a module's state) keeping 8 values per key, with [`replicas_for`]
-/// the server, or opens it as it is.
-///
-/// # Errors
-/// As [`ensure_bucket_with`].
-pub async fn ensure_bucket(js: &Context, bucket: &str) -> Result<kv::Store, NatsError> {
-    ensure_bucket_with(js, bucket, replicas_for(&js.client(), None)).await
-}
-
-/// Makes a key-value bucket (a module's state) keeping 8 values per key with `replicas`
-/// copies, or opens it as it is (one with fewer copies is said in the log, as in
-/// [`ensure_stream`]).
-///
-/// The bucket's stream is made here rather than by async-nats' `create_key_value`, which asks
-/// the account's limits in a shape a 2.9 server does not answer.
-///
-/// # Errors
-/// [`NatsError::Bucket`] when it can be neither opened nor made.
-pub async fn ensure_bucket_with(
-    js: &Context,
-    bucket: &str,
-    replicas: usize,
-) -> Result<kv::Store, NatsError> {
-    let mut config = bucket_stream(bucket, 8);
-    config.num_replicas = replicas;
-    open_or_make_bucket(js, bucket, config).await
-}
-
-/// Opens bucket `bucket`, or makes its stream from `config` first when there is none.
-pub(crate) async fn open_or_make_bucket(
-    js: &Context,
-    bucket: &str,
-    config: stream::Config,
-) -> Result<kv::Store, NatsError> {
-    let bucket_error = |source: async_nats::Error| NatsError::Bucket {
-        bucket: bucket.to_owned(),
-        source,
-    };
-    let wanted = config.num_replicas;
-    let store = match js.get_key_value(bucket).await {
-        Ok(store) => store,
-        Err(_) => {
-            js.get_or_create_stream(config)
-                .await
-                .map_err(|source| bucket_error(source.into()))?;
-            js.get_key_value(bucket)
-                .await
-                .map_err(|source| bucket_error(source.into()))?
-        }
-    };
-    let stream = subjects::bucket_stream_name(bucket);
-    if let Ok(mut handle) = js.get_stream(&stream).await {
-        if let Ok(info) = handle.info().await {
-            let has = info.config.num_replicas.max(1);
-            if has < wanted {
-                tracing::warn!(
-                    bucket,
-                    replicas = has,
-                    wanted,
-                    "the bucket has fewer copies than the mesh keeps: `mesh-controller broker \
-                     raise-replicas` raises it"
-                );
-            }
-        }
-    }
-    Ok(store)
-}
-
 /// How long [`leaderless`] waits for a stream's servers to answer.
 pub const LEADER_PROBE: Duration = Duration::from_secs(5);
 
@@ -565,81 +480,6 @@ pub async fn ensure_declaration_consumer(
     .await
 }
 
-/// A merge to a module repository, as announced on [`subjects::MERGES`] (wire format v1:
-/// `{"version":1,"repository":…,"branch":…,"commit":…}`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct MergeAnnouncement {
-    /// The repository merged to.
-    pub repository: String,
-    /// The branch merged to.
-    pub branch: String,
-    /// The commit the branch now points at.
-    pub commit: String,
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct MergeWire {
-    version: u32,
-    repository: String,
-    branch: String,
-    commit: String,
-}
-
-impl MergeAnnouncement {
-    /// The key a merge is heard once by: a digest of repository, branch and commit, used as
-    /// the JetStream message id (`Nats-Msg-Id`).
-    pub fn message_id(&self) -> String {
-        let mut digest = Sha256::new();
-        for part in [&self.repository, &self.branch, &self.commit] {
-            digest.update((part.len() as u64).to_be_bytes());
-            digest.update(part.as_bytes());
-        }
-        format!("merge-{}", hex::encode(digest.finalize()))
-    }
-
-    /// The announcement's wire bytes.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        serde_json::to_vec(&MergeWire {
-            version: 1,
-            repository: self.repository.clone(),
-            branch: self.branch.clone(),
-            commit: self.commit.clone(),
-        })
-        .expect("a merge announcement serializes")
-    }
-
-    /// Reads an announcement's wire bytes.
-    ///
-    /// # Errors
-    /// [`NatsError::Decode`] when they are not a version 1 merge announcement.
-    pub fn from_bytes(bytes: &[u8]) -> Result<MergeAnnouncement, NatsError> {
-        let wire: MergeWire = serde_json::from_slice(bytes).map_err(|error| NatsError::Decode {
-            subject: subjects::MERGES.to_owned(),
-            reason: error.to_string(),
-        })?;
-        if wire.version != 1 {
-            return Err(NatsError::Decode {
-                subject: subjects::MERGES.to_owned(),
-                reason: format!("merge announcement version {} is not 1", wire.version),
-            });
-        }
-        Ok(MergeAnnouncement {
-            repository: wire.repository,
-            branch: wire.branch,
-            commit: wire.commit,
-        })
-    }
-}
-
-/// What the events stream did with a merge announcement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MergePublished {
-    /// Its sequence in [`EVENTS_STREAM`] (the first one's, for a duplicate).
-    pub sequence: u64,
-    /// The same merge was already stored within the deduplication window: not stored again.
-    pub duplicate: bool,
-}
-
 /// What [`publish_declaration`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeclarationPublished {
@@ -686,223 +526,4 @@ pub async fn publish_declaration(
         sequence: ack.sequence,
         duplicate: ack.duplicate,
     })
-}
-
-/// Announces a merge on [`subjects::MERGES`], stored once per repository, branch and commit
-/// (issues 248, 250; rule 18).
-///
-/// # Guarantees
-/// Returns once the events stream stored it (or said it already had it). Published again
-/// within [`MERGE_DEDUPLICATION_WINDOW`], it is not stored again; after that,
-/// [`MergeListener`] still hands it out once per listener.
-///
-/// # Errors
-/// [`NatsError::Publish`] when the stream did not acknowledge it.
-pub async fn publish_merge(
-    js: &Context,
-    repository: &str,
-    branch: &str,
-    commit: &str,
-) -> Result<MergePublished, NatsError> {
-    let merge = MergeAnnouncement {
-        repository: repository.to_owned(),
-        branch: branch.to_owned(),
-        commit: commit.to_owned(),
-    };
-    let publish_error = |source: async_nats::Error| NatsError::Publish {
-        subject: subjects::MERGES.to_owned(),
-        source,
-    };
-    let ack = js
-        .send_publish(
-            subjects::MERGES,
-            async_nats::jetstream::message::PublishMessage::build()
-                .payload(merge.to_bytes().into())
-                .message_id(merge.message_id()),
-        )
-        .await
-        .map_err(|source| publish_error(source.into()))?
-        .await
-        .map_err(|source| publish_error(source.into()))?;
-    Ok(MergePublished {
-        sequence: ack.sequence,
-        duplicate: ack.duplicate,
-    })
-}
-
-/// How many merges a [`MergeListener`] remembers to hand each out once.
-pub const MERGES_REMEMBERED: usize = 4096;
-
-/// Hears merge announcements, each once: a durable consumer on [`subjects::MERGES`] made from
-/// now, and a memory of the last [`MERGES_REMEMBERED`] merges handed out.
-pub struct MergeListener {
-    consumer: PullConsumer,
-    messages: Option<pull::Stream>,
-    seen: HashSet<String>,
-    order: VecDeque<String>,
-}
-
-/// A merge heard, to acknowledge once acted on.
-pub struct HeardMerge {
-    /// The merge.
-    pub merge: MergeAnnouncement,
-    /// Its sequence in [`EVENTS_STREAM`].
-    pub sequence: u64,
-    message: async_nats::jetstream::Message,
-}
-
-impl std::fmt::Debug for HeardMerge {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HeardMerge")
-            .field("merge", &self.merge)
-            .field("sequence", &self.sequence)
-            .finish_non_exhaustive()
-    }
-}
-
-impl HeardMerge {
-    /// Acknowledges it: the listener's consumer will not hand it out again.
-    ///
-    /// # Errors
-    /// [`NatsError::Consumer`] when the acknowledgement could not be sent.
-    pub async fn ack(&self) -> Result<(), NatsError> {
-        self.message
-            .ack()
-            .await
-            .map_err(|source| NatsError::Consumer {
-                stream: EVENTS_STREAM.to_owned(),
-                consumer: "(merge listener)".to_owned(),
-                source,
-            })
-    }
-}
-
-/// The configuration of a merge listener's consumer named `durable`.
-pub fn merge_consumer(durable: &str) -> pull::Config {
-    pull::Config {
-        durable_name: Some(durable.to_owned()),
-        description: Some("hears merges".to_owned()),
-        filter_subject: subjects::MERGES.to_owned(),
-        ack_policy: consumer::AckPolicy::Explicit,
-        ack_wait: Duration::from_secs(5 * 60),
-        ..Default::default()
-    }
-}
-
-impl MergeListener {
-    /// Opens the listener's durable consumer `durable` on [`EVENTS_STREAM`], made from now if
-    /// it is not there (see [`ensure_consumer_from_now`]).
-    ///
-    /// # Errors
-    /// As [`ensure_consumer_from_now`].
-    pub async fn open(js: &Context, durable: &str) -> Result<MergeListener, NatsError> {
-        let (consumer, _) =
-            ensure_consumer_from_now(js, EVENTS_STREAM, merge_consumer(durable)).await?;
-        Ok(MergeListener {
-            consumer,
-            messages: None,
-            seen: HashSet::new(),
-            order: VecDeque::new(),
-        })
-    }
-
-    /// The next merge not heard before, waiting at most `wait`; `None` when none came.
-    ///
-    /// A merge heard before (the same repository, branch and commit) is acknowledged and
-    /// passed over.
-    ///
-    /// # Errors
-    /// [`NatsError::Consumer`] when the consumer cannot be read; [`NatsError::Decode`] for a
-    /// message that is not a merge announcement (it is acknowledged, so it does not come back).
-    pub async fn next(&mut self, wait: Duration) -> Result<Option<HeardMerge>, NatsError> {
-        let deadline = tokio::time::Instant::now() + wait;
-        let durable = self
-            .consumer
-            .cached_info()
-            .config
-            .durable_name
-            .clone()
-            .unwrap_or_default();
-        let consumer_error = |source: async_nats::Error| NatsError::Consumer {
-            stream: EVENTS_STREAM.to_owned(),
-            consumer: durable.clone(),
-            source,
-        };
-        if self.messages.is_none() {
-            let messages = self
-                .consumer
-                .messages()
-                .await
-                .map_err(|source| consumer_error(source.into()))?;
-            self.messages = Some(messages);
-        }
-        loop {
-            let messages = self.messages.as_mut().expect("opened above");
-            let message = match tokio::time::timeout_at(deadline, messages.next()).await {
-                Err(_) => return Ok(None),
-                Ok(None) => {
-                    self.messages = None; // made again at the next call
-                    return Err(consumer_error("its message stream ended".into()));
-                }
-                Ok(Some(Err(source))) => {
-                    self.messages = None;
-                    return Err(consumer_error(source.into()));
-                }
-                Ok(Some(Ok(message))) => message,
-            };
-            let sequence = message
-                .info()
-                .map(|info| info.stream_sequence)
-                .map_err(consumer_error)?;
-            let merge = match MergeAnnouncement::from_bytes(&message.payload) {
-                Ok(merge) => merge,
-                Err(error) => {
-                    message.ack().await.map_err(consumer_error)?;
-                    return Err(error);
-                }
-            };
-            let key = merge.message_id();
-            if self.seen.contains(&key) {
-                message.ack().await.map_err(consumer_error)?;
-                continue;
-            }
-            self.seen.insert(key.clone());
-            self.order.push_back(key);
-            if self.order.len() > MERGES_REMEMBERED {
-                if let Some(oldest) = self.order.pop_front() {
-                    self.seen.remove(&oldest);
-                }
-            }
-            return Ok(Some(HeardMerge {
-                merge,
-                sequence,
-                message,
-            }));
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_merge_is_keyed_by_repository_branch_and_commit() {
-        let merge = |repository: &str, branch: &str, commit: &str| MergeAnnouncement {
-            repository: repository.into(),
-            branch: branch.into(),
-            commit: commit.into(),
-        };
-        let key = merge("catalogue", "main", "abc").message_id();
-        assert_eq!(key, merge("catalogue", "main", "abc").message_id());
-        assert_ne!(key, merge("catalogue", "main", "abd").message_id());
-        assert_ne!(key, merge("catalogue", "dev", "abc").message_id());
-        // Lengths are part of the key: moving a character between fields is another merge.
-        assert_ne!(
-            merge("ab", "c", "d").message_id(),
-            merge("a", "bc", "d").message_id()
-        );
-        let back = MergeAnnouncement::from_bytes(&merge("r", "b", "c").to_bytes()).unwrap();
-        assert_eq!(back, merge("r", "b", "c"));
-    }
 }
