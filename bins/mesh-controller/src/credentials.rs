@@ -4,12 +4,13 @@
 //! (`--bus-password-file`, or `<home>/bus/passwords/controller`) — and the nodes' bus
 //! passwords until they are enrolled ([`crate::enroll`]).
 //!
-//! Credentials (rule 31): a node not yet enrolled has a password, generated once and kept in the
-//! records (`bus/passwords/<node>`: on a fleet the bus's records bucket, which no node may read;
-//! a file of mode 0600 under the home before the records are moved there), to be given to that
-//! node's host as its `--password-file` (`broker password NODE`), and dropped when it is
-//! enrolled. The controller's seed or password stays on the controller's machine: it opens the
-//! bus, and so the records. The server is verified against `--bus-ca` ([`BusArgs::tls`]).
+//! Credentials ("Secrets never leave their owner"): a node not yet enrolled has a password,
+//! generated once and kept in the records (`bus/passwords/<node>`: on a fleet the bus's records
+//! bucket, which no node may read; a file of mode 0600 under the home before the records are moved
+//! there), to be given to that node's host as its `--password-file` (`broker password NODE`), and
+//! dropped when it is enrolled. The controller's seed or password stays on the controller's
+//! machine: it opens the bus, and so the records. The server is verified against `--bus-ca`
+//! ([`BusArgs::tls`]).
 //!
 //! What it must never do: put the controller's seed or password among the records, or name a
 //! secret in an error.

@@ -10,8 +10,8 @@
 //!   repositories, builds, and a drive's cancellation;
 //! - [`push`]: composing declarations and what a push did for each node;
 //! - [`credentials`], [`enroll`], [`users`], [`broker`]: the controller on a fleet's bus — its
-//!   credential, a node's NKey recorded and its password dropped (rule 31), the bus's users and
-//!   their proof, looking after the bus;
+//!   credential, a node's NKey recorded and its password dropped ("Secrets never leave their
+//!   owner"), the bus's users and their proof, looking after the bus;
 //! - [`fleet`]: the hosts as a transport (send, next report, grants): [`fleet::in_process`]
 //!   (the embedded default) or [`fleet::nats`] (a fleet's bus, NATS, with real grants);
 //! - [`plans`]: merges make plans, kept so they resume where they stood; [`records`] opens

@@ -1,8 +1,8 @@
-//! A newer merge takes over an older open plan, and the takeover survives a crash (issue 28,
-//! item 4): the new plan — holding the older plan's unfinished modules — and the older plan's
-//! superseded mark become durable in that order, each write with a fail point. The controller
-//! dies (SIGABRT, nothing finished: a fail point, never a kill after a sleep) at each. At that
-//! instant either the older plan is open or the new plan holds its modules; the next drive
+//! A newer merge takes over an older open plan ("A newer merge takes over an older plan"), and the
+//! takeover survives a crash: the new plan — holding the older plan's unfinished modules — and the
+//! older plan's superseded mark become durable in that order, each write with a fail point. The
+//! controller dies (SIGABRT, nothing finished: a fail point, never a kill after a sleep) at each.
+//! At that instant either the older plan is open or the new plan holds its modules; the next drive
 //! finishes the takeover, and no module of the older plan is lost.
 
 mod support;

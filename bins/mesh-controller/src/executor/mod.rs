@@ -10,9 +10,9 @@
 //! # Guarantees
 //! - Grants before code: no declaration is sent to a node before [`Fleet::issue_grants`] for it
 //!   answered; when the bus's users change, the node holding the bus is sent first and the rest
-//!   only once its grants are confirmed (rule 13, ADR 0218 §1, issue 249).
+//!   only once its grants are confirmed ("Grants before code").
 //! - A send that would give a running container another host directory at a mount it has is
-//!   held unless its module is allowed to move (rule 12).
+//!   held unless its module is allowed to move ("A moved mount is held").
 //! - A node is judged converged only from a settled report of the declaration it was sent.
 //! - What a fleet took is recorded sent ([`Home::record_sent_many`]), and every report heard is
 //!   recorded ([`Home::record_report`]), here and nowhere else.
@@ -52,7 +52,7 @@ pub struct Executor<'a> {
 
 impl<'a> Executor<'a> {
     /// An executor sending through `fleet`, recording in `home`; progress goes to `progress`,
-    /// and the held nodes of the modules in `moves` are sent (rule 12).
+    /// and the held nodes of the modules in `moves` are sent ("A moved mount is held").
     pub fn new(
         home: &'a Home,
         fleet: &'a mut dyn Fleet,

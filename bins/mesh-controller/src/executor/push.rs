@@ -52,7 +52,7 @@ pub async fn push(
 }
 
 /// [`push`], saying how many nodes were heard of all as the reports come
-/// ([`crate::Progress::rollout`], [`push_progress`]).
+/// ([`crate::Progress::rollout`], [`super::push_progress`]).
 ///
 /// # Errors
 /// As [`push`].

@@ -146,7 +146,7 @@ pub const SEND_RETRY_LIMIT: Duration = Duration::from_secs(60);
 /// consumer, reports heard on `mesh.report.*`. The executor ([`crate::executor`]) drives it.
 ///
 /// # Guarantees
-/// - Grants before code (rule 13): [`Fleet::issue_grants`] makes the granted state
+/// - Grants before code: [`Fleet::issue_grants`] makes the granted state
 ///   buckets, and while the bus's users for the rollout differ from the ones the bus last
 ///   confirmed it answers only the bus node's grants (its declaration names the users file,
 ///   [`Fleet::users_file`]); any other node's grants fail until the bus node reported the
@@ -156,7 +156,8 @@ pub const SEND_RETRY_LIMIT: Duration = Duration::from_secs(60);
 ///   archive holding it is in the store, held and kept, before any declaration naming it is
 ///   sent (see [How the users file travels](self)).
 /// - A send is stored by JetStream before it returns (and so before the executor records it
-///   sent); a bus that does not take it is tried again for up to [`SEND_RETRY_LIMIT`], stored once however often it is tried.
+///   sent); a bus that does not take it is tried again for up to [`SEND_RETRY_LIMIT`], stored
+///   once however often it is tried.
 pub struct NatsFleet {
     home: Home,
     args: BusArgs,

@@ -1,5 +1,5 @@
 //! A merge heard: its plan made and saved, older open plans of the same repository and branch
-//! superseded and their unfinished modules taken in (rules 16–18).
+//! superseded and their unfinished modules taken in ("A newer merge takes over an older plan").
 
 use super::{plan_number, ModuleWork, PlanRecord, PLAN_FORMAT};
 use crate::builds::short_commit;

@@ -1,13 +1,13 @@
 //! Plans: what a merge changed, in tiers, and the work behind each module — its build and
-//! where its rollout stands — kept so that a plan is resumed where it stood (rules 13–20, ADR
-//! 0218, issue 6).
+//! where its rollout stands — kept so that a plan is resumed where it stood.
 //!
 //! Start at [`PlanRecord`]. [`merge`] makes a plan from a merge: it reads the changed paths
-//! since the repository's last planned commit from git, attributes them to modules (rule 17),
-//! supersedes older open plans of the same repository and branch, folding in their unfinished
-//! modules (rule 16), orders the affected modules in tiers and saves the plan. [`build`] builds
-//! the modules a plan names. Driving a plan — its builds, then each module's rollout through the
-//! executor — is [`crate::runtime`]'s.
+//! since the repository's last planned commit from git, attributes them to modules ("Changed
+//! paths name their modules"), supersedes older open plans of the same repository and branch,
+//! folding in their unfinished modules ("A newer merge takes over an older plan"), orders the
+//! affected modules in tiers and saves the plan. [`build`] builds the modules a plan names.
+//! Driving a plan — its builds, then each module's rollout through the executor — is
+//! [`crate::runtime`]'s.
 //!
 //! # Layout
 //! `<home>/plans/<id>.json`: a [`PlanRecord`] (ids `plan-1`, `plan-2`, … in the order plans are
@@ -17,7 +17,8 @@
 //! planning or driving at once.
 //!
 //! # Guarantees
-//! - A merge heard twice (same repository, branch and commit) makes one plan (rule 18).
+//! - A merge heard twice (same repository, branch and commit) makes one plan ("A merge heard
+//!   twice makes one plan").
 //! - A plan that is not open (done, stopped, superseded, closed) is never driven again.
 
 pub mod build;

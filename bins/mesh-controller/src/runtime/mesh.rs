@@ -139,7 +139,7 @@ impl Mesh {
 }
 
 /// The context of one drive or push: the mesh, where progress goes, the modules whose held
-/// nodes are sent (`--move`, rule 12), and whether the drive was cancelled.
+/// nodes are sent (`--move`, "A moved mount is held"), and whether the drive was cancelled.
 #[derive(Clone)]
 pub struct Ctx {
     /// The mesh.

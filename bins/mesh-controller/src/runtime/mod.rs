@@ -104,7 +104,7 @@ impl Runtime {
         &self.mesh
     }
 
-    /// A context for one drive or push, `moves` allowed to move (rule 12).
+    /// A context for one drive or push, `moves` allowed to move ("A moved mount is held").
     pub fn ctx(&self, moves: &BTreeSet<String>) -> Ctx {
         Ctx {
             mesh: Arc::clone(&self.mesh),

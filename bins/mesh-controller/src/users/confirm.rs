@@ -2,7 +2,7 @@
 //! confirmed ([`CONFIRMED_KEY`]): when the users composed for a send differ from those, the node
 //! holding the bus is sent them first, and no other node is sent anything until that node
 //! reported the file in place and the server has every node's permissions in force, proven one
-//! by one ([`confirm_users`], [`mesh_bus::probe`]) (rule 13, ADR 0218 §1, issue 249).
+//! by one (`confirm_users`, [`mesh_bus::probe`]): "Grants before code".
 //!
 //! What it must never do: record users as confirmed that were not proven in force.
 
@@ -44,7 +44,7 @@ pub struct ConfirmedUsers {
     pub format: u32,
     /// `sha256:<hex>` of the users file's text.
     pub users: String,
-    /// The archive in the store holding the text ([`USERS_ARCHIVE_PATH`]).
+    /// The archive in the store holding the text ([`super::USERS_ARCHIVE_PATH`]).
     pub archive: ArchiveRef,
 }
 

@@ -20,13 +20,13 @@
 //! digests (`mesh_host::archives`). The bus node's declaration is so the same size whatever
 //! the number of nodes.
 //!
-//! The store keeps that archive as it keeps a module's builds (rule 22): the store's record of
-//! the module [`USERS_MODULE`] (`store/modules/mesh-bus.json`) names as its current build the
-//! archive the bus node was last sent ([`users_sent`]), and as recent builds the last few
-//! published ([`publish_users`]) — so what the bus node was last sent, and one being sent, are
-//! kept by every sweep, and the collector needs nothing of its own. The record of the users the
-//! bus last confirmed in force ([`confirm::CONFIRMED_KEY`]) holds their digest and the archive
-//! they can be read from.
+//! The store keeps that archive as it keeps a module's builds ("What the mesh keeps, for a
+//! reason"): the store's record of the module [`USERS_MODULE`] (`store/modules/mesh-bus.json`)
+//! names as its current build the archive the bus node was last sent ([`users_sent`]), and as
+//! recent builds the last few published ([`publish_users`]) — so what the bus node was last sent,
+//! and one being sent, are kept by every sweep, and the collector needs nothing of its own. The
+//! record of the users the bus last confirmed in force ([`confirm::CONFIRMED_KEY`]) holds their
+//! digest and the archive they can be read from.
 //!
 //! What it must never do: put a secret of an enrolled node in the users file, or let the users
 //! file ride inside a declaration or a record.
