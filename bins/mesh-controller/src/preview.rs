@@ -48,7 +48,7 @@ pub struct Preview {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct TierPreview {
-    /// The tier's number, from 1.
+    /// The tier's number, from 0, as the plan numbers it.
     pub tier: usize,
     /// Its modules, in the order they roll out.
     pub modules: Vec<ModulePreview>,
@@ -102,6 +102,9 @@ pub struct NodeChange {
     pub removed: usize,
     /// The containers that would be recreated, each with the fields that make it so.
     pub recreated: Vec<Recreated>,
+    /// The resources added, changed (with their fields) and removed, by id, as `plan NODE
+    /// --diff` shows them.
+    pub diff: mesh_plan::DeclarationDiff,
 }
 
 /// A container that would be recreated.
@@ -191,7 +194,7 @@ pub async fn preview(ctx: &Ctx, record: &PlanRecord) -> Result<Preview> {
             )?);
         }
         tiers.push(TierPreview {
-            tier: index + 1,
+            tier: index,
             modules,
         });
     }
@@ -265,11 +268,16 @@ fn preview_module(
             out.orphaned_nodes.push(node.clone());
             held_moves.entry(node.clone()).or_default();
         }
-        let declaration = mesh_plan::compose(&catalogue, &inventory, &node)?;
+        let mut declaration = mesh_plan::compose(&catalogue, &inventory, &node)?;
         let before = match holds.get(&node) {
             Some(before) => before.clone(),
             None => home.sent(&node)?,
         };
+        if let Some(sent) = &before {
+            // The bus's users, sent the bus node with every declaration, are not the modules'
+            // doing: carried over, as `plan --diff` carries them, not shown removed.
+            declaration = crate::users::with_users_file_of(declaration, sent);
+        }
         let diff = mesh_plan::diff(before.as_ref(), &declaration);
         if diff.added.is_empty() && diff.changed.is_empty() && diff.removed.is_empty() {
             out.unchanged.push(node.clone());
@@ -294,6 +302,7 @@ fn preview_module(
                             .collect(),
                     })
                     .collect(),
+                diff,
             });
         }
         if let PushDecision::Hold { moves } = crate::executor::decide(home, &declaration, &allowed)?

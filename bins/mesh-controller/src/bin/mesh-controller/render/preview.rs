@@ -24,25 +24,7 @@ pub fn preview(preview: &mesh_controller::preview::Preview) -> String {
                     let _ = writeln!(out, "  first machine: none (no node would be sent)");
                 }
             }
-            for change in &module.changes {
-                let counts = if change.first_send {
-                    format!("first send, {} resource(s)", change.added)
-                } else {
-                    format!(
-                        "{} added, {} changed, {} removed",
-                        change.added, change.changed, change.removed
-                    )
-                };
-                let _ = writeln!(out, "  changes {}: {counts}", change.node);
-                for recreated in &change.recreated {
-                    let _ = writeln!(
-                        out,
-                        "    recreates {} ({})",
-                        recreated.resource,
-                        recreated.fields.join(", ")
-                    );
-                }
-            }
+            out.push_str(&changes(&module.changes));
             if let Some(orphans) = &module.orphans {
                 out.push_str(&orphaned(orphans, &module.orphaned_nodes));
             }
@@ -98,6 +80,54 @@ fn orphaned(orphans: &mesh_plan::Orphans, nodes: &[String]) -> String {
             "  orphaned settings on {named} (dropped by this version):"
         );
         out.push_str(&text);
+    }
+    out
+}
+
+/// Each node's changes as `plan NODE --diff` shows them, resources by id; nodes whose changes
+/// are the same as an earlier node's named together after it ("same as …").
+fn changes(changes: &[mesh_controller::preview::NodeChange]) -> String {
+    use std::fmt::Write as _;
+    // The diff's lines but its first (which names the node), by what they say.
+    let body = |change: &mesh_controller::preview::NodeChange| -> String {
+        change
+            .diff
+            .render_text()
+            .lines()
+            .skip(1)
+            .map(|line| format!("    {line}\n"))
+            .collect()
+    };
+    let mut groups: Vec<(String, String, Vec<&str>)> = Vec::new();
+    for change in changes {
+        let counts = if change.first_send {
+            format!("first send, {} resource(s)", change.added)
+        } else {
+            format!(
+                "{} added, {} changed, {} removed",
+                change.added, change.changed, change.removed
+            )
+        };
+        let text = body(change);
+        match groups
+            .iter_mut()
+            .find(|(c, t, _)| *c == counts && *t == text)
+        {
+            Some((_, _, nodes)) => nodes.push(&change.node),
+            None => groups.push((counts, text, vec![&change.node])),
+        }
+    }
+    let mut out = String::new();
+    for (counts, text, nodes) in groups {
+        let _ = writeln!(out, "  changes {}: {counts}", nodes[0]);
+        out.push_str(&text);
+        let same = &nodes[1..];
+        let named = match same.len() {
+            0 => continue,
+            1..=5 => same.join(", "),
+            n => format!("{}, … {} ({n} nodes)", same[0], same[n - 1]),
+        };
+        let _ = writeln!(out, "  changes {named}: same as {}", nodes[0]);
     }
     out
 }
