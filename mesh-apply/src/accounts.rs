@@ -9,6 +9,7 @@
 //! locked the way the system's own tools lock them. Nothing here ever rewrites an account's list
 //! of groups: only one membership is added or removed at a time.
 
+use mesh_model::declaration::AccountSpec;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -159,6 +160,36 @@ impl AccountDatabase {
         }
     }
 
+    /// The name of the account with uid `uid`, if there is one.
+    pub fn user_with_uid(&self, uid: u32) -> Option<String> {
+        match self.source {
+            AccountSource::Files => self
+                .users
+                .iter()
+                .find(|(_, user)| user.uid == uid)
+                .map(|(name, _)| name.clone()),
+            AccountSource::NameService => nix::unistd::User::from_uid(uid.into())
+                .ok()
+                .flatten()
+                .map(|user| user.name),
+        }
+    }
+
+    /// The name of the group with gid `gid`, if there is one.
+    pub fn group_with_gid(&self, gid: u32) -> Option<String> {
+        match self.source {
+            AccountSource::Files => self
+                .groups
+                .iter()
+                .find(|(_, group)| group.gid == gid)
+                .map(|(name, _)| name.clone()),
+            AccountSource::NameService => nix::unistd::Group::from_gid(gid.into())
+                .ok()
+                .flatten()
+                .map(|group| group.name),
+        }
+    }
+
     /// Whether `account` is in `group`, as a listed member or by its primary group.
     pub fn is_member(&self, account: &str, group: &str) -> bool {
         let Some(entry) = self.group(group) else {
@@ -239,6 +270,29 @@ pub trait Accounts {
     /// # Errors
     /// When the change could not be made.
     fn remove_membership(&self, account: &str, group: &str) -> Result<(), AccountsError>;
+    /// Makes the system account `spec.name` and its group `spec.name`, with the ids declared.
+    /// The default, for a seam that cannot: an error.
+    ///
+    /// # Errors
+    /// When it could not be made.
+    fn create_account(&self, spec: &AccountSpec) -> Result<(), AccountsError> {
+        Err(AccountsError::Command {
+            command: format!("useradd {}", spec.name),
+            status: "not run".to_owned(),
+            stderr: "these accounts cannot make an account".to_owned(),
+        })
+    }
+    /// Removes the account `name` and its group `name`. The default: an error.
+    ///
+    /// # Errors
+    /// When it could not be removed.
+    fn remove_account(&self, name: &str) -> Result<(), AccountsError> {
+        Err(AccountsError::Command {
+            command: format!("userdel {name}"),
+            status: "not run".to_owned(),
+            stderr: "these accounts cannot remove an account".to_owned(),
+        })
+    }
 }
 
 /// The real [`Accounts`]: under `/` the system's name service, under a root prefix plain
@@ -263,6 +317,28 @@ impl ShadowUtils {
             Ok(text) => Ok(text),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(String::new()),
             Err(source) => Err(AccountsError::Read { path, source }),
+        }
+    }
+
+    /// Runs a shadow-utils program on the root (`--prefix ROOT`, omitted for `/`).
+    fn shadow(&self, program: &str, args: &[&str]) -> Result<(), AccountsError> {
+        let mut command = Command::new(program);
+        if self.root != Path::new("/") {
+            command.arg("--prefix").arg(&self.root);
+        }
+        command.args(args);
+        let output = command.output().map_err(|source| AccountsError::Spawn {
+            program: program.to_owned(),
+            source,
+        })?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(AccountsError::Command {
+                command: format!("{program} {}", args.join(" ")),
+                status: output.status.to_string(),
+                stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+            })
         }
     }
 
@@ -305,6 +381,36 @@ impl Accounts for ShadowUtils {
 
     fn remove_membership(&self, account: &str, group: &str) -> Result<(), AccountsError> {
         self.gpasswd("-d", account, group)
+    }
+
+    fn create_account(&self, spec: &AccountSpec) -> Result<(), AccountsError> {
+        let name = spec.name.as_str();
+        let gid = spec.gid.map(|gid| gid.to_string());
+        let mut group = vec!["--system"];
+        if let Some(gid) = &gid {
+            group.extend(["--gid", gid]);
+        }
+        group.push(name);
+        self.shadow("groupadd", &group)?;
+        let uid = spec.uid.map(|uid| uid.to_string());
+        let home = spec.home.as_deref().unwrap_or("/nonexistent");
+        let shell = spec.shell.as_deref().unwrap_or("/usr/sbin/nologin");
+        let mut user = vec!["--system", "--no-create-home", "--gid", name];
+        if let Some(uid) = &uid {
+            user.extend(["--uid", uid]);
+        }
+        user.extend(["--home-dir", home, "--shell", shell, name]);
+        if let Err(error) = self.shadow("useradd", &user) {
+            // The group alone would be an account half made: it goes again.
+            let _ = self.shadow("groupdel", &[name]);
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    fn remove_account(&self, name: &str) -> Result<(), AccountsError> {
+        self.shadow("userdel", &[name])?;
+        self.shadow("groupdel", &[name])
     }
 }
 

@@ -173,8 +173,9 @@ impl Examiner {
                         }
                     }
                 }
-                // A network is seen through the containers that join it.
-                Spec::Network(_) => {}
+                // A network is seen through the containers that join it, an account through what
+                // it owns.
+                Spec::Network(_) | Spec::Account(_) => {}
                 Spec::Container(spec) => {
                     // Its name on this machine (`HostConfig::container_prefix`).
                     let name = format!("{}{}", config.container_prefix, spec.name);

@@ -28,7 +28,8 @@ fn key(resource: &Resource) -> Key<'_> {
     let (phase, path_depth) = match &resource.spec {
         Spec::Directory(d) => (0, depth(&d.path)),
         Spec::File(f) => (1, depth(&f.path)),
-        Spec::Membership(_) => (2, 0),
+        Spec::Account(_) => (2, 0),
+        Spec::Membership(_) => (2, 1),
         Spec::Network(_) => (3, 0),
         Spec::Container(_) => (4, 0),
     };
@@ -119,7 +120,7 @@ pub(crate) fn units_in_order(declaration: &Declaration) -> Order {
         match &resource.spec {
             Spec::File(f) => deps.extend(nearest_directory(&f.path)),
             Spec::Directory(d) => deps.extend(nearest_directory(&d.path)),
-            Spec::Membership(_) | Spec::Network(_) => {}
+            Spec::Membership(_) | Spec::Network(_) | Spec::Account(_) => {}
             Spec::Container(c) => {
                 deps.extend(
                     c.restart_on

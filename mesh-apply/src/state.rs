@@ -103,6 +103,11 @@ pub enum Target {
         /// Its name on the machine.
         name: String,
     },
+    /// A system account (and its group) by name.
+    Account {
+        /// The account's name.
+        name: String,
+    },
 }
 
 /// Whether the mesh made a resource or found it there, and what it found (`"made"`, or
@@ -134,6 +139,8 @@ pub enum Origin {
     },
     /// The account was already a member of the group; it stays one when undeclared.
     FoundMembership,
+    /// The account was there, with the ids declared (or none declared): adopted, never removed.
+    FoundAccount,
 }
 
 /// A resource that failed and is being retried.

@@ -291,3 +291,30 @@ pair = ["network/backend", "container/api"]
     }
     assert!(!said.contains("containers.api"), "{said}");
 }
+
+#[test]
+fn an_accounts_name_and_ids_are_checked_naming_their_keys() {
+    let said = check(
+        r#"
+//- app/module.toml
+name = "app"
+[settings]
+uid = 2345
+[accounts.svc]
+uid = "{{ uid }}"
+gid = "many"
+home = "srv/svc"
+[accounts.Bad]
+uid = "{{ nope }}"
+"#,
+    );
+    for says in [
+        "`accounts.svc.gid`: `many` is not a number",
+        "`accounts.svc.home`: `srv/svc` is not an absolute path",
+        "`accounts.Bad`: `Bad` is not an account name",
+        "`accounts.Bad.uid`: refers to the unknown setting `nope`",
+    ] {
+        assert!(said.contains(says), "{says}\n{said}");
+    }
+    assert!(!said.contains("accounts.svc.uid"), "{said}");
+}

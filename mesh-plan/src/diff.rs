@@ -198,6 +198,13 @@ fn flatten(resource: &Resource) -> BTreeMap<String, Flat<'_>> {
             put("group", json!(d.group));
         }
         Spec::Network(n) => put("name", json!(n.name)),
+        Spec::Account(a) => {
+            put("name", json!(a.name));
+            put("uid", json!(a.uid));
+            put("gid", json!(a.gid));
+            put("home", json!(a.home));
+            put("shell", json!(a.shell));
+        }
         Spec::Membership(m) => {
             put("account", json!(m.account));
             put("group", json!(m.group));

@@ -48,7 +48,11 @@ impl fmt::Display for Move {
 pub fn could_move(new: &Declaration) -> bool {
     new.resources.iter().any(|resource| match &resource.spec {
         Spec::Container(container) => !container.mounts.is_empty(),
-        Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) | Spec::Network(_) => false,
+        Spec::File(_)
+        | Spec::Directory(_)
+        | Spec::Membership(_)
+        | Spec::Network(_)
+        | Spec::Account(_) => false,
     })
 }
 
@@ -72,11 +76,20 @@ pub fn moves(sent: Option<&Declaration>, new: &Declaration) -> Vec<Move> {
             // Only a container that was sent as one can move: nothing else mounts places.
             (
                 Spec::Container(_),
-                Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) | Spec::Network(_),
+                Spec::File(_)
+                | Spec::Directory(_)
+                | Spec::Membership(_)
+                | Spec::Network(_)
+                | Spec::Account(_),
             )
-            | (Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) | Spec::Network(_), _) => {
-                continue
-            }
+            | (
+                Spec::File(_)
+                | Spec::Directory(_)
+                | Spec::Membership(_)
+                | Spec::Network(_)
+                | Spec::Account(_),
+                _,
+            ) => continue,
         };
         let old_sources: BTreeMap<&str, &str> = old
             .mounts

@@ -49,7 +49,7 @@ pub fn watched_directories(root: &Path, declaration: &Declaration) -> BTreeSet<P
                 }
                 out.insert(full);
             }
-            Spec::Membership(_) => {
+            Spec::Membership(_) | Spec::Account(_) => {
                 out.insert(under("/etc"));
             }
             Spec::Container(_) | Spec::Network(_) => {}

@@ -51,7 +51,11 @@ impl<'a> Engine<'a, '_> {
     pub(super) fn held_container(&self, resource: &Resource) -> Option<String> {
         match &resource.spec {
             Spec::Container(c) => self.held.get(&c.name).cloned(),
-            Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) | Spec::Network(_) => None,
+            Spec::File(_)
+            | Spec::Directory(_)
+            | Spec::Membership(_)
+            | Spec::Network(_)
+            | Spec::Account(_) => None,
         }
     }
 
@@ -62,7 +66,8 @@ impl<'a> Engine<'a, '_> {
             Target::File { .. }
             | Target::Directory { .. }
             | Target::Membership { .. }
-            | Target::Network { .. } => None,
+            | Target::Network { .. }
+            | Target::Account { .. } => None,
         }
     }
 }

@@ -67,6 +67,7 @@ impl<'a> Engine<'a, '_> {
             }),
             // A container or a network is recorded once its runtime has made it.
             Spec::Container(_) | Spec::Network(_) => Ok(None),
+            Spec::Account(a) => Ok(self.observe_account(a)),
         }
     }
 

@@ -495,9 +495,10 @@ impl<'a> Engine<'a, '_> {
                     group: spec.group.clone(),
                 }))
             }
-            Spec::Network(_) => Ok(Staging::Broken(
-                "a network cannot be in a together group".to_owned(),
-            )),
+            Spec::Network(_) | Spec::Account(_) => Ok(Staging::Broken(format!(
+                "a {} cannot be in a together group",
+                resource.spec.kind()
+            ))),
             Spec::Container(spec) if self.held.contains_key(&spec.name) => {
                 Ok(Staging::Staged(Staged::Nothing))
             }
@@ -688,7 +689,9 @@ fn show(resource: &Resource) -> String {
     match &resource.spec {
         Spec::File(f) => f.path.clone(),
         Spec::Directory(d) => d.path.clone(),
-        Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) => resource.id.clone(),
+        Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) | Spec::Account(_) => {
+            resource.id.clone()
+        }
     }
 }
 

@@ -9,6 +9,7 @@
 //! restarts a changed file owes its containers. This file holds the entry points, the engine's
 //! state, outcomes and failures, and the end of an apply.
 
+mod accounts;
 mod containers;
 mod directories;
 mod discover;
@@ -260,7 +261,7 @@ fn with_container_prefix(declaration: &Declaration, prefix: &str) -> Option<Decl
                 }
             }
             Spec::Network(network) => network.name = format!("{prefix}{}", network.name),
-            Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) => {}
+            Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) | Spec::Account(_) => {}
         }
     }
     Some(renamed)
@@ -334,6 +335,7 @@ fn apply_examined<'s>(
         read_buffer: vec![0; 64 * 1024],
         stamps: crate::stamps::StatCache::take(&config.state_dir),
         restarters: None,
+        kept_dirs: Vec::new(),
     };
     for closed in &ended {
         engine.findings.push(Finding {
@@ -471,6 +473,9 @@ struct Engine<'a, 's> {
     /// File resource id → the declared containers that restart on it (`restart_on`), made the
     /// first time a file is about to change ([`Engine::owe_restarts`]).
     restarters: Option<BTreeMap<&'a str, Vec<&'a str>>>,
+    /// Directories the mesh made, kept in this apply because they hold data it did not put
+    /// there (machine paths): an account that owns one is kept too.
+    kept_dirs: Vec<String>,
 }
 
 /// The content of the declaration's archived files, as the host read them from their archives
@@ -526,12 +531,14 @@ fn is_target(spec: &Spec, target: &Target) -> bool {
         }
         (Spec::Container(c), Target::Container { name }) => c.name == *name,
         (Spec::Network(n), Target::Network { name }) => n.name == *name,
+        (Spec::Account(a), Target::Account { name }) => a.name == *name,
         (
             Spec::File(_)
             | Spec::Directory(_)
             | Spec::Membership(_)
             | Spec::Container(_)
-            | Spec::Network(_),
+            | Spec::Network(_)
+            | Spec::Account(_),
             _,
         ) => false,
     }
@@ -555,6 +562,9 @@ fn target_of(spec: &Spec) -> Target {
         },
         Spec::Network(n) => Target::Network {
             name: n.name.clone(),
+        },
+        Spec::Account(a) => Target::Account {
+            name: a.name.clone(),
         },
     }
 }
@@ -736,7 +746,10 @@ impl<'a> Engine<'a, '_> {
             .values()
             .filter_map(|r| match &r.origin {
                 Origin::FoundFile { content, .. } => Some(content.clone()),
-                Origin::Made | Origin::FoundDirectory { .. } | Origin::FoundMembership => None,
+                Origin::Made
+                | Origin::FoundDirectory { .. }
+                | Origin::FoundMembership
+                | Origin::FoundAccount => None,
             })
             .collect();
         self.dir.forget_found_except(&kept);

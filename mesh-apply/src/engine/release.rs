@@ -91,13 +91,16 @@ impl<'a> Engine<'a, '_> {
         if !to_release.is_empty() {
             self.begin_change()?;
         }
-        // Containers, networks, memberships, then files, then directories deepest first.
+        // Containers, networks, memberships, then files, then directories deepest first, then
+        // accounts.
         to_release.sort_by_key(|(id, record)| match &record.target {
             Target::Container { .. } => (0, 0, id.clone()),
             Target::Network { .. } => (1, 0, id.clone()),
             Target::Membership { .. } => (2, 0, id.clone()),
             Target::File { .. } => (3, 0, id.clone()),
             Target::Directory { path } => (4, usize::MAX - crate::paths::depth(path), id.clone()),
+            // Last: what it owned is released first, and what is kept keeps it.
+            Target::Account { .. } => (5, 0, id.clone()),
         });
         for (id, record) in to_release {
             let declared_again = self.declaration.resource(&id).is_some();
@@ -142,14 +145,15 @@ impl<'a> Engine<'a, '_> {
         let declared = self.declaration.resources.iter().any(|r| match &r.spec {
             Spec::File(f) => is_ancestor(dir, &f.path),
             Spec::Directory(d) => is_ancestor(dir, &d.path),
-            Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) => false,
+            Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) | Spec::Account(_) => false,
         });
         declared
             || self.state.resources.values().any(|r| match &r.target {
                 Target::File { path } | Target::Directory { path } => is_ancestor(dir, path),
-                Target::Membership { .. } | Target::Container { .. } | Target::Network { .. } => {
-                    false
-                }
+                Target::Membership { .. }
+                | Target::Container { .. }
+                | Target::Network { .. }
+                | Target::Account { .. } => false,
             })
     }
 
@@ -158,14 +162,15 @@ impl<'a> Engine<'a, '_> {
         let declared = self.declaration.resources.iter().any(|r| match &r.spec {
             Spec::File(f) => f.path == path,
             Spec::Directory(d) => d.path == path,
-            Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) => false,
+            Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) | Spec::Account(_) => false,
         });
         declared
             || self.state.resources.values().any(|r| match &r.target {
                 Target::File { path: p } | Target::Directory { path: p } => p == path,
-                Target::Membership { .. } | Target::Container { .. } | Target::Network { .. } => {
-                    false
-                }
+                Target::Membership { .. }
+                | Target::Container { .. }
+                | Target::Network { .. }
+                | Target::Account { .. } => false,
             })
     }
 
@@ -242,9 +247,12 @@ impl<'a> Engine<'a, '_> {
                             self.touched(&resolved.full);
                             Ok(format!("removed `{path}`, which the mesh made"))
                         }
-                        Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => Ok(format!(
-                            "kept `{path}`: it holds data the mesh did not put there"
-                        )),
+                        Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => {
+                            self.kept_dirs.push(path.clone());
+                            Ok(format!(
+                                "kept `{path}`: it holds data the mesh did not put there"
+                            ))
+                        }
                         Err(e) => Err(format!("cannot remove `{path}`: {e}")),
                     },
                     Some(_) => Ok(format!(
@@ -286,6 +294,10 @@ impl<'a> Engine<'a, '_> {
             )),
             (Target::Container { name }, Origin::Made) => self.seams.containers.remove(name),
             (Target::Network { name }, Origin::Made) => self.seams.containers.remove_network(name),
+            (Target::Account { name }, Origin::Made) => self.release_account(name),
+            (Target::Account { name }, Origin::FoundAccount) => Ok(format!(
+                "kept account `{name}`: it was there before the mesh"
+            )),
             (target, origin) => Ok(format!(
                 "forgot {target:?}: its record ({origin:?}) does not fit it"
             )),

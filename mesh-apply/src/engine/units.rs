@@ -132,6 +132,7 @@ impl<'a> Engine<'a, '_> {
             Spec::Membership(m) => self.apply_membership(resource, m),
             Spec::Container(c) => self.apply_container(resource, c),
             Spec::Network(n) => self.apply_network(resource, n),
+            Spec::Account(a) => self.apply_account(resource, a),
         }
     }
 }

@@ -88,6 +88,8 @@ pub enum Spec {
     Container(Box<ContainerSpec>),
     /// A podman network the module's containers join.
     Network(NetworkSpec),
+    /// A system account and its group.
+    Account(AccountSpec),
 }
 
 impl Spec {
@@ -99,6 +101,7 @@ impl Spec {
             Spec::Membership(_) => "membership",
             Spec::Container(_) => "container",
             Spec::Network(_) => "network",
+            Spec::Account(_) => "account",
         }
     }
 }
@@ -183,6 +186,26 @@ pub struct DirectorySpec {
 pub struct NetworkSpec {
     /// Its name on the machine.
     pub name: String,
+}
+
+/// A system account and its own group, made with shadow-utils under the host's root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct AccountSpec {
+    /// The account's name, and its group's.
+    pub name: String,
+    /// Its uid; absent: one shadow-utils picks among the system ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// Its group's gid; absent: one shadow-utils picks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
+    /// Its home directory (not made); absent: `/nonexistent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<String>,
+    /// Its shell; absent: `/usr/sbin/nologin`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<String>,
 }
 
 /// An account's membership of a group.
@@ -342,7 +365,9 @@ impl Declaration {
             let path = match &r.spec {
                 Spec::File(f) => Some(f.path.as_str()),
                 Spec::Directory(d) => Some(d.path.as_str()),
-                Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) => None,
+                Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) | Spec::Account(_) => {
+                    None
+                }
             };
             if let Some(path) = path {
                 if let Some(problem) = path_problem(path) {
@@ -388,10 +413,19 @@ impl Declaration {
                         ));
                     }
                 }
+                Spec::Account(a) => {
+                    if let Some(problem) = crate::module::account_name_problem(&a.name) {
+                        out.push(format!("`{}`: {problem}", r.id));
+                    }
+                    if let Some(problem) = a.home.as_deref().and_then(path_problem) {
+                        out.push(format!("`{}`: home {problem}", r.id));
+                    }
+                }
                 Spec::Membership(_) => {}
             }
         }
         out.extend(self.port_collisions());
+        out.extend(self.account_collisions());
         out
     }
 }
@@ -424,6 +458,42 @@ impl Declaration {
         })
     }
 
+    /// Two accounts of one name, or asking one uid or gid, each pair said once, naming both.
+    fn account_collisions(&self) -> Vec<String> {
+        let accounts: Vec<(&str, &AccountSpec)> = self
+            .resources
+            .iter()
+            .filter_map(|r| match &r.spec {
+                Spec::Account(a) => Some((r.id.as_str(), a)),
+                _ => None,
+            })
+            .collect();
+        let mut out = Vec::new();
+        for (i, (id, a)) in accounts.iter().enumerate() {
+            for (other, b) in &accounts[..i] {
+                if a.name == b.name {
+                    out.push(format!(
+                        "`{other}` and `{id}` both declare account `{}`",
+                        a.name
+                    ));
+                }
+                if a.uid.is_some() && a.uid == b.uid {
+                    out.push(format!(
+                        "`{other}` and `{id}` both ask uid {}",
+                        a.uid.unwrap_or_default()
+                    ));
+                }
+                if a.gid.is_some() && a.gid == b.gid {
+                    out.push(format!(
+                        "`{other}` and `{id}` both ask gid {}",
+                        a.gid.unwrap_or_default()
+                    ));
+                }
+            }
+        }
+        out
+    }
+
     /// Two containers that would take one host port, each pair said once, naming both.
     fn port_collisions(&self) -> Vec<String> {
         let published: Vec<(&str, &PortMapping)> = self
@@ -431,7 +501,11 @@ impl Declaration {
             .iter()
             .filter_map(|r| match &r.spec {
                 Spec::Container(c) => Some((r.id.as_str(), &c.ports)),
-                Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) | Spec::Network(_) => None,
+                Spec::File(_)
+                | Spec::Directory(_)
+                | Spec::Membership(_)
+                | Spec::Network(_)
+                | Spec::Account(_) => None,
             })
             .flat_map(|(id, ports)| ports.iter().map(move |port| (id, port)))
             .collect();
@@ -668,7 +742,8 @@ impl Sealed {
                 Spec::Directory(_)
                 | Spec::Membership(_)
                 | Spec::Container(_)
-                | Spec::Network(_) => None,
+                | Spec::Network(_)
+                | Spec::Account(_) => None,
             })
             .collect();
         let problems = declaration.problems();
@@ -739,9 +814,11 @@ impl Declared for Declaration {
     fn content_digest(&self, resource: &Resource) -> Option<std::borrow::Cow<'_, str>> {
         match &self.resource(&resource.id)?.spec {
             Spec::File(f) => f.content_digest().map(Into::into),
-            Spec::Directory(_) | Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) => {
-                None
-            }
+            Spec::Directory(_)
+            | Spec::Membership(_)
+            | Spec::Container(_)
+            | Spec::Network(_)
+            | Spec::Account(_) => None,
         }
     }
     fn problems(&self) -> std::borrow::Cow<'_, [String]> {

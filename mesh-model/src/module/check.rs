@@ -134,6 +134,22 @@ pub(super) fn check_module(
             );
         }
     }
+    for (name, account) in &d.accounts {
+        let key = format!("accounts.{name}");
+        if let Some(problem) = super::account_name_problem(name) {
+            say(key.clone(), problem);
+        }
+        for (field, id) in [("uid", &account.uid), ("gid", &account.gid)] {
+            let Some(id) = id else { continue };
+            check_text(format!("{key}.{field}"), id, &mut say);
+            if !id.contains("{{") && id.parse::<u32>().is_err() {
+                say(format!("{key}.{field}"), format!("`{id}` is not a number"));
+            }
+        }
+        if let Some(home) = &account.home {
+            check_absolute(&format!("{key}.home"), home, &mut say);
+        }
+    }
     let refs = d.resource_refs();
     let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
     for (group, members) in &d.together {

@@ -98,7 +98,7 @@ pub struct ContainerDefinition {
 }
 
 /// A number written as TOML text or as a number, kept as its text.
-fn text_or_number<'de, D: serde::Deserializer<'de>>(
+pub(super) fn text_or_number<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<String>, D::Error> {
     #[derive(Deserialize)]

@@ -176,6 +176,48 @@ pub struct MembershipDefinition {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct NetworkDefinition {}
 
+/// A system account the module declares (`[accounts.NAME]`): the account `NAME` and its group
+/// `NAME`, made with shadow-utils. Its ids may be fixed, as numbers or from settings (a node's
+/// layer can set them).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct AccountDefinition {
+    /// Its uid (a number, or text that may use settings).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "container::text_or_number"
+    )]
+    pub uid: Option<String>,
+    /// Its group's gid (likewise).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "container::text_or_number"
+    )]
+    pub gid: Option<String>,
+    /// Its home directory (absolute; not made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<String>,
+    /// Its shell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<String>,
+}
+
+/// Why `name` cannot be a system account's name, if it cannot: `[a-z_][a-z0-9_-]*`, at most 32
+/// characters.
+pub fn account_name_problem(name: &str) -> Option<String> {
+    let sound = name.len() <= 32
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    (!sound).then(|| format!("`{name}` is not an account name ([a-z_][a-z0-9_-]*, at most 32)"))
+}
+
 /// What a module needs on the bus before its code runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -230,6 +272,9 @@ pub struct ModuleDefinition {
     /// Podman networks its containers join, by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub networks: BTreeMap<String, NetworkDefinition>,
+    /// System accounts (each with its own group), by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub accounts: BTreeMap<String, AccountDefinition>,
     /// Bus grants.
     #[serde(default)]
     pub grants: Grants,
@@ -290,6 +335,7 @@ impl ModuleDefinition {
         refs.extend(self.containers.keys().map(|n| format!("container/{n}")));
         refs.extend(self.memberships.keys().map(|n| format!("membership/{n}")));
         refs.extend(self.networks.keys().map(|n| format!("network/{n}")));
+        refs.extend(self.accounts.keys().map(|n| format!("account/{n}")));
         refs
     }
 

@@ -308,4 +308,55 @@ mod tests {
         assert_eq!(spec.network.as_deref(), Some("mesh-app-backend"));
         assert_eq!(db.after, ["app/network/backend"]);
     }
+    #[test]
+    fn an_account_orders_what_names_it_and_a_container_runs_as_its_ids() {
+        let mesh = r#"
+            //- modules/svc/module.toml
+            name = "svc"
+            [settings]
+            ids = { uid = 2345 }
+            [accounts.svc]
+            uid = "{{ ids.uid }}"
+            gid = 2345
+            [places.data]
+            default = "/srv/svc"
+            owner = "svc"
+            [containers.web]
+            image = "localhost/mesh-busybox:latest"
+            user = "svc"
+            //- inventory.toml
+            bus-node = "a"
+            [nodes.a]
+            [assignments]
+            svc = ["a"]
+            //- settings/svc/nodes/a.json
+            {"ids": {"uid": 3456}}
+        "#;
+        let (catalogue, inventory) = fixture::mesh(mesh);
+        let declaration = compose(&catalogue, &inventory, "a").unwrap();
+        let account = declaration.resource("svc/account/svc").unwrap();
+        assert_eq!(
+            account.spec,
+            Spec::Account(mesh_model::declaration::AccountSpec {
+                name: "svc".to_owned(),
+                uid: Some(3456),
+                gid: Some(2345),
+                home: None,
+                shell: None,
+            }),
+            "the node's layer sets the uid"
+        );
+        let data = declaration.resource("svc/directory/data").unwrap();
+        assert_eq!(data.after, ["svc/account/svc"]);
+        let web = declaration.resource("svc/container/web").unwrap();
+        let Spec::Container(spec) = &web.spec else {
+            panic!("not a container: {web:?}");
+        };
+        assert_eq!(spec.user.as_deref(), Some("3456:2345"));
+        assert!(
+            web.after.contains(&"svc/account/svc".to_owned()),
+            "{:?}",
+            web.after
+        );
+    }
 }

@@ -18,6 +18,7 @@
 //!   it. A template is rendered here and carried. A declaration of modules that come from no
 //!   build is format 1, as it always was.
 
+mod accounts;
 mod container;
 
 pub use container::container_name;
@@ -341,6 +342,7 @@ fn compose_module(
         settings,
         problems,
     };
+    let first = resources.len();
     let mut place_paths: BTreeMap<&str, String> = BTreeMap::new();
     for (name, place) in &definition.places {
         let key = format!("{PLACES_KEY}.{name}");
@@ -443,6 +445,10 @@ fn compose_module(
         });
         resources.push(c.resource("network", name, Vec::new(), spec));
     }
+    for (name, account) in &definition.accounts {
+        resources.push(c.account(name, account));
+    }
+    c.account_edges(&mut resources[first..]);
 }
 
 /// Adds, to every file and directory inside a declared directory, an `after` edge to the
@@ -452,14 +458,20 @@ fn add_directory_edges(resources: &mut [Resource]) {
         .iter()
         .filter_map(|r| match &r.spec {
             Spec::Directory(d) => Some((d.path.trim_end_matches('/').to_owned(), r.id.clone())),
-            Spec::File(_) | Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) => None,
+            Spec::File(_)
+            | Spec::Membership(_)
+            | Spec::Container(_)
+            | Spec::Network(_)
+            | Spec::Account(_) => None,
         })
         .collect();
     for resource in resources.iter_mut() {
         let path = match &resource.spec {
             Spec::File(f) => f.path.as_str(),
             Spec::Directory(d) => d.path.as_str(),
-            Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) => continue,
+            Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) | Spec::Account(_) => {
+                continue
+            }
         };
         let mut rest = path.trim_end_matches('/');
         while let Some((parent, _)) = rest.rsplit_once('/') {
