@@ -1,0 +1,358 @@
+//! The daemon's state between declarations: the declaration served, the latest report, discovery,
+//! retries, and drift watched and examined.
+
+use super::{
+    applies_in_place, next_retry, publish_report, LiveProgress, ServeConfig, ServeError,
+    STORED_DECLARATION,
+};
+use crate::{apply_guarded_live, apply_on_blocking_thread_live, now, receive, receive_sealed};
+use mesh_bus::discovery::{serve_discovery, DiscoveryService, RuntimeAnnouncement, HOST_SERVICE};
+use mesh_bus::NatsBus;
+use mesh_model::declaration::Declaration;
+use mesh_model::report::{
+    Drift, DriftAction, Finding, MachineState, Outcome, Report, REPORT_FORMAT,
+};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+pub(super) struct Agent {
+    pub(super) bus: NatsBus,
+    pub(super) config: Arc<ServeConfig>,
+    /// The declaration being served (its bytes as received).
+    pub(super) payload: Option<Vec<u8>>,
+    /// It, parsed and sealed once when received: every look for drift uses it, neither parsing
+    /// nor hashing it again (issue 13).
+    pub(super) sealed: Option<Arc<mesh_model::declaration::Sealed>>,
+    /// The latest report published (an apply's, or the `mid-change` one of an apply under
+    /// way): what the heartbeat repeats.
+    pub(super) live: Arc<Mutex<Option<Report>>>,
+    /// The modules announced on discovery.
+    pub(super) modules: Option<BTreeSet<String>>,
+    pub(super) discovery: Option<DiscoveryService>,
+    /// When a failed resource's backoff elapses (seconds since the epoch).
+    pub(super) retry_at: Option<u64>,
+    /// Examines for drift (taken while it runs on a blocking thread).
+    pub(super) examiner: Option<mesh_apply::drift::Examiner>,
+    /// The drift already reported: `(resource, field, found)`.
+    pub(super) known_drift: BTreeSet<(String, String, String)>,
+    /// Resources whose drift their policy says to leave as found, until the next declaration.
+    pub(super) left: Arc<Mutex<BTreeSet<String>>>,
+    /// The watch on the declared paths' directories, and the declaration it is for.
+    pub(super) watch: Option<crate::watch::Watch>,
+    pub(super) watched_for: Option<String>,
+    /// Where the watch says something changed.
+    pub(super) changes: tokio::sync::mpsc::UnboundedSender<()>,
+    /// When every managed file was last hashed.
+    pub(super) last_full: tokio::time::Instant,
+    /// The drift the apply under way corrects: its report lists it.
+    pub(super) pending_drift: Vec<Drift>,
+}
+
+impl Agent {
+    pub(super) fn stored_path(&self) -> PathBuf {
+        self.config.host.state_dir.join(STORED_DECLARATION)
+    }
+
+    pub(super) fn stored(&self) -> Result<Option<Vec<u8>>, ServeError> {
+        let path = self.stored_path();
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(ServeError::State { path, source }),
+        }
+    }
+
+    pub(super) fn store(&self, payload: &[u8]) -> Result<(), ServeError> {
+        let path = self.stored_path();
+        let state = |source| ServeError::State {
+            path: path.clone(),
+            source,
+        };
+        let dir = path
+            .parent()
+            .expect("the stored declaration has a directory");
+        std::fs::create_dir_all(dir).map_err(state)?;
+        let temporary = dir.join(".declaration.json.new");
+        std::fs::write(&temporary, payload).map_err(state)?;
+        std::fs::File::open(&temporary)
+            .and_then(|file| file.sync_all())
+            .map_err(state)?;
+        std::fs::rename(&temporary, &path).map_err(state)
+    }
+
+    /// On start: the stored declaration is served again; a machine left mid-change is said
+    /// first.
+    pub(super) async fn resume(&mut self, payload: Vec<u8>) {
+        let node = self.config.node.clone();
+        match mesh_apply::is_mid_change(&self.config.host.state_dir) {
+            Ok(true) => {
+                let digest = Declaration::from_json(&payload)
+                    .map(|d| d.digest())
+                    .unwrap_or_else(|_| mesh_model::sha256_digest(&payload));
+                let at = now();
+                let report = Report {
+                    format: REPORT_FORMAT,
+                    node: node.clone(),
+                    declaration: digest,
+                    machine: MachineState::MidChange,
+                    resources: BTreeMap::new(),
+                    undeclared: BTreeMap::new(),
+                    findings: vec![Finding {
+                        resource: String::new(),
+                        message: "the host stopped during an apply; applying the declaration again"
+                            .to_owned(),
+                    }],
+                    windows: Vec::new(),
+                    resumed_from_mid_change: false,
+                    drift: Vec::new(),
+                    started_at: at,
+                    finished_at: at,
+                };
+                tracing::warn!(%node, "found the machine mid-change: applying again");
+                self.publish(&report).await;
+            }
+            Ok(false) => {}
+            Err(error) => tracing::error!(%node, %error, "cannot read the mid-change marker"),
+        }
+        self.apply(payload).await;
+    }
+
+    /// A declaration heard from the consumer: kept, acknowledged, applied — unless a newer one
+    /// waits behind it.
+    pub(super) async fn receive(
+        &mut self,
+        message: async_nats::jetstream::Message,
+    ) -> Result<(), ServeError> {
+        let pending = message.info().map(|info| info.pending).unwrap_or(0);
+        // The same declaration again (a resend, a redelivery) is already on disk.
+        if pending == 0 && self.payload.as_deref() != Some(&message.payload[..]) {
+            self.store(&message.payload)?;
+        }
+        if let Err(error) = message.ack().await {
+            // Not acknowledged: it comes again, and is then the same declaration as stored.
+            tracing::warn!(node = %self.config.node, %error, "cannot acknowledge a declaration");
+        }
+        if pending > 0 {
+            tracing::info!(node = %self.config.node, pending, "a newer declaration waits: this one is passed over");
+            return Ok(());
+        }
+        self.apply(message.payload.to_vec()).await;
+        Ok(())
+    }
+
+    /// Applies `payload` on a blocking thread, publishes the report, and updates discovery and
+    /// the next retry.
+    pub(super) async fn apply(&mut self, payload: Vec<u8>) {
+        let config = Arc::clone(&self.config);
+        let handle = tokio::runtime::Handle::current();
+        // In place only where a worker can hand its other tasks off while the mid-change
+        // report is published (block_in_place needs the multi-thread runtime).
+        let in_place = applies_in_place(&payload)
+            && handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread;
+        let sealed = Declaration::from_json(&payload)
+            .ok()
+            .map(|d| Arc::new(mesh_model::declaration::Sealed::new(d)));
+        let digest = sealed
+            .as_deref()
+            .map(|s| mesh_model::declaration::Declared::digest(s).into_owned());
+        if digest != self.watched_for {
+            // A new declaration is the operator's say: what was left as found is applied.
+            self.left.lock().expect("the left lock").clear();
+            self.known_drift.clear();
+        }
+        let progress = LiveProgress {
+            bus: self.bus.clone(),
+            node: config.node.clone(),
+            live: Arc::clone(&self.live),
+            handle,
+            on_worker: in_place,
+            left: Arc::clone(&self.left),
+        };
+        let received = match &sealed {
+            Some(sealed) => {
+                receive_sealed(&config.archives, &config.node, Arc::clone(sealed), now()).await
+            }
+            None => receive(&config.archives, &config.node, &payload, now()).await,
+        };
+        let report = match received {
+            Err(report) => *report,
+            Ok(received) if in_place => {
+                apply_guarded_live(&config.host, &received, now(), &progress)
+            }
+            Ok(received) => {
+                apply_on_blocking_thread_live(
+                    Arc::new(config.host.clone()),
+                    received,
+                    Box::new(progress),
+                )
+                .await
+            }
+        };
+        self.retry_at = next_retry(&report, &self.config.host.retry);
+        let modules: BTreeSet<String> = sealed
+            .as_deref()
+            .map(|d| d.resources.iter().map(|r| r.module.clone()).collect())
+            .unwrap_or_default();
+        let mut report = report;
+        report.drift = std::mem::take(&mut self.pending_drift);
+        if digest != self.watched_for {
+            self.rewatch(&payload, digest);
+        }
+        self.payload = Some(payload);
+        self.sealed = sealed;
+        self.publish(&report).await;
+        self.announce(modules).await;
+    }
+
+    /// Watches the directories of the declaration in `payload` (rule 28).
+    pub(super) fn rewatch(&mut self, payload: &[u8], digest: Option<String>) {
+        self.watch = None;
+        self.watched_for = digest;
+        let Ok(declaration) = Declaration::from_json(payload) else {
+            return;
+        };
+        let directories = crate::watch::watched_directories(&self.config.host.root, &declaration);
+        match crate::watch::start(&directories, self.changes.clone()) {
+            Ok(watch) => {
+                tracing::info!(node = %self.config.node, directories = watch.watched, "watching for drift");
+                self.watch = Some(watch);
+            }
+            Err(error) => tracing::warn!(
+                node = %self.config.node,
+                %error,
+                "cannot watch for drift; the reconcile interval alone finds it"
+            ),
+        }
+    }
+
+    /// Examines the machine for drift (rule 28); new drift is reported at once, and corrected
+    /// by an apply unless its module's policy says to leave it (then the report says so and
+    /// the resource is `held-still` until the next declaration).
+    pub(super) async fn check_drift(&mut self, full: bool) {
+        // Nothing is taken unless all three are there.
+        let (Some(payload), Some(sealed), Some(_)) = (&self.payload, &self.sealed, &self.examiner)
+        else {
+            return;
+        };
+        let (payload, sealed) = (payload.clone(), Arc::clone(sealed));
+        let Some(mut examiner) = self.examiner.take() else {
+            return;
+        };
+        let Some(report) = self.live.lock().expect("the live report lock").clone() else {
+            self.examiner = Some(examiner);
+            return;
+        };
+        if full {
+            self.last_full = tokio::time::Instant::now();
+        }
+        let host = self.config.host.clone();
+        let (examiner, drift) = tokio::task::spawn_blocking(move || {
+            let podman;
+            let containers: &dyn mesh_apply::ContainerRuntime = match &host.containers {
+                mesh_apply::ContainerRuntimeChoice::Podman(config) => {
+                    podman = mesh_apply::Podman::new(config.clone(), &host.root);
+                    &podman
+                }
+                mesh_apply::ContainerRuntimeChoice::Unsupported => &mesh_apply::NoContainerRuntime,
+            };
+            let drift = examiner.examine(&host, &*sealed, &report, containers, now(), full);
+            (examiner, drift)
+        })
+        .await
+        .expect("examining for drift does not panic");
+        self.examiner = Some(examiner);
+        let seen: BTreeSet<(String, String, String)> = drift
+            .iter()
+            .map(|d| (d.resource.clone(), d.field.clone(), d.found.clone()))
+            .collect();
+        let new: Vec<Drift> = drift
+            .iter()
+            .filter(|d| {
+                !self
+                    .known_drift
+                    .contains(&(d.resource.clone(), d.field.clone(), d.found.clone()))
+            })
+            .cloned()
+            .collect();
+        self.known_drift = seen;
+        if new.is_empty() {
+            return;
+        }
+        for d in &new {
+            tracing::warn!(
+                node = %self.config.node,
+                resource = %d.resource,
+                field = %d.field,
+                was = %d.was,
+                found = %d.found,
+                action = ?d.action,
+                "drift"
+            );
+        }
+        {
+            let mut left = self.left.lock().expect("the left lock");
+            for d in drift.iter().filter(|d| d.action == DriftAction::Left) {
+                left.insert(d.resource.clone());
+            }
+        }
+        if new.iter().any(|d| d.action == DriftAction::Corrected) {
+            self.apply_with_drift(payload, drift).await;
+        } else {
+            let mut report = self
+                .live
+                .lock()
+                .expect("the live report lock")
+                .clone()
+                .expect("a report was examined");
+            for d in &drift {
+                report.resources.insert(
+                    d.resource.clone(),
+                    Outcome::HeldStill {
+                        step: mesh_apply::progress::LEFT_AS_FOUND.to_owned(),
+                    },
+                );
+            }
+            report.machine = MachineState::Partial;
+            report.format = REPORT_FORMAT;
+            report.drift = drift;
+            report.finished_at = now();
+            self.publish(&report).await;
+        }
+    }
+
+    /// Applies the declaration again to correct drift; its report lists the drift.
+    pub(super) async fn apply_with_drift(&mut self, payload: Vec<u8>, drift: Vec<Drift>) {
+        self.pending_drift = drift;
+        self.apply(payload).await;
+    }
+
+    /// Publishes `report` and makes it the one the heartbeat repeats.
+    pub(super) async fn publish(&self, report: &Report) {
+        *self.live.lock().expect("the live report lock") = Some(report.clone());
+        publish_report(&self.bus, &self.config.node, report).await;
+    }
+
+    /// Answers discovery with the node and `modules` (started again when they changed).
+    pub(super) async fn announce(&mut self, modules: BTreeSet<String>) {
+        if self.modules.as_ref() == Some(&modules) && self.discovery.is_some() {
+            return;
+        }
+        if let Some(old) = self.discovery.take() {
+            old.stop();
+        }
+        let runtime = RuntimeAnnouncement {
+            service: HOST_SERVICE.to_owned(),
+            node: self.config.node.clone(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            modules: modules.iter().cloned().collect(),
+        };
+        match serve_discovery(self.bus.client(), &runtime).await {
+            Ok(service) => self.discovery = Some(service),
+            Err(error) => {
+                tracing::error!(node = %self.config.node, %error, "cannot answer discovery")
+            }
+        }
+        self.modules = Some(modules);
+    }
+}
