@@ -15,9 +15,11 @@ pub const REPORT_FORMAT: u32 = 2;
 pub const REPORT_FORMATS_READ: [u32; 2] = [1, 2];
 
 /// A host's report of one apply (wire format, version [`REPORT_FORMAT`]; older formats in
-/// [`REPORT_FORMATS_READ`] are read too).
+/// [`REPORT_FORMATS_READ`] are read too). A field this build does not know — a newer minor
+/// version's, from a host upgraded first — is ignored, never refused; a newer major version is
+/// refused as [`WireError::Format`], which the controller names per node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct Report {
     /// The wire format version.
     pub format: u32,
@@ -53,7 +55,7 @@ pub struct Report {
 
 /// A managed resource found not as the host left it (rule 28).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct Drift {
     /// The resource id.
     pub resource: String,
@@ -186,7 +188,7 @@ impl Outcome {
 
 /// Something a person should know after an apply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct Finding {
     /// The resource it is about.
     pub resource: String,
@@ -196,7 +198,7 @@ pub struct Finding {
 
 /// An open maintenance window, as a report lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct WindowSummary {
     /// The step's name.
     pub step: String,

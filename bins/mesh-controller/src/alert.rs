@@ -102,10 +102,13 @@ pub fn judge(overview: &Overview, now: u64, mid_change_after_secs: u64) -> Verdi
         if let Some(since) = node.silent_since {
             attention.push(format!("{name}: silent since {}", time(since)));
         }
+        if let Some(unreadable) = &node.unreadable {
+            attention.push(format!("{name}: {unreadable}"));
+        }
     }
     for node in &overview.nodes {
         let Some(report) = &node.report else {
-            if node.sent.is_some() {
+            if node.sent.is_some() && node.unreadable.is_none() {
                 in_progress.push(format!("{}: no report yet", node.node));
             }
             continue;

@@ -43,6 +43,7 @@
 //! Every write is whole: a temporary file renamed into place, or one value on the bucket.
 
 use crate::error::{bad_record, file_error, Error, Result};
+use crate::heard::{self, Heard, MAX_REPORT_BYTES};
 use mesh_model::declaration::Declaration;
 use mesh_model::inventory::{
     layer_file, Inventory, InventoryFile, LayerScope, Layers, INVENTORY_FILE,
@@ -748,41 +749,52 @@ impl Home {
         self.put_many(&named)
     }
 
-    /// The last report heard from `node`.
+    /// The last report heard from `node`, if it reads (one that does not is
+    /// [`Home::report_as_heard`]'s to show: here it is as none heard).
     ///
     /// # Errors
-    /// The record or stream cannot be read, or what it holds is not a report.
+    /// The record or stream cannot be read.
     pub fn report(&self, node: &str) -> Result<Option<Report>> {
         Ok(self.report_heard(node)?.map(|(report, _)| report))
     }
 
-    /// The last report heard from `node` and when it was heard (seconds since the epoch): on a
-    /// fleet, when the bus stored it (a heartbeat repeating a report is heard anew); in the
-    /// embedded default, when the apply it reports finished.
+    /// The last report heard from `node`, if it reads, and when it was heard (seconds since the
+    /// epoch): on a fleet, when the bus stored it (a heartbeat repeating a report is heard
+    /// anew); in the embedded default, when the apply it reports finished.
     ///
     /// # Errors
-    /// The record or stream cannot be read, or what it holds is not a report.
+    /// The record or stream cannot be read.
     pub fn report_heard(&self, node: &str) -> Result<Option<(Report, u64)>> {
+        Ok(match self.report_as_heard(node)? {
+            Some(Heard::Read { report, heard_at }) => Some((report, heard_at)),
+            Some(Heard::Unreadable(_)) | None => None,
+        })
+    }
+
+    /// The last report heard from `node` as heard: readable, or unreadable with why — a
+    /// report of garbage, of a newer major format, over [`MAX_REPORT_BYTES`], or naming
+    /// another node is that node's problem, never an error of the reader.
+    ///
+    /// # Errors
+    /// The record or stream cannot be read.
+    pub fn report_as_heard(&self, node: &str) -> Result<Option<Heard>> {
         if let Some(source) = &self.reports {
             let Some((bytes, heard_at)) = source.latest(node)? else {
                 return Ok(None);
             };
-            let report = Report::from_json(&bytes).map_err(bad_record(
-                format!("the last report of `{node}` on the bus"),
-                "a report",
-            ))?;
-            return Ok(Some((report, heard_at)));
+            return Ok(Some(heard::judge(node, &bytes, heard_at, MAX_REPORT_BYTES)));
         }
         let key = format!("reports/{node}.json");
         let Some(bytes) = self.get(&key)? else {
             return Ok(None);
         };
-        let report = Report::from_json(&bytes).map_err(bad_record(
-            self.records.locate(&key),
-            &format!("a report (the last report of `{node}`)"),
-        ))?;
-        let finished = report.finished_at;
-        Ok(Some((report, finished)))
+        // In the embedded default a report is heard when the apply it reports finished; an
+        // unreadable one has no such time, and is dated 0 (never silent: nothing is heard
+        // in the embedded default between applies).
+        let finished = mesh_model::report::Report::from_json(&bytes)
+            .map(|r| r.finished_at)
+            .unwrap_or(0);
+        Ok(Some(heard::judge(node, &bytes, finished, MAX_REPORT_BYTES)))
     }
 
     /// Whether the latest reports are the bus's stream, which every report reaches without

@@ -48,8 +48,16 @@ pub const REFRESH_SECS: u64 = 10;
 pub const LATENCY_BUCKETS: [u64; 10] = [1, 2, 5, 10, 30, 60, 120, 300, 600, 1800];
 
 /// The state words nodes are counted by, in the order shown: a node silent for three
-/// heartbeats is `silent`, one never heard `no-report`, else its last report's machine state.
-pub const NODE_STATES: [&str; 5] = ["converged", "mid-change", "partial", "silent", "no-report"];
+/// heartbeats is `silent`, one whose last report cannot be read `unreadable`, one never heard
+/// `no-report`, else its last report's machine state.
+pub const NODE_STATES: [&str; 6] = [
+    "converged",
+    "mid-change",
+    "partial",
+    "silent",
+    "unreadable",
+    "no-report",
+];
 
 /// The state words rollouts are counted by: where a module's rollout in a plan stands
 /// (`left`: its plan was superseded or closed before it finished).
@@ -318,6 +326,9 @@ pub fn node_state(node: &crate::push::NodeStatus) -> &'static str {
     if node.silent_since.is_some() {
         return "silent";
     }
+    if node.unreadable.is_some() {
+        return "unreadable";
+    }
     match node.report.as_ref().map(|r| r.machine) {
         None => "no-report",
         Some(MachineState::Converged) => "converged",
@@ -488,7 +499,7 @@ pub fn metrics(snapshot: &Snapshot) -> String {
         &mut out,
         "mesh_nodes",
         "gauge",
-        "Nodes by state: their last report's machine state, silent (unheard for three heartbeats) or no-report.",
+        "Nodes by state: their last report's machine state, silent (unheard for three heartbeats), unreadable (their last report could not be read) or no-report.",
     );
     for (state, count) in nodes_by_state(overview) {
         let _ = writeln!(out, "mesh_nodes{{state=\"{state}\"}} {count}");
@@ -505,7 +516,7 @@ pub fn metrics(snapshot: &Snapshot) -> String {
         &mut out,
         "mesh_nodes_attention",
         "gauge",
-        "Nodes whose last report needs a person: stuck, mid-change, a window open, drift, silent.",
+        "Nodes whose last report needs a person: stuck, mid-change, a window open, drift, silent, unreadable.",
     );
     let _ = writeln!(out, "mesh_nodes_attention {}", overview.attention.len());
     family(
@@ -678,7 +689,7 @@ th{background:#eef1f5;font-weight:600}
 .state{display:inline-block;padding:0 .45rem;border-radius:4px;font-size:.85rem}
 .converged,.done{background:#dcf3e3;color:#14532d}.partial,.stopped{background:#fde2e1;color:#8a1c1c}
 .mid-change,.first,.rest,.held{background:#fff1c9;color:#6b4d00}
-.silent,.no-report,.not-started,.left{background:#e7e9ee;color:#3d4452}
+.silent,.unreadable,.no-report,.not-started,.left{background:#e7e9ee;color:#3d4452}
 .plan{background:#fff;border:1px solid #dde1e7;border-radius:6px;padding:.8rem 1rem;margin:0 0 .8rem}
 .bar{display:flex;width:16rem;height:.8rem;background:#e7e9ee;border-radius:3px;overflow:hidden}
 .bar i{display:block;height:100%}.bar .a{background:#2f9e58}.bar .f{background:#e0a800}.bar .h{background:#c2410c}
@@ -1452,6 +1463,7 @@ mod tests {
             report,
             heard_at: Some(heard),
             silent_since: silent.then_some(heard),
+            unreadable: None,
         };
         let nodes = vec![
             node(

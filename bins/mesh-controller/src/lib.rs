@@ -38,6 +38,7 @@
 // In dependency order, a layer at a time: each uses only the layers above it.
 pub mod error;
 pub mod fail;
+pub mod heard;
 pub mod home;
 
 pub mod builds;

@@ -4,6 +4,7 @@
 //! controller publishes each declaration and waits for each report exactly as across a fleet.
 
 use crate::error::{Context, Error, Result};
+use crate::heard::Heard;
 use crate::home::Home;
 use mesh_model::declaration::Declaration;
 use mesh_model::module::Catalogue;
@@ -164,6 +165,10 @@ pub struct NodeStatus {
     /// three heartbeats.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub silent_since: Option<u64>,
+    /// Its last report, when it could not be read (then `report` is `None`): that node's
+    /// problem, shown on it; every other node reads as usual.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreadable: Option<crate::heard::UnreadableReport>,
 }
 
 /// How long a fleet's node may go unheard before `status` calls it silent: three of a host's
@@ -185,9 +190,13 @@ pub fn status(home: &Home, now: u64, silent_after_secs: u64) -> Result<Vec<NodeS
         .keys()
         .map(|node| {
             let sent = sent_all.remove(node);
-            let heard = home.report_heard(node)?;
-            let heard_at = heard.as_ref().map(|(_, at)| *at);
-            let report = heard.map(|(report, _)| report);
+            let (report, heard_at, unreadable) = match home.report_as_heard(node)? {
+                Some(Heard::Read { report, heard_at }) => (Some(report), Some(heard_at), None),
+                Some(Heard::Unreadable(unreadable)) => {
+                    (None, Some(unreadable.heard_at), Some(unreadable))
+                }
+                None => (None, None, None),
+            };
             let current = matches!((&sent, &report), (Some(s), Some(r)) if *s == r.declaration);
             let silent_since = match heard_at {
                 Some(at)
@@ -210,6 +219,7 @@ pub fn status(home: &Home, now: u64, silent_after_secs: u64) -> Result<Vec<NodeS
                 sent,
                 report,
                 current,
+                unreadable,
             })
         })
         .collect()

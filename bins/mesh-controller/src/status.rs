@@ -125,6 +125,9 @@ pub struct NodeAttention {
     /// ([`crate::alert::shows`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drift: Vec<mesh_model::report::Drift>,
+    /// Its last report could not be read (*no single party can blind the fleet*).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreadable: Option<crate::heard::UnreadableReport>,
 }
 
 impl NodeAttention {
@@ -136,6 +139,7 @@ impl NodeAttention {
             && self.windows.is_empty()
             && self.silent_since.is_none()
             && self.drift.is_empty()
+            && self.unreadable.is_none()
     }
 }
 
@@ -337,12 +341,25 @@ pub fn overview_of_plans_with(
     })
 }
 
-/// The nodes whose last report says failed, stuck, mid-change, drift or a window open (every
+/// The nodes whose last report says failed, stuck, mid-change, drift or a window open, or could
+/// not be read (every
 /// drift the report holds: [`overview_of_plans_with`] keeps only what is still shown).
 pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
     nodes
         .iter()
         .filter_map(|n| {
+            if let Some(unreadable) = &n.unreadable {
+                return Some(NodeAttention {
+                    node: n.node.clone(),
+                    mid_change: false,
+                    stuck: Vec::new(),
+                    failed: Vec::new(),
+                    windows: Vec::new(),
+                    silent_since: n.silent_since,
+                    drift: Vec::new(),
+                    unreadable: Some(unreadable.clone()),
+                });
+            }
             let report = n.report.as_ref()?;
             let drift = report.drift.clone();
             let stuck: Vec<(String, String)> = report
@@ -391,6 +408,7 @@ pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
                 windows: report.windows.clone(),
                 silent_since: n.silent_since,
                 drift,
+                unreadable: None,
             })
         })
         .collect()
@@ -524,7 +542,10 @@ pub fn changes(before: Option<&Overview>, after: &Overview) -> Vec<String> {
             (_, Some(since)) => {
                 line.push_str(&format!("silent since {}", mesh_host::format_time(since)));
             }
-            (None, None) => line.push_str("no report"),
+            (None, None) => match &node.unreadable {
+                Some(unreadable) => line.push_str(&unreadable.to_string()),
+                None => line.push_str("no report"),
+            },
             (Some(report), None) => {
                 line.push_str(match report.machine {
                     MachineState::Converged => "converged",
@@ -595,6 +616,9 @@ pub fn attention_words(attention: &NodeAttention) -> String {
     }
     if let Some(since) = attention.silent_since {
         words.push(format!("silent since {}", mesh_host::format_time(since)));
+    }
+    if let Some(unreadable) = &attention.unreadable {
+        words.push(unreadable.to_string());
     }
     words.join("; ")
 }

@@ -630,3 +630,150 @@ fn the_status_page_is_served_behind_tls_to_the_clients_its_ca_signed() {
         "the TLS port answered in the clear"
     );
 }
+
+/// No node can blind the fleet: whatever `b` publishes as its last report — garbage, a report
+/// cut off, one of a newer major format, one over the size limit, one naming another node — is
+/// `b`'s problem, shown on `b` with the reason, its size and first bytes. `status` exits 3, not
+/// 1, and shows every other node as usual; the page and `/metrics` answer. A newer minor
+/// version's unknown field is read. Published as `b` itself, on its own subject, with its own
+/// key: what a compromised host, or one upgraded first, can do.
+#[test]
+fn an_unreadable_report_is_its_nodes_problem_and_blinds_no_one() {
+    let mut bed = Bed::new(&["a", "b"]);
+    for node in ["bus", "a"] {
+        bed.start_host(node);
+    }
+    bed.expect(&["push", "bus", "a", "--timeout", "120"], 0);
+    let overview = json(&bed.expect(&["status", "--output", "json"], 0));
+    let node_of = |overview: &Value, name: &str| -> Value {
+        overview["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["node"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no node {name} in {overview}"))
+    };
+    let a_report = node_of(&overview, "a")["report"].clone();
+    assert_eq!(a_report["machine"], "converged", "{overview}");
+    let as_b = |node: &str, mut report: Value| {
+        report["node"] = Value::from(node);
+        serde_json::to_vec(&report).unwrap()
+    };
+    let mut newer = a_report.clone();
+    newer["format"] = Value::from(99);
+    let mut unknown_field = a_report.clone();
+    unknown_field["uptime"] = serde_json::json!({"secs": 3});
+    let whole = as_b("b", a_report.clone());
+
+    let (_daemon, url) = start_serve(&bed, &["--http", "127.0.0.1:0"]);
+    wait_for(
+        "the status page to answer",
+        Duration::from_secs(60),
+        || match get(&url, "/") {
+            Ok((200, _)) => Ok(()),
+            Ok((code, body)) => Err(format!("{code}: {body}")),
+            Err(error) => Err(error.to_string()),
+        },
+    );
+    let rt = support::fleet::runtime();
+    let b = rt
+        .block_on(mesh_bus::NatsBus::connect(&bed.node_options("b")))
+        .unwrap();
+    let publish = |payload: Vec<u8>| {
+        rt.block_on(async {
+            b.client()
+                .publish(mesh_bus::subjects::report("b"), payload.into())
+                .await
+                .unwrap();
+            b.client().flush().await.unwrap();
+        })
+    };
+    let cases: [(&str, Vec<u8>, &str); 5] = [
+        (
+            "garbage",
+            b"\x00\xffnot a report\n".to_vec(),
+            "not a report: ",
+        ),
+        (
+            "a report cut off",
+            whole[..whole.len() / 2].to_vec(),
+            "not a report: EOF while parsing",
+        ),
+        (
+            "a newer major format",
+            as_b("b", newer),
+            "`b` runs a newer mesh-host (report format 99; this controller reads up to 2)",
+        ),
+        (
+            "a report over the size limit",
+            vec![b' '; 300 * 1024],
+            "307200 bytes, over the limit of 262144 a report may hold",
+        ),
+        (
+            "a report naming another node",
+            as_b("a", a_report.clone()),
+            "published as `b`, it names another node, `a`",
+        ),
+    ];
+    for (what, payload, reason) in cases {
+        let size = payload.len();
+        publish(payload);
+        let overview = wait_for(
+            &format!("`status` to show b's {what}"),
+            Duration::from_secs(60),
+            || {
+                let out = bed.run(&["status", "--output", "json"]);
+                let overview: Value = serde_json::from_slice(&out.stdout)
+                    .map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&out.stderr)))?;
+                let shown = node_of(&overview, "b")["unreadable"]["reason"].clone();
+                match shown.as_str() {
+                    Some(said) if said.contains(reason) => Ok((out.status.code(), overview)),
+                    _ => Err(format!("b shows {shown}")),
+                }
+            },
+        );
+        let (code, overview) = overview;
+        assert_eq!(code, Some(3), "{what}: {overview}");
+        let b_shown = node_of(&overview, "b");
+        assert_eq!(b_shown["unreadable"]["size"], size, "{what}");
+        assert!(b_shown["report"].is_null(), "{what}: {b_shown}");
+        assert_eq!(node_of(&overview, "a")["report"]["machine"], "converged");
+        assert_eq!(node_of(&overview, "bus")["report"]["machine"], "converged");
+        let text = bed.run(&["status"]);
+        assert_eq!(text.status.code(), Some(3), "{what}: {text:?}");
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert!(text.contains("b: unreadable report: "), "{what}:\n{text}");
+        assert!(text.contains(reason), "{what}:\n{text}");
+        assert!(text.contains("a: converged"), "{what}:\n{text}");
+        let (code, metrics) = get(&url, "/metrics").unwrap();
+        assert_eq!(code, 200, "{what}: {metrics}");
+        assert!(
+            metrics.contains("mesh_nodes{state=\"unreadable\"} 1"),
+            "{what}:\n{metrics}"
+        );
+        assert!(
+            metrics.contains("mesh_nodes{state=\"converged\"} 2"),
+            "{what}:\n{metrics}"
+        );
+        let (code, page) = get(&url, "/").unwrap();
+        assert_eq!(code, 200, "{what}");
+        assert!(page.contains("unreadable report: "), "{what}:\n{page}");
+    }
+
+    // A newer minor version: a field this controller does not know is read, and ignored.
+    publish(as_b("b", unknown_field));
+    wait_for(
+        "b's report with an unknown field to be read",
+        Duration::from_secs(60),
+        || {
+            let out = bed.run(&["status", "--output", "json"]);
+            let overview = json(&String::from_utf8_lossy(&out.stdout));
+            let b_shown = node_of(&overview, "b");
+            match b_shown["report"]["machine"].as_str() {
+                Some("converged") if b_shown["unreadable"].is_null() => Ok(()),
+                _ => Err(format!("b shows {b_shown}")),
+            }
+        },
+    );
+}

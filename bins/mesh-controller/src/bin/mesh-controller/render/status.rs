@@ -20,14 +20,24 @@ pub fn nodes(nodes: &[NodeStatus]) -> String {
             (None, _) => {
                 let _ = writeln!(out, "{}{role}: never sent [{modules}]", node.node);
             }
-            (Some(sent), None) => {
-                let _ = writeln!(
-                    out,
-                    "{}{role}: sent {}, no report yet [{modules}]",
-                    node.node,
-                    short(sent)
-                );
-            }
+            (Some(sent), None) => match &node.unreadable {
+                Some(unreadable) => {
+                    let _ = writeln!(
+                        out,
+                        "{}{role}: sent {}, {unreadable} [{modules}]",
+                        node.node,
+                        short(sent)
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "{}{role}: sent {}, no report yet [{modules}]",
+                        node.node,
+                        short(sent)
+                    );
+                }
+            },
             (Some(sent), Some(report)) => {
                 let freshness = if node.current {
                     String::new()
@@ -195,6 +205,9 @@ fn plans_status(overview: &Overview) -> String {
                     format_time(since)
                 );
             }
+            if let Some(unreadable) = &node.unreadable {
+                let _ = writeln!(out, "  {}: {unreadable}", node.node);
+            }
             for drift in &node.drift {
                 let what = match drift.action {
                     mesh_model::report::DriftAction::Corrected => "put back",
@@ -243,6 +256,7 @@ mod status_tests {
             current: true,
             heard_at: None,
             silent_since: None,
+            unreadable: None,
         }
     }
 
