@@ -71,7 +71,8 @@ impl Bus for InProcessBus {
     ) -> Result<Message, BusError> {
         check_subject(subject, false)?;
         let inbox = format!(
-            "_INBOX.{}",
+            "{}.{}",
+            crate::subjects::INBOX_PREFIX,
             self.inner.inboxes.fetch_add(1, Ordering::Relaxed)
         );
         let mut answers = self.subscribe(&inbox).await?;

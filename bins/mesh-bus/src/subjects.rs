@@ -45,6 +45,10 @@ pub fn probe_subject_for(users: &str) -> String {
 
 // Users, and the inboxes their grants let them hear.
 
+/// The first token of every reply inbox (NATS's convention): a request's answer comes back on
+/// `_INBOX.<something>`.
+pub const INBOX_PREFIX: &str = "_INBOX";
+
 /// The controller's user on the bus.
 pub const CONTROLLER_USER: &str = "controller";
 
@@ -56,7 +60,7 @@ pub fn node_user(node: &str) -> String {
 /// The prefix of `node`'s reply inboxes; its grants let it hear only those. (A generated inbox
 /// token never holds `-`, so no other client's inbox can fall under it.)
 pub fn node_inbox_prefix(node: &str) -> String {
-    format!("_INBOX.{}", node_user(node))
+    format!("{INBOX_PREFIX}.{}", node_user(node))
 }
 
 /// The user the controller proves a users file in force with, when it cannot sign as the
@@ -69,7 +73,7 @@ pub const PROBE_USER: &str = "mesh-probe";
 
 /// The prefix of the probe user's reply inboxes (its round trip through the server).
 pub fn probe_inbox_prefix() -> String {
-    format!("_INBOX.{PROBE_USER}")
+    format!("{INBOX_PREFIX}.{PROBE_USER}")
 }
 
 // Streams and their consumers.
