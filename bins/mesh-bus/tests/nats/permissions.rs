@@ -68,11 +68,14 @@ async fn a_permissions_only_change_is_proven_only_once_the_server_reloaded_it() 
         "the same users"
     );
     std::fs::write(server.dir().join(USERS_FILE), &granted).unwrap();
+    // The proof is tried again until its deadline and then says what the last attempt found:
+    // a deadline long enough for every check to answer on a busy machine (with 1 s, one once
+    // went unanswered and the refusals differed from the snapshot).
     let unproven = prove_permissions(
         &super::as_node(&server, "home"),
         &permissions(&after, "home"),
         Some(&permissions(&before, "home")),
-        within(Duration::from_secs(1)),
+        within(Duration::from_secs(5)),
     )
     .await
     .expect_err("the server has not reloaded: `media` is not granted, `media.done` not taken");
@@ -123,7 +126,7 @@ async fn a_node_that_cannot_log_in_is_named() {
         &wrong,
         &permissions(&home_and_laptop(&[], &[]), "home"),
         None,
-        within(Duration::from_millis(500)),
+        within(Duration::from_secs(5)),
     )
     .await
     .unwrap_err();
