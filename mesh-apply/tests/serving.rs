@@ -328,3 +328,39 @@ fn a_declared_network_is_made_joined_and_given_back_and_a_foreign_one_is_left_al
         "a network the mesh did not make is left alone"
     );
 }
+
+#[test]
+fn a_device_mapping_is_visible_inside_the_container() {
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let name = names.name("device");
+    let mut resource = container("app", "device", &name);
+    spec_mut(&mut resource).devices = vec![mesh_model::declaration::Device {
+        source: "/dev/null".to_owned(),
+        at: "/dev/x".to_owned(),
+        permissions: Some("rw".to_owned()),
+    }];
+    let report = run(&sandbox, vec![resource]);
+    assert_eq!(
+        outcome(&report, "app/container/device"),
+        &Outcome::Applied {
+            changed: vec!["created".to_owned()]
+        }
+    );
+    let inside = Command::new("podman")
+        .args(["exec", &name, "sh", "-c", "test -c /dev/x && echo a device"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&inside.stdout).trim(),
+        "a device",
+        "{inside:?}"
+    );
+    assert_eq!(
+        inspect(
+            &name,
+            "{{range .HostConfig.Devices}}{{.PathOnHost}}:{{.PathInContainer}} {{end}}"
+        ),
+        "/dev/null:/dev/x"
+    );
+}

@@ -244,6 +244,8 @@ fn flatten(resource: &Resource) -> BTreeMap<String, Flat<'_>> {
                 json!(c.stop_timeout_secs.map(|s| format!("{s}s"))),
             );
             set("restart", json!(c.restart));
+            let devices: Vec<String> = c.devices.iter().map(|d| d.podman_form()).collect();
+            set("devices", json!(devices));
             for mount in &c.mounts {
                 put(
                     &format!("mounts[{}]", mount.at),

@@ -75,6 +75,9 @@ pub struct ServingSpec {
     /// The restart policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<String>,
+    /// Host devices, in podman's form.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<String>,
 }
 
 impl ServingSpec {
@@ -95,6 +98,7 @@ impl ServingSpec {
             labels: spec.labels.clone(),
             stop_timeout: spec.stop_timeout_secs,
             restart: spec.restart.clone(),
+            devices: spec.devices.iter().map(|d| d.podman_form()).collect(),
         }
     }
 
@@ -104,7 +108,7 @@ impl ServingSpec {
     }
 
     /// Each field by the name `plan --diff` gives it, as JSON.
-    fn fields(&self) -> [(&'static str, serde_json::Value); 14] {
+    fn fields(&self) -> [(&'static str, serde_json::Value); 15] {
         use serde_json::json;
         [
             ("ports", json!(self.ports)),
@@ -121,6 +125,7 @@ impl ServingSpec {
             ("labels", json!(self.labels)),
             ("stop-timeout", json!(self.stop_timeout)),
             ("restart", json!(self.restart)),
+            ("devices", json!(self.devices)),
         ]
     }
 
@@ -171,6 +176,9 @@ impl ServingSpec {
         }
         if let Some(secs) = self.stop_timeout {
             put("--stop-timeout", &secs.to_string());
+        }
+        for device in &self.devices {
+            put("--device", device);
         }
         if self.read_only {
             args.push("--read-only".into());

@@ -73,6 +73,54 @@ pub struct ContainerSpec {
     /// `unless-stopped`); absent: `no`. A crash is still reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<String>,
+    /// Host devices it reaches.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<Device>,
+}
+
+/// A host device a container reaches, at a path inside it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Device {
+    /// The device on the host (`/dev/dri/renderD128`): the machine's own, never under a root
+    /// prefix.
+    pub source: String,
+    /// Its path inside the container.
+    pub at: String,
+    /// What the container may do with it: some of `r`, `w`, `m`; absent: all three.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permissions: Option<String>,
+}
+
+impl Device {
+    /// Podman's form: `SOURCE:AT[:PERMISSIONS]`.
+    pub fn podman_form(&self) -> String {
+        match &self.permissions {
+            Some(permissions) => format!("{}:{}:{permissions}", self.source, self.at),
+            None => format!("{}:{}", self.source, self.at),
+        }
+    }
+
+    /// Every rule it breaks, each a sentence.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for path in [&self.source, &self.at] {
+            if !path.starts_with('/') || path.contains(':') || path.split('/').any(|s| s == "..") {
+                out.push(format!(
+                    "device `{path}` is not an absolute path without `:` or `..`"
+                ));
+            }
+        }
+        if let Some(permissions) = &self.permissions {
+            if permissions.is_empty() || !permissions.chars().all(|c| matches!(c, 'r' | 'w' | 'm'))
+            {
+                out.push(format!(
+                    "device permissions `{permissions}` are not some of `r`, `w` and `m`"
+                ));
+            }
+        }
+        out
+    }
 }
 
 /// A container's limits; each absent says nothing.
@@ -239,6 +287,9 @@ impl ContainerSpec {
             out.extend(label_problem(name));
         }
         out.extend(self.restart.as_deref().and_then(restart_problem));
+        for device in &self.devices {
+            out.extend(device.problems());
+        }
         out
     }
 }

@@ -20,7 +20,7 @@ mod port;
 
 pub use container::{
     capability_problem, cpus_problem, label_problem, memory_problem, network_problem,
-    restart_problem, user_problem, ContainerSpec, HealthCheck, Limits, Mount,
+    restart_problem, user_problem, ContainerSpec, Device, HealthCheck, Limits, Mount,
     DEFAULT_HEALTH_WITHIN_MS, DEFAULT_SETTLE_MS, NETWORK_BRIDGE, NETWORK_HOST, RESERVED_LABELS,
 };
 pub use port::{PortMapping, Protocol};

@@ -4,7 +4,7 @@ use super::check::{check_absolute, check_name};
 use super::{parse_duration_ms, ModuleDefinition};
 use crate::declaration::{
     capability_problem, cpus_problem, label_problem, memory_problem, restart_problem, user_problem,
-    PortMapping, NETWORK_BRIDGE, NETWORK_HOST,
+    Device, PortMapping, NETWORK_BRIDGE, NETWORK_HOST,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -95,6 +95,22 @@ pub struct ContainerDefinition {
     /// Podman's restart policy for a crash (`on-failure`, `always`, …; default `no`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<String>,
+    /// Host devices it reaches (`source` may use settings: a node maps its own device path).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceDefinition>,
+}
+
+/// A host device a container reaches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct DeviceDefinition {
+    /// The device on the host (may use settings).
+    pub source: String,
+    /// Its path inside the container.
+    pub at: String,
+    /// Some of `r`, `w`, `m` (default all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permissions: Option<String>,
 }
 
 /// A number written as TOML text or as a number, kept as its text.
@@ -308,6 +324,23 @@ fn check_serving(
     }
     for name in c.labels.keys() {
         problems.push((format!("{key}.labels.{name}"), label_problem(name)));
+    }
+    for (i, device) in c.devices.iter().enumerate() {
+        let at = format!("{key}.devices[{i}]");
+        check_text(format!("{at}.source"), &device.source, say);
+        // A source that uses settings is checked once rendered.
+        let rendered = Device {
+            source: if fixed(&device.source) {
+                device.source.clone()
+            } else {
+                "/dev/rendered".to_owned()
+            },
+            at: device.at.clone(),
+            permissions: device.permissions.clone(),
+        };
+        for problem in rendered.problems() {
+            problems.push((at.clone(), Some(problem)));
+        }
     }
     for (at, problem) in problems {
         if let Some(problem) = problem {

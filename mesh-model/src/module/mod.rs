@@ -38,7 +38,7 @@ mod check;
 mod container;
 mod cycles;
 
-pub use container::{ContainerDefinition, HealthDefinition, MountDefinition};
+pub use container::{ContainerDefinition, DeviceDefinition, HealthDefinition, MountDefinition};
 pub use cycles::find_cycles;
 
 use crate::Diagnostic;

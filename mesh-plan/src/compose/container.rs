@@ -3,7 +3,7 @@
 
 use super::{ComposeProblem, ModuleComposer};
 use mesh_model::declaration::{
-    resource_id, ContainerSpec, HealthCheck, Limits, Mount, PortMapping, Resource, Spec,
+    resource_id, ContainerSpec, Device, HealthCheck, Limits, Mount, PortMapping, Resource, Spec,
     DEFAULT_HEALTH_WITHIN_MS, NETWORK_BRIDGE,
 };
 use mesh_model::module::{parse_duration_ms, ContainerDefinition};
@@ -151,6 +151,16 @@ impl ModuleComposer<'_> {
                 .and_then(parse_duration_ms)
                 .map(|ms| u32::try_from(ms.div_ceil(1000)).unwrap_or(u32::MAX)),
             restart: container.restart.clone(),
+            devices: container
+                .devices
+                .iter()
+                .enumerate()
+                .map(|(i, device)| Device {
+                    source: self.render(format!("{key}.devices[{i}].source"), &device.source),
+                    at: device.at.clone(),
+                    permissions: device.permissions.clone(),
+                })
+                .collect(),
             ..ContainerSpec::default()
         }
     }
