@@ -495,3 +495,84 @@ fn a_rollout_reports_its_progress_step_by_step() {
     let last = steps.last().unwrap();
     assert_eq!((last.stage, last.applied), ("done", 3), "{steps:#?}");
 }
+
+/// A later merge of a commit already planned drives that plan, with its flags: after a rollout
+/// that held a node for a move, `merge --move keep` sends it, as the rollout's own message and
+/// the book promise; after `merge --plan-only`, `merge` rolls the plan out. A merge of a commit
+/// whose plan is done still makes nothing.
+#[test]
+fn a_merge_of_a_commit_already_planned_drives_that_plan_with_its_flags() {
+    let bed = Bed::new();
+    bed.merge(&[]);
+    bed.repo.write(&[
+        ("modules/keep/module.toml", &keep_module("/srv/data2", "v2")),
+        ("modules/keep/files/note.txt", "v2\n"),
+    ]);
+    bed.repo.commit("keep: data moves to /srv/data2");
+    let (second, _) = bed.merge(&[]);
+    let MergeOutcome::Planned { plan, .. } = second else {
+        panic!("the second merge plans")
+    };
+    assert_eq!(
+        plan.state,
+        PlanState::RollingOut,
+        "`control` held: {plan:?}"
+    );
+    assert_eq!(bed.sent_since(3), ["home", "laptop"]);
+
+    // The same commit merged again, without `--move`: driven, and `control` still held.
+    let (again, _) = bed.merge(&[]);
+    let MergeOutcome::AlreadyPlanned { plan: same, driven } = again else {
+        panic!("the same commit makes no new plan")
+    };
+    assert!(driven);
+    assert_eq!(same.id, plan.id);
+    assert_eq!(same.state, PlanState::RollingOut);
+    assert_eq!(bed.sent_since(5), Vec::<String>::new());
+    // With `--move keep`: `control` is sent, and the plan is done.
+    let (moved, lines) = bed.merge(&["keep"]);
+    let MergeOutcome::AlreadyPlanned { plan: same, driven } = moved else {
+        panic!("the same commit makes no new plan")
+    };
+    assert!(driven);
+    assert_eq!(same.state, PlanState::Done, "{lines:#?}");
+    assert_eq!(bed.sent_since(5), ["control"], "{lines:#?}");
+    // Done, the same commit merged again drives nothing and sends nothing.
+    let (done, _) = bed.merge(&["keep"]);
+    assert!(
+        matches!(done, MergeOutcome::AlreadyPlanned { driven: false, .. }),
+        "{done:?}"
+    );
+    assert_eq!(bed.sent_since(6), Vec::<String>::new());
+}
+
+/// After `merge --plan-only`, a `merge` of the same commit rolls that plan out.
+#[test]
+fn a_merge_after_plan_only_rolls_the_plan_out() {
+    let bed = Bed::new();
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let runtime = bed.runtime(Arc::new(mesh_controller::Quiet));
+    let none = BTreeSet::new();
+    let MergeOutcome::Planned { plan, .. } = tokio
+        .block_on(runtime.merge("cat", None, true, &none))
+        .unwrap()
+    else {
+        panic!("the merge plans")
+    };
+    assert!(plan.state.is_open(), "{plan:?}");
+    assert_eq!(
+        bed.sent_since(0),
+        Vec::<String>::new(),
+        "--plan-only sends nothing"
+    );
+    let (outcome, _) = bed.merge(&[]);
+    let MergeOutcome::AlreadyPlanned { plan: same, driven } = outcome else {
+        panic!("the same commit makes no new plan")
+    };
+    assert!(driven);
+    assert_eq!(
+        (same.id.as_str(), &same.state),
+        (plan.id.as_str(), &PlanState::Done)
+    );
+    assert_eq!(bed.sent_since(0), ["control", "home", "laptop"]);
+}

@@ -15,10 +15,15 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "result", rename_all = "kebab-case")]
 pub enum MergeOutcome {
-    /// A plan was already made for this repository, branch and commit; none was made.
+    /// A plan was already made for this repository, branch and commit; none was made. Still
+    /// open, and not `--plan-only`, it was driven with the merge's flags (`--move`), as the
+    /// next merge drives every open plan.
     AlreadyPlanned {
-        /// That plan.
+        /// That plan, as it stands.
         plan: Plan,
+        /// Whether this merge drove it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        driven: bool,
     },
     /// A plan was made (and, unless asked not to, driven).
     Planned {

@@ -186,7 +186,22 @@ impl Runtime {
         let _lock = PlansLock::acquire(home, &format!("merge {name}"))?;
         let (mut record, superseded) =
             match crate::plans::merge::merge(home, self.progress.as_ref(), repo, &commit)? {
-                Heard::AlreadyPlanned(plan) => return Ok(MergeOutcome::AlreadyPlanned { plan }),
+                Heard::AlreadyPlanned(plan) if plan_only || !plan.state.is_open() => {
+                    return Ok(MergeOutcome::AlreadyPlanned {
+                        plan,
+                        driven: false,
+                    })
+                }
+                // The commit's plan is still open (made with `--plan-only`, or holding a node
+                // for a move): this merge drives it, with its flags.
+                Heard::AlreadyPlanned(plan) => {
+                    let record = home.plan(&plan.id)?;
+                    let record = self.drive(record, DriveMode::All, moves).finish().await?;
+                    return Ok(MergeOutcome::AlreadyPlanned {
+                        plan: record.plan,
+                        driven: true,
+                    });
+                }
                 Heard::Planned { record, superseded } => (record, superseded),
             };
         if !plan_only {

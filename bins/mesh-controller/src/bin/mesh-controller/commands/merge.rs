@@ -64,6 +64,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     }
     Ok(match &outcome {
         plans::MergeOutcome::Planned { plan, .. }
+        | plans::MergeOutcome::AlreadyPlanned { plan, driven: true }
             if matches!(plan.state, mesh_model::plan::PlanState::Stopped { .. }) =>
         {
             ExitCode::from(3)

@@ -520,13 +520,24 @@ fn module_line(record: &PlanRecord, module: &str) -> String {
 /// What hearing a merge did, in one line (the progress lines came before it).
 pub fn merge(outcome: &MergeOutcome) -> String {
     match outcome {
-        MergeOutcome::AlreadyPlanned { plan } => format!(
+        MergeOutcome::AlreadyPlanned {
+            plan,
+            driven: false,
+        } => format!(
             "{} was already made for `{}` {} at {} ({}); no new plan\n",
             plan.id,
             plan.repository,
             plan.branch,
             mesh_controller::builds::short_commit(&plan.commit),
             state_text(&plan.state)
+        ),
+        MergeOutcome::AlreadyPlanned { plan, driven: true } => format!(
+            "{} was already made for `{}` {} at {}, and was open: driven; {}",
+            plan.id,
+            plan.repository,
+            plan.branch,
+            mesh_controller::builds::short_commit(&plan.commit),
+            plan_summary(plan)
         ),
         MergeOutcome::Planned { plan, .. } => plan_summary(plan),
     }
