@@ -114,6 +114,16 @@ pub fn declaration_key(digest: &str) -> String {
     )
 }
 
+/// Whether `text` is a declaration's digest: `sha256:` and 64 lower-case hex digits.
+fn is_digest(text: &str) -> bool {
+    text.strip_prefix("sha256:").is_some_and(|hex| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
 /// How many times a layer is read again while other writers change it first.
 pub const LAYER_TRIES: u32 = 100;
 
@@ -666,6 +676,19 @@ impl Home {
         };
         if let Ok(record) = serde_json::from_slice::<SentRecord>(&bytes) {
             if record.format == SENT_FORMAT {
+                // The digest becomes a key: one that is not a digest is this record's fault,
+                // named as such, never a look-up of some other key.
+                if !is_digest(&record.declaration) {
+                    return Err(Error::BadRecord {
+                        location: self.records.locate(&key),
+                        what: format!(
+                            "readable: it names `{}`, which is not a declaration's digest \
+                             (sha256:<64 hex>)",
+                            record.declaration.escape_debug()
+                        ),
+                        source: None,
+                    });
+                }
                 return Ok(Some((record.declaration, None)));
             }
         }
