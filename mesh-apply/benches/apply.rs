@@ -1,4 +1,4 @@
-//! The host engine's cost against plain baselines, with 10,000 file resources (issue 3).
+//! The host engine's cost against plain baselines, with 10,000 file resources.
 //!
 //! - a no-op apply (everything already as declared) against reading and hashing the same files;
 //! - a first apply against writing the same files with write + fsync + rename;

@@ -1,4 +1,4 @@
-//! The seam for containers (rule 8): [`ContainerRuntime`]. The real one is [`crate::Podman`];
+//! The seam for containers (the rule “The host touches only its own containers”): [`ContainerRuntime`]. The real one is [`crate::Podman`];
 //! [`NoContainerRuntime`] reports every container `failed{reason: "not supported"}` rather
 //! than pretend, for hosts configured without containers.
 //!
@@ -22,7 +22,7 @@ pub struct DeclaredContainer<'a> {
 }
 
 /// A container kept, stopped and under another name, while the together group its replacement
-/// belongs to commits (rule 5): put back ([`ContainerRuntime::restore`]) if the group does not
+/// belongs to commits (the rule “Resources declared together apply all-or-nothing”): put back ([`ContainerRuntime::restore`]) if the group does not
 /// apply whole, let go once it does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SetAside {
@@ -103,7 +103,7 @@ pub trait ContainerRuntime {
     /// Puts the container named `name` (made for `resource`) back to what it was before its
     /// together group's commit (`was`, from [`ContainerRuntime::before_commit`]), wherever that
     /// commit stopped — in this process when another member failed, or after a host was killed
-    /// in the middle (rule 5): a container the commit created is removed, one it started is
+    /// in the middle (the rule “Resources declared together apply all-or-nothing”): a container the commit created is removed, one it started is
     /// stopped, and one it replaced gets its name back from the kept `<name>.mesh-old` (only the
     /// container with the recorded id) and is started if it ran, its replacement removed.
     ///
@@ -164,7 +164,7 @@ pub trait ContainerRuntime {
         ))
     }
 
-    /// Whether a container the host made runs, changing nothing (drift, rule 28): `None` when
+    /// Whether a container the host made runs, changing nothing (drift, the rule “Drift is seen, and reported even when corrected”): `None` when
     /// it runs, else what was found instead (`exited with code N …; the last lines of its
     /// log: …`, or that it is gone). The default, for a runtime that cannot tell: `None`.
     ///

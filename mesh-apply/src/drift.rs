@@ -1,4 +1,4 @@
-//! Drift (rule 28): a managed resource changed by hand between declarations. [`Examiner`]
+//! Drift (the rule “Drift is seen, and reported even when corrected”): a managed resource changed by hand between declarations. [`Examiner`]
 //! compares what the machine holds with what the host left there — every resource the last
 //! apply of the same declaration reported as taken — and says what differs, changing nothing.
 //!

@@ -2,7 +2,7 @@
 //! declaration while the apply runs, and made the report's map (by id) once at its end.
 //!
 //! A no-op apply of many files gives each one an outcome: kept in a map by id, every outcome
-//! cost a copy of its id and a search among ids spread over the heap (issue 13: a tenth of
+//! cost a copy of its id and a search among ids spread over the heap (a tenth of
 //! such an apply). Here an outcome is put in its resource's slot; the map is built once, in the
 //! declaration's order (its resources are sorted by id, a declaration's rule), without a
 //! search.

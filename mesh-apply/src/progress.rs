@@ -1,4 +1,4 @@
-//! What an apply says while it runs (rule 30): [`ApplyProgress`] is told, once per apply and
+//! What an apply says while it runs (the rule “Mid-change is said before anything changes”): [`ApplyProgress`] is told, once per apply and
 //! before the apply changes anything, the `mid-change` report to publish. A daemon publishes it
 //! (and repeats it on its heartbeat) so that an observer never reads the last converged report
 //! while the machine is changing.
@@ -21,7 +21,7 @@ pub trait ApplyProgress: Sync {
     fn changing(&self, report: &Report);
 
     /// Whether the apply leaves `resource` as it finds it: drift its module's policy says to
-    /// report, not correct (rule 28). Such a resource is not attempted and is reported
+    /// report, not correct (the rule “Drift is seen, and reported even when corrected”). Such a resource is not attempted and is reported
     /// `held-still{step: LEFT_AS_FOUND}` (with the rest of its together group). Default: no.
     fn leave(&self, _resource: &str) -> bool {
         false
@@ -59,7 +59,7 @@ pub const PAUSE_LIMIT: Duration = Duration::from_secs(600);
 /// A fail point: when [`PAUSE_AT`] names `step` and `resource`, writes `FILE.reached` and waits
 /// until `FILE` exists (at most [`PAUSE_LIMIT`]). Otherwise returns at once.
 ///
-/// The steps for a together group's member (rule 5):
+/// The steps for a together group's member (the rule “Resources declared together apply all-or-nothing”):
 /// - `commit` — before the member is committed (the group's record is written);
 /// - `stopped` — a container being replaced: the old one stopped, still under its name;
 /// - `kept` — the old one renamed `<name>.mesh-old`, its replacement not made yet;

@@ -131,7 +131,7 @@ impl StatCache {
     /// The cache of `state_dir` as this process last left it ([`StatCache::keep`]) when its
     /// file was not replaced since (read again otherwise, [`StatCache::refresh`]); read from
     /// the file when this process kept none. An apply takes it, so a no-op apply of many files
-    /// does not parse it again (issue 13).
+    /// does not parse it again.
     pub fn take(state_dir: &Path) -> StatCache {
         let kept = KEPT
             .lock()

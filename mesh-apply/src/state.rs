@@ -3,7 +3,7 @@
 //! ```text
 //! <state-dir>/state.json        StateFile: what the mesh made and found, failures being retried
 //! <state-dir>/in-progress.json  InProgress: present while an apply runs (the machine is mid-change)
-//! <state-dir>/group-commit.json GroupCommit: present while a together group commits (rule 5)
+//! <state-dir>/group-commit.json GroupCommit: present while a together group commits (the rule “Resources declared together apply all-or-nothing”)
 //! <state-dir>/found/<sha256>    the bytes of a file the mesh wrote over, to give back
 //! ```
 //!
@@ -43,7 +43,7 @@ pub struct StateFile {
     pub failures: BTreeMap<String, FailureRecord>,
     /// Resource ids of declared containers that owe a restart: a file in their `restart_on` is
     /// about to change (written before the file's commit), and the restart has not been made
-    /// yet. A host killed between the two restarts them on the next apply (rule 5); a failed
+    /// yet. A host killed between the two restarts them on the next apply (the rule “Resources declared together apply all-or-nothing”); a failed
     /// restart stays owed. Absent from the file when empty (an older build reads it).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub pending_restarts: BTreeSet<String>,
@@ -171,7 +171,7 @@ pub struct InProgress {
     pub started_at: u64,
 }
 
-/// A together group being committed (`group-commit.json`, rule 5): written before its first
+/// A together group being committed (`group-commit.json`, the rule “Resources declared together apply all-or-nothing”): written before its first
 /// commit step, removed once the group is whole (before its `.mesh-old` copies and containers
 /// go) or put back. Found on start, it says the host stopped in the middle of the group's
 /// commit: the next apply puts the whole group back before anything else
@@ -303,7 +303,7 @@ fn identity_of(meta: &std::fs::Metadata) -> FileIdentity {
 
 /// `state.json` as this process last read or wrote it, by state directory, with the identity
 /// of that file: an apply takes it instead of parsing the file again when the file is still
-/// that one (issue 13: a no-op apply of 10,000 files), and leaves it when it is done
+/// that one (a no-op apply of 10,000 files), and leaves it when it is done
 /// ([`StateDir::keep_state`]).
 static KEPT_STATES: std::sync::Mutex<BTreeMap<PathBuf, (FileIdentity, StateFile)>> =
     std::sync::Mutex::new(BTreeMap::new());

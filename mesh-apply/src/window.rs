@@ -1,4 +1,4 @@
-//! Maintenance windows (DESIGN rule 6, seed issue 224): a step — a backup, a migration — run
+//! Maintenance windows (the rule “A maintenance window holds containers still”): a step — a backup, a migration — run
 //! with containers held still.
 //!
 //! Start with [`open`] and [`OpenWindow::release`] (what `mesh-host window run` does), then

@@ -1,8 +1,8 @@
-//! Crash safety (issue 3): a host killed with SIGKILL at random points during applies of many
+//! Crash safety: a host killed with SIGKILL at random points during applies of many
 //! files never leaves a partial file at a declared path, leaves a state directory the next apply
 //! reads, and the next apply converges (and says the machine was mid-change). A together group
 //! killed in the middle of its commit is wholly old or wholly new once the next apply's first
-//! step — putting back a group left mid-commit — has run (rule 5; issue 15, point 2).
+//! step — putting back a group left mid-commit — has run (the rule “Resources declared together apply all-or-nothing”).
 //!
 //! This binary runs without the test harness: run plainly it is the test; with
 //! `MESH_CRASH_CHILD=<variant>` it is the host being killed, applying one declaration.

@@ -50,7 +50,7 @@ fn leftovers(sandbox: &Sandbox) -> Vec<String> {
     out
 }
 
-// ---- files and directories (issue 2, item 4) ----
+// ---- files and directories ----
 
 #[test]
 fn first_apply_creates_files_and_directories_and_the_second_reports_unchanged() {
@@ -197,11 +197,11 @@ fn report_of_a_mixed_apply() {
     insta::assert_json_snapshot!(report);
 }
 
-// ---- ownership: made, found, give-back (rule 2) ----
+// ---- ownership: made, found, give-back (the rule “The host never destroys what it did not make”) ----
 
 #[test]
 fn undeclare_gives_back_a_file_the_mesh_wrote_over_byte_for_byte_with_mode() {
-    // Rule 2 (ADR 0030, issue 241): what the mesh wrote over is given back.
+    // The rule “The host never destroys what it did not make”: what the mesh wrote over is given back.
     let sandbox = Sandbox::new();
     let original: Vec<u8> = (0..=255u8).chain([0xff, 0xfe, 0x00, b'\n']).collect();
     let path = sandbox.path("/etc/app.conf");
@@ -256,7 +256,7 @@ fn undeclare_removes_a_file_the_mesh_made_and_the_parents_it_made() {
 
 #[test]
 fn undeclare_keeps_a_directory_that_holds_data() {
-    // Rule 2: a directory's data outlives its declaration.
+    // The rule “The host never destroys what it did not make”: a directory's data outlives its declaration.
     let sandbox = Sandbox::new();
     let resources = vec![
         directory("db", "data", "/srv/db", 0o700),
@@ -318,11 +318,11 @@ fn a_resource_moved_to_another_path_gives_back_the_old_one() {
     assert_eq!(sandbox.read("/etc/new.conf"), "ours");
 }
 
-// ---- symbolic links (rule 3) ----
+// ---- symbolic links (the rule “No symbolic links to move data”) ----
 
 #[test]
 fn a_declared_path_through_a_symbolic_link_is_refused_and_nothing_is_written() {
-    // Rule 3 (issue 245): no symbolic links as a way to move data.
+    // The rule “No symbolic links to move data”: no symbolic links as a way to move data.
     let sandbox = Sandbox::new();
     fs::create_dir_all(sandbox.path("/srv/real")).unwrap();
     std::os::unix::fs::symlink("real", sandbox.path("/srv/link")).unwrap();
@@ -360,11 +360,11 @@ fn a_declared_path_through_a_symbolic_link_is_refused_and_nothing_is_written() {
     assert!(leftovers(&sandbox).is_empty());
 }
 
-// ---- gating (rule 1) ----
+// ---- gating (the rule “An apply is not a transaction”) ----
 
 #[test]
 fn a_resource_after_a_failed_one_is_skipped_naming_it_and_the_others_apply() {
-    // Rule 1 (seed 066, issue 011): every resource attempted, a gated one says by what.
+    // The rule “An apply is not a transaction” (the incident behind “Resources declared together apply all-or-nothing” and “An apply is not a transaction”): every resource attempted, a gated one says by what.
     let sandbox = Sandbox::new();
     sandbox.write(
         "/srv/blocker",
@@ -394,11 +394,11 @@ fn a_resource_after_a_failed_one_is_skipped_naming_it_and_the_others_apply() {
     assert!(!sandbox.exists("/etc/later"));
 }
 
-// ---- memberships (rule 7) ----
+// ---- memberships (the rule “A group membership is its own resource”) ----
 
 #[test]
 fn a_membership_the_mesh_added_is_removed_on_undeclare_and_other_groups_are_untouched() {
-    // Rule 7 (issue 247): one membership added, the account's other groups untouched.
+    // The rule “A group membership is its own resource”: one membership added, the account's other groups untouched.
     let sandbox = Sandbox::new();
     let before = sandbox.groups_of("alice");
     assert_eq!(before, ["audio", "docker"]);
@@ -437,7 +437,7 @@ fn a_membership_the_mesh_added_is_removed_on_undeclare_and_other_groups_are_unto
 
 #[test]
 fn a_membership_the_account_had_before_survives_undeclare() {
-    // Rule 7 (issue 247): undeclare removes only a membership the mesh added.
+    // The rule “A group membership is its own resource”: undeclare removes only a membership the mesh added.
     let sandbox = Sandbox::new();
     let report = run(&sandbox, vec![membership("dev", "alice", "docker")], T0);
     assert_eq!(
@@ -466,11 +466,11 @@ fn a_membership_of_an_unknown_account_fails_naming_it() {
     );
 }
 
-// ---- stuck (rule 4) ----
+// ---- stuck (the rule “A resource that keeps failing is stuck”) ----
 
 #[test]
 fn a_resource_failing_repeatedly_becomes_stuck_with_its_attempts_and_first_failure() {
-    // Rule 4 (seed 065): a resource that keeps failing raises its hand as stuck.
+    // The rule “A resource that keeps failing is stuck”: a resource that keeps failing raises its hand as stuck.
     let sandbox = Sandbox::new();
     let broken = || {
         vec![file_as(
@@ -565,11 +565,11 @@ fn the_default_retry_policy_backs_off_and_calls_stuck_as_documented() {
     assert!(policy.is_stuck(5, T0, T0 + 600));
 }
 
-// ---- together groups (rule 5) ----
+// ---- together groups (the rule “Resources declared together apply all-or-nothing”) ----
 
 #[test]
 fn a_together_pair_whose_second_member_fails_leaves_the_first_as_it_was() {
-    // Seed 066: a watcher must never observe the new first with the old second.
+    // The incident behind “Resources declared together apply all-or-nothing”: a watcher must never observe the new first with the old second.
     let sandbox = Sandbox::new();
     let members = 200;
     let old = |i: usize| format!("old {i}\n");
@@ -663,7 +663,7 @@ impl Accounts for AddingFails {
 
 #[test]
 fn a_together_group_whose_commit_breaks_puts_back_what_was_committed() {
-    // Rule 5 (seed 066): a commit step that fails puts back what was committed.
+    // The rule “Resources declared together apply all-or-nothing”: a commit step that fails puts back what was committed.
     let sandbox = Sandbox::new();
     sandbox.write("/etc/sudo.conf", "before\n", 0o640);
     let accounts = AddingFails(ShadowUtils::new(&sandbox.config.root));
@@ -777,7 +777,7 @@ fn a_container_in_a_together_group_fails_the_group_before_anything_changes() {
 
 #[test]
 fn an_interrupted_apply_is_reported_mid_change_and_the_next_apply_says_so() {
-    // Rule 5 (seed 066): mid-change is a state of its own, said by the next apply.
+    // The rule “Resources declared together apply all-or-nothing”: mid-change is a state of its own, said by the next apply.
     let sandbox = Sandbox::new();
     run(&sandbox, vec![file("m", "f", "/etc/f", "x")], T0);
     // What a host killed mid-apply leaves: the marker, and maybe a staged temp file.
@@ -860,7 +860,7 @@ fn a_dependency_cycle_fails_its_members_and_nothing_else() {
     assert_eq!(outcome(&report, "m/file/c"), &applied(&["created"]));
 }
 
-// ---- live mid-change (rule 30) ----
+// ---- live mid-change (the rule “Mid-change is said before anything changes”) ----
 
 /// Remembers every mid-change report it is told, and what `/etc/motd` held at that moment.
 struct Watching<'a> {
@@ -915,7 +915,7 @@ fn an_apply_says_mid_change_once_before_it_changes_anything_and_a_no_op_says_not
     );
 }
 
-// ---- drift (rule 28) ----
+// ---- drift (the rule “Drift is seen, and reported even when corrected”) ----
 
 #[test]
 fn drift_is_examined_changing_nothing_and_content_is_hashed_only_when_a_stamp_changed() {

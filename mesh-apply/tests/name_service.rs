@@ -1,4 +1,4 @@
-//! Accounts from the name service (issue 15, point 4): with root `/` the host read `etc/passwd`
+//! Accounts from the name service: with root `/` the host read `etc/passwd`
 //! and `etc/group` itself, so an account from LDAP or sssd was "not an account on this machine".
 //! Under `/` names now go through the system's name service; under a root prefix the prefix's
 //! files are read as before.

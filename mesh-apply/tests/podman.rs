@@ -1,4 +1,4 @@
-//! Containers under real podman (issue 4, DESIGN rule 8). Needs podman configured as
+//! Containers under real podman (the rule “The host touches only its own containers”). Needs podman configured as
 //! `scripts/podman-env.sh` does; fails, never skips, without it.
 
 mod common;
@@ -227,7 +227,7 @@ fn undeclaring_removes_the_container_the_mesh_made_and_never_its_mounts_data() {
 
 #[test]
 fn a_mount_source_that_is_a_symbolic_link_or_missing_is_refused() {
-    // Rule 3, seed issue 245: a place is a real directory, never a link.
+    // The rule “No symbolic links to move data”: a place is a real directory, never a link.
     let sandbox = sandbox();
     let mut names = Containers::new();
     let linked = names.name("link");
@@ -275,7 +275,7 @@ fn without_podman_a_container_fails_saying_podman_is_not_installed() {
     }
 }
 
-// Issue 15, point 14: two hosts on one machine (the embedded default's nodes, tests) collided
+// Two hosts on one machine (the embedded default's nodes, tests) collided
 // on container names — one module with a container on nodes `a` and `b` stopped at `b` with
 // "the container named `mesh-app-app` was made by the mesh of another host". Each host's names
 // now carry the prefix it is given.
@@ -344,7 +344,7 @@ fn a_container_another_host_made_under_the_same_name_is_reported_and_left_alone(
 
 #[test]
 fn restart_on_a_file_in_a_together_group_waits_for_the_whole_group() {
-    // Rule 5: a container restarted for a group is restarted only once the group is whole.
+    // The rule “Resources declared together apply all-or-nothing”: a container restarted for a group is restarted only once the group is whole.
     let sandbox = sandbox();
     let mut names = Containers::new();
     let name = names.name("restart-group");
@@ -402,7 +402,7 @@ fn restart_on_a_file_in_a_together_group_waits_for_the_whole_group() {
 
 #[test]
 fn a_restart_that_failed_is_owed_and_made_by_a_later_apply_though_its_file_is_unchanged() {
-    // Rule 5 (seed 066): the restart a changed `restart_on` file asks for is owed until it is
+    // The rule “Resources declared together apply all-or-nothing”: the restart a changed `restart_on` file asks for is owed until it is
     // made; a restart judged failed is retried, not forgotten once the file is in place.
     let sandbox = sandbox();
     let mut names = Containers::new();
@@ -461,7 +461,7 @@ fn a_restart_that_failed_is_owed_and_made_by_a_later_apply_though_its_file_is_un
     assert_eq!(starts(&id), 3);
 }
 
-// ---- judged alive (issue 13 item 3, rule 29) ----
+// ---- judged alive (the rule “A container is applied only when it runs”) ----
 
 /// `container(..)` running `command` instead of `sleep`.
 fn running(module: &str, name: &str, machine_name: &str, command: &[&str]) -> Resource {
@@ -479,7 +479,7 @@ fn failed_reason(outcome: &Outcome) -> &str {
 
 #[test]
 fn a_container_whose_command_exits_at_once_is_failed_with_its_exit_code_and_log_tail() {
-    // Issue 13: port 8096 taken, httpd exited at once, and the push said `applied (created)`.
+    // Port 8096 taken, httpd exited at once, and the push said `applied (created)`.
     let sandbox = sandbox();
     let mut names = Containers::new();
     let name = names.name("exits");
@@ -530,7 +530,7 @@ fn a_container_whose_health_command_fails_is_failed_and_one_that_passes_is_appli
 
 #[test]
 fn a_container_that_dies_and_exits_again_when_started_is_failed_with_its_new_exit() {
-    // Rule 29: a container killed later is started by the next apply and judged again.
+    // The rule “A container is applied only when it runs”: a container killed later is started by the next apply and judged again.
     let sandbox = sandbox();
     let mut names = Containers::new();
     let name = names.name("dies");
@@ -602,7 +602,7 @@ impl mesh_apply::Accounts for AddingFails {
     }
 }
 
-// Issue 15, point 2 (rule 5, seed issue 066): a committed container could not be put back — a
+// The rule “Resources declared together apply all-or-nothing”: a committed container could not be put back — a
 // recreate removed the old container before making the new one — so a together group holding
 // a container was not all-or-nothing. The old one is now kept, stopped and renamed, until the
 // group is whole. Here the membership fails (before the container commits: it is left as it
@@ -686,7 +686,7 @@ fn a_together_group_whose_other_member_fails_gives_its_container_back() {
         .all(|f| !f.message.contains("kept as")));
 }
 
-// Issue 15, point 2 (rule 5): the test above fails the group at its membership, which commits
+// The rule “Resources declared together apply all-or-nothing”: the test above fails the group at its membership, which commits
 // before any container (members commit directories, files, memberships, containers) — so it
 // never put back a committed container. Here the group is two containers and no file: the
 // first one commits (replaced, or started), the second fails at its commit (it exits at once),
@@ -791,7 +791,7 @@ impl mesh_apply::Accounts for RemovingFails {
     }
 }
 
-// Issue 15, point 2 (rule 5): a group whose failed commit could not be put back whole dropped
+// The rule “Resources declared together apply all-or-nothing”: a group whose failed commit could not be put back whole dropped
 // its record, so nothing would ever put the rest back. The record stays, and the next apply's
 // first step puts the group back.
 #[test]

@@ -1,4 +1,4 @@
-//! Property (issue 3): random sequences of declare/undeclare over a root that already holds files,
+//! Property: random sequences of declare/undeclare over a root that already holds files,
 //! directories and memberships always return the root to exactly what it held before the mesh
 //! came, once everything is undeclared.
 //!

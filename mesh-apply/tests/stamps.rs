@@ -1,4 +1,4 @@
-//! The stat cache (issue 13): a no-op apply and a drift examination read a file's content only
+//! The stat cache: a no-op apply and a drift examination read a file's content only
 //! when its size, mtime, ctime or inode changed since it was last read or written as declared;
 //! a file changed by hand keeps none of them unchanged — not even when its mtime is set back,
 //! for its ctime moves (it cannot be set from user space).

@@ -1,4 +1,4 @@
-//! Maintenance windows against real podman (DESIGN rule 6, seed issue 224: an apply during a
+//! Maintenance windows against real podman (the rule “A maintenance window holds containers still”: an apply during a
 //! backup recreated what the backup had stopped).
 
 mod common;
@@ -78,7 +78,7 @@ fn started() -> Outcome {
 
 #[test]
 fn an_apply_inside_a_window_leaves_the_held_container_stopped_and_the_apply_after_starts_it() {
-    // Issue 224.
+    // The incident behind “A maintenance window holds containers still”.
     let sandbox = sandbox();
     let mut names = Containers::new();
     let name = names.name("window-held");

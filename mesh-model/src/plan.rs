@@ -40,7 +40,7 @@ pub struct ModuleRollout {
     /// How many nodes applied it.
     #[serde(default)]
     pub applied: usize,
-    /// How many nodes are held because their data would move (rule 12).
+    /// How many nodes are held because their data would move (the rule “A moved mount is held”).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub held: usize,
     /// Format 1 only: when each node was sent (read to migrate an old record; never written).

@@ -1,5 +1,5 @@
 //! Compose plus diff for 1,000 nodes × 30 modules, against the time to deserialize the same
-//! inputs from JSON, in one run (issue 5: the ratio must stay at or below 3).
+//! inputs from JSON, in one run (the ratio must stay at or below 3).
 //!
 //! Run with `cargo bench -p mesh-plan --bench compose_and_diff`.
 

@@ -1,6 +1,6 @@
 //! Planning a merge (attribution, tiers, supersede) over a catalogue of 1,000 and 5,000 modules
 //! (four dependency edges each: 20,000 at 5,000), and the rollout state machine driving 1,000
-//! and 5,000 nodes, in one run (issue 6: time at 5,000 at most 6× time at 1,000).
+//! and 5,000 nodes, in one run (time at 5,000 at most 6× time at 1,000).
 //!
 //! Run with `cargo bench -p mesh-plan --bench linear_growth`; with `MESH_BENCH_PARTS=1` it also
 //! times attribution, supersede and tiers on their own.

@@ -1,5 +1,5 @@
 //! What a push would change: a node's new declaration against the one it was last sent
-//! (rule 10, ADR 0217 §2).
+//! The rules “A push says what it will change” and “A push to every node is asked for by name”.
 //!
 //! Start at [`diff`]. Resources are matched by id: added, removed, or changed with the fields
 //! that differ and their old and new values. A file's content is summarised (line and byte

@@ -9,20 +9,20 @@
 //! - [`compose()`](compose::compose): a node's declaration from the catalogue and the
 //!   inventory (module defaults, then the mesh layer, then the node layer).
 //! - [`settings_change()`](settings::settings_change): what replacing a settings layer adds,
-//!   changes and removes, and whether it is refused (rule 9).
+//!   changes and removes, and whether it is refused (the rule “A settings layer is read before it is replaced”).
 //! - [`diff()`](diff::diff): what a push would change against what a node was last sent, with
-//!   the container fields that recreate (rule 10).
+//!   the container fields that recreate (the rule “A push says what it will change”).
 //! - [`decide_push()`](moves::decide_push): whether a node's push is held because a running
-//!   container's mount would move (rule 12).
+//!   container's mount would move (the rule “A moved mount is held”).
 //! - [`orphaned_settings()`](orphans::orphaned_settings): the keys a module's new version no
 //!   longer accepts (or accepts with another type) that a layer still sets, and what each node
 //!   gets in their place.
 //! - [`attribute()`](attribution::attribute) and [`DependencyGraph`]:
-//!   a merge's changed paths to modules (rule 17), and the affected modules in tiers.
+//!   a merge's changed paths to modules (the rule “Changed paths name their modules”), and the affected modules in tiers.
 //! - [`supersede()`](plans::supersede), [`close()`](plans::close), [`behind()`](plans::behind):
-//!   plans over time (rules 16 and 19).
+//!   plans over time (the rules “A newer merge takes over an older plan” and “Behind means an open plan has not done it yet”).
 //! - [`step()`](rollout::step): one module's rollout as a state machine, events in and actions
-//!   out (rules 13–15).
+//!   out (the rules “Grants before code”, “One machine first” and “The gate judges each node from its own send”).
 //! - [`merge`]: the controller's decisions while it carries a plan out — where a merge's changed
 //!   paths are read from, a report read for one module, what a stopped module holds back, where
 //!   a plan stands when a drive ends.

@@ -1,4 +1,4 @@
-//! The controller's decisions while it carries a merge's plan out, as pure functions (issue 6):
+//! The controller's decisions while it carries a merge's plan out, as pure functions:
 //! where the changed paths are read from, how a node's report reads for one module's rollout,
 //! which modules a stopped module holds back, and where a plan stands when a drive ends.
 //!
@@ -30,7 +30,7 @@ pub fn previous_commit(plans: &[Plan], repository: &str, branch: &str) -> Option
 /// Whether rolling out `new` changes the list of bus users — the grants (state buckets, event
 /// subjects) its nodes hold — against `old`, the definition the nodes run now (`None`: the
 /// module runs nowhere yet, and its grants are new when it has any). When it does, the node
-/// holding the bus is sent first (rule 13, ADR 0218 §1).
+/// holding the bus is sent first (the rule “Grants before code”).
 pub fn changes_bus_users(old: Option<&ModuleDefinition>, new: &ModuleDefinition) -> bool {
     match old {
         Some(old) => old.grants != new.grants,
@@ -47,7 +47,7 @@ pub fn changes_bus_users(old: Option<&ModuleDefinition>, new: &ModuleDefinition)
 /// refused whole: a failure, in the host's words. Not so when the machine is mid-change (a host
 /// restarted during an apply says so before it applies again, and that decides nothing yet),
 /// nor when it is converged (a declaration with no resources applied, with a note such as an
-/// archive cache that could not be pruned: issue 15 point 5).
+/// archive cache that could not be pruned: ).
 pub fn module_report(report: &Report, module: &str) -> NodeReport {
     if report.resources.is_empty()
         && !report.findings.is_empty()
@@ -220,7 +220,7 @@ mod tests {
         }
     }
 
-    /// Issue 8's fleet bed: a host killed mid-apply says "mid-change" before applying again;
+    /// 's fleet bed: a host killed mid-apply says "mid-change" before applying again;
     /// the gate waits for what it says next instead of stopping the rollout.
     #[test]
     fn a_host_restarted_mid_apply_is_pending_not_failed() {
@@ -236,7 +236,7 @@ mod tests {
         );
     }
 
-    /// Issue 15 point 5: a host that applied a declaration with no resources and could not
+    /// A host that applied a declaration with no resources and could not
     /// prune its archive cache says so in a converged report; that is a note, not a refusal.
     #[test]
     fn a_converged_report_with_no_resources_and_a_note_is_not_a_refusal() {

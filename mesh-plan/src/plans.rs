@@ -1,5 +1,5 @@
-//! Plans over time: a newer merge's plan supersedes older open ones (rule 16, ADR 0218 §3, seed
-//! issue 254), and what "behind" means (rule 19, seed issue 245).
+//! Plans over time: a newer merge's plan supersedes older open ones (the rule “A newer merge takes over an older plan”
+//! ), and what "behind" means (the rule “Behind means an open plan has not done it yet”).
 //!
 //! Start at [`supersede`]: given a new plan (its changed modules in `modules`) and every plan the
 //! mesh keeps, it says which older plans end `superseded{by}` and which of their modules join
@@ -289,7 +289,7 @@ mod tests {
         serde_json::to_string_pretty(&result).unwrap()
     }
 
-    /// Seed issue 254: three merges within four minutes made three plans that all ran; the
+    /// The incident behind “A newer merge takes over an older plan”: three merges within four minutes made three plans that all ran; the
     /// middle one sat "building" for hours. The newest takes over both older plans' unbuilt work.
     #[test]
     fn a_newer_plan_folds_in_the_unbuilt_modules_of_older_open_plans() {
@@ -305,7 +305,7 @@ mod tests {
         ));
     }
 
-    /// Issue 15, point 7: plans were ordered by id as a string, so `plan-10` came before
+    /// Plans were ordered by id as a string, so `plan-10` came before
     /// `plan-9` — hidden while `made_at` was forced to increase. Two plans made in one second
     /// are ordered by their number.
     #[test]
@@ -372,7 +372,7 @@ mod tests {
         assert!(!p.state.is_open());
     }
 
-    /// Seed issue 245: status called 69 modules behind when 11 had changed. Behind is only what
+    /// The incident behind “Behind means an open plan has not done it yet”: status called 69 modules behind when 11 had changed. Behind is only what
     /// open plans have yet to do.
     #[test]
     fn behind_lists_exactly_what_open_plans_have_not_finished() {

@@ -1,5 +1,5 @@
-//! One module's rollout as a state machine: events in, actions out, time an argument (rules
-//! 13–15, ADR 0218 §1–2, seed issues 249 and 256).
+//! One module's rollout as a state machine: events in, actions out, time an argument (the rules “Grants before code”, “One machine first” and “The gate judges
+//! each node from its own send”).
 //!
 //! Start at [`step`]: the controller feeds it [`Event`]s (a start, grants issued or failed, a
 //! node's report, a clock tick) with `now`, and carries out the [`Action`]s it returns, in order.
@@ -18,11 +18,11 @@
 //!   module's rollout naming node and reason ([`Action::Stop`]); with `on-failure = "revert"`
 //!   the first node is sent back what it ran ([`Action::Revert`]). The other nodes keep what they
 //!   ran. A failing node after the first also stops the rollout (no further sends).
-//! - **Each node is judged from its own send** (issue 256): a report counts when it is about the
+//! - **Each node is judged from its own send** (the incident behind “The gate judges each node from its own send”): a report counts when it is about the
 //!   declaration that node was sent and was made at or after that node's send — a first node's
 //!   report made between the two sends opens the gate; a report from before its send does not.
 //!
-//! - **A move is held, not made** (rule 12, ADR 0217 §3): a node whose new declaration would
+//! - **A move is held, not made** (the rule “A moved mount is held”): a node whose new declaration would
 //!   give a running container another host directory at a mount is reported
 //!   [`Event::Held`] by the controller instead of being sent; it is passed over (the next node
 //!   goes first when it was the first), the others go on, and once every other node applied the
@@ -127,7 +127,7 @@ pub enum Event {
     },
     /// A node reported.
     Report(NodeReport),
-    /// A node's declaration was not sent: it would move a running container's data (rule 12),
+    /// A node's declaration was not sent: it would move a running container's data (the rule “A moved mount is held”),
     /// or drop a setting its layers hold (the rule "an orphaned setting is a removal").
     Held {
         /// The node.
@@ -297,7 +297,7 @@ pub enum NodeProgress {
         /// When.
         at: u64,
     },
-    /// Its declaration was held back: it would move a running container's data (rule 12), or
+    /// Its declaration was held back: it would move a running container's data (the rule “A moved mount is held”), or
     /// drop a setting its layers hold (the rule "an orphaned setting is a removal").
     Held {
         /// The moves nobody acknowledged.
@@ -354,7 +354,7 @@ pub struct RolloutState {
     pub in_flight: usize,
     /// Nodes applied.
     pub applied: usize,
-    /// Nodes held for a move (rule 12).
+    /// Nodes held for a move (the rule “A moved mount is held”).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub held: usize,
     /// Nodes sent the declaration (and not since held), counted as they are.
@@ -961,7 +961,7 @@ fn reported(
     let NodeProgress::Sent { at: sent_at } = *progress else {
         return;
     };
-    // Issue 256: judged from this node's own send, not the module's latest.
+    // The incident behind “The gate judges each node from its own send”: judged from this node's own send, not the module's latest.
     if report.made_at < sent_at || expected != Some(report.declaration.as_str()) {
         return;
     }
@@ -1276,7 +1276,7 @@ mod tests {
         ));
     }
 
-    /// Seed issue 256: the gate asked every node for a report made after the module's *last*
+    /// The incident behind “The gate judges each node from its own send”: the gate asked every node for a report made after the module's *last*
     /// send; the first node's report, made between the two sends, read as stale and the plan
     /// waited seven minutes. Each node is judged from its own send — and a report from before
     /// its send (or about an older declaration) does not open the gate.
@@ -1326,7 +1326,7 @@ mod tests {
         ));
     }
 
-    /// ADR 0218 §1 / seed issue 249: when the list of bus users changes, the node holding the
+    /// The rule “Grants before code”: when the list of bus users changes, the node holding the
     /// bus is sent first — before the module's first node when it does not run the module.
     #[test]
     fn the_bus_node_goes_first_when_the_bus_users_change() {
@@ -1476,7 +1476,7 @@ mod tests {
         );
     }
 
-    /// Issue 12: a rollout is kept as its parts and one record per node; read back, it is the
+    /// A rollout is kept as its parts and one record per node; read back, it is the
     /// same state, and only the nodes an event changed are to be written again.
     #[test]
     fn a_rollout_kept_as_parts_and_nodes_reads_back_whole_and_says_what_changed() {
@@ -1521,7 +1521,7 @@ mod tests {
         }]
     }
 
-    /// Rule 12 on the rollout path (issue 12): a first node whose data would move is held, the
+    /// The rule “A moved mount is held” on the rollout path: a first node whose data would move is held, the
     /// next node goes first, the others go on; the rollout then waits, open, until a person's
     /// `--move` releases the held node, which is then sent and judged like any other.
     #[test]

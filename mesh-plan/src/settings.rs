@@ -1,5 +1,5 @@
 //! What replacing a settings layer does: keys added, changed and removed, and whether the set
-//! may go ahead (rule 9, ADR 0217 §1, seed issue 246).
+//! may go ahead (the rule “A settings layer is read before it is replaced”).
 //!
 //! Start at [`settings_change`]. A layer is replaced whole; this module says what the
 //! replacement adds, changes and removes, by dotted path (nested objects compared key by key),
@@ -327,7 +327,7 @@ mod tests {
         ));
     }
 
-    /// Seed issue 246: one placement was set for one module on one machine; the layer is
+    /// The incident behind “A settings layer is read before it is replaced”: one placement was set for one module on one machine; the layer is
     /// replaced whole, and placements, media accesses, an exposure, endpoints and the account's
     /// ids were silently dropped. The set must be refused naming every dropped key.
     #[test]

@@ -5,16 +5,16 @@
 //! - [`archive`] makes it a deterministic archive ([`archive::archive_tree`]) and back
 //!   ([`archive::unpack_archive`]);
 //! - [`manifest`] is the manifest that holds an archive, a pure function of its digest and size
-//!   ([`manifest::holding_manifest`], rule 21);
+//!   ([`manifest::holding_manifest`], the rule “An archive is published with a manifest that holds it”);
 //! - [`store`] is the one trait over both backends ([`store::ArchiveStore`]), how a store is
 //!   named ([`store::StoreSpec`]) and [`store::publish`]; [`layout`] (an OCI image layout
 //!   directory) and [`registry`] (an OCI registry) implement it, and [`open`] is the one place
 //!   a backend is chosen ([`open_store`]);
 //! - [`records`] is what the mesh holds (one versioned record per module in the mesh's
 //!   [`record_store`]: files under the mesh home, or a bucket on a fleet),
-//!   [`keep`] what it therefore keeps and why (rule 22);
+//!   [`keep`] what it therefore keeps and why (the rule “What the mesh keeps, for a reason”);
 //! - [`sweep`] holds every kept archive and then lets the rest go, [`collect`] deletes what
-//!   nothing holds (rule 23), each backend reporting a [`garbage::GarbageReport`]; [`lock`]
+//!   nothing holds (the rule “The sweep holds before it lets go”), each backend reporting a [`garbage::GarbageReport`]; [`lock`]
 //!   keeps publishing and collecting apart;
 //! - [`problems`] are the failures kept in the records until resolved.
 //!
@@ -24,7 +24,7 @@
 //! # Invariants
 //! - Reading a tree never follows a symbolic link; an archive never holds one.
 //! - An archive is never published bare: [`store::publish`] puts its holding manifest before
-//!   it returns (seed issue 253).
+//!   it returns (the incident behind “An archive is published with a manifest that holds it”).
 //! - Nothing is let go or collected on a partial view, and nothing is collected for real while
 //!   any kept archive is unheld.
 //! - Never `garbage-collect --delete-untagged`.

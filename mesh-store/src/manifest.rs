@@ -1,5 +1,5 @@
 //! The holding manifest: the OCI image manifest that names one archive and nothing else
-//! (rule 21, seed issue 253).
+//! The rule “An archive is published with a manifest that holds it”.
 //!
 //! [`holding_manifest`] is a pure function of the archive's digest and size, so the sweep can
 //! compute it again from a build record and compare it byte for byte with what the store holds.

@@ -1,4 +1,4 @@
-//! Failures that must reach `status` (rule 26: nothing fails silently): one small record per
+//! Failures that must reach `status` (the rule “Nothing fails silently”): one small record per
 //! problem in the mesh's [`RecordStore`], written where the failure is seen — by the
 //! controller, or by the collector, which shares the records — and cleared when what failed
 //! next succeeds.

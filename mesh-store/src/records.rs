@@ -13,7 +13,7 @@
 //! keeps nothing.
 //!
 //! # Guarantees
-//! - A dry-run build is never recorded (rule 18): [`record_build`] refuses it.
+//! - A dry-run build is never recorded (the rule “A merge heard twice makes one plan”): [`record_build`] refuses it.
 //! - Two writers of the same record never lose each other's builds: the read-modify-write is
 //!   [`RecordStore::update`] (a lock on a directory, compare-and-set on a bucket).
 
@@ -86,9 +86,9 @@ pub enum RecordError {
         found: u32,
     },
     /// A record pinning archives: pins were never written by the mesh and are no reason to
-    /// keep an archive (rule 22); remove `pinned` from the record.
+    /// keep an archive (the rule “What the mesh keeps, for a reason”); remove `pinned` from the record.
     #[error(
-        "module record {location} pins archives; pins are not kept by the mesh (rule 22): \
+        "module record {location} pins archives; pins are not kept by the mesh (the rule “What the mesh keeps, for a reason”): \
          remove its `pinned` list (keep an archive by making it the module's current build)"
     )]
     Pinned {
@@ -148,7 +148,7 @@ fn parse_record(location: &str, module: &str, bytes: &[u8]) -> Result<ModuleReco
             found,
         });
     }
-    // Records written before pins were removed (issue 15, point 1) hold `"pinned": []`:
+    // Records written before pins were removed hold `"pinned": []`:
     // nothing ever pinned an archive, so an empty list is read as nothing; a list that is not
     // empty was written by hand and is refused, naming it, rather than silently dropped.
     if let Some(object) = value.as_object_mut() {
@@ -284,7 +284,7 @@ mod tests {
     use super::*;
     use mesh_records::record_store::DirRecords;
 
-    /// Issue 15, point 1: pins were a field nothing set. Records written before it was removed
+    /// Pins were a field nothing set. Records written before it was removed
     /// hold an empty list, read as nothing; a list that is not empty is refused, naming the
     /// record, rather than dropped unseen.
     #[test]

@@ -437,7 +437,7 @@ pub struct Published {
     pub tag: String,
 }
 
-/// Publishes an archive held by its manifest (rule 21): the blob, then the holding manifest.
+/// Publishes an archive held by its manifest (the rule “An archive is published with a manifest that holds it”): the blob, then the holding manifest.
 /// Take the [`crate::lock::PublishLock`] first, and record the build (see
 /// [`crate::records::record_build`]) before dropping it.
 ///

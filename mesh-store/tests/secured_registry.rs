@@ -1,4 +1,4 @@
-//! A registry no one else can write to (issue 17): the real docker-registry (Debian's CNCF
+//! A registry no one else can write to: the real docker-registry (Debian's CNCF
 //! distribution 2.8) serving TLS only, with certificates made by the test, and htpasswd users
 //! (bcrypt). Anonymous pushes and DELETEs are refused; the controller's credentials work; a
 //! client trusting another CA is refused and says the certificate is not trusted; a

@@ -1,5 +1,5 @@
 //! A loopback cluster of real `nats-server`s, for tests and benchmarks: the bus as operators
-//! run it for a fleet that must outlive one machine (issue 14).
+//! run it for a fleet that must outlive one machine.
 //!
 //! [`NatsCluster::start`] runs `n` servers (3 for the mesh's tests) from the binary
 //! [`crate::nats_server::binary`] finds (`$MESH_NATS_SERVER` chooses it), each with its own

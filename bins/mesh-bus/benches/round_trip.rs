@@ -1,7 +1,7 @@
 //! A NATS request/reply round trip, raw (async-nats alone) and through the [`Bus`] trait
 //! ([`NatsBus`] asking and answering), on a loopback `nats-server` this benchmark starts.
 //!
-//! This is the baseline the host benchmark compares with (issue 8: declaration sent → no-op
+//! This is the baseline the host benchmark compares with (declaration sent → no-op
 //! apply → report heard, at most 3× a raw round trip). Run:
 //!
 //! ```text

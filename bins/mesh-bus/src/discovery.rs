@@ -1,4 +1,4 @@
-//! Discovery (rule 25, issue 246): who is there, and what each runtime serves.
+//! Discovery (the rule “Discovery waits for everyone who said they are there”): who is there, and what each runtime serves.
 //!
 //! Every runtime — each host and the controller — answers NATS service discovery
 //! (`$SRV.PING`, `$SRV.INFO`) through [`serve_discovery`], announcing its node and
@@ -110,7 +110,7 @@ fn is_service_name(name: &str) -> bool {
 ///
 /// Answered here rather than by async-nats' `service` module, whose answers are queued
 /// unflushed (unsent on a current-thread runtime until something else flushes, nats.rs
-/// issue 1408): every answer here is flushed as it is made.
+/// nats.rs#1408): every answer here is flushed as it is made.
 ///
 /// # Guarantees
 /// When this returns, the server knows the subscriptions: a discovery started after it hears
@@ -244,7 +244,7 @@ pub struct Discovery {
     pub waited: Duration,
 }
 
-/// An answer to discovery that could not be read (rule 25: named, never dropped).
+/// An answer to discovery that could not be read (the rule “Discovery waits for everyone who said they are there”: named, never dropped).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct UnreadableAnswer {

@@ -1,10 +1,10 @@
-//! Grants as bus permissions (rule 13, ADR 0218 §1, issue 249): the NATS server's
+//! Grants as bus permissions (the rule “Grants before code”): the NATS server's
 //! `authorization { users = [...] }` block, composed from the nodes and what their modules are
 //! granted.
 //!
 //! Start at [`users_config`]: a pure function from [`BusUsers`] to the text the node holding the
 //! bus includes in its server configuration (and reloads). Each user proves itself with an
-//! NKey ([`UserCredential::Nkey`]: the file then holds its public key only, no secret; rule 31)
+//! NKey ([`UserCredential::Nkey`]: the file then holds its public key only, no secret; the rule “Secrets never leave their owner”)
 //! or, until its node is enrolled, a password ([`UserCredential::Password`]);
 //! [`users_on_passwords`] names those still on one. [`authorization_config`] is the same for
 //! password users ([`BusAuthorization`]). [`node_permissions`]
@@ -361,7 +361,7 @@ pub fn check_users(users: &BusUsers) -> Vec<GrantProblem> {
 }
 
 /// The bus's users, sorted: the controller's and one per node. When this list changes, the
-/// node holding the bus is sent first (rule 13).
+/// node holding the bus is sent first (the rule “Grants before code”).
 pub fn bus_users(authorization: &BusAuthorization) -> Vec<String> {
     users_of(&BusUsers::from(authorization))
 }
@@ -467,7 +467,7 @@ pub fn users_config(users: &BusUsers) -> Result<String, Vec<GrantProblem>> {
     let mut nodes: Vec<&NodeUser> = users.nodes.iter().collect();
     nodes.sort_by(|a, b| a.node.cmp(&b.node));
     let mut out = String::from(
-        "# The mesh's bus users and what each may do (rule 13), composed by mesh-controller.\n\
+        "# The mesh's bus users and what each may do (grants before code), composed by mesh-controller.\n\
          # Do not edit: the next send replaces it.\n\
          authorization {\n  users = [\n",
     );

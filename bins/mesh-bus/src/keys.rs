@@ -1,4 +1,4 @@
-//! NKeys (rule 31): how a node proves itself to the bus with a key whose secret never leaves
+//! NKeys (the rule “Secrets never leave their owner”): how a node proves itself to the bus with a key whose secret never leaves
 //! it. The host makes a user key pair ([`make_seed_file`]: the seed `0600` under its state
 //! directory), the operator enrolls its public key (`U…`) with the controller, and the server's
 //! users file ([`crate::grants::users_config`]) carries public keys only. A client signs the

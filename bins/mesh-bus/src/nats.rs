@@ -7,7 +7,7 @@
 //!
 //! What it must never do: interpret a payload (the bus knows nothing of declarations), or retry
 //! behind its caller's back an operation the server refused — a refusal is said, on
-//! [`NatsBus::refusals`] and in the log, never swallowed (rule 26).
+//! [`NatsBus::refusals`] and in the log, never swallowed (the rule “Nothing fails silently”).
 
 use crate::{check_subject, Bus, BusError, Message, Subscription};
 use futures_util::StreamExt;
@@ -693,7 +693,7 @@ impl Bus for NatsBus {
             .await
             .map_err(|error| failed(subject, error))?;
         // async-nats only queues a publish; on a current-thread runtime it may sit unsent until
-        // the next flush (nats.rs issue 1408), and a command that exits right after loses it.
+        // the next flush (nats.rs#1408), and a command that exits right after loses it.
         self.client
             .flush()
             .await

@@ -1,4 +1,4 @@
-//! Proving a node's bus permissions in force, one by one (rule 13, issue 249: grants before
+//! Proving a node's bus permissions in force, one by one (the rule “Grants before code”: grants before
 //! code).
 //!
 //! A server that let a node's user log in has not necessarily reloaded what that user may do:
@@ -427,7 +427,7 @@ mod tests {
 
     #[test]
     fn every_permission_is_checked_and_what_was_taken_away_refused() {
-        // Issue 249: home gains the bucket `media` and loses the event subject `media.done`.
+        // The incident behind “Grants before code”: home gains the bucket `media` and loses the event subject `media.done`.
         let before = grants(&["agent"], &["media.scan", "media.done", "logs.*"]);
         let after = grants(&["agent", "media"], &["media.scan", "logs.>"]);
         insta::assert_snapshot!(listed(&checks(&after, Some(&before))));

@@ -1,4 +1,4 @@
-//! `mesh-collector`: the store's sweep and collection (rules 22–23, seed issue 253).
+//! `mesh-collector`: the store's sweep and collection (the rules “What the mesh keeps, for a reason”, “The sweep holds before it lets go” and “An archive is published with a manifest that holds it”).
 //!
 //! Reads what the mesh holds from the module records (see `mesh_store::records`) — under
 //! `--home`, or on a fleet (`--bus`) in the controller's records bucket — computes the keep
@@ -389,7 +389,7 @@ async fn run(cli: &Cli, command: Command) -> anyhow::Result<u8> {
             (answer("collect", &report.sweep, Some(&report), code), text)
         }
     };
-    // Rule 26: what this run left wrong reaches the controller's `status` as a problem of the
+    // The rule “Nothing fails silently”: what this run left wrong reaches the controller's `status` as a problem of the
     // store, until a run leaves every kept archive held. A dry run asked for changes nothing.
     if !asked_dry {
         keep_problem(store_records.as_ref(), command_name, &answer)

@@ -138,7 +138,7 @@ fn on_a_fleet_the_records_are_read_from_the_bus() {
     std::fs::create_dir_all(home.path().join("bus/passwords")).unwrap();
     let password_file = home.path().join("bus/passwords/controller");
     std::fs::write(&password_file, "unchecked-7c2e\n").unwrap();
-    // A password file others may read is refused before the bus is reached (issue 17).
+    // A password file others may read is refused before the bus is reached.
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&password_file, std::fs::Permissions::from_mode(0o644)).unwrap();
     let (code, _, stderr) = collector(home.path(), &store, &["--bus", &url, "sweep", "--dry-run"]);
@@ -340,7 +340,7 @@ fn sweep_and_collect_a_real_registry_from_the_command_line() {
     });
 }
 
-/// Issue 15, point 5 (rule 26): the collector's answer ("held N of M", a missing archive)
+/// The rule “Nothing fails silently”: the collector's answer ("held N of M", a missing archive)
 /// was printed and nowhere else. It is a problem of the store in the records the controller's
 /// `status` reads, until a run leaves every kept archive held; a dry run asked for records
 /// nothing.

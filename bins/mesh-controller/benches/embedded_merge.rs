@@ -1,4 +1,4 @@
-//! The embedded default at scale (issue 12): a first merge of ten modules over N nodes against
+//! The embedded default at scale: a first merge of ten modules over N nodes against
 //! ten `push --all` of the same N nodes, measured in the same run, through the library.
 //!
 //! Both go through the same [`Fleet`]: simulated hosts in this process that apply nothing and

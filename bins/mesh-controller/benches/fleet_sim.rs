@@ -1,4 +1,4 @@
-//! A fleet simulated on a real bus (issue 12): one controller — this process, through the
+//! A fleet simulated on a real bus: one controller — this process, through the
 //! library, `runtime::merge` with `--bus` as the CLI runs it (the real `NatsFleet`, the records
 //! in the bus's `mesh-records` bucket) — and N simulated hosts on a real loopback
 //! `nats-server`. A merge of ten modules (three small files each, from a real git repository,
@@ -17,7 +17,7 @@
 //! `MESH_BENCH_HOSTS` (default `1000,10000`), `MESH_BENCH_BUS` (`single`, the default, or
 //! `single,cluster`: each size also on a loopback cluster of three servers, every stream and
 //! bucket with 3 copies, and the cluster's time against the single server's printed as a
-//! ratio — issue 14), `MESH_BENCH_BUDGET_SECS` (default 1200: a merge
+//! ratio — ), `MESH_BENCH_BUDGET_SECS` (default 1200: a merge
 //! not finished by then is reported as "more than", and the run ends there), `MESH_BENCH_TMP`
 //! (where the home is made; default `/dev/shm`).
 //!

@@ -1,4 +1,4 @@
-//! The status page and `/metrics` over a fleet's records (issue 16 point 4): `GET /`,
+//! The status page and `/metrics` over a fleet's records: `GET /`,
 //! `GET /?nodes=all` (one page of the list), `GET /metrics` and `GET /status.json` from
 //! [`mesh_controller::http::serve`] on loopback, over N nodes whose latest reports are in the
 //! reports stream of a real `nats-server` (the records in its bucket) — against what

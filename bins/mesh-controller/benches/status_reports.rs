@@ -1,4 +1,4 @@
-//! `status` over a fleet's latest reports (issue 13, rule 27): the controller's
+//! `status` over a fleet's latest reports (the rule “Every report is heard, from one source”): the controller's
 //! [`mesh_controller::status::overview`] over N nodes whose latest reports are in the bus's
 //! reports stream (a real loopback `nats-server`, the records in its `mesh-records` bucket),
 //! against reading those same reports raw from the stream — one last-message-by-subject read

@@ -1,5 +1,5 @@
 //! Builds and what is deployed: a module's build is the deterministic archive of its directory
-//! at a commit, published to the store held by its manifest and recorded (issue 7); a module's
+//! at a commit, published to the store held by its manifest and recorded; a module's
 //! *deployed* build is the one its last finished rollout made current.
 //!
 //! Start at [`build_module`], then [`effective_catalogue`]: the catalogue every send composes
@@ -11,7 +11,7 @@
 //! Builds are recorded by mesh-store under `<home>/store/modules/<module>.json`.
 //!
 //! # Invariants
-//! - A dry-run build is never published, recorded or deployed (rule 18).
+//! - A dry-run build is never published, recorded or deployed (the rule “A merge heard twice makes one plan”).
 //! - A module is built only when the whole catalogue at its commit validates for it: a module
 //!   with any diagnostic fails its build, naming every problem.
 

@@ -26,10 +26,10 @@ fn machine_name() -> String {
 
 /// `mesh-controller --bus URL serve`: the controller as a daemon on a fleet, until `shutdown`.
 ///
-/// It makes the mesh's streams, answers discovery as [`discovery::CONTROLLER_SERVICE`] (rule
-/// 25), and hears merges announced on the bus through its durable consumer
-/// [`MERGE_CONSUMER`], made from now (rule 24): each merge, heard once however often it is
-/// announced (rule 18, issue 250), is planned as `merge NAME --commit C --plan-only` would,
+/// It makes the mesh's streams, answers discovery as [`discovery::CONTROLLER_SERVICE`] (the
+/// rule “Discovery waits for everyone who said they are there”), and hears merges announced on the bus through its durable consumer
+/// [`MERGE_CONSUMER`], made from now (the rule “A durable consumer starts from now”): each merge, heard once however often it is
+/// announced (the rule “A merge heard twice makes one plan”), is planned as `merge NAME --commit C --plan-only` would,
 /// acknowledged, and then every open plan is driven on over the bus as `plans resume` would
 /// (built, rolled out one machine first to the real hosts). Open plans left by a controller
 /// stopped mid-rollout are driven on when it starts. A merge that cannot be planned (an unknown
@@ -111,7 +111,7 @@ pub async fn serve(
             }
             Err(error) => Err(error),
         };
-        // Rule 26: a merge that cannot be planned reaches `status` (a problem of the
+        // The rule “Nothing fails silently”: a merge that cannot be planned reaches `status` (a problem of the
         // repository) until a later merge of it is planned.
         let kept = match planned {
             Ok(outcome) => {

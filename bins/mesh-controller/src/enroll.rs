@@ -1,4 +1,4 @@
-//! Enrolling a node's NKey (rule 31, issue 17): `node enroll NODE PUBLIC-KEY` records the
+//! Enrolling a node's NKey (the rule “Secrets never leave their owner”): `node enroll NODE PUBLIC-KEY` records the
 //! public key `mesh-host keygen` printed on that node, so the bus's users file carries its key
 //! and permissions and no secret, and drops the node's bus password from the records.
 //!
@@ -42,7 +42,7 @@ pub struct Enrolled {
 
 /// `node enroll NODE PUBLIC-KEY`: records `public_key` as `node`'s NKey and drops its bus
 /// password from the records. The next send to the node holding the bus carries the key in
-/// the users file (a changed users file: that node is sent first, rule 13); from then on the
+/// the users file (a changed users file: that node is sent first, the rule “Grants before code”); from then on the
 /// node's host signs with its seed (`mesh-host serve` without `--password-file`), and the old
 /// password, or a replaced key, is refused.
 ///

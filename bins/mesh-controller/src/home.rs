@@ -82,7 +82,7 @@ pub struct Home {
 
 /// Where each node's latest report is read when it is not one of the records: on a fleet, the
 /// bus's reports stream itself, which holds every report a host publishes, heartbeats included
-/// — the one source `status`, the rollout gate and a resumed rollout read (rule 27).
+/// — the one source `status`, the rollout gate and a resumed rollout read (the rule “Every report is heard, from one source”).
 pub trait ReportSource: Send + Sync + std::fmt::Debug {
     /// `node`'s latest report as it was published, and when the bus stored it (seconds since
     /// the epoch).
@@ -563,7 +563,7 @@ impl Home {
         Ok(records)
     }
 
-    /// Records a failure for `status` until it is resolved (rule 26): `kind` and `subject`
+    /// Records a failure for `status` until it is resolved (the rule “Nothing fails silently”): `kind` and `subject`
     /// name it (a repository, a node), `what` says it in a line, `details` add lines.
     /// Recording it again keeps when it began.
     ///

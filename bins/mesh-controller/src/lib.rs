@@ -103,7 +103,7 @@ pub struct RolloutProgress {
     pub applied: usize,
     /// Those sent it and not yet heard applying it.
     pub in_flight: usize,
-    /// Those held for a move (rule 12).
+    /// Those held for a move (the rule “A moved mount is held”).
     pub held: usize,
     /// The machine everything waits on while it goes first, if one does now.
     pub waiting_on: Option<String>,

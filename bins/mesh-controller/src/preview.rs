@@ -7,7 +7,7 @@
 //! For each module of each tier of a plan it answers the machine that would go
 //! first, each node whose declaration would change (resources added, changed and removed, and
 //! the containers that would be recreated, with the fields that make it so), the nodes that
-//! would be held because a running container's data would move (rule 12), the nodes with a
+//! would be held because a running container's data would move (the rule “A moved mount is held”), the nodes with a
 //! maintenance window open (their held containers are left alone), the nodes whose declaration
 //! would not change, and the nodes not running (never sent to).
 //!

@@ -83,7 +83,7 @@ pub enum NodeResult {
         /// The node's report.
         report: Report,
     },
-    /// Not sent: the push would move a running container's data (rule 12); `push --move
+    /// Not sent: the push would move a running container's data (the rule “A moved mount is held”); `push --move
     /// MODULE` sends it.
     Held {
         /// The moves nobody acknowledged.
@@ -172,7 +172,7 @@ pub struct NodeStatus {
 }
 
 /// How long a fleet's node may go unheard before `status` calls it silent: three of a host's
-/// default heartbeats (rule 27).
+/// default heartbeats (the rule “Every report is heard, from one source”).
 pub const SILENT_AFTER_SECS: u64 = 3 * mesh_host::serve::DEFAULT_HEARTBEAT.as_secs();
 
 /// Every node's status at `now`. On a fleet (reports from the bus), a node not heard for more

@@ -110,7 +110,7 @@ pub fn open_home(root: &Path, bus: Option<&BusArgs>) -> Result<Home> {
     Ok(home)
 }
 
-/// The bus's reports stream as the source of each node's latest report (rule 27): every report
+/// The bus's reports stream as the source of each node's latest report (the rule “Every report is heard, from one source”): every report
 /// a host publishes is there, whether or not a controller was listening.
 #[derive(Debug)]
 struct StreamReports(Arc<KvRecords>);

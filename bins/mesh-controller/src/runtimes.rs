@@ -1,4 +1,4 @@
-//! `runtimes`: who is there on the bus (rule 25, issue 246), set against the inventory.
+//! `runtimes`: who is there on the bus (the rule “Discovery waits for everyone who said they are there”), set against the inventory.
 //!
 //! Start at [`runtimes`]; the comparison itself is pure ([`compare_with_inventory`]).
 //!
@@ -38,7 +38,7 @@ pub struct Runtimes {
     /// Every runtime that said what it serves.
     pub runtimes: Vec<RuntimeLine>,
     /// Runtimes that said they were there and not what they serve: nothing may say their
-    /// modules are missing or run elsewhere (rule 25).
+    /// modules are missing or run elsewhere (the rule “Discovery waits for everyone who said they are there”).
     pub not_heard: Vec<NotHeard>,
     /// Nodes of the inventory no host's runtime answered for.
     pub nodes_not_heard: Vec<String>,
@@ -49,7 +49,7 @@ pub struct Runtimes {
     pub running_elsewhere: Vec<RunningElsewhere>,
     /// Milliseconds discovery took.
     pub waited_ms: u64,
-    /// Answers that could not be read, named (rule 25): what they answer, who when known,
+    /// Answers that could not be read, named (the rule “Discovery waits for everyone who said they are there”): what they answer, who when known,
     /// why, and how they begin.
     pub unreadable: Vec<discovery::UnreadableAnswer>,
 }
@@ -103,7 +103,7 @@ pub fn runtimes_exit_code(found: &Runtimes) -> u8 {
     }
 }
 
-/// Asks who is there (rule 25): discovery over the bus, waiting at least the old window and up
+/// Asks who is there (the rule “Discovery waits for everyone who said they are there”): discovery over the bus, waiting at least the old window and up
 /// to five seconds for every runtime that said it is there, then set against the inventory
 /// ([`compare_with_inventory`]).
 ///
@@ -134,7 +134,7 @@ pub async fn runtimes(home: &Home, bus_args: &BusArgs) -> Result<Runtimes> {
 /// # Guarantees
 /// While a runtime is unheard (it answered PING and not INFO), and for a node no runtime
 /// answered for, nothing is said of its modules: none is called missing, and none assigned to
-/// it is called running elsewhere (rule 25, issue 246). An unheard host's runtime that did not
+/// it is called running elsewhere (the rule “Discovery waits for everyone who said they are there”). An unheard host's runtime that did not
 /// name its node leaves every node unknown. A module served and assigned to no node at all
 /// (such as the bus node's `mesh-bus` users file) is neither.
 pub fn compare_with_inventory(inventory: &Inventory, found: Discovery) -> Runtimes {

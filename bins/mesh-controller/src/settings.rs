@@ -1,5 +1,5 @@
 //! `settings show | set | clear | restore`: reading and replacing settings layers, with every
-//! replaced layer kept (ADR 0217 §1, seed issue 246).
+//! replaced layer kept (the rule “A settings layer is read before it is replaced”).
 
 use crate::error::{Error, Result};
 use crate::home::{HistoryRecord, Home, LayerChange};

@@ -1,10 +1,10 @@
 //! `status`: every node's last report, and beside it what the plans are doing — open plans and
 //! what each waits on (to the second), the modules behind, stopped rollouts with node and
 //! reason, nodes stuck, mid-change or with a window open, and every failure recorded as a
-//! problem until it is resolved (`mesh_store::problems`; rules 19 and 26).
+//! problem until it is resolved (`mesh_store::problems`; the rules “Behind means an open plan has not done it yet” and “Nothing fails silently”).
 //!
 //! "Behind" is read from the open plans only ([`mesh_plan::behind`]): no second comparison of
-//! commits (seed issue 245).
+//! commits (the incident behind “Behind means an open plan has not done it yet”).
 
 use crate::error::Result;
 use crate::home::Home;
@@ -32,14 +32,14 @@ pub struct Overview {
     /// Nodes whose last report needs a person's eye.
     pub attention: Vec<NodeAttention>,
     /// Nodes an open plan's rollout held because their running container's data would move
-    /// (rule 12): `--move MODULE` sends them.
+    /// The rule “A moved mount is held”: `--move MODULE` sends them.
     #[serde(default)]
     pub held: Vec<HeldNode>,
     /// Failures recorded where they were seen (a merge the daemon could not plan, the
-    /// collector's answer, a held push, failed grants), until resolved (rule 26).
+    /// collector's answer, a held push, failed grants), until resolved (the rule “Nothing fails silently”).
     pub problems: Vec<mesh_store::problems::Problem>,
     /// On a fleet, the nodes still proving themselves to the bus with a password, not yet
-    /// enrolled with an NKey (`node enroll`; rule 31); empty in the embedded default.
+    /// enrolled with an NKey (`node enroll`; the rule “Secrets never leave their owner”); empty in the embedded default.
     #[serde(default)]
     pub on_passwords: Vec<String>,
 }
@@ -120,7 +120,7 @@ pub struct NodeAttention {
     /// On a fleet: nothing heard from it for three heartbeats, since then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub silent_since: Option<u64>,
-    /// Managed resources found changed by hand, a container found dead (rule 28, 29): left as
+    /// Managed resources found changed by hand, a container found dead (the rules “Drift is seen, and reported even when corrected” and “A container is applied only when it runs”): left as
     /// found, or put back within the retention and not acknowledged
     /// ([`crate::alert::shows`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -623,7 +623,7 @@ pub fn attention_words(attention: &NodeAttention) -> String {
     words.join("; ")
 }
 
-/// Every report the hosts publish, as heard on the bus (`status --watch`, rule 27): the node
+/// Every report the hosts publish, as heard on the bus (`status --watch`, the rule “Every report is heard, from one source”): the node
 /// of each, in the order heard. A subscription of its own on `mesh.report.*`, kept by a thread
 /// of its own; what status shows is still read from the reports stream ([`overview`]).
 #[derive(Debug)]

@@ -1,4 +1,4 @@
-//! A module's files reach a host inside its archive (issue 6, item 2), in the embedded default
+//! A module's files reach a host inside its archive, in the embedded default
 //! with a real git repository and the OCI layout store: the declaration sent names the archive
 //! and carries no content for the module's plain files; the host fetches the archive, checks it,
 //! keeps it in its cache and applies from it.
@@ -104,7 +104,7 @@ fn a_merged_modules_files_reach_the_host_inside_its_archive() {
 
     // The declaration sent names the archive; the plain file carries no content, the template
     // carries its rendered content.
-    // What was sent is kept once by its digest; the node's record names it (issue 12).
+    // What was sent is kept once by its digest; the node's record names it.
     let pointer = json_file(&mesh.home().join("sent/control.json"));
     let pointed = pointer["declaration"].as_str().unwrap();
     let sent = json_file(&mesh.home().join(format!(

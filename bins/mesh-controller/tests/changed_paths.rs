@@ -1,4 +1,4 @@
-//! A merge's changed paths are read whole through real git (issue 15, point 10; seed issue 252:
+//! A merge's changed paths are read whole through real git (the incident behind “Changed paths name their modules”:
 //! a merge of 59 files reached the controller with 50, the forge's page size, and a module
 //! whose own files changed would have stayed unbuilt). `a_59_file_change_is_read_whole` in
 //! mesh-plan is pure and cannot catch a reader that truncates; this runs the controller's

@@ -1,4 +1,4 @@
-//! Completions and manual pages (issue 16): each of the three binaries makes them from its own
+//! Completions and manual pages: each of the three binaries makes them from its own
 //! command line, a real `bash` reads the completion script without a syntax error and real
 //! `groff` formats every page without a warning. The test command keeps them for the book.
 

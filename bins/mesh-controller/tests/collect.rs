@@ -1,4 +1,4 @@
-//! Collecting declarations no record names (issue 12): declarations are kept once by digest;
+//! Collecting declarations no record names: declarations are kept once by digest;
 //! `records collect` keeps what each node was last sent and what open plans name (what a node
 //! is sent, what it ran before, what it was sent back), keeps one younger than the grace (a
 //! push writes it before the record naming it), and removes the rest, saying how many and their

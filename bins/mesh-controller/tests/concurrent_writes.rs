@@ -1,4 +1,4 @@
-//! Two operators writing the same record at once (issue 12, item 3). Settings: the library's
+//! Two operators writing the same record at once. Settings: the library's
 //! `settings::set` called from two threads released together by a barrier, many times, on the
 //! embedded default's records (files under the home) and on a real nats-server's bucket.
 //!
@@ -286,7 +286,7 @@ fn two_settings_sets_on_one_layer_lose_no_key_on_the_bus() {
     two_replacing_sets_both_say_what_they_replaced(&home);
 }
 
-/// Issue 12: `records put inventory.toml` after `records get` and an edit replaced whatever the
+/// `records put inventory.toml` after `records get` and an edit replaced whatever the
 /// inventory held by then, undoing another operator's put unseen. With `--base` (the inventory
 /// the edit started from) it is compare-and-set: refused, nothing changed, once another put
 /// came between.

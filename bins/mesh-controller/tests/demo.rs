@@ -1,4 +1,4 @@
-//! The demo (issue 16): `mesh-controller demo` runs from nothing, in a temporary home, and each
+//! The demo: `mesh-controller demo` runs from nothing, in a temporary home, and each
 //! step shows what it is there to show — the guards, not only the plain path. It runs with
 //! podman (its container steps run: a held move and `--move`, a window) and without (those
 //! steps say why they are skipped).

@@ -1,4 +1,4 @@
-//! Enrolling a node's NKey (issue 17, rule 31): the users file the controller composes names an
+//! Enrolling a node's NKey (the rule “Secrets never leave their owner”): the users file the controller composes names an
 //! enrolled node by its public key and permissions only, a node not yet enrolled by its
 //! password; an enrolled node's password is dropped from the records; re-enrolling replaces
 //! the key and says so; an unknown node or a malformed key (a seed given by mistake too) is

@@ -1,8 +1,8 @@
-//! The executor called as a library, in process (issue 12): a Rust tool brings its own
+//! The executor called as a library, in process: a Rust tool brings its own
 //! [`Fleet`] — here simulated hosts that apply nothing and answer every declaration with a real
 //! converged report — and drives merges, one machine first, through the same executor `push`
 //! and the CLI use. What is checked is the executor's: the held move on the rollout path
-//! (rule 12), the one-first order, and the plan and status naming what was held.
+//! The rule “A moved mount is held”, the one-first order, and the plan and status naming what was held.
 
 mod support;
 
@@ -197,7 +197,7 @@ fn a_drive_cancelled_while_its_first_machine_is_awaited_stops_saved_and_resumes(
     assert_eq!(bed.sent_since(0).len(), 3, "{lines:#?}");
 }
 
-/// Issue 12 / rule 12 on the rollout path: a merge that changes a place's default for a running
+/// The rule “A moved mount is held” on the rollout path: a merge that changes a place's default for a running
 /// container holds the node whose data would move (the plan and `status` name module, mount and
 /// both directories), the other nodes go on one machine first, and `plans resume --move MODULE`
 /// sends it. Before, held moves were checked by `push` only.
@@ -277,7 +277,7 @@ fn a_merge_moving_a_running_containers_data_holds_that_node_and_the_others_go_on
     );
 }
 
-/// Issue 12: what fails is a typed error an embedding tool can match, naming the node, module
+/// What fails is a typed error an embedding tool can match, naming the node, module
 /// or plan: a node not in the inventory, a catalogue with problems (a refusal, nothing sent), a
 /// module whose build does not validate, a plan that is not there.
 #[test]
@@ -363,7 +363,7 @@ fn the_library_fails_with_typed_errors_naming_what_failed() {
     );
 }
 
-/// Issue 16: the fleet preview of a merge (`merge --plan-only`) names the first machine, each
+/// The fleet preview of a merge (`merge --plan-only`) names the first machine, each
 /// node that changes with its counts and its recreated containers, the node held for a move and
 /// the node in a window; nothing is sent. The rollout of that plan then does what it said.
 #[test]
@@ -464,7 +464,7 @@ impl mesh_controller::Progress for Steps {
     }
 }
 
-/// Issue 16: a rollout says where it stands after every step — the machine awaited while it
+/// A rollout says where it stands after every step — the machine awaited while it
 /// goes first, then nodes applied of all — so a terminal can draw it; counts only.
 #[test]
 fn a_rollout_reports_its_progress_step_by_step() {

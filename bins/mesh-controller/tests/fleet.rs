@@ -1,4 +1,4 @@
-//! The fleet bed (issue 8): several `mesh-host serve` processes, each with its own root, state
+//! The fleet bed: several `mesh-host serve` processes, each with its own root, state
 //! directory and NKey seed, one real TLS-only `nats-server` started with the users the
 //! controller composed, and `mesh-controller --bus … push`. Faults with nothing lost: the bus restarted
 //! between pushes, a host killed with SIGKILL mid-apply, a host that never reports, a bus node
@@ -150,7 +150,7 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
 
 #[test]
 fn a_node_joining_is_let_onto_the_bus_by_the_bus_node_before_it_is_sent_anything() {
-    // Rule 13, issue 249: the list of users changed, so the bus node is sent first.
+    // The rule “Grants before code”: the list of users changed, so the bus node is sent first.
     let mut bed = Bed::new(&["a"]);
     for node in ["bus", "a"] {
         bed.start_host(node);
@@ -192,7 +192,7 @@ fn a_node_joining_is_let_onto_the_bus_by_the_bus_node_before_it_is_sent_anything
 
 #[test]
 fn a_permissions_only_change_is_in_force_on_the_bus_before_another_node_is_sent() {
-    // Rule 13, issue 249: `agent` is newly granted a bucket its new code uses. The bus's users
+    // The rule “Grants before code”: `agent` is newly granted a bucket its new code uses. The bus's users
     // are the same, so
     // that each node can log in proves nothing: the bus node is sent the users first, and `a`
     // only once the server has `a`'s new permission in force — here a reload 3 s late.
@@ -402,7 +402,7 @@ fn sent_declaration(bed: &Bed, node: &str) -> String {
         .unwrap()
 }
 
-/// Issue 12: the bus's users travel as an archive in the store, named by the bus node's
+/// The bus's users travel as an archive in the store, named by the bus node's
 /// declaration — which is so the same size with 2 nodes as with 202 (the users file grows some
 /// hundreds of bytes a node: megabytes at 10,000, over the bus's 1 MiB max_payload) — and
 /// still land on the bus node whole; no record holds them.
@@ -469,7 +469,7 @@ fn the_bus_nodes_declaration_does_not_grow_with_the_bus_users() {
     assert_eq!(kept["current"], many["archives"]["mesh-bus"], "{kept}");
 }
 
-/// Issue 12: a record larger than a bucket's value — an inventory of thousands of nodes — is
+/// A record larger than a bucket's value — an inventory of thousands of nodes — is
 /// kept in chunks: read back whole, and no value in the bucket above 64 KiB.
 #[test]
 fn an_inventory_larger_than_a_bucket_value_is_kept_in_chunks_and_read_back_whole() {
@@ -500,7 +500,7 @@ fn an_inventory_larger_than_a_bucket_value_is_kept_in_chunks_and_read_back_whole
 #[test]
 fn a_grant_that_fails_fails_the_send() {
     // The bus node's host is not running: its users file is never written, so no other node
-    // may be sent code (rule 13, issue 249).
+    // may be sent code (the rule “Grants before code”).
     let mut bed = Bed::new(&["a"]);
     bed.start_host("a");
     let out = bed.run(&["push", "--all", "--timeout", "2"]);
@@ -512,7 +512,7 @@ fn a_grant_that_fails_fails_the_send() {
     assert!(bed.record("sent/a.json").is_none(), "a was sent nothing");
     assert!(!bed.root("a").join("etc/mesh/hello").exists());
     assert!(bed.record("bus/authorization.json").is_none());
-    // Issue 15, point 5 (rule 26): the failure is `status`'s until a send to `a`, not only a
+    // The rule “Nothing fails silently”: the failure is `status`'s until a send to `a`, not only a
     // line on stderr.
     let out = bed.run(&["status", "--output", "json"]);
     assert_eq!(out.status.code(), Some(3), "{out:?}");
@@ -666,7 +666,7 @@ fn consumer_reset_refuses_a_work_queue_and_resets_a_history_consumer() {
 
 #[test]
 fn the_controller_daemon_answers_discovery_and_rolls_out_a_merge_announced_twice_once() {
-    // Issues 246, 250; rules 18, 25.
+    // The rules “Discovery waits for everyone who said they are there” and “A merge heard twice makes one plan”.
     let mut bed = Bed::new(&[]);
     bed.start_host("bus");
     let repo = tempfile::tempdir().unwrap();
@@ -905,7 +905,7 @@ fn status_of(bed: &Bed, node: &str, silent_after: &str) -> (i32, serde_json::Val
     (out.status.code().unwrap_or(-1), entry)
 }
 
-/// Issue 13, rule 27: the controller hears every report a host publishes, not only those a push
+/// The rule “Every report is heard, from one source”: the controller hears every report a host publishes, not only those a push
 /// waits for. A resource that failed at the push and took later on its own (its backoff
 /// elapsed) shows converged in `status` with no other push (exit 3 while it failed, 0 once
 /// every node converged); a host that stops is named silent
@@ -957,7 +957,7 @@ fn status_hears_a_failure_fixed_after_the_push_and_names_a_silent_host() {
     assert!(text.contains("a: silent since"), "{text}");
 }
 
-/// Issue 17, rule 31: a fleet no one else can join. Over TLS with NKeys: a host signing with
+/// The rule “Secrets never leave their owner”: a fleet no one else can join. Over TLS with NKeys: a host signing with
 /// its own seed cannot be another node; a key no one enrolled is refused; the users file the
 /// bus node holds has no secret in it (parsed); the records bucket holds no node secret; a
 /// plain client and a client trusting another CA are refused, each error saying which; a seed

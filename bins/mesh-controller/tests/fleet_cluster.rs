@@ -1,10 +1,10 @@
-//! The controller on a loopback cluster of three real nats-servers (issue 14): how many copies
+//! The controller on a loopback cluster of three real nats-servers: how many copies
 //! the mesh's streams and buckets keep (`--bus-replicas`, recorded; 3 by default on a
 //! cluster), the ones made earlier with fewer listed by `broker replicas` and raised by
 //! `broker raise-replicas`, a person's act; with one server of three left a record write
 //! fails naming the lost quorum and stores nothing, and works again when quorum returns.
 //!
-//! Secured as a fleet's bus is (issue 17): the servers serve TLS only, with certificates from
+//! Secured as a fleet's bus is: the servers serve TLS only, with certificates from
 //! the test's own CA, and know the controller by its NKey alone.
 
 mod support;
@@ -369,7 +369,7 @@ fn with_one_server_of_three_left_a_record_write_fails_naming_the_lost_quorum_and
     let after = shown();
     assert_eq!(after, before);
     // A write works again. (A first listing of the records after the quorum returned has been
-    // seen to time out once on 2.9 — the reads' failover, issue 14 — so the write is tried
+    // seen to time out once on 2.9 — the reads' failover — so the write is tried
     // until it is taken, bounded by the deadline.)
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
     loop {

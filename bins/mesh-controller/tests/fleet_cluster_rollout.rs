@@ -1,5 +1,5 @@
 //! A merge's one-first rollout to real `mesh-host serve` processes on a loopback cluster of
-//! three nats-servers (issue 14), the servers lost at a named step of the rollout — the
+//! three nats-servers, the servers lost at a named step of the rollout — the
 //! controller paused there by its fail point (`MESH_HOLD_AT`, `src/fail.rs`), the server
 //! killed, the controller released — never after a sleep:
 //! - the server the controller is connected to killed while the first node applies: the

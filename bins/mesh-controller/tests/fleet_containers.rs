@@ -1,4 +1,4 @@
-//! Containers on a fleet (issue 13): a real `nats-server`, real `mesh-host serve` processes
+//! Containers on a fleet: a real `nats-server`, real `mesh-host serve` processes
 //! running their containers under this machine's real podman, and merges from a real git
 //! repository rolled out one machine first.
 //!

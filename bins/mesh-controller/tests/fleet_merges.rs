@@ -1,4 +1,4 @@
-//! Merges that roll out over the bus (issue 8's multi-host bed): a real git repository, the
+//! Merges that roll out over the bus (the multi-host bed): a real git repository, the
 //! real registry as the store, several `mesh-host serve` processes each with its own root and
 //! bus password, one real `nats-server`, and `mesh-controller --bus … merge`.
 //!
@@ -116,7 +116,7 @@ fn wait_until_sent(bed: &Bed, id: &str, module: &str, node: &str) {
 }
 
 /// `node`'s last report as `status` reads it: on a fleet, from the bus's reports stream, the
-/// one source (rule 27).
+/// one source (the rule “Every report is heard, from one source”).
 fn last_report(bed: &Bed, node: &str) -> Value {
     let out = bed.run(&["status", "--output", "json"]);
     let status = json(&String::from_utf8_lossy(&out.stdout));
@@ -184,7 +184,7 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
         tags.contains(digest.trim_start_matches("sha256:")),
         "{tags}"
     );
-    // The anonymous are refused the registry (issue 17); the collector, signing as the
+    // The anonymous are refused the registry; the collector, signing as the
     // controller with its seed over TLS and using the controller's registry credentials,
     // holds every kept archive.
     let anonymous = bed
@@ -423,7 +423,7 @@ fn a_host_killed_mid_apply_reports_mid_change_and_the_rollout_goes_on_once_it_co
     assert_eq!(report["machine"], "converged", "{report}");
 }
 
-/// ADR 0218 §2 over the bus: with `on-failure = "revert"`, a first node that fails the new
+/// The rule “One machine first” over the bus: with `on-failure = "revert"`, a first node that fails the new
 /// build is sent back the declaration it ran before and converges on it again; no other node is
 /// sent the new build, and the plan and `status` name the revert.
 #[test]

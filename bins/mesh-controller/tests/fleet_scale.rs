@@ -1,4 +1,4 @@
-//! A fleet at scale (issue 12): 21 real `mesh-host serve` processes (`bus` and 20 more) on one
+//! A fleet at scale: 21 real `mesh-host serve` processes (`bus` and 20 more) on one
 //! real `nats-server`, ten modules of three files each from a real git repository, the real
 //! registry as the store. A first merge and a second one roll out one machine first and
 //! finish; the second's controller is killed mid-rollout at a named step (the fail point

@@ -1,4 +1,4 @@
-//! `status --watch` on a fleet (issue 13, rule 27): a real TLS-only `nats-server`, real
+//! `status --watch` on a fleet (the rule “Every report is heard, from one source”): a real TLS-only `nats-server`, real
 //! `mesh-host serve` processes. Without a terminal the watch prints a line for each change it
 //! sees in the overview, again on every report a host publishes; on a terminal (a real one,
 //! made by `script`) it redraws the whole status on each; the embedded default has no bus to

@@ -1,4 +1,4 @@
-//! A forgotten module keeps nothing (issue 15, point 1; rule 22, seed issue 253): nothing but
+//! A forgotten module keeps nothing (the rules “What the mesh keeps, for a reason” and “An archive is published with a manifest that holds it”): nothing but
 //! tests ever called `forget_module`, so a module whose directory a merge deleted kept its five
 //! most recent builds in the store forever. The merge forgets it, says so in its answer and
 //! its plan, and the next sweep of the real collector lets its archives go — on the OCI layout

@@ -1,4 +1,4 @@
-//! Merges make plans, in the embedded default, with real git repositories (issue 6): change
+//! Merges make plans, in the embedded default, with real git repositories: change
 //! attribution, one plan per merge, builds in the store, one-machine-first rollouts that stop at
 //! a failing first node, supersede, close, behind, dry-run builds.
 
@@ -182,7 +182,7 @@ fn the_first_merge_plans_every_module_in_tiers_and_rolls_them_out() {
     assert_a_push_changes_nothing(&mesh, &[]);
 }
 
-/// Seed issue 252: a merge's changed modules were read wrong in both directions.
+/// The incident behind “Changed paths name their modules”: a merge's changed modules were read wrong in both directions.
 #[test]
 fn two_commits_changing_one_module_plan_one_module_each() {
     let (mesh, repo) = first_commit_merged();
@@ -215,13 +215,13 @@ fn two_commits_changing_one_module_plan_one_module_each() {
         fourth["plan"]["tiers"],
         serde_json::json!([["site"], ["tools"]])
     );
-    // `tools` rebuilt byte-identical: not redeployed (rule 20), nothing sent for it.
+    // `tools` rebuilt byte-identical: not redeployed (the rule “A byte-identical build is not redeployed”), nothing sent for it.
     assert_eq!(fourth["work"]["tools"]["not-redeployed"], true);
     assert_eq!(fourth["plan"]["rollouts"]["tools"]["sent"], 0);
     assert_eq!(read(&mesh, "home", "srv/www/index.html"), "v2\n");
 }
 
-/// Seed issue 250: a merge announced twice would have made a second plan.
+/// The incident behind “A merge heard twice makes one plan”: a merge announced twice would have made a second plan.
 #[test]
 fn a_merge_heard_twice_makes_one_plan() {
     let (mesh, _repo, first) = setup();
@@ -251,7 +251,7 @@ fn a_root_file_means_every_module_and_identical_builds_are_not_redeployed() {
     assert_eq!(Mesh::snapshot_tree(&mesh.home().join("sent")), sent_before);
 }
 
-/// ADR 0218 §2: a change that breaks its first machine stops there; the others keep what they
+/// The rule “One machine first”: a change that breaks its first machine stops there; the others keep what they
 /// ran. The new `site` needs `alice` in group `audio`, which `control` (first by name) does not
 /// have; `home` and `laptop` have it, and are never sent the new build.
 #[test]
@@ -344,7 +344,7 @@ fn a_dependency_cycle_among_the_affected_modules_is_named_and_makes_no_plan() {
     assert_eq!(plans.as_array().unwrap().len(), 1);
 }
 
-/// Rule 19, seed issue 245: behind is only what the open plans have yet to do; `build
+/// The rule “Behind means an open plan has not done it yet”: behind is only what the open plans have yet to do; `build
 /// --behind` and `push --behind` take their lists from there.
 #[test]
 fn behind_lists_exactly_what_the_open_plans_have_not_finished() {
@@ -372,7 +372,7 @@ fn behind_lists_exactly_what_the_open_plans_have_not_finished() {
     assert_eq!(plan(&mesh, "plan-2")["plan"]["state"]["state"], "done");
 }
 
-/// Rule 16, ADR 0218 §3, seed issue 254: a newer merge's plan takes over the older open plan's
+/// The rule “A newer merge takes over an older plan”: a newer merge's plan takes over the older open plan's
 /// unbuilt modules; the older plan ends superseded and is never driven.
 #[test]
 fn a_newer_merge_supersedes_an_open_plan_and_folds_in_its_unbuilt_modules() {
@@ -462,7 +462,7 @@ fn a_closed_plan_ends_and_is_never_resumed() {
     );
 }
 
-/// Rule 18: a dry-run build is set aside — no record, nothing published, nothing a push could
+/// The rule “A merge heard twice makes one plan”: a dry-run build is set aside — no record, nothing published, nothing a push could
 /// send.
 #[test]
 fn a_dry_run_build_records_nothing() {
@@ -513,7 +513,7 @@ fn plans_resume_drives_an_open_plan_to_the_end() {
     insta::assert_snapshot!("plan_show", redact(&shown, &names(&repo)));
 }
 
-/// ADR 0218 §2: with `on-failure = "revert"` the first node is sent back what it ran before.
+/// The rule “One machine first”: with `on-failure = "revert"` the first node is sent back what it ran before.
 #[test]
 fn a_failed_first_node_is_sent_back_what_it_ran_when_the_module_says_revert() {
     let (mesh, repo) = first_commit_merged();
@@ -568,9 +568,9 @@ fn a_together_module_is_sent_to_every_node_at_once() {
     );
 }
 
-/// ADR 0218 §2: a controller replaced mid-rollout resumes from the plan's record. The
+/// The rule “One machine first”: a controller replaced mid-rollout resumes from the plan's record. The
 /// controller dies (SIGABRT, nothing finished) at each named step of a merge in turn — a fail
-/// point, never a kill after a sleep (issue 15); `plans resume` and the merge heard again
+/// point, never a kill after a sleep; `plans resume` and the merge heard again
 /// finish it: every node runs the new build, the plan is done, and one plan was made for the
 /// commit.
 #[test]
@@ -695,7 +695,7 @@ fn a_stopped_rollout_stays_in_status_until_a_person_settles_it() {
     assert_eq!(read(&mesh, "control", "srv/www/index.html"), "v1\n");
 }
 
-/// Issue 7: the controller takes the same `--store` as the collector; every build a merge makes
+/// The controller takes the same `--store` as the collector; every build a merge makes
 /// is published there, held by its manifest, and sends compose from it.
 #[test]
 fn a_merge_publishes_to_a_registry_store_and_sends_compose_from_it() {
@@ -751,7 +751,7 @@ fn a_merge_naming_a_bus_that_cannot_be_reached_changes_nothing() {
     mesh.expect(&["merge", "cat"], 0);
 }
 
-/// Rule 3, seed issue 245: no symbolic links. A link committed to git (mode 120000) is read as
+/// The rule “No symbolic links to move data”: no symbolic links. A link committed to git (mode 120000) is read as
 /// a link, straight from git's objects, and the module's build fails naming it.
 #[test]
 fn a_symbolic_link_in_git_fails_the_modules_build_naming_it() {
@@ -807,7 +807,7 @@ fn a_repository_may_keep_its_modules_in_another_directory() {
     assert_eq!(read(&mesh, "control", "etc/notes.txt"), "still elsewhere\n");
 }
 
-/// Rule 13, ADR 0218 §1, seed issue 249: a module whose grants change the bus's users is sent
+/// The rule “Grants before code”: a module whose grants change the bus's users is sent
 /// to the node holding the bus first — before its own first node — and the rest wait for it.
 #[test]
 fn the_bus_node_goes_first_when_a_modules_grants_change_the_bus_users() {
@@ -839,7 +839,7 @@ fn the_bus_node_goes_first_when_a_modules_grants_change_the_bus_users() {
     assert!(!out.contains("holding the bus"), "{out}");
 }
 
-/// Issue 12: records written in the format before records stopped growing with the fleet — a
+/// Records written in the format before records stopped growing with the fleet — a
 /// plan record holding every node's rollout inside it, and `sent/<node>.json` holding the whole
 /// declaration — are migrated on first use, saying so, and read the same after.
 #[test]

@@ -1,4 +1,4 @@
-//! Failures that reach `status` (issue 15, point 5; rule 26: nothing fails silently): a merge
+//! Failures that reach `status` (the rule “Nothing fails silently”): a merge
 //! the daemon cannot plan was a log line and then acknowledged. It is a problem of its
 //! repository, shown by `status` (text and JSON) until a merge of that repository is planned.
 

@@ -1,4 +1,4 @@
-//! Progress on a terminal (issue 16): a rollout draws a bar on standard error when it is a
+//! Progress on a terminal: a rollout draws a bar on standard error when it is a
 //! terminal — a real one, made by `script` (util-linux) — and prints plain lines otherwise,
 //! never a bar in what a script reads.
 

@@ -1,4 +1,4 @@
-//! No change takes effect unseen (issue 5; ADR 0217, seed issue 246): settings answers and
+//! No change takes effect unseen (the rules “A push says what it will change” and “A settings layer is read before it is replaced”): settings answers and
 //! history, `plan --diff`, held moves.
 
 mod support;
@@ -33,7 +33,7 @@ fn shown_with_history(mesh: &Mesh, module: &str, node: &str) -> serde_json::Valu
 
 #[test]
 fn a_set_of_one_placement_is_refused_naming_every_dropped_key() {
-    // Seed issue 246: one `settings set` of a single placement silently dropped the node's
+    // The incident behind “A settings layer is read before it is replaced”: one `settings set` of a single placement silently dropped the node's
     // whole layer — placements, accesses, endpoints — and the media server ran on an empty
     // configuration directory.
     let mesh = Mesh::example();
@@ -170,7 +170,7 @@ fn plan_diff_names_a_changed_containers_field_and_says_it_recreates() {
 
 #[test]
 fn push_holds_a_running_containers_moved_mount_for_that_node_only() {
-    // ADR 0217 §3: a push that gives a running container another host directory at a mount it
+    // The rule “A moved mount is held”: a push that gives a running container another host directory at a mount it
     // already has is held for that node, naming module, mount and both directories; other nodes
     // in the same push go ahead; `--move MODULE` sends it.
     let mesh = Mesh::example();
@@ -228,7 +228,7 @@ fn push_holds_a_running_containers_moved_mount_for_that_node_only() {
         "home kept what it ran"
     );
 
-    // Issue 15, point 5 (rule 26): the held push is a problem `status` shows until a send to
+    // The rule “Nothing fails silently”: the held push is a problem `status` shows until a send to
     // that node, not only the push's output and exit code.
     let status = mesh.run(&["status", "--output", "json"]);
     assert_eq!(
@@ -242,7 +242,7 @@ fn push_holds_a_running_containers_moved_mount_for_that_node_only() {
     let details = problems[0]["details"].to_string();
     assert!(details.contains("/mnt/disk2/media"), "{details}");
 
-    // Issue 15, point 12: this once accepted exit 3 (not converged) and never looked at the
+    // This once accepted exit 3 (not converged) and never looked at the
     // container. The move is sent, applied, and the container runs with the new directory.
     let run = mesh.run(&["push", "home", "--move", "media"]);
     assert_eq!(

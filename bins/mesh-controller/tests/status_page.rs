@@ -1,4 +1,4 @@
-//! The status page and metrics of `mesh-controller serve --http` (issue 16, point 4), over a
+//! The status page and metrics of `mesh-controller serve --http`, over a
 //! real run: the fleet bed (a real TLS-only nats-server, real `mesh-host serve` processes), a
 //! merge rolled out one machine first and a second one stopped at its first machine; then the
 //! page loaded in a real headless browser (Debian's `chromium`), `/metrics` parsed by a
@@ -272,7 +272,7 @@ fn the_status_page_shows_the_nodes_and_a_rollouts_progress_in_a_browser_and_metr
     // Merges announced on the bus, rolled out by the daemon: one rolled out one machine
     // first, then one whose file `a` (first by name) cannot own, stopped there, the others
     // keeping the first build. Announced once the daemon's merge consumer is there (it is made
-    // from now, rule 24).
+    // from now, the rule “A durable consumer starts from now”).
     let rt = support::fleet::runtime();
     let bus = bed.controller_bus(&rt);
     let js = {

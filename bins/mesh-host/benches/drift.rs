@@ -1,4 +1,4 @@
-//! What seeing drift costs (issue 13), against baselines measured in the same run:
+//! What seeing drift costs, against baselines measured in the same run:
 //!
 //! - a reconcile (the drift examiner's look, [`mesh_apply::drift::Examiner::examine`]) and a
 //!   no-op apply ([`mesh_apply::apply`]) of 10,000 unchanged files, each against a stat-only

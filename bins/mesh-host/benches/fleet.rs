@@ -1,4 +1,4 @@
-//! The fleet path, end to end on loopback (issue 8): a declaration sent on JetStream → the host
+//! The fleet path, end to end on loopback: a declaration sent on JetStream → the host
 //! daemon ([`mesh_host::serve::serve`]) hears it on its consumer → a no-op apply → its report
 //! heard by the controller, against a raw NATS request/reply round trip measured in the same
 //! run; then one declaration to each of 200 hosts at once, until every report is heard.

@@ -197,7 +197,7 @@ pub fn apply_received(config: &HostConfig, received: &Received, now: u64) -> Rep
 }
 
 /// [`apply_received`], telling `progress` the `mid-change` report before the apply changes
-/// anything (rule 30; [`mesh_apply::apply_archived_live`]).
+/// anything (the rule “Mid-change is said before anything changes”; [`mesh_apply::apply_archived_live`]).
 pub fn apply_received_live(
     config: &HostConfig,
     received: &Received,
@@ -332,7 +332,7 @@ pub async fn apply_on_blocking_thread_live(
 
 /// Prunes the host's archive cache after `declaration` was applied
 /// ([`archives::prune_after_apply`]) and notes in `report` what could not be done: a finding
-/// naming the cache, whatever the report holds (rule 26: `status` shows it until a later apply
+/// naming the cache, whatever the report holds (the rule “Nothing fails silently”: `status` shows it until a later apply
 /// prunes; a report with no resources and a finding is a refusal only when its machine is
 /// `partial`, `mesh_plan::merge::module_report`).
 pub fn prune_archive_cache(config: &HostConfig, declaration: &Declaration, report: &mut Report) {

@@ -1,4 +1,4 @@
-//! Watching what the host manages (rule 28): the directories holding the declared files and
+//! Watching what the host manages (the rule “Drift is seen, and reported even when corrected”): the directories holding the declared files and
 //! directories (and the account files, for memberships) are watched with inotify; any change
 //! in one wakes the daemon, which then examines the declaration for drift
 //! ([`mesh_apply::drift::Examiner`]). A watch only says *when* to look; what differs is always

@@ -1,5 +1,5 @@
 //! `mesh-host window`: run a maintenance step with containers held still, and list the open
-//! windows (DESIGN rule 6, seed issue 224).
+//! windows (the rule “A maintenance window holds containers still”).
 //!
 //! The window itself — its record under the state directory, its lapse, what an apply does
 //! during it — is [`mesh_apply::window`]; this is the command line and the process around the

@@ -1,4 +1,4 @@
-//! A panic in an apply (issue 15, point 3: "a panic is silent"): the agent used to end at
+//! A panic in an apply ("a panic is silent"): the agent used to end at
 //! `spawn_blocking(..).await.expect(..)`, its node reporting nothing ever again. Now the panic is
 //! the report — every resource failed, naming it — and the agent goes on to the next
 //! declaration.

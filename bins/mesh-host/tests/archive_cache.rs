@@ -368,7 +368,7 @@ impl Drop for Unwritable {
     }
 }
 
-// Issue 15, point 11: this test returned early when run as root (as CI runs), since root could
+// This test returned early when run as root (as CI runs), since root could
 // write the 0555 cache anyway; the cache is now unwritable for root too.
 #[tokio::test]
 async fn a_read_only_cache_does_not_fail_the_apply() {
@@ -490,7 +490,7 @@ async fn a_hand_run_apply_prunes_and_archives_lists_the_cache() {
     );
 }
 
-// Issue 15 point 5 (rule 26): a prune problem after an apply of a declaration with no
+// The rule “Nothing fails silently”: a prune problem after an apply of a declaration with no
 // resources was only logged, so `status` never showed it.
 #[tokio::test]
 async fn a_cache_that_cannot_be_pruned_is_noted_in_a_report_with_no_resources() {

@@ -1,6 +1,6 @@
 //! A declaration's archived files reach the host inside their archive: fetched from a real store
 //! (the OCI image layout store, and a real docker-registry), checked, cached, and applied; an
-//! archive that cannot be had fails only the files read from it (issue 6, item 2).
+//! archive that cannot be had fails only the files read from it.
 
 use mesh_apply::{ContainerRuntimeChoice, HostConfig};
 use mesh_host::{apply_received, receive, ArchiveSource};
@@ -231,7 +231,7 @@ fn a_host_that_reads_archives_from_its_cache_alone_says_what_it_lacks() {
     assert!(reason.contains("no store"), "{reason}");
 }
 
-/// `mesh-host apply` against a registry serving TLS with htpasswd users (issue 17): the host
+/// `mesh-host apply` against a registry serving TLS with htpasswd users: the host
 /// fetches with its own credentials, verified against the fleet's CA; a credentials file
 /// others may read is refused before anything is fetched, naming the file and not the
 /// password.

@@ -1,5 +1,5 @@
-//! A host proves itself to the bus with a key whose secret never leaves it (issue 17, rule
-//! 31): `mesh-host keygen` makes the seed 0600 under the state directory and prints the public
+//! A host proves itself to the bus with a key whose secret never leaves it (the rule
+//! “Secrets never leave their owner”): `mesh-host keygen` makes the seed, mode 0600, under the state directory and prints the public
 //! key; `serve` signs with it over TLS, verifying the server against the fleet's CA, against a
 //! real nats-server whose users file holds public keys only. A seed readable by others is
 //! refused at start; so is a host trusting another CA, or given no CA for the TLS-only server.
@@ -37,7 +37,7 @@ async fn a_host_signs_with_the_seed_keygen_made_and_a_seed_others_can_read_is_re
     let root = dir.path().join("root");
     std::fs::create_dir_all(&root).unwrap();
 
-    // keygen: a seed 0600, its public key printed; again, the same key, kept.
+    // keygen: a seed of mode 0600, its public key printed; again, the same key, kept.
     let first = host(&state)
         .args(["--output", "json", "keygen"])
         .output()

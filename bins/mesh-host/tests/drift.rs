@@ -1,4 +1,4 @@
-//! Drift (issue 13 item 2, rule 28): a real `mesh-host serve` on a real `nats-server`; managed
+//! Drift (the rule “Drift is seen, and reported even when corrected”): a real `mesh-host serve` on a real `nats-server`; managed
 //! resources changed by hand are reported at once with what differs, then put back under
 //! `drift = "correct"` and left under `drift = "report"`. A file the mesh does not manage is
 //! never touched.
@@ -102,7 +102,7 @@ fn with_drift(report: &Report, resource: &str, field: &str) -> bool {
 
 #[test]
 fn a_managed_file_overwritten_by_hand_is_reported_within_5_s_and_restored() {
-    // Issue 13: /etc/mesh/base.conf overwritten on `control` stayed changed, status said
+    // /etc/mesh/base.conf overwritten on `control` stayed changed, status said
     // converged.
     let (mut host, declaration) = converged(DriftPolicy::Correct);
     let unmanaged = host.path("/etc/app/notes.txt");
@@ -219,7 +219,7 @@ fn a_membership_removed_by_hand_is_reported_and_added_again() {
 
 #[test]
 fn a_container_stopped_by_hand_is_reported_with_its_exit_and_started_again() {
-    // Rule 29: the host watches its containers (inspection on the reconcile interval).
+    // The rule “A container is applied only when it runs”: the host watches its containers (inspection on the reconcile interval).
     let name = format!("mesh-test-drift-{}", std::process::id());
     let podman = |args: &[&str]| {
         std::process::Command::new("podman")
@@ -297,7 +297,7 @@ fn a_container_stopped_by_hand_is_reported_with_its_exit_and_started_again() {
 
 #[test]
 fn a_window_whose_holder_is_sigkilled_has_its_container_running_again_with_no_declaration() {
-    // Issue 13 item 5 (issue 224): a backup that crashes must not keep the database down until
+    // (the incident behind “A maintenance window holds containers still”): a backup that crashes must not keep the database down until
     // the next push; the daemon converges it within one reconcile interval.
     let name = format!("mesh-test-window-{}", std::process::id());
     struct Removed(String);

@@ -1,4 +1,4 @@
-//! The truth while an apply runs (issue 13 item 4, rule 30): a real `mesh-host serve` on a real
+//! The truth while an apply runs (the rule “Mid-change is said before anything changes”): a real `mesh-host serve` on a real
 //! `nats-server`, a together group whose second member is held at a fail point while it
 //! commits.
 

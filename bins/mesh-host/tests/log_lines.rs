@@ -1,4 +1,4 @@
-//! Log lines as a person or a log collector reads them (issue 15, point 15): `mesh-host serve`
+//! Log lines as a person or a log collector reads them: `mesh-host serve`
 //! wrote ANSI colour codes to a standard error that was a pipe. Colour only on a terminal, and
 //! never with `NO_COLOR`.
 

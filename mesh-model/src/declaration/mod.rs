@@ -50,7 +50,7 @@ pub struct Declaration {
     pub archives: BTreeMap<String, ArchiveRef>,
     /// Every resource, sorted by id.
     pub resources: Vec<Resource>,
-    /// The modules whose drift is only reported, not corrected (rule 28); a module not named
+    /// The modules whose drift is only reported, not corrected (the rule “Drift is seen, and reported even when corrected”); a module not named
     /// here is corrected. Absent when empty.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub drift: BTreeMap<String, crate::module::DriftPolicy>,
@@ -713,7 +713,7 @@ mod tests {
 
 /// A declaration as a host keeps it once received: what an apply and every look for drift
 /// compute of it — its digest, the digest of each file's declared content, the rules it
-/// breaks — computed **once**, when it is sealed, not on every apply or reconcile (issue 13:
+/// breaks — computed **once**, when it is sealed, not on every apply or reconcile (
 /// at 10,000 files they cost more than a stat of every file).
 ///
 /// It cannot be changed once sealed (the declaration is reached through

@@ -176,7 +176,7 @@ pub fn compose(
             });
             continue;
         };
-        // The node's own say over the module's (rule 28).
+        // The node's own say over the module's (the rule “Drift is seen, and reported even when corrected”).
         let policy = inventory
             .file
             .nodes
@@ -578,7 +578,7 @@ mod tests {
 
     #[test]
     fn a_containers_settle_and_health_and_a_modules_drift_policy_reach_the_declaration() {
-        // Rules 28 and 29: what the host needs to judge a container and to treat drift.
+        // The rules “Drift is seen, and reported even when corrected” and “A container is applied only when it runs”: what the host needs to judge a container and to treat drift.
         let mesh = MESH
             .replace(
                 "restart-on = [\"config\"]",
@@ -619,7 +619,7 @@ mod tests {
 
     #[test]
     fn a_nodes_drift_policy_overrides_its_modules() {
-        // Rule 28: `drift` on a module, overridable per node in the inventory.
+        // The rule “Drift is seen, and reported even when corrected”: `drift` on a module, overridable per node in the inventory.
         let mesh = MESH
             .replace(
                 "depends = [\"base\"]",

@@ -87,7 +87,7 @@ pub struct MergePublished {
 }
 
 /// Announces a merge on [`subjects::MERGES`], stored once per repository, branch and commit
-/// (issues 248, 250; rule 18).
+/// The rules “A durable consumer starts from now” and “A merge heard twice makes one plan”.
 ///
 /// # Guarantees
 /// Returns once the events stream stored it (or said it already had it). Published again

@@ -2,8 +2,8 @@
 //! announcements heard once.
 //!
 //! Start at [`ensure_streams`] (the controller runs it on start), then
-//! [`ensure_consumer_from_now`] for every durable consumer on a history stream (rule 24,
-//! issue 248), and [`consumer_reset`] for `mesh-controller broker consumer-reset STREAM CONSUMER`.
+//! [`ensure_consumer_from_now`] for every durable consumer on a history stream (the rule “A durable consumer starts from now”,
+//! ), and [`consumer_reset`] for `mesh-controller broker consumer-reset STREAM CONSUMER`.
 //! Merges travel as [`publish_merge`] / [`MergeListener`] (`merges`); key-value buckets are
 //! made by [`ensure_bucket`] (`buckets`).
 //!
@@ -40,7 +40,7 @@ use futures_util::StreamExt;
 use std::time::Duration;
 
 /// How long the events stream remembers a merge's message id: a merge announced again within
-/// it is not stored again (issue 250 saw repeats 0.5 to 30 seconds apart).
+/// it is not stored again (the incident behind “A merge heard twice makes one plan” saw repeats 0.5 to 30 seconds apart).
 pub const MERGE_DEDUPLICATION_WINDOW: Duration = Duration::from_secs(60 * 60);
 
 /// The declarations stream: the last 8 declarations of each node.
@@ -273,11 +273,11 @@ pub enum Ensured {
     Kept,
 }
 
-/// Makes a durable pull consumer **from now**, or opens the one that exists, unchanged (rule 24).
+/// Makes a durable pull consumer **from now**, or opens the one that exists, unchanged (the rule “A durable consumer starts from now”).
 ///
 /// `config` must name the consumer (`durable_name`); its `deliver_policy` is set to
 /// [`DeliverPolicy::New`] whatever it said, so the consumer never starts with the server's
-/// default (*all*, issue 248). Give it one `filter_subject`: 2.9 ignores `filter_subjects`.
+/// default (*all*, the incident behind “A durable consumer starts from now”). Give it one `filter_subject`: 2.9 ignores `filter_subjects`.
 ///
 /// # Guarantees
 /// - A consumer that exists is never re-made: it keeps its place and its configuration, even
@@ -349,7 +349,7 @@ pub struct ConsumerReset {
 }
 
 /// Re-makes a stuck durable consumer **from now**, its configuration otherwise kept
-/// (`mesh-controller broker consumer-reset STREAM CONSUMER`, rule 24, issue 248).
+/// (`mesh-controller broker consumer-reset STREAM CONSUMER`, the rule “A durable consumer starts from now”).
 ///
 /// The consumer's configuration is read, the consumer deleted, and made again with deliver
 /// policy *new* (any start sequence or time dropped). 2.9 has no reset API; the one of 2.14

@@ -1,4 +1,4 @@
-//! The bus on a loopback cluster of three nats-servers ([`mesh_test_support::nats_cluster`], issue 14):
+//! The bus on a loopback cluster of three nats-servers ([`mesh_test_support::nats_cluster`]):
 //! the controller's records (`KvRecords`) on three copies survive the loss of the stream's
 //! leader and of the server a client is connected to, read back byte for byte; a server
 //! restarted with its store deleted catches up; the plans lease holds across a server loss; with

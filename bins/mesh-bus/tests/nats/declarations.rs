@@ -1,4 +1,4 @@
-//! A declaration published again with its message id is stored once (issue 12): a send tried
+//! A declaration published again with its message id is stored once: a send tried
 //! again — its answer lost, the server restarting — does not put a second copy before the
 //! host, while another send of the same declaration (another id) is a new message.
 

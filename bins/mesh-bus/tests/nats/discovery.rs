@@ -1,4 +1,4 @@
-//! Discovery (rule 25, issue 246): a late INFO is waited for, a runtime that never says what it
+//! Discovery (the rule “Discovery waits for everyone who said they are there”): a late INFO is waited for, a runtime that never says what it
 //! serves is named.
 
 use futures_util::StreamExt;
@@ -139,7 +139,7 @@ async fn a_quiet_mesh_costs_only_the_window() {
     assert!(found.waited < Duration::from_secs(1), "{:?}", found.waited);
 }
 
-// Issue 246: a restarted runtime answers under a new instance, and is not reported as missed.
+// The incident behind “Discovery waits for everyone who said they are there”: a restarted runtime answers under a new instance, and is not reported as missed.
 #[tokio::test]
 async fn a_restarted_runtime_is_heard_under_its_new_instance() {
     let server = super::server();
@@ -194,7 +194,7 @@ async fn garbage_runtime(
     });
 }
 
-// Issue 15, point 6 (rule 25): an answer that could not be read was skipped with a log line;
+// The rule “Discovery waits for everyone who said they are there”: an answer that could not be read was skipped with a log line;
 // a runtime answering PING with garbage vanished from discovery, unnamed.
 #[tokio::test]
 async fn an_unreadable_discovery_answer_is_named_with_its_instance_and_why() {
@@ -249,7 +249,7 @@ async fn an_unreadable_discovery_answer_is_named_with_its_instance_and_why() {
     served.stop();
 }
 
-// Issue 15, point 6 (rule 25): a PING answer that came after the window was never read, so an
+// The rule “Discovery waits for everyone who said they are there”: a PING answer that came after the window was never read, so an
 // unreadable one vanished unnamed. A stand-in answers PING at once (it is asked INFO), then,
 // only once the window is surely over (later than the window after it heard PING, which was
 // sent after discovery began), answers PING again with garbage that names who sent it, and

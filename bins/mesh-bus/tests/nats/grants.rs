@@ -1,4 +1,4 @@
-//! Grants as real bus permissions (rule 13, issue 249): a server started with the
+//! Grants as real bus permissions (the rule “Grants before code”): a server started with the
 //! authorization file the bus node is sent refuses a host another node's subjects, and lets a
 //! node use a bucket from the moment it is granted.
 
@@ -149,7 +149,7 @@ async fn put_and_get(js: &Context, bucket: &str) -> Result<(), String> {
     if value.as_deref() != Some(b"kept".as_slice()) {
         return Err(format!("get gave {value:?}"));
     }
-    // Issue 249's module watched its new state: a watch hears the next put.
+    // The incident behind “Grants before code”: its module watched its new state, and a watch hears the next put.
     let mut watch = store
         .watch("state")
         .await
@@ -164,7 +164,7 @@ async fn put_and_get(js: &Context, bucket: &str) -> Result<(), String> {
     }
 }
 
-// Issue 249: a module's new state was refused for two minutes because its grant came after
+// The incident behind “Grants before code”: a module's new state was refused for two minutes because its grant came after
 // its code. Granted (and the server reloaded) first, it is usable at once.
 #[tokio::test]
 async fn a_node_granted_a_new_bucket_can_use_it() {

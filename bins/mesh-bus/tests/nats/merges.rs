@@ -1,4 +1,4 @@
-//! A merge published twice is heard once (issues 248, 250; rule 18).
+//! A merge published twice is heard once (the rules “A durable consumer starts from now” and “A merge heard twice makes one plan”).
 
 use async_nats::jetstream::{stream, Context};
 use mesh_bus::jetstream::{

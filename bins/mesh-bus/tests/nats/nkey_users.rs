@@ -1,4 +1,4 @@
-//! NKeys over TLS (issue 17, rule 31): each node signs with a seed made on its host; the
+//! NKeys over TLS (the rule “Secrets never leave their owner”): each node signs with a seed made on its host; the
 //! server's users file holds public keys and permissions only. Against a real nats-server
 //! serving TLS with test-made certificates: the users file parses and holds no secret; a host
 //! signing with its own seed is its own node and no other; and the nine refusals measured on a
@@ -225,7 +225,7 @@ fn raw_connect(server: &NatsServer, public_key: &str, seed: &str) -> String {
     answer
 }
 
-// The nine refusals measured on a real fleet (issue 17, "Why"), connected as `node-home`
+// The nine refusals measured on a real fleet ("Why"), connected as `node-home`
 // signing with its seed over TLS: another node's declarations, publishing its report or a
 // declaration, the records bucket, the declarations stream, every report, another node's
 // inbox, the system account, the stream list.

@@ -1,4 +1,4 @@
-//! Proving each node's permissions in force on a real server (rule 13, issue 249): a change of
+//! Proving each node's permissions in force on a real server (the rule “Grants before code”): a change of
 //! permissions alone — the same users, a bucket granted, a subject taken away — is not proven
 //! until the server has reloaded it, and the proof stores nothing.
 
@@ -35,7 +35,7 @@ fn said(unproven: &[Unproven]) -> String {
         .join("\n")
 }
 
-// Issue 249: a module newly granted a state bucket was sent before the server had its grant.
+// The incident behind “Grants before code”: a module newly granted a state bucket was sent before the server had its grant.
 // The same users, new permissions: not proven until the server reloads them.
 #[tokio::test]
 async fn a_permissions_only_change_is_proven_only_once_the_server_reloaded_it() {
@@ -149,7 +149,7 @@ impl std::io::Write for CapturedLog {
     }
 }
 
-// Issue 15, point 15: the probe's refusals — its last check is refused on purpose — were logged
+// The probe's refusals — its last check is refused on purpose — were logged
 // as ERROR (`the nats server refused an operation`) during a push that succeeded.
 #[tokio::test]
 async fn a_proof_that_holds_logs_its_expected_refusals_below_error() {

@@ -99,7 +99,7 @@ fn concurrent_updates_lose_nothing() {
     assert_eq!(after.len(), 100);
 }
 
-/// Issue 12: a read-modify-write that must do more between its read and its write than
+/// A read-modify-write that must do more between its read and its write than
 /// `update` allows (a settings layer, whose history is written first) is a compare-and-set on
 /// the revision read: a writer that was overtaken writes nothing.
 #[test]

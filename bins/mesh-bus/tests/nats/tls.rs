@@ -1,4 +1,4 @@
-//! The bus over TLS (issue 17): a real nats-server serving TLS only, with a CA and certificates
+//! The bus over TLS: a real nats-server serving TLS only, with a CA and certificates
 //! made by the test. A client verifying the server against the CA connects; a plain client is
 //! refused; a server another CA signed, or one that does not offer TLS, is refused with an
 //! error saying which; with mTLS a client without a certificate is refused.

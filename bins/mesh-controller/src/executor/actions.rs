@@ -225,7 +225,7 @@ impl Rollout {
     }
 
     /// Checks `node`'s composed declaration before it is sent: held when it would move a
-    /// running container's data and the module may not move (`--move`, rule 12), or when the
+    /// running container's data and the module may not move (`--move`, the rule “A moved mount is held”), or when the
     /// module's new version orphans a setting the node's layers hold (the rule "an orphaned
     /// setting is a removal"); the event when it is not to be sent. The digest is noted as the one its report must name.
     ///

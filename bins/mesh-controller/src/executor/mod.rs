@@ -181,7 +181,7 @@ pub(crate) fn dressed(fleet: &dyn Fleet, declaration: Declaration) -> Declaratio
 }
 
 /// Whether `declaration` may be sent now or is held because it would move a running
-/// container's data (rule 12), against what its node was last sent.
+/// container's data (the rule “A moved mount is held”), against what its node was last sent.
 ///
 /// # Errors
 /// What the node was sent cannot be read.

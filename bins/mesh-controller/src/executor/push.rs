@@ -19,12 +19,12 @@ use std::time::Duration;
 /// # Guarantees
 /// - Nothing is sent when the catalogue or inventory has a problem (every problem named).
 /// - A node whose declaration would move a running container's data is held, unless its module
-///   is in `allowed_moves`; the other nodes go ahead (rule 12).
+///   is in `allowed_moves`; the other nodes go ahead (the rule “A moved mount is held”).
 /// - Grants before code: when the bus's users change, the node holding the bus is sent first
 ///   (named or not) and no other node is sent anything until its grants are confirmed; a grant
-///   that fails fails the push (rule 13).
+///   that fails fails the push (the rule “Grants before code”).
 /// - What was sent is recorded as it is sent; every report heard is recorded.
-/// - A held node and a grant that fails are recorded as problems for `status` (rule 26:
+/// - A held node and a grant that fails are recorded as problems for `status` (the rule “Nothing fails silently”:
 ///   [`ProblemKind::HeldPush`], [`ProblemKind::Grants`], the node their subject) until a later
 ///   send to that node; each node sent clears its own.
 ///

@@ -100,7 +100,7 @@ pub async fn rollout_catalogue(
 ///
 /// # Guarantees
 /// Grants before code (every send follows the grants issued for its node), the bus node first
-/// when the bus's users change, one machine first (rules 13–15). What was sent is recorded as it
+/// when the bus's users change, one machine first (the rules “Grants before code”, “One machine first” and “The gate judges each node from its own send”). What was sent is recorded as it
 /// is sent.
 ///
 /// # Errors

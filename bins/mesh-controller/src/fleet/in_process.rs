@@ -80,7 +80,7 @@ impl InProcessFleet {
 
 /// The prefix of the containers `node`'s in-process host makes: every node of the embedded
 /// default shares this machine's podman, so each gets its own — `m<8 hex of the home's path>-
-/// <node>-` — and neither two nodes nor two homes (two tests, a demo) collide (issue 15).
+/// <node>-` — and neither two nodes nor two homes (two tests, a demo) collide.
 pub fn container_prefix(home: &Home, node: &str) -> String {
     let digest = mesh_model::sha256_digest(home.root().as_os_str().as_encoded_bytes());
     let hex = digest.strip_prefix("sha256:").unwrap_or(&digest);

@@ -253,7 +253,7 @@ pub fn with_users_file_of(declaration: Declaration, sent: &Declaration) -> Decla
     Declaration::with_archives(declaration.node, resources, archives)
 }
 
-/// Publishes the users archive to the store, held by its manifest (rule 21), and records it
+/// Publishes the users archive to the store, held by its manifest (the rule “An archive is published with a manifest that holds it”), and records it
 /// among the recent builds of [`USERS_MODULE`] in the store's record (the last
 /// [`mesh_store::keep::RECENT_BUILDS_KEPT`] kept there), under the publish lock, so no sweep
 /// lets it go before the bus node is sent it. The record's current build (what the bus node

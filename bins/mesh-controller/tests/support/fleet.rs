@@ -1,8 +1,8 @@
-//! The fleet bed (issue 8): several `mesh-host serve` processes, each with its own root and
+//! The fleet bed: several `mesh-host serve` processes, each with its own root and
 //! state directory, one real `nats-server` started with the users the controller composed,
 //! and the controller given `--bus`.
 //!
-//! Secured as on real machines (issue 17, rule 31): the server serves TLS only, with
+//! Secured as on real machines (the rule “Secrets never leave their owner”): the server serves TLS only, with
 //! certificates made by the test's own CA ([`super::pki`]), and every client verifies it
 //! against that CA (`--bus-ca`); the controller signs with its own seed (`broker keygen`), and
 //! every host with the seed `mesh-host keygen` made in its state directory, its public key
@@ -11,7 +11,7 @@
 //! (TLS only, htpasswd users): the controller and the collector push and delete as its
 //! controller user, every host pulls as its host user, each trusting the store's own CA.
 //!
-//! [`Bed::on_cluster`] runs the bus as a loopback cluster of three servers instead (issue 14),
+//! [`Bed::on_cluster`] runs the bus as a loopback cluster of three servers instead,
 //! each serving TLS with the same users, every client given all three URLs.
 //!
 //! The bus node's server is reloaded the way `contrib/systemd/mesh-nats-users.path` does it on
@@ -565,7 +565,7 @@ impl Bed {
 }
 
 /// Waits until `mesh-controller serve`'s merge consumer is on the bus. It is made from now
-/// (rule 24) and a merge is stored once per commit (its message id): one announced before it
+/// The rule “A durable consumer starts from now” and a merge is stored once per commit (its message id): one announced before it
 /// exists is never heard, and announcing it again stores nothing.
 pub fn wait_for_merge_consumer(rt: &tokio::runtime::Runtime, bus: &NatsBus) {
     // A JetStream context starts a task: it is made inside the runtime.

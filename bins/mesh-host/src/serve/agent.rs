@@ -22,7 +22,7 @@ pub(super) struct Agent {
     /// The declaration being served (its bytes as received).
     pub(super) payload: Option<Vec<u8>>,
     /// It, parsed and sealed once when received: every look for drift uses it, neither parsing
-    /// nor hashing it again (issue 13).
+    /// nor hashing it again.
     pub(super) sealed: Option<Arc<mesh_model::declaration::Sealed>>,
     /// The latest report published (an apply's, or the `mid-change` one of an apply under
     /// way): what the heartbeat repeats.
@@ -205,7 +205,7 @@ impl Agent {
         self.announce(modules).await;
     }
 
-    /// Watches the directories of the declaration in `payload` (rule 28).
+    /// Watches the directories of the declaration in `payload` (the rule “Drift is seen, and reported even when corrected”).
     pub(super) fn rewatch(&mut self, payload: &[u8], digest: Option<String>) {
         self.watch = None;
         self.watched_for = digest;
@@ -226,7 +226,7 @@ impl Agent {
         }
     }
 
-    /// Examines the machine for drift (rule 28); new drift is reported at once, and corrected
+    /// Examines the machine for drift (the rule “Drift is seen, and reported even when corrected”); new drift is reported at once, and corrected
     /// by an apply unless its module's policy says to leave it (then the report says so and
     /// the resource is `held-still` until the next declaration).
     pub(super) async fn check_drift(&mut self, full: bool) {

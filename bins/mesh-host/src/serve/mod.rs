@@ -9,7 +9,7 @@
 //! elapses, answers discovery with its node and modules, and keeps going across a bus restart.
 //! The daemon's state between declarations is `agent`'s; the consumer is read by `reader`.
 //!
-//! # The truth while an apply runs (rule 30)
+//! # The truth while an apply runs (the rule “Mid-change is said before anything changes”)
 //! Before an apply changes anything it publishes a `mid-change` report naming the declaration
 //! being applied ([`mesh_apply::ApplyProgress`]); the heartbeat runs on its own task and repeats
 //! the latest report — that `mid-change` one until the apply's own report replaces it — so an
@@ -29,7 +29,7 @@
 //! - A declaration is written to the state directory (`serve/declaration.json`) **before** it
 //!   is acknowledged: a host killed at any point either gets it again from the consumer or
 //!   finds it on disk. On start, a stored declaration is applied again; if the host was killed
-//!   mid-apply, it first reports the machine **mid-change**, then applies (rule 5).
+//!   mid-apply, it first reports the machine **mid-change**, then applies (the rule “Resources declared together apply all-or-nothing”).
 //! - A panic in an apply is a report whose every resource failed naming the panic
 //!   ([`crate::apply_guarded`]); the daemon goes on serving.
 //! - A stop (SIGTERM, SIGINT) lets the apply under way finish and its report go out, then

@@ -1,8 +1,8 @@
 //! One `mesh-host serve` process on a real loopback `nats-server`, for the tests of what the
-//! daemon does between pushes (issue 13): its root and state directory are a sandbox, its
+//! daemon does between pushes: its root and state directory are a sandbox, its
 //! reports are read from the bus, and every wait is on a condition with a deadline.
 //!
-//! Secured as a fleet is (issue 17, rule 31): the server serves TLS only, with certificates
+//! Secured as a fleet is (the rule “Secrets never leave their owner”): the server serves TLS only, with certificates
 //! from the test's own CA, and knows the host and the test's controller by their NKeys alone
 //! (the users file holds public keys); the host signs with the seed made in its state
 //! directory, as `mesh-host keygen` makes it, and verifies the server with `--bus-ca`.

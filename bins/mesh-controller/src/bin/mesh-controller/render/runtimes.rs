@@ -84,7 +84,7 @@ pub fn runtimes(found: &Runtimes) -> String {
 
 #[cfg(test)]
 mod runtimes_tests {
-    //! `runtimes` set against the inventory (rule 25, issue 246): what is said of a heard
+    //! `runtimes` set against the inventory (the rule “Discovery waits for everyone who said they are there”): what is said of a heard
     //! node's modules, and that nothing is said of an unheard one's.
 
     use discovery::{RuntimeHeard, RuntimeUnheard};
@@ -189,7 +189,7 @@ mod runtimes_tests {
         insta::assert_snapshot!(super::runtimes(&found));
     }
 
-    // Issue 246: a runtime that said it is there and not what it serves is never taken for
+    // The incident behind “Discovery waits for everyone who said they are there”: a runtime that said it is there and not what it serves is never taken for
     // one serving nothing.
     #[test]
     fn nothing_is_said_of_an_unheard_runtimes_modules() {

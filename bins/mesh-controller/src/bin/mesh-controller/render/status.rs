@@ -364,7 +364,7 @@ mod status_tests {
         }
     }
 
-    /// Rule 26: nothing fails silently — a plan's wait to the second, what is behind, and nodes
+    /// The rule “Nothing fails silently” — a plan's wait to the second, what is behind, and nodes
     /// stuck, mid-change or with a window open all reach `status`.
     #[test]
     fn status_names_the_wait_to_the_second_and_the_nodes_needing_attention() {
