@@ -11,7 +11,7 @@ use mesh_model::report::{Outcome, Report};
 use mesh_test_support::podman::*;
 use std::net::{TcpListener, TcpStream};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const T0: u64 = 1_800_000_000;
 
@@ -78,17 +78,13 @@ fn a_published_port_answers_a_tcp_connect_from_the_host() {
             changed: vec!["created".to_owned()]
         }
     );
-    // Podman's forwarding may come up a moment after the container runs: wait for it, then
-    // say what the last try said.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let connected = loop {
-        match TcpStream::connect(("127.0.0.1", port)) {
-            Ok(stream) => break Ok(stream),
-            Err(e) if Instant::now() >= deadline => break Err(e),
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    };
-    connected.unwrap_or_else(|e| panic!("nothing answers on 127.0.0.1:{port}: {e}"));
+    // Podman's forwarding may come up a moment after the container runs: waited on (the
+    // test kit's wait on a condition), the last try's error said if it never answers.
+    mesh_test_support::wait::wait_for(
+        &format!("something to answer on 127.0.0.1:{port}"),
+        Duration::from_secs(10),
+        || TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string()),
+    );
     assert_eq!(
         inspect(&name, "{{.HostConfig.NetworkMode}}"),
         NETWORK_BRIDGE

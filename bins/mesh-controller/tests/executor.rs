@@ -159,7 +159,8 @@ fn a_drive_cancelled_while_its_first_machine_is_awaited_stops_saved_and_resumes(
     let stopped = tokio.block_on(async {
         let task = runtime.drive(record, mesh_runtime::DriveMode::All, &none);
         assert_eq!(runtime.driving(), std::slice::from_ref(&plan.id));
-        // The condition, not a time: the first machine was sent its declaration.
+        // The condition, not a time: the first machine was sent its declaration (polled, in
+        // the async drive's own runtime; the 60 s only bounds a failure).
         tokio::time::timeout(Duration::from_secs(60), async {
             while sent.lock().unwrap().is_empty() {
                 tokio::time::sleep(Duration::from_millis(10)).await;
