@@ -28,6 +28,7 @@ mod accounts;
 mod containers;
 pub mod drift;
 mod engine;
+pub mod filebucket;
 mod fsops;
 mod order;
 mod outcomes;

@@ -1,6 +1,7 @@
 //! `mesh-host`: the host agent's command line. `apply` applies a declaration file by hand;
 //! `window` runs a maintenance step with containers held still (the `window` module);
-//! `archives` lists the archive cache.
+//! `archives` lists the archive cache; `drift` lists and shows the hand edits kept before
+//! files were put back.
 
 use mesh_cli_docs as cli_docs;
 mod containers;
@@ -161,6 +162,13 @@ enum Command {
         #[command(subcommand)]
         command: window::WindowCommand,
     },
+    /// Hand edits the host kept before putting files back as declared (the filebucket, under
+    /// `<state-dir>/filebucket`, at most 1 MiB a file and 32 MiB in all, oldest given up
+    /// first): list them, or show how one differs from the file now.
+    Drift {
+        #[command(subcommand)]
+        command: DriftCommand,
+    },
     /// Prints shell completions on standard output, e.g.
     /// `mesh-host completions bash > /usr/share/bash-completion/completions/mesh-host`.
     Completions {
@@ -174,6 +182,22 @@ enum Command {
         /// Where to write every page (`mesh-host.1`, `mesh-host-COMMAND.1`, …).
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum DriftCommand {
+    /// Lists the hand edits kept, newest first: id, path, size, when, resource.
+    List,
+    /// Shows a kept hand edit: a unified diff from what was kept (`-`) to what the file holds
+    /// now (`+`). Exits 2 when no hand edit has that id.
+    Show {
+        /// The id `drift list` (or the apply's report) gives.
+        id: String,
+        /// Writes the kept content to standard output as it was, byte for byte (to put it back
+        /// by hand, or read content that is not text).
+        #[arg(long)]
+        raw: bool,
     },
 }
 
@@ -220,6 +244,7 @@ fn run() -> Result<ExitCode> {
                 mesh_host::now(),
             )
         }
+        Command::Drift { command } => drift(command, &cli.root, &cli.state_dir, cli.output),
         Command::Keygen => {
             let made = mesh_host::keygen(&cli.state_dir)
                 .with_context(|| format!("making the bus key under {}", cli.state_dir.display()))?;
@@ -332,6 +357,63 @@ fn run() -> Result<ExitCode> {
                 MachineState::Converged => ExitCode::SUCCESS,
                 MachineState::MidChange | MachineState::Partial => ExitCode::from(3),
             })
+        }
+    }
+}
+
+/// `drift list` and `drift show`.
+fn drift(
+    command: DriftCommand,
+    root: &std::path::Path,
+    state_dir: &std::path::Path,
+    output: Output,
+) -> Result<ExitCode> {
+    use mesh_apply::filebucket;
+    match command {
+        DriftCommand::List => {
+            let index = filebucket::list(state_dir)?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&index.entries)?),
+                Output::Text => print!("{}", mesh_host::kept::render_list(&index)),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        DriftCommand::Show { id, raw } => {
+            let (kept, bytes) = match filebucket::read(state_dir, &id) {
+                Ok(read) => read,
+                Err(error @ filebucket::BucketError::NotFound(_)) => {
+                    eprintln!("error: {error}");
+                    return Ok(ExitCode::from(2));
+                }
+                Err(error) => return Err(error.into()),
+            };
+            if raw {
+                use std::io::Write as _;
+                std::io::stdout().write_all(&bytes)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let now = mesh_host::kept::read_now(root, &kept.path);
+            match output {
+                Output::Json => {
+                    let content = String::from_utf8(bytes.clone()).ok();
+                    let current = match &now {
+                        mesh_host::kept::Now::File(current) => {
+                            String::from_utf8(current.clone()).ok()
+                        }
+                        _ => None,
+                    };
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&serde_json::json!({
+                            "kept": kept,
+                            "content": content,
+                            "now": current,
+                        }))?
+                    );
+                }
+                Output::Text => print!("{}", mesh_host::kept::render_show(&kept, &bytes, &now)),
+            }
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

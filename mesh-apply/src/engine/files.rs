@@ -3,10 +3,13 @@
 
 use super::discover::Prepared;
 use super::{ArchivedContents, Attempt, Engine};
+use crate::filebucket::{self, Keeping, Limits};
 use crate::fsops::{self, Wanted};
 use crate::paths::{Opened, Resolved};
+use crate::state::Origin;
 use crate::ApplyError;
 use mesh_model::declaration::{FileSpec, Resource};
+use mesh_model::report::Finding;
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt as _;
@@ -190,6 +193,85 @@ impl<'a> Engine<'a, '_> {
         }
     }
 
+    /// Keeps the content at `full` in the filebucket ([`crate::filebucket`]) before declared
+    /// content is written over it, when someone may have changed it by hand: the mesh held the
+    /// file and its stamp does not say it is as the mesh last left it. (What was found at a newly
+    /// declared path is kept as found instead, and given back when it is undeclared.) The
+    /// report's findings say what was kept, or that it was too large to keep.
+    ///
+    /// # Errors
+    /// The content could not be read or kept: then it must not be written over, and the
+    /// reason says so.
+    pub(super) fn keep_hand_edit(
+        &mut self,
+        resource: &Resource,
+        spec: &FileSpec,
+        full: &std::path::Path,
+    ) -> Result<(), String> {
+        let Ok(meta) = fs::symlink_metadata(full) else {
+            return Ok(());
+        };
+        if !meta.is_file()
+            || self
+                .stamps
+                .stamp(&spec.path)
+                .is_some_and(|stamp| stamp.same_file(&meta))
+        {
+            return Ok(());
+        }
+        let path = &spec.path;
+        let left = "so it is left as found";
+        let bytes = fs::read(full)
+            .map_err(|e| format!("cannot read `{path}` to keep its hand edit, {left}: {e}"))?;
+        let found_here = self
+            .state
+            .resources
+            .get(&resource.id)
+            .is_some_and(|record| match &record.origin {
+                Origin::FoundFile { content, .. } => {
+                    crate::stamps::digest_of_bytes(&bytes).strip_prefix("sha256:")
+                        == Some(content.as_str())
+                }
+                _ => false,
+            });
+        if found_here {
+            return Ok(());
+        }
+        let replaced_by = self
+            .sent
+            .content_digest(resource)
+            .map(|digest| digest.into_owned())
+            .unwrap_or_default();
+        let message = match filebucket::keep(
+            &self.config.state_dir,
+            Limits::default(),
+            (&resource.id, path),
+            &bytes,
+            &replaced_by,
+            self.now,
+        ) {
+            Ok(Keeping::Kept(kept)) => format!(
+                "what `{path}` held before it was put back is kept as {id} \
+                 (`mesh-host drift show {id}`)",
+                id = kept.id
+            ),
+            Ok(Keeping::TooLarge { size, limit }) => format!(
+                "what `{path}` held before it was put back ({size} bytes) is not kept: the \
+                 filebucket keeps files of at most {limit} bytes"
+            ),
+            Err(e) => {
+                return Err(format!(
+                    "cannot keep the hand edit of `{path}`, {left}: {e}"
+                ))
+            }
+        };
+        self.findings.push(Finding {
+            resource: resource.id.clone(),
+            message,
+        });
+        Ok(())
+    }
+
     /// Brings a lone file resource to what is declared.
     pub(super) fn apply_file(
         &mut self,
@@ -218,6 +300,9 @@ impl<'a> Engine<'a, '_> {
         let result = if !existed {
             fsops::write_atomic(&full, &wanted).map(|()| self.touched(&full))
         } else if changed.iter().any(|c| c == "content") {
+            if let Err(reason) = self.keep_hand_edit(resource, spec, &full) {
+                return Ok(Attempt::Failed(reason));
+            }
             self.touched(&full);
             fsops::write_atomic(&full, &wanted)
         } else {

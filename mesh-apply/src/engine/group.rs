@@ -448,6 +448,11 @@ impl<'a> Engine<'a, '_> {
                 {
                     return Ok(Staging::Broken(reason));
                 }
+                if change.existed && change.changed.iter().any(|c| c == "content") {
+                    if let Err(reason) = self.keep_hand_edit(resource, spec, &change.full) {
+                        return Ok(Staging::Broken(reason));
+                    }
+                }
                 match fsops::stage(&change.full, &change.wanted) {
                     Ok(temp) => Ok(Staging::Staged(Staged::File {
                         target: change.full,
