@@ -539,6 +539,20 @@ fn parse_json<T: serde::de::DeserializeOwned>(
     Ok(value)
 }
 
+/// What the host with this state directory holds: per resource id, what it is and whether the
+/// mesh made or found it (empty when there is no state yet). Changes nothing; a read for
+/// people (`mesh-host forget` without `--yes`).
+///
+/// # Errors
+/// [`ApplyError::StateRead`] or [`ApplyError::StateFormat`] when `state.json` cannot be read.
+pub fn held(state_dir: &Path) -> Result<BTreeMap<String, Record>, ApplyError> {
+    Ok(
+        read_json::<StateFile>(&state_dir.join(STATE_FILE), |s| s.format)?
+            .map(|state| state.resources)
+            .unwrap_or_default(),
+    )
+}
+
 /// Whether the host with this state directory is **mid-change**: an apply is under way, or one was
 /// interrupted and no apply has finished since.
 ///

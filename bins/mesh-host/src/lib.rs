@@ -22,6 +22,7 @@
 //!   resource failed naming the panic ([`apply_guarded`]).
 
 pub mod archives;
+pub mod forget;
 pub mod kept;
 pub mod serve;
 pub mod watch;

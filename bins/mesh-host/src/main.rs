@@ -169,6 +169,24 @@ enum Command {
         #[command(subcommand)]
         command: DriftCommand,
     },
+    /// Gives back everything the mesh holds on this machine: a host leaving the fleet, or a
+    /// quick-start home thrown away (`--root $MESH_HOME/roots/NODE --state-dir
+    /// $MESH_HOME/state/NODE`).
+    ///
+    /// Without `--yes` it only lists what it would give back. With it, it applies a declaration
+    /// with nothing in it, so the rules of undeclaring hold: what the mesh made is removed
+    /// (containers stopped and removed, files deleted), what it found is given back as it was,
+    /// a directory holding data the mesh did not put there is kept, and nothing the mesh did
+    /// not make is touched. Stop `mesh-host serve` first, or its next declaration makes it all
+    /// again.
+    ///
+    /// Exit codes: 0 everything given back (or nothing to do); 3 something could not be (the
+    /// report says what and why); 1 the state cannot be read.
+    Forget {
+        /// Do it (without it, only list).
+        #[arg(long)]
+        yes: bool,
+    },
     /// Prints shell completions on standard output, e.g.
     /// `mesh-host completions bash > /usr/share/bash-completion/completions/mesh-host`.
     Completions {
@@ -244,6 +262,7 @@ fn run() -> Result<ExitCode> {
                 mesh_host::now(),
             )
         }
+        Command::Forget { yes } => forget(&cli, yes),
         Command::Drift { command } => drift(command, &cli.root, &cli.state_dir, cli.output),
         Command::Keygen => {
             let made = mesh_host::keygen(&cli.state_dir)
@@ -359,6 +378,41 @@ fn run() -> Result<ExitCode> {
             })
         }
     }
+}
+
+/// `forget`: lists what the mesh holds here, or (with `yes`) gives it all back.
+fn forget(cli: &Cli, yes: bool) -> Result<ExitCode> {
+    let holdings = mesh_host::forget::holdings(&cli.state_dir)
+        .with_context(|| format!("reading the host state under {}", cli.state_dir.display()))?;
+    if !yes {
+        match cli.output {
+            Output::Json => println!("{}", serde_json::to_string_pretty(&holdings)?),
+            Output::Text => print!("{}", mesh_host::forget::render_holdings(&holdings)),
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let config = HostConfig {
+        root: cli.root.clone(),
+        state_dir: cli.state_dir.clone(),
+        containers: cli.containers.choice(),
+        container_prefix: cli.containers.container_prefix.clone(),
+        ..HostConfig::default()
+    };
+    let node = cli.node.as_deref().unwrap_or("localhost");
+    let report = mesh_host::forget::forget(&config, node, mesh_host::now()).with_context(|| {
+        format!(
+            "forgetting what the mesh holds under {}",
+            cli.root.display()
+        )
+    })?;
+    match cli.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Output::Text => print!("{}", render_report(&report)),
+    }
+    Ok(match report.machine {
+        MachineState::Converged => ExitCode::SUCCESS,
+        MachineState::MidChange | MachineState::Partial => ExitCode::from(3),
+    })
 }
 
 /// `drift list` and `drift show`.
