@@ -18,6 +18,7 @@ pub mod inventory;
 pub mod module;
 pub mod plan;
 pub mod report;
+pub mod secret;
 pub mod template;
 
 pub use diagnostic::Diagnostic;

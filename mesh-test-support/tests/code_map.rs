@@ -40,6 +40,11 @@ fn mesh_records_has_no_module_cycle() {
 }
 
 #[test]
+fn mesh_secrets_has_no_module_cycle() {
+    assert_no_cycle("mesh-secrets");
+}
+
+#[test]
 fn mesh_store_has_no_module_cycle() {
     assert_no_cycle("mesh-store");
 }
