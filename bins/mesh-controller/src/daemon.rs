@@ -12,8 +12,7 @@ use mesh_store::problems::ProblemKind;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-/// The durable consumer through which `mesh-controller serve` hears merges on `MESH_EVENTS`.
-pub const MERGE_CONSUMER: &str = "controller";
+pub use crate::announce::MERGE_CONSUMER;
 
 /// This machine's name, for the controller's discovery answer.
 fn machine_name() -> String {

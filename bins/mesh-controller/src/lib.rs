@@ -12,6 +12,8 @@
 //! - [`credentials`], [`enroll`], [`users`], [`broker`]: the controller on a fleet's bus — its
 //!   credential, a node's NKey recorded and its password dropped ("Secrets never leave their
 //!   owner"), the bus's users and their proof, looking after the bus;
+//! - [`announce`]: a merge announced to the daemon on the bus instead of planned here
+//!   (`merge --announce`, the webhooks, polling);
 //! - [`fleet`]: the hosts as a transport (send, next report, grants): [`fleet::in_process`]
 //!   (the embedded default) or [`fleet::nats`] (a fleet's bus, NATS, with real grants);
 //! - [`plans`]: merges make plans, kept so they resume where they stood; [`records`] opens
@@ -48,6 +50,8 @@ pub mod repos;
 pub mod push;
 
 pub mod credentials;
+
+pub mod announce;
 
 pub mod enroll;
 

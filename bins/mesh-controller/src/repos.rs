@@ -198,6 +198,21 @@ pub fn resolve(repo: &Path, revision: &str) -> Result<String> {
         .to_owned())
 }
 
+/// The commit a registered repository's branch points at.
+///
+/// # Errors
+/// [`Error::Git`] naming the repository when the branch cannot be read.
+pub fn head(repo: &RepoRecord) -> Result<String> {
+    resolve(&repo.path, &repo.branch).map_err(|source| Error::Git {
+        repo: repo.path.clone(),
+        doing: format!(
+            "reading the head of branch `{}` of repository `{}`",
+            repo.branch, repo.name
+        ),
+        source: Some(Box::new(source)),
+    })
+}
+
 /// Every path that differs between two commits (added, changed, removed; a rename is its old
 /// and its new path), read whole.
 pub fn changed_paths(repo: &Path, from: &str, to: &str) -> Result<Vec<String>> {

@@ -2,7 +2,7 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::{plans, preview};
+use mesh_controller::{announce, plans, preview};
 use std::process::ExitCode;
 
 /// Hears a merge to a registered repository: plans it, then builds and rolls it out.
@@ -15,9 +15,14 @@ use std::process::ExitCode;
 /// A merge heard twice makes one plan. Open plans of other repositories are resumed after.
 /// With `--bus`, the rollouts go to the fleet's hosts, each send's grants issued first.
 ///
-/// Exit codes: 0 the plan is done (or was already made, or `--plan-only`); 1 error (a
-/// dependency cycle among the affected modules is named; no plan is made); 3 the plan
-/// stopped (a build failed, or a rollout stopped at a node: `status` says where and why).
+/// With `--announce` (and `--bus`), the merge of the branch's head is announced to the running
+/// daemon (`serve`) instead, which plans and drives it: so two controllers never drive one plan.
+/// A git `post-receive` hook runs it.
+///
+/// Exit codes: 0 the plan is done (or was already made, or `--plan-only`; or announced); 1
+/// error (a dependency cycle among the affected modules is named; no plan is made; with
+/// `--announce`, no daemon has heard merges on the bus); 3 the plan stopped (a build failed,
+/// or a rollout stopped at a node: `status` says where and why).
 #[derive(clap::Args)]
 pub struct Args {
     /// The repository.
@@ -34,12 +39,19 @@ pub struct Args {
     /// mount and both directories, and goes on with the others. Repeatable.
     #[arg(long = "move", value_name = "MODULE")]
     moves: Vec<String>,
+    /// Announce the merge of the branch's head on the bus to the running daemon (`serve`),
+    /// which plans and drives it, instead of planning it here; prints what was announced.
+    #[arg(long, conflicts_with_all = ["commit", "plan_only", "moves"])]
+    announce: bool,
 }
 
 /// Hears the merge (with `--plan-only`, answering with the plan's preview): exit 3 when the
 /// plan stopped.
 pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     env.home.require()?;
+    if args.announce {
+        return announce(&args.repo, env);
+    }
     let (outcome, preview) = env.runtime.block_on(preview::merge(
         &env.drives(),
         &args.repo,
@@ -73,4 +85,17 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             ExitCode::SUCCESS
         }
     })
+}
+
+/// `merge NAME --announce`: the merge of the branch's head announced to the daemon.
+fn announce(repo: &str, env: &super::Env) -> Result<ExitCode> {
+    let bus = env.need_bus()?;
+    let announced = env
+        .runtime
+        .block_on(announce::announce_head(&env.home, &bus, repo))?;
+    match env.output {
+        Output::Json => env.print_json(&announced)?,
+        Output::Text => print!("{}", render::announced(&announced)),
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -543,6 +543,27 @@ pub fn merge(outcome: &MergeOutcome) -> String {
     }
 }
 
+/// A merge announced to the daemon (`merge --announce`), in one line.
+pub fn announced(announced: &mesh_controller::announce::Announced) -> String {
+    format!(
+        "{} the merge of `{}` {} at {} to the daemon (events stream sequence {}){}\n",
+        if announced.already_announced {
+            "already announced"
+        } else {
+            "announced"
+        },
+        announced.repository,
+        announced.branch,
+        mesh_controller::builds::short_commit(&announced.commit),
+        announced.sequence,
+        if announced.already_announced {
+            ": it is planned once"
+        } else {
+            ": it plans and drives it; `plans` shows the plan"
+        }
+    )
+}
+
 /// A plan in one line.
 pub fn plan_summary(plan: &Plan) -> String {
     format!(
