@@ -32,6 +32,15 @@ pub struct SetAside {
     pub changed: Vec<String>,
 }
 
+/// How a job's container ended ([`ContainerRuntime::run_job`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRun {
+    /// Its main process's exit code.
+    pub exit_code: i32,
+    /// The last lines of its log, joined with ` | ` (`(empty)` when it wrote nothing).
+    pub log: String,
+}
+
 /// Runs containers the host labelled as its own.
 ///
 /// Errors are sentences naming the container; they become the resource's `reason`.
@@ -61,6 +70,21 @@ pub trait ContainerRuntime {
     /// # Errors
     /// Why it could not.
     fn remove(&self, name: &str) -> Result<String, String>;
+
+    /// Runs a job's container to its end, for at most `timeout_secs`, and removes it: how it
+    /// ended. A container of its name the mesh made for the job (left by a run the host did
+    /// not see end) is removed first; one it did not make is never touched. The default, for
+    /// a runtime without containers: that it has none.
+    ///
+    /// # Errors
+    /// Why it could not be run to its end (a job that ran past its timeout is stopped).
+    fn run_job(
+        &self,
+        declared: &DeclaredContainer<'_>,
+        _timeout_secs: u64,
+    ) -> Result<JobRun, String> {
+        Err(format!("job `{}`: {NOT_SUPPORTED}", declared.spec.name))
+    }
 
     /// Stops a container the mesh made (a maintenance window holds it still).
     ///

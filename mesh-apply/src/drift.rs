@@ -176,6 +176,8 @@ impl Examiner {
                 // A network is seen through the containers that join it, an account through what
                 // it owns.
                 Spec::Network(_) | Spec::Account(_) => {}
+                // A job's container is gone once it has run: nothing of it stays to drift.
+                Spec::Job(_) => {}
                 Spec::Container(spec) => {
                     // Its name on this machine (`HostConfig::container_prefix`).
                     let name = format!("{}{}", config.container_prefix, spec.name);

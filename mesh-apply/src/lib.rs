@@ -43,7 +43,7 @@ pub use accounts::{
     AccountDatabase, AccountSource, Accounts, AccountsError, GroupEntry, ShadowUtils, UserEntry,
 };
 pub use containers::{
-    ContainerRuntime, DeclaredContainer, NoContainerRuntime, SetAside, NOT_SUPPORTED,
+    ContainerRuntime, DeclaredContainer, JobRun, NoContainerRuntime, SetAside, NOT_SUPPORTED,
 };
 pub use engine::{
     apply, apply_archived, apply_archived_live, apply_archived_with, apply_with,

@@ -4,7 +4,7 @@
 //! A resource depends on what its `after` names, and implicitly on the declared directory nearest
 //! above its path, on the files a container restarts on, and on the directories it mounts. Among
 //! units that are free to go, directories go first (shallowest first), then files, memberships,
-//! containers; ties by id, so the order is a pure function of the declaration.
+//! jobs, containers; ties by id, so the order is a pure function of the declaration.
 
 use crate::paths::depth;
 use mesh_model::declaration::{Declaration, Declared, Resource, Spec};
@@ -31,7 +31,8 @@ fn key(resource: &Resource) -> Key<'_> {
         Spec::Account(_) => (2, 0),
         Spec::Membership(_) => (2, 1),
         Spec::Network(_) => (3, 0),
-        Spec::Container(_) => (4, 0),
+        Spec::Job(_) => (4, 0),
+        Spec::Container(_) => (5, 0),
     };
     (phase, path_depth, resource.id.as_str())
 }
@@ -121,6 +122,19 @@ pub(crate) fn units_in_order(declaration: &Declaration) -> Order {
             Spec::File(f) => deps.extend(nearest_directory(&f.path)),
             Spec::Directory(d) => deps.extend(nearest_directory(&d.path)),
             Spec::Membership(_) | Spec::Network(_) | Spec::Account(_) => {}
+            Spec::Job(j) => {
+                deps.extend(
+                    j.rerun_on
+                        .iter()
+                        .map(String::as_str)
+                        .filter(|id| declared(id)),
+                );
+                for mount in &j.run.mounts {
+                    if let Some(id) = directories.get(mount.source.as_str()) {
+                        deps.push(id);
+                    }
+                }
+            }
             Spec::Container(c) => {
                 deps.extend(
                     c.restart_on

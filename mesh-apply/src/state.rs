@@ -47,6 +47,11 @@ pub struct StateFile {
     /// restart stays owed. Absent from the file when empty (an older build reads it).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub pending_restarts: BTreeSet<String>,
+    /// Per declared job's resource id, the digest of what it ran when it last succeeded
+    /// ([`mesh_model::declaration::JobSpec::run_digest`]): while it is the same, the job does
+    /// not run again. Absent from the file when empty (an older build reads it).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub jobs: BTreeMap<String, String>,
 }
 
 impl Default for StateFile {
@@ -57,6 +62,7 @@ impl Default for StateFile {
             made_parents: BTreeSet::new(),
             failures: BTreeMap::new(),
             pending_restarts: BTreeSet::new(),
+            jobs: BTreeMap::new(),
         }
     }
 }

@@ -318,3 +318,69 @@ uid = "{{ nope }}"
     }
     assert!(!said.contains("accounts.svc.uid"), "{said}");
 }
+
+#[test]
+fn a_jobs_problems_are_each_said_against_its_key_and_a_sound_job_is_accepted() {
+    let said = check(
+        r#"
+//- app/module.toml
+name = "app"
+[files.conf]
+source = "conf"
+path = "/etc/app/conf"
+[jobs.migrate]
+image = "localhost/mesh-busybox:latest"
+command = ["sh", "-c", "echo {{ nope }}"]
+rerun-on = ["conf", "file/absent"]
+after = ["job/nothing"]
+timeout = "soon"
+memory = "lots"
+[containers.web]
+image = "localhost/mesh-busybox:latest"
+after = ["job/migrate", "job/absent"]
+//- app/conf
+x
+//- bad/module.toml
+name = "bad"
+[jobs.serve]
+image = "localhost/mesh-busybox:latest"
+ports = ["8080:80"]
+"#,
+    );
+    for says in [
+        "`jobs.migrate.command[2]`: refers to the unknown setting `nope`",
+        "`jobs.migrate.rerun-on[0]`: runs again on `conf`, which is not a file of this module \
+         (file/NAME)",
+        "`jobs.migrate.rerun-on[1]`: runs again on `file/absent`",
+        "`jobs.migrate.after[0]`: `job/nothing` is not a resource of this module",
+        "`jobs.migrate.timeout`: `soon` is not a duration",
+        "`jobs.migrate.memory`: `lots` is not a memory limit",
+        "unknown field `ports`",
+        "`containers.web.after[1]`: `job/absent` is not a resource of this module",
+    ] {
+        assert!(said.contains(says), "{says}\n{said}");
+    }
+    assert!(!said.contains("containers.web.after[0]"), "{said}");
+    let sound = check(
+        r#"
+//- app/module.toml
+name = "app"
+[files.conf]
+source = "conf"
+path = "/etc/app/conf"
+[jobs.migrate]
+image = "localhost/mesh-busybox:latest"
+command = ["sh", "-c", "echo migrated"]
+rerun-on = ["file/conf"]
+timeout = "30s"
+[containers.web]
+image = "localhost/mesh-busybox:latest"
+after = ["job/migrate"]
+[together]
+release = ["job/migrate", "container/web"]
+//- app/conf
+x
+"#,
+    );
+    assert_eq!(sound, "accepted: [app]\n");
+}

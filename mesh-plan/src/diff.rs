@@ -10,7 +10,7 @@
 //! [`DeclarationDiff::render_text`] is what `plan NODE --diff` prints (nothing at all when
 //! nothing differs); the value serializes for `--output json`.
 
-use mesh_model::declaration::{Declaration, Resource, Spec};
+use mesh_model::declaration::{ContainerSpec, Declaration, Resource, Spec};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -57,6 +57,10 @@ pub struct ResourceChange {
     pub kind: String,
     /// Whether the host will recreate it (a container whose recreating field changed).
     pub recreates: bool,
+    /// Whether the host will run it again (a job whose image, command, environment or
+    /// `rerun-on` changed). Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reruns: bool,
     /// The fields that differ, sorted by name.
     pub fields: Vec<FieldChange>,
 }
@@ -69,6 +73,9 @@ pub struct FieldChange {
     pub field: String,
     /// Whether this field's change makes the host recreate the resource.
     pub recreates: bool,
+    /// Whether this field's change makes the host run the job again. Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reruns: bool,
     /// Old and new.
     #[serde(flatten)]
     pub change: FieldDiff,
@@ -136,8 +143,18 @@ pub fn diff(sent: Option<&Declaration>, new: &Declaration) -> DeclarationDiff {
     for (id, resource) in &current {
         match old.get(id) {
             None => out.added.push(entry(resource)),
-            Some(before) if *before == *resource => {}
-            Some(before) => out.changed.push(resource_change(before, resource)),
+            Some(before) if *before == *resource => {
+                out.changed.extend(rerun_by_files(resource, &old, &current));
+            }
+            Some(before) => {
+                let mut change = resource_change(before, resource);
+                if let Some(files) = rerun_by_files(resource, &old, &current) {
+                    change.reruns = true;
+                    change.fields.extend(files.fields);
+                    change.fields.sort_by(|a, b| a.field.cmp(&b.field));
+                }
+                out.changed.push(change);
+            }
         }
     }
     for (id, resource) in &old {
@@ -146,6 +163,48 @@ pub fn diff(sent: Option<&Declaration>, new: &Declaration) -> DeclarationDiff {
         }
     }
     out
+}
+
+/// A job sent before that runs again because the content of a file in its `rerun-on` changed:
+/// each such file as the field `rerun-on[ID]`, its content's digests old and new.
+fn rerun_by_files(
+    job: &Resource,
+    old: &BTreeMap<&str, &Resource>,
+    current: &BTreeMap<&str, &Resource>,
+) -> Option<ResourceChange> {
+    let Spec::Job(spec) = &job.spec else {
+        return None;
+    };
+    let digest = |resources: &BTreeMap<&str, &Resource>, id: &str| match resources
+        .get(id)
+        .map(|r| &r.spec)
+    {
+        Some(Spec::File(f)) => f.content_digest(),
+        _ => None,
+    };
+    let fields: Vec<FieldChange> = spec
+        .rerun_on
+        .iter()
+        .filter_map(|file| {
+            let (before, after) = (digest(old, file), digest(current, file));
+            (before.is_some() && before != after).then(|| FieldChange {
+                field: format!("rerun-on[{file}]"),
+                recreates: false,
+                reruns: true,
+                change: FieldDiff::Value {
+                    old: before.map(Value::String),
+                    new: after.map(Value::String),
+                },
+            })
+        })
+        .collect();
+    (!fields.is_empty()).then(|| ResourceChange {
+        id: job.id.clone(),
+        kind: "job".to_owned(),
+        recreates: false,
+        reruns: true,
+        fields,
+    })
 }
 
 fn entry(resource: &Resource) -> ResourceEntry {
@@ -209,52 +268,58 @@ fn flatten(resource: &Resource) -> BTreeMap<String, Flat<'_>> {
             put("account", json!(m.account));
             put("group", json!(m.group));
         }
+        Spec::Job(j) => {
+            put("rerun-on", json!(j.rerun_on));
+            put("timeout", json!(format!("{}s", j.timeout_secs())));
+            flatten_container(&j.run, &mut put);
+        }
         Spec::Container(c) => {
-            put("name", json!(c.name));
-            put("image", json!(c.image));
-            put("command", json!(c.command));
-            put("env", json!(c.env));
             put("restart-on", json!(c.restart_on));
-            // The fields services gained: each is shown only when set, so a declaration sent
-            // before they existed compares equal to its successor that does not use them.
-            let mut set = |name: &str, value: Value| {
-                if !(value.is_null()
-                    || value == json!([])
-                    || value == json!({})
-                    || value == json!(false))
-                {
-                    put(name, value);
-                }
-            };
-            let ports: Vec<String> = c.ports.iter().map(ToString::to_string).collect();
-            set("ports", json!(ports));
-            set("network", json!(c.network));
-            set("user", json!(c.user));
-            set("memory", json!(c.limits.memory));
-            set("cpus", json!(c.limits.cpus));
-            set("pids", json!(c.limits.pids));
-            set("cap-add", json!(c.cap_add));
-            set("cap-drop", json!(c.cap_drop));
-            set("read-only", json!(c.read_only_root));
-            set("workdir", json!(c.workdir));
-            set("entrypoint", json!(c.entrypoint));
-            set("labels", json!(c.labels));
-            set(
-                "stop-timeout",
-                json!(c.stop_timeout_secs.map(|s| format!("{s}s"))),
-            );
-            set("restart", json!(c.restart));
-            let devices: Vec<String> = c.devices.iter().map(|d| d.podman_form()).collect();
-            set("devices", json!(devices));
-            for mount in &c.mounts {
-                put(
-                    &format!("mounts[{}]", mount.at),
-                    json!({"place": mount.place, "source": mount.source, "read-only": mount.read_only}),
-                );
-            }
+            flatten_container(c, &mut put);
         }
     }
     fields
+}
+
+/// A container's fields (a job's container's too), by the names `plan --diff` gives them.
+fn flatten_container(c: &ContainerSpec, put: &mut dyn FnMut(&str, Value)) {
+    put("name", json!(c.name));
+    put("image", json!(c.image));
+    put("command", json!(c.command));
+    put("env", json!(c.env));
+    // The fields services gained: each is shown only when set, so a declaration sent
+    // before they existed compares equal to its successor that does not use them.
+    let mut set = |name: &str, value: Value| {
+        if !(value.is_null() || value == json!([]) || value == json!({}) || value == json!(false)) {
+            put(name, value);
+        }
+    };
+    let ports: Vec<String> = c.ports.iter().map(ToString::to_string).collect();
+    set("ports", json!(ports));
+    set("network", json!(c.network));
+    set("user", json!(c.user));
+    set("memory", json!(c.limits.memory));
+    set("cpus", json!(c.limits.cpus));
+    set("pids", json!(c.limits.pids));
+    set("cap-add", json!(c.cap_add));
+    set("cap-drop", json!(c.cap_drop));
+    set("read-only", json!(c.read_only_root));
+    set("workdir", json!(c.workdir));
+    set("entrypoint", json!(c.entrypoint));
+    set("labels", json!(c.labels));
+    set(
+        "stop-timeout",
+        json!(c.stop_timeout_secs.map(|s| format!("{s}s"))),
+    );
+    set("restart", json!(c.restart));
+    let devices: Vec<String> = c.devices.iter().map(|d| d.podman_form()).collect();
+    set("devices", json!(devices));
+    for mount in &c.mounts {
+        put(
+            &format!("mounts[{}]", mount.at),
+            json!({"place": mount.place, "source": mount.source, "read-only": mount.read_only}),
+        );
+    }
 }
 
 /// Whether a change of `field` makes the host recreate a resource of `kind`.
@@ -270,6 +335,14 @@ pub fn field_recreates(kind: &str, field: &str) -> bool {
         && !field.ends_with(".place")
 }
 
+/// Whether a change of `field` makes the host run a resource of `kind` again: a job runs again
+/// when its image, command, an environment variable or its `rerun-on` list changes (and when
+/// the content of a file in it changes, which is that file's change). Nothing else of it does.
+pub fn field_reruns(kind: &str, field: &str) -> bool {
+    kind == "job"
+        && (matches!(field, "image" | "command" | "env" | "rerun-on") || field.starts_with("env."))
+}
+
 fn resource_change(old: &Resource, new: &Resource) -> ResourceChange {
     let kind = new.spec.kind();
     let before = flatten(old);
@@ -283,6 +356,7 @@ fn resource_change(old: &Resource, new: &Resource) -> ResourceChange {
                     fields.push(FieldChange {
                         field: name.clone(),
                         recreates: field_recreates(kind, name),
+                        reruns: field_reruns(kind, name),
                         change: FieldDiff::Content(summarise_text(a, b)),
                     });
                 }
@@ -298,6 +372,7 @@ fn resource_change(old: &Resource, new: &Resource) -> ResourceChange {
                     fields.push(FieldChange {
                         field: name.clone(),
                         recreates: field_recreates(kind, name),
+                        reruns: field_reruns(kind, name),
                         change: FieldDiff::Value {
                             old: Some(Value::String(a)),
                             new: Some(Value::String(b)),
@@ -317,6 +392,7 @@ fn resource_change(old: &Resource, new: &Resource) -> ResourceChange {
         id: new.id.clone(),
         kind: kind.to_owned(),
         recreates: fields.iter().any(|f| f.recreates),
+        reruns: fields.iter().any(|f| f.reruns),
         fields,
     }
 }
@@ -363,6 +439,7 @@ fn value_changes(
     out.push(FieldChange {
         field: name.to_owned(),
         recreates: field_recreates(kind, name),
+        reruns: field_reruns(kind, name),
         change: FieldDiff::Value { old, new },
     });
 }
@@ -605,9 +682,10 @@ fn shown(value: &Option<Value>) -> String {
 fn render_change(change: &ResourceChange, out: &mut String) {
     let _ = writeln!(
         out,
-        "~ {}{}",
+        "~ {}{}{}",
         change.id,
-        if change.recreates { " (recreated)" } else { "" }
+        if change.recreates { " (recreated)" } else { "" },
+        if change.reruns { " (runs again)" } else { "" }
     );
     let width = change
         .fields
@@ -616,7 +694,11 @@ fn render_change(change: &ResourceChange, out: &mut String) {
         .max()
         .unwrap_or(0);
     for field in &change.fields {
-        let mark = if field.recreates { "  recreates" } else { "" };
+        let mark = match (field.recreates, field.reruns) {
+            (true, _) => "  recreates",
+            (false, true) => "  runs again",
+            (false, false) => "",
+        };
         match &field.change {
             FieldDiff::Value { old, new } => {
                 let _ = writeln!(
@@ -796,6 +878,58 @@ mod tests {
             assert!(change.fields.iter().all(|f| f.recreates), "{change:?}");
         }
         insta::assert_snapshot!(d.render_text());
+    }
+
+    #[test]
+    fn a_job_names_what_runs_it_again_and_what_does_not() {
+        use crate::compose::compose;
+        let (catalogue, mut inventory) = fixture::mesh(crate::compose::JOBS_FIXTURE);
+        let sent = compose(&catalogue, &inventory, "a").unwrap();
+        inventory
+            .layers
+            .set("svc", LayerScope::Mesh, json!({"level": "debug"}));
+        let mut new = compose(&catalogue, &inventory, "a").unwrap();
+        for resource in &mut new.resources {
+            match &mut resource.spec {
+                Spec::Job(job) => {
+                    job.run.image = "localhost/mesh-busybox:2".into();
+                    job.run.limits.memory = Some("64m".into());
+                    job.timeout_secs = Some(30);
+                }
+                Spec::File(file) => file.content = Some("a = 2\n".into()),
+                _ => {}
+            }
+        }
+        let d = diff(Some(&sent), &new);
+        let job = d
+            .changed
+            .iter()
+            .find(|c| c.id == "svc/job/migrate")
+            .unwrap();
+        assert!(job.reruns && !job.recreates, "{job:?}");
+        let reruns: Vec<&str> = job
+            .fields
+            .iter()
+            .filter(|f| f.reruns)
+            .map(|f| f.field.as_str())
+            .collect();
+        assert_eq!(reruns, ["env.LEVEL", "image", "rerun-on[svc/file/conf]"]);
+        insta::assert_snapshot!(check(Some(&sent), &new));
+        // Only its file changed: it runs again, and says why.
+        let mut only_file = sent.clone();
+        for resource in &mut only_file.resources {
+            if let Spec::File(file) = &mut resource.spec {
+                file.content = Some("a = 2\n".into());
+            }
+        }
+        let d = diff(Some(&sent), &only_file);
+        let job = d
+            .changed
+            .iter()
+            .find(|c| c.id == "svc/job/migrate")
+            .unwrap();
+        assert_eq!(job.fields.len(), 1);
+        assert!(job.reruns, "{job:?}");
     }
 
     #[test]

@@ -52,7 +52,9 @@ pub fn could_move(new: &Declaration) -> bool {
         | Spec::Directory(_)
         | Spec::Membership(_)
         | Spec::Network(_)
-        | Spec::Account(_) => false,
+        | Spec::Account(_)
+        // A job's container is gone once it has run: nothing of it holds a mount.
+        | Spec::Job(_) => false,
     })
 }
 
@@ -80,14 +82,16 @@ pub fn moves(sent: Option<&Declaration>, new: &Declaration) -> Vec<Move> {
                 | Spec::Directory(_)
                 | Spec::Membership(_)
                 | Spec::Network(_)
-                | Spec::Account(_),
+                | Spec::Account(_)
+                | Spec::Job(_),
             )
             | (
                 Spec::File(_)
                 | Spec::Directory(_)
                 | Spec::Membership(_)
                 | Spec::Network(_)
-                | Spec::Account(_),
+                | Spec::Account(_)
+                | Spec::Job(_),
                 _,
             ) => continue,
         };

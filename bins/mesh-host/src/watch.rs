@@ -52,7 +52,7 @@ pub fn watched_directories(root: &Path, declaration: &Declaration) -> BTreeSet<P
             Spec::Membership(_) | Spec::Account(_) => {
                 out.insert(under("/etc"));
             }
-            Spec::Container(_) | Spec::Network(_) => {}
+            Spec::Container(_) | Spec::Network(_) | Spec::Job(_) => {}
         }
     }
     out

@@ -55,7 +55,8 @@ impl<'a> Engine<'a, '_> {
             | Spec::Directory(_)
             | Spec::Membership(_)
             | Spec::Network(_)
-            | Spec::Account(_) => None,
+            | Spec::Account(_)
+            | Spec::Job(_) => None,
         }
     }
 

@@ -67,6 +67,8 @@ impl<'a> Engine<'a, '_> {
             }),
             // A container or a network is recorded once its runtime has made it.
             Spec::Container(_) | Spec::Network(_) => Ok(None),
+            // A job leaves nothing to record: what it last ran is kept in the state's `jobs`.
+            Spec::Job(_) => Ok(None),
             Spec::Account(a) => Ok(self.observe_account(a)),
         }
     }

@@ -16,7 +16,7 @@ use crate::state::{
     StateDir, STATE_FORMAT,
 };
 use crate::{ApplyError, HostConfig};
-use mesh_model::declaration::{ContainerSpec, Resource, Spec};
+use mesh_model::declaration::{ContainerSpec, JobSpec, Resource, Spec};
 use mesh_model::report::{Finding, Outcome};
 use std::collections::BTreeSet;
 use std::fs;
@@ -173,6 +173,7 @@ fn group_record(unit: &Unit, members: &[&Resource], staged: &[Staged]) -> GroupC
                 uid: *uid,
                 gid: *gid,
             }),
+            Staged::Job { .. } => {}
             Staged::Membership { account, group } => record.memberships.push(GroupMembership {
                 account: account.clone(),
                 group: group.clone(),
@@ -224,6 +225,8 @@ enum Staged {
         /// What it is now (kept in the group's record, to put it back).
         was: ContainerWas,
     },
+    /// A job due to run, and the digest of what it runs.
+    Job { spec: Box<JobSpec>, digest: String },
 }
 
 /// What a committed member needs to be put back.
@@ -254,6 +257,12 @@ enum Committed {
         /// Restart it once the group is whole (a `restart_on` file changed, and it was running
         /// as declared already).
         restart: bool,
+    },
+    /// A job that ran to its end: nothing to put back (a job cannot be unrun); what it ran is
+    /// kept once the group is whole, so a group put back runs it again next time.
+    Job {
+        id: String,
+        digest: String,
     },
 }
 
@@ -387,6 +396,7 @@ impl<'a> Engine<'a, '_> {
                         }
                     }
                 }
+                Committed::Job { id, digest } => self.job_succeeded(id, digest.clone()),
                 Committed::Nothing
                 | Committed::File { old: None, .. }
                 | Committed::Directory { .. }
@@ -430,7 +440,7 @@ impl<'a> Engine<'a, '_> {
         resource: &Resource,
         changed_in_group: &BTreeSet<String>,
     ) -> Result<Staging, ApplyError> {
-        if let Spec::Container(_) = &resource.spec {
+        if let Spec::Container(_) | Spec::Job(_) = &resource.spec {
             // Its commit changes the machine; files and memberships mark when they record.
             self.begin_change()?;
         }
@@ -504,6 +514,13 @@ impl<'a> Engine<'a, '_> {
                 "a {} cannot be in a together group",
                 resource.spec.kind()
             ))),
+            Spec::Job(spec) => Ok(Staging::Staged(match self.job_due(resource, spec) {
+                Some(digest) => Staged::Job {
+                    spec: spec.clone(),
+                    digest,
+                },
+                None => Staged::Nothing,
+            })),
             Spec::Container(spec) if self.held.contains_key(&spec.name) => {
                 Ok(Staging::Staged(Staged::Nothing))
             }
@@ -605,6 +622,16 @@ impl<'a> Engine<'a, '_> {
                     changed,
                 ))
             }
+            Staged::Job { spec, digest } => {
+                let ran = self.run_job(resource, spec)?;
+                Ok((
+                    Committed::Job {
+                        id: resource.id.clone(),
+                        digest: digest.clone(),
+                    },
+                    vec![ran],
+                ))
+            }
             Staged::Container { spec, restart, was } => {
                 // All-or-nothing: the container it replaces is kept until the group is whole, and
                 // a restart waits for the whole group.
@@ -646,7 +673,7 @@ impl<'a> Engine<'a, '_> {
 
     fn put_back(&mut self, done: &Committed) -> Result<(), String> {
         match done {
-            Committed::Nothing => Ok(()),
+            Committed::Nothing | Committed::Job { .. } => Ok(()),
             Committed::File { target, old } => match old {
                 Some(old) => fs::rename(old, target),
                 None => fs::remove_file(target),
@@ -694,9 +721,11 @@ fn show(resource: &Resource) -> String {
     match &resource.spec {
         Spec::File(f) => f.path.clone(),
         Spec::Directory(d) => d.path.clone(),
-        Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) | Spec::Account(_) => {
-            resource.id.clone()
-        }
+        Spec::Membership(_)
+        | Spec::Container(_)
+        | Spec::Network(_)
+        | Spec::Account(_)
+        | Spec::Job(_) => resource.id.clone(),
     }
 }
 

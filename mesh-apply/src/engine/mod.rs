@@ -15,6 +15,7 @@ mod directories;
 mod discover;
 mod files;
 mod group;
+mod jobs;
 mod memberships;
 mod networks;
 mod release;
@@ -35,7 +36,7 @@ use crate::podman::Podman;
 use crate::progress::{ApplyProgress, NoProgress};
 use crate::state::{FailureRecord, InProgress, Origin, StateDir, StateFile, Target, STATE_FORMAT};
 use crate::{ApplyError, ContainerRuntimeChoice, HostConfig};
-use mesh_model::declaration::{Declaration, Declared, Resource, Spec};
+use mesh_model::declaration::{ContainerSpec, Declaration, Declared, Resource, Spec};
 use mesh_model::report::{Finding, MachineState, Outcome, Report, REPORT_FORMAT};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -237,7 +238,7 @@ fn with_container_prefix(declaration: &Declaration, prefix: &str) -> Option<Decl
     let has_container = declaration
         .resources
         .iter()
-        .any(|r| matches!(r.spec, Spec::Container(_) | Spec::Network(_)));
+        .any(|r| matches!(r.spec, Spec::Container(_) | Spec::Network(_) | Spec::Job(_)));
     if prefix.is_empty() || !has_container {
         return None;
     }
@@ -252,19 +253,24 @@ fn with_container_prefix(declaration: &Declaration, prefix: &str) -> Option<Decl
     let mut renamed = declaration.clone();
     for resource in &mut renamed.resources {
         match &mut resource.spec {
-            Spec::Container(container) => {
-                container.name = format!("{prefix}{}", container.name);
-                if let Some(network) = &mut container.network {
-                    if networks.contains(network.as_str()) {
-                        *network = format!("{prefix}{network}");
-                    }
-                }
-            }
+            Spec::Container(container) => rename(container, prefix, &networks),
+            Spec::Job(job) => rename(&mut job.run, prefix, &networks),
             Spec::Network(network) => network.name = format!("{prefix}{}", network.name),
             Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) | Spec::Account(_) => {}
         }
     }
     Some(renamed)
+}
+
+/// A container (or a job's) under its name on this machine, joining a declared network under
+/// that network's.
+fn rename(container: &mut ContainerSpec, prefix: &str, networks: &BTreeSet<&str>) {
+    container.name = format!("{prefix}{}", container.name);
+    if let Some(network) = &mut container.network {
+        if networks.contains(network.as_str()) {
+            *network = format!("{prefix}{network}");
+        }
+    }
 }
 
 /// The declaration's digest, being hashed or known.
@@ -538,7 +544,8 @@ fn is_target(spec: &Spec, target: &Target) -> bool {
             | Spec::Membership(_)
             | Spec::Container(_)
             | Spec::Network(_)
-            | Spec::Account(_),
+            | Spec::Account(_)
+            | Spec::Job(_),
             _,
         ) => false,
     }
@@ -565,6 +572,10 @@ fn target_of(spec: &Spec) -> Target {
         },
         Spec::Account(a) => Target::Account {
             name: a.name.clone(),
+        },
+        // Never recorded (the state keeps what it last ran); its container, while it runs.
+        Spec::Job(j) => Target::Container {
+            name: j.run.name.clone(),
         },
     }
 }
@@ -734,6 +745,16 @@ impl<'a> Engine<'a, '_> {
                 .is_some_and(|r| matches!(r.spec, Spec::Container(_)))
         });
         if self.state.pending_restarts.len() != before {
+            self.dirty = true;
+        }
+        // What a job no longer declared last ran is forgotten: declared again, it runs.
+        let before = self.state.jobs.len();
+        self.state.jobs.retain(|id, _| {
+            declaration
+                .resource(id)
+                .is_some_and(|r| matches!(r.spec, Spec::Job(_)))
+        });
+        if self.state.jobs.len() != before {
             self.dirty = true;
         }
         if self.dirty {

@@ -145,7 +145,11 @@ impl<'a> Engine<'a, '_> {
         let declared = self.declaration.resources.iter().any(|r| match &r.spec {
             Spec::File(f) => is_ancestor(dir, &f.path),
             Spec::Directory(d) => is_ancestor(dir, &d.path),
-            Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) | Spec::Account(_) => false,
+            Spec::Membership(_)
+            | Spec::Container(_)
+            | Spec::Network(_)
+            | Spec::Account(_)
+            | Spec::Job(_) => false,
         });
         declared
             || self.state.resources.values().any(|r| match &r.target {
@@ -162,7 +166,11 @@ impl<'a> Engine<'a, '_> {
         let declared = self.declaration.resources.iter().any(|r| match &r.spec {
             Spec::File(f) => f.path == path,
             Spec::Directory(d) => d.path == path,
-            Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) | Spec::Account(_) => false,
+            Spec::Membership(_)
+            | Spec::Container(_)
+            | Spec::Network(_)
+            | Spec::Account(_)
+            | Spec::Job(_) => false,
         });
         declared
             || self.state.resources.values().any(|r| match &r.target {

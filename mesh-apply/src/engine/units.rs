@@ -133,6 +133,7 @@ impl<'a> Engine<'a, '_> {
             Spec::Container(c) => self.apply_container(resource, c),
             Spec::Network(n) => self.apply_network(resource, n),
             Spec::Account(a) => self.apply_account(resource, a),
+            Spec::Job(j) => self.apply_job(resource, j),
         }
     }
 }

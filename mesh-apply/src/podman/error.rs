@@ -128,4 +128,17 @@ pub enum PodmanError {
         /// The end of what the last attempt printed, and how it exited.
         output: String,
     },
+    /// A job's container still ran after its timeout: it was stopped.
+    #[error(
+        "job `{name}` still ran after its timeout of {timeout_secs} s and was stopped; the last \
+         lines of its log: {log}"
+    )]
+    JobTimedOut {
+        /// The container's name.
+        name: String,
+        /// Its timeout.
+        timeout_secs: u64,
+        /// The last lines of its log.
+        log: String,
+    },
 }

@@ -4,7 +4,7 @@
 
 use super::run_spec::replaced_fields;
 use super::{os, ports_free, Podman, PodmanError};
-use crate::containers::{ContainerRuntime, DeclaredContainer, SetAside};
+use crate::containers::{ContainerRuntime, DeclaredContainer, JobRun, SetAside};
 use crate::progress::pause_point;
 use crate::state::ContainerWas;
 
@@ -257,6 +257,14 @@ impl ContainerRuntime for Podman {
 
     fn remove(&self, name: &str) -> Result<String, String> {
         self.remove_made(name).map_err(|e| e.to_string())
+    }
+
+    fn run_job(
+        &self,
+        declared: &DeclaredContainer<'_>,
+        timeout_secs: u64,
+    ) -> Result<JobRun, String> {
+        Podman::run_job(self, declared, timeout_secs).map_err(|e| e.to_string())
     }
 
     fn stop(&self, name: &str) -> Result<(), String> {

@@ -29,10 +29,12 @@
 //! The runtime is in files of their own: `error` (what podman could not do), `run_spec` (how a
 //! container runs, as its label keeps it, and the fields that changed), `lifecycle` (create,
 //! replace, set aside, put back, remove: the [`ContainerRuntime`] seam), `judge` (whether a
-//! container just started runs, and its log tail), `ports` (who holds a host port) and
-//! `networks` (the podman networks a module declares).
+//! container just started runs, and its log tail), `ports` (who holds a host port),
+//! `networks` (the podman networks a module declares) and `job` (a job's container run to its
+//! end).
 
 mod error;
+mod job;
 mod judge;
 mod lifecycle;
 mod networks;
@@ -325,6 +327,34 @@ impl Podman {
     ) -> Result<(), PodmanError> {
         let spec = declared.spec;
         ports_free(spec)?;
+        let args = self.run_arguments(declared, sources);
+        let env: Vec<(&str, &str)> = spec
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        match self.run_ok(&args, &env) {
+            Ok(_) => Ok(()),
+            Err(error) => {
+                // A container made but not started would be found next time as ours and merely
+                // started; remove it so the next apply creates it afresh.
+                if let Ok(Some(_)) = self.ours(&spec.name, Some(declared.id)) {
+                    let _ = self.remove_container(&spec.name);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// `podman run --detach` of the declared container, with its labels, mounts (at
+    /// `sources`) and every field it declares; its environment's values are given to podman's
+    /// own environment, never here.
+    fn run_arguments(
+        &self,
+        declared: &DeclaredContainer<'_>,
+        sources: &[PathBuf],
+    ) -> Vec<OsString> {
+        let spec = declared.spec;
         let run_spec = RunSpec::of(spec);
         let (spec_json, digest) = run_spec.label();
         let mut args = os(&["run", "--detach", "--name", &spec.name]);
@@ -358,22 +388,7 @@ impl Podman {
         args.extend(run_spec.serves.run_args());
         args.push(spec.image.clone().into());
         args.extend(spec.command.iter().map(OsString::from));
-        let env: Vec<(&str, &str)> = spec
-            .env
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        match self.run_ok(&args, &env) {
-            Ok(_) => Ok(()),
-            Err(error) => {
-                // A container made but not started would be found next time as ours and merely
-                // started; remove it so the next apply creates it afresh.
-                if let Ok(Some(_)) = self.ours(&spec.name, Some(declared.id)) {
-                    let _ = self.remove_container(&spec.name);
-                }
-                Err(error)
-            }
-        }
+        args
     }
 
     fn remove_container(&self, name: &str) -> Result<(), PodmanError> {

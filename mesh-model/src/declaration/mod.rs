@@ -16,6 +16,7 @@
 //! host that reads only format 1 refuses a format-2 declaration rather than misread it.
 
 mod container;
+mod job;
 mod port;
 mod sealed;
 
@@ -24,6 +25,7 @@ pub use container::{
     restart_problem, user_problem, ContainerSpec, Device, HealthCheck, Limits, Mount,
     DEFAULT_HEALTH_WITHIN_MS, DEFAULT_SETTLE_MS, NETWORK_BRIDGE, NETWORK_HOST, RESERVED_LABELS,
 };
+pub use job::{JobSpec, DEFAULT_JOB_TIMEOUT_SECS};
 pub use port::{PortMapping, Protocol};
 pub use sealed::{Declared, Sealed};
 
@@ -92,6 +94,8 @@ pub enum Spec {
     Network(NetworkSpec),
     /// A system account and its group.
     Account(AccountSpec),
+    /// A container run to completion before what comes after it.
+    Job(Box<JobSpec>),
 }
 
 impl Spec {
@@ -104,6 +108,7 @@ impl Spec {
             Spec::Container(_) => "container",
             Spec::Network(_) => "network",
             Spec::Account(_) => "account",
+            Spec::Job(_) => "job",
         }
     }
 }
@@ -367,9 +372,11 @@ impl Declaration {
             let path = match &r.spec {
                 Spec::File(f) => Some(f.path.as_str()),
                 Spec::Directory(d) => Some(d.path.as_str()),
-                Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) | Spec::Account(_) => {
-                    None
-                }
+                Spec::Membership(_)
+                | Spec::Container(_)
+                | Spec::Network(_)
+                | Spec::Account(_)
+                | Spec::Job(_) => None,
             };
             if let Some(path) = path {
                 if let Some(problem) = path_problem(path) {
@@ -423,10 +430,12 @@ impl Declaration {
                         out.push(format!("`{}`: home {problem}", r.id));
                     }
                 }
+                Spec::Job(j) => out.extend(self.job_problems(r, j)),
                 Spec::Membership(_) => {}
             }
         }
         out.extend(self.port_collisions());
+        out.extend(self.container_name_collisions());
         out.extend(self.account_collisions());
         out
     }
@@ -458,6 +467,55 @@ impl Declaration {
                 resource.id, network.id
             )
         })
+    }
+
+    /// What is wrong with a job, if anything: its own fields, its mounts and network as a
+    /// container's, and each file it runs again on is declared and comes before it.
+    fn job_problems(&self, resource: &Resource, job: &JobSpec) -> Vec<String> {
+        let id = &resource.id;
+        let mut out: Vec<String> = job
+            .problems()
+            .into_iter()
+            .map(|problem| format!("`{id}`: {problem}"))
+            .collect();
+        for m in &job.run.mounts {
+            if let Some(problem) = path_problem(&m.source) {
+                out.push(format!("`{id}`: mount source {problem}"));
+            }
+        }
+        out.extend(self.network_problem(resource, &job.run));
+        for file in &job.rerun_on {
+            if !matches!(self.resource(file).map(|r| &r.spec), Some(Spec::File(_))) {
+                out.push(format!(
+                    "`{id}`: runs again on `{file}`, which is not a declared file"
+                ));
+            } else if !resource.after.contains(file) {
+                out.push(format!(
+                    "`{id}`: runs again on `{file}` and must come after it"
+                ));
+            }
+        }
+        out
+    }
+
+    /// Two containers or jobs of one name on the machine, each pair said once, naming both.
+    fn container_name_collisions(&self) -> Vec<String> {
+        let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut out = Vec::new();
+        for r in &self.resources {
+            let name = match &r.spec {
+                Spec::Container(c) => &c.name,
+                Spec::Job(j) => &j.run.name,
+                _ => continue,
+            };
+            if let Some(other) = seen.insert(name, &r.id) {
+                out.push(format!(
+                    "`{other}` and `{}` both run a container named `{name}`",
+                    r.id
+                ));
+            }
+        }
+        out
     }
 
     /// Two accounts of one name, or asking one uid or gid, each pair said once, naming both.
@@ -507,7 +565,8 @@ impl Declaration {
                 | Spec::Directory(_)
                 | Spec::Membership(_)
                 | Spec::Network(_)
-                | Spec::Account(_) => None,
+                | Spec::Account(_)
+                | Spec::Job(_) => None,
             })
             .flat_map(|(id, ports)| ports.iter().map(move |port| (id, port)))
             .collect();

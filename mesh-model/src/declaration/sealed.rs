@@ -34,7 +34,8 @@ impl Sealed {
                 | Spec::Membership(_)
                 | Spec::Container(_)
                 | Spec::Network(_)
-                | Spec::Account(_) => None,
+                | Spec::Account(_)
+                | Spec::Job(_) => None,
             })
             .collect();
         let problems = declaration.problems();
@@ -109,7 +110,8 @@ impl Declared for Declaration {
             | Spec::Membership(_)
             | Spec::Container(_)
             | Spec::Network(_)
-            | Spec::Account(_) => None,
+            | Spec::Account(_)
+            | Spec::Job(_) => None,
         }
     }
     fn problems(&self) -> std::borrow::Cow<'_, [String]> {

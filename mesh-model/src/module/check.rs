@@ -119,6 +119,20 @@ pub(super) fn check_module(
             &check_text,
         );
     }
+    for (name, job) in &d.jobs {
+        let key = format!("jobs.{name}");
+        super::job::check_job(&key, name, job, d, &mut say, &check_text);
+        if d.containers.contains_key(&format!("job-{name}")) {
+            say(
+                key,
+                format!(
+                    "the container `job-{name}` would have the job's name on the machine \
+                     (`mesh-{}-job-{name}`)",
+                    d.name
+                ),
+            );
+        }
+    }
     for (name, mship) in &d.memberships {
         let key = format!("memberships.{name}");
         check_name(&key, name, &mut say);

@@ -98,6 +98,10 @@ pub struct ContainerDefinition {
     /// Host devices it reaches (`source` may use settings: a node maps its own device path).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<DeviceDefinition>,
+    /// Resources of this module (`kind/NAME`, such as `job/migrate`) it comes after: it waits
+    /// until they have applied (a job: succeeded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
 }
 
 /// A host device a container reaches.
@@ -218,6 +222,15 @@ pub(super) fn check_container(
         }
         for (i, arg) in health.command.iter().enumerate() {
             check_text(format!("{key}.health.command[{i}]"), arg, say);
+        }
+    }
+    let refs = d.resource_refs();
+    for (i, reference) in c.after.iter().enumerate() {
+        if !refs.contains(reference) {
+            say(
+                format!("{key}.after[{i}]"),
+                format!("`{reference}` is not a resource of this module (expected kind/name)"),
+            );
         }
     }
     check_serving(key, c, d, say, check_text);

@@ -29,6 +29,12 @@
 //! restart-on = ["config"]
 //! settle = "2s"                  # judged alive this long after it (re)starts (default 2s)
 //! health = { command = ["wget", "-q", "-O-", "http://127.0.0.1:{{port}}/"], within = "30s" }
+//! after = ["job/migrate"]        # waits until the job has succeeded
+//!
+//! [jobs.migrate]                 # a container run to completion; it must exit 0
+//! image = "localhost/mesh-busybox:latest"
+//! command = ["sh", "-c", "echo migrated"]
+//! rerun-on = ["file/config"]     # runs again when this file (or image, command, env) changes
 //! ```
 //!
 //! `drift = "correct" | "report"` (top level, default `correct`) says what the host does with
@@ -37,9 +43,11 @@
 mod check;
 mod container;
 mod cycles;
+mod job;
 
 pub use container::{ContainerDefinition, DeviceDefinition, HealthDefinition, MountDefinition};
 pub use cycles::find_cycles;
+pub use job::JobDefinition;
 
 use crate::Diagnostic;
 use serde::{Deserialize, Serialize};
@@ -275,6 +283,9 @@ pub struct ModuleDefinition {
     /// System accounts (each with its own group), by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub accounts: BTreeMap<String, AccountDefinition>,
+    /// Containers run to completion, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub jobs: BTreeMap<String, JobDefinition>,
     /// Bus grants.
     #[serde(default)]
     pub grants: Grants,
@@ -336,6 +347,7 @@ impl ModuleDefinition {
         refs.extend(self.memberships.keys().map(|n| format!("membership/{n}")));
         refs.extend(self.networks.keys().map(|n| format!("network/{n}")));
         refs.extend(self.accounts.keys().map(|n| format!("account/{n}")));
+        refs.extend(self.jobs.keys().map(|n| format!("job/{n}")));
         refs
     }
 

@@ -1,5 +1,5 @@
 //! Composing a module's accounts, and ordering what names one after it: a file, directory or
-//! place it owns, a membership of it, a container that runs as it (by its fixed ids, as podman
+//! place it owns, a membership of it, a container or job that runs as it (by its fixed ids, as podman
 //! runs a container as ids, not as a name the image does not know).
 
 use super::{ComposeProblem, ModuleComposer};
@@ -55,6 +55,7 @@ impl ModuleComposer<'_> {
                 Spec::Directory(d) => vec![&d.owner, &d.group],
                 Spec::Membership(m) => vec![&m.account],
                 Spec::Container(c) => c.user.as_deref().into_iter().collect(),
+                Spec::Job(j) => j.run.user.as_deref().into_iter().collect(),
                 Spec::Network(_) | Spec::Account(_) => Vec::new(),
             };
             let named: Vec<&(String, Option<u32>, Option<u32>)> = accounts
@@ -65,15 +66,22 @@ impl ModuleComposer<'_> {
                 .iter()
                 .map(|(name, ..)| resource_id(&module, "account", name))
                 .collect();
-            if let (Spec::Container(c), Some((name, uid, gid))) =
-                (&mut resource.spec, named.first())
-            {
+            let section = match resource.spec {
+                Spec::Job(_) => "jobs",
+                _ => "containers",
+            };
+            let container = match &mut resource.spec {
+                Spec::Container(c) => Some(&mut **c),
+                Spec::Job(j) => Some(&mut j.run),
+                _ => None,
+            };
+            if let (Some(c), Some((name, uid, gid))) = (container, named.first()) {
                 match (uid, gid) {
                     (Some(uid), Some(gid)) => c.user = Some(format!("{uid}:{gid}")),
                     _ => self.problems.push(ComposeProblem::BadValue {
                         module: module.clone(),
                         key: format!(
-                            "containers.{}.user",
+                            "{section}.{}.user",
                             resource.id.rsplit('/').next().unwrap_or_default()
                         ),
                         problem: format!(

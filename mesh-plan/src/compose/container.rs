@@ -17,7 +17,19 @@ impl ModuleComposer<'_> {
         container: &ContainerDefinition,
         place_paths: &BTreeMap<&str, String>,
     ) -> Resource {
-        let key = format!("containers.{name}");
+        self.container_at(&format!("containers.{name}"), name, container, place_paths)
+    }
+
+    /// [`ModuleComposer::container`] of the definition at `key` (a job's container is
+    /// composed as one, at `jobs.<name>`).
+    pub(super) fn container_at(
+        &mut self,
+        key: &str,
+        name: &str,
+        container: &ContainerDefinition,
+        place_paths: &BTreeMap<&str, String>,
+    ) -> Resource {
+        let key = key.to_owned();
         let mut after = BTreeSet::new();
         let mut mounts = Vec::with_capacity(container.mounts.len());
         for (i, mount) in container.mounts.iter().enumerate() {
@@ -38,6 +50,11 @@ impl ModuleComposer<'_> {
             .map(|file| resource_id(self.name(), "file", file))
             .collect();
         after.extend(restart_on.iter().cloned());
+        for reference in &container.after {
+            if let Some((kind, name)) = reference.split_once('/') {
+                after.insert(resource_id(self.name(), kind, name));
+            }
+        }
         let serving = self.serving(&key, container);
         if let Some(network) = container
             .network

@@ -20,8 +20,11 @@
 
 mod accounts;
 mod container;
+mod job;
 
 pub use container::container_name;
+#[cfg(test)]
+pub(crate) use job::tests::JOBS as JOBS_FIXTURE;
 
 use mesh_model::declaration::{
     path_problem, resource_id, ArchivedFile, Declaration, DirectorySpec, FileSpec, MembershipSpec,
@@ -448,6 +451,9 @@ fn compose_module(
     for (name, account) in &definition.accounts {
         resources.push(c.account(name, account));
     }
+    for (name, job) in &definition.jobs {
+        resources.push(c.job(name, job, &place_paths));
+    }
     c.account_edges(&mut resources[first..]);
 }
 
@@ -462,16 +468,19 @@ fn add_directory_edges(resources: &mut [Resource]) {
             | Spec::Membership(_)
             | Spec::Container(_)
             | Spec::Network(_)
-            | Spec::Account(_) => None,
+            | Spec::Account(_)
+            | Spec::Job(_) => None,
         })
         .collect();
     for resource in resources.iter_mut() {
         let path = match &resource.spec {
             Spec::File(f) => f.path.as_str(),
             Spec::Directory(d) => d.path.as_str(),
-            Spec::Membership(_) | Spec::Container(_) | Spec::Network(_) | Spec::Account(_) => {
-                continue
-            }
+            Spec::Membership(_)
+            | Spec::Container(_)
+            | Spec::Network(_)
+            | Spec::Account(_)
+            | Spec::Job(_) => continue,
         };
         let mut rest = path.trim_end_matches('/');
         while let Some((parent, _)) = rest.rsplit_once('/') {

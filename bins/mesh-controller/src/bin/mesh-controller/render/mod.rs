@@ -193,6 +193,14 @@ pub fn declaration(declaration: &Declaration) -> String {
                 let id = |id: Option<u32>| id.map_or("any".to_owned(), |id| id.to_string());
                 format!("account {} (uid {}, gid {})", a.name, id(a.uid), id(a.gid))
             }
+            Spec::Job(j) => {
+                let command = if j.run.command.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {}", j.run.command.join(" "))
+                };
+                format!("job {}: {}{command}, to its end", j.run.name, j.run.image)
+            }
             Spec::Container(c) => {
                 let mounts: Vec<String> = c
                     .mounts
