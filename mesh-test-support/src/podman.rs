@@ -3,7 +3,7 @@
 //! busybox image.
 
 use mesh_apply::{ContainerStatus, Podman, PodmanConfig};
-use mesh_model::declaration::{resource_id, ContainerSpec, Mount, Resource, Spec};
+use mesh_model::declaration::{resource_id, ContainerSpec, JobSpec, Mount, Resource, Spec};
 use std::path::Path;
 use std::process::Command;
 
@@ -212,6 +212,35 @@ pub fn container(module: &str, name: &str, machine_name: &str) -> Resource {
             health: None,
             ..ContainerSpec::default()
         })),
+    }
+}
+
+/// A job resource `<module>/job/<name>` running `sh -c SCRIPT` in the busybox image, as
+/// `machine_name` while it runs.
+pub fn job(module: &str, name: &str, machine_name: &str, script: &str) -> Resource {
+    Resource {
+        id: resource_id(module, "job", name),
+        module: module.to_owned(),
+        together: None,
+        after: Vec::new(),
+        spec: Spec::Job(Box::new(JobSpec {
+            run: ContainerSpec {
+                name: machine_name.to_owned(),
+                image: image(),
+                command: vec!["sh".to_owned(), "-c".to_owned(), script.to_owned()],
+                ..ContainerSpec::default()
+            },
+            rerun_on: Vec::new(),
+            timeout_secs: None,
+        })),
+    }
+}
+
+/// The job spec of `resource`, which must be a job.
+pub fn job_mut(resource: &mut Resource) -> &mut JobSpec {
+    match &mut resource.spec {
+        Spec::Job(job) => job,
+        other => panic!("not a job: {other:?}"),
     }
 }
 
