@@ -28,6 +28,15 @@ pub enum TemplateError {
         /// The dotted key.
         key: String,
     },
+    /// A reference to a secret where only its value would do: a secret is never rendered by
+    /// the controller (the rule “A secret is readable only where it is used”).
+    #[error(
+        "`{key}` is a secret, and a secret is rendered only into a file's template, on its host"
+    )]
+    Secret {
+        /// The dotted key.
+        key: String,
+    },
 }
 
 /// The dotted keys a template refers to, in order of appearance.
@@ -58,6 +67,11 @@ pub fn render(text: &str, settings: &Value) -> Result<String, TemplateError> {
                 let value = lookup(settings, key).ok_or_else(|| TemplateError::Unknown {
                     key: key.to_owned(),
                 })?;
+                if crate::secret::holds_secret(value) {
+                    return Err(TemplateError::Secret {
+                        key: key.to_owned(),
+                    });
+                }
                 match value {
                     Value::String(s) => out.push_str(s),
                     other => out.push_str(&other.to_string()),
@@ -138,6 +152,20 @@ mod tests {
     fn names_the_unknown_key() {
         let err = render("x {{ nope.deep }}", &json!({})).unwrap_err();
         assert_eq!(err.to_string(), "no setting `nope.deep`");
+    }
+
+    #[test]
+    fn a_secret_is_never_rendered() {
+        let secret = crate::secret::SecretValue {
+            digest: format!("sha256:{}", "0".repeat(64)),
+            ciphertext: "YWdl".into(),
+        };
+        let settings = json!({"password": secret.to_json(), "db": {"password": secret.to_json()}});
+        for text in ["{{ password }}", "{{ db }}"] {
+            let err = render(text, &settings).unwrap_err();
+            assert!(matches!(err, TemplateError::Secret { .. }), "{err}");
+            assert!(!err.to_string().contains("YWdl"));
+        }
     }
 
     #[test]

@@ -42,8 +42,11 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// The type of `value`.
+    /// The type of `value`; a secret is text.
     pub fn of(value: &Value) -> Kind {
+        if mesh_model::secret::SecretValue::from_json(value).is_some() {
+            return Kind::String;
+        }
         match value {
             Value::Null => Kind::Null,
             Value::Bool(_) => Kind::Bool,
@@ -261,7 +264,7 @@ impl Finder<'_> {
             module: self.module.to_owned(),
             layer: self.scope.clone(),
             key,
-            value: value.clone(),
+            value: mesh_model::secret::shown(value),
             why: Why::NotAccepted,
             instead: Instead::Nothing,
         });
@@ -271,8 +274,10 @@ impl Finder<'_> {
     /// the default holds), anything else by type.
     fn compare(&mut self, key: String, default: &Value, value: &Value) {
         match (default, value) {
-            (Value::Object(default), Value::Object(value)) => {
-                for (inner, value) in value {
+            (Value::Object(default), Value::Object(inner_values))
+                if Kind::of(value) == Kind::Object =>
+            {
+                for (inner, value) in inner_values {
                     if let Some(default) = default.get(inner) {
                         self.compare(format!("{key}.{inner}"), default, value);
                     }
@@ -286,7 +291,7 @@ impl Finder<'_> {
                     .filter(|v| Kind::of(v) == accepts);
                 let instead = match below {
                     Some(value) => Instead::MeshLayer {
-                        value: value.clone(),
+                        value: mesh_model::secret::shown(value),
                     },
                     None => Instead::Default {
                         value: default.clone(),
@@ -296,7 +301,7 @@ impl Finder<'_> {
                     module: self.module.to_owned(),
                     layer: self.scope.clone(),
                     key,
-                    value: value.clone(),
+                    value: mesh_model::secret::shown(value),
                     why: Why::OtherType {
                         accepts,
                         found: Kind::of(value),

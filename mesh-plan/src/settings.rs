@@ -5,8 +5,11 @@
 //! replacement adds, changes and removes, by dotted path (nested objects compared key by key),
 //! and refuses a replacement that removes anything unless the person said `--replace`.
 //! [`SettingsChange::render_text`] is the answer a person reads; the value itself serializes for
-//! `--output json`.
+//! `--output json`. A secret is one value, compared by its digest and shown as
+//! `<secret sha256:…>`, never its ciphertext (the rule “A secret is readable only where it is
+//! used”).
 
+use mesh_model::secret::{shown, SecretValue};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::fmt::Write as _;
@@ -127,6 +130,16 @@ fn join(prefix: &str, key: &str) -> String {
 
 fn compare(path: &str, old: &Value, new: &Value, out: &mut SettingsChange) {
     match (old, new) {
+        // A secret is one value, the same when its digest is (each set encrypts anew).
+        (old, new) if is_secret(old) || is_secret(new) => {
+            if secret_or_value(old) != secret_or_value(new) {
+                out.changed.push(KeyChanged {
+                    key: path.to_owned(),
+                    old: shown(old),
+                    new: shown(new),
+                });
+            }
+        }
         (Value::Object(old), Value::Object(new)) => {
             for (key, old_value) in old {
                 let key_path = join(path, key);
@@ -158,17 +171,29 @@ fn compare(path: &str, old: &Value, new: &Value, out: &mut SettingsChange) {
     }
 }
 
+fn is_secret(value: &Value) -> bool {
+    SecretValue::from_json(value).is_some()
+}
+
+/// A secret compares by its digest, anything else whole.
+fn secret_or_value(value: &Value) -> Value {
+    match SecretValue::from_json(value) {
+        Some(Ok(secret)) => Value::String(secret.to_string()),
+        Some(Err(_)) | None => value.clone(),
+    }
+}
+
 /// A removed object names every leaf key it held (so a person sees each dropped setting).
 fn removed(path: &str, old: &Value, out: &mut SettingsChange) {
     match old {
-        Value::Object(object) if !object.is_empty() => {
+        Value::Object(object) if !object.is_empty() && !is_secret(old) => {
             for (key, value) in object {
                 removed(&join(path, key), value, out);
             }
         }
         other => out.removed.push(KeyRemoved {
             key: path.to_owned(),
-            old: other.clone(),
+            old: shown(other),
         }),
     }
 }
@@ -176,14 +201,14 @@ fn removed(path: &str, old: &Value, out: &mut SettingsChange) {
 /// An added object names every leaf key it brings.
 fn added(path: &str, new: &Value, out: &mut SettingsChange) {
     match new {
-        Value::Object(object) if !object.is_empty() => {
+        Value::Object(object) if !object.is_empty() && !is_secret(new) => {
             for (key, value) in object {
                 added(&join(path, key), value, out);
             }
         }
         other => out.added.push(KeyAdded {
             key: path.to_owned(),
-            value: other.clone(),
+            value: shown(other),
         }),
     }
 }
@@ -352,6 +377,44 @@ mod tests {
         );
         assert_eq!(change.decision, SettingsDecision::Refused);
         assert_eq!(change.removed.len(), 3 + 8 + 2 + 4 + 2);
+        insta::assert_snapshot!(text);
+    }
+
+    fn secret(digest: char, ciphertext: &str) -> Value {
+        SecretValue {
+            digest: format!("sha256:{}", digest.to_string().repeat(64)),
+            ciphertext: ciphertext.into(),
+        }
+        .to_json()
+    }
+
+    #[test]
+    fn a_secret_is_one_value_compared_by_its_digest_and_shown_without_its_ciphertext() {
+        let old = serde_json::json!({"port": 1, "password": secret('a', "Y2lwaGVyLW9uZQ==")});
+        // Set again to the same value: a new ciphertext, the same digest — nothing changes.
+        let same = serde_json::json!({"port": 1, "password": secret('a', "Y2lwaGVyLXR3bw==")});
+        assert_eq!(
+            settings_change(Some(&old), &same, false).decision,
+            SettingsDecision::Unchanged
+        );
+        let changed = serde_json::json!({"port": 1, "password": secret('b', "Y2lwaGVyLXR3bw==")});
+        let added = serde_json::json!({"port": 1, "password": secret('a', "x"), "token": secret('c', "Y2lwaGVyLXRocmVl")});
+        let mut text = String::new();
+        for (old, new, replace) in [
+            (Some(&old), &changed, false),
+            (Some(&old), &added, false),
+            (Some(&old), &serde_json::json!({"port": 1}), true),
+        ] {
+            let change = settings_change(old, new, replace);
+            let shown = format!(
+                "{}\n{}\n",
+                change.render_text("db, mesh layer"),
+                serde_json::to_string(&change).unwrap()
+            );
+            assert!(!shown.contains("Y2lw"), "{shown}");
+            text.push_str(&shown);
+        }
+        assert!(text.contains(&format!("<secret sha256:{}>", "b".repeat(64))));
         insta::assert_snapshot!(text);
     }
 }

@@ -5,6 +5,7 @@ use crate::error::{Error, Result};
 use crate::home::{HistoryRecord, Home, LayerChange};
 use mesh_model::inventory::{check_layer, LayerScope};
 use mesh_model::module::Catalogue;
+use mesh_model::secret::shown;
 use mesh_plan::{settings_change, SettingsChange, SettingsDecision};
 use serde::Serialize;
 use serde_json::Value;
@@ -91,9 +92,15 @@ impl Shown {
 pub fn show(on: &On<'_>, module: &str, node: Option<&str>, history: bool) -> Result<Shown> {
     let (home, catalogue) = (on.home, on.catalogue);
     let scope = scope(home, catalogue, module, node)?;
-    let layer = home.layer(module, &scope)?;
+    // A secret is shown by its digest, never its ciphertext (the rule “A secret is readable
+    // only where it is used”).
+    let layer = home.layer(module, &scope)?.map(|layer| shown(&layer));
     let history = if history {
-        Some(home.history(module, &scope)?)
+        let mut records = home.history(module, &scope)?;
+        for record in &mut records {
+            record.layer = record.layer.as_ref().map(shown);
+        }
+        Some(records)
     } else {
         None
     };
@@ -256,6 +263,78 @@ pub fn set(
     })?;
     check(catalogue, module, &layer)?;
     replace(on, module, node, &scope, Some(layer), replace_keys, now)
+}
+
+/// `layer` with `value` at the dotted `path` (intermediate tables made as needed), or `None`
+/// when something on the way is not a table.
+fn with_value_at(layer: &Value, path: &str, value: Value) -> Option<Value> {
+    let mut layer = layer.clone();
+    let mut at = &mut layer;
+    let mut keys = path.split('.').peekable();
+    while let Some(key) = keys.next() {
+        let object = at.as_object_mut()?;
+        if keys.peek().is_none() {
+            object.insert(key.to_owned(), value);
+            return Some(layer);
+        }
+        at = object
+            .entry(key.to_owned())
+            .or_insert_with(|| Value::Object(Default::default()));
+    }
+    None
+}
+
+/// `settings set-secret MODULE KEY [--node NODE]`: sets one key of a layer to a secret, its
+/// value read by the caller from standard input (never from the command line), sealed to the
+/// mesh key and the operators' keys (`crate::secrets::seal`); the layer keeps the ciphertext
+/// only, and the answer shows the keyed digest. The layer's other keys are kept; the replaced
+/// layer is kept in the history like any set.
+///
+/// # Errors
+/// An unknown module, node or key (nothing changed), an empty value, a key under a value that
+/// is not a table, or a record that cannot be read or written.
+pub fn set_secret(
+    on: &On<'_>,
+    module: &str,
+    node: Option<&str>,
+    key: &str,
+    value: &[u8],
+    now: u64,
+) -> Result<Answer> {
+    let (home, catalogue) = (on.home, on.catalogue);
+    let scope = scope(home, catalogue, module, node)?;
+    if !mesh_model::template::is_dotted_key(key) {
+        return Err(Error::invalid(format!(
+            "`{key}` is not a setting's key (a dotted path of letters, digits, `_` and `-`)"
+        )));
+    }
+    let secret = crate::secrets::seal(home, value)?.to_json();
+    let empty = Value::Object(Default::default());
+    let mut change = None;
+    let replaced = home.replace_layer(module, &scope, on.command, now, &mut |old| {
+        let layer = with_value_at(old.unwrap_or(&empty), key, secret.clone()).ok_or_else(|| {
+            Error::refused(format!(
+                "{}: `{key}` is inside a value that is not a table; nothing changed",
+                describe(module, &scope)
+            ))
+        })?;
+        check(catalogue, module, &layer)?;
+        let decided = settings_change(old, &layer, false);
+        let goes_ahead = decided.decision.goes_ahead();
+        change = Some(decided);
+        Ok(if goes_ahead {
+            LayerChange::Set(layer)
+        } else {
+            LayerChange::Leave
+        })
+    })?;
+    Ok(Answer {
+        module: module.to_owned(),
+        node: node.map(str::to_owned),
+        change: change.ok_or_else(|| Error::internal("the layer was never decided on"))?,
+        kept_as_revision: replaced.kept.map(|record| record.revision),
+        raced: replaced.raced,
+    })
 }
 
 /// `settings clear MODULE [--node NODE]`.

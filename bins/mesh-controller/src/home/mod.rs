@@ -37,6 +37,8 @@
 //! <home>/store/lock, <home>/store/oci/        the store lock, the default archive store
 //! <home>/bus/passwords/controller             the controller's own bus password
 //! <home>/bus/nkey.seed                        the controller's own NKey seed (`broker keygen`)
+//! <home>/secrets/mesh.key                     the mesh's secrets key, 0600 ([`crate::secrets`])
+//! <home>/secrets/recipients                   the operators' age keys
 //! <home>/records-moved                        where the records went (`records import`)
 //! ```
 //!

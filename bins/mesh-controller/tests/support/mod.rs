@@ -103,6 +103,34 @@ impl Mesh {
         }
     }
 
+    /// Runs the controller with `args`, `input` on its standard input.
+    pub fn run_stdin(&self, args: &[&str], input: &[u8]) -> Run {
+        use std::io::Write as _;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mesh-controller"))
+            .arg("--home")
+            .arg(self.home())
+            .args(args)
+            .env_remove("MESH_HOME")
+            .env_remove("MESH_FAIL_AT")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the controller starts");
+        child
+            .stdin
+            .take()
+            .expect("its standard input")
+            .write_all(input)
+            .expect("the controller reads its standard input");
+        let out = child.wait_with_output().expect("the controller runs");
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8(out.stdout).expect("UTF-8 output"),
+            stderr: String::from_utf8(out.stderr).expect("UTF-8 output"),
+        }
+    }
+
     /// Starts the controller with `args` without waiting, its output discarded.
     pub fn spawn(&self, args: &[&str]) -> std::process::Child {
         Command::new(env!("CARGO_BIN_EXE_mesh-controller"))

@@ -16,7 +16,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
 use commands::{
     broker, build, check, completions, demo, init, man, merge, node, plan, plans, push, records,
-    repo, runtimes, serve, settings, status,
+    repo, runtimes, secrets, serve, settings, status,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -156,6 +156,9 @@ enum Command {
     /// started on another machine resumes from them.
     #[command(subcommand)]
     Records(records::Command),
+    /// The mesh's secrets: the operators' keys, and a new mesh secrets key.
+    #[command(subcommand)]
+    Secrets(secrets::Command),
 }
 
 fn main() -> ExitCode {
@@ -205,6 +208,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Broker(command) => broker::exec(command, &env),
         Command::Node(command) => node::exec(command, &env),
         Command::Records(command) => records::exec(command, &env),
+        Command::Secrets(command) => secrets::exec(command, &env),
     };
     // Records read in an older format were migrated on the way: say so, once.
     for note in env.home.take_migrations() {

@@ -19,6 +19,7 @@ pub mod push;
 pub mod records;
 pub mod repo;
 pub mod runtimes;
+pub mod secrets;
 pub mod serve;
 pub mod settings;
 pub mod status;

@@ -37,6 +37,22 @@ pub enum Command {
         #[arg(long)]
         replace: bool,
     },
+    /// Sets one key of a layer to a secret read from standard input (never from the command
+    /// line): stored encrypted to the mesh's secrets key and the operators' keys, shown
+    /// everywhere as `<secret sha256:…>`. The layer's other keys are kept, and the replaced
+    /// layer is kept in the history. A trailing newline is part of the value: use
+    /// `printf %s` (or `< file`) to leave it out.
+    ///
+    /// Exit codes: 0 set (or unchanged: the same value); 1 error (nothing changed).
+    SetSecret {
+        /// The module.
+        module: String,
+        /// The setting's key (dotted for a nested one: `tls.key`).
+        key: String,
+        /// The node's layer (default: the mesh layer).
+        #[arg(long)]
+        node: Option<String>,
+    },
     /// Removes a layer; it is kept in the history like a set.
     Clear {
         /// The module.
@@ -113,6 +129,10 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
                 Output::Text => print!("{}", render::settings_renamed(&renamed)),
             }
             return Ok(ExitCode::SUCCESS);
+        }
+        Command::SetSecret { module, key, node } => {
+            let value = super::secrets::read_standard_input()?;
+            settings::set_secret(&on, &module, node.as_deref(), &key, &value, now)?
         }
         Command::Clear { module, node } => settings::clear(&on, &module, node.as_deref(), now)?,
         Command::Restore {

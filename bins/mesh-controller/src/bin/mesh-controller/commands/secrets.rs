@@ -1,0 +1,96 @@
+//! `secrets`: the operators' keys and a new mesh secrets key; and reading a secret's value
+//! from standard input for `settings set-secret`.
+
+use crate::Output;
+use anyhow::{Context as _, Result};
+use clap::Subcommand;
+use mesh_controller::secrets;
+use std::io::Read as _;
+use std::process::ExitCode;
+
+/// `secrets` subcommands.
+#[derive(Subcommand)]
+pub enum Command {
+    /// The operators' age keys: every secret at rest is also encrypted to each, so a person
+    /// can open one with the `age` tool in an emergency.
+    #[command(subcommand)]
+    Recipients(Recipients),
+    /// Makes a new mesh secrets key and encrypts every secret at rest (every settings layer
+    /// and its history) to it and the operators' keys again; says how many values it
+    /// re-encrypted. The keyed digests change with the key, so the next push sends every node
+    /// that uses a secret, with the same contents. A rotation stopped midway is finished by
+    /// running it again.
+    ///
+    /// Exit codes: 0 rotated; 1 error (run it again).
+    Rotate,
+}
+
+/// `secrets recipients` subcommands.
+#[derive(Subcommand)]
+pub enum Recipients {
+    /// Adds an operator's key (`age1…`) and encrypts every secret at rest to it too.
+    Add {
+        /// The key.
+        key: String,
+    },
+    /// Removes an operator's key and encrypts every secret at rest again without it (the
+    /// history's earlier ciphertexts it could open are not unmade: rotate the secrets).
+    Remove {
+        /// The key.
+        key: String,
+    },
+}
+
+/// A secret's value from standard input, held zeroized; never from the command line, where
+/// `ps` and the shell's history would see it.
+///
+/// # Errors
+/// Standard input cannot be read.
+pub fn read_standard_input() -> Result<zeroize::Zeroizing<Vec<u8>>> {
+    let mut value = zeroize::Zeroizing::new(Vec::with_capacity(64 * 1024));
+    std::io::stdin()
+        .lock()
+        .take(64 * 1024 + 1)
+        .read_to_end(&mut value)
+        .context("reading the secret from standard input")?;
+    if value.len() > 64 * 1024 {
+        anyhow::bail!("a secret is at most 64 KiB; nothing changed");
+    }
+    Ok(value)
+}
+
+/// Runs a `secrets` command.
+pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
+    match command {
+        Command::Recipients(recipients) => {
+            let answer = match recipients {
+                Recipients::Add { key } => secrets::change_recipients(&env.home, &key, true)?,
+                Recipients::Remove { key } => secrets::change_recipients(&env.home, &key, false)?,
+            };
+            match env.output {
+                Output::Json => env.print_json(&answer)?,
+                Output::Text => {
+                    println!(
+                        "{} operator key(s); {} secret value(s) encrypted to them again",
+                        answer.recipients.len(),
+                        answer.resealed
+                    );
+                    for key in &answer.recipients {
+                        println!("  {key}");
+                    }
+                }
+            }
+        }
+        Command::Rotate => {
+            let rotated = secrets::rotate(&env.home)?;
+            match env.output {
+                Output::Json => env.print_json(&rotated)?,
+                Output::Text => println!(
+                    "a new mesh secrets key ({}); {} secret value(s) re-encrypted to it",
+                    rotated.mesh_key, rotated.resealed
+                ),
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

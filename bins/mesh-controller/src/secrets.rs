@@ -1,0 +1,272 @@
+//! The mesh's secrets on the controller: its secrets key and the operators' keys in the home,
+//! `settings set-secret`, `secrets recipients add|remove` and `secrets rotate` (the rule “A
+//! secret is readable only where it is used”).
+//!
+//! Start at [`seal`] (a value read from standard input, sealed to the mesh key and the
+//! operators' keys) and [`rotate`]. Where they are kept, under the home, never in the records:
+//!
+//! ```text
+//! <home>/secrets/mesh.key        the mesh's secrets key (an age identity, 0600; `mesh_secrets`)
+//! <home>/secrets/mesh.key.next   the next one, while `secrets rotate` is under way
+//! <home>/secrets/recipients      the operators' age keys, one a line
+//! ```
+//!
+//! Every record of a settings layer (and of its history) holds a secret as ciphertext only
+//! (`mesh_model::secret::SecretValue`); re-sealing one rewrites the record whole, by
+//! read-modify-write ([`mesh_store::record_store::RecordStore::update`]).
+//!
+//! What it must never do: write a secret's value anywhere, or put it in an error or a log.
+
+use crate::error::{Error, Result};
+use crate::home::Home;
+use mesh_model::secret::SecretValue;
+use mesh_secrets::{MeshKey, Recipient};
+use serde::Serialize;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::str::FromStr as _;
+
+/// The mesh's secrets key, relative to the home.
+pub const MESH_KEY_FILE: &str = "secrets/mesh.key";
+
+/// The next mesh key while `secrets rotate` is under way, relative to the home.
+pub const NEXT_MESH_KEY_FILE: &str = "secrets/mesh.key.next";
+
+/// The operators' keys, relative to the home.
+pub const RECIPIENTS_FILE: &str = "secrets/recipients";
+
+/// The record directories whose records may hold a secret: the settings layers and their
+/// history.
+const SECRET_BEARING: [&str; 2] = ["settings", "history/settings"];
+
+fn secrets_error(doing: String) -> impl FnOnce(mesh_secrets::SecretsError) -> Error {
+    move |source| Error::Invalid {
+        what: doing,
+        source: Some(Box::new(source)),
+    }
+}
+
+fn path_of(home: &Home, file: &str) -> PathBuf {
+    home.root().join(file)
+}
+
+/// The mesh's secrets key, made on first use.
+///
+/// # Errors
+/// A key file others may read (named), or one that cannot be read or made.
+pub fn mesh_key(home: &Home) -> Result<MeshKey> {
+    let path = path_of(home, MESH_KEY_FILE);
+    MeshKey::load_or_create(&path).map_err(secrets_error("reading the mesh's secrets key".into()))
+}
+
+/// The operators' keys (none when the file is absent).
+///
+/// # Errors
+/// A line of the file that is not a key (named by number).
+pub fn operators(home: &Home) -> Result<Vec<Recipient>> {
+    let path = path_of(home, RECIPIENTS_FILE);
+    mesh_secrets::recipients::read_recipients(&path)
+        .map_err(secrets_error("reading the operators' keys".into()))
+}
+
+/// Seals a value for a settings layer: encrypted to the mesh key and the operators' keys, with
+/// its keyed digest.
+///
+/// # Errors
+/// As [`mesh_key`] and [`operators`]; an empty value is refused.
+pub fn seal(home: &Home, value: &[u8]) -> Result<SecretValue> {
+    if value.is_empty() {
+        return Err(Error::refused(
+            "the secret read from standard input is empty; nothing changed",
+        ));
+    }
+    let key = mesh_key(home)?;
+    key.seal(&operators(home)?, value)
+        .map_err(secrets_error("sealing the secret".into()))
+}
+
+/// Replaces every secret a JSON value holds with what `each` makes of it, counting them.
+fn reseal_value(
+    value: &mut Value,
+    each: &mut dyn FnMut(&SecretValue) -> Result<SecretValue>,
+    count: &mut usize,
+) -> Result<()> {
+    if let Some(found) = SecretValue::from_json(value) {
+        let secret = found.map_err(Error::invalid)?;
+        *value = each(&secret)?.to_json();
+        *count += 1;
+        return Ok(());
+    }
+    match value {
+        Value::Object(object) => {
+            for inner in object.values_mut() {
+                reseal_value(inner, each, count)?;
+            }
+        }
+        Value::Array(items) => {
+            for inner in items {
+                reseal_value(inner, each, count)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Re-seals every secret of every settings layer and history record with `each`, each record
+/// rewritten whole by read-modify-write; answers how many values it re-sealed.
+fn reseal_records(
+    home: &Home,
+    each: &mut dyn FnMut(&SecretValue) -> Result<SecretValue>,
+) -> Result<usize> {
+    let records = home.records();
+    let mut total = 0;
+    for dir in SECRET_BEARING {
+        for key in records.keys_under(dir)? {
+            if dir == "settings" && key.starts_with("history/") {
+                continue;
+            }
+            let mut failure = None;
+            let mut counted = 0;
+            records
+                .update(&key, &mut |old| {
+                    counted = 0;
+                    let Some(old) = old else {
+                        return Err("removed meanwhile".into());
+                    };
+                    let mut value: Value =
+                        serde_json::from_slice(old).map_err(|e| e.to_string())?;
+                    if !mesh_model::secret::holds_secret(&value) {
+                        return Ok(old.to_vec());
+                    }
+                    match reseal_value(&mut value, each, &mut counted) {
+                        Ok(()) => serde_json::to_vec_pretty(&value).map_err(|e| e.to_string()),
+                        Err(error) => {
+                            let said = error.to_string();
+                            failure = Some(error);
+                            Err(said)
+                        }
+                    }
+                })
+                .map_err(|source| match failure.take() {
+                    Some(error) => Error::Invalid {
+                        what: format!("re-sealing the secrets of {key}"),
+                        source: Some(Box::new(error)),
+                    },
+                    None => Error::Records(source),
+                })?;
+            total += counted;
+        }
+    }
+    Ok(total)
+}
+
+/// What `secrets recipients add|remove` did.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct RecipientsAnswer {
+    /// The operators' keys now.
+    pub recipients: Vec<String>,
+    /// How many secret values were sealed again to them.
+    pub resealed: usize,
+}
+
+/// `secrets recipients add|remove KEY`: the operators' keys with `key` added (or removed),
+/// every secret at rest sealed again to the mesh key and them (its digest unchanged).
+///
+/// # Errors
+/// A key that is not an age key; removing a key that is not listed; a secret the mesh key
+/// cannot open.
+pub fn change_recipients(home: &Home, key: &str, add: bool) -> Result<RecipientsAnswer> {
+    let key = Recipient::from_str(key).map_err(secrets_error("reading the key".into()))?;
+    let mut keys = operators(home)?;
+    let listed = keys.contains(&key);
+    match (add, listed) {
+        (true, true) => {
+            return Err(Error::refused(format!(
+                "{key} is already an operator's key; nothing changed"
+            )))
+        }
+        (false, false) => {
+            return Err(Error::refused(format!(
+                "{key} is not an operator's key; nothing changed"
+            )))
+        }
+        (true, false) => keys.push(key),
+        (false, true) => keys.retain(|k| k != &key),
+    }
+    let mesh = mesh_key(home)?;
+    let path = path_of(home, RECIPIENTS_FILE);
+    crate::home::write_atomic(
+        &path,
+        mesh_secrets::recipients::recipients_text(&keys).as_bytes(),
+    )?;
+    let resealed = reseal_records(home, &mut |secret| {
+        let value = mesh
+            .open(secret)
+            .map_err(secrets_error("opening a secret with the mesh key".into()))?;
+        Ok(SecretValue {
+            digest: secret.digest.clone(),
+            ciphertext: mesh_secrets::seal::encrypt(
+                &[vec![mesh.recipient()], keys.clone()].concat(),
+                &value,
+            )
+            .map_err(secrets_error("sealing a secret".into()))?,
+        })
+    })?;
+    let mut recipients: Vec<String> = keys.iter().map(ToString::to_string).collect();
+    recipients.sort();
+    Ok(RecipientsAnswer {
+        recipients,
+        resealed,
+    })
+}
+
+/// What `secrets rotate` did.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Rotated {
+    /// The new mesh key's public half.
+    pub mesh_key: String,
+    /// How many secret values were sealed again to it.
+    pub resealed: usize,
+}
+
+/// `secrets rotate`: a new mesh key, and every secret at rest (every settings layer and its
+/// history) sealed again to it and the operators' keys; the old key is then replaced.
+///
+/// # Guarantees
+/// The new key is kept (`secrets/mesh.key.next`) before any record is rewritten, and replaces
+/// the old one only once every record is: a rotation stopped midway is resumed by running it
+/// again, each secret opened with whichever of the two keys opens it.
+///
+/// # Errors
+/// A secret neither key opens (named by its record); a record or key file that cannot be
+/// read or written.
+pub fn rotate(home: &Home) -> Result<Rotated> {
+    let old = mesh_key(home)?;
+    let next_path = path_of(home, NEXT_MESH_KEY_FILE);
+    let next = MeshKey::load_or_create(&next_path)
+        .map_err(secrets_error("making the next mesh key".into()))?;
+    let operators = operators(home)?;
+    let resealed = reseal_records(home, &mut |secret| {
+        let value = match old.open(secret) {
+            Ok(value) => value,
+            // Sealed to the next key by a rotation stopped midway: seal it again all the same.
+            Err(_) => next.open(secret).map_err(secrets_error(
+                "opening a secret with the mesh key (or the next one)".into(),
+            ))?,
+        };
+        next.seal(&operators, &value)
+            .map_err(secrets_error("sealing a secret".into()))
+    })?;
+    let key_path = path_of(home, MESH_KEY_FILE);
+    std::fs::rename(&next_path, &key_path).map_err(crate::error::file_error(
+        "putting the new mesh key in place of",
+        &key_path,
+    ))?;
+    Ok(Rotated {
+        mesh_key: next.recipient().to_string(),
+        resealed,
+    })
+}

@@ -1,0 +1,212 @@
+//! A secret is readable only where it is used: `settings set-secret` reads the value from
+//! standard input and keeps ciphertext only, everything a person reads shows the keyed digest,
+//! and `secrets recipients` and `secrets rotate` seal every secret at rest again. The embedded
+//! mesh, the real binary.
+
+mod support;
+
+use mesh_model::secret::SecretValue;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use support::Mesh;
+
+/// A value no fixture holds, so a byte search finds only what this test put there.
+fn unique_value() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("hunter2-{}-{nanos}", std::process::id())
+}
+
+/// Every file under `dir` whose bytes hold `needle`.
+fn files_holding(dir: &Path, needle: &[u8]) -> Vec<String> {
+    Mesh::snapshot_tree(dir)
+        .into_iter()
+        .filter(|(_, bytes)| bytes.windows(needle.len()).any(|w| w == needle))
+        .map(|(path, _)| path.display().to_string())
+        .collect()
+}
+
+/// The secret a node layer's `key` holds, as the record keeps it.
+fn secret_in_layer(mesh: &Mesh, module: &str, node: &str, key: &str) -> SecretValue {
+    let path = mesh
+        .home()
+        .join(format!("settings/{module}/nodes/{node}.json"));
+    let layer: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    SecretValue::from_json(&layer[key])
+        .expect("a secret")
+        .expect("a well-formed secret")
+}
+
+fn mesh_key(mesh: &Mesh) -> mesh_secrets::MeshKey {
+    mesh_secrets::MeshKey::load(&mesh.home().join("secrets/mesh.key")).unwrap()
+}
+
+#[test]
+fn a_secret_set_from_standard_input_is_kept_and_shown_only_as_its_keyed_digest() {
+    let mesh = Mesh::example();
+    let value = unique_value();
+    let set = ["settings", "set-secret", "tls", "host", "--node", "home"];
+    let run = mesh.run_stdin(&set, value.as_bytes());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let secret = secret_in_layer(&mesh, "tls", "home", "host");
+    let key = mesh_key(&mesh);
+    assert_eq!(key.open(&secret).unwrap().as_slice(), value.as_bytes());
+    assert_eq!(secret.digest, key.digest(value.as_bytes()));
+    let shown = format!("<secret {}>", secret.digest);
+    assert!(run.stdout.contains(&shown), "{}", run.stdout);
+    let mode = std::fs::metadata(mesh.home().join("secrets/mesh.key"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+
+    // The same value again: a new ciphertext, the same digest, nothing changed.
+    let again = mesh.run_stdin(&set, value.as_bytes());
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert!(again.stdout.contains("unchanged"), "{}", again.stdout);
+
+    // Another value: changed, shown as the two digests.
+    let other = unique_value();
+    let changed = mesh.run_stdin(&set, other.as_bytes());
+    assert_eq!(changed.code, 0, "{}", changed.stderr);
+    let new_secret = secret_in_layer(&mesh, "tls", "home", "host");
+    assert_ne!(new_secret.digest, secret.digest);
+    assert!(
+        changed.stdout.contains(&format!(
+            "\"{shown}\" -> \"<secret {}>\"",
+            new_secret.digest
+        )),
+        "{}",
+        changed.stdout
+    );
+
+    // What a person reads: the layer, its history, in text and JSON.
+    let mut read = String::new();
+    for args in [
+        &["settings", "show", "tls", "--node", "home"][..],
+        &["settings", "show", "tls", "--node", "home", "--history"],
+        &[
+            "--output",
+            "json",
+            "settings",
+            "show",
+            "tls",
+            "--node",
+            "home",
+            "--history",
+        ],
+    ] {
+        read.push_str(&mesh.expect(args, 0));
+    }
+    read.push_str(&run.stdout);
+    read.push_str(&changed.stdout);
+    for needle in [&value, &other, &secret.ciphertext, &new_secret.ciphertext] {
+        assert!(!read.contains(needle.as_str()), "{read}");
+    }
+    assert!(read.contains(&shown), "{read}");
+    assert!(read.contains(&new_secret.digest), "{read}");
+
+    // Nowhere in the home, the layer's history included.
+    for needle in [&value, &other] {
+        assert_eq!(
+            files_holding(mesh.home(), needle.as_bytes()),
+            Vec::<String>::new()
+        );
+    }
+}
+
+#[test]
+fn a_mesh_key_others_may_read_is_refused_and_nothing_changes() {
+    let mesh = Mesh::example();
+    let set = ["settings", "set-secret", "tls", "host", "--node", "home"];
+    let run = mesh.run_stdin(&set, unique_value().as_bytes());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let key_file = mesh.home().join("secrets/mesh.key");
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let before = Mesh::snapshot_tree(mesh.home());
+    let refused = mesh.run_stdin(&set, unique_value().as_bytes());
+    assert_eq!(refused.code, 1, "{}", refused.stdout);
+    assert!(
+        refused.stderr.contains(&key_file.display().to_string())
+            && refused.stderr.contains("mode 0644"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(Mesh::snapshot_tree(mesh.home()), before);
+    // An empty value, or a key the module does not accept, changes nothing either.
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(mesh.run_stdin(&set, b"").code, 1);
+    let unknown = ["settings", "set-secret", "tls", "nope", "--node", "home"];
+    let run = mesh.run_stdin(&unknown, b"x");
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("`nope`"), "{}", run.stderr);
+    assert_eq!(Mesh::snapshot_tree(mesh.home()), before);
+}
+
+#[test]
+fn an_operators_key_opens_every_secret_and_a_rotation_leaves_every_layer_readable() {
+    let mesh = Mesh::example();
+    let value = unique_value();
+    let set = ["settings", "set-secret", "tls", "host", "--node", "home"];
+    assert_eq!(mesh.run_stdin(&set, value.as_bytes()).code, 0);
+    assert_eq!(
+        mesh.run_stdin(&set, unique_value().as_bytes()).code,
+        0,
+        "a second set keeps the first in the history"
+    );
+    let operator = mesh_secrets::Identity::generate();
+    let operator_key = operator.recipient().to_string();
+    let added = mesh.expect(&["secrets", "recipients", "add", &operator_key], 0);
+    // The layer and the one history record holding a secret.
+    assert!(added.contains("2 secret value(s)"), "{added}");
+    let secret = secret_in_layer(&mesh, "tls", "home", "host");
+    assert!(
+        operator.open(&secret).is_ok(),
+        "the operator's key opens it"
+    );
+    let refused = mesh.run(&["secrets", "recipients", "add", &operator_key]);
+    assert_eq!(refused.code, 1, "{}", refused.stdout);
+
+    let old_key = mesh_key(&mesh);
+    let plain = old_key.open(&secret).unwrap();
+    let rotated = mesh.expect(&["secrets", "rotate"], 0);
+    assert!(
+        rotated.contains("2 secret value(s) re-encrypted"),
+        "{rotated}"
+    );
+    let new_key = mesh_key(&mesh);
+    assert_ne!(new_key.recipient(), old_key.recipient());
+    assert!(!mesh.home().join("secrets/mesh.key.next").exists());
+    let after = secret_in_layer(&mesh, "tls", "home", "host");
+    assert_eq!(new_key.open(&after).unwrap(), plain, "the same value");
+    assert!(
+        old_key.open(&after).is_err(),
+        "the old key no longer opens it"
+    );
+    assert!(
+        operator.open(&after).is_ok(),
+        "nor is the operator left out"
+    );
+    assert_eq!(after.digest, new_key.digest(&plain));
+    // Every history record too.
+    let history = mesh.home().join("history/settings/tls");
+    for (path, bytes) in Mesh::snapshot_tree(&history) {
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let record: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        for (key, secret) in mesh_model::secret::secrets_in(&record["layer"]) {
+            assert!(
+                new_key.open(&secret).is_ok(),
+                "{} {key} still sealed to the old key",
+                path.display()
+            );
+        }
+    }
+    let removed = mesh.expect(&["secrets", "recipients", "remove", &operator_key], 0);
+    assert!(removed.contains("0 operator key(s)"), "{removed}");
+    let after = secret_in_layer(&mesh, "tls", "home", "host");
+    assert!(operator.open(&after).is_err());
+}
