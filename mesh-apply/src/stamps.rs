@@ -70,12 +70,19 @@ struct StatCacheFile {
     format: u32,
     /// Machine path → its stamp.
     files: HashMap<String, Stamp>,
+    /// Machine path → the digest of what the mesh last left there (written, or read as
+    /// declared), stamp or not: what is there now is a hand edit when it differs
+    /// ([`StatCache::left_by_the_mesh`]). An older build reads no cache with it, which only
+    /// costs work.
+    #[serde(default, skip_serializing_if = "HashMap::is_empty")]
+    left: HashMap<String, String>,
 }
 
 /// The stat cache of one host, read from its state directory.
 #[derive(Debug)]
 pub struct StatCache {
     files: HashMap<String, Stamp>,
+    left: HashMap<String, String>,
     path: PathBuf,
     dirty: bool,
     /// The cache file as last read or written (inode, size, mtime): [`StatCache::refresh`]
@@ -102,15 +109,16 @@ impl StatCache {
     /// or it cannot be read, or it is of another format: it only saves work).
     pub fn open(state_dir: &Path) -> StatCache {
         let path = state_dir.join(STAT_CACHE_FILE);
-        let files = std::fs::read(&path)
+        let (files, left) = std::fs::read(&path)
             .ok()
             .and_then(|bytes| serde_json::from_slice::<StatCacheFile>(&bytes).ok())
             .filter(|cache| cache.format == STAT_CACHE_FORMAT)
-            .map(|cache| cache.files)
+            .map(|cache| (cache.files, cache.left))
             .unwrap_or_default();
         let seen = file_identity(&path);
         StatCache {
             files,
+            left,
             path,
             dirty: false,
             seen,
@@ -122,6 +130,7 @@ impl StatCache {
     pub(crate) fn none() -> StatCache {
         StatCache {
             files: HashMap::new(),
+            left: HashMap::new(),
             path: PathBuf::new(),
             dirty: false,
             seen: None,
@@ -201,12 +210,18 @@ impl StatCache {
     /// when `meta` was read (seconds since the epoch). A stamp within [`RACY_NS`] of its ctime
     /// is not kept (and any older one is forgotten).
     pub fn record(&mut self, path: &str, meta: &std::fs::Metadata, digest: &str, now: u64) {
+        if self.left.get(path).map(String::as_str) != Some(digest) {
+            self.left.insert(path.to_owned(), digest.to_owned());
+            self.dirty = true;
+        }
         let ctime_ns = nanos(meta.ctime(), meta.ctime_nsec());
         let taken_ns = i64::try_from(now)
             .unwrap_or(i64::MAX)
             .saturating_mul(1_000_000_000);
         if ctime_ns.saturating_add(RACY_NS) > taken_ns {
-            self.forget(path);
+            if self.files.remove(path).is_some() {
+                self.dirty = true;
+            }
             return;
         }
         let stamp = Stamp {
@@ -222,11 +237,17 @@ impl StatCache {
         }
     }
 
-    /// Forgets the stamp of `path`.
+    /// Forgets the stamp of `path`, and what the mesh left there.
     pub fn forget(&mut self, path: &str) {
-        if self.files.remove(path).is_some() {
+        if self.files.remove(path).is_some() | self.left.remove(path).is_some() {
             self.dirty = true;
         }
+    }
+
+    /// The digest of what the mesh last left at `path` (written there, or read there as
+    /// declared), whatever the file's stamp.
+    pub fn left_by_the_mesh(&self, path: &str) -> Option<&str> {
+        self.left.get(path).map(String::as_str)
     }
 
     /// Writes the cache when it changed (temp + rename; a failure only costs work later).
@@ -241,6 +262,7 @@ impl StatCache {
         let file = StatCacheFile {
             format: STAT_CACHE_FORMAT,
             files: std::mem::take(&mut self.files),
+            left: std::mem::take(&mut self.left),
         };
         let written = std::fs::create_dir_all(dir)
             .and_then(|()| {
@@ -251,6 +273,7 @@ impl StatCache {
             })
             .and_then(|()| std::fs::rename(&temporary, &self.path));
         self.files = file.files;
+        self.left = file.left;
         if written.is_ok() {
             self.dirty = false;
             self.seen = file_identity(&self.path);

@@ -148,3 +148,23 @@ fn a_together_member_edited_by_hand_is_kept_too() {
     assert_eq!(index.entries[0].resource, a);
     assert_eq!(findings_of(&report, a).len(), 1);
 }
+
+#[test]
+fn declared_changes_right_after_a_write_keep_nothing() {
+    // `now` before every file's ctime: no stamp is ever kept (the racy margin), so only what
+    // the mesh remembers it left there tells a declared change from a hand edit.
+    let sandbox = Sandbox::new();
+    for (n, content) in ["a\n", "b\n", "c\n"].into_iter().enumerate() {
+        let report = apply(
+            &sandbox.config,
+            &declaration(vec![file("web", "conf", "/etc/web.conf", content)]),
+            1000 + n as u64,
+        )
+        .unwrap();
+        assert_eq!(report.findings, Vec::new(), "{report:#?}");
+    }
+    assert!(filebucket::list(&sandbox.config.state_dir)
+        .unwrap()
+        .entries
+        .is_empty());
+}

@@ -226,6 +226,12 @@ pub fn apply_received_live(
     }
 }
 
+/// The fail point a stopping `mesh-host serve` passes once its loop has ended, before its last
+/// flush (`FAILPOINTS=serve-stopping=sleep(600000)` holds it there, for the tests that a second
+/// signal, or the stop's bound, still ends it). Compiled only with the `fail-points` feature,
+/// and read from `FAILPOINTS` only then.
+pub const SERVE_STOPPING: &str = "serve-stopping";
+
 /// The fail point at which [`apply_received`] fails before it applies anything (a test sets it
 /// to panic: `fail::cfg(PANIC_IN_APPLY, "panic(…)")`), so that tests can see what such a
 /// failure does. It exists only with the `fail-points` feature, which the crate's tests turn

@@ -125,9 +125,13 @@ enum Command {
     /// It reads its declarations from the bus (its JetStream consumer, so one sent while it
     /// was down is not lost), applies each, reports on every apply and on a heartbeat, applies
     /// again when a failed resource's backoff elapses, answers discovery, and rides out bus
-    /// restarts. SIGTERM or SIGINT stop it once the apply under way has finished.
+    /// restarts. SIGTERM or SIGINT stop it once the apply under way has finished, within
+    /// `--stop-timeout` seconds whatever the bus is doing (a bus that is gone is not waited
+    /// for); a second signal, or the bound elapsing, ends it at once, which every write
+    /// survives as it survives a kill.
     ///
-    /// Exit codes: 0 stopped by a signal; 2 refused (a flag missing); 1 any other error.
+    /// Exit codes: 0 stopped by a signal; 2 refused (a flag missing); 1 any other error, or
+    /// stopped at once (a second signal, the bound).
     Serve {
         /// Seconds between heartbeat reports.
         #[arg(long, default_value_t = 30)]
@@ -145,6 +149,9 @@ enum Command {
         /// times and inode say.
         #[arg(long, value_name = "SECS", default_value_t = 86_400)]
         full_check: u64,
+        /// Seconds it takes at most to stop after SIGTERM or SIGINT, before it stops at once.
+        #[arg(long, value_name = "SECS", default_value_t = 30)]
+        stop_timeout: u64,
     },
     /// Lists the archive cache (`<state-dir>/archives`): each archive's digest, size, when this
     /// host last used it, and whether the last declaration applied names it.
@@ -220,6 +227,10 @@ enum DriftCommand {
 }
 
 fn main() -> ExitCode {
+    // Fail points, from `FAILPOINTS`, in a build with the `fail-points` feature only (the
+    // tests'); a release build has none and reads nothing.
+    #[cfg(feature = "fail-points")]
+    let _fail_points = fail::FailScenario::setup();
     match run() {
         Ok(code) => code,
         Err(error) => {
@@ -312,6 +323,7 @@ fn run() -> Result<ExitCode> {
             first_retry,
             reconcile,
             full_check,
+            stop_timeout,
         } => serve(
             cli.node,
             cli.bus,
@@ -328,7 +340,7 @@ fn run() -> Result<ExitCode> {
                     ..mesh_apply::RetryPolicy::default()
                 },
             },
-            (heartbeat, reconcile, full_check),
+            (heartbeat, reconcile, full_check, stop_timeout),
         ),
         Command::Apply { file } => {
             let bytes =
@@ -502,7 +514,7 @@ fn serve(
     bus_tls: mesh_bus::BusTls,
     archives: mesh_host::ArchiveSource,
     host: HostConfig,
-    (heartbeat, reconcile, full_check): (u64, u64, u64),
+    (heartbeat, reconcile, full_check, stop_timeout): (u64, u64, u64, u64),
 ) -> Result<ExitCode> {
     let (Some(node), Some(bus_url)) = (node, bus) else {
         eprintln!(
@@ -550,8 +562,18 @@ fn serve(
         full_check: std::time::Duration::from_secs(full_check.max(1)),
     };
     let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(async {
-        mesh_host::serve::serve(config, mesh_host::serve::shutdown_signal()).await
-    })?;
+    let served = runtime.block_on(async {
+        mesh_host::serve::serve(
+            config,
+            mesh_host::serve::shutdown_signal_within(std::time::Duration::from_secs(
+                stop_timeout.max(1),
+            )),
+        )
+        .await
+    });
+    // Nothing left running is waited for (the drift watch's blocking thread, a connection
+    // being retried), whether the daemon stopped or failed: it is done.
+    runtime.shutdown_background();
+    served?;
     Ok(ExitCode::SUCCESS)
 }

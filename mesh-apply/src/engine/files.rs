@@ -194,8 +194,8 @@ impl<'a> Engine<'a, '_> {
     }
 
     /// Keeps the content at `full` in the filebucket ([`crate::filebucket`]) before declared
-    /// content is written over it, when someone may have changed it by hand: the mesh held the
-    /// file and its stamp does not say it is as the mesh last left it. (What was found at a newly
+    /// content is written over it, when someone changed it by hand: it is not what the mesh
+    /// last left there (its stamp, or else its digest, says so). (What was found at a newly
     /// declared path is kept as found instead, and given back when it is undeclared.) The
     /// report's findings say what was kept, or that it was too large to keep.
     ///
@@ -223,14 +223,17 @@ impl<'a> Engine<'a, '_> {
         let left = "so it is left as found";
         let bytes = fs::read(full)
             .map_err(|e| format!("cannot read `{path}` to keep its hand edit, {left}: {e}"))?;
+        let digest = crate::stamps::digest_of_bytes(&bytes);
+        if self.stamps.left_by_the_mesh(path) == Some(digest.as_str()) {
+            return Ok(());
+        }
         let found_here = self
             .state
             .resources
             .get(&resource.id)
             .is_some_and(|record| match &record.origin {
                 Origin::FoundFile { content, .. } => {
-                    crate::stamps::digest_of_bytes(&bytes).strip_prefix("sha256:")
-                        == Some(content.as_str())
+                    digest.strip_prefix("sha256:") == Some(content.as_str())
                 }
                 _ => false,
             });

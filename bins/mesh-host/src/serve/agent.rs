@@ -15,6 +15,10 @@ use mesh_model::report::{
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How long answering discovery waits for the bus to confirm its subscriptions.
+const DISCOVERY_BOUND: Duration = Duration::from_secs(5);
 
 pub(super) struct Agent {
     pub(super) bus: NatsBus,
@@ -333,7 +337,8 @@ impl Agent {
         publish_report(&self.bus, &self.config.node, report).await;
     }
 
-    /// Answers discovery with the node and `modules` (started again when they changed).
+    /// Answers discovery with the node and `modules` (started again when they changed, or
+    /// when the last try did not take).
     pub(super) async fn announce(&mut self, modules: BTreeSet<String>) {
         if self.modules.as_ref() == Some(&modules) && self.discovery.is_some() {
             return;
@@ -347,12 +352,33 @@ impl Agent {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             modules: modules.iter().cloned().collect(),
         };
-        match serve_discovery(self.bus.client(), &runtime).await {
-            Ok(service) => self.discovery = Some(service),
-            Err(error) => {
-                tracing::error!(node = %self.config.node, %error, "cannot answer discovery")
+        // Bounded: a bus that is gone never confirms the subscriptions, and the daemon's loop
+        // (and its stop) must not wait on it. Tried again at the next reconcile.
+        match tokio::time::timeout(
+            DISCOVERY_BOUND,
+            serve_discovery(self.bus.client(), &runtime),
+        )
+        .await
+        {
+            Ok(Ok(service)) => self.discovery = Some(service),
+            Ok(Err(error)) => {
+                tracing::error!(node = %self.config.node, %error, "cannot answer discovery; trying again at the next reconcile")
             }
+            Err(_) => tracing::warn!(
+                node = %self.config.node,
+                bound_secs = DISCOVERY_BOUND.as_secs(),
+                "the bus did not confirm the discovery answer; trying again at the next reconcile"
+            ),
         }
         self.modules = Some(modules);
+    }
+
+    /// Answers discovery again when the last try did not take ([`Agent::announce`]).
+    pub(super) async fn announce_again_if_needed(&mut self) {
+        if self.discovery.is_some() {
+            return;
+        }
+        let modules = self.modules.clone().unwrap_or_default();
+        self.announce(modules).await;
     }
 }

@@ -33,7 +33,9 @@
 //! - A panic in an apply is a report whose every resource failed naming the panic
 //!   ([`crate::apply_guarded`]); the daemon goes on serving.
 //! - A stop (SIGTERM, SIGINT) lets the apply under way finish and its report go out, then
-//!   stops; nothing is left half-written by the stop itself.
+//!   stops; nothing is left half-written by the stop itself. Stopping always stops: a bus that
+//!   is gone is not waited for (the last flush is bounded), a second signal ends the process at
+//!   once, and so does the stop's bound ([`shutdown_signal_within`]).
 //! - Every failure — a report that cannot be published, a consumer that cannot be read — is
 //!   logged and retried; the daemon never exits because the bus went away.
 //! - After every apply the archive cache is pruned ([`crate::archives::prune_after_apply`],
@@ -120,14 +122,35 @@ pub enum ServeError {
     Bus(#[source] mesh_bus::NatsError),
 }
 
+/// How long a daemon takes at most to stop once it heard SIGTERM or SIGINT, by default
+/// ([`shutdown_signal`]).
+pub const STOP_BOUND: Duration = Duration::from_secs(30);
+
+/// How long publishing a report waits for the bus to take it ([`publish_report`]).
+pub const PUBLISH_BOUND: Duration = Duration::from_secs(5);
+
+/// How long the last flush of what is queued for the bus may take when a daemon stops: a bus
+/// that is gone never completes it.
+pub const FLUSH_BOUND: Duration = Duration::from_secs(2);
+
+/// [`shutdown_signal_within`] [`STOP_BOUND`].
+pub fn shutdown_signal() -> impl Future<Output = ()> {
+    shutdown_signal_within(STOP_BOUND)
+}
+
 /// A future that completes at SIGTERM or SIGINT; the handlers are installed when this is
 /// called (inside a tokio runtime), so a signal arriving before the future is first polled is
 /// not lost.
 ///
+/// Stopping always stops: once a signal is heard, a second one ends the process at once (exit
+/// 1), and so does `bound` elapsing before the daemon is done (exit 1, saying so) — whatever the
+/// bus, the store or an apply is doing. Both are as safe as a kill, which every write survives
+/// (temp file, fsync, rename; a declaration is on disk before it is acknowledged).
+///
 /// A handler that cannot be installed is logged: that signal then keeps its default action
 /// (it ends the process without waiting for the apply under way), and the other still stops
 /// the daemon gracefully.
-pub fn shutdown_signal() -> impl Future<Output = ()> {
+pub fn shutdown_signal_within(bound: Duration) -> impl Future<Output = ()> {
     use tokio::signal::unix::{signal, Signal, SignalKind};
     let install = |kind: SignalKind, name: &'static str| match signal(kind) {
         Ok(signal) => Some(signal),
@@ -136,21 +159,43 @@ pub fn shutdown_signal() -> impl Future<Output = ()> {
             None
         }
     };
-    async fn heard(signal: Option<Signal>) {
+    async fn heard(signal: &mut Option<Signal>) {
         match signal {
-            Some(mut signal) => {
+            Some(signal) => {
                 signal.recv().await;
             }
             None => std::future::pending().await,
         }
     }
-    let term = install(SignalKind::terminate(), "SIGTERM");
-    let int = install(SignalKind::interrupt(), "SIGINT");
-    async move {
+    let mut term = install(SignalKind::terminate(), "SIGTERM");
+    let mut int = install(SignalKind::interrupt(), "SIGINT");
+    // Heard on a task of its own, so the bound holds even while the daemon's loop is busy.
+    let (heard_first, stop) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
         tokio::select! {
-            () = heard(term) => tracing::info!("SIGTERM: stopping"),
-            () = heard(int) => tracing::info!("SIGINT: stopping"),
+            () = heard(&mut term) => tracing::info!(bound_secs = bound.as_secs(), "SIGTERM: stopping"),
+            () = heard(&mut int) => tracing::info!(bound_secs = bound.as_secs(), "SIGINT: stopping"),
         }
+        let _ = heard_first.send(());
+        // A thread, not a task: it ends the process even when every runtime worker is stuck.
+        std::thread::spawn(move || {
+            std::thread::sleep(bound);
+            tracing::error!(
+                bound_secs = bound.as_secs(),
+                "not stopped within the bound: stopping at once"
+            );
+            std::process::exit(1);
+        });
+        tokio::select! {
+            () = heard(&mut term) => {}
+            () = heard(&mut int) => {}
+        }
+        tracing::warn!("a second signal: stopping at once");
+        std::process::exit(1);
+    });
+    async move {
+        // A sender dropped without a signal (the runtime shutting down) stops too.
+        let _ = stop.await;
     }
 }
 
@@ -261,6 +306,7 @@ pub async fn serve(
             _ = reconcile.tick() => {
                 let full = agent.last_full.elapsed() >= agent.config.full_check;
                 agent.check_drift(full).await;
+                agent.announce_again_if_needed().await;
             }
         }
     };
@@ -268,7 +314,16 @@ pub async fn serve(
     if let Some(discovery) = agent.discovery.take() {
         discovery.stop();
     }
-    let _ = bus.flush().await;
+    #[cfg(feature = "fail-points")]
+    fail::fail_point!(crate::SERVE_STOPPING);
+    // What is queued goes out if the bus is there; a bus that is gone never takes it.
+    if tokio::time::timeout(FLUSH_BOUND, bus.flush())
+        .await
+        .is_err()
+    {
+        tracing::warn!(node = %agent.config.node, "the bus did not take what was queued: stopping without it");
+    }
+    tracing::info!(node = %agent.config.node, "stopped");
     outcome
 }
 
@@ -294,8 +349,17 @@ async fn heartbeats(
 /// Publishes `report` on the node's report subject; a failure is logged.
 async fn publish_report(bus: &NatsBus, node: &str, report: &Report) {
     let payload = serde_json::to_vec(report).expect("a report always serializes");
-    if let Err(error) = bus.publish(&subjects::report(node), payload).await {
-        tracing::error!(%node, %error, "cannot publish the report");
+    // Bounded: a bus that is gone never confirms the flush, and neither the loop, nor an apply
+    // saying `mid-change`, nor a stop may wait on it. The report stays queued for the
+    // connection, and the heartbeat repeats the latest.
+    match tokio::time::timeout(PUBLISH_BOUND, bus.publish(&subjects::report(node), payload)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::error!(%node, %error, "cannot publish the report"),
+        Err(_) => tracing::warn!(
+            %node,
+            bound_secs = PUBLISH_BOUND.as_secs(),
+            "the bus did not take the report; the heartbeat repeats it"
+        ),
     }
 }
 
