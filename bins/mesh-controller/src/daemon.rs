@@ -1,11 +1,14 @@
 //! `mesh-controller serve`: the controller as a daemon on a fleet — it hears merges announced
-//! on the bus and drives the open plans.
+//! on the bus and drives the open plans, several at once ([`drives`]).
 //!
 //! Start at [`serve`].
 
+mod drives;
+
 use crate::credentials::connect;
 use crate::error::{bus_error, Error, Result};
-use crate::runtime::{DriveMode, Runtime};
+use crate::runtime::Runtime;
+use drives::{Drives, Ended};
 use mesh_bus::discovery;
 use mesh_bus::jetstream;
 use mesh_store::problems::ProblemKind;
@@ -13,6 +16,27 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 pub use crate::announce::MERGE_CONSUMER;
+
+/// How long one turn of the daemon's loop waits for a merge.
+const TURN: Duration = Duration::from_secs(1);
+
+/// How many plans `serve` drives at once unless told (`serve --max-drives`).
+pub const MAX_DRIVES: u16 = 4;
+
+/// How the daemon runs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// How many plans are driven at once (plans of other repositories, or branches).
+    pub max_drives: usize,
+}
+
+impl Default for ServeOptions {
+    fn default() -> ServeOptions {
+        ServeOptions {
+            max_drives: usize::from(MAX_DRIVES),
+        }
+    }
+}
 
 /// This machine's name, for the controller's discovery answer.
 fn machine_name() -> String {
@@ -28,10 +52,12 @@ fn machine_name() -> String {
 /// It makes the mesh's streams, answers discovery as [`discovery::CONTROLLER_SERVICE`] (the
 /// rule “Discovery waits for everyone who said they are there”), and hears merges announced on the bus through its durable consumer
 /// [`MERGE_CONSUMER`], made from now (the rule “A durable consumer starts from now”): each merge, heard once however often it is
-/// announced (the rule “A merge heard twice makes one plan”), is planned as `merge NAME --commit C --plan-only` would,
-/// acknowledged, and then every open plan is driven on over the bus as `plans resume` would
-/// (built, rolled out one machine first to the real hosts). Open plans left by a controller
-/// stopped mid-rollout are driven on when it starts. A merge that cannot be planned (an unknown
+/// announced (the rule “A merge heard twice makes one plan”), is planned as `merge NAME --commit C --plan-only` would, and
+/// acknowledged. The open plans are driven over the bus as `plans resume` would (built, rolled
+/// out one machine first to the real hosts), each as a task of the runtime's, at most
+/// `options.max_drives` at once, while the loop goes on hearing merges; a merge of a repository
+/// and branch whose plan is driven is planned once that drive has ended. Open plans left by a
+/// controller stopped mid-rollout are driven on when it starts. A merge that cannot be planned (an unknown
 /// repository, another branch than the one registered) is logged, recorded as a problem of its
 /// repository (shown by `status` until a later merge of it is planned) and acknowledged; a drive
 /// that fails is logged, and its plan is driven on after the next merge or start.
@@ -47,6 +73,7 @@ fn machine_name() -> String {
 /// cannot be made.
 pub async fn serve(
     runtime: &Runtime,
+    options: &ServeOptions,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
     let mut shutdown = Box::pin(shutdown);
@@ -74,21 +101,33 @@ pub async fn serve(
     let mut merges = jetstream::MergeListener::open(&js, MERGE_CONSUMER)
         .await
         .map_err(bus_error(|| "opening the merge consumer".to_owned()))?;
-    tracing::info!(url = %bus_args.url, "serving: hearing merges");
-    if drive_open_plans(runtime, &mut shutdown).await {
-        return Ok(());
-    }
+    tracing::info!(url = %bus_args.url, max_drives = options.max_drives, "serving: hearing merges");
+    let mut drives = Drives::new(options.max_drives);
     loop {
+        // The open plans are driven as tasks of their own, at most so many at once: the loop
+        // goes on hearing merges while they run.
+        if let Err(error) = drives.start_due(runtime) {
+            tracing::error!(
+                error = error.chain_line(),
+                "the open plans could not be read; read again at the next turn"
+            );
+        }
+        for (plan, ended) in drives.ended().await {
+            log_ended(&plan, &ended);
+        }
         let heard = tokio::select! {
             _ = &mut shutdown => return Ok(()),
-            heard = merges.next(Duration::from_secs(5)) => heard,
+            heard = merges.next(TURN) => heard,
         };
         let heard = match heard {
             Ok(Some(heard)) => heard,
             Ok(None) => continue,
             Err(error) => {
                 tracing::error!(%error, "the merge consumer failed; reading it again");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                tokio::select! {
+                    _ = &mut shutdown => return Ok(()),
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
                 continue;
             }
         };
@@ -99,6 +138,14 @@ pub async fn serve(
                 merge.repository, repo.branch, merge.branch
             ))),
             Ok(_) => {
+                // The repository's plans on this branch are not driven while its merge is
+                // planned: the plan made may supersede them.
+                for (plan, ended) in drives
+                    .stop_repository(&merge.repository, &merge.branch)
+                    .await
+                {
+                    log_ended(&plan, &ended);
+                }
                 runtime
                     .merge(
                         &merge.repository,
@@ -155,34 +202,16 @@ pub async fn serve(
         if let Err(error) = heard.ack().await {
             tracing::error!(%error, "a merge could not be acknowledged; it may be heard again");
         }
-        if drive_open_plans(runtime, &mut shutdown).await {
-            return Ok(());
-        }
+        drives.merge_heard();
     }
 }
 
-/// Drives every open plan on (as `plans resume`), unless `shutdown` comes first; says whether
-/// it did.
-async fn drive_open_plans<S: std::future::Future<Output = ()>>(
-    runtime: &Runtime,
-    shutdown: &mut std::pin::Pin<Box<S>>,
-) -> bool {
-    let moves = BTreeSet::new();
-    let driven = tokio::select! {
-        _ = shutdown.as_mut() => return true,
-        driven = runtime.drive_open(None, DriveMode::All, &moves) => driven,
-    };
-    match driven {
-        Ok(plans) => {
-            for plan in plans {
-                tracing::info!(plan = %plan.id, state = mesh_plan::plans::state_word(&plan.state),
-                    "plan driven");
-            }
-        }
-        Err(error) => tracing::error!(
-            error = error.chain_line(),
-            "driving the open plans failed; they are driven on after the next merge"
-        ),
+/// Says how a drive ended.
+fn log_ended(plan: &str, ended: &Ended) {
+    match ended {
+        Ended::Driven(record) => tracing::info!(plan = %plan,
+            state = mesh_plan::plans::state_word(&record.plan.state), "plan driven"),
+        Ended::Failed(error) => tracing::error!(plan = %plan, error = error.chain_line(),
+            "driving the plan failed; it is driven on after the next merge"),
     }
-    false
 }

@@ -14,8 +14,10 @@
 //!   plan is resumed from there.
 //! - A drive whose task is dropped (its caller gone: a daemon stopped mid-rollout) is aborted
 //!   where it awaits, its plan saved as of its last step.
-//! - One drive at a time holds the plans lock's work: `merge` and `drive_open` take it, and
-//!   drive their plans one after another under it.
+//! - The runtime holds the plans lock while any of its merges or drives runs
+//!   ([`Runtime::hold_plans`]): taken by the first, shared by the others (a daemon drives plans
+//!   of several repositories at once), let go when the last ends — so no other controller
+//!   plans or drives meanwhile, and one waits while it is idle for nothing.
 
 mod drive;
 mod mesh;
@@ -37,11 +39,19 @@ use std::time::Duration;
 /// The drives running, by plan, each with its cancellation.
 type Running = Arc<Mutex<BTreeMap<String, Cancel>>>;
 
+/// The plans lock as a runtime holds it: taken by the first merge or drive that needs it, shared
+/// by the others, let go when the last of them drops it.
+type SharedLock = Arc<Mutex<std::sync::Weak<PlansLock>>>;
+
+/// The plans lock held for one merge or drive of a runtime ([`Runtime::hold_plans`]).
+pub type PlansHold = Arc<PlansLock>;
+
 /// The controller's runtime: a mesh, where progress goes, and the drives it owns.
 pub struct Runtime {
     mesh: Arc<Mesh>,
     progress: Arc<dyn crate::Progress>,
     running: Running,
+    lock: SharedLock,
 }
 
 /// A plan's drive, running as a task of its own: [`DriveTask::finish`] awaits it; dropped, the
@@ -96,7 +106,23 @@ impl Runtime {
             mesh,
             progress,
             running: Arc::default(),
+            lock: Arc::default(),
         }
+    }
+
+    /// The plans lock for `doing`: the one this runtime holds already, shared, else taken
+    /// (waiting while another controller holds it). Let go when the last hold is dropped.
+    ///
+    /// # Errors
+    /// As [`PlansLock::acquire`].
+    pub fn hold_plans(&self, doing: &str) -> Result<PlansHold> {
+        let mut shared = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(held) = shared.upgrade() {
+            return Ok(held);
+        }
+        let held = Arc::new(PlansLock::acquire(self.mesh.home(), doing)?);
+        *shared = Arc::downgrade(&held);
+        Ok(held)
     }
 
     /// The mesh.
@@ -183,7 +209,7 @@ impl Runtime {
         let repo = home.repo(name)?;
         let commit = repos::resolve(&repo.path, commit.unwrap_or(&repo.branch))
             .for_repo(name, || format!("repository `{name}`"))?;
-        let _lock = PlansLock::acquire(home, &format!("merge {name}"))?;
+        let _lock = self.hold_plans(&format!("merge {name}"))?;
         let (mut record, superseded) =
             match crate::plans::merge::merge(home, self.progress.as_ref(), repo, &commit)? {
                 Heard::AlreadyPlanned(plan) if plan_only || !plan.state.is_open() => {
@@ -221,6 +247,21 @@ impl Runtime {
         })
     }
 
+    /// Every open plan, once each supersede a controller was killed in the middle of is
+    /// finished (an older plan whose modules a newer one holds is never driven again).
+    ///
+    /// # Errors
+    /// The plans cannot be read or written, or the plans lock taken.
+    pub fn open_plans(&self) -> Result<Vec<PlanRecord>> {
+        let _lock = self.hold_plans("reading the open plans")?;
+        let plans =
+            crate::plans::merge::finish_supersessions(self.mesh.home(), self.progress.as_ref())?;
+        Ok(plans
+            .into_iter()
+            .filter(|record| record.plan.state.is_open())
+            .collect())
+    }
+
     /// Drives every open plan (or the one named) as far as `mode` says, one after another
     /// (`moves` allowed to move).
     ///
@@ -233,7 +274,7 @@ impl Runtime {
         moves: &BTreeSet<String>,
     ) -> Result<Vec<Plan>> {
         let home = self.mesh.home();
-        let _lock = PlansLock::acquire(home, "driving the open plans")?;
+        let _lock = self.hold_plans("driving the open plans")?;
         // A supersede a controller was killed in the middle of is finished first: an older plan
         // whose modules a newer one holds is never driven again.
         let plans = crate::plans::merge::finish_supersessions(home, self.progress.as_ref())?;

@@ -8,9 +8,9 @@ use std::process::ExitCode;
 /// Runs the controller as a daemon on a fleet (needs `--bus`).
 ///
 /// It makes the mesh's streams, answers discovery, and plans each merge announced on the
-/// bus, heard once however often it is announced, then builds and rolls out the open plans
-/// to the fleet's hosts (as `merge NAME --commit C` would); open plans left mid-rollout are
-/// driven on when it starts. SIGTERM or SIGINT stop it, mid-rollout too (the plan resumes
+/// bus, heard once however often it is announced, and builds and rolls out the open plans
+/// to the fleet's hosts (as `merge NAME --commit C` would), several at once (`--max-drives`)
+/// while it goes on hearing merges; open plans left mid-rollout are driven on when it starts. SIGTERM or SIGINT stop it, mid-rollout too (the plan resumes
 /// where it was).
 ///
 /// With `--http ADDR` it also serves a read-only status page at `/`, the Prometheus
@@ -45,6 +45,11 @@ pub struct Args {
     /// (as `status --silent-after`).
     #[arg(long, value_name = "SECS", default_value_t = mesh_controller::push::SILENT_AFTER_SECS)]
     silent_after: u64,
+    /// How many plans are driven at once (plans of different repositories or branches; a
+    /// repository's own plans are driven one after another).
+    #[arg(long, value_name = "N", default_value_t = daemon::MAX_DRIVES,
+        value_parser = clap::value_parser!(u16).range(1..))]
+    max_drives: u16,
 }
 
 /// Serves until a signal.
@@ -80,7 +85,14 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             }
             None => None,
         };
-        let served = daemon::serve(&drives, mesh_host::serve::shutdown_signal()).await;
+        let served = daemon::serve(
+            &drives,
+            &daemon::ServeOptions {
+                max_drives: usize::from(args.max_drives),
+            },
+            mesh_host::serve::shutdown_signal(),
+        )
+        .await;
         if let Some(pages) = pages {
             pages.abort();
         }

@@ -1,0 +1,190 @@
+//! The daemon's drives: each open plan driven as a task the runtime owns, at most so many at
+//! once, while the daemon's loop goes on hearing merges (kube-runtime's `Controller` is the
+//! model: the loop schedules, the runtime's tasks do the work).
+//!
+//! Start at [`Drives`]. The loop calls [`Drives::start_due`] each turn, [`Drives::ended`] for
+//! the drives that ended since, and [`Drives::stop_repository`] before it plans a merge.
+//!
+//! # Guarantees
+//! - One drive per plan, and at most [`Drives::new`]'s bound at once; the plans of a repository
+//!   and branch are driven oldest first.
+//! - A drive's task holds the runtime's plans lock while it runs ([`Runtime::hold_plans`]).
+//! - A plan whose drive ended and is still open (held for a move, waiting on a module not
+//!   built) rests until the next merge: it is not driven again in a loop.
+
+use crate::plans::PlanRecord;
+use crate::runtime::{DriveMode, Runtime};
+use std::collections::{BTreeMap, BTreeSet};
+use tokio::sync::mpsc;
+
+/// A plan driven now.
+struct Driving {
+    repository: String,
+    branch: String,
+    task: tokio::task::JoinHandle<crate::error::Result<PlanRecord>>,
+}
+
+/// How a drive ended.
+pub enum Ended {
+    /// It ran to its end or was cancelled: the plan as it stands.
+    Driven(PlanRecord),
+    /// It failed.
+    Failed(crate::error::Error),
+}
+
+/// The drives of the daemon's open plans.
+pub struct Drives {
+    max: usize,
+    running: BTreeMap<String, Driving>,
+    rested: BTreeSet<String>,
+    ended_tx: mpsc::UnboundedSender<String>,
+    ended_rx: mpsc::UnboundedReceiver<String>,
+    /// Set when the open plans may have changed: the next [`Drives::start_due`] reads them.
+    dirty: bool,
+}
+
+impl Drives {
+    /// No drive yet; at most `max` at once (at least one).
+    pub fn new(max: usize) -> Drives {
+        let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        Drives {
+            max: max.max(1),
+            running: BTreeMap::new(),
+            rested: BTreeSet::new(),
+            ended_tx,
+            ended_rx,
+            dirty: true,
+        }
+    }
+
+    /// A merge was heard: every open plan may be driven again.
+    pub fn merge_heard(&mut self) {
+        self.rested.clear();
+        self.dirty = true;
+    }
+
+    /// Starts a drive for each open plan not driven and not resting, up to the bound, when the
+    /// open plans may have changed since the last look.
+    ///
+    /// # Errors
+    /// The plans cannot be read, or the plans lock taken.
+    pub fn start_due(&mut self, runtime: &Runtime) -> crate::error::Result<()> {
+        if !self.dirty || self.running.len() >= self.max {
+            return Ok(());
+        }
+        self.dirty = false;
+        for record in runtime.open_plans()? {
+            if self.running.len() >= self.max {
+                // Looked at again when a drive ends.
+                break;
+            }
+            let id = record.plan.id.clone();
+            if self.running.contains_key(&id) || self.rested.contains(&id) {
+                continue;
+            }
+            self.start(runtime, record)?;
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, runtime: &Runtime, record: PlanRecord) -> crate::error::Result<()> {
+        let id = record.plan.id.clone();
+        let repository = record.plan.repository.clone();
+        let branch = record.plan.branch.clone();
+        let hold = runtime.hold_plans(&format!("serve: driving {id}"))?;
+        let drive = runtime.drive(record, DriveMode::All, &BTreeSet::new());
+        let ended = self.ended_tx.clone();
+        let plan = id.clone();
+        let task = tokio::spawn(async move {
+            let driven = drive.finish().await;
+            drop(hold);
+            // The loop may have stopped listening (it is shutting down): nothing to tell.
+            let _ = ended.send(plan);
+            driven
+        });
+        tracing::info!(plan = %id, "driving");
+        self.running.insert(
+            id,
+            Driving {
+                repository,
+                branch,
+                task,
+            },
+        );
+        Ok(())
+    }
+
+    /// The drives that ended since the last call, each with how it ended. A plan that is still
+    /// open rests until the next merge.
+    pub async fn ended(&mut self) -> Vec<(String, Ended)> {
+        let mut out = Vec::new();
+        while let Ok(plan) = self.ended_rx.try_recv() {
+            let Some(driving) = self.running.remove(&plan) else {
+                // Stopped and awaited already (a takeover).
+                continue;
+            };
+            self.dirty = true;
+            let ended = joined(&plan, driving.task.await);
+            if matches!(&ended, Ended::Failed(_))
+                || matches!(&ended, Ended::Driven(record) if record.plan.state.is_open())
+            {
+                self.rested.insert(plan.clone());
+            }
+            out.push((plan, ended));
+        }
+        out
+    }
+
+    /// Waits for the drives of `repository`'s plans on `branch` to end, so that a merge of it
+    /// is planned on plans no drive writes meanwhile; returns how each ended.
+    pub async fn stop_repository(
+        &mut self,
+        repository: &str,
+        branch: &str,
+    ) -> Vec<(String, Ended)> {
+        let plans: Vec<String> = self
+            .running
+            .iter()
+            .filter(|(_, d)| d.repository == repository && d.branch == branch)
+            .map(|(plan, _)| plan.clone())
+            .collect();
+        let mut out = Vec::new();
+        for plan in plans {
+            let Some(driving) = self.running.remove(&plan) else {
+                continue;
+            };
+            self.dirty = true;
+            out.push((plan.clone(), joined(&plan, driving.task.await)));
+        }
+        out
+    }
+
+    /// Stops every drive where it awaits (the daemon is stopping): each plan stays saved as of
+    /// its last step, and is resumed from there.
+    pub fn abort_all(&mut self) {
+        for driving in std::mem::take(&mut self.running).into_values() {
+            driving.task.abort();
+        }
+    }
+}
+
+impl Drop for Drives {
+    fn drop(&mut self) {
+        self.abort_all();
+    }
+}
+
+/// How a drive's task ended.
+fn joined(
+    plan: &str,
+    joined: std::result::Result<crate::error::Result<PlanRecord>, tokio::task::JoinError>,
+) -> Ended {
+    match joined {
+        Ok(Ok(record)) => Ended::Driven(record),
+        Ok(Err(error)) => Ended::Failed(error),
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Err(error) => Ended::Failed(crate::error::Error::internal(format!(
+            "the drive of {plan} ended: {error}"
+        ))),
+    }
+}
