@@ -55,8 +55,10 @@ fn machine_name() -> String {
 /// announced (the rule “A merge heard twice makes one plan”), is planned as `merge NAME --commit C --plan-only` would, and
 /// acknowledged. The open plans are driven over the bus as `plans resume` would (built, rolled
 /// out one machine first to the real hosts), each as a task of the runtime's, at most
-/// `options.max_drives` at once, while the loop goes on hearing merges; a merge of a repository
-/// and branch whose plan is driven is planned once that drive has ended. Open plans left by a
+/// `options.max_drives` at once, while the loop goes on hearing merges. A merge of a repository
+/// and branch whose plan is driven takes it over at once: that drive is cancelled at its next
+/// step boundary (a rollout waiting on its first machine within a second), and the new plan
+/// supersedes it, taking in its unbuilt and unsent modules, and is driven. Open plans left by a
 /// controller stopped mid-rollout are driven on when it starts. A merge that cannot be planned (an unknown
 /// repository, another branch than the one registered) is logged, recorded as a problem of its
 /// repository (shown by `status` until a later merge of it is planned) and acknowledged; a drive
@@ -138,10 +140,11 @@ pub async fn serve(
                 merge.repository, repo.branch, merge.branch
             ))),
             Ok(_) => {
-                // The repository's plans on this branch are not driven while its merge is
-                // planned: the plan made may supersede them.
+                // A newer merge takes over at once ("A newer merge takes over an older
+                // plan"): the repository's plans on this branch stop at their next step, and
+                // the plan made supersedes them, taking in what they had not built or sent.
                 for (plan, ended) in drives
-                    .stop_repository(&merge.repository, &merge.branch)
+                    .stop_repository(runtime, &merge.repository, &merge.branch)
                     .await
                 {
                     log_ended(&plan, &ended);

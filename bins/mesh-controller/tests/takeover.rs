@@ -157,3 +157,170 @@ fn a_controller_killed_at_each_takeover_write_loses_no_module_of_the_older_plan(
         }
     }
 }
+
+/// `mesh-controller serve`, killed if the test fails before it stops the daemon itself; its log
+/// is kept beside the home, for a failure's message.
+struct Daemon {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl Daemon {
+    fn start(bed: &support::fleet::Bed) -> Daemon {
+        let log = bed.home.path().join("serve.log");
+        let child = bed
+            .command(&["serve"])
+            .env("MESH_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Daemon { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Stops it as its service manager does: SIGTERM, and it exits 0.
+    fn stop(mut self) {
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        assert_eq!(self.child.wait().unwrap().code(), Some(0), "{}", self.log());
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `site` goes to `away` alone, so `away` is its first machine; `notes` is built from `site`,
+/// a tier later, and goes to the bus node.
+const AWAY_INVENTORY: &str = r#"bus-node = "bus"
+
+[nodes.bus]
+[nodes.away]
+
+[assignments]
+site = ["away"]
+notes = ["bus"]
+"#;
+
+#[test]
+fn a_newer_merge_heard_by_the_daemon_takes_over_a_plan_waiting_on_its_first_machine() {
+    use std::time::{Duration, Instant};
+    let mut bed = support::fleet::Bed::new(&["away"]);
+    bed.put_inventory(AWAY_INVENTORY);
+    // `away`'s host is stopped: the first machine of `site` never reports.
+    bed.start_host("bus");
+    let repo = Repo::new();
+    write(&repo, &module("site", "/srv/site.txt", "v1\n"));
+    write(&repo, &module("notes", "/etc/notes.txt", "first note\n"));
+    repo.write(&[(
+        "modules/notes/module.toml",
+        "name = \"notes\"\ndepends = [\"site\"]\n\n[files.text]\nsource = \"files/text\"\npath = \"/etc/notes.txt\"\n",
+    )]);
+    let first = repo.commit("first");
+    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+
+    let daemon = Daemon::start(&bed);
+    let rt = support::fleet::runtime();
+    let bus = bed.controller_bus(&rt);
+    support::fleet::wait_for_merge_consumer(&rt, &bus);
+    let announce = |commit: &str| {
+        rt.block_on(async {
+            mesh_bus::jetstream::publish_merge(&bus.jetstream(), "cat", "main", commit)
+                .await
+                .unwrap()
+        })
+    };
+    let plans_of = |bed: &support::fleet::Bed| -> std::collections::BTreeMap<String, Value> {
+        let out = bed.expect(&["plans", "--output", "json"], 0);
+        json(&out)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|plan| (plan["id"].as_str().unwrap().to_owned(), plan.clone()))
+            .collect()
+    };
+
+    // Plan A: `site` built and sent to its first machine, which never reports; `notes`, a tier
+    // later, is not built.
+    announce(&first);
+    support::wait_for(
+        "plan-1 to wait on its first machine",
+        Duration::from_secs(120),
+        || match bed.record("sent/away.json") {
+            Some(_) => Ok(()),
+            None => Err(format!("{:?}\n{}", plans_of(&bed), daemon.log())),
+        },
+    );
+    let waiting = plans_of(&bed);
+    assert_eq!(
+        waiting["plan-1"]["state"]["state"], "rolling-out",
+        "{waiting:#?}"
+    );
+
+    // Merge B is heard: A is superseded by B within seconds, not after A's deadline (600 s).
+    write(&repo, &module("site", "/srv/site.txt", "v2\n"));
+    let second = repo.commit("site: v2");
+    announce(&second);
+    let announced = Instant::now();
+    let taken_over = support::wait_for(
+        "plan-1 to be superseded by plan-2",
+        Duration::from_secs(60),
+        || {
+            let now = plans_of(&bed);
+            match now.get("plan-1") {
+                Some(a)
+                    if a["state"] == serde_json::json!({"state": "superseded", "by": "plan-2"}) =>
+                {
+                    Ok(announced.elapsed())
+                }
+                _ => Err(format!("{now:#?}\n{}", daemon.log())),
+            }
+        },
+    );
+    println!("plan-1 superseded by plan-2 {taken_over:?} after merge B was announced");
+    assert!(
+        taken_over < Duration::from_secs(10),
+        "the takeover took {taken_over:?}"
+    );
+    let after = plans_of(&bed);
+    let newer = &after["plan-2"];
+    assert_eq!(newer["commit"], second.as_str());
+    for module in ["site", "notes"] {
+        assert!(
+            modules(newer).contains(&module),
+            "plan-2 holds `{module}`: {after:#?}"
+        );
+    }
+
+    // B rolls out once its first machine is there, A's unbuilt module with it.
+    bed.start_host("away");
+    support::wait_for("plan-2 to roll out", Duration::from_secs(120), || {
+        let now = plans_of(&bed);
+        match now["plan-2"]["state"]["state"].as_str() {
+            Some("done") => Ok(()),
+            state => Err(format!("plan-2 is {state:?}: {now:#?}\n{}", daemon.log())),
+        }
+    });
+    assert_eq!(
+        std::fs::read_to_string(bed.root("away").join("srv/site.txt")).unwrap(),
+        "v2\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(bed.root("bus").join("etc/notes.txt")).unwrap(),
+        "first note\n"
+    );
+    let deployed = json(&bed.record("deployed/notes.json").unwrap());
+    assert_eq!(deployed["plan"], "plan-2");
+    daemon.stop();
+}

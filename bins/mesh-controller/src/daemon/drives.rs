@@ -3,7 +3,8 @@
 //! model: the loop schedules, the runtime's tasks do the work).
 //!
 //! Start at [`Drives`]. The loop calls [`Drives::start_due`] each turn, [`Drives::ended`] for
-//! the drives that ended since, and [`Drives::stop_repository`] before it plans a merge.
+//! the drives that ended since, and [`Drives::stop_repository`] before it plans a merge: a
+//! newer merge takes over at once ("A newer merge takes over an older plan").
 //!
 //! # Guarantees
 //! - One drive per plan, and at most [`Drives::new`]'s bound at once; the plans of a repository
@@ -27,7 +28,7 @@ struct Driving {
 /// How a drive ended.
 pub enum Ended {
     /// It ran to its end or was cancelled: the plan as it stands.
-    Driven(PlanRecord),
+    Driven(Box<PlanRecord>),
     /// It failed.
     Failed(crate::error::Error),
 }
@@ -135,10 +136,13 @@ impl Drives {
         out
     }
 
-    /// Waits for the drives of `repository`'s plans on `branch` to end, so that a merge of it
-    /// is planned on plans no drive writes meanwhile; returns how each ended.
+    /// Cancels the drives of `repository`'s plans on `branch` and waits for them to stop, at
+    /// their next step boundary (everything done saved, nothing written after), so that a
+    /// newer merge of it takes their plans over at once: planned on plans no drive writes
+    /// meanwhile. Returns how each ended.
     pub async fn stop_repository(
         &mut self,
+        runtime: &Runtime,
         repository: &str,
         branch: &str,
     ) -> Vec<(String, Ended)> {
@@ -148,6 +152,9 @@ impl Drives {
             .filter(|(_, d)| d.repository == repository && d.branch == branch)
             .map(|(plan, _)| plan.clone())
             .collect();
+        for plan in &plans {
+            runtime.cancel(plan);
+        }
         let mut out = Vec::new();
         for plan in plans {
             let Some(driving) = self.running.remove(&plan) else {
@@ -180,7 +187,7 @@ fn joined(
     joined: std::result::Result<crate::error::Result<PlanRecord>, tokio::task::JoinError>,
 ) -> Ended {
     match joined {
-        Ok(Ok(record)) => Ended::Driven(record),
+        Ok(Ok(record)) => Ended::Driven(Box::new(record)),
         Ok(Err(error)) => Ended::Failed(error),
         Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
         Err(error) => Ended::Failed(crate::error::Error::internal(format!(
