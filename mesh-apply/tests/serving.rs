@@ -360,3 +360,31 @@ fn a_device_mapping_is_visible_inside_the_container() {
         "/dev/null:/dev/x"
     );
 }
+
+#[test]
+fn a_crash_under_a_restart_policy_is_still_reported_with_its_exit_code_and_log() {
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let name = names.name("crashing");
+    for policy in ["always", "on-failure"] {
+        let mut crashing = container("app", "crashing", &name);
+        let spec = spec_mut(&mut crashing);
+        spec.command = ["sh", "-c", "echo 'cannot open the library'; exit 2"]
+            .map(str::to_owned)
+            .to_vec();
+        spec.restart = Some(policy.to_owned());
+        let report = run(&sandbox, vec![crashing]);
+        match outcome(&report, "app/container/crashing") {
+            Outcome::Failed { reason, .. } => {
+                assert!(reason.contains("exited with code 2"), "{policy}: {reason}");
+                assert!(
+                    reason.contains("cannot open the library"),
+                    "{policy}: {reason}"
+                );
+            }
+            other => panic!("{policy}: a crash was not reported: {other:?}"),
+        }
+        // Undeclared between the two, so the second policy makes it afresh.
+        run(&sandbox, Vec::new());
+    }
+}

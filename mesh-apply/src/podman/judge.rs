@@ -12,15 +12,33 @@ pub const LOG_TAIL_LINES: usize = 10;
 impl Podman {
     /// Judges a container just (re)started (*a container is applied only when it runs*): after
     /// its settle time it must be running (not exited, not being restarted), and its health
-    /// command, if it declares one, must pass within its deadline.
+    /// command, if it declares one, must pass within its deadline. A container its restart
+    /// policy restarted meanwhile (podman's count of such restarts past `restarts_before`, what
+    /// it was before it was started) crashed: it is failed as one that exited, even when it
+    /// runs again (*a container is applied only when it runs*: a crash is still reported).
     ///
     /// # Errors
     /// [`PodmanError::Exited`] with its exit code and log tail; [`PodmanError::Unhealthy`];
     /// podman's failures.
-    pub fn judge(&self, spec: &ContainerSpec) -> Result<(), PodmanError> {
+    pub fn judge(&self, spec: &ContainerSpec, restarts_before: u32) -> Result<(), PodmanError> {
         std::thread::sleep(Duration::from_millis(spec.settle_ms()));
-        self.judge_now(&spec.name)
+        let status = self
+            .judge_now(&spec.name)
             .map_err(|error| blame_held_port(spec, error))?;
+        if status.restart_count > restarts_before {
+            return Err(blame_held_port(
+                spec,
+                PodmanError::Exited {
+                    name: spec.name.clone(),
+                    code: status.exit_code,
+                    status: format!(
+                        "restarted {} times by its restart policy",
+                        status.restart_count - restarts_before
+                    ),
+                    log: self.log_tail(&spec.name),
+                },
+            ));
+        }
         let Some(health) = &spec.health else {
             return Ok(());
         };

@@ -52,20 +52,20 @@ impl Podman {
         let Some(current) = self.ours(&spec.name, Some(declared.id))? else {
             self.create(declared, &sources)?;
             pause_point("created", declared.id);
-            self.judge(spec)?;
+            self.judge(spec, 0)?;
             return Ok(vec!["created".to_owned()]);
         };
         if let Some(changed) = replaced_fields(spec, &current) {
             self.remove_container_within(&spec.name, &self.stop_timeout(spec))?;
             self.create(declared, &sources)?;
             pause_point("created", declared.id);
-            self.judge(spec)?;
+            self.judge(spec, 0)?;
             return Ok(changed);
         }
         if !current.running {
             ports_free(spec)?;
             self.run_ok(&os(&["container", "start", &spec.name]), &[])?;
-            self.judge(spec)?;
+            self.judge(spec, current.restart_count)?;
             return Ok(vec!["started".to_owned()]);
         }
         if restart {
@@ -74,7 +74,7 @@ impl Podman {
                 &os(&["container", "restart", "--time", &timeout, &spec.name]),
                 &[],
             )?;
-            self.judge(spec)?;
+            self.judge(spec, current.restart_count)?;
             return Ok(vec!["restarted".to_owned()]);
         }
         Ok(Vec::new())

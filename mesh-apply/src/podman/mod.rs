@@ -133,6 +133,8 @@ pub struct ContainerStatus {
     pub restarting: bool,
     /// Its main process's exit code, when it has exited.
     pub exit_code: i32,
+    /// How many times podman restarted it by its restart policy (it crashed).
+    pub restart_count: u32,
     /// Its labels.
     pub labels: BTreeMap<String, String>,
 }
@@ -232,6 +234,7 @@ impl Podman {
                     status: c.state.status,
                     restarting: c.state.restarting,
                     exit_code: c.state.exit_code,
+                    restart_count: c.restart_count,
                     labels: c.config.labels.unwrap_or_default(),
                 }))
             }
@@ -409,6 +412,8 @@ impl Podman {
 #[serde(rename_all = "PascalCase")]
 struct Inspected {
     id: String,
+    #[serde(default)]
+    restart_count: u32,
     name: String,
     state: InspectedState,
     config: InspectedConfig,
