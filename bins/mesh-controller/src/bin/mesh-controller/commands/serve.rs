@@ -10,8 +10,10 @@ use std::process::ExitCode;
 /// It makes the mesh's streams, answers discovery, and plans each merge announced on the
 /// bus, heard once however often it is announced, and builds and rolls out the open plans
 /// to the fleet's hosts (as `merge NAME --commit C` would), several at once (`--max-drives`)
-/// while it goes on hearing merges; open plans left mid-rollout are driven on when it starts. SIGTERM or SIGINT stop it, mid-rollout too (the plan resumes
-/// where it was).
+/// while it goes on hearing merges; open plans left mid-rollout are driven on when it starts.
+/// SIGTERM or SIGINT stop it, mid-rollout too (the plan resumes where it was), within 30 s
+/// whatever the bus is doing; a second signal, or the 30 s elapsing, ends it at once (exit
+/// 1), which its records survive as they survive a kill.
 ///
 /// With `--http ADDR` it also serves a read-only status page at `/`, the Prometheus
 /// text format at `/metrics` and `/status.json` (the document `status --output json`
