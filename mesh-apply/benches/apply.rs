@@ -41,6 +41,7 @@ fn declaration(files: usize) -> Declaration {
                 path: machine_path(i),
                 content: Some(content(i)),
                 source: None,
+                sealed: None,
                 mode: 0o644,
                 owner: "root".to_owned(),
                 group: "root".to_owned(),

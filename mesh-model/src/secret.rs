@@ -87,6 +87,49 @@ impl std::fmt::Debug for SecretValue {
     }
 }
 
+/// A piece of a file's template that uses secrets (`FileSpec::sealed`): text the controller
+/// rendered, or a secret its host opens and puts in at apply time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub enum SealedPiece {
+    /// Text, as rendered.
+    Text(String),
+    /// The secret setting `key`.
+    Secret {
+        /// The setting's dotted key.
+        key: String,
+        /// Its value, sealed.
+        value: SecretValue,
+    },
+}
+
+/// The digest of a template of secrets: of its text and its secrets' keyed digests, never of
+/// a ciphertext, so it is the same whichever key the secrets travel to, and changes with any
+/// piece.
+pub fn sealed_digest(pieces: &[SealedPiece]) -> String {
+    let parts: Vec<(&str, &str)> = pieces
+        .iter()
+        .map(|piece| match piece {
+            SealedPiece::Text(text) => ("text", text.as_str()),
+            SealedPiece::Secret { value, .. } => ("secret", value.digest.as_str()),
+        })
+        .collect();
+    crate::sha256_digest(&serde_json::to_vec(&parts).expect("text always serializes"))
+}
+
+/// A template of secrets as a person reads it: the secrets it uses by key and digest, and the
+/// digest of the whole (`uses password <secret sha256:…>; sha256:…`).
+pub fn describe_sealed(pieces: &[SealedPiece]) -> String {
+    let secrets: Vec<String> = pieces
+        .iter()
+        .filter_map(|piece| match piece {
+            SealedPiece::Secret { key, value } => Some(format!("{key} {value}")),
+            SealedPiece::Text(_) => None,
+        })
+        .collect();
+    format!("uses {}; {}", secrets.join(", "), sealed_digest(pieces))
+}
+
 /// Whether a JSON value is, or holds anywhere within it, a secret.
 pub fn holds_secret(value: &Value) -> bool {
     match value {
@@ -113,6 +156,35 @@ pub fn shown(value: &Value) -> Value {
             ),
         },
         Value::Array(items) => Value::Array(items.iter().map(shown).collect()),
+        other => other.clone(),
+    }
+}
+
+/// A wire format's JSON (a declaration's) as a person may see it: every sealed secret in it
+/// (an object of `digest` and `ciphertext` alone) replaced by `<secret sha256:…>`, and every
+/// marked one as [`shown`] does.
+pub fn shown_wire(value: &Value) -> Value {
+    match value {
+        Value::Object(object) => {
+            let is_sealed = object.len() == 2
+                && object.contains_key("ciphertext")
+                && object.get("digest").is_some_and(Value::is_string);
+            if is_sealed {
+                if let Ok(secret) = serde_json::from_value::<SecretValue>(value.clone()) {
+                    return Value::String(secret.to_string());
+                }
+            }
+            if SecretValue::from_json(value).is_some() {
+                return shown(value);
+            }
+            Value::Object(
+                object
+                    .iter()
+                    .map(|(key, value)| (key.clone(), shown_wire(value)))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.iter().map(shown_wire).collect()),
         other => other.clone(),
     }
 }

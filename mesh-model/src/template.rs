@@ -83,6 +83,76 @@ pub fn render(text: &str, settings: &Value) -> Result<String, TemplateError> {
     Ok(out)
 }
 
+/// A file's template rendered: all text, or pieces of text and secrets its host puts in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rendered {
+    /// No secret is used: the text.
+    Plain(String),
+    /// Secrets are used: text and sealed secrets, in order.
+    Sealed(Vec<crate::secret::SealedPiece>),
+}
+
+/// Renders a file's template against settings, leaving each secret it names sealed, for its
+/// host to put in (the rule “A secret is readable only where it is used”).
+///
+/// # Errors
+/// As [`render`]; a reference to a table holding secrets is [`TemplateError::Secret`].
+pub fn render_sealed(text: &str, settings: &Value) -> Result<Rendered, TemplateError> {
+    use crate::secret::{SealedPiece, SecretValue};
+    let mut pieces: Vec<SealedPiece> = Vec::new();
+    let mut sealed = false;
+    let push_text = |pieces: &mut Vec<SealedPiece>, text: &str| match pieces.last_mut() {
+        Some(SealedPiece::Text(last)) => last.push_str(text),
+        _ => pieces.push(SealedPiece::Text(text.to_owned())),
+    };
+    walk(text, |piece| {
+        match piece {
+            Piece::Text(t) => push_text(&mut pieces, t),
+            Piece::Reference(key) => {
+                let value = lookup(settings, key).ok_or_else(|| TemplateError::Unknown {
+                    key: key.to_owned(),
+                })?;
+                match SecretValue::from_json(value) {
+                    Some(Ok(secret)) => {
+                        sealed = true;
+                        pieces.push(SealedPiece::Secret {
+                            key: key.to_owned(),
+                            value: secret,
+                        });
+                    }
+                    Some(Err(_)) => {
+                        return Err(TemplateError::Secret {
+                            key: key.to_owned(),
+                        })
+                    }
+                    None if crate::secret::holds_secret(value) => {
+                        return Err(TemplateError::Secret {
+                            key: key.to_owned(),
+                        })
+                    }
+                    None => match value {
+                        Value::String(s) => push_text(&mut pieces, s),
+                        other => push_text(&mut pieces, &other.to_string()),
+                    },
+                }
+            }
+        }
+        Ok(())
+    })?;
+    if sealed {
+        return Ok(Rendered::Sealed(pieces));
+    }
+    Ok(Rendered::Plain(
+        pieces
+            .into_iter()
+            .map(|piece| match piece {
+                SealedPiece::Text(text) => text,
+                SealedPiece::Secret { .. } => String::new(),
+            })
+            .collect(),
+    ))
+}
+
 /// Looks up a dotted key in a JSON object.
 pub fn lookup<'v>(settings: &'v Value, key: &str) -> Option<&'v Value> {
     key.split('.')
@@ -166,6 +236,31 @@ mod tests {
             assert!(matches!(err, TemplateError::Secret { .. }), "{err}");
             assert!(!err.to_string().contains("YWdl"));
         }
+    }
+
+    #[test]
+    fn a_files_template_leaves_its_secrets_sealed_for_its_host() {
+        use crate::secret::SealedPiece;
+        let secret = crate::secret::SecretValue {
+            digest: format!("sha256:{}", "0".repeat(64)),
+            ciphertext: "YWdl".into(),
+        };
+        let settings = json!({"user": "app", "password": secret.to_json()});
+        assert_eq!(
+            render_sealed("{{user}}:{{ password }}\n", &settings).unwrap(),
+            Rendered::Sealed(vec![
+                SealedPiece::Text("app:".into()),
+                SealedPiece::Secret {
+                    key: "password".into(),
+                    value: secret
+                },
+                SealedPiece::Text("\n".into()),
+            ])
+        );
+        assert_eq!(
+            render_sealed("{{user}} on {{user}}", &settings).unwrap(),
+            Rendered::Plain("app on app".into())
+        );
     }
 
     #[test]

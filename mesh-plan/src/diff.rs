@@ -220,6 +220,9 @@ enum Flat<'r> {
     Text(&'r str),
     /// A file's content known by its digest only (it is in the module's archive).
     Digest(&'r str),
+    /// A template of secrets, known by its secrets' keyed digests and its own
+    /// (`mesh_model::secret::describe_sealed`): never a secret's value or ciphertext.
+    Sealed(String),
 }
 
 /// Every field of a resource by name. A field holding an object (a container's `env`, one of
@@ -241,10 +244,13 @@ fn flatten(resource: &Resource) -> BTreeMap<String, Flat<'_>> {
             if let Some(source) = &f.source {
                 put("source", json!(source.path));
             }
-            let content = match (&f.content, &f.source) {
-                (Some(text), _) => Some(Flat::Text(text)),
-                (None, Some(source)) => Some(Flat::Digest(&source.sha256)),
-                (None, None) => None,
+            let content = match (&f.content, &f.source, &f.sealed) {
+                (Some(text), _, _) => Some(Flat::Text(text)),
+                (None, Some(source), _) => Some(Flat::Digest(&source.sha256)),
+                (None, None, Some(pieces)) => {
+                    Some(Flat::Sealed(mesh_model::secret::describe_sealed(pieces)))
+                }
+                (None, None, None) => None,
             };
             if let Some(content) = content {
                 fields.insert("content".to_owned(), content);
@@ -364,8 +370,8 @@ fn resource_change(old: &Resource, new: &Resource) -> ResourceChange {
             // A content known by its digest on either side (read from an archive): the digests
             // say whether it changed.
             (
-                Some(a @ (Flat::Text(_) | Flat::Digest(_))),
-                Some(b @ (Flat::Text(_) | Flat::Digest(_))),
+                Some(a @ (Flat::Text(_) | Flat::Digest(_) | Flat::Sealed(_))),
+                Some(b @ (Flat::Text(_) | Flat::Digest(_) | Flat::Sealed(_))),
             ) => {
                 let (a, b) = (content_digest(a), content_digest(b));
                 if a != b {
@@ -401,6 +407,7 @@ fn flat_value(flat: &Flat<'_>) -> Value {
     match flat {
         Flat::Value(value) => value.clone(),
         Flat::Text(text) | Flat::Digest(text) => Value::String((*text).to_owned()),
+        Flat::Sealed(described) => Value::String(described.clone()),
     }
 }
 
@@ -409,6 +416,7 @@ fn content_digest(flat: &Flat<'_>) -> String {
     match flat {
         Flat::Text(text) => mesh_model::sha256_digest(text.as_bytes()),
         Flat::Digest(digest) => (*digest).to_owned(),
+        Flat::Sealed(described) => described.clone(),
         Flat::Value(value) => value.to_string(),
     }
 }

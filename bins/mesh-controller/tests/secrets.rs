@@ -210,3 +210,107 @@ fn an_operators_key_opens_every_secret_and_a_rotation_leaves_every_layer_readabl
     let after = secret_in_layer(&mesh, "tls", "home", "host");
     assert!(operator.open(&after).is_err());
 }
+
+/// The example's home with a module `db` on `control` whose credentials file uses a secret.
+fn mesh_with_db() -> Mesh {
+    let mesh = Mesh::example();
+    let module = mesh.home().join("catalogue/modules/db");
+    std::fs::create_dir_all(&module).unwrap();
+    std::fs::write(
+        module.join("module.toml"),
+        r#"name = "db"
+
+[settings]
+user = "app"
+password = ""
+
+[files.creds]
+source = "creds"
+path = "/etc/db/creds"
+mode = "0600"
+template = true
+"#,
+    )
+    .unwrap();
+    std::fs::write(module.join("creds"), "{{ user }}:{{ password }}\n").unwrap();
+    let inventory = mesh.home().join("inventory.toml");
+    let text = std::fs::read_to_string(&inventory).unwrap();
+    std::fs::write(
+        &inventory,
+        text.replace("[assignments]\n", "[assignments]\ndb = [\"control\"]\n"),
+    )
+    .unwrap();
+    mesh
+}
+
+#[test]
+fn plan_and_its_diff_show_a_secret_by_its_digest_and_a_changed_one_as_changed() {
+    let mesh = mesh_with_db();
+    let set = [
+        "settings",
+        "set-secret",
+        "db",
+        "password",
+        "--node",
+        "control",
+    ];
+    let value = unique_value();
+    assert_eq!(mesh.run_stdin(&set, value.as_bytes()).code, 0);
+    let secret = secret_in_layer(&mesh, "db", "control", "password");
+    let shown = format!("<secret {}>", secret.digest);
+    let plan = mesh.expect(&["plan", "control"], 0);
+    let plan_json = mesh.expect(&["--output", "json", "plan", "control"], 0);
+    for out in [&plan, &plan_json] {
+        assert!(out.contains(&shown), "{out}");
+        assert!(!out.contains(&value), "{out}");
+        assert!(!out.contains(&secret.ciphertext), "{out}");
+    }
+
+    // Sent: the host was given no key to open it, so the file fails naming module and key,
+    // and nothing is written.
+    let push = mesh.run(&["push", "control"]);
+    let said = format!("{}{}", push.stdout, push.stderr);
+    assert!(
+        said.contains("db/file/creds") && said.contains("`password` of `db`"),
+        "{said}"
+    );
+    assert!(!mesh.root("control").join("etc/db/creds").exists());
+
+    let other = unique_value();
+    assert_eq!(mesh.run_stdin(&set, other.as_bytes()).code, 0);
+    let changed = secret_in_layer(&mesh, "db", "control", "password");
+    let diff = mesh.expect(&["plan", "control", "--diff"], 0);
+    assert!(diff.contains("~ db/file/creds"), "{diff}");
+    assert!(diff.contains(&shown), "{diff}");
+    assert!(
+        diff.contains(&format!("<secret {}>", changed.digest)),
+        "{diff}"
+    );
+    assert!(
+        !diff.contains(&other) && !diff.contains(&changed.ciphertext),
+        "{diff}"
+    );
+    for needle in [&value, &other] {
+        assert_eq!(
+            files_holding(mesh.home(), needle.as_bytes()),
+            Vec::<String>::new()
+        );
+    }
+}
+
+#[test]
+fn a_file_rendered_from_a_secret_looser_than_0640_is_refused_at_check() {
+    let mesh = Mesh::example();
+    let set = ["settings", "set-secret", "tls", "host", "--node", "control"];
+    assert_eq!(mesh.run_stdin(&set, unique_value().as_bytes()).code, 0);
+    let run = mesh.run(&["check"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stdout.contains(
+            "module `tls`: `files.cert.mode`: the file uses a secret, so its mode must be 0640 \
+             or tighter, not 0644"
+        ),
+        "{}",
+        run.stdout
+    );
+}

@@ -55,6 +55,7 @@ fn declaration(node: &str) -> Declaration {
                 path: "/etc/motd".into(),
                 content: Some(format!("{node}, managed by mesh\n")),
                 source: None,
+                sealed: None,
                 mode: 0o644,
                 owner: "root".into(),
                 group: "root".into(),

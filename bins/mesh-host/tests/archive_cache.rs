@@ -46,6 +46,7 @@ fn declaration(modules: &[(&str, &str, &Archive)]) -> Declaration {
                     path: "files/site.conf".into(),
                     sha256: mesh_model::sha256_digest(text.as_bytes()),
                 }),
+                sealed: None,
                 mode: 0o644,
                 owner: "mesh".into(),
                 group: "mesh".into(),

@@ -50,6 +50,7 @@ fn archived_file(module: &str, name: &str, text: &str) -> Resource {
                 path: format!("files/{name}"),
                 sha256: mesh_model::sha256_digest(text.as_bytes()),
             }),
+            sealed: None,
             mode: 0o644,
             owner: "root".into(),
             group: "root".into(),

@@ -27,6 +27,7 @@ fn file(name: &str, content: &str) -> Resource {
             path: format!("/etc/app/{name}"),
             content: Some(content.to_owned()),
             source: None,
+            sealed: None,
             mode: 0o644,
             owner: "root".into(),
             group: "root".into(),

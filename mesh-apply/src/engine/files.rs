@@ -208,6 +208,11 @@ impl<'a> Engine<'a, '_> {
         spec: &FileSpec,
         full: &std::path::Path,
     ) -> Result<(), String> {
+        // What a file rendered from a secret held is never kept (the rule “A secret is
+        // readable only where it is used”).
+        if spec.sealed.is_some() {
+            return Ok(());
+        }
         let Ok(meta) = fs::symlink_metadata(full) else {
             return Ok(());
         };

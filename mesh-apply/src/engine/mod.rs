@@ -488,7 +488,8 @@ struct Engine<'a, 's> {
 /// (see [`apply_archived`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ArchivedContents {
-    /// File resource id → its content, read from its archive and checked against its digest.
+    /// File resource id → its content, read from its archive and checked against its digest,
+    /// or a template of secrets rendered by its host.
     pub read: BTreeMap<String, String>,
     /// File resource id → why its content could not be read (naming the archive and the store).
     pub unavailable: BTreeMap<String, String>,
@@ -505,6 +506,25 @@ fn unreadable_files(
             continue;
         };
         if file.content.is_some() || contents.read.contains_key(&resource.id) {
+            continue;
+        }
+        if let (Some(pieces), None) = (&file.sealed, contents.unavailable.get(&resource.id)) {
+            // A template of secrets its host did not render: nothing of it is written.
+            let keys: Vec<String> = pieces
+                .iter()
+                .filter_map(|piece| match piece {
+                    mesh_model::secret::SealedPiece::Secret { key, .. } => Some(format!("`{key}`")),
+                    mesh_model::secret::SealedPiece::Text(_) => None,
+                })
+                .collect();
+            out.insert(
+                resource.id.clone(),
+                format!(
+                    "it uses the secret {} of `{}`, which this host was given no key to open",
+                    keys.join(", "),
+                    resource.module
+                ),
+            );
             continue;
         }
         let reason = contents

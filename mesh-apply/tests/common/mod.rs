@@ -125,6 +125,7 @@ pub fn file_as(
             path: path.to_owned(),
             content: Some(content.to_owned()),
             source: None,
+            sealed: None,
             mode,
             owner: owner.to_owned(),
             group: group.to_owned(),

@@ -126,6 +126,11 @@ pub struct FileSpec {
     /// declaration does not carry it (format 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<ArchivedFile>,
+    /// A template that uses secrets: text and sealed secrets its host opens and puts in at
+    /// apply time (the rule “A secret is readable only where it is used”), when the
+    /// declaration carries neither content nor source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed: Option<Vec<crate::secret::SealedPiece>>,
     /// Permission bits.
     pub mode: u32,
     /// Owning account.
@@ -147,13 +152,15 @@ impl FileSpec {
             path: path.into(),
             content: Some(content.into()),
             source: None,
+            sealed: None,
             mode,
             owner: owner.into(),
             group: group.into(),
         }
     }
 
-    /// The digest of the content: the one the source names, or that of the content carried.
+    /// The digest of the content: the one the source names, or that of the content carried;
+    /// `None` for a template of secrets, whose content only its host knows.
     pub fn content_digest(&self) -> Option<String> {
         match (&self.source, &self.content) {
             (Some(source), _) => Some(source.sha256.clone()),
@@ -624,6 +631,19 @@ impl Declaration {
     /// What is wrong with where a file's content comes from, if anything.
     fn file_source_problem(&self, resource: &Resource, file: &FileSpec) -> Option<String> {
         let id = &resource.id;
+        if let Some(pieces) = &file.sealed {
+            if file.content.is_some() || file.source.is_some() {
+                return Some(format!(
+                    "`{id}`: a template of secrets carries neither content nor source"
+                ));
+            }
+            return pieces.iter().find_map(|piece| match piece {
+                crate::secret::SealedPiece::Secret { key, value } => value
+                    .problem()
+                    .map(|problem| format!("`{id}`: the secret `{key}`: {problem}")),
+                crate::secret::SealedPiece::Text(_) => None,
+            });
+        }
         let Some(source) = &file.source else {
             return file
                 .content
@@ -707,6 +727,7 @@ mod tests {
                     path: path.to_owned(),
                     sha256: sha256_digest(path.as_bytes()),
                 }),
+                sealed: None,
                 mode: 0o644,
                 owner: "root".to_owned(),
                 group: "root".to_owned(),

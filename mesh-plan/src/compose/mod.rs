@@ -21,6 +21,8 @@
 mod accounts;
 mod container;
 mod job;
+#[cfg(test)]
+mod secret_tests;
 
 pub use container::container_name;
 #[cfg(test)]
@@ -124,6 +126,19 @@ pub enum ComposeProblem {
         key: String,
         /// The text found.
         mode: String,
+    },
+    /// A file rendered from a secret whose mode lets more than its owner and group read it.
+    #[error(
+        "module `{module}`: `{key}`: the file uses a secret, so its mode must be 0640 or \
+         tighter, not {mode:04o}"
+    )]
+    SecretFileMode {
+        /// The module.
+        module: String,
+        /// The definition key (`files.NAME.mode`).
+        key: String,
+        /// The mode declared.
+        mode: u32,
     },
     /// A rendered machine path is not acceptable.
     #[error("module `{module}`: `{key}`: {problem}")]
@@ -391,9 +406,26 @@ fn compose_module(
     for (name, file) in &definition.files {
         let key = format!("files.{name}");
         let source_key = format!("{key}.source");
+        let mut sealed = None;
         let (content, source) = match module.tree.entries.get(&file.source) {
             Some(EntryKind::File { bytes, .. }) => match std::str::from_utf8(bytes) {
-                Ok(text) if file.template => (c.render(source_key, text), None),
+                Ok(text) if file.template => match template::render_sealed(text, c.settings) {
+                    Ok(template::Rendered::Plain(text)) => (text, None),
+                    // A secret is put in by its host (the rule “A secret is readable only
+                    // where it is used”).
+                    Ok(template::Rendered::Sealed(pieces)) => {
+                        sealed = Some(pieces);
+                        (String::new(), None)
+                    }
+                    Err(source) => {
+                        c.problems.push(ComposeProblem::Template {
+                            module: c.name().to_owned(),
+                            key: source_key,
+                            source,
+                        });
+                        (String::new(), None)
+                    }
+                },
                 // A file of a build reaches the host inside the build's archive.
                 Ok(_) if module.archive.is_some() => (
                     String::new(),
@@ -421,11 +453,21 @@ fn compose_module(
                 (String::new(), None)
             }
         };
+        let path = c.path(format!("{key}.path"), &file.path);
+        let mode = c.mode(format!("{key}.mode"), &file.mode);
+        if sealed.is_some() && mode & !0o640 != 0 {
+            c.problems.push(ComposeProblem::SecretFileMode {
+                module: c.name().to_owned(),
+                key: format!("{key}.mode"),
+                mode,
+            });
+        }
         let spec = Spec::File(FileSpec {
-            path: c.path(format!("{key}.path"), &file.path),
-            content: source.is_none().then_some(content),
+            path,
+            content: (source.is_none() && sealed.is_none()).then_some(content),
             source,
-            mode: c.mode(format!("{key}.mode"), &file.mode),
+            sealed,
+            mode,
             owner: c.render(format!("{key}.owner"), &file.owner),
             group: c.render(format!("{key}.group"), &file.group),
         });

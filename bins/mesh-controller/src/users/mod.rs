@@ -226,6 +226,7 @@ pub fn with_users_file(declaration: Declaration, users: &UsersFile) -> Declarati
                 path: USERS_ARCHIVE_PATH.to_owned(),
                 sha256: users.sha256.clone(),
             }),
+            sealed: None,
             mode: 0o640,
             owner: "root".to_owned(),
             group: USERS_GROUP.to_owned(),

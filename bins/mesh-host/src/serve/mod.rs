@@ -482,6 +482,7 @@ mod tests {
                 path: format!("/etc/f{i:03}"),
                 content: Some("x\n".into()),
                 source: None,
+                sealed: None,
                 mode: 0o644,
                 owner: "root".into(),
                 group: "root".into(),

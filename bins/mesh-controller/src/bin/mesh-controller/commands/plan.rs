@@ -57,7 +57,10 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     }
     let declaration = push::compose_node(&env.home, &checked, &args.node)?;
     match env.output {
-        Output::Json => env.print_json(&declaration)?,
+        // A secret shows as its keyed digest, never its ciphertext.
+        Output::Json => env.print_json(&mesh_model::secret::shown_wire(&serde_json::to_value(
+            &declaration,
+        )?))?,
         Output::Text => print!("{}", render::declaration(&declaration)),
     }
     Ok(ExitCode::SUCCESS)

@@ -174,12 +174,14 @@ pub fn declaration(declaration: &Declaration) -> String {
     for resource in &declaration.resources {
         let what = match &resource.spec {
             Spec::File(f) => {
-                let content = match (&f.content, &f.source) {
-                    (Some(content), _) => format!("{} bytes", content.len()),
-                    (None, Some(source)) => {
+                let content = match (&f.content, &f.source, &f.sealed) {
+                    (Some(content), _, _) => format!("{} bytes", content.len()),
+                    (None, Some(source), _) => {
                         format!("{} of the archive, {}", source.path, short(&source.sha256))
                     }
-                    (None, None) => "no content".to_owned(),
+                    // Rendered on its host: its secrets by key and keyed digest.
+                    (None, None, Some(pieces)) => mesh_model::secret::describe_sealed(pieces),
+                    (None, None, None) => "no content".to_owned(),
                 };
                 format!(
                     "{} ({:04o} {}:{}, {content})",
