@@ -172,6 +172,48 @@ fn on_a_fleet_the_records_are_read_from_the_bus() {
         "host": "ctl.example", "pid": 1, "start-time": 0, "doing": "merge cat", "token": "t",
     });
     lease(holder.clone(), 1);
+    // Stopping always stops: a collector waiting for the lock stops on SIGTERM at once,
+    // having taken nothing.
+    let mut stopped = Command::new(env!("CARGO_BIN_EXE_mesh-collector"))
+        .arg("--home")
+        .arg(home.path())
+        .args(["--store", &store, "--bus", &url, "sweep", "--dry-run"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = std::io::BufReader::new(stopped.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("waiting for the plans lock") {
+        line.clear();
+        assert_ne!(
+            std::io::BufRead::read_line(&mut said, &mut line).unwrap(),
+            0,
+            "the collector ended without waiting for the lock"
+        );
+    }
+    let sent = Command::new("kill")
+        .args(["-TERM", &stopped.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = stopped.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "the collector did not stop on SIGTERM"
+        );
+        // Only paces the looks at the process: the test waits on its exit.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(!status.success(), "{status:?}");
+    let held: serde_json::Value =
+        serde_json::from_slice(&records.get("locks/plans").unwrap().unwrap()).unwrap();
+    assert_eq!(held["holder"]["doing"], "merge cat", "{held}");
+
     let mut waiting = Command::new(env!("CARGO_BIN_EXE_mesh-collector"))
         .arg("--home")
         .arg(home.path())
