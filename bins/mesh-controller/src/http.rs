@@ -6,10 +6,11 @@
 //! plan records, at one moment — and renders it ([`page`], [`metrics`],
 //! [`Overview::json_document`]). [`Pages::respond`] answers a request line's method and target
 //! with any HTTP stack; [`bind`] and [`serve`] are the one the controller uses (hyper, on a
-//! loopback address unless told otherwise, behind TLS when given a certificate).
+//! loopback address unless told otherwise, behind TLS when given a certificate). [`Routes`]
+//! mounts the webhooks ([`crate::hooks`]) beside the pages, or alone on a listener of their own.
 //!
 //! # Invariants
-//! - It decides nothing: every number and word is read from the status and plan values the
+//! - The pages decide nothing: every number and word is read from the status and plan values the
 //!   library returns; it never writes a record and never sends.
 //! - Everything rendered from a record is escaped (HTML text and attributes; Prometheus label
 //!   values).
@@ -1260,6 +1261,55 @@ pub async fn answer<B>(
     let answered = tokio::task::spawn_blocking(move || pages.respond(&method, &target))
         .await
         .unwrap_or_else(|e| Answer::text(500, format!("the status page failed: {e}\n")));
+    response(answered)
+}
+
+/// Something else a listener answers under a path of its own (the webhooks,
+/// [`crate::hooks`]), mounted beside the pages or alone.
+#[async_trait::async_trait]
+pub trait Mounted: Send + Sync {
+    /// Whether `path` is its.
+    fn owns(&self, path: &str) -> bool;
+
+    /// Its answer to `request`.
+    async fn respond(&self, request: hyper::Request<hyper::body::Incoming>) -> Answer;
+}
+
+/// What a listener answers: the status pages, something mounted beside them, or both.
+#[derive(Clone, Default)]
+pub struct Routes {
+    /// The status pages (`/`, `/metrics`, `/status.json`).
+    pub pages: Option<Arc<Pages>>,
+    /// What is mounted beside them (the webhooks).
+    pub mounted: Option<Arc<dyn Mounted>>,
+}
+
+impl From<Arc<Pages>> for Routes {
+    fn from(pages: Arc<Pages>) -> Routes {
+        Routes {
+            pages: Some(pages),
+            mounted: None,
+        }
+    }
+}
+
+/// The hyper answer to `request` by `routes`: what is mounted answers its own paths, the pages
+/// the rest; a listener without pages answers 404 for them.
+pub async fn route(
+    routes: Routes,
+    request: hyper::Request<hyper::body::Incoming>,
+) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
+    if let Some(mounted) = routes.mounted.filter(|m| m.owns(request.uri().path())) {
+        return response(mounted.respond(request).await);
+    }
+    match routes.pages {
+        Some(pages) => answer(pages, request).await,
+        None => response(Answer::text(404, "this listener serves only /hooks/NAME\n")),
+    }
+}
+
+/// An answer as hyper sends it, never cached.
+fn response(answered: Answer) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
     let mut response =
         hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from(answered.body)));
     *response.status_mut() =
@@ -1275,20 +1325,21 @@ pub async fn answer<B>(
     response
 }
 
-/// Serves `pages` on `bound` until `shutdown`: each connection in a task of its own, HTTP/1.1,
+/// Serves `routes` (the pages, or what [`Routes`] says) on `bound` until `shutdown`: each connection in a task of its own, HTTP/1.1,
 /// behind TLS when `bound` has it.
 ///
 /// # Guarantees
-/// Read-only: nothing a request says changes a record or sends anything.
+/// The pages are read-only: nothing a request to them changes a record or sends anything.
 ///
 /// # Errors
 /// None once bound: a connection that fails (a TLS handshake refused, a client gone) is logged
 /// and the others go on.
 pub async fn serve(
     bound: Bound,
-    pages: Arc<Pages>,
+    routes: impl Into<Routes>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
+    let routes: Routes = routes.into();
     let Bound {
         listener,
         acceptor,
@@ -1309,12 +1360,12 @@ pub async fn serve(
                 }
             },
         };
-        let pages = Arc::clone(&pages);
+        let routes = routes.clone();
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request| {
-                let pages = Arc::clone(&pages);
-                async move { Ok::<_, std::convert::Infallible>(answer(pages, request).await) }
+                let routes = routes.clone();
+                async move { Ok::<_, std::convert::Infallible>(route(routes, request).await) }
             });
             let http = hyper::server::conn::http1::Builder::new();
             let served = match acceptor {

@@ -31,6 +31,8 @@
 //!   node's last report and what the plans wait on, and the status page, `/metrics` and
 //!   `/status.json` over HTTP (`mesh-controller serve --http ADDR`, or mounted by an embedding
 //!   tool);
+//! - [`hooks`]: the webhooks (`POST /hooks/NAME`) a forge announces a push through, mounted
+//!   on the status page's listener or on their own;
 //! - [`daemon`]: the controller as a daemon on a fleet.
 //!
 //! What a person reads is rendered by the binary, never here; progress goes through the
@@ -80,6 +82,8 @@ pub mod status;
 
 pub mod alert;
 pub mod http;
+
+pub mod hooks;
 
 pub mod daemon;
 

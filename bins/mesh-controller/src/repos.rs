@@ -39,6 +39,11 @@ pub struct RepoRecord {
     /// The commit of the newest plan made for this repository and branch (`None`: never
     /// planned; the first merge plans every module).
     pub last_planned: Option<String>,
+    /// The file holding the secret its webhooks are signed with (`repo add
+    /// --hook-secret-file`; mode 0600): read when a webhook comes, never copied into the
+    /// records. `None`: it takes no webhooks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_secret_file: Option<PathBuf>,
 }
 
 impl Home {
@@ -79,6 +84,30 @@ fn repo_key(name: &str) -> String {
     format!("repos/{name}.json")
 }
 
+/// How a repository is registered (`repo add`), beyond its name and where it is.
+#[derive(Debug, Clone, Default)]
+pub struct AddOptions {
+    /// The branch merges are heard on (default: the repository's current branch).
+    pub branch: Option<String>,
+    /// The directory holding the module directories, relative to the repository's root.
+    pub modules_dir: String,
+    /// The file holding its webhooks' secret (mode 0600: refused when others may read it).
+    pub hook_secret_file: Option<PathBuf>,
+}
+
+/// Reads a webhook secret file: its text, after checking its mode (the error names the file,
+/// never what it holds).
+///
+/// # Errors
+/// [`Error::Invalid`] naming the repository and the file: others may read it, it is empty or
+/// cannot be read.
+pub fn read_hook_secret(repo: &str, file: &Path) -> Result<String> {
+    mesh_store::secret::read_secret(file).map_err(|source| Error::Invalid {
+        what: format!("the webhook secret of repository `{repo}`"),
+        source: Some(Box::new(source)),
+    })
+}
+
 /// Registers a repository: checks that it is a git repository with the branch, and records it.
 pub fn add(
     home: &Home,
@@ -87,6 +116,21 @@ pub fn add(
     branch: Option<&str>,
     modules_dir: &str,
 ) -> Result<RepoRecord> {
+    add_with(
+        home,
+        name,
+        path,
+        &AddOptions {
+            branch: branch.map(str::to_owned),
+            modules_dir: modules_dir.to_owned(),
+            ..AddOptions::default()
+        },
+    )
+}
+
+/// As [`add`], with every option `repo add` takes.
+pub fn add_with(home: &Home, name: &str, path: &Path, options: &AddOptions) -> Result<RepoRecord> {
+    let (branch, modules_dir) = (options.branch.as_deref(), options.modules_dir.as_str());
     home.require()?;
     if modules_dir.trim_matches('/').is_empty() || modules_dir.split('/').any(|p| p == "..") {
         return Err(Error::invalid(format!(
@@ -118,6 +162,18 @@ pub fn add(
         what: format!("repository `{name}` has no branch `{branch}`"),
         source: Some(Box::new(source)),
     })?;
+    let hook_secret_file = match &options.hook_secret_file {
+        Some(file) => {
+            read_hook_secret(name, file)?;
+            Some(
+                std::fs::canonicalize(file).map_err(|source| Error::Invalid {
+                    what: format!("repository `{name}`: {} does not exist", file.display()),
+                    source: Some(Box::new(source)),
+                })?,
+            )
+        }
+        None => None,
+    };
     let record = RepoRecord {
         format: REPO_FORMAT,
         name: name.to_owned(),
@@ -125,6 +181,7 @@ pub fn add(
         branch,
         modules_dir: modules_dir.trim_matches('/').to_owned(),
         last_planned: None,
+        hook_secret_file,
     };
     home.write_repo(&record)?;
     Ok(record)

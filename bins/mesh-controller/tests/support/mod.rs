@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod daemon;
 pub mod fleet;
 pub use mesh_test_support::pki;
 pub use mesh_test_support::wait::wait_for;

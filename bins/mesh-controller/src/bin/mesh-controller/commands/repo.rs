@@ -13,7 +13,7 @@ pub enum Command {
     /// Registers a git repository of modules (`modules/<name>/module.toml`).
     ///
     /// Exit codes: 0 registered; 1 error (not a git repository, no such branch, a repository of
-    /// that name already registered).
+    /// that name already registered, a webhook secret file others may read).
     Add {
         /// The name merges use.
         name: String,
@@ -25,6 +25,11 @@ pub enum Command {
         /// The directory holding the module directories, relative to the repository's root.
         #[arg(long, default_value = "modules")]
         modules_dir: String,
+        /// The file holding the secret its webhooks (`POST /hooks/NAME` on `serve --http` or
+        /// `--hooks`) are signed with, as set in the forge (mode 0600: refused when others may
+        /// read it). It is read when a webhook comes, never copied into the records or logged.
+        #[arg(long, value_name = "FILE")]
+        hook_secret_file: Option<PathBuf>,
     },
     /// Lists the registered repositories and their last planned commits.
     List,
@@ -38,8 +43,18 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             path,
             branch,
             modules_dir,
+            hook_secret_file,
         } => {
-            let record = repos::add(&env.home, &name, &path, branch.as_deref(), &modules_dir)?;
+            let record = repos::add_with(
+                &env.home,
+                &name,
+                &path,
+                &repos::AddOptions {
+                    branch,
+                    modules_dir,
+                    hook_secret_file,
+                },
+            )?;
             match env.output {
                 Output::Json => env.print_json(&record)?,
                 Output::Text => println!(

@@ -1,7 +1,7 @@
 //! `serve`: the controller as a daemon on a fleet, with the status page beside it.
 
 use anyhow::Result;
-use mesh_controller::{daemon, http};
+use mesh_controller::{daemon, hooks, http};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -19,8 +19,14 @@ use std::process::ExitCode;
 /// text format at `/metrics` and `/status.json` (the document `status --output json`
 /// prints), and prints the page's URL on standard output once it listens.
 ///
+/// Webhooks: `POST /hooks/NAME` from a forge (Forgejo, Gitea, GitHub, GitLab), signed with
+/// the secret `repo add NAME … --hook-secret-file FILE` registered, announces a push to the
+/// registered branch, answering 202 at once (the daemon plans it). They are served on the
+/// `--http` listener, and with `--hooks ADDR` on a listener of their own that serves nothing
+/// else (so a forge reaches the hooks and not the status page); its URL is printed likewise.
+///
 /// Exit codes: 0 stopped by a signal; 1 error (the bus cannot be reached; the status page's
-/// address refused or taken, its certificate or key unreadable).
+/// or the webhooks' address refused or taken, its certificate or key unreadable).
 #[derive(clap::Args)]
 pub struct Args {
     /// Serve the status page, `/metrics` and `/status.json` on this address, e.g.
@@ -43,6 +49,24 @@ pub struct Args {
     /// it reads the fleet's status.
     #[arg(long, requires = "http")]
     http_public: bool,
+    /// Serve the webhooks (`POST /hooks/NAME`), and nothing else, on this address too, e.g.
+    /// `0.0.0.0:9481` with `--hooks-cert`. Only a loopback address, unless `--hooks-cert`
+    /// (TLS) or `--hooks-public` is given.
+    #[arg(long, value_name = "ADDR")]
+    hooks: Option<std::net::SocketAddr>,
+    /// Serve the webhooks over HTTPS with this certificate chain (PEM; needs `--hooks-key`).
+    #[arg(long, value_name = "FILE", requires_all = ["hooks", "hooks_key"])]
+    hooks_cert: Option<PathBuf>,
+    /// The key of `--hooks-cert` (PEM, mode 0600: refused when others may read it).
+    #[arg(long, value_name = "FILE", requires = "hooks_cert")]
+    hooks_key: Option<PathBuf>,
+    /// Answer only webhook clients presenting a certificate signed by this CA (PEM).
+    #[arg(long, value_name = "FILE", requires = "hooks_cert")]
+    hooks_client_ca: Option<PathBuf>,
+    /// Serve a non-loopback `--hooks` address in the clear, without TLS: a GitLab webhook's
+    /// token then crosses the network readable.
+    #[arg(long, requires = "hooks")]
+    hooks_public: bool,
     /// For the status page: seconds without a report after which a node is called silent
     /// (as `status --silent-after`).
     #[arg(long, value_name = "SECS", default_value_t = mesh_controller::push::SILENT_AFTER_SECS)]
@@ -57,36 +81,62 @@ pub struct Args {
 /// Serves until a signal.
 pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     env.home.require()?;
-    env.need_bus()?;
+    let bus = env.need_bus()?;
     let drives = env.drives();
-    env.runtime.block_on(async {
-        // The pages share the home's records (dropped with it, after the runtime).
-        let pages = match args.http {
-            Some(addr) => {
-                let listen = http::Listen {
-                    addr,
-                    tls: match (args.http_cert, args.http_key) {
-                        (Some(cert_file), Some(key_file)) => Some(http::Tls {
-                            cert_file,
-                            key_file,
-                            client_ca_file: args.http_client_ca,
-                        }),
-                        _ => None,
-                    },
-                    public: args.http_public,
-                };
-                let bound = http::bind(&listen).await?;
-                println!("serving the status page on {}", bound.url());
-                let pages =
-                    std::sync::Arc::new(http::Pages::new(env.home.clone(), args.silent_after));
-                Some(tokio::spawn(http::serve(
-                    bound,
-                    pages,
-                    std::future::pending(),
-                )))
-            }
-            None => None,
+    let tls =
+        |cert: Option<PathBuf>, key: Option<PathBuf>, client_ca: Option<PathBuf>| match (cert, key)
+        {
+            (Some(cert_file), Some(key_file)) => Some(http::Tls {
+                cert_file,
+                key_file,
+                client_ca_file: client_ca,
+            }),
+            _ => None,
         };
+    env.runtime.block_on(async {
+        let hooks: std::sync::Arc<dyn http::Mounted> =
+            std::sync::Arc::new(hooks::Hooks::new(env.home.clone(), bus));
+        // The pages share the home's records (dropped with it, after the runtime).
+        let mut listeners = Vec::new();
+        if let Some(addr) = args.http {
+            let listen = http::Listen {
+                addr,
+                tls: tls(args.http_cert, args.http_key, args.http_client_ca),
+                public: args.http_public,
+            };
+            let bound = http::bind(&listen).await?;
+            println!("serving the status page on {}", bound.url());
+            let routes = http::Routes {
+                pages: Some(std::sync::Arc::new(http::Pages::new(
+                    env.home.clone(),
+                    args.silent_after,
+                ))),
+                mounted: Some(std::sync::Arc::clone(&hooks)),
+            };
+            listeners.push(tokio::spawn(http::serve(
+                bound,
+                routes,
+                std::future::pending(),
+            )));
+        }
+        if let Some(addr) = args.hooks {
+            let listen = http::Listen {
+                addr,
+                tls: tls(args.hooks_cert, args.hooks_key, args.hooks_client_ca),
+                public: args.hooks_public,
+            };
+            let bound = hooks::bind(&listen).await?;
+            println!("serving the webhooks on {}hooks/NAME", bound.url());
+            let routes = http::Routes {
+                pages: None,
+                mounted: Some(hooks),
+            };
+            listeners.push(tokio::spawn(http::serve(
+                bound,
+                routes,
+                std::future::pending(),
+            )));
+        }
         let served = daemon::serve(
             &drives,
             &daemon::ServeOptions {
@@ -95,8 +145,8 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             mesh_host::serve::shutdown_signal(),
         )
         .await;
-        if let Some(pages) = pages {
-            pages.abort();
+        for listener in listeners {
+            listener.abort();
         }
         served
     })?;
