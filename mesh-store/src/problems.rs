@@ -38,6 +38,10 @@ pub enum ProblemKind {
     /// A node's grants failed on a push over the bus; its subject is the node. Cleared by a
     /// send to that node.
     Grants,
+    /// The daemon's drive of a plan failed (the store, the bus or the records failed under
+    /// it); its subject is the plan. Tried again with backoff, each attempt counted; cleared
+    /// by a drive of that plan that does not fail.
+    Drive,
 }
 
 impl ProblemKind {
@@ -48,6 +52,7 @@ impl ProblemKind {
             ProblemKind::Collection => "collection",
             ProblemKind::HeldPush => "held-push",
             ProblemKind::Grants => "grants",
+            ProblemKind::Drive => "drive",
         }
     }
 }
@@ -73,6 +78,41 @@ pub struct Problem {
     pub at: u64,
     /// Who saw it (`mesh-controller serve`, `mesh-collector collect`).
     pub by: String,
+    /// The plan it holds up, when it is a plan's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+    /// The module it was at, when one is named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    /// How many times it was seen since `since`, when what failed is tried again by itself
+    /// (0: not counted).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempts: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// A failure of a plan's, seen once more ([`record_attempt`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Attempt<'a> {
+    /// What kind of failure.
+    pub kind: ProblemKind,
+    /// What it is about.
+    pub subject: &'a str,
+    /// The plan it holds up.
+    pub plan: &'a str,
+    /// The module it was at, if one is named.
+    pub module: Option<&'a str>,
+    /// What failed, in one line.
+    pub what: &'a str,
+    /// More lines.
+    pub details: &'a [String],
+    /// When (seconds since the epoch).
+    pub now: u64,
+    /// Who saw it.
+    pub by: &'a str,
 }
 
 /// An error reading or writing problems.
@@ -142,23 +182,68 @@ pub fn record_problem(
     now: u64,
     by: &str,
 ) -> Result<Problem, ProblemError> {
+    write(records, kind, subject, &mut |since, _| Problem {
+        format: PROBLEM_FORMAT,
+        kind,
+        subject: subject.to_owned(),
+        what: what.to_owned(),
+        details: details.clone(),
+        since: since.unwrap_or(now),
+        at: now,
+        by: by.to_owned(),
+        plan: None,
+        module: None,
+        attempts: 0,
+    })
+}
+
+/// Records one more attempt of a plan's failure that is tried again by itself: `since` kept
+/// from the first, `attempts` one more than the record had (1 the first time).
+///
+/// # Errors
+/// When the record cannot be read or written.
+pub fn record_attempt(
+    records: &dyn RecordStore,
+    attempt: &Attempt<'_>,
+) -> Result<Problem, ProblemError> {
+    write(
+        records,
+        attempt.kind,
+        attempt.subject,
+        &mut |since, attempts| Problem {
+            format: PROBLEM_FORMAT,
+            kind: attempt.kind,
+            subject: attempt.subject.to_owned(),
+            what: attempt.what.to_owned(),
+            details: attempt.details.to_vec(),
+            since: since.unwrap_or(attempt.now),
+            at: attempt.now,
+            by: attempt.by.to_owned(),
+            plan: Some(attempt.plan.to_owned()),
+            module: attempt.module.map(str::to_owned),
+            attempts: attempts + 1,
+        },
+    )
+}
+
+/// Writes a problem in one read-modify-write: `make` is given when the one recorded was first
+/// seen and how many attempts it counted (none recorded: `None`, 0).
+fn write(
+    records: &dyn RecordStore,
+    kind: ProblemKind,
+    subject: &str,
+    make: &mut dyn FnMut(Option<u64>, u32) -> Problem,
+) -> Result<Problem, ProblemError> {
     let key = problem_key(kind, subject);
     let location = records.locate(&key);
     let written = records.update(&key, &mut |current| {
-        let since = current
+        let old = current
             .and_then(|bytes| parse(&location, bytes).ok())
-            .filter(|old| old.subject == subject)
-            .map_or(now, |old| old.since);
-        let problem = Problem {
-            format: PROBLEM_FORMAT,
-            kind,
-            subject: subject.to_owned(),
-            what: what.to_owned(),
-            details: details.clone(),
-            since,
-            at: now,
-            by: by.to_owned(),
-        };
+            .filter(|old| old.subject == subject);
+        let problem = make(
+            old.as_ref().map(|old| old.since),
+            old.as_ref().map_or(0, |old| old.attempts),
+        );
         Ok(serde_json::to_vec_pretty(&problem).expect("a problem always serializes"))
     })?;
     parse(&location, &written)
@@ -252,7 +337,34 @@ mod tests {
             ]
         );
         assert!(clear_problem(&records, ProblemKind::Merge, "cat").unwrap());
+        assert_eq!(again.attempts, 0, "a merge's problem counts no attempts");
         assert!(!clear_problem(&records, ProblemKind::Merge, "cat").unwrap());
         assert_eq!(read_problems(&records).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn an_attempt_counts_from_one_and_keeps_when_it_began_until_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = DirRecords::new(dir.path());
+        let attempt = |now: u64, what: &'static str| Attempt {
+            kind: ProblemKind::Drive,
+            subject: "plan-3",
+            plan: "plan-3",
+            module: Some("site"),
+            what,
+            details: &[],
+            now,
+            by: "t",
+        };
+        let first = record_attempt(&records, &attempt(100, "publishing failed")).unwrap();
+        assert_eq!((first.attempts, first.since, first.at), (1, 100, 100));
+        assert_eq!(first.plan.as_deref(), Some("plan-3"));
+        assert_eq!(first.module.as_deref(), Some("site"));
+        let second = record_attempt(&records, &attempt(130, "publishing failed again")).unwrap();
+        assert_eq!((second.attempts, second.since, second.at), (2, 100, 130));
+        assert_eq!(read_problems(&records).unwrap(), [second]);
+        assert!(clear_problem(&records, ProblemKind::Drive, "plan-3").unwrap());
+        let anew = record_attempt(&records, &attempt(200, "publishing failed")).unwrap();
+        assert_eq!((anew.attempts, anew.since), (1, 200));
     }
 }

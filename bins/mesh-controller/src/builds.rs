@@ -241,6 +241,12 @@ pub struct Built {
     pub build: Build,
 }
 
+/// A module validated and archived, not yet published ([`prepare_build`]).
+pub struct Prepared {
+    build: Build,
+    archive: mesh_store::archive::Archive,
+}
+
 /// Builds `module` from a repository's catalogue at a commit: validates, archives,
 /// and unless `dry_run` publishes under the publish lock and records the build.
 ///
@@ -255,6 +261,26 @@ pub async fn build_module(
     now: u64,
     dry_run: bool,
 ) -> Result<Built> {
+    let prepared = prepare_build(from, module, now, dry_run)?;
+    if dry_run {
+        return Ok(Built {
+            build: prepared.build,
+        });
+    }
+    publish_build(home, store, prepared).await
+}
+
+/// The part of a build that is the module's own: validated and archived (a failure here is the
+/// module's, the same on every try).
+///
+/// # Errors
+/// Every validation problem of the module at once; what its files cannot be archived for.
+pub fn prepare_build(
+    from: &BuildSource<'_>,
+    module: &str,
+    now: u64,
+    dry_run: bool,
+) -> Result<Prepared> {
     let BuildSource {
         repository,
         commit,
@@ -284,9 +310,21 @@ pub async fn build_module(
         at: now,
         dry_run,
     };
-    if dry_run {
-        return Ok(Built { build });
-    }
+    Ok(Prepared { build, archive })
+}
+
+/// The part of a build that is the store's and the records': published under the publish lock
+/// and recorded (a failure here — a store answering 500, a bus gone — may pass on another try).
+///
+/// # Errors
+/// A store or record failure naming the module and the store.
+pub async fn publish_build(
+    home: &Home,
+    store: &dyn ArchiveStore,
+    prepared: Prepared,
+) -> Result<Built> {
+    let Prepared { build, archive } = prepared;
+    let module = build.module.as_str();
     let lock = mesh_store::lock::PublishLock::acquire(home.root())
         .await
         .for_module(module, || {

@@ -4,6 +4,7 @@
 //! Start at [`serve`].
 
 mod drives;
+pub mod retry;
 
 use crate::credentials::connect;
 use crate::error::{bus_error, Error, Result};
@@ -115,7 +116,7 @@ pub async fn serve(
             );
         }
         for (plan, ended) in drives.ended().await {
-            log_ended(&plan, &ended);
+            settle(home, &mut drives, &plan, &ended);
         }
         let heard = tokio::select! {
             _ = &mut shutdown => return Ok(()),
@@ -147,7 +148,11 @@ pub async fn serve(
                     .stop_repository(runtime, &merge.repository, &merge.branch)
                     .await
                 {
-                    log_ended(&plan, &ended);
+                    // Cancelled: it did not fail, nor succeed. A failure it had is cleared
+                    // when the new plan supersedes it.
+                    if matches!(ended, Ended::Failed(_)) {
+                        settle(home, &mut drives, &plan, &ended);
+                    }
                 }
                 runtime
                     .merge(
@@ -170,6 +175,11 @@ pub async fn serve(
                     outcome = %serde_json::to_string(&outcome).unwrap_or_default(),
                     "merge heard"
                 );
+                if let crate::plans::MergeOutcome::Planned { superseded, .. } = &outcome {
+                    for older in superseded {
+                        retry::clear_failure(home, older);
+                    }
+                }
                 home.clear_problem(ProblemKind::Merge, &merge.repository)
                     .map(drop)
             }
@@ -209,12 +219,23 @@ pub async fn serve(
     }
 }
 
-/// Says how a drive ended.
-fn log_ended(plan: &str, ended: &Ended) {
+/// Settles how a drive ended: one that did not fail clears its plan's problem; one that failed
+/// is a problem of its plan (one attempt more) and is driven again after its backoff
+/// ([`retry::retry_after`]).
+fn settle(home: &crate::home::Home, drives: &mut Drives, plan: &str, ended: &Ended) {
     match ended {
-        Ended::Driven(record) => tracing::info!(plan = %plan,
-            state = mesh_plan::plans::state_word(&record.plan.state), "plan driven"),
-        Ended::Failed(error) => tracing::error!(plan = %plan, error = error.chain_line(),
-            "driving the plan failed; it is driven on after the next merge"),
+        Ended::Driven(record) => {
+            tracing::info!(plan = %plan,
+                state = mesh_plan::plans::state_word(&record.plan.state), "plan driven");
+            drives.succeeded(plan);
+            retry::clear_failure(home, plan);
+        }
+        Ended::Failed(error) => {
+            let attempts = retry::record_failure(home, plan, error).unwrap_or(1);
+            let wait = retry::retry_after(attempts);
+            tracing::error!(plan = %plan, error = error.chain_line(), attempts,
+                retry_in_secs = wait.as_secs(), "driving the plan failed; it is driven again");
+            drives.retry_at(plan, tokio::time::Instant::now() + wait);
+        }
     }
 }

@@ -572,6 +572,21 @@ pub fn metrics(snapshot: &Snapshot) -> String {
     let _ = writeln!(out, "mesh_problems {}", overview.problems.len());
     family(
         &mut out,
+        "mesh_drives_failing",
+        "gauge",
+        "Plans whose drive by the daemon failed and is tried again with backoff (a problem each).",
+    );
+    let _ = writeln!(
+        out,
+        "mesh_drives_failing {}",
+        overview
+            .problems
+            .iter()
+            .filter(|p| p.kind == mesh_store::problems::ProblemKind::Drive)
+            .count()
+    );
+    family(
+        &mut out,
         "mesh_sends_total",
         "counter",
         "Nodes sent a rollout's declaration, over every plan.",
@@ -761,10 +776,14 @@ fn attention_section(out: &mut String, overview: &Overview, now: u64) {
         for problem in &overview.problems {
             let _ = write!(
                 out,
-                "<li><b>{}</b> ({}, since {} ago): {}</li>",
+                "<li><b>{}</b> ({}, since {} ago{}): {}</li>",
                 escape(&problem.subject),
                 escape(problem.kind.word()),
                 age(now.saturating_sub(problem.since)),
+                match problem.attempts {
+                    0 => String::new(),
+                    n => format!(", attempt {n}"),
+                },
                 escape(&problem.what)
             );
         }
@@ -1663,6 +1682,9 @@ mod tests {
                 since: now - 120,
                 at: now - 60,
                 by: "mesh-controller serve".to_owned(),
+                plan: None,
+                module: None,
+                attempts: 0,
             }],
             on_passwords: Vec::new(),
         };

@@ -143,3 +143,107 @@ fn a_merge_the_daemon_cannot_plan_is_shown_by_status_until_one_is_planned() {
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(!text.contains("problems"), "{text}");
 }
+
+/// A repository `cat` on `main` holding `base`, registered; its commit.
+fn a_registered_repository(bed: &Bed) -> (tempfile::TempDir, String) {
+    let repo = tempfile::tempdir().unwrap();
+    write(&repo.path().join("modules/base/module.toml"), BASE_MODULE);
+    write(&repo.path().join("modules/base/files/hello"), "hello\n");
+    git(repo.path(), &["init", "-q", "-b", "main"]);
+    git(repo.path(), &["add", "."]);
+    git(repo.path(), &["commit", "-qm", "base"]);
+    let commit = git(repo.path(), &["rev-parse", "HEAD"]);
+    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    (repo, commit)
+}
+
+/// `mesh-controller serve` with `flags`, its log kept beside the home.
+fn serve(bed: &Bed, flags: &[&str]) -> Daemon {
+    let mut args = vec!["serve"];
+    args.extend_from_slice(flags);
+    Daemon(
+        bed.command(&args)
+            .env("MESH_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(bed.home.path().join("serve.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn serve_log(bed: &Bed) -> String {
+    std::fs::read_to_string(bed.home.path().join("serve.log")).unwrap_or_default()
+}
+
+#[test]
+fn a_drive_that_fails_is_a_problem_in_status_tried_again_until_the_plan_completes() {
+    let mut bed = Bed::new(&[]);
+    bed.start_host("bus");
+    let (_repo, commit) = a_registered_repository(&bed);
+    // The store answers 500 to the build's publish.
+    bed.registry.break_storage();
+    let _serve = serve(&bed, &[]);
+    let rt = runtime();
+    let bus = bed.controller_bus(&rt);
+    support::fleet::wait_for_merge_consumer(&rt, &bus);
+    rt.block_on(async {
+        mesh_bus::jetstream::publish_merge(&bus.jetstream(), "cat", "main", &commit).await
+    })
+    .unwrap();
+
+    // A problem of the plan, tried again by itself: a second attempt is counted.
+    wait_until("the failed drive to be tried again", &bed, |problems| {
+        problems
+            .iter()
+            .any(|p| p["kind"] == "drive" && p["attempts"].as_u64() >= Some(2))
+    });
+    let found = problems(&bed);
+    assert_eq!(found.len(), 1, "{found:?}\n{}", serve_log(&bed));
+    let drive = &found[0];
+    assert_eq!(drive["subject"], "plan-1");
+    assert_eq!(drive["plan"], "plan-1");
+    assert_eq!(drive["module"], "base");
+    let what = drive["what"].as_str().unwrap();
+    assert!(
+        what.contains("the drive of plan-1 failed")
+            && what.contains("publishing `base`")
+            && what.contains("code: 500"),
+        "{what}"
+    );
+    assert!(drive["since"].as_u64().unwrap() <= drive["at"].as_u64().unwrap());
+    let text = bed.expect(&["status"], 3);
+    assert!(
+        text.contains("drive `plan-1`: the drive of plan-1 failed"),
+        "{text}"
+    );
+    assert!(text.contains("; at `base`; attempt "), "{text}");
+    let plans: Vec<serde_json::Value> =
+        serde_json::from_str(&bed.expect(&["plans", "--output", "json"], 0)).unwrap();
+    assert_eq!(plans[0]["state"]["state"], "building", "{plans:?}");
+
+    // The store mended, the plan completes with no command, and the problem is gone.
+    bed.registry.mend_storage();
+    support::wait_for("plan-1 to roll out", Duration::from_secs(120), || {
+        let plans: Vec<serde_json::Value> =
+            serde_json::from_str(&bed.expect(&["plans", "--output", "json"], 0)).unwrap();
+        match plans[0]["state"]["state"].as_str() {
+            Some("done") => Ok(()),
+            state => Err(format!("plan-1 is {state:?}\n{}", serve_log(&bed))),
+        }
+    });
+    wait_until("the drive's problem to be cleared", &bed, |problems| {
+        problems.is_empty()
+    });
+    assert_eq!(
+        std::fs::read_to_string(bed.root("bus").join("etc/mesh/hello")).unwrap(),
+        "hello\n"
+    );
+    support::wait_for("status to settle", Duration::from_secs(120), || {
+        let status = bed.run(&["status"]);
+        match status.status.code() {
+            Some(0) => Ok(()),
+            _ => Err(format!("{status:?}")),
+        }
+    });
+}

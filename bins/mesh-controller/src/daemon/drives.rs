@@ -12,6 +12,8 @@
 //! - A drive's task holds the runtime's plans lock while it runs ([`Runtime::hold_plans`]).
 //! - A plan whose drive ended and is still open (held for a move, waiting on a module not
 //!   built) rests until the next merge: it is not driven again in a loop.
+//! - A plan whose drive failed is driven again once its backoff has passed
+//!   ([`Drives::retry_at`]), not before, merge or not.
 
 use crate::plans::PlanRecord;
 use crate::runtime::{DriveMode, Runtime};
@@ -38,6 +40,8 @@ pub struct Drives {
     max: usize,
     running: BTreeMap<String, Driving>,
     rested: BTreeSet<String>,
+    /// Plans whose drive failed, and when they are driven again.
+    retries: BTreeMap<String, tokio::time::Instant>,
     ended_tx: mpsc::UnboundedSender<String>,
     ended_rx: mpsc::UnboundedReceiver<String>,
     /// Set when the open plans may have changed: the next [`Drives::start_due`] reads them.
@@ -52,6 +56,7 @@ impl Drives {
             max: max.max(1),
             running: BTreeMap::new(),
             rested: BTreeSet::new(),
+            retries: BTreeMap::new(),
             ended_tx,
             ended_rx,
             dirty: true,
@@ -70,6 +75,12 @@ impl Drives {
     /// # Errors
     /// The plans cannot be read, or the plans lock taken.
     pub fn start_due(&mut self, runtime: &Runtime) -> crate::error::Result<()> {
+        let now = tokio::time::Instant::now();
+        let due_before = self.retries.len();
+        self.retries.retain(|_, at| *at > now);
+        if self.retries.len() < due_before {
+            self.dirty = true;
+        }
         if !self.dirty || self.running.len() >= self.max {
             return Ok(());
         }
@@ -80,7 +91,10 @@ impl Drives {
                 break;
             }
             let id = record.plan.id.clone();
-            if self.running.contains_key(&id) || self.rested.contains(&id) {
+            if self.running.contains_key(&id)
+                || self.rested.contains(&id)
+                || self.retries.contains_key(&id)
+            {
                 continue;
             }
             self.start(runtime, record)?;
@@ -126,14 +140,22 @@ impl Drives {
             };
             self.dirty = true;
             let ended = joined(&plan, driving.task.await);
-            if matches!(&ended, Ended::Failed(_))
-                || matches!(&ended, Ended::Driven(record) if record.plan.state.is_open())
-            {
+            if matches!(&ended, Ended::Driven(record) if record.plan.state.is_open()) {
                 self.rested.insert(plan.clone());
             }
             out.push((plan, ended));
         }
         out
+    }
+
+    /// Drives `plan`, whose drive failed, again at `at` and not before.
+    pub fn retry_at(&mut self, plan: &str, at: tokio::time::Instant) {
+        self.retries.insert(plan.to_owned(), at);
+    }
+
+    /// A plan driven without failing: no retry is owed.
+    pub fn succeeded(&mut self, plan: &str) {
+        self.retries.remove(plan);
     }
 
     /// Cancels the drives of `repository`'s plans on `branch` and waits for them to stop, at

@@ -29,8 +29,9 @@ pub enum DriveMode {
 /// boundary and writes nothing after.
 ///
 /// # Errors
-/// When the home, the store or the bus fails; a failed build or a stopped rollout is recorded
-/// in the plan (state `stopped`), not returned as an error.
+/// When the home, the store or the bus fails (a build's publish too: tried again, it may
+/// pass); a module that does not validate or archive, or a stopped rollout, is recorded in the
+/// plan (state `stopped`), not returned as an error.
 pub async fn drive(ctx: &Ctx, record: &mut PlanRecord, mode: DriveMode) -> Result<()> {
     if !record.plan.state.is_open() {
         return Ok(());
@@ -70,9 +71,9 @@ pub async fn drive(ctx: &Ctx, record: &mut PlanRecord, mode: DriveMode) -> Resul
                 };
                 record.plan.state = PlanState::Building;
                 home.write_plan(record)?;
-                let built = builds::build_module(
-                    home,
-                    ctx.store(),
+                // A module that does not validate or archive stops (the same on every
+                // try); a store or records failure fails the drive, tried again.
+                let built = match builds::prepare_build(
                     &builds::BuildSource {
                         repository: &record.plan.repository,
                         commit: &record.plan.commit,
@@ -81,8 +82,12 @@ pub async fn drive(ctx: &Ctx, record: &mut PlanRecord, mode: DriveMode) -> Resul
                     module,
                     mesh_host::now(),
                     false,
-                )
-                .await;
+                ) {
+                    Ok(prepared) => Ok(builds::publish_build(home, ctx.store(), prepared)
+                        .await
+                        .for_plan(&id, || format!("{id}: building `{module}`"))?),
+                    Err(error) => Err(error),
+                };
                 match built {
                     Ok(built) => {
                         let identical = record_built(home, record, &built.build)?;

@@ -377,6 +377,19 @@ impl Registry {
         }
     }
 
+    /// Makes the registry answer 500 to what it cannot store: a regular file stands where its
+    /// storage's first directory goes. Only before anything was stored (it would hide it).
+    pub fn break_storage(&self) {
+        let docker = self.registry.dir().join("storage/docker");
+        assert!(!docker.exists(), "the registry stored something already");
+        std::fs::write(docker, "not a directory\n").unwrap();
+    }
+
+    /// Undoes [`Registry::break_storage`]: the registry stores again.
+    pub fn mend_storage(&self) {
+        std::fs::remove_file(self.registry.dir().join("storage/docker")).unwrap();
+    }
+
     /// Starts one serving TLS only with htpasswd users, and waits until it answers `/v2/`
     /// (401 to the anonymous).
     pub fn start_secured() -> Registry {

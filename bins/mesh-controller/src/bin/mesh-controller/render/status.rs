@@ -150,13 +150,14 @@ fn plans_status(overview: &Overview) -> String {
         for problem in &overview.problems {
             let _ = writeln!(
                 out,
-                "  {} `{}`: {} (since {}, last {}, by {})",
+                "  {} `{}`: {} (since {}, last {}, by {}{})",
                 problem.kind.word(),
                 problem.subject,
                 problem.what,
                 format_time(problem.since),
                 format_time(problem.at),
-                problem.by
+                problem.by,
+                problem_attempts(problem)
             );
             for line in &problem.details {
                 let _ = writeln!(out, "    {line}");
@@ -225,6 +226,18 @@ fn plans_status(overview: &Overview) -> String {
                 );
             }
         }
+    }
+    out
+}
+
+/// A problem's module and attempts, when it counts them ("; at `site`, attempt 3").
+fn problem_attempts(problem: &mesh_store::problems::Problem) -> String {
+    let mut out = String::new();
+    if let Some(module) = &problem.module {
+        let _ = write!(out, "; at `{module}`");
+    }
+    if problem.attempts > 0 {
+        let _ = write!(out, "; attempt {}, tried again by itself", problem.attempts);
     }
     out
 }
@@ -444,6 +457,9 @@ mod status_tests {
                     since: 1010,
                     at: 1020,
                     by: "mesh-controller serve".into(),
+                    plan: None,
+                    module: None,
+                    attempts: 0,
                 },
                 mesh_store::problems::Problem {
                     format: mesh_store::problems::PROBLEM_FORMAT,
@@ -454,6 +470,9 @@ mod status_tests {
                     since: 1000,
                     at: 1000,
                     by: "mesh-collector collect".into(),
+                    plan: None,
+                    module: None,
+                    attempts: 0,
                 },
             ],
         };
