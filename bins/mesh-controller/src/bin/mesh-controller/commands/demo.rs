@@ -224,11 +224,12 @@ pub fn exec(args: Args) -> Result<ExitCode> {
     step("10. Send it", "push --all");
     let sent = push_all(&checked)?;
     print!("{}", render::push(&sent));
+    // A container, or the job it runs after, that did not take (failed, waiting to retry, or
+    // skipped behind its job).
     let container_failed = sent.iter().any(|result| match &result.result {
         push::NodeResult::Reported { report, .. } => {
             report.resources.iter().any(|(id, outcome)| {
-                id.contains("/container/")
-                    && matches!(outcome, mesh_model::report::Outcome::Failed { .. })
+                (id.contains("/container/") || id.contains("/job/")) && !outcome.took()
             })
         }
         _ => false,
@@ -236,7 +237,8 @@ pub fn exec(args: Args) -> Result<ExitCode> {
     if container_failed {
         println!(
             "  (the container cannot run on this machine ({}): expected here, and a real \
-             host reports it exactly so; the other resources took)",
+             host reports it exactly so — the job before it failed, and the container waits \
+             behind it; the other resources took)",
             if podman {
                 "podman is here and could not run it: its reason is above"
             } else {
@@ -427,9 +429,17 @@ fn window_step(
         return Ok(());
     };
     // A window holds a running container: podman may be here and not run the demo's image.
-    let outcome = home
-        .report("home")?
-        .and_then(|r| r.resources.get(&id).cloned());
+    let report = home.report("home")?;
+    let outcome = report.as_ref().and_then(|r| r.resources.get(&id).cloned());
+    // A container skipped behind its job is not running for the job's reason.
+    let outcome = match outcome {
+        Some(mesh_model::report::Outcome::Skipped { gated_by }) => report
+            .as_ref()
+            .and_then(|r| r.resources.get(&gated_by).cloned())
+            .filter(|gate| !gate.took())
+            .or(Some(mesh_model::report::Outcome::Skipped { gated_by })),
+        other => other,
+    };
     if let Some(outcome) = outcome.filter(|o| !o.took()) {
         let why = match &outcome {
             mesh_model::report::Outcome::Failed { reason, .. }
