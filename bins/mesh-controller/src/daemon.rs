@@ -104,6 +104,8 @@ pub async fn serve(
     let mut merges = jetstream::MergeListener::open(&js, MERGE_CONSUMER)
         .await
         .map_err(bus_error(|| "opening the merge consumer".to_owned()))?;
+    // Repositories registered with `--poll` are fetched and their new heads announced.
+    let _poller = crate::poll::spawn(home.clone(), bus.clone());
     tracing::info!(url = %bus_args.url, max_drives = options.max_drives, "serving: hearing merges");
     let mut drives = Drives::new(options.max_drives);
     loop {

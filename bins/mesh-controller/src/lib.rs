@@ -6,8 +6,9 @@
 //! it or the bus's records bucket — its store and the fleet it sends through) and the
 //! [`runtime::Runtime`] that drives its plans. The modules, in the order they depend on each
 //! other (a module uses only those above it):
-//! - [`error`], [`fail`], [`home`], [`repos`], [`builds`], [`cancel`]: the records, registered
-//!   repositories, builds, and a drive's cancellation;
+//! - [`error`], [`fail`], [`home`], [`remote`], [`repos`], [`builds`], [`cancel`]: the
+//!   records, registered repositories (and the clones of those registered by URL), builds,
+//!   and a drive's cancellation;
 //! - [`push`]: composing declarations and what a push did for each node;
 //! - [`credentials`], [`enroll`], [`users`], [`broker`]: the controller on a fleet's bus — its
 //!   credential, a node's NKey recorded and its password dropped ("Secrets never leave their
@@ -32,7 +33,8 @@
 //!   `/status.json` over HTTP (`mesh-controller serve --http ADDR`, or mounted by an embedding
 //!   tool);
 //! - [`hooks`]: the webhooks (`POST /hooks/NAME`) a forge announces a push through, mounted
-//!   on the status page's listener or on their own;
+//!   on the status page's listener or on their own; [`poll`]: the repositories the daemon
+//!   fetches every so often, a new head announced;
 //! - [`daemon`]: the controller as a daemon on a fleet.
 //!
 //! What a person reads is rendered by the binary, never here; progress goes through the
@@ -49,6 +51,7 @@ pub mod home;
 
 pub mod builds;
 pub mod cancel;
+pub mod remote;
 pub mod repos;
 
 pub mod push;
@@ -84,6 +87,7 @@ pub mod alert;
 pub mod http;
 
 pub mod hooks;
+pub mod poll;
 
 pub mod daemon;
 

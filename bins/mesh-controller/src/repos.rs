@@ -13,6 +13,7 @@
 
 use crate::error::{BoxError, Error, Result};
 use crate::home::Home;
+use crate::remote::{self, Remote};
 use mesh_model::module::{CatalogueSource, EntryKind};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -44,6 +45,10 @@ pub struct RepoRecord {
     /// records. `None`: it takes no webhooks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook_secret_file: Option<PathBuf>,
+    /// Where it is fetched from, when it was registered by URL: `path` is then the bare clone
+    /// the controller keeps under the home.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<Remote>,
 }
 
 impl Home {
@@ -93,6 +98,18 @@ pub struct AddOptions {
     pub modules_dir: String,
     /// The file holding its webhooks' secret (mode 0600: refused when others may read it).
     pub hook_secret_file: Option<PathBuf>,
+    /// The daemon fetches it every so many seconds (the repository is then kept as a clone,
+    /// as one given by URL is).
+    pub poll_secs: Option<u64>,
+    /// The SSH key it is fetched with (mode 0600).
+    pub ssh_key_file: Option<PathBuf>,
+    /// The token file it is fetched with over HTTPS (mode 0600).
+    pub token_file: Option<PathBuf>,
+}
+
+/// The bare clone kept for repository `name` registered by URL.
+pub fn clone_dir(home: &Home, name: &str) -> PathBuf {
+    home.root().join("repos").join(format!("{name}.git"))
 }
 
 /// Reads a webhook secret file: its text, after checking its mode (the error names the file,
@@ -147,6 +164,10 @@ pub fn add_with(home: &Home, name: &str, path: &Path, options: &AddOptions) -> R
             "a repository `{name}` is already registered; nothing was changed"
         )));
     }
+    let location = path.to_string_lossy().into_owned();
+    if remote::is_url(&location) || options.poll_secs.is_some() {
+        return add_remote(home, name, &location, options);
+    }
     let path = std::fs::canonicalize(path).map_err(|source| Error::Invalid {
         what: format!("repository `{name}`: {} does not exist", path.display()),
         source: Some(Box::new(source)),
@@ -162,18 +183,6 @@ pub fn add_with(home: &Home, name: &str, path: &Path, options: &AddOptions) -> R
         what: format!("repository `{name}` has no branch `{branch}`"),
         source: Some(Box::new(source)),
     })?;
-    let hook_secret_file = match &options.hook_secret_file {
-        Some(file) => {
-            read_hook_secret(name, file)?;
-            Some(
-                std::fs::canonicalize(file).map_err(|source| Error::Invalid {
-                    what: format!("repository `{name}`: {} does not exist", file.display()),
-                    source: Some(Box::new(source)),
-                })?,
-            )
-        }
-        None => None,
-    };
     let record = RepoRecord {
         format: REPO_FORMAT,
         name: name.to_owned(),
@@ -181,10 +190,106 @@ pub fn add_with(home: &Home, name: &str, path: &Path, options: &AddOptions) -> R
         branch,
         modules_dir: modules_dir.trim_matches('/').to_owned(),
         last_planned: None,
-        hook_secret_file,
+        hook_secret_file: checked_hook_secret(name, options)?,
+        remote: None,
     };
     home.write_repo(&record)?;
     Ok(record)
+}
+
+fn checked_hook_secret(name: &str, options: &AddOptions) -> Result<Option<PathBuf>> {
+    let Some(file) = &options.hook_secret_file else {
+        return Ok(None);
+    };
+    read_hook_secret(name, file)?;
+    Ok(Some(std::fs::canonicalize(file).map_err(|source| {
+        Error::Invalid {
+            what: format!("repository `{name}`: {} does not exist", file.display()),
+            source: Some(Box::new(source)),
+        }
+    })?))
+}
+
+/// Registers a repository by URL (or a path to poll): its branch fetched into a bare clone
+/// under the home. A failure leaves no clone and no record.
+fn add_remote(home: &Home, name: &str, location: &str, options: &AddOptions) -> Result<RepoRecord> {
+    let absolute = |file: &Option<PathBuf>| -> Result<Option<PathBuf>> {
+        file.as_ref()
+            .map(|f| {
+                std::fs::canonicalize(f).map_err(|source| Error::Invalid {
+                    what: format!("repository `{name}`: {} does not exist", f.display()),
+                    source: Some(Box::new(source)),
+                })
+            })
+            .transpose()
+    };
+    let url = if remote::is_url(location) {
+        location.to_owned()
+    } else {
+        absolute(&Some(PathBuf::from(location)))?
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    };
+    if options.poll_secs == Some(0) {
+        return Err(Error::invalid("--poll 0: poll every 1 second or more"));
+    }
+    let remote = Remote {
+        url,
+        poll_secs: options.poll_secs,
+        ssh_key_file: absolute(&options.ssh_key_file)?,
+        token_file: absolute(&options.token_file)?,
+    };
+    remote::check_credentials(name, &remote)?;
+    let hook_secret_file = checked_hook_secret(name, options)?;
+    let dir = clone_dir(home, name);
+    let made = (|| {
+        let branch = match &options.branch {
+            Some(branch) => branch.clone(),
+            None => remote::default_branch(home.root(), &remote)?,
+        };
+        remote::fetch(&dir, &remote, &branch)?;
+        Ok::<_, Error>(branch)
+    })();
+    let branch = match made {
+        Ok(branch) => branch,
+        Err(error) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(Error::Invalid {
+                what: format!("repository `{name}` could not be fetched from {location}"),
+                source: Some(Box::new(error)),
+            });
+        }
+    };
+    let record = RepoRecord {
+        format: REPO_FORMAT,
+        name: name.to_owned(),
+        path: dir,
+        branch,
+        modules_dir: options.modules_dir.trim_matches('/').to_owned(),
+        last_planned: None,
+        hook_secret_file,
+        remote: Some(remote),
+    };
+    home.write_repo(&record)?;
+    Ok(record)
+}
+
+/// The commit a merge of `repo` names: `commit`, or the branch's head. A repository kept as a
+/// clone is fetched first when it has not got the commit (or to read the head).
+///
+/// # Errors
+/// [`Error::Git`] when the fetch fails or the commit is not one of the repository's.
+pub fn resolve_merged(repo: &RepoRecord, commit: Option<&str>) -> Result<String> {
+    if let Some(remote) = &repo.remote {
+        match commit {
+            None => return remote::fetch(&repo.path, remote, &repo.branch),
+            Some(commit) if !remote::has_commit(&repo.path, commit) => {
+                remote::fetch(&repo.path, remote, &repo.branch)?;
+            }
+            Some(_) => {}
+        }
+    }
+    resolve(&repo.path, commit.unwrap_or(&repo.branch))
 }
 
 /// A git failure in `repo`: `doing` says what, `source` why.
@@ -255,12 +360,13 @@ pub fn resolve(repo: &Path, revision: &str) -> Result<String> {
         .to_owned())
 }
 
-/// The commit a registered repository's branch points at.
+/// The commit a registered repository's branch points at (fetched first, for one kept as a
+/// clone).
 ///
 /// # Errors
 /// [`Error::Git`] naming the repository when the branch cannot be read.
 pub fn head(repo: &RepoRecord) -> Result<String> {
-    resolve(&repo.path, &repo.branch).map_err(|source| Error::Git {
+    resolve_merged(repo, None).map_err(|source| Error::Git {
         repo: repo.path.clone(),
         doing: format!(
             "reading the head of branch `{}` of repository `{}`",

@@ -63,3 +63,67 @@ fn merge_announce_is_planned_by_the_daemon_once() {
     let done = wait_for_plan_done(&bed, &second);
     assert_eq!(done.len(), 2, "{done:?}");
 }
+
+#[test]
+fn a_new_commit_in_a_polled_repository_is_planned_with_no_hook() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut bed = Bed::new(&[]);
+    bed.start_host("bus");
+    let upstream = Repo::new();
+    let first = commit_base(&upstream, "polled\n");
+    let url = format!("file://{}", upstream.path().display());
+
+    // A fetch credential others may read is refused: nothing registered, no clone left.
+    let scratch = tempfile::tempdir().unwrap();
+    let token = scratch.path().join("token");
+    std::fs::write(&token, "a token\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let refused = bed.run(&[
+        "repo",
+        "add",
+        "cat",
+        &url,
+        "--poll",
+        "1",
+        "--token-file",
+        token.to_str().unwrap(),
+    ]);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("readable by others") && !said.contains("a token"),
+        "{said}"
+    );
+    assert_eq!(
+        bed.expect(&["repo", "list", "--output", "json"], 0).trim(),
+        "[]"
+    );
+    assert!(!bed.home.path().join("repos/cat.git").exists());
+
+    // Registered by URL: kept as a clone under the home, fetched every second by the daemon.
+    let added: serde_json::Value = serde_json::from_str(&bed.expect(
+        &[
+            "repo", "add", "cat", &url, "--branch", "main", "--poll", "1", "--output", "json",
+        ],
+        0,
+    ))
+    .unwrap();
+    assert_eq!(added["remote"]["url"], url.as_str());
+    assert_eq!(added["remote"]["poll-secs"], 1);
+    let clone = std::path::PathBuf::from(added["path"].as_str().unwrap());
+    assert_eq!(clone, bed.home.path().join("repos/cat.git"));
+
+    let (_daemon, _) = start_serve(&bed, &[], |_| true);
+    // Its head is planned with nothing announcing it, and so is the next commit.
+    let done = wait_for_plan_done(&bed, &first);
+    assert_eq!(done.len(), 1, "{done:?}");
+    let second = commit_base(&upstream, "polled again\n");
+    let done = wait_for_plan_done(&bed, &second);
+    assert_eq!(done.len(), 2, "{done:?}");
+    assert_eq!(
+        std::fs::read_to_string(bed.root("bus").join("etc/mesh/hello")).unwrap(),
+        "polled again\n"
+    );
+    // The commit came by git fetch into the clone.
+    support::git(&clone, &["cat-file", "-e", &format!("{second}^{{commit}}")]);
+}

@@ -207,7 +207,7 @@ impl Runtime {
     ) -> Result<MergeOutcome> {
         let home = self.mesh.home();
         let repo = home.repo(name)?;
-        let commit = repos::resolve(&repo.path, commit.unwrap_or(&repo.branch))
+        let commit = repos::resolve_merged(&repo, commit)
             .for_repo(name, || format!("repository `{name}`"))?;
         let _lock = self.hold_plans(&format!("merge {name}"))?;
         let (mut record, superseded) =

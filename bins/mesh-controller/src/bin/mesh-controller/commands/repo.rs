@@ -12,12 +12,17 @@ use std::process::ExitCode;
 pub enum Command {
     /// Registers a git repository of modules (`modules/<name>/module.toml`).
     ///
+    /// A path is read in place. A URL (`https://`, `ssh://`, `file://`), or any location with
+    /// `--poll`, is kept as a bare clone of its branch under the home (`repos/NAME.git`),
+    /// fetched with real git: by `serve` every `--poll` seconds (a new head is announced and
+    /// planned), and whenever a merge names a commit the clone has not got.
+    ///
     /// Exit codes: 0 registered; 1 error (not a git repository, no such branch, a repository of
     /// that name already registered, a webhook secret file others may read).
     Add {
         /// The name merges use.
         name: String,
-        /// Where the repository is.
+        /// Where the repository is: a path, or a URL to fetch it from.
         path: PathBuf,
         /// The branch merges are heard on (default: the repository's current branch).
         #[arg(long)]
@@ -30,6 +35,17 @@ pub enum Command {
         /// read it). It is read when a webhook comes, never copied into the records or logged.
         #[arg(long, value_name = "FILE")]
         hook_secret_file: Option<PathBuf>,
+        /// `serve` fetches the repository every SECS seconds and announces a new head of its
+        /// branch (no webhook needed, no inbound connection).
+        #[arg(long, value_name = "SECS")]
+        poll: Option<u64>,
+        /// The SSH private key the repository is fetched with (mode 0600).
+        #[arg(long, value_name = "FILE", conflicts_with = "token_file")]
+        ssh_key_file: Option<PathBuf>,
+        /// A file holding the token the repository is fetched with over HTTPS (mode 0600),
+        /// sent as HTTP basic authentication's password (user `oauth2`).
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
     },
     /// Lists the registered repositories and their last planned commits.
     List,
@@ -44,6 +60,9 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             branch,
             modules_dir,
             hook_secret_file,
+            poll,
+            ssh_key_file,
+            token_file,
         } => {
             let record = repos::add_with(
                 &env.home,
@@ -53,6 +72,9 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
                     branch,
                     modules_dir,
                     hook_secret_file,
+                    poll_secs: poll,
+                    ssh_key_file,
+                    token_file,
                 },
             )?;
             match env.output {
