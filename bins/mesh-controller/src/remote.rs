@@ -138,6 +138,9 @@ pub fn default_branch(dir: &Path, remote: &Remote) -> Result<String> {
         })
 }
 
+/// Held while a clone is fetched.
+static FETCHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Fetches `branch` of `remote` into the bare clone `dir` (made when it is not there, so a
 /// controller on another machine than `repo add` ran on makes its own), and answers the
 /// commit the branch now points at.
@@ -146,6 +149,11 @@ pub fn default_branch(dir: &Path, remote: &Remote) -> Result<String> {
 /// [`Error::Git`] with git's own message when the clone cannot be made or the fetch fails;
 /// [`Error::Invalid`] when a credential file is refused.
 pub fn fetch(dir: &Path, remote: &Remote, branch: &str) -> Result<String> {
+    // The daemon's poller and a merge may fetch one clone at once: git would refuse the
+    // second's ref update. Fetches are rare; they take turns.
+    let _turn = FETCHING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if !dir.join("HEAD").is_file() {
         std::fs::create_dir_all(dir).map_err(|source| Error::Git {
             repo: dir.to_owned(),

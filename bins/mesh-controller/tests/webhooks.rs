@@ -138,12 +138,24 @@ fn signed_headers(forge: Forge, secret: &str, file: &Path) -> Vec<String> {
     }
 }
 
+/// The CA `curl` trusts for the webhooks' HTTPS listener (the bed's).
+static CA: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// `curl` with the CA it trusts.
+fn curl() -> Command {
+    let mut curl = Command::new("curl");
+    if let Some(ca) = CA.get() {
+        curl.arg("--cacert").arg(ca);
+    }
+    curl
+}
+
 /// `curl` posts `body` with `headers` to `url`: the status code and the answer.
 fn post(dir: &Path, url: &str, headers: &[String], body: &[u8]) -> (u16, String) {
     let file = dir.join("body");
     std::fs::write(&file, body).unwrap();
     let answer = dir.join("answer");
-    let mut curl = Command::new("curl");
+    let mut curl = curl();
     curl.args([
         "--silent",
         "--show-error",
@@ -176,7 +188,7 @@ fn post(dir: &Path, url: &str, headers: &[String], body: &[u8]) -> (u16, String)
 
 /// `curl` gets `url`: the status code.
 fn get(url: &str) -> u16 {
-    let out = Command::new("curl")
+    let out = curl()
         .args([
             "--silent",
             "--output",
@@ -273,9 +285,39 @@ fn a_push_from_each_forge_is_planned_once_and_what_is_refused_announces_nothing(
         "{said}"
     );
 
+    // A repository registered by URL: the daemon fetches what a webhook names into its clone.
+    let upstream = Repo::new();
+    commit_base(&upstream, "upstream\n");
+    let url = format!("file://{}", upstream.path().display());
+    let secret = secret_file.to_str().unwrap();
+    bed.expect(
+        &[
+            "repo",
+            "add",
+            "far",
+            &url,
+            "--branch",
+            "main",
+            "--hook-secret-file",
+            secret,
+        ],
+        0,
+    );
+
+    // The webhooks' own listener over HTTPS, with the bed's certificate.
+    CA.set(bed.pki.ca_file.clone()).unwrap();
     let (_daemon, lines) = start_serve(
         &bed,
-        &["--http", "127.0.0.1:0", "--hooks", "127.0.0.1:0"],
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--hooks",
+            "127.0.0.1:0",
+            "--hooks-cert",
+            bed.pki.server_cert.to_str().unwrap(),
+            "--hooks-key",
+            bed.pki.server_key.to_str().unwrap(),
+        ],
         |lines| lines.len() == 2,
     );
     let page = lines[0]
@@ -296,6 +338,7 @@ fn a_push_from_each_forge_is_planned_once_and_what_is_refused_announces_nothing(
         assert_eq!(get(&format!("{hooks}{path}")), 404, "{path}");
     }
     assert_eq!(get(&format!("{page}metrics")), 200);
+    assert!(hooks.starts_with("https://127.0.0.1:"), "{hooks}");
 
     // Each forge's push, rightly signed, to either listener: one plan each.
     let deliveries = [
@@ -396,4 +439,11 @@ fn a_push_from_each_forge_is_planned_once_and_what_is_refused_announces_nothing(
     let (code, answer) = deliver(dir, &url, GitHub, "main", &before, &next);
     assert_eq!(code, 202, "{answer}");
     assert_eq!(wait_for_plan_done(&bed, &next).len(), 5);
+
+    // A push to the repository registered by URL: its commit is fetched, then planned.
+    let pushed = commit_base(&upstream, "upstream, pushed\n");
+    let far = format!("{hooks}hooks/far");
+    let (code, answer) = deliver(dir, &far, Forgejo, "main", &"0".repeat(40), &pushed);
+    assert_eq!(code, 202, "{answer}");
+    assert_eq!(wait_for_plan_done(&bed, &pushed).len(), 6);
 }
