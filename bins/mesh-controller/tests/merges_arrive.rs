@@ -4,9 +4,10 @@
 
 mod support;
 
+use std::time::Duration;
 use support::daemon::{commit_base, plans, start_serve, wait_for_plan_done};
 use support::fleet::Bed;
-use support::Repo;
+use support::{wait_for, Repo};
 
 #[test]
 fn merge_announce_is_planned_by_the_daemon_once() {
@@ -126,4 +127,46 @@ fn a_new_commit_in_a_polled_repository_is_planned_with_no_hook() {
     );
     // The commit came by git fetch into the clone.
     support::git(&clone, &["cat-file", "-e", &format!("{second}^{{commit}}")]);
+
+    // The remote gone: the failing fetch is a problem of the repository in `status`, with
+    // git's own message, until a fetch succeeds again.
+    let moved = scratch.path().join("moved");
+    std::fs::rename(upstream.path(), &moved).unwrap();
+    let problems = |bed: &Bed| -> Result<Vec<serde_json::Value>, String> {
+        let out = bed.run(&["status", "--output", "json"]);
+        let status: serde_json::Value =
+            serde_json::from_slice(&out.stdout).map_err(|e| format!("{e}: {out:?}"))?;
+        Ok(status["problems"].as_array().cloned().unwrap_or_default())
+    };
+    let found = wait_for(
+        "the failing fetch in status",
+        Duration::from_secs(60),
+        || {
+            let found = problems(&bed)?;
+            if found.is_empty() {
+                Err("no problem yet".to_owned())
+            } else {
+                Ok(found)
+            }
+        },
+    );
+    assert_eq!(found[0]["subject"], "cat", "{found:?}");
+    let what = found[0]["what"].as_str().unwrap();
+    assert!(
+        what.starts_with("polling `cat`: the fetch failed"),
+        "{what}"
+    );
+    std::fs::rename(&moved, upstream.path()).unwrap();
+    wait_for(
+        "the problem cleared by a fetch",
+        Duration::from_secs(60),
+        || {
+            let found = problems(&bed)?;
+            if found.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{found:?}"))
+            }
+        },
+    );
 }

@@ -80,11 +80,16 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             match env.output {
                 Output::Json => env.print_json(&record)?,
                 Output::Text => println!(
-                    "registered `{}`: {} branch {} (modules in `{}/`); its first merge plans every module",
+                    "registered `{}`: {} branch {} (modules in `{}/`){}; its first merge plans every module",
                     record.name,
-                    record.path.display(),
+                    location(&record),
                     record.branch,
-                    record.modules_dir
+                    record.modules_dir,
+                    if record.hook_secret_file.is_some() {
+                        format!(", taking webhooks at /hooks/{}", record.name)
+                    } else {
+                        String::new()
+                    }
                 ),
             }
         }
@@ -100,7 +105,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
                         println!(
                             "{}: {} branch {}, last planned {}",
                             repo.name,
-                            repo.path.display(),
+                            location(&repo),
                             repo.branch,
                             repo.last_planned
                                 .as_deref()
@@ -112,4 +117,15 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where a repository is: its path, or the URL its clone is fetched from (and how often).
+fn location(repo: &repos::RepoRecord) -> String {
+    match &repo.remote {
+        None => repo.path.display().to_string(),
+        Some(remote) => match remote.poll_secs {
+            Some(secs) => format!("{} (polled every {secs} s)", remote.url),
+            None => remote.url.clone(),
+        },
+    }
 }
