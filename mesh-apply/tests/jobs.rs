@@ -249,3 +249,43 @@ fn a_container_whose_user_is_a_module_account_runs_as_its_ids() {
     assert_eq!(id("-u"), "2345");
     assert_eq!(id("-g"), "2346");
 }
+
+#[test]
+fn a_job_in_a_together_group_that_fails_puts_the_group_back_and_once_fixed_the_group_applies_whole()
+{
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let job_name = names.name("job-grouped");
+    let service = names.name("job-grouped-web");
+    sandbox.write("/etc/app/conf", "old\n", 0o644);
+    let group = |script: &str| {
+        let mut migrate = job("app", "migrate", &job_name, script);
+        job_mut(&mut migrate).rerun_on = vec!["app/file/conf".to_owned()];
+        vec![
+            together(file("app", "conf", "/etc/app/conf", "new\n"), "release"),
+            together(after(migrate, "app/file/conf"), "release"),
+            together(container("app", "web", &service), "release"),
+        ]
+    };
+    let first = run_at(&sandbox, group("echo 'cannot migrate'; exit 1"), T0);
+    let reason = failed(&first, "app/job/migrate");
+    assert!(reason.contains("exited with code 1"), "{reason}");
+    assert!(reason.contains("cannot migrate"), "{reason}");
+    let put_back = failed(&first, "app/file/conf");
+    assert!(
+        put_back.contains("together group `app/release` did not apply"),
+        "{put_back}"
+    );
+    // The file the job ran against is put back; the service was never made.
+    assert_eq!(sandbox.read("/etc/app/conf"), "old\n");
+    assert_eq!(status(&sandbox.config.root, &service), None);
+
+    // Fixed, once the group's backoff has passed: it applies whole, the job ran against the
+    // new file.
+    let second = run_at(&sandbox, group("cat /dev/null; echo migrated"), T0 + 100);
+    assert!(applied(&second, "app/job/migrate")[0].contains("migrated"));
+    assert_eq!(applied(&second, "app/container/web"), ["created"]);
+    assert_eq!(sandbox.read("/etc/app/conf"), "new\n");
+    let third = run_at(&sandbox, group("cat /dev/null; echo migrated"), T0 + 101);
+    assert_eq!(outcome(&third, "app/job/migrate"), &Outcome::Unchanged);
+}

@@ -908,3 +908,45 @@ fn records_in_the_old_format_are_migrated_on_first_use_saying_so() {
     assert!(!again.stderr.contains("migrated"), "{}", again.stderr);
     mesh.expect(&["plans", "show", "plan-1"], 0);
 }
+
+/// `site`'s extra lines: a job that `exits`, and a service that comes after it.
+fn site_job(exits: u8) -> String {
+    format!(
+        "\n[jobs.migrate]\nimage = \"localhost/mesh-busybox:latest\"\n\
+         command = [\"sh\", \"-c\", \"echo 'schema v2: column media.id missing'; exit {exits}\"]\n\
+         \n[containers.web]\nimage = \"localhost/mesh-busybox:latest\"\n\
+         command = [\"sleep\", \"1000\"]\nafter = [\"job/migrate\"]\n"
+    )
+}
+
+#[test]
+fn a_job_failing_on_the_first_node_gates_its_service_and_stops_the_rollout_with_its_log() {
+    let (mesh, repo) = first_commit_merged();
+    write_site(&repo, "v2\n", &site_job(1));
+    repo.commit("site: v2, migrated first");
+    let out = mesh.expect(&["merge", "cat"], 3);
+    assert!(out.contains("`site`: sent `control` (first)"), "{out}");
+    assert!(!out.contains("sent `home`"), "{out}");
+    assert_eq!(read(&mesh, "home", "srv/www/index.html"), "v1\n");
+
+    // The first machine says why: the job's exit code and log tail; its service waits.
+    let status = json(&mesh.expect(&["status", "--output", "json"], 3));
+    assert_eq!(status["stopped"][0]["node"], "control");
+    assert_eq!(status["stopped"][0]["module"], "site");
+    let reason = status["stopped"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains("site/job/migrate"), "{reason}");
+    assert!(reason.contains("exited with code 1"), "{reason}");
+    assert!(
+        reason.contains("schema v2: column media.id missing"),
+        "{reason}"
+    );
+    let control = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|node| node["node"] == "control")
+        .unwrap();
+    let web = &control["report"]["resources"]["site/container/web"];
+    assert_eq!(web["outcome"], "skipped", "{control}");
+    assert_eq!(web["gated-by"], "site/job/migrate", "{control}");
+}
