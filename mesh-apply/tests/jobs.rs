@@ -289,3 +289,34 @@ fn a_job_in_a_together_group_that_fails_puts_the_group_back_and_once_fixed_the_g
     let third = run_at(&sandbox, group("cat /dev/null; echo migrated"), T0 + 101);
     assert_eq!(outcome(&third, "app/job/migrate"), &Outcome::Unchanged);
 }
+
+#[test]
+fn a_job_that_ran_in_a_group_put_back_runs_again_with_the_group() {
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let job_name = names.name("job-kept");
+    let service = names.name("job-kept-web");
+    let group = |service_command: &str| {
+        let mut web = container("app", "web", &service);
+        spec_mut(&mut web).command =
+            vec!["sh".to_owned(), "-c".to_owned(), service_command.to_owned()];
+        vec![
+            together(job("app", "migrate", &job_name, "echo migrated"), "release"),
+            together(web, "release"),
+        ]
+    };
+    // The job succeeds, the service exits at once: the group is put back.
+    let first = run_at(&sandbox, group("exit 1"), T0);
+    let reason = failed(&first, "app/job/migrate");
+    assert!(
+        reason.contains("together group `app/release` did not apply"),
+        "{reason}"
+    );
+    // What it ran was not kept: with the group, it runs again.
+    let second = run_at(&sandbox, group("sleep 1000"), T0 + 100);
+    assert!(
+        applied(&second, "app/job/migrate")[0].contains("migrated"),
+        "{second:#?}"
+    );
+    assert_eq!(applied(&second, "app/container/web"), ["created"]);
+}
