@@ -179,7 +179,7 @@ fn rerun_by_files(
         .get(id)
         .map(|r| &r.spec)
     {
-        Some(Spec::File(f)) => f.content_digest(),
+        Some(Spec::File(f)) => mesh_model::declaration::rerun_file_digest(f),
         _ => None,
     };
     let fields: Vec<FieldChange> = spec

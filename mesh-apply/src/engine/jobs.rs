@@ -6,7 +6,7 @@
 use super::{Attempt, Engine};
 use crate::containers::DeclaredContainer;
 use crate::ApplyError;
-use mesh_model::declaration::{JobSpec, Resource};
+use mesh_model::declaration::{rerun_file_digest, JobSpec, Resource, Spec};
 use std::collections::BTreeMap;
 
 impl<'a> Engine<'a, '_> {
@@ -39,11 +39,15 @@ impl<'a> Engine<'a, '_> {
             .rerun_on
             .iter()
             .map(|id| {
-                let digest = self
-                    .declaration
-                    .resource(id)
+                let file = self.declaration.resource(id);
+                let digest = file
                     .and_then(|file| self.sent.content_digest(file))
-                    .map(std::borrow::Cow::into_owned);
+                    .map(std::borrow::Cow::into_owned)
+                    // A template of secrets: its text and its secrets' keyed digests.
+                    .or_else(|| match file.map(|f| &f.spec) {
+                        Some(Spec::File(f)) => rerun_file_digest(f),
+                        _ => None,
+                    });
                 (id.as_str(), digest)
             })
             .collect();

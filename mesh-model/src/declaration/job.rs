@@ -2,6 +2,7 @@
 //! comes after it.
 
 use super::container::ContainerSpec;
+use super::FileSpec;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -76,6 +77,14 @@ impl JobSpec {
     }
 }
 
+/// What a job that runs again on `file` compares: the digest of its declared content, or, for a
+/// template of secrets, of its text and its secrets' keyed digests (never a ciphertext, so a
+/// secret sealed again to another key runs nothing again).
+pub fn rerun_file_digest(file: &FileSpec) -> Option<String> {
+    file.content_digest()
+        .or_else(|| file.sealed.as_deref().map(crate::secret::sealed_digest))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +129,30 @@ mod tests {
             ("app/file/other", Some("sha256:c")),
         ]);
         assert_eq!(job().run_digest(&unrelated), base);
+    }
+
+    #[test]
+    fn a_template_of_secrets_reruns_on_its_secrets_digests_never_on_their_ciphertext() {
+        use crate::secret::{SealedPiece, SecretValue};
+        let sealed = |digest: &str, ciphertext: &str| FileSpec {
+            content: None,
+            sealed: Some(vec![
+                SealedPiece::Text("password = ".to_owned()),
+                SealedPiece::Secret {
+                    key: "password".to_owned(),
+                    value: SecretValue {
+                        digest: digest.to_owned(),
+                        ciphertext: ciphertext.to_owned(),
+                    },
+                },
+            ]),
+            ..FileSpec::inline("/etc/app/conf", "", 0o640, "root", "root")
+        };
+        let base = rerun_file_digest(&sealed("sha256:a", "one")).unwrap();
+        assert_eq!(rerun_file_digest(&sealed("sha256:a", "two")).unwrap(), base);
+        assert_ne!(rerun_file_digest(&sealed("sha256:b", "one")).unwrap(), base);
+        let plain = FileSpec::inline("/etc/app/conf", "a = 1\n", 0o644, "root", "root");
+        assert_eq!(rerun_file_digest(&plain), plain.content_digest());
     }
 
     #[test]

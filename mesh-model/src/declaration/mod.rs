@@ -25,7 +25,7 @@ pub use container::{
     restart_problem, user_problem, ContainerSpec, Device, HealthCheck, Limits, Mount,
     DEFAULT_HEALTH_WITHIN_MS, DEFAULT_SETTLE_MS, NETWORK_BRIDGE, NETWORK_HOST, RESERVED_LABELS,
 };
-pub use job::{JobSpec, DEFAULT_JOB_TIMEOUT_SECS};
+pub use job::{rerun_file_digest, JobSpec, DEFAULT_JOB_TIMEOUT_SECS};
 pub use port::{PortMapping, Protocol};
 pub use sealed::{Declared, Sealed};
 
