@@ -35,11 +35,64 @@ pub const NEXT_MESH_KEY_FILE: &str = "secrets/mesh.key.next";
 /// The operators' keys, relative to the home.
 pub const RECIPIENTS_FILE: &str = "secrets/recipients";
 
+/// The record of a node's age public key (`age1…`, no secret), which its secrets are sealed to
+/// for each send.
+pub fn node_key_record(node: &str) -> String {
+    format!("secrets/nodes/{node}")
+}
+
+/// Records `key` as `node`'s age public key (`node enroll --age-key`); answers the key it
+/// replaced, if another.
+///
+/// # Errors
+/// A key that is not an age X25519 public key (nothing is recorded); the record cannot be
+/// written.
+pub fn enroll_age_key(home: &Home, node: &str, key: &str) -> Result<Option<String>> {
+    let key = Recipient::from_str(key)
+        .map_err(secrets_error(format!("reading the age key of `{node}`")))?;
+    let record = node_key_record(node);
+    let before = home
+        .get(&record)?
+        .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned());
+    home.put(&record, format!("{key}\n").as_bytes())?;
+    Ok(before.filter(|before| *before != key.to_string()))
+}
+
+/// The age public key `node`'s secrets are sealed to: the one enrolled, or — for a host of
+/// the embedded fleet, whose state directory `embedded` is under the home — that host's own,
+/// made on first use. `None`: the node has none.
+///
+/// # Errors
+/// A recorded key that is not one; a host key file others may read.
+pub fn node_recipient(
+    home: &Home,
+    node: &str,
+    embedded: Option<&std::path::Path>,
+) -> Result<Option<Recipient>> {
+    let record = node_key_record(node);
+    if let Some(bytes) = home.get(&record)? {
+        let text = String::from_utf8_lossy(&bytes);
+        return Recipient::from_str(text.trim())
+            .map(Some)
+            .map_err(secrets_error(format!("reading the record {record}")));
+    }
+    match embedded {
+        Some(state_dir) => {
+            mesh_secrets::Identity::load_or_create(&state_dir.join(mesh_host::sealed::AGE_KEY_FILE))
+                .map(|identity| Some(identity.recipient()))
+                .map_err(secrets_error(format!(
+                    "the age key of `{node}`'s embedded host"
+                )))
+        }
+        None => Ok(None),
+    }
+}
+
 /// The record directories whose records may hold a secret: the settings layers and their
 /// history.
 const SECRET_BEARING: [&str; 2] = ["settings", "history/settings"];
 
-fn secrets_error(doing: String) -> impl FnOnce(mesh_secrets::SecretsError) -> Error {
+pub(crate) fn secrets_error(doing: String) -> impl FnOnce(mesh_secrets::SecretsError) -> Error {
     move |source| Error::Invalid {
         what: doing,
         source: Some(Box::new(source)),

@@ -266,15 +266,23 @@ fn plan_and_its_diff_show_a_secret_by_its_digest_and_a_changed_one_as_changed() 
         assert!(!out.contains(&secret.ciphertext), "{out}");
     }
 
-    // Sent: the host was given no key to open it, so the file fails naming module and key,
-    // and nothing is written.
+    // Sent: sealed again to the embedded host's own key, rendered by it alone.
     let push = mesh.run(&["push", "control"]);
-    let said = format!("{}{}", push.stdout, push.stderr);
-    assert!(
-        said.contains("db/file/creds") && said.contains("`password` of `db`"),
-        "{said}"
+    assert_eq!(push.code, 0, "{}{}", push.stdout, push.stderr);
+    let applied = mesh.root("control").join("etc/db/creds");
+    assert_eq!(
+        std::fs::read_to_string(&applied).unwrap(),
+        format!("app:{value}\n")
     );
-    assert!(!mesh.root("control").join("etc/db/creds").exists());
+    let mode = std::fs::metadata(&applied).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert_eq!(
+        files_holding(mesh.home(), value.as_bytes()),
+        vec![applied.display().to_string()],
+        "the applied file alone holds the value"
+    );
+    let unchanged = mesh.expect(&["plan", "control", "--diff"], 0);
+    assert!(!unchanged.contains("db/file/creds"), "{unchanged}");
 
     let other = unique_value();
     assert_eq!(mesh.run_stdin(&set, other.as_bytes()).code, 0);
@@ -290,12 +298,21 @@ fn plan_and_its_diff_show_a_secret_by_its_digest_and_a_changed_one_as_changed() 
         !diff.contains(&other) && !diff.contains(&changed.ciphertext),
         "{diff}"
     );
-    for needle in [&value, &other] {
-        assert_eq!(
-            files_holding(mesh.home(), needle.as_bytes()),
-            Vec::<String>::new()
-        );
-    }
+    let push = mesh.run(&["push", "control"]);
+    assert_eq!(push.code, 0, "{}{}", push.stdout, push.stderr);
+    assert_eq!(
+        std::fs::read_to_string(&applied).unwrap(),
+        format!("app:{other}\n")
+    );
+    // The old value is nowhere: not kept aside as a hand edit, not in the state directory.
+    assert_eq!(
+        files_holding(mesh.home(), value.as_bytes()),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        files_holding(mesh.home(), other.as_bytes()),
+        vec![applied.display().to_string()]
+    );
 }
 
 #[test]

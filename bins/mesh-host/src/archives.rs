@@ -56,6 +56,7 @@ pub const CACHE_DIR: &str = "archives";
 #[derive(Clone)]
 pub struct ArchiveSource {
     cache: PathBuf,
+    state_dir: PathBuf,
     store: Option<Arc<dyn ArchiveStore>>,
 }
 
@@ -90,6 +91,7 @@ impl ArchiveSource {
     ) -> Result<ArchiveSource, StoreError> {
         Ok(ArchiveSource {
             cache: state_dir.join(CACHE_DIR),
+            state_dir: state_dir.to_owned(),
             store: spec
                 .map(|spec| open_store_with(spec, access))
                 .transpose()?
@@ -101,8 +103,14 @@ impl ArchiveSource {
     pub fn cache_only(state_dir: &Path) -> ArchiveSource {
         ArchiveSource {
             cache: state_dir.join(CACHE_DIR),
+            state_dir: state_dir.to_owned(),
             store: None,
         }
+    }
+
+    /// The host's state directory (where its age key is, for a template of secrets).
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
     }
 
     /// Where the cache keeps an archive: `<state-dir>/archives/<hex of its digest>`.

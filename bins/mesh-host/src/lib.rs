@@ -24,6 +24,7 @@
 pub mod archives;
 pub mod forget;
 pub mod kept;
+pub mod sealed;
 pub mod serve;
 pub mod watch;
 
@@ -180,7 +181,8 @@ pub async fn receive_sealed(
             now,
         )));
     }
-    let contents = archives::read_archived(&declaration, source).await;
+    let mut contents = archives::read_archived(&declaration, source).await;
+    sealed::render_sealed(&declaration, source.state_dir(), &mut contents);
     Ok(Received {
         declaration,
         contents,

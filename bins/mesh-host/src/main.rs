@@ -278,6 +278,9 @@ fn run() -> Result<ExitCode> {
         Command::Keygen => {
             let made = mesh_host::keygen(&cli.state_dir)
                 .with_context(|| format!("making the bus key under {}", cli.state_dir.display()))?;
+            // Beside it, the age key a secret is sealed to for this host alone.
+            let (age_key, age_made) = mesh_host::sealed::age_keygen(&cli.state_dir)
+                .with_context(|| format!("making the age key under {}", cli.state_dir.display()))?;
             match cli.output {
                 Output::Json => println!(
                     "{}",
@@ -285,6 +288,9 @@ fn run() -> Result<ExitCode> {
                         "public_key": made.public_key,
                         "seed_file": made.path,
                         "made": made.made,
+                        "age_key": age_key.to_string(),
+                        "age_key_file": cli.state_dir.join(mesh_host::sealed::AGE_KEY_FILE),
+                        "age_key_made": age_made,
                     }))?
                 ),
                 Output::Text => {
@@ -296,8 +302,18 @@ fn run() -> Result<ExitCode> {
                     println!("{}", made.public_key);
                     eprintln!(
                         "seed {} ({said}; mode 0600, it never leaves this machine)\n\
-                         enroll it on the controller: mesh-controller node enroll {} {}",
+                         age key {} ({}; mode 0600, it never leaves this machine)\n\
+                         enroll both on the controller: mesh-controller node enroll {} {} \
+                         --age-key {age_key}",
                         made.path.display(),
+                        cli.state_dir
+                            .join(mesh_host::sealed::AGE_KEY_FILE)
+                            .display(),
+                        if age_made {
+                            "made"
+                        } else {
+                            "already there, kept"
+                        },
                         cli.node.as_deref().unwrap_or("NODE"),
                         made.public_key
                     );
@@ -363,8 +379,9 @@ fn run() -> Result<ExitCode> {
                 container_prefix: cli.containers.container_prefix.clone(),
                 ..HostConfig::default()
             };
-            let contents = tokio::runtime::Runtime::new()?
+            let mut contents = tokio::runtime::Runtime::new()?
                 .block_on(mesh_host::archives::read_archived(&declaration, &archives));
+            mesh_host::sealed::render_sealed(&declaration, &config.state_dir, &mut contents);
             let report = match mesh_apply::apply_archived(
                 &config,
                 &declaration,

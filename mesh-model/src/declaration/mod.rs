@@ -276,8 +276,43 @@ impl Declaration {
     }
 
     /// The sha256 digest of the canonical JSON (hashed as it is serialized, without a copy of
-    /// it).
+    /// it). A sealed secret counts by its keyed digest only, never its ciphertext: the
+    /// declaration a node is sent, its secrets sealed again to its own key, has the digest of
+    /// the one composed (the rule “A secret is readable only where it is used”).
     pub fn digest(&self) -> String {
+        if self.holds_secrets() {
+            return self.without_ciphertexts().digest_as_serialized();
+        }
+        self.digest_as_serialized()
+    }
+
+    /// Whether a file of it is a template of secrets ([`FileSpec::sealed`]).
+    pub fn holds_secrets(&self) -> bool {
+        self.resources
+            .iter()
+            .any(|r| matches!(&r.spec, Spec::File(f) if f.sealed.is_some()))
+    }
+
+    /// A copy with every sealed secret's ciphertext left empty.
+    fn without_ciphertexts(&self) -> Declaration {
+        let mut copy = self.clone();
+        for resource in &mut copy.resources {
+            if let Spec::File(FileSpec {
+                sealed: Some(pieces),
+                ..
+            }) = &mut resource.spec
+            {
+                for piece in pieces {
+                    if let crate::secret::SealedPiece::Secret { value, .. } = piece {
+                        value.ciphertext.clear();
+                    }
+                }
+            }
+        }
+        copy
+    }
+
+    fn digest_as_serialized(&self) -> String {
         use sha2::Digest as _;
         struct Hashing(sha2::Sha256);
         impl std::io::Write for Hashing {

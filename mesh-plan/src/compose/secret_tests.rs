@@ -106,3 +106,25 @@ fn a_changed_secret_shows_as_changed_in_the_diff_by_its_digests_only() {
     assert!(text.contains(&format!("password <secret sha256:{}>", "b".repeat(64))));
     insta::assert_snapshot!(text);
 }
+
+#[test]
+fn a_declaration_resealed_for_its_node_keeps_its_digest() {
+    let layer = format!(r#"{{"password": {}}}"#, secret('a'));
+    let declaration = compose_a(&mesh("0600", "/etc/db/creds", &layer)).unwrap();
+    let mut resealed = declaration.clone();
+    for resource in &mut resealed.resources {
+        if let Spec::File(FileSpec {
+            sealed: Some(pieces),
+            ..
+        }) = &mut resource.spec
+        {
+            for piece in pieces {
+                if let SealedPiece::Secret { value, .. } = piece {
+                    value.ciphertext = "b3RoZXIta2V5".into();
+                }
+            }
+        }
+    }
+    assert_ne!(resealed.canonical_json(), declaration.canonical_json());
+    assert_eq!(resealed.digest(), declaration.digest());
+}

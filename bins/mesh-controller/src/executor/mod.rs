@@ -24,6 +24,7 @@ mod actions;
 mod push;
 mod rollout;
 mod saved;
+mod sealed;
 
 pub use push::{push, push_telling};
 pub use rollout::{roll_out, rollout_catalogue};
@@ -127,7 +128,8 @@ impl<'a> Executor<'a> {
     /// # Errors
     /// The fleet did not take it; the records cannot be written.
     pub async fn send(&mut self, declaration: &Declaration) -> Result<()> {
-        self.fleet.send(declaration).await?;
+        let to_send = sealed::for_its_node(self.home, &*self.fleet, &mut None, declaration)?;
+        self.fleet.send(&to_send).await?;
         recorded_sent(self.home, &[declaration]).await
     }
 
@@ -138,10 +140,40 @@ impl<'a> Executor<'a> {
     /// The first send that failed (those taken are recorded all the same); the records cannot
     /// be written.
     pub async fn send_many(&mut self, declarations: &[Declaration]) -> Result<()> {
-        let sent = self.fleet.send_many(declarations).await;
-        let taken: Vec<&Declaration> = sent.taken.iter().map(|i| &declarations[*i]).collect();
+        if !declarations.iter().any(Declaration::holds_secrets) {
+            let sent = self.fleet.send_many(declarations).await;
+            let taken: Vec<&Declaration> = sent.taken.iter().map(|i| &declarations[*i]).collect();
+            recorded_sent(self.home, &taken).await?;
+            return sent.failed.map_or(Ok(()), Err);
+        }
+        // Each node's secrets sealed to its own key; one that cannot be is not sent, and its
+        // refusal is the error once the others are.
+        let mut mesh = None;
+        let mut refused = None;
+        let mut to_send = Vec::with_capacity(declarations.len());
+        let mut index_of = Vec::with_capacity(declarations.len());
+        for (index, declaration) in declarations.iter().enumerate() {
+            match sealed::for_its_node(self.home, &*self.fleet, &mut mesh, declaration) {
+                Ok(declaration) => {
+                    to_send.push(declaration.into_owned());
+                    index_of.push(index);
+                }
+                Err(error) => {
+                    refused.get_or_insert(error);
+                }
+            }
+        }
+        let sent = self.fleet.send_many(&to_send).await;
+        let taken: Vec<&Declaration> = sent
+            .taken
+            .iter()
+            .map(|i| &declarations[index_of[*i]])
+            .collect();
         recorded_sent(self.home, &taken).await?;
-        sent.failed.map_or(Ok(()), Err)
+        match (sent.failed, refused) {
+            (Some(error), _) | (None, Some(error)) => Err(error),
+            (None, None) => Ok(()),
+        }
     }
 
     /// The next report heard within `wait`, recorded.

@@ -102,6 +102,10 @@ impl Fleet for InProcessFleet {
         None
     }
 
+    fn host_state_dir(&self, node: &str) -> Option<std::path::PathBuf> {
+        Some(self.home.node_state_dir(node))
+    }
+
     async fn issue_grants(&mut self, _nodes: &[String]) -> Result<Grants> {
         Ok(Grants::Issued(
             "the in-process bus has no permissions to issue".to_owned(),

@@ -62,6 +62,13 @@ pub trait Fleet: Send {
     /// its archive in the store, [`crate::users::with_users_file`]).
     fn users_file(&self) -> Option<UsersFile>;
 
+    /// The state directory of `node`'s host when it runs in this process (the embedded
+    /// fleet): its age key is there, so its secrets are sealed to it without an enrollment.
+    /// `None` for a host elsewhere, whose key `node enroll --age-key` records.
+    fn host_state_dir(&self, _node: &str) -> Option<std::path::PathBuf> {
+        None
+    }
+
     /// Issues the grants of `nodes`.
     ///
     /// # Errors

@@ -21,18 +21,56 @@ pub enum Command {
         node: String,
         /// Its NKey user public key (`U…`, 56 characters).
         public_key: String,
+        /// Its age public key (`age1…`, what `mesh-host keygen` printed beside the NKey): the
+        /// secrets its declarations use are sealed to it alone at each send. A node without
+        /// one is refused a declaration that uses a secret.
+        #[arg(long, value_name = "KEY")]
+        age_key: Option<String>,
     },
 }
 
 /// Enrolls.
 pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
     match command {
-        Command::Enroll { node, public_key } => {
+        Command::Enroll {
+            node,
+            public_key,
+            age_key,
+        } => {
             env.home.require()?;
+            // The age key is checked before anything is recorded.
+            if let Some(key) = &age_key {
+                key.parse::<mesh_secrets::Recipient>()?;
+            }
             let enrolled = mesh_controller::enroll::enroll(&env.home, &node, &public_key)?;
+            let replaced = match &age_key {
+                Some(key) => mesh_controller::secrets::enroll_age_key(&env.home, &node, key)?,
+                None => None,
+            };
             match env.output {
-                Output::Json => env.print_json(&enrolled)?,
-                Output::Text => print!("{}", render::enrolled(&enrolled)),
+                Output::Json if age_key.is_none() => env.print_json(&enrolled)?,
+                Output::Json => {
+                    let mut answer = serde_json::to_value(&enrolled)?;
+                    if let (Some(key), Some(object)) = (&age_key, answer.as_object_mut()) {
+                        object.insert("age-key".into(), key.as_str().into());
+                        object.insert("age-key-replaced".into(), replaced.clone().into());
+                    }
+                    env.print_json(&answer)?
+                }
+                Output::Text => {
+                    print!("{}", render::enrolled(&enrolled));
+                    if let Some(key) = &age_key {
+                        println!(
+                            "`{node}`'s age key {key} recorded{}: its secrets are sealed to it \
+                             alone at its next send",
+                            if replaced.is_some() {
+                                ", replacing another"
+                            } else {
+                                ""
+                            }
+                        );
+                    }
+                }
             }
         }
     }
