@@ -87,3 +87,90 @@ pub(super) fn for_its_node<'d>(
     }
     Ok(Cow::Owned(resealed))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::Grants;
+    use mesh_model::declaration::{resource_id, Resource};
+    use mesh_model::inventory::Inventory;
+    use mesh_model::module::Catalogue;
+    use mesh_model::report::Report;
+
+    /// A fleet of hosts elsewhere that takes nothing: only its `host_state_dir` (none) is read.
+    struct Elsewhere;
+
+    #[async_trait::async_trait]
+    impl Fleet for Elsewhere {
+        fn prepare(&mut self, _: &Catalogue, _: &Inventory) -> Result<()> {
+            Ok(())
+        }
+        fn users_change(&self, _: bool) -> Option<String> {
+            None
+        }
+        fn users_file(&self) -> Option<crate::users::UsersFile> {
+            None
+        }
+        async fn issue_grants(&mut self, _: &[String]) -> Result<Grants> {
+            Err(Error::internal("not sent"))
+        }
+        async fn send(&mut self, _: &Declaration) -> Result<()> {
+            Err(Error::internal("not sent"))
+        }
+        async fn next_report(&mut self, _: std::time::Duration) -> Result<Option<Report>> {
+            Ok(None)
+        }
+    }
+
+    fn declaration(home: &Home) -> Declaration {
+        let secret = crate::secrets::seal(home, b"hunter2").unwrap();
+        let mut spec = FileSpec::inline("/etc/creds", "", 0o600, "root", "root");
+        spec.content = None;
+        spec.sealed = Some(vec![SealedPiece::Secret {
+            key: "password".into(),
+            value: secret,
+        }]);
+        Declaration::new(
+            "far",
+            vec![Resource {
+                id: resource_id("db", "file", "creds"),
+                module: "db".into(),
+                together: None,
+                after: Vec::new(),
+                spec: Spec::File(spec),
+            }],
+        )
+    }
+
+    #[test]
+    fn a_node_with_no_age_key_is_refused_by_name_and_an_enrolled_one_gets_its_own_ciphertext() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::new(dir.path());
+        let sent = declaration(&home);
+        let refused = for_its_node(&home, &Elsewhere, &mut None, &sent).unwrap_err();
+        let said = format!("{:#}", anyhow::Error::from(refused));
+        assert!(
+            said.contains("`far` has no age key") && said.contains("secrets of `db`"),
+            "{said}"
+        );
+
+        let far = mesh_secrets::Identity::generate();
+        let other = mesh_secrets::Identity::generate();
+        crate::secrets::enroll_age_key(&home, "far", &far.recipient().to_string()).unwrap();
+        let resealed = for_its_node(&home, &Elsewhere, &mut None, &sent).unwrap();
+        assert_eq!(resealed.digest(), sent.digest(), "the same digest");
+        let Spec::File(file) = &resealed.resources[0].spec else {
+            panic!("a file")
+        };
+        let Some([SealedPiece::Secret { value, .. }]) = file.sealed.as_deref() else {
+            panic!("a secret")
+        };
+        assert_eq!(far.open(value).unwrap().as_slice(), b"hunter2");
+        assert!(
+            other.open(value).is_err(),
+            "another node's key cannot open it"
+        );
+        let mesh = crate::secrets::mesh_key(&home).unwrap();
+        assert!(mesh.open(value).is_err(), "sealed to the node alone");
+    }
+}
