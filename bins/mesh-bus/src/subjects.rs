@@ -28,6 +28,11 @@ pub const MERGES: &str = "mesh.event.merge";
 /// Where build outcomes are announced.
 pub const BUILDS: &str = "mesh.event.build";
 
+/// Where `mesh-controller serve` publishes its heartbeat: its loop's last turn, the merges
+/// waiting on its consumer and the plans it drives. Core NATS, in no stream: the controller
+/// keeps the last one in its records, for `status` and the status page.
+pub const CONTROLLER_HEARTBEAT: &str = "mesh.heartbeat.controller";
+
 /// Every mesh event (the events stream holds these).
 pub const ALL_EVENTS: &str = "mesh.event.>";
 

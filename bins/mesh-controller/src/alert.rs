@@ -154,6 +154,9 @@ pub fn judge(overview: &Overview, now: u64, mid_change_after_secs: u64) -> Verdi
     for problem in &overview.problems {
         attention.push(format!("problem: {}: {}", problem.subject, problem.what));
     }
+    if let Some(daemon) = &overview.daemon {
+        attention.extend(daemon.attention());
+    }
     for plan in &overview.open_plans {
         in_progress.push(format!("{} open: waits on {}", plan.id, plan.waits_on));
     }

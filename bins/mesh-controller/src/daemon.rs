@@ -29,12 +29,15 @@ pub const MAX_DRIVES: u16 = 4;
 pub struct ServeOptions {
     /// How many plans are driven at once (plans of other repositories, or branches).
     pub max_drives: usize,
+    /// How often the daemon publishes its heartbeat ([`crate::heartbeat`]).
+    pub heartbeat: Duration,
 }
 
 impl Default for ServeOptions {
     fn default() -> ServeOptions {
         ServeOptions {
             max_drives: usize::from(MAX_DRIVES),
+            heartbeat: Duration::from_secs(crate::heartbeat::HEARTBEAT_SECS),
         }
     }
 }
@@ -108,6 +111,8 @@ pub async fn serve(
     let _poller = crate::poll::spawn(home.clone(), bus.clone());
     tracing::info!(url = %bus_args.url, max_drives = options.max_drives, "serving: hearing merges");
     let mut drives = Drives::new(options.max_drives);
+    let machine = machine_name();
+    let mut last_beat: Option<tokio::time::Instant> = None;
     loop {
         // The open plans are driven as tasks of their own, at most so many at once: the loop
         // goes on hearing merges while they run.
@@ -119,6 +124,10 @@ pub async fn serve(
         }
         for (plan, ended) in drives.ended().await {
             settle(home, &mut drives, &plan, &ended);
+        }
+        if last_beat.is_none_or(|at| at.elapsed() >= options.heartbeat) {
+            last_beat = Some(tokio::time::Instant::now());
+            beat(&bus, home, &machine, options, &drives).await;
         }
         let heard = tokio::select! {
             _ = &mut shutdown => return Ok(()),
@@ -218,6 +227,38 @@ pub async fn serve(
             tracing::error!(%error, "a merge could not be acknowledged; it may be heard again");
         }
         drives.merge_heard();
+    }
+}
+
+/// Publishes the daemon's heartbeat: this turn of its loop, the merges waiting on its consumer
+/// and the plans it drives. A heartbeat that cannot be published is logged: the next turn
+/// tries again, and readers call the daemon silent meanwhile.
+async fn beat(
+    bus: &mesh_bus::NatsBus,
+    home: &crate::home::Home,
+    machine: &str,
+    options: &ServeOptions,
+    drives: &Drives,
+) {
+    let merges_waiting = jetstream::merges_waiting(&bus.jetstream(), MERGE_CONSUMER)
+        .await
+        .inspect_err(|error| tracing::warn!(%error, "the merges waiting could not be read"))
+        .unwrap_or_default();
+    let heartbeat = crate::heartbeat::Heartbeat {
+        format: crate::heartbeat::HEARTBEAT_FORMAT,
+        machine: machine.to_owned(),
+        pid: std::process::id(),
+        turn_at: mesh_host::now(),
+        interval_secs: options.heartbeat.as_secs().max(1),
+        merges_waiting,
+        driving: drives.driving(),
+        failing: drives.failing(),
+    };
+    if let Err(error) = crate::heartbeat::publish(bus, home, &heartbeat).await {
+        tracing::error!(
+            error = error.chain_line(),
+            "the heartbeat could not be published"
+        );
     }
 }
 

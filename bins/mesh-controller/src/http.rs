@@ -570,6 +570,9 @@ pub fn metrics(snapshot: &Snapshot) -> String {
         "Failures recorded where they were seen, until resolved.",
     );
     let _ = writeln!(out, "mesh_problems {}", overview.problems.len());
+    if let Some(daemon) = &overview.daemon {
+        daemon_metrics(&mut out, daemon);
+    }
     family(
         &mut out,
         "mesh_drives_failing",
@@ -765,11 +768,73 @@ pub fn page(snapshot: &Snapshot, query: PageQuery) -> String {
     out
 }
 
+/// The daemon's heartbeat as metrics: its last turn, whether it is silent, the merges waiting
+/// on its consumer and the oldest one's wait, the plans it drives.
+fn daemon_metrics(out: &mut String, daemon: &crate::heartbeat::DaemonSeen) {
+    family(
+        out,
+        "mesh_daemon_last_turn_timestamp_seconds",
+        "gauge",
+        "When the daemon's loop last turned, as its last heartbeat says.",
+    );
+    let _ = writeln!(
+        out,
+        "mesh_daemon_last_turn_timestamp_seconds {}",
+        daemon.heartbeat.turn_at
+    );
+    family(
+        out,
+        "mesh_daemon_silent",
+        "gauge",
+        "1 when no heartbeat of the daemon came within three of its intervals.",
+    );
+    let _ = writeln!(out, "mesh_daemon_silent {}", u8::from(daemon.silent));
+    family(
+        out,
+        "mesh_daemon_driving",
+        "gauge",
+        "Plans the daemon drives, as its last heartbeat says.",
+    );
+    let _ = writeln!(
+        out,
+        "mesh_daemon_driving {}",
+        daemon.heartbeat.driving.len()
+    );
+    family(
+        out,
+        "mesh_merges_waiting",
+        "gauge",
+        "Merges announced and not yet acknowledged by the daemon's consumer.",
+    );
+    let _ = writeln!(out, "mesh_merges_waiting {}", daemon.merges_waiting.count);
+    family(
+        out,
+        "mesh_merge_oldest_waiting_seconds",
+        "gauge",
+        "Seconds the oldest merge waiting on the daemon's consumer has waited (0: none waits).",
+    );
+    let _ = writeln!(
+        out,
+        "mesh_merge_oldest_waiting_seconds {}",
+        daemon.oldest_merge_waiting_secs.unwrap_or(0)
+    );
+}
+
 fn attention_section(out: &mut String, overview: &Overview, now: u64) {
     out.push_str("<section id=\"attention\"><h2>Needs attention</h2>\n");
     if !overview.needs_attention() {
         out.push_str("<p class=\"quiet\">Nothing needs attention.</p></section>\n");
         return;
+    }
+    if let Some(daemon) = &overview.daemon {
+        let lines = daemon.attention();
+        if !lines.is_empty() {
+            out.push_str("<h3>The daemon</h3><ul class=\"problems\">");
+            for line in lines {
+                let _ = write!(out, "<li>{}</li>", escape(&line));
+            }
+            out.push_str("</ul>\n");
+        }
     }
     if !overview.problems.is_empty() {
         out.push_str("<h3>Problems</h3><ul class=\"problems\">");
@@ -1687,6 +1752,7 @@ mod tests {
                 attempts: 0,
             }],
             on_passwords: Vec::new(),
+            daemon: None,
         };
         let mut sends = SendTally {
             sends: 4,

@@ -78,6 +78,7 @@ pub mod runtime;
 pub mod orphans;
 pub mod preview;
 
+pub mod heartbeat;
 pub mod init;
 pub mod runtimes;
 pub mod settings;

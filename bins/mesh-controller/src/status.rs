@@ -42,6 +42,10 @@ pub struct Overview {
     /// enrolled with an NKey (`node enroll`; the rule “Secrets never leave their owner”); empty in the embedded default.
     #[serde(default)]
     pub on_passwords: Vec<String>,
+    /// The daemon as its last heartbeat shows it (`mesh-controller serve`; `None`: no daemon
+    /// ever beat): silent, and the merges waiting on its consumer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon: Option<crate::heartbeat::DaemonSeen>,
 }
 
 /// A node a rollout held for a move, or for orphaned settings.
@@ -185,6 +189,10 @@ impl Overview {
             || !self.held.is_empty()
             || !self.stopped.is_empty()
             || !self.problems.is_empty()
+            || self
+                .daemon
+                .as_ref()
+                .is_some_and(|daemon| !daemon.attention().is_empty())
     }
 }
 
@@ -338,6 +346,7 @@ pub fn overview_of_plans_with(
         } else {
             Vec::new()
         },
+        daemon: crate::heartbeat::last(home)?.map(|beat| crate::heartbeat::seen(beat, None, now)),
     })
 }
 

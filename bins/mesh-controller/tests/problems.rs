@@ -247,3 +247,91 @@ fn a_drive_that_fails_is_a_problem_in_status_tried_again_until_the_plan_complete
         }
     });
 }
+
+/// `status --output json`'s daemon, when it answered JSON.
+fn daemon_seen(bed: &Bed) -> Result<serde_json::Value, String> {
+    let out = bed.run(&["status", "--output", "json"]);
+    let status: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("{e}: {out:?}"))?;
+    match &status["daemon"] {
+        serde_json::Value::Null => Err(format!("no daemon in {status}")),
+        daemon => Ok(daemon.clone()),
+    }
+}
+
+fn signal(daemon: &Daemon, name: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([name, &daemon.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
+#[test]
+fn a_stopped_daemon_is_named_silent_and_a_merge_announced_meanwhile_waiting() {
+    let mut bed = Bed::new(&[]);
+    bed.start_host("bus");
+    let (_repo, commit) = a_registered_repository(&bed);
+    let serve = serve(&bed, &["--heartbeat", "1"]);
+    let rt = runtime();
+    let bus = bed.controller_bus(&rt);
+    support::fleet::wait_for_merge_consumer(&rt, &bus);
+    support::wait_for("the daemon's heartbeat", Duration::from_secs(30), || {
+        let daemon = daemon_seen(&bed)?;
+        match daemon["silent"].as_bool() {
+            Some(false) => Ok(()),
+            _ => Err(format!("{daemon}")),
+        }
+    });
+
+    signal(&serve, "-STOP");
+    let stopped = std::time::Instant::now();
+    let daemon = support::wait_for("the daemon named silent", Duration::from_secs(30), || {
+        let daemon = daemon_seen(&bed)?;
+        match daemon["silent"].as_bool() {
+            Some(true) => Ok(daemon),
+            _ => Err(format!("{daemon}")),
+        }
+    });
+    println!(
+        "the stopped daemon was named silent {:?} after SIGSTOP (heartbeat every 1 s)",
+        stopped.elapsed()
+    );
+    assert!(daemon["unheard-secs"].as_u64().unwrap() > 3, "{daemon}");
+    let text = bed.expect(&["status"], 3);
+    assert!(text.contains("is silent: its loop last turned"), "{text}");
+
+    rt.block_on(async {
+        mesh_bus::jetstream::publish_merge(&bus.jetstream(), "cat", "main", &commit).await
+    })
+    .unwrap();
+    let daemon = support::wait_for("the merge named waiting", Duration::from_secs(30), || {
+        let daemon = daemon_seen(&bed)?;
+        match daemon["merges-waiting"]["count"].as_u64() {
+            Some(1) => Ok(daemon),
+            _ => Err(format!("{daemon}")),
+        }
+    });
+    assert!(daemon["oldest-merge-waiting-secs"].is_u64(), "{daemon}");
+    let text = bed.expect(&["status"], 3);
+    assert!(
+        text.contains("; 1 merge(s) waiting, the oldest for "),
+        "{text}"
+    );
+
+    // Woken, it beats again and plans the merge that waited.
+    signal(&serve, "-CONT");
+    support::wait_for("the daemon heard again", Duration::from_secs(60), || {
+        let daemon = daemon_seen(&bed)?;
+        match (
+            daemon["silent"].as_bool(),
+            daemon["merges-waiting"]["count"].as_u64(),
+        ) {
+            (Some(false), Some(0)) => Ok(()),
+            _ => Err(format!("{daemon}\n{}", serve_log(&bed))),
+        }
+    });
+    let plans: Vec<serde_json::Value> =
+        serde_json::from_str(&bed.expect(&["plans", "--output", "json"], 0)).unwrap();
+    assert_eq!(plans.len(), 1, "{plans:?}");
+}

@@ -175,6 +175,52 @@ impl HeardMerge {
     }
 }
 
+/// The merges waiting on a listener's consumer: stored and not yet acknowledged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct MergesWaiting {
+    /// How many: not yet delivered (`num_pending`) and delivered, not acknowledged.
+    pub count: u64,
+    /// When the oldest of them was announced (seconds since the epoch), if any waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_at: Option<u64>,
+}
+
+/// The merges waiting on the durable consumer `durable` — read from the server, so they are
+/// known while the listener is stopped too.
+///
+/// # Errors
+/// [`NatsError::Consumer`] when the stream or consumer cannot be read.
+pub async fn merges_waiting(js: &Context, durable: &str) -> Result<MergesWaiting, NatsError> {
+    let consumer_error = |source: async_nats::Error| NatsError::Consumer {
+        stream: EVENTS_STREAM.to_owned(),
+        consumer: durable.to_owned(),
+        source,
+    };
+    let stream = js
+        .get_stream(EVENTS_STREAM)
+        .await
+        .map_err(|e| consumer_error(e.into()))?;
+    let mut consumer: PullConsumer = stream
+        .get_consumer(durable)
+        .await
+        .map_err(&consumer_error)?;
+    let info = consumer
+        .info()
+        .await
+        .map_err(|e| consumer_error(e.into()))?;
+    let count = info.num_pending + info.num_ack_pending as u64;
+    if count == 0 {
+        return Ok(MergesWaiting::default());
+    }
+    let oldest_at = stream
+        .get_first_raw_message_by_subject(subjects::MERGES, info.ack_floor.stream_sequence + 1)
+        .await
+        .ok()
+        .and_then(|message| u64::try_from(message.time.unix_timestamp()).ok());
+    Ok(MergesWaiting { count, oldest_at })
+}
+
 /// The configuration of a merge listener's consumer named `durable`.
 pub fn merge_consumer(durable: &str) -> pull::Config {
     pull::Config {

@@ -25,8 +25,8 @@ mod merges;
 pub(crate) use buckets::open_or_make_bucket;
 pub use buckets::{bucket_stream, ensure_bucket, ensure_bucket_with, BUCKET_DEDUPLICATION_WINDOW};
 pub use merges::{
-    merge_consumer, publish_merge, HeardMerge, MergeAnnouncement, MergeListener, MergePublished,
-    MERGES_REMEMBERED,
+    merge_consumer, merges_waiting, publish_merge, HeardMerge, MergeAnnouncement, MergeListener,
+    MergePublished, MergesWaiting, MERGES_REMEMBERED,
 };
 
 use crate::nats::NatsError;

@@ -63,6 +63,16 @@ impl Drives {
         }
     }
 
+    /// The plans driven now.
+    pub fn driving(&self) -> Vec<String> {
+        self.running.keys().cloned().collect()
+    }
+
+    /// The plans whose drive failed and waits to be tried again.
+    pub fn failing(&self) -> Vec<String> {
+        self.retries.keys().cloned().collect()
+    }
+
     /// A merge was heard: every open plan may be driven again.
     pub fn merge_heard(&mut self) {
         self.rested.clear();

@@ -23,6 +23,7 @@
 //! bus/nkeys/<node>                     an enrolled node's NKey public key ([`crate::enroll`])
 //! bus/authorization.json               the bus's users last confirmed in force: digest, archive
 //! problems/<kind>/<subject>.json       a failure until it is resolved (mesh_store::problems)
+//! daemon/heartbeat.json                the daemon's last heartbeat (crate::heartbeat)
 //! chunked/<key>/<hex>                  on the bus: a chunk of a record over 60 KiB, e.g. a large
 //!                                      inventory (mesh_store::chunked; hidden from listings)
 //! ```

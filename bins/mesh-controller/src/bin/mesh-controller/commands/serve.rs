@@ -76,6 +76,12 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = daemon::MAX_DRIVES,
         value_parser = clap::value_parser!(u16).range(1..))]
     max_drives: u16,
+    /// Seconds between two heartbeats of the daemon (its loop's last turn, the merges waiting
+    /// on its consumer, the plans it drives), published on the bus and kept for `status`,
+    /// which calls the daemon silent after three missed.
+    #[arg(long, value_name = "SECS", default_value_t = mesh_controller::heartbeat::HEARTBEAT_SECS,
+        value_parser = clap::value_parser!(u64).range(1..))]
+    heartbeat: u64,
 }
 
 /// Serves until a signal.
@@ -141,6 +147,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             &drives,
             &daemon::ServeOptions {
                 max_drives: usize::from(args.max_drives),
+                heartbeat: std::time::Duration::from_secs(args.heartbeat),
             },
             mesh_host::serve::shutdown_signal(),
         )

@@ -75,7 +75,17 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         return watch(env, &options);
     }
     let now = mesh_host::now();
-    let status = status::overview_with(&env.home, now, &options)?;
+    let mut status = status::overview_with(&env.home, now, &options)?;
+    // The merges waiting on the daemon's consumer, read from the bus: known while the daemon
+    // is stopped too.
+    if let (Some(_), Some(bus)) = (&status.daemon, &env.bus) {
+        if let Some(waiting) = env
+            .runtime
+            .block_on(mesh_controller::heartbeat::merges_waiting(&env.home, bus))
+        {
+            mesh_controller::heartbeat::with_waiting(&mut status, waiting, now);
+        }
+    }
     match env.output {
         Output::Json => print!("{}", status.json_document()?),
         Output::Text => print!("{}", render::status(&status)),

@@ -145,6 +145,32 @@ fn plans_status(overview: &Overview) -> String {
             }
         }
     }
+    if let Some(daemon) = &overview.daemon {
+        let beat = &daemon.heartbeat;
+        let _ = writeln!(
+            out,
+            "daemon: mesh-controller serve on {} (pid {}), its loop last turned {} s ago \
+             (heartbeat every {} s){}; driving {}; {} merge(s) waiting{}",
+            beat.machine,
+            beat.pid,
+            daemon.unheard_secs,
+            beat.interval_secs,
+            if daemon.silent { ": SILENT" } else { "" },
+            if beat.driving.is_empty() {
+                "nothing".to_owned()
+            } else {
+                beat.driving.join(", ")
+            },
+            daemon.merges_waiting.count,
+            daemon
+                .oldest_merge_waiting_secs
+                .map(|secs| format!(", the oldest for {secs} s"))
+                .unwrap_or_default()
+        );
+        for line in daemon.attention() {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
     if !overview.problems.is_empty() {
         out.push_str("problems (shown until resolved):\n");
         for problem in &overview.problems {
@@ -445,6 +471,7 @@ mod status_tests {
             attention: Vec::new(),
             held: Vec::new(),
             on_passwords: vec!["laptop".into()],
+            daemon: None,
             problems: vec![
                 mesh_store::problems::Problem {
                     format: mesh_store::problems::PROBLEM_FORMAT,
