@@ -21,6 +21,9 @@ pub use crate::announce::MERGE_CONSUMER;
 /// How long one turn of the daemon's loop waits for a merge.
 const TURN: Duration = Duration::from_secs(1);
 
+/// How many times the daemon tries to make the mesh's streams at start.
+const STREAM_ATTEMPTS: u32 = 5;
+
 /// How many plans `serve` drives at once unless told (`serve --max-drives`).
 pub const MAX_DRIVES: u16 = 4;
 
@@ -90,9 +93,25 @@ pub async fn serve(
     let bus = connect(home, bus_args).await?;
     let js = bus.jetstream();
     let replicas = crate::broker::wanted_replicas(home, bus_args, &bus)?;
-    jetstream::ensure_streams_with(&js, replicas)
-        .await
-        .map_err(bus_error(|| "making the mesh's streams".to_owned()))?;
+    // A busy server may time a JetStream request out: tried again, a few times, before the
+    // daemon gives up (making a stream that is there already changes nothing).
+    let mut attempts = 1;
+    loop {
+        match jetstream::ensure_streams_with(&js, replicas).await {
+            Ok(()) => break,
+            Err(error) if attempts < STREAM_ATTEMPTS => {
+                tracing::warn!(%error, attempts, "cannot make the mesh's streams yet; trying again");
+                attempts += 1;
+                tokio::select! {
+                    () = &mut shutdown => return Ok(()),
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+            Err(error) => {
+                return Err(bus_error(|| "making the mesh's streams".to_owned())(error));
+            }
+        }
+    }
     let _discovery = discovery::serve_discovery(
         bus.client(),
         &discovery::RuntimeAnnouncement {
