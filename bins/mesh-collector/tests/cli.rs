@@ -197,18 +197,16 @@ fn on_a_fleet_the_records_are_read_from_the_bus() {
         .status()
         .unwrap();
     assert!(sent.success());
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = stopped.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            std::time::Instant::now() < until,
-            "the collector did not stop on SIGTERM"
-        );
-        // Only paces the looks at the process: the test waits on its exit.
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let status = mesh_test_support::wait::wait_for(
+        "the collector to stop on SIGTERM",
+        std::time::Duration::from_secs(60),
+        || {
+            stopped
+                .try_wait()
+                .unwrap()
+                .ok_or_else(|| "still running".to_owned())
+        },
+    );
     assert!(!status.success(), "{status:?}");
     let held: serde_json::Value =
         serde_json::from_slice(&records.get("locks/plans").unwrap().unwrap()).unwrap();

@@ -10,7 +10,7 @@ use mesh_model::declaration::Declaration;
 use mesh_model::report::MachineState;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Far above the stated bound: reaching it is the failure, not a timing.
 const FAIL_AFTER: Duration = Duration::from_secs(90);
@@ -22,20 +22,18 @@ fn signal(daemon: &Daemon, signal: Signal) {
 
 /// Waits for the daemon's exit; its status, or a panic with the log after [`FAIL_AFTER`].
 fn exit_of(daemon: &mut Daemon) -> std::process::ExitStatus {
-    let until = Instant::now() + FAIL_AFTER;
-    loop {
-        if let Some(status) = daemon.child.as_mut().unwrap().try_wait().unwrap() {
-            daemon.child = None;
-            return status;
-        }
-        assert!(
-            Instant::now() < until,
-            "mesh-host serve did not exit after SIGTERM; log:\n{}",
-            daemon.log()
-        );
-        // Only paces the looks at the process: the test waits on its exit.
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let log = daemon.dir.path().join("serve.log");
+    let child = daemon.child.as_mut().unwrap();
+    let status = mesh_test_support::wait::wait_for("mesh-host serve to exit", FAIL_AFTER, || {
+        child.try_wait().unwrap().ok_or_else(|| {
+            format!(
+                "still running; log:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )
+        })
+    });
+    daemon.child = None;
+    status
 }
 
 fn serving_with_the_bus_gone(node: &str) -> Daemon {
