@@ -351,6 +351,27 @@ fn declarations_stored(bed: &Bed) -> BTreeMap<String, Vec<Vec<u8>>> {
 /// No declaration stored twice for a node, and each node's last report says `base`'s file was
 /// written by its last apply (a declaration applied a second time reports it unchanged); every
 /// node current (`status` true, exit 0).
+/// `status --output json` once it exits 0. It reads each node's last report from the reports
+/// stream, the one source; the rollout heard the report on its subscription. A report
+/// published while the stream's leader was being elected again (its server killed) reaches the
+/// subscription but not the stream, and the host's heartbeat (1 s here) publishes it again:
+/// this waits for the stream to hold it, and the caller checks what it says.
+fn status_once_current(bed: &Bed) -> Value {
+    wait_for("status showing every node current", PATIENCE, || {
+        let out = bed.run(&["status", "--output", "json"]);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.code() == Some(0) {
+            Ok(json(&stdout))
+        } else {
+            Err(format!(
+                "exit {:?}\n{stdout}\n{}",
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    })
+}
+
 fn applied_once_and_heard(bed: &Bed, nodes: &[&str]) {
     for (node, payloads) in declarations_stored(bed) {
         let distinct: BTreeSet<&Vec<u8>> = payloads.iter().collect();
@@ -360,7 +381,7 @@ fn applied_once_and_heard(bed: &Bed, nodes: &[&str]) {
             "a declaration of {node} was stored twice"
         );
     }
-    let status = json(&bed.expect(&["status", "--output", "json"], 0));
+    let status = status_once_current(bed);
     for node in nodes {
         let shown = status["nodes"]
             .as_array()
@@ -581,7 +602,7 @@ fn with_one_server_of_three_left_a_rollout_fails_naming_the_lost_quorum_and_plan
         assert_eq!(hello(&bed, node), "v2\n", "{node}");
     }
     assert_eq!(plan_state(&bed, "plan-2")["state"], "done");
-    let status = json(&bed.expect(&["status", "--output", "json"], 0));
+    let status = status_once_current(&bed);
     for node in nodes {
         let shown = status["nodes"]
             .as_array()
