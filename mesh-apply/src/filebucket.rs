@@ -52,7 +52,7 @@ impl Default for Limits {
 
 /// One hand edit kept.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct Kept {
     /// Its id: the first 12 hex digits of its content's sha256 and the second it was kept,
     /// `<hex>-<kept-at>` (what `mesh-host drift show` takes).
@@ -73,7 +73,7 @@ pub struct Kept {
 
 /// The index (`index.json`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct BucketIndex {
     /// The format version ([`BUCKET_FORMAT`]).
     pub format: u32,

@@ -35,7 +35,7 @@ pub const RACY_NS: i64 = 2_000_000_000;
 /// What a file was when it was last read or written as declared: its stamp and the digest of
 /// its bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct Stamp {
     /// Size in bytes.
     pub size: u64,
@@ -65,7 +65,7 @@ fn nanos(secs: i64, nsecs: i64) -> i64 {
 
 /// The cache file's format (`drift/stat-cache.json`, version [`STAT_CACHE_FORMAT`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 struct StatCacheFile {
     format: u32,
     /// Machine path → its stamp.

@@ -28,7 +28,7 @@ const FOUND_DIR: &str = "found";
 
 /// What the host keeps between applies (`state.json`, version [`STATE_FORMAT`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct StateFile {
     /// The format version.
     pub format: u32,
@@ -69,7 +69,7 @@ impl Default for StateFile {
 
 /// One resource the mesh holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct Record {
     /// What on the machine it is.
     pub target: Target,
@@ -151,7 +151,7 @@ pub enum Origin {
 
 /// A resource that failed and is being retried.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct FailureRecord {
     /// The digest of the resource as declared when it failed; another declaration starts afresh.
     pub declared: String,
@@ -167,7 +167,7 @@ pub struct FailureRecord {
 
 /// The marker present while an apply runs (`in-progress.json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct InProgress {
     /// The format version.
     pub format: u32,
@@ -186,10 +186,12 @@ pub struct InProgress {
 /// It holds every member the commit changes, with what it was before. A record written before
 /// directories, memberships and containers were recorded (files only) reads as one with none
 /// of them; a record of a group with none of them is written as such a record, so an older
-/// build reads it. An older build refuses a record naming members it does not know (rather
-/// than put back part of the group).
+/// build reads it. A field a newer minor version adds is read and kept ([`GroupCommit::newer`]);
+/// but a record naming members of a kind this build does not know (a non-empty list under an
+/// unknown key) is refused by name rather than put back in part (*resources declared together
+/// apply all-or-nothing*).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct GroupCommit {
     /// The format version.
     pub format: u32,
@@ -206,11 +208,14 @@ pub struct GroupCommit {
     /// Its member containers the commit brings to their spec.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub containers: Vec<GroupContainer>,
+    /// Fields a newer minor version wrote that this build does not know, kept as read.
+    #[serde(flatten)]
+    pub newer: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 /// A member file of a [`GroupCommit`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct GroupFile {
     /// Its full path (under the root).
     pub target: PathBuf,
@@ -221,7 +226,7 @@ pub struct GroupFile {
 
 /// A member directory of a [`GroupCommit`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct GroupDirectory {
     /// Its full path (under the root).
     pub target: PathBuf,
@@ -239,7 +244,7 @@ pub struct GroupDirectory {
 /// A membership a [`GroupCommit`] adds (the account was not in the group): putting back
 /// removes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct GroupMembership {
     /// The account.
     pub account: String,
@@ -249,7 +254,7 @@ pub struct GroupMembership {
 
 /// A member container of a [`GroupCommit`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct GroupContainer {
     /// Its resource id (what its labels name).
     pub resource: String,
@@ -408,6 +413,22 @@ impl StateDir {
         let Some(record) = read_json::<GroupCommit>(&path, |g| g.format)? else {
             return Ok(None);
         };
+        let unknown_members: Vec<&str> = record
+            .newer
+            .iter()
+            .filter(|(_, value)| value.as_array().is_some_and(|members| !members.is_empty()))
+            .map(|(key, _)| key.as_str())
+            .collect();
+        if !unknown_members.is_empty() {
+            return Err(ApplyError::StateFormat {
+                path,
+                reason: format!(
+                    "a newer mesh-host wrote it, naming members of kinds this build does not \
+                     know ({}): it is not put back in part; the newer mesh-host puts it back",
+                    unknown_members.join(", ")
+                ),
+            });
+        }
         let targets = record
             .files
             .iter()
@@ -668,5 +689,45 @@ mod tests {
         let read = parse_json::<GroupCommit>(Path::new("group-commit.json"), &bytes, |g| g.format)
             .unwrap();
         assert_eq!(read, full);
+    }
+
+    /// A rolling upgrade, or a host taken back a version: what a newer minor version wrote
+    /// reads here, its unknown fields ignored (`state.json`) or kept (`group-commit.json`).
+    #[test]
+    fn a_newer_minor_versions_fields_are_read() {
+        let newer = br#"{"format":1,"resources":{},"made-parents":["/x"],"uptime":{"secs":3}}"#;
+        let state = parse_json::<StateFile>(Path::new("state.json"), newer, |s| s.format).unwrap();
+        assert!(state.made_parents.contains("/x"));
+
+        let dir = tempfile::tempdir().unwrap();
+        let state_dir = StateDir::open(dir.path()).unwrap();
+        let path = dir.path().join(GROUP_COMMIT_FILE);
+        std::fs::write(
+            &path,
+            br#"{"format":1,"group":"app/pair","files":[{"target":"/r/etc/a","existed":true}],"note":"x","sockets":[]}"#,
+        )
+        .unwrap();
+        let record = state_dir
+            .read_group_commit(Path::new("/r"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(record.files.len(), 1);
+        assert_eq!(record.newer["note"], "x");
+
+        // Members of a kind this build does not know: refused by name, never put back in part.
+        std::fs::write(
+            &path,
+            br#"{"format":1,"group":"app/pair","files":[],"sockets":[{"target":"/r/run/s"}]}"#,
+        )
+        .unwrap();
+        let refused = state_dir
+            .read_group_commit(Path::new("/r"))
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("group-commit.json"), "{refused}");
+        assert!(
+            refused.contains("kinds this build does not know (sockets)"),
+            "{refused}"
+        );
     }
 }

@@ -38,7 +38,7 @@ const WINDOWS_DIR: &str = "windows";
 
 /// One open window on disk (`windows/<pid>-<process-start>.json`, version [`WINDOW_FORMAT`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct WindowFile {
     /// The format version.
     pub format: u32,

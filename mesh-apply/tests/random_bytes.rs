@@ -139,6 +139,7 @@ fn valid_group_commit(machine: &Machine) -> String {
         }],
         memberships: Vec::new(),
         containers: Vec::new(),
+        newer: Default::default(),
     })
     .unwrap()
 }
@@ -192,6 +193,7 @@ fn a_group_record_naming_a_path_outside_the_root_is_refused_and_changes_nothing(
             directories: Vec::new(),
             memberships: Vec::new(),
             containers: Vec::new(),
+            newer: Default::default(),
         };
         let bytes = serde_json::to_vec(&record).unwrap();
         fs::write(machine.state("group-commit.json"), &bytes).unwrap();

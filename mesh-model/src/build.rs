@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// The digest and size of an archive in the store.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct ArchiveRef {
     /// `sha256:<hex>` of the archive bytes.
     pub digest: String,
@@ -14,7 +14,7 @@ pub struct ArchiveRef {
 
 /// A record of one build.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct Build {
     /// The module built.
     pub module: String,

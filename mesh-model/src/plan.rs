@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 /// A merge's plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct Plan {
     /// Its id.
     pub id: String,
@@ -29,7 +29,7 @@ pub struct Plan {
 
 /// One module's rollout within a plan.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct ModuleRollout {
     /// The node sent first.
     pub first: Option<String>,
@@ -112,5 +112,23 @@ impl PlanState {
             | PlanState::Superseded { .. }
             | PlanState::Closed { .. } => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record a newer minor version of the controller wrote (another controller on the same
+    /// bus, or this one taken back a version) reads, its unknown fields ignored.
+    #[test]
+    fn a_plan_a_newer_minor_version_wrote_reads() {
+        let newer = br#"{"id":"plan-1","repository":"cat","branch":"main","commit":"abc",
+            "made-at":1,"modules":["web"],"tiers":[["web"]],"priority":"high",
+            "rollouts":{"web":{"first":"a","sent":1,"applied":1,"outcome":null,"waves":[1,2]}},
+            "state":{"state":"building"}}"#;
+        let plan: Plan = serde_json::from_slice(newer).unwrap();
+        assert_eq!(plan.rollouts["web"].first.as_deref(), Some("a"));
+        assert_eq!(plan.state, PlanState::Building);
     }
 }

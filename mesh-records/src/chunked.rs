@@ -45,7 +45,7 @@ const READ_ATTEMPTS: usize = 5;
 
 /// The manifest kept at a chunked record's key (after [`MAGIC`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 struct Manifest {
     /// The record's size in bytes.
     size: u64,

@@ -38,7 +38,7 @@ pub const STALE: Duration = Duration::from_secs(15);
 
 /// The lease as recorded (format [`LEASE_FORMAT`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct LeaseRecord {
     /// Format version.
     pub format: u32,
@@ -50,7 +50,7 @@ pub struct LeaseRecord {
 
 /// A controller holding the lease.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct Holder {
     /// Its machine's host name.
     pub host: String,

@@ -59,7 +59,7 @@ impl ProblemKind {
 
 /// One failure waiting to be resolved (disk format, version [`PROBLEM_FORMAT`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct Problem {
     /// Always [`PROBLEM_FORMAT`].
     pub format: u32,

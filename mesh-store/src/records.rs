@@ -31,7 +31,7 @@ pub const MODULE_RECORDS_DIR: &str = "store/modules";
 /// Everything the keep set needs to know about one module (disk format, version
 /// [`MODULE_RECORD_FORMAT`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct ModuleRecord {
     /// Always [`MODULE_RECORD_FORMAT`].
     pub format: u32,

@@ -180,7 +180,7 @@ pub const ACKS_FORMAT: u32 = 1;
 /// What a person acknowledged of one node's drift (disk format, version [`ACKS_FORMAT`]), at
 /// `acks/<node>.json`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct Acks {
     /// Format version.
     pub format: u32,

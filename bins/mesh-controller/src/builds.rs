@@ -30,7 +30,7 @@ pub const DEPLOYED_FORMAT: u32 = 1;
 /// The build a module's last finished rollout made current (disk format, version
 /// [`DEPLOYED_FORMAT`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct DeployedRecord {
     /// Format version.
     pub format: u32,

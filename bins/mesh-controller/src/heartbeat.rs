@@ -31,7 +31,7 @@ pub const HEARTBEAT_SECS: u64 = 10;
 /// One heartbeat of `mesh-controller serve` (disk and wire format, version
 /// [`HEARTBEAT_FORMAT`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct Heartbeat {
     /// Always [`HEARTBEAT_FORMAT`].
     pub format: u32,

@@ -19,7 +19,7 @@ use std::process::{Command, Stdio};
 
 /// Where a repository registered by URL is fetched from, and how.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct Remote {
     /// The URL (`https://`, `ssh://`, `file://`, or an absolute path).
     pub url: String,

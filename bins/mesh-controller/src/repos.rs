@@ -25,7 +25,7 @@ pub const REPO_FORMAT: u32 = 1;
 
 /// A registered catalogue repository (disk format, version [`REPO_FORMAT`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct RepoRecord {
     /// Format version.
     pub format: u32,

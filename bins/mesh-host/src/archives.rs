@@ -279,7 +279,7 @@ pub const NAMED_RECORD_FORMAT: u32 = 1;
 /// The archives the last declaration applied names (on disk: [`NAMED_RECORD`], format
 /// [`NAMED_RECORD_FORMAT`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct NamedRecord {
     /// The format version.
     pub format: u32,

@@ -151,6 +151,7 @@ fn group_record(unit: &Unit, members: &[&Resource], staged: &[Staged]) -> GroupC
         directories: Vec::new(),
         memberships: Vec::new(),
         containers: Vec::new(),
+        newer: Default::default(),
     };
     for (member, step) in members.iter().zip(staged) {
         match step {

@@ -10,7 +10,7 @@ use std::ffi::OsString;
 /// How a container runs, as kept in its [`LABEL_SPEC`] label (version [`RUN_SPEC_FORMAT`]):
 /// every field whose change makes the mesh recreate the container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct RunSpec {
     /// The format version.
     pub format: u32,
@@ -31,7 +31,7 @@ pub struct RunSpec {
 /// The part of a [`RunSpec`] a container that serves adds: ports, network, user, limits and the
 /// rest, each named as `mesh-controller plan --diff` names it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct ServingSpec {
     /// Published ports, in podman's form.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -189,7 +189,7 @@ impl ServingSpec {
 
 /// One mount of a [`RunSpec`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct RunMount {
     /// The host directory, as a machine path (before the root prefix).
     pub source: String,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 /// A container under podman.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct ContainerSpec {
     /// The container's name on the machine.
     pub name: String,
@@ -80,7 +80,7 @@ pub struct ContainerSpec {
 
 /// A host device a container reaches, at a path inside it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct Device {
     /// The device on the host (`/dev/dri/renderD128`): the machine's own, never under a root
     /// prefix.
@@ -125,7 +125,7 @@ impl Device {
 
 /// A container's limits; each absent says nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct Limits {
     /// Memory, as podman reads it (`64m`, `1g`, a number of bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -309,7 +309,7 @@ impl ContainerSpec {
 
 /// A container's health command: run inside it until it exits 0, for at most `within_ms`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct HealthCheck {
     /// The command and its arguments.
     pub command: Vec<String>,
@@ -319,7 +319,7 @@ pub struct HealthCheck {
 
 /// A host directory mounted into a container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct Mount {
     /// The place it comes from (its name in the module).
     pub place: String,

@@ -14,7 +14,7 @@ pub const DEFAULT_JOB_TIMEOUT_SECS: u64 = 600;
 /// environment, or the content of a file named in [`JobSpec::rerun_on`] ([`JobSpec::run_digest`]);
 /// never otherwise. What is declared after it waits until it has succeeded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct JobSpec {
     /// How its container runs: its name on the machine, image, command, environment, mounts,
     /// user, network and limits. A job publishes no port, has no restart policy, health

@@ -41,9 +41,13 @@ pub const DECLARATION_FORMAT: u32 = 1;
 pub const DECLARATION_FORMAT_ARCHIVES: u32 = 2;
 
 /// A node's declaration (wire format, version [`DECLARATION_FORMAT`] or
-/// [`DECLARATION_FORMAT_ARCHIVES`]).
+/// [`DECLARATION_FORMAT_ARCHIVES`]). A field this build does not know, here or in a resource —
+/// a newer minor version's, from a controller upgraded before its hosts — is read and ignored;
+/// the digest is then this build's reading of it, so the node reports another digest than it
+/// was sent until it is upgraded too (see the book's *Upgrading the mesh*). A newer major
+/// format is refused as [`WireError::Format`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct Declaration {
     /// The wire format version.
     pub format: u32,
@@ -62,7 +66,7 @@ pub struct Declaration {
 
 /// One resource of a declaration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct Resource {
     /// `<module>/<kind>/<name>`.
     pub id: String,
@@ -115,7 +119,7 @@ impl Spec {
 
 /// A regular file: it carries its content, or names where it is in its module's archive.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct FileSpec {
     /// Absolute path on the machine.
     pub path: String,
@@ -172,7 +176,7 @@ impl FileSpec {
 
 /// Where a file's content is in its module's archive.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct ArchivedFile {
     /// The file's path inside the archive (relative, as in the module directory).
     pub path: String,
@@ -182,7 +186,7 @@ pub struct ArchivedFile {
 
 /// A directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct DirectorySpec {
     /// Absolute path on the machine.
     pub path: String,
@@ -196,7 +200,7 @@ pub struct DirectorySpec {
 
 /// A podman network the host makes, and removes when it is no longer declared.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct NetworkSpec {
     /// Its name on the machine.
     pub name: String,
@@ -204,7 +208,7 @@ pub struct NetworkSpec {
 
 /// A system account and its own group, made with shadow-utils under the host's root.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct AccountSpec {
     /// The account's name, and its group's.
     pub name: String,
@@ -224,7 +228,7 @@ pub struct AccountSpec {
 
 /// An account's membership of a group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct MembershipSpec {
     /// The account.
     pub account: String,
@@ -793,6 +797,29 @@ mod tests {
         assert_eq!(
             Declaration::from_json(&archived.canonical_json()).unwrap(),
             archived
+        );
+    }
+
+    /// A newer minor version's fields (what a controller upgraded before its hosts sends once
+    /// a module uses something new) are read and ignored; a newer major format is named.
+    #[test]
+    fn a_newer_minor_versions_fields_are_read_and_a_newer_major_format_named() {
+        let declaration = Declaration::new("n", vec![file("a", "x", Some("x\n"), None)]);
+        let mut value: serde_json::Value =
+            serde_json::from_slice(&declaration.canonical_json()).unwrap();
+        value["rollout-hint"] = serde_json::json!("soon");
+        value["resources"][0]["priority"] = serde_json::json!(3);
+        value["resources"][0]["spec"]["checksum-only"] = serde_json::json!(true);
+        let read = Declaration::from_json(&serde_json::to_vec(&value).unwrap()).unwrap();
+        assert_eq!(read, declaration);
+
+        value["format"] = serde_json::json!(9);
+        let newer = Declaration::from_json(&serde_json::to_vec(&value).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            newer,
+            "declaration has format 9, this build reads up to format 2"
         );
     }
 

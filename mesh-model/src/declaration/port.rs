@@ -8,7 +8,7 @@ use std::net::IpAddr;
 
 /// A port a container publishes: a host address and port, to a port of the container.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct PortMapping {
     /// The host address it listens on; absent: every address of the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]

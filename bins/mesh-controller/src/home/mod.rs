@@ -91,7 +91,7 @@ pub const SENT_FORMAT: u32 = 1;
 /// What was last sent to a node: the digest of its declaration, which is kept once under
 /// `declarations/` (disk format, version [`SENT_FORMAT`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct SentRecord {
     /// Format version.
     pub format: u32,
@@ -147,7 +147,7 @@ pub const HISTORY_FORMAT: u32 = 1;
 
 /// One replaced settings layer, as kept in the history (disk format, versioned).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct HistoryRecord {
     /// Format version.
     pub format: u32,

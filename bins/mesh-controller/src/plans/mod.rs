@@ -53,7 +53,7 @@ pub const ROLLOUT_NODE_FORMAT: u32 = 1;
 /// resumed. Each node's part of a rollout is a record of its own ([`RolloutNodeRecord`]), so
 /// this one does not grow with the fleet.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct PlanRecord {
     /// Format version.
     pub format: u32,
@@ -82,7 +82,7 @@ pub struct PlanRecord {
 
 /// The work behind one module of a plan.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct ModuleWork {
     /// The build, once made.
     pub build: Option<Build>,
@@ -101,7 +101,7 @@ pub struct ModuleWork {
 
 /// A module's rollout as its plan record keeps it: constant in size, whatever the fleet.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct RolloutKept {
     /// One node first, or every node together.
     pub upgrade: mesh_model::module::Upgrade,
@@ -121,7 +121,7 @@ pub struct RolloutKept {
 /// `rollouts/<plan>/<module>/<node>.json`: written when its progress changes, so a step of a
 /// rollout writes a constant number of small records.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct RolloutNodeRecord {
     /// Format version.
     pub format: u32,

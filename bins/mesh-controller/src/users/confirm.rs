@@ -38,7 +38,7 @@ pub const CONFIRMED_FORMAT: u32 = 1;
 /// The users the bus last confirmed in force (record [`CONFIRMED_KEY`], format
 /// [`CONFIRMED_FORMAT`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub struct ConfirmedUsers {
     /// Always [`CONFIRMED_FORMAT`].
     pub format: u32,
