@@ -473,7 +473,8 @@ pub fn waits_on(home: &Home, record: &PlanRecord) -> Result<(String, u64)> {
                     why.push(format!(
                         "{orphaned} node(s) held, `{module}`'s version orphans settings their \
                          layers hold (tier {index}; `settings rename {module} OLD NEW` or \
-                         `settings set … --replace` ends it)"
+                         `settings set … --replace` ends it, `plans resume --drop-settings \
+                         {module}` sends them without)"
                     ));
                 }
                 return Ok((why.join("; "), build.at));

@@ -277,3 +277,64 @@ fn a_merge_holds_the_node_whose_setting_it_orphans_until_the_setting_is_renamed(
     );
     assert_eq!(mesh.run(&["status"]).code, 0);
 }
+
+// Each home is its own test: a `Mesh` holds the suite's podman lock while it lives, so a
+// second home made before the first is dropped waits on that lock for ever.
+
+#[test]
+fn drop_settings_on_a_merge_sends_the_node_with_what_the_version_gives_saying_so() {
+    // Nothing is held, and `a` is said to be sent with what it dropped.
+    let (mesh, _repo) = renamed_upstream();
+    let merged = mesh.expect(&["merge", "cat", "--drop-settings", "web"], 0);
+    assert!(
+        merged.contains("`web`: `a` sent with these settings dropped, as --drop-settings web says: `web`, node `a` layer: `port` = 9090"),
+        "{merged}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(mesh.root("a").join("etc/web.conf")).unwrap(),
+        "listen 8080\n",
+        "the new version's default"
+    );
+    assert_eq!(mesh.run(&["status"]).code, 0);
+}
+
+#[test]
+fn drop_settings_on_plans_resume_sends_the_held_node() {
+    let (mesh, _repo) = renamed_upstream();
+    let sent_a = std::fs::read(mesh.home().join("sent/a.json")).unwrap();
+    let merged = mesh.expect(&["merge", "cat"], 0);
+    assert!(
+        merged.contains("`a` held")
+            && merged.contains("(`--drop-settings web` sends it without them)"),
+        "{merged}"
+    );
+    assert_eq!(mesh.run(&["status"]).code, 3);
+
+    // Another module's name sends nothing.
+    mesh.expect(&["plans", "resume", "--drop-settings", "media"], 0);
+    assert_eq!(
+        std::fs::read(mesh.home().join("sent/a.json")).unwrap(),
+        sent_a
+    );
+
+    let resumed = mesh.expect(&["plans", "resume", "--drop-settings", "web"], 0);
+    assert!(
+        resumed.contains("`web`: the held nodes are checked again (--drop-settings web)")
+            && resumed.contains("`web`: `a` sent with these settings dropped, as --drop-settings web says: `web`, node `a` layer: `port` = 9090"),
+        "{resumed}"
+    );
+    assert_eq!(mesh.run(&["status"]).code, 0);
+    assert_eq!(
+        std::fs::read_to_string(mesh.root("a").join("etc/web.conf")).unwrap(),
+        "listen 8080\n"
+    );
+    // The setting stays in the layer, where nothing reads it: `check` names it until it is
+    // removed (`settings set … --replace`) or renamed.
+    let check = mesh.run(&["check"]);
+    assert_eq!(check.code, 1);
+    assert!(
+        check.stdout.contains("accepts no setting `port`"),
+        "{}",
+        check.stdout
+    );
+}

@@ -263,16 +263,28 @@ impl Rollout {
         }
         let orphaned: Vec<mesh_plan::Orphan> =
             self.orphans.for_node(node).into_iter().cloned().collect();
-        if !orphaned.is_empty() {
+        if !orphaned.is_empty() && executor.drops_settings_of(&self.module) {
             executor.progress().line(&format!(
-                "  `{}`: `{node}` held: this version orphans settings its layers hold ({}); the \
-                 others go on",
+                "  `{}`: `{node}` sent with these settings dropped, as --drop-settings {} says: {}",
+                self.module,
                 self.module,
                 orphaned
                     .iter()
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()
                     .join("; ")
+            ));
+        } else if !orphaned.is_empty() {
+            executor.progress().line(&format!(
+                "  `{}`: `{node}` held: this version orphans settings its layers hold ({}); the \
+                 others go on (`--drop-settings {}` sends it without them)",
+                self.module,
+                orphaned
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                self.module
             ));
             return Ok(SendCheck::Not(Event::Held {
                 node: node.to_owned(),

@@ -49,6 +49,7 @@ pub struct Executor<'a> {
     progress: &'a dyn crate::Progress,
     moves: &'a BTreeSet<String>,
     cancel: Option<&'a Cancel>,
+    drop_settings: Option<&'a BTreeSet<String>>,
 }
 
 impl<'a> Executor<'a> {
@@ -66,7 +67,22 @@ impl<'a> Executor<'a> {
             progress,
             moves,
             cancel: None,
+            drop_settings: None,
         }
+    }
+
+    /// The executor sending the nodes of `modules` that their new version would hold for
+    /// orphaned settings, those settings dropped (`--drop-settings`).
+    pub fn dropping_settings(self, modules: &'a BTreeSet<String>) -> Executor<'a> {
+        Executor {
+            drop_settings: Some(modules),
+            ..self
+        }
+    }
+
+    /// Whether `module`'s orphaned settings are to be dropped (`--drop-settings`).
+    pub fn drops_settings_of(&self, module: &str) -> bool {
+        self.drop_settings.is_some_and(|m| m.contains(module))
     }
 
     /// The executor heeding `cancel`: a rollout stops at its next step, saved, once it is

@@ -283,6 +283,11 @@ impl Rollout {
                 "  `{module}`: the held nodes are sent (--move {module})"
             ));
             self.events.push_back(Event::Release);
+        } else if self.state.stage == Stage::Held && executor.drops_settings_of(&module) {
+            executor.progress().line(&format!(
+                "  `{module}`: the held nodes are checked again (--drop-settings {module})"
+            ));
+            self.events.push_back(Event::Release);
         } else if let Some(node) = self.orphans_ended() {
             // The hold is ended by the layers themselves (`settings rename`, `settings set
             // --replace`): the held nodes are checked again, and those still held stay so.

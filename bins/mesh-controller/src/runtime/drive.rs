@@ -149,7 +149,8 @@ pub async fn drive(ctx: &Ctx, record: &mut PlanRecord, mode: DriveMode) -> Resul
             ctx.progress()
                 .line(&format!("{id} tier {index}: rolling out `{module}`"));
             let mut executor = Executor::new(home, fleet.fleet(), ctx.progress(), &ctx.moves)
-                .cancelled_by(&ctx.cancel);
+                .cancelled_by(&ctx.cancel)
+                .dropping_settings(&ctx.drop_settings);
             crate::executor::roll_out(&mut executor, ctx.store(), record, module)
                 .await
                 .for_plan(&id, || format!("{id}: rolling out `{module}`"))?;

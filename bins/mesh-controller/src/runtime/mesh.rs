@@ -149,6 +149,9 @@ pub struct Ctx {
     /// Modules whose running containers' data may move: their held nodes are sent. Empty:
     /// every move is held.
     pub moves: std::collections::BTreeSet<String>,
+    /// Modules whose nodes held for orphaned settings are sent anyway, those settings dropped
+    /// (`--drop-settings`). Empty: every such node is held.
+    pub drop_settings: std::collections::BTreeSet<String>,
     /// Cancelled: the drive stops at its next step.
     pub cancel: Cancel,
 }

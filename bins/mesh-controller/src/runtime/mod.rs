@@ -52,6 +52,7 @@ pub struct Runtime {
     progress: Arc<dyn crate::Progress>,
     running: Running,
     lock: SharedLock,
+    drop_settings: BTreeSet<String>,
 }
 
 /// A plan's drive, running as a task of its own: [`DriveTask::finish`] awaits it; dropped, the
@@ -107,6 +108,16 @@ impl Runtime {
             progress,
             running: Arc::default(),
             lock: Arc::default(),
+            drop_settings: BTreeSet::new(),
+        }
+    }
+
+    /// The runtime sending the held nodes of `modules` with the settings their new version
+    /// orphans dropped (`--drop-settings`, "An orphaned setting is a removal").
+    pub fn dropping_settings(self, modules: &BTreeSet<String>) -> Runtime {
+        Runtime {
+            drop_settings: modules.clone(),
+            ..self
         }
     }
 
@@ -136,6 +147,7 @@ impl Runtime {
             mesh: Arc::clone(&self.mesh),
             progress: Arc::clone(&self.progress),
             moves: moves.clone(),
+            drop_settings: self.drop_settings.clone(),
             cancel: Cancel::new(),
         }
     }

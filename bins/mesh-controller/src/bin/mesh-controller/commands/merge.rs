@@ -39,9 +39,15 @@ pub struct Args {
     /// mount and both directories, and goes on with the others. Repeatable.
     #[arg(long = "move", value_name = "MODULE")]
     moves: Vec<String>,
+    /// Send a module's nodes whose layers hold a setting its new version no longer accepts
+    /// (or accepts with another type), that setting dropped: each node gets what the version
+    /// gives instead, and says so. Without it the rollout holds such a node, naming module,
+    /// layer, key and value, and goes on with the others. Repeatable.
+    #[arg(long = "drop-settings", value_name = "MODULE")]
+    drop_settings: Vec<String>,
     /// Announce the merge of the branch's head on the bus to the running daemon (`serve`),
     /// which plans and drives it, instead of planning it here; prints what was announced.
-    #[arg(long, conflicts_with_all = ["commit", "plan_only", "moves"])]
+    #[arg(long, conflicts_with_all = ["commit", "plan_only", "moves", "drop_settings"])]
     announce: bool,
 }
 
@@ -53,7 +59,8 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         return announce(&args.repo, env);
     }
     let (outcome, preview) = env.runtime.block_on(preview::merge(
-        &env.drives(),
+        &env.drives()
+            .dropping_settings(&super::Env::moves(&args.drop_settings)),
         &args.repo,
         args.commit.as_deref(),
         args.plan_only,

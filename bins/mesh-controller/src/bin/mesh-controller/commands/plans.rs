@@ -50,6 +50,10 @@ pub enum Command {
         /// (see `status`). Repeatable.
         #[arg(long = "move", value_name = "MODULE")]
         moves: Vec<String>,
+        /// Send the nodes of MODULE held because their layers hold a setting its new version
+        /// orphans (see `status`), that setting dropped. Repeatable.
+        #[arg(long = "drop-settings", value_name = "MODULE")]
+        drop_settings: Vec<String>,
     },
 }
 
@@ -93,9 +97,16 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
                 Output::Text => print!("{}", render::plan_summary(&record.plan)),
             }
         }
-        Command::Resume { id, moves } => {
+        Command::Resume {
+            id,
+            moves,
+            drop_settings,
+        } => {
             home.require()?;
-            let plans = env.runtime.block_on(env.drives().drive_open(
+            let drives = env
+                .drives()
+                .dropping_settings(&super::Env::moves(&drop_settings));
+            let plans = env.runtime.block_on(drives.drive_open(
                 id.as_deref(),
                 runtime::DriveMode::All,
                 &super::Env::moves(&moves),

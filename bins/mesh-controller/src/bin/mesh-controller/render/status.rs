@@ -125,7 +125,8 @@ fn plans_status(overview: &Overview) -> String {
     if overview.held.iter().any(|held| !held.orphans.is_empty()) {
         out.push_str(
             "held for orphaned settings (`settings rename MODULE OLD NEW`, or `settings set … \
-             --replace`, ends the hold; the next drive sends them):\n",
+             --replace`, ends the hold; the next drive sends them; `plans resume \
+             --drop-settings MODULE` sends them without):\n",
         );
         for held in &overview.held {
             for orphan in &held.orphans {
