@@ -157,6 +157,12 @@ pub fn judge(overview: &Overview, now: u64, mid_change_after_secs: u64) -> Verdi
     if let Some(daemon) = &overview.daemon {
         attention.extend(daemon.attention());
     }
+    for behind in &overview.nodes_behind {
+        in_progress.push(format!(
+            "{}: behind on `{}` (not running when {} rolled it out; `push --behind` sends it)",
+            behind.node, behind.module, behind.plan
+        ));
+    }
     for plan in &overview.open_plans {
         in_progress.push(format!("{} open: waits on {}", plan.id, plan.waits_on));
     }

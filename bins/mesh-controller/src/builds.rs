@@ -23,6 +23,7 @@ use mesh_model::Diagnostic;
 use mesh_store::archive::{archive_tree, unpack_archive};
 use mesh_store::store::ArchiveStore;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// The format version of a deployed record.
 pub const DEPLOYED_FORMAT: u32 = 1;
@@ -46,6 +47,21 @@ pub struct DeployedRecord {
     pub plan: String,
     /// When it became current (seconds since the epoch).
     pub at: u64,
+    /// The nodes of the module its rollout did not send because they were not running, by
+    /// name: each is behind on the module until it is sent ([`crate::behind`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub not_running: BTreeMap<String, NotSent>,
+}
+
+/// A node a finished rollout did not send because it was not running: what it held then and
+/// what the rollout composed for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct NotSent {
+    /// The digest of the declaration it had last been sent (`None`: nothing yet).
+    pub before: Option<String>,
+    /// The digest of the declaration the rollout composed for it.
+    pub declaration: String,
 }
 
 impl Home {

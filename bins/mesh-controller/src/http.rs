@@ -1736,6 +1736,7 @@ mod tests {
                 waiting_secs: 45,
             }],
             behind: Vec::new(),
+            nodes_behind: Vec::new(),
             stopped: Vec::new(),
             held: Vec::new(),
             problems: vec![mesh_store::problems::Problem {

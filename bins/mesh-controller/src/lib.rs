@@ -6,9 +6,9 @@
 //! it or the bus's records bucket — its store and the fleet it sends through) and the
 //! [`runtime::Runtime`] that drives its plans. The modules, in the order they depend on each
 //! other (a module uses only those above it):
-//! - [`error`], [`fail`], [`home`], [`remote`], [`repos`], [`builds`], [`cancel`]: the
-//!   records, registered repositories (and the clones of those registered by URL), builds,
-//!   and a drive's cancellation;
+//! - [`error`], [`fail`], [`home`], [`remote`], [`repos`], [`builds`], [`behind`], [`cancel`]:
+//!   the records, registered repositories (and the clones of those registered by URL), builds
+//!   and the nodes a finished rollout passed over, and a drive's cancellation;
 //! - [`push`]: composing declarations and what a push did for each node;
 //! - [`credentials`], [`enroll`], [`users`], [`broker`]: the controller on a fleet's bus — its
 //!   credential, a node's NKey recorded and its password dropped ("Secrets never leave their
@@ -49,6 +49,7 @@ pub mod fail;
 pub mod heard;
 pub mod home;
 
+pub mod behind;
 pub mod builds;
 pub mod cancel;
 pub mod remote;

@@ -4,7 +4,9 @@
 //! problem until it is resolved (`mesh_store::problems`; the rules “Behind means an open plan has not done it yet” and “Nothing fails silently”).
 //!
 //! "Behind" is read from the open plans only ([`mesh_plan::behind`]): no second comparison of
-//! commits (the incident behind “Behind means an open plan has not done it yet”).
+//! commits (the incident behind “Behind means an open plan has not done it yet”). A node a
+//! finished rollout passed over because it was not running is behind on that module until it
+//! is sent ([`crate::behind`]).
 
 use crate::error::Result;
 use crate::home::Home;
@@ -26,6 +28,10 @@ pub struct Overview {
     pub open_plans: Vec<OpenPlan>,
     /// The modules behind: those the open plans have yet to build or roll out.
     pub behind: Vec<Behind>,
+    /// The nodes a finished rollout passed over because they were not running, until each is
+    /// sent ([`crate::behind`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes_behind: Vec<crate::behind::NodeBehind>,
     /// Rollouts (and builds) that stopped, in plans not closed by hand, until a later plan
     /// finishes the module or a person closes a later plan that took it in.
     pub stopped: Vec<StoppedRollout>,
@@ -337,6 +343,7 @@ pub fn overview_of_plans_with(
         nodes,
         open_plans,
         behind: mesh_plan::behind(&plans),
+        nodes_behind: crate::behind::nodes_behind(home)?,
         stopped,
         attention,
         held,

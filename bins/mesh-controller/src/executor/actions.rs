@@ -213,6 +213,20 @@ impl Rollout {
             archive: self.build.archive.clone(),
             plan: self.plan.clone(),
             at: mesh_host::now(),
+            // A node not running was never sent: behind on the module until it is.
+            not_running: self
+                .spec
+                .nodes
+                .iter()
+                .filter(|(_, node)| !node.running)
+                .map(|(name, node)| {
+                    let sent = builds::NotSent {
+                        before: self.befores.get(name).cloned().flatten(),
+                        declaration: node.declaration.clone(),
+                    };
+                    (name.clone(), sent)
+                })
+                .collect(),
         };
         builds::deploy(executor.home(), &deployed).await?;
         crate::fail::point(&format!("deployed:{module}"));

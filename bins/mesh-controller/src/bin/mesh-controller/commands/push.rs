@@ -11,10 +11,12 @@ use std::process::ExitCode;
 /// the fleet's hosts (`mesh-host serve`) and waits for their reports, grants first: when
 /// the bus's users changed, the node holding the bus is sent them first, and a grant that
 /// fails fails the send (exit 1, nothing else sent). `--behind` instead rolls
-/// out, one machine first, what the open plans built and have not rolled out.
+/// out, one machine first, what the open plans built and have not rolled out, then sends the
+/// nodes a finished rollout passed over because they were not running, those running now.
 ///
-/// Exit codes: 0 every node converged (`--behind`: the plans went as far as their builds);
-/// 1 error; 2 refused or held; 3 some node did not converge (`--behind`: a plan stopped).
+/// Exit codes: 0 every node converged (`--behind`: the plans went as far as their builds,
+/// and the nodes behind converged); 1 error; 2 refused or held; 3 some node did not converge
+/// (`--behind`: or a plan stopped).
 #[derive(clap::Args)]
 pub struct Args {
     /// The nodes to send to.
@@ -30,8 +32,9 @@ pub struct Args {
     #[arg(long, default_value_t = 120)]
     timeout: u64,
     /// Instead of nodes: roll out the modules the open plans built and have not rolled
-    /// out (the same list `status` calls behind), one machine first. With `--move MODULE`,
-    /// that module's nodes held for a move are sent.
+    /// out (the same list `status` calls behind), one machine first, then send the nodes
+    /// behind that run now (passed over by a finished rollout while not running). With
+    /// `--move MODULE`, that module's nodes held for a move are sent.
     #[arg(long, conflicts_with_all = ["nodes", "all"])]
     behind: bool,
 }
@@ -46,7 +49,59 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             runtime::DriveMode::RolloutOnly,
             &moves,
         ))?;
-        return super::print_plans_driven(env.output, &plans);
+        // Then the nodes a finished rollout passed over, not running then: those running now
+        // are sent what the mesh runs.
+        let behind = mesh_controller::behind::nodes_behind(&env.home)?;
+        let mut nodes: Vec<String> = behind
+            .iter()
+            .filter(|b| b.running)
+            .map(|b| b.node.clone())
+            .collect();
+        nodes.dedup();
+        if behind.is_empty() {
+            return super::print_plans_driven(env.output, &plans);
+        }
+        let results = if nodes.is_empty() {
+            Vec::new()
+        } else {
+            env.runtime.block_on(drives.push(
+                &env.checked()?,
+                &nodes,
+                &moves,
+                std::time::Duration::from_secs(args.timeout),
+            ))?
+        };
+        let still: Vec<&mesh_controller::behind::NodeBehind> =
+            behind.iter().filter(|b| !b.running).collect();
+        match env.output {
+            Output::Json => env.print_json(&serde_json::json!({
+                "plans": plans,
+                "nodes": results,
+                "not-running": still,
+            }))?,
+            Output::Text => {
+                for plan in &plans {
+                    print!("{}", render::plan_summary(plan));
+                }
+                print!("{}", render::push(&results));
+                for behind in &still {
+                    println!(
+                        "{}: still not running: behind on `{}` since {} (the inventory says \
+                         `running = false`)",
+                        behind.node, behind.module, behind.plan
+                    );
+                }
+            }
+        }
+        let stopped = plans
+            .iter()
+            .any(|p| matches!(p.state, mesh_model::plan::PlanState::Stopped { .. }));
+        return Ok(match push::verdict(&results) {
+            _ if stopped => ExitCode::from(3),
+            push::Verdict::Converged => ExitCode::SUCCESS,
+            push::Verdict::Held => ExitCode::from(2),
+            push::Verdict::NotConverged => ExitCode::from(3),
+        });
     }
     let nodes = match push::targets(&env.home.inventory()?, args.nodes, args.all) {
         Ok(nodes) => nodes,

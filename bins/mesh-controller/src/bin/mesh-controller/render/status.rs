@@ -73,8 +73,10 @@ pub fn nodes(nodes: &[NodeStatus]) -> String {
 
 fn plans_status(overview: &Overview) -> String {
     let mut out = String::new();
-    if overview.open_plans.is_empty() {
+    if overview.open_plans.is_empty() && overview.nodes_behind.is_empty() {
         out.push_str("plans: none open, nothing behind\n");
+    } else if overview.open_plans.is_empty() {
+        out.push_str("plans: none open\n");
     } else {
         out.push_str("open plans:\n");
         for plan in &overview.open_plans {
@@ -100,6 +102,24 @@ fn plans_status(overview: &Overview) -> String {
             let _ = writeln!(out, "  {:<16} {what:<12} {}", behind.module, behind.plan);
         }
         out.push_str("  (`build --behind` builds them; `push --behind` rolls out what is built)\n");
+    }
+    if !overview.nodes_behind.is_empty() {
+        out.push_str("nodes behind (not running when their module rolled out, never sent it):\n");
+        for behind in &overview.nodes_behind {
+            let _ = writeln!(
+                out,
+                "  {:<16} {:<16} {}{}",
+                behind.node,
+                behind.module,
+                behind.plan,
+                if behind.running {
+                    ""
+                } else {
+                    " (still not running)"
+                }
+            );
+        }
+        out.push_str("  (`push --behind` sends the ones running)\n");
     }
     if !overview.stopped.is_empty() {
         out.push_str("stopped rollouts:\n");
@@ -462,6 +482,7 @@ mod status_tests {
                 waiting_secs: 1042 - since,
             }],
             behind: mesh_plan::behind(std::slice::from_ref(&record.plan)),
+            nodes_behind: Vec::new(),
             stopped: vec![StoppedRollout {
                 plan: "plan-6".into(),
                 module: "notes".into(),

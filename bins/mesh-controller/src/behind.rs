@@ -1,0 +1,67 @@
+//! Nodes behind: a node that was not running when its module's rollout finished was never sent
+//! the module, and is behind on it until a declaration is sent to it. A rollout that passed it
+//! over never leaves it out of view: `status` lists it and `push --behind` sends it once it
+//! runs.
+//!
+//! Read from the deployed records (each names the nodes its rollout did not send, what each
+//! held then and what the rollout composed for it) and what every node was sent, one listing
+//! each: no comparison of commits (the rule “Behind means an open plan has not done it yet”).
+//!
+//! # Guarantees
+//! - A node is behind on a module only when the module's last finished rollout passed it over
+//!   as not running, it is still assigned the module, nothing was sent to it since, and what
+//!   it held differs from what the rollout composed for it.
+//! - Any send to the node ends it: every send composes from the deployed builds.
+
+use crate::error::Result;
+use crate::home::Home;
+use serde::Serialize;
+
+/// A node a finished rollout passed over because it was not running.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct NodeBehind {
+    /// The node.
+    pub node: String,
+    /// The module it has not been sent.
+    pub module: String,
+    /// The plan whose rollout passed it over.
+    pub plan: String,
+    /// Whether the inventory says it runs now (`push --behind` sends only those).
+    pub running: bool,
+}
+
+/// Every node behind on a module, sorted by node and module.
+///
+/// # Errors
+/// The deployed records, the inventory or the sent records cannot be read.
+pub fn nodes_behind(home: &Home) -> Result<Vec<NodeBehind>> {
+    let deployed = home.deployed_all()?;
+    if deployed.iter().all(|record| record.not_running.is_empty()) {
+        return Ok(Vec::new());
+    }
+    let inventory = home.inventory()?;
+    let sent = home.sent_digests()?;
+    let mut out = Vec::new();
+    for record in &deployed {
+        let assigned = inventory.file.assignments.get(&record.module);
+        for (node, not_sent) in &record.not_running {
+            if !assigned.is_some_and(|nodes| nodes.contains(node)) {
+                continue;
+            }
+            let sent_since = sent.get(node) != not_sent.before.as_ref();
+            let holds_it = not_sent.before.as_ref() == Some(&not_sent.declaration);
+            if sent_since || holds_it {
+                continue;
+            }
+            out.push(NodeBehind {
+                node: node.clone(),
+                module: record.module.clone(),
+                plan: record.plan.clone(),
+                running: inventory.file.nodes.get(node).is_some_and(|n| n.running),
+            });
+        }
+    }
+    out.sort();
+    Ok(out)
+}
