@@ -18,7 +18,8 @@
 //! - [`fleet`]: the hosts as a transport (send, next report, grants): [`fleet::in_process`]
 //!   (the embedded default) or [`fleet::nats`] (a fleet's bus, NATS, with real grants);
 //! - [`plans`]: merges make plans, kept so they resume where they stood; [`records`] opens
-//!   the records a command uses and moves a home's onto the bus; [`secrets`] keeps the mesh's
+//!   the records a command uses and moves a home's onto the bus, [`backup`] exports and
+//!   restores them; [`secrets`] keeps the mesh's
 //!   secrets key and the operators' keys, seals a secret for a settings layer, and re-seals
 //!   every one (`secrets recipients`, `secrets rotate`);
 //! - [`executor`]: the one place declarations leave — a push and every rollout send through
@@ -69,6 +70,7 @@ pub mod broker;
 pub mod fleet;
 pub mod plans;
 
+pub mod backup;
 pub mod records;
 pub mod secrets;
 

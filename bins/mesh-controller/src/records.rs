@@ -26,22 +26,6 @@ use serde::Serialize;
 use std::path::Path;
 use std::sync::Arc;
 
-/// The record directories a home holds, besides the inventory.
-const RECORD_DIRS: [&str; 12] = [
-    "settings",
-    "declarations",
-    "rollouts",
-    "history",
-    "sent",
-    "reports",
-    "repos",
-    "plans",
-    "deployed",
-    "store/modules",
-    "bus",
-    "problems",
-];
-
 /// How long opening the records keeps trying a bus that refuses or does not answer (a server
 /// restarting or reloading its users) before it fails.
 pub const OPEN_RETRY_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -172,7 +156,7 @@ pub fn import(root: &Path, target: &Home, bus_url: &str) -> Result<Imported> {
     let source = DirRecords::new(root);
     let mut keys = Vec::new();
     let controller_password = format!("bus/passwords/{}", mesh_bus::subjects::CONTROLLER_USER);
-    for dir in RECORD_DIRS {
+    for dir in crate::backup::RECORD_DIRS {
         keys.extend(source.keys_under(dir)?.into_iter().filter(|key| {
             *key != controller_password && key.as_str() != credentials::CONTROLLER_SEED_FILE
         }));

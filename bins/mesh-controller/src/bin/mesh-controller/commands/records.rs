@@ -3,21 +3,42 @@
 use crate::{render, Output};
 use anyhow::Result;
 use clap::Subcommand;
-use mesh_controller::records;
+use mesh_controller::{backup, records};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// `records` subcommands.
 #[derive(Subcommand)]
 pub enum Command {
-    /// Moves the home's records onto the bus (`--bus`): every record is copied, the inventory
-    /// last, and the home is marked as moved, so a later command on it without `--bus` is
-    /// refused rather than reading records no longer kept. The catalogue, sandbox roots and
-    /// the controller's own password stay in the home.
+    /// Without FILE, moves the home's records onto the bus (`--bus`): every record is copied,
+    /// the inventory last, and the home is marked as moved, so a later command on it without
+    /// `--bus` is refused rather than reading records no longer kept. The catalogue, sandbox
+    /// roots and the controller's own password stay in the home.
     ///
-    /// Exit codes: 0 copied; 1 error (the bus already holds a mesh: nothing was copied; a
-    /// record could not be copied: run it again).
-    Import,
+    /// With FILE, restores an archive `records export` wrote into the records — the bus's
+    /// bucket with `--bus`, else the files under the home — which must be empty: one holding a
+    /// record the archive does not hold byte for byte is refused naming it, nothing written.
+    /// The archive is checked whole first (every record's size and SHA-256); the inventory is
+    /// written last, so an import stopped part way is finished by running it again.
+    ///
+    /// Exit codes: 0 copied or restored; 1 error (the bus already holds a mesh, or the records
+    /// are not empty, or the archive is damaged: nothing was written; a record could not be
+    /// written: run it again).
+    Import {
+        /// An archive `records export` wrote.
+        file: Option<PathBuf>,
+    },
+    /// Writes every record to FILE (mode 0600), a versioned archive `records import FILE`
+    /// restores byte for byte: taken under the plans lock (no plan, rollout, push or
+    /// collection writes meanwhile), secrets in it as ciphertext, as the records keep them.
+    /// The catalogue, the mesh's secrets key and the controller's own bus password and seed
+    /// stay on this machine and are not in it: back them up with the home.
+    ///
+    /// Exit codes: 0 written; 1 error (no archive is left).
+    Export {
+        /// The archive to write (replaced whole).
+        file: PathBuf,
+    },
     /// Lists the records one level under DIR (default: the top), as a directory would.
     List {
         /// The directory, e.g. `plans` or `settings/web`.
@@ -67,11 +88,38 @@ pub enum Command {
     },
 }
 
-/// Imports, lists, collects, gets or puts.
+/// Imports, exports, lists, collects, gets or puts.
 pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
     let home = &env.home;
     match command {
-        Command::Import => {
+        Command::Import { file: Some(file) } => {
+            let restored = backup::import(home, &file)?;
+            match env.output {
+                Output::Json => env.print_json(&restored)?,
+                Output::Text => println!(
+                    "restored {} records from {} (exported from {}) into {}{}",
+                    restored.records,
+                    restored.file,
+                    restored.from,
+                    restored.into,
+                    match restored.already {
+                        0 => String::new(),
+                        n => format!(" ({n} of them were there already)"),
+                    }
+                ),
+            }
+        }
+        Command::Export { file } => {
+            let exported = backup::export(home, &file, mesh_host::now())?;
+            match env.output {
+                Output::Json => env.print_json(&exported)?,
+                Output::Text => println!(
+                    "wrote {} records ({} bytes) of {} to {} (records archive format {})",
+                    exported.records, exported.bytes, exported.from, exported.file, exported.format
+                ),
+            }
+        }
+        Command::Import { file: None } => {
             let bus = env.need_bus()?;
             let imported = records::import(&env.home_path, home, &bus.url)?;
             match env.output {
