@@ -354,6 +354,11 @@ fn run() -> Result<(), String> {
     merged.insert(commit_round(&repo, 1), 1);
     bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
     let mut daemon = Daemon::start(&bed);
+    {
+        let rt = support::fleet::runtime();
+        let bus = bed.controller_bus(&rt);
+        support::fleet::wait_for_merge_consumer(&rt, &bus);
+    }
     bed.expect(&["merge", "cat", "--announce"], 0);
     wait_for("round 1 converged", CONVERGE, || converged(&bed, &prefix, 1));
     check(&bed, &merged, 1).map_err(|violation| format!("before the first kill: {violation}"))?;
