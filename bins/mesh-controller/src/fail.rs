@@ -1,6 +1,10 @@
 //! Fail points: named steps at which a test makes the controller die, deterministically, as if
 //! it were killed there (never "after N ms").
 //!
+//! Compiled only with the crate's `fail-points` feature, which its tests turn on (a
+//! dev-dependency on the crate itself with the feature): a build without it — every release
+//! binary — has a [`point`] that does nothing and reads no environment (`lib.rs` gives it).
+//!
 //! `MESH_FAIL_AT=STEP` aborts the process (SIGABRT: no destructor runs, no record is finished)
 //! the first time it reaches `STEP`; `STEP#N` the N-th time. The steps a drive passes are named
 //! in [`STEPS`]. Unset, a fail point costs one environment read per step.
@@ -73,7 +77,20 @@ fn reached(variable: &str, step: &str, passed: &AtomicUsize) -> bool {
 
 /// Writes the marker and waits for the release file (see the module's documentation). A pause
 /// without `MESH_HOLD_DIR`, or whose marker cannot be written, aborts: a test asked for it.
+///
+/// Reached on a worker of a multi-threaded tokio runtime, the wait first hands the worker's
+/// other tasks to another thread (`block_in_place`), so that nothing but the paused step waits.
 fn pause(step: &str) {
+    let on_worker = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if on_worker {
+        tokio::task::block_in_place(|| wait_for_release(step));
+    } else {
+        wait_for_release(step);
+    }
+}
+
+fn wait_for_release(step: &str) {
     let Some(dir) = std::env::var_os(HOLD_DIR).map(std::path::PathBuf::from) else {
         eprintln!("fail point: {HOLD_AT} names `{step}` but {HOLD_DIR} is not set");
         std::process::abort();
