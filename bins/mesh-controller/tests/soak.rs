@@ -202,8 +202,8 @@ fn converged(bed: &Bed, prefix: &str, round: usize) -> Result<(), String> {
         }
     }
     for node in std::iter::once("bus").chain(NODES) {
-        let said = std::fs::read_to_string(bed.root(node).join("etc/mesh/hello"))
-            .unwrap_or_default();
+        let said =
+            std::fs::read_to_string(bed.root(node).join("etc/mesh/hello")).unwrap_or_default();
         if said != hello(round) {
             return Err(format!("{node}'s file says {said:?}"));
         }
@@ -228,7 +228,10 @@ fn check(bed: &Bed, rounds: &BTreeMap<String, usize>, round: usize) -> Result<()
             .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         if names != ["hello"] {
-            return Err(format!("{} holds {names:?}, not only `hello`", dir.display()));
+            return Err(format!(
+                "{} holds {names:?}, not only `hello`",
+                dir.display()
+            ));
         }
         let said = std::fs::read_to_string(dir.join("hello")).unwrap_or_default();
         if !(1..=round).any(|r| said == hello(r)) {
@@ -326,9 +329,7 @@ fn run() -> Result<(), String> {
     containers.remove_all();
     let mut bed = Bed::new(&NODES);
     let inventory = bed.record("inventory.toml").unwrap();
-    bed.put_inventory(&format!(
-        "{inventory}app = [\"a\", \"b\", \"c\", \"d\"]\n"
-    ));
+    bed.put_inventory(&format!("{inventory}app = [\"a\", \"b\", \"c\", \"d\"]\n"));
     write(
         &bed.home.path().join("catalogue/modules/app/module.toml"),
         &app_module(0),
@@ -360,7 +361,9 @@ fn run() -> Result<(), String> {
         support::fleet::wait_for_merge_consumer(&rt, &bus);
     }
     bed.expect(&["merge", "cat", "--announce"], 0);
-    wait_for("round 1 converged", CONVERGE, || converged(&bed, &prefix, 1));
+    wait_for("round 1 converged", CONVERGE, || {
+        converged(&bed, &prefix, 1)
+    });
     check(&bed, &merged, 1).map_err(|violation| format!("before the first kill: {violation}"))?;
 
     let mut kills: BTreeMap<Victim, usize> = BTreeMap::new();
