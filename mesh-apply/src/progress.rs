@@ -3,11 +3,15 @@
 //! (and repeats it on its heartbeat) so that an observer never reads the last converged report
 //! while the machine is changing.
 //!
-//! Also here: the engine's **fail points** ([`pause_point`]), named steps a test can make an
-//! apply wait at, so a slow apply is made deterministic instead of by sleeping.
+//! Also here: the engine's **fail points** (`pause_point`), named steps a test can make an
+//! apply wait at, so a slow apply is made deterministic instead of by sleeping. They exist only
+//! with the crate's `fail-points` feature, which its tests (and mesh-host's, through its own
+//! feature) turn on; without it a fail point is nothing and reads no environment.
 
 use mesh_model::report::Report;
+#[cfg(feature = "fail-points")]
 use std::path::{Path, PathBuf};
+#[cfg(feature = "fail-points")]
 use std::time::{Duration, Instant};
 
 /// Told what an apply is doing while it runs.
@@ -39,11 +43,13 @@ impl ApplyProgress for NoProgress {
     fn changing(&self, _report: &Report) {}
 }
 
+#[cfg(feature = "fail-points")]
 /// The environment variable naming a fail point: `STEP:RESOURCE=FILE` makes an apply that
 /// reaches `STEP` for resource `RESOURCE` write `FILE.reached` and wait until `FILE` exists
 /// (for tests; see [`pause_point`]).
 pub const PAUSE_AT: &str = "MESH_PAUSE_AT";
 
+#[cfg(feature = "fail-points")]
 /// The file a fail point writes when it is reached: `FILE.reached` beside the release `FILE`
 /// named in [`PAUSE_AT`] (a test waits for it, then kills or releases the apply).
 pub fn reached_marker(release: &Path) -> PathBuf {
@@ -52,10 +58,12 @@ pub fn reached_marker(release: &Path) -> PathBuf {
     PathBuf::from(reached)
 }
 
+#[cfg(feature = "fail-points")]
 /// The longest a fail point waits before the apply goes on anyway (it only bounds a test that
 /// forgot to release it).
 pub const PAUSE_LIMIT: Duration = Duration::from_secs(600);
 
+#[cfg(feature = "fail-points")]
 /// A fail point: when [`PAUSE_AT`] names `step` and `resource`, writes `FILE.reached` and waits
 /// until `FILE` exists (at most [`PAUSE_LIMIT`]). Otherwise returns at once.
 ///
@@ -86,3 +94,9 @@ pub fn pause_point(step: &str, resource: &str) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Without the `fail-points` feature (every release build) a fail point is nothing and reads
+/// no environment.
+#[cfg(not(feature = "fail-points"))]
+#[inline(always)]
+pub(crate) fn pause_point(_step: &str, _resource: &str) {}
