@@ -465,6 +465,8 @@ fn a_failed_first_node_is_sent_back_what_it_ran_over_the_bus_when_the_module_say
     assert_eq!(run.status.code(), Some(3), "{}", text(&run));
     let sent = line_of(&out, "`base`: sent `a` (first)");
     let stopped = line_of(&out, "`base`: stopped at `a`: base/membership/audio");
+    // Grants before code: the revert is granted before it is sent.
+    let granted = line_of(&out, "`base`: grants for `a` before it is sent back");
     let back = line_of(
         &out,
         &format!(
@@ -472,7 +474,10 @@ fn a_failed_first_node_is_sent_back_what_it_ran_over_the_bus_when_the_module_say
             &v1_of_a[..19]
         ),
     );
-    assert!(sent < stopped && stopped < back, "{out}");
+    assert!(
+        sent < stopped && stopped < granted && granted < back,
+        "{out}"
+    );
     assert!(
         !out.contains("sent `b`") && !out.contains("sent `bus`"),
         "{out}"

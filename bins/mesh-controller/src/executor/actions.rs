@@ -143,8 +143,9 @@ impl Rollout {
         ));
     }
 
-    /// [`Action::Revert`]: `node` sent back what it ran before this rollout — unless that
-    /// would move its data and the module may not move — and the revert kept in the plan.
+    /// [`Action::Revert`]: `node` sent back what it ran before this rollout, its grants issued
+    /// first (one that fails is a grants problem and nothing is sent) — unless that would move
+    /// its data and the module may not move — and the revert kept in the plan.
     ///
     /// # Errors
     /// What it ran before is not kept; the fleet did not take it; the records cannot be read.
@@ -186,6 +187,27 @@ impl Rollout {
                 list_moves(&moves)
             ));
             return Ok(());
+        }
+        // Grants before code: a revert is a send like any other.
+        match executor.issue_grants(std::slice::from_ref(&node)).await? {
+            Grants::Issued(note) => executor.progress().line(&format!(
+                "  `{module}`: grants for `{node}` before it is sent back ({note})"
+            )),
+            Grants::Failed(reason) => {
+                let what = format!(
+                    "`{node}` was not sent back what it ran before the rollout of `{module}` \
+                     stopped: grants not issued: {reason}"
+                );
+                executor.progress().line(&format!("  `{module}`: {what}"));
+                home.record_problem(
+                    mesh_store::problems::ProblemKind::Grants,
+                    &node,
+                    &what,
+                    Vec::new(),
+                    mesh_host::now(),
+                )?;
+                return Ok(());
+            }
         }
         executor.send(&before).await?;
         executor.progress().line(&format!(

@@ -8,6 +8,7 @@ use crate::home::Home;
 use crate::push::{Checked, PushResult};
 use mesh_model::declaration::Declaration;
 use mesh_model::report::Report;
+use mesh_plan::rollout::GRANT_RETRY_SECS;
 use mesh_plan::PushDecision;
 use mesh_store::problems::ProblemKind;
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,7 +23,8 @@ use std::time::Duration;
 ///   is in `allowed_moves`; the other nodes go ahead (the rule “A moved mount is held”).
 /// - Grants before code: when the bus's users change, the node holding the bus is sent first
 ///   (named or not) and no other node is sent anything until its grants are confirmed; a grant
-///   that fails fails the push (the rule “Grants before code”).
+///   that fails is tried again every [`GRANT_RETRY_SECS`] within `timeout`, as a rollout does,
+///   and one that still fails fails the push (the rule “Grants before code”).
 /// - What was sent is recorded as it is sent; every report heard is recorded.
 /// - A held node and a grant that fails are recorded as problems for `status` (the rule “Nothing fails silently”:
 ///   [`ProblemKind::HeldPush`], [`ProblemKind::Grants`], the node their subject) until a later
@@ -109,9 +111,8 @@ pub async fn push_telling(
             )));
         };
         let first = declarations.remove(position);
-        if let Grants::Failed(reason) = executor
-            .issue_grants(std::slice::from_ref(&bus_node))
-            .await?
+        if let Err(reason) =
+            grants_within(&mut executor, std::slice::from_ref(&bus_node), deadline).await?
         {
             record_grants_failed(home, std::slice::from_ref(&bus_node), &reason, now)?;
             return Err(Error::refused(format!(
@@ -144,7 +145,7 @@ pub async fn push_telling(
         .collect();
     if !rest.is_empty() {
         let rest_nodes: Vec<String> = rest.iter().map(|d| d.node.clone()).collect();
-        if let Grants::Failed(reason) = executor.issue_grants(&rest_nodes).await? {
+        if let Err(reason) = grants_within(&mut executor, &rest_nodes, deadline).await? {
             record_grants_failed(home, &rest_nodes, &reason, now)?;
             return Err(Error::refused(format!(
                 "grants not issued: {reason}; nothing else was sent"
@@ -158,6 +159,35 @@ pub async fn push_telling(
     clear_push_problems(home, &rest)?;
     heard.extend(wait_for_reports(&mut executor, &waiting, deadline, progress).await?);
     Ok(crate::push::results(held, &declarations, heard, timeout))
+}
+
+/// Issues the grants of `nodes`, a grant that fails tried again every [`GRANT_RETRY_SECS`]
+/// while the push's time lasts, as a rollout does; the last failure's reason when the time
+/// ran out first.
+///
+/// # Errors
+/// As [`Executor::issue_grants`].
+async fn grants_within(
+    executor: &mut Executor<'_>,
+    nodes: &[String],
+    deadline: tokio::time::Instant,
+) -> Result<std::result::Result<(), String>> {
+    loop {
+        let reason = match executor.issue_grants(nodes).await? {
+            Grants::Issued(_) => return Ok(Ok(())),
+            Grants::Failed(reason) => reason,
+        };
+        let again = tokio::time::Instant::now() + Duration::from_secs(GRANT_RETRY_SECS);
+        if again >= deadline {
+            return Ok(Err(reason));
+        }
+        executor.progress().line(&format!(
+            "grants for {} not issued: {reason}; trying again in {GRANT_RETRY_SECS} s, \
+             within the push's timeout",
+            super::some_nodes(nodes)
+        ));
+        tokio::time::sleep_until(again).await;
+    }
 }
 
 /// Records that `nodes`' grants failed on a push, for `status` until a send to each.
