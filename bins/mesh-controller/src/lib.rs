@@ -64,6 +64,8 @@ pub mod cancel;
 pub mod remote;
 pub mod repos;
 
+pub mod newest;
+
 pub mod push;
 
 pub mod credentials;

@@ -17,7 +17,9 @@ use std::time::Duration;
 /// The catalogue and its problems, as sends compose from it.
 pub type Checked = (Catalogue, Vec<Diagnostic>);
 
-/// Every problem of the catalogue and the inventory.
+/// Every problem of the catalogue and the inventory. A key a layer sets ahead of the version
+/// the nodes run, which an open plan's version accepts, is no problem: it waits
+/// ([`crate::newest::validate`]).
 ///
 /// When the catalogue and the inventory are sound, every node's declaration is composed too, and
 /// what refuses one is a problem of that node (`nodes.<node>`): a setting that renders to
@@ -26,7 +28,7 @@ pub fn problems(home: &Home, checked: &Checked) -> Result<Vec<Diagnostic>> {
     let (catalogue, problems) = checked;
     let mut problems = problems.clone();
     let inventory = home.inventory()?;
-    problems.extend(inventory.validate(catalogue));
+    problems.extend(crate::newest::validate(home, catalogue, &inventory)?.0);
     if problems.is_empty() {
         for node in inventory.file.nodes.keys() {
             if let Err(mesh_plan::ComposeError::Problems {
@@ -53,7 +55,7 @@ pub fn compose_nodes(home: &Home, checked: &Checked, nodes: &[String]) -> Result
     let (catalogue, problems) = checked;
     let mut problems = problems.clone();
     let inventory = home.inventory()?;
-    problems.extend(inventory.validate(catalogue));
+    problems.extend(crate::newest::validate(home, catalogue, &inventory)?.0);
     crate::refuse_problems(&problems)?;
     nodes
         .iter()

@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 use crate::home::{HistoryRecord, Home, LayerChange};
 use mesh_model::inventory::{check_layer, LayerScope};
-use mesh_model::module::Catalogue;
+use mesh_model::module::{Catalogue, ModuleDefinition};
 use mesh_model::secret::shown;
 use mesh_plan::{settings_change, SettingsChange, SettingsDecision};
 use serde::Serialize;
@@ -73,6 +73,10 @@ pub struct Shown {
     /// With `history`: every layer it replaced, oldest first.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub history: Option<Vec<HistoryRecord>>,
+    /// The keys it sets ahead of the version the nodes run, each waiting for the open plan
+    /// whose version accepts it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waiting: Vec<crate::newest::Waiting>,
 }
 
 impl Shown {
@@ -95,6 +99,17 @@ pub fn show(on: &On<'_>, module: &str, node: Option<&str>, history: bool) -> Res
     // A secret is shown by its digest, never its ciphertext (the rule “A secret is readable
     // only where it is used”).
     let layer = home.layer(module, &scope)?.map(|layer| shown(&layer));
+    let waiting = match (&layer, catalogue.module(module)) {
+        (Some(layer), Some(running)) if !check_layer(&running.definition, layer).is_empty() => {
+            match crate::newest::newest_definition(home, catalogue, module)? {
+                Some(newest) => {
+                    crate::newest::ahead_of(&running.definition, &newest, module, &scope, layer)
+                }
+                None => Vec::new(),
+            }
+        }
+        _ => Vec::new(),
+    };
     let history = if history {
         let mut records = home.history(module, &scope)?;
         for record in &mut records {
@@ -109,6 +124,7 @@ pub fn show(on: &On<'_>, module: &str, node: Option<&str>, history: bool) -> Res
         node: node.map(str::to_owned),
         layer,
         history,
+        waiting,
     })
 }
 
@@ -129,6 +145,14 @@ pub struct Answer {
     /// layer actually replaced.
     #[serde(skip_serializing_if = "is_zero")]
     pub raced: u32,
+    /// The version the layer was checked against (`settings set`) when it is newer than what
+    /// the nodes run: an open plan's (`plan-2 (at 1a2b3c4d5e6f)`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checked_against: Option<String>,
+    /// The keys it sets ahead: accepted by that version (an open plan's), not yet by the one
+    /// the nodes run; each waits for its plan to roll out.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waiting: Vec<crate::newest::Waiting>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -187,6 +211,8 @@ fn replace(
         change: change.ok_or_else(|| Error::internal("the layer was never decided on"))?,
         kept_as_revision: replaced.kept.map(|record| record.revision),
         raced: replaced.raced,
+        checked_against: None,
+        waiting: Vec::new(),
     })
 }
 
@@ -223,6 +249,12 @@ fn check(catalogue: &Catalogue, module: &str, layer: &Value) -> Result<()> {
         .module(module)
         .ok_or_else(|| Error::internal(format!("`{module}` is not in the catalogue")))?
         .definition;
+    check_against(definition, None, layer)
+}
+
+/// Refuses a layer with keys `definition` does not accept, listing what it accepts, and
+/// naming the version it was checked against when that is not what the nodes run.
+fn check_against(definition: &ModuleDefinition, from: Option<&str>, layer: &Value) -> Result<()> {
     let problems = check_layer(definition, layer);
     if !problems.is_empty() {
         let listed: Vec<String> = problems
@@ -236,14 +268,23 @@ fn check(catalogue: &Catalogue, module: &str, layer: &Value) -> Result<()> {
             })
             .collect();
         return Err(Error::refused(format!(
-            "the layer is refused, nothing changed:\n{}",
+            "the layer is refused, nothing changed{}:\n{}",
+            from.map(|from| format!(" (checked against {from})"))
+                .unwrap_or_default(),
             listed.join("\n")
         )));
     }
     Ok(())
 }
 
-/// `settings set MODULE JSON [--node NODE] [--replace]`.
+/// `settings set MODULE JSON [--node NODE] [--replace]`, the layer checked against the newest
+/// version of the module the mesh knows ([`crate::newest::newest_definition`]). A
+/// key only that version accepts (an open plan's) is kept, and the answer names it waiting for
+/// the plan (the rule "A setting can be set ahead of its version").
+///
+/// # Errors
+/// An unknown module or node, a layer that is not JSON or that `newest` refuses (nothing
+/// changed), a record that cannot be read or written.
 pub fn set(
     on: &On<'_>,
     module: &str,
@@ -254,6 +295,8 @@ pub fn set(
 ) -> Result<Answer> {
     let (home, catalogue) = (on.home, on.catalogue);
     let scope = scope(home, catalogue, module, node)?;
+    let newest = crate::newest::newest_definition(home, catalogue, module)?
+        .ok_or_else(|| Error::internal(format!("`{module}` is not in the catalogue")))?;
     let layer: Value = serde_json::from_str(json).map_err(|source| Error::Invalid {
         what: format!(
             "the new layer for {} is not valid JSON",
@@ -261,8 +304,21 @@ pub fn set(
         ),
         source: Some(Box::new(source)),
     })?;
-    check(catalogue, module, &layer)?;
-    replace(on, module, node, &scope, Some(layer), replace_keys, now)
+    check_against(
+        &newest.definition,
+        newest.plan.as_ref().map(|_| newest.from.as_str()),
+        &layer,
+    )?;
+    let waiting = match catalogue.module(module) {
+        Some(running) => {
+            crate::newest::ahead_of(&running.definition, &newest, module, &scope, &layer)
+        }
+        None => Vec::new(),
+    };
+    let mut answer = replace(on, module, node, &scope, Some(layer), replace_keys, now)?;
+    answer.checked_against = newest.plan.as_ref().map(|_| newest.from.clone());
+    answer.waiting = waiting;
+    Ok(answer)
 }
 
 /// `layer` with `value` at the dotted `path` (intermediate tables made as needed), or `None`
@@ -334,6 +390,8 @@ pub fn set_secret(
         change: change.ok_or_else(|| Error::internal("the layer was never decided on"))?,
         kept_as_revision: replaced.kept.map(|record| record.revision),
         raced: replaced.raced,
+        checked_against: None,
+        waiting: Vec::new(),
     })
 }
 
@@ -436,7 +494,7 @@ fn moved(layer: &Value, old: &str, new: &str) -> Option<Value> {
 /// module that sets `old` (the mesh layer and each node's), keeping each replaced layer in the
 /// history, so a setting a new version renamed keeps its value (the rule "an orphaned setting
 /// is a removal"). `newest` is the version `new` must be accepted by: the newest the mesh knows
-/// ([`crate::orphans::newest_definition`]).
+/// ([`crate::newest::newest_definition`]).
 ///
 /// # Guarantees
 /// Every layer is checked before any is written: when no layer sets `old`, a layer already
@@ -448,7 +506,7 @@ pub fn rename(
     on: &On<'_>,
     module: &str,
     (old, new): (&str, &str),
-    newest: &crate::orphans::Newest,
+    newest: &crate::newest::Newest,
     now: u64,
 ) -> Result<Renamed> {
     let home = on.home;
@@ -509,6 +567,8 @@ pub fn rename(
                 change,
                 kept_as_revision: replaced.kept.map(|record| record.revision),
                 raced: replaced.raced,
+                checked_against: None,
+                waiting: Vec::new(),
             });
         }
     }

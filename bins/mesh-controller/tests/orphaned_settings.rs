@@ -205,13 +205,17 @@ fn settings_rename_keeps_the_value_under_the_new_name_in_every_layer_and_in_hist
         .as_str()
         .unwrap()
         .ends_with("settings rename web port http-port"));
+    // Nothing is orphaned now, and the new name, which only plan-2 accepts, waits for it.
     let check: Value =
-        serde_json::from_str(&mesh.expect(&["check", "--output", "json"], 1)).unwrap();
-    assert_eq!(
-        check["orphans"],
-        serde_json::json!([]),
-        "nothing orphaned now"
-    );
+        serde_json::from_str(&mesh.expect(&["check", "--output", "json"], 0)).unwrap();
+    assert_eq!(check["orphans"], serde_json::json!([]));
+    assert_eq!(check["problems"], serde_json::json!([]));
+    assert_eq!(check["waiting"].as_array().unwrap().len(), 2, "{check:#}");
+    assert!(check["waiting"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|w| w["key"] == "http-port" && w["plan"] == "plan-2"));
 
     // The plan rolls out, and each node keeps its value under the new name.
     mesh.expect(&["plans", "resume"], 0);
@@ -337,4 +341,76 @@ fn drop_settings_on_plans_resume_sends_the_held_node() {
         "{}",
         check.stdout
     );
+}
+
+#[test]
+fn a_setting_is_set_ahead_of_the_version_that_needs_it_and_waits_for_its_plan() {
+    let mesh = mesh();
+    let repo = Repo::new();
+    write_web(&repo, "port", "8080");
+    repo.commit("web on 8080");
+    mesh.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    mesh.expect(&["merge", "cat"], 0);
+    repo.write(&[
+        (
+            "modules/web/module.toml",
+            "name = \"web\"\n\n[settings]\nport = 8080\nworkers = 2\n\n[files.conf]\nsource = \"files/web.conf\"\npath = \"/etc/web.conf\"\ntemplate = true\n",
+        ),
+        ("modules/web/files/web.conf", "listen {{port}}\nworkers {{workers}}\n"),
+    ]);
+    repo.commit("web takes workers");
+
+    // Before the new version is planned, the version the nodes run refuses the key.
+    let refused = mesh.run(&["settings", "set", "web", r#"{"workers": 4}"#]);
+    assert_eq!(refused.code, 1, "{}", refused.stdout);
+    assert!(
+        refused.stderr.contains("accepts no setting `workers`"),
+        "{}",
+        refused.stderr
+    );
+
+    // Planned (not rolled out), the key is checked against plan-2, kept, and waits for it.
+    mesh.expect(&["merge", "cat", "--plan-only"], 0);
+    let set = mesh.expect(&["settings", "set", "web", r#"{"workers": 4}"#], 0);
+    assert!(
+        set.contains("checked against plan-2 (at ")
+            && set.contains(
+                "`web`, mesh layer: `workers` waits for plan-2 (the version the nodes run does not accept it yet)"
+            ),
+        "{set}"
+    );
+    let shown = mesh.expect(&["settings", "show", "web"], 0);
+    assert!(shown.contains("`workers` waits for plan-2"), "{shown}");
+    let json: Value =
+        serde_json::from_str(&mesh.expect(&["settings", "show", "web", "--output", "json"], 0))
+            .unwrap();
+    assert_eq!(json["waiting"][0]["key"], "workers");
+    assert_eq!(json["waiting"][0]["plan"], "plan-2");
+
+    // Waiting is no problem: check is sound and says it, and a push still composes.
+    let check = mesh.expect(&["check"], 0);
+    assert!(
+        check.contains("`workers` waits for plan-2")
+            && check.contains("the catalogue and inventory are sound"),
+        "{check}"
+    );
+    mesh.expect(&["push", "a", "b"], 0);
+    assert_eq!(
+        std::fs::read_to_string(mesh.root("a").join("etc/web.conf")).unwrap(),
+        "listen 8080\n"
+    );
+
+    // Rolled out, the version the nodes run takes it, and nothing waits.
+    mesh.expect(&["plans", "resume"], 0);
+    assert_eq!(
+        std::fs::read_to_string(mesh.root("b").join("etc/web.conf")).unwrap(),
+        "listen 8080\nworkers 4\n"
+    );
+    assert_eq!(
+        mesh.expect(&["check"], 0),
+        "the catalogue and inventory are sound\n"
+    );
+    assert!(!mesh
+        .expect(&["settings", "show", "web"], 0)
+        .contains("waits"));
 }

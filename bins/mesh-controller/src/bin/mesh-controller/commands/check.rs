@@ -3,7 +3,7 @@
 
 use crate::Output;
 use anyhow::Result;
-use mesh_controller::{orphans, push};
+use mesh_controller::{newest, orphans, push};
 use std::process::ExitCode;
 
 /// Validates the catalogue and the inventory, listing every problem at once, and names every
@@ -17,6 +17,7 @@ pub struct Args {}
 struct Checked<'a> {
     problems: &'a [mesh_model::Diagnostic],
     orphans: &'a [orphans::ComingOrphans],
+    waiting: &'a [newest::Waiting],
 }
 
 /// Lists the problems and the orphans: exit 1 when there is any.
@@ -24,15 +25,23 @@ pub fn exec(_args: Args, env: &super::Env) -> Result<ExitCode> {
     let checked = env.checked()?;
     let problems = push::problems(&env.home, &checked)?;
     let orphans = orphans::at_heads(&env.home, &checked)?;
+    let waiting = newest::waiting(&env.home, &checked.0, &env.home.inventory()?)?;
     match env.output {
         Output::Json => env.print_json(&Checked {
             problems: &problems,
             orphans: &orphans,
+            waiting: &waiting,
         })?,
         Output::Text if problems.is_empty() && orphans.is_empty() => {
+            for waiting in &waiting {
+                println!("{waiting}");
+            }
             println!("the catalogue and inventory are sound");
         }
         Output::Text => {
+            for waiting in &waiting {
+                println!("{waiting}");
+            }
             for problem in &problems {
                 println!("{problem}");
             }

@@ -3,7 +3,7 @@
 use crate::{render, Output};
 use anyhow::Result;
 use clap::Subcommand;
-use mesh_controller::settings;
+use mesh_controller::{newest, settings};
 use std::process::ExitCode;
 
 /// `settings` subcommands.
@@ -25,6 +25,10 @@ pub enum Command {
     /// A set that would remove any key is refused (nothing changes, exit 2) unless
     /// `--replace`. A set that only adds or changes keys needs nothing. The replaced layer is
     /// kept in the history.
+    ///
+    /// The layer is checked against the newest version of the module the mesh knows (an open
+    /// plan's commit, else what the nodes run), and it says which: a key only an open plan's
+    /// version accepts is kept and waits for that plan to roll out.
     Set {
         /// The module.
         module: String,
@@ -118,11 +122,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             replace,
         } => settings::set(&on, &module, node.as_deref(), &json, replace, now)?,
         Command::Rename { module, old, new } => {
-            let Some(newest) =
-                mesh_controller::orphans::newest_definition(&env.home, &catalogue, &module)?
-            else {
-                anyhow::bail!("`{module}` is not a module of the mesh");
-            };
+            let newest = newest(env, &catalogue, &module)?;
             let renamed = settings::rename(&on, &module, (&old, &new), &newest, now)?;
             match env.output {
                 Output::Json => env.print_json(&renamed)?,
@@ -149,5 +149,24 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
         ExitCode::from(2)
     } else {
         ExitCode::SUCCESS
+    })
+}
+
+/// The newest version of `module` the mesh knows, which a layer is checked against.
+fn newest(
+    env: &super::Env,
+    catalogue: &mesh_model::module::Catalogue,
+    module: &str,
+) -> Result<newest::Newest> {
+    newest::newest_definition(&env.home, catalogue, module)?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "`{module}` is not a module of the catalogue; its modules are: {}",
+            catalogue
+                .modules
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
     })
 }

@@ -39,6 +39,9 @@ pub fn settings_shown(shown: &Shown) -> serde_json::Result<String> {
             );
         }
     }
+    for waiting in &shown.waiting {
+        let _ = writeln!(out, "{waiting}");
+    }
     if let Some(records) = &shown.history {
         if records.is_empty() {
             let _ = writeln!(out, "\nno earlier layers");
@@ -79,6 +82,15 @@ pub fn settings_answer(answer: &Answer) -> String {
         );
     }
     out.push_str(&answer.change.render_text(&describe(&answer.module, &scope)));
+    if let Some(from) = &answer.checked_against {
+        let _ = writeln!(
+            out,
+            "checked against {from}, the newest version the mesh knows"
+        );
+    }
+    for waiting in &answer.waiting {
+        let _ = writeln!(out, "{waiting}");
+    }
     if let Some(revision) = answer.kept_as_revision {
         let _ = writeln!(
             out,
