@@ -51,6 +51,8 @@ pub(super) struct Agent {
     pub(super) last_full: tokio::time::Instant,
     /// The drift the apply under way corrects: its report lists it.
     pub(super) pending_drift: Vec<Drift>,
+    /// The maintenance windows open as last reported (`windows`).
+    pub(super) windows: Vec<mesh_model::report::WindowSummary>,
 }
 
 impl Agent {
@@ -205,6 +207,7 @@ impl Agent {
         }
         self.payload = Some(payload);
         self.sealed = sealed;
+        self.windows = report.windows.clone();
         self.publish(&report).await;
         self.announce(modules).await;
     }

@@ -7,6 +7,8 @@
 //! thread unless it is small, see [`applies_in_place`]), and publishes a report on every apply
 //! and on a heartbeat. It re-applies the last declaration when a failed resource's backoff
 //! elapses, answers discovery with its node and modules, and keeps going across a bus restart.
+//! A maintenance window opening is reported at once, and one closing applies again
+//! (`windows`).
 //! The daemon's state between declarations is `agent`'s; the consumer is read by `reader`.
 //!
 //! # The truth while an apply runs (the rule “Mid-change is said before anything changes”)
@@ -47,6 +49,7 @@
 
 mod agent;
 mod reader;
+mod windows;
 
 use crate::now;
 use agent::Agent;
@@ -275,17 +278,23 @@ pub async fn serve(
         changes: change_sender,
         last_full: tokio::time::Instant::now(),
         pending_drift: Vec::new(),
+        windows: Vec::new(),
     };
+    let (window_sender, mut window_changes) = tokio::sync::mpsc::unbounded_channel();
+    let _windows_watch = windows::watch(&state_dir, window_sender);
     agent.announce(BTreeSet::new()).await;
     if let Some(payload) = agent.stored()? {
         agent.resume(payload).await;
     }
+    agent.check_windows().await;
     let mut declarations = DeclarationReader::new(bus.jetstream(), agent.config.node.clone());
     let outcome = loop {
-        let retry = agent.retry_at.map(|at| {
+        let at = |at: u64| {
             let wait = at.saturating_sub(now());
             tokio::time::Instant::now() + Duration::from_secs(wait)
-        });
+        };
+        let retry = agent.retry_at.map(at);
+        let lapse = windows::next_lapse(&agent.windows).map(at);
         tokio::select! {
             _ = &mut shutdown => break Ok(()),
             message = declarations.next() => {
@@ -303,9 +312,19 @@ pub async fn serve(
                 while changes.try_recv().is_ok() {}
                 agent.check_drift(false).await;
             }
+            Some(()) = window_changes.recv() => {
+                while window_changes.try_recv().is_ok() {}
+                agent.check_windows().await;
+            }
+            _ = sleep_until(lapse), if lapse.is_some() => {
+                agent.check_windows().await;
+            }
             _ = reconcile.tick() => {
                 let full = agent.last_full.elapsed() >= agent.config.full_check;
                 agent.check_drift(full).await;
+                // A window whose process was killed leaves its record: judged closed here
+                // (the drift it left, a container stopped, was reported just above).
+                agent.check_windows().await;
                 agent.announce_again_if_needed().await;
             }
         }
@@ -341,6 +360,8 @@ async fn heartbeats(
         heartbeat.tick().await;
         let latest = live.lock().expect("the live report lock").clone();
         if let Some(report) = latest {
+            // A window past its lapse holds nothing: it is not repeated.
+            let report = windows::without_lapsed(report, now());
             publish_report(&bus, &node, &report).await;
         }
     }
