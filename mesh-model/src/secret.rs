@@ -60,6 +60,27 @@ impl SecretValue {
         )
     }
 
+    /// The text of a module's secret file (`secret = true`) holding it: its JSON
+    /// ([`SecretValue::to_json`]), pretty, ending in a newline.
+    pub fn to_file(&self) -> String {
+        let mut text = serde_json::to_string_pretty(&self.to_json())
+            .expect("a secret value always serializes");
+        text.push('\n');
+        text
+    }
+
+    /// Reads a module's secret file ([`SecretValue::to_file`]).
+    ///
+    /// # Errors
+    /// Why the bytes are not an encrypted secret (never quoting them: they may be the value in
+    /// clear).
+    pub fn from_file(bytes: &[u8]) -> Result<SecretValue, String> {
+        let value: Value = serde_json::from_slice(bytes)
+            .map_err(|_| "not an encrypted secret (`{\"$secret\": …}`)".to_owned())?;
+        SecretValue::from_json(&value)
+            .unwrap_or_else(|| Err("not an encrypted secret (`{\"$secret\": …}`)".to_owned()))
+    }
+
     /// What is wrong with it, if anything (a digest that is not `sha256:<64 hex>`, or no
     /// ciphertext).
     pub fn problem(&self) -> Option<String> {
@@ -249,6 +270,21 @@ mod tests {
             "a list's secrets are not settings"
         );
         assert_eq!(secrets_in(&layer)[0].0, "tls.key");
+    }
+
+    #[test]
+    fn a_secret_file_reads_back_and_clear_text_is_not_one() {
+        let text = secret().to_file();
+        assert!(text.ends_with('\n'));
+        assert_eq!(SecretValue::from_file(text.as_bytes()), Ok(secret()));
+        for clear in [
+            &b"-----BEGIN PRIVATE KEY-----\n"[..],
+            b"{\"a\": 1}",
+            b"\xff",
+        ] {
+            let why = SecretValue::from_file(clear).unwrap_err();
+            assert!(!why.contains("PRIVATE"), "{why}");
+        }
     }
 
     #[test]

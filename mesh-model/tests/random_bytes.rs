@@ -88,6 +88,22 @@ fn catalogue_of(module_toml: &[u8]) -> CatalogueSource {
         .map(|entry| entry.file_name().to_string_lossy().into_owned())
         .map(|name| (name.clone(), example_tree(&name)))
         .collect();
+    // The example's secret file is in clear in the book; `init --example` encrypts it.
+    let sealed = mesh_model::secret::SecretValue {
+        digest: format!("sha256:{}", "0".repeat(64)),
+        ciphertext: "YWdlLWVuY3J5cHRpb24=".into(),
+    };
+    modules
+        .get_mut("tls")
+        .expect("the example has `tls`")
+        .entries
+        .insert(
+            "files/key.pem".to_owned(),
+            EntryKind::File {
+                bytes: sealed.to_file().into_bytes(),
+                executable: false,
+            },
+        );
     let media = modules.get_mut("media").expect("the example has `media`");
     media.entries.insert(
         "module.toml".to_owned(),

@@ -34,6 +34,8 @@ pub fn init(home: &Home, example: bool) -> Result<()> {
             }
             write_atomic(&home.root().join(path), bytes)?;
         }
+        // The example's secret files are in clear in the book: sealed now, to this home's key.
+        crate::secret_files::encrypt_clear_secret_files(home)?;
         let inventory = home.inventory()?;
         for node in inventory.file.nodes.keys() {
             sandbox_accounts(&home.node_root(node, &inventory))?;

@@ -21,7 +21,8 @@
 //!   the records a command uses and moves a home's onto the bus, [`backup`] exports and
 //!   restores them; [`secrets`] keeps the mesh's
 //!   secrets key and the operators' keys, seals a secret for a settings layer, and re-seals
-//!   every one (`secrets recipients`, `secrets rotate`);
+//!   every one (`secrets recipients`, `secrets rotate`), and [`secret_files`] encrypts a
+//!   module's secret file (`secrets encrypt FILE`);
 //! - [`executor`]: the one place declarations leave — a push and every rollout send through
 //!   it, and it records what was sent and heard;
 //! - [`runtime`]: a mesh opened once ([`runtime::Mesh::open`]: home, store, fleet) and the
@@ -82,6 +83,7 @@ pub mod plans;
 
 pub mod backup;
 pub mod records;
+pub mod secret_files;
 pub mod secrets;
 
 pub mod executor;

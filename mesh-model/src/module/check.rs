@@ -84,6 +84,26 @@ pub(super) fn check_module(
         check_text(format!("{key}.path"), &f.path, &mut say);
         check_mode(&format!("{key}.mode"), &f.mode, &mut say);
         match tree.entries.get(&f.source) {
+            Some(EntryKind::File { bytes, .. }) if f.secret => {
+                if f.template {
+                    say(
+                        format!("{key}.template"),
+                        "a secret file is put on the machine as it is, never rendered: use a \
+                         secret setting in a template instead"
+                            .into(),
+                    );
+                }
+                if crate::secret::SecretValue::from_file(bytes).is_err() {
+                    say(
+                        format!("{key}.source"),
+                        format!(
+                            "`{}` is marked `secret = true` but is not encrypted: encrypt it \
+                             with `mesh-controller secrets encrypt {}` before committing it",
+                            f.source, f.source
+                        ),
+                    );
+                }
+            }
             Some(EntryKind::File { bytes, .. }) => {
                 if f.template {
                     match std::str::from_utf8(bytes) {

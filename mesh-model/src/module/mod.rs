@@ -107,6 +107,11 @@ pub struct FileDefinition {
     /// Whether the source is a template rendered from settings.
     #[serde(default)]
     pub template: bool,
+    /// Whether the source is a secret: the module directory holds it encrypted
+    /// (`mesh-controller secrets encrypt FILE`, a [`SecretValue`](crate::secret::SecretValue)'s
+    /// JSON), and only the host it is sent to opens it, with its own key.
+    #[serde(default)]
+    pub secret: bool,
     /// Permission bits, octal text (default `0644`).
     #[serde(default = "default_file_mode")]
     pub mode: String,

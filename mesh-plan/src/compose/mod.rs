@@ -408,6 +408,23 @@ fn compose_module(
         let source_key = format!("{key}.source");
         let mut sealed = None;
         let (content, source) = match module.tree.entries.get(&file.source) {
+            // A secret file is sealed in the catalogue, and opened by its host alone.
+            Some(EntryKind::File { bytes, .. }) if file.secret => {
+                match mesh_model::secret::SecretValue::from_file(bytes) {
+                    Ok(value) => {
+                        sealed = Some(vec![mesh_model::secret::SealedPiece::Secret {
+                            key: key.clone(),
+                            value,
+                        }])
+                    }
+                    Err(why) => c.problems.push(ComposeProblem::BadValue {
+                        module: c.name().to_owned(),
+                        key: source_key,
+                        problem: format!("`{}` is marked `secret = true`: {why}", file.source),
+                    }),
+                }
+                (String::new(), None)
+            }
             Some(EntryKind::File { bytes, .. }) => match std::str::from_utf8(bytes) {
                 Ok(text) if file.template => match template::render_sealed(text, c.settings) {
                     Ok(template::Rendered::Plain(text)) => (text, None),

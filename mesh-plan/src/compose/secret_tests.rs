@@ -128,3 +128,80 @@ fn a_declaration_resealed_for_its_node_keeps_its_digest() {
     assert_ne!(resealed.canonical_json(), declaration.canonical_json());
     assert_eq!(resealed.digest(), declaration.digest());
 }
+
+fn secret_file_mesh(mode: &str, file: &str) -> String {
+    format!(
+        r#"
+        //- modules/tls/module.toml
+        name = "tls"
+        [files.key]
+        source = "key.pem"
+        path = "/etc/tls/server.key"
+        mode = "{mode}"
+        secret = true
+        //- modules/tls/key.pem
+        {file}
+        //- inventory.toml
+        bus-node = "a"
+        [nodes.a]
+        [assignments]
+        tls = ["a"]
+        "#
+    )
+}
+
+#[test]
+fn a_secret_file_is_carried_sealed_as_the_catalogue_holds_it_and_0640_or_tighter() {
+    let sealed = secret('c');
+    let declaration = compose_a(&secret_file_mesh("0600", &sealed)).unwrap();
+    let Spec::File(file) = &declaration.resource("tls/file/key").unwrap().spec else {
+        panic!("a file");
+    };
+    assert_eq!(file.content, None);
+    let value = SecretValue::from_json(&serde_json::from_str(&sealed).unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        file.sealed,
+        Some(vec![SealedPiece::Secret {
+            key: "files.key".into(),
+            value
+        }])
+    );
+    let error = compose_a(&secret_file_mesh("0644", &sealed))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("module `tls`: `files.key.mode`"), "{error}");
+    assert!(error.contains("0640 or tighter, not 0644"), "{error}");
+}
+
+#[test]
+fn a_secret_file_in_clear_is_refused_naming_module_and_file_and_never_quoted() {
+    let mut source = mesh_model::module::CatalogueSource {
+        prefix: "modules".into(),
+        ..Default::default()
+    };
+    for (path, body) in fixture::files(&secret_file_mesh("0600", "-----BEGIN PRIVATE KEY-----")) {
+        if let Some(inner) = path.strip_prefix("modules/tls/") {
+            let entries = &mut source.modules.entry("tls".into()).or_default().entries;
+            let bytes = body.into_bytes();
+            entries.insert(
+                inner.into(),
+                EntryKind::File {
+                    bytes,
+                    executable: false,
+                },
+            );
+        }
+    }
+    let (_, problems) = mesh_model::module::load_catalogue(&source);
+    let text = problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_eq!(problems.len(), 1, "{text}");
+    assert!(text.contains("files.key.source"), "{text}");
+    assert!(text.contains("secrets encrypt key.pem"), "{text}");
+    assert!(!text.contains("PRIVATE"), "{text}");
+}

@@ -1,4 +1,5 @@
-//! `secrets`: the operators' keys and a new mesh secrets key; and reading a secret's value
+//! `secrets`: the operators' keys, a new mesh secrets key and a module's secret file
+//! encrypted; and reading a secret's value
 //! from standard input for `settings set-secret`.
 
 use crate::Output;
@@ -23,6 +24,16 @@ pub enum Command {
     ///
     /// Exit codes: 0 rotated; 1 error (run it again).
     Rotate,
+    /// Encrypts a module's secret file (one its module.toml marks `secret = true`) in place,
+    /// to the mesh key and the operators' keys, before it is committed: the catalogue and its
+    /// history then hold only ciphertext, and only the host it is sent to opens it. A file
+    /// already encrypted is encrypted again to the keys of now, its digest unchanged.
+    ///
+    /// Exit codes: 0 encrypted; 1 error (nothing changed).
+    Encrypt {
+        /// The file, in clear (or already encrypted).
+        file: std::path::PathBuf,
+    },
 }
 
 /// `secrets recipients` subcommands.
@@ -79,6 +90,23 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
                         println!("  {key}");
                     }
                 }
+            }
+        }
+        Command::Encrypt { file } => {
+            let encrypted = mesh_controller::secret_files::encrypt_file(&env.home, &file)?;
+            match env.output {
+                Output::Json => env.print_json(&encrypted)?,
+                Output::Text => println!(
+                    "{}: {} {}, to the mesh key and {} operator key(s); commit it",
+                    encrypted.file,
+                    if encrypted.again {
+                        "encrypted again"
+                    } else {
+                        "encrypted"
+                    },
+                    encrypted.secret,
+                    encrypted.keys - 1
+                ),
             }
         }
         Command::Rotate => {

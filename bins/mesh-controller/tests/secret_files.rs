@@ -1,0 +1,187 @@
+//! A module's secret file (`secret = true`): `secrets encrypt FILE` puts it in the catalogue
+//! sealed before it is committed, `check` refuses one in clear or looser than 0640 naming
+//! module and file, and only the host it is sent to writes its value. The embedded mesh, the
+//! real binary, real git.
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use support::{git, Mesh};
+
+/// A value no fixture holds, so a byte search finds only what this test put there.
+fn unique_value() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "-----BEGIN TOKEN-----\nsecret-file-{}-{nanos}\n",
+        std::process::id()
+    )
+}
+
+/// Every file under `dir` whose bytes hold `needle`.
+fn files_holding(dir: &Path, needle: &[u8]) -> Vec<String> {
+    Mesh::snapshot_tree(dir)
+        .into_iter()
+        .filter(|(_, bytes)| bytes.windows(needle.len()).any(|w| w == needle))
+        .map(|(path, _)| path.display().to_string())
+        .collect()
+}
+
+/// The example's home with a module `vault` on `control` whose file `token` is secret, and
+/// its catalogue a git repository.
+fn mesh_with_vault(mode: &str, token: &str) -> Mesh {
+    let mesh = Mesh::example();
+    let module = mesh.home().join("catalogue/modules/vault");
+    std::fs::create_dir_all(&module).unwrap();
+    std::fs::write(
+        module.join("module.toml"),
+        format!(
+            "name = \"vault\"\n\n[files.token]\nsource = \"token\"\npath = \"/etc/vault/token\"\n\
+             mode = \"{mode}\"\nsecret = true\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(module.join("token"), token).unwrap();
+    let inventory = mesh.home().join("inventory.toml");
+    let text = std::fs::read_to_string(&inventory).unwrap();
+    std::fs::write(
+        &inventory,
+        text.replace("[assignments]\n", "[assignments]\nvault = [\"control\"]\n"),
+    )
+    .unwrap();
+    git(
+        &mesh.home().join("catalogue"),
+        &["init", "-q", "-b", "main"],
+    );
+    mesh
+}
+
+#[test]
+fn a_secret_file_in_clear_is_refused_until_encrypted_and_then_only_its_host_writes_it() {
+    let value = unique_value();
+    let mesh = mesh_with_vault("0600", &value);
+    let file = mesh.home().join("catalogue/modules/vault/token");
+
+    // In clear: refused by name, never quoted, nothing composed.
+    let check = mesh.run(&["check"]);
+    assert_eq!(check.code, 1, "{}", check.stdout);
+    assert!(
+        check.stdout.contains("vault") && check.stdout.contains("files.token.source"),
+        "{}",
+        check.stdout
+    );
+    assert!(
+        check.stdout.contains("secrets encrypt token"),
+        "{}",
+        check.stdout
+    );
+    let plan = mesh.run(&["plan", "control"]);
+    assert_ne!(plan.code, 0);
+    for out in [&check.stdout, &check.stderr, &plan.stdout, &plan.stderr] {
+        assert!(!out.contains("secret-file-"), "{out}");
+    }
+
+    // Encrypted in place: the file holds ciphertext the mesh key opens, and the digest.
+    let encrypted = mesh.expect(&["secrets", "encrypt", file.to_str().unwrap()], 0);
+    let sealed =
+        mesh_model::secret::SecretValue::from_file(&std::fs::read(&file).unwrap()).unwrap();
+    let key = mesh_secrets::MeshKey::load(&mesh.home().join("secrets/mesh.key")).unwrap();
+    assert_eq!(key.open(&sealed).unwrap().as_slice(), value.as_bytes());
+    assert_eq!(sealed.digest, key.digest(value.as_bytes()));
+    assert!(
+        encrypted.contains(&format!("encrypted <secret {}>", sealed.digest)),
+        "{encrypted}"
+    );
+    assert!(!encrypted.contains("secret-file-"), "{encrypted}");
+    let catalogue = mesh.home().join("catalogue");
+    git(&catalogue, &["add", "-A"]);
+    git(&catalogue, &["commit", "-q", "-m", "vault"]);
+
+    // Encrypted again (to the keys of now): the same digest, another ciphertext.
+    let again = mesh.expect(&["secrets", "encrypt", file.to_str().unwrap()], 0);
+    assert!(again.contains("encrypted again"), "{again}");
+    let resealed =
+        mesh_model::secret::SecretValue::from_file(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(resealed.digest, sealed.digest);
+    assert_ne!(resealed.ciphertext, sealed.ciphertext);
+    git(&catalogue, &["commit", "-q", "-am", "vault again"]);
+
+    let check = mesh.expect(&["check"], 0);
+    assert!(!check.contains("secret-file-"), "{check}");
+    let plan = mesh.expect(&["plan", "control"], 0);
+    assert!(
+        plan.contains(&format!("<secret {}>", sealed.digest)),
+        "{plan}"
+    );
+    let push = mesh.run(&["push", "control"]);
+    assert_eq!(push.code, 0, "{}{}", push.stdout, push.stderr);
+    let applied = mesh.root("control").join("etc/vault/token");
+    assert_eq!(std::fs::read_to_string(&applied).unwrap(), value);
+    let mode = std::fs::metadata(&applied).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+
+    // The applied file alone holds the value: not the catalogue, not its git history (its
+    // objects read back whole, so compression hides nothing), not the records.
+    assert_eq!(
+        files_holding(mesh.home(), value.as_bytes()),
+        vec![applied.display().to_string()]
+    );
+    let history = git(&catalogue, &["log", "-p", "--all", "--binary"]);
+    assert!(history.contains("$secret"), "{history}");
+    let objects = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&catalogue)
+        .args(["cat-file", "--batch-all-objects", "--batch"])
+        .output()
+        .unwrap();
+    assert!(objects.status.success() && objects.stdout.len() > 1000);
+    let needle = b"secret-file-";
+    assert!(!history.contains("secret-file-"));
+    assert!(!objects.stdout.windows(needle.len()).any(|w| w == needle));
+}
+
+#[test]
+fn a_secret_file_looser_than_0640_is_refused_at_check_naming_module_and_file() {
+    let mesh = mesh_with_vault("0644", &unique_value());
+    let file = mesh.home().join("catalogue/modules/vault/token");
+    mesh.expect(&["secrets", "encrypt", file.to_str().unwrap()], 0);
+    let check = mesh.run(&["check"]);
+    assert_eq!(check.code, 1, "{}", check.stdout);
+    assert!(
+        check.stdout.contains(
+            "module `vault`: `files.token.mode`: the file uses a secret, so its mode must be \
+             0640 or tighter, not 0644"
+        ),
+        "{}",
+        check.stdout
+    );
+    let push = mesh.run(&["push", "control"]);
+    assert_ne!(push.code, 0, "{}", push.stdout);
+    assert!(!mesh.root("control").join("etc/vault/token").exists());
+}
+
+#[test]
+fn the_examples_tls_key_is_encrypted_by_init_and_written_by_its_host_alone() {
+    let mesh = Mesh::example();
+    let key_file = mesh.home().join("catalogue/modules/tls/files/key.pem");
+    let text = std::fs::read(&key_file).unwrap();
+    let sealed = mesh_model::secret::SecretValue::from_file(&text).expect("encrypted by init");
+    let key = mesh_secrets::MeshKey::load(&mesh.home().join("secrets/mesh.key")).unwrap();
+    let value = key.open(&sealed).unwrap().to_vec();
+    assert!(value.starts_with(b"-----BEGIN PRIVATE KEY-----\n"));
+    let push = mesh.run(&["push", "control"]);
+    assert_eq!(push.code, 0, "{}{}", push.stdout, push.stderr);
+    let applied = mesh.root("control").join("etc/mesh/tls/server.key");
+    assert_eq!(std::fs::read(&applied).unwrap(), value);
+    assert_eq!(
+        files_holding(mesh.home(), &value),
+        vec![applied.display().to_string()]
+    );
+    let empty = tempfile::NamedTempFile::new().unwrap();
+    let refused = mesh.run(&["secrets", "encrypt", empty.path().to_str().unwrap()]);
+    assert_eq!(refused.code, 1);
+    assert!(refused.stderr.contains("is empty"), "{}", refused.stderr);
+}
