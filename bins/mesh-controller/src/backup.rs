@@ -40,7 +40,7 @@ const ARCHIVE_KIND: &str = "mesh-records";
 
 /// The record directories a home holds, besides the inventory: what `records import` moves
 /// onto a bus and what an export of the embedded default holds.
-pub const RECORD_DIRS: [&str; 15] = [
+pub const RECORD_DIRS: [&str; 16] = [
     "settings",
     "declarations",
     "rollouts",
@@ -56,6 +56,7 @@ pub const RECORD_DIRS: [&str; 15] = [
     "acks",
     "daemon",
     "secrets/nodes",
+    "heard",
 ];
 
 /// Where the plans lease is kept on a bus: the lock of whoever runs, never a record to restore.

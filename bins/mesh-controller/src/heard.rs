@@ -6,14 +6,26 @@
 //!
 //! A newer minor version's unknown fields are read and ignored ([`mesh_model::report`] does
 //! not refuse them), so a host upgraded first in a rolling upgrade reads as usual.
+//!
+//! The node's last readable report is kept and shown as such beside the unreadable one
+//! ([`UnreadableReport::last_readable`]): what the node ran when it was last heard clearly.
 
 use mesh_model::report::Report;
 use mesh_model::WireError;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-/// The most bytes a node's report may hold; a larger one is refused unread, naming the node.
-/// Reports of 10,000 resources are about 1 MiB; a node's are a few KiB.
+/// The most bytes a node's report may hold unless the controller is given another limit
+/// (`--report-limit`); a larger one is refused unread, naming the node. Reports of 10,000
+/// resources are about 1 MiB; a node's are a few KiB.
 pub const MAX_REPORT_BYTES: usize = 256 * 1024;
+
+/// The format of a [`LastReadable`] record this build writes and reads.
+pub const LAST_READABLE_FORMAT: u32 = 1;
+
+/// The record of `node`'s last readable report, kept while its latest is unreadable.
+pub fn last_readable_key(node: &str) -> String {
+    format!("heard/{node}.json")
+}
 
 /// How many of an unreadable report's first bytes are shown (escaped).
 const HEAD_BYTES: usize = 48;
@@ -44,6 +56,23 @@ pub struct UnreadableReport {
     pub head: String,
     /// When it was heard (seconds since the epoch).
     pub heard_at: u64,
+    /// The node's last report that did read, when one is kept: shown as such, never as its
+    /// current state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_readable: Option<LastReadable>,
+}
+
+/// A node's last readable report, kept while its latest is unreadable (record
+/// [`last_readable_key`], format [`LAST_READABLE_FORMAT`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct LastReadable {
+    /// The format version.
+    pub format: u32,
+    /// When it was heard (seconds since the epoch).
+    pub heard_at: u64,
+    /// The report.
+    pub report: Report,
 }
 
 impl std::fmt::Display for UnreadableReport {
@@ -55,7 +84,17 @@ impl std::fmt::Display for UnreadableReport {
             self.size,
             self.head,
             if self.size > HEAD_BYTES { "…" } else { "" }
-        )
+        )?;
+        match &self.last_readable {
+            Some(last) => write!(
+                f,
+                "; its last readable report, heard {}: {} on {}",
+                mesh_host::format_time(last.heard_at),
+                mesh_host::machine_word(last.report.machine),
+                mesh_host::short(&last.report.declaration)
+            ),
+            None => Ok(()),
+        }
     }
 }
 
@@ -70,6 +109,7 @@ pub fn judge(node: &str, bytes: &[u8], heard_at: u64, limit: usize) -> Heard {
                 .escape_ascii()
                 .to_string(),
             heard_at,
+            last_readable: None,
         })
     };
     if bytes.len() > limit {

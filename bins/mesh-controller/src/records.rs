@@ -122,6 +122,24 @@ impl crate::home::ReportSource for StreamReports {
             }
         }
     }
+
+    fn history(&self, node: &str) -> Result<Vec<(Vec<u8>, u64)>> {
+        self.0
+            .messages(
+                mesh_bus::subjects::REPORTS_STREAM,
+                &mesh_bus::subjects::report(node),
+                Self::HISTORY,
+            )
+            .map_err(bus_error(|| {
+                format!("reading the reports of `{node}` the reports stream keeps")
+            }))
+    }
+}
+
+impl StreamReports {
+    /// The most reports of one node the history is read for: the reports stream keeps 64 a
+    /// subject.
+    const HISTORY: usize = 64;
 }
 
 /// What `records import` copied.

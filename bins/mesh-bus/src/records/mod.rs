@@ -384,6 +384,67 @@ impl KvRecords {
         )
     }
 
+    /// Every message `stream` holds on `subject`, oldest first, at most `limit`, each with when
+    /// the server stored it (seconds since the epoch): one request per message (a stream that
+    /// keeps a few per subject, as the reports stream does). A blocking call, like the
+    /// records'.
+    ///
+    /// # Errors
+    /// [`NatsError::Stream`] when the stream cannot be opened or read.
+    pub fn messages(
+        &self,
+        stream: &str,
+        subject: &str,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, u64)>, NatsError> {
+        let js = self.js.clone();
+        let (name, subject) = (stream.to_owned(), subject.to_owned());
+        call(
+            self.runtime.as_ref().expect("the runtime lives until drop"),
+            async move {
+                use async_nats::jetstream::stream::LastRawMessageErrorKind;
+                let failed = |name: &str, source: async_nats::Error| NatsError::Stream {
+                    stream: name.to_owned(),
+                    source,
+                };
+                let stream = match js.get_stream_no_info(&name).await {
+                    Ok(stream) => stream,
+                    Err(error) => return Err(failed(&name, error.into())),
+                };
+                let mut messages = Vec::new();
+                let mut from = 1;
+                while messages.len() < limit {
+                    let next = stream
+                        .raw_message_builder()
+                        .sequence(from)
+                        .next_by_subject(subject.clone())
+                        .send()
+                        .await;
+                    match next {
+                        Ok(message) => {
+                            from = message.sequence + 1;
+                            messages.push((
+                                message.payload.to_vec(),
+                                u64::try_from(message.time.unix_timestamp()).unwrap_or(0),
+                            ));
+                        }
+                        Err(error) => match error.kind() {
+                            LastRawMessageErrorKind::NoMessageFound => break,
+                            LastRawMessageErrorKind::JetStream(jetstream)
+                                if jetstream.error_code()
+                                    == async_nats::jetstream::ErrorCode::STREAM_NOT_FOUND =>
+                            {
+                                break
+                            }
+                            _ => return Err(failed(&name, error.into())),
+                        },
+                    }
+                }
+                Ok(messages)
+            },
+        )
+    }
+
     fn checked(&self, key: &str) -> Result<(), RecordStoreError> {
         if is_key(key) {
             Ok(())

@@ -14,6 +14,8 @@
 //! declarations/<hex>.json              a declaration, stored once by its digest (sha256 hex)
 //! sent/<node>.json                     the digest of the declaration last sent to a node
 //! reports/<node>.json                  the node's last report
+//! heard/<node>.json                    on a fleet: the node's last readable report, kept while
+//!                                      its latest is unreadable (crate::heard)
 //! repos/<name>.json                    a registered catalogue repository ([`crate::repos`])
 //! plans/<id>.json                      a plan and the work behind it ([`crate::plans`])
 //! deployed/<module>.json               the build a finished rollout made current
@@ -81,6 +83,9 @@ pub struct Home {
     migrated: Arc<Mutex<Vec<String>>>,
     /// Where the latest reports are read, on a fleet (`None`: the `reports/` records).
     reports: Option<Arc<dyn ReportSource>>,
+    /// The most bytes a node's report may hold ([`crate::heard::MAX_REPORT_BYTES`] unless
+    /// [`Home::with_report_limit`]).
+    report_limit: usize,
 }
 
 pub use reports::ReportSource;
@@ -172,6 +177,7 @@ impl Home {
             lease: Arc::default(),
             migrated: Arc::default(),
             reports: None,
+            report_limit: crate::heard::MAX_REPORT_BYTES,
         }
     }
 
@@ -189,6 +195,7 @@ impl Home {
             lease: Arc::default(),
             migrated: Arc::default(),
             reports,
+            report_limit: crate::heard::MAX_REPORT_BYTES,
         }
     }
 

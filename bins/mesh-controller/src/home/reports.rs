@@ -3,8 +3,8 @@
 //! [`crate::heard`], so a report that cannot be read is its node's problem.
 
 use super::Home;
-use crate::error::Result;
-use crate::heard::{self, Heard, MAX_REPORT_BYTES};
+use crate::error::{bad_record, Result};
+use crate::heard::{self, Heard, LastReadable, LAST_READABLE_FORMAT};
 use mesh_model::report::Report;
 
 /// Where each node's latest report is read when it is not one of the records: on a fleet, the
@@ -17,9 +17,27 @@ pub trait ReportSource: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// The source cannot be read.
     fn latest(&self, node: &str) -> Result<Option<(Vec<u8>, u64)>>;
+
+    /// Every report of `node` the source still holds as it was published, oldest first, with
+    /// when each was stored — read only when the latest is unreadable, to find the last that
+    /// reads. By default none.
+    ///
+    /// # Errors
+    /// The source cannot be read.
+    fn history(&self, _node: &str) -> Result<Vec<(Vec<u8>, u64)>> {
+        Ok(Vec::new())
+    }
 }
 
 impl Home {
+    /// This home with `limit` as the most bytes a node's report may hold (a larger one is
+    /// `unreadable`, naming its node).
+    #[must_use]
+    pub fn with_report_limit(mut self, limit: usize) -> Home {
+        self.report_limit = limit;
+        self
+    }
+
     /// The last report heard from `node`, if it reads (one that does not is
     /// [`Home::report_as_heard`]'s to show: here it is as none heard).
     ///
@@ -43,8 +61,10 @@ impl Home {
     }
 
     /// The last report heard from `node` as heard: readable, or unreadable with why — a
-    /// report of garbage, of a newer major format, over [`MAX_REPORT_BYTES`], or naming
-    /// another node is that node's problem, never an error of the reader.
+    /// report of garbage, of a newer major format, over the report limit
+    /// ([`crate::heard::MAX_REPORT_BYTES`] by default), or naming another node is that node's
+    /// problem, never an error of the reader. An unreadable one carries the node's last
+    /// readable report when one is kept ([`Home::last_readable`]).
     ///
     /// # Errors
     /// The record or stream cannot be read.
@@ -53,7 +73,15 @@ impl Home {
             let Some((bytes, heard_at)) = source.latest(node)? else {
                 return Ok(None);
             };
-            return Ok(Some(heard::judge(node, &bytes, heard_at, MAX_REPORT_BYTES)));
+            return Ok(Some(
+                match heard::judge(node, &bytes, heard_at, self.report_limit) {
+                    Heard::Unreadable(mut unreadable) => {
+                        unreadable.last_readable = self.last_readable(source.as_ref(), node)?;
+                        Heard::Unreadable(unreadable)
+                    }
+                    read => read,
+                },
+            ));
         }
         let key = format!("reports/{node}.json");
         let Some(bytes) = self.get(&key)? else {
@@ -65,7 +93,54 @@ impl Home {
         let finished = mesh_model::report::Report::from_json(&bytes)
             .map(|r| r.finished_at)
             .unwrap_or(0);
-        Ok(Some(heard::judge(node, &bytes, finished, MAX_REPORT_BYTES)))
+        Ok(Some(heard::judge(
+            node,
+            &bytes,
+            finished,
+            self.report_limit,
+        )))
+    }
+
+    /// `node`'s last readable report, while its latest is not: the newest that reads among
+    /// those `source` still holds, remembered in the record [`heard::last_readable_key`] (so
+    /// it is kept after the source let it go: a node publishing garbage faster than the
+    /// stream keeps reports); else the one remembered.
+    ///
+    /// # Errors
+    /// The source or the record cannot be read, or the record written.
+    fn last_readable(&self, source: &dyn ReportSource, node: &str) -> Result<Option<LastReadable>> {
+        let key = heard::last_readable_key(node);
+        let remembered = match self.get(&key)? {
+            Some(bytes) => Some(serde_json::from_slice::<LastReadable>(&bytes).map_err(
+                bad_record(self.records.locate(&key), "a node's last readable report"),
+            )?),
+            None => None,
+        };
+        let found = source
+            .history(node)?
+            .into_iter()
+            .rev()
+            .find_map(
+                |(bytes, at)| match heard::judge(node, &bytes, at, self.report_limit) {
+                    Heard::Read { report, heard_at } => Some(LastReadable {
+                        format: LAST_READABLE_FORMAT,
+                        heard_at,
+                        report,
+                    }),
+                    Heard::Unreadable(_) => None,
+                },
+            );
+        match found {
+            Some(found)
+                if remembered
+                    .as_ref()
+                    .is_none_or(|kept| kept.heard_at < found.heard_at) =>
+            {
+                self.put_json(&key, &found)?;
+                Ok(Some(found))
+            }
+            Some(_) | None => Ok(remembered),
+        }
     }
 
     /// Whether the latest reports are the bus's stream, which every report reaches without

@@ -24,6 +24,9 @@ pub struct MeshOptions {
     pub store: Option<StoreSpec>,
     /// The controller's access to the store (its CA and credentials).
     pub store_access: StoreAccess,
+    /// The most bytes a node's report may hold (`None`: [`crate::heard::MAX_REPORT_BYTES`]);
+    /// a larger one is that node's `unreadable report`.
+    pub report_limit: Option<usize>,
 }
 
 /// A fleet a caller brings (a Rust tool's own hosts, a simulation), shared by the drives that
@@ -74,6 +77,10 @@ impl Mesh {
     /// opened ("opening the store SPEC").
     pub fn open(home: &Path, options: MeshOptions) -> Result<Mesh> {
         let home = crate::records::open_home(home, options.bus.as_ref())?;
+        let home = match options.report_limit {
+            Some(limit) => home.with_report_limit(limit),
+            None => home,
+        };
         let spec = options
             .store
             .unwrap_or_else(|| mesh_store::store::default_store_spec(home.root()));

@@ -105,6 +105,16 @@ pub struct Cli {
         value_name = "FILE"
     )]
     store_credentials: Option<PathBuf>,
+    /// The most bytes a node's report may hold: a larger one is refused unread and shown on
+    /// that node as `unreadable report` (every other node reads as usual).
+    #[arg(
+        long,
+        env = "MESH_REPORT_LIMIT",
+        global = true,
+        value_name = "BYTES",
+        default_value_t = mesh_controller::heard::MAX_REPORT_BYTES
+    )]
+    report_limit: usize,
     /// The command.
     #[command(subcommand)]
     command: Command,

@@ -96,6 +96,7 @@ impl Env {
                     ca_file: cli.store_ca.clone(),
                     credentials_file: cli.store_credentials.clone(),
                 },
+                report_limit: Some(cli.report_limit),
             },
         )?;
         Ok(Env {

@@ -1,0 +1,285 @@
+//! No node can blind the fleet: whatever one node publishes as its report — garbage, a report
+//! cut off, one of a newer major format, one of 1 MiB, one naming another node — is that node's
+//! problem. Over a real TLS nats-server with a real `mesh-controller serve --http` and real
+//! `mesh-host serve` on the other nodes, published as `b` itself, on its own subject, with its
+//! own key: what a compromised host, or one upgraded first, can do.
+//!
+//! Nothing here waits on time: each check waits for the condition it needs.
+
+mod support;
+
+use serde_json::Value;
+use std::io::{Read as _, Write as _};
+use std::time::Duration;
+use support::daemon::{commit_base, start_serve};
+use support::fleet::Bed;
+use support::{wait_for, Repo};
+
+/// `GET path` from `base` (`http://ADDR/`): status code and body.
+fn get(base: &str, path: &str) -> std::io::Result<(u16, String)> {
+    let addr = base
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let mut stream = std::net::TcpStream::connect(&addr)?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer)?;
+    let answer = String::from_utf8_lossy(&answer);
+    let not_http = || std::io::Error::other(format!("not an HTTP answer: {answer:?}"));
+    let (head, body) = answer.split_once("\r\n\r\n").ok_or_else(not_http)?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(not_http)?;
+    Ok((status, body.to_owned()))
+}
+
+fn node_of(overview: &Value, name: &str) -> Value {
+    overview["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no node {name} in {overview}"))
+}
+
+/// `status --output json` with `flags` before it: its exit code and what it printed.
+fn status(bed: &Bed, flags: &[&str]) -> Result<(Option<i32>, Value), String> {
+    let mut args = flags.to_vec();
+    args.extend(["status", "--output", "json"]);
+    let out = bed.run(&args);
+    let overview = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&out.stderr)))?;
+    Ok((out.status.code(), overview))
+}
+
+/// Whatever `b` publishes as its last report is `b`'s problem, shown on `b` with the reason,
+/// its size and first bytes, and beside it `b`'s last readable report, kept. `status` exits 3,
+/// not 1, and shows every other node as usual; the page and `/metrics` answer; the daemon
+/// rolls a merge out to the other nodes meanwhile. A newer minor version's unknown field is
+/// read. The size limit is the controller's to set.
+#[test]
+fn an_unreadable_report_is_its_nodes_problem_and_blinds_no_one() {
+    let mut bed = Bed::new(&["a", "b"]);
+    for node in ["bus", "a"] {
+        bed.start_host(node);
+    }
+    bed.expect(&["push", "bus", "a", "--timeout", "120"], 0);
+    let (_, overview) = status(&bed, &[]).unwrap();
+    let a_report = node_of(&overview, "a")["report"].clone();
+    assert_eq!(a_report["machine"], "converged", "{overview}");
+    let as_b = |node: &str, mut report: Value| {
+        report["node"] = Value::from(node);
+        serde_json::to_vec(&report).unwrap()
+    };
+    let mut newer = a_report.clone();
+    newer["format"] = Value::from(99);
+    let mut unknown_field = a_report.clone();
+    unknown_field["uptime"] = serde_json::json!({"secs": 3});
+    let whole = as_b("b", a_report.clone());
+
+    let repo = Repo::new();
+    let v1 = commit_base(&repo, "v1 while b is unreadable\n");
+    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    let (_daemon, lines) = start_serve(&bed, &["--http", "127.0.0.1:0"], |lines| !lines.is_empty());
+    let url = lines[0]
+        .strip_prefix("serving the status page on ")
+        .unwrap_or_else(|| panic!("serve did not say where its page is: {lines:?}"))
+        .to_owned();
+    wait_for(
+        "the status page to answer",
+        Duration::from_secs(60),
+        || match get(&url, "/") {
+            Ok((200, _)) => Ok(()),
+            Ok((code, body)) => Err(format!("{code}: {body}")),
+            Err(error) => Err(error.to_string()),
+        },
+    );
+    let rt = support::fleet::runtime();
+    let b = rt
+        .block_on(mesh_bus::NatsBus::connect(&bed.node_options("b")))
+        .unwrap();
+    let publish = |payload: Vec<u8>| {
+        rt.block_on(async {
+            b.client()
+                .publish(mesh_bus::subjects::report("b"), payload.into())
+                .await
+                .unwrap();
+            b.client().flush().await.unwrap();
+        })
+    };
+
+    // A readable report of b first: what is kept once its latest is not.
+    publish(whole.clone());
+    wait_for("b's report to be read", Duration::from_secs(60), || {
+        let (_, overview) = status(&bed, &[])?;
+        match node_of(&overview, "b")["report"]["machine"].as_str() {
+            Some("converged") => Ok(()),
+            _ => Err(format!("b shows {}", node_of(&overview, "b"))),
+        }
+    });
+    // The limit is the controller's: under a limit of 100 bytes b's report is over it.
+    let (code, overview) = status(&bed, &["--report-limit", "100"]).unwrap();
+    assert_eq!(code, Some(3), "{overview}");
+    let reason = node_of(&overview, "b")["unreadable"]["reason"].clone();
+    assert!(
+        reason
+            .as_str()
+            .is_some_and(|r| r.ends_with("bytes, over the limit of 100 a report may hold")),
+        "{reason}"
+    );
+
+    let cases: [(&str, Vec<u8>, &str); 5] = [
+        (
+            "garbage",
+            b"\x00\xffnot a report\n".to_vec(),
+            "not a report: ",
+        ),
+        (
+            "a report cut off",
+            whole[..whole.len() / 2].to_vec(),
+            "not a report: EOF while parsing",
+        ),
+        (
+            "a newer major format",
+            as_b("b", newer),
+            "`b` runs a newer mesh-host (report format 99; this controller reads up to 2)",
+        ),
+        (
+            "a report of 1 MiB",
+            vec![b' '; 1024 * 1024],
+            "1048576 bytes, over the limit of 262144 a report may hold",
+        ),
+        (
+            "a report naming another node",
+            as_b("a", a_report.clone()),
+            "published as `b`, it names another node, `a`",
+        ),
+    ];
+    for (what, payload, reason) in cases {
+        let size = payload.len();
+        publish(payload);
+        let (code, overview) = wait_for(
+            &format!("`status` to show b's {what}"),
+            Duration::from_secs(60),
+            || {
+                let (code, overview) = status(&bed, &[])?;
+                let shown = node_of(&overview, "b")["unreadable"]["reason"].clone();
+                match shown.as_str() {
+                    Some(said) if said.contains(reason) => Ok((code, overview)),
+                    _ => Err(format!("b shows {shown}")),
+                }
+            },
+        );
+        assert_eq!(code, Some(3), "{what}: {overview}");
+        let b_shown = node_of(&overview, "b");
+        assert_eq!(b_shown["unreadable"]["size"], size, "{what}");
+        assert!(b_shown["report"].is_null(), "{what}: {b_shown}");
+        let kept = &b_shown["unreadable"]["last-readable"]["report"];
+        assert_eq!(kept["machine"], "converged", "{what}: {b_shown}");
+        assert_eq!(kept["declaration"], a_report["declaration"], "{what}");
+        assert_eq!(node_of(&overview, "a")["report"]["machine"], "converged");
+        assert_eq!(node_of(&overview, "bus")["report"]["machine"], "converged");
+        let text = bed.run(&["status"]);
+        assert_eq!(text.status.code(), Some(3), "{what}: {text:?}");
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert!(text.contains("b: unreadable report: "), "{what}:\n{text}");
+        assert!(text.contains(reason), "{what}:\n{text}");
+        assert!(
+            text.contains("its last readable report, heard "),
+            "{what}:\n{text}"
+        );
+        assert!(text.contains("a: converged"), "{what}:\n{text}");
+        let (code, metrics) = get(&url, "/metrics").unwrap();
+        assert_eq!(code, 200, "{what}: {metrics}");
+        assert!(
+            metrics.contains("mesh_nodes{state=\"unreadable\"} 1"),
+            "{what}:\n{metrics}"
+        );
+        assert!(
+            metrics.contains("mesh_nodes{state=\"converged\"} 2"),
+            "{what}:\n{metrics}"
+        );
+        let (code, page) = get(&url, "/").unwrap();
+        assert_eq!(code, 200, "{what}");
+        assert!(page.contains("unreadable report: "), "{what}:\n{page}");
+    }
+
+    // More garbage than the reports stream keeps of a node (64): b's last readable report is
+    // the controller's own record now, and still shown.
+    for n in 0..70 {
+        publish(format!("garbage {n}").into_bytes());
+    }
+    wait_for(
+        "b's last garbage to be shown, its last readable report kept",
+        Duration::from_secs(60),
+        || {
+            let (_, overview) = status(&bed, &[])?;
+            let b_shown = node_of(&overview, "b");
+            let unreadable = &b_shown["unreadable"];
+            match unreadable["head"].as_str() {
+                Some("garbage 69")
+                    if unreadable["last-readable"]["report"]["machine"] == "converged" =>
+                {
+                    Ok(())
+                }
+                _ => Err(format!("b shows {b_shown}")),
+            }
+        },
+    );
+    assert!(bed.record("heard/b.json").is_some());
+
+    // The daemon rolls a merge out to the other nodes meanwhile: `a` first, then `bus`,
+    // each converged on what it was sent; `b`, whose reports do not read, is `b`'s problem.
+    let before = node_of(&status(&bed, &[]).unwrap().1, "a")["sent"].clone();
+    let bus = bed.controller_bus(&rt);
+    support::fleet::wait_for_merge_consumer(&rt, &bus);
+    let js = {
+        let _in = rt.enter();
+        bus.jetstream()
+    };
+    rt.block_on(mesh_bus::jetstream::publish_merge(&js, "cat", "main", &v1))
+        .unwrap();
+    let overview = wait_for(
+        "the daemon to roll the merge out to a and bus",
+        Duration::from_secs(120),
+        || {
+            let (_, overview) = status(&bed, &[])?;
+            for node in ["a", "bus"] {
+                let shown = node_of(&overview, node);
+                let converged = shown["report"]["machine"] == "converged";
+                if shown["sent"] == before || shown["current"] != true || !converged {
+                    return Err(format!("{node} shows {shown}"));
+                }
+            }
+            Ok(overview)
+        },
+    );
+    assert!(
+        node_of(&overview, "b")["unreadable"]["reason"].is_string(),
+        "{overview}"
+    );
+    let hello = std::fs::read_to_string(bed.root("bus").join("etc/mesh/hello")).unwrap();
+    assert_eq!(hello, "v1 while b is unreadable\n");
+
+    // A newer minor version: a field this controller does not know is read, and ignored.
+    publish(as_b("b", unknown_field));
+    wait_for(
+        "b's report with an unknown field to be read",
+        Duration::from_secs(60),
+        || {
+            let (_, overview) = status(&bed, &[])?;
+            let b_shown = node_of(&overview, "b");
+            match b_shown["report"]["machine"].as_str() {
+                Some("converged") if b_shown["unreadable"].is_null() => Ok(()),
+                _ => Err(format!("b shows {b_shown}")),
+            }
+        },
+    );
+}
