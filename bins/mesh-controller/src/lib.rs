@@ -90,6 +90,7 @@ pub mod executor;
 
 pub mod runtime;
 
+pub mod heads;
 pub mod orphans;
 pub mod preview;
 

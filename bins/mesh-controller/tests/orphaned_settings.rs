@@ -227,10 +227,9 @@ fn settings_rename_keeps_the_value_under_the_new_name_in_every_layer_and_in_hist
         std::fs::read_to_string(mesh.root("b").join("etc/web.conf")).unwrap(),
         "listen 8081\n"
     );
-    assert_eq!(
-        mesh.expect(&["check"], 0),
-        "the catalogue and inventory are sound\n"
-    );
+    assert!(mesh
+        .expect(&["check"], 0)
+        .ends_with("\nthe catalogue and inventory are sound\n"));
 }
 
 #[test]
@@ -406,10 +405,9 @@ fn a_setting_is_set_ahead_of_the_version_that_needs_it_and_waits_for_its_plan() 
         std::fs::read_to_string(mesh.root("b").join("etc/web.conf")).unwrap(),
         "listen 8080\nworkers 4\n"
     );
-    assert_eq!(
-        mesh.expect(&["check"], 0),
-        "the catalogue and inventory are sound\n"
-    );
+    assert!(mesh
+        .expect(&["check"], 0)
+        .ends_with("\nthe catalogue and inventory are sound\n"));
     assert!(!mesh
         .expect(&["settings", "show", "web"], 0)
         .contains("waits"));

@@ -1,20 +1,26 @@
-//! `check`: every problem of the catalogue and the inventory at once, and the settings the next
-//! merge of each registered repository would orphan.
+//! `check`: every problem of the catalogue and the inventory at once, each registered
+//! repository's head as its next merge would build it, and the settings that merge would
+//! orphan; saying which catalogues it read.
 
 use crate::Output;
 use anyhow::Result;
-use mesh_controller::{newest, orphans, push};
+use mesh_controller::{heads, newest, orphans, push};
 use std::process::ExitCode;
 
-/// Validates the catalogue and the inventory, listing every problem at once, and names every
-/// setting a layer holds that the next merge of a registered repository would orphan (its head
-/// no longer accepts the key, or accepts it with another type).
+/// Validates the catalogue and the inventory, listing every problem at once; validates each
+/// registered repository's head (what its next merge would build and deploy) the same way;
+/// and names every setting a layer holds that such a merge would orphan (the head no longer
+/// accepts the key, or accepts it with another type). It first says what it read: the home's
+/// catalogue/modules, overlaid with each module's deployed build (what push and plan compose
+/// from), and each repository's head.
 #[derive(clap::Args)]
 pub struct Args {}
 
 /// What `check --output json` prints.
 #[derive(serde::Serialize)]
 struct Checked<'a> {
+    running: &'a heads::Running,
+    heads: &'a [heads::Head],
     problems: &'a [mesh_model::Diagnostic],
     orphans: &'a [orphans::ComingOrphans],
     waiting: &'a [newest::Waiting],
@@ -26,13 +32,31 @@ pub fn exec(_args: Args, env: &super::Env) -> Result<ExitCode> {
     let problems = push::problems(&env.home, &checked)?;
     let orphans = orphans::at_heads(&env.home, &checked)?;
     let waiting = newest::waiting(&env.home, &checked.0, &env.home.inventory()?)?;
+    let running = heads::read(&env.home)?;
+    let heads = heads::check_heads(&env.home)?;
+    let head_problems: usize = heads.iter().map(|h| h.problems.len()).sum();
+    let sound = problems.is_empty() && orphans.is_empty() && head_problems == 0;
+    if let Output::Text = env.output {
+        println!("read {running}");
+        for head in &heads {
+            println!(
+                "read {head}, what its next merge deploys ({})",
+                match head.modules.len() {
+                    0 => "no module the inventory assigns".to_owned(),
+                    _ => head.modules.join(", "),
+                }
+            );
+        }
+    }
     match env.output {
         Output::Json => env.print_json(&Checked {
+            running: &running,
+            heads: &heads,
             problems: &problems,
             orphans: &orphans,
             waiting: &waiting,
         })?,
-        Output::Text if problems.is_empty() && orphans.is_empty() => {
+        Output::Text if sound => {
             for waiting in &waiting {
                 println!("{waiting}");
             }
@@ -45,17 +69,23 @@ pub fn exec(_args: Args, env: &super::Env) -> Result<ExitCode> {
             for problem in &problems {
                 println!("{problem}");
             }
+            for head in &heads {
+                for problem in &head.problems {
+                    println!("in {head}: {problem}");
+                }
+            }
             for coming in &orphans {
                 print!("{}", coming.render_text(None));
             }
             let orphaned: usize = orphans.iter().map(|o| o.orphans.orphans.len()).sum();
+            let found = problems.len() + head_problems;
             match orphaned {
-                0 => println!("{} problem(s)", problems.len()),
-                n => println!("{} problem(s), {n} orphaned setting(s)", problems.len()),
+                0 => println!("{found} problem(s)"),
+                n => println!("{found} problem(s), {n} orphaned setting(s)"),
             }
         }
     }
-    Ok(if problems.is_empty() && orphans.is_empty() {
+    Ok(if sound {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
