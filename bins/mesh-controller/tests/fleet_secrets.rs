@@ -1,0 +1,405 @@
+//! Nothing in clear (the rule “A secret is readable only where it is used”): a secret setting
+//! and a secret file rolled out over a real nats-server to real `mesh-host serve` processes,
+//! the catalogue a real git repository. A byte search for each value finds it nowhere in the
+//! home, in the git repository and its history, in the records bucket, the declarations
+//! stream or the reports stream — the bus read with an independent client, nats-py — and in
+//! the applied files on the hosts' roots. Node B cannot open the ciphertext sent to node A; a
+//! corrupted one, or one sealed to another key, fails its file naming module and key and
+//! changes nothing; a node with no age key is refused by name.
+
+mod support;
+
+use mesh_model::declaration::{Declaration, FileSpec, Spec};
+use mesh_model::report::{MachineState, Outcome, Report};
+use mesh_model::secret::{SealedPiece, SecretValue};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use support::fleet::{host_binary, runtime, write, Bed};
+use support::{git, Mesh};
+
+const DB_MODULE: &str = r#"name = "db"
+
+[settings]
+user = "app"
+password = ""
+
+[files.creds]
+source = "creds"
+path = "/etc/db/creds"
+mode = "0600"
+template = true
+"#;
+
+const VAULT_MODULE: &str = r#"name = "vault"
+
+[files.token]
+source = "token"
+path = "/etc/vault/token"
+mode = "0640"
+secret = true
+"#;
+
+/// A value no fixture holds.
+fn unique(what: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{what}-{}-{nanos}", std::process::id())
+}
+
+fn holds(bytes: &[u8], needle: &[u8]) -> bool {
+    bytes.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Every file under `dir` whose bytes hold `needle`.
+fn files_holding(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    Mesh::snapshot_tree(dir)
+        .into_iter()
+        .filter(|(_, bytes)| holds(bytes, needle))
+        .map(|(path, _)| path)
+        .collect()
+}
+
+/// The virtual environment `scripts/test` makes, with nats-py in it: the test fails, never
+/// skips, without it.
+fn python() -> PathBuf {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/nats-venv/bin/python");
+    let check = Command::new(&python)
+        .args(["-c", "import nats, nkeys"])
+        .output();
+    assert!(
+        check.as_ref().is_ok_and(|out| out.status.success()),
+        "nats-py is not installed in {} (scripts/test installs it: `{} -m pip install \
+         'nats-py[nkeys]'`): {check:?}",
+        python.display(),
+        python.display()
+    );
+    python
+}
+
+/// Every message of `streams`, read with nats-py as the controller's user: per stream, the
+/// whole stream's bytes and each message's payload.
+fn read_streams(bed: &Bed, out: &Path, streams: &[&str]) -> Vec<(String, Vec<u8>, Vec<Vec<u8>>)> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/read_streams.py");
+    let run = Command::new(python())
+        .arg(script)
+        .arg(&bed.url)
+        .arg(&bed.pki.ca_file)
+        .arg(bed.controller_seed_file())
+        .arg(out)
+        .args(streams)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "nats-py: {run:?}");
+    streams
+        .iter()
+        .map(|stream| {
+            let whole = std::fs::read(out.join(stream)).unwrap();
+            let mut messages: Vec<(u64, Vec<u8>)> =
+                std::fs::read_dir(out.join(format!("{stream}.d")))
+                    .map(|entries| {
+                        entries
+                            .map(|e| e.unwrap().path())
+                            .map(|p| {
+                                let seq = p.file_name().unwrap().to_str().unwrap().parse().unwrap();
+                                (seq, std::fs::read(p).unwrap())
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+            messages.sort();
+            let payloads = messages.into_iter().map(|(_, bytes)| bytes).collect();
+            ((*stream).to_owned(), whole, payloads)
+        })
+        .collect()
+}
+
+/// `mesh-host keygen` in `node`'s state directory: its NKey and its age key.
+fn keys_of(bed: &Bed, node: &str) -> (String, String) {
+    let out = Command::new(host_binary())
+        .arg("--state-dir")
+        .arg(bed.state_dir(node))
+        .args(["--output", "json", "keygen"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    (
+        made["public_key"].as_str().unwrap().to_owned(),
+        made["age_key"].as_str().unwrap().to_owned(),
+    )
+}
+
+fn enroll_age_key(bed: &Bed, node: &str) {
+    let (nkey, age) = keys_of(bed, node);
+    bed.expect(&["node", "enroll", node, &nkey, "--age-key", &age], 0);
+}
+
+fn identity(bed: &Bed, node: &str) -> mesh_secrets::Identity {
+    mesh_secrets::Identity::load(&bed.state_dir(node).join("bus/age.key")).unwrap()
+}
+
+/// The secret `key` of the file `resource` of `declaration`.
+fn secret_of(declaration: &Declaration, resource: &str) -> SecretValue {
+    let Spec::File(FileSpec {
+        sealed: Some(pieces),
+        ..
+    }) = &declaration.resource(resource).unwrap().spec
+    else {
+        panic!("{resource} is a file of secrets");
+    };
+    pieces
+        .iter()
+        .find_map(|piece| match piece {
+            SealedPiece::Secret { value, .. } => Some(value.clone()),
+            SealedPiece::Text(_) => None,
+        })
+        .unwrap()
+}
+
+/// `declaration` with the secret of `resource` replaced by `secret`.
+fn with_secret(declaration: &Declaration, resource: &str, secret: SecretValue) -> Declaration {
+    let mut changed = declaration.clone();
+    for r in &mut changed.resources {
+        if r.id != resource {
+            continue;
+        }
+        if let Spec::File(FileSpec {
+            sealed: Some(pieces),
+            ..
+        }) = &mut r.spec
+        {
+            for piece in pieces {
+                if let SealedPiece::Secret { value, .. } = piece {
+                    *value = secret.clone();
+                }
+            }
+        }
+    }
+    changed
+}
+
+/// Sends `declaration` to its node over the bus and answers the report of it.
+fn send_and_hear(bed: &Bed, declaration: &Declaration) -> Report {
+    let rt = runtime();
+    let bus = bed.controller_bus(&rt);
+    let node = declaration.node.clone();
+    let digest = declaration.digest();
+    rt.block_on(async {
+        let mut reports = bus
+            .client()
+            .subscribe(mesh_bus::subjects::report(&node))
+            .await
+            .unwrap();
+        bus.flush().await.unwrap();
+        mesh_bus::jetstream::publish_declaration(
+            &bus.jetstream(),
+            &node,
+            declaration.canonical_json(),
+            &unique("crafted"),
+        )
+        .await
+        .unwrap();
+        let hear = async {
+            use futures_util::StreamExt as _;
+            while let Some(message) = reports.next().await {
+                if let Ok(report) = Report::from_json(&message.payload) {
+                    // The applied report, not the one saying it is under way.
+                    if report.declaration == digest && report.machine != MachineState::MidChange {
+                        return report;
+                    }
+                }
+            }
+            panic!("the reports of `{node}` ended");
+        };
+        tokio::time::timeout(Duration::from_secs(60), hear)
+            .await
+            .expect("the host reports the declaration within 60 s")
+    })
+}
+
+fn failure(report: &Report, resource: &str) -> String {
+    let Some(outcome) = report.resources.get(resource) else {
+        panic!("{resource} not in {report:?}");
+    };
+    match outcome {
+        Outcome::Failed { reason, .. } => reason.clone(),
+        Outcome::Stuck { last_reason, .. } => last_reason.clone(),
+        other => panic!("{resource}: {other:?}"),
+    }
+}
+
+#[test]
+fn a_secret_rolled_out_over_the_bus_is_in_clear_only_in_its_applied_files() {
+    let mut bed = Bed::new(&["a", "b"]);
+    for node in ["bus", "a", "b"] {
+        bed.start_host(node);
+    }
+    enroll_age_key(&bed, "a");
+
+    // The catalogue, a git repository: a template using a secret setting, and a secret file
+    // encrypted before its first commit.
+    let modules = bed.home.path().join("catalogue/modules");
+    let token = unique("token-in-clear");
+    write(&modules.join("db/module.toml"), DB_MODULE);
+    write(&modules.join("db/creds"), "{{ user }}:{{ password }}\n");
+    write(&modules.join("vault/module.toml"), VAULT_MODULE);
+    write(&modules.join("vault/token"), &token);
+    let token_file = modules.join("vault/token");
+    bed.expect(&["secrets", "encrypt", token_file.to_str().unwrap()], 0);
+    let catalogue = bed.home.path().join("catalogue");
+    git(&catalogue, &["init", "-q", "-b", "main"]);
+    git(&catalogue, &["add", "-A"]);
+    git(&catalogue, &["commit", "-q", "-m", "db and vault"]);
+    bed.put_inventory(
+        "bus-node = \"bus\"\n\n[nodes.bus]\n[nodes.a]\n[nodes.b]\n\n[assignments]\n\
+         base = [\"bus\", \"a\", \"b\"]\nagent = [\"a\"]\ndb = [\"a\", \"b\"]\nvault = [\"a\"]\n",
+    );
+
+    let password = unique("password-in-clear");
+    let mut set = bed
+        .command(&["settings", "set-secret", "db", "password"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    set.stdin
+        .take()
+        .unwrap()
+        .write_all(password.as_bytes())
+        .unwrap();
+    let set = set.wait_with_output().unwrap();
+    assert!(set.status.success(), "{set:?}");
+
+    // b has no age key: refused by name, node and module, and sent nothing.
+    let refused = bed.run(&["push", "b", "--timeout", "60"]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_ne!(refused.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("`b` has no age key") && said.contains("`db`"),
+        "{said}"
+    );
+    assert!(!bed.root("b").join("etc/db/creds").exists());
+
+    enroll_age_key(&bed, "b");
+    let results = bed.push_all(120, 0);
+    for (node, result) in &results {
+        assert!(support::fleet::converged(result), "{node}: {result}");
+    }
+    let creds = |node: &str| bed.root(node).join("etc/db/creds");
+    let token_applied = bed.root("a").join("etc/vault/token");
+    for node in ["a", "b"] {
+        assert_eq!(
+            std::fs::read_to_string(creds(node)).unwrap(),
+            format!("app:{password}\n")
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&token_applied).unwrap(), token);
+
+    // The home (the hosts' roots and state directories are under it): the applied files alone.
+    let home = bed.home.path();
+    assert_eq!(
+        files_holding(home, password.as_bytes()),
+        vec![creds("a"), creds("b")]
+    );
+    assert_eq!(
+        files_holding(home, token.as_bytes()),
+        vec![token_applied.clone()]
+    );
+    // The git repository and its history, every object read back whole.
+    let history = git(&catalogue, &["log", "-p", "--all"]);
+    let objects = Command::new("git")
+        .arg("-C")
+        .arg(&catalogue)
+        .args(["cat-file", "--batch-all-objects", "--batch"])
+        .output()
+        .unwrap();
+    assert!(history.contains("$secret"), "{history}");
+    for value in [&password, &token] {
+        assert!(!history.contains(value.as_str()));
+        assert!(!holds(&objects.stdout, value.as_bytes()));
+    }
+
+    // The bus, read with nats-py: the records bucket, the declarations and reports streams.
+    let records_stream = mesh_bus::subjects::bucket_stream_name(mesh_bus::subjects::RECORDS_BUCKET);
+    let dump = tempfile::tempdir().unwrap();
+    let streams = read_streams(
+        &bed,
+        dump.path(),
+        &[
+            &records_stream,
+            mesh_bus::subjects::DECLARATIONS_STREAM,
+            mesh_bus::subjects::REPORTS_STREAM,
+        ],
+    );
+    let mesh_key = mesh_secrets::MeshKey::load(&home.join("secrets/mesh.key")).unwrap();
+    let digest = mesh_key.digest(password.as_bytes());
+    for (stream, whole, _) in &streams {
+        assert!(
+            !holds(whole, password.as_bytes()) && !holds(whole, token.as_bytes()),
+            "{stream} holds a value in clear"
+        );
+    }
+    // …and what it holds is what the test looks for: the digest, the files' reports.
+    assert!(holds(&streams[0].1, digest.as_bytes()), "records");
+    assert!(holds(&streams[1].1, digest.as_bytes()), "declarations");
+    assert!(holds(&streams[2].1, b"db/file/creds"), "reports");
+
+    // Only a's key opens what a was sent: b's, trying, cannot.
+    let sent_to_a = streams[1]
+        .2
+        .iter()
+        .filter_map(|bytes| Declaration::from_json(bytes).ok())
+        .rfind(|d| d.node == "a")
+        .expect("a's declaration is in the stream");
+    let sealed = secret_of(&sent_to_a, "db/file/creds");
+    assert_eq!(
+        identity(&bed, "a").open(&sealed).unwrap().as_slice(),
+        password.as_bytes()
+    );
+    assert!(identity(&bed, "b").open(&sealed).is_err());
+    let token_sealed = secret_of(&sent_to_a, "vault/file/token");
+    assert!(identity(&bed, "b").open(&token_sealed).is_err());
+
+    // A corrupted ciphertext, then one sealed to b's key: the file fails naming module and
+    // key, and what a holds is unchanged.
+    let mut corrupted = sealed.ciphertext.clone().into_bytes();
+    let middle = corrupted.len() / 2;
+    corrupted[middle] = if corrupted[middle] == b'A' {
+        b'B'
+    } else {
+        b'A'
+    };
+    let other = mesh_secrets::MeshKey::generate();
+    let to_b = SecretValue {
+        digest: other.digest(b"another"),
+        ciphertext: mesh_secrets::seal::encrypt(&[identity(&bed, "b").recipient()], b"another")
+            .unwrap(),
+    };
+    let bad = [
+        SecretValue {
+            digest: other.digest(b"corrupted"),
+            ciphertext: String::from_utf8(corrupted).unwrap(),
+        },
+        to_b,
+    ];
+    for secret in bad {
+        let crafted = with_secret(&sent_to_a, "db/file/creds", secret);
+        let report = send_and_hear(&bed, &crafted);
+        let reason = failure(&report, "db/file/creds");
+        assert!(
+            reason.contains("`password`") && reason.contains("`db`"),
+            "{reason}"
+        );
+        assert!(!reason.contains(&password), "{reason}");
+        assert_eq!(
+            std::fs::read_to_string(creds("a")).unwrap(),
+            format!("app:{password}\n")
+        );
+        assert_eq!(std::fs::read_to_string(&token_applied).unwrap(), token);
+    }
+}
