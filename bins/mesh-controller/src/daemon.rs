@@ -21,6 +21,10 @@ pub use crate::announce::MERGE_CONSUMER;
 /// How long one turn of the daemon's loop waits for a merge.
 const TURN: Duration = Duration::from_secs(1);
 
+/// The subject of the merge problem an unreadable merge announcement is: cleared when a
+/// readable one is heard.
+pub const UNREADABLE_ANNOUNCEMENT: &str = "unreadable-announcement";
+
 /// How many times the daemon tries to make the mesh's streams at start.
 const STREAM_ATTEMPTS: u32 = 5;
 
@@ -155,6 +159,21 @@ pub async fn serve(
         let heard = match heard {
             Ok(Some(heard)) => heard,
             Ok(None) => continue,
+            // Whoever published it, it is theirs (*no single party can blind the fleet*): a
+            // problem in `status` until a readable one is heard, and the next is heard at once.
+            Err(error @ mesh_bus::NatsError::Decode { .. }) => {
+                tracing::warn!(%error, "an unreadable merge announcement");
+                if let Err(error) = home.record_problem(
+                    ProblemKind::Merge,
+                    UNREADABLE_ANNOUNCEMENT,
+                    &error.to_string(),
+                    Vec::new(),
+                    mesh_host::now(),
+                ) {
+                    tracing::error!(error = error.chain_line(), "recording a problem");
+                }
+                continue;
+            }
             Err(error) => {
                 tracing::error!(%error, "the merge consumer failed; reading it again");
                 tokio::select! {
@@ -165,6 +184,9 @@ pub async fn serve(
             }
         };
         let merge = &heard.merge;
+        if let Err(error) = home.clear_problem(ProblemKind::Merge, UNREADABLE_ANNOUNCEMENT) {
+            tracing::error!(error = error.chain_line(), "clearing a problem");
+        }
         let planned = match home.repo(&merge.repository) {
             Ok(repo) if repo.branch != merge.branch => Err(Error::refused(format!(
                 "repository `{}` is registered on branch `{}`, not `{}`",

@@ -2,7 +2,8 @@
 //! cut off, one of a newer major format, one of 1 MiB, one naming another node — is that node's
 //! problem. Over a real TLS nats-server with a real `mesh-controller serve --http` and real
 //! `mesh-host serve` on the other nodes, published as `b` itself, on its own subject, with its
-//! own key: what a compromised host, or one upgraded first, can do.
+//! own key: what a compromised host, or one upgraded first, can do. A merge announcement that
+//! does not read is its publisher's problem likewise.
 //!
 //! Nothing here waits on time: each check waits for the condition it needs.
 
@@ -244,6 +245,33 @@ fn an_unreadable_report_is_its_nodes_problem_and_blinds_no_one() {
         let _in = rt.enter();
         bus.jetstream()
     };
+    // A merge announcement that does not read is its publisher's problem too: named in
+    // `status`, and the daemon hears the next one at once.
+    rt.block_on(async {
+        js.publish(
+            mesh_bus::subjects::MERGES,
+            b"\x00not a merge".to_vec().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    });
+    wait_for(
+        "the unreadable announcement in status",
+        Duration::from_secs(60),
+        || {
+            let text = bed.run(&["status"]);
+            let text = String::from_utf8_lossy(&text.stdout).into_owned();
+            if text.contains("an unreadable merge announcement (sequence ")
+                && text.contains(r#"12 bytes: "\x00not a merge")"#)
+            {
+                Ok(())
+            } else {
+                Err(text)
+            }
+        },
+    );
     rt.block_on(mesh_bus::jetstream::publish_merge(&js, "cat", "main", &v1))
         .unwrap();
     let overview = wait_for(
@@ -265,6 +293,9 @@ fn an_unreadable_report_is_its_nodes_problem_and_blinds_no_one() {
         node_of(&overview, "b")["unreadable"]["reason"].is_string(),
         "{overview}"
     );
+    let text = bed.run(&["status"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(!text.contains("unreadable merge announcement"), "{text}");
     let hello = std::fs::read_to_string(bed.root("bus").join("etc/mesh/hello")).unwrap();
     assert_eq!(hello, "v1 while b is unreadable\n");
 

@@ -257,7 +257,8 @@ impl MergeListener {
     ///
     /// # Errors
     /// [`NatsError::Consumer`] when the consumer cannot be read; [`NatsError::Decode`] for a
-    /// message that is not a merge announcement (it is acknowledged, so it does not come back).
+    /// message that is not a merge announcement, naming its sequence, size and first bytes
+    /// (it is acknowledged, so it does not come back: the next call hears the next one).
     pub async fn next(&mut self, wait: Duration) -> Result<Option<HeardMerge>, NatsError> {
         let deadline = tokio::time::Instant::now() + wait;
         let durable = self
@@ -302,7 +303,7 @@ impl MergeListener {
                 Ok(merge) => merge,
                 Err(error) => {
                     message.ack().await.map_err(consumer_error)?;
-                    return Err(error);
+                    return Err(unreadable(&message.payload, sequence, error));
                 }
             };
             let key = merge.message_id();
@@ -323,6 +324,32 @@ impl MergeListener {
                 message,
             }));
         }
+    }
+}
+
+/// How many of an unreadable announcement's first bytes its error shows (escaped).
+const HEAD_BYTES: usize = 48;
+
+/// The error of an announcement that does not read: whoever published it is named by where it
+/// is (its sequence), its size and its first bytes, escaped.
+fn unreadable(payload: &[u8], sequence: u64, error: NatsError) -> NatsError {
+    let why = match error {
+        NatsError::Decode { reason, .. } => reason,
+        other => other.to_string(),
+    };
+    NatsError::Decode {
+        subject: subjects::MERGES.to_owned(),
+        reason: format!(
+            "an unreadable merge announcement (sequence {sequence} of {EVENTS_STREAM}, {} bytes: \
+             \"{}\"{}): {why}",
+            payload.len(),
+            payload[..payload.len().min(HEAD_BYTES)].escape_ascii(),
+            if payload.len() > HEAD_BYTES {
+                "…"
+            } else {
+                ""
+            }
+        ),
     }
 }
 
