@@ -113,14 +113,17 @@ fn a_broken_catalogue_is_refused_with_every_problem_and_nothing_is_sent() {
 
 #[test]
 fn two_modules_publishing_one_host_port_on_a_node_are_refused_at_check_naming_both() {
-    // The example's media container publishes its port (8096 by default) on 127.0.0.1.
+    // The example's media container publishes its port on 127.0.0.1.
     let mesh = Mesh::example();
+    let port = mesh.media_port();
     let modules = mesh.home().join("catalogue/modules");
     std::fs::create_dir_all(modules.join("radio")).unwrap();
     std::fs::write(
         modules.join("radio/module.toml"),
-        "name = \"radio\"\n[containers.radio]\nimage = \"localhost/mesh-busybox:latest\"\n\
-         ports = [\"127.0.0.1:8096:80\"]\n",
+        format!(
+            "name = \"radio\"\n[containers.radio]\nimage = \"localhost/mesh-busybox:latest\"\n\
+             ports = [\"127.0.0.1:{port}:80\"]\n"
+        ),
     )
     .unwrap();
     let inventory = mesh.home().join("inventory.toml");
@@ -135,10 +138,10 @@ fn two_modules_publishing_one_host_port_on_a_node_are_refused_at_check_naming_bo
     let check = mesh.run(&["check"]);
     assert_eq!(check.code, 1, "{}", check.stdout);
     assert!(
-        check.stdout.contains(
+        check.stdout.contains(&format!(
             "inventory.toml: `nodes.home`: `media/container/media` and `radio/container/radio` \
-             both publish host port 127.0.0.1:8096/tcp"
-        ),
+             both publish host port 127.0.0.1:{port}/tcp"
+        )),
         "{}",
         check.stdout
     );

@@ -20,6 +20,7 @@ use std::process::Command;
 pub struct Mesh {
     dir: tempfile::TempDir,
     _podman: std::sync::MutexGuard<'static, ()>,
+    media_port: u16,
 }
 
 static PODMAN: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -64,10 +65,30 @@ impl Mesh {
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner()),
             dir: tempfile::tempdir().expect("a temporary directory"),
+            media_port: mesh_test_support::wait::free_port(),
         };
         let run = mesh.run(&["init", "--example"]);
         assert_eq!(run.code, 0, "init failed: {}", run.stderr);
+        // The example's media container publishes its port (8096 by default) on the host: each
+        // home's is one the system says is free, so no test binds a fixed port.
+        let module = mesh.home().join("catalogue/modules/media/module.toml");
+        let text = std::fs::read_to_string(&module).unwrap();
+        assert!(text.contains("\nport = 8096\n"), "{text}");
+        std::fs::write(
+            &module,
+            text.replace(
+                "\nport = 8096\n",
+                &format!("\nport = {}\n", mesh.media_port),
+            ),
+        )
+        .unwrap();
         mesh
+    }
+
+    /// The host port the example's media container publishes (its `port` setting's default
+    /// in this home): free when the home was made.
+    pub fn media_port(&self) -> u16 {
+        self.media_port
     }
 
     /// The home directory.
