@@ -36,7 +36,7 @@ pub use counts::{
 };
 pub use html::{age, escape, page, utc};
 pub use metrics::metrics;
-pub use pages::{Answer, PageQuery, Pages, Snapshot};
+pub use pages::{Answer, MergesWaitingSource, PageQuery, Pages, Snapshot};
 pub use server::{answer, bind, check_listen, route, serve, Bound, Listen, Mounted, Routes, Tls};
 
 #[cfg(test)]

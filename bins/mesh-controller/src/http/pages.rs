@@ -31,8 +31,23 @@ pub struct Snapshot {
 pub struct Pages {
     home: Home,
     silent_after_secs: u64,
+    /// Where the merges waiting on the daemon's consumer are read at each snapshot, as
+    /// `status` reads them (the bus); `None` from it, or no source, leaves the heartbeat's.
+    merges_waiting: Option<MergesWaitingSource>,
     /// The latencies of rollouts that finished (plan, module): they no longer change.
     finished: Mutex<HashMap<(String, String), SendTally>>,
+}
+
+/// Reads the merges waiting on the daemon's consumer now (`None`: they cannot be read).
+#[derive(Clone)]
+pub struct MergesWaitingSource(
+    pub std::sync::Arc<dyn Fn() -> Option<mesh_bus::jetstream::MergesWaiting> + Send + Sync>,
+);
+
+impl std::fmt::Debug for MergesWaitingSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MergesWaitingSource")
+    }
 }
 
 /// An answer to one request.
@@ -90,8 +105,16 @@ impl Pages {
         Pages {
             home,
             silent_after_secs,
+            merges_waiting: None,
             finished: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The pages reading the merges waiting from `source` at each snapshot, as `status` reads
+    /// them from the bus, so the two agree; the heartbeat's when the source has none.
+    pub fn with_merges_waiting(mut self, source: MergesWaitingSource) -> Pages {
+        self.merges_waiting = Some(source);
+        self
     }
 
     /// What the pages show at `now`: the overview `status` shows, the plan records (read
@@ -101,7 +124,13 @@ impl Pages {
     /// When the home cannot be read.
     pub fn snapshot(&self, now: u64) -> Result<Snapshot> {
         let plans = self.home.plans()?;
-        let overview = status::overview_of_plans(&self.home, &plans, now, self.silent_after_secs)?;
+        let mut overview =
+            status::overview_of_plans(&self.home, &plans, now, self.silent_after_secs)?;
+        if overview.daemon.is_some() {
+            if let Some(waiting) = self.merges_waiting.as_ref().and_then(|read| (read.0)()) {
+                crate::heartbeat::with_waiting(&mut overview, waiting, now);
+            }
+        }
         let sends = self.sends(&plans)?;
         Ok(Snapshot {
             now,

@@ -101,7 +101,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         };
     env.runtime.block_on(async {
         let hooks: std::sync::Arc<dyn http::Mounted> =
-            std::sync::Arc::new(hooks::Hooks::new(env.home.clone(), bus));
+            std::sync::Arc::new(hooks::Hooks::new(env.home.clone(), bus.clone()));
         // The pages share the home's records (dropped with it, after the runtime).
         let mut listeners = Vec::new();
         if let Some(addr) = args.http {
@@ -112,11 +112,14 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             };
             let bound = http::bind(&listen).await?;
             println!("serving the status page on {}", bound.url());
+            // The page reads the merges waiting from the bus as `status` does (the
+            // heartbeat's when the bus does not answer), so the two agree.
+            let mut pages = http::Pages::new(env.home.clone(), args.silent_after);
+            if let Ok(connected) = mesh_controller::credentials::connect(&env.home, &bus).await {
+                pages = pages.with_merges_waiting(merges_waiting_on(connected));
+            }
             let routes = http::Routes {
-                pages: Some(std::sync::Arc::new(http::Pages::new(
-                    env.home.clone(),
-                    args.silent_after,
-                ))),
+                pages: Some(std::sync::Arc::new(pages)),
                 mounted: Some(std::sync::Arc::clone(&hooks)),
             };
             listeners.push(tokio::spawn(http::serve(
@@ -158,4 +161,21 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         served
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The merges waiting on the daemon's consumer, read on `bus` when a page is asked for (from
+/// the blocking thread the page is made on), bounded as a page must be.
+fn merges_waiting_on(bus: mesh_bus::NatsBus) -> http::MergesWaitingSource {
+    let handle = tokio::runtime::Handle::current();
+    let js = bus.jetstream();
+    http::MergesWaitingSource(std::sync::Arc::new(move || {
+        handle.block_on(async {
+            let read =
+                mesh_bus::jetstream::merges_waiting(&js, mesh_controller::announce::MERGE_CONSUMER);
+            match tokio::time::timeout(std::time::Duration::from_secs(2), read).await {
+                Ok(Ok(waiting)) => Some(waiting),
+                Ok(Err(_)) | Err(_) => None,
+            }
+        })
+    }))
 }
