@@ -73,6 +73,10 @@ pub struct LastReadable {
     pub heard_at: u64,
     /// The report.
     pub report: Report,
+    /// The last of the source's reports of the node looked at when it was kept (its sequence
+    /// in the reports stream): the next look starts after it.
+    #[serde(default)]
+    pub through_sequence: u64,
 }
 
 impl std::fmt::Display for UnreadableReport {

@@ -123,11 +123,12 @@ impl crate::home::ReportSource for StreamReports {
         }
     }
 
-    fn history(&self, node: &str) -> Result<Vec<(Vec<u8>, u64)>> {
+    fn history(&self, node: &str, after: u64) -> Result<Vec<(Vec<u8>, u64, u64)>> {
         self.0
             .messages(
                 mesh_bus::subjects::REPORTS_STREAM,
                 &mesh_bus::subjects::report(node),
+                after + 1,
                 Self::HISTORY,
             )
             .map_err(bus_error(|| {

@@ -384,10 +384,10 @@ impl KvRecords {
         )
     }
 
-    /// Every message `stream` holds on `subject`, oldest first, at most `limit`, each with when
-    /// the server stored it (seconds since the epoch): one request per message (a stream that
-    /// keeps a few per subject, as the reports stream does). A blocking call, like the
-    /// records'.
+    /// The messages `stream` holds on `subject` from its sequence `from` on, oldest first, at
+    /// most `limit`, each with when the server stored it (seconds since the epoch) and its
+    /// sequence: one request per message (a stream that keeps a few per subject, as the reports
+    /// stream does). A blocking call, like the records'.
     ///
     /// # Errors
     /// [`NatsError::Stream`] when the stream cannot be opened or read.
@@ -395,8 +395,9 @@ impl KvRecords {
         &self,
         stream: &str,
         subject: &str,
+        from: u64,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, u64)>, NatsError> {
+    ) -> Result<Vec<(Vec<u8>, u64, u64)>, NatsError> {
         let js = self.js.clone();
         let (name, subject) = (stream.to_owned(), subject.to_owned());
         call(
@@ -412,7 +413,7 @@ impl KvRecords {
                     Err(error) => return Err(failed(&name, error.into())),
                 };
                 let mut messages = Vec::new();
-                let mut from = 1;
+                let mut from = from.max(1);
                 while messages.len() < limit {
                     let next = stream
                         .raw_message_builder()
@@ -426,6 +427,7 @@ impl KvRecords {
                             messages.push((
                                 message.payload.to_vec(),
                                 u64::try_from(message.time.unix_timestamp()).unwrap_or(0),
+                                message.sequence,
                             ));
                         }
                         Err(error) => match error.kind() {

@@ -3,7 +3,7 @@
 //! [`crate::heard`], so a report that cannot be read is its node's problem.
 
 use super::Home;
-use crate::error::{bad_record, Result};
+use crate::error::Result;
 use crate::heard::{self, Heard, LastReadable, LAST_READABLE_FORMAT};
 use mesh_model::report::Report;
 
@@ -18,13 +18,13 @@ pub trait ReportSource: Send + Sync + std::fmt::Debug {
     /// The source cannot be read.
     fn latest(&self, node: &str) -> Result<Option<(Vec<u8>, u64)>>;
 
-    /// Every report of `node` the source still holds as it was published, oldest first, with
-    /// when each was stored — read only when the latest is unreadable, to find the last that
-    /// reads. By default none.
+    /// The reports of `node` the source still holds after its sequence `after`, oldest first,
+    /// each as it was published with when it was stored and its sequence — read only when the
+    /// latest is unreadable, to find the last that reads. By default none.
     ///
     /// # Errors
     /// The source cannot be read.
-    fn history(&self, _node: &str) -> Result<Vec<(Vec<u8>, u64)>> {
+    fn history(&self, _node: &str, _after: u64) -> Result<Vec<(Vec<u8>, u64, u64)>> {
         Ok(Vec::new())
     }
 }
@@ -102,45 +102,45 @@ impl Home {
     }
 
     /// `node`'s last readable report, while its latest is not: the newest that reads among
-    /// those `source` still holds, remembered in the record [`heard::last_readable_key`] (so
-    /// it is kept after the source let it go: a node publishing garbage faster than the
-    /// stream keeps reports); else the one remembered.
+    /// those `source` holds, remembered in the record [`heard::last_readable_key`] (so it is
+    /// kept after the source let it go: a node publishing garbage faster than the stream keeps
+    /// reports). Each look reads only what the source holds past the last one it read, so a
+    /// node publishing garbage costs a status a few reads, not the stream's whole history.
     ///
     /// # Errors
-    /// The source or the record cannot be read, or the record written.
+    /// The source cannot be read, or the record written.
     fn last_readable(&self, source: &dyn ReportSource, node: &str) -> Result<Option<LastReadable>> {
         let key = heard::last_readable_key(node);
-        let remembered = match self.get(&key)? {
-            Some(bytes) => Some(serde_json::from_slice::<LastReadable>(&bytes).map_err(
-                bad_record(self.records.locate(&key), "a node's last readable report"),
-            )?),
-            None => None,
+        // A record that does not read is a cache of the stream's: looked for again whole.
+        let remembered = self
+            .get(&key)?
+            .and_then(|bytes| serde_json::from_slice::<LastReadable>(&bytes).ok());
+        let after = remembered.as_ref().map_or(0, |kept| kept.through_sequence);
+        let history = source.history(node, after)?;
+        let Some(through) = history.last().map(|(_, _, sequence)| *sequence) else {
+            return Ok(remembered);
         };
-        let found = source
-            .history(node)?
-            .into_iter()
-            .rev()
-            .find_map(
-                |(bytes, at)| match heard::judge(node, &bytes, at, self.report_limit) {
-                    Heard::Read { report, heard_at } => Some(LastReadable {
-                        format: LAST_READABLE_FORMAT,
-                        heard_at,
-                        report,
-                    }),
-                    Heard::Unreadable(_) => None,
-                },
-            );
-        match found {
-            Some(found)
-                if remembered
-                    .as_ref()
-                    .is_none_or(|kept| kept.heard_at < found.heard_at) =>
-            {
-                self.put_json(&key, &found)?;
-                Ok(Some(found))
+        let found = history.into_iter().rev().find_map(|(bytes, at, _)| {
+            match heard::judge(node, &bytes, at, self.report_limit) {
+                Heard::Read { report, heard_at } => Some((report, heard_at)),
+                Heard::Unreadable(_) => None,
             }
-            Some(_) | None => Ok(remembered),
-        }
+        });
+        let kept = match (found, remembered) {
+            (Some((report, heard_at)), _) => LastReadable {
+                format: LAST_READABLE_FORMAT,
+                heard_at,
+                report,
+                through_sequence: through,
+            },
+            (None, Some(kept)) => LastReadable {
+                through_sequence: through,
+                ..kept
+            },
+            (None, None) => return Ok(None),
+        };
+        self.put_json(&key, &kept)?;
+        Ok(Some(kept))
     }
 
     /// Whether the latest reports are the bus's stream, which every report reaches without
