@@ -125,18 +125,36 @@ impl Examiner {
                         &accounts,
                         &mut say,
                     );
-                    let Some(declared) = declared.content_digest(resource) else {
-                        continue;
+                    // A file rendered from a secret is compared with what this host last
+                    // wrote there, and its drift said without its content or its digest (the
+                    // rule “A secret is readable only where it is used”).
+                    let (declared, shown) = match (declared.content_digest(resource), &spec.sealed)
+                    {
+                        (Some(declared), _) => (declared.into_owned(), None),
+                        (None, Some(pieces)) => match self.cache.left_by_the_mesh(&spec.path) {
+                            Some(left) => (
+                                left.to_owned(),
+                                Some(mesh_model::secret::describe_sealed(pieces)),
+                            ),
+                            None => continue,
+                        },
+                        (None, None) => continue,
                     };
                     if !full && self.cache.known_digest(&spec.path, &meta) == Some(&*declared) {
                         continue;
                     }
-                    match self.digest_of(&spec.path, &resolved.full, &meta, full, now) {
-                        Ok(found) if found == *declared => {}
-                        Ok(found) => say("content", declared.into_owned(), found),
-                        Err(error) => say(
+                    let found = self.digest_of(&spec.path, &resolved.full, &meta, full, now);
+                    match (found, shown) {
+                        (Ok(found), _) if found == declared => {}
+                        (Ok(_), Some(shown)) => say(
                             "content",
-                            declared.into_owned(),
+                            shown,
+                            "other content (not shown: the file holds a secret)".into(),
+                        ),
+                        (Ok(found), None) => say("content", declared, found),
+                        (Err(error), shown) => say(
+                            "content",
+                            shown.unwrap_or(declared),
                             format!("unreadable: {error}"),
                         ),
                     }

@@ -12,135 +12,11 @@ mod support;
 use mesh_model::declaration::{Declaration, FileSpec, Spec};
 use mesh_model::report::{MachineState, Outcome, Report};
 use mesh_model::secret::{SealedPiece, SecretValue};
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
-use support::fleet::{host_binary, runtime, write, Bed};
-use support::{git, Mesh};
-
-const DB_MODULE: &str = r#"name = "db"
-
-[settings]
-user = "app"
-password = ""
-
-[files.creds]
-source = "creds"
-path = "/etc/db/creds"
-mode = "0600"
-template = true
-"#;
-
-const VAULT_MODULE: &str = r#"name = "vault"
-
-[files.token]
-source = "token"
-path = "/etc/vault/token"
-mode = "0640"
-secret = true
-"#;
-
-/// A value no fixture holds.
-fn unique(what: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{what}-{}-{nanos}", std::process::id())
-}
-
-fn holds(bytes: &[u8], needle: &[u8]) -> bool {
-    bytes.windows(needle.len()).any(|w| w == needle)
-}
-
-/// Every file under `dir` whose bytes hold `needle`.
-fn files_holding(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
-    Mesh::snapshot_tree(dir)
-        .into_iter()
-        .filter(|(_, bytes)| holds(bytes, needle))
-        .map(|(path, _)| path)
-        .collect()
-}
-
-/// The virtual environment `scripts/test` makes, with nats-py in it: the test fails, never
-/// skips, without it.
-fn python() -> PathBuf {
-    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/nats-venv/bin/python");
-    let check = Command::new(&python)
-        .args(["-c", "import nats, nkeys"])
-        .output();
-    assert!(
-        check.as_ref().is_ok_and(|out| out.status.success()),
-        "nats-py is not installed in {} (scripts/test installs it: `{} -m pip install \
-         'nats-py[nkeys]'`): {check:?}",
-        python.display(),
-        python.display()
-    );
-    python
-}
-
-/// Every message of `streams`, read with nats-py as the controller's user: per stream, the
-/// whole stream's bytes and each message's payload.
-fn read_streams(bed: &Bed, out: &Path, streams: &[&str]) -> Vec<(String, Vec<u8>, Vec<Vec<u8>>)> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/read_streams.py");
-    let run = Command::new(python())
-        .arg(script)
-        .arg(&bed.url)
-        .arg(&bed.pki.ca_file)
-        .arg(bed.controller_seed_file())
-        .arg(out)
-        .args(streams)
-        .output()
-        .unwrap();
-    assert!(run.status.success(), "nats-py: {run:?}");
-    streams
-        .iter()
-        .map(|stream| {
-            let whole = std::fs::read(out.join(stream)).unwrap();
-            let mut messages: Vec<(u64, Vec<u8>)> =
-                std::fs::read_dir(out.join(format!("{stream}.d")))
-                    .map(|entries| {
-                        entries
-                            .map(|e| e.unwrap().path())
-                            .map(|p| {
-                                let seq = p.file_name().unwrap().to_str().unwrap().parse().unwrap();
-                                (seq, std::fs::read(p).unwrap())
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-            messages.sort();
-            let payloads = messages.into_iter().map(|(_, bytes)| bytes).collect();
-            ((*stream).to_owned(), whole, payloads)
-        })
-        .collect()
-}
-
-/// `mesh-host keygen` in `node`'s state directory: its NKey and its age key.
-fn keys_of(bed: &Bed, node: &str) -> (String, String) {
-    let out = Command::new(host_binary())
-        .arg("--state-dir")
-        .arg(bed.state_dir(node))
-        .args(["--output", "json", "keygen"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    (
-        made["public_key"].as_str().unwrap().to_owned(),
-        made["age_key"].as_str().unwrap().to_owned(),
-    )
-}
-
-fn enroll_age_key(bed: &Bed, node: &str) {
-    let (nkey, age) = keys_of(bed, node);
-    bed.expect(&["node", "enroll", node, &nkey, "--age-key", &age], 0);
-}
-
-fn identity(bed: &Bed, node: &str) -> mesh_secrets::Identity {
-    mesh_secrets::Identity::load(&bed.state_dir(node).join("bus/age.key")).unwrap()
-}
+use support::fleet::{runtime, write, Bed};
+use support::git;
+use support::secrets::*;
 
 /// The secret `key` of the file `resource` of `declaration`.
 fn secret_of(declaration: &Declaration, resource: &str) -> SecretValue {
@@ -260,20 +136,7 @@ fn a_secret_rolled_out_over_the_bus_is_in_clear_only_in_its_applied_files() {
     );
 
     let password = unique("password-in-clear");
-    let mut set = bed
-        .command(&["settings", "set-secret", "db", "password"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    set.stdin
-        .take()
-        .unwrap()
-        .write_all(password.as_bytes())
-        .unwrap();
-    let set = set.wait_with_output().unwrap();
-    assert!(set.status.success(), "{set:?}");
+    set_secret(&bed, "db", "password", &password);
 
     // b has no age key: refused by name, node and module, and sent nothing.
     let refused = bed.run(&["push", "b", "--timeout", "60"]);

@@ -176,6 +176,12 @@ fn the_examples_tls_key_is_encrypted_by_init_and_written_by_its_host_alone() {
     assert_eq!(push.code, 0, "{}{}", push.stdout, push.stderr);
     let applied = mesh.root("control").join("etc/mesh/tls/server.key");
     assert_eq!(std::fs::read(&applied).unwrap(), value);
+    // What was sent is recorded by the digest its host reports it by.
+    let status = mesh.expect(&["status"], 0);
+    assert!(
+        status.contains("control (bus): converged") && !status.contains("not of the last send"),
+        "{status}"
+    );
     assert_eq!(
         files_holding(mesh.home(), &value),
         vec![applied.display().to_string()]

@@ -150,3 +150,94 @@ async fn a_host_without_an_age_key_says_how_to_make_one() {
     );
     assert!(!config.root.join("etc/creds").exists());
 }
+
+/// Every file under `dir` whose bytes hold `needle`.
+fn files_holding(dir: &Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if std::fs::read(&path)
+                .unwrap_or_default()
+                .windows(needle.len())
+                .any(|w| w == needle)
+            {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn drift_of_a_file_rendered_from_a_secret_is_said_without_its_content_and_never_kept() {
+    let mesh = mesh_secrets::MeshKey::generate();
+    let dir = tempfile::tempdir().unwrap();
+    let config = host(dir.path());
+    let (key, _) = mesh_host::sealed::age_keygen(&config.state_dir).unwrap();
+    let secret = mesh
+        .reseal(&mesh.seal(&[], VALUE.as_bytes()).unwrap(), &key)
+        .unwrap();
+    let digest = secret.digest.clone();
+    let declaration = declaration(secret);
+    let report = apply(&config, &declaration).await;
+    assert_eq!(report.resources["db/file/creds"].word(), "applied");
+    let creds = config.root.join("etc/creds");
+
+    // Unchanged: no drift.
+    let mut examiner = mesh_apply::drift::Examiner::open(&config.state_dir);
+    let none = examiner.examine(
+        &config,
+        &declaration,
+        &report,
+        &mesh_apply::NoContainerRuntime,
+        2000,
+        true,
+    );
+    assert_eq!(none, Vec::new());
+
+    // Changed by hand: said, by the secret's keyed digest, with neither what was there nor
+    // what is there now, nor a digest of either.
+    let edit = "app:typed-by-hand\n";
+    std::fs::write(&creds, edit).unwrap();
+    let drift = examiner.examine(
+        &config,
+        &declaration,
+        &report,
+        &mesh_apply::NoContainerRuntime,
+        2001,
+        true,
+    );
+    assert_eq!(drift.len(), 1, "{drift:?}");
+    assert_eq!(drift[0].resource, "db/file/creds");
+    assert_eq!(drift[0].field, "content");
+    let said = serde_json::to_string(&drift).unwrap();
+    assert!(said.contains(&format!("<secret {digest}>")), "{said}");
+    assert!(said.contains("not shown"), "{said}");
+    for hidden in [
+        VALUE.to_owned(),
+        "typed-by-hand".to_owned(),
+        mesh_model::sha256_digest(format!("app:{VALUE}\n").as_bytes()),
+        mesh_model::sha256_digest(edit.as_bytes()),
+    ] {
+        assert!(!said.contains(&hidden), "{said}");
+    }
+
+    // Put right at the next apply, and the hand edit kept nowhere: no filebucket.
+    let report = apply(&config, &declaration).await;
+    assert_eq!(report.resources["db/file/creds"].word(), "applied");
+    assert_eq!(
+        std::fs::read_to_string(&creds).unwrap(),
+        format!("app:{VALUE}\n")
+    );
+    assert_eq!(
+        files_holding(dir.path(), b"typed-by-hand"),
+        Vec::<std::path::PathBuf>::new()
+    );
+    assert_eq!(files_holding(dir.path(), VALUE.as_bytes()), vec![creds]);
+    let report_text = serde_json::to_string(&report).unwrap();
+    assert!(!report_text.contains("typed-by-hand") && !report_text.contains(VALUE));
+}

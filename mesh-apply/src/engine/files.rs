@@ -146,7 +146,7 @@ impl<'a> Engine<'a, '_> {
         let Some(stamp) = self.stamps.stamp(&spec.path) else {
             return Ok(None);
         };
-        let Some(declared) = self.sent.content_digest(resource) else {
+        let Some(declared) = self.stamp_digest(resource, spec) else {
             return Ok(None);
         };
         let Resolved {
@@ -175,8 +175,31 @@ impl<'a> Engine<'a, '_> {
         if changed.iter().any(|c| c == "content") {
             return;
         }
-        if let Some(declared) = self.sent.content_digest(resource) {
+        if let Some(declared) = self.stamp_digest(resource, spec) {
             self.stamps.record(&spec.path, meta, &declared, self.now);
+        }
+    }
+
+    /// The digest a file's stamp keeps: of its declared content, or — for a file rendered
+    /// from a secret, which declares no content — of what this host rendered. That one stays
+    /// in the state directory of the machine that holds the value anyway, and is never
+    /// reported: drift of such a file is said without it ([`crate::drift`]).
+    fn stamp_digest(
+        &self,
+        resource: &Resource,
+        spec: &FileSpec,
+    ) -> Option<std::borrow::Cow<'a, str>> {
+        let (sent, contents): (
+            &'a dyn mesh_model::declaration::Declared,
+            &'a ArchivedContents,
+        ) = (self.sent, self.contents);
+        match sent.content_digest(resource) {
+            Some(declared) => Some(declared),
+            None if spec.sealed.is_some() => contents
+                .read
+                .get(&resource.id)
+                .map(|text| crate::stamps::digest_of_bytes(text.as_bytes()).into()),
+            None => None,
         }
     }
 
@@ -184,7 +207,7 @@ impl<'a> Engine<'a, '_> {
     fn note_written(&mut self, resource: &Resource, spec: &FileSpec, full: &std::path::Path) {
         match (
             fs::symlink_metadata(full),
-            self.sent.content_digest(resource),
+            self.stamp_digest(resource, spec),
         ) {
             (Ok(meta), Some(declared)) if meta.is_file() => {
                 self.stamps.record(&spec.path, &meta, &declared, self.now);

@@ -720,14 +720,18 @@ impl Home {
             .map_err(bad_record(self.records.locate(&key), "a declaration"))
     }
 
-    /// Keeps `declaration` once by its digest: the key is the content's digest, so writing it
-    /// again writes the same bytes.
+    /// Keeps `declaration` once by its digest ([`Declaration::digest`], what its host reports
+    /// it by): the key is the content's digest, so writing it again writes the same bytes — but
+    /// for its secrets' ciphertexts, which count by their keyed digests (sealed again to other
+    /// operators' keys, the same declaration).
     ///
     /// # Errors
     /// The records cannot be written.
     pub fn keep_declaration(&self, declaration: &Declaration) -> Result<String> {
         let bytes = declaration.canonical_json();
-        let digest = mesh_model::sha256_digest(&bytes);
+        // The digest its host reports it by: of its bytes, except that a secret counts by its
+        // keyed digest (whichever key its ciphertext is sealed to).
+        let digest = declaration.digest();
         self.put(&declaration_key(&digest), &bytes)?;
         Ok(digest)
     }
@@ -758,7 +762,7 @@ impl Home {
         let mut named = Vec::with_capacity(declarations.len());
         for declaration in declarations {
             let bytes = declaration.canonical_json();
-            let digest = mesh_model::sha256_digest(&bytes);
+            let digest = declaration.digest();
             named.push((
                 format!("sent/{}.json", declaration.node),
                 serde_json::to_vec_pretty(&SentRecord {

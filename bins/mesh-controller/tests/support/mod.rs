@@ -4,6 +4,7 @@
 
 pub mod daemon;
 pub mod fleet;
+pub mod secrets;
 pub use mesh_test_support::pki;
 pub use mesh_test_support::wait::wait_for;
 pub mod simulated;
