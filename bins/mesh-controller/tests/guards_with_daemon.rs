@@ -6,6 +6,9 @@
 //!   node while the others go on; the plan rests open, `status` names the hold, and `merge
 //!   --move MODULE` sends it (the in-process scenario of `executor.rs`).
 //! - `upgrade = "together"`: every node is sent at once, none first (`merges.rs`'s).
+//! - "An orphaned setting is a removal": a merge whose version no longer accepts a key a node's
+//!   layer sets holds that node, naming it; once `settings rename` maps the key, the daemon
+//!   sends it by itself (the in-process scenario of `orphaned_settings.rs`).
 //!
 //! A newer merge taking over an older plan over the bus with the daemon is `takeover.rs`'s.
 //! Needs podman configured as `scripts/podman-env.sh` does; fails, never skips, without it.
@@ -243,4 +246,109 @@ fn a_together_module_is_sent_to_every_node_at_once_by_the_daemon() {
             "{node}"
         );
     }
+}
+
+/// `web` with its port setting named `key` (default 8080), rendered into its config.
+fn web_files(key: &str) -> [(String, String); 2] {
+    [
+        (
+            "modules/web/module.toml".to_owned(),
+            format!(
+                "name = \"web\"\n\n[settings]\n{key} = 8080\n\n[files.conf]\nsource = \
+                 \"files/web.conf\"\npath = \"/etc/web.conf\"\ntemplate = true\n"
+            ),
+        ),
+        (
+            "modules/web/files/web.conf".to_owned(),
+            format!("listen {{{{{key}}}}}\n"),
+        ),
+    ]
+}
+
+#[test]
+fn a_merge_orphaning_a_setting_is_held_by_the_daemon_until_the_setting_is_renamed() {
+    // "An orphaned setting is a removal", over the bus with the daemon as `orphaned_settings.rs`
+    // has it in process: `a`'s layer sets `port`, the next commit renames it `http-port`.
+    let mut bed = Bed::new(&["a"]);
+    bed.put_inventory(
+        "bus-node = \"bus\"\n\n[nodes.bus]\n[nodes.a]\n\n[assignments]\nweb = [\"bus\", \"a\"]\n",
+    );
+    for node in ["bus", "a"] {
+        bed.start_host(node);
+    }
+    let repo = Repo::new();
+    let write = |files: [(String, String); 2]| {
+        let files: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(p, t)| (p.as_str(), t.as_str()))
+            .collect();
+        repo.write(&files);
+    };
+    write(web_files("port"));
+    let first = repo.commit("web on 8080");
+    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    let (_daemon, _) = start_serve(&bed, &[], |_| true);
+    let rt = support::fleet::runtime();
+    let bus = bed.controller_bus(&rt);
+    support::fleet::wait_for_merge_consumer(&rt, &bus);
+    announce(&bed);
+    wait_for_plan_done(&bed, &first);
+    bed.expect(
+        &["settings", "set", "web", "--node", "a", r#"{"port": 9090}"#],
+        0,
+    );
+    bed.expect(&["push", "a", "--timeout", "60"], 0);
+    let conf = |node: &str| std::fs::read_to_string(bed.root(node).join("etc/web.conf")).unwrap();
+    assert_eq!(conf("a"), "listen 9090\n");
+
+    // The daemon holds `a`, naming module, layer, key and value; `bus` goes on.
+    write(web_files("http-port"));
+    let renamed = repo.commit("the port setting is http-port");
+    announce(&bed);
+    let (code, status) = support::wait_for(
+        "the daemon to hold `a` for its orphaned setting",
+        std::time::Duration::from_secs(120),
+        || {
+            let out = bed.run(&["status", "--output", "json"]);
+            let status = json(&String::from_utf8_lossy(&out.stdout));
+            match status["held"].as_array() {
+                Some(held) if !held.is_empty() => Ok((out.status.code(), status)),
+                _ => Err(format!("{status:#}")),
+            }
+        },
+    );
+    assert_eq!(code, Some(3), "a hold needs a person: {status:#}");
+    let held = &status["held"][0];
+    assert_eq!(
+        (&held["plan"], &held["node"]),
+        (&Value::from("plan-2"), &Value::from("a")),
+        "{status:#}"
+    );
+    let orphan = &held["orphans"][0];
+    assert_eq!(
+        (
+            &orphan["module"],
+            &orphan["layer"]["node"],
+            &orphan["key"],
+            &orphan["value"]
+        ),
+        (
+            &Value::from("web"),
+            &Value::from("a"),
+            &Value::from("port"),
+            &Value::from(9090)
+        ),
+        "{status:#}"
+    );
+    assert_eq!(conf("bus"), "listen 8080\n", "`bus` went on");
+    assert_eq!(conf("a"), "listen 9090\n", "`a` was sent nothing");
+    assert_eq!(plan(&bed, "plan-2")["state"]["state"], "rolling-out");
+
+    // Renamed, the daemon drives the plan again by itself (no merge, no command) and sends
+    // `a`, which keeps its port.
+    bed.expect(&["settings", "rename", "web", "port", "http-port"], 0);
+    wait_for_plan_done(&bed, &renamed);
+    assert_eq!(conf("a"), "listen 9090\n");
+    let status = json(&bed.expect(&["status", "--output", "json"], 0));
+    assert_eq!(status["held"], serde_json::json!([]), "{status:#}");
 }

@@ -11,7 +11,9 @@
 //!   and branch are driven oldest first.
 //! - A drive's task holds the runtime's plans lock while it runs ([`Runtime::hold_plans`]).
 //! - A plan whose drive ended and is still open (held for a move, waiting on a module not
-//!   built) rests until the next merge: it is not driven again in a loop.
+//!   built) rests until the next merge: it is not driven again in a loop. One held for
+//!   orphaned settings is driven again once the layers no longer set them (looked at every
+//!   [`HOLDS_LOOKED_AT`]), with no merge and no command.
 //! - A plan whose drive failed is driven again once its backoff has passed
 //!   ([`Drives::retry_at`]), not before, merge or not.
 
@@ -19,6 +21,10 @@ use crate::plans::PlanRecord;
 use crate::runtime::{DriveMode, Runtime};
 use std::collections::{BTreeMap, BTreeSet};
 use tokio::sync::mpsc;
+
+/// How often the plans resting open are looked at for a hold on orphaned settings the layers
+/// have ended ([`crate::plans::holds::orphan_hold_ended`]).
+pub const HOLDS_LOOKED_AT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A plan driven now.
 struct Driving {
@@ -46,6 +52,8 @@ pub struct Drives {
     ended_rx: mpsc::UnboundedReceiver<String>,
     /// Set when the open plans may have changed: the next [`Drives::start_due`] reads them.
     dirty: bool,
+    /// When the resting plans' holds are next looked at.
+    holds_at: tokio::time::Instant,
 }
 
 impl Drives {
@@ -60,6 +68,7 @@ impl Drives {
             ended_tx,
             ended_rx,
             dirty: true,
+            holds_at: tokio::time::Instant::now(),
         }
     }
 
@@ -90,6 +99,19 @@ impl Drives {
         self.retries.retain(|_, at| *at > now);
         if self.retries.len() < due_before {
             self.dirty = true;
+        }
+        if !self.rested.is_empty() && now >= self.holds_at {
+            self.holds_at = now + HOLDS_LOOKED_AT;
+            let home = runtime.mesh().home();
+            for record in runtime.open_plans()? {
+                if self.rested.contains(&record.plan.id)
+                    && crate::plans::holds::orphan_hold_ended(home, &record)?
+                {
+                    tracing::info!(plan = %record.plan.id, "a hold on orphaned settings ended");
+                    self.rested.remove(&record.plan.id);
+                    self.dirty = true;
+                }
+            }
         }
         if !self.dirty || self.running.len() >= self.max {
             return Ok(());

@@ -22,6 +22,7 @@
 //! - A plan that is not open (done, stopped, superseded, closed) is never driven again.
 
 pub mod build;
+pub mod holds;
 mod lock;
 pub mod merge;
 mod v1;

@@ -1,0 +1,52 @@
+//! A rollout held for orphaned settings whose hold the layers have ended since (the rule "An
+//! orphaned setting is a removal": once `settings rename` or `settings set … --replace` leaves
+//! none, the node goes on by itself). The daemon asks this of each plan resting open, so it
+//! drives it again with no merge and no command.
+
+use super::PlanRecord;
+use crate::error::Result;
+use crate::home::Home;
+use mesh_model::inventory::Layers;
+use mesh_plan::rollout::NodeProgress;
+
+/// Whether the layers still set `orphan`'s key to the value it was held for.
+fn still_set(orphan: &mesh_plan::Orphan, layers: &Layers) -> bool {
+    layers
+        .get(&orphan.module, &orphan.layer)
+        .and_then(|layer| {
+            orphan
+                .key
+                .split('.')
+                .try_fold(layer, |value, key| value.get(key))
+        })
+        .is_some_and(|value| *value == orphan.value)
+}
+
+/// Whether a node of `record`'s rollouts is held for orphaned settings none of which its
+/// layers still set as they were.
+///
+/// # Errors
+/// The inventory or a rollout's nodes cannot be read.
+pub fn orphan_hold_ended(home: &Home, record: &PlanRecord) -> Result<bool> {
+    let held: Vec<&String> = record
+        .plan
+        .rollouts
+        .iter()
+        .filter(|(_, rollout)| rollout.held > 0)
+        .map(|(module, _)| module)
+        .collect();
+    if held.is_empty() {
+        return Ok(false);
+    }
+    let layers = home.inventory()?.layers;
+    for module in held {
+        for node in home.rollout_nodes(&record.plan.id, module)? {
+            if let NodeProgress::Held { orphans, .. } = &node.progress {
+                if !orphans.is_empty() && !orphans.iter().any(|o| still_set(o, &layers)) {
+                    return Ok(true);
+                }
+            }
+        }
+    }
+    Ok(false)
+}
