@@ -21,6 +21,11 @@
 //! not finished by then is reported as "more than", and the run ends there), `MESH_BENCH_TMP`
 //! (where the home is made; default `/dev/shm`).
 //!
+//! Then, at each size of `MESH_BENCH_TAKEOVER` (default `1000`; empty: none), a takeover:
+//! the daemon (`mesh_controller::daemon::serve`, in this process) plans merge A while its
+//! first machine never answers, merge B is announced, and the time from B's announcement to
+//! plan A's record saying it is superseded is printed (target ≤ 2 s).
+//!
 //! Printed, for each size: the merge's time; the longest time from a module's first machine's
 //! report being heard to its rollout to all complete (target: within two heartbeats); the
 //! controller's peak memory (VmHWM) and CPU time per host; the largest record in the bucket
@@ -59,6 +64,7 @@ fn main() {
     let sizes: Vec<usize> = std::env::var("MESH_BENCH_HOSTS")
         .unwrap_or_else(|_| "1000,10000".to_owned())
         .split(',')
+        .filter(|n| !n.trim().is_empty())
         .map(|n| {
             n.trim()
                 .parse()
@@ -134,6 +140,34 @@ fn main() {
                 "  time {small} -> {large} hosts: {ratio:.2}x (target <= {target:.1}x: {})",
                 if ratio <= target { "met" } else { "NOT met" }
             );
+        }
+    }
+    let takeovers: Vec<usize> = std::env::var("MESH_BENCH_TAKEOVER")
+        .unwrap_or_else(|_| "1000".to_owned())
+        .split(',')
+        .filter(|n| !n.trim().is_empty())
+        .map(|n| n.trim().parse().expect("MESH_BENCH_TAKEOVER: numbers"))
+        .collect();
+    for hosts in takeovers {
+        let server = match NatsServer::start() {
+            Ok(server) => BenchBus::Single(server),
+            Err(error) => {
+                println!("  takeover at {hosts} hosts: nats-server: {error}");
+                break;
+            }
+        };
+        match takeover(&server, hosts) {
+            Ok(took) => println!(
+                "  takeover at {hosts} hosts: merge B announced -> plan A superseded by the \
+                 daemon: {:.2} s (target <= 2 s: {})",
+                took.as_secs_f64(),
+                if took <= Duration::from_secs(2) {
+                    "met"
+                } else {
+                    "NOT met"
+                }
+            ),
+            Err(why) => println!("  takeover at {hosts} hosts: {why}"),
         }
     }
     // A merge left running past its budget is not waited for.
@@ -350,6 +384,152 @@ fn run(
         Ok(_) => Ok((measured.took, to_all.map(|(_, _, mean)| mean))),
         Err(_) => Err("the merge failed".to_owned()),
     }
+}
+
+/// A newer merge taking over at `hosts` hosts: `mesh-controller serve` (the library's daemon,
+/// in this process) plans merge A of the ten modules, whose first machine never answers; merge
+/// B changing one module is announced, and the time from its announcement to plan A's record
+/// on the bus saying it is superseded is returned.
+fn takeover(server: &BenchBus, hosts: usize) -> Result<Duration, String> {
+    let url = server.url();
+    let dir = tempfile::Builder::new()
+        .prefix("mesh-bench-takeover-")
+        .tempdir_in(scratch())
+        .unwrap();
+    let (home, bus) = fleet_home(dir.path(), server, hosts);
+    let password_file = dir.path().join("home/bus/passwords/controller");
+    // `n00000`, first by name, never answers: plan A waits on it.
+    let first = "n00000";
+    let mut simulator = Command::new(std::env::current_exe().unwrap())
+        .env("MESH_BENCH_ROLE", "hosts")
+        .env("MESH_BENCH_URL", &url)
+        .env("MESH_BENCH_PASSWORD_FILE", &password_file)
+        .env("MESH_BENCH_HOSTS", hosts.to_string())
+        .env("MESH_BENCH_SILENT", first)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufReader::new(simulator.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready.trim(), "ready", "the simulated hosts did not start");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let root = dir.path().to_owned();
+    let daemon = std::thread::spawn(move || {
+        let mesh = Mesh::open(
+            home.root(),
+            MeshOptions {
+                bus: Some(bus),
+                store: Some(mesh_store::store::default_store_spec(&root)),
+                ..MeshOptions::default()
+            },
+        )
+        .unwrap();
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        let runtime = Runtime::new(Arc::new(mesh), Arc::new(mesh_controller::Quiet));
+        tokio.block_on(mesh_controller::daemon::serve(
+            &runtime,
+            &mesh_controller::daemon::ServeOptions::default(),
+            async {
+                let _ = stopped.await;
+            },
+        ))
+    });
+    let password = std::fs::read_to_string(&password_file).unwrap();
+    let options = NatsOptions::for_controller(url.clone(), password.trim());
+    let records = mesh_bus::records::KvRecords::open(&options).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let js = rt.block_on(async { NatsBus::connect(&options).await.unwrap().jetstream() });
+    let wait = |what: &str, limit: Duration, done: &dyn Fn() -> bool| -> Result<(), String> {
+        let until = Instant::now() + limit;
+        while !done() {
+            if Instant::now() > until {
+                return Err(format!(
+                    "{what} did not happen within {} s",
+                    limit.as_secs()
+                ));
+            }
+            // Only paces the looks at a record on the bus (a millisecond's get each).
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    };
+    let consumer = || {
+        rt.block_on(async {
+            match js.get_stream(subjects::EVENTS_STREAM).await {
+                Ok(stream) => stream
+                    .consumer_info(mesh_controller::announce::MERGE_CONSUMER)
+                    .await
+                    .is_ok(),
+                Err(_) => false,
+            }
+        })
+    };
+    let announce = |commit: &str| {
+        rt.block_on(mesh_bus::jetstream::publish_merge(
+            &js, "cat", "main", commit,
+        ))
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+    };
+    use mesh_store::record_store::RecordStore as _;
+    let record = |key: &str| records.get(key).ok().flatten();
+    let repo = dir.path().join("repo");
+    let head = || {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args(["rev-parse", "HEAD"])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let measured = (|| {
+        wait(
+            "the daemon's merge consumer",
+            Duration::from_secs(60),
+            &consumer,
+        )?;
+        announce(&head())?;
+        wait(
+            "plan A's send to its first machine",
+            Duration::from_secs(600),
+            &|| record(&format!("sent/{first}.json")).is_some(),
+        )?;
+        let waiting = record("plans/plan-1.json")
+            .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+            .map(|plan| plan["plan"]["state"]["state"].clone());
+        if waiting != Some(serde_json::json!("rolling-out")) {
+            return Err(format!(
+                "plan A is {waiting:?}, not waiting on its first machine"
+            ));
+        }
+        write(&repo.join("modules/m00/files/one"), "m00 one v2\n");
+        git(&repo, &["commit", "-q", "-am", "m00: v2"]);
+        let b = head();
+        let announced = Instant::now();
+        announce(&b)?;
+        wait("plan A's supersede", Duration::from_secs(120), &|| {
+            record("plans/plan-1.json").is_some_and(|bytes| {
+                serde_json::from_slice::<serde_json::Value>(&bytes).is_ok_and(|plan| {
+                    plan["plan"]["state"]
+                        == serde_json::json!({"state": "superseded", "by": "plan-2"})
+                })
+            })
+        })?;
+        Ok(announced.elapsed())
+    })();
+    let _ = stop.send(());
+    let _ = daemon.join();
+    let _ = simulator.kill();
+    let _ = simulator.wait();
+    measured
 }
 
 /// Per module, from the first send after its first node's (so after that node's report was
@@ -569,11 +749,21 @@ fn hosts() {
                 }
             }
         };
+        // Hosts that never answer (a takeover's first machine, stopped).
+        let silent: BTreeSet<String> = std::env::var("MESH_BENCH_SILENT")
+            .unwrap_or_default()
+            .split(',')
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .collect();
         let heard = async {
             while let Some(message) = declarations.next().await {
                 let Ok(declaration) = Declaration::from_json(&message.payload) else {
                     continue;
                 };
+                if silent.contains(&declaration.node) {
+                    continue;
+                }
                 let report = serde_json::to_vec(&converged(&declaration)).unwrap();
                 bus.publish(&subjects::report(&declaration.node), report.clone())
                     .await
