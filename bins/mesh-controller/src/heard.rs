@@ -198,6 +198,32 @@ mod tests {
     }
 
     #[test]
+    fn the_last_readable_report_is_shown_as_such() {
+        let Heard::Read { report, .. } = judge("laptop", GOOD.as_bytes(), 7, MAX_REPORT_BYTES)
+        else {
+            panic!("not read");
+        };
+        let Heard::Unreadable(mut unreadable) = judge("laptop", b"x", 9, MAX_REPORT_BYTES) else {
+            panic!("read");
+        };
+        unreadable.last_readable = Some(LastReadable {
+            format: LAST_READABLE_FORMAT,
+            heard_at: 7,
+            report,
+            through_sequence: 3,
+        });
+        let shown = unreadable.to_string();
+        assert!(
+            shown.ends_with(&format!(
+                "(1 bytes: \"x\"); its last readable report, heard {}: converged on {}",
+                mesh_host::format_time(7),
+                mesh_host::short("sha256:00")
+            )),
+            "{shown}"
+        );
+    }
+
+    #[test]
     fn a_newer_minor_versions_unknown_field_is_read() {
         let newer = GOOD.replace("\"machine\"", "\"uptime\":{\"secs\":3},\"machine\"");
         assert!(matches!(
