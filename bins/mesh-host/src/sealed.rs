@@ -90,8 +90,20 @@ fn keys_of(pieces: &[SealedPiece]) -> String {
 }
 
 /// A template of secrets rendered, or why not (naming module and key, never a value).
+///
+/// The text is made in one allocation large enough for every piece (a value is no longer than
+/// its ciphertext), so no copy of a value is left behind by a reallocation; it is zeroized when
+/// the contents that hold it are let go (`ArchivedContents`' drop), or here when a later piece
+/// fails. Each opened value is zeroized as soon as it is copied.
 fn render(identity: &Identity, module: &str, pieces: &[SealedPiece]) -> Result<String, String> {
-    let mut text = String::new();
+    let room = pieces
+        .iter()
+        .map(|piece| match piece {
+            SealedPiece::Text(text) => text.len(),
+            SealedPiece::Secret { value, .. } => value.ciphertext.len(),
+        })
+        .sum();
+    let mut text = zeroize::Zeroizing::new(String::with_capacity(room));
     for piece in pieces {
         match piece {
             SealedPiece::Text(piece) => text.push_str(piece),
@@ -108,5 +120,6 @@ fn render(identity: &Identity, module: &str, pieces: &[SealedPiece]) -> Result<S
             }
         }
     }
-    Ok(text)
+    // Handed on whole: the contents zeroize it when they are let go.
+    Ok(std::mem::take(&mut *text))
 }

@@ -83,7 +83,7 @@ fn a_malformed_declaration_is_refused_and_changes_nothing() {
         (
             "wrong-format",
             r#"{"format":99,"node":"box","resources":[]}"#,
-            "has format 99, this build reads up to format 2",
+            "has format 99, this build reads up to format 3",
         ),
         (
             "relative-path",

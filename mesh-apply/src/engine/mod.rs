@@ -495,6 +495,18 @@ pub struct ArchivedContents {
     pub unavailable: BTreeMap<String, String>,
 }
 
+/// What was read is zeroized when it is let go: a file rendered from a secret holds its value
+/// in clear (the rule “A secret is readable only where it is used”: on its machine, and there
+/// only as long as it is needed).
+impl Drop for ArchivedContents {
+    fn drop(&mut self) {
+        use zeroize::Zeroize as _;
+        for content in self.read.values_mut() {
+            content.zeroize();
+        }
+    }
+}
+
 /// The archived files whose content was not read, and why: they cannot be attempted.
 fn unreadable_files(
     declaration: &Declaration,

@@ -11,6 +11,11 @@
 //!   ([`FileSpec::source`]) instead of carrying its content. The host fetches the archive from
 //!   the store, checks its digest, and reads the file from it.
 //!
+//! - Format [`DECLARATION_FORMAT_SECRETS`] (3): a file may be a template of secrets
+//!   ([`FileSpec::sealed`]: text and sealed secrets its host opens with its own key). A host
+//!   that reads only formats 1 and 2 refuses it, naming the format, rather than ignore the
+//!   field and leave the file without its content.
+//!
 //! A declaration is written in the lowest format that holds it ([`Declaration::with_archives`]
 //! picks it), so a declaration naming no archive has the bytes, and the digest, it always had; a
 //! host that reads only format 1 refuses a format-2 declaration rather than misread it.
@@ -40,8 +45,12 @@ pub const DECLARATION_FORMAT: u32 = 1;
 /// The declaration wire format of a declaration that names archives its files are read from.
 pub const DECLARATION_FORMAT_ARCHIVES: u32 = 2;
 
-/// A node's declaration (wire format, version [`DECLARATION_FORMAT`] or
-/// [`DECLARATION_FORMAT_ARCHIVES`]). A field this build does not know, here or in a resource —
+/// The declaration wire format of a declaration a file of which is a template of secrets
+/// (whether or not it names archives).
+pub const DECLARATION_FORMAT_SECRETS: u32 = 3;
+
+/// A node's declaration (wire format, version [`DECLARATION_FORMAT`],
+/// [`DECLARATION_FORMAT_ARCHIVES`] or [`DECLARATION_FORMAT_SECRETS`]). A field this build does not know, here or in a resource —
 /// a newer minor version's, from a controller upgraded before its hosts — is read and ignored;
 /// the digest is then this build's reading of it, so the node reports another digest than it
 /// was sent until it is upgraded too (see the book's *Upgrading the mesh*). A newer major
@@ -249,15 +258,21 @@ impl Declaration {
     }
 
     /// A declaration for `node` whose archived files are read from `archives` (module →
-    /// archive); format 2 when it names an archive, 1 otherwise.
+    /// archive); format 3 when a file is a template of secrets, else 2 when it names an
+    /// archive, 1 otherwise.
     pub fn with_archives(
         node: impl Into<String>,
         mut resources: Vec<Resource>,
         archives: BTreeMap<String, ArchiveRef>,
     ) -> Self {
         resources.sort_by(|a, b| a.id.cmp(&b.id));
+        let sealed = resources
+            .iter()
+            .any(|r| matches!(&r.spec, Spec::File(f) if f.sealed.is_some()));
         Declaration {
-            format: if archives.is_empty() {
+            format: if sealed {
+                DECLARATION_FORMAT_SECRETS
+            } else if archives.is_empty() {
                 DECLARATION_FORMAT
             } else {
                 DECLARATION_FORMAT_ARCHIVES
@@ -359,11 +374,11 @@ impl Declaration {
             what: "declaration",
             source,
         })?;
-        if version.format != DECLARATION_FORMAT && version.format != DECLARATION_FORMAT_ARCHIVES {
+        if !(DECLARATION_FORMAT..=DECLARATION_FORMAT_SECRETS).contains(&version.format) {
             return Err(WireError::Format {
                 what: "declaration",
                 found: version.format,
-                expected: DECLARATION_FORMAT_ARCHIVES,
+                expected: DECLARATION_FORMAT_SECRETS,
             });
         }
         let declaration: Declaration =
@@ -385,6 +400,13 @@ impl Declaration {
     /// Every rule the declaration breaks (empty when sound).
     pub fn problems(&self) -> Vec<String> {
         let mut out = self.archive_problems();
+        if self.holds_secrets() && self.format < DECLARATION_FORMAT_SECRETS {
+            out.push(format!(
+                "a file is a template of secrets, which format {} does not hold (format \
+                 {DECLARATION_FORMAT_SECRETS} does)",
+                self.format
+            ));
+        }
         let ids: BTreeSet<&str> = self.resources.iter().map(|r| r.id.as_str()).collect();
         if ids.len() != self.resources.len() {
             out.push("two resources share an id".to_owned());
@@ -648,7 +670,11 @@ impl Declaration {
                 "format {DECLARATION_FORMAT_ARCHIVES} names at least one archive; a declaration \
                  that names none is format {DECLARATION_FORMAT}"
             )),
-            DECLARATION_FORMAT | DECLARATION_FORMAT_ARCHIVES => {}
+            DECLARATION_FORMAT_SECRETS if !self.holds_secrets() => out.push(format!(
+                "format {DECLARATION_FORMAT_SECRETS} has a template of secrets; a declaration \
+                 that has none is format {DECLARATION_FORMAT} or {DECLARATION_FORMAT_ARCHIVES}"
+            )),
+            DECLARATION_FORMAT | DECLARATION_FORMAT_ARCHIVES | DECLARATION_FORMAT_SECRETS => {}
             other => out.push(format!("format {other} is not a declaration format")),
         }
         for (module, archive) in &self.archives {
@@ -819,7 +845,7 @@ mod tests {
             .to_string();
         assert_eq!(
             newer,
-            "declaration has format 9, this build reads up to format 2"
+            "declaration has format 9, this build reads up to format 3"
         );
     }
 
