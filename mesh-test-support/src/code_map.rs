@@ -3,7 +3,7 @@
 //! file or a directory, form no cycle.
 //!
 //! An edge `a → b` is any `crate::b` path in module `a`'s source outside comments and its unit
-//! tests (a `#[cfg(test)]` module), and `super::b` in a top-level file (whose parent is the
+//! tests (a `#[cfg(test)]` module, inline or a module directory's `tests.rs`), and `super::b` in a top-level file (whose parent is the
 //! crate root). Paths through the crate root's re-exports are not followed: a module that
 //! reaches another only through one is not counted, so keep `use` lines naming the module.
 
@@ -23,7 +23,9 @@ pub fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
             continue;
         };
         if path.is_dir() {
-            for file in rust_files(&path) {
+            // A module directory's `tests.rs` or `*_tests.rs` is its unit tests (declared
+            // `#[cfg(test)] mod tests;`), left out as an inline test module is.
+            for file in rust_files(&path).into_iter().filter(|f| !is_unit_tests(f)) {
                 let text = std::fs::read_to_string(&file).expect("a source file");
                 sources.entry(stem.clone()).or_default().push((text, true));
             }
@@ -48,6 +50,14 @@ pub fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
             (module, uses)
         })
         .collect()
+}
+
+/// Whether `file` is a module's unit tests kept in a file of their own: `tests.rs` or
+/// `*_tests.rs`.
+fn is_unit_tests(file: &Path) -> bool {
+    file.file_stem()
+        .and_then(|s| s.to_str())
+        .is_some_and(|stem| stem == "tests" || stem.ends_with("_tests"))
 }
 
 /// The cycles among the modules of `graph`, each as its modules in order; empty when there is
