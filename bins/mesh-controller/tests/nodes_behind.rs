@@ -103,5 +103,12 @@ fn a_node_not_running_during_a_rollout_is_behind_until_push_behind_sends_it() {
     assert_eq!(code, Some(0), "{document:#}");
     let said = bed.expect(&["push", "--behind"], 0);
     assert_eq!(said.trim(), "no open plans", "{said}");
+    let said: Value =
+        serde_json::from_str(&bed.expect(&["push", "--behind", "--output", "json"], 0)).unwrap();
+    assert_eq!(
+        said,
+        serde_json::json!({"plans": [], "nodes": [], "not-running": []}),
+        "{said:#}"
+    );
     drop(daemon);
 }

@@ -58,7 +58,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             .map(|b| b.node.clone())
             .collect();
         nodes.dedup();
-        if behind.is_empty() {
+        if behind.is_empty() && matches!(env.output, Output::Text) {
             return super::print_plans_driven(env.output, &plans);
         }
         let results = if nodes.is_empty() {
