@@ -8,11 +8,23 @@ use support::Mesh;
 fn plan_prints_a_nodes_declaration_and_its_json_parses_back() {
     let mesh = Mesh::example();
     insta::assert_snapshot!("plan_laptop", mesh.expect(&["plan", "laptop"], 0));
-    let json = mesh.expect(&["plan", "home", "--output", "json"], 0);
+    // `laptop` uses no secret: its JSON is the declaration itself, and reads back as one.
+    let json = mesh.expect(&["plan", "laptop", "--output", "json"], 0);
     let declaration =
         mesh_model::declaration::Declaration::from_json(json.as_bytes()).expect("valid JSON");
-    assert_eq!(declaration.node, "home");
-    assert!(declaration.resource("media/container/media").is_some());
+    assert_eq!(declaration.node, "laptop");
+    // `home` uses the example's TLS key, a secret file: its JSON is the declaration with every
+    // secret shown as its keyed digest, never its ciphertext or value — JSON a script reads,
+    // not a declaration to send.
+    let json = mesh.expect(&["plan", "home", "--output", "json"], 0);
+    let shown: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+    assert_eq!(shown["node"], "home");
+    assert!(json.contains("media/container/media"), "{json}");
+    assert!(json.contains("<secret sha256:"), "{json}");
+    assert!(
+        mesh_model::declaration::Declaration::from_json(json.as_bytes()).is_err(),
+        "a declaration with its secrets shown as digests must not read as one to send"
+    );
 }
 
 #[test]
