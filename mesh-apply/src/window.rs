@@ -307,6 +307,7 @@ pub fn summary(window: &WindowFile) -> WindowSummary {
         step: window.step.clone(),
         containers: window.containers.clone(),
         opened_at: window.opened_at,
+        holder: Some(window.pid),
     }
 }
 

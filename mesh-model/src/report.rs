@@ -206,6 +206,10 @@ pub struct WindowSummary {
     pub containers: Vec<String>,
     /// When it opened.
     pub opened_at: u64,
+    /// The process holding it open (its pid on the machine), when the host says so (a host
+    /// before this field says nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<u32>,
 }
 
 impl Report {

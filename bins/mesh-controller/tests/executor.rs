@@ -378,6 +378,7 @@ fn the_preview_of_a_merge_says_what_its_rollout_then_does() {
         step: "backup".to_owned(),
         containers: vec!["keep/container/db".to_owned()],
         opened_at: report.finished_at,
+        holder: None,
     });
     home.record_report(&report).unwrap();
 

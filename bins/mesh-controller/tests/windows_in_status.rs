@@ -82,6 +82,7 @@ fn a_window_on_a_serving_host_is_in_status_and_what_it_held_converges_after_with
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let holder = window.id();
     let (code, whole) = wait_for(
         "the window in status",
         Duration::from_secs(60),
@@ -92,6 +93,7 @@ fn a_window_on_a_serving_host_is_in_status_and_what_it_held_converges_after_with
                     container.as_str(),
                     "{a:#}"
                 );
+                assert_eq!(a["windows"][0]["holder"], holder, "{a:#}");
                 Ok((code, whole))
             }
             (_, whole, _) => Err(format!("{whole:#}")),
@@ -100,6 +102,10 @@ fn a_window_on_a_serving_host_is_in_status_and_what_it_held_converges_after_with
     assert_eq!(code, Some(3), "a window open needs a look: {whole:#}");
     let text = String::from_utf8_lossy(&bed.run(&["status"]).stdout).into_owned();
     assert!(text.contains("backup"), "{text}");
+    assert!(
+        text.contains(&format!("held open by pid {holder}")),
+        "{text}"
+    );
     wait_for("the step started", Duration::from_secs(60), || {
         if started.exists() {
             Ok(())

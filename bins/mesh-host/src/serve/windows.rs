@@ -101,6 +101,7 @@ mod tests {
             step: step.into(),
             containers: vec!["mesh-db-db".into()],
             opened_at,
+            holder: None,
         }
     }
 

@@ -236,9 +236,13 @@ fn plans_status(overview: &Overview) -> String {
                 let _ = writeln!(out, "  {}: failed {id}: {reason}", node.node);
             }
             for window in &node.windows {
+                let held_by = window
+                    .holder
+                    .map(|pid| format!(" (held open by pid {pid})"))
+                    .unwrap_or_default();
                 let _ = writeln!(
                     out,
-                    "  {}: window `{}` open since {}, holding {}",
+                    "  {}: window `{}` open since {}, holding {}{held_by}",
                     node.node,
                     window.step,
                     format_time(window.opened_at),
@@ -467,6 +471,7 @@ mod status_tests {
                         step: "backup".into(),
                         containers: vec!["media".into()],
                         opened_at: 900,
+                        holder: Some(4242),
                     });
                     home
                 }),
