@@ -112,6 +112,20 @@ pub enum PodmanError {
         /// The last lines of its log, joined with ` | ` (`(empty)` when it wrote nothing).
         log: String,
     },
+    /// Its restart policy restarted it (it crashed), and it ran again each time it was looked
+    /// at, so its exit code was not seen: podman clears it when it starts the container again.
+    #[error(
+        "crashed: restarted {restarts} times by its restart policy, its exit code not seen (it \
+         ran again each time it was looked at); the last lines of its log: {log}"
+    )]
+    Restarted {
+        /// The container's name.
+        name: String,
+        /// How many times its policy restarted it since it was started.
+        restarts: u32,
+        /// The last lines of its log, joined with ` | ` (`(empty)` when it wrote nothing).
+        log: String,
+    },
     /// Its health command did not pass within its deadline (*a container is applied only when it
     /// runs*).
     #[error(

@@ -28,15 +28,7 @@ impl Podman {
         if status.restart_count > restarts_before {
             return Err(blame_held_port(
                 spec,
-                PodmanError::Exited {
-                    name: spec.name.clone(),
-                    code: status.exit_code,
-                    status: format!(
-                        "restarted {} times by its restart policy",
-                        status.restart_count - restarts_before
-                    ),
-                    log: self.log_tail(&spec.name),
-                },
+                self.crashed(spec, status, restarts_before)?,
             ));
         }
         let Some(health) = &spec.health else {
@@ -67,6 +59,47 @@ impl Podman {
             }
             std::thread::sleep(HEALTH_RETRY);
         }
+    }
+
+    /// What a container its restart policy restarted is failed as: [`PodmanError::Exited`]
+    /// with its exit code. Podman clears the exit code when it starts the container again, so
+    /// one found running again is looked at until it is seen stopped (at most
+    /// [`CRASH_WATCH`]); one never seen stopped is [`PodmanError::Restarted`], its code not
+    /// invented.
+    ///
+    /// # Errors
+    /// Podman's failures.
+    fn crashed(
+        &self,
+        spec: &ContainerSpec,
+        mut status: ContainerStatus,
+        restarts_before: u32,
+    ) -> Result<PodmanError, PodmanError> {
+        let deadline = Instant::now() + CRASH_WATCH;
+        while status.running && !status.restarting && Instant::now() < deadline {
+            // Only paces the looks at a container that crashes again and again.
+            std::thread::sleep(CRASH_LOOK);
+            match self.inspect(&spec.name)? {
+                Some(now) => status = now,
+                None => break,
+            }
+        }
+        let restarts = status.restart_count.saturating_sub(restarts_before);
+        let log = self.log_tail(&spec.name);
+        Ok(if status.running && !status.restarting {
+            PodmanError::Restarted {
+                name: spec.name.clone(),
+                restarts,
+                log,
+            }
+        } else {
+            PodmanError::Exited {
+                name: spec.name.clone(),
+                code: status.exit_code,
+                status: format!("restarted {restarts} times by its restart policy"),
+                log,
+            }
+        })
     }
 
     /// Whether the container runs now: [`PodmanError::Exited`] (with its exit code and log
@@ -117,10 +150,18 @@ impl Podman {
 /// exit 0).
 fn blame_held_port(spec: &ContainerSpec, error: PodmanError) -> PodmanError {
     match error {
-        PodmanError::Exited { .. } => super::ports_free(spec).err().unwrap_or(error),
+        PodmanError::Exited { .. } | PodmanError::Restarted { .. } => {
+            super::ports_free(spec).err().unwrap_or(error)
+        }
         other => other,
     }
 }
+
+/// How long a crashed container found running again is looked at for its exit code.
+const CRASH_WATCH: Duration = Duration::from_secs(5);
+
+/// The time between two looks at it.
+const CRASH_LOOK: Duration = Duration::from_millis(50);
 
 /// The time between two tries of a health command.
 const HEALTH_RETRY: Duration = Duration::from_millis(250);
