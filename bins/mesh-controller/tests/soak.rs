@@ -17,6 +17,7 @@
 
 mod support;
 
+use mesh_test_support::wait::try_wait_for;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
@@ -281,22 +282,6 @@ fn check(bed: &Bed, rounds: &BTreeMap<String, usize>, round: usize) -> Result<()
     Ok(())
 }
 
-/// Waits until `check` answers `Ok`, looking every half second; after `limit`, what it last
-/// said (which only bounds a violation).
-fn until(limit: Duration, mut check: impl FnMut() -> Result<(), String>) -> Result<(), String> {
-    let deadline = Instant::now() + limit;
-    loop {
-        match check() {
-            Ok(()) => return Ok(()),
-            Err(seen) if Instant::now() >= deadline => {
-                return Err(format!("not converged within {limit:?}: {seen}"))
-            }
-            // Only paces the looks at the fleet.
-            Err(_) => std::thread::sleep(Duration::from_millis(500)),
-        }
-    }
-}
-
 fn main() {
     // Everything the run made (the bed, its servers and hosts, the containers) is dropped when
     // `run` returns, before the exit code is given.
@@ -373,7 +358,9 @@ fn run() -> Result<(), String> {
         merged.insert(commit, round);
         bed.expect(&["merge", "cat", "--announce"], 0);
         let delay = Duration::from_millis(rng.below(KILL_WITHIN_MS));
-        // The soak's random moment, not a wait for anything: a kill anywhere.
+        // Time itself is what this is about: the kill lands at a random moment of the rollout
+        // (drawn above, printed with the round), never at a named step. Nothing is asserted
+        // after it but through the wait on the fleet's convergence below.
         std::thread::sleep(delay);
         let victim = match rng.below(3) {
             0 => Victim::Controller,
@@ -403,7 +390,11 @@ fn run() -> Result<(), String> {
         };
         *kills.entry(victim).or_default() += 1;
         let round_started = Instant::now();
-        let outcome = until(CONVERGE, || converged(&bed, &prefix, round));
+        // A status call spawns the controller: look every half second.
+        let outcome = try_wait_for(CONVERGE, Duration::from_millis(500), || {
+            converged(&bed, &prefix, round)
+        })
+        .map_err(|seen| format!("not converged within {CONVERGE:?}: {seen}"));
         match outcome.and_then(|()| check(&bed, &merged, round)) {
             Ok(()) => println!(
                 "round {}: killed {what} after {} ms; converged and checked in {:.1} s",
