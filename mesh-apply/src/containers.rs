@@ -64,6 +64,18 @@ pub trait ContainerRuntime {
     fn apply(&self, declared: &DeclaredContainer<'_>, restart: bool)
         -> Result<Vec<String>, String>;
 
+    /// Whether the container runs as declared, changing nothing: this host made it for this
+    /// resource, it runs, and its spec is the declared one, so that bringing it to its spec
+    /// (without a restart) would change nothing. An apply asks first, so that one that changes
+    /// nothing never says `mid-change` (the rule “Mid-change is said before anything
+    /// changes”). The default, for a runtime that cannot tell: no (the apply says it changes).
+    ///
+    /// # Errors
+    /// Why it could not be asked (the apply then brings it to its spec, and says so).
+    fn runs_as_declared(&self, _declared: &DeclaredContainer<'_>) -> Result<bool, String> {
+        Ok(false)
+    }
+
     /// Removes a container the mesh made and no longer declares, never a mount's data. Returns
     /// what was done.
     ///
@@ -175,6 +187,15 @@ pub trait ContainerRuntime {
         name: &str,
     ) -> Result<Vec<String>, String> {
         Err(format!("network `{name}`: {NOT_SUPPORTED}"))
+    }
+
+    /// Whether the network `name` is there, made by this host for `resource`, changing nothing
+    /// (as [`ContainerRuntime::runs_as_declared`] for a container). The default: no.
+    ///
+    /// # Errors
+    /// Why it could not be asked.
+    fn network_made(&self, _resource: &str, _name: &str) -> Result<bool, String> {
+        Ok(false)
     }
 
     /// Removes the network `name` the mesh made and no longer declares; a network the mesh did

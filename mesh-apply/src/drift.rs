@@ -83,8 +83,8 @@ impl Examiner {
                 continue;
             }
             let action = match declaration.drift_policy(&resource.module) {
-                mesh_model::module::DriftPolicy::Correct => DriftAction::Corrected,
-                mesh_model::module::DriftPolicy::Report => DriftAction::Left,
+                mesh_model::drift::DriftPolicy::Correct => DriftAction::Corrected,
+                mesh_model::drift::DriftPolicy::Report => DriftAction::Left,
             };
             let mut say = |field: &str, was: String, found: String| {
                 out.push(Drift {
@@ -241,7 +241,7 @@ impl Examiner {
             hasher.update(&buffer[..n]);
         }
         self.hashed += 1;
-        let digest = format!("sha256:{}", hex::encode(hasher.finalize()));
+        let digest = mesh_model::sha256_text(hasher.finalize().into());
         self.cache.record(path, &meta, &digest, now);
         Ok(digest)
     }

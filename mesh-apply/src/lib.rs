@@ -35,6 +35,7 @@ mod outcomes;
 mod paths;
 mod podman;
 pub mod progress;
+pub mod sealed;
 pub mod stamps;
 pub mod state;
 pub mod window;

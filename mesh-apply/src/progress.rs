@@ -44,14 +44,17 @@ impl ApplyProgress for NoProgress {
 }
 
 #[cfg(feature = "fail-points")]
-/// The environment variable naming a fail point: `STEP:RESOURCE=FILE` makes an apply that
-/// reaches `STEP` for resource `RESOURCE` write `FILE.reached` and wait until `FILE` exists
-/// (for tests; see [`pause_point`]).
-pub const PAUSE_AT: &str = "MESH_PAUSE_AT";
+/// `FAILPOINTS`'s value (the `fail` crate's) that makes an apply reaching `step` for
+/// `resource` write `FILE.reached` and wait until `release` exists (for tests; see
+/// [`pause_point`]). The process applying reads it at start (`fail::FailScenario::setup`, as
+/// `mesh-host` does), or a caller sets it with `fail::cfg`.
+pub fn pause_at(step: &str, resource: &str, release: &Path) -> String {
+    format!("{step}:{resource}=return({})", release.display())
+}
 
 #[cfg(feature = "fail-points")]
 /// The file a fail point writes when it is reached: `FILE.reached` beside the release `FILE`
-/// named in [`PAUSE_AT`] (a test waits for it, then kills or releases the apply).
+/// given to [`pause_at`] (a test waits for it, then kills or releases the apply).
 pub fn reached_marker(release: &Path) -> PathBuf {
     let mut reached = release.as_os_str().to_owned();
     reached.push(".reached");
@@ -64,8 +67,9 @@ pub fn reached_marker(release: &Path) -> PathBuf {
 pub const PAUSE_LIMIT: Duration = Duration::from_secs(600);
 
 #[cfg(feature = "fail-points")]
-/// A fail point: when [`PAUSE_AT`] names `step` and `resource`, writes `FILE.reached` and waits
-/// until `FILE` exists (at most [`PAUSE_LIMIT`]). Otherwise returns at once.
+/// A fail point, on the `fail` crate, named `STEP:RESOURCE`: set to `return(FILE)` ([`pause_at`]),
+/// it writes `FILE.reached` and waits until `FILE` exists (at most [`PAUSE_LIMIT`]). Otherwise
+/// it returns at once.
 ///
 /// The steps for a together group's member (the rule “Resources declared together apply all-or-nothing”):
 /// - `commit` — before the member is committed (the group's record is written);
@@ -78,21 +82,17 @@ pub const PAUSE_LIMIT: Duration = Duration::from_secs(600);
 /// - `restart` — a file in its `restart_on` was committed (its group whole), before the
 ///   container restarts (the restart it owes is in the state file).
 pub fn pause_point(step: &str, resource: &str) {
-    let Ok(spec) = std::env::var(PAUSE_AT) else {
-        return;
-    };
-    let Some((point, file)) = spec.split_once('=') else {
-        return;
-    };
-    if point != format!("{step}:{resource}") {
-        return;
-    }
-    let release = PathBuf::from(file);
-    let _ = std::fs::write(reached_marker(&release), b"");
-    let deadline = Instant::now() + PAUSE_LIMIT;
-    while !release.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    fail::eval(&format!("{step}:{resource}"), |release| {
+        let Some(release) = release.map(PathBuf::from) else {
+            return;
+        };
+        let _ = std::fs::write(reached_marker(&release), b"");
+        let deadline = Instant::now() + PAUSE_LIMIT;
+        while !release.exists() && Instant::now() < deadline {
+            // Only paces the looks at the release file; the limit bounds a forgotten release.
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
 }
 
 /// Without the `fail-points` feature (every release build) a fail point is nothing and reads

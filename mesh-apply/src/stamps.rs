@@ -63,8 +63,8 @@ fn nanos(secs: i64, nsecs: i64) -> i64 {
     secs.saturating_mul(1_000_000_000).saturating_add(nsecs)
 }
 
-/// The cache file's format (`drift/stat-cache.json`, version [`STAT_CACHE_FORMAT`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// The cache file's format (`drift/stat-cache.json`, version [`STAT_CACHE_FORMAT`]), as read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 struct StatCacheFile {
     format: u32,
@@ -74,15 +74,76 @@ struct StatCacheFile {
     /// declared), stamp or not: what is there now is a hand edit when it differs
     /// ([`StatCache::left_by_the_mesh`]). An older build reads no cache with it, which only
     /// costs work.
-    #[serde(default, skip_serializing_if = "HashMap::is_empty")]
+    #[serde(default)]
     left: HashMap<String, String>,
+    /// Machine path → what the mesh rendered what it left there from, for a file rendered
+    /// from secrets ([`crate::sealed::Deferred::from`]): while it is the same, what the file
+    /// should hold is the digest in `left`, known without opening a secret
+    /// ([`StatCache::rendered_digest`]). An older build reads a cache with it and ignores it.
+    #[serde(default)]
+    left_from: HashMap<String, String>,
+}
+
+/// What the cache keeps of one machine path: the three maps of its file, by path once (one
+/// look-up answers all three for a file, which a no-op apply asks of each).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Entry {
+    stamp: Option<Stamp>,
+    left: Option<String>,
+    left_from: Option<String>,
+}
+
+impl Entry {
+    fn is_empty(&self) -> bool {
+        self.stamp.is_none() && self.left.is_none() && self.left_from.is_none()
+    }
+}
+
+/// The cache's entries written as its file's format, [`StatCacheFile`] (serialized from
+/// them as they are, without maps made to hold them).
+struct AsWritten<'c>(&'c HashMap<String, Entry>);
+
+impl Serialize for AsWritten<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        struct Field<'c, T: Serialize + 'c>(
+            &'c HashMap<String, Entry>,
+            fn(&'c Entry) -> Option<&'c T>,
+        );
+        impl<'c, T: Serialize + 'c> Serialize for Field<'c, T> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let Field(entries, of) = self;
+                serializer.collect_map(
+                    entries
+                        .iter()
+                        .filter_map(|(path, entry)| of(entry).map(|value| (path, value))),
+                )
+            }
+        }
+        let entries = self.0;
+        let left: Field<'_, String> = Field(entries, |entry| entry.left.as_ref());
+        let left_from: Field<'_, String> = Field(entries, |entry| entry.left_from.as_ref());
+        let any_left = entries.values().any(|entry| entry.left.is_some());
+        let any_left_from = entries.values().any(|entry| entry.left_from.is_some());
+        let mut file = serializer.serialize_struct("StatCacheFile", 4)?;
+        file.serialize_field("format", &STAT_CACHE_FORMAT)?;
+        file.serialize_field("files", &Field(entries, |entry| entry.stamp.as_ref()))?;
+        // Absent when empty, as they were before there were any.
+        if any_left {
+            file.serialize_field("left", &left)?;
+        }
+        if any_left_from {
+            file.serialize_field("left-from", &left_from)?;
+        }
+        file.end()
+    }
 }
 
 /// The stat cache of one host, read from its state directory.
 #[derive(Debug)]
 pub struct StatCache {
-    files: HashMap<String, Stamp>,
-    left: HashMap<String, String>,
+    /// Machine path → what is kept of it.
+    entries: HashMap<String, Entry>,
     path: PathBuf,
     dirty: bool,
     /// The cache file as last read or written (inode, size, mtime): [`StatCache::refresh`]
@@ -109,16 +170,24 @@ impl StatCache {
     /// or it cannot be read, or it is of another format: it only saves work).
     pub fn open(state_dir: &Path) -> StatCache {
         let path = state_dir.join(STAT_CACHE_FILE);
-        let (files, left) = std::fs::read(&path)
+        let file = std::fs::read(&path)
             .ok()
             .and_then(|bytes| serde_json::from_slice::<StatCacheFile>(&bytes).ok())
             .filter(|cache| cache.format == STAT_CACHE_FORMAT)
-            .map(|cache| (cache.files, cache.left))
             .unwrap_or_default();
+        let mut entries: HashMap<String, Entry> = HashMap::with_capacity(file.files.len());
+        for (at, stamp) in file.files {
+            entries.entry(at).or_default().stamp = Some(stamp);
+        }
+        for (at, left) in file.left {
+            entries.entry(at).or_default().left = Some(left);
+        }
+        for (at, from) in file.left_from {
+            entries.entry(at).or_default().left_from = Some(from);
+        }
         let seen = file_identity(&path);
         StatCache {
-            files,
-            left,
+            entries,
             path,
             dirty: false,
             seen,
@@ -129,8 +198,7 @@ impl StatCache {
     /// of the cache it kept).
     pub(crate) fn none() -> StatCache {
         StatCache {
-            files: HashMap::new(),
-            left: HashMap::new(),
+            entries: HashMap::new(),
             path: PathBuf::new(),
             dirty: false,
             seen: None,
@@ -189,57 +257,114 @@ impl StatCache {
     /// The digest of the bytes of the file at machine path `path`, when `meta` matches the
     /// stamp kept for it.
     pub fn known_digest(&self, path: &str, meta: &std::fs::Metadata) -> Option<&str> {
-        self.files
-            .get(path)
+        self.stamp(path)
             .filter(|stamp| stamp.same_file(meta))
             .map(|stamp| stamp.digest.as_str())
     }
 
     /// Whether a stamp is kept for `path` (whatever the file is now).
     pub fn has(&self, path: &str) -> bool {
-        self.files.contains_key(path)
+        self.stamp(path).is_some()
     }
 
     /// The stamp kept for the file at machine path `path` (whatever the file is now): its
     /// digest says what the file held only when [`Stamp::same_file`] says it is that file.
     pub fn stamp(&self, path: &str) -> Option<&Stamp> {
-        self.files.get(path)
+        self.entries.get(path)?.stamp.as_ref()
     }
 
     /// Keeps that the file at `path`, as `meta` says it is, holds bytes of `digest`; `now` is
     /// when `meta` was read (seconds since the epoch). A stamp within [`RACY_NS`] of its ctime
     /// is not kept (and any older one is forgotten).
+    /// What the mesh left there is now these bytes: what it was rendered from, if it was, is
+    /// forgotten when they are other bytes ([`StatCache::record_rendered`] keeps it).
     pub fn record(&mut self, path: &str, meta: &std::fs::Metadata, digest: &str, now: u64) {
-        if self.left.get(path).map(String::as_str) != Some(digest) {
-            self.left.insert(path.to_owned(), digest.to_owned());
-            self.dirty = true;
+        self.record_entry(path, meta, digest, None, now);
+    }
+
+    /// [`StatCache::record`] of a file the mesh rendered from secrets, and what it rendered it
+    /// from ([`crate::sealed::Deferred::from`]).
+    pub fn record_rendered(
+        &mut self,
+        path: &str,
+        meta: &std::fs::Metadata,
+        digest: &str,
+        from: &str,
+        now: u64,
+    ) {
+        self.record_entry(path, meta, digest, Some(from), now);
+    }
+
+    /// [`StatCache::record`], and [`StatCache::record_rendered`] with `from`: one look-up of
+    /// the path's entry.
+    fn record_entry(
+        &mut self,
+        path: &str,
+        meta: &std::fs::Metadata,
+        digest: &str,
+        from: Option<&str>,
+        now: u64,
+    ) {
+        let entry = match self.entries.get_mut(path) {
+            Some(entry) => entry,
+            None => self.entries.entry(path.to_owned()).or_default(),
+        };
+        let mut changed = false;
+        if entry.left.as_deref() != Some(digest) {
+            entry.left = Some(digest.to_owned());
+            entry.left_from = None;
+            changed = true;
+        }
+        if let Some(from) = from {
+            if entry.left_from.as_deref() != Some(from) {
+                entry.left_from = Some(from.to_owned());
+                changed = true;
+            }
         }
         let ctime_ns = nanos(meta.ctime(), meta.ctime_nsec());
         let taken_ns = i64::try_from(now)
             .unwrap_or(i64::MAX)
             .saturating_mul(1_000_000_000);
         if ctime_ns.saturating_add(RACY_NS) > taken_ns {
-            if self.files.remove(path).is_some() {
-                self.dirty = true;
+            changed |= entry.stamp.take().is_some();
+        } else {
+            let stamp = Stamp {
+                size: meta.size(),
+                mtime_ns: nanos(meta.mtime(), meta.mtime_nsec()),
+                ctime_ns,
+                ino: meta.ino(),
+                digest: digest.to_owned(),
+            };
+            if entry.stamp.as_ref() != Some(&stamp) {
+                entry.stamp = Some(stamp);
+                changed = true;
             }
-            return;
         }
-        let stamp = Stamp {
-            size: meta.size(),
-            mtime_ns: nanos(meta.mtime(), meta.mtime_nsec()),
-            ctime_ns,
-            ino: meta.ino(),
-            digest: digest.to_owned(),
-        };
-        if self.files.get(path) != Some(&stamp) {
-            self.files.insert(path.to_owned(), stamp);
-            self.dirty = true;
+        self.dirty |= changed;
+    }
+
+    /// The digest of what the mesh last left at `path` when it rendered it from `from`: what
+    /// a file rendered from the same holds, known without rendering it.
+    pub fn rendered_digest(&self, path: &str, from: &str) -> Option<&str> {
+        self.rendered(path, from).map(|(digest, _)| digest)
+    }
+
+    /// [`StatCache::rendered_digest`], with the stamp kept for `path` (one look-up).
+    pub fn rendered(&self, path: &str, from: &str) -> Option<(&str, Option<&Stamp>)> {
+        let entry = self.entries.get(path)?;
+        if entry.left_from.as_deref() != Some(from) {
+            return None;
         }
+        Some((entry.left.as_deref()?, entry.stamp.as_ref()))
     }
 
     /// Forgets the stamp of `path`, and what the mesh left there.
     pub fn forget(&mut self, path: &str) {
-        if self.files.remove(path).is_some() | self.left.remove(path).is_some() {
+        if self
+            .entries
+            .remove(path)
+            .is_some_and(|entry| !entry.is_empty())
+        {
             self.dirty = true;
         }
     }
@@ -247,7 +372,7 @@ impl StatCache {
     /// The digest of what the mesh last left at `path` (written there, or read there as
     /// declared), whatever the file's stamp.
     pub fn left_by_the_mesh(&self, path: &str) -> Option<&str> {
-        self.left.get(path).map(String::as_str)
+        self.entries.get(path)?.left.as_deref()
     }
 
     /// Writes the cache when it changed (temp + rename; a failure only costs work later).
@@ -259,21 +384,15 @@ impl StatCache {
             return;
         };
         let temporary = dir.join(".stat-cache.json.new");
-        let file = StatCacheFile {
-            format: STAT_CACHE_FORMAT,
-            files: std::mem::take(&mut self.files),
-            left: std::mem::take(&mut self.left),
-        };
         let written = std::fs::create_dir_all(dir)
             .and_then(|()| {
                 std::fs::write(
                     &temporary,
-                    serde_json::to_vec(&file).expect("a stat cache always serializes"),
+                    serde_json::to_vec(&AsWritten(&self.entries))
+                        .expect("a stat cache always serializes"),
                 )
             })
             .and_then(|()| std::fs::rename(&temporary, &self.path));
-        self.files = file.files;
-        self.left = file.left;
         if written.is_ok() {
             self.dirty = false;
             self.seen = file_identity(&self.path);
@@ -283,8 +402,7 @@ impl StatCache {
 
 /// `sha256:<hex>` of `bytes`.
 pub fn digest_of_bytes(bytes: &[u8]) -> String {
-    use sha2::Digest as _;
-    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
+    mesh_model::sha256_digest(bytes)
 }
 
 #[cfg(test)]

@@ -68,6 +68,8 @@ fn config_from_env() -> HostConfig {
 }
 
 fn child(variant: &str) {
+    // The fail point the parent set in `FAILPOINTS`, if any.
+    let _fail_points = fail::FailScenario::setup();
     let now: u64 = std::env::var("MESH_CRASH_NOW").unwrap().parse().unwrap();
     apply(&config_from_env(), &declaration_for(variant), now).expect("the child's apply runs");
 }
@@ -152,8 +154,8 @@ fn host_killed_at_random_points_never_leaves_a_partial_file_and_the_next_apply_c
         "b",
         now,
         &[(
-            "MESH_PAUSE_AT",
-            format!("commit:crash/file/f002={}", release.display()),
+            "FAILPOINTS",
+            mesh_apply::progress::pause_at("commit", "crash/file/f002", &release),
         )],
     );
     wait_until_paused(&mut host, &release, "the commit of f002");
@@ -266,13 +268,8 @@ fn main() {
         child(&variant);
         return;
     }
-    let name =
-        "host_killed_at_random_points_never_leaves_a_partial_file_and_the_next_apply_converges";
-    let started = Instant::now();
-    host_killed_at_random_points_never_leaves_a_partial_file_and_the_next_apply_converges();
-    println!("test {name} ... ok");
-    println!(
-        "test result: ok. 1 passed; 0 failed; finished in {:.2?}",
-        started.elapsed()
-    );
+    mesh_test_support::harness::run(&[(
+        "host_killed_at_random_points_never_leaves_a_partial_file_and_the_next_apply_converges",
+        host_killed_at_random_points_never_leaves_a_partial_file_and_the_next_apply_converges,
+    )]);
 }

@@ -3,7 +3,7 @@
 //! step (putting back a group left mid-commit), the group is wholly old or wholly new — never a
 //! file of one declaration beside the container of the other — and the next apply converges.
 //!
-//! The host is killed at named steps only (fail points, `MESH_PAUSE_AT`): before each member's
+//! The host is killed at named steps only (fail points, `FAILPOINTS`): before each member's
 //! commit, and inside podman's replacement of the container (the old one stopped, kept as
 //! `<name>.mesh-old`, its replacement made), and once the group is whole before the old
 //! container is let go. Nothing here waits on a clock.
@@ -27,7 +27,6 @@ use mesh_model::report::{MachineState, Outcome};
 use mesh_test_support::podman::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::time::Instant;
 
 const CHILD: &str = "MESH_GROUP_CRASH_CHILD";
 const CONF: &str = "/etc/app.conf";
@@ -86,6 +85,8 @@ fn config(root: PathBuf, state_dir: PathBuf) -> HostConfig {
 }
 
 fn child(variant: &str) {
+    // The fail point the parent set in `FAILPOINTS`.
+    let _fail_points = fail::FailScenario::setup();
     let env = |key: &str| std::env::var(key).unwrap();
     let config = config(
         PathBuf::from(env("MESH_GROUP_CRASH_ROOT")),
@@ -224,8 +225,8 @@ fn host_waiting_at(
             .env("MESH_GROUP_CRASH_NOW", now.to_string())
             .env("MESH_GROUP_CRASH_NAME", name)
             .env(
-                mesh_apply::progress::PAUSE_AT,
-                format!("{step}:{resource}={}", release.display()),
+                "FAILPOINTS",
+                mesh_apply::progress::pause_at(step, resource, release),
             )
             .stdout(std::process::Stdio::null())
             .spawn()
@@ -422,7 +423,7 @@ fn main() {
         child(&variant);
         return;
     }
-    let tests: [(&str, fn()); 2] = [
+    mesh_test_support::harness::run(&[
         (
             "a_together_group_with_a_container_killed_mid_commit_is_wholly_old_or_wholly_new",
             a_together_group_with_a_container_killed_mid_commit_is_wholly_old_or_wholly_new,
@@ -431,15 +432,5 @@ fn main() {
             "a_restart_owed_when_the_host_was_killed_is_made_by_the_next_apply",
             a_restart_owed_when_the_host_was_killed_is_made_by_the_next_apply,
         ),
-    ];
-    let started = Instant::now();
-    for (name, test) in tests {
-        test();
-        println!("test {name} ... ok");
-    }
-    println!(
-        "test result: ok. {} passed; 0 failed; finished in {:.2?}",
-        tests.len(),
-        started.elapsed()
-    );
+    ]);
 }

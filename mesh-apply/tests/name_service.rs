@@ -18,7 +18,6 @@ use mesh_model::report::{MachineState, Outcome};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
 
 const CHILD: &str = "MESH_NSS_CHILD";
 const ACCOUNT: &str = "mesh-directory-only";
@@ -136,12 +135,8 @@ fn main() {
         child(Path::new(&dir));
         return;
     }
-    let name = "an_account_known_only_to_the_name_service_owns_a_file_under_the_real_root";
-    let started = Instant::now();
-    an_account_known_only_to_the_name_service_owns_a_file_under_the_real_root();
-    println!("test {name} ... ok");
-    println!(
-        "test result: ok. 1 passed; 0 failed; finished in {:.2?}",
-        started.elapsed()
-    );
+    mesh_test_support::harness::run(&[(
+        "an_account_known_only_to_the_name_service_owns_a_file_under_the_real_root",
+        an_account_known_only_to_the_name_service_owns_a_file_under_the_real_root,
+    )]);
 }

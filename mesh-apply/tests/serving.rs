@@ -388,3 +388,111 @@ fn a_crash_under_a_restart_policy_is_still_reported_with_its_exit_code_and_log()
         run(&sandbox, Vec::new());
     }
 }
+
+/// Counts the `mid-change` reports an apply is told to publish.
+#[derive(Default)]
+struct MidChanges(std::sync::Mutex<usize>);
+
+impl mesh_apply::ApplyProgress for MidChanges {
+    fn changing(&self, _report: &Report) {
+        *self.0.lock().unwrap() += 1;
+    }
+}
+
+impl MidChanges {
+    fn take(&self) -> usize {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+/// The rule “Mid-change is said before anything changes”, for a declaration sent again as it
+/// was (a rollout's re-send, a redelivery): an apply that finds its network made and its
+/// container running as declared changes nothing and never says `mid-change`, and one whose
+/// container failed before on a port another program holds says the failure again (`waiting`
+/// out its backoff, with its reason) without saying it either. Once the port is free and the
+/// backoff over, the apply that makes the container says it, once.
+#[test]
+fn a_declaration_sent_again_says_mid_change_only_when_it_changes_something() {
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let mut networks = Networks(Vec::new());
+    let net = networks.name("resent-net");
+    let serving = names.name("resent-serving");
+    let blocked = names.name("resent-blocked");
+    let free = free_port();
+    // This test is the other program holding the second container's port.
+    let held = TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = held.local_addr().unwrap().port();
+    let publishing = |name: &str, machine_name: &str, port: u16| {
+        let mut resource = after(httpd(name, machine_name, 80), "web/network/backend");
+        let spec = spec_mut(&mut resource);
+        spec.network = Some(net.clone());
+        spec.ports = vec![PortMapping::parse(&format!("127.0.0.1:{port}:80/tcp")).unwrap()];
+        resource
+    };
+    let resources = vec![
+        network("web", "backend", &net),
+        publishing("serving", &serving, free),
+        publishing("blocked", &blocked, taken),
+    ];
+    let told = MidChanges::default();
+    let apply_at = |now: u64| {
+        mesh_apply::apply_archived_live(
+            &sandbox.config,
+            &declaration(resources.clone()),
+            &Default::default(),
+            now,
+            &told,
+        )
+        .expect("the apply runs")
+    };
+
+    let first = apply_at(T0);
+    assert_eq!(told.take(), 1, "the first apply makes things: {first:#?}");
+    assert_eq!(
+        outcome(&first, "web/container/serving"),
+        &Outcome::Applied {
+            changed: vec!["created".to_owned()]
+        }
+    );
+    let Outcome::Failed { reason, .. } = outcome(&first, "web/container/blocked") else {
+        panic!("the container on a held port did not fail: {first:#?}");
+    };
+    assert!(
+        reason.contains(&format!("127.0.0.1:{taken}/tcp")),
+        "{reason}"
+    );
+
+    // Sent again as it was, within the failed container's backoff.
+    let again = apply_at(T0 + 1);
+    assert_eq!(told.take(), 0, "a re-send said mid-change: {again:#?}");
+    assert_eq!(again.machine, mesh_model::report::MachineState::Partial);
+    assert_eq!(outcome(&again, "web/network/backend"), &Outcome::Unchanged);
+    assert_eq!(
+        outcome(&again, "web/container/serving"),
+        &Outcome::Unchanged
+    );
+    let Outcome::Waiting { last_reason, .. } = outcome(&again, "web/container/blocked") else {
+        panic!("the failed container is not waiting out its backoff: {again:#?}");
+    };
+    assert!(
+        last_reason.contains(&format!("127.0.0.1:{taken}/tcp")),
+        "{last_reason}"
+    );
+
+    // The port let go and the backoff over: the container is made, and that is said once.
+    drop(held);
+    let retry = sandbox.config.retry.backoff_secs(1);
+    let made = apply_at(T0 + 1 + retry);
+    assert_eq!(told.take(), 1, "{made:#?}");
+    assert_eq!(
+        outcome(&made, "web/container/blocked"),
+        &Outcome::Applied {
+            changed: vec!["created".to_owned()]
+        }
+    );
+    assert_eq!(made.machine, mesh_model::report::MachineState::Converged);
+    let settled = apply_at(T0 + 2 + retry);
+    assert_eq!(told.take(), 0, "{settled:#?}");
+    assert_eq!(settled.machine, mesh_model::report::MachineState::Converged);
+}

@@ -4,6 +4,11 @@
 //! assignments, settings layers), then [`declaration`] (what one node is sent) and [`report`]
 //! (what its host answers). [`build`] and [`plan`] describe module builds and merge plans.
 //!
+//! The modules, in dependency order (each uses only those before it, and the digest helpers
+//! here): [`build`], [`diagnostic`], [`drift`] (what a host does with drift, named by a module,
+//! a node's inventory and a declaration alike), [`secret`], [`template`], [`declaration`],
+//! [`report`], [`module`], [`inventory`], [`plan`].
+//!
 //! # Invariants
 //! - mesh-model performs no IO, reads no clock and spawns nothing: time is always an argument,
 //!   catalogue trees arrive as values ([`module::CatalogueSource`]).
@@ -14,6 +19,7 @@
 pub mod build;
 pub mod declaration;
 pub mod diagnostic;
+pub mod drift;
 pub mod inventory;
 pub mod module;
 pub mod plan;
@@ -27,7 +33,29 @@ use sha2::{Digest as _, Sha256};
 
 /// The sha256 digest of some bytes, written as `sha256:<hex>` (the OCI way).
 pub fn sha256_digest(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+    sha256_text(Sha256::digest(bytes).into())
+}
+
+/// A finished sha256 hash written as `sha256:<hex>`: one string made at its length (where
+/// `format!` of `hex::encode` makes two, the hex one a character at a time), which a host
+/// does for each of thousands of files on every apply.
+pub fn sha256_text(hash: [u8; 32]) -> String {
+    let mut hex = [0u8; 64];
+    hex::encode_to_slice(hash, &mut hex).expect("twice the hash's length");
+    let mut text = String::with_capacity(7 + hex.len());
+    text.push_str("sha256:");
+    text.push_str(std::str::from_utf8(&hex).expect("hex digits are ASCII"));
+    text
+}
+
+/// Whether `text` is `sha256:` and 64 lower-case hex digits.
+pub fn is_sha256_digest(text: &str) -> bool {
+    text.strip_prefix("sha256:").is_some_and(|hex| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
 }
 
 /// Errors reading a wire or disk format.

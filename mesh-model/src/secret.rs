@@ -20,13 +20,53 @@ use serde_json::Value;
 pub const SECRET_MARKER: &str = "$secret";
 
 /// A secret: its ciphertext and its keyed digest.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// It serializes as `{"digest", "ciphertext"}`; while a declaration is hashed, with its
+/// ciphertext empty (`with_ciphertexts_left_out`).
+#[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct SecretValue {
     /// `sha256:<hex>`: an HMAC-SHA256 of the value, keyed from the mesh's secrets key.
     pub digest: String,
     /// The age file (binary, base64 with padding) holding the value.
     pub ciphertext: String,
+}
+
+thread_local! {
+    /// Whether a secret serialized on this thread now leaves its ciphertext out
+    /// ([`with_ciphertexts_left_out`]).
+    static CIPHERTEXTS_LEFT_OUT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `serialize` with every [`SecretValue`] it serializes on this thread written with an
+/// empty ciphertext: what a declaration's digest counts (`Declaration::digest`), its secrets by
+/// their keyed digests only, hashed as it is serialized — no copy of it with its ciphertexts
+/// cleared. Whatever `serialize` does, secrets serialize whole again
+/// once it returns (or unwinds).
+pub(crate) fn with_ciphertexts_left_out<T>(serialize: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CIPHERTEXTS_LEFT_OUT.set(self.0);
+        }
+    }
+    let _restore = Restore(CIPHERTEXTS_LEFT_OUT.replace(true));
+    serialize()
+}
+
+impl Serialize for SecretValue {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let ciphertext = if CIPHERTEXTS_LEFT_OUT.get() {
+            ""
+        } else {
+            self.ciphertext.as_str()
+        };
+        let mut fields = serializer.serialize_struct("SecretValue", 2)?;
+        fields.serialize_field("digest", &self.digest)?;
+        fields.serialize_field("ciphertext", ciphertext)?;
+        fields.end()
+    }
 }
 
 impl SecretValue {
@@ -84,7 +124,7 @@ impl SecretValue {
     /// What is wrong with it, if anything (a digest that is not `sha256:<64 hex>`, or no
     /// ciphertext).
     pub fn problem(&self) -> Option<String> {
-        if !crate::declaration::is_sha256_digest(&self.digest) {
+        if !crate::is_sha256_digest(&self.digest) {
             return Some("a secret's digest is `sha256:` and 64 hex digits".into());
         }
         if self.ciphertext.is_empty() {

@@ -23,6 +23,8 @@
 //!   plans over time (the rules “A newer merge takes over an older plan” and “Behind means an open plan has not done it yet”).
 //! - [`step()`](rollout::step): one module's rollout as a state machine, events in and actions
 //!   out (the rules “Grants before code”, “One machine first” and “The gate judges each node from its own send”).
+//! - [`preview::Walk`]: what a plan's rollouts would change on each node, module by module,
+//!   diffed as `plan NODE --diff` diffs (the merge's preview).
 //! - [`merge`]: the controller's decisions while it carries a plan out — where a merge's changed
 //!   paths are read from, a report read for one module, what a stopped module holds back, where
 //!   a plan stands when a drive ends.
@@ -42,6 +44,7 @@ pub mod merge;
 pub mod moves;
 pub mod orphans;
 pub mod plans;
+pub mod preview;
 pub mod rollout;
 pub mod settings;
 

@@ -341,6 +341,29 @@ mod tests {
                 reasons: vec!["media/container/media: no image".into()]
             }
         );
+        // A resource failed as declared before and waiting out its backoff is that failure,
+        // read at once: the report answering a re-send of the same declaration says nothing
+        // newer until the backoff ends.
+        let waiting = report(serde_json::json!({
+            "format": 1, "node": "home", "declaration": "sha256:d", "machine": "partial",
+            "resources": {
+                "media/container/media": {"outcome": "waiting",
+                    "last-reason": "host port 127.0.0.1:8096 is held by another program",
+                    "attempts": 1, "retry-at": 40}
+            },
+            "started-at": 10, "finished-at": 10
+        }));
+        assert_eq!(
+            module_report(&waiting, "media").verdict,
+            Verdict::Failed {
+                reasons: vec![
+                    "media/container/media: host port 127.0.0.1:8096 is held by another \
+                     program (failed 1 time(s) as declared before; the host tries it again \
+                     after its backoff)"
+                        .into()
+                ]
+            }
+        );
         let mut mid = partial.clone();
         mid.machine = MachineState::MidChange;
         assert_eq!(module_report(&mid, "site").verdict, Verdict::Pending);

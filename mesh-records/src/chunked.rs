@@ -266,6 +266,26 @@ impl RecordStore for ChunkedRecords {
         Ok(())
     }
 
+    /// The records removed together, without reading each first: the chunks of one that was
+    /// chunked are left to [`ChunkedRecords::collect_orphans`] (no record names them any more).
+    fn delete_many(&self, keys: &[String]) -> Result<(), RecordStoreError> {
+        self.inner.delete_many(keys)
+    }
+
+    /// The store under removes the directory its own way (the bus: one filtered purge, where
+    /// the default is a removal per record); the chunks of a chunked record among them are
+    /// left to [`ChunkedRecords::collect_orphans`], as [`RecordStore::delete_many`] leaves
+    /// them. The whole store, or the chunks' own directory, is removed as the default does:
+    /// by the keys this store shows.
+    fn delete_under(&self, dir: &str) -> Result<usize, RecordStoreError> {
+        if dir.is_empty() || hidden(dir) {
+            let keys = self.keys_under(dir)?;
+            self.delete_many(&keys)?;
+            return Ok(keys.len());
+        }
+        self.inner.delete_under(dir)
+    }
+
     fn list(&self, dir: &str) -> Result<Vec<String>, RecordStoreError> {
         let mut names = self.inner.list(dir)?;
         if dir.is_empty() {
@@ -454,6 +474,16 @@ mod tests {
         chunked.put("inventory.toml", &second).unwrap();
         chunked.delete("inventory.toml").unwrap();
         assert!(inner.keys_under("").unwrap().is_empty());
+        // Removed together, unread: the chunks are the collection's.
+        chunked.put("inventory.toml", &second).unwrap();
+        chunked.put("sent/a.json", b"{}").unwrap();
+        chunked
+            .delete_many(&["inventory.toml".to_owned(), "sent/a.json".to_owned()])
+            .unwrap();
+        assert!(chunked.keys_under("").unwrap().is_empty());
+        let left = chunked.collect_orphans(now + 601, 600).unwrap();
+        assert_eq!(left.count, 4);
+        assert!(inner.keys_under("").unwrap().is_empty());
     }
 
     #[test]
@@ -498,6 +528,88 @@ mod tests {
         assert_eq!(
             inner.keys_under(CHUNKS_DIR).unwrap().len(),
             grown.len().div_ceil(CHUNK_SIZE) + first.len().div_ceil(CHUNK_SIZE)
+        );
+    }
+
+    /// A store that removes a directory only as a whole: a removal per record fails, so a
+    /// wrapper that fell back to the default `delete_under` (a listing, then each record)
+    /// is caught. The bus's bucket is such a store in cost: one purge of the directory
+    /// against a purge per record, which at 100,000 records of a plan's rollouts took most of
+    /// an hour on nats-server 2.9.
+    #[derive(Debug)]
+    struct WholeDirectories(DirRecords);
+
+    impl RecordStore for WholeDirectories {
+        fn name(&self) -> String {
+            self.0.name()
+        }
+        fn locate(&self, key: &str) -> String {
+            self.0.locate(key)
+        }
+        fn get(&self, key: &str) -> Result<Option<Vec<u8>>, RecordStoreError> {
+            self.0.get(key)
+        }
+        fn put(&self, key: &str, bytes: &[u8]) -> Result<(), RecordStoreError> {
+            self.0.put(key, bytes)
+        }
+        fn delete(&self, key: &str) -> Result<(), RecordStoreError> {
+            panic!("{key} removed on its own, not with its directory")
+        }
+        fn delete_many(&self, keys: &[String]) -> Result<(), RecordStoreError> {
+            panic!("{keys:?} removed one by one, not with their directory")
+        }
+        fn delete_under(&self, dir: &str) -> Result<usize, RecordStoreError> {
+            let keys = self.0.keys_under(dir)?;
+            self.0.delete_many(&keys)?;
+            Ok(keys.len())
+        }
+        fn list(&self, dir: &str) -> Result<Vec<String>, RecordStoreError> {
+            self.0.list(dir)
+        }
+        fn keys_under(&self, dir: &str) -> Result<Vec<String>, RecordStoreError> {
+            self.0.keys_under(dir)
+        }
+        fn stat_under(&self, dir: &str) -> Result<Vec<RecordStat>, RecordStoreError> {
+            self.0.stat_under(dir)
+        }
+        fn update(&self, key: &str, change: &mut Change<'_>) -> Result<Vec<u8>, RecordStoreError> {
+            self.0.update(key, change)
+        }
+        fn get_versioned(&self, key: &str) -> Result<Option<(Vec<u8>, Version)>, RecordStoreError> {
+            self.0.get_versioned(key)
+        }
+        fn compare_and_set(
+            &self,
+            key: &str,
+            expected: Option<&Version>,
+            new: Option<&[u8]>,
+        ) -> Result<Swap, RecordStoreError> {
+            self.0.compare_and_set(key, expected, new)
+        }
+    }
+
+    #[test]
+    fn a_directory_is_removed_by_the_store_under_as_one_not_a_record_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let chunked = ChunkedRecords::new(Arc::new(WholeDirectories(DirRecords::new(dir.path()))));
+        for i in 0..5 {
+            chunked
+                .put(&format!("rollouts/plan-1/m/n{i}.json"), b"r")
+                .unwrap();
+        }
+        chunked
+            .put("rollouts/plan-1/big.json", &big(2, 130_000))
+            .unwrap();
+        chunked.put("rollouts/plan-10/m/n.json", b"kept").unwrap();
+        assert_eq!(chunked.delete_under("rollouts/plan-1").unwrap(), 6);
+        assert_eq!(
+            chunked.keys_under("rollouts").unwrap(),
+            ["rollouts/plan-10/m/n.json"]
+        );
+        // The large record's chunks name no record now: left to the collection of orphans.
+        assert_eq!(
+            chunked.keys_under("").unwrap(),
+            ["rollouts/plan-10/m/n.json"]
         );
     }
 }

@@ -158,6 +158,33 @@ pub trait RecordStore: Send + Sync + fmt::Debug {
     /// When it cannot be removed.
     fn delete(&self, key: &str) -> Result<(), RecordStoreError>;
 
+    /// Removes the record at each of `keys` (none there is not an error): where the store
+    /// can, the removals are sent together and their answers awaited together (a bucket), not
+    /// one round trip each, and what the store kept of each key (a bucket's older values and
+    /// its removal's marker) goes with it. By default one [`RecordStore::delete`] after
+    /// another.
+    ///
+    /// # Errors
+    /// When one cannot be removed; others may have been.
+    fn delete_many(&self, keys: &[String]) -> Result<(), RecordStoreError> {
+        for key in keys {
+            self.delete(key)?;
+        }
+        Ok(())
+    }
+
+    /// Removes every record under `dir`, however deep: one listing
+    /// ([`RecordStore::keys_under`]) and [`RecordStore::delete_many`]. Returns how many
+    /// records there were.
+    ///
+    /// # Errors
+    /// When the listing cannot be read or a record cannot be removed (others may have been).
+    fn delete_under(&self, dir: &str) -> Result<usize, RecordStoreError> {
+        let keys = self.keys_under(dir)?;
+        self.delete_many(&keys)?;
+        Ok(keys.len())
+    }
+
     /// The names one level under `dir` (`""` for the top), as a directory listing would give
     /// them: records and the directories holding more, sorted, each once.
     ///
@@ -548,6 +575,15 @@ mod tests {
         records.delete("plans/a.json").unwrap();
         records.delete("plans/a.json").unwrap();
         assert_eq!(records.list("plans").unwrap(), vec!["b.json"]);
+        records.put("rollouts/p/m/a.json", b"a").unwrap();
+        records.put("rollouts/p/m/b.json", b"b").unwrap();
+        records.put("rollouts/q/m/a.json", b"a").unwrap();
+        assert_eq!(records.delete_under("rollouts/p").unwrap(), 2);
+        assert_eq!(records.list("rollouts").unwrap(), vec!["q"]);
+        records
+            .delete_many(&["rollouts/q/m/a.json".to_owned(), "gone.json".to_owned()])
+            .unwrap();
+        assert!(records.keys_under("rollouts").unwrap().is_empty());
         let error = records.get("../x").unwrap_err();
         assert!(error.to_string().contains("\"../x\""), "{error}");
     }

@@ -55,6 +55,17 @@ impl Identity {
     /// replaced: the secrets encrypted to it would be lost).
     pub fn create(path: &Path) -> Result<Identity, SecretsError> {
         let identity = Identity::generate();
+        identity.keep(path)?;
+        Ok(identity)
+    }
+
+    /// Keeps this identity in a new file at `path` (its directory made `0700` if absent),
+    /// mode `0600` from its creation: a retired mesh key, kept beside the current one.
+    ///
+    /// # Errors
+    /// [`SecretsError::Io`], with `AlreadyExists` when the file is there (never replaced).
+    pub fn keep(&self, path: &Path) -> Result<(), SecretsError> {
+        let identity = self;
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             if !parent.exists() {
                 std::fs::DirBuilder::new()
@@ -86,8 +97,7 @@ impl Identity {
                 operation: "write",
                 source: std::io::Error::other(other.to_string()),
             },
-        })?;
-        Ok(identity)
+        })
     }
 
     /// Reads the identity kept at `path`.

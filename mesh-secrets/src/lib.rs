@@ -6,11 +6,12 @@
 //! keyed digest ([`MeshKey::digest`], HMAC-SHA256 keyed from the mesh key) that is all a person
 //! ever sees. When the controller sends a node its declaration, [`MeshKey::reseal`] decrypts a
 //! secret in memory only and encrypts it again to that node's key alone; the host opens it with
-//! its own [`Identity`].
+//! its own [`Identity`]. After a rotation, a [`Keyring`] opens with the mesh key and the keys
+//! it retired, as long as the controller keeps them.
 //!
 //! In dependency order: [`recipients`] (public keys, and the operators' file), [`identity`] (an
 //! age identity and the file that keeps it), [`seal`] (encrypt, decrypt, the keyed digest and the
-//! mesh key itself).
+//! mesh key itself), [`keyring`] (the keys a secret at rest is opened with).
 //!
 //! # Invariants
 //! - No cryptography is written here: age (X25519 recipients, ChaCha20-Poly1305) encrypts, and
@@ -22,10 +23,12 @@
 //! - Nothing here knows the home, the bus or a declaration: paths and values in, values out.
 
 pub mod identity;
+pub mod keyring;
 pub mod recipients;
 pub mod seal;
 
 pub use identity::Identity;
+pub use keyring::Keyring;
 pub use recipients::Recipient;
 pub use seal::{MeshKey, Plaintext};
 

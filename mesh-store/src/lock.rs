@@ -14,6 +14,8 @@
 //! # Guarantees
 //! - A lock is released when its guard is dropped, and by the kernel when the process ends: a
 //!   crashed collector never leaves the store locked.
+//! - Asked for while its runtime shuts down, a lock is not taken: the caller gets a
+//!   [`LockError`] saying so, never a panic.
 
 use rustix::fs::{flock, FlockOperation};
 use std::fs::{File, OpenOptions};
@@ -75,7 +77,8 @@ impl PublishLock {
     /// As [`PublishLock::acquire_blocking`].
     pub async fn acquire(home: &Path) -> Result<PublishLock, LockError> {
         let home = home.to_owned();
-        spawn_blocking(move || PublishLock::acquire_blocking(&home)).await
+        let path = lock_path(&home);
+        spawn_blocking(path, move || PublishLock::acquire_blocking(&home)).await
     }
 }
 
@@ -100,14 +103,60 @@ impl SweepLock {
     /// As [`SweepLock::acquire_blocking`].
     pub async fn acquire(home: &Path) -> Result<SweepLock, LockError> {
         let home = home.to_owned();
-        spawn_blocking(move || SweepLock::acquire_blocking(&home)).await
+        let path = lock_path(&home);
+        spawn_blocking(path, move || SweepLock::acquire_blocking(&home)).await
     }
 }
 
+/// Runs `f` on the runtime's blocking threads. A panic in `f` goes on as a panic; a runtime
+/// shutting down before `f` ran (its blocking threads no longer take work) is a [`LockError`] on
+/// `path`: the lock was not taken, so there is nothing to release.
 async fn spawn_blocking<T: Send + 'static>(
+    path: PathBuf,
     f: impl FnOnce() -> Result<T, LockError> + Send + 'static,
 ) -> Result<T, LockError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()))
+    match tokio::task::spawn_blocking(f).await {
+        Ok(taken) => taken,
+        Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+        Err(_) => Err(LockError {
+            path,
+            source: std::io::Error::other("not taken: the runtime is shutting down"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lock asked for on a runtime that has shut down is an error naming the lock file; it
+    /// panicked (`JoinError::into_panic` of a cancelled task) before.
+    #[test]
+    fn a_lock_asked_for_while_its_runtime_shuts_down_is_an_error_not_a_panic() {
+        let home = tempfile::tempdir().unwrap();
+        let gone = tokio::runtime::Runtime::new().unwrap();
+        let handle = gone.handle().clone();
+        drop(gone);
+        let driver = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (sweep, publish) = driver.block_on(async {
+            // The blocking work is spawned on the runtime that shut down.
+            let _on_the_gone_runtime = handle.enter();
+            (
+                SweepLock::acquire(home.path()).await,
+                PublishLock::acquire(home.path()).await,
+            )
+        });
+        for error in [sweep.unwrap_err(), publish.unwrap_err()] {
+            assert_eq!(error.path, lock_path(home.path()));
+            assert!(
+                error.source.to_string().contains("shutting down"),
+                "{error}: {}",
+                error.source
+            );
+        }
+        // Nothing holds the lock: it is taken exclusively without waiting.
+        take(home.path(), FlockOperation::NonBlockingLockExclusive).unwrap();
+    }
 }

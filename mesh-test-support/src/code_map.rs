@@ -1,11 +1,13 @@
 //! The modules of a crate and the `use` lines between them, read from its source, so that a
 //! crate's test can hold it to the architecture page's code map: its top-level modules, each a
-//! file or a directory, form no cycle.
+//! file or a directory, form no cycle, and where the page lists them in dependency order, each
+//! uses only modules listed before it ([`page_order`], [`out_of_order`]).
 //!
 //! An edge `a → b` is any `crate::b` path in module `a`'s source outside comments and its unit
 //! tests (a `#[cfg(test)]` module, inline or a module directory's `tests.rs`), and `super::b` in a top-level file (whose parent is the
 //! crate root). Paths through the crate root's re-exports are not followed: a module that
 //! reaches another only through one is not counted, so keep `use` lines naming the module.
+//! `src/bin`, where Cargo finds binaries each a crate of its own, is not a module.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -22,6 +24,11 @@ pub fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
         let Some(stem) = path.file_stem().and_then(|s| s.to_str()).map(str::to_owned) else {
             continue;
         };
+        if path.is_dir() && stem == "bin" {
+            // `src/bin` holds binaries, each a crate of its own, not a module of this one: read
+            // one with a `module_graph` of its own directory.
+            continue;
+        }
         if path.is_dir() {
             // A module directory's `tests.rs` or `*_tests.rs` is its unit tests (declared
             // `#[cfg(test)] mod tests;`), left out as an inline test module is.
@@ -94,6 +101,66 @@ fn walk(
     done.insert(module.to_owned());
 }
 
+/// The modules of `graph` in the order the architecture page's section `heading` (a whole line,
+/// `### mesh-store`) first names them, each in backquotes, from its words "In dependency order"
+/// up to its invariants (`**Invariants.**`) or the next heading. Names that are not modules of
+/// `graph` (types, functions, submodules) are passed over.
+///
+/// # Panics
+/// When the page has no such section, or the section no "In dependency order": a test asked
+/// for it.
+pub fn page_order(
+    page: &str,
+    heading: &str,
+    graph: &BTreeMap<String, BTreeSet<String>>,
+) -> Vec<String> {
+    let start = page
+        .lines()
+        .position(|line| line.trim_end() == heading)
+        .unwrap_or_else(|| panic!("the page has no section `{heading}`"));
+    let section: Vec<&str> = page
+        .lines()
+        .skip(start + 1)
+        .take_while(|line| !line.starts_with("## ") && !line.starts_with("### "))
+        .collect();
+    let section = section.join("\n");
+    let from = section
+        .find("In dependency order")
+        .unwrap_or_else(|| panic!("`{heading}` does not say \"In dependency order\""));
+    let section = &section[from..];
+    let section = &section[..section.find("**Invariants.**").unwrap_or(section.len())];
+    let mut order: Vec<String> = Vec::new();
+    for (at, quoted) in section.split('`').enumerate() {
+        if at % 2 == 1 && graph.contains_key(quoted) && !order.iter().any(|m| m == quoted) {
+            order.push(quoted.to_owned());
+        }
+    }
+    order
+}
+
+/// Where `order` disagrees with `graph`: each module `order` leaves out (`(module, None)`), and
+/// each use of a module listed at or after the one using it (`(module, Some(used))`). Empty
+/// when every module is listed after all it uses.
+pub fn out_of_order(
+    graph: &BTreeMap<String, BTreeSet<String>>,
+    order: &[String],
+) -> Vec<(String, Option<String>)> {
+    let place = |module: &str| order.iter().position(|m| m == module);
+    let mut found = Vec::new();
+    for (module, uses) in graph {
+        let Some(at) = place(module) else {
+            found.push((module.clone(), None));
+            continue;
+        };
+        for used in uses {
+            if place(used).is_none_or(|used_at| used_at >= at) {
+                found.push((module.clone(), Some(used.clone())));
+            }
+        }
+    }
+    found
+}
+
 fn rust_files(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).expect("a source directory") {
@@ -125,13 +192,21 @@ fn without_comments(text: &str) -> String {
         .join("\n")
 }
 
-/// `text` up to its unit tests: the first `#[cfg(test)]` followed by a `mod`.
+/// `text` up to its unit tests: the first `#[cfg(test)]` followed by a `mod`, of any
+/// visibility (`mod`, `pub mod`, `pub(crate) mod`).
 fn without_tests(text: &str) -> String {
     let mut at = 0;
     while let Some(found) = text[at..].find("#[cfg(test)]") {
         let start = at + found;
         let after = text[start + "#[cfg(test)]".len()..].trim_start();
-        if after.starts_with("mod ") || after.starts_with("pub mod ") {
+        let after = match after.strip_prefix("pub") {
+            Some(rest) if rest.starts_with('(') => {
+                rest.find(')').map_or("", |end| &rest[end + 1..])
+            }
+            Some(rest) => rest,
+            None => after,
+        };
+        if after.trim_start().starts_with("mod ") {
             return text[..start].to_owned();
         }
         at = start + 1;
@@ -201,6 +276,58 @@ mod tests {
         let code = without_tests(&without_comments(text));
         let names: Vec<String> = paths_after(&code, "crate::").into_iter().collect();
         assert_eq!(names, ["b"]);
+        let text = "use crate::b;\n#[cfg(test)]\nfn helper() {}\n#[cfg(test)]\npub(crate) mod tests {\n use crate::d;\n}\n";
+        let names: Vec<String> = paths_after(&without_tests(text), "crate::")
+            .into_iter()
+            .collect();
+        assert_eq!(names, ["b"]);
+    }
+
+    #[test]
+    fn the_page_order_is_read_from_the_section_and_a_use_of_a_later_module_is_found() {
+        let graph: BTreeMap<String, BTreeSet<String>> = [
+            ("a", vec![]),
+            ("b", vec!["a"]),
+            ("c", vec!["b", "d"]),
+            ("d", vec![]),
+        ]
+        .into_iter()
+        .map(|(m, uses)| (m.to_owned(), uses.into_iter().map(str::to_owned).collect()))
+        .collect();
+        let page = "### other\nIn dependency order: `d`, `c`.\n### krate\nStart at `c`.\n\
+                    In dependency order: `a` (`Type`), `b` uses `a`; `c`, then `a` again.\n\
+                    **Invariants.** `d`\n### next\n`d`\n";
+        let order = page_order(page, "### krate", &graph);
+        assert_eq!(order, ["a", "b", "c"]);
+        assert_eq!(
+            out_of_order(&graph, &order),
+            [
+                ("c".to_owned(), Some("d".to_owned())),
+                ("d".to_owned(), None)
+            ]
+        );
+        let whole: Vec<String> = ["a", "d", "b", "c"].map(str::to_owned).to_vec();
+        assert!(out_of_order(&graph, &whole).is_empty());
+    }
+
+    #[test]
+    fn src_bin_is_not_a_module_and_its_paths_are_not_uses() {
+        let src = tempfile::tempdir().expect("a temporary directory");
+        let write = |path: &str, text: &str| {
+            let path = src.path().join(path);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("a directory");
+            std::fs::write(path, text).expect("a file");
+        };
+        write("lib.rs", "pub mod a;\npub mod b;\n");
+        write("a.rs", "use crate::b::B;\n");
+        write("b.rs", "pub struct B;\n");
+        write("bin/tool/main.rs", "mod a;\n");
+        write("bin/tool/a.rs", "use crate::a::A;\nuse crate::b::B;\n");
+        let graph = module_graph(src.path());
+        let modules: Vec<&String> = graph.keys().collect();
+        assert_eq!(modules, ["a", "b"]);
+        assert!(cycles(&graph).is_empty());
+        assert_eq!(module_graph(&src.path().join("bin/tool"))["a"].len(), 0);
     }
 
     #[test]

@@ -32,7 +32,7 @@
 use crate::is_valid_subject;
 use crate::subjects::{
     self, declaration_consumer, node_inbox_prefix, node_user, probe_inbox_prefix,
-    probe_subject_for, CONTROLLER_USER, DECLARATIONS_STREAM, PROBE_USER, RECORDS_BUCKET,
+    probe_subject_for, CONTROLLER_USER, DECLARATIONS_STREAM, PROBE_USER,
 };
 use std::collections::BTreeSet;
 
@@ -332,7 +332,7 @@ pub fn check_users(users: &BusUsers) -> Vec<GrantProblem> {
                     node: node.clone(),
                     bucket: bucket.clone(),
                 });
-            } else if bucket == RECORDS_BUCKET {
+            } else if crate::records::is_records_bucket(bucket) {
                 problems.push(GrantProblem::ReservedBucket {
                     node: node.clone(),
                     bucket: bucket.clone(),

@@ -16,50 +16,28 @@
 //! Printed: each time, and each ratio against its target (merge ≤ 1.5× ten pushes; 1,000 →
 //! 4,000 nodes grows ≤ 4.5×). Nothing is asserted: timings are read, not tested.
 
+mod support;
+
 use mesh_controller::executor;
 use mesh_controller::home::Home;
 use mesh_controller::plans::MergeOutcome;
 use mesh_controller::runtime::{GivenFleet, Mesh, MeshOptions, Runtime};
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-#[path = "../tests/support/simulated.rs"]
-mod simulated;
-
-use simulated::Simulated;
-
-const MODULES: usize = 10;
-
-fn write(path: &Path, text: &str) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
-}
-
-fn node_names(nodes: usize) -> Vec<String> {
-    (0..nodes).map(|i| format!("n{i:05}")).collect()
-}
+use support::modules::{self, write};
+use support::simulated::Simulated;
+use support::ten_modules::{self, module_files, MODULES};
+use support::{inventory, node_name, scratch};
 
 /// A home of `nodes` nodes, each assigned the ten modules; the modules in its catalogue when
 /// `catalogue` says so.
 fn home(dir: &Path, nodes: usize, catalogue: bool) -> Home {
-    let names = node_names(nodes);
-    let mut inventory = format!("bus-node = \"{}\"\n\n", names[0]);
-    for node in &names {
-        inventory.push_str(&format!("[nodes.{node}]\n"));
-    }
-    inventory.push_str("\n[assignments]\n");
-    let everyone = names
-        .iter()
-        .map(|n| format!("\"{n}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    for module in 0..MODULES {
-        inventory.push_str(&format!("m{module:02} = [{everyone}]\n"));
-    }
-    write(&dir.join("inventory.toml"), &inventory);
+    write(
+        &dir.join("inventory.toml"),
+        &inventory(nodes, &ten_modules::names()),
+    );
     std::fs::create_dir_all(dir.join("catalogue/modules")).unwrap();
     if catalogue {
         for (path, text) in module_files("v1") {
@@ -67,42 +45,6 @@ fn home(dir: &Path, nodes: usize, catalogue: bool) -> Home {
         }
     }
     Home::new(dir)
-}
-
-/// The ten modules' files (`modules/mNN/…`), three small files each.
-fn module_files(version: &str) -> Vec<(String, String)> {
-    let mut files = Vec::new();
-    for module in 0..MODULES {
-        let module = format!("m{module:02}");
-        let mut definition = format!("name = \"{module}\"\n");
-        for file in ["one", "two", "three"] {
-            definition.push_str(&format!(
-                "\n[files.{file}]\nsource = \"files/{file}\"\npath = \"/etc/{module}/{file}\"\n"
-            ));
-            files.push((
-                format!("modules/{module}/files/{file}"),
-                format!("{module} {file} {version}\n"),
-            ));
-        }
-        files.push((format!("modules/{module}/module.toml"), definition));
-    }
-    files
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args([
-            "-c",
-            "user.name=Bench",
-            "-c",
-            "user.email=bench@example.internal",
-        ])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
 }
 
 fn given(fleet: Simulated) -> GivenFleet {
@@ -117,7 +59,7 @@ fn ten_pushes(runtime: &tokio::runtime::Runtime, nodes: usize) -> Duration {
         .unwrap();
     let home = home(dir.path(), nodes, true);
     let store = mesh_store::open_store(&mesh_store::store::default_store_spec(dir.path())).unwrap();
-    let names = node_names(nodes);
+    let names: Vec<String> = (0..nodes).map(node_name).collect();
     let mut fleet = Simulated::default();
     let started = Instant::now();
     runtime.block_on(async {
@@ -155,12 +97,7 @@ fn first_merge(nodes: usize, budget: Duration) -> Result<Duration, String> {
             .tempdir_in(scratch())
             .unwrap();
         let repo = dir.path().join("repo");
-        for (path, text) in module_files("v1") {
-            write(&repo.join(path), &text);
-        }
-        git(&repo, &["init", "-q", "-b", "main"]);
-        git(&repo, &["add", "-A"]);
-        git(&repo, &["commit", "-q", "-m", "ten modules"]);
+        modules::repository(&repo);
         let root = dir.path().join("home");
         let home = home(&root, nodes, false);
         mesh_controller::repos::add(&home, "cat", &repo, None, "modules").unwrap();
@@ -248,14 +185,4 @@ fn main() {
     }
     // A merge left running past its budget is not waited for.
     std::process::exit(0);
-}
-
-/// Where the bench's homes are made: `MESH_BENCH_TMP`, else `/dev/shm` (tmpfs: the records'
-/// fsyncs on this shared disk swing by 10x from run to run), else the system's.
-fn scratch() -> std::path::PathBuf {
-    match std::env::var_os("MESH_BENCH_TMP") {
-        Some(dir) => dir.into(),
-        None if Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
-        None => std::env::temp_dir(),
-    }
 }

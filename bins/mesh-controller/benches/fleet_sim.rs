@@ -29,16 +29,15 @@
 //! Printed, for each size: the merge's time; the longest time from a module's first machine's
 //! report being heard to its rollout to all complete (target: within two heartbeats); the
 //! controller's peak memory (VmHWM) and CPU time per host; the largest record in the bucket
-//! (target ≤ 64 KiB); then the time at the largest size against the smallest (target ≤ 12× for
+//! (target ≤ 64 KiB); then the time at the largest size against the smallest (target ≤ 11× for
 //! 1,000 → 10,000). Nothing is asserted: timings are read, not tested.
 
+mod support;
+
 use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
-use mesh_controller::credentials::BusArgs;
-use mesh_controller::home::Home;
 use mesh_controller::plans::MergeOutcome;
 use mesh_controller::runtime::{Mesh, MeshOptions, Runtime};
 use mesh_model::declaration::Declaration;
-use mesh_model::report::{MachineState, Outcome, Report};
 use mesh_test_support::nats_cluster::NatsCluster;
 use mesh_test_support::nats_server::NatsServer;
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,8 +46,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-const MODULES: usize = 10;
+use support::modules::{git, write};
+use support::simulated::converged;
+use support::ten_modules::MODULES;
+use support::{on_bus, scratch};
 
 /// A host's heartbeat (mesh-host's default).
 const HEARTBEAT: Duration = mesh_host::serve::DEFAULT_HEARTBEAT;
@@ -135,7 +136,8 @@ fn main() {
     if let (Some(&(small, a)), Some(&(large, b))) = (times.first(), times.last()) {
         if large > small {
             let ratio = b.as_secs_f64() / a.as_secs_f64();
-            let target = 12.0 * (large as f64 / small as f64) / 10.0;
+            // The scale issue's target: at most 11 times the time for 10 times the hosts.
+            let target = 11.0 * (large as f64 / small as f64) / 10.0;
             println!(
                 "  time {small} -> {large} hosts: {ratio:.2}x (target <= {target:.1}x: {})",
                 if ratio <= target { "met" } else { "NOT met" }
@@ -251,23 +253,11 @@ fn run(
         .tempdir_in(scratch())
         .unwrap();
     let set_up = Instant::now();
-    let (home, bus) = fleet_home(dir.path(), server, hosts);
+    let (home, bus) = on_bus::ten_modules_on_bus(dir.path(), hosts, server.url(), |users| {
+        server.reload(users)
+    });
     let password_file = dir.path().join("home/bus/passwords/controller");
-    let mut simulator = Command::new(std::env::current_exe().unwrap())
-        .env("MESH_BENCH_ROLE", "hosts")
-        .env("MESH_BENCH_URL", &url)
-        .env("MESH_BENCH_PASSWORD_FILE", &password_file)
-        .env("MESH_BENCH_HOSTS", hosts.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut ready = String::new();
-    std::io::BufReader::new(simulator.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
-    assert_eq!(ready.trim(), "ready", "the simulated hosts did not start");
+    let mut simulator = simulated_hosts(&url, &password_file, hosts, None);
     println!(
         "  {hosts} hosts: set up in {:.1} s (users, records on the bus, repository)",
         set_up.elapsed().as_secs_f64()
@@ -334,8 +324,21 @@ fn run(
         Ok(state) => format!("plan {state}"),
         Err(error) => format!("FAILED: {error}"),
     };
+    // The scale issue's target: a merge of ten modules to 10,000 hosts in at most 30 s.
+    let target = if hosts == 10_000 {
+        format!(
+            " (target <= 30 s at 10,000: {})",
+            if measured.took.as_secs() <= 30 {
+                "met"
+            } else {
+                "NOT met"
+            }
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "  {hosts} hosts: merge {:.2} s ({state})",
+        "  {hosts} hosts: merge {:.2} s ({state}){target}",
         measured.took.as_secs_f64()
     );
     if measured
@@ -362,11 +365,17 @@ fn run(
         None => println!("  {hosts} hosts: no module's rollout finished"),
     }
     let peak = peak_memory_kib();
+    // The scale issue's targets: under 512 MiB at 10,000 hosts, under 2 GiB at 100,000.
+    let limit_mib: u64 = if hosts > 10_000 { 2048 } else { 512 };
     println!(
         "  {hosts} hosts: controller peak memory (VmHWM, this process so far) {:.0} MiB \
-         (target < 1024 MiB at 10,000: {}); CPU {:.2} s = {:.2} ms per host",
+         (target < {limit_mib} MiB: {}); CPU {:.2} s = {:.2} ms per host",
         peak as f64 / 1024.0,
-        if peak < 1024 * 1024 { "met" } else { "NOT met" },
+        if peak < limit_mib * 1024 {
+            "met"
+        } else {
+            "NOT met"
+        },
         measured.cpu.as_secs_f64(),
         measured.cpu.as_secs_f64() * 1000.0 / hosts as f64
     );
@@ -396,26 +405,13 @@ fn takeover(server: &BenchBus, hosts: usize) -> Result<Duration, String> {
         .prefix("mesh-bench-takeover-")
         .tempdir_in(scratch())
         .unwrap();
-    let (home, bus) = fleet_home(dir.path(), server, hosts);
+    let (home, bus) = on_bus::ten_modules_on_bus(dir.path(), hosts, server.url(), |users| {
+        server.reload(users)
+    });
     let password_file = dir.path().join("home/bus/passwords/controller");
     // `n00000`, first by name, never answers: plan A waits on it.
     let first = "n00000";
-    let mut simulator = Command::new(std::env::current_exe().unwrap())
-        .env("MESH_BENCH_ROLE", "hosts")
-        .env("MESH_BENCH_URL", &url)
-        .env("MESH_BENCH_PASSWORD_FILE", &password_file)
-        .env("MESH_BENCH_HOSTS", hosts.to_string())
-        .env("MESH_BENCH_SILENT", first)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut ready = String::new();
-    std::io::BufReader::new(simulator.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
-    assert_eq!(ready.trim(), "ready", "the simulated hosts did not start");
+    let mut simulator = simulated_hosts(&url, &password_file, hosts, Some(first));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let root = dir.path().to_owned();
     let daemon = std::thread::spawn(move || {
@@ -560,95 +556,36 @@ fn first_report_to_all(lines: &[(Duration, String)]) -> Option<(Duration, String
     Some((*worst, module.clone(), mean))
 }
 
-fn write(path: &Path, text: &str) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args([
-            "-c",
-            "user.name=Bench",
-            "-c",
-            "user.email=bench@example.internal",
-        ])
-        .args(args)
-        .output()
+/// The simulated hosts (this bench run again as `MESH_BENCH_ROLE=hosts`) on the bus at `url`,
+/// returned once they said they are ready; `silent`, a node that takes its declarations and
+/// never reports.
+fn simulated_hosts(
+    url: &str,
+    password_file: &Path,
+    hosts: usize,
+    silent: Option<&str>,
+) -> std::process::Child {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .env("MESH_BENCH_ROLE", "hosts")
+        .env("MESH_BENCH_URL", url)
+        .env("MESH_BENCH_PASSWORD_FILE", password_file)
+        .env("MESH_BENCH_HOSTS", hosts.to_string());
+    if let Some(node) = silent {
+        command.env("MESH_BENCH_SILENT", node);
+    }
+    let mut simulator = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
         .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-}
-
-/// A home of `hosts` nodes each assigned the ten modules, its records moved to the bus, the
-/// bus running the users it composes (recorded as confirmed), and the repository `cat` of the
-/// ten modules registered.
-fn fleet_home(dir: &Path, server: &BenchBus, hosts: usize) -> (Home, BusArgs) {
-    let names: Vec<String> = (0..hosts).map(|i| format!("n{i:05}")).collect();
-    let mut inventory = format!("bus-node = \"{}\"\n\n", names[0]);
-    for node in &names {
-        inventory.push_str(&format!("[nodes.{node}]\n"));
-    }
-    inventory.push_str("\n[assignments]\n");
-    let everyone = names
-        .iter()
-        .map(|n| format!("\"{n}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let repo = dir.join("repo");
-    for module in (0..MODULES).map(|m| format!("m{m:02}")) {
-        inventory.push_str(&format!("{module} = [{everyone}]\n"));
-        let mut definition = format!("name = \"{module}\"\n");
-        for file in ["one", "two", "three"] {
-            definition.push_str(&format!(
-                "\n[files.{file}]\nsource = \"files/{file}\"\npath = \"/etc/{module}/{file}\"\n"
-            ));
-            write(
-                &repo.join(format!("modules/{module}/files/{file}")),
-                &format!("{module} {file} v1\n"),
-            );
-        }
-        write(
-            &repo.join(format!("modules/{module}/module.toml")),
-            &definition,
-        );
-    }
-    git(&repo, &["init", "-q", "-b", "main"]);
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "ten modules"]);
-    let root = dir.join("home");
-    write(&root.join("inventory.toml"), &inventory);
-    std::fs::create_dir_all(root.join("catalogue/modules")).unwrap();
-
-    let local = Home::new(&root);
-    let users = mesh_controller::users::users_text(
-        &local,
-        &local.catalogue().unwrap(),
-        &BusArgs::default(),
-    )
-    .unwrap();
-    server.reload(&users);
-    let bus = BusArgs {
-        url: server.url(),
-        password_file: Some(root.join("bus/passwords/controller")),
-        ..BusArgs::default()
-    };
-    // The reload is asynchronous: wait until the controller is let in.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let home = loop {
-        match mesh_controller::records::open_home(&root, Some(&bus)) {
-            Ok(home) => break home,
-            Err(error) if Instant::now() > deadline => panic!("{error:#}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    };
-    mesh_controller::records::import(&root, &home, &bus.url).unwrap();
-    // The fleet runs these users already: the bus confirmed them.
-    let archive = mesh_controller::users::users_archive(&users).unwrap();
-    mesh_controller::users::confirm::record_confirmed(&home, &users, &archive.reference).unwrap();
-    mesh_controller::repos::add(&home, "cat", &repo, None, "modules").unwrap();
-    (home, bus)
+    let mut ready = String::new();
+    std::io::BufReader::new(simulator.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready.trim(), "ready", "the simulated hosts did not start");
+    simulator
 }
 
 /// The controller's records: how many, and the largest with its key.
@@ -778,36 +715,4 @@ fn hosts() {
             () = heard => {}
         }
     });
-}
-
-fn converged(declaration: &Declaration) -> Report {
-    let now = mesh_host::now();
-    Report {
-        format: mesh_model::report::REPORT_FORMAT,
-        node: declaration.node.clone(),
-        declaration: declaration.digest(),
-        machine: MachineState::Converged,
-        resources: declaration
-            .resources
-            .iter()
-            .map(|r| (r.id.clone(), Outcome::Applied { changed: vec![] }))
-            .collect(),
-        undeclared: Default::default(),
-        findings: Vec::new(),
-        windows: Vec::new(),
-        resumed_from_mid_change: false,
-        started_at: now,
-        finished_at: now,
-        drift: Vec::new(),
-    }
-}
-
-/// Where the bench's homes are made: `MESH_BENCH_TMP`, else `/dev/shm` (tmpfs: the records'
-/// fsyncs on this shared disk swing by 10x from run to run), else the system's.
-fn scratch() -> std::path::PathBuf {
-    match std::env::var_os("MESH_BENCH_TMP") {
-        Some(dir) => dir.into(),
-        None if Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
-        None => std::env::temp_dir(),
-    }
 }

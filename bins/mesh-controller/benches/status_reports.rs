@@ -9,13 +9,13 @@
 //! `/dev/shm`). It prints the ratio (target ≤ 3×); nothing is asserted but that the overview
 //! saw every node's report.
 
-#[path = "support/fleet_reports.rs"]
-mod fleet_reports;
+mod support;
 
-use fleet_reports::{fleet_home, node_name, publish_reports, scratch};
 use mesh_bus::{subjects, NatsOptions};
 use mesh_test_support::nats_server::NatsServer;
 use std::time::Instant;
+use support::fleet_reports::{fleet_home, publish_reports};
+use support::{node_name, scratch};
 
 const ROUNDS: usize = 3;
 

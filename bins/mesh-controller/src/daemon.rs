@@ -3,7 +3,9 @@
 //!
 //! Start at [`serve`].
 
+pub mod collect;
 mod drives;
+mod heard;
 pub mod retry;
 
 use crate::credentials::connect;
@@ -25,8 +27,10 @@ const TURN: Duration = Duration::from_secs(1);
 /// readable one is heard.
 pub const UNREADABLE_ANNOUNCEMENT: &str = "unreadable-announcement";
 
-/// How many times the daemon tries to make the mesh's streams at start.
-const STREAM_ATTEMPTS: u32 = 5;
+/// How many times the daemon tries to make the mesh's streams at start, a second apart: a
+/// server busy enough to time each request out (CI saw five attempts fail under load) is
+/// waited for, each attempt said, before the daemon gives up.
+const STREAM_ATTEMPTS: u32 = 30;
 
 /// How many plans `serve` drives at once unless told (`serve --max-drives`).
 pub const MAX_DRIVES: u16 = 4;
@@ -38,6 +42,12 @@ pub struct ServeOptions {
     pub max_drives: usize,
     /// How often the daemon publishes its heartbeat ([`crate::heartbeat`]).
     pub heartbeat: Duration,
+    /// How often the daemon collects the records ([`collect`]); also soon after a plan ends.
+    pub collect_every: Duration,
+    /// How many plans are kept whole ([`crate::plans::fold::KEEP_PLANS`] by default).
+    pub keep_plans: usize,
+    /// How long a declaration no record names is kept after it was written.
+    pub declaration_grace: Duration,
 }
 
 impl Default for ServeOptions {
@@ -45,6 +55,9 @@ impl Default for ServeOptions {
         ServeOptions {
             max_drives: usize::from(MAX_DRIVES),
             heartbeat: Duration::from_secs(crate::heartbeat::HEARTBEAT_SECS),
+            collect_every: collect::COLLECT_EVERY,
+            keep_plans: crate::plans::fold::KEEP_PLANS,
+            declaration_grace: crate::records::DECLARATION_GRACE,
         }
     }
 }
@@ -132,10 +145,18 @@ pub async fn serve(
         .map_err(bus_error(|| "opening the merge consumer".to_owned()))?;
     // Repositories registered with `--poll` are fetched and their new heads announced.
     let _poller = crate::poll::spawn(home.clone(), bus.clone());
+    // Each node's last readable report kept as the reports are heard, status read or not.
+    let heard = heard::spawn(home.clone(), bus.clone());
+    let _heard = AbortOnDrop(heard);
     tracing::info!(url = %bus_args.url, max_drives = options.max_drives, "serving: hearing merges");
     let mut drives = Drives::new(options.max_drives);
     let machine = machine_name();
     let mut last_beat: Option<tokio::time::Instant> = None;
+    let mut collections = collect::Collections::new(
+        options.collect_every,
+        options.keep_plans,
+        options.declaration_grace,
+    );
     loop {
         // The open plans are driven as tasks of their own, at most so many at once: the loop
         // goes on hearing merges while they run.
@@ -147,10 +168,19 @@ pub async fn serve(
         }
         for (plan, ended) in drives.ended().await {
             settle(home, &mut drives, &plan, &ended);
+            if matches!(&ended, Ended::Driven(record) if !record.plan.state.is_open()) {
+                collections.plan_ended();
+            }
         }
+        collections.start_due(runtime);
         if last_beat.is_none_or(|at| at.elapsed() >= options.heartbeat) {
             last_beat = Some(tokio::time::Instant::now());
-            beat(&bus, home, &machine, options, &drives).await;
+            // The heartbeat waits on the bus, up to the client's retry limit when the bus is
+            // gone: the stop is heard meanwhile (a heartbeat cut short is only a late one).
+            tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                () = beat(&bus, home, &machine, options, &drives) => {}
+            }
         }
         let heard = tokio::select! {
             _ = &mut shutdown => return Ok(()),
@@ -321,5 +351,14 @@ fn settle(home: &crate::home::Home, drives: &mut Drives, plan: &str, ended: &End
                 retry_in_secs = wait.as_secs(), "driving the plan failed; it is driven again");
             drives.retry_at(plan, tokio::time::Instant::now() + wait);
         }
+    }
+}
+
+/// A task aborted when the daemon returns.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -1,27 +1,26 @@
 //! Fail points: named steps at which a test makes the controller die, deterministically, as if
-//! it were killed there (never "after N ms").
+//! it were killed there (never "after N ms"), on the `fail` crate.
 //!
 //! Compiled only with the crate's `fail-points` feature, which its tests turn on (a
 //! dev-dependency on the crate itself with the feature): a build without it — every release
-//! binary — has a [`point`] that does nothing and reads no environment (`lib.rs` gives it).
+//! binary — has a [`point`] that does nothing and reads no environment (`lib.rs` gives it), and
+//! takes no `fail` crate.
 //!
-//! `MESH_FAIL_AT=STEP` aborts the process (SIGABRT: no destructor runs, no record is finished)
-//! the first time it reaches `STEP`; `STEP#N` the N-th time. The steps a drive passes are named
-//! in [`STEPS`]. Unset, a fail point costs one environment read per step.
-//!
-//! `MESH_HOLD_AT=STEP` (or `STEP#N`) with `MESH_HOLD_DIR=DIR` pauses there instead: the
-//! process writes `DIR/paused` (holding the step's name) and waits until `DIR/release` exists,
-//! then goes on — so a test does something to the world (kills a bus server) at a known step
-//! of a live rollout, never "after N ms". The thread that reached the step is blocked while it
-//! waits; the rest of the process (the plans lease's renewals, the bus client) runs on.
+//! The binary reads `FAILPOINTS` once at start (`fail::FailScenario::setup`); a library caller
+//! sets a point with `fail::cfg`. A step's action is `return` — abort the process there
+//! (SIGABRT: no destructor runs, no record is finished) — or `return(hold)`, a pause: the
+//! process writes `$MESH_HOLD_DIR/paused` (holding the step's name) and waits until
+//! `$MESH_HOLD_DIR/release` exists, then goes on, so a test does something to the world (kills
+//! a bus server) at a known step of a live rollout. The `fail` crate's counts choose the N-th
+//! time a step is passed: `sent:web:a=2*off->return` dies the third time ([`die_at`],
+//! [`hold_at`] write them). The thread that reached the step is blocked while it waits; the
+//! rest of the process (the plans lease's renewals, the bus client) runs on.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+/// The environment variable the binary reads its fail points from (the `fail` crate's).
+pub const FAILPOINTS: &str = "FAILPOINTS";
 
-/// The environment variable naming the step to die at.
-pub const FAIL_AT: &str = "MESH_FAIL_AT";
-
-/// The environment variable naming the step to hold at (a pause).
-pub const HOLD_AT: &str = "MESH_HOLD_AT";
+/// The `return` argument that makes a step a pause instead of a death.
+pub const HOLD: &str = "hold";
 
 /// The directory a pause writes its marker in and waits for its release file in.
 pub const HOLD_DIR: &str = "MESH_HOLD_DIR";
@@ -31,6 +30,25 @@ pub const PAUSED_FILE: &str = "paused";
 
 /// The file whose existence ends a pause.
 pub const RELEASE_FILE: &str = "release";
+
+/// `FAILPOINTS`'s value that makes the controller die at `step`, the `nth` time it is passed
+/// (from 1).
+pub fn die_at(step: &str, nth: usize) -> String {
+    format!("{step}={}return", passed_over(nth))
+}
+
+/// `FAILPOINTS`'s value that makes the controller pause at `step`, the `nth` time it is passed
+/// (from 1), until the release file exists in `MESH_HOLD_DIR`.
+pub fn hold_at(step: &str, nth: usize) -> String {
+    format!("{step}={}return({HOLD})", passed_over(nth))
+}
+
+fn passed_over(nth: usize) -> String {
+    match nth.saturating_sub(1) {
+        0 => String::new(),
+        n => format!("{n}*off->"),
+    }
+}
 
 /// The steps, in the order a rollout passes them (`<module>` and `<node>` filled in):
 /// - `plan-saved`: a merge's plan was saved (holding the unfinished modules of the older plans
@@ -49,30 +67,16 @@ pub const STEPS: [&str; 6] = [
     "deployed:<module>",
 ];
 
-/// Dies here when `MESH_FAIL_AT` names this step (see the module's documentation).
+/// Dies, or pauses, here when a fail point names this step (see the module's documentation).
 pub fn point(step: &str) {
-    static DIE_PASSED: AtomicUsize = AtomicUsize::new(0);
-    static HOLD_PASSED: AtomicUsize = AtomicUsize::new(0);
-    if reached(FAIL_AT, step, &DIE_PASSED) {
-        eprintln!("fail point: dying at `{step}` ({FAIL_AT})");
-        std::process::abort();
-    }
-    if reached(HOLD_AT, step, &HOLD_PASSED) {
-        pause(step);
-    }
-}
-
-/// Whether `variable` names `step` and this is the time it names (counted in `passed`).
-fn reached(variable: &str, step: &str, passed: &AtomicUsize) -> bool {
-    let Some(wanted) = std::env::var_os(variable) else {
-        return false;
-    };
-    let wanted = wanted.to_string_lossy();
-    let (name, nth) = match wanted.rsplit_once('#') {
-        Some((name, nth)) => (name, nth.parse::<usize>().unwrap_or(1)),
-        None => (wanted.as_ref(), 1),
-    };
-    name == step && passed.fetch_add(1, Ordering::SeqCst) + 1 == nth
+    fail::eval(step, |argument| {
+        if argument.as_deref() == Some(HOLD) {
+            pause(step);
+        } else {
+            eprintln!("fail point: dying at `{step}`");
+            std::process::abort();
+        }
+    });
 }
 
 /// Writes the marker and waits for the release file (see the module's documentation). A pause
@@ -92,14 +96,14 @@ fn pause(step: &str) {
 
 fn wait_for_release(step: &str) {
     let Some(dir) = std::env::var_os(HOLD_DIR).map(std::path::PathBuf::from) else {
-        eprintln!("fail point: {HOLD_AT} names `{step}` but {HOLD_DIR} is not set");
+        eprintln!("fail point: `{step}` holds but {HOLD_DIR} is not set");
         std::process::abort();
     };
     if let Err(error) = std::fs::write(dir.join(PAUSED_FILE), step) {
         eprintln!("fail point: cannot write {}: {error}", dir.display());
         std::process::abort();
     }
-    eprintln!("fail point: paused at `{step}` ({HOLD_AT}) until {RELEASE_FILE} exists");
+    eprintln!("fail point: paused at `{step}` until {RELEASE_FILE} exists");
     while !dir.join(RELEASE_FILE).exists() {
         // Only paces the looks at the release file.
         std::thread::sleep(std::time::Duration::from_millis(20));

@@ -174,13 +174,6 @@ pub async fn merges_waiting(
         .ok()
 }
 
-/// `overview`'s daemon with the merges waiting as read from the bus.
-pub fn with_waiting(overview: &mut crate::status::Overview, waiting: MergesWaiting, now: u64) {
-    if let Some(daemon) = overview.daemon.take() {
-        overview.daemon = Some(seen(daemon.heartbeat, Some(waiting), now));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,9 +6,10 @@
 //! it or the bus's records bucket — its store and the fleet it sends through) and the
 //! [`runtime::Runtime`] that drives its plans. The modules, in the order they depend on each
 //! other (a module uses only those above it):
-//! - [`error`], [`fail`], [`home`], [`remote`], [`repos`], [`builds`], [`behind`], [`cancel`]:
-//!   the records, registered repositories (and the clones of those registered by URL), builds
-//!   and the nodes a finished rollout passed over, and a drive's cancellation;
+//! - [`error`], [`fail`], [`heard`], [`home`], [`remote`], [`repos`], [`builds`], [`behind`],
+//!   [`cancel`], [`newest`]: the records (a node's last report as heard), registered
+//!   repositories (and the clones of those registered by URL), builds and the nodes a finished
+//!   rollout passed over, a drive's cancellation, and a module's newest version;
 //! - [`push`]: composing declarations and what a push did for each node;
 //! - [`credentials`], [`enroll`], [`users`], [`broker`]: the controller on a fleet's bus — its
 //!   credential, a node's NKey recorded and its password dropped ("Secrets never leave their
@@ -17,23 +18,27 @@
 //!   (`merge --announce`, the webhooks, polling);
 //! - [`fleet`]: the hosts as a transport (send, next report, grants): [`fleet::in_process`]
 //!   (the embedded default) or [`fleet::nats`] (a fleet's bus, NATS, with real grants);
-//! - [`plans`]: merges make plans, kept so they resume where they stood; [`records`] opens
-//!   the records a command uses and moves a home's onto the bus, [`backup`] exports and
-//!   restores them; [`secrets`] keeps the mesh's
-//!   secrets key and the operators' keys, seals a secret for a settings layer, and re-seals
-//!   every one (`secrets recipients`, `secrets rotate`), and [`secret_files`] encrypts a
-//!   module's secret file (`secrets encrypt FILE`);
+//! - [`plans`]: merges make plans, kept so they resume where they stood; [`secrets`] keeps the
+//!   mesh's secrets key and the operators' keys, seals a secret for a settings layer, and
+//!   re-seals every one (`secrets recipients`), [`retired`] keeps the mesh keys a rotation
+//!   retired while a build the mesh may send needs them, and [`secret_files`] encrypts a
+//!   module's secret file (`secrets encrypt FILE`); [`backup`] exports and restores the
+//!   records, [`records`] opens the records a command uses and moves a home's onto the bus;
+//!   [`rotate_files`] seals the catalogues' secret files to the next key and [`rotate`] is
+//!   `secrets rotate`;
 //! - [`executor`]: the one place declarations leave — a push and every rollout send through
 //!   it, and it records what was sent and heard;
 //! - [`runtime`]: a mesh opened once ([`runtime::Mesh::open`]: home, store, fleet) and the
 //!   [`runtime::Runtime`] every command drives through — plans driven (built, then rolled out
 //!   one machine first) as tasks it owns and can cancel, and pushes;
-//! - [`orphans`], [`preview`], [`settings`], [`init`], [`runtimes`], [`status`], [`http`]: the
-//!   settings a coming version would orphan, what a plan would do, settings layers read and
-//!   replaced (every replaced layer kept), a new mesh home, who is there on the bus, each
-//!   node's last report and what the plans wait on, and the status page, `/metrics` and
-//!   `/status.json` over HTTP (`mesh-controller serve --http ADDR`, or mounted by an embedding
-//!   tool);
+//! - [`heads`], [`orphans`], [`preview`]: the catalogues a command reads, the settings a coming
+//!   version would orphan, what a plan would do;
+//! - [`acks`], [`heartbeat`], [`settings`], [`init`], [`runtimes`]: the drift a person
+//!   acknowledged, the daemon's heartbeat, settings layers read and replaced (every replaced
+//!   layer kept), a new mesh home, who is there on the bus;
+//! - [`status`]: each node's last report and what the plans wait on; [`alert`]: what it comes
+//!   to (`status`'s exit code); [`http`]: the status page, `/metrics` and `/status.json` over
+//!   HTTP (`mesh-controller serve --http ADDR`, or mounted by an embedding tool);
 //! - [`hooks`]: the webhooks (`POST /hooks/NAME`) a forge announces a push through, mounted
 //!   on the status page's listener or on their own; [`poll`]: the repositories the daemon
 //!   fetches every so often, a new head announced;
@@ -57,12 +62,14 @@ mod fail {
     pub fn point(_step: &str) {}
 }
 pub mod heard;
+
 pub mod home;
 
 pub mod behind;
 pub mod builds;
 pub mod cancel;
 pub mod remote;
+
 pub mod repos;
 
 pub mod newest;
@@ -78,13 +85,18 @@ pub mod enroll;
 pub mod users;
 
 pub mod broker;
-pub mod fleet;
 pub mod plans;
+pub mod secrets;
 
 pub mod backup;
-pub mod records;
+pub mod fleet;
+pub mod retired;
 pub mod secret_files;
-pub mod secrets;
+
+pub mod records;
+pub mod rotate_files;
+
+pub mod rotate;
 
 pub mod executor;
 
@@ -94,10 +106,12 @@ pub mod heads;
 pub mod orphans;
 pub mod preview;
 
+pub mod acks;
 pub mod heartbeat;
 pub mod init;
 pub mod runtimes;
 pub mod settings;
+
 pub mod status;
 
 pub mod alert;

@@ -15,7 +15,9 @@
 //! - Nothing is built, published, written or sent: the preview reads the records, the
 //!   repository at the plan's commit (git objects, no checkout) and the store's deployed builds.
 //! - It composes exactly as the rollout does: the module's tree at the plan's commit over what
-//!   the mesh runs, the modules of earlier tiers of the same plan included, and the first
+//!   the mesh runs, the modules of earlier tiers of the same plan included
+//!   ([`mesh_plan::preview::Walk`], whose tests hold that what it names per node is what
+//!   `plan NODE --diff` names for the same two versions), and the first
 //!   machine is the one mesh-plan's state machine ([`mesh_plan::rollout::step`]) sends first,
 //!   held nodes passed over as a rollout passes them.
 //! - A module that does not validate at the commit is named with every problem; the other
@@ -27,8 +29,8 @@ use crate::home::Home;
 use crate::plans::PlanRecord;
 use crate::repos;
 use crate::runtime::{Ctx, Runtime};
-use mesh_model::declaration::Declaration;
 use mesh_model::module::{load_catalogue, ModuleDefinition};
+use mesh_plan::preview::{ModuleStep, NodeStep, Walk};
 use mesh_plan::rollout::{step, Action, Event, RolloutNode, RolloutSpec, RolloutState};
 use mesh_plan::PushDecision;
 use serde::Serialize;
@@ -146,52 +148,56 @@ pub async fn preview(ctx: &Ctx, record: &PlanRecord) -> Result<Preview> {
     let home = ctx.home();
     let repo = home.repo(&record.plan.repository)?;
     let at_commit = repos::catalogue_at(&repo.path, &record.plan.commit, &repo.modules_dir)?;
-    let mut source = effective_source(home, ctx.store()).await?;
+    let source = effective_source(home, ctx.store()).await?;
     // What the nodes run now: the version each module's orphaned settings are judged from.
     let (running, _) = load_catalogue(&source);
     let base_inventory = home.inventory()?;
-    // What each node would hold as the preview goes: what it was sent, then each module's.
-    let mut holds: BTreeMap<String, Option<Declaration>> = BTreeMap::new();
+    // What each node assigned a module of the plan was last sent: the preview's changes are
+    // diffed from it, then from what the modules before would have sent it.
+    let mut sent = BTreeMap::new();
+    for module in record.plan.tiers.iter().flatten() {
+        for node in base_inventory
+            .file
+            .assignments
+            .get(module)
+            .into_iter()
+            .flatten()
+        {
+            if !sent.contains_key(node) {
+                sent.insert(node.clone(), home.sent(node)?);
+            }
+        }
+    }
+    let mut walk = Walk::new(source, base_inventory, sent);
     let mut tiers = Vec::new();
     for (index, tier) in record.plan.tiers.iter().enumerate() {
         let mut modules = Vec::new();
         for module in tier {
             let problems = module_problems(&at_commit, module);
             if !problems.is_empty() {
-                modules.push(ModulePreview {
-                    module: module.clone(),
-                    refused: Some(
-                        problems
-                            .iter()
-                            .map(ToString::to_string)
-                            .collect::<Vec<_>>()
-                            .join("\n"),
-                    ),
-                    first: None,
-                    changes: Vec::new(),
-                    held: Vec::new(),
-                    in_window: Vec::new(),
-                    unchanged: Vec::new(),
-                    not_running: Vec::new(),
-                    orphans: None,
-                    orphaned_nodes: Vec::new(),
-                });
+                let mut refused = ModulePreview::of(module);
+                refused.refused = Some(
+                    problems
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                );
+                modules.push(refused);
                 continue;
             }
             let tree = at_commit.modules[module].clone();
             let archive = mesh_store::archive::archive_tree(&tree)?;
-            source.modules.insert(module.clone(), tree);
-            source
-                .archives
-                .insert(module.clone(), archive.reference.clone());
+            // The bus's users, sent the bus node with every declaration, are not the modules'
+            // doing: carried over, as `plan --diff` carries them, not shown removed.
+            let step = walk.step(
+                module,
+                tree,
+                archive.reference.clone(),
+                &crate::users::with_users_file_of,
+            );
             let previous = running.module(module).map(|m| &m.definition);
-            modules.push(preview_module(
-                ctx,
-                &source,
-                &base_inventory,
-                (module, previous),
-                &mut holds,
-            )?);
+            modules.push(preview_module(ctx, step, (module, previous), &mut walk)?);
         }
         tiers.push(TierPreview {
             tier: index,
@@ -204,34 +210,36 @@ pub async fn preview(ctx: &Ctx, record: &PlanRecord) -> Result<Preview> {
     })
 }
 
-/// One module's preview, with `source` already holding its tree at the plan's commit.
+impl ModulePreview {
+    /// A module's preview with nothing said of it yet.
+    fn of(module: &str) -> ModulePreview {
+        ModulePreview {
+            module: module.to_owned(),
+            refused: None,
+            first: None,
+            changes: Vec::new(),
+            held: Vec::new(),
+            in_window: Vec::new(),
+            unchanged: Vec::new(),
+            not_running: Vec::new(),
+            orphans: None,
+            orphaned_nodes: Vec::new(),
+        }
+    }
+}
+
+/// One module's preview from its step of the walk ([`Walk::step`]: each node's declaration and
+/// what changes), with what the rollout would hold, the first machine, the windows and the
+/// orphaned settings; each node it would send is then taken as holding its declaration.
 fn preview_module(
     ctx: &Ctx,
-    source: &mesh_model::module::CatalogueSource,
-    base_inventory: &mesh_model::inventory::Inventory,
+    step: ModuleStep,
     (module, previous): (&str, Option<&ModuleDefinition>),
-    holds: &mut BTreeMap<String, Option<Declaration>>,
+    walk: &mut Walk,
 ) -> Result<ModulePreview> {
     let home = ctx.home();
-    let (catalogue, _) = load_catalogue(source);
-    let mut inventory = base_inventory.clone();
-    inventory
-        .file
-        .assignments
-        .retain(|m, _| catalogue.module(m).is_some() || m == module);
-    let mut out = ModulePreview {
-        module: module.to_owned(),
-        refused: None,
-        first: None,
-        changes: Vec::new(),
-        held: Vec::new(),
-        in_window: Vec::new(),
-        unchanged: Vec::new(),
-        not_running: Vec::new(),
-        orphans: None,
-        orphaned_nodes: Vec::new(),
-    };
-    let Some(definition) = catalogue.module(module).map(|m| m.definition.clone()) else {
+    let mut out = ModulePreview::of(module);
+    let Some(definition) = step.catalogue.module(module).map(|m| m.definition.clone()) else {
         out.refused =
             Some("it does not validate against what the mesh runs (`check` lists why)".into());
         return Ok(out);
@@ -241,18 +249,16 @@ fn preview_module(
     } else {
         BTreeSet::new()
     };
-    let orphans = mesh_plan::orphaned_settings(previous, &definition, &inventory.layers);
+    let orphans = mesh_plan::orphaned_settings(previous, &definition, &step.inventory.layers);
     let mut nodes = BTreeMap::new();
     let mut held_moves: BTreeMap<String, Vec<mesh_plan::Move>> = BTreeMap::new();
-    let assigned = inventory
-        .file
-        .assignments
-        .get(module)
-        .cloned()
-        .unwrap_or_default();
-    for node in assigned {
-        let running = inventory.file.nodes.get(&node).is_some_and(|n| n.running);
-        if !running {
+    for NodeStep {
+        node,
+        running,
+        composed,
+    } in step.nodes
+    {
+        let Some(composed) = composed else {
             out.not_running.push(node.clone());
             nodes.insert(
                 node,
@@ -262,23 +268,13 @@ fn preview_module(
                 },
             );
             continue;
-        }
+        };
         if !orphans.for_node(&node).is_empty() {
             // Held as the rollout holds it: nothing is sent to it.
             out.orphaned_nodes.push(node.clone());
             held_moves.entry(node.clone()).or_default();
         }
-        let mut declaration = mesh_plan::compose(&catalogue, &inventory, &node)?;
-        let before = match holds.get(&node) {
-            Some(before) => before.clone(),
-            None => home.sent(&node)?,
-        };
-        if let Some(sent) = &before {
-            // The bus's users, sent the bus node with every declaration, are not the modules'
-            // doing: carried over, as `plan --diff` carries them, not shown removed.
-            declaration = crate::users::with_users_file_of(declaration, sent);
-        }
-        let diff = mesh_plan::diff(before.as_ref(), &declaration);
+        let (declaration, diff) = composed?;
         if diff.added.is_empty() && diff.changed.is_empty() && diff.removed.is_empty() {
             out.unchanged.push(node.clone());
         } else {
@@ -333,7 +329,7 @@ fn preview_module(
             },
         );
         if !held_moves.contains_key(&node) {
-            holds.insert(node, Some(declaration));
+            walk.holds(&node, declaration);
         }
     }
     if !orphans.is_empty() {

@@ -77,6 +77,13 @@ pub fn open_home(root: &Path, bus: Option<&BusArgs>) -> Result<Home> {
             }
         }
     };
+    // Each top-level directory's bucket made while the bus is whole, not at a first write
+    // that may come while a server of a cluster is down.
+    records
+        .make_directories(&top_directories())
+        .map_err(bus_error(|| {
+            format!("making the controller's record buckets on {}", bus.url)
+        }))?;
     let migrated = records.migrated();
     let records = Arc::new(records);
     let reports = StreamReports(Arc::clone(&records));
@@ -86,12 +93,29 @@ pub fn open_home(root: &Path, bus: Option<&BusArgs>) -> Result<Home> {
     let home = Home::on_bus(root, chunked, Some(Arc::new(reports)));
     if migrated > 0 {
         home.note_migration(format!(
-            "{}: {migrated} records moved to the keys of layout 2 (each record directory a \
-             subject token, so a listing reads only its directory)",
+            "{}: {migrated} records moved to layout 3 (a bucket per top-level directory, each \
+             directory below it a subject token, so a listing reads only its directory)",
             home.records().name()
         ));
     }
     Ok(home)
+}
+
+/// The top-level directories of the controller's records: those a home holds
+/// ([`crate::backup::RECORD_DIRS`]), the plans lease's and the chunks'. On a bus each is a
+/// bucket of its own (`mesh_bus::records::directory_bucket`), made when the records are opened.
+pub fn top_directories() -> Vec<&'static str> {
+    let mut tops: Vec<&'static str> = crate::backup::RECORD_DIRS
+        .iter()
+        .chain(&[
+            mesh_store::lease::PLANS_LEASE,
+            mesh_store::chunked::CHUNKS_DIR,
+        ])
+        .map(|dir| dir.split('/').next().unwrap_or(dir))
+        .collect();
+    tops.sort_unstable();
+    tops.dedup();
+    tops
 }
 
 /// The bus's reports stream as the source of each node's latest report (the rule “Every report is heard, from one source”): every report
@@ -316,6 +340,9 @@ pub struct DeclarationsCollected {
     /// The chunks of replaced records removed (on a fleet's bus, where a record over 60 KiB is
     /// kept in chunks).
     pub chunks: mesh_store::chunked::Collected,
+    /// The plans that ended whose nodes' records were folded and removed, and the older plans
+    /// removed ([`crate::plans::fold`]).
+    pub plans: crate::plans::fold::Folded,
 }
 
 /// `records collect`: removes every declaration (`declarations/<hex>.json`, kept once by
@@ -341,8 +368,42 @@ pub fn collect_declarations(
     now: u64,
     grace: std::time::Duration,
 ) -> Result<DeclarationsCollected> {
+    collect(home, now, grace, crate::plans::fold::KEEP_PLANS)
+}
+
+/// `records collect`: [`collect_declarations`], keeping the newest `keep_plans` plans whole.
+///
+/// # Errors
+/// As [`collect_declarations`].
+pub fn collect(
+    home: &Home,
+    now: u64,
+    grace: std::time::Duration,
+    keep_plans: usize,
+) -> Result<DeclarationsCollected> {
     home.require()?;
-    let _lock = crate::plans::PlansLock::acquire(home, "collecting declarations")?;
+    let _lock = crate::plans::PlansLock::acquire(home, "collecting records")?;
+    collect_held(home, now, grace, keep_plans, &[])
+}
+
+/// [`collect_declarations`] with the plans lock held by the caller (the daemon's runtime),
+/// keeping the newest `keep_plans` plans whole; the plans in `driving` (being driven now) are
+/// not folded, their drives' own records being written.
+///
+/// First every plan that ended is folded ([`crate::plans::fold::fold_ended`]): its nodes'
+/// records removed, what they named is no longer named. Then the declarations are removed
+/// together ([`mesh_store::record_store::RecordStore::delete_many`]).
+///
+/// # Errors
+/// As [`collect_declarations`].
+pub fn collect_held(
+    home: &Home,
+    now: u64,
+    grace: std::time::Duration,
+    keep_plans: usize,
+    driving: &[String],
+) -> Result<DeclarationsCollected> {
+    let plans = crate::plans::fold::fold_ended(home, keep_plans, driving)?;
     let mut named: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     let sent = home.sent_digests()?;
     let sent_nodes = sent.len() as u64;
@@ -368,6 +429,7 @@ pub fn collect_declarations(
     let records = home.records();
     let mut collected = mesh_store::chunked::Collected::default();
     let mut kept = 0;
+    let mut gone = Vec::new();
     for stat in records.stat_under("declarations")? {
         let Some(hex) = stat
             .key
@@ -381,11 +443,13 @@ pub fn collect_declarations(
         } else if stat.written.saturating_add(grace_secs) > now {
             collected.young += 1;
         } else {
-            records.delete(&stat.key)?;
+            gone.push(stat.key);
             collected.count += 1;
             collected.bytes += stat.size;
         }
     }
+    home.check_lease()?;
+    records.delete_many(&gone)?;
     let chunks = records.collect_leftovers(now, grace_secs)?;
     Ok(DeclarationsCollected {
         collected,
@@ -394,5 +458,6 @@ pub fn collect_declarations(
         open_plans,
         grace_secs,
         chunks,
+        plans,
     })
 }

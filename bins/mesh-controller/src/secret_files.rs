@@ -11,11 +11,11 @@
 
 use crate::error::{file_error, Error, Result};
 use crate::home::{write_atomic, Home};
-use crate::secrets::{mesh_key, operators, secrets_error};
+use crate::secrets::{keyring, operators, sealing_key, secrets_error};
 use mesh_model::secret::SecretValue;
 use serde::Serialize;
 use std::io::Read as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The largest secret file: a key, a certificate chain, a token file.
 pub const MAX_SECRET_FILE: u64 = 1024 * 1024;
@@ -58,23 +58,25 @@ pub fn encrypt_file(home: &Home, path: &Path) -> Result<Encrypted> {
             "{shown} is over 1 MiB: a secret file is a key or a token; nothing changed"
         )));
     }
-    let mesh = mesh_key(home)?;
+    // Sealed as every secret at rest is now: to the next key while a rotation is under way,
+    // so the rotation, finished, leaves it readable (and a repository it waits for done).
+    let sealing = sealing_key(home)?;
     let operators = operators(home)?;
     let (sealed, again) = match SecretValue::from_file(&value) {
         Ok(sealed) => {
-            let opened = mesh
+            let opened = keyring(home)?
                 .open(&sealed)
                 .map_err(secrets_error(format!("opening {shown} with the mesh key")))?;
-            let ciphertext = mesh_secrets::seal::encrypt(
-                &[vec![mesh.recipient()], operators.clone()].concat(),
-                &opened,
+            (
+                sealing
+                    .seal(&operators, &opened)
+                    .map_err(secrets_error(format!("encrypting {shown}")))?,
+                true,
             )
-            .map_err(secrets_error(format!("encrypting {shown}")))?;
-            let digest = sealed.digest;
-            (SecretValue { digest, ciphertext }, true)
         }
         Err(_) => (
-            mesh.seal(&operators, &value)
+            sealing
+                .seal(&operators, &value)
                 .map_err(secrets_error(format!("encrypting {shown}")))?,
             false,
         ),
@@ -88,19 +90,29 @@ pub fn encrypt_file(home: &Home, path: &Path) -> Result<Encrypted> {
     })
 }
 
-/// Encrypts, in the home's catalogue, every file a module marks `secret = true` that is still
-/// in clear (`init --example`: the example's TLS key, which no mesh key could have sealed
-/// before this home had one). Answers the files encrypted.
+/// A file a module marks `secret = true`.
+#[derive(Debug, Clone)]
+pub struct SecretFile {
+    /// The module (its directory's name).
+    pub module: String,
+    /// The file's `source`, relative to the module's directory.
+    pub source: String,
+    /// Where it is.
+    pub path: PathBuf,
+}
+
+/// Every file a module under `modules` marks `secret = true`, modules in the order of their
+/// directories' names (none when `modules` is not a directory; a directory without a
+/// `module.toml` is passed over).
 ///
 /// # Errors
-/// As [`encrypt_file`]; a module definition that cannot be read.
-pub fn encrypt_clear_secret_files(home: &Home) -> Result<Vec<Encrypted>> {
-    let modules = home.modules_dir();
-    let mut done = Vec::new();
-    let Ok(entries) = std::fs::read_dir(&modules) else {
-        return Ok(done);
+/// A module definition that does not read, named.
+pub fn secret_files_under(modules: &Path) -> Result<Vec<SecretFile>> {
+    let mut files = Vec::new();
+    let Ok(entries) = std::fs::read_dir(modules) else {
+        return Ok(files);
     };
-    let mut dirs: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
     dirs.sort();
     for dir in dirs {
         let toml_path = dir.join("module.toml");
@@ -112,14 +124,35 @@ pub fn encrypt_clear_secret_files(home: &Home) -> Result<Vec<Encrypted>> {
                 what: format!("reading {}", toml_path.display()),
                 source: Some(Box::new(e)),
             })?;
+        let module = dir
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default();
         for file in definition.files.values().filter(|file| file.secret) {
-            let path = dir.join(&file.source);
-            let bytes = zeroize::Zeroizing::new(
-                std::fs::read(&path).map_err(file_error("reading", &path))?,
-            );
-            if SecretValue::from_file(&bytes).is_err() {
-                done.push(encrypt_file(home, &path)?);
-            }
+            files.push(SecretFile {
+                module: module.clone(),
+                source: file.source.clone(),
+                path: dir.join(&file.source),
+            });
+        }
+    }
+    Ok(files)
+}
+
+/// Encrypts, in the home's catalogue, every file a module marks `secret = true` that is still
+/// in clear (`init --example`: the example's TLS key, which no mesh key could have sealed
+/// before this home had one). Answers the files encrypted.
+///
+/// # Errors
+/// As [`encrypt_file`]; a module definition that cannot be read.
+pub fn encrypt_clear_secret_files(home: &Home) -> Result<Vec<Encrypted>> {
+    let mut done = Vec::new();
+    for file in secret_files_under(&home.modules_dir())? {
+        let bytes = zeroize::Zeroizing::new(
+            std::fs::read(&file.path).map_err(file_error("reading", &file.path))?,
+        );
+        if SecretValue::from_file(&bytes).is_err() {
+            done.push(encrypt_file(home, &file.path)?);
         }
     }
     Ok(done)

@@ -1,15 +1,21 @@
 //! The mesh's secrets on the controller: its secrets key and the operators' keys in the home,
-//! `settings set-secret`, `secrets recipients add|remove` and `secrets rotate` (the rule “A
-//! secret is readable only where it is used”).
+//! `settings set-secret` and `secrets recipients add|remove` (the rule “A secret is readable
+//! only where it is used”); `secrets rotate` is `crate::rotate`'s, on what this keeps.
 //!
 //! Start at [`seal`] (a value read from standard input, sealed to the mesh key and the
-//! operators' keys) and [`rotate`]. Where they are kept, under the home, never in the records:
+//! operators' keys) and [`change_recipients`]. Where they are kept, under the home, never in the records:
 //!
 //! ```text
 //! <home>/secrets/mesh.key        the mesh's secrets key (an age identity, 0600; `mesh_secrets`)
 //! <home>/secrets/mesh.key.next   the next one, while `secrets rotate` is under way
 //! <home>/secrets/recipients      the operators' age keys, one a line
+//! <home>/secrets/retired/<age1…>.key
+//!                                a key a rotation retired, while a build needs it
+//!                                (`crate::retired`)
 //! ```
+//!
+//! A secret at rest is sealed to [`sealing_key`] (the next key while a rotation is under way)
+//! and opened with [`keyring`] (the mesh key, the next one, the retired ones).
 //!
 //! Every record of a settings layer (and of its history) holds a secret as ciphertext only
 //! (`mesh_model::secret::SecretValue`); re-sealing one rewrites the record whole, by
@@ -34,6 +40,11 @@ pub const NEXT_MESH_KEY_FILE: &str = "secrets/mesh.key.next";
 
 /// The operators' keys, relative to the home.
 pub const RECIPIENTS_FILE: &str = "secrets/recipients";
+
+/// The mesh keys a rotation retired, relative to the home: one file each, `<age1…>.key`
+/// (0600), kept while a build the mesh may still send holds a secret file sealed to it
+/// ([`crate::retired`]).
+pub const RETIRED_DIR: &str = "secrets/retired";
 
 /// The record of a node's age public key (`age1…`, no secret), which its secrets are sealed to
 /// for each send.
@@ -112,6 +123,71 @@ pub fn mesh_key(home: &Home) -> Result<MeshKey> {
     MeshKey::load_or_create(&path).map_err(secrets_error("reading the mesh's secrets key".into()))
 }
 
+/// The key a value is sealed to at rest now: the next mesh key while a rotation is under way
+/// (what the rotation leaves every secret sealed to, so nothing sealed meanwhile is left
+/// behind by it), else the mesh key.
+///
+/// # Errors
+/// As [`mesh_key`].
+pub fn sealing_key(home: &Home) -> Result<MeshKey> {
+    let next = path_of(home, NEXT_MESH_KEY_FILE);
+    if next.exists() {
+        return MeshKey::load(&next).map_err(secrets_error("reading the next mesh key".into()));
+    }
+    mesh_key(home)
+}
+
+/// The retired mesh keys, by public key, in the order of their files' names.
+///
+/// # Errors
+/// A key file others may read (named), or one that cannot be read.
+pub fn retired_keys(home: &Home) -> Result<Vec<(PathBuf, mesh_secrets::Identity)>> {
+    let dir = path_of(home, RETIRED_DIR);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => {
+            return Err(crate::error::file_error("listing", &dir)(error));
+        }
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "key"))
+        .collect();
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|path| {
+            mesh_secrets::Identity::load(&path)
+                .map(|identity| (path, identity))
+                .map_err(secrets_error("reading a retired mesh key".into()))
+        })
+        .collect()
+}
+
+/// Every key a secret at rest may be sealed to: the mesh key, the next one while a rotation
+/// is under way, and the keys rotations retired that are still kept.
+///
+/// # Errors
+/// As [`mesh_key`] and [`retired_keys`].
+pub fn keyring(home: &Home) -> Result<mesh_secrets::Keyring> {
+    let current = mesh_key(home)?;
+    let mut others = Vec::new();
+    let next = path_of(home, NEXT_MESH_KEY_FILE);
+    if next.exists() {
+        others.push(
+            mesh_secrets::Identity::load(&next)
+                .map_err(secrets_error("reading the next mesh key".into()))?,
+        );
+    }
+    others.extend(
+        retired_keys(home)?
+            .into_iter()
+            .map(|(_, identity)| identity),
+    );
+    Ok(mesh_secrets::Keyring::new(current, others))
+}
+
 /// The operators' keys (none when the file is absent).
 ///
 /// # Errors
@@ -122,18 +198,18 @@ pub fn operators(home: &Home) -> Result<Vec<Recipient>> {
         .map_err(secrets_error("reading the operators' keys".into()))
 }
 
-/// Seals a value for a settings layer: encrypted to the mesh key and the operators' keys, with
-/// its keyed digest.
+/// Seals a value for a settings layer: encrypted to the mesh key (the next one while a
+/// rotation is under way, [`sealing_key`]) and the operators' keys, with its keyed digest.
 ///
 /// # Errors
-/// As [`mesh_key`] and [`operators`]; an empty value is refused.
+/// As [`sealing_key`] and [`operators`]; an empty value is refused.
 pub fn seal(home: &Home, value: &[u8]) -> Result<SecretValue> {
     if value.is_empty() {
         return Err(Error::refused(
             "the secret read from standard input is empty; nothing changed",
         ));
     }
-    let key = mesh_key(home)?;
+    let key = sealing_key(home)?;
     key.seal(&operators(home)?, value)
         .map_err(secrets_error("sealing the secret".into()))
 }
@@ -168,7 +244,7 @@ fn reseal_value(
 
 /// Re-seals every secret of every settings layer and history record with `each`, each record
 /// rewritten whole by read-modify-write; answers how many values it re-sealed.
-fn reseal_records(
+pub(crate) fn reseal_records(
     home: &Home,
     each: &mut dyn FnMut(&SecretValue) -> Result<SecretValue>,
 ) -> Result<usize> {
@@ -248,20 +324,21 @@ pub fn change_recipients(home: &Home, key: &str, add: bool) -> Result<Recipients
         (true, false) => keys.push(key),
         (false, true) => keys.retain(|k| k != &key),
     }
-    let mesh = mesh_key(home)?;
+    let keyring = keyring(home)?;
+    let sealing = sealing_key(home)?;
     let path = path_of(home, RECIPIENTS_FILE);
     crate::home::write_atomic(
         &path,
         mesh_secrets::recipients::recipients_text(&keys).as_bytes(),
     )?;
     let resealed = reseal_records(home, &mut |secret| {
-        let value = mesh
+        let value = keyring
             .open(secret)
             .map_err(secrets_error("opening a secret with the mesh key".into()))?;
         Ok(SecretValue {
             digest: secret.digest.clone(),
             ciphertext: mesh_secrets::seal::encrypt(
-                &[vec![mesh.recipient()], keys.clone()].concat(),
+                &[vec![sealing.recipient()], keys.clone()].concat(),
                 &value,
             )
             .map_err(secrets_error("sealing a secret".into()))?,
@@ -271,55 +348,6 @@ pub fn change_recipients(home: &Home, key: &str, add: bool) -> Result<Recipients
     recipients.sort();
     Ok(RecipientsAnswer {
         recipients,
-        resealed,
-    })
-}
-
-/// What `secrets rotate` did.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct Rotated {
-    /// The new mesh key's public half.
-    pub mesh_key: String,
-    /// How many secret values were sealed again to it.
-    pub resealed: usize,
-}
-
-/// `secrets rotate`: a new mesh key, and every secret at rest (every settings layer and its
-/// history) sealed again to it and the operators' keys; the old key is then replaced.
-///
-/// # Guarantees
-/// The new key is kept (`secrets/mesh.key.next`) before any record is rewritten, and replaces
-/// the old one only once every record is: a rotation stopped midway is resumed by running it
-/// again, each secret opened with whichever of the two keys opens it.
-///
-/// # Errors
-/// A secret neither key opens (named by its record); a record or key file that cannot be
-/// read or written.
-pub fn rotate(home: &Home) -> Result<Rotated> {
-    let old = mesh_key(home)?;
-    let next_path = path_of(home, NEXT_MESH_KEY_FILE);
-    let next = MeshKey::load_or_create(&next_path)
-        .map_err(secrets_error("making the next mesh key".into()))?;
-    let operators = operators(home)?;
-    let resealed = reseal_records(home, &mut |secret| {
-        let value = match old.open(secret) {
-            Ok(value) => value,
-            // Sealed to the next key by a rotation stopped midway: seal it again all the same.
-            Err(_) => next.open(secret).map_err(secrets_error(
-                "opening a secret with the mesh key (or the next one)".into(),
-            ))?,
-        };
-        next.seal(&operators, &value)
-            .map_err(secrets_error("sealing a secret".into()))
-    })?;
-    let key_path = path_of(home, MESH_KEY_FILE);
-    std::fs::rename(&next_path, &key_path).map_err(crate::error::file_error(
-        "putting the new mesh key in place of",
-        &key_path,
-    ))?;
-    Ok(Rotated {
-        mesh_key: next.recipient().to_string(),
         resealed,
     })
 }

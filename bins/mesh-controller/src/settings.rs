@@ -243,13 +243,30 @@ pub fn invoked_command() -> String {
         .join(" ")
 }
 
-/// Refuses a layer with keys the module does not accept, listing what it accepts.
-fn check(catalogue: &Catalogue, module: &str, layer: &Value) -> Result<()> {
-    let definition = &catalogue
-        .module(module)
-        .ok_or_else(|| Error::internal(format!("`{module}` is not in the catalogue")))?
-        .definition;
-    check_against(definition, None, layer)
+/// The newest version of `module` the mesh knows ([`crate::newest::newest_definition`]): what
+/// every layer edit is checked against (the rule "A setting can be set ahead of its version").
+fn newest(home: &Home, catalogue: &Catalogue, module: &str) -> Result<crate::newest::Newest> {
+    crate::newest::newest_definition(home, catalogue, module)?
+        .ok_or_else(|| Error::internal(format!("`{module}` is not in the catalogue")))
+}
+
+/// Refuses `layer` (of `module`, at `scope`) with keys `newest` does not accept, listing what it
+/// accepts; answers the keys only `newest` accepts, which wait for its plan.
+fn check_newest(
+    catalogue: &Catalogue,
+    newest: &crate::newest::Newest,
+    (module, scope): (&str, &LayerScope),
+    layer: &Value,
+) -> Result<Vec<crate::newest::Waiting>> {
+    check_against(
+        &newest.definition,
+        newest.plan.as_ref().map(|_| newest.from.as_str()),
+        layer,
+    )?;
+    Ok(match catalogue.module(module) {
+        Some(running) => crate::newest::ahead_of(&running.definition, newest, module, scope, layer),
+        None => Vec::new(),
+    })
 }
 
 /// Refuses a layer with keys `definition` does not accept, listing what it accepts, and
@@ -295,8 +312,7 @@ pub fn set(
 ) -> Result<Answer> {
     let (home, catalogue) = (on.home, on.catalogue);
     let scope = scope(home, catalogue, module, node)?;
-    let newest = crate::newest::newest_definition(home, catalogue, module)?
-        .ok_or_else(|| Error::internal(format!("`{module}` is not in the catalogue")))?;
+    let newest = newest(home, catalogue, module)?;
     let layer: Value = serde_json::from_str(json).map_err(|source| Error::Invalid {
         what: format!(
             "the new layer for {} is not valid JSON",
@@ -304,17 +320,7 @@ pub fn set(
         ),
         source: Some(Box::new(source)),
     })?;
-    check_against(
-        &newest.definition,
-        newest.plan.as_ref().map(|_| newest.from.as_str()),
-        &layer,
-    )?;
-    let waiting = match catalogue.module(module) {
-        Some(running) => {
-            crate::newest::ahead_of(&running.definition, &newest, module, &scope, &layer)
-        }
-        None => Vec::new(),
-    };
+    let waiting = check_newest(catalogue, &newest, (module, &scope), &layer)?;
     let mut answer = replace(on, module, node, &scope, Some(layer), replace_keys, now)?;
     answer.checked_against = newest.plan.as_ref().map(|_| newest.from.clone());
     answer.waiting = waiting;
@@ -344,7 +350,9 @@ fn with_value_at(layer: &Value, path: &str, value: Value) -> Option<Value> {
 /// value read by the caller from standard input (never from the command line), sealed to the
 /// mesh key and the operators' keys (`crate::secrets::seal`); the layer keeps the ciphertext
 /// only, and the answer shows the keyed digest. The layer's other keys are kept; the replaced
-/// layer is kept in the history like any set.
+/// layer is kept in the history like any set. The layer is checked against the newest version
+/// of the module the mesh knows, as `settings set` checks it: a key only an open plan's
+/// version accepts waits for it.
 ///
 /// # Errors
 /// An unknown module, node or key (nothing changed), an empty value, a key under a value that
@@ -364,9 +372,11 @@ pub fn set_secret(
             "`{key}` is not a setting's key (a dotted path of letters, digits, `_` and `-`)"
         )));
     }
+    let newest = newest(home, catalogue, module)?;
     let secret = crate::secrets::seal(home, value)?.to_json();
     let empty = Value::Object(Default::default());
     let mut change = None;
+    let mut waiting = Vec::new();
     let replaced = home.replace_layer(module, &scope, on.command, now, &mut |old| {
         let layer = with_value_at(old.unwrap_or(&empty), key, secret.clone()).ok_or_else(|| {
             Error::refused(format!(
@@ -374,7 +384,7 @@ pub fn set_secret(
                 describe(module, &scope)
             ))
         })?;
-        check(catalogue, module, &layer)?;
+        waiting = check_newest(catalogue, &newest, (module, &scope), &layer)?;
         let decided = settings_change(old, &layer, false);
         let goes_ahead = decided.decision.goes_ahead();
         change = Some(decided);
@@ -390,8 +400,8 @@ pub fn set_secret(
         change: change.ok_or_else(|| Error::internal("the layer was never decided on"))?,
         kept_as_revision: replaced.kept.map(|record| record.revision),
         raced: replaced.raced,
-        checked_against: None,
-        waiting: Vec::new(),
+        checked_against: newest.plan.as_ref().map(|_| newest.from.clone()),
+        waiting,
     })
 }
 
@@ -409,7 +419,8 @@ pub fn clear(on: &On<'_>, module: &str, node: Option<&str>, now: u64) -> Result<
 }
 
 /// `settings restore MODULE [--node NODE] REVISION`: puts back a layer from the history (the
-/// layer it replaces is kept too).
+/// layer it replaces is kept too), checked against the newest version of the module the mesh
+/// knows as `settings set` checks a layer.
 pub fn restore(
     on: &On<'_>,
     module: &str,
@@ -431,10 +442,15 @@ pub fn restore(
                 .join(", ")
         )));
     };
-    if let Some(layer) = &record.layer {
-        check(catalogue, module, layer)?;
-    }
-    replace(on, module, node, &scope, record.layer.clone(), true, now)
+    let newest = newest(home, catalogue, module)?;
+    let waiting = match &record.layer {
+        Some(layer) => check_newest(catalogue, &newest, (module, &scope), layer)?,
+        None => Vec::new(),
+    };
+    let mut answer = replace(on, module, node, &scope, record.layer.clone(), true, now)?;
+    answer.checked_against = newest.plan.as_ref().map(|_| newest.from.clone());
+    answer.waiting = waiting;
+    Ok(answer)
 }
 
 /// What `settings rename` did: each layer that held the old key, with what changed in it.

@@ -132,7 +132,7 @@ pub struct NodeAttention {
     pub silent_since: Option<u64>,
     /// Managed resources found changed by hand, a container found dead (the rules “Drift is seen, and reported even when corrected” and “A container is applied only when it runs”): left as
     /// found, or put back within the retention and not acknowledged
-    /// ([`crate::alert::shows`]).
+    /// ([`crate::acks::shows`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drift: Vec<mesh_model::report::Drift>,
     /// Its last report could not be read (*no single party can blind the fleet*).
@@ -166,7 +166,7 @@ impl Default for StatusOptions {
     fn default() -> StatusOptions {
         StatusOptions {
             silent_after_secs: push::SILENT_AFTER_SECS,
-            drift_retention_secs: crate::alert::DEFAULT_DRIFT_RETENTION_SECS,
+            drift_retention_secs: crate::acks::DEFAULT_DRIFT_RETENTION_SECS,
         }
     }
 }
@@ -199,6 +199,15 @@ impl Overview {
                 .daemon
                 .as_ref()
                 .is_some_and(|daemon| !daemon.attention().is_empty())
+    }
+
+    /// Takes the merges waiting on the daemon's consumer as read from the bus (`waiting`, known
+    /// while the daemon is stopped too) in place of its last heartbeat's, judged again at
+    /// `now`; nothing changes when no daemon ever beat.
+    pub fn set_merges_waiting(&mut self, waiting: mesh_bus::jetstream::MergesWaiting, now: u64) {
+        if let Some(daemon) = self.daemon.take() {
+            self.daemon = Some(crate::heartbeat::seen(daemon.heartbeat, Some(waiting), now));
+        }
     }
 }
 
@@ -312,12 +321,12 @@ pub fn overview_of_plans_with(
             }
         }
     }
-    let acks = crate::alert::acks_of_all(home)?;
+    let acks = crate::acks::acks_of_all(home)?;
     let mut attention = attention(&nodes);
     for node in &mut attention {
         let acked = acks.get(&node.node);
         node.drift
-            .retain(|d| crate::alert::shows(d, acked, now, options.drift_retention_secs));
+            .retain(|d| crate::acks::shows(d, acked, now, options.drift_retention_secs));
     }
     attention.retain(|node| !node.is_empty());
     let mut held = Vec::new();

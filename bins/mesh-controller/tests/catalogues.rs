@@ -98,3 +98,43 @@ fn check_names_a_module_broken_in_the_repositorys_head_that_is_sound_in_the_home
         "{check}"
     );
 }
+
+/// `plan` and `push` compose from what the nodes run and say so: on standard error (standard
+/// output keeps only the declaration, the diff or the reports), and under `read` in the JSON of
+/// `plan --diff` — the home's catalogue, then each deployed build with its repository and
+/// commit once a merge deployed one.
+#[test]
+fn plan_and_push_name_the_catalogue_they_read() {
+    let mesh = Mesh::example();
+    let plan = mesh.run(&["plan", "laptop"]);
+    assert_eq!(plan.code, 0, "{}", plan.stderr);
+    assert_eq!(plan.stderr, "read the home's catalogue/modules\n");
+    assert!(!plan.stdout.contains("read "), "{}", plan.stdout);
+
+    let repo = Repo::new();
+    write(&repo, &base_files(&mesh));
+    repo.commit("base as the home has it");
+    mesh.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    mesh.expect(&["merge", "cat"], 0);
+    let head = repo.git(&["rev-parse", "HEAD"]);
+    let read = format!(
+        "read the home's catalogue/modules overlaid with the deployed builds of `base` (cat at {})\n",
+        &head[..12]
+    );
+
+    let diff = mesh.run(&["plan", "laptop", "--diff"]);
+    assert_eq!(diff.code, 0, "{}", diff.stderr);
+    assert_eq!(diff.stderr, read);
+    assert_eq!(diff.stdout, "", "an unchanged node's diff is empty");
+    let json: Value =
+        serde_json::from_str(&mesh.expect(&["plan", "laptop", "--diff", "--output", "json"], 0))
+            .unwrap();
+    assert_eq!(json["read"]["home-catalogue"], "catalogue/modules");
+    assert_eq!(json["read"]["deployed"][0]["module"], "base");
+    assert_eq!(json["read"]["deployed"][0]["repository"], "cat");
+    assert_eq!(json["read"]["deployed"][0]["commit"], head.as_str());
+
+    let push = mesh.run(&["push", "laptop"]);
+    assert_eq!(push.code, 0, "{}", push.stderr);
+    assert_eq!(push.stderr, read);
+}

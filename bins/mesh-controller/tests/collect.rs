@@ -70,6 +70,7 @@ fn plan(id: &str, state: PlanState, reverted: BTreeMap<String, String>) -> PlanR
         )]),
         held: Default::default(),
         forgotten: Default::default(),
+        nodes_folded: false,
     }
 }
 

@@ -578,3 +578,90 @@ fn a_merge_after_plan_only_rolls_the_plan_out() {
     );
     assert_eq!(bed.sent_since(0), ["control", "home", "laptop"]);
 }
+
+/// A plan that ended keeps no record per node once folded — by the runtime at the end of a
+/// merge, by the daemon, or by `records collect` by hand — and everything that reads it answers
+/// the same after: `status` (text and JSON, byte for byte), the nodes behind, the plan's
+/// rollouts. What it must remember is its summary: how many nodes ended where, and their
+/// latencies.
+#[test]
+fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
+    let bed = Bed::new();
+    let runtime = bed.runtime(Arc::new(mesh_controller::Quiet));
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let none = BTreeSet::new();
+    // Planned, then driven alone: a drive does not fold (the merge that called it does).
+    let MergeOutcome::Planned { plan, .. } = tokio
+        .block_on(runtime.merge("cat", None, true, &none))
+        .unwrap()
+    else {
+        panic!("the first merge plans")
+    };
+    let home = Home::new(bed.mesh.home());
+    let record = home.plan(&plan.id).unwrap();
+    let driven = tokio
+        .block_on(async {
+            runtime
+                .drive(record, mesh_runtime::DriveMode::All, &none)
+                .finish()
+                .await
+        })
+        .unwrap();
+    assert_eq!(driven.plan.state, PlanState::Done);
+    let rollouts = bed.mesh.home().join("rollouts").join(&plan.id);
+    let node_records = || {
+        std::fs::read_dir(rollouts.join("keep"))
+            .map(|dir| dir.count())
+            .unwrap_or(0)
+    };
+    assert_eq!(node_records(), 3, "a record per node before the fold");
+    let before_text = bed.mesh.expect(&["status"], 0);
+    let before_json = bed.mesh.expect(&["status", "--output", "json"], 0);
+    let before_behind = mesh_controller::behind::nodes_behind(&home).unwrap();
+    let before_plan = home.plan(&plan.id).unwrap();
+
+    let said = bed
+        .mesh
+        .expect(&["records", "collect", "--grace-minutes", "0"], 0);
+    assert!(
+        said.contains(&format!(
+            "folded 1 plan(s) that ended ({}): 3 record(s) of their nodes removed",
+            plan.id
+        )),
+        "{said}"
+    );
+    assert_eq!(node_records(), 0, "{said}");
+    assert!(!rollouts.exists(), "{said}");
+    assert_eq!(bed.mesh.expect(&["status"], 0), before_text);
+    assert_eq!(
+        bed.mesh.expect(&["status", "--output", "json"], 0),
+        before_json
+    );
+    assert_eq!(
+        mesh_controller::behind::nodes_behind(&home).unwrap(),
+        before_behind
+    );
+    let after = home.plan(&plan.id).unwrap();
+    assert_eq!(after.plan, before_plan.plan);
+    assert!(after.nodes_folded);
+    let summary = after.work["keep"].summary.as_ref().expect("a summary");
+    assert_eq!(summary.nodes.get("applied"), Some(&3), "{summary:?}");
+    assert_eq!(summary.latencies.values().sum::<u64>(), 3, "{summary:?}");
+    assert!(summary.unfinished.is_empty(), "{summary:?}");
+    // Folded once: a collection again folds nothing more.
+    let again = bed
+        .mesh
+        .expect(&["records", "collect", "--grace-minutes", "0"], 0);
+    assert!(!again.contains("folded"), "{again}");
+
+    // A merge folds the plans that ended by itself.
+    bed.repo.write(&[("modules/keep/files/note.txt", "v2\n")]);
+    bed.repo.commit("keep: v2");
+    let (second, _) = bed.merge(&[]);
+    let MergeOutcome::Planned { plan: second, .. } = second else {
+        panic!("the second merge plans")
+    };
+    assert_eq!(second.state, PlanState::Done);
+    assert!(home.plan(&second.id).unwrap().nodes_folded);
+    assert!(!bed.mesh.home().join("rollouts").join(&second.id).exists());
+}

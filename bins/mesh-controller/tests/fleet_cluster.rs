@@ -125,7 +125,13 @@ fn streams_made_with_one_copy_are_listed_and_raised_to_three_on_a_cluster() {
             .await
             .unwrap();
         let js = bus.jetstream();
-        jetstream::ensure_streams_with(&js, 1).await.unwrap();
+        // A cluster just started may time a JetStream request out while it elects its meta
+        // leader (CI saw it under load): tried again, as the daemon does, a few times.
+        let mut attempts = 0;
+        while let Err(error) = jetstream::ensure_streams_with(&js, 1).await {
+            attempts += 1;
+            assert!(attempts < 10, "making the streams: {error}");
+        }
         jetstream::ensure_bucket_with(&js, "agent_state", 1)
             .await
             .unwrap();

@@ -1,6 +1,6 @@
 //! A merge's one-first rollout to real `mesh-host serve` processes on a loopback cluster of
 //! three nats-servers, the servers lost at a named step of the rollout — the
-//! controller paused there by its fail point (`MESH_HOLD_AT`, `src/fail.rs`), the server
+//! controller paused there by its fail point (`FAILPOINTS=STEP=return(hold)`, `src/fail.rs`), the server
 //! killed, the controller released — never after a sleep:
 //! - the server the controller is connected to killed while the first node applies: the
 //!   records read back byte for byte, a second controller trying to drive meanwhile waits for
@@ -36,6 +36,9 @@ const PATIENCE: Duration = Duration::from_secs(180);
 
 const LEASE: &str = mesh_store::lease::PLANS_LEASE;
 const RECORDS_STREAM: &str = "KV_mesh-records";
+/// The stream of the rollouts' records (a bucket per top-level directory): the first record a
+/// rollout writes after its step is there.
+const ROLLOUTS_STREAM: &str = "KV_mesh-records-rollouts";
 
 fn commit_base(repo: &Repo, hello: &str) -> String {
     repo.write(&[
@@ -164,7 +167,10 @@ impl PausedMerge {
         let mut child = bed
             .command(args)
             .env("MESH_LOG", "error")
-            .env(mesh_controller::fail::HOLD_AT, step)
+            .env(
+                mesh_controller::fail::FAILPOINTS,
+                mesh_controller::fail::hold_at(step, 1),
+            )
             .env(mesh_controller::fail::HOLD_DIR, dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -558,11 +564,12 @@ fn with_one_server_of_three_left_a_rollout_fails_naming_the_lost_quorum_and_plan
     let records = test_records(&bed);
     let before = snapshot(&records);
 
-    // Two of three servers lost — the records' leader and one more, so the one left is a
-    // follower that takes no write (a leader that had not yet seen its quorum lost would hold
-    // the write in doubt, and store it when quorum returns): the rollout's next record cannot
-    // be stored. It fails naming the lost quorum, and the bus node is not sent the new build.
-    let leader = leader_of(&bed, RECORDS_STREAM);
+    // Two of three servers lost — the rollouts' records' leader and one more, so the one left
+    // is a follower of the stream the rollout writes next, and takes no write (a leader that
+    // had not yet seen its quorum lost would hold the write in doubt, and store it when quorum
+    // returns): the rollout's next record cannot be stored. It fails naming the lost quorum,
+    // and the bus node is not sent the new build.
+    let leader = leader_of(&bed, ROLLOUTS_STREAM);
     let second = (leader + 1) % 3;
     {
         let mut bus = bed.server.lock().unwrap();

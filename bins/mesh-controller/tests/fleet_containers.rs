@@ -295,3 +295,73 @@ fn a_new_build_whose_container_exits_or_is_unhealthy_stops_the_rollout_at_its_fi
         "{made:?}"
     );
 }
+
+/// The rule “One machine first” on a fleet, when the first machine failed the module before its
+/// rollout began: `app` publishes a host port this test holds (on 127.0.0.1), and the home's
+/// catalogue holds `app` as the repository does. The merge's first tier, `base`, sends `a` a
+/// declaration carrying `app`, whose container fails on the held port; `app`'s own rollout then
+/// sends `a` the same container, which its host does not try again before its backoff: its
+/// report says so, and the rollout stops at once with the container's reason, not after its
+/// deadline for a report that would say nothing new.
+#[test]
+fn a_first_machine_whose_container_failed_before_stops_the_rollout_at_once() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let prefixes = RunPrefix::new();
+    let mut bed = Bed::new(&["a"]);
+    let inventory = bed.record("inventory.toml").unwrap();
+    bed.put_inventory(&format!("{inventory}app = [\"a\"]\n"));
+    let app = format!(
+        "name = \"app\"\ndepends = [\"base\"]\ndeadline-secs = 120\n\n[containers.web]\nimage = \"{}\"\ncommand = [\"sh\", \"-c\", \"{}\"]\nports = [\"127.0.0.1:{port}:8080/tcp\"]\n",
+        image(),
+        RUNS.replace('\\', "\\\\").replace('"', "\\\"")
+    );
+    write(
+        &bed.home.path().join("catalogue/modules/app/module.toml"),
+        &app,
+    );
+    for node in ["bus", "a"] {
+        let prefix = prefixes.of(node);
+        bed.start_host_with(
+            node,
+            &["--container-prefix", &prefix, "--podman-stop-timeout", "0"],
+        );
+    }
+    let repo = Repo::new();
+    repo.write(&[
+        ("modules/base/module.toml", BASE),
+        ("modules/base/files/hello", "v2\n"),
+        ("modules/app/module.toml", &app),
+    ]);
+    repo.commit("base v2, app");
+    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+
+    let began = std::time::Instant::now();
+    let out = merge(&bed, 3);
+    assert!(
+        began.elapsed() < std::time::Duration::from_secs(120),
+        "the merge waited out the deadline: {out}"
+    );
+    let plan = json(&bed.expect(&["plans", "show", "plan-1", "--output", "json"], 0));
+    assert_eq!(
+        plan["plan"]["tiers"],
+        serde_json::json!([["base"], ["app"]])
+    );
+    assert_eq!(
+        plan["plan"]["rollouts"]["base"]["outcome"]["outcome"],
+        "done"
+    );
+    let outcome = &plan["plan"]["rollouts"]["app"]["outcome"];
+    assert_eq!(outcome["node"], "a", "{plan}");
+    let reason = outcome["reason"].as_str().unwrap();
+    for said in [
+        "app/container/web",
+        &format!("host port 127.0.0.1:{port}/tcp is held by another program"),
+        "as declared before",
+    ] {
+        assert!(reason.contains(said), "{said:?} not in {reason}");
+    }
+    let stopped = stopped_in_status(&bed, "plan-1");
+    assert_eq!(stopped["reason"].as_str(), Some(reason), "{stopped}");
+    drop(held);
+}

@@ -2,17 +2,19 @@
 //! real `nats-server`, ten modules of three files each from a real git repository, the real
 //! registry as the store. A first merge and a second one roll out one machine first and
 //! finish; the second's controller is killed mid-rollout at a named step (the fail point
-//! `MESH_FAIL_AT=sent:<module>:<node>`, not after a sleep) and `plans resume` from a second,
+//! `FAILPOINTS=sent:<module>:<node>=return`, not after a sleep) and `plans resume` from a second,
 //! fresh home — holding only the catalogue checkout and the controller's password — finishes
 //! it. Then every record in the bus's records bucket is read: none may exceed 64 KiB (the bus
 //! takes at most 1 MiB in one message; records must not grow with the fleet).
 
 mod support;
 
+use mesh_controller::fail;
 use mesh_store::record_store::RecordStore as _;
 use serde_json::Value;
 use std::process::{Output, Stdio};
 use support::fleet::Bed;
+use support::ten_modules::{module_files, names as modules};
 use support::Repo;
 
 /// The hosts besides `bus`: `a` (which `Bed` gives the `agent` module) and `n01`…`n19`.
@@ -22,30 +24,12 @@ fn nodes() -> Vec<String> {
         .collect()
 }
 
-/// The ten modules, `m00`…`m09`.
-fn modules() -> Vec<String> {
-    (0..10).map(|i| format!("m{i:02}")).collect()
-}
-
 /// The largest a record may be: far under the bus's 1 MiB `max_payload`, whatever the fleet.
 const RECORD_LIMIT: usize = 64 * 1024;
 
 /// Writes every module's three files saying `version`, and commits.
 fn commit_modules(repo: &Repo, version: &str) -> String {
-    let mut files: Vec<(String, String)> = Vec::new();
-    for module in modules() {
-        let mut definition = format!("name = \"{module}\"\n");
-        for file in ["one", "two", "three"] {
-            definition.push_str(&format!(
-                "\n[files.{file}]\nsource = \"files/{file}\"\npath = \"/etc/{module}/{file}\"\n"
-            ));
-            files.push((
-                format!("modules/{module}/files/{file}"),
-                format!("{module} {file} {version}\n"),
-            ));
-        }
-        files.push((format!("modules/{module}/module.toml"), definition));
-    }
+    let files = module_files(version);
     let files: Vec<(&str, &str)> = files
         .iter()
         .map(|(p, t)| (p.as_str(), t.as_str()))
@@ -82,7 +66,7 @@ fn text(out: &Output) -> String {
 }
 
 /// A finished plan: done, every module rolled out one machine first — a first node named, and
-/// every node of the module sent it and applied it, each node's part in its own record.
+/// every node of the module sent it and applied it, folded into the plan's summary once it ended.
 fn assert_done_one_first(bed: &Bed, id: &str) {
     let record = json(&bed.expect(&["plans", "show", id, "--output", "json"], 0));
     assert_eq!(record["plan"]["state"]["state"], "done", "{id}: {record:#}");
@@ -95,10 +79,26 @@ fn assert_done_one_first(bed: &Bed, id: &str) {
             .unwrap_or_else(|| panic!("{id}: `{module}` names no first node: {rollout:#}"));
         assert_eq!(rollout["sent"], all, "{id}: `{module}`: {rollout:#}");
         assert_eq!(rollout["applied"], all, "{id}: `{module}`: {rollout:#}");
-        let part = node_part(&records, id, &module, first)
-            .unwrap_or_else(|| panic!("{id}: `{module}` has no record of `{first}`"));
-        assert_eq!(part["progress"]["progress"], "applied", "{part:#}");
+        // The plan ended: its nodes' records are folded into its summary and gone.
+        assert_eq!(
+            node_part(&records, id, &module, first),
+            None,
+            "{id}: `{module}`"
+        );
+        let summary = &record["work"][&module]["summary"];
+        assert_eq!(
+            summary["nodes"]["applied"], all,
+            "{id}: `{module}`: {summary:#}"
+        );
     }
+    assert_eq!(record["nodes-folded"], true, "{id}: {record:#}");
+    assert!(
+        records
+            .keys_under(&format!("rollouts/{id}"))
+            .unwrap()
+            .is_empty(),
+        "{id}"
+    );
 }
 
 /// A node's part of a plan's rollout of a module, if it has one.
@@ -149,7 +149,7 @@ fn twenty_hosts_and_ten_modules_merge_twice_survive_a_killed_controller_and_keep
     let killed = bed
         .command(&["merge", "cat"])
         .env("MESH_LOG", "error")
-        .env("MESH_FAIL_AT", step)
+        .env(fail::FAILPOINTS, fail::die_at(step, 1))
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -198,7 +198,7 @@ fn twenty_hosts_and_ten_modules_merge_twice_survive_a_killed_controller_and_keep
         .env_remove("MESH_BUS")
         .env_remove("MESH_STORE")
         .env_remove("MESH_BUS_PASSWORD_FILE")
-        .env_remove("MESH_FAIL_AT")
+        .env_remove(fail::FAILPOINTS)
         .output()
         .unwrap();
     assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed));

@@ -187,18 +187,34 @@ fn a_secret_rolled_out_over_the_bus_is_in_clear_only_in_its_applied_files() {
         assert!(!holds(&objects.stdout, value.as_bytes()));
     }
 
-    // The bus, read with nats-py: the records bucket, the declarations and reports streams.
-    let records_stream = mesh_bus::subjects::bucket_stream_name(mesh_bus::subjects::RECORDS_BUCKET);
+    // The bus, read with nats-py: the records' buckets (the top's and every directory's), the
+    // declarations and reports streams; the records' streams read as one.
+    let records_streams: Vec<String> =
+        std::iter::once(mesh_bus::subjects::RECORDS_BUCKET.to_owned())
+            .chain(
+                mesh_controller::records::top_directories()
+                    .into_iter()
+                    .map(mesh_bus::records::directory_bucket),
+            )
+            .map(|bucket| mesh_bus::subjects::bucket_stream_name(&bucket))
+            .collect();
     let dump = tempfile::tempdir().unwrap();
-    let streams = read_streams(
-        &bed,
-        dump.path(),
-        &[
-            &records_stream,
-            mesh_bus::subjects::DECLARATIONS_STREAM,
-            mesh_bus::subjects::REPORTS_STREAM,
-        ],
+    let mut named: Vec<&str> = vec![
+        mesh_bus::subjects::DECLARATIONS_STREAM,
+        mesh_bus::subjects::REPORTS_STREAM,
+    ];
+    named.extend(records_streams.iter().map(String::as_str));
+    let mut read = read_streams(&bed, dump.path(), &named).into_iter();
+    let (declarations, reports) = (read.next().unwrap(), read.next().unwrap());
+    let records = read.fold(
+        ("records".to_owned(), Vec::new(), Vec::new()),
+        |mut all, (_, whole, messages)| {
+            all.1.extend(whole);
+            all.2.extend(messages);
+            all
+        },
     );
+    let streams = [records, declarations, reports];
     let mesh_key = mesh_secrets::MeshKey::load(&home.join("secrets/mesh.key")).unwrap();
     let digest = mesh_key.digest(password.as_bytes());
     for (stream, whole, _) in &streams {

@@ -4,6 +4,7 @@
 
 mod support;
 
+use mesh_controller::fail;
 use serde_json::Value;
 use support::{redact, Mesh, Repo};
 
@@ -589,7 +590,10 @@ fn a_controller_killed_mid_merge_resumes_where_it_was() {
         let (mesh, repo) = first_commit_merged();
         write_site(&repo, "v2\n", "");
         let commit = repo.commit("site: v2");
-        let died = mesh.run_env(&["merge", "cat"], &[("MESH_FAIL_AT", step)]);
+        let died = mesh.run_env(
+            &["merge", "cat"],
+            &[(fail::FAILPOINTS, &fail::die_at(step, 1))],
+        );
         assert_eq!(
             died.code, -1,
             "the controller was to die at `{step}`: {}{}",

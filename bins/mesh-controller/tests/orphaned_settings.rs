@@ -353,7 +353,7 @@ fn a_setting_is_set_ahead_of_the_version_that_needs_it_and_waits_for_its_plan() 
     repo.write(&[
         (
             "modules/web/module.toml",
-            "name = \"web\"\n\n[settings]\nport = 8080\nworkers = 2\n\n[files.conf]\nsource = \"files/web.conf\"\npath = \"/etc/web.conf\"\ntemplate = true\n",
+            "name = \"web\"\n\n[settings]\nport = 8080\nworkers = 2\ngreeting = \"hello\"\n\n[files.conf]\nsource = \"files/web.conf\"\npath = \"/etc/web.conf\"\ntemplate = true\n",
         ),
         ("modules/web/files/web.conf", "listen {{port}}\nworkers {{workers}}\n"),
     ]);
@@ -377,6 +377,47 @@ fn a_setting_is_set_ahead_of_the_version_that_needs_it_and_waits_for_its_plan() 
                 "`web`, mesh layer: `workers` waits for plan-2 (the version the nodes run does not accept it yet)"
             ),
         "{set}"
+    );
+    // A secret is set ahead the same way, and a layer restored from the history is checked
+    // the same way.
+    let secret = mesh.run_stdin(
+        &["settings", "set-secret", "web", "greeting", "--node", "a"],
+        b"hi",
+    );
+    assert_eq!(secret.code, 0, "{}", secret.stderr);
+    assert!(
+        secret.stdout.contains("checked against plan-2 (at ")
+            && secret.stdout.contains("`greeting` waits for plan-2"),
+        "{}",
+        secret.stdout
+    );
+    mesh.expect(&["settings", "clear", "web", "--node", "a"], 0);
+    let history: Value = serde_json::from_str(&mesh.expect(
+        &[
+            "settings",
+            "show",
+            "web",
+            "--node",
+            "a",
+            "--history",
+            "--output",
+            "json",
+        ],
+        0,
+    ))
+    .unwrap();
+    let revision = history["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|kept| !kept["layer"]["greeting"].is_null())
+        .unwrap_or_else(|| panic!("the cleared layer is kept: {history:#}"))["revision"]
+        .to_string();
+    let restored = mesh.expect(&["settings", "restore", "web", &revision, "--node", "a"], 0);
+    assert!(
+        restored.contains("checked against plan-2 (at ")
+            && restored.contains("`greeting` waits for plan-2"),
+        "{restored}"
     );
     let shown = mesh.expect(&["settings", "show", "web"], 0);
     assert!(shown.contains("`workers` waits for plan-2"), "{shown}");

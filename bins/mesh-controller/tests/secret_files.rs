@@ -191,3 +191,50 @@ fn the_examples_tls_key_is_encrypted_by_init_and_written_by_its_host_alone() {
     assert_eq!(refused.code, 1);
     assert!(refused.stderr.contains("is empty"), "{}", refused.stderr);
 }
+
+#[test]
+fn a_rotation_encrypts_the_catalogues_secret_files_again_and_commits_them_alone() {
+    let value = unique_value();
+    let mesh = mesh_with_vault("0600", &value);
+    let catalogue = mesh.home().join("catalogue");
+    let file = catalogue.join("modules/vault/token");
+    let encrypt = mesh.run(&["secrets", "encrypt", file.to_str().unwrap()]);
+    assert_eq!(encrypt.code, 0, "{}", encrypt.stderr);
+    git(&catalogue, &["add", "-A"]);
+    git(&catalogue, &["commit", "-q", "-m", "vault"]);
+    // Something else not committed: the rotation commits its files alone.
+    std::fs::write(catalogue.join("notes"), "work in progress\n").unwrap();
+    let old = mesh_secrets::MeshKey::load(&mesh.home().join("secrets/mesh.key")).unwrap();
+
+    let identity = [
+        ("GIT_AUTHOR_NAME", "Operator"),
+        ("GIT_AUTHOR_EMAIL", "operator@example.internal"),
+        ("GIT_COMMITTER_NAME", "Operator"),
+        ("GIT_COMMITTER_EMAIL", "operator@example.internal"),
+    ];
+    let rotated = mesh.run_env(&["secrets", "rotate"], &identity);
+    assert_eq!(rotated.code, 0, "{}{}", rotated.stdout, rotated.stderr);
+    assert!(
+        rotated
+            .stdout
+            .contains("catalogue: 2 secret file(s) re-encrypted, committed")
+            && rotated.stdout.contains("modules/vault/token")
+            && rotated.stdout.contains("modules/tls/files/key.pem"),
+        "{}",
+        rotated.stdout
+    );
+    let new = mesh_secrets::MeshKey::load(&mesh.home().join("secrets/mesh.key")).unwrap();
+    assert_ne!(new.recipient(), old.recipient());
+    let sealed =
+        mesh_model::secret::SecretValue::from_file(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(new.open(&sealed).unwrap().as_slice(), value.as_bytes());
+    assert!(old.open(&sealed).is_err(), "the old key opens nothing");
+    // Committed, those files alone (the example's TLS key and the token); the other change
+    // is left as it was.
+    assert_eq!(
+        git(&catalogue, &["show", "--name-only", "--format=", "HEAD"]),
+        "modules/tls/files/key.pem\nmodules/vault/token"
+    );
+    assert_eq!(git(&catalogue, &["status", "--porcelain"]), "?? notes");
+    assert!(files_holding(mesh.home(), value.as_bytes()).is_empty());
+}

@@ -20,8 +20,9 @@ mod support;
 use mesh_test_support::wait::try_wait_for;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+use support::daemon::Daemon;
 use support::fleet::{write, Bed};
 use support::{wait_for, Repo};
 
@@ -57,50 +58,6 @@ enum Victim {
     Controller,
     Host,
     Bus,
-}
-
-/// The daemon, its log kept in the home.
-struct Daemon {
-    child: Child,
-    log: std::path::PathBuf,
-}
-
-impl Daemon {
-    fn start(bed: &Bed) -> Daemon {
-        let log = bed.home.path().join("serve.log");
-        let child = bed
-            .command(&["serve", "--heartbeat", "1"])
-            .env("MESH_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&log)
-                    .unwrap(),
-            )
-            .spawn()
-            .unwrap();
-        Daemon { child, log }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn tail(&self) -> String {
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }
 
 /// Every container whose name starts with the run's prefix, removed when dropped (declared
@@ -339,7 +296,7 @@ fn run() -> Result<(), String> {
     let mut merged: BTreeMap<String, usize> = BTreeMap::new();
     merged.insert(commit_round(&repo, 1), 1);
     bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
-    let mut daemon = Daemon::start(&bed);
+    let mut daemon = Daemon::logged(&bed, &["--heartbeat", "1"]);
     {
         let rt = support::fleet::runtime();
         let bus = bed.controller_bus(&rt);
@@ -370,7 +327,7 @@ fn run() -> Result<(), String> {
         let what = match victim {
             Victim::Controller => {
                 daemon.kill();
-                daemon = Daemon::start(&bed);
+                daemon = Daemon::logged(&bed, &["--heartbeat", "1"]);
                 "the controller's daemon".to_owned()
             }
             Victim::Host => {
@@ -408,7 +365,7 @@ fn run() -> Result<(), String> {
                      the daemon's last lines:\n{}\n(MESH_SOAK_SEED={seed})",
                     round - 1,
                     delay.as_millis(),
-                    daemon.tail()
+                    daemon.tail(20)
                 ));
             }
         }

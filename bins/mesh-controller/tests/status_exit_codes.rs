@@ -2,6 +2,7 @@
 //! health"): the overview read from a real home's records (inventory, what each node was sent,
 //! its last report, problems, acknowledgements) and judged at an injected `now`.
 
+use mesh_controller::acks;
 use mesh_controller::alert::{self, Health};
 use mesh_controller::home::Home;
 use mesh_controller::status::{self, HeldNode, OpenPlan, StatusOptions, StoppedRollout};
@@ -284,7 +285,7 @@ fn drift_left_as_found_exits_3_for_as_long_as_it_is_reported() {
 #[test]
 fn drift_put_back_is_shown_and_exits_3_for_its_retention_then_ages_out() {
     let bed = Bed::new();
-    let hour = alert::DEFAULT_DRIFT_RETENTION_SECS;
+    let hour = acks::DEFAULT_DRIFT_RETENTION_SECS;
     bed.report("a", json!({"drift": drift(hour - 1, "corrected")}));
     let verdict = bed.judged();
     assert_health(&verdict, Health::NeedsAttention, 3);
@@ -317,18 +318,18 @@ fn status_ack_clears_drift_put_back_sooner_and_drift_seen_later_shows_again() {
     assert_health(&bed.judged(), Health::NeedsAttention, 3);
 
     // Naming a resource with no drift is refused, and writes nothing.
-    let refused = alert::ack(&bed.home, "a", Some("web/file/other"), NOW - 30).unwrap_err();
+    let refused = acks::ack(&bed.home, "a", Some("web/file/other"), NOW - 30).unwrap_err();
     assert!(refused.to_string().contains("web/file/other"), "{refused}");
     assert_health(&bed.judged(), Health::NeedsAttention, 3);
 
-    let acked = alert::ack(&bed.home, "a", Some("web/file/conf"), NOW - 30).unwrap();
+    let acked = acks::ack(&bed.home, "a", Some("web/file/conf"), NOW - 30).unwrap();
     assert_eq!(acked.cleared.len(), 1);
     assert_health(&bed.judged(), Health::Settled, 0);
 
     // Seen again after the acknowledgement: shown again.
     bed.report("a", json!({"drift": drift(10, "corrected")}));
     assert_health(&bed.judged(), Health::NeedsAttention, 3);
-    alert::ack(&bed.home, "a", None, NOW - 5).unwrap();
+    acks::ack(&bed.home, "a", None, NOW - 5).unwrap();
     assert_health(&bed.judged(), Health::Settled, 0);
 
     // Drift left as found is not the acknowledgement's to clear: the resource is not as

@@ -7,7 +7,9 @@
 
 mod support;
 
+use mesh_controller::fail;
 use serde_json::Value;
+use support::daemon::Daemon;
 use support::{Mesh, Repo};
 
 const INVENTORY: &str = r#"bus-node = "control"
@@ -85,7 +87,10 @@ fn modules(plan: &Value) -> Vec<&str> {
 fn a_controller_killed_at_each_takeover_write_loses_no_module_of_the_older_plan() {
     for step in ["plan-saved", "superseded:plan-1"] {
         let (mesh, _repo, second) = an_open_plan_and_a_newer_commit();
-        let died = mesh.run_env(&["merge", "cat", "--plan-only"], &[("MESH_FAIL_AT", step)]);
+        let died = mesh.run_env(
+            &["merge", "cat", "--plan-only"],
+            &[(fail::FAILPOINTS, &fail::die_at(step, 1))],
+        );
         assert_eq!(
             died.code, -1,
             "the controller was to die at `{step}`: {}{}",
@@ -158,49 +163,6 @@ fn a_controller_killed_at_each_takeover_write_loses_no_module_of_the_older_plan(
     }
 }
 
-/// `mesh-controller serve`, killed if the test fails before it stops the daemon itself; its log
-/// is kept beside the home, for a failure's message.
-struct Daemon {
-    child: std::process::Child,
-    log: std::path::PathBuf,
-}
-
-impl Daemon {
-    fn start(bed: &support::fleet::Bed) -> Daemon {
-        let log = bed.home.path().join("serve.log");
-        let child = bed
-            .command(&["serve"])
-            .env("MESH_LOG", "info")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Daemon { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Stops it as its service manager does: SIGTERM, and it exits 0.
-    fn stop(mut self) {
-        let sent = std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-        assert_eq!(self.child.wait().unwrap().code(), Some(0), "{}", self.log());
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// `site` goes to `away` alone, so `away` is its first machine; `notes` is built from `site`,
 /// a tier later, and goes to the bus node.
 const AWAY_INVENTORY: &str = r#"bus-node = "bus"
@@ -230,7 +192,7 @@ fn a_newer_merge_heard_by_the_daemon_takes_over_a_plan_waiting_on_its_first_mach
     let first = repo.commit("first");
     bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
 
-    let daemon = Daemon::start(&bed);
+    let daemon = Daemon::logged(&bed, &[]);
     let rt = support::fleet::runtime();
     let bus = bed.controller_bus(&rt);
     support::fleet::wait_for_merge_consumer(&rt, &bus);

@@ -314,3 +314,112 @@ fn an_unreadable_report_is_its_nodes_problem_and_blinds_no_one() {
         },
     );
 }
+
+/// The rollout gate takes an unreadable report as its node's answer: a first machine whose
+/// report does not read stops the module's rollout at once, naming the node and why — not at
+/// the rollout's deadline, minutes later — and the other nodes keep what they ran. Over a real
+/// nats-server with the daemon and real hosts on `b` and `bus`; `a`, first by name, is the
+/// test publishing on `a`'s subject with `a`'s key. The daemon then keeps `a`'s last readable
+/// report in the records (`heard/a.json`) as soon as its reports turn unreadable, with no
+/// `status` run.
+#[test]
+fn a_first_machine_whose_report_does_not_read_stops_the_rollout_at_once_naming_it() {
+    let mut bed = Bed::new(&["a", "b"]);
+    for node in ["bus", "b"] {
+        bed.start_host(node);
+    }
+    bed.expect(&["push", "bus", "b", "--timeout", "120"], 0);
+    let repo = Repo::new();
+    let v1 = commit_base(&repo, "v1 that a never reads\n");
+    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    let (_daemon, _) = start_serve(&bed, &[], |_| true);
+    let rt = support::fleet::runtime();
+    let a = rt
+        .block_on(mesh_bus::NatsBus::connect(&bed.node_options("a")))
+        .unwrap();
+    let bus = bed.controller_bus(&rt);
+    support::fleet::wait_for_merge_consumer(&rt, &bus);
+    let js = {
+        let _in = rt.enter();
+        bus.jetstream()
+    };
+    rt.block_on(mesh_bus::jetstream::publish_merge(&js, "cat", "main", &v1))
+        .unwrap();
+    wait_for("`a` to be sent first", Duration::from_secs(120), || {
+        bed.record("sent/a.json")
+            .ok_or_else(|| "not yet".to_owned())
+    });
+    rt.block_on(async {
+        a.client()
+            .publish(
+                mesh_bus::subjects::report("a"),
+                b"\x00not a report".to_vec().into(),
+            )
+            .await
+            .unwrap();
+        a.client().flush().await.unwrap();
+    });
+    let plan = wait_for(
+        "the rollout to stop at `a`",
+        Duration::from_secs(60),
+        || {
+            let plans = support::daemon::plans(&bed);
+            match plans.iter().find(|p| p["commit"] == v1.as_str()) {
+                Some(plan) if plan["state"]["state"] == "stopped" => Ok(plan.clone()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    );
+    assert_eq!(plan["state"]["node"], "a", "{plan}");
+    let reason = plan["state"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("unreadable report: not a report: ")
+            && reason.contains(r#"(13 bytes: "\x00not a report")"#),
+        "{plan}"
+    );
+    // The others were not sent the new version.
+    let hello = std::fs::read_to_string(bed.root("b").join("etc/mesh/hello")).unwrap();
+    assert_eq!(hello, "hello, fleet\n");
+    let (code, overview) = status(&bed, &[]).unwrap();
+    assert_eq!(code, Some(3), "{overview}");
+    assert!(
+        node_of(&overview, "a")["unreadable"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("not a report: ")),
+        "{overview}"
+    );
+    // No readable report of `a` yet: nothing kept.
+    assert_eq!(bed.record("heard/a.json"), None);
+
+    // The daemon keeps a node's last readable report by itself, as it hears its reports turn
+    // unreadable: no `status` runs from here until the record is there.
+    let mut readable = node_of(&overview, "b")["report"].clone();
+    readable["node"] = Value::from("a");
+    for payload in [serde_json::to_vec(&readable).unwrap(), b"garbage".to_vec()] {
+        rt.block_on(async {
+            a.client()
+                .publish(mesh_bus::subjects::report("a"), payload.into())
+                .await
+                .unwrap();
+            a.client().flush().await.unwrap();
+        });
+    }
+    let kept = wait_for(
+        "the daemon to keep a's last readable report",
+        Duration::from_secs(60),
+        || {
+            let kept = bed.record("heard/a.json").ok_or("not yet")?;
+            let kept: Value = serde_json::from_str(&kept).map_err(|e| e.to_string())?;
+            if kept["report"]["declaration"] == readable["declaration"] {
+                Ok(kept)
+            } else {
+                Err(format!("{kept}"))
+            }
+        },
+    );
+    assert_eq!(kept["report"]["node"], "a", "{kept}");
+    let text = bed.run(&["status"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("a: "), "{text}");
+    assert!(text.contains("its last readable report, heard "), "{text}");
+}

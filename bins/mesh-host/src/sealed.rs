@@ -2,17 +2,21 @@
 //! beside its NKey seed, and a file's template of secrets rendered at apply time with it.
 //!
 //! Start at [`render_sealed`]: every file of a declaration that is a template of secrets
-//! (`FileSpec::sealed`) is rendered into the contents the engine writes, or is given the
-//! reason it cannot be — no key on this host, or a secret this key cannot open (corrupted, or
-//! sealed to another key), naming module and key — so it fails and nothing of it is written.
+//! (`FileSpec::sealed`) is handed to the engine to render with this host's key when the apply
+//! needs its content ([`mesh_apply::sealed`]: a file the host last left rendered from the very
+//! same pieces, and finds unchanged, is not rendered again), or is given the reason it cannot
+//! be — no key on this host; a secret this key cannot open (corrupted, or sealed to another
+//! key) fails when rendered, naming module and key — so it fails and nothing of it is written.
 //!
 //! What it must never do: put a secret's value in a reason, a log line or a report.
 
+use mesh_apply::sealed::{Deferred, RenderSecrets};
 use mesh_apply::ArchivedContents;
 use mesh_model::declaration::{Declaration, Spec};
 use mesh_model::secret::SealedPiece;
 use mesh_secrets::{Identity, SecretsError};
 use std::path::Path;
+use std::sync::Arc;
 
 /// Where, under the state directory, the host keeps its age key (`mesh-host keygen` makes it,
 /// mode 0600; it never leaves this machine): `<state-dir>/bus/age.key`.
@@ -31,9 +35,9 @@ pub fn age_keygen(state_dir: &Path) -> Result<(mesh_secrets::Recipient, bool), S
     Ok((identity.recipient(), !existed))
 }
 
-/// Renders every template of secrets of `declaration` into `contents` with the host's key
-/// under `state_dir`; a file that cannot be rendered gets the reason instead. A declaration
-/// with no secret reads no key.
+/// Hands every template of secrets of `declaration` to the engine in `contents`, to render
+/// with the host's key under `state_dir` when the apply needs it ([`mesh_apply::sealed`]); with
+/// no key, each gets the reason instead. A declaration with no secret reads no key.
 pub fn render_sealed(declaration: &Declaration, state_dir: &Path, contents: &mut ArchivedContents) {
     if !declaration.holds_secrets() {
         return;
@@ -50,29 +54,80 @@ pub fn render_sealed(declaration: &Declaration, state_dir: &Path, contents: &mut
         }
         Err(error) => Err(error.to_string()),
     };
-    for resource in &declaration.resources {
-        let Spec::File(file) = &resource.spec else {
-            continue;
-        };
-        let Some(pieces) = &file.sealed else {
-            continue;
-        };
-        let rendered = match &identity {
-            Ok(identity) => render(identity, &resource.module, pieces),
-            Err(reason) => Err(format!(
-                "it uses {} of `{}`, and {reason}",
-                keys_of(pieces),
-                resource.module
-            )),
-        };
-        match rendered {
-            Ok(text) => {
-                contents.read.insert(resource.id.clone(), text);
+    let host_key = identity.map(|identity| {
+        let recipient = identity.recipient().to_string();
+        (Arc::new(HostKey { identity }), recipient)
+    });
+    let templates = declaration
+        .resources
+        .iter()
+        .filter_map(|resource| match &resource.spec {
+            Spec::File(file) => file.sealed.as_ref().map(|pieces| (resource, pieces)),
+            Spec::Directory(_)
+            | Spec::Membership(_)
+            | Spec::Container(_)
+            | Spec::Network(_)
+            | Spec::Account(_)
+            | Spec::Job(_) => None,
+        });
+    contents.deferred.reserve(templates.clone().count());
+    for (resource, pieces) in templates {
+        match &host_key {
+            Ok((key, recipient)) => {
+                let renderer: Arc<dyn RenderSecrets> = Arc::clone(key) as _;
+                let deferred = Deferred::new(rendered_from(recipient, pieces), renderer);
+                contents.deferred.insert(resource.id.clone(), deferred);
             }
             Err(reason) => {
+                let reason = format!(
+                    "it uses {} of `{}`, and {reason}",
+                    keys_of(pieces),
+                    resource.module
+                );
                 contents.unavailable.insert(resource.id.clone(), reason);
             }
         }
+    }
+}
+
+/// What a file is rendered from, as this host identifies it: a digest of its pieces as sent
+/// (the ciphertexts too, so a secret sealed again, or corrupted, is opened again) and of the
+/// key that opens them.
+fn rendered_from(recipient: &str, pieces: &[SealedPiece]) -> String {
+    use sha2::Digest as _;
+    // Each part with its length before it, so no two sequences of pieces read the same;
+    // hashed as they are, without a copy of them.
+    fn part(hasher: &mut sha2::Sha256, text: &str) {
+        hasher.update((text.len() as u64).to_le_bytes());
+        hasher.update(text.as_bytes());
+    }
+    let mut hasher = sha2::Sha256::new();
+    part(&mut hasher, recipient);
+    for piece in pieces {
+        match piece {
+            SealedPiece::Text(text) => {
+                hasher.update(b"t");
+                part(&mut hasher, text);
+            }
+            SealedPiece::Secret { key, value } => {
+                hasher.update(b"s");
+                part(&mut hasher, key);
+                part(&mut hasher, &value.digest);
+                part(&mut hasher, &value.ciphertext);
+            }
+        }
+    }
+    mesh_model::sha256_text(hasher.finalize().into())
+}
+
+/// This host's age key, rendering templates of secrets for the engine.
+struct HostKey {
+    identity: Identity,
+}
+
+impl RenderSecrets for HostKey {
+    fn render(&self, module: &str, pieces: &[SealedPiece]) -> Result<String, String> {
+        render(&self.identity, module, pieces)
     }
 }
 
@@ -93,7 +148,7 @@ fn keys_of(pieces: &[SealedPiece]) -> String {
 ///
 /// The text is made in one allocation large enough for every piece (a value is no longer than
 /// its ciphertext), so no copy of a value is left behind by a reallocation; it is zeroized when
-/// the contents that hold it are let go (`ArchivedContents`' drop), or here when a later piece
+/// the engine lets it go (`mesh_apply::sealed::Deferred`'s drop), or here when a later piece
 /// fails. Each opened value is zeroized as soon as it is copied.
 fn render(identity: &Identity, module: &str, pieces: &[SealedPiece]) -> Result<String, String> {
     let room = pieces

@@ -9,7 +9,7 @@ use daemon::{eventually, Daemon};
 use mesh_model::declaration::{
     Declaration, DirectorySpec, FileSpec, MembershipSpec, Resource, Spec,
 };
-use mesh_model::module::DriftPolicy;
+use mesh_model::drift::DriftPolicy;
 use mesh_model::report::{DriftAction, MachineState, Outcome, Report};
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::time::{Duration, Instant};

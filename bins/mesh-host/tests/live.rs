@@ -32,8 +32,8 @@ fn an_observer_sees_mid_change_never_the_old_report_while_a_together_group_commi
     let mut host = Daemon::new("slow");
     let release = host.dir.path().join("release");
     host.env.push((
-        mesh_apply::progress::PAUSE_AT.to_owned(),
-        format!("commit:app/file/b={}", release.display()),
+        "FAILPOINTS".to_owned(),
+        mesh_apply::progress::pause_at("commit", "app/file/b", &release),
     ));
     host.start(&["--containers", "none"]);
 

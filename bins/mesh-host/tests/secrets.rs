@@ -241,3 +241,99 @@ async fn drift_of_a_file_rendered_from_a_secret_is_said_without_its_content_and_
     let report_text = serde_json::to_string(&report).unwrap();
     assert!(!report_text.contains("typed-by-hand") && !report_text.contains(VALUE));
 }
+
+/// Receives and applies `declaration` at `now`: the report, and how many of its templates of
+/// secrets were rendered (their secrets opened) for it.
+async fn apply_counting(
+    config: &HostConfig,
+    declaration: &Declaration,
+    now: u64,
+) -> (Report, usize) {
+    let source = ArchiveSource::cache_only(&config.state_dir);
+    let received = receive(&source, "n", &declaration.canonical_json(), now)
+        .await
+        .unwrap();
+    let report = apply_received(config, &received, now);
+    (report, received.contents.templates_rendered())
+}
+
+fn word(report: &Report) -> &'static str {
+    report.resources["db/file/creds"].word()
+}
+
+#[tokio::test]
+async fn a_file_rendered_before_from_the_same_secrets_is_compared_without_opening_them() {
+    let mesh = mesh_secrets::MeshKey::generate();
+    let dir = tempfile::tempdir().unwrap();
+    let config = host(dir.path());
+    let (key, _) = mesh_host::sealed::age_keygen(&config.state_dir).unwrap();
+    let sealed = mesh.seal(&[], VALUE.as_bytes()).unwrap();
+    let to_host = declaration(mesh.reseal(&sealed, &key).unwrap());
+    let creds = config.root.join("etc/creds");
+    let real_now = mesh_host::now();
+
+    // Written: rendered once. Then, with no stamp kept (the file was written within the
+    // stat cache's racy margin of `now`), compared by the digest of its bytes: not opened.
+    let (report, rendered) = apply_counting(&config, &to_host, real_now).await;
+    assert_eq!((word(&report), rendered), ("applied", 1));
+    let (report, rendered) = apply_counting(&config, &to_host, real_now).await;
+    assert_eq!((word(&report), rendered), ("unchanged", 0), "{report:?}");
+    // Later, its stamp kept, then compared by its stamp: not opened either.
+    for _ in 0..2 {
+        let (report, rendered) = apply_counting(&config, &to_host, real_now + 10).await;
+        assert_eq!((word(&report), rendered), ("unchanged", 0), "{report:?}");
+    }
+
+    // A hand edit of the same size: rendered again and put back.
+    let edit = format!("app:{}\n", "x".repeat(VALUE.len()));
+    std::fs::write(&creds, &edit).unwrap();
+    let (report, rendered) = apply_counting(&config, &to_host, real_now + 20).await;
+    assert_eq!((word(&report), rendered), ("applied", 1), "{report:?}");
+    assert_eq!(
+        std::fs::read_to_string(&creds).unwrap(),
+        format!("app:{VALUE}\n")
+    );
+    let (report, rendered) = apply_counting(&config, &to_host, real_now + 30).await;
+    assert_eq!((word(&report), rendered), ("unchanged", 0), "{report:?}");
+
+    // The same value sealed again (another ciphertext, the same keyed digest): opened, and
+    // the file found as it is.
+    let resealed = declaration(mesh.reseal(&sealed, &key).unwrap());
+    let (report, rendered) = apply_counting(&config, &resealed, real_now + 40).await;
+    assert_eq!((word(&report), rendered), ("unchanged", 1), "{report:?}");
+
+    // A changed secret: rendered, and written.
+    let changed = declaration(
+        mesh.reseal(&mesh.seal(&[], b"a-new-password").unwrap(), &key)
+            .unwrap(),
+    );
+    let (report, rendered) = apply_counting(&config, &changed, real_now + 50).await;
+    assert_eq!((word(&report), rendered), ("applied", 1), "{report:?}");
+    assert_eq!(
+        std::fs::read_to_string(&creds).unwrap(),
+        "app:a-new-password\n"
+    );
+    // Sent back the declaration it had before: its secrets were rendered to other bytes
+    // since, so opened again and written.
+    let (report, rendered) = apply_counting(&config, &resealed, real_now + 60).await;
+    assert_eq!((word(&report), rendered), ("applied", 1), "{report:?}");
+    assert_eq!(
+        std::fs::read_to_string(&creds).unwrap(),
+        format!("app:{VALUE}\n")
+    );
+
+    // The host's key replaced (not enrolled again): what it was sent is not taken as known;
+    // it is opened, cannot be, and fails naming module and key, the file left as it is.
+    std::fs::remove_file(config.state_dir.join(mesh_host::sealed::AGE_KEY_FILE)).unwrap();
+    mesh_host::sealed::age_keygen(&config.state_dir).unwrap();
+    let (report, rendered) = apply_counting(&config, &resealed, real_now + 70).await;
+    assert_eq!(rendered, 1);
+    assert!(
+        failure(&report).contains("`password` of `db`"),
+        "{report:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&creds).unwrap(),
+        format!("app:{VALUE}\n")
+    );
+}

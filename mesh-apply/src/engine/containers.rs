@@ -11,14 +11,19 @@ use std::collections::BTreeSet;
 
 impl<'a> Engine<'a, '_> {
     /// Brings a lone container to its spec (made, replaced, started, or restarted when a file
-    /// it restarts on changed or it owes a restart), and records it once it is made.
+    /// it restarts on changed or it owes a restart), and records it once it is made. One
+    /// recorded as made that runs as declared, with no restart wanted, is left as it is
+    /// without marking the machine mid-change: an apply that changes nothing never says so.
     pub(super) fn apply_container(
         &mut self,
         resource: &Resource,
         spec: &ContainerSpec,
     ) -> Result<Attempt, ApplyError> {
-        self.begin_change()?;
         let restart = self.restart_wanted(&resource.id, spec, &BTreeSet::new());
+        if !restart && self.runs_as_recorded(resource, spec) {
+            return Ok(Attempt::Took(Vec::new()));
+        }
+        self.begin_change()?;
         if restart {
             pause_point("restart", &resource.id);
         }
@@ -31,6 +36,18 @@ impl<'a> Engine<'a, '_> {
             self.paid_restart(&resource.id);
         }
         Ok(result.into())
+    }
+
+    /// Whether container `resource`, recorded as made, runs as declared (changing nothing; a
+    /// runtime that cannot say, or cannot be asked, is taken as no).
+    pub(super) fn runs_as_recorded(&self, resource: &Resource, spec: &ContainerSpec) -> bool {
+        self.state.resources.contains_key(&resource.id)
+            && matches!(
+                self.seams
+                    .containers
+                    .runs_as_declared(&declared(resource, spec)),
+                Ok(true)
+            )
     }
 
     pub(super) fn record_made(&mut self, resource: &Resource) -> Result<(), ApplyError> {

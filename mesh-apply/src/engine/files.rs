@@ -8,21 +8,12 @@ use crate::fsops::{self, Wanted};
 use crate::paths::{Opened, Resolved};
 use crate::state::Origin;
 use crate::ApplyError;
-use mesh_model::declaration::{FileSpec, Resource};
+use mesh_model::declaration::{FileSpec, Resource, Spec};
 use mesh_model::report::Finding;
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
-
-/// The bytes a file should hold: its content, or what was read from its archive. A file with
-/// neither is blocked before it is attempted ([`super::unreadable_files`]), so this is never asked.
-fn content_of<'a>(contents: &'a ArchivedContents, id: &str, spec: &'a FileSpec) -> &'a [u8] {
-    match &spec.content {
-        Some(content) => content.as_bytes(),
-        None => contents.read.get(id).map_or(&[], |c| c.as_bytes()),
-    }
-}
 
 /// How a file resource's path is read to compare it with what is declared.
 pub(super) enum FileRead {
@@ -61,8 +52,11 @@ impl<'a> Engine<'a, '_> {
         'a: 'r,
     {
         let (uid, gid) = self.owner_ids(&spec.owner, &spec.group)?;
+        if let Some(change) = self.as_rendered_before(resource, spec, (spec.mode, uid, gid))? {
+            return Ok(change);
+        }
         let wanted = Wanted {
-            bytes: content_of(self.contents, &resource.id, spec),
+            bytes: self.content_of(resource, spec)?,
             mode: spec.mode,
             uid,
             gid,
@@ -132,6 +126,130 @@ impl<'a> Engine<'a, '_> {
         })
     }
 
+    /// The bytes a file should hold: its content, what was read from its archive, or its
+    /// template of secrets rendered (now, if it was not yet: its secrets are opened). A file
+    /// with none is blocked before it is attempted ([`super::unreadable_files`]), so this is
+    /// never asked; a template that cannot be rendered is the file's failure.
+    fn content_of<'r>(&self, resource: &Resource, spec: &'r FileSpec) -> Result<&'r [u8], String>
+    where
+        'a: 'r,
+    {
+        let contents: &'a ArchivedContents = self.contents;
+        if let Some(content) = &spec.content {
+            return Ok(content.as_bytes());
+        }
+        if let Some(read) = contents.read.get(&resource.id) {
+            return Ok(read.as_bytes());
+        }
+        match (contents.deferred.get(&resource.id), &spec.sealed) {
+            (Some(deferred), Some(pieces)) => match deferred.render(&resource.module, pieces) {
+                Ok(text) => Ok(text.as_bytes()),
+                Err(reason) => Err(reason.clone()),
+            },
+            _ => Ok(&[]),
+        }
+    }
+
+    /// Renders now every template of secrets this host has no record of rendering from the
+    /// same pieces and key ([`crate::sealed`]); one that cannot be is blocked, naming why,
+    /// before anything is examined or changed (nothing of it is written). The others are
+    /// rendered only if their file turns out to need it.
+    pub(super) fn render_unknown_templates(&mut self) {
+        let (declaration, contents) = (self.declaration, self.contents);
+        for resource in &declaration.resources {
+            let Spec::File(spec) = &resource.spec else {
+                continue;
+            };
+            let (Some(deferred), Some(pieces)) =
+                (contents.deferred.get(&resource.id), &spec.sealed)
+            else {
+                continue;
+            };
+            if self.blocked.contains_key(&resource.id)
+                || self
+                    .stamps
+                    .rendered_digest(&spec.path, &deferred.from)
+                    .is_some()
+            {
+                continue;
+            }
+            if let Err(reason) = deferred.render(&resource.module, pieces) {
+                self.blocked.insert(resource.id.clone(), reason.clone());
+            }
+        }
+    }
+
+    /// The change a file rendered from secrets needs when it is not rendered yet and the mesh
+    /// last left it rendered from the same pieces with the same key: none, when the file is
+    /// still what was left there (its stamp says so, or else the digest of its bytes) and its
+    /// mode and owner are as declared. `None` when it must be rendered to be compared or
+    /// written (or is not such a file).
+    fn as_rendered_before(
+        &mut self,
+        resource: &Resource,
+        spec: &FileSpec,
+        (mode, uid, gid): (u32, u32, u32),
+    ) -> Result<Option<FileChange<'static>>, String> {
+        let contents: &'a ArchivedContents = self.contents;
+        let Some(deferred) = contents.deferred.get(&resource.id) else {
+            return Ok(None);
+        };
+        if spec.content.is_some() || deferred.opened() {
+            return Ok(None);
+        }
+        let Some((left, stamp)) = self.stamps.rendered(&spec.path, &deferred.from) else {
+            return Ok(None);
+        };
+        let unchanged = |meta: &fs::Metadata| {
+            meta.is_file() && mode_owner_differences(meta, (mode, uid, gid)).is_empty()
+        };
+        let unchanged_file = |full, missing_parents| FileChange {
+            full,
+            missing_parents,
+            wanted: Wanted {
+                bytes: &[],
+                mode,
+                uid,
+                gid,
+            },
+            existed: true,
+            changed: Vec::new(),
+        };
+        // By its stamp (one lstat), when one is kept of these very bytes.
+        if let Some(stamp) = stamp.filter(|stamp| stamp.digest == left) {
+            let Resolved {
+                full,
+                missing_parents,
+                meta,
+            } = self.paths.resolve(&spec.path)?;
+            let Some(meta) = meta else {
+                return Ok(None);
+            };
+            if stamp.same_file(&meta) {
+                return Ok(unchanged(&meta).then(|| unchanged_file(full, missing_parents)));
+            }
+        }
+        let left = left.to_owned();
+        // Else by the digest of its bytes, read through one open that follows no link; the
+        // stamp kept is of what was read.
+        let Opened {
+            full,
+            missing_parents,
+            current,
+        } = self.paths.open_file(&spec.path)?;
+        let Some((mut file, meta)) = current.filter(|(_, meta)| unchanged(meta)) else {
+            return Ok(None);
+        };
+        let found = digest_of_open_file(&mut file, &mut self.read_buffer)
+            .map_err(|e| format!("cannot read `{}`: {e}", spec.path))?;
+        if found != left {
+            return Ok(None);
+        }
+        self.stamps
+            .record_rendered(&spec.path, &meta, &left, &deferred.from, self.now);
+        Ok(Some(unchanged_file(full, missing_parents)))
+    }
+
     /// The change a file resource needs when the stat cache says its content is as declared
     /// (its stamp unchanged since it was last read or written so): its mode and owner alone,
     /// from one lstat; `None` when its content must be read.
@@ -176,13 +294,33 @@ impl<'a> Engine<'a, '_> {
             return;
         }
         if let Some(declared) = self.stamp_digest(resource, spec) {
-            self.stamps.record(&spec.path, meta, &declared, self.now);
+            self.keep_stamp(resource, spec, meta, &declared);
+        }
+    }
+
+    /// Keeps `meta` as the stamp of a file holding bytes of `digest`, and for a file rendered
+    /// from secrets what it was rendered from.
+    fn keep_stamp(
+        &mut self,
+        resource: &Resource,
+        spec: &FileSpec,
+        meta: &fs::Metadata,
+        digest: &str,
+    ) {
+        let contents: &'a ArchivedContents = self.contents;
+        match contents.deferred.get(&resource.id) {
+            Some(deferred) if spec.content.is_none() => {
+                self.stamps
+                    .record_rendered(&spec.path, meta, digest, &deferred.from, self.now);
+            }
+            _ => self.stamps.record(&spec.path, meta, digest, self.now),
         }
     }
 
     /// The digest a file's stamp keeps: of its declared content, or — for a file rendered
-    /// from a secret, which declares no content — of what this host rendered. That one stays
-    /// in the state directory of the machine that holds the value anyway, and is never
+    /// from a secret, which declares no content — of what this host rendered (or, not
+    /// rendered yet, of what it rendered from the same before: [`crate::sealed`]). That one
+    /// stays in the state directory of the machine that holds the value anyway, and is never
     /// reported: drift of such a file is said without it ([`crate::drift`]).
     fn stamp_digest(
         &self,
@@ -195,10 +333,20 @@ impl<'a> Engine<'a, '_> {
         ) = (self.sent, self.contents);
         match sent.content_digest(resource) {
             Some(declared) => Some(declared),
-            None if spec.sealed.is_some() => contents
-                .read
-                .get(&resource.id)
-                .map(|text| crate::stamps::digest_of_bytes(text.as_bytes()).into()),
+            None if spec.sealed.is_some() => {
+                if let Some(text) = contents.read.get(&resource.id) {
+                    return Some(crate::stamps::digest_of_bytes(text.as_bytes()).into());
+                }
+                let deferred = contents.deferred.get(&resource.id)?;
+                match deferred.text() {
+                    Some(text) => Some(crate::stamps::digest_of_bytes(text.as_bytes()).into()),
+                    None if deferred.opened() => None,
+                    None => self
+                        .stamps
+                        .rendered_digest(&spec.path, &deferred.from)
+                        .map(|digest| digest.to_owned().into()),
+                }
+            }
             None => None,
         }
     }
@@ -210,7 +358,7 @@ impl<'a> Engine<'a, '_> {
             self.stamp_digest(resource, spec),
         ) {
             (Ok(meta), Some(declared)) if meta.is_file() => {
-                self.stamps.record(&spec.path, &meta, &declared, self.now);
+                self.keep_stamp(resource, spec, &meta, &declared);
             }
             _ => self.stamps.forget(&spec.path),
         }
@@ -392,6 +540,21 @@ fn differences_of_open_file(
         (wanted.mode, wanted.uid, wanted.gid),
     ));
     Ok(changed)
+}
+
+/// `sha256:<hex>` of what an open file holds, read through `buffer`.
+fn digest_of_open_file(file: &mut fs::File, buffer: &mut [u8]) -> io::Result<String> {
+    use sha2::Digest as _;
+    let mut hasher = sha2::Sha256::new();
+    loop {
+        match io::Read::read(file, buffer) {
+            Ok(0) => break,
+            Ok(read) => hasher.update(&buffer[..read]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(mesh_model::sha256_text(hasher.finalize().into()))
 }
 
 /// Whether what `reader` holds is exactly `expected`.

@@ -441,10 +441,6 @@ impl<'a> Engine<'a, '_> {
         resource: &Resource,
         changed_in_group: &BTreeSet<String>,
     ) -> Result<Staging, ApplyError> {
-        if let Spec::Container(_) | Spec::Job(_) = &resource.spec {
-            // Its commit changes the machine; files and memberships mark when they record.
-            self.begin_change()?;
-        }
         match &resource.spec {
             Spec::File(spec) => {
                 let change = match self.examine_file(resource, spec, FileRead::ByPath) {
@@ -516,16 +512,28 @@ impl<'a> Engine<'a, '_> {
                 resource.spec.kind()
             ))),
             Spec::Job(spec) => Ok(Staging::Staged(match self.job_due(resource, spec) {
-                Some(digest) => Staged::Job {
-                    spec: spec.clone(),
-                    digest,
-                },
+                Some(digest) => {
+                    // Its commit changes the machine; files and memberships mark when they
+                    // record.
+                    self.begin_change()?;
+                    Staged::Job {
+                        spec: spec.clone(),
+                        digest,
+                    }
+                }
                 None => Staged::Nothing,
             })),
             Spec::Container(spec) if self.held.contains_key(&spec.name) => {
                 Ok(Staging::Staged(Staged::Nothing))
             }
             Spec::Container(spec) => {
+                if !self.restart_wanted(&resource.id, spec, changed_in_group)
+                    && self.runs_as_recorded(resource, spec)
+                {
+                    return Ok(Staging::Staged(Staged::Nothing));
+                }
+                // Its commit changes the machine.
+                self.begin_change()?;
                 let containers = self.seams.containers;
                 let declared = declared(resource, spec);
                 let was = containers

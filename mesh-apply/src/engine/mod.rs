@@ -343,6 +343,7 @@ fn apply_examined<'s>(
         restarters: None,
         kept_dirs: Vec::new(),
     };
+    engine.render_unknown_templates();
     for closed in &ended {
         engine.findings.push(Finding {
             resource: String::new(),
@@ -493,6 +494,17 @@ pub struct ArchivedContents {
     pub read: BTreeMap<String, String>,
     /// File resource id → why its content could not be read (naming the archive and the store).
     pub unavailable: BTreeMap<String, String>,
+    /// File resource id → a template of secrets its host renders only when the apply needs
+    /// its content ([`crate::sealed`]). Looked up by id for each such file, in no order (a
+    /// hash map: a tree's search of 1,000 ids sharing their module's prefix costs more).
+    pub deferred: std::collections::HashMap<String, crate::sealed::Deferred>,
+}
+
+impl ArchivedContents {
+    /// How many of its templates of secrets were rendered (their secrets opened) so far.
+    pub fn templates_rendered(&self) -> usize {
+        self.deferred.values().filter(|d| d.opened()).count()
+    }
 }
 
 /// What was read is zeroized when it is let go: a file rendered from a secret holds its value
@@ -517,7 +529,10 @@ fn unreadable_files(
         let Spec::File(file) = &resource.spec else {
             continue;
         };
-        if file.content.is_some() || contents.read.contains_key(&resource.id) {
+        if file.content.is_some()
+            || contents.read.contains_key(&resource.id)
+            || contents.deferred.contains_key(&resource.id)
+        {
             continue;
         }
         if let (Some(pieces), None) = (&file.sealed, contents.unavailable.get(&resource.id)) {

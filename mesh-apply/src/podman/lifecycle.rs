@@ -80,6 +80,26 @@ impl Podman {
         Ok(Vec::new())
     }
 
+    /// [`ContainerRuntime::runs_as_declared`] with a typed error: its mounts' sources are as
+    /// an apply accepts them, and the container this host made for the resource runs with the
+    /// declared spec.
+    ///
+    /// # Errors
+    /// [`PodmanError`]: a container it did not make, or podman's failure.
+    pub fn runs_as_declared_container(
+        &self,
+        declared: &DeclaredContainer<'_>,
+    ) -> Result<bool, PodmanError> {
+        let spec = declared.spec;
+        if self.mount_sources(spec).is_err() {
+            // The apply refuses it, naming why.
+            return Ok(false);
+        }
+        Ok(self
+            .ours(&spec.name, Some(declared.id))?
+            .is_some_and(|current| current.running && replaced_fields(spec, &current).is_none()))
+    }
+
     /// [`ContainerRuntime::set_aside`] with a typed error.
     ///
     /// # Errors
@@ -255,6 +275,11 @@ impl ContainerRuntime for Podman {
             .map_err(|e| e.to_string())
     }
 
+    fn runs_as_declared(&self, declared: &DeclaredContainer<'_>) -> Result<bool, String> {
+        self.runs_as_declared_container(declared)
+            .map_err(|e| e.to_string())
+    }
+
     fn remove(&self, name: &str) -> Result<String, String> {
         self.remove_made(name).map_err(|e| e.to_string())
     }
@@ -312,6 +337,11 @@ impl ContainerRuntime for Podman {
         name: &str,
     ) -> Result<Vec<String>, String> {
         self.ensure_network_made(resource, module, name)
+            .map_err(|e| e.to_string())
+    }
+
+    fn network_made(&self, resource: &str, name: &str) -> Result<bool, String> {
+        self.network_made_for(resource, name)
             .map_err(|e| e.to_string())
     }
 

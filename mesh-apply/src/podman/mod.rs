@@ -399,13 +399,34 @@ impl Podman {
     }
 
     /// Removes a container, giving it `timeout` seconds after SIGTERM.
+    ///
+    /// A container under a restart policy can stop, or start again, between podman reading its
+    /// state and signalling it: `rm --force` then fails with "container state improper" though
+    /// nothing is wrong. The removal is asked again, up to [`REMOVE_TRIES`] times, while that is
+    /// its answer; any other failure is returned at once.
     fn remove_container_within(&self, name: &str, timeout: &str) -> Result<(), PodmanError> {
-        self.run_ok(
-            &os(&["container", "rm", "--force", "--time", timeout, name]),
-            &[],
-        )
-        .map(drop)
+        let args = os(&["container", "rm", "--force", "--time", timeout, name]);
+        let mut tries = 1;
+        loop {
+            match self.run_ok(&args, &[]) {
+                Err(PodmanError::Command { stderr, .. })
+                    if tries < REMOVE_TRIES && lost_a_race_with_a_restart(&stderr) =>
+                {
+                    tries += 1;
+                }
+                done => return done.map(drop),
+            }
+        }
     }
+}
+
+/// How many times a removal is asked while it loses a race with a restart policy.
+const REMOVE_TRIES: usize = 10;
+
+/// Whether podman refused a forced removal only because the container's state changed under it
+/// (a restart policy restarting or stopping it as podman signalled it).
+fn lost_a_race_with_a_restart(stderr: &str) -> bool {
+    stderr.contains("container state improper")
 }
 
 #[derive(Deserialize)]

@@ -95,6 +95,16 @@ impl Podman {
         Ok(vec!["created".to_owned()])
     }
 
+    /// [`crate::ContainerRuntime::network_made`] with a typed error.
+    ///
+    /// # Errors
+    /// Podman's failures.
+    pub fn network_made_for(&self, resource: &str, name: &str) -> Result<bool, PodmanError> {
+        Ok(self
+            .network_labels(name)?
+            .is_some_and(|labels| self.not_ours(&labels, Some(resource)).is_none()))
+    }
+
     /// [`crate::ContainerRuntime::remove_network`] with a typed error.
     ///
     /// # Errors

@@ -203,7 +203,7 @@ impl Rng {
     }
 }
 
-/// Waits until `child`, run with a fail point ([`mesh_apply::progress::PAUSE_AT`]) whose release
+/// Waits until `child`, run with a fail point ([`mesh_apply::progress::pause_at`]) whose release
 /// file is `release`, waits at it (its `.reached` marker exists). Panics, naming `what`, when the
 /// child ends first or has not reached it within five minutes (a deadline that only bounds a
 /// failure).

@@ -24,6 +24,7 @@ mod container;
 mod job;
 mod port;
 mod sealed;
+mod spec_de;
 
 pub use container::{
     capability_problem, cpus_problem, label_problem, memory_problem, network_problem,
@@ -35,7 +36,8 @@ pub use port::{PortMapping, Protocol};
 pub use sealed::{Declared, Sealed};
 
 use crate::build::ArchiveRef;
-use crate::{sha256_digest, WireError};
+use crate::drift::DriftPolicy;
+use crate::{is_sha256_digest, sha256_digest, WireError};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -70,7 +72,7 @@ pub struct Declaration {
     /// The modules whose drift is only reported, not corrected (the rule “Drift is seen, and reported even when corrected”); a module not named
     /// here is corrected. Absent when empty.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub drift: BTreeMap<String, crate::module::DriftPolicy>,
+    pub drift: BTreeMap<String, DriftPolicy>,
 }
 
 /// One resource of a declaration.
@@ -91,8 +93,9 @@ pub struct Resource {
     pub spec: Spec,
 }
 
-/// The kinds of resource.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// The kinds of resource. Written with its `kind` first; read by `spec_de` (the kind first,
+/// then its fields straight from the object).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Spec {
     /// A regular file with content.
@@ -285,7 +288,7 @@ impl Declaration {
     }
 
     /// What the host does with drift of a resource of `module` (default `correct`).
-    pub fn drift_policy(&self, module: &str) -> crate::module::DriftPolicy {
+    pub fn drift_policy(&self, module: &str) -> DriftPolicy {
         self.drift.get(module).copied().unwrap_or_default()
     }
 
@@ -295,14 +298,12 @@ impl Declaration {
     }
 
     /// The sha256 digest of the canonical JSON (hashed as it is serialized, without a copy of
-    /// it). A sealed secret counts by its keyed digest only, never its ciphertext: the
-    /// declaration a node is sent, its secrets sealed again to its own key, has the digest of
-    /// the one composed (the rule “A secret is readable only where it is used”).
+    /// it). A sealed secret counts by its keyed digest only, never its ciphertext (serialized
+    /// empty, in place, as it is hashed): the declaration a node
+    /// is sent, its secrets sealed again to its own key, has the digest of the one composed
+    /// (the rule “A secret is readable only where it is used”).
     pub fn digest(&self) -> String {
-        if self.holds_secrets() {
-            return self.without_ciphertexts().digest_as_serialized();
-        }
-        self.digest_as_serialized()
+        crate::secret::with_ciphertexts_left_out(|| self.digest_as_serialized())
     }
 
     /// Whether a file of it is a template of secrets ([`FileSpec::sealed`]).
@@ -312,23 +313,25 @@ impl Declaration {
             .any(|r| matches!(&r.spec, Spec::File(f) if f.sealed.is_some()))
     }
 
-    /// A copy with every sealed secret's ciphertext left empty.
-    fn without_ciphertexts(&self) -> Declaration {
-        let mut copy = self.clone();
-        for resource in &mut copy.resources {
-            if let Spec::File(FileSpec {
+    /// Every sealed secret its files use, as `(module, key, secret)`, in the order of its
+    /// resources and their pieces, to be sealed again in place.
+    pub fn secrets_mut(&mut self) -> Vec<(&str, &str, &mut crate::secret::SecretValue)> {
+        let mut secrets = Vec::new();
+        for Resource { module, spec, .. } in &mut self.resources {
+            let Spec::File(FileSpec {
                 sealed: Some(pieces),
                 ..
-            }) = &mut resource.spec
-            {
-                for piece in pieces {
-                    if let crate::secret::SealedPiece::Secret { value, .. } = piece {
-                        value.ciphertext.clear();
-                    }
+            }) = spec
+            else {
+                continue;
+            };
+            for piece in pieces {
+                if let crate::secret::SealedPiece::Secret { key, value } = piece {
+                    secrets.push((module.as_str(), key.as_str(), value));
                 }
             }
         }
-        copy
+        secrets
     }
 
     fn digest_as_serialized(&self) -> String {
@@ -349,7 +352,7 @@ impl Declaration {
             self,
         )
         .expect("a declaration always serializes");
-        format!("sha256:{}", hex::encode(hashing.0.finalize()))
+        crate::sha256_text(hashing.0.finalize().into())
     }
 
     /// A resource by id.
@@ -370,22 +373,33 @@ impl Declaration {
         struct Version {
             format: u32,
         }
-        let version: Version = serde_json::from_slice(bytes).map_err(|source| WireError::Json {
-            what: "declaration",
-            source,
-        })?;
-        if !(DECLARATION_FORMAT..=DECLARATION_FORMAT_SECRETS).contains(&version.format) {
-            return Err(WireError::Format {
-                what: "declaration",
-                found: version.format,
-                expected: DECLARATION_FORMAT_SECRETS,
-            });
+        let another_format = |format: u32| {
+            (!(DECLARATION_FORMAT..=DECLARATION_FORMAT_SECRETS).contains(&format)).then_some(
+                WireError::Format {
+                    what: "declaration",
+                    found: format,
+                    expected: DECLARATION_FORMAT_SECRETS,
+                },
+            )
+        };
+        // Read once; its version alone is read (again) only when it is not a declaration of
+        // this build's, to say whether it is of another format.
+        let declaration = match serde_json::from_slice::<Declaration>(bytes) {
+            Ok(declaration) => declaration,
+            Err(source) => {
+                let format = serde_json::from_slice::<Version>(bytes).map(|v| v.format);
+                return Err(format
+                    .ok()
+                    .and_then(another_format)
+                    .unwrap_or(WireError::Json {
+                        what: "declaration",
+                        source,
+                    }));
+            }
+        };
+        if let Some(another) = another_format(declaration.format) {
+            return Err(another);
         }
-        let declaration: Declaration =
-            serde_json::from_slice(bytes).map_err(|source| WireError::Json {
-                what: "declaration",
-                source,
-            })?;
         let problems = declaration.problems();
         if problems.is_empty() {
             Ok(declaration)
@@ -491,7 +505,7 @@ impl Declaration {
                     }
                 }
                 Spec::Account(a) => {
-                    if let Some(problem) = crate::module::account_name_problem(&a.name) {
+                    if let Some(problem) = account_name_problem(&a.name) {
                         out.push(format!("`{}`: {problem}", r.id));
                     }
                     if let Some(problem) = a.home.as_deref().and_then(path_problem) {
@@ -748,14 +762,18 @@ impl Declaration {
     }
 }
 
-/// Whether `text` is `sha256:` and 64 lower-case hex digits.
-pub fn is_sha256_digest(text: &str) -> bool {
-    text.strip_prefix("sha256:").is_some_and(|hex| {
-        hex.len() == 64
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
+/// Why `name` cannot be a system account's name, if it cannot: `[a-z_][a-z0-9_-]*`, at most 32
+/// characters.
+pub fn account_name_problem(name: &str) -> Option<String> {
+    let sound = name.len() <= 32
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    (!sound).then(|| format!("`{name}` is not an account name ([a-z_][a-z0-9_-]*, at most 32)"))
 }
 
 /// Why a declared machine path is unacceptable, if it is.
@@ -776,107 +794,4 @@ pub fn path_problem(path: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn file(module: &str, name: &str, content: Option<&str>, source: Option<&str>) -> Resource {
-        Resource {
-            id: resource_id(module, "file", name),
-            module: module.to_owned(),
-            together: None,
-            after: Vec::new(),
-            spec: Spec::File(FileSpec {
-                path: format!("/etc/{module}/{name}"),
-                content: content.map(str::to_owned),
-                source: source.map(|path| ArchivedFile {
-                    path: path.to_owned(),
-                    sha256: sha256_digest(path.as_bytes()),
-                }),
-                sealed: None,
-                mode: 0o644,
-                owner: "root".to_owned(),
-                group: "root".to_owned(),
-            }),
-        }
-    }
-
-    fn archive(name: &str) -> ArchiveRef {
-        ArchiveRef {
-            digest: sha256_digest(name.as_bytes()),
-            size: 10,
-        }
-    }
-
-    #[test]
-    fn a_declaration_naming_no_archive_is_format_1_and_a_declaration_naming_one_is_format_2() {
-        let inline = Declaration::new("n", vec![file("a", "x", Some("x\n"), None)]);
-        assert_eq!(inline.format, DECLARATION_FORMAT);
-        assert!(!String::from_utf8(inline.canonical_json())
-            .unwrap()
-            .contains("archives"));
-        let archived = Declaration::with_archives(
-            "n",
-            vec![file("a", "x", None, Some("files/x"))],
-            BTreeMap::from([("a".to_owned(), archive("a"))]),
-        );
-        assert_eq!(archived.format, DECLARATION_FORMAT_ARCHIVES);
-        assert_eq!(
-            Declaration::from_json(&archived.canonical_json()).unwrap(),
-            archived
-        );
-    }
-
-    /// A newer minor version's fields (what a controller upgraded before its hosts sends once
-    /// a module uses something new) are read and ignored; a newer major format is named.
-    #[test]
-    fn a_newer_minor_versions_fields_are_read_and_a_newer_major_format_named() {
-        let declaration = Declaration::new("n", vec![file("a", "x", Some("x\n"), None)]);
-        let mut value: serde_json::Value =
-            serde_json::from_slice(&declaration.canonical_json()).unwrap();
-        value["rollout-hint"] = serde_json::json!("soon");
-        value["resources"][0]["priority"] = serde_json::json!(3);
-        value["resources"][0]["spec"]["checksum-only"] = serde_json::json!(true);
-        let read = Declaration::from_json(&serde_json::to_vec(&value).unwrap()).unwrap();
-        assert_eq!(read, declaration);
-
-        value["format"] = serde_json::json!(9);
-        let newer = Declaration::from_json(&serde_json::to_vec(&value).unwrap())
-            .unwrap_err()
-            .to_string();
-        assert_eq!(
-            newer,
-            "declaration has format 9, this build reads up to format 3"
-        );
-    }
-
-    #[test]
-    fn every_broken_archive_rule_is_said() {
-        let mut declaration = Declaration::with_archives(
-            "n",
-            vec![
-                file("a", "both", Some("x\n"), Some("both")),
-                file("a", "neither", None, None),
-                file("b", "orphan", None, Some("orphan")),
-                file("a", "climbs", None, Some("../out")),
-                file("a", "fine", None, Some("files/fine")),
-            ],
-            BTreeMap::from([
-                ("a".to_owned(), archive("a")),
-                ("c".to_owned(), archive("c")),
-            ]),
-        );
-        assert_eq!(
-            declaration.problems(),
-            [
-                "the archive of `c` is named but no file of `c` is read from it",
-                "`a/file/both`: a file carries its content or names its source, not both",
-                "`a/file/climbs`: `../out` is not a plain relative path in an archive",
-                "`a/file/neither`: a file carries its content or names its source",
-                "`b/file/orphan`: its content is in the archive of `b`, which the declaration does \
-                 not name",
-            ]
-        );
-        declaration.format = DECLARATION_FORMAT;
-        assert!(declaration.problems()[0].starts_with("format 1 names no archive"));
-    }
-}
+mod tests;

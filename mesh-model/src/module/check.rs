@@ -170,7 +170,7 @@ pub(super) fn check_module(
     }
     for (name, account) in &d.accounts {
         let key = format!("accounts.{name}");
-        if let Some(problem) = super::account_name_problem(name) {
+        if let Some(problem) = crate::declaration::account_name_problem(name) {
             say(key.clone(), problem);
         }
         for (field, id) in [("uid", &account.uid), ("gid", &account.gid)] {

@@ -49,6 +49,7 @@ pub use container::{ContainerDefinition, DeviceDefinition, HealthDefinition, Mou
 pub use cycles::find_cycles;
 pub use job::JobDefinition;
 
+use crate::drift::DriftPolicy;
 use crate::Diagnostic;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -140,18 +141,6 @@ pub struct DirectoryDefinition {
     pub group: String,
 }
 
-/// What a host does with drift: a managed resource changed by hand between declarations
-/// (*drift is seen, and reported even when corrected*). Either way the drift is reported.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DriftPolicy {
-    /// Put it back as declared (and report what was found).
-    #[default]
-    Correct,
-    /// Report it and leave it as found.
-    Report,
-}
-
 /// Reads a duration as a module writes it: a whole number and a unit, `ms`, `s` or `m`
 /// (`"500ms"`, `"2s"`, `"1m"`), in milliseconds; `None` when it is not one.
 pub fn parse_duration_ms(text: &str) -> Option<u64> {
@@ -215,20 +204,6 @@ pub struct AccountDefinition {
     /// Its shell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shell: Option<String>,
-}
-
-/// Why `name` cannot be a system account's name, if it cannot: `[a-z_][a-z0-9_-]*`, at most 32
-/// characters.
-pub fn account_name_problem(name: &str) -> Option<String> {
-    let sound = name.len() <= 32
-        && name
-            .bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-    (!sound).then(|| format!("`{name}` is not an account name ([a-z_][a-z0-9_-]*, at most 32)"))
 }
 
 /// What a module needs on the bus before its code runs.

@@ -32,8 +32,9 @@ use mesh_model::declaration::{
     path_problem, resource_id, ArchivedFile, Declaration, DirectorySpec, FileSpec, MembershipSpec,
     NetworkSpec, Resource, Spec,
 };
+use mesh_model::drift::DriftPolicy;
 use mesh_model::inventory::{Inventory, LayerScope};
-use mesh_model::module::{parse_mode, Catalogue, DriftPolicy, EntryKind, Module, PLACES_KEY};
+use mesh_model::module::{parse_mode, Catalogue, EntryKind, Module, PLACES_KEY};
 use mesh_model::template::{self, TemplateError};
 use serde_json::Value;
 use std::collections::BTreeMap;

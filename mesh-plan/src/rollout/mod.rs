@@ -132,6 +132,15 @@ pub enum Event {
     },
     /// A node reported.
     Report(NodeReport),
+    /// What a node published as its report does not read (garbage, a newer major format,
+    /// over the size limit, naming another node): a node sent and not yet answered is judged
+    /// failed at once, its rollout stopped naming it and why (the gate cannot read its answer).
+    Unreadable {
+        /// The node.
+        node: String,
+        /// Why it does not read, with its size and first bytes.
+        reason: String,
+    },
     /// A node's declaration was not sent: it would move a running container's data (the rule “A moved mount is held”),
     /// or drop a setting its layers hold (the rule "an orphaned setting is a removal").
     Held {
@@ -178,8 +187,11 @@ pub enum Verdict {
 }
 
 impl NodeReport {
-    /// Reads a host's report: failed or stuck resources make [`Verdict::Failed`]; a converged
-    /// machine [`Verdict::Applied`]; anything else [`Verdict::Pending`].
+    /// Reads a host's report: failed or stuck resources make [`Verdict::Failed`], and so does
+    /// one `waiting` out its backoff (it failed as declared before, and the host does not try
+    /// it again before its time: a gate waiting for it would wait out its deadline for a report
+    /// that says nothing new); a converged machine [`Verdict::Applied`]; anything else
+    /// [`Verdict::Pending`].
     pub fn from_report(report: &Report) -> Self {
         let mut reasons = Vec::new();
         for (id, outcome) in &report.resources {
@@ -188,11 +200,18 @@ impl NodeReport {
                 Outcome::Stuck { last_reason, .. } => {
                     reasons.push(format!("{id}: stuck: {last_reason}"))
                 }
+                Outcome::Waiting {
+                    last_reason,
+                    attempts,
+                    ..
+                } => reasons.push(format!(
+                    "{id}: {last_reason} (failed {attempts} time(s) as declared before; \
+                     the host tries it again after its backoff)"
+                )),
                 Outcome::Applied { .. }
                 | Outcome::Unchanged
                 | Outcome::HeldStill { .. }
                 | Outcome::Skipped { .. }
-                | Outcome::Waiting { .. }
                 | Outcome::Removed { .. } => {}
             }
         }

@@ -46,6 +46,11 @@ pub fn step(spec: &RolloutSpec, state: &mut RolloutState, event: Event, now: u64
             }
         }
         Event::Report(report) => reported(spec, state, report, now, &mut actions),
+        Event::Unreadable { node, reason } => {
+            if matches!(progress_of(state, &node), Some(NodeProgress::Sent { .. })) {
+                stop(spec, state, &node, reason, &mut actions);
+            }
+        }
         Event::Held {
             node,
             moves,

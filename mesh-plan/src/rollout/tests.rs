@@ -78,6 +78,10 @@ fn check(spec: &RolloutSpec, events: &str) -> String {
                     verdict,
                 })
             }
+            "unreadable" => Event::Unreadable {
+                node: words[1].to_owned(),
+                reason: words[2..].join(" "),
+            },
             other => panic!("unknown event {other}"),
         };
         let actions = step(spec, &mut state, event, now);
@@ -120,6 +124,19 @@ fn a_failed_first_node_stops_the_module_naming_node_and_reason() {
         "100 start
          101 granted a
          130 report a failed:agent/container/agent:_image_not_found 130
+         140 report b applied 140"
+    ));
+}
+
+#[test]
+fn an_unreadable_report_of_a_node_sent_stops_the_module_at_once_naming_it() {
+    let spec = spec(&[("a", true), ("b", true)], Upgrade::OneFirst);
+    insta::assert_snapshot!(check(
+        &spec,
+        "100 start
+         101 unreadable a before_its_send:_nothing_to_judge
+         101 granted a
+         102 unreadable a unreadable_report:_not_a_report
          140 report b applied 140"
     ));
 }

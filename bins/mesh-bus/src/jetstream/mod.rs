@@ -11,7 +11,8 @@
 //! the server's default deliver policy (*all*: a week of history replayed), or reset a work
 //! queue's consumer (what it holds pending is work). One `filter_subject` per consumer (2.9
 //! ignores `filter_subjects`; no mesh consumer needs two), and a reset is read, delete, create
-//! on every server: 2.14's reset API (ADR-60) refuses to move a deliver-*new* consumer's floor
+//! on every server: 2.14's reset API (NATS's own ADR-60, in
+//! nats-io/nats-architecture-and-design) refuses to move a deliver-*new* consumer's floor
 //! (`invalid reset: not allowed`, 10204, on 2.15.1) and only resets it to its ack floor, which
 //! keeps the backlog a reset is for.
 //!

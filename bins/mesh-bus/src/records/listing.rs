@@ -1,9 +1,10 @@
-//! Listing the records under a directory: one ordered consumer on the bucket's stream,
-//! filtered on the directory's subjects, delivering the last value of each key.
+//! Listing the records under a directory: one ordered consumer on its top-level directory's
+//! bucket, filtered on the directory's subjects, delivering the last value of each key — on a
+//! cluster, placed on the stream's leader ([`super::leader`]).
 
 use super::layout::record_key;
+use super::leader::consumer_on_leader;
 use super::LIST_QUIET;
-use crate::subjects::{bucket_key_subject, RECORDS_BUCKET};
 use async_nats::jetstream::kv;
 use futures_util::StreamExt as _;
 use mesh_records::record_store::is_key;
@@ -17,15 +18,34 @@ pub(super) struct Listed {
     pub(super) value: Vec<u8>,
 }
 
-/// The last value of every subject matching `filter` in the bucket's stream, each once, by
-/// record key — an ordered consumer delivering the last message per subject (headers only
-/// unless `values`), read until it has none pending.
+/// Which subjects of a bucket a listing reads, and how their keys are record keys.
+pub(super) struct Reading {
+    /// The subject filter.
+    pub(super) filter: String,
+    /// What each record key starts with (its top-level directory and `/`; `""` in the top
+    /// bucket).
+    pub(super) key_prefix: String,
+    /// Whether the bucket is the top one, where only a key of one token is a record (one of
+    /// more is what a move stopped part way left).
+    pub(super) top: bool,
+}
+
+/// The last value of every subject matching `reading`'s filter in `store`'s stream, each once,
+/// by record key — an ordered consumer delivering the last message per subject (headers only
+/// unless `values`), read until it has none pending. The consumer is read from its first
+/// message on, each in turn: one the client made again part way (its server lost) would start
+/// over on another copy of the stream, and the listing fails instead (and is asked again).
 pub(super) async fn list_subjects(
     js: &async_nats::jetstream::Context,
     store: &kv::Store,
-    filter: String,
+    reading: Reading,
     values: bool,
 ) -> Result<Vec<Listed>, async_nats::Error> {
+    let Reading {
+        filter,
+        key_prefix,
+        top,
+    } = reading;
     use async_nats::jetstream::consumer::{push, DeliverPolicy, ReplayPolicy};
     // A listing that hears nothing for LIST_QUIET (its consumer placed on a server gone, or a
     // message counted as pending removed before it was delivered) is asked again.
@@ -37,7 +57,7 @@ pub(super) async fn list_subjects(
         )
         .into()
     };
-    let making = store.stream.create_consumer(push::OrderedConfig {
+    let config = push::OrderedConfig {
         deliver_subject: js.client().new_inbox(),
         description: Some("mesh records listing".to_owned()),
         filter_subject: filter,
@@ -45,17 +65,16 @@ pub(super) async fn list_subjects(
         replay_policy: ReplayPolicy::Instant,
         deliver_policy: DeliverPolicy::LastPerSubject,
         ..Default::default()
-    });
-    let consumer = tokio::time::timeout(LIST_QUIET, making)
-        .await
-        .map_err(|_| quiet())??;
+    };
+    let consumer = consumer_on_leader(js, store, config, quiet).await?;
     let mut found: std::collections::BTreeMap<String, Option<(u64, u64, Vec<u8>)>> =
         std::collections::BTreeMap::new();
     if consumer.cached_info().num_pending == 0 {
         return Ok(Vec::new());
     }
     let mut messages = consumer.messages().await?;
-    let prefix = bucket_key_subject(RECORDS_BUCKET, "");
+    let prefix = store.prefix.clone();
+    let mut next_sequence = 1;
     loop {
         let message = match tokio::time::timeout(LIST_QUIET, messages.next()).await {
             Ok(Some(message)) => message?,
@@ -63,6 +82,15 @@ pub(super) async fn list_subjects(
             Err(_) => return Err(quiet()),
         };
         let info = message.info()?;
+        if info.consumer_sequence != next_sequence {
+            return Err(format!(
+                "the listing's consumer of stream `{}` was made again part way (message {} \
+                 where {next_sequence} was next): its server was lost",
+                store.stream_name, info.consumer_sequence
+            )
+            .into());
+        }
+        next_sequence += 1;
         let pending = info.pending;
         let written = u64::try_from(info.published.unix_timestamp()).unwrap_or(0);
         let header = |name: &str| {
@@ -79,13 +107,14 @@ pub(super) async fn list_subjects(
             Some(size) if !values => size.parse().unwrap_or(0),
             Some(_) | None => message.payload.len() as u64,
         };
-        // The layout's own key is no record, nor what is left of the older layout (a key of
-        // it removed when the bucket was moved: no bucket key holds a `/`).
+        // The layout's own key is no record, nor what is left of the older layouts (a key of
+        // layout 1 removed when the bucket was moved: no bucket key holds a `/`; one of layout
+        // 2 in the top bucket, under a directory).
         if let Some(key) = message
             .subject
             .strip_prefix(prefix.as_str())
-            .filter(|raw| !raw.contains('/'))
-            .map(record_key)
+            .filter(|raw| !(raw.contains('/') || (top && raw.contains('.'))))
+            .map(|raw| format!("{key_prefix}{}", record_key(raw)))
             .filter(|key| is_key(key))
         {
             let value = (!removed).then(|| {

@@ -1,9 +1,12 @@
 //! The mesh's records on a fleet: the controller's inventory, settings and their history,
-//! what it sent each node, its plans and builds, kept in the JetStream key-value bucket
-//! [`RECORDS_BUCKET`] instead of files under one machine's mesh home — so a controller
-//! restarted, or started on another machine, reads the same record and resumes from it.
+//! what it sent each node, its plans and builds, kept in JetStream key-value buckets instead of
+//! files under one machine's mesh home — so a controller restarted, or started on another
+//! machine, reads the same record and resumes from it. The records at the top are in
+//! [`RECORDS_BUCKET`]; each top-level directory's in a bucket of its own
+//! (`mesh-records-sent` holds `sent/…`; see [`place`]), so a listing reads only the stream of
+//! the directory listed ([`directories`] says why).
 //!
-//! [`KvRecords`] is mesh-store's [`RecordStore`] over that bucket. Its calls are blocking,
+//! [`KvRecords`] is mesh-store's [`RecordStore`] over those buckets. Its calls are blocking,
 //! like the file records they stand in for: each is handed to a small runtime of its own (one
 //! worker thread, which also carries the connection) and waited for on the caller's thread, so
 //! it may be called from inside or outside any other runtime.
@@ -31,22 +34,31 @@
 //! - The bucket is never granted to a node ([`crate::grants::check`] refuses its name): only
 //!   the controller reads it, for it holds the nodes' bus passwords.
 
+mod directories;
 mod layout;
+mod leader;
 mod listing;
+mod streams;
 
-use crate::jetstream::{bucket_stream, open_or_make_bucket, replicas_for};
+use crate::jetstream::replicas_for;
 use crate::nats::{NatsBus, NatsError, NatsOptions};
 use crate::subjects::{bucket_key_subject, bucket_stream_name, RECORDS_BUCKET};
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::kv::{self, Operation, UpdateErrorKind};
 use async_nats::jetstream::message::PublishMessage;
+use directories::{directory_buckets, migrate_to_directories, open_or_make};
 use layout::migrate_layout;
-pub use layout::{bucket_key, bucket_subjects, record_key};
-use listing::{list_subjects, Listed};
+pub use layout::{
+    bucket_key, directory_bucket, directory_of_bucket, is_records_bucket, listing, place,
+    record_key, Listing, DIRECTORY_BUCKET_PREFIX,
+};
+use leader::last_entry;
+use listing::{list_subjects, Listed, Reading};
 use mesh_records::record_store::{
     bad_key, children, is_key, Change, RecordStat, RecordStore, RecordStoreError, Swap, Version,
 };
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -70,12 +82,17 @@ pub const RETRY_LIMIT: Duration = Duration::from_secs(30);
 /// waiting out the client's heartbeat check (10 s) each time.
 pub const LIST_QUIET: Duration = Duration::from_secs(3);
 
-/// The controller's records in [`RECORDS_BUCKET`].
+/// The controller's records in [`RECORDS_BUCKET`] and the directory buckets.
 pub struct KvRecords {
     runtime: Option<tokio::runtime::Runtime>,
     bus: NatsBus,
     js: async_nats::jetstream::Context,
+    /// [`RECORDS_BUCKET`]: the records at the top, and the layout's mark.
     store: kv::Store,
+    /// The directory buckets opened so far, by name.
+    buckets: std::sync::Mutex<BTreeMap<String, kv::Store>>,
+    /// How many copies a directory bucket is made with.
+    replicas: usize,
     url: String,
     retry_limit: Duration,
     step: Option<StepHook>,
@@ -153,16 +170,18 @@ impl KvRecords {
             let replicas = replicas_for(bus.client(), connecting.replicas);
             // Made on the records' runtime: a context spawns its acknowledgements' task.
             let js = bus.jetstream();
-            let store = open_bucket(&js, replicas).await?;
-            let migrated = migrate_layout(&store)
+            let store = open_or_make(&js, RECORDS_BUCKET, replicas).await?;
+            let failed = |source: async_nats::Error| NatsError::Bucket {
+                bucket: RECORDS_BUCKET.to_owned(),
+                source: leaderless(source, None),
+            };
+            let renamed = migrate_layout(&store).await.map_err(failed)?;
+            let moved = migrate_to_directories(&js, &store, replicas)
                 .await
-                .map_err(|source| NatsError::Bucket {
-                    bucket: RECORDS_BUCKET.to_owned(),
-                    source,
-                })?;
-            Ok::<_, NatsError>((bus, js, store, migrated))
+                .map_err(failed)?;
+            Ok::<_, NatsError>((bus, js, store, replicas, renamed.max(moved)))
         });
-        let (bus, js, store, migrated) = match opened {
+        let (bus, js, store, replicas, migrated) = match opened {
             Ok(opened) => opened,
             Err(error) => {
                 // As in drop: allowed inside another runtime, where a plain drop is not.
@@ -175,6 +194,8 @@ impl KvRecords {
             bus,
             js,
             store,
+            buckets: std::sync::Mutex::new(BTreeMap::new()),
+            replicas,
             url: options.url.clone(),
             retry_limit: RETRY_LIMIT,
             step: None,
@@ -182,9 +203,10 @@ impl KvRecords {
         })
     }
 
-    /// How many records opening the bucket moved from the key layout before
-    /// [`bucket_key`]'s (0: none, the bucket was in it already or new) — for the caller to
-    /// say so.
+    /// How many records opening the buckets moved from an older layout — the record keys as
+    /// the keys (layout 1), or every record in [`RECORDS_BUCKET`] (layout 2) — to a bucket per
+    /// top-level directory (layout 3; 0: none, the buckets were in it already or new) — for
+    /// the caller to say so. The layout is marked in [`RECORDS_BUCKET`], so a move runs once.
     pub fn migrated(&self) -> usize {
         self.migrated
     }
@@ -217,9 +239,21 @@ impl KvRecords {
         &self.bus
     }
 
-    /// A read sent again, as it was, until it is answered or the retry limit passes; the last
-    /// error then.
-    fn read<T, E, F>(&self, with: impl Fn(kv::Store) -> F) -> Result<T, E>
+    /// A read of `store` sent again, as it was, until it is answered or the retry limit
+    /// passes; the last error then.
+    fn read<T, E, F>(&self, store: &kv::Store, with: impl Fn(kv::Store) -> F) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        F: Future<Output = Result<T, E>> + Send + 'static,
+    {
+        self.asked_again(|| with(store.clone()))
+    }
+
+    /// A call that changes nothing (a read, or the opening of a bucket), made again as it was
+    /// while it fails — the bus gives no answer, a stream's leader is being elected again —
+    /// until it succeeds or the retry limit passes; the last error then.
+    fn asked_again<T, E, F>(&self, ask: impl Fn() -> F) -> Result<T, E>
     where
         T: Send + 'static,
         E: Send + 'static,
@@ -227,7 +261,7 @@ impl KvRecords {
     {
         let deadline = Instant::now() + self.retry_limit;
         loop {
-            match self.run(&with) {
+            match call(self.runtime(), ask()) {
                 Err(_) if Instant::now() < deadline => std::thread::sleep(RETRY_PAUSE),
                 answer => return answer,
             }
@@ -238,7 +272,9 @@ impl KvRecords {
     /// (0: the key has none) — sending it again, with the same message id, until the bucket
     /// answers or the retry limit passes.
     fn write(&self, key: &str, value: &[u8], expected: Option<u64>) -> Result<u64, Written> {
-        let subject = bucket_key_subject(RECORDS_BUCKET, &bucket_key(key));
+        let (bucket, in_bucket) = place(key);
+        self.bucket(&bucket, true).map_err(Written::Failed)?;
+        let subject = bucket_key_subject(&bucket, &in_bucket);
         let id = fresh_message_id(key);
         let deadline = Instant::now() + self.retry_limit;
         let mut tries = 0;
@@ -273,7 +309,12 @@ impl KvRecords {
                     // message id. Then it is the key's first message after `expected`.
                     return match (tries, expected) {
                         (1, _) | (_, None) => Err(Written::Lost),
-                        (_, Some(revision)) => match self.stored_after(&subject, revision, &id) {
+                        (_, Some(revision)) => match self.stored_after(
+                            &bucket_stream_name(&bucket),
+                            &subject,
+                            revision,
+                            &id,
+                        ) {
                             Ok(Some(sequence)) => Ok(sequence),
                             Ok(None) => Err(Written::Lost),
                             Err(why) => Err(Written::Failed(why)),
@@ -300,17 +341,18 @@ impl KvRecords {
     }
 
     /// The sequence of the message with id `id` if it is `subject`'s first after `revision`
-    /// (read from the stream's leader, not a copy that may lag).
+    /// in `stream` (read from the stream's leader, not a copy that may lag).
     fn stored_after(
         &self,
+        stream: &str,
         subject: &str,
         revision: u64,
         id: &str,
     ) -> Result<Option<u64>, Box<dyn std::error::Error + Send + Sync>> {
         let js = self.js.clone();
-        let (subject, id) = (subject.to_owned(), id.to_owned());
+        let (stream, subject, id) = (stream.to_owned(), subject.to_owned(), id.to_owned());
         call(self.runtime(), async move {
-            let stream = js.get_stream(bucket_stream_name(RECORDS_BUCKET)).await?;
+            let stream = js.get_stream(stream).await?;
             let next = stream
                 .get_first_raw_message_by_subject(&subject, revision + 1)
                 .await?;
@@ -326,125 +368,20 @@ impl KvRecords {
         self.runtime.as_ref().expect("the runtime lives until drop")
     }
 
-    /// Runs what `with` makes of the bucket on the records' runtime, and waits for it.
-    fn run<T, F>(&self, with: impl FnOnce(kv::Store) -> F) -> T
-    where
-        T: Send + 'static,
-        F: Future<Output = T> + Send + 'static,
-    {
-        call(self.runtime(), with(self.store.clone()))
-    }
-
-    /// The last message `stream` holds on `subject`, with when the server stored it (seconds
-    /// since the epoch); `None` when it holds none. A blocking call, like the records'.
-    ///
-    /// # Errors
-    /// [`NatsError::Stream`] when the stream cannot be opened or read.
-    pub fn last_message(
-        &self,
-        stream: &str,
-        subject: &str,
-    ) -> Result<Option<(Vec<u8>, u64)>, NatsError> {
-        let js = self.js.clone();
-        let (name, subject) = (stream.to_owned(), subject.to_owned());
-        call(
-            self.runtime.as_ref().expect("the runtime lives until drop"),
-            async move {
-                use async_nats::jetstream::stream::LastRawMessageErrorKind;
-                let stream = js
-                    .get_stream_no_info(&name)
-                    .await
-                    .map_err(|e| NatsError::Stream {
-                        stream: name.clone(),
-                        source: e.into(),
-                    })?;
-                match stream.get_last_raw_message_by_subject(&subject).await {
-                    Ok(message) => Ok(Some((
-                        message.payload.to_vec(),
-                        u64::try_from(message.time.unix_timestamp()).unwrap_or(0),
-                    ))),
-                    Err(error) => match error.kind() {
-                        // Nothing published yet, or no stream yet (a bus no push has used).
-                        LastRawMessageErrorKind::NoMessageFound => Ok(None),
-                        LastRawMessageErrorKind::JetStream(jetstream)
-                            if jetstream.error_code()
-                                == async_nats::jetstream::ErrorCode::STREAM_NOT_FOUND =>
-                        {
-                            Ok(None)
-                        }
-                        LastRawMessageErrorKind::InvalidSubject
-                        | LastRawMessageErrorKind::JetStream(_)
-                        | LastRawMessageErrorKind::Other => Err(NatsError::Stream {
-                            stream: name,
-                            source: error.into(),
-                        }),
-                    },
-                }
-            },
-        )
-    }
-
-    /// The messages `stream` holds on `subject` from its sequence `from` on, oldest first, at
-    /// most `limit`, each with when the server stored it (seconds since the epoch) and its
-    /// sequence: one request per message (a stream that keeps a few per subject, as the reports
-    /// stream does). A blocking call, like the records'.
-    ///
-    /// # Errors
-    /// [`NatsError::Stream`] when the stream cannot be opened or read.
-    pub fn messages(
-        &self,
-        stream: &str,
-        subject: &str,
-        from: u64,
-        limit: usize,
-    ) -> Result<Vec<(Vec<u8>, u64, u64)>, NatsError> {
-        let js = self.js.clone();
-        let (name, subject) = (stream.to_owned(), subject.to_owned());
-        call(
-            self.runtime.as_ref().expect("the runtime lives until drop"),
-            async move {
-                use async_nats::jetstream::stream::LastRawMessageErrorKind;
-                let failed = |name: &str, source: async_nats::Error| NatsError::Stream {
-                    stream: name.to_owned(),
-                    source,
-                };
-                let stream = match js.get_stream_no_info(&name).await {
-                    Ok(stream) => stream,
-                    Err(error) => return Err(failed(&name, error.into())),
-                };
-                let mut messages = Vec::new();
-                let mut from = from.max(1);
-                while messages.len() < limit {
-                    let next = stream
-                        .raw_message_builder()
-                        .sequence(from)
-                        .next_by_subject(subject.clone())
-                        .send()
-                        .await;
-                    match next {
-                        Ok(message) => {
-                            from = message.sequence + 1;
-                            messages.push((
-                                message.payload.to_vec(),
-                                u64::try_from(message.time.unix_timestamp()).unwrap_or(0),
-                                message.sequence,
-                            ));
-                        }
-                        Err(error) => match error.kind() {
-                            LastRawMessageErrorKind::NoMessageFound => break,
-                            LastRawMessageErrorKind::JetStream(jetstream)
-                                if jetstream.error_code()
-                                    == async_nats::jetstream::ErrorCode::STREAM_NOT_FOUND =>
-                            {
-                                break
-                            }
-                            _ => return Err(failed(&name, error.into())),
-                        },
-                    }
-                }
-                Ok(messages)
-            },
-        )
+    /// The last entry of `key` (a removal's too), `None` when its bucket or it has none.
+    fn entry(&self, key: &str) -> Result<Option<kv::Entry>, RecordStoreError> {
+        let (bucket, in_bucket) = place(key);
+        let Some(store) = self
+            .bucket(&bucket, false)
+            .map_err(|e| self.error("read", key, e))?
+        else {
+            return Ok(None);
+        };
+        self.read(&store, |store| {
+            let owned = in_bucket.clone();
+            async move { last_entry(&store, &owned).await }
+        })
+        .map_err(|e| self.error("read", key, e))
     }
 
     fn checked(&self, key: &str) -> Result<(), RecordStoreError> {
@@ -456,20 +393,77 @@ impl KvRecords {
     }
 
     /// The records under `dir` (`""`: all), each once with when it was last written, and its
-    /// bytes when `values`: one ordered consumer on the subjects under `dir` only
-    /// ([`bucket_subjects`]), delivering the last message of each, so a listing costs what is
-    /// under `dir`, not the whole bucket. A removed record is left out.
+    /// bytes when `values`: one ordered consumer on the subjects under `dir` only, in its
+    /// top-level directory's bucket ([`listing`]), delivering the last message of each, so a
+    /// listing costs what is under `dir`, not every record. `""` lists [`RECORDS_BUCKET`]'s
+    /// records and every directory bucket whole. A removed record is left out.
     fn listed(&self, dir: &str, values: bool) -> Result<Vec<Listed>, RecordStoreError> {
-        if !dir.is_empty() {
-            self.checked(dir)?;
+        let failed = |e| self.error("list", dir, e);
+        if dir.is_empty() {
+            let mut listed = self.listed_in(
+                &self.store,
+                Reading {
+                    filter: crate::subjects::bucket_all(RECORDS_BUCKET),
+                    key_prefix: String::new(),
+                    top: true,
+                },
+                values,
+            )?;
+            let js = self.js.clone();
+            let buckets = self
+                .read(&self.store, |_| {
+                    let js = js.clone();
+                    async move { directory_buckets(&js).await }
+                })
+                .map_err(failed)?;
+            for bucket in buckets {
+                let Some(top) = directory_of_bucket(&bucket) else {
+                    continue;
+                };
+                listed.extend(self.listed(&top, values)?);
+            }
+            listed.sort_by(|a, b| a.key.cmp(&b.key));
+            return Ok(listed);
         }
-        let filter = bucket_subjects(dir);
+        self.checked(dir)?;
+        let Listing {
+            bucket,
+            filter,
+            key_prefix,
+        } = listing(dir);
+        match self.bucket(&bucket, false).map_err(failed)? {
+            Some(store) => self.listed_in(
+                &store,
+                Reading {
+                    filter,
+                    key_prefix,
+                    top: false,
+                },
+                values,
+            ),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The records `reading` reads in `store` (see [`RecordStore::keys_under`]).
+    fn listed_in(
+        &self,
+        store: &kv::Store,
+        reading: Reading,
+        values: bool,
+    ) -> Result<Vec<Listed>, RecordStoreError> {
         let js = self.js.clone();
-        self.read(|store| {
-            let (filter, js) = (filter.clone(), js.clone());
-            async move { list_subjects(&js, &store, filter, values).await }
+        let dir = reading.key_prefix.trim_end_matches('/').to_owned();
+        self.read(store, |store| {
+            let js = js.clone();
+            let reading = Reading {
+                filter: reading.filter.clone(),
+                key_prefix: reading.key_prefix.clone(),
+                top: reading.top,
+            };
+            async move { list_subjects(&js, &store, reading, values).await }
         })
-        .map_err(|e| self.error("list", dir, e))
+        .map_err(|e| self.error("list", &dir, e))
     }
 
     fn error(
@@ -478,21 +472,38 @@ impl KvRecords {
         key: &str,
         source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
     ) -> RecordStoreError {
-        let source = source.into();
-        // 10008 after the retry limit: the bucket's stream has had no leader all that time.
-        if source.to_string().contains("temporarily unavailable") {
-            let said = format!(
-                "the bucket's stream had no leader for {:?} — a cluster that lost its quorum \
-                 (fewer than a majority of its servers up): {source}",
-                self.retry_limit
-            );
-            return RecordStoreError::new(action, self.locate(key), said);
-        }
-        RecordStoreError::new(action, self.locate(key), source)
+        RecordStoreError::new(
+            action,
+            self.locate(key),
+            leaderless(source.into(), Some(self.retry_limit)),
+        )
     }
 }
 
-/// How many writes of a [`RecordStore::put_many`] are on the wire at once.
+/// `source`, said as a lost quorum when it is one: JetStream's 10008 ("temporarily
+/// unavailable"), after being `tried` again for a while when it was, means the bucket's
+/// stream (or the cluster's metadata) has had no leader all that time. On a cluster the records are read from the stream's leader
+/// ([`leader`]), so a cluster without one can be neither read nor written.
+fn leaderless(
+    source: Box<dyn std::error::Error + Send + Sync>,
+    tried: Option<Duration>,
+) -> Box<dyn std::error::Error + Send + Sync> {
+    if source.to_string().contains("temporarily unavailable") {
+        let tried = tried
+            .map(|tried| format!(" for {tried:?}"))
+            .unwrap_or_default();
+        format!(
+            "the bucket's stream had no leader{tried} — a cluster that lost its quorum (fewer \
+             than a majority of its servers up): {source}"
+        )
+        .into()
+    } else {
+        source
+    }
+}
+
+/// How many writes of a [`RecordStore::put_many`] (removals of a [`RecordStore::delete_many`])
+/// are on the wire at once.
 const PUT_WINDOW: usize = 256;
 
 /// How long a call that got no answer waits before it is sent again.
@@ -538,34 +549,24 @@ fn fresh_message_id(key: &str) -> String {
     format!("record-{}", hex::encode(&digest.finalize()[..16]))
 }
 
-async fn open_bucket(
-    js: &async_nats::jetstream::Context,
-    replicas: usize,
-) -> Result<kv::Store, NatsError> {
-    let mut config = bucket_stream(RECORDS_BUCKET, RECORDS_HISTORY);
-    config.description = Some("the mesh controller's records".to_owned());
-    config.num_replicas = replicas;
-    open_or_make_bucket(js, RECORDS_BUCKET, config).await
-}
-
 impl RecordStore for KvRecords {
     fn name(&self) -> String {
-        format!("bucket {RECORDS_BUCKET} on {}", self.url)
+        format!(
+            "buckets {RECORDS_BUCKET} and {DIRECTORY_BUCKET_PREFIX}* on {}",
+            self.url
+        )
     }
 
     fn locate(&self, key: &str) -> String {
-        format!("{key} (bucket {RECORDS_BUCKET} on {})", self.url)
+        format!("{key} (bucket {} on {})", place(key).0, self.url)
     }
 
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, RecordStoreError> {
         self.checked(key)?;
-        let owned = bucket_key(key);
-        self.read(|store| {
-            let owned = owned.clone();
-            async move { store.get(owned).await }
-        })
-        .map(|value| value.map(|bytes| bytes.to_vec()))
-        .map_err(|e| self.error("read", key, e))
+        Ok(self
+            .entry(key)?
+            .filter(|entry| entry.operation == Operation::Put)
+            .map(|entry| entry.value.to_vec()))
     }
 
     fn put(&self, key: &str, bytes: &[u8]) -> Result<(), RecordStoreError> {
@@ -580,14 +581,22 @@ impl RecordStore for KvRecords {
     /// Sent in windows of [`PUT_WINDOW`], each window's acknowledgements awaited together; a
     /// write not acknowledged is written again on its own, as [`RecordStore::put`] writes.
     fn put_many(&self, records: &[(String, Vec<u8>)]) -> Result<(), RecordStoreError> {
+        let mut made = std::collections::BTreeSet::new();
         for (key, _) in records {
             self.checked(key)?;
+            let (bucket, _) = place(key);
+            if !made.contains(&bucket) {
+                self.bucket(&bucket, true)
+                    .map_err(|e| self.error("write", key, e))?;
+                made.insert(bucket);
+            }
         }
         let batch: Vec<(String, bytes::Bytes, String)> = records
             .iter()
             .map(|(key, bytes)| {
+                let (bucket, in_bucket) = place(key);
                 (
-                    bucket_key_subject(RECORDS_BUCKET, &bucket_key(key)),
+                    bucket_key_subject(&bucket, &in_bucket),
                     bytes::Bytes::copy_from_slice(bytes),
                     fresh_message_id(key),
                 )
@@ -628,12 +637,18 @@ impl RecordStore for KvRecords {
 
     fn delete(&self, key: &str) -> Result<(), RecordStoreError> {
         self.checked(key)?;
-        let owned = bucket_key(key);
+        let (bucket, in_bucket) = place(key);
+        let Some(store) = self
+            .bucket(&bucket, false)
+            .map_err(|e| self.error("remove", key, e))?
+        else {
+            return Ok(());
+        };
         // A removal sent again removes nothing more: it is sent as a read is.
-        self.read(|store| {
-            let owned = owned.clone();
+        self.read(&store, |store| {
+            let owned = in_bucket.clone();
             async move {
-                match store.entry(owned.clone()).await? {
+                match last_entry(&store, &owned).await? {
                     Some(entry) if entry.operation == Operation::Put => {
                         store.delete(owned).await?;
                     }
@@ -643,6 +658,65 @@ impl RecordStore for KvRecords {
             }
         })
         .map_err(|e| self.error("remove", key, e))
+    }
+
+    /// Each record's subject purged from the bucket's stream — its value, its older values
+    /// and any removal marker, so nothing of it is left in the bucket — in windows of
+    /// [`PUT_WINDOW`], each window's answers awaited together. A purge done twice removes
+    /// nothing more, so a window that got no answer is sent again, whole, until the retry
+    /// limit.
+    fn delete_many(&self, keys: &[String]) -> Result<(), RecordStoreError> {
+        // By bucket: each top-level directory's records are purged from its own stream.
+        let mut by_bucket: BTreeMap<String, Vec<(&String, String)>> = BTreeMap::new();
+        for key in keys {
+            self.checked(key)?;
+            let (bucket, in_bucket) = place(key);
+            let subject = bucket_key_subject(&bucket, &in_bucket);
+            by_bucket.entry(bucket).or_default().push((key, subject));
+        }
+        for (bucket, removals) in by_bucket {
+            // No bucket: none of its records is there to remove.
+            if self
+                .bucket(&bucket, false)
+                .map_err(|e| self.error("remove", removals[0].0, e))?
+                .is_none()
+            {
+                continue;
+            }
+            self.purge_subjects(&bucket, &removals)?;
+        }
+        Ok(())
+    }
+
+    /// Every record under `dir` (not `""`) purged from its top-level directory's stream in
+    /// one request — the subjects under it, [`listing`]'s filter — after one listing counts
+    /// them: a removal costs one pass over the stream, not one per record (nats-server 2.9
+    /// scans the stream for each filtered purge: one purge a record removed 35 records a
+    /// second from a stream of 283,080). A purge sent again removes nothing more, so it is
+    /// asked again while the bus does not answer; a record written under `dir` meanwhile goes
+    /// with the rest.
+    fn delete_under(&self, dir: &str) -> Result<usize, RecordStoreError> {
+        if dir.is_empty() {
+            let keys = self.keys_under(dir)?;
+            self.delete_many(&keys)?;
+            return Ok(keys.len());
+        }
+        self.checked(dir)?;
+        let count = self.listed(dir, false)?.len();
+        if count == 0 {
+            return Ok(0);
+        }
+        let Listing { bucket, filter, .. } = listing(dir);
+        let stream = bucket_stream_name(&bucket);
+        self.asked_again(|| {
+            let (js, stream, filter) = (self.js.clone(), stream.clone(), filter.clone());
+            async move {
+                js.get_stream(stream).await?.purge().filter(filter).await?;
+                Ok::<_, async_nats::Error>(())
+            }
+        })
+        .map_err(|e| self.error("remove", dir, format!("the {count} records under it: {e}")))?;
+        Ok(count)
     }
 
     fn list(&self, dir: &str) -> Result<Vec<String>, RecordStoreError> {
@@ -682,12 +756,7 @@ impl RecordStore for KvRecords {
     fn update(&self, key: &str, change: &mut Change<'_>) -> Result<Vec<u8>, RecordStoreError> {
         self.checked(key)?;
         for _ in 0..UPDATE_TRIES {
-            let entry = self
-                .read(|store| {
-                    let owned = bucket_key(key);
-                    async move { store.entry(owned).await }
-                })
-                .map_err(|e| self.error("read", key, e))?;
+            let entry = self.entry(key)?;
             // The revision expected is the key's last, a removal's too; 0 for a key never
             // written.
             let (current, revision) = match &entry {
@@ -714,12 +783,7 @@ impl RecordStore for KvRecords {
 
     fn get_versioned(&self, key: &str) -> Result<Option<(Vec<u8>, Version)>, RecordStoreError> {
         self.checked(key)?;
-        let entry = self
-            .read(|store| {
-                let owned = bucket_key(key);
-                async move { store.entry(owned).await }
-            })
-            .map_err(|e| self.error("read", key, e))?;
+        let entry = self.entry(key)?;
         Ok(match entry {
             Some(entry) if entry.operation == Operation::Put => {
                 Some((entry.value.to_vec(), Version::Revision(entry.revision)))
@@ -750,12 +814,7 @@ impl RecordStore for KvRecords {
             // Made only while absent (a deleted key counts as absent): expecting the key's
             // last revision, its removal's, or 0 for a key never written.
             (None, Some(value)) => {
-                let entry = self
-                    .read(|store| {
-                        let owned = bucket_key(key);
-                        async move { store.entry(owned).await }
-                    })
-                    .map_err(|e| self.error("read", key, e))?;
+                let entry = self.entry(key)?;
                 match entry {
                     Some(entry) if entry.operation == Operation::Put => Ok(Swap::Stale),
                     Some(entry) => swapped(self.write(key, value, Some(entry.revision))),
@@ -763,12 +822,7 @@ impl RecordStore for KvRecords {
                 }
             }
             (None, None) => {
-                let entry = self
-                    .read(|store| {
-                        let owned = bucket_key(key);
-                        async move { store.entry(owned).await }
-                    })
-                    .map_err(|e| self.error("read", key, e))?;
+                let entry = self.entry(key)?;
                 Ok(match entry {
                     Some(entry) if entry.operation == Operation::Put => Swap::Stale,
                     _ => Swap::Done,
@@ -776,9 +830,19 @@ impl RecordStore for KvRecords {
             }
             (Some(revision), Some(value)) => swapped(self.write(key, value, Some(revision))),
             (Some(revision), None) => {
-                let owned = bucket_key(key);
-                self.run(|store| async move {
-                    match store.delete_expect_revision(owned, Some(revision)).await {
+                let (bucket, in_bucket) = place(key);
+                // No bucket: the record is at no revision.
+                let Some(store) = self
+                    .bucket(&bucket, false)
+                    .map_err(|e| self.error("write", key, e))?
+                else {
+                    return Ok(Swap::Stale);
+                };
+                call(self.runtime(), async move {
+                    match store
+                        .delete_expect_revision(in_bucket, Some(revision))
+                        .await
+                    {
                         Ok(()) => Ok(Swap::Done),
                         Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Ok(Swap::Stale),
                         Err(e) => Err(async_nats::Error::from(e)),

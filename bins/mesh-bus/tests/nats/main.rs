@@ -6,6 +6,7 @@ mod cluster;
 mod consumers;
 mod contract;
 mod declarations;
+mod directories;
 mod discovery;
 mod grants;
 mod merges;

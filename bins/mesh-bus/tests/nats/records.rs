@@ -192,16 +192,18 @@ fn a_node_cannot_read_the_records_and_the_bucket_is_never_granted() {
         "a node opened the controller's records"
     );
 
-    // And no module can be granted it.
-    let mut granted = authorization.clone();
-    granted.nodes[0].buckets.push(RECORDS_BUCKET.into());
-    let problems = authorization_config(&granted).unwrap_err();
-    assert!(
-        problems
-            .iter()
-            .any(|p| p.to_string().contains("never granted")),
-        "{problems:?}"
-    );
+    // And no module can be granted it, nor a directory's bucket of it.
+    for bucket in [RECORDS_BUCKET, "mesh-records-sent"] {
+        let mut granted = authorization.clone();
+        granted.nodes[0].buckets.push(bucket.into());
+        let problems = authorization_config(&granted).unwrap_err();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.to_string().contains("never granted")),
+            "{bucket}: {problems:?}"
+        );
+    }
     assert_eq!(CONTROLLER_USER, "controller");
 }
 
@@ -335,4 +337,55 @@ fn a_bucket_of_the_older_layout_is_moved_on_first_open() {
         again.keys_under("plans").unwrap(),
         vec!["plans/plan-1.json"]
     );
+}
+
+/// Records removed together leave nothing of themselves in their directory's bucket's stream —
+/// no value, no older value, no removal marker — and the records beside them are kept.
+#[test]
+fn records_removed_together_leave_nothing_in_the_bucket() {
+    let server = super::server();
+    let records = open(&server);
+    let keys: Vec<String> = (0..600)
+        .map(|i| format!("rollouts/plan-1/m{:02}/n{i:04}.json", i % 3))
+        .collect();
+    let batch: Vec<(String, Vec<u8>)> = keys.iter().map(|k| (k.clone(), b"r".to_vec())).collect();
+    records.put_many(&batch).unwrap();
+    // A second value of one, so its history goes too.
+    records.put(&keys[0], b"again").unwrap();
+    records.put("sent/n0001.json", b"kept").unwrap();
+    // A sibling whose name starts as the directory's does: not under it.
+    records.put("rollouts/plan-10/m/n.json", b"kept").unwrap();
+    let messages = || {
+        let options = NatsOptions::new(server.url());
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let bus = mesh_bus::NatsBus::connect(&options).await.unwrap();
+            let mut stream = bus
+                .jetstream()
+                .get_stream(mesh_bus::subjects::bucket_stream_name(
+                    &mesh_bus::records::directory_bucket("rollouts"),
+                ))
+                .await
+                .unwrap();
+            stream.info().await.unwrap().state.messages
+        })
+    };
+    let before = messages();
+    assert!(before >= 601, "{before}");
+    assert_eq!(records.delete_under("rollouts/plan-1").unwrap(), 600);
+    assert_eq!(
+        records.keys_under("rollouts").unwrap(),
+        ["rollouts/plan-10/m/n.json"]
+    );
+    assert_eq!(records.get(&keys[0]).unwrap(), None);
+    assert_eq!(records.get("sent/n0001.json").unwrap().unwrap(), b"kept");
+    assert_eq!(
+        messages(),
+        before - 601,
+        "every value of the 600 records is gone"
+    );
+    // Removing what is not there is no error; a key that is not one is refused, naming it.
+    records.delete_many(&keys[..2]).unwrap();
+    let error = records.delete_many(&["../x".to_owned()]).unwrap_err();
+    assert!(error.to_string().contains("../x"), "{error}");
 }

@@ -13,6 +13,13 @@ use mesh_model::declaration::Declaration;
 use mesh_plan::rollout::{Action, Event, Stage};
 use mesh_plan::PushDecision;
 
+/// The most declarations a rollout's step holds composed before it sends them: a batch this
+/// size is sent (its publishes overlapped, [`crate::fleet::nats::SEND_CONCURRENCY`] at a time)
+/// and recorded, then let go, before the next is composed. Eight rounds of the fleet's
+/// publishes in flight, so the bus stays busy, while what a step holds stays some megabytes
+/// whatever the fleet's size (a declaration of 30 file resources is about 15 KiB in memory).
+pub(super) const SENDS_HELD: usize = 512;
+
 /// What the check before a rollout's send decided.
 pub(super) enum SendCheck {
     /// Send it.
@@ -34,8 +41,8 @@ impl Rollout {
     ) -> Result<()> {
         match action {
             Action::IssueGrants { nodes } => self.issue_grants(executor, nodes).await,
-            Action::SendBusNode { node } => self.send_bus_node(executor, node),
-            Action::Send { node, .. } => self.send(executor, node),
+            Action::SendBusNode { node } => self.send_bus_node(executor, node).await,
+            Action::Send { node, .. } => self.send(executor, node).await,
             Action::Held { nodes, .. } => {
                 self.held(executor, nodes);
                 Ok(())
@@ -86,16 +93,19 @@ impl Rollout {
     ///
     /// # Errors
     /// As [`Rollout::send`].
-    fn send_bus_node(&mut self, executor: &Executor<'_>, node: String) -> Result<()> {
-        self.send(executor, node)
+    async fn send_bus_node(&mut self, executor: &mut Executor<'_>, node: String) -> Result<()> {
+        self.send(executor, node).await
     }
 
-    /// [`Action::Send`]: `node`'s declaration checked ([`Rollout::checked_send`]) and put in
-    /// this step's batch, sent together once every event at hand is stepped.
+    /// [`Action::Send`]: `node`'s declaration composed, checked ([`Rollout::checked_send`]) and
+    /// put in this step's batch, sent together once every event at hand is stepped — or at once
+    /// when the batch holds [`SENDS_HELD`] (a fleet's first step after its first machine sends
+    /// every other node: the declarations a step holds stay bounded).
     ///
     /// # Errors
-    /// What the node was sent cannot be read.
-    fn send(&mut self, executor: &Executor<'_>, node: String) -> Result<()> {
+    /// What the node was sent cannot be read; a batch sent at once failed as
+    /// [`Rollout::send_batch`].
+    async fn send(&mut self, executor: &mut Executor<'_>, node: String) -> Result<()> {
         let which = match self.state.stage {
             Stage::BusNode => " (holding the bus, first)",
             Stage::FirstNode if self.state.first.as_deref() == Some(node.as_str()) => " (first)",
@@ -106,13 +116,13 @@ impl Rollout {
             | Stage::Done
             | Stage::Stopped => "",
         };
-        let declaration = match self.composed.remove(&node) {
-            Some(declaration) => declaration,
-            None => self.compose(&node),
-        };
+        let declaration = self.compose(&node);
         match self.checked_send(executor, &node, declaration)? {
             SendCheck::Send(declaration) => self.batch.push((which.to_owned(), declaration)),
             SendCheck::Not(event) => self.events.push_back(event),
+        }
+        if self.batch.len() >= SENDS_HELD {
+            self.send_batch(executor).await?;
         }
         Ok(())
     }

@@ -24,14 +24,15 @@ mod actions;
 mod push;
 mod rollout;
 mod saved;
-mod sealed;
+pub(crate) mod sealed;
 
 pub use push::{push, push_telling};
 pub use rollout::{roll_out, rollout_catalogue};
+pub use sealed::HostStateDir;
 
 use crate::cancel::Cancel;
 use crate::error::Result;
-use crate::fleet::{Fleet, Grants};
+use crate::fleet::{Fleet, Grants, ReportHeard};
 use crate::home::Home;
 use crate::users::{users_sent, with_users_file, USERS_MODULE};
 use mesh_model::declaration::Declaration;
@@ -144,7 +145,13 @@ impl<'a> Executor<'a> {
     /// # Errors
     /// The fleet did not take it; the records cannot be written.
     pub async fn send(&mut self, declaration: &Declaration) -> Result<()> {
-        let to_send = sealed::for_its_node(self.home, &*self.fleet, &mut None, declaration)?;
+        let fleet = &*self.fleet;
+        let to_send = sealed::for_its_node(
+            self.home,
+            &|node| fleet.host_state_dir(node),
+            &mut None,
+            declaration,
+        )?;
         self.fleet.send(&to_send).await?;
         recorded_sent(self.home, &[declaration]).await
     }
@@ -164,12 +171,14 @@ impl<'a> Executor<'a> {
         }
         // Each node's secrets sealed to its own key; one that cannot be is not sent, and its
         // refusal is the error once the others are.
-        let mut mesh = None;
         let mut refused = None;
         let mut to_send = Vec::with_capacity(declarations.len());
         let mut index_of = Vec::with_capacity(declarations.len());
-        for (index, declaration) in declarations.iter().enumerate() {
-            match sealed::for_its_node(self.home, &*self.fleet, &mut mesh, declaration) {
+        let fleet = &*self.fleet;
+        let sealed =
+            sealed_for_their_nodes(self.home, &|node| fleet.host_state_dir(node), declarations);
+        for (index, declaration) in sealed.into_iter().enumerate() {
+            match declaration {
                 Ok(declaration) => {
                     to_send.push(declaration.into_owned());
                     index_of.push(index);
@@ -192,17 +201,46 @@ impl<'a> Executor<'a> {
         }
     }
 
-    /// The next report heard within `wait`, recorded.
+    /// The next report heard within `wait`, readable or not; one that reads is recorded.
     ///
     /// # Errors
     /// The fleet's reports ended; the records cannot be written.
-    pub async fn next_report(&mut self, wait: Duration) -> Result<Option<Report>> {
-        let report = self.fleet.next_report(wait).await?;
-        if let Some(report) = &report {
+    pub async fn next_heard(&mut self, wait: Duration) -> Result<Option<ReportHeard>> {
+        let heard = self.fleet.next_report(wait).await?;
+        if let Some(ReportHeard::Report(report)) = &heard {
             self.home.record_report(report)?;
         }
-        Ok(report)
+        Ok(heard)
     }
+
+    /// The next readable report heard within `wait`, recorded ([`Executor::next_heard`]; one
+    /// that does not read is passed over here: a push's wait names the node it did not hear).
+    ///
+    /// # Errors
+    /// As [`Executor::next_heard`].
+    pub async fn next_report(&mut self, wait: Duration) -> Result<Option<Report>> {
+        Ok(match self.next_heard(wait).await? {
+            Some(ReportHeard::Report(report)) => Some(report),
+            Some(ReportHeard::Unreadable { .. }) | None => None,
+        })
+    }
+}
+
+/// Each of `declarations` as its node is sent it, in order: each secret it uses sealed again
+/// to that node's age key alone, the mesh's keys read once for all (what
+/// [`Executor::send_many`] does before the fleet takes them, `host_state_dir` being the
+/// fleet's [`Fleet::host_state_dir`]); a node that cannot be sent its secrets gets the error
+/// saying why (no age key enrolled, naming its modules).
+pub fn sealed_for_their_nodes<'d>(
+    home: &Home,
+    host_state_dir: HostStateDir<'_>,
+    declarations: &'d [Declaration],
+) -> Vec<Result<std::borrow::Cow<'d, Declaration>>> {
+    let mut keys = None;
+    declarations
+        .iter()
+        .map(|declaration| sealed::for_its_node(home, host_state_dir, &mut keys, declaration))
+        .collect()
 }
 
 /// Records `declarations` sent (together), then says the users archive one names was sent

@@ -1,6 +1,8 @@
 //! A declaration as its node is sent it: each secret it uses sealed again to that node's age
 //! key alone (the rule “A secret is readable only where it is used”). The value is opened in
-//! this process's memory only, with the mesh key, and zeroized once sealed again; the
+//! this process's memory only, with the mesh key (or the next key of a rotation under way, or
+//! a key a rotation retired: a deployed build keeps the secret files of its commit,
+//! `crate::retired`), and zeroized once sealed again; the
 //! declaration recorded as sent keeps the mesh key's ciphertext, and the same digest
 //! (`Declaration::digest` counts a secret by its keyed digest).
 //!
@@ -8,29 +10,32 @@
 //! declaration that uses a secret, naming node and module.
 
 use crate::error::{Error, Result};
-use crate::fleet::Fleet;
 use crate::home::Home;
-use mesh_model::declaration::{Declaration, FileSpec, Spec};
-use mesh_model::secret::SealedPiece;
+use mesh_model::declaration::{Declaration, Spec};
 use std::borrow::Cow;
+use std::path::PathBuf;
+
+/// Where a node's host keeps its state when it runs in this process (the embedded fleet's
+/// `Fleet::host_state_dir`): its age key is there. `None` for a host elsewhere.
+pub type HostStateDir<'f> = &'f dyn Fn(&str) -> Option<PathBuf>;
 
 /// `declaration` with its secrets sealed to its node's key alone; the declaration itself when
 /// it uses none (nothing is read then).
 ///
 /// # Errors
 /// The node has no age key ([`Error::Node`], naming the modules whose secrets it would get);
-/// a secret the mesh key cannot open; a key file that cannot be read.
+/// a secret no key of the mesh opens; a key file that cannot be read.
 pub(super) fn for_its_node<'d>(
     home: &Home,
-    fleet: &dyn Fleet,
-    mesh: &mut Option<mesh_secrets::MeshKey>,
+    host_state_dir: HostStateDir<'_>,
+    keys: &mut Option<mesh_secrets::Keyring>,
     declaration: &'d Declaration,
 ) -> Result<Cow<'d, Declaration>> {
     if !declaration.holds_secrets() {
         return Ok(Cow::Borrowed(declaration));
     }
     let node = &declaration.node;
-    let embedded = fleet.host_state_dir(node);
+    let embedded = host_state_dir(node);
     let Some(recipient) = crate::secrets::node_recipient(home, node, embedded.as_deref())? else {
         let mut modules: Vec<&str> = declaration
             .resources
@@ -54,36 +59,22 @@ pub(super) fn for_its_node<'d>(
             ))),
         });
     };
-    if mesh.is_none() {
-        *mesh = Some(crate::secrets::mesh_key(home)?);
+    if keys.is_none() {
+        *keys = Some(crate::secrets::keyring(home)?);
     }
-    let mesh = mesh.as_ref().expect("just read");
+    let keys = keys.as_ref().expect("just read");
     let mut resealed = declaration.clone();
-    for resource in &mut resealed.resources {
-        let module = resource.module.clone();
-        let Spec::File(FileSpec {
-            sealed: Some(pieces),
-            ..
-        }) = &mut resource.spec
-        else {
-            continue;
-        };
-        for piece in pieces {
-            if let SealedPiece::Secret { key, value } = piece {
-                *value = mesh
-                    .reseal(value, &recipient)
-                    .map_err(|source| Error::Node {
-                        node: node.clone(),
-                        doing: format!(
-                            "sealing the secret `{key}` of `{module}` to `{node}`'s key"
-                        ),
-                        source: Box::new(Error::Invalid {
-                            what: "the secret cannot be sealed again".into(),
-                            source: Some(Box::new(source)),
-                        }),
-                    })?;
-            }
-        }
+    for (module, key, value) in resealed.secrets_mut() {
+        *value = keys
+            .reseal(value, &recipient)
+            .map_err(|source| Error::Node {
+                node: node.clone(),
+                doing: format!("sealing the secret `{key}` of `{module}` to `{node}`'s key"),
+                source: Box::new(Error::Invalid {
+                    what: "the secret cannot be sealed again".into(),
+                    source: Some(Box::new(source)),
+                }),
+            })?;
     }
     Ok(Cow::Owned(resealed))
 }
@@ -91,54 +82,24 @@ pub(super) fn for_its_node<'d>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::Grants;
-    use mesh_model::declaration::{resource_id, Resource};
-    use mesh_model::inventory::Inventory;
-    use mesh_model::module::Catalogue;
-    use mesh_model::report::Report;
+    use mesh_model::secret::SealedPiece;
+    use mesh_test_support::sealed::{password_pieces, sealed_file};
 
-    /// A fleet of hosts elsewhere that takes nothing: only its `host_state_dir` (none) is read.
-    struct Elsewhere;
-
-    #[async_trait::async_trait]
-    impl Fleet for Elsewhere {
-        fn prepare(&mut self, _: &Catalogue, _: &Inventory) -> Result<()> {
-            Ok(())
-        }
-        fn users_change(&self, _: bool) -> Option<String> {
-            None
-        }
-        fn users_file(&self) -> Option<crate::users::UsersFile> {
-            None
-        }
-        async fn issue_grants(&mut self, _: &[String]) -> Result<Grants> {
-            Err(Error::internal("not sent"))
-        }
-        async fn send(&mut self, _: &Declaration) -> Result<()> {
-            Err(Error::internal("not sent"))
-        }
-        async fn next_report(&mut self, _: std::time::Duration) -> Result<Option<Report>> {
-            Ok(None)
-        }
+    /// A host elsewhere: no state directory in this process.
+    fn elsewhere(_: &str) -> Option<PathBuf> {
+        None
     }
 
     fn declaration(home: &Home) -> Declaration {
         let secret = crate::secrets::seal(home, b"hunter2").unwrap();
-        let mut spec = FileSpec::inline("/etc/creds", "", 0o600, "root", "root");
-        spec.content = None;
-        spec.sealed = Some(vec![SealedPiece::Secret {
-            key: "password".into(),
-            value: secret,
-        }]);
         Declaration::new(
             "far",
-            vec![Resource {
-                id: resource_id("db", "file", "creds"),
-                module: "db".into(),
-                together: None,
-                after: Vec::new(),
-                spec: Spec::File(spec),
-            }],
+            vec![sealed_file(
+                "db",
+                "creds",
+                "/etc/creds",
+                password_pieces(secret),
+            )],
         )
     }
 
@@ -147,7 +108,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let home = Home::new(dir.path());
         let sent = declaration(&home);
-        let refused = for_its_node(&home, &Elsewhere, &mut None, &sent).unwrap_err();
+        let refused = for_its_node(&home, &elsewhere, &mut None, &sent).unwrap_err();
         let said = format!("{:#}", anyhow::Error::from(refused));
         assert!(
             said.contains("`far` has no age key") && said.contains("secrets of `db`"),
@@ -157,12 +118,12 @@ mod tests {
         let far = mesh_secrets::Identity::generate();
         let other = mesh_secrets::Identity::generate();
         crate::secrets::enroll_age_key(&home, "far", &far.recipient().to_string()).unwrap();
-        let resealed = for_its_node(&home, &Elsewhere, &mut None, &sent).unwrap();
+        let resealed = for_its_node(&home, &elsewhere, &mut None, &sent).unwrap();
         assert_eq!(resealed.digest(), sent.digest(), "the same digest");
         let Spec::File(file) = &resealed.resources[0].spec else {
             panic!("a file")
         };
-        let Some([SealedPiece::Secret { value, .. }]) = file.sealed.as_deref() else {
+        let Some([_, SealedPiece::Secret { value, .. }, _]) = file.sealed.as_deref() else {
             panic!("a secret")
         };
         assert_eq!(far.open(value).unwrap().as_slice(), b"hunter2");

@@ -7,7 +7,7 @@
 //! What it must never do: apply to this machine's own root (every agent is given the node's
 //! sandbox root and state directory under the home).
 
-use super::{Fleet, Grants};
+use super::{Fleet, Grants, ReportHeard};
 use crate::error::{file_error, Context, Error, Result};
 use crate::home::Home;
 use mesh_apply::HostConfig;
@@ -15,7 +15,6 @@ use mesh_bus::{subjects, Bus, InProcessBus, Subscription};
 use mesh_model::declaration::Declaration;
 use mesh_model::inventory::Inventory;
 use mesh_model::module::Catalogue;
-use mesh_model::report::Report;
 use mesh_store::store::StoreSpec;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -126,20 +125,29 @@ impl Fleet for InProcessFleet {
         Ok(())
     }
 
-    async fn next_report(&mut self, wait: Duration) -> Result<Option<Report>> {
+    /// The next report on the in-process bus, judged as on a fleet ([`crate::heard::judge`]):
+    /// one that does not read is its node's problem, passed on.
+    async fn next_report(&mut self, wait: Duration) -> Result<Option<ReportHeard>> {
         match tokio::time::timeout(wait, self.reports.next()).await {
-            Ok(Some(message)) => match Report::from_json(&message.payload) {
-                Ok(report) if message.subject == subjects::report(&report.node) => Ok(Some(report)),
-                Ok(report) => {
-                    tracing::warn!(subject = %message.subject, node = %report.node,
-                        "a report published on another node's subject: ignored");
-                    Ok(None)
-                }
-                Err(error) => {
-                    tracing::warn!(subject = %message.subject, %error, "an unreadable report");
-                    Ok(None)
-                }
-            },
+            Ok(Some(message)) => {
+                let Some(node) = message.subject.strip_prefix(&subjects::report("")) else {
+                    return Ok(None);
+                };
+                let limit = self.home.report_limit();
+                Ok(Some(
+                    match crate::heard::judge(node, &message.payload, mesh_host::now(), limit) {
+                        crate::heard::Heard::Read { report, .. } => ReportHeard::Report(report),
+                        crate::heard::Heard::Unreadable(report) => {
+                            tracing::warn!(subject = %message.subject, reason = %report.reason,
+                                "an unreadable report: its node's problem");
+                            ReportHeard::Unreadable {
+                                node: node.to_owned(),
+                                report,
+                            }
+                        }
+                    },
+                ))
+            }
             Ok(None) => Err(Error::bus("the in-process bus closed")),
             Err(_) => Ok(None),
         }

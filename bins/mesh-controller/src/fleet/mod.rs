@@ -35,12 +35,29 @@ pub struct Sent {
     pub failed: Option<Error>,
 }
 
+/// What a fleet heard on a node's report subject.
+#[derive(Debug, Clone)]
+pub enum ReportHeard {
+    /// A report that reads, published by its own node.
+    Report(Report),
+    /// What `node` published as its report and does not read as one (garbage, a newer major
+    /// format, over the report limit, naming another node): that node's problem, passed on so
+    /// the gate judges it at once ([`crate::heard::judge`]).
+    Unreadable {
+        /// The node whose subject it was published on.
+        node: String,
+        /// Why it does not read, its size and first bytes.
+        report: crate::heard::UnreadableReport,
+    },
+}
+
 /// The hosts the executor sends to.
 ///
 /// # Guarantees (what an implementation must keep)
 /// - [`Fleet::send`] returns once the declaration is on its way for certain (stored by the
 ///   bus); sending the same declaration twice is harmless (a host's apply is idempotent).
-/// - [`Fleet::next_report`] returns only reports published by their own node.
+/// - [`Fleet::next_report`] returns only reports published on their own node's subject; one
+///   that does not read is passed on as [`ReportHeard::Unreadable`], never dropped.
 /// - [`Fleet::issue_grants`] answers [`Grants::Failed`] for a grant that failed (the caller
 ///   tries it again or fails the send), and never sends code.
 /// - Nothing is recorded here: the executor records what was sent and heard.
@@ -98,9 +115,9 @@ pub trait Fleet: Send {
         sent
     }
 
-    /// The next report heard within `wait`.
+    /// The next report heard within `wait`, readable or not.
     ///
     /// # Errors
     /// The fleet's reports ended.
-    async fn next_report(&mut self, wait: Duration) -> Result<Option<Report>>;
+    async fn next_report(&mut self, wait: Duration) -> Result<Option<ReportHeard>>;
 }

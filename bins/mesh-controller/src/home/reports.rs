@@ -38,6 +38,11 @@ impl Home {
         self
     }
 
+    /// The most bytes a node's report may hold ([`Home::with_report_limit`]).
+    pub fn report_limit(&self) -> usize {
+        self.report_limit
+    }
+
     /// The last report heard from `node`, if it reads (one that does not is
     /// [`Home::report_as_heard`]'s to show: here it is as none heard).
     ///

@@ -29,16 +29,12 @@ pub mod verify;
 use crate::credentials::BusArgs;
 use crate::error::{Error, Result};
 use crate::home::Home;
-use crate::http::{Answer, Bound, Listen, Mounted};
+use crate::http::{Answer, Bound, Listen, Mounted, BODY_LIMIT};
 use crate::repos::{self, RepoRecord};
 use forge::Push;
 use http_body_util::BodyExt as _;
 use hyper::HeaderMap;
 use mesh_bus::NatsBus;
-
-/// The largest body a webhook may have (1 MiB): a longer one is answered 413 and read no
-/// further.
-pub const BODY_LIMIT: usize = 1024 * 1024;
 
 /// The path the webhooks are under.
 pub const PREFIX: &str = "/hooks/";
@@ -249,7 +245,7 @@ impl Mounted for Hooks {
         path.starts_with(PREFIX) || path == "/hooks"
     }
 
-    async fn respond(&self, request: hyper::Request<hyper::body::Incoming>) -> Answer {
+    async fn respond(&self, request: axum::extract::Request) -> Answer {
         respond(self, request).await
     }
 }

@@ -1,32 +1,19 @@
-//! The page at `/`, for people: everything rendered from a record escaped for HTML.
+//! The page at `/`, for people, written in maud's `html!`: every value spliced into it is
+//! escaped by construction (text and attribute values alike); only the style sheet, a constant,
+//! is spliced unescaped.
 
 use super::counts::{
-    node_state, nodes_by_state, rollouts, FINISHED_PLANS_SHOWN, NODES_LISTED_UNASKED,
+    node_state, nodes_by_state, rollouts, RolloutView, FINISHED_PLANS_SHOWN, NODES_LISTED_UNASKED,
     NODES_PER_PAGE, NODE_STATES, REFRESH_SECS, RESOURCE_OUTCOMES,
 };
-use super::pages::{PageQuery, Snapshot};
+use super::snapshot::{PageQuery, Snapshot};
 use crate::plans::PlanRecord;
+use crate::push::NodeStatus;
 use crate::status::{self, Overview};
+use maud::{html, Markup, PreEscaped, DOCTYPE};
 use mesh_model::plan::PlanState;
 use mesh_plan::plans::state_word;
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
-
-/// `text` escaped for HTML text and attribute values.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// A span of seconds as a person reads it: `42 s`, `7 min`, `3 h`, `2 d`.
 pub fn age(secs: u64) -> String {
@@ -66,8 +53,8 @@ th{background:#eef1f5;font-weight:600}
 .reason{color:#8a1c1c}.quiet{color:#5a6270}ul.problems{background:#fff;border:1px solid #dde1e7;padding:.6rem 1.6rem;margin:0}
 ";
 
-fn state_badge(out: &mut String, state: &str) {
-    let _ = write!(out, "<span class=\"state {0}\">{0}</span>", escape(state));
+fn state_badge(state: &str) -> Markup {
+    html! { span class={ "state " (state) } { (state) } }
 }
 
 /// The page at `/`: counts by state, what needs attention, the plans with their rollouts
@@ -75,380 +62,336 @@ fn state_badge(out: &mut String, state: &str) {
 pub fn page(snapshot: &Snapshot, query: PageQuery) -> String {
     let overview = &snapshot.overview;
     let now = snapshot.now;
-    let mut out = String::with_capacity(8_192);
-    let _ = write!(
-        out,
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta http-equiv=\"refresh\" content=\"{REFRESH_SECS}\">\
-         <title>mesh status</title><style>{STYLE}</style></head><body>\n\
-         <h1>mesh status</h1><p class=\"meta\">read at {} · reloads every {REFRESH_SECS} s · \
-         <a href=\"/status.json\">status.json</a> · <a href=\"/metrics\">metrics</a></p>\n",
-        utc(now)
-    );
-
-    // Counts.
     let by_state = nodes_by_state(overview);
-    out.push_str("<section id=\"summary\"><div class=\"cards\">");
-    let _ = write!(
-        out,
-        "<div class=\"card\"><b>{}</b><span>nodes</span></div>",
-        overview.nodes.len()
-    );
-    for state in NODE_STATES {
-        let count = by_state.get(state).copied().unwrap_or(0);
-        let _ = write!(
-            out,
-            "<div class=\"card\" data-state=\"{state}\"><b>{count}</b><span>{state}</span></div>"
-        );
-    }
-    let _ = writeln!(
-        out,
-        "<div class=\"card\"><b>{}</b><span>open plans</span></div>\
-         <div class=\"card\"><b>{}</b><span>need attention</span></div></div></section>",
-        overview.open_plans.len(),
-        overview.attention.len()
-            + overview.stopped.len()
-            + overview.held.len()
-            + overview.problems.len()
-    );
-
-    attention_section(&mut out, overview, now);
-    plans_section(&mut out, snapshot);
-    nodes_section(&mut out, overview, now, query);
-    out.push_str("</body></html>\n");
-    out
-}
-
-fn attention_section(out: &mut String, overview: &Overview, now: u64) {
-    out.push_str("<section id=\"attention\"><h2>Needs attention</h2>\n");
-    if !overview.needs_attention() {
-        out.push_str("<p class=\"quiet\">Nothing needs attention.</p></section>\n");
-        return;
-    }
-    if let Some(daemon) = &overview.daemon {
-        let lines = daemon.attention();
-        if !lines.is_empty() {
-            out.push_str("<h3>The daemon</h3><ul class=\"problems\">");
-            for line in lines {
-                let _ = write!(out, "<li>{}</li>", escape(&line));
+    let needing = overview.attention.len()
+        + overview.stopped.len()
+        + overview.held.len()
+        + overview.problems.len();
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="refresh" content=(REFRESH_SECS);
+                title { "mesh status" }
+                style { (PreEscaped(STYLE)) }
             }
-            out.push_str("</ul>\n");
+            body {
+                h1 { "mesh status" }
+                p class="meta" {
+                    "read at " (utc(now)) " · reloads every " (REFRESH_SECS) " s · "
+                    a href="/status.json" { "status.json" } " · "
+                    a href="/metrics" { "metrics" }
+                }
+                section id="summary" {
+                    div class="cards" {
+                        div class="card" { b { (overview.nodes.len()) } span { "nodes" } }
+                        @for state in NODE_STATES {
+                            div class="card" data-state=(state) {
+                                b { (by_state.get(state).copied().unwrap_or(0)) }
+                                span { (state) }
+                            }
+                        }
+                        div class="card" { b { (overview.open_plans.len()) } span { "open plans" } }
+                        div class="card" { b { (needing) } span { "need attention" } }
+                    }
+                }
+                (attention_section(overview, now))
+                (plans_section(snapshot))
+                (nodes_section(overview, now, query))
+            }
         }
     }
-    if !overview.problems.is_empty() {
-        out.push_str("<h3>Problems</h3><ul class=\"problems\">");
-        for problem in &overview.problems {
-            let _ = write!(
-                out,
-                "<li><b>{}</b> ({}, since {} ago{}): {}</li>",
-                escape(&problem.subject),
-                escape(problem.kind.word()),
-                age(now.saturating_sub(problem.since)),
-                match problem.attempts {
-                    0 => String::new(),
-                    n => format!(", attempt {n}"),
-                },
-                escape(&problem.what)
-            );
-        }
-        out.push_str("</ul>\n");
-    }
-    if !overview.stopped.is_empty() {
-        out.push_str(
-            "<h3>Stopped rollouts</h3><table><tr><th>plan</th><th>module</th><th>at</th>\
-             <th>why</th></tr>",
-        );
-        for stopped in &overview.stopped {
-            let _ = write!(
-                out,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"reason\">{}</td></tr>",
-                escape(&stopped.plan),
-                escape(&stopped.module),
-                if stopped.node.is_empty() {
-                    "its build".to_owned()
-                } else {
-                    escape(&stopped.node)
-                },
-                escape(&stopped.reason)
-            );
-        }
-        out.push_str("</table>\n");
-    }
-    if !overview.held.is_empty() {
-        out.push_str(
-            "<h3>Held for a move</h3><table><tr><th>plan</th><th>module</th><th>node</th>\
-             <th>moves</th></tr>",
-        );
-        for held in &overview.held {
-            let moves: Vec<String> = held.moves.iter().map(ToString::to_string).collect();
-            let _ = write!(
-                out,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                escape(&held.plan),
-                escape(&held.module),
-                escape(&held.node),
-                escape(&moves.join("; "))
-            );
-        }
-        out.push_str("</table>\n");
-    }
-    if !overview.attention.is_empty() {
-        out.push_str("<h3>Nodes</h3><table><tr><th>node</th><th>what</th></tr>");
-        for attention in &overview.attention {
-            let _ = write!(
-                out,
-                "<tr data-node=\"{0}\"><td>{0}</td><td>{1}</td></tr>",
-                escape(&attention.node),
-                escape(&status::attention_words(attention))
-            );
-        }
-        out.push_str("</table>\n");
-    }
-    out.push_str("</section>\n");
+    .into_string()
+        + "\n"
 }
 
-fn plans_section(out: &mut String, snapshot: &Snapshot) {
-    out.push_str("<section id=\"plans\"><h2>Plans</h2>\n");
-    let open: Vec<&PlanRecord> = snapshot
-        .plans
-        .iter()
-        .filter(|r| r.plan.state.is_open())
-        .collect();
-    let finished: Vec<&PlanRecord> = snapshot
+fn attention_section(overview: &Overview, now: u64) -> Markup {
+    let daemon_lines = overview
+        .daemon
+        .as_ref()
+        .map(|daemon| daemon.attention())
+        .unwrap_or_default();
+    html! {
+        section id="attention" {
+            h2 { "Needs attention" }
+            @if !overview.needs_attention() {
+                p class="quiet" { "Nothing needs attention." }
+            } @else {
+                @if !daemon_lines.is_empty() {
+                    h3 { "The daemon" }
+                    ul class="problems" { @for line in &daemon_lines { li { (line) } } }
+                }
+                @if !overview.problems.is_empty() {
+                    h3 { "Problems" }
+                    ul class="problems" {
+                        @for problem in &overview.problems {
+                            li {
+                                b { (problem.subject) }
+                                " (" (problem.kind.word()) ", since "
+                                (age(now.saturating_sub(problem.since))) " ago"
+                                @if problem.attempts > 0 { ", attempt " (problem.attempts) }
+                                "): " (problem.what)
+                            }
+                        }
+                    }
+                }
+                @if !overview.stopped.is_empty() {
+                    h3 { "Stopped rollouts" }
+                    table {
+                        tr { th { "plan" } th { "module" } th { "at" } th { "why" } }
+                        @for stopped in &overview.stopped {
+                            tr {
+                                td { (stopped.plan) }
+                                td { (stopped.module) }
+                                td {
+                                    @if stopped.node.is_empty() { "its build" }
+                                    @else { (stopped.node) }
+                                }
+                                td class="reason" { (stopped.reason) }
+                            }
+                        }
+                    }
+                }
+                @if !overview.held.is_empty() {
+                    h3 { "Held for a move" }
+                    table {
+                        tr { th { "plan" } th { "module" } th { "node" } th { "moves" } }
+                        @for held in &overview.held {
+                            tr {
+                                td { (held.plan) }
+                                td { (held.module) }
+                                td { (held.node) }
+                                td {
+                                    (held.moves.iter().map(ToString::to_string)
+                                        .collect::<Vec<_>>().join("; "))
+                                }
+                            }
+                        }
+                    }
+                }
+                @if !overview.attention.is_empty() {
+                    h3 { "Nodes" }
+                    table {
+                        tr { th { "node" } th { "what" } }
+                        @for attention in &overview.attention {
+                            tr data-node=(attention.node) {
+                                td { (attention.node) }
+                                td { (status::attention_words(attention)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn plans_section(snapshot: &Snapshot) -> Markup {
+    let open = snapshot.plans.iter().filter(|r| r.plan.state.is_open());
+    let finished = snapshot
         .plans
         .iter()
         .rev()
         .filter(|r| !r.plan.state.is_open())
-        .take(FINISHED_PLANS_SHOWN)
-        .collect();
-    if open.is_empty() && finished.is_empty() {
-        out.push_str("<p class=\"quiet\">No plan yet: a merge makes one.</p>");
+        .take(FINISHED_PLANS_SHOWN);
+    let shown: Vec<&PlanRecord> = open.chain(finished).collect();
+    html! {
+        section id="plans" {
+            h2 { "Plans" }
+            @if shown.is_empty() {
+                p class="quiet" { "No plan yet: a merge makes one." }
+            }
+            @for record in shown { (plan_card(snapshot, record)) }
+        }
     }
-    for record in open.into_iter().chain(finished) {
-        let plan = &record.plan;
-        let state = state_word(&plan.state);
-        let _ = write!(
-            out,
-            "<div class=\"plan\" data-plan=\"{}\"><h3>{} · {} {} at <code>{}</code> ",
-            escape(&plan.id),
-            escape(&plan.id),
-            escape(&plan.repository),
-            escape(&plan.branch),
-            escape(crate::builds::short_commit(&plan.commit))
-        );
-        state_badge(out, state);
-        out.push_str("</h3>");
-        match &plan.state {
-            // Its rollout's row says where and why.
-            PlanState::Stopped { .. } => {}
-            PlanState::Superseded { by } => {
-                let _ = write!(out, "<p class=\"quiet\">superseded by {}</p>", escape(by));
-            }
-            PlanState::Closed { note } => {
-                let _ = write!(out, "<p class=\"quiet\">closed: {}</p>", escape(note));
-            }
-            PlanState::Building | PlanState::RollingOut | PlanState::Done => {}
-        }
-        if let Some(waiting) = snapshot
-            .overview
-            .open_plans
-            .iter()
-            .find(|p| p.id == plan.id)
-        {
-            let _ = write!(
-                out,
-                "<p>waits on {} (for {})</p>",
-                escape(&waiting.waits_on),
-                age(waiting.waiting_secs)
-            );
-        }
-        out.push_str(
-            "<table><tr><th>module</th><th>state</th><th>first machine</th><th>progress</th>\
-             <th>applied</th><th>in flight</th><th>held</th><th>waiting on</th></tr>",
-        );
-        for view in rollouts(record) {
-            let _ = write!(
-                out,
-                "<tr class=\"rollout\" data-module=\"{0}\" data-state=\"{1}\"><td>{0}</td><td>",
-                escape(&view.module),
-                view.state
-            );
-            state_badge(out, view.state);
-            let _ = write!(
-                out,
-                "</td><td>{}</td><td>",
-                view.first.as_deref().map(escape).unwrap_or_default()
-            );
-            match &view.progress {
-                Some(progress) => {
-                    let total = progress.total.max(1) as f64;
-                    let width = |n: usize| n as f64 * 100.0 / total;
-                    let _ = write!(
-                        out,
-                        "<div class=\"bar\" title=\"{} of {} applied\"><i class=\"a\" \
-                         style=\"width:{:.1}%\"></i><i class=\"f\" style=\"width:{:.1}%\"></i>\
-                         <i class=\"h\" style=\"width:{:.1}%\"></i></div></td>\
-                         <td>{} of {}</td><td>{}</td><td>{}</td><td>{}</td>",
-                        progress.applied,
-                        progress.total,
-                        width(progress.applied),
-                        width(progress.in_flight),
-                        width(progress.held),
-                        progress.applied,
-                        progress.total,
-                        progress.in_flight,
-                        progress.held,
-                        progress
-                            .waiting_on
-                            .as_deref()
-                            .map(escape)
-                            .unwrap_or_default()
-                    );
-                }
-                None => {
-                    let _ =
-                        write!(
-                        out,
-                        "<span class=\"quiet\">{}</span></td><td></td><td></td><td></td><td></td>",
-                        if view.built { "built, not begun" } else { "not built" }
-                    );
-                }
-            }
-            out.push_str("</tr>");
-            if let Some((node, reason)) = &view.stopped {
-                let _ = write!(
-                    out,
-                    "<tr><td></td><td colspan=\"7\" class=\"reason\">stopped at {}: {}</td></tr>",
-                    if node.is_empty() {
-                        "its build".to_owned()
-                    } else {
-                        escape(node)
-                    },
-                    escape(reason)
-                );
-            }
-        }
-        out.push_str("</table></div>\n");
-    }
-    out.push_str("</section>\n");
 }
 
-fn nodes_section(out: &mut String, overview: &Overview, now: u64, query: PageQuery) {
+fn plan_card(snapshot: &Snapshot, record: &PlanRecord) -> Markup {
+    let plan = &record.plan;
+    let waiting = snapshot
+        .overview
+        .open_plans
+        .iter()
+        .find(|p| p.id == plan.id);
+    html! {
+        div class="plan" data-plan=(plan.id) {
+            h3 {
+                (plan.id) " · " (plan.repository) " " (plan.branch) " at "
+                code { (crate::builds::short_commit(&plan.commit)) } " "
+                (state_badge(state_word(&plan.state)))
+            }
+            @match &plan.state {
+                PlanState::Superseded { by } => { p class="quiet" { "superseded by " (by) } }
+                PlanState::Closed { note } => { p class="quiet" { "closed: " (note) } }
+                // A stopped plan's rollout row says where and why.
+                PlanState::Stopped { .. }
+                | PlanState::Building
+                | PlanState::RollingOut
+                | PlanState::Done => {}
+            }
+            @if let Some(waiting) = waiting {
+                p { "waits on " (waiting.waits_on) " (for " (age(waiting.waiting_secs)) ")" }
+            }
+            table {
+                tr {
+                    th { "module" } th { "state" } th { "first machine" } th { "progress" }
+                    th { "applied" } th { "in flight" } th { "held" } th { "waiting on" }
+                }
+                @for view in rollouts(record) { (rollout_rows(&view)) }
+            }
+        }
+    }
+}
+
+fn rollout_rows(view: &RolloutView) -> Markup {
+    html! {
+        tr class="rollout" data-module=(view.module) data-state=(view.state) {
+            td { (view.module) }
+            td { (state_badge(view.state)) }
+            td { @if let Some(first) = &view.first { (first) } }
+            @match &view.progress {
+                Some(progress) => {
+                    @let total = progress.total.max(1) as f64;
+                    @let width = |n: usize| format!("width:{:.1}%", n as f64 * 100.0 / total);
+                    td {
+                        div class="bar" title={ (progress.applied) " of " (progress.total) " applied" } {
+                            i class="a" style=(width(progress.applied)) {}
+                            i class="f" style=(width(progress.in_flight)) {}
+                            i class="h" style=(width(progress.held)) {}
+                        }
+                    }
+                    td { (progress.applied) " of " (progress.total) }
+                    td { (progress.in_flight) }
+                    td { (progress.held) }
+                    td { @if let Some(on) = &progress.waiting_on { (on) } }
+                }
+                None => {
+                    td {
+                        span class="quiet" {
+                            @if view.built { "built, not begun" } @else { "not built" }
+                        }
+                    }
+                    td {} td {} td {} td {}
+                }
+            }
+        }
+        @if let Some((node, reason)) = &view.stopped {
+            tr {
+                td {}
+                td colspan="7" class="reason" {
+                    "stopped at "
+                    @if node.is_empty() { "its build" } @else { (node) }
+                    ": " (reason)
+                }
+            }
+        }
+    }
+}
+
+fn nodes_section(overview: &Overview, now: u64, query: PageQuery) -> Markup {
     let total = overview.nodes.len();
     let listed_all = query.all_nodes || total <= NODES_LISTED_UNASKED;
-    out.push_str("<section id=\"nodes\"><h2>Nodes</h2>\n");
     let attention: std::collections::HashMap<&str, &status::NodeAttention> = overview
         .attention
         .iter()
         .map(|a| (a.node.as_str(), a))
         .collect();
-    let (shown, pages): (Vec<&crate::push::NodeStatus>, usize) = if listed_all {
-        let pages = total.div_ceil(NODES_PER_PAGE).max(1);
-        let page = query.page.min(pages);
-        (
-            overview
-                .nodes
-                .iter()
-                .skip((page - 1) * NODES_PER_PAGE)
-                .take(NODES_PER_PAGE)
-                .collect(),
-            pages,
-        )
+    let pages = if listed_all {
+        total.div_ceil(NODES_PER_PAGE).max(1)
     } else {
-        (
-            overview
-                .nodes
-                .iter()
-                .filter(|n| attention.contains_key(n.node.as_str()) || node_state(n) != "converged")
-                .collect(),
-            1,
-        )
+        1
     };
-    if !listed_all {
-        let _ = write!(
-            out,
-            "<p>{total} nodes: those not converged or needing attention are listed \
-             ({}); <a href=\"/?nodes=all\">every node</a>, {NODES_PER_PAGE} a page.</p>",
-            shown.len()
-        );
-    } else if pages > 1 {
-        let page = query.page.min(pages);
-        let _ = write!(out, "<p>page {page} of {pages}: ");
-        if page > 1 {
-            let _ = write!(
-                out,
-                "<a href=\"/?nodes=all&amp;page={}\">previous</a> ",
-                page - 1
-            );
-        }
-        if page < pages {
-            let _ = write!(
-                out,
-                "<a href=\"/?nodes=all&amp;page={}\">next</a>",
-                page + 1
-            );
-        }
-        out.push_str("</p>");
-    }
-    out.push_str(
-        "<table><tr><th>node</th><th>state</th><th>declaration</th><th>last report</th>\
-         <th>resources</th><th>modules</th><th>attention</th></tr>",
-    );
-    for node in shown {
-        let state = node_state(node);
-        let _ = write!(
-            out,
-            "<tr class=\"node\" data-node=\"{0}\" data-state=\"{1}\"><td>{0}{2}</td><td>",
-            escape(&node.node),
-            state,
-            if node.bus_node {
-                " <span class=\"quiet\">(holds the bus)</span>"
-            } else {
-                ""
-            }
-        );
-        state_badge(out, state);
-        let declaration = match (&node.sent, node.current) {
-            (None, _) => "never sent",
-            (Some(_), true) => "current",
-            (Some(_), false) => "not the one sent",
-        };
-        let heard = node
-            .heard_at
-            .map(|at| {
-                format!(
-                    "<span title=\"{}\">{} ago</span>",
-                    utc(at),
-                    age(now.saturating_sub(at))
-                )
-            })
-            .unwrap_or_else(|| "never".to_owned());
-        let modules: Vec<&str> = node.modules.iter().map(String::as_str).collect();
-        let mut outcomes: BTreeMap<&'static str, usize> = BTreeMap::new();
-        for outcome in node.report.iter().flat_map(|r| r.resources.values()) {
-            *outcomes.entry(outcome.word()).or_default() += 1;
-        }
-        let resources: Vec<String> = RESOURCE_OUTCOMES
+    let page = query.page.min(pages);
+    let shown: Vec<&NodeStatus> = if listed_all {
+        overview
+            .nodes
             .iter()
-            .filter_map(|word| {
-                let count = outcomes.get(word)?;
-                Some(if matches!(*word, "failed" | "stuck") {
-                    format!("<span class=\"reason\">{count} {word}</span>")
-                } else {
-                    format!("{count} {word}")
-                })
-            })
-            .collect();
-        let _ = write!(
-            out,
-            "</td><td>{declaration}</td><td>{heard}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            resources.join(", "),
-            escape(&modules.join(", ")),
-            attention
-                .get(node.node.as_str())
-                .map(|a| escape(&status::attention_words(a)))
-                .unwrap_or_default()
-        );
+            .skip((page - 1) * NODES_PER_PAGE)
+            .take(NODES_PER_PAGE)
+            .collect()
+    } else {
+        overview
+            .nodes
+            .iter()
+            .filter(|n| attention.contains_key(n.node.as_str()) || node_state(n) != "converged")
+            .collect()
+    };
+    html! {
+        section id="nodes" {
+            h2 { "Nodes" }
+            @if !listed_all {
+                p {
+                    (total) " nodes: those not converged or needing attention are listed ("
+                    (shown.len()) "); " a href="/?nodes=all" { "every node" } ", "
+                    (NODES_PER_PAGE) " a page."
+                }
+            } @else if pages > 1 {
+                p {
+                    "page " (page) " of " (pages) ": "
+                    @if page > 1 {
+                        a href={ "/?nodes=all&page=" (page - 1) } { "previous" } " "
+                    }
+                    @if page < pages {
+                        a href={ "/?nodes=all&page=" (page + 1) } { "next" }
+                    }
+                }
+            }
+            table {
+                tr {
+                    th { "node" } th { "state" } th { "declaration" } th { "last report" }
+                    th { "resources" } th { "modules" } th { "attention" }
+                }
+                @for node in shown {
+                    (node_row(node, attention.get(node.node.as_str()).copied(), now))
+                }
+            }
+        }
     }
-    out.push_str("</table></section>\n");
+}
+
+fn node_row(node: &NodeStatus, attention: Option<&status::NodeAttention>, now: u64) -> Markup {
+    let state = node_state(node);
+    let declaration = match (&node.sent, node.current) {
+        (None, _) => "never sent",
+        (Some(_), true) => "current",
+        (Some(_), false) => "not the one sent",
+    };
+    let mut outcomes: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for outcome in node.report.iter().flat_map(|r| r.resources.values()) {
+        *outcomes.entry(outcome.word()).or_default() += 1;
+    }
+    let counted: Vec<(&str, usize)> = RESOURCE_OUTCOMES
+        .iter()
+        .filter_map(|word| Some((*word, *outcomes.get(word)?)))
+        .collect();
+    let modules: Vec<&str> = node.modules.iter().map(String::as_str).collect();
+    html! {
+        tr class="node" data-node=(node.node) data-state=(state) {
+            td {
+                (node.node)
+                @if node.bus_node { " " span class="quiet" { "(holds the bus)" } }
+            }
+            td { (state_badge(state)) }
+            td { (declaration) }
+            td {
+                @match node.heard_at {
+                    Some(at) => { span title=(utc(at)) { (age(now.saturating_sub(at))) " ago" } }
+                    None => { "never" }
+                }
+            }
+            td {
+                @for (at, (word, count)) in counted.iter().enumerate() {
+                    @if at > 0 { ", " }
+                    @if matches!(*word, "failed" | "stuck") {
+                        span class="reason" { (count) " " (word) }
+                    } @else {
+                        (count) " " (word)
+                    }
+                }
+            }
+            td { (modules.join(", ")) }
+            td { @if let Some(attention) = attention { (status::attention_words(attention)) } }
+        }
+    }
 }

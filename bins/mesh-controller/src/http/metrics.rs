@@ -1,252 +1,229 @@
-//! `/metrics`: the Prometheus text exposition, every label value escaped.
+//! `/metrics`: the Prometheus text exposition (format 0.0.4), written by prometheus-client's
+//! encoder from a registry made for each scrape, every label value escaped by it.
 
 use super::counts::{
-    drifted, nodes_by_state, plans_by_state, resources_by_outcome, rollouts_by_state,
+    drifted, nodes_by_state, plans_by_state, resources_by_outcome, rollouts_by_state, SendTally,
     LATENCY_BUCKETS,
 };
-use super::pages::Snapshot;
-use std::fmt::Write as _;
+use super::snapshot::Snapshot;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
-/// A Prometheus label value, escaped (backslash, double quote, newline).
-pub(super) fn label(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out
+/// The `Content-Type` of `/metrics`.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// Gauges of one metric by the value of one label, in the order given (prometheus-client's
+/// `Family` would write them in a hash map's order).
+#[derive(Debug)]
+struct Labelled {
+    label: &'static str,
+    values: Vec<(String, i64)>,
 }
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
+impl Labelled {
+    fn of<K: ToString>(label: &'static str, counts: impl IntoIterator<Item = (K, usize)>) -> Self {
+        Labelled {
+            label,
+            values: counts
+                .into_iter()
+                .map(|(key, count)| (key.to_string(), gauge(count as u64)))
+                .collect(),
+        }
+    }
+}
+
+impl EncodeMetric for Labelled {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        for (value, gauge) in &self.values {
+            encoder
+                .encode_family(&[(self.label, value.as_str())])?
+                .encode_gauge(gauge)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Gauge
+    }
+}
+
+/// The send latency histogram, its buckets counted already ([`SendTally`]).
+#[derive(Debug)]
+struct Latencies(SendTally);
+
+impl EncodeMetric for Latencies {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let buckets: Vec<(f64, u64)> = LATENCY_BUCKETS
+            .iter()
+            .zip(self.0.buckets)
+            .map(|(bound, count)| (*bound as f64, count))
+            .collect();
+        encoder.encode_histogram::<NoLabelSet>(
+            self.0.latency_sum as f64,
+            self.0.applied,
+            &buckets,
+            None,
+        )
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// A count or a time as a gauge's value (saturating: no count comes near).
+fn gauge(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn one(value: u64) -> ConstGauge {
+    ConstGauge::new(gauge(value))
 }
 
 /// The Prometheus text exposition (format 0.0.4) of `snapshot`.
 pub fn metrics(snapshot: &Snapshot) -> String {
     let overview = &snapshot.overview;
-    let mut out = String::with_capacity(256 + overview.nodes.len() * 120);
-    family(
-        &mut out,
+    let mut registry = Registry::default();
+    registry.register(
         "mesh_status_timestamp_seconds",
-        "gauge",
-        "When this status was read (seconds since the epoch).",
+        "When this status was read (seconds since the epoch)",
+        one(snapshot.now),
     );
-    let _ = writeln!(out, "mesh_status_timestamp_seconds {}", snapshot.now);
-    family(
-        &mut out,
+    registry.register(
         "mesh_nodes",
-        "gauge",
-        "Nodes by state: their last report's machine state, silent (unheard for three heartbeats), unreadable (their last report could not be read) or no-report.",
+        "Nodes by state: their last report's machine state, silent (unheard for three heartbeats), unreadable (their last report could not be read) or no-report",
+        Labelled::of("state", nodes_by_state(overview)),
     );
-    for (state, count) in nodes_by_state(overview) {
-        let _ = writeln!(out, "mesh_nodes{{state=\"{state}\"}} {count}");
-    }
-    family(
-        &mut out,
+    registry.register(
         "mesh_nodes_current",
-        "gauge",
-        "Nodes whose last report is of the declaration last sent them.",
+        "Nodes whose last report is of the declaration last sent them",
+        one(overview.nodes.iter().filter(|n| n.current).count() as u64),
     );
-    let current = overview.nodes.iter().filter(|n| n.current).count();
-    let _ = writeln!(out, "mesh_nodes_current {current}");
-    family(
-        &mut out,
+    registry.register(
         "mesh_nodes_attention",
-        "gauge",
-        "Nodes whose last report needs a person: stuck, mid-change, a window open, drift, silent, unreadable.",
+        "Nodes whose last report needs a person: stuck, mid-change, a window open, drift, silent, unreadable",
+        one(overview.attention.len() as u64),
     );
-    let _ = writeln!(out, "mesh_nodes_attention {}", overview.attention.len());
-    family(
-        &mut out,
+    registry.register(
         "mesh_resources",
-        "gauge",
-        "Resources by outcome over every node's last report.",
+        "Resources by outcome over every node's last report",
+        Labelled::of("outcome", resources_by_outcome(overview)),
     );
-    for (outcome, count) in resources_by_outcome(overview) {
-        let _ = writeln!(out, "mesh_resources{{outcome=\"{outcome}\"}} {count}");
-    }
-    family(
-        &mut out,
+    registry.register(
         "mesh_resources_drifted",
-        "gauge",
-        "Managed resources found changed by hand in the nodes' last reports.",
+        "Managed resources found changed by hand in the nodes' last reports",
+        one(drifted(overview) as u64),
     );
-    let _ = writeln!(out, "mesh_resources_drifted {}", drifted(overview));
-    family(&mut out, "mesh_plans", "gauge", "Plans by state.");
-    for (state, count) in plans_by_state(&snapshot.plans) {
-        let _ = writeln!(out, "mesh_plans{{state=\"{state}\"}} {count}");
-    }
-    family(
-        &mut out,
+    registry.register(
+        "mesh_plans",
+        "Plans by state",
+        Labelled::of("state", plans_by_state(&snapshot.plans)),
+    );
+    registry.register(
         "mesh_rollouts",
-        "gauge",
-        "Module rollouts of every plan by state (left: its plan superseded or closed first).",
+        "Module rollouts of every plan by state (left: its plan superseded or closed first)",
+        Labelled::of("state", rollouts_by_state(&snapshot.plans)),
     );
-    for (state, count) in rollouts_by_state(&snapshot.plans) {
-        let _ = writeln!(out, "mesh_rollouts{{state=\"{state}\"}} {count}");
-    }
-    family(
-        &mut out,
+    registry.register(
         "mesh_rollouts_stopped",
-        "gauge",
-        "Stopped rollouts status lists (until a later plan finishes the module or a person closes it).",
+        "Stopped rollouts status lists (until a later plan finishes the module or a person closes it)",
+        one(overview.stopped.len() as u64),
     );
-    let _ = writeln!(out, "mesh_rollouts_stopped {}", overview.stopped.len());
-    family(
-        &mut out,
+    registry.register(
         "mesh_nodes_held",
-        "gauge",
-        "Nodes an open plan's rollout held because their running container's data would move.",
+        "Nodes an open plan's rollout held because their running container's data would move",
+        one(overview.held.len() as u64),
     );
-    let _ = writeln!(out, "mesh_nodes_held {}", overview.held.len());
-    family(
-        &mut out,
+    registry.register(
         "mesh_problems",
-        "gauge",
-        "Failures recorded where they were seen, until resolved.",
+        "Failures recorded where they were seen, until resolved",
+        one(overview.problems.len() as u64),
     );
-    let _ = writeln!(out, "mesh_problems {}", overview.problems.len());
     if let Some(daemon) = &overview.daemon {
-        daemon_metrics(&mut out, daemon);
+        daemon_metrics(&mut registry, daemon);
     }
-    family(
-        &mut out,
+    registry.register(
         "mesh_drives_failing",
-        "gauge",
-        "Plans whose drive by the daemon failed and is tried again with backoff (a problem each).",
-    );
-    let _ = writeln!(
-        out,
-        "mesh_drives_failing {}",
-        overview
+        "Plans whose drive by the daemon failed and is tried again with backoff (a problem each)",
+        one(overview
             .problems
             .iter()
             .filter(|p| p.kind == mesh_store::problems::ProblemKind::Drive)
-            .count()
+            .count() as u64),
     );
-    family(
-        &mut out,
-        "mesh_sends_total",
-        "counter",
-        "Nodes sent a rollout's declaration, over every plan.",
+    // A counter's name is written with `_total` after it.
+    registry.register(
+        "mesh_sends",
+        "Nodes sent a rollout's declaration, over every plan",
+        ConstCounter::new(snapshot.sends.sends),
     );
-    let _ = writeln!(out, "mesh_sends_total {}", snapshot.sends.sends);
-    family(
-        &mut out,
+    registry.register(
         "mesh_send_latency_seconds",
-        "histogram",
-        "From a rollout's send to a node to the report that applied it.",
+        "From a rollout's send to a node to the report that applied it",
+        Latencies(snapshot.sends.clone()),
     );
-    let mut cumulative = 0;
-    for (bound, count) in LATENCY_BUCKETS.iter().zip(snapshot.sends.buckets) {
-        cumulative += count;
-        let _ = writeln!(
-            out,
-            "mesh_send_latency_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
-        );
-    }
-    let _ = writeln!(
-        out,
-        "mesh_send_latency_seconds_bucket{{le=\"+Inf\"}} {}",
-        snapshot.sends.applied
-    );
-    let _ = writeln!(
-        out,
-        "mesh_send_latency_seconds_sum {}",
-        snapshot.sends.latency_sum
-    );
-    let _ = writeln!(
-        out,
-        "mesh_send_latency_seconds_count {}",
-        snapshot.sends.applied
-    );
-    family(
-        &mut out,
+    let heard: Vec<(&str, u64)> = overview
+        .nodes
+        .iter()
+        .filter_map(|node| Some((node.node.as_str(), node.heard_at?)))
+        .collect();
+    registry.register(
         "mesh_node_report_timestamp_seconds",
-        "gauge",
-        "When each node's last report was heard (seconds since the epoch; heartbeats count).",
+        "When each node's last report was heard (seconds since the epoch; heartbeats count)",
+        Labelled {
+            label: "node",
+            values: heard
+                .iter()
+                .map(|(node, at)| ((*node).to_owned(), gauge(*at)))
+                .collect(),
+        },
     );
-    for node in &overview.nodes {
-        if let Some(at) = node.heard_at {
-            let _ = writeln!(
-                out,
-                "mesh_node_report_timestamp_seconds{{node=\"{}\"}} {at}",
-                label(&node.node)
-            );
-        }
-    }
-    family(
-        &mut out,
+    registry.register(
         "mesh_node_report_age_seconds",
-        "gauge",
-        "Seconds since each node's last report was heard, when this status was read.",
+        "Seconds since each node's last report was heard, when this status was read",
+        Labelled {
+            label: "node",
+            values: heard
+                .iter()
+                .map(|(node, at)| ((*node).to_owned(), gauge(snapshot.now.saturating_sub(*at))))
+                .collect(),
+        },
     );
-    for node in &overview.nodes {
-        if let Some(at) = node.heard_at {
-            let _ = writeln!(
-                out,
-                "mesh_node_report_age_seconds{{node=\"{}\"}} {}",
-                label(&node.node),
-                snapshot.now.saturating_sub(at)
-            );
-        }
-    }
+    let mut out = String::with_capacity(256 + overview.nodes.len() * 120);
+    // Writing to a String does not fail.
+    let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &registry);
     out
 }
 
 /// The daemon's heartbeat as metrics: its last turn, whether it is silent, the merges waiting
 /// on its consumer and the oldest one's wait, the plans it drives.
-fn daemon_metrics(out: &mut String, daemon: &crate::heartbeat::DaemonSeen) {
-    family(
-        out,
+fn daemon_metrics(registry: &mut Registry, daemon: &crate::heartbeat::DaemonSeen) {
+    registry.register(
         "mesh_daemon_last_turn_timestamp_seconds",
-        "gauge",
-        "When the daemon's loop last turned, as its last heartbeat says.",
+        "When the daemon's loop last turned, as its last heartbeat says",
+        one(daemon.heartbeat.turn_at),
     );
-    let _ = writeln!(
-        out,
-        "mesh_daemon_last_turn_timestamp_seconds {}",
-        daemon.heartbeat.turn_at
-    );
-    family(
-        out,
+    registry.register(
         "mesh_daemon_silent",
-        "gauge",
-        "1 when no heartbeat of the daemon came within three of its intervals.",
+        "1 when no heartbeat of the daemon came within three of its intervals",
+        one(u64::from(daemon.silent)),
     );
-    let _ = writeln!(out, "mesh_daemon_silent {}", u8::from(daemon.silent));
-    family(
-        out,
+    registry.register(
         "mesh_daemon_driving",
-        "gauge",
-        "Plans the daemon drives, as its last heartbeat says.",
+        "Plans the daemon drives, as its last heartbeat says",
+        one(daemon.heartbeat.driving.len() as u64),
     );
-    let _ = writeln!(
-        out,
-        "mesh_daemon_driving {}",
-        daemon.heartbeat.driving.len()
-    );
-    family(
-        out,
+    registry.register(
         "mesh_merges_waiting",
-        "gauge",
-        "Merges announced and not yet acknowledged by the daemon's consumer.",
+        "Merges announced and not yet acknowledged by the daemon's consumer",
+        one(daemon.merges_waiting.count),
     );
-    let _ = writeln!(out, "mesh_merges_waiting {}", daemon.merges_waiting.count);
-    family(
-        out,
+    registry.register(
         "mesh_merge_oldest_waiting_seconds",
-        "gauge",
-        "Seconds the oldest merge waiting on the daemon's consumer has waited (0: none waits).",
-    );
-    let _ = writeln!(
-        out,
-        "mesh_merge_oldest_waiting_seconds {}",
-        daemon.oldest_merge_waiting_secs.unwrap_or(0)
+        "Seconds the oldest merge waiting on the daemon's consumer has waited (0: none waits)",
+        one(daemon.oldest_merge_waiting_secs.unwrap_or(0)),
     );
 }

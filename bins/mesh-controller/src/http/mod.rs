@@ -4,29 +4,35 @@
 //!
 //! Start at [`Pages`]: it reads a [`Snapshot`] — [`crate::status::overview_of_plans`] and the
 //! plan records, at one moment — and renders it ([`page`], [`metrics`],
-//! [`Overview::json_document`]). [`Pages::respond`] answers a request line's method and target
-//! with any HTTP stack; [`bind`] and [`serve`] are the one the controller uses (hyper, on a
-//! loopback address unless told otherwise, behind TLS when given a certificate). [`Routes`]
-//! mounts the webhooks ([`crate::hooks`]) beside the pages, or alone on a listener of their own.
+//! [`Overview::json_document`]). [`Pages::respond`] answers one [`Page`]; [`router`] is the
+//! axum router over it (with tower-http's limits on a body and a request's time), and [`bind`]
+//! and [`serve`] serve it (hyper's HTTP/1.1, on a loopback address unless told otherwise, behind
+//! rustls when given a certificate). [`Routes`] mounts the webhooks ([`crate::hooks`]) beside
+//! the pages, or alone on a listener of their own.
 //!
 //! # Invariants
 //! - The pages decide nothing: every number and word is read from the status and plan values the
 //!   library returns; it never writes a record and never sends.
-//! - Everything rendered from a record is escaped (HTML text and attributes; Prometheus label
-//!   values).
+//! - Everything rendered from a record is escaped by construction: the page is written in
+//!   maud's `html!`, which escapes every value spliced into text or attributes; `/metrics` is
+//!   written by prometheus-client's encoder, which escapes label values.
 //! - Cheap at 10,000 nodes: the page lists the nodes needing attention and counts the rest by
 //!   state; the whole list is behind `?nodes=all`, a page of [`NODES_PER_PAGE`] at a time. The
 //!   send latencies of a finished rollout are read once and kept.
 //! - A non-loopback address is refused unless TLS is given or `public` says so.
 //!
-//! The files: `counts` (what the page and `/metrics` both count), `pages` (the snapshot and
-//! the answer to a request), `metrics`, `html` (the page) and `server` (hyper, TLS, routes).
+//! The files, in dependency order (none uses one after it): `counts` (what the page and
+//! `/metrics` both count), `snapshot` (what the pages show, and the page's query), `metrics`
+//! (prometheus-client), `html` (the page, in maud), `pages` (reading a snapshot, and the answer
+//! for a page), `routes` (axum, tower-http) and `server` (the listener, TLS, hyper).
 
 mod counts;
 mod html;
 mod metrics;
 mod pages;
+mod routes;
 mod server;
+mod snapshot;
 
 pub use counts::{
     drifted, node_state, nodes_by_state, plans_by_state, resources_by_outcome, rollouts,
@@ -34,10 +40,12 @@ pub use counts::{
     NODES_LISTED_UNASKED, NODES_PER_PAGE, NODE_STATES, REFRESH_SECS, RESOURCE_OUTCOMES,
     ROLLOUT_STATES,
 };
-pub use html::{age, escape, page, utc};
-pub use metrics::metrics;
-pub use pages::{Answer, MergesWaitingSource, PageQuery, Pages, Snapshot};
-pub use server::{answer, bind, check_listen, route, serve, Bound, Listen, Mounted, Routes, Tls};
+pub use html::{age, page, utc};
+pub use metrics::{metrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};
+pub use pages::{Answer, MergesWaitingSource, Page, Pages};
+pub use routes::{router, Mounted, Routes, BODY_LIMIT, REQUEST_TIMEOUT};
+pub use server::{bind, check_listen, serve, Bound, Listen, Tls, HANDSHAKE_TIMEOUT};
+pub use snapshot::{PageQuery, Snapshot};
 
 #[cfg(test)]
 mod tests;

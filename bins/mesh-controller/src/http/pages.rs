@@ -1,32 +1,20 @@
-//! [`Pages`]: the [`Snapshot`] they read at one moment, and [`Pages::respond`], the answer to a
-//! request's method and target with any HTTP stack.
+//! [`Pages`]: the [`Snapshot`] they read at one moment, and [`Pages::respond`], the answer for
+//! one [`Page`].
 
 use super::counts::SendTally;
-use super::html::page;
+use super::html::page as page_of;
 use super::metrics::metrics;
+use super::snapshot::{PageQuery, Snapshot};
 use crate::error::Result;
 use crate::home::Home;
 use crate::plans::PlanRecord;
-use crate::status::{self, Overview};
+use crate::status;
 use mesh_plan::rollout::NodeProgress;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// What the pages show, read at one moment.
-#[derive(Debug, Clone)]
-pub struct Snapshot {
-    /// When (seconds since the epoch).
-    pub now: u64,
-    /// What `status` shows.
-    pub overview: Overview,
-    /// Every plan record, oldest first.
-    pub plans: Vec<PlanRecord>,
-    /// The rollouts' sends.
-    pub sends: SendTally,
-}
-
-/// The status pages of one mesh home: what [`serve`] answers, or an embedding tool mounts
-/// through [`Pages::respond`].
+/// The status pages of one mesh home: what [`super::serve`] answers, or an embedding tool
+/// mounts through [`super::router`] or [`Pages::respond`].
 #[derive(Debug)]
 pub struct Pages {
     home: Home,
@@ -71,31 +59,15 @@ impl Answer {
     }
 }
 
-/// What `/` was asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PageQuery {
-    /// `?nodes=all`: list every node, a page at a time.
-    pub all_nodes: bool,
-    /// `?page=N` (from 1) of the node list.
-    pub page: usize,
-}
-
-impl PageQuery {
-    /// The query of a request target's `?…` part; what it does not know is ignored.
-    pub fn parse(query: &str) -> PageQuery {
-        let mut parsed = PageQuery {
-            all_nodes: false,
-            page: 1,
-        };
-        for pair in query.split('&') {
-            match pair.split_once('=') {
-                Some(("nodes", "all")) => parsed.all_nodes = true,
-                Some(("page", n)) => parsed.page = n.parse().unwrap_or(1).max(1),
-                _ => {}
-            }
-        }
-        parsed
-    }
+/// A page [`Pages::respond`] answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Page {
+    /// `/`, for people.
+    Html(PageQuery),
+    /// `/metrics`, the Prometheus text exposition.
+    Metrics,
+    /// `/status.json`, the document `status --output json` prints.
+    StatusJson,
 }
 
 impl Pages {
@@ -128,7 +100,7 @@ impl Pages {
             status::overview_of_plans(&self.home, &plans, now, self.silent_after_secs)?;
         if overview.daemon.is_some() {
             if let Some(waiting) = self.merges_waiting.as_ref().and_then(|read| (read.0)()) {
-                crate::heartbeat::with_waiting(&mut overview, waiting, now);
+                overview.set_merges_waiting(waiting, now);
             }
         }
         let sends = self.sends(&plans)?;
@@ -141,7 +113,8 @@ impl Pages {
     }
 
     /// The rollouts' sends: counted from the plan records; each applied node's latency read
-    /// from its record of the rollout, once for a rollout that finished.
+    /// from its record of the rollout (once for a rollout that finished), or from the summary
+    /// of a plan that ended and was folded.
     fn sends(&self, plans: &[PlanRecord]) -> Result<SendTally> {
         let mut total = SendTally::default();
         for record in plans {
@@ -164,11 +137,15 @@ impl Pages {
                     sends: rollout.sent as u64,
                     ..SendTally::default()
                 };
-                if record
-                    .work
-                    .get(module)
-                    .is_some_and(|work| work.rollout.is_some())
-                {
+                let work = record.work.get(module);
+                if let Some(summary) = work.and_then(|work| work.summary.as_ref()) {
+                    // A plan that ended: its nodes' records were folded into the summary.
+                    for (secs, nodes) in &summary.latencies {
+                        for _ in 0..*nodes {
+                            tally.add_latency(*secs);
+                        }
+                    }
+                } else if work.is_some_and(|work| work.rollout.is_some()) {
                     for node in self.home.rollout_nodes(&record.plan.id, module)? {
                         match node.progress {
                             NodeProgress::Applied { sent_at, at } => {
@@ -194,23 +171,10 @@ impl Pages {
         Ok(total)
     }
 
-    /// The answer to `method` `target` (a request line's path and query): `/`, `/metrics`,
-    /// `/status.json`; 404 for another path, 405 for a method other than `GET` or `HEAD`.
-    /// It reads the home, so it blocks: call it off an async runtime's workers.
-    pub fn respond(&self, method: &str, target: &str) -> Answer {
-        if method != "GET" && method != "HEAD" {
-            return Answer::text(405, "the status pages are read-only: GET or HEAD\n");
-        }
-        let (path, query) = target.split_once('?').unwrap_or((target, ""));
-        if !matches!(path, "/" | "/metrics" | "/status.json") {
-            return Answer::text(
-                404,
-                format!(
-                    "no page {}: there are /, /metrics and /status.json\n",
-                    path.chars().take(200).collect::<String>()
-                ),
-            );
-        }
+    /// The answer for `page`: the home read at this moment and rendered; 500 when it cannot be
+    /// read. The one place the pages are answered: the routes ([`super::router`]) call it for
+    /// their paths. It reads the home, so it blocks: call it off an async runtime's workers.
+    pub fn respond(&self, page: Page) -> Answer {
         let snapshot = match self.snapshot(mesh_host::now()) {
             Ok(snapshot) => snapshot,
             Err(error) => {
@@ -220,13 +184,13 @@ impl Pages {
                 )
             }
         };
-        match path {
-            "/metrics" => Answer {
+        match page {
+            Page::Metrics => Answer {
                 status: 200,
-                content_type: "text/plain; version=0.0.4; charset=utf-8",
+                content_type: super::metrics::CONTENT_TYPE,
                 body: metrics(&snapshot),
             },
-            "/status.json" => match snapshot.overview.json_document() {
+            Page::StatusJson => match snapshot.overview.json_document() {
                 Ok(body) => Answer {
                     status: 200,
                     content_type: "application/json",
@@ -234,10 +198,10 @@ impl Pages {
                 },
                 Err(error) => Answer::text(500, format!("{}\n", error.chain_line())),
             },
-            _ => Answer {
+            Page::Html(query) => Answer {
                 status: 200,
                 content_type: "text/html; charset=utf-8",
-                body: page(&snapshot, PageQuery::parse(query)),
+                body: page_of(&snapshot, query),
             },
         }
     }

@@ -1,11 +1,17 @@
-//! Serving the pages: the listen address and its TLS, the hyper server and its routes (the
-//! pages, and the webhooks mounted beside them or on a listener of their own).
+//! Serving the routes ([`super::router`]): the listen address and its TLS (client certificates
+//! verified against a CA when given), and the loop accepting connections, each served by hyper's
+//! HTTP/1.1 with the axum router as its service.
 
-use super::pages::{Answer, Pages};
+use super::routes::{router, Routes};
 use crate::error::{Error, Result};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a client may take over its TLS handshake, and over a request's head, before its
+/// connection is closed (a client that opens connections and says nothing holds none for long).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where and how the pages are served.
 #[derive(Debug, Clone)]
@@ -181,86 +187,10 @@ fn acceptor(tls: &Tls) -> Result<tokio_rustls::TlsAcceptor> {
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
-/// The hyper answer to `request`: [`Pages::respond`] run off the runtime's workers.
-pub async fn answer<B>(
-    pages: Arc<Pages>,
-    request: hyper::Request<B>,
-) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
-    let method = request.method().as_str().to_owned();
-    let target = request
-        .uri()
-        .path_and_query()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "/".to_owned());
-    let answered = tokio::task::spawn_blocking(move || pages.respond(&method, &target))
-        .await
-        .unwrap_or_else(|e| Answer::text(500, format!("the status page failed: {e}\n")));
-    response(answered)
-}
-
-/// Something else a listener answers under a path of its own (the webhooks,
-/// [`crate::hooks`]), mounted beside the pages or alone.
-#[async_trait::async_trait]
-pub trait Mounted: Send + Sync {
-    /// Whether `path` is its.
-    fn owns(&self, path: &str) -> bool;
-
-    /// Its answer to `request`.
-    async fn respond(&self, request: hyper::Request<hyper::body::Incoming>) -> Answer;
-}
-
-/// What a listener answers: the status pages, something mounted beside them, or both.
-#[derive(Clone, Default)]
-pub struct Routes {
-    /// The status pages (`/`, `/metrics`, `/status.json`).
-    pub pages: Option<Arc<Pages>>,
-    /// What is mounted beside them (the webhooks).
-    pub mounted: Option<Arc<dyn Mounted>>,
-}
-
-impl From<Arc<Pages>> for Routes {
-    fn from(pages: Arc<Pages>) -> Routes {
-        Routes {
-            pages: Some(pages),
-            mounted: None,
-        }
-    }
-}
-
-/// The hyper answer to `request` by `routes`: what is mounted answers its own paths, the pages
-/// the rest; a listener without pages answers 404 for them.
-pub async fn route(
-    routes: Routes,
-    request: hyper::Request<hyper::body::Incoming>,
-) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
-    if let Some(mounted) = routes.mounted.filter(|m| m.owns(request.uri().path())) {
-        return response(mounted.respond(request).await);
-    }
-    match routes.pages {
-        Some(pages) => answer(pages, request).await,
-        None => response(Answer::text(404, "this listener serves only /hooks/NAME\n")),
-    }
-}
-
-/// An answer as hyper sends it, never cached.
-fn response(answered: Answer) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
-    let mut response =
-        hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from(answered.body)));
-    *response.status_mut() =
-        hyper::StatusCode::from_u16(answered.status).unwrap_or(hyper::StatusCode::OK);
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static(answered.content_type),
-    );
-    response.headers_mut().insert(
-        hyper::header::CACHE_CONTROL,
-        hyper::header::HeaderValue::from_static("no-store"),
-    );
-    response
-}
-
-/// Serves `routes` (the pages, or what [`Routes`] says) on `bound` until `shutdown`: each connection in a task of its own, HTTP/1.1,
-/// behind TLS when `bound` has it.
+/// Serves `routes` (the pages, or what [`Routes`] says, as [`super::router`] answers them) on
+/// `bound` until `shutdown`: each connection in a task of its own, HTTP/1.1, behind TLS when
+/// `bound` has it; a TLS handshake or a request's head that takes over [`HANDSHAKE_TIMEOUT`]
+/// closes its connection.
 ///
 /// # Guarantees
 /// The pages are read-only: nothing a request to them changes a record or sends anything.
@@ -273,7 +203,7 @@ pub async fn serve(
     routes: impl Into<Routes>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
-    let routes: Routes = routes.into();
+    let routes = router(routes.into());
     let Bound {
         listener,
         acceptor,
@@ -294,29 +224,33 @@ pub async fn serve(
                 }
             },
         };
-        let routes = routes.clone();
+        let service = hyper_util::service::TowerToHyperService::new(routes.clone());
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                let routes = routes.clone();
-                async move { Ok::<_, std::convert::Infallible>(route(routes, request).await) }
-            });
-            let http = hyper::server::conn::http1::Builder::new();
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HANDSHAKE_TIMEOUT);
             let served = match acceptor {
                 None => {
                     http.serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                         .await
                 }
-                Some(acceptor) => match acceptor.accept(stream).await {
-                    Ok(stream) => {
-                        http.serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                            .await
+                Some(acceptor) => {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            http.serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                                .await
+                        }
+                        Ok(Err(error)) => {
+                            tracing::debug!(%peer, %error, "a TLS handshake for the status page failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "a TLS handshake for the status page took too long");
+                            return;
+                        }
                     }
-                    Err(error) => {
-                        tracing::debug!(%peer, %error, "a TLS handshake for the status page failed");
-                        return;
-                    }
-                },
+                }
             };
             if let Err(error) = served {
                 tracing::debug!(%peer, %error, "a status page connection ended in error");

@@ -1,7 +1,6 @@
 //! The pages' tests: the page, `/metrics` and `/status.json` from snapshots, and the server.
 
 use super::html::STYLE;
-use super::metrics::label;
 use super::*;
 use crate::plans::PlanRecord;
 use crate::status::{self, Overview};
@@ -9,13 +8,160 @@ use mesh_model::plan::{PlanState, RolloutOutcome};
 use mesh_model::report::MachineState;
 use std::collections::BTreeMap;
 
+/// `snapshot()` with node `b` named with a double quote, a backslash and a newline: what a
+/// label value must escape.
+fn snapshot_with_a_node_named_to_break_a_label() -> (Snapshot, &'static str) {
+    let mut snapshot = snapshot();
+    let name = "b \"q\" \\ x\ny";
+    for node in &mut snapshot.overview.nodes {
+        if node.node == "b" {
+            node.node = name.to_owned();
+        }
+    }
+    (snapshot, name)
+}
+
 #[test]
-fn escaping_leaves_no_markup_and_no_label_break() {
-    assert_eq!(
-        escape("<script>alert('x')</script> & \"q\""),
-        "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;"
+fn a_label_value_is_escaped_and_parses_back_whole() {
+    let (snapshot, name) = snapshot_with_a_node_named_to_break_a_label();
+    let text = metrics(&snapshot);
+    assert!(
+        text.contains("mesh_node_report_timestamp_seconds{node=\"b \\\"q\\\" \\\\ x\\ny\"} 999997"),
+        "{text}"
     );
-    assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap();
+    let sample = scrape
+        .samples
+        .iter()
+        .find(|s| {
+            s.metric == "mesh_node_report_age_seconds"
+                && s.labels.get("node").is_some_and(|n| n != "a" && n != "c")
+        })
+        .unwrap_or_else(|| panic!("{text}"));
+    // prometheus-parse leaves the escapes in the value (it does not unescape).
+    assert_eq!(
+        sample.labels.get("node"),
+        Some("b \\\"q\\\" \\\\ x\\ny"),
+        "{name:?}"
+    );
+}
+
+/// The metrics parsed by another parser: the Python client's (`prometheus_client.parser`, the
+/// Prometheus project's own), from the test venv scripts/test makes (`target/nats-venv`). Every
+/// family is read, a node's name comes back whole after its label was escaped, and the counter
+/// and the histogram read as Prometheus reads them.
+#[test]
+fn the_metrics_parse_with_the_python_clients_parser() {
+    use std::io::Write as _;
+    let (snapshot, name) = snapshot_with_a_node_named_to_break_a_label();
+    let text = metrics(&snapshot);
+    let python =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/nats-venv/bin/python");
+    let script = "import json, sys\n\
+        from prometheus_client.parser import text_string_to_metric_families\n\
+        out = []\n\
+        for family in text_string_to_metric_families(sys.stdin.read()):\n\
+        \x20   for s in family.samples:\n\
+        \x20       out.append([family.name, family.type, s.name, s.labels, s.value])\n\
+        print(json.dumps(out))\n";
+    let mut child = std::process::Command::new(&python)
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (scripts/test makes it; or `python3 -m venv target/nats-venv` and \
+                 `target/nats-venv/bin/pip install prometheus-client==0.26.0`)",
+                python.display()
+            )
+        });
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the Python parser refused the metrics: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    /// A sample: its family's name and type, its name, labels and value.
+    type Sample = (String, String, String, BTreeMap<String, String>, f64);
+    let parsed: Vec<Sample> = serde_json::from_slice(&out.stdout).unwrap();
+    let value = |sample: &str, labels: &[(&str, &str)]| -> f64 {
+        let labels: BTreeMap<String, String> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        parsed
+            .iter()
+            .find(|p| p.2 == sample && p.3 == labels)
+            .unwrap_or_else(|| panic!("no {sample}{labels:?} in {parsed:?}"))
+            .4
+    };
+    let families: std::collections::BTreeSet<(&str, &str)> = parsed
+        .iter()
+        .map(|p| (p.0.as_str(), p.1.as_str()))
+        .collect();
+    assert_eq!(families.len(), 16, "{families:?}");
+    assert!(
+        families.contains(&("mesh_sends", "counter")),
+        "{families:?}"
+    );
+    assert!(
+        families.contains(&("mesh_send_latency_seconds", "histogram")),
+        "{families:?}"
+    );
+    assert_eq!(
+        value("mesh_node_report_timestamp_seconds", &[("node", name)]),
+        999_997.0
+    );
+    assert_eq!(
+        value("mesh_node_report_age_seconds", &[("node", name)]),
+        3.0
+    );
+    assert_eq!(value("mesh_nodes", &[("state", "partial")]), 1.0);
+    assert_eq!(value("mesh_sends_total", &[]), 4.0);
+    assert_eq!(
+        value("mesh_send_latency_seconds_bucket", &[("le", "2")]),
+        2.0
+    );
+    assert_eq!(
+        value("mesh_send_latency_seconds_bucket", &[("le", "+Inf")]),
+        3.0
+    );
+    assert_eq!(value("mesh_send_latency_seconds_sum", &[]), 7.0);
+    assert_eq!(value("mesh_send_latency_seconds_count", &[]), 3.0);
+}
+
+/// A node named `<script>` (the inventory refuses such a name; the view model is given it as a
+/// record could say it): the page shows it as text, in the node list, the attention table and
+/// its `data-node` attributes, and no markup of it reaches the page.
+#[test]
+fn the_page_escapes_a_node_named_script() {
+    let mut snapshot = snapshot();
+    let hostile = "<script>alert(\"x\")</script>";
+    for node in &mut snapshot.overview.nodes {
+        if node.node == "a" {
+            node.node = hostile.to_owned();
+        }
+    }
+    snapshot.overview.attention = status::attention(&snapshot.overview.nodes);
+    let page = page(&snapshot, query("nodes=all"));
+    assert!(!page.contains("<script"), "{page}");
+    let shown = "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;";
+    assert!(
+        page.contains(&format!("<td>{shown}<")),
+        "the node list shows the name as text: {page}"
+    );
+    assert!(
+        page.contains(&format!("data-node=\"{shown}\"")),
+        "the data-node attribute holds it escaped: {page}"
+    );
 }
 
 #[test]
@@ -29,22 +175,32 @@ fn utc_and_ages_read_as_a_person_reads_them() {
     assert_eq!(age(3 * 86_400), "3 d");
 }
 
+/// The page's query as axum's `Query` reads it from a request's target.
+fn query(query: &str) -> PageQuery {
+    let uri: axum::http::Uri = format!("/?{query}").parse().unwrap();
+    axum::extract::Query::<PageQuery>::try_from_uri(&uri)
+        .unwrap_or_else(|e| panic!("{query}: {e}"))
+        .0
+}
+
 #[test]
 fn the_query_asks_for_every_node_a_page_at_a_time() {
     assert_eq!(
-        PageQuery::parse("nodes=all&page=3"),
+        query("nodes=all&page=3"),
         PageQuery {
             all_nodes: true,
             page: 3
         }
     );
     assert_eq!(
-        PageQuery::parse("page=0&x=<"),
+        query("page=0&x=%3C"),
         PageQuery {
             all_nodes: false,
             page: 1
         }
     );
+    assert_eq!(query("page=two&nodes=some"), PageQuery::default());
+    assert_eq!(query(""), PageQuery::default());
 }
 
 #[test]
@@ -199,6 +355,7 @@ fn snapshot() -> Snapshot {
         work: work.into_iter().map(|(m, w)| (m.to_owned(), w)).collect(),
         held: Default::default(),
         forgotten: Default::default(),
+        nodes_folded: false,
     };
     let plans = vec![
         record(
@@ -307,7 +464,8 @@ fn the_metrics_of_a_fleet_read_as_prometheus_reads_them() {
 
 #[test]
 fn the_page_of_a_fleet_draws_its_rollouts_and_escapes_what_it_shows() {
-    let page = page(&snapshot(), PageQuery::parse(""));
+    let page = page(&snapshot(), query(""));
+    assert!(page.ends_with("</html>\n"), "a page ends with a line's end");
     assert!(
         !page.contains("<b>cat</b> could not") && page.contains("&lt;b&gt;cat&lt;/b&gt; could not"),
         "{page}"
@@ -330,4 +488,104 @@ fn the_latency_histogram_counts_each_send_in_its_bucket() {
         4,
         "4000 s is only under +Inf"
     );
+}
+
+/// The routes over a real loopback listener, pages and webhooks mounted: `GET` and `HEAD`
+/// answer a page (here 500: the home was never made), another method 405 naming the pages
+/// read-only, an unknown path 404 naming the pages, a path the mounted owns goes to it, and a
+/// body declared over the limit is refused 413 before anything reads it.
+#[tokio::test]
+async fn the_routes_answer_each_path_and_method_as_said() {
+    use std::io::{Read as _, Write as _};
+    struct Echo;
+    #[async_trait::async_trait]
+    impl Mounted for Echo {
+        fn owns(&self, path: &str) -> bool {
+            path.starts_with("/hooks/")
+        }
+        async fn respond(&self, request: axum::extract::Request) -> Answer {
+            Answer::text(202, format!("mounted {}", request.uri().path()))
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pages = std::sync::Arc::new(Pages::new(
+        crate::home::Home::new(dir.path().join("no-home")),
+        90,
+    ));
+    let bound = bind(&Listen {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        tls: None,
+        public: false,
+    })
+    .await
+    .unwrap();
+    let addr = bound.local_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(
+        bound,
+        Routes {
+            pages: Some(pages),
+            mounted: Some(std::sync::Arc::new(Echo)),
+        },
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let ask = move |head: String| {
+        tokio::task::spawn_blocking(move || {
+            let mut stream = std::net::TcpStream::connect(addr).unwrap();
+            write!(stream, "{head}Host: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).unwrap();
+            answer
+        })
+    };
+    let status = |answer: &str| -> u16 {
+        answer
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("{answer}"))
+    };
+    let got = ask("GET /status.json HTTP/1.1\r\n".into()).await.unwrap();
+    assert_eq!(status(&got), 500, "{got}");
+    assert!(got.contains("the status could not be read"), "{got}");
+    assert!(
+        got.to_ascii_lowercase().contains("cache-control: no-store"),
+        "{got}"
+    );
+    let got = ask("HEAD /metrics HTTP/1.1\r\n".into()).await.unwrap();
+    assert_eq!(status(&got), 500, "{got}");
+    assert!(
+        !got.contains("the status could not be read"),
+        "HEAD has no body: {got}"
+    );
+    let got = ask("POST / HTTP/1.1\r\nContent-Length: 0\r\n".into())
+        .await
+        .unwrap();
+    assert_eq!(status(&got), 405, "{got}");
+    assert!(
+        got.ends_with("the status pages are read-only: GET or HEAD\n"),
+        "{got}"
+    );
+    let got = ask("GET /nothing?x=1 HTTP/1.1\r\n".into()).await.unwrap();
+    assert_eq!(status(&got), 404, "{got}");
+    assert!(
+        got.ends_with("no page /nothing: there are /, /metrics and /status.json\n"),
+        "{got}"
+    );
+    let got = ask("POST /hooks/cat HTTP/1.1\r\nContent-Length: 0\r\n".into())
+        .await
+        .unwrap();
+    assert_eq!(status(&got), 202, "{got}");
+    assert!(got.ends_with("mounted /hooks/cat"), "{got}");
+    let got = ask(format!(
+        "POST /hooks/cat HTTP/1.1\r\nContent-Length: {}\r\n",
+        super::BODY_LIMIT + 1
+    ))
+    .await
+    .unwrap();
+    assert_eq!(status(&got), 413, "{got}");
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
 }

@@ -230,6 +230,7 @@ fn make_plan(
         folded,
         held: BTreeSet::new(),
         forgotten: BTreeSet::new(),
+        nodes_folded: false,
     };
     // Crash-safe takeover: the new plan, holding the older plans' unfinished modules, is
     // durable before any older plan is marked superseded by it. Killed in between, the older

@@ -22,6 +22,7 @@
 //! - A plan that is not open (done, stopped, superseded, closed) is never driven again.
 
 pub mod build;
+pub mod fold;
 pub mod holds;
 mod lock;
 pub mod merge;
@@ -79,6 +80,10 @@ pub struct PlanRecord {
     /// nothing, so the next sweep lets their archives go, and they are no longer deployed.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub forgotten: BTreeSet<String>,
+    /// Set once the plan ended and its nodes' records were folded into each module's
+    /// [`ModuleWork::summary`] and removed ([`fold`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nodes_folded: bool,
 }
 
 /// The work behind one module of a plan.
@@ -98,6 +103,9 @@ pub struct ModuleWork {
     /// node → the digest of the declaration sent back.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub reverted: BTreeMap<String, String>,
+    /// Once the plan ended: its rollout's nodes, folded ([`fold`]); their records are gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<fold::RolloutSummary>,
 }
 
 /// A module's rollout as its plan record keeps it: constant in size, whatever the fleet.

@@ -97,6 +97,7 @@ pub(super) fn migrate(home: &Home, old: PlanRecord) -> Result<Record> {
                 not_redeployed: old_work.not_redeployed,
                 rollout,
                 reverted: old_work.reverted,
+                summary: None,
             },
         );
     }
@@ -115,5 +116,6 @@ pub(super) fn migrate(home: &Home, old: PlanRecord) -> Result<Record> {
         work,
         held: old.held,
         forgotten: BTreeSet::new(),
+        nodes_folded: false,
     })
 }

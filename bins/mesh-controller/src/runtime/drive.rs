@@ -157,8 +157,20 @@ pub async fn drive(ctx: &Ctx, record: &mut PlanRecord, mode: DriveMode) -> Resul
             if ctx.cancel.is_cancelled() {
                 return Ok(());
             }
-            if let Some(RolloutOutcome::Stopped { .. }) = outcome_of(record, module) {
-                hold(ctx, record, &mut source, &mut blocked)?;
+            match outcome_of(record, module) {
+                Some(RolloutOutcome::Stopped { .. }) => {
+                    hold(ctx, record, &mut source, &mut blocked)?;
+                }
+                // Its build deployed: a key a rotation retired may no longer be needed.
+                Some(RolloutOutcome::Done) => {
+                    let retirement = crate::retired::sweep(home, ctx.store())
+                        .await
+                        .for_plan(&id, || format!("{id}: the retired mesh keys"))?;
+                    for line in crate::retired::said(&retirement) {
+                        ctx.progress().line(&format!("{id}: {line}"));
+                    }
+                }
+                None => {}
             }
         }
     }

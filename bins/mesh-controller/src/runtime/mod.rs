@@ -46,6 +46,28 @@ type SharedLock = Arc<Mutex<std::sync::Weak<PlansLock>>>;
 /// The plans lock held for one merge or drive of a runtime ([`Runtime::hold_plans`]).
 pub type PlansHold = Arc<PlansLock>;
 
+/// Takes a runtime's plans lock, or shares the hold it has ([`Runtime::plans_holder`]).
+pub struct PlansHolder {
+    mesh: Arc<Mesh>,
+    lock: SharedLock,
+}
+
+impl PlansHolder {
+    /// The plans lock, shared with the runtime's merges and drives holding it now.
+    ///
+    /// # Errors
+    /// As [`PlansLock::acquire`].
+    pub fn hold(&self, doing: &str) -> Result<PlansHold> {
+        let mut shared = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(held) = shared.upgrade() {
+            return Ok(held);
+        }
+        let held = Arc::new(PlansLock::acquire(self.mesh.home(), doing)?);
+        *shared = Arc::downgrade(&held);
+        Ok(held)
+    }
+}
+
 /// The controller's runtime: a mesh, where progress goes, and the drives it owns.
 pub struct Runtime {
     mesh: Arc<Mesh>,
@@ -127,13 +149,16 @@ impl Runtime {
     /// # Errors
     /// As [`PlansLock::acquire`].
     pub fn hold_plans(&self, doing: &str) -> Result<PlansHold> {
-        let mut shared = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(held) = shared.upgrade() {
-            return Ok(held);
+        self.plans_holder().hold(doing)
+    }
+
+    /// What takes the plans lock as [`Runtime::hold_plans`] does, to be sent where the wait
+    /// for it blocks nothing else (a blocking thread): on a bus the lock is a lease there.
+    pub fn plans_holder(&self) -> PlansHolder {
+        PlansHolder {
+            mesh: Arc::clone(&self.mesh),
+            lock: Arc::clone(&self.lock),
         }
-        let held = Arc::new(PlansLock::acquire(self.mesh.home(), doing)?);
-        *shared = Arc::downgrade(&held);
-        Ok(held)
     }
 
     /// The mesh.
@@ -251,6 +276,7 @@ impl Runtime {
                     self.drive(other, DriveMode::All, moves).finish().await?;
                 }
             }
+            self.fold_ended()?;
         }
         Ok(MergeOutcome::Planned {
             plan: record.plan,
@@ -310,7 +336,23 @@ impl Runtime {
             let record = self.drive(record, mode, moves).finish().await?;
             out.push(record.plan);
         }
+        self.fold_ended()?;
         Ok(out)
+    }
+
+    /// Folds the plans that ended once this runtime's drives are over ([`crate::plans::fold`]):
+    /// a plan's end leaves no record per node. Removing older plans is the collection's
+    /// (`records collect`, the daemon's).
+    ///
+    /// # Errors
+    /// A record cannot be read, written or removed.
+    fn fold_ended(&self) -> Result<()> {
+        let _lock = self.hold_plans("folding the plans that ended")?;
+        let folded = crate::plans::fold::fold_ended(self.mesh.home(), usize::MAX, &self.driving())?;
+        if !folded.plans.is_empty() {
+            tracing::debug!(plans = ?folded.plans, node_records = folded.node_records, "folded");
+        }
+        Ok(())
     }
 
     /// Composes, sends and applies the declarations of `nodes` through the mesh's fleet,

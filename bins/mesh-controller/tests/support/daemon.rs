@@ -4,16 +4,79 @@
 use super::fleet::{Bed, BASE_MODULE};
 use super::{wait_for, Repo};
 use std::io::BufRead as _;
+use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-/// The daemon, killed if the test fails before it ends.
-pub struct Daemon(pub Child);
+/// The daemon, killed if the test fails before it ends; where it keeps a log, read for a
+/// failure's message.
+pub struct Daemon {
+    child: Child,
+    log: Option<PathBuf>,
+}
+
+impl Daemon {
+    /// Starts `serve` with `flags`, logging at `info` into `serve.log` beside the home's
+    /// records (appended to, so a daemon started again after a kill adds to the same log).
+    pub fn logged(bed: &Bed, flags: &[&str]) -> Daemon {
+        let log = bed.home.path().join("serve.log");
+        let mut args = vec!["serve"];
+        args.extend_from_slice(flags);
+        let child = bed
+            .command(&args)
+            .env("MESH_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log)
+                    .unwrap(),
+            )
+            .spawn()
+            .unwrap();
+        Daemon {
+            child,
+            log: Some(log),
+        }
+    }
+
+    /// Its whole log; empty when it keeps none.
+    pub fn log(&self) -> String {
+        self.log
+            .as_ref()
+            .and_then(|log| std::fs::read_to_string(log).ok())
+            .unwrap_or_default()
+    }
+
+    /// The last `lines` lines of its log.
+    pub fn tail(&self, lines: usize) -> String {
+        let log = self.log();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Kills it (SIGKILL) and waits for it to end.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Stops it as its service manager does: SIGTERM, and it exits 0.
+    pub fn stop(mut self) {
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        assert_eq!(self.child.wait().unwrap().code(), Some(0), "{}", self.log());
+    }
+}
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        self.kill();
     }
 }
 
@@ -35,7 +98,7 @@ pub fn start_serve(
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let daemon = Daemon(child);
+    let daemon = Daemon { child, log: None };
     let mut stdout = std::io::BufReader::new(stdout);
     let mut lines = Vec::new();
     while !ready(&lines) {

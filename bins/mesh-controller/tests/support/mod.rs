@@ -8,6 +8,7 @@ pub mod secrets;
 pub use mesh_test_support::pki;
 pub use mesh_test_support::wait::wait_for;
 pub mod simulated;
+pub mod ten_modules;
 
 use mesh_test_support::registry::{RegistryOptions, Secured, TestRegistry};
 use std::path::{Path, PathBuf};
@@ -15,16 +16,13 @@ use std::process::Command;
 
 /// A mesh home made with `init --example` in a temporary directory.
 ///
-/// The example's `home` node runs a container under podman, and podman is shared by every test:
-/// a `Mesh` holds a lock for its life so that two homes never both run `mesh-media-media`, and
-/// removes the containers its hosts made when it is dropped.
+/// The example's `home` node runs a container under podman, which every test shares: its
+/// in-process host names it with the home's own prefix (the digest of the home's path), so
+/// homes run side by side, and a `Mesh` removes the containers its hosts made when dropped.
 pub struct Mesh {
     dir: tempfile::TempDir,
-    _podman: std::sync::MutexGuard<'static, ()>,
     media_port: u16,
 }
-
-static PODMAN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Drop for Mesh {
     fn drop(&mut self) {
@@ -62,9 +60,6 @@ impl Mesh {
     /// A new home from the book's example.
     pub fn example() -> Mesh {
         let mesh = Mesh {
-            _podman: PODMAN
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner()),
             dir: tempfile::tempdir().expect("a temporary directory"),
             media_port: mesh_test_support::wait::free_port(),
         };
@@ -108,14 +103,14 @@ impl Mesh {
     }
 
     /// Runs the controller with `args` and the environment variables `env` set (e.g.
-    /// `MESH_FAIL_AT`, a fail point).
+    /// `FAILPOINTS`, a fail point).
     pub fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
         let out = Command::new(env!("CARGO_BIN_EXE_mesh-controller"))
             .arg("--home")
             .arg(self.home())
             .args(args)
             .env_remove("MESH_HOME")
-            .env_remove("MESH_FAIL_AT")
+            .env_remove("FAILPOINTS")
             .envs(env.iter().copied())
             .output()
             .expect("the controller runs");
@@ -134,7 +129,7 @@ impl Mesh {
             .arg(self.home())
             .args(args)
             .env_remove("MESH_HOME")
-            .env_remove("MESH_FAIL_AT")
+            .env_remove("FAILPOINTS")
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())

@@ -26,7 +26,8 @@ async def main(url, ca_file, seed_file, out, streams):
             each = os.path.join(out, stream + ".d")
             os.makedirs(each, exist_ok=True)
             with open(os.path.join(out, stream), "wb") as f:
-                for seq in range(info.state.first_seq, info.state.last_seq + 1):
+                # A stream never written holds no message 0: its first is 1 at least.
+                for seq in range(max(info.state.first_seq, 1), info.state.last_seq + 1):
                     try:
                         msg = await js.get_msg(stream, seq)
                     except NotFoundError:

@@ -1,8 +1,8 @@
 //! Simulated hosts behind the executor's [`Fleet`] seam: each declaration is answered at once
 //! with a converged report naming every resource applied; what each node was sent is kept in
-//! order. Shared by `tests/executor.rs` and `benches/embedded_merge.rs` (`#[path]`-included).
+//! order. Shared by `tests/executor.rs` and the benches (`benches/support` includes it by `#[path]`).
 
-use mesh_controller::fleet::{Fleet, Grants};
+use mesh_controller::fleet::{Fleet, Grants, ReportHeard};
 use mesh_model::declaration::Declaration;
 use mesh_model::inventory::Inventory;
 use mesh_model::module::Catalogue;
@@ -48,9 +48,12 @@ impl Fleet for Simulated {
         Ok(())
     }
 
-    async fn next_report(&mut self, wait: Duration) -> mesh_controller::Result<Option<Report>> {
+    async fn next_report(
+        &mut self,
+        wait: Duration,
+    ) -> mesh_controller::Result<Option<ReportHeard>> {
         match self.answers.pop_front() {
-            Some(report) => Ok(Some(report)),
+            Some(report) => Ok(Some(ReportHeard::Report(report))),
             None => {
                 // Nothing to hear: as a real fleet, wait (a little of) the time asked for.
                 tokio::time::sleep(wait.min(Duration::from_millis(1))).await;

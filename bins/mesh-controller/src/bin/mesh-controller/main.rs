@@ -172,6 +172,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Fail points, from `FAILPOINTS`, in a build with the `fail-points` feature only (the
+    // tests'); a release build has none and reads nothing.
+    #[cfg(feature = "fail-points")]
+    let _fail_points = fail::FailScenario::setup();
     // The permission probe's logins refused on purpose are async-nats's errors: not ours.
     let filter = tracing_subscriber::EnvFilter::try_from_env("MESH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error,async_nats::connector=off"));
@@ -200,6 +204,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         _ => {}
     }
     let env = commands::Env::open(&cli)?;
+    let serving = matches!(cli.command, Command::Serve(_));
     let done = match cli.command {
         Command::Init(args) => init::exec(args, &env),
         Command::Check(args) => check::exec(args, &env),
@@ -223,6 +228,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
     // Records read in an older format were migrated on the way: say so, once.
     for note in env.home.take_migrations() {
         eprintln!("note: {note}");
+    }
+    if serving {
+        // A stopped daemon lets its runtime go without waiting for the blocking threads: a
+        // collection of the records under way there, its bus gone, would hold the stop past
+        // its bound. It is left as a kill leaves it, and done again whole by the next.
+        let commands::Env { runtime, .. } = env;
+        runtime.shutdown_background();
     }
     done
 }

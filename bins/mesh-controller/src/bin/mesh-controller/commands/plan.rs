@@ -2,10 +2,14 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::{orphans, preview, push};
+use mesh_controller::{heads, orphans, preview, push};
 use std::process::ExitCode;
 
 /// Prints the declaration a node would be sent now, or with `--diff` what would change.
+///
+/// It composes from what the nodes run: the home's catalogue/modules overlaid with each
+/// module's deployed build, and says so on standard error ("read …"); `--diff --output json`
+/// names it under `read`.
 #[derive(clap::Args)]
 pub struct Args {
     /// The node.
@@ -24,6 +28,8 @@ pub struct Args {
 /// What `plan NODE --diff --output json` prints: the diff, and what open plans would orphan.
 #[derive(serde::Serialize)]
 struct Diffed<'a> {
+    /// The catalogue composed from.
+    read: &'a heads::Running,
     #[serde(flatten)]
     diff: &'a mesh_plan::DeclarationDiff,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
@@ -34,11 +40,16 @@ struct Diffed<'a> {
 /// empty).
 pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     let checked = env.checked()?;
+    // Said apart from standard output, which holds only the declaration or the diff (an
+    // unchanged node's diff is empty).
+    let running = heads::read(&env.home)?;
+    eprintln!("read {running}");
     if args.diff {
         let diff = preview::diff(&env.home, &checked, &args.node)?;
         let orphans = orphans::in_open_plans(&env.home, &checked, &args.node)?;
         match env.output {
             Output::Json => env.print_json(&Diffed {
+                read: &running,
                 diff: &diff,
                 orphans: &orphans,
             })?,

@@ -2,7 +2,7 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::{push, runtime};
+use mesh_controller::{heads, push, runtime};
 use std::process::ExitCode;
 
 /// Composes, sends and applies declarations, then prints what each node reported.
@@ -13,6 +13,10 @@ use std::process::ExitCode;
 /// fails fails the send (exit 1, nothing else sent). `--behind` instead rolls
 /// out, one machine first, what the open plans built and have not rolled out, then sends the
 /// nodes a finished rollout passed over because they were not running, those running now.
+///
+/// It composes from what the nodes run — the home's catalogue/modules overlaid with each
+/// module's deployed build — and says so on standard error ("read …"); `--behind --output
+/// json` names it under `read`.
 ///
 /// Exit codes: 0 every node converged (`--behind`: the plans went as far as their builds,
 /// and the nodes behind converged); 1 error; 2 refused or held; 3 some node did not converge
@@ -64,6 +68,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         let results = if nodes.is_empty() {
             Vec::new()
         } else {
+            eprintln!("read {}", heads::read(&env.home)?);
             env.runtime.block_on(drives.push(
                 &env.checked()?,
                 &nodes,
@@ -75,6 +80,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             behind.iter().filter(|b| !b.running).collect();
         match env.output {
             Output::Json => env.print_json(&serde_json::json!({
+                "read": heads::read(&env.home)?,
                 "plans": plans,
                 "nodes": results,
                 "not-running": still,
@@ -111,6 +117,8 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         }
     };
     let checked = env.checked()?;
+    // Said apart from standard output, which holds the nodes' reports.
+    eprintln!("read {}", heads::read(&env.home)?);
     let results = env.runtime.block_on(drives.push(
         &checked,
         &nodes,

@@ -45,7 +45,10 @@ pub enum Command {
         #[arg(default_value = "")]
         dir: String,
     },
-    /// Removes the declarations no record names any more: each is kept once by its digest,
+    /// Folds the plans that ended: each node's record of their rollouts removed, what the plan
+    /// must remember of them (how many nodes ended where, their latencies, each node that did
+    /// not finish) kept in the plan record; removes the plans older than `--keep-plans` that
+    /// nothing reads. Then removes the declarations no record names any more: each is kept once by its digest,
     /// and kept while what a node was last sent, or an open plan's rollout (what a node is
     /// sent, what it ran before, what it was sent back), names it. One written within the
     /// grace is kept all the same (a push writes it before the record naming it). Also removes
@@ -57,6 +60,10 @@ pub enum Command {
         /// Keep what no record names when it was written less than this many minutes ago.
         #[arg(long, value_name = "MINUTES", default_value_t = 10)]
         grace_minutes: u64,
+        /// How many of the newest plans are kept whole; an older one that ended is removed,
+        /// unless it is its repository's newest or `status` still shows a rollout it stopped.
+        #[arg(long, value_name = "N", default_value_t = mesh_controller::plans::fold::KEEP_PLANS)]
+        keep_plans: usize,
     },
     /// Prints one record, e.g. `inventory.toml` or `plans/plan-3.json`.
     ///
@@ -142,11 +149,15 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
                 Output::Text => names.iter().for_each(|name| println!("{name}")),
             }
         }
-        Command::Collect { grace_minutes } => {
-            let collected = records::collect_declarations(
+        Command::Collect {
+            grace_minutes,
+            keep_plans,
+        } => {
+            let collected = records::collect(
                 home,
                 mesh_host::now(),
                 std::time::Duration::from_secs(grace_minutes.saturating_mul(60)),
+                keep_plans,
             )?;
             match env.output {
                 Output::Json => env.print_json(&collected)?,

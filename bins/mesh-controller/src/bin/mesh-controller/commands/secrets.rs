@@ -17,17 +17,26 @@ pub enum Command {
     #[command(subcommand)]
     Recipients(Recipients),
     /// Makes a new mesh secrets key and encrypts every secret at rest (every settings layer
-    /// and its history) to it and the operators' keys again; says how many values it
-    /// re-encrypted. The keyed digests change with the key, so the next push sends every node
-    /// that uses a secret, with the same contents. A rotation stopped midway is finished by
-    /// running it again.
+    /// and its history, and every secret file of the home's catalogue and of each registered
+    /// repository with a working tree, those files alone committed on its registered branch)
+    /// to it and the operators' keys again; says how many values it re-encrypted and which
+    /// files in which repository, and their commit. The keyed digests change with the key, so
+    /// the next push sends every node that uses a secret, with the same contents. The old key
+    /// is kept until everything is done: a rotation stopped midway, or waiting for a
+    /// repository registered by URL whose head still holds a file sealed to the old key, is
+    /// finished by running it again. Once done, the old key is retired
+    /// (`secrets/retired/<age1…>.key`, 0600): the controller still opens with it the secret
+    /// files of the builds deployed (or planned) before the rotation, and drops it — saying
+    /// so — at the first merge that leaves no such build; it says which builds keep it.
     ///
-    /// Exit codes: 0 rotated; 1 error (run it again).
+    /// Exit codes: 0 rotated; 1 error, or a repository not done yet (run it again).
     Rotate,
     /// Encrypts a module's secret file (one its module.toml marks `secret = true`) in place,
     /// to the mesh key and the operators' keys, before it is committed: the catalogue and its
     /// history then hold only ciphertext, and only the host it is sent to opens it. A file
-    /// already encrypted is encrypted again to the keys of now, its digest unchanged.
+    /// already encrypted is encrypted again to the keys of now, its digest unchanged. While a
+    /// rotation is under way it is encrypted to the next mesh key, as the rotation leaves
+    /// every secret, so the rotation run again finds it done.
     ///
     /// Exit codes: 0 encrypted; 1 error (nothing changed).
     Encrypt {
@@ -110,13 +119,54 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             }
         }
         Command::Rotate => {
-            let rotated = secrets::rotate(&env.home)?;
+            let rotated = env
+                .runtime
+                .block_on(mesh_controller::rotate::rotate(&env.home, env.store()))?;
             match env.output {
                 Output::Json => env.print_json(&rotated)?,
-                Output::Text => println!(
-                    "a new mesh secrets key ({}); {} secret value(s) re-encrypted to it",
-                    rotated.mesh_key, rotated.resealed
-                ),
+                Output::Text => {
+                    println!(
+                        "a new mesh secrets key ({}); {} secret value(s) re-encrypted to it",
+                        rotated.mesh_key, rotated.resealed
+                    );
+                    if rotated.declarations > 0 {
+                        println!(
+                            "  {} declaration(s) kept as sent re-encrypted to it",
+                            rotated.declarations
+                        );
+                    }
+                    for repository in &rotated.repositories {
+                        let commit = repository.commit.as_deref().map_or_else(
+                            || "not a git working tree: commit them".to_owned(),
+                            |commit| format!("committed {}", &commit[..commit.len().min(12)]),
+                        );
+                        println!(
+                            "  {}: {} secret file(s) re-encrypted, {commit}",
+                            repository.repository,
+                            repository.files.len()
+                        );
+                        for file in &repository.files {
+                            println!("    {file}");
+                        }
+                    }
+                    for pending in &rotated.pending {
+                        println!("  {}: not done: {}", pending.repository, pending.reason);
+                    }
+                    if !rotated.pending.is_empty() {
+                        println!(
+                            "the old mesh key is kept until every repository is done; run \
+                             `secrets rotate` again then"
+                        );
+                    }
+                    if let Some(retired) = &rotated.retired {
+                        for line in mesh_controller::retired::said(retired) {
+                            println!("{line}");
+                        }
+                    }
+                }
+            }
+            if !rotated.pending.is_empty() {
+                return Ok(ExitCode::from(1));
             }
         }
     }

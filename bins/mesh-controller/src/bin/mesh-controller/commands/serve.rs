@@ -82,7 +82,24 @@ pub struct Args {
     #[arg(long, value_name = "SECS", default_value_t = mesh_controller::heartbeat::HEARTBEAT_SECS,
         value_parser = clap::value_parser!(u64).range(1..))]
     heartbeat: u64,
+    /// Seconds between two collections of the records, as `records collect` does by hand:
+    /// the plans that ended folded (each node's record of their rollouts removed, a summary
+    /// kept in the plan), the plans older than `--keep-plans` that nothing reads removed, and
+    /// the declarations no record names (written over 10 minutes ago). A plan's end collects
+    /// soon too.
+    #[arg(long, value_name = "SECS",
+        default_value_t = mesh_controller::daemon::collect::COLLECT_EVERY.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..))]
+    collect_every: u64,
+    /// How many of the newest plans are kept whole; an older one that ended is removed, unless
+    /// it is its repository's newest or `status` still shows a rollout it stopped.
+    #[arg(long, value_name = "N", default_value_t = mesh_controller::plans::fold::KEEP_PLANS)]
+    keep_plans: usize,
 }
+
+/// How long a stop waits for the daemon's loop to end at its next step, well within the stop's
+/// bound.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Serves until a signal.
 pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
@@ -146,15 +163,47 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
                 std::future::pending(),
             )));
         }
-        let served = daemon::serve(
-            &drives,
-            &daemon::ServeOptions {
-                max_drives: usize::from(args.max_drives),
-                heartbeat: std::time::Duration::from_secs(args.heartbeat),
-            },
-            mesh_host::serve::shutdown_signal(),
-        )
-        .await;
+        let options = daemon::ServeOptions {
+            max_drives: usize::from(args.max_drives),
+            heartbeat: std::time::Duration::from_secs(args.heartbeat),
+            collect_every: std::time::Duration::from_secs(args.collect_every),
+            keep_plans: args.keep_plans,
+            ..mesh_controller::daemon::ServeOptions::default()
+        };
+        // The daemon's loop runs as a task of its own, so that the stop is heard here even
+        // while the loop waits in a call on a bus that is gone (a records read waits up to the
+        // client's retry limit, longer than the stop's bound).
+        let signal = mesh_host::serve::shutdown_signal();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let mut looping = tokio::spawn(async move {
+            daemon::serve(&drives, &options, async move {
+                let _ = stopped.await;
+            })
+            .await
+        });
+        let served = tokio::select! {
+            () = signal => {
+                let _ = stop.send(());
+                // The loop ends at its next step; one still waiting on the bus is let go, as
+                // a kill would leave it (every record it writes survives one), and the runtime
+                // is let go without it.
+                match tokio::time::timeout(STOP_GRACE, &mut looping).await {
+                    Ok(joined) => joined.unwrap_or_else(|error| Err(
+                        mesh_controller::Error::refused(format!("the daemon's loop ended: {error}"))
+                    )),
+                    Err(_) => {
+                        tracing::warn!(
+                            grace_secs = STOP_GRACE.as_secs(),
+                            "the daemon's loop is waiting on the bus: stopping without it"
+                        );
+                        Ok(())
+                    }
+                }
+            }
+            joined = &mut looping => joined.unwrap_or_else(|error| Err(
+                mesh_controller::Error::refused(format!("the daemon's loop ended: {error}"))
+            )),
+        };
         for listener in listeners {
             listener.abort();
         }

@@ -45,7 +45,9 @@ pub enum Command {
     /// line): stored encrypted to the mesh's secrets key and the operators' keys, shown
     /// everywhere as `<secret sha256:…>`. The layer's other keys are kept, and the replaced
     /// layer is kept in the history. A trailing newline is part of the value: use
-    /// `printf %s` (or `< file`) to leave it out.
+    /// `printf %s` (or `< file`) to leave it out. The layer is checked as `settings set`
+    /// checks it, against the newest version of the module the mesh knows: a key only an open
+    /// plan's version accepts waits for that plan.
     ///
     /// Exit codes: 0 set (or unchanged: the same value); 1 error (nothing changed).
     SetSecret {
@@ -81,6 +83,9 @@ pub enum Command {
         new: String,
     },
     /// Puts back a layer from the history (`settings show --history` lists revisions).
+    ///
+    /// The layer is checked as `settings set` checks it, against the newest version of the
+    /// module the mesh knows: a key only an open plan's version accepts waits for that plan.
     Restore {
         /// The module.
         module: String,

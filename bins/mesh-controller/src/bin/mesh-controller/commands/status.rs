@@ -3,7 +3,7 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::{alert, status};
+use mesh_controller::{acks, alert, status};
 use std::process::ExitCode;
 
 /// Each node's last report, the open plans and what each waits on, the modules behind,
@@ -36,7 +36,7 @@ pub struct Args {
     watch: bool,
     /// Seconds a drift that was put back is shown (and exits 3) after it was seen; `status ack`
     /// clears it sooner.
-    #[arg(long, value_name = "SECS", default_value_t = alert::DEFAULT_DRIFT_RETENTION_SECS)]
+    #[arg(long, value_name = "SECS", default_value_t = acks::DEFAULT_DRIFT_RETENTION_SECS)]
     drift_retention: u64,
     /// Seconds a node may report mid-change, from the start of its apply, before it is past
     /// its deadline (exit 3 rather than 2).
@@ -60,7 +60,7 @@ pub enum Command {
 /// Prints the overview: exit 3 when something needs attention.
 pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     if let Some(Command::Ack { node, resource }) = args.command {
-        let acked = alert::ack(&env.home, &node, resource.as_deref(), mesh_host::now())?;
+        let acked = acks::ack(&env.home, &node, resource.as_deref(), mesh_host::now())?;
         match env.output {
             Output::Json => env.print_json(&acked)?,
             Output::Text => print!("{}", render::acked(&acked)),
@@ -83,7 +83,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             .runtime
             .block_on(mesh_controller::heartbeat::merges_waiting(&env.home, bus))
         {
-            mesh_controller::heartbeat::with_waiting(&mut status, waiting, now);
+            status.set_merges_waiting(waiting, now);
         }
     }
     match env.output {

@@ -107,7 +107,7 @@ pub fn settings_answer(answer: &Answer) -> String {
 }
 
 /// What `status ack` did: the drift it clears.
-pub fn acked(acked: &mesh_controller::alert::Acked) -> String {
+pub fn acked(acked: &mesh_controller::acks::Acked) -> String {
     let mut out = format!(
         "{}: drift {} put back and seen by {} acknowledged\n",
         acked.node,
@@ -336,7 +336,27 @@ pub fn declarations_collected(done: &mesh_controller::records::DeclarationsColle
     } else {
         format!("open plans {}", done.open_plans.join(", "))
     };
-    let mut out = format!(
+    let mut out = String::new();
+    if !done.plans.plans.is_empty() {
+        let _ = writeln!(
+            out,
+            "folded {} plan(s) that ended ({}): {} record(s) of their nodes removed, a summary \
+             kept in each plan",
+            done.plans.plans.len(),
+            done.plans.plans.join(", "),
+            done.plans.node_records
+        );
+    }
+    if !done.plans.removed_plans.is_empty() {
+        let _ = writeln!(
+            out,
+            "removed {} plan(s) older than the newest kept: {}",
+            done.plans.removed_plans.len(),
+            done.plans.removed_plans.join(", ")
+        );
+    }
+    let _ = write!(
+        out,
         "collected {} declaration(s), {} bytes, that no record names; kept {} named (by what \
          {} node(s) were last sent and {plans})",
         done.collected.count, done.collected.bytes, done.named, done.sent_nodes

@@ -425,6 +425,7 @@ mod status_tests {
             work,
             held: Default::default(),
             forgotten: Default::default(),
+            nodes_folded: false,
         }
     }
 

@@ -1,0 +1,63 @@
+//! A bench's home with its records moved onto a real loopback bus, the bus running the users
+//! the home composes.
+
+use super::modules;
+use mesh_controller::credentials::BusArgs;
+use mesh_controller::home::Home;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The home at `root` (its inventory written) with its records moved to the bus at `url`,
+/// after `reload` gave every server of the bus the users the home composes; returns the home
+/// on the bus, how the controller reaches it, and those users.
+pub fn onto_bus(root: &Path, url: String, reload: impl FnOnce(&str)) -> (Home, BusArgs, String) {
+    std::fs::create_dir_all(root.join("catalogue/modules")).unwrap();
+    let local = Home::new(root);
+    let users = mesh_controller::users::users_text(
+        &local,
+        &local.catalogue().unwrap(),
+        &BusArgs::default(),
+    )
+    .unwrap();
+    reload(&users);
+    let bus = BusArgs {
+        url,
+        password_file: Some(root.join("bus/passwords/controller")),
+        ..BusArgs::default()
+    };
+    // The reload is asynchronous: wait until the controller is let in (a deadline only bounds
+    // a failure).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let home = loop {
+        match mesh_controller::records::open_home(root, Some(&bus)) {
+            Ok(home) => break home,
+            Err(error) if Instant::now() > deadline => panic!("{error:#}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    mesh_controller::records::import(root, &home, &bus.url).unwrap();
+    (home, bus, users)
+}
+
+/// A home under `dir` of `hosts` nodes each assigned the ten modules, on the bus at `url`
+/// (given its users by `reload`), the users recorded as the ones the bus confirmed (the fleet
+/// runs them already), and the repository `cat` of the ten modules (`dir/repo`) registered.
+pub fn ten_modules_on_bus(
+    dir: &Path,
+    hosts: usize,
+    url: String,
+    reload: impl FnOnce(&str),
+) -> (Home, BusArgs) {
+    let repo = dir.join("repo");
+    modules::repository(&repo);
+    let root = dir.join("home");
+    modules::write(
+        &root.join("inventory.toml"),
+        &super::inventory(hosts, &super::ten_modules::names()),
+    );
+    let (home, bus, users) = onto_bus(&root, url, reload);
+    let archive = mesh_controller::users::users_archive(&users).unwrap();
+    mesh_controller::users::confirm::record_confirmed(&home, &users, &archive.reference).unwrap();
+    mesh_controller::repos::add(&home, "cat", &repo, None, "modules").unwrap();
+    (home, bus)
+}
