@@ -142,8 +142,14 @@ impl NatsCluster {
             }
             // Each server comes up on its own (its client port greets before its routes are
             // up); the cluster forming is waited for once all are started.
-            let server =
-                NatsServer::start_member(binary, version, dir, own.client, &text, tls.cloned())?;
+            let server = NatsServer::start_member(
+                binary,
+                version,
+                dir,
+                (&name, own.client),
+                &text,
+                tls.cloned(),
+            )?;
             members.push(Member {
                 server,
                 name,

@@ -26,7 +26,7 @@
 
 use mesh_bus::version::ServerVersion;
 use std::collections::HashMap;
-use std::io::Read;
+use std::io::BufRead as _;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -65,6 +65,9 @@ pub enum NatsServerError {
 #[derive(Debug)]
 pub struct NatsServer {
     child: Option<Child>,
+    /// Its `server_name`, unique to this process and start: the greeting that says it is
+    /// this server's, not another test's that took the port (see [`NatsServer::run`]).
+    name: String,
     port: u16,
     dir: tempfile::TempDir,
     binary: PathBuf,
@@ -161,22 +164,25 @@ impl NatsServer {
             .tempdir()
             .map_err(io("making its directory"))?;
         std::fs::write(dir.path().join(USERS_FILE), config).map_err(io("writing its users"))?;
+        let name = unique_name();
         let mut last = None;
         for _ in 0..5 {
             let port = free_port()?;
-            let mut text = server_config(
+            let mut text = format!("server_name: {name:?}\n");
+            text.push_str(&server_config(
                 port,
                 &dir.path().join("store"),
                 &dir.path().join(LOG_FILE),
                 version,
-            );
+            ));
             if let Some(tls) = &tls {
                 text.push_str(&tls.config());
             }
-            match NatsServer::spawn(&binary, dir.path(), port, &text) {
+            match NatsServer::spawn(&binary, dir.path(), &name, port, &text) {
                 Ok(child) => {
                     return Ok(NatsServer {
                         child: Some(child),
+                        name,
                         port,
                         dir,
                         binary,
@@ -190,19 +196,21 @@ impl NatsServer {
         Err(last.expect("tried at least once"))
     }
 
-    /// A server of a cluster, its configuration `text` (holding `tls`'s block when it serves
-    /// TLS) written and run from `dir`.
+    /// A server of a cluster named `name` (unique: [`unique_name`]), its configuration `text`
+    /// (holding its `server_name` and `tls`'s block when it serves TLS) written and run from
+    /// `dir`.
     pub(crate) fn start_member(
         binary: &Path,
         version: ServerVersion,
         dir: tempfile::TempDir,
-        port: u16,
+        (name, port): (&str, u16),
         text: &str,
         tls: Option<ServerTls>,
     ) -> Result<NatsServer, NatsServerError> {
-        let child = NatsServer::spawn(binary, dir.path(), port, text)?;
+        let child = NatsServer::spawn(binary, dir.path(), name, port, text)?;
         Ok(NatsServer {
             child: Some(child),
+            name: name.to_owned(),
             port,
             dir,
             binary: binary.to_owned(),
@@ -211,14 +219,27 @@ impl NatsServer {
         })
     }
 
-    /// Writes `text` as its configuration and runs it, waiting until it greets on `port`.
-    fn spawn(binary: &Path, dir: &Path, port: u16, text: &str) -> Result<Child, NatsServerError> {
+    /// Writes `text` as its configuration and runs it, waiting until it greets on `port` as
+    /// `name`.
+    fn spawn(
+        binary: &Path,
+        dir: &Path,
+        name: &str,
+        port: u16,
+        text: &str,
+    ) -> Result<Child, NatsServerError> {
         std::fs::write(dir.join(CONFIG_FILE), text).map_err(io("writing its configuration"))?;
-        NatsServer::run(binary, dir, port)
+        NatsServer::run(binary, dir, name, port)
     }
 
-    /// Runs the server of `dir`'s configuration, waiting until it greets on `port`.
-    fn run(binary: &Path, dir: &Path, port: u16) -> Result<Child, NatsServerError> {
+    /// Runs the server of `dir`'s configuration, waiting until it greets on `port` as `name`.
+    ///
+    /// Only its own greeting counts: the port was free when it was chosen, but another test's
+    /// server may have bound it since (a cluster's server started again on the port it had, or
+    /// a new one given a port a killed server freed). Taking that greeting for this server's
+    /// would have a test talk to a stranger's server while its own exited; instead this one is
+    /// reported not started (and a new server is given another port).
+    fn run(binary: &Path, dir: &Path, name: &str, port: u16) -> Result<Child, NatsServerError> {
         let log = dir.join(LOG_FILE);
         let mut child = Command::new(binary)
             .arg("-c")
@@ -230,26 +251,32 @@ impl NatsServer {
             .map_err(io(format!("running {}", binary.display())))?;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
-                // A NATS server greets with INFO.
-                let mut greeting = [0u8; 4];
+            let mut stranger = false;
+            if let Ok(stream) = TcpStream::connect(("127.0.0.1", port)) {
+                // A NATS server greets with one line: INFO and a JSON object naming it.
                 stream
                     .set_read_timeout(Some(Duration::from_secs(2)))
                     .map_err(io("reading its greeting"))?;
-                if stream.read_exact(&mut greeting).is_ok() && &greeting == b"INFO" {
-                    return Ok(child);
+                let mut greeting = String::new();
+                let read = std::io::BufReader::new(stream).read_line(&mut greeting);
+                if read.is_ok() && greeting.starts_with("INFO ") {
+                    if greets_as(&greeting, name) {
+                        return Ok(child);
+                    }
+                    stranger = true;
                 }
             }
             let exited = child.try_wait().map_err(io("watching it start"))?;
-            if exited.is_some() || Instant::now() > deadline {
+            if stranger || exited.is_some() || Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
                 let log = std::fs::read_to_string(&log).unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(5).collect();
-                return Err(NatsServerError::NotStarted {
-                    port,
-                    log: tail.into_iter().rev().collect::<Vec<_>>().join(" | "),
-                });
+                let mut log = tail.into_iter().rev().collect::<Vec<_>>().join(" | ");
+                if stranger {
+                    log = format!("another server than `{name}` answers on its port; {log}");
+                }
+                return Err(NatsServerError::NotStarted { port, log });
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -265,6 +292,31 @@ impl NatsServer {
     /// for TLS is given.
     pub fn plain_url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The last `lines` lines of its log, and whether it is running: what a test prints when
+    /// the bus did not answer it, to tell a server gone from one too slow.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log = std::fs::read_to_string(self.dir.path().join(LOG_FILE)).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(lines).collect();
+        // Whether its process is still there (not exited, not a zombie): read off /proc, as
+        // the child cannot be waited on through `&self`.
+        let state = match &self.child {
+            None => "killed",
+            Some(child) => {
+                let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id()));
+                match stat.as_deref().ok().and_then(|s| s.rsplit(") ").next()) {
+                    Some(rest) if !rest.starts_with('Z') => "running",
+                    _ => "exited",
+                }
+            }
+        };
+        format!(
+            "nats-server `{}` on port {} ({state}), the end of its log:\n{}",
+            self.name,
+            self.port,
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        )
     }
 
     /// Its port.
@@ -326,7 +378,7 @@ impl NatsServer {
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            match NatsServer::run(&self.binary, self.dir.path(), self.port) {
+            match NatsServer::run(&self.binary, self.dir.path(), &self.name, self.port) {
                 Ok(child) => {
                     self.child = Some(child);
                     return Ok(());
@@ -431,6 +483,25 @@ pub fn version_of(binary: &Path) -> Result<ServerVersion, NatsServerError> {
 ///
 /// # Errors
 /// [`NatsServerError::Io`] when no socket can be bound.
+/// Whether `greeting` (a server's INFO line) names the server `name`.
+fn greets_as(greeting: &str, name: &str) -> bool {
+    let info = greeting.trim_start_matches("INFO ").trim_end();
+    serde_json::from_str::<serde_json::Value>(info)
+        .is_ok_and(|info| info.get("server_name").and_then(|n| n.as_str()) == Some(name))
+}
+
+/// A server name no other server started by this process, or another test's, has: the process
+/// id and a count.
+pub(crate) fn unique_name() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "mesh-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
 pub(crate) fn free_port() -> Result<u16, NatsServerError> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).map_err(io("finding a free port"))?;
     Ok(listener
@@ -475,5 +546,44 @@ mod tests {
              sync_interval: always\n}\n\
              log_file: \"/l\"\ninclude \"users.conf\"\n"
         );
+    }
+
+    #[test]
+    fn a_greeting_counts_only_from_the_server_named() {
+        let info = "INFO {\"server_id\":\"N1\",\"server_name\":\"mesh-7-1\",\"port\":4222}\r\n";
+        assert!(greets_as(info, "mesh-7-1"));
+        assert!(!greets_as(info, "mesh-7-10"));
+        assert!(!greets_as("INFO {\"server_id\":\"N1\"}\r\n", "mesh-7-1"));
+        assert!(!greets_as("INFO {trunc", "mesh-7-1"));
+    }
+
+    /// A real nats-server holds the port; a second one started on it exits (the port is
+    /// taken), and its start is refused naming the stranger instead of taking the first one's
+    /// greeting for its own.
+    #[test]
+    fn a_server_whose_port_another_holds_is_not_started() {
+        let first = NatsServer::start().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(USERS_FILE), "").unwrap();
+        let name = unique_name();
+        let text = format!(
+            "server_name: {name:?}\n{}",
+            server_config(
+                first.port(),
+                &dir.path().join("store"),
+                &dir.path().join(LOG_FILE),
+                first.version,
+            )
+        );
+        let binary = binary().unwrap();
+        let error = NatsServer::spawn(&binary, dir.path(), &name, first.port(), &text)
+            .expect_err("started on a port another server holds");
+        let said = error.to_string();
+        assert!(
+            said.contains(&format!("another server than `{name}`")),
+            "{said}"
+        );
+        // The first is untouched.
+        assert!(TcpStream::connect(("127.0.0.1", first.port())).is_ok());
     }
 }

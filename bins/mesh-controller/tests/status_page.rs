@@ -648,16 +648,23 @@ fn the_status_page_is_served_behind_tls_to_the_clients_its_ca_signed() {
     assert!(url.starts_with("https://127.0.0.1:"), "{url}");
     // Until it answers 200: on a busy machine the first status read can time out on the bus
     // (a 500 naming the timed-out read, printed by get_over_tls), which is not what this tests.
-    let code = wait_for(
-        "the status page to answer 200 over TLS",
+    let code = mesh_test_support::wait::try_wait_for(
         Duration::from_secs(60),
+        Duration::from_millis(100),
         || {
             get_over_tls(&url, pki, true).and_then(|code| match code {
                 200 => Ok(code),
                 other => Err(format!("answered {other}")),
             })
         },
-    );
+    )
+    .unwrap_or_else(|seen| {
+        let bus = match &*bed.server.lock().unwrap() {
+            support::fleet::BedBus::Single(server) => server.log_tail(30),
+            support::fleet::BedBus::Cluster(_) => unreachable!("the bed is one server"),
+        };
+        panic!("never within 60s: the status page to answer 200 over TLS: {seen}\n{bus}")
+    });
     assert_eq!(code, 200);
     // Without a client certificate its CA signed: no answer.
     assert!(
