@@ -241,12 +241,18 @@ impl NatsServer {
     /// reported not started (and a new server is given another port).
     fn run(binary: &Path, dir: &Path, name: &str, port: u16) -> Result<Child, NatsServerError> {
         let log = dir.join(LOG_FILE);
+        // What it prints outside its log (a Go panic's trace) is kept beside it.
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(STDERR_FILE))
+            .map_err(io("opening its standard error's file"))?;
         let mut child = Command::new(binary)
             .arg("-c")
             .arg(dir.join(CONFIG_FILE))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .map_err(io(format!("running {}", binary.display())))?;
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -311,11 +317,14 @@ impl NatsServer {
                 }
             }
         };
+        let stderr = std::fs::read_to_string(self.dir.path().join(STDERR_FILE)).unwrap_or_default();
+        let stderr: Vec<&str> = stderr.lines().take(lines).collect();
         format!(
-            "nats-server `{}` on port {} ({state}), the end of its log:\n{}",
+            "nats-server `{}` on port {} ({state}), the end of its log:\n{}\nthe start of its standard error:\n{}",
             self.name,
             self.port,
-            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+            stderr.join("\n")
         )
     }
 
@@ -433,6 +442,10 @@ pub const USERS_FILE: &str = "users.conf";
 pub const CONFIG_FILE: &str = "server.conf";
 /// The server's log, in its directory.
 pub const LOG_FILE: &str = "server.log";
+
+/// The file in a server's directory that holds what it printed on its standard error (a
+/// panic's trace, which its log does not hold).
+pub const STDERR_FILE: &str = "server.stderr";
 
 /// A bus server's configuration: loopback at `port`, JetStream storing under `store` — with
 /// `sync_interval: always` where the server's `version` has it (2.10 and later: every write is

@@ -71,6 +71,45 @@ fn machine_name() -> String {
         .unwrap_or_else(|| "controller".to_owned())
 }
 
+/// Makes the mesh's streams on `bus` (as many copies as the mesh wants), trying again a second
+/// apart up to [`STREAM_ATTEMPTS`] times: a busy server may time a JetStream request out, and
+/// making a stream that is there already changes nothing. `None` when `shutdown` came first.
+///
+/// `serve` makes them before anything reads them, and `mesh-controller serve` before its
+/// status page answers: a read of a stream while it is being made crashes nats-server 2.9
+/// (a nil pointer in its message get, seen on Debian's 2.9.10 when the page was asked for at
+/// the daemon's start).
+///
+/// # Errors
+/// When the mesh's replicas cannot be read, or the streams are still not made after the last
+/// attempt.
+pub async fn make_streams(
+    home: &crate::home::Home,
+    bus_args: &crate::credentials::BusArgs,
+    bus: &mesh_bus::NatsBus,
+    shutdown: &mut (impl std::future::Future<Output = ()> + Unpin),
+) -> Result<Option<()>> {
+    let js = bus.jetstream();
+    let replicas = crate::broker::wanted_replicas(home, bus_args, bus)?;
+    let mut attempts = 1;
+    loop {
+        match jetstream::ensure_streams_with(&js, replicas).await {
+            Ok(()) => return Ok(Some(())),
+            Err(error) if attempts < STREAM_ATTEMPTS => {
+                tracing::warn!(%error, attempts, "cannot make the mesh's streams yet; trying again");
+                attempts += 1;
+                tokio::select! {
+                    () = &mut *shutdown => return Ok(None),
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+            Err(error) => {
+                return Err(bus_error(|| "making the mesh's streams".to_owned())(error));
+            }
+        }
+    }
+}
+
 /// `mesh-controller --bus URL serve`: the controller as a daemon on a fleet, until `shutdown`.
 ///
 /// It makes the mesh's streams, answers discovery as [`discovery::CONTROLLER_SERVICE`] (the
@@ -108,27 +147,13 @@ pub async fn serve(
         Error::refused("the controller serves a fleet's bus: open the mesh with one (--bus URL)")
     })?;
     let bus = connect(home, bus_args).await?;
-    let js = bus.jetstream();
-    let replicas = crate::broker::wanted_replicas(home, bus_args, &bus)?;
-    // A busy server may time a JetStream request out: tried again, a few times, before the
-    // daemon gives up (making a stream that is there already changes nothing).
-    let mut attempts = 1;
-    loop {
-        match jetstream::ensure_streams_with(&js, replicas).await {
-            Ok(()) => break,
-            Err(error) if attempts < STREAM_ATTEMPTS => {
-                tracing::warn!(%error, attempts, "cannot make the mesh's streams yet; trying again");
-                attempts += 1;
-                tokio::select! {
-                    () = &mut shutdown => return Ok(()),
-                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
-            }
-            Err(error) => {
-                return Err(bus_error(|| "making the mesh's streams".to_owned())(error));
-            }
-        }
+    if make_streams(home, bus_args, &bus, &mut shutdown)
+        .await?
+        .is_none()
+    {
+        return Ok(());
     }
+    let js = bus.jetstream();
     let _discovery = discovery::serve_discovery(
         bus.client(),
         &discovery::RuntimeAnnouncement {

@@ -87,6 +87,15 @@ fn start_serve(bed: &Bed, flags: &[&str]) -> (Killed, String) {
     (daemon, url)
 }
 
+/// The bed's server: whether it runs, the end of its log and what it printed (for a failure
+/// where the page could not read the bus).
+fn bus_state(bed: &Bed) -> String {
+    match &*bed.server.lock().unwrap() {
+        support::fleet::BedBus::Single(server) => server.log_tail(30),
+        support::fleet::BedBus::Cluster(_) => unreachable!("the bed is one server"),
+    }
+}
+
 /// `GET path` from `base` (`http://ADDR/`): status code and body.
 fn get(base: &str, path: &str) -> std::io::Result<(u16, String)> {
     let addr = base
@@ -281,15 +290,21 @@ fn the_status_page_shows_the_nodes_and_a_rollouts_progress_in_a_browser_and_metr
     let (_daemon, url) = start_serve(&bed, &["--http", "127.0.0.1:0"]);
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
     // The daemon is there once its page answers.
-    wait_for(
-        "the status page to answer",
+    mesh_test_support::wait::try_wait_for(
         Duration::from_secs(60),
+        Duration::from_millis(100),
         || match get(&url, "/") {
             Ok((200, _)) => Ok(()),
             Ok((code, body)) => Err(format!("{code}: {body}")),
             Err(error) => Err(error.to_string()),
         },
-    );
+    )
+    .unwrap_or_else(|seen| {
+        panic!(
+            "never within 60s: the status page to answer: {seen}\n{}",
+            bus_state(&bed)
+        )
+    });
     assert_eq!(get(&url, "/nothing").unwrap().0, 404);
 
     // Merges announced on the bus, rolled out by the daemon: one rolled out one machine
@@ -659,11 +674,10 @@ fn the_status_page_is_served_behind_tls_to_the_clients_its_ca_signed() {
         },
     )
     .unwrap_or_else(|seen| {
-        let bus = match &*bed.server.lock().unwrap() {
-            support::fleet::BedBus::Single(server) => server.log_tail(30),
-            support::fleet::BedBus::Cluster(_) => unreachable!("the bed is one server"),
-        };
-        panic!("never within 60s: the status page to answer 200 over TLS: {seen}\n{bus}")
+        panic!(
+            "never within 60s: the status page to answer 200 over TLS: {seen}\n{}",
+            bus_state(&bed)
+        )
     });
     assert_eq!(code, 200);
     // Without a client certificate its CA signed: no answer.

@@ -115,7 +115,7 @@ impl Pages {
     /// The rollouts' sends: counted from the plan records; each applied node's latency read
     /// from its record of the rollout (once for a rollout that finished), or from the summary
     /// of a plan that ended and was folded.
-    fn sends(&self, plans: &[PlanRecord]) -> Result<SendTally> {
+    pub(super) fn sends(&self, plans: &[PlanRecord]) -> Result<SendTally> {
         let mut total = SendTally::default();
         for record in plans {
             for (module, rollout) in &record.plan.rollouts {
@@ -133,34 +133,19 @@ impl Pages {
                         continue;
                     }
                 }
-                let mut tally = SendTally {
-                    sends: rollout.sent as u64,
-                    ..SendTally::default()
-                };
                 let work = record.work.get(module);
-                if let Some(summary) = work.and_then(|work| work.summary.as_ref()) {
-                    // A plan that ended: its nodes' records were folded into the summary.
-                    for (secs, nodes) in &summary.latencies {
-                        for _ in 0..*nodes {
-                            tally.add_latency(*secs);
-                        }
-                    }
-                } else if work.is_some_and(|work| work.rollout.is_some()) {
-                    for node in self.home.rollout_nodes(&record.plan.id, module)? {
-                        match node.progress {
-                            NodeProgress::Applied { sent_at, at } => {
-                                tally.add_latency(at.saturating_sub(sent_at));
-                            }
-                            NodeProgress::Waiting
-                            | NodeProgress::Granting { .. }
-                            | NodeProgress::GrantRetry { .. }
-                            | NodeProgress::Sent { .. }
-                            | NodeProgress::Held { .. } => {}
-                        }
-                    }
+                let mut tally = self.tally(record, module, rollout.sent, work)?;
+                let expected = rollout.applied as u64;
+                if tally.applied < expected && work.is_some_and(|work| work.summary.is_none()) {
+                    // The plan was folded between reading its record and its nodes' (their
+                    // records removed once the summary was written): the summary counts them.
+                    let again = self.home.plan(&record.plan.id)?;
+                    tally = self.tally(&again, module, rollout.sent, again.work.get(module))?;
                 }
                 total.add(&tally);
-                if finished {
+                // Kept only once it counts every node that applied: one read part way through
+                // a fold is read again next time.
+                if finished && tally.applied >= expected {
                     self.finished
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -169,6 +154,43 @@ impl Pages {
             }
         }
         Ok(total)
+    }
+
+    /// A rollout's sends (`sent`, from its plan's record) and the latency of each node that
+    /// applied: from the summary of a plan that ended and was folded, else from each node's
+    /// record of the rollout.
+    fn tally(
+        &self,
+        record: &PlanRecord,
+        module: &str,
+        sent: usize,
+        work: Option<&crate::plans::ModuleWork>,
+    ) -> Result<SendTally> {
+        let mut tally = SendTally {
+            sends: sent as u64,
+            ..SendTally::default()
+        };
+        if let Some(summary) = work.and_then(|work| work.summary.as_ref()) {
+            for (secs, nodes) in &summary.latencies {
+                for _ in 0..*nodes {
+                    tally.add_latency(*secs);
+                }
+            }
+        } else if work.is_some_and(|work| work.rollout.is_some()) {
+            for node in self.home.rollout_nodes(&record.plan.id, module)? {
+                match node.progress {
+                    NodeProgress::Applied { sent_at, at } => {
+                        tally.add_latency(at.saturating_sub(sent_at));
+                    }
+                    NodeProgress::Waiting
+                    | NodeProgress::Granting { .. }
+                    | NodeProgress::GrantRetry { .. }
+                    | NodeProgress::Sent { .. }
+                    | NodeProgress::Held { .. } => {}
+                }
+            }
+        }
+        Ok(tally)
     }
 
     /// The answer for `page`: the home read at this moment and rendered; 500 when it cannot be

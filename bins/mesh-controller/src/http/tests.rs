@@ -225,12 +225,83 @@ fn a_non_loopback_address_is_refused_without_tls_or_a_word_saying_so() {
 /// A fleet of three at 1,000,000 s: `a` partial with a failed file and a drift, `b`
 /// converged, `c` silent; plan-1 done over three nodes; plan-2 rolling out `base`, its
 /// first machine `a` awaited, and `app` not built; a problem whose words would be markup.
+/// A rollout's parts as the plan keeps them.
+fn parts(
+    stage: mesh_plan::rollout::Stage,
+    first: &str,
+    (applied, in_flight, sent, nodes): (usize, usize, usize, usize),
+    outcome: Option<RolloutOutcome>,
+) -> mesh_plan::rollout::RolloutParts {
+    mesh_plan::rollout::RolloutParts {
+        stage,
+        first: Some(first.to_owned()),
+        bus_node: None,
+        in_flight,
+        applied,
+        held: 0,
+        sent,
+        nodes,
+        outcome,
+    }
+}
+
+/// A rollout kept in its plan's record, at `state`.
+fn kept(state: mesh_plan::rollout::RolloutParts) -> crate::plans::RolloutKept {
+    crate::plans::RolloutKept {
+        upgrade: Default::default(),
+        on_failure: Default::default(),
+        deadline_secs: 300,
+        max_parallel: None,
+        bus_first: None,
+        state,
+    }
+}
+
+/// The record of plan `id` of repository `cat`, made ten minutes before `now`.
+fn plan_record(
+    now: u64,
+    id: &str,
+    state: PlanState,
+    tiers: Vec<Vec<&str>>,
+    rollouts: Vec<(&str, mesh_model::plan::ModuleRollout)>,
+    work: Vec<(&str, crate::plans::ModuleWork)>,
+) -> PlanRecord {
+    PlanRecord {
+        format: crate::plans::PLAN_FORMAT,
+        plan: mesh_model::plan::Plan {
+            id: id.to_owned(),
+            repository: "cat".to_owned(),
+            branch: "main".to_owned(),
+            commit: "0123456789abcdef0123".to_owned(),
+            made_at: now - 600,
+            modules: tiers.iter().flatten().map(|m| (*m).to_owned()).collect(),
+            tiers: tiers
+                .into_iter()
+                .map(|t| t.into_iter().map(str::to_owned).collect())
+                .collect(),
+            rollouts: rollouts
+                .into_iter()
+                .map(|(m, r)| (m.to_owned(), r))
+                .collect(),
+            state,
+        },
+        previous_commit: None,
+        changed_paths: 2,
+        shared_paths: Vec::new(),
+        folded: BTreeMap::new(),
+        work: work.into_iter().map(|(m, w)| (m.to_owned(), w)).collect(),
+        held: Default::default(),
+        forgotten: Default::default(),
+        nodes_folded: false,
+    }
+}
+
 fn snapshot() -> Snapshot {
-    use crate::plans::{ModuleWork, RolloutKept};
+    use crate::plans::ModuleWork;
     use crate::push::NodeStatus;
-    use mesh_model::plan::{ModuleRollout, Plan};
+    use mesh_model::plan::ModuleRollout;
     use mesh_model::report::{Drift, Outcome, Report};
-    use mesh_plan::rollout::{RolloutParts, Stage};
+    use mesh_plan::rollout::Stage;
     let now = 1_000_000;
     let report = |node: &str, machine, failed: bool, drift: bool| Report {
         format: mesh_model::report::REPORT_FORMAT,
@@ -306,56 +377,12 @@ fn snapshot() -> Snapshot {
             true,
         ),
     ];
-    let parts = |stage, first: &str, applied, in_flight, sent, nodes, outcome| RolloutParts {
-        stage,
-        first: Some(first.to_owned()),
-        bus_node: None,
-        in_flight,
-        applied,
-        held: 0,
-        sent,
-        nodes,
-        outcome,
-    };
-    let kept = |state| RolloutKept {
-        upgrade: Default::default(),
-        on_failure: Default::default(),
-        deadline_secs: 300,
-        max_parallel: None,
-        bus_first: None,
-        state,
-    };
     let record = |id: &str,
                   state,
                   tiers: Vec<Vec<&str>>,
                   rollouts: Vec<(&str, ModuleRollout)>,
-                  work: Vec<(&str, ModuleWork)>| PlanRecord {
-        format: crate::plans::PLAN_FORMAT,
-        plan: Plan {
-            id: id.to_owned(),
-            repository: "cat".to_owned(),
-            branch: "main".to_owned(),
-            commit: "0123456789abcdef0123".to_owned(),
-            made_at: now - 600,
-            modules: tiers.iter().flatten().map(|m| (*m).to_owned()).collect(),
-            tiers: tiers
-                .into_iter()
-                .map(|t| t.into_iter().map(str::to_owned).collect())
-                .collect(),
-            rollouts: rollouts
-                .into_iter()
-                .map(|(m, r)| (m.to_owned(), r))
-                .collect(),
-            state,
-        },
-        previous_commit: None,
-        changed_paths: 2,
-        shared_paths: Vec::new(),
-        folded: BTreeMap::new(),
-        work: work.into_iter().map(|(m, w)| (m.to_owned(), w)).collect(),
-        held: Default::default(),
-        forgotten: Default::default(),
-        nodes_folded: false,
+                  work: Vec<(&str, ModuleWork)>| {
+        plan_record(now, id, state, tiers, rollouts, work)
     };
     let plans = vec![
         record(
@@ -378,10 +405,7 @@ fn snapshot() -> Snapshot {
                     rollout: Some(kept(parts(
                         Stage::Done,
                         "a",
-                        3,
-                        0,
-                        3,
-                        3,
+                        (3, 0, 3, 3),
                         Some(RolloutOutcome::Done),
                     ))),
                     ..ModuleWork::default()
@@ -403,7 +427,7 @@ fn snapshot() -> Snapshot {
             vec![(
                 "base",
                 ModuleWork {
-                    rollout: Some(kept(parts(Stage::FirstNode, "a", 0, 1, 1, 3, None))),
+                    rollout: Some(kept(parts(Stage::FirstNode, "a", (0, 1, 1, 3), None))),
                     ..ModuleWork::default()
                 },
             )],
@@ -487,6 +511,81 @@ fn the_latency_histogram_counts_each_send_in_its_bucket() {
         tally.buckets.iter().sum::<u64>(),
         4,
         "4000 s is only under +Inf"
+    );
+}
+
+/// A plan folded between the page's read of the plans and its read of the plan's nodes: the
+/// nodes' records are gone, and the tally is the summary's (read again), not none — and one
+/// read part way is never kept for the next scrape.
+#[test]
+fn a_tally_read_while_its_plan_is_folded_counts_the_summary() {
+    use crate::plans::fold::RolloutSummary;
+    use crate::plans::ModuleWork;
+    use mesh_model::plan::ModuleRollout;
+    use mesh_plan::rollout::Stage;
+    let dir = tempfile::tempdir().unwrap();
+    let home = crate::home::Home::new(dir.path());
+    let now = 1_700_000_000;
+    let rollout = ModuleRollout {
+        first: Some("a".to_owned()),
+        sent: 2,
+        applied: 2,
+        outcome: Some(RolloutOutcome::Done),
+        ..ModuleRollout::default()
+    };
+    let work = |summary: Option<RolloutSummary>| ModuleWork {
+        rollout: Some(kept(parts(
+            Stage::Done,
+            "a",
+            (2, 0, 2, 2),
+            Some(RolloutOutcome::Done),
+        ))),
+        summary,
+        ..ModuleWork::default()
+    };
+    let record = |work| {
+        plan_record(
+            now,
+            "plan-1",
+            PlanState::Done,
+            vec![vec!["base"]],
+            vec![("base", rollout.clone())],
+            vec![("base", work)],
+        )
+    };
+    // What the page read before the fold: no summary yet.
+    let before = record(work(None));
+    // What the fold left: the summary (two nodes, 3 s and 5 s), no node's record.
+    let summary = RolloutSummary {
+        latencies: [(3, 1), (5, 1)].into_iter().collect(),
+        ..RolloutSummary::default()
+    };
+    home.write_plan(&record(work(Some(summary)))).unwrap();
+
+    let pages = Pages::new(home, 60);
+    let tally = pages.sends(std::slice::from_ref(&before)).unwrap();
+    assert_eq!((tally.sends, tally.applied, tally.latency_sum), (2, 2, 8));
+
+    // A read part way through that finds neither (the record not yet rewritten) is not kept.
+    let dir = tempfile::tempdir().unwrap();
+    let empty = crate::home::Home::new(dir.path());
+    empty.write_plan(&before).unwrap();
+    let pages = Pages::new(empty.clone(), 60);
+    assert_eq!(
+        pages.sends(std::slice::from_ref(&before)).unwrap().applied,
+        0
+    );
+    let summary = RolloutSummary {
+        latencies: [(4, 2)].into_iter().collect(),
+        ..RolloutSummary::default()
+    };
+    let folded = record(work(Some(summary)));
+    empty.write_plan(&folded).unwrap();
+    let tally = pages.sends(std::slice::from_ref(&folded)).unwrap();
+    assert_eq!(
+        (tally.applied, tally.latency_sum),
+        (2, 8),
+        "the first read was not kept"
     );
 }
 

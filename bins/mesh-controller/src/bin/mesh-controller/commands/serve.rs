@@ -117,24 +117,50 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             _ => None,
         };
     env.runtime.block_on(async {
+        // A stop is heard from the start, also while the streams are being made.
+        let mut signal = Box::pin(mesh_host::serve::shutdown_signal());
         let hooks: std::sync::Arc<dyn http::Mounted> =
             std::sync::Arc::new(hooks::Hooks::new(env.home.clone(), bus.clone()));
+        // Both listeners are bound first (a bad address, certificate or key is said before
+        // anything else is done), and answer once the mesh's streams are made: a read of a
+        // stream while it is being made crashes nats-server 2.9 (daemon::make_streams).
+        let pages_bound = match args.http {
+            Some(addr) => Some(
+                http::bind(&http::Listen {
+                    addr,
+                    tls: tls(args.http_cert, args.http_key, args.http_client_ca),
+                    public: args.http_public,
+                })
+                .await?,
+            ),
+            None => None,
+        };
+        let hooks_bound = match args.hooks {
+            Some(addr) => Some(
+                hooks::bind(&http::Listen {
+                    addr,
+                    tls: tls(args.hooks_cert, args.hooks_key, args.hooks_client_ca),
+                    public: args.hooks_public,
+                })
+                .await?,
+            ),
+            None => None,
+        };
+        let connected = mesh_controller::credentials::connect(&env.home, &bus).await?;
+        if daemon::make_streams(&env.home, &bus, &connected, &mut signal)
+            .await?
+            .is_none()
+        {
+            return Ok(());
+        }
         // The pages share the home's records (dropped with it, after the runtime).
         let mut listeners = Vec::new();
-        if let Some(addr) = args.http {
-            let listen = http::Listen {
-                addr,
-                tls: tls(args.http_cert, args.http_key, args.http_client_ca),
-                public: args.http_public,
-            };
-            let bound = http::bind(&listen).await?;
+        if let Some(bound) = pages_bound {
             println!("serving the status page on {}", bound.url());
             // The page reads the merges waiting from the bus as `status` does (the
             // heartbeat's when the bus does not answer), so the two agree.
-            let mut pages = http::Pages::new(env.home.clone(), args.silent_after);
-            if let Ok(connected) = mesh_controller::credentials::connect(&env.home, &bus).await {
-                pages = pages.with_merges_waiting(merges_waiting_on(connected));
-            }
+            let pages = http::Pages::new(env.home.clone(), args.silent_after)
+                .with_merges_waiting(merges_waiting_on(connected));
             let routes = http::Routes {
                 pages: Some(std::sync::Arc::new(pages)),
                 mounted: Some(std::sync::Arc::clone(&hooks)),
@@ -145,13 +171,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
                 std::future::pending(),
             )));
         }
-        if let Some(addr) = args.hooks {
-            let listen = http::Listen {
-                addr,
-                tls: tls(args.hooks_cert, args.hooks_key, args.hooks_client_ca),
-                public: args.hooks_public,
-            };
-            let bound = hooks::bind(&listen).await?;
+        if let Some(bound) = hooks_bound {
             println!("serving the webhooks on {}hooks/NAME", bound.url());
             let routes = http::Routes {
                 pages: None,
@@ -173,7 +193,6 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         // The daemon's loop runs as a task of its own, so that the stop is heard here even
         // while the loop waits in a call on a bus that is gone (a records read waits up to the
         // client's retry limit, longer than the stop's bound).
-        let signal = mesh_host::serve::shutdown_signal();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let mut looping = tokio::spawn(async move {
             daemon::serve(&drives, &options, async move {
@@ -182,7 +201,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             .await
         });
         let served = tokio::select! {
-            () = signal => {
+            () = &mut signal => {
                 let _ = stop.send(());
                 // The loop ends at its next step; one still waiting on the bus is let go, as
                 // a kill would leave it (every record it writes survives one), and the runtime
