@@ -41,6 +41,9 @@ pub struct BusArgs {
     /// given); `None`: the recorded number, else 1 on a single server and 3 on a cluster
     /// ([`crate::broker::wanted_replicas`]).
     pub replicas: Option<usize>,
+    /// How long a call on the records that gets no answer is tried again before it fails
+    /// (`--bus-retry-limit SECS`); `None`: [`mesh_bus::records::RETRY_LIMIT`].
+    pub retry_limit: Option<std::time::Duration>,
 }
 
 /// Where the controller's own NKey seed is kept under the home (`broker keygen` makes it,

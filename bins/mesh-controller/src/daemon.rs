@@ -1,5 +1,5 @@
 //! `mesh-controller serve`: the controller as a daemon on a fleet — it hears merges announced
-//! on the bus and drives the open plans, several at once ([`drives`]).
+//! on the bus and drives the open plans, several at once (its `drives` module).
 //!
 //! Start at [`serve`].
 
@@ -72,7 +72,7 @@ fn machine_name() -> String {
 }
 
 /// Makes the mesh's streams on `bus` (as many copies as the mesh wants), trying again a second
-/// apart up to [`STREAM_ATTEMPTS`] times: a busy server may time a JetStream request out, and
+/// apart up to `STREAM_ATTEMPTS` (30) times: a busy server may time a JetStream request out, and
 /// making a stream that is there already changes nothing. `None` when `shutdown` came first.
 ///
 /// `serve` makes them before anything reads them, and `mesh-controller serve` before its

@@ -6,8 +6,8 @@
 //! it or the bus's records bucket — its store and the fleet it sends through) and the
 //! [`runtime::Runtime`] that drives its plans. The modules, in the order they depend on each
 //! other (a module uses only those above it):
-//! - [`error`], [`fail`], [`heard`], [`home`], [`remote`], [`repos`], [`builds`], [`behind`],
-//!   [`cancel`], [`newest`]: the records (a node's last report as heard), registered
+//! - [`error`], `fail` (the fail points, built with the `fail-points` feature), [`heard`],
+//!   [`home`], [`remote`], [`repos`], [`builds`], [`behind`], [`cancel`], [`newest`]: the records (a node's last report as heard), registered
 //!   repositories (and the clones of those registered by URL), builds and the nodes a finished
 //!   rollout passed over, a drive's cancellation, and a module's newest version;
 //! - [`push`]: composing declarations and what a push did for each node;

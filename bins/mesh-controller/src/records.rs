@@ -50,7 +50,10 @@ pub fn open_home(root: &Path, bus: Option<&BusArgs>) -> Result<Home> {
     let deadline = std::time::Instant::now() + OPEN_RETRY_LIMIT;
     let records = loop {
         match KvRecords::open(&options) {
-            Ok(records) => break records,
+            Ok(records) => match bus.retry_limit {
+                Some(limit) => break records.with_retry_limit(limit),
+                None => break records,
+            },
             // Not a moment's refusal: trying again changes nothing.
             Err(
                 error @ (mesh_bus::NatsError::Untrusted { .. }

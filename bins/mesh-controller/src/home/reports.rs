@@ -69,7 +69,7 @@ impl Home {
     /// report of garbage, of a newer major format, over the report limit
     /// ([`crate::heard::MAX_REPORT_BYTES`] by default), or naming another node is that node's
     /// problem, never an error of the reader. An unreadable one carries the node's last
-    /// readable report when one is kept ([`Home::last_readable`]).
+    /// readable report when one is kept (`Home::last_readable`).
     ///
     /// # Errors
     /// The record or stream cannot be read.

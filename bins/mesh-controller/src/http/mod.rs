@@ -4,7 +4,7 @@
 //!
 //! Start at [`Pages`]: it reads a [`Snapshot`] — [`crate::status::overview_of_plans`] and the
 //! plan records, at one moment — and renders it ([`page`], [`metrics`],
-//! [`Overview::json_document`]). [`Pages::respond`] answers one [`Page`]; [`router`] is the
+//! `Overview::json_document`). [`Pages::respond`] answers one [`Page`]; [`router`] is the
 //! axum router over it (with tower-http's limits on a body and a request's time), and [`bind`]
 //! and [`serve`] serve it (hyper's HTTP/1.1, on a loopback address unless told otherwise, behind
 //! rustls when given a certificate). [`Routes`] mounts the webhooks ([`crate::hooks`]) beside

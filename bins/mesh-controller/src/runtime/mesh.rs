@@ -38,7 +38,7 @@ enum Pick {
     /// One host agent per node in this process.
     InProcess,
     /// The real hosts on a fleet's bus.
-    Bus(BusArgs),
+    Bus(Box<BusArgs>),
     /// The caller's.
     Given(GivenFleet),
 }
@@ -95,7 +95,7 @@ impl Mesh {
             home,
             store,
             fleet: match options.bus {
-                Some(bus) => Pick::Bus(bus),
+                Some(bus) => Pick::Bus(Box::new(bus)),
                 None => Pick::InProcess,
             },
         })

@@ -70,6 +70,13 @@ pub struct Cli {
     /// fewer are listed by `broker replicas` and raised by `broker raise-replicas`.
     #[arg(long, env = "MESH_BUS_REPLICAS", global = true, value_name = "N")]
     bus_replicas: Option<usize>,
+    /// How long a read or write of the controller's records on the bus is tried again while
+    /// the bus gives no answer (a cluster electing a leader, or one that lost its quorum)
+    /// before the command fails saying so (default 30). Shorter fails sooner on a cluster that
+    /// stays down; longer rides out a slower election.
+    #[arg(long, env = "MESH_BUS_RETRY_LIMIT", global = true, value_name = "SECS",
+        value_parser = clap::value_parser!(u64).range(1..=3600))]
+    bus_retry_limit: Option<u64>,
     /// The bus server's CA (a PEM file): TLS is then required and only these CAs are trusted.
     #[arg(long, env = "MESH_BUS_CA", global = true, value_name = "FILE")]
     bus_ca: Option<PathBuf>,

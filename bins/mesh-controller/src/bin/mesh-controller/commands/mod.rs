@@ -81,6 +81,7 @@ impl Env {
                 credentials_file: cli.store_credentials.clone(),
             },
             replicas: cli.bus_replicas,
+            retry_limit: cli.bus_retry_limit.map(std::time::Duration::from_secs),
         };
         let bus = cli.bus.clone().map(bus_args);
         let store: Option<mesh_store::store::StoreSpec> = match &cli.store {
