@@ -122,7 +122,7 @@ pub fn public_key_of_file(path: &Path) -> Result<String, KeyError> {
 
 /// A user seed derived from `secret` for `purpose`: the same for the same two, and telling
 /// nothing of `secret`. The controller derives the probe user's key
-/// ([`crate::grants::PROBE_USER`]) from its own secret, so any machine holding that secret
+/// ([`crate::subjects::PROBE_USER`]) from its own secret, so any machine holding that secret
 /// proves the bus's users in force and nothing more is kept.
 pub fn derived_user_seed(secret: &str, purpose: &str) -> String {
     use sha2::{Digest as _, Sha256};

@@ -24,7 +24,7 @@ use std::io;
 use std::path::PathBuf;
 
 /// Puts back a together group whose commit was interrupted (a [`crate::state::GroupCommit`]
-/// left in the state directory), with the real seams ([`apply`]'s): the first step of the next
+/// left in the state directory), with the real seams (`apply`'s): the first step of the next
 /// apply, public so that a test can look at the machine as that apply will find it. See
 /// [`put_back_interrupted_group_with`].
 ///
@@ -45,7 +45,7 @@ pub fn put_back_interrupted_group(config: &HostConfig) -> Result<Option<String>,
 /// member file that was there gets its `.mesh-old` copy back and each that was not is removed
 /// (with its staged copy); each membership the commit added is removed; each directory it
 /// created is removed (left, and said, when it holds something) and each it changed gets its
-/// mode and owner back; each container is put back by [`ContainerRuntime::restore`] (one it
+/// mode and owner back; each container is put back by `ContainerRuntime::restore` (one it
 /// created removed, one it started stopped, one it replaced given its name back from
 /// `<name>.mesh-old` and started if it ran). Then the record goes. Containers come last, so a
 /// container given back starts with the group's old files. Idempotent.

@@ -125,7 +125,7 @@ pub fn apply_with(
     )
 }
 
-/// Applies a declaration whose archived files ([`FileSpec::source`]) the host read from their
+/// Applies a declaration whose archived files (`FileSpec::source`) the host read from their
 /// archives: `contents` holds each one's content, or why it could not be read.
 ///
 /// The declaration is applied as sent (the report names its digest). A file whose content

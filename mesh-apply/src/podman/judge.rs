@@ -122,7 +122,7 @@ impl Podman {
         })
     }
 
-    /// The last [`LOG_TAIL_LINES`] lines of a container's log (stdout and stderr), joined with
+    /// The last `LOG_TAIL_LINES` lines of a container's log (stdout and stderr), joined with
     /// ` | `.
     pub fn log_tail(&self, name: &str) -> String {
         let lines = LOG_TAIL_LINES.to_string();

@@ -63,7 +63,7 @@ pub enum Stage {
     /// The rest (or, for `together`, everyone).
     Rest,
     /// Every running node applied but those held for a move: waiting for a person's
-    /// `--move MODULE` ([`Event::Release`]).
+    /// `--move MODULE` ([`Event::Release`](super::Event::Release)).
     Held,
     /// Every running node applied.
     Done,
@@ -261,7 +261,7 @@ impl RolloutState {
     /// have stopped between a step and carrying out its actions: the grants asked and not
     /// answered are asked again ([`Resume::grants`]); each node sent and not yet heard is heard
     /// from its latest report, or sent again ([`Resume::sent`]; an apply is idempotent). The
-    /// one resume path: the caller feeds the answers to [`step`] as usual.
+    /// one resume path: the caller feeds the answers to [`step`](super::step) as usual.
     pub fn to_resume(&self) -> Resume {
         let mut resume = Resume::default();
         let bus_node = match (&self.bus_node, self.stage) {
@@ -327,7 +327,7 @@ impl RolloutState {
     }
 
     /// The state again from its parts and each running node's progress (any order): the queue
-    /// is the nodes not yet begun, by name, as [`step`] made it.
+    /// is the nodes not yet begun, by name, as [`step`](super::step) made it.
     pub fn assemble(parts: RolloutParts, nodes: Vec<(String, NodeProgress)>) -> RolloutState {
         let nodes = NodeTable::from_sorted(nodes);
         let queue = match parts.stage {

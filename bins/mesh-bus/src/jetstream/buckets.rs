@@ -45,7 +45,7 @@ pub async fn ensure_bucket(js: &Context, bucket: &str) -> Result<kv::Store, Nats
 
 /// Makes a key-value bucket (a module's state) keeping 8 values per key with `replicas`
 /// copies, or opens it as it is (one with fewer copies is said in the log, as in
-/// [`ensure_stream`]).
+/// [`ensure_stream`](super::ensure_stream)).
 ///
 /// The bucket's stream is made here rather than by async-nats' `create_key_value`, which asks
 /// the account's limits in a shape a 2.9 server does not answer.

@@ -4,7 +4,7 @@
 //! machine, reads the same record and resumes from it. The records at the top are in
 //! [`RECORDS_BUCKET`]; each top-level directory's in a bucket of its own
 //! (`mesh-records-sent` holds `sent/…`; see [`place`]), so a listing reads only the stream of
-//! the directory listed ([`directories`] says why).
+//! the directory listed (`directories` says why).
 //!
 //! [`KvRecords`] is mesh-store's [`RecordStore`] over those buckets. Its calls are blocking,
 //! like the file records they stand in for: each is handed to a small runtime of its own (one
@@ -578,7 +578,7 @@ impl RecordStore for KvRecords {
         }
     }
 
-    /// Sent in windows of [`PUT_WINDOW`], each window's acknowledgements awaited together; a
+    /// Sent in windows of `PUT_WINDOW`, each window's acknowledgements awaited together; a
     /// write not acknowledged is written again on its own, as [`RecordStore::put`] writes.
     fn put_many(&self, records: &[(String, Vec<u8>)]) -> Result<(), RecordStoreError> {
         let mut made = std::collections::BTreeSet::new();
@@ -662,7 +662,7 @@ impl RecordStore for KvRecords {
 
     /// Each record's subject purged from the bucket's stream — its value, its older values
     /// and any removal marker, so nothing of it is left in the bucket — in windows of
-    /// [`PUT_WINDOW`], each window's answers awaited together. A purge done twice removes
+    /// `PUT_WINDOW`, each window's answers awaited together. A purge done twice removes
     /// nothing more, so a window that got no answer is sent again, whole, until the retry
     /// limit.
     fn delete_many(&self, keys: &[String]) -> Result<(), RecordStoreError> {

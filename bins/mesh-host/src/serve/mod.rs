@@ -129,7 +129,7 @@ pub enum ServeError {
 /// ([`shutdown_signal`]).
 pub const STOP_BOUND: Duration = Duration::from_secs(30);
 
-/// How long publishing a report waits for the bus to take it ([`publish_report`]).
+/// How long publishing a report waits for the bus to take it (`publish_report`).
 pub const PUBLISH_BOUND: Duration = Duration::from_secs(5);
 
 /// How long the last flush of what is queued for the bus may take when a daemon stops: a bus
@@ -239,7 +239,7 @@ async fn connect(
 ///
 /// # Errors
 /// [`ServeError::State`] when the state directory cannot hold the declaration received;
-/// [`ServeError::Bus`] when the bus cannot be reached as configured (see [`connect`]).
+/// [`ServeError::Bus`] when the bus cannot be reached as configured (see `connect`).
 pub async fn serve(
     config: ServeConfig,
     shutdown: impl Future<Output = ()>,
