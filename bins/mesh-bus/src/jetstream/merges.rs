@@ -274,6 +274,19 @@ impl MergeListener {
             source,
         };
         if self.messages.is_none() {
+            // A consumer just made on a cluster is read once its leader is elected (see
+            // `awaits_leader`): looked at again every second until then, within `wait`.
+            while super::awaits_leader(self.consumer.cached_info()) {
+                let again = tokio::time::Instant::now() + Duration::from_secs(1);
+                if again > deadline {
+                    return Ok(None);
+                }
+                tokio::time::sleep_until(again).await;
+                self.consumer
+                    .info()
+                    .await
+                    .map_err(|source| consumer_error(source.into()))?;
+            }
             let messages = self
                 .consumer
                 .messages()

@@ -458,6 +458,16 @@ pub async fn leaderless(js: &Context, stream: &str) -> Option<String> {
     }
 }
 
+/// Whether a consumer's copies are on a cluster that has not elected its leader yet. A pull
+/// sent to such a consumer is lost on nats-server 2.9 — nothing answers it, not even a
+/// heartbeat — and a reader would find out only when the heartbeats are missed (30 s by
+/// default): readers open their message stream once the info names a leader.
+pub fn awaits_leader(info: &async_nats::jetstream::consumer::Info) -> bool {
+    info.cluster
+        .as_ref()
+        .is_some_and(|cluster| cluster.name.is_some() && cluster.leader.is_none())
+}
+
 /// Makes `node`'s declaration consumer from now (the controller does, when it issues the
 /// node's grants — before the first declaration it sends), or keeps the one that exists.
 ///
@@ -527,4 +537,49 @@ pub async fn publish_declaration(
         sequence: ack.sequence,
         duplicate: ack.duplicate,
     })
+}
+
+#[cfg(test)]
+mod leader_tests {
+    use super::awaits_leader;
+    use async_nats::jetstream::consumer::Info;
+
+    /// A consumer's info as a server sends it, its `cluster` as given.
+    fn info(cluster: serde_json::Value) -> Info {
+        serde_json::from_value(serde_json::json!({
+            "stream_name": "MESH_DECLARATIONS",
+            "name": "host-bus",
+            "created": "2026-12-06T03:54:45.946200Z",
+            "config": {
+                "durable_name": "host-bus",
+                "deliver_policy": "all",
+                "ack_policy": "explicit",
+                "ack_wait": 30_000_000_000_u64,
+                "max_deliver": -1,
+                "replay_policy": "instant",
+                "max_waiting": 512,
+                "max_ack_pending": 1000,
+                "num_replicas": 0
+            },
+            "delivered": {"consumer_seq": 0, "stream_seq": 0},
+            "ack_floor": {"consumer_seq": 0, "stream_seq": 0},
+            "num_ack_pending": 0,
+            "num_redelivered": 0,
+            "num_waiting": 0,
+            "num_pending": 0,
+            "cluster": cluster,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_consumer_of_a_cluster_without_its_leader_is_not_read_yet() {
+        assert!(awaits_leader(&info(serde_json::json!({"name": "c"}))));
+        assert!(!awaits_leader(&info(
+            serde_json::json!({"name": "c", "leader": "c-2"})
+        )));
+        // A single server: no cluster's name, its one copy the leader.
+        assert!(!awaits_leader(&info(serde_json::json!({"leader": "n"}))));
+        assert!(!awaits_leader(&info(serde_json::Value::Null)));
+    }
 }
