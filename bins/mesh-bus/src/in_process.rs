@@ -4,13 +4,16 @@ use crate::{check_subject, subject_matches, Bus, BusError, Message, Subscription
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::mpsc::{channel, Sender};
 
 /// A bus inside one process. Cloning it gives another handle to the same bus.
 ///
 /// # Guarantees
 /// Messages on one subscription arrive in the order they were published; a subscription
-/// dropped by its owner is forgotten at the next publish.
+/// dropped by its owner is forgotten at the next publish. One whose reader is
+/// [`crate::SUBSCRIPTION_CAPACITY`] messages behind misses the next ones, as a slow consumer
+/// of a NATS server does.
 #[derive(Clone, Default)]
 pub struct InProcessBus {
     inner: Arc<Inner>,
@@ -18,7 +21,7 @@ pub struct InProcessBus {
 
 #[derive(Default)]
 struct Inner {
-    subscribers: Mutex<Vec<(String, UnboundedSender<Message>)>>,
+    subscribers: Mutex<Vec<(String, Sender<Message>)>>,
     inboxes: AtomicU64,
 }
 
@@ -32,7 +35,18 @@ impl InProcessBus {
         let mut subscribers = self.inner.subscribers.lock().expect("bus lock");
         subscribers.retain(|(pattern, sender)| {
             if subject_matches(pattern, &message.subject) {
-                sender.send(message.clone()).is_ok()
+                match sender.try_send(message.clone()) {
+                    Ok(()) => true,
+                    Err(TrySendError::Full(_)) => {
+                        tracing::warn!(
+                            subject = %message.subject,
+                            pattern = %pattern,
+                            "a subscription's reader is behind: a message dropped"
+                        );
+                        true
+                    }
+                    Err(TrySendError::Closed(_)) => false,
+                }
             } else {
                 !sender.is_closed()
             }
@@ -54,7 +68,7 @@ impl Bus for InProcessBus {
 
     async fn subscribe(&self, subject: &str) -> Result<Subscription, BusError> {
         check_subject(subject, true)?;
-        let (sender, receiver) = unbounded_channel();
+        let (sender, receiver) = channel(crate::SUBSCRIPTION_CAPACITY);
         self.inner
             .subscribers
             .lock()
@@ -94,6 +108,40 @@ impl Bus for InProcessBus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reader that is behind holds at most the capacity, the first ones in order; the bus
+    /// goes on delivering to the others.
+    #[tokio::test]
+    async fn a_subscription_behind_holds_no_more_than_its_capacity() {
+        let bus = InProcessBus::new();
+        let mut behind = bus.subscribe("mesh.report.*").await.unwrap();
+        let extra = 10;
+        for n in 0..crate::SUBSCRIPTION_CAPACITY + extra {
+            bus.publish("mesh.report.a", n.to_string().into_bytes())
+                .await
+                .unwrap();
+        }
+        let mut reading = bus.subscribe("mesh.report.*").await.unwrap();
+        bus.publish("mesh.report.b", b"after".to_vec())
+            .await
+            .unwrap();
+        assert_eq!(reading.next().await.unwrap().payload, b"after");
+        for n in 0..crate::SUBSCRIPTION_CAPACITY {
+            assert_eq!(
+                behind.next().await.unwrap().payload,
+                n.to_string().into_bytes()
+            );
+        }
+        // The 10 past the capacity were dropped; the one published since it was read is not.
+        assert!(
+            behind.receiver.try_recv().is_err(),
+            "held past its capacity"
+        );
+        bus.publish("mesh.report.a", b"later".to_vec())
+            .await
+            .unwrap();
+        assert_eq!(behind.next().await.unwrap().payload, b"later");
+    }
 
     #[tokio::test]
     async fn routes_by_subject_and_answers_requests() {

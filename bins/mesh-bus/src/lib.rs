@@ -65,15 +65,23 @@ pub struct Message {
     pub reply: Option<String>,
 }
 
-/// Messages arriving on a subscription.
+/// How many messages a subscription holds that its reader has not taken yet. Past it, a bus
+/// holds back (NATS: its client's own buffer fills, and the server drops what a slow consumer
+/// cannot take, said as a slow-consumer event; in process: the message is dropped) instead of
+/// the reader's memory growing for as long as it is behind — 100,000 hosts' heartbeats read by
+/// a controller waiting on the server grew it to 7 GiB in half an hour. Every report is kept in
+/// the reports stream besides, and a host repeats its last one every heartbeat.
+pub const SUBSCRIPTION_CAPACITY: usize = 4096;
+
+/// Messages arriving on a subscription, at most [`SUBSCRIPTION_CAPACITY`] of them held.
 #[derive(Debug)]
 pub struct Subscription {
-    receiver: tokio::sync::mpsc::UnboundedReceiver<Message>,
+    receiver: tokio::sync::mpsc::Receiver<Message>,
 }
 
 impl Subscription {
-    /// A subscription fed by `receiver`.
-    pub fn new(receiver: tokio::sync::mpsc::UnboundedReceiver<Message>) -> Self {
+    /// A subscription fed by `receiver` (a channel of [`SUBSCRIPTION_CAPACITY`]).
+    pub fn new(receiver: tokio::sync::mpsc::Receiver<Message>) -> Self {
         Subscription { receiver }
     }
 

@@ -711,14 +711,16 @@ impl Bus for NatsBus {
         round_trip(&self.client)
             .await
             .map_err(|error| failed(subject, error))?;
-        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        // Bounded: a reader behind holds the forwarding back, and the client's own buffer
+        // then the server drop what it cannot take (crate::SUBSCRIPTION_CAPACITY).
+        let (sender, receiver) = tokio::sync::mpsc::channel(crate::SUBSCRIPTION_CAPACITY);
         let pattern = subject.to_owned();
         tokio::spawn(async move {
             loop {
                 tokio::select! {
                     message = subscriber.next() => {
                         let Some(message) = message else { break };
-                        if sender.send(message_of(message)).is_err() {
+                        if sender.send(message_of(message)).await.is_err() {
                             break; // the subscription was dropped: unsubscribe
                         }
                     }
