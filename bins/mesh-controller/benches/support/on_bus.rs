@@ -5,7 +5,7 @@ use super::modules;
 use mesh_controller::credentials::BusArgs;
 use mesh_controller::home::Home;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The home at `root` (its inventory written) with its records moved to the bus at `url`,
 /// after `reload` gave every server of the bus the users the home composes; returns the home
@@ -25,16 +25,13 @@ pub fn onto_bus(root: &Path, url: String, reload: impl FnOnce(&str)) -> (Home, B
         password_file: Some(root.join("bus/passwords/controller")),
         ..BusArgs::default()
     };
-    // The reload is asynchronous: wait until the controller is let in (a deadline only bounds
+    // The reload is asynchronous: wait until the controller is let in (the limit only bounds
     // a failure).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let home = loop {
-        match mesh_controller::records::open_home(root, Some(&bus)) {
-            Ok(home) => break home,
-            Err(error) if Instant::now() > deadline => panic!("{error:#}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    };
+    let home = mesh_test_support::wait::wait_for(
+        "the controller let in after the users' reload",
+        Duration::from_secs(30),
+        || mesh_controller::records::open_home(root, Some(&bus)).map_err(|e| format!("{e:#}")),
+    );
     mesh_controller::records::import(root, &home, &bus.url).unwrap();
     (home, bus, users)
 }
