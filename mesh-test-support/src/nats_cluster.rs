@@ -94,7 +94,7 @@ impl NatsCluster {
     ) -> Result<NatsCluster, NatsServerError> {
         let binary = binary()?;
         let version = version_of(&binary)?;
-        let name = crate::nats_server::unique_name();
+        let name = format!("mesh-{}-{}", std::process::id(), unique());
         let mut last = None;
         for _ in 0..5 {
             let ports = (0..size)
@@ -420,6 +420,15 @@ fn log_tail(dir: &Path) -> String {
     let log = std::fs::read_to_string(dir.join(LOG_FILE)).unwrap_or_default();
     let tail: Vec<&str> = log.lines().rev().take(3).collect();
     tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as u64);
+    nanos ^ (NEXT.fetch_add(1, Ordering::Relaxed) << 32)
 }
 
 /// One clustered server's configuration: its name, loopback client, route and monitoring ports,
