@@ -34,6 +34,7 @@
 
 mod support;
 
+use futures_util::StreamExt as _;
 use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
 use mesh_controller::plans::MergeOutcome;
 use mesh_controller::runtime::{Mesh, MeshOptions, Runtime};
@@ -651,7 +652,25 @@ fn hosts() {
         let mut options = NatsOptions::for_controller(url, password.trim());
         options.name = Some("simulated hosts".to_owned());
         let bus = NatsBus::connect(&options).await.unwrap();
-        let mut declarations = bus.subscribe(subjects::ALL_DECLARATIONS).await.unwrap();
+        // The declarations are read from their stream through an ordered consumer, which the
+        // server paces (flow control) and never drops from, as real hosts read theirs through
+        // durable consumers: a plain subscription holds at most
+        // `mesh_bus::SUBSCRIPTION_CAPACITY` messages, and at 100,000 hosts the declarations
+        // it dropped were hosts that never answered.
+        let js = bus.jetstream();
+        mesh_bus::jetstream::ensure_streams(&js).await.unwrap();
+        let stream = js.get_stream(subjects::DECLARATIONS_STREAM).await.unwrap();
+        let consumer = stream
+            .create_consumer(async_nats::jetstream::consumer::push::OrderedConfig {
+                deliver_subject: bus.client().new_inbox(),
+                description: Some("simulated hosts".to_owned()),
+                filter_subject: subjects::ALL_DECLARATIONS.to_owned(),
+                deliver_policy: async_nats::jetstream::consumer::DeliverPolicy::New,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut declarations = consumer.messages().await.unwrap();
         bus.round_trip().await.unwrap();
         println!("ready");
         std::io::stdout().flush().unwrap();
@@ -695,6 +714,7 @@ fn hosts() {
             .collect();
         let heard = async {
             while let Some(message) = declarations.next().await {
+                let message = message.expect("the simulated hosts' consumer failed");
                 let Ok(declaration) = Declaration::from_json(&message.payload) else {
                     continue;
                 };

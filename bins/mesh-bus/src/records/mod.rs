@@ -381,7 +381,7 @@ impl KvRecords {
             let owned = in_bucket.clone();
             async move { last_entry(&store, &owned).await }
         })
-        .map_err(|e| self.error("read", key, e))
+        .map_err(|e| self.error("read", key, unanswered_read(e, self.retry_limit)))
     }
 
     fn checked(&self, key: &str) -> Result<(), RecordStoreError> {
@@ -495,6 +495,22 @@ fn leaderless(
         format!(
             "the bucket's stream had no leader{tried} — a cluster that lost its quorum (fewer \
              than a majority of its servers up): {source}"
+        )
+        .into()
+    } else {
+        source
+    }
+}
+
+/// `source`, the last error of a read sent again for `tried`: a time-out then means no server
+/// answered all that time — said as the write says it (a lost quorum, or no server reachable),
+/// not as a bare "timed out".
+fn unanswered_read(source: async_nats::Error, tried: Duration) -> async_nats::Error {
+    if source.to_string().contains("timed out") {
+        format!(
+            "no server of the bus answered within {tried:?}: the bucket's stream has no leader — \
+             a cluster that lost its quorum (fewer than a majority of its servers up), or no \
+             server reachable ({source})"
         )
         .into()
     } else {
@@ -851,5 +867,20 @@ impl RecordStore for KvRecords {
                 .map_err(|e| self.error("write", key, e))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_unanswered_for_the_retry_limit_names_the_lost_quorum() {
+        let said = unanswered_read("request timed out".into(), Duration::from_secs(10)).to_string();
+        assert!(said.contains("within 10s"), "{said}");
+        assert!(said.contains("lost its quorum"), "{said}");
+        assert!(said.ends_with("(request timed out)"), "{said}");
+        let refused = unanswered_read("permissions violation".into(), Duration::from_secs(10));
+        assert_eq!(refused.to_string(), "permissions violation");
     }
 }
