@@ -19,7 +19,8 @@
 //! bucket with 3 copies, and the cluster's time against the single server's printed as a
 //! ratio — ), `MESH_BENCH_BUDGET_SECS` (default 1200: a merge
 //! not finished by then is reported as "more than", and the run ends there), `MESH_BENCH_TMP`
-//! (where the home is made; default `/dev/shm`).
+//! (where the home is made; default `/dev/shm`), `MESH_BENCH_LINES` (a directory: the merge's
+//! progress lines, each with when it was said, are written there, one file per size).
 //!
 //! Then, at each size of `MESH_BENCH_TAKEOVER` (default `1000`; empty: none), a takeover:
 //! the daemon (`mesh_controller::daemon::serve`, in this process) plans merge A while its
@@ -292,7 +293,7 @@ fn run(
         let outcome = match outcome {
             Ok(MergeOutcome::Planned { plan, .. }) => Ok(format!("{:?}", plan.state)),
             Ok(other) => Err(format!("not planned: {other:?}")),
-            Err(error) => Err(format!("{error:#}")),
+            Err(error) => Err(error.chain_line()),
         };
         let lines = std::mem::take(&mut *progress.lines.lock().unwrap());
         let _ = done.send(Measured {
@@ -348,6 +349,9 @@ fn run(
         .any(|(_, line)| line.contains("goes first"))
     {
         println!("  {hosts} hosts: (the bus's users changed: the bus node went first and grants were issued)");
+    }
+    if let Ok(dir) = std::env::var("MESH_BENCH_LINES") {
+        write_lines(Path::new(&dir), hosts, &measured.lines);
     }
     let to_all = first_report_to_all(&measured.lines);
     match to_all.clone() {
@@ -587,6 +591,34 @@ fn simulated_hosts(
         .unwrap();
     assert_eq!(ready.trim(), "ready", "the simulated hosts did not start");
     simulator
+}
+
+/// The merge's progress lines with when each was said (seconds from the merge's start), in
+/// `dir/fleet_sim-<hosts>.txt` (`MESH_BENCH_LINES`): where a merge's time goes. Of the lines
+/// naming one node's send, the first and every thousandth of each module are kept.
+fn write_lines(dir: &Path, hosts: usize, lines: &[(Duration, String)]) {
+    let mut text = String::new();
+    let mut sends: BTreeMap<String, usize> = BTreeMap::new();
+    for (at, line) in lines {
+        if let Some((module, _)) = line
+            .trim_start()
+            .strip_prefix('`')
+            .and_then(|rest| rest.split_once("`: sent `"))
+        {
+            let count = sends.entry(module.to_owned()).or_default();
+            *count += 1;
+            if *count != 1 && !count.is_multiple_of(1000) {
+                continue;
+            }
+            text.push_str(&format!("{:9.3} [send {count}] {line}\n", at.as_secs_f64()));
+            continue;
+        }
+        text.push_str(&format!("{:9.3} {line}\n", at.as_secs_f64()));
+    }
+    let path = dir.join(format!("fleet_sim-{hosts}.txt"));
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(&path, text).unwrap();
+    println!("  {hosts} hosts: progress lines in {}", path.display());
 }
 
 /// The controller's records: how many, and the largest with its key.

@@ -44,13 +44,22 @@ use std::time::Duration;
 /// it is not stored again (the incident behind “A merge heard twice makes one plan” saw repeats 0.5 to 30 seconds apart).
 pub const MERGE_DEDUPLICATION_WINDOW: Duration = Duration::from_secs(60 * 60);
 
-/// The declarations stream: the last 8 declarations of each node.
+/// The most consumers the declarations stream takes, said on the stream: every node has a
+/// durable consumer of its own there, so this is the largest fleet one bus serves. A stream
+/// that says no limit gets the server's default from nats-server 2.15 on — 1,000, and no
+/// value a stream can say means "unlimited" there — so a fleet past a thousand nodes could
+/// not make its consumers.
+pub const DECLARATION_CONSUMERS: i32 = 1_000_000;
+
+/// The declarations stream: the last 8 declarations of each node, and a consumer per node (at
+/// most [`DECLARATION_CONSUMERS`]).
 pub fn declarations_stream() -> stream::Config {
     stream::Config {
         name: DECLARATIONS_STREAM.to_owned(),
         description: Some("what each node should hold, newest last".to_owned()),
         subjects: vec![subjects::ALL_DECLARATIONS.to_owned()],
         max_messages_per_subject: 8,
+        max_consumers: DECLARATION_CONSUMERS,
         storage: stream::StorageType::File,
         ..Default::default()
     }
@@ -144,6 +153,7 @@ pub async fn ensure_stream(
 ) -> Result<stream::Stream, NatsError> {
     let name = config.name.clone();
     let wanted = config.num_replicas;
+    let max_consumers = config.max_consumers;
     let stream = js
         .get_or_create_stream(config)
         .await
@@ -151,6 +161,7 @@ pub async fn ensure_stream(
             stream: name.clone(),
             source: source.into(),
         })?;
+    let stream = raise_max_consumers(js, stream, max_consumers).await;
     let has = stream.cached_info().config.num_replicas.max(1);
     if has < wanted {
         tracing::warn!(
@@ -162,6 +173,30 @@ pub async fn ensure_stream(
         );
     }
     Ok(stream)
+}
+
+/// `stream` made to take `wanted` consumers when it was made taking fewer: one made by an
+/// earlier mesh says no limit, which nats-server 2.15 and later read as their default of 1,000.
+/// Raised once, said in the log; a server that refuses (one older than 2.12 cannot change the
+/// limit, but reads no limit as none) leaves the stream as it is, said in the log.
+async fn raise_max_consumers(js: &Context, stream: stream::Stream, wanted: i32) -> stream::Stream {
+    let has = stream.cached_info().config.max_consumers;
+    let defaulted =
+        has <= 0 && crate::version::ServerVersion::of_client(&js.client()).at_least(2, 15);
+    if wanted <= 0 || !(defaulted || (has > 0 && has < wanted)) {
+        return stream;
+    }
+    let mut config = stream.cached_info().config.clone();
+    let name = config.name.clone();
+    config.max_consumers = wanted;
+    match js.update_stream(&config).await {
+        Ok(_) => tracing::info!(stream = %name, was = has, now = wanted,
+            "the stream's consumer limit raised: every node has a consumer there"),
+        Err(error) => tracing::warn!(stream = %name, limit = has, wanted, %error,
+            "the stream's consumer limit could not be raised: nodes past the limit cannot make \
+             their consumers"),
+    }
+    stream
 }
 
 /// A stream or bucket of the mesh with fewer copies than it should have.
