@@ -178,19 +178,77 @@ fn main() {
     std::process::exit(0);
 }
 
-/// Progress lines with the time each was said.
+/// Progress lines with the time each was said, and written as they are said to the file of
+/// `MESH_BENCH_LINES` when it is given (so that a merge past its budget still shows where its
+/// time went).
 struct Timed {
     started: Instant,
     lines: Mutex<Vec<(Duration, String)>>,
+    file: Option<Mutex<LinesFile>>,
+}
+
+impl Timed {
+    fn new(hosts: usize) -> Timed {
+        let file = std::env::var("MESH_BENCH_LINES").ok().map(|dir| {
+            let dir = Path::new(&dir);
+            std::fs::create_dir_all(dir).unwrap();
+            let path = dir.join(format!("fleet_sim-{hosts}.txt"));
+            println!("  {hosts} hosts: progress lines in {}", path.display());
+            Mutex::new(LinesFile {
+                file: std::fs::File::create(&path).unwrap(),
+                sends: BTreeMap::new(),
+            })
+        });
+        Timed {
+            started: Instant::now(),
+            lines: Mutex::new(Vec::new()),
+            file,
+        }
+    }
 }
 
 impl mesh_controller::Progress for Timed {
     fn line(&self, text: &str) {
         let at = self.started.elapsed();
+        if let Some(file) = &self.file {
+            file.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .write(at, text);
+        }
         self.lines
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push((at, text.to_owned()));
+    }
+}
+
+/// The merge's progress lines with when each was said (seconds from the merge's start), in
+/// `MESH_BENCH_LINES/fleet_sim-<hosts>.txt`: where a merge's time goes. Of the lines naming
+/// one node's send, the first and every thousandth of each module are kept.
+struct LinesFile {
+    file: std::fs::File,
+    /// Per module, how many sends were said.
+    sends: BTreeMap<String, usize>,
+}
+
+impl LinesFile {
+    fn write(&mut self, at: Duration, line: &str) {
+        let text = match line
+            .trim_start()
+            .strip_prefix('`')
+            .and_then(|rest| rest.split_once("`: sent `"))
+        {
+            Some((module, _)) => {
+                let count = self.sends.entry(module.to_owned()).or_default();
+                *count += 1;
+                if *count != 1 && !count.is_multiple_of(1000) {
+                    return;
+                }
+                format!("{:9.3} [send {count}] {line}\n", at.as_secs_f64())
+            }
+            None => format!("{:9.3} {line}\n", at.as_secs_f64()),
+        };
+        let _ = self.file.write_all(text.as_bytes());
     }
 }
 
@@ -280,10 +338,7 @@ fn run(
         )
         .unwrap();
         let tokio = tokio::runtime::Runtime::new().unwrap();
-        let progress = Arc::new(Timed {
-            started: Instant::now(),
-            lines: Mutex::new(Vec::new()),
-        });
+        let progress = Arc::new(Timed::new(hosts));
         let runtime = Runtime::new(Arc::new(mesh), Arc::clone(&progress) as _);
         let cpu_before = cpu_time();
         let started = Instant::now();
@@ -349,9 +404,6 @@ fn run(
         .any(|(_, line)| line.contains("goes first"))
     {
         println!("  {hosts} hosts: (the bus's users changed: the bus node went first and grants were issued)");
-    }
-    if let Ok(dir) = std::env::var("MESH_BENCH_LINES") {
-        write_lines(Path::new(&dir), hosts, &measured.lines);
     }
     let to_all = first_report_to_all(&measured.lines);
     match to_all.clone() {
@@ -591,34 +643,6 @@ fn simulated_hosts(
         .unwrap();
     assert_eq!(ready.trim(), "ready", "the simulated hosts did not start");
     simulator
-}
-
-/// The merge's progress lines with when each was said (seconds from the merge's start), in
-/// `dir/fleet_sim-<hosts>.txt` (`MESH_BENCH_LINES`): where a merge's time goes. Of the lines
-/// naming one node's send, the first and every thousandth of each module are kept.
-fn write_lines(dir: &Path, hosts: usize, lines: &[(Duration, String)]) {
-    let mut text = String::new();
-    let mut sends: BTreeMap<String, usize> = BTreeMap::new();
-    for (at, line) in lines {
-        if let Some((module, _)) = line
-            .trim_start()
-            .strip_prefix('`')
-            .and_then(|rest| rest.split_once("`: sent `"))
-        {
-            let count = sends.entry(module.to_owned()).or_default();
-            *count += 1;
-            if *count != 1 && !count.is_multiple_of(1000) {
-                continue;
-            }
-            text.push_str(&format!("{:9.3} [send {count}] {line}\n", at.as_secs_f64()));
-            continue;
-        }
-        text.push_str(&format!("{:9.3} {line}\n", at.as_secs_f64()));
-    }
-    let path = dir.join(format!("fleet_sim-{hosts}.txt"));
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(&path, text).unwrap();
-    println!("  {hosts} hosts: progress lines in {}", path.display());
 }
 
 /// The controller's records: how many, and the largest with its key.

@@ -1,7 +1,7 @@
 //! Key-value buckets: the stream each is kept in (the key-value convention's), made with the
 //! mesh's copies and opened as it is when it exists.
 
-use super::{replicas_for, SINGLE_SERVER_REPLICAS};
+use super::{make_stream_patiently, replicas_for, SINGLE_SERVER_REPLICAS};
 use crate::nats::NatsError;
 use crate::subjects;
 use async_nats::jetstream::stream;
@@ -76,9 +76,9 @@ pub(crate) async fn open_or_make_bucket(
     let store = match js.get_key_value(bucket).await {
         Ok(store) => store,
         Err(_) => {
-            js.get_or_create_stream(config)
+            make_stream_patiently(js, config)
                 .await
-                .map_err(|source| bucket_error(source.into()))?;
+                .map_err(bucket_error)?;
             js.get_key_value(bucket)
                 .await
                 .map_err(|source| bucket_error(source.into()))?

@@ -154,12 +154,11 @@ pub async fn ensure_stream(
     let name = config.name.clone();
     let wanted = config.num_replicas;
     let max_consumers = config.max_consumers;
-    let stream = js
-        .get_or_create_stream(config)
+    let stream = make_stream_patiently(js, config)
         .await
         .map_err(|source| NatsError::Stream {
             stream: name.clone(),
-            source: source.into(),
+            source,
         })?;
     let stream = raise_max_consumers(js, stream, max_consumers).await;
     let has = stream.cached_info().config.num_replicas.max(1);
@@ -173,6 +172,34 @@ pub async fn ensure_stream(
         );
     }
     Ok(stream)
+}
+
+/// How long making a stream (a bucket's too) is tried again while the cluster answers that JetStream
+/// is "temporarily unavailable" (10008): a cluster just formed, or one busy, whose new stream
+/// has not yet elected its leader.
+pub const STREAM_MAKE_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Makes (or opens) the stream of `config`, tried again for up to [`STREAM_MAKE_PATIENCE`]
+/// while the server answers "temporarily unavailable"; any other refusal is returned at once.
+pub(crate) async fn make_stream_patiently(
+    js: &Context,
+    config: stream::Config,
+) -> Result<stream::Stream, async_nats::Error> {
+    let until = tokio::time::Instant::now() + STREAM_MAKE_PATIENCE;
+    loop {
+        match js.get_or_create_stream(config.clone()).await {
+            Ok(stream) => return Ok(stream),
+            Err(error)
+                if error.to_string().contains("temporarily unavailable")
+                    && tokio::time::Instant::now() < until =>
+            {
+                tracing::info!(stream = %config.name, %error,
+                    "the bus has no leader yet for the new stream; trying again");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
 }
 
 /// `stream` made to take `wanted` consumers when it was made taking fewer: one made by an
