@@ -17,7 +17,9 @@
 //! once with Debian's 2.9 and once with the current release), else `nats-server` on PATH. Its
 //! version ([`version_of`]) decides the configuration: from 2.10 on, JetStream runs with
 //! `sync_interval: always` (every write on disk before it is acknowledged; 2.9 refuses the
-//! field, and flushes every 2 minutes). For several servers in a cluster see
+//! field, and flushes every 2 minutes); `MESH_NATS_SYNC=server` leaves the server's own
+//! default on every version, for benchmarks ([`server_sync_wanted`]). For several servers in
+//! a cluster see
 //! [`crate::nats_cluster`].
 //!
 //! What it must never do: listen anywhere but loopback, or pass quietly when the binary is
@@ -452,7 +454,7 @@ pub const STDERR_FILE: &str = "server.stderr";
 /// on disk before it is acknowledged; 2.9 refuses the field and flushes every 2 minutes) —,
 /// logging to `log`, and the users of [`USERS_FILE`] beside it.
 pub fn server_config(port: u16, store: &Path, log: &Path, version: ServerVersion) -> String {
-    let sync = if version.has_sync_interval() {
+    let sync = if version.has_sync_interval() && !server_sync_wanted() {
         "  sync_interval: always\n"
     } else {
         ""
@@ -463,6 +465,13 @@ pub fn server_config(port: u16, store: &Path, log: &Path, version: ServerVersion
          log_file: {log:?}\n\
          include \"{USERS_FILE}\"\n"
     )
+}
+
+/// Whether `MESH_NATS_SYNC=server` asks for the server's own sync (every 2 minutes, as on 2.9)
+/// rather than `sync_interval: always` on 2.10 and later: for benchmarks that compare the two
+/// servers doing the same work (a bench says which it ran with). The tests never set it.
+pub fn server_sync_wanted() -> bool {
+    std::env::var("MESH_NATS_SYNC").as_deref() == Ok("server")
 }
 
 /// Where the servers' versions are kept once asked (`nats-server --version`), by binary.

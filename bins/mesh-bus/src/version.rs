@@ -68,6 +68,19 @@ impl ServerVersion {
     }
 }
 
+impl ServerVersion {
+    /// Whether each message the server removes from a stream (a subject past its limit, an
+    /// expired one) costs a pass over **every** consumer of the stream: nats-server before
+    /// 2.10.26 (its `stream.storeUpdates` calls every consumer's `decStreamPending`; 2.10.26
+    /// matches them by subject). The declarations stream holds a consumer per node and 8
+    /// declarations a node, so on such a server every send past a node's 8th costs time in
+    /// proportion to the fleet: a module's rollout to N nodes then costs N² (measured: the
+    /// book's performance page, "a fleet simulation past 10,000 hosts").
+    pub fn removal_visits_every_consumer(self) -> bool {
+        self < ServerVersion::new(2, 10, 26)
+    }
+}
+
 impl fmt::Display for ServerVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
@@ -96,5 +109,9 @@ mod tests {
         assert!(ServerVersion::new(2, 10, 0).has_sync_interval());
         assert!(!ServerVersion::new(2, 9, 10).has_sync_interval());
         assert!(ServerVersion::new(2, 10, 0) > ServerVersion::new(2, 9, 10));
+        assert!(ServerVersion::new(2, 9, 10).removal_visits_every_consumer());
+        assert!(ServerVersion::new(2, 10, 25).removal_visits_every_consumer());
+        assert!(!ServerVersion::new(2, 10, 26).removal_visits_every_consumer());
+        assert!(!ServerVersion::new(2, 15, 1).removal_visits_every_consumer());
     }
 }

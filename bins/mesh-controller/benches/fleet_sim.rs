@@ -20,7 +20,10 @@
 //! ratio — ), `MESH_BENCH_BUDGET_SECS` (default 1200: a merge
 //! not finished by then is reported as "more than", and the run ends there), `MESH_BENCH_TMP`
 //! (where the home is made; default `/dev/shm`), `MESH_BENCH_LINES` (a directory: the merge's
-//! progress lines, each with when it was said, are written there, one file per size).
+//! progress lines, each with when it was said, are written there as they are said, one file
+//! per size). The test kit's `MESH_NATS_SERVER` picks the server, and `MESH_NATS_SYNC=server`
+//! runs 2.10 and later with their own sync (every 2 minutes, as 2.9 does) instead of every
+//! write synced: the header of each size says which.
 //!
 //! Then, at each size of `MESH_BENCH_TAKEOVER` (default `1000`; empty: none), a takeover:
 //! the daemon (`mesh_controller::daemon::serve`, in this process) plans merge A while its
@@ -41,7 +44,7 @@ use mesh_controller::plans::MergeOutcome;
 use mesh_controller::runtime::{Mesh, MeshOptions, Runtime};
 use mesh_model::declaration::Declaration;
 use mesh_test_support::nats_cluster::NatsCluster;
-use mesh_test_support::nats_server::NatsServer;
+use mesh_test_support::nats_server::{self, NatsServer};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead as _, Write as _};
 use std::path::Path;
@@ -291,10 +294,24 @@ impl BenchBus {
     }
 
     fn describe(&self) -> String {
+        let version = match self {
+            BenchBus::Single(server) => server.version(),
+            BenchBus::Cluster(cluster) => cluster.server(0).version(),
+        };
+        // What the test kit configured: `sync_interval: always` from 2.10 on unless
+        // `MESH_NATS_SYNC=server`.
+        let sync = if version.has_sync_interval() && !nats_server::server_sync_wanted() {
+            "every write synced"
+        } else {
+            "the server's own sync, every 2 minutes"
+        };
         match self {
-            BenchBus::Single(_) => "a single nats-server (R1)".to_owned(),
+            BenchBus::Single(_) => format!("a single nats-server {version} (R1; {sync})"),
             BenchBus::Cluster(cluster) => {
-                format!("a loopback cluster of {} (R3)", cluster.len())
+                format!(
+                    "a loopback cluster of {} nats-server {version} (R3; {sync})",
+                    cluster.len()
+                )
             }
         }
     }

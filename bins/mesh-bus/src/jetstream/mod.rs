@@ -135,6 +135,16 @@ pub async fn ensure_streams(js: &Context) -> Result<(), NatsError> {
 /// [`NatsError::Stream`] naming the stream that could not be made or opened (on a cluster of
 /// fewer servers than `replicas`, the server says it has not enough of them).
 pub async fn ensure_streams_with(js: &Context, replicas: usize) -> Result<(), NatsError> {
+    let version = crate::version::ServerVersion::of_client(&js.client());
+    if version.removal_visits_every_consumer() {
+        tracing::warn!(
+            %version,
+            "this nats-server passes over every consumer of a stream for each message it \
+             removes (fixed in 2.10.26); the declarations stream holds a consumer per node, so \
+             once nodes hold 8 declarations each, a rollout's time grows with the square of the \
+             fleet: past some 10,000 nodes, run nats-server 2.10.26 or later"
+        );
+    }
     for mut config in [declarations_stream(), reports_stream(), events_stream()] {
         config.num_replicas = replicas;
         ensure_stream(js, config).await?;

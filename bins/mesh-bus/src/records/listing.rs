@@ -5,9 +5,13 @@
 use super::layout::record_key;
 use super::leader::consumer_on_leader;
 use super::LIST_QUIET;
+use async_nats::jetstream::consumer::push::OrderedErrorKind;
 use async_nats::jetstream::kv;
 use futures_util::StreamExt as _;
 use mesh_records::record_store::is_key;
+
+/// How many times a listing on a single server goes on through its consumer made again.
+const RESTARTS: usize = 16;
 
 /// A record listed: its key, when the bus stored its value (seconds since the epoch), its
 /// size, and the value when it was asked for.
@@ -33,8 +37,9 @@ pub(super) struct Reading {
 /// The last value of every subject matching `reading`'s filter in `store`'s stream, each once,
 /// by record key — an ordered consumer delivering the last message per subject (headers only
 /// unless `values`), read until it has none pending. The consumer is read from its first
-/// message on, each in turn: one the client made again part way (its server lost) would start
-/// over on another copy of the stream, and the listing fails instead (and is asked again).
+/// message on, each in turn: on a cluster, one the client made again part way (its server
+/// lost) would start over on another copy of the stream, and the listing fails instead (and is
+/// asked again); on a single server it goes on (the same and only copy).
 pub(super) async fn list_subjects(
     js: &async_nats::jetstream::Context,
     store: &kv::Store,
@@ -75,22 +80,46 @@ pub(super) async fn list_subjects(
     let mut messages = consumer.messages().await?;
     let prefix = store.prefix.clone();
     let mut next_sequence = 1;
+    // On a single server the stream has one copy: a consumer the client made again part way
+    // (a heartbeat missed, or a message its subscription could not keep, while the server was
+    // busy — seen listing a million records) goes on from the stream sequence after the last
+    // one delivered, reading the same copy in the same order, each key's newest last; so the
+    // listing goes on with it, up to RESTARTS times.
+    let single = !super::leader::clustered(store);
+    let mut restarts = 0;
     loop {
         let message = match tokio::time::timeout(LIST_QUIET, messages.next()).await {
-            Ok(Some(message)) => message?,
+            Ok(Some(Ok(message))) => message,
+            Ok(Some(Err(error)))
+                if single
+                    && restarts < RESTARTS
+                    && error.kind() == OrderedErrorKind::MissingHeartbeat =>
+            {
+                // The next message comes from the consumer made again.
+                restarts += 1;
+                next_sequence = 1;
+                continue;
+            }
+            Ok(Some(Err(error))) => return Err(error.into()),
             Ok(None) => return Err("the listing's consumer ended".into()),
             Err(_) => return Err(quiet()),
         };
         let info = message.info()?;
         if info.consumer_sequence != next_sequence {
-            return Err(format!(
-                "the listing's consumer of stream `{}` was made again part way (message {} \
-                 where {next_sequence} was next): its server was lost",
-                store.stream_name, info.consumer_sequence
-            )
-            .into());
+            if single && restarts < RESTARTS && info.consumer_sequence == 1 {
+                restarts += 1;
+                tracing::info!(stream = %store.stream_name, restarts,
+                    "the listing's consumer was made again part way; the listing goes on");
+            } else {
+                return Err(format!(
+                    "the listing's consumer of stream `{}` was made again part way (message {} \
+                     where {next_sequence} was next): its server was lost",
+                    store.stream_name, info.consumer_sequence
+                )
+                .into());
+            }
         }
-        next_sequence += 1;
+        next_sequence = info.consumer_sequence + 1;
         let pending = info.pending;
         let written = u64::try_from(info.published.unix_timestamp()).unwrap_or(0);
         let header = |name: &str| {
