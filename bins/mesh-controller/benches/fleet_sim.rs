@@ -725,20 +725,23 @@ fn hosts() {
         let mut options = NatsOptions::for_controller(url, password.trim());
         options.name = Some("simulated hosts".to_owned());
         let bus = NatsBus::connect(&options).await.unwrap();
-        // The declarations are read from their stream through an ordered consumer, which the
-        // server paces (flow control) and never drops from, as real hosts read theirs through
-        // durable consumers: a plain subscription holds at most
-        // `mesh_bus::SUBSCRIPTION_CAPACITY` messages, and at 100,000 hosts the declarations
-        // it dropped were hosts that never answered.
+        // The declarations are read from their stream through a pull consumer, at the hosts'
+        // own pace, as real hosts read theirs: a plain subscription holds at most
+        // `mesh_bus::SUBSCRIPTION_CAPACITY` messages, and at 100,000 hosts the declarations it
+        // dropped were hosts that never answered; an ordered (push) consumer is paced by flow
+        // control, and at 100,000 hosts one stalled for good (async-nats answers a flow-control
+        // request only as it arrives, not the server's "stalled" heartbeat that repeats it, so
+        // a request the client could not keep leaves the server waiting for ever).
         let js = bus.jetstream();
         mesh_bus::jetstream::ensure_streams(&js).await.unwrap();
         let stream = js.get_stream(subjects::DECLARATIONS_STREAM).await.unwrap();
         let consumer = stream
-            .create_consumer(async_nats::jetstream::consumer::push::OrderedConfig {
-                deliver_subject: bus.client().new_inbox(),
+            .create_consumer(async_nats::jetstream::consumer::pull::Config {
+                durable_name: Some("simulated-hosts".to_owned()),
                 description: Some("simulated hosts".to_owned()),
                 filter_subject: subjects::ALL_DECLARATIONS.to_owned(),
                 deliver_policy: async_nats::jetstream::consumer::DeliverPolicy::New,
+                ack_policy: async_nats::jetstream::consumer::AckPolicy::None,
                 ..Default::default()
             })
             .await
@@ -787,7 +790,14 @@ fn hosts() {
             .collect();
         let heard = async {
             while let Some(message) = declarations.next().await {
-                let message = message.expect("the simulated hosts' consumer failed");
+                // A pull that missed its heartbeats is said and pulled again by the client.
+                let message = match message {
+                    Ok(message) => message,
+                    Err(error) => {
+                        eprintln!("simulated hosts: reading the declarations: {error}");
+                        continue;
+                    }
+                };
                 let Ok(declaration) = Declaration::from_json(&message.payload) else {
                     continue;
                 };
