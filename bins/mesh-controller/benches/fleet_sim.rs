@@ -768,11 +768,17 @@ fn hosts() {
                     if last.is_empty() {
                         continue;
                     }
+                    // Round and round the hosts: a slice that runs past the last host goes on
+                    // from the first, so that none is passed over (a slice cut at the end and
+                    // the next begun past the first hosts left a host silent for many beats,
+                    // and a first machine whose answer the controller missed was never heard
+                    // again at 100,000 hosts).
                     let start = next % last.len();
-                    next = start + per_tick;
+                    next = (start + per_tick) % last.len();
                     last.iter()
+                        .chain(last.iter())
                         .skip(start)
-                        .take(per_tick)
+                        .take(per_tick.min(last.len()))
                         .map(|(n, r)| (n.clone(), r.clone()))
                         .collect()
                 };
