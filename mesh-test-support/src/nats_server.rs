@@ -18,7 +18,7 @@
 //! version ([`version_of`]) decides the configuration: from 2.10 on, JetStream runs with
 //! `sync_interval: always` (every write on disk before it is acknowledged; 2.9 refuses the
 //! field, and flushes every 2 minutes); `MESH_NATS_SYNC=server` leaves the server's own
-//! default on every version, for benchmarks ([`server_sync_wanted`]). For several servers in
+//! default on every version, for benchmarks ([`syncs_every_write`]). For several servers in
 //! a cluster see
 //! [`crate::nats_cluster`].
 //!
@@ -454,7 +454,7 @@ pub const STDERR_FILE: &str = "server.stderr";
 /// on disk before it is acknowledged; 2.9 refuses the field and flushes every 2 minutes) —,
 /// logging to `log`, and the users of [`USERS_FILE`] beside it.
 pub fn server_config(port: u16, store: &Path, log: &Path, version: ServerVersion) -> String {
-    let sync = if version.has_sync_interval() && !server_sync_wanted() {
+    let sync = if syncs_every_write(version) {
         "  sync_interval: always\n"
     } else {
         ""
@@ -467,11 +467,12 @@ pub fn server_config(port: u16, store: &Path, log: &Path, version: ServerVersion
     )
 }
 
-/// Whether `MESH_NATS_SYNC=server` asks for the server's own sync (every 2 minutes, as on 2.9)
-/// rather than `sync_interval: always` on 2.10 and later: for benchmarks that compare the two
-/// servers doing the same work (a bench says which it ran with). The tests never set it.
-pub fn server_sync_wanted() -> bool {
-    std::env::var("MESH_NATS_SYNC").as_deref() == Ok("server")
+/// Whether a server of `version` started here runs with `sync_interval: always`: 2.10 and
+/// later do, unless `MESH_NATS_SYNC=server` asks for the server's own sync (every 2 minutes, as
+/// on 2.9) — for benchmarks that compare the two servers doing the same work (a bench says
+/// which it ran with). The tests never set it.
+pub fn syncs_every_write(version: ServerVersion) -> bool {
+    version.has_sync_interval() && std::env::var("MESH_NATS_SYNC").as_deref() != Ok("server")
 }
 
 /// Where the servers' versions are kept once asked (`nats-server --version`), by binary.

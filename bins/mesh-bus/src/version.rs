@@ -66,16 +66,14 @@ impl ServerVersion {
     pub fn has_sync_interval(self) -> bool {
         self.at_least(2, 10)
     }
-}
 
-impl ServerVersion {
     /// Whether each message the server removes from a stream (a subject past its limit, an
     /// expired one) costs a pass over **every** consumer of the stream: nats-server before
     /// 2.10.26 (its `stream.storeUpdates` calls every consumer's `decStreamPending`; 2.10.26
     /// matches them by subject). The declarations stream holds a consumer per node and 8
     /// declarations a node, so on such a server every send past a node's 8th costs time in
     /// proportion to the fleet: a module's rollout to N nodes then costs N² (measured: the
-    /// book's performance page, "a fleet simulation past 10,000 hosts").
+    /// book's performance page, "A fleet past 10,000 hosts").
     pub fn removal_visits_every_consumer(self) -> bool {
         self < ServerVersion::new(2, 10, 26)
     }

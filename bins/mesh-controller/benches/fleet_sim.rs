@@ -298,9 +298,7 @@ impl BenchBus {
             BenchBus::Single(server) => server.version(),
             BenchBus::Cluster(cluster) => cluster.server(0).version(),
         };
-        // What the test kit configured: `sync_interval: always` from 2.10 on unless
-        // `MESH_NATS_SYNC=server`.
-        let sync = if version.has_sync_interval() && !nats_server::server_sync_wanted() {
+        let sync = if nats_server::syncs_every_write(version) {
             "every write synced"
         } else {
             "the server's own sync, every 2 minutes"

@@ -153,6 +153,15 @@ pub async fn serve(
     {
         return Ok(());
     }
+    let version = mesh_bus::version::ServerVersion::of_client(bus.client());
+    if version.removal_visits_every_consumer() {
+        runtime.progress().line(&format!(
+            "warning: nats-server {version} passes over every consumer of a stream for each \
+             message it removes (fixed in 2.10.26); the declarations stream holds a consumer per \
+             node, so once nodes hold 8 declarations each a rollout's time grows with the square \
+             of the fleet: past some 10,000 nodes, run nats-server 2.10.26 or later"
+        ));
+    }
     let js = bus.jetstream();
     let _discovery = discovery::serve_discovery(
         bus.client(),

@@ -135,16 +135,6 @@ pub async fn ensure_streams(js: &Context) -> Result<(), NatsError> {
 /// [`NatsError::Stream`] naming the stream that could not be made or opened (on a cluster of
 /// fewer servers than `replicas`, the server says it has not enough of them).
 pub async fn ensure_streams_with(js: &Context, replicas: usize) -> Result<(), NatsError> {
-    let version = crate::version::ServerVersion::of_client(&js.client());
-    if version.removal_visits_every_consumer() {
-        tracing::warn!(
-            %version,
-            "this nats-server passes over every consumer of a stream for each message it \
-             removes (fixed in 2.10.26); the declarations stream holds a consumer per node, so \
-             once nodes hold 8 declarations each, a rollout's time grows with the square of the \
-             fleet: past some 10,000 nodes, run nats-server 2.10.26 or later"
-        );
-    }
     for mut config in [declarations_stream(), reports_stream(), events_stream()] {
         config.num_replicas = replicas;
         ensure_stream(js, config).await?;
@@ -189,6 +179,12 @@ pub async fn ensure_stream(
 /// has not yet elected its leader.
 pub const STREAM_MAKE_PATIENCE: Duration = Duration::from_secs(30);
 
+/// Whether `error` is JetStream's 10008, "JetStream system temporarily unavailable": what a
+/// cluster answers while a stream (or its metadata) has no leader.
+pub(crate) fn temporarily_unavailable(error: &dyn std::fmt::Display) -> bool {
+    error.to_string().contains("temporarily unavailable")
+}
+
 /// Makes (or opens) the stream of `config`, tried again for up to [`STREAM_MAKE_PATIENCE`]
 /// while the server answers "temporarily unavailable"; any other refusal is returned at once.
 pub(crate) async fn make_stream_patiently(
@@ -200,8 +196,7 @@ pub(crate) async fn make_stream_patiently(
         match js.get_or_create_stream(config.clone()).await {
             Ok(stream) => return Ok(stream),
             Err(error)
-                if error.to_string().contains("temporarily unavailable")
-                    && tokio::time::Instant::now() < until =>
+                if temporarily_unavailable(&error) && tokio::time::Instant::now() < until =>
             {
                 tracing::info!(stream = %config.name, %error,
                     "the bus has no leader yet for the new stream; trying again");

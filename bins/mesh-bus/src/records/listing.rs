@@ -5,7 +5,6 @@
 use super::layout::record_key;
 use super::leader::consumer_on_leader;
 use super::LIST_QUIET;
-use async_nats::jetstream::consumer::push::OrderedErrorKind;
 use async_nats::jetstream::kv;
 use futures_util::StreamExt as _;
 use mesh_records::record_store::is_key;
@@ -81,26 +80,15 @@ pub(super) async fn list_subjects(
     let prefix = store.prefix.clone();
     let mut next_sequence = 1;
     // On a single server the stream has one copy: a consumer the client made again part way
-    // (a heartbeat missed, or a message its subscription could not keep, while the server was
-    // busy — seen listing a million records) goes on from the stream sequence after the last
+    // (a message its subscription could not keep while the server was busy — seen listing a
+    // million records) goes on from the stream sequence after the last
     // one delivered, reading the same copy in the same order, each key's newest last; so the
     // listing goes on with it, up to RESTARTS times.
     let single = !super::leader::clustered(store);
     let mut restarts = 0;
     loop {
         let message = match tokio::time::timeout(LIST_QUIET, messages.next()).await {
-            Ok(Some(Ok(message))) => message,
-            Ok(Some(Err(error)))
-                if single
-                    && restarts < RESTARTS
-                    && error.kind() == OrderedErrorKind::MissingHeartbeat =>
-            {
-                // The next message comes from the consumer made again.
-                restarts += 1;
-                next_sequence = 1;
-                continue;
-            }
-            Ok(Some(Err(error))) => return Err(error.into()),
+            Ok(Some(message)) => message?,
             Ok(None) => return Err("the listing's consumer ended".into()),
             Err(_) => return Err(quiet()),
         };

@@ -488,7 +488,7 @@ fn leaderless(
     source: Box<dyn std::error::Error + Send + Sync>,
     tried: Option<Duration>,
 ) -> Box<dyn std::error::Error + Send + Sync> {
-    if source.to_string().contains("temporarily unavailable") {
+    if crate::jetstream::temporarily_unavailable(&source) {
         let tried = tried
             .map(|tried| format!(" for {tried:?}"))
             .unwrap_or_default();
@@ -547,7 +547,7 @@ fn unanswered(error: &PublishError) -> bool {
         | PublishErrorKind::MaxPayloadExceeded => false,
         // A JetStream error: 10008 is "JetStream system temporarily unavailable", what a
         // cluster answers while it has no leader for the stream.
-        PublishErrorKind::Other => error.to_string().contains("temporarily unavailable"),
+        PublishErrorKind::Other => crate::jetstream::temporarily_unavailable(error),
     }
 }
 

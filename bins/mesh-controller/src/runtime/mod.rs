@@ -134,6 +134,11 @@ impl Runtime {
         }
     }
 
+    /// Where the runtime says what it does.
+    pub(crate) fn progress(&self) -> &dyn crate::Progress {
+        self.progress.as_ref()
+    }
+
     /// The runtime sending the held nodes of `modules` with the settings their new version
     /// orphans dropped (`--drop-settings`, "An orphaned setting is a removal").
     pub fn dropping_settings(self, modules: &BTreeSet<String>) -> Runtime {
