@@ -13,7 +13,7 @@
 use mesh_controller::executor::sealed_for_their_nodes;
 use mesh_controller::home::Home;
 use mesh_controller::Result;
-use mesh_model::declaration::Declaration;
+use mesh_model::declaration::{Declaration, Outgoing};
 use mesh_test_support::sealed::{password_pieces, sealed_file};
 use std::time::Instant;
 
@@ -31,12 +31,12 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     let home = Home::new(dir.path());
     let secret = mesh_controller::secrets::seal(&home, b"a secret of every node").unwrap();
-    let declarations: Vec<Declaration> = (0..nodes)
+    let declarations: Vec<Outgoing> = (0..nodes)
         .map(|i| {
             let node = format!("n{i:05}");
             let key = mesh_secrets::Identity::generate().recipient().to_string();
             mesh_controller::secrets::enroll_age_key(&home, &node, &key).unwrap();
-            Declaration::new(
+            Outgoing::new(Declaration::new(
                 &node,
                 vec![sealed_file(
                     "db",
@@ -44,7 +44,7 @@ fn main() {
                     "/etc/db/creds",
                     password_pieces(secret.clone()),
                 )],
-            )
+            ))
         })
         .collect();
     let mut times = Vec::new();

@@ -22,6 +22,7 @@
 
 mod container;
 mod job;
+mod outgoing;
 mod port;
 mod sealed;
 mod spec_de;
@@ -32,6 +33,7 @@ pub use container::{
     DEFAULT_HEALTH_WITHIN_MS, DEFAULT_SETTLE_MS, NETWORK_BRIDGE, NETWORK_HOST, RESERVED_LABELS,
 };
 pub use job::{rerun_file_digest, JobSpec, DEFAULT_JOB_TIMEOUT_SECS};
+pub use outgoing::Outgoing;
 pub use port::{PortMapping, Protocol};
 pub use sealed::{Declared, Sealed};
 
@@ -295,6 +297,19 @@ impl Declaration {
     /// The canonical JSON bytes: fixed field order, resources sorted, maps sorted, no spaces.
     pub fn canonical_json(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("a declaration always serializes")
+    }
+
+    /// The canonical JSON and the digest together, serialized once when no secret is sealed in
+    /// it (its digest is then the hash of those bytes); with secrets, the digest leaves their
+    /// ciphertexts out ([`Declaration::digest`]) and is made apart.
+    pub fn canonical_json_and_digest(&self) -> (Vec<u8>, String) {
+        let json = self.canonical_json();
+        let digest = if self.holds_secrets() {
+            self.digest()
+        } else {
+            crate::sha256_digest(&json)
+        };
+        (json, digest)
     }
 
     /// The sha256 digest of the canonical JSON (hashed as it is serialized, without a copy of

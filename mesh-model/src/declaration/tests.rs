@@ -47,6 +47,13 @@ fn a_declaration_naming_no_archive_is_format_1_and_a_declaration_naming_one_is_f
         Declaration::from_json(&archived.canonical_json()).unwrap(),
         archived
     );
+    // With no secret in it, serialized once and hashed: the bytes and digest made apart.
+    for declaration in [&inline, &archived] {
+        assert_eq!(
+            declaration.canonical_json_and_digest(),
+            (declaration.canonical_json(), declaration.digest())
+        );
+    }
 }
 
 /// A newer minor version's fields (what a controller upgraded before its hosts sends once
@@ -152,6 +159,18 @@ fn a_declarations_digest_counts_its_secrets_by_their_digests_and_leaves_them_who
         ..secret()
     });
     assert_ne!(changed.digest(), sent.digest());
+    // Serialized and hashed once (as a send does), the same bytes and digest; sealed again,
+    // its own bytes and the first one's digest.
+    let (json, digest) = sent.canonical_json_and_digest();
+    assert_eq!(
+        (json, digest.clone()),
+        (sent.canonical_json(), sent.digest())
+    );
+    let outgoing = super::Outgoing::new(sent.clone());
+    assert_eq!(outgoing.digest(), digest);
+    let resealed_out = outgoing.resealed(resealed.clone());
+    assert_eq!(resealed_out.json(), resealed.canonical_json());
+    assert_eq!(resealed_out.digest(), digest);
     // Hashed, it still serializes whole, here and after a panic while hashing.
     let whole = String::from_utf8(sent.canonical_json()).unwrap();
     assert!(whole.contains(&secret().ciphertext), "{whole}");

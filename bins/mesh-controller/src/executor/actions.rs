@@ -9,7 +9,7 @@ use crate::builds::{self, DeployedRecord};
 use crate::error::{Error, Result};
 use crate::fleet::Grants;
 use crate::plans::PlanRecord;
-use mesh_model::declaration::Declaration;
+use mesh_model::declaration::{Declaration, Outgoing};
 use mesh_plan::rollout::{Action, Event, Stage};
 use mesh_plan::PushDecision;
 
@@ -23,7 +23,7 @@ pub(super) const SENDS_HELD: usize = 512;
 /// What the check before a rollout's send decided.
 pub(super) enum SendCheck {
     /// Send it.
-    Send(Declaration),
+    Send(Outgoing),
     /// Not sent: the event says why (held for a move, or composing failed).
     Not(Event),
 }
@@ -189,8 +189,10 @@ impl Rollout {
             ));
             return Ok(());
         };
-        let digest = before.digest();
-        if let PushDecision::Hold { moves } = decide(home, &before, executor.moves())? {
+        let before = Outgoing::new(before);
+        let digest = before.digest().to_owned();
+        if let PushDecision::Hold { moves } = decide(home, before.declaration(), executor.moves())?
+        {
             executor.progress().line(&format!(
                 "  `{module}`: `{node}` is not sent back what it ran: its data would move ({}); \
                  `--move {module}` allows it",
@@ -284,7 +286,7 @@ impl Rollout {
         composed: std::result::Result<Declaration, String>,
     ) -> Result<SendCheck> {
         let declaration = match composed {
-            Ok(declaration) => declaration,
+            Ok(declaration) => Outgoing::new(declaration),
             Err(reason) => {
                 return Ok(SendCheck::Not(Event::SendFailed {
                     node: node.to_owned(),
@@ -292,9 +294,9 @@ impl Rollout {
                 }))
             }
         };
-        set_expected_declaration(&mut self.spec, node, &declaration);
+        set_expected_declaration(&mut self.spec, node, declaration.digest());
         if let PushDecision::Hold { moves } =
-            decide(executor.home(), &declaration, executor.moves())?
+            decide(executor.home(), declaration.declaration(), executor.moves())?
         {
             executor.progress().line(&format!(
                 "  `{}`: `{node}` held: its data would move ({}); the others go on",
@@ -366,7 +368,7 @@ impl Rollout {
         executor.progress().line(&format!(
             "  `{}`: sent `{node}`{which} declaration {}",
             self.module,
-            mesh_host::short(&declaration.digest())
+            mesh_host::short(declaration.digest())
         ));
         Ok(())
     }

@@ -35,7 +35,7 @@ use crate::error::Result;
 use crate::fleet::{Fleet, Grants, ReportHeard};
 use crate::home::Home;
 use crate::users::{users_sent, with_users_file, USERS_MODULE};
-use mesh_model::declaration::Declaration;
+use mesh_model::declaration::{Declaration, Outgoing};
 use mesh_model::report::{MachineState, Report};
 use mesh_plan::PushDecision;
 use std::collections::{BTreeMap, BTreeSet};
@@ -144,7 +144,7 @@ impl<'a> Executor<'a> {
     ///
     /// # Errors
     /// The fleet did not take it; the records cannot be written.
-    pub async fn send(&mut self, declaration: &Declaration) -> Result<()> {
+    pub async fn send(&mut self, declaration: &Outgoing) -> Result<()> {
         let fleet = &*self.fleet;
         let to_send = sealed::for_its_node(
             self.home,
@@ -162,10 +162,11 @@ impl<'a> Executor<'a> {
     /// # Errors
     /// The first send that failed (those taken are recorded all the same); the records cannot
     /// be written.
-    pub async fn send_many(&mut self, declarations: &[Declaration]) -> Result<()> {
-        if !declarations.iter().any(Declaration::holds_secrets) {
-            let sent = self.fleet.send_many(declarations).await;
-            let taken: Vec<&Declaration> = sent.taken.iter().map(|i| &declarations[*i]).collect();
+    pub async fn send_many(&mut self, declarations: &[Outgoing]) -> Result<()> {
+        if !declarations.iter().any(|d| d.declaration().holds_secrets()) {
+            let all: Vec<&Outgoing> = declarations.iter().collect();
+            let sent = self.fleet.send_many(&all).await;
+            let taken: Vec<&Outgoing> = sent.taken.iter().map(|i| &declarations[*i]).collect();
             recorded_sent(self.home, &taken).await?;
             return sent.failed.map_or(Ok(()), Err);
         }
@@ -180,7 +181,7 @@ impl<'a> Executor<'a> {
         for (index, declaration) in sealed.into_iter().enumerate() {
             match declaration {
                 Ok(declaration) => {
-                    to_send.push(declaration.into_owned());
+                    to_send.push(declaration);
                     index_of.push(index);
                 }
                 Err(error) => {
@@ -188,8 +189,9 @@ impl<'a> Executor<'a> {
                 }
             }
         }
+        let to_send: Vec<&Outgoing> = to_send.iter().map(AsRef::as_ref).collect();
         let sent = self.fleet.send_many(&to_send).await;
-        let taken: Vec<&Declaration> = sent
+        let taken: Vec<&Outgoing> = sent
             .taken
             .iter()
             .map(|i| &declarations[index_of[*i]])
@@ -234,8 +236,8 @@ impl<'a> Executor<'a> {
 pub fn sealed_for_their_nodes<'d>(
     home: &Home,
     host_state_dir: HostStateDir<'_>,
-    declarations: &'d [Declaration],
-) -> Vec<Result<std::borrow::Cow<'d, Declaration>>> {
+    declarations: &'d [Outgoing],
+) -> Vec<Result<std::borrow::Cow<'d, Outgoing>>> {
     let mut keys = None;
     declarations
         .iter()
@@ -245,13 +247,13 @@ pub fn sealed_for_their_nodes<'d>(
 
 /// Records `declarations` sent (together), then says the users archive one names was sent
 /// (the store's record of the bus's users keeps it, [`users_sent`]).
-async fn recorded_sent(home: &Home, declarations: &[&Declaration]) -> Result<()> {
+async fn recorded_sent(home: &Home, declarations: &[&Outgoing]) -> Result<()> {
     if declarations.is_empty() {
         return Ok(());
     }
     home.record_sent_many(declarations)?;
     for declaration in declarations {
-        if let Some(archive) = declaration.archives.get(USERS_MODULE) {
+        if let Some(archive) = declaration.declaration().archives.get(USERS_MODULE) {
             users_sent(home, archive).await?;
         }
     }

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::fleet::{Fleet, Grants};
 use crate::home::Home;
 use crate::push::{Checked, PushResult};
-use mesh_model::declaration::Declaration;
+use mesh_model::declaration::{Declaration, Outgoing};
 use mesh_model::report::Report;
 use mesh_plan::rollout::GRANT_RETRY_SECS;
 use mesh_plan::PushDecision;
@@ -81,7 +81,7 @@ pub async fn push_telling(
     for declaration in crate::push::compose_nodes(home, checked, &named)? {
         let declaration = dressed(executor.fleet(), declaration);
         match decide(home, &declaration, allowed_moves)? {
-            PushDecision::Send { .. } => declarations.push(declaration),
+            PushDecision::Send { .. } => declarations.push(Outgoing::new(declaration)),
             PushDecision::Hold { moves } => {
                 held.insert(declaration.node.clone(), moves);
             }
@@ -104,7 +104,7 @@ pub async fn push_telling(
     let mut heard: BTreeMap<String, Report> = BTreeMap::new();
     if users_change.is_some() {
         // Grants before code: the bus node first, then its server must let everyone in.
-        let Some(position) = declarations.iter().position(|d| d.node == bus_node) else {
+        let Some(position) = declarations.iter().position(|d| d.node() == bus_node) else {
             return Err(Error::refused(format!(
                 "the bus's users changed and `{bus_node}`, which holds the bus, is held \
                  (see `plan {bus_node} --diff`); nothing was sent"
@@ -121,7 +121,7 @@ pub async fn push_telling(
         }
         executor.send(&first).await?;
         clear_push_problems(home, std::slice::from_ref(&first))?;
-        let waiting = BTreeMap::from([(bus_node.clone(), first.digest())]);
+        let waiting = BTreeMap::from([(bus_node.clone(), first.digest().to_owned())]);
         let mut first_heard =
             wait_for_reports(&mut executor, &waiting, deadline, &crate::Quiet).await?;
         let Some(report) = first_heard.remove(&bus_node) else {
@@ -130,7 +130,7 @@ pub async fn push_telling(
                  the bus's users",
                 timeout.as_secs()
             );
-            let others: Vec<String> = declarations.iter().map(|d| d.node.clone()).collect();
+            let others: Vec<String> = declarations.iter().map(|d| d.node().to_owned()).collect();
             record_grants_failed(home, &others, &reason, now)?;
             return Err(Error::refused(format!(
                 "grants not issued: {reason}; nothing else was sent"
@@ -139,12 +139,12 @@ pub async fn push_telling(
         heard.insert(bus_node.clone(), report);
         declarations.insert(position, first);
     }
-    let rest: Vec<&Declaration> = declarations
+    let rest: Vec<&Outgoing> = declarations
         .iter()
-        .filter(|d| !heard.contains_key(&d.node))
+        .filter(|d| !heard.contains_key(d.node()))
         .collect();
     if !rest.is_empty() {
-        let rest_nodes: Vec<String> = rest.iter().map(|d| d.node.clone()).collect();
+        let rest_nodes: Vec<String> = rest.iter().map(|d| d.node().to_owned()).collect();
         if let Err(reason) = grants_within(&mut executor, &rest_nodes, deadline).await? {
             record_grants_failed(home, &rest_nodes, &reason, now)?;
             return Err(Error::refused(format!(
@@ -152,12 +152,18 @@ pub async fn push_telling(
             )));
         }
     }
-    let waiting: BTreeMap<String, String> =
-        rest.iter().map(|d| (d.node.clone(), d.digest())).collect();
-    let rest: Vec<Declaration> = rest.into_iter().cloned().collect();
+    let waiting: BTreeMap<String, String> = rest
+        .iter()
+        .map(|d| (d.node().to_owned(), d.digest().to_owned()))
+        .collect();
+    let rest: Vec<Outgoing> = rest.into_iter().cloned().collect();
     executor.send_many(&rest).await?;
     clear_push_problems(home, &rest)?;
     heard.extend(wait_for_reports(&mut executor, &waiting, deadline, progress).await?);
+    let declarations: Vec<Declaration> = declarations
+        .into_iter()
+        .map(Outgoing::into_declaration)
+        .collect();
     Ok(crate::push::results(held, &declarations, heard, timeout))
 }
 
@@ -206,12 +212,12 @@ fn record_grants_failed(home: &Home, nodes: &[String], reason: &str, now: u64) -
 
 /// Clears the held-push and grants problems of the nodes just sent (one listing of the
 /// problems, then only the ones recorded are removed).
-fn clear_push_problems(home: &Home, sent: &[Declaration]) -> Result<()> {
+fn clear_push_problems(home: &Home, sent: &[Outgoing]) -> Result<()> {
     let recorded = home.problems()?;
     if recorded.is_empty() {
         return Ok(());
     }
-    let sent: BTreeSet<&str> = sent.iter().map(|d| d.node.as_str()).collect();
+    let sent: BTreeSet<&str> = sent.iter().map(Outgoing::node).collect();
     for problem in recorded {
         if matches!(problem.kind, ProblemKind::HeldPush | ProblemKind::Grants)
             && sent.contains(problem.subject.as_str())

@@ -11,7 +11,7 @@ use crate::home::Home;
 use crate::plans::{PlanRecord, RolloutNodeRecord, ROLLOUT_NODE_FORMAT};
 use crate::users::UsersFile;
 use mesh_model::build::Build;
-use mesh_model::declaration::Declaration;
+use mesh_model::declaration::{Declaration, Outgoing};
 use mesh_model::inventory::Inventory;
 use mesh_model::module::{load_catalogue, Catalogue, ModuleDefinition};
 use mesh_model::report::MachineState;
@@ -53,7 +53,7 @@ pub(super) struct Rollout {
     /// The events to step.
     pub(super) events: VecDeque<Event>,
     /// This step's sends, each with how its progress line names it, sent together.
-    pub(super) batch: Vec<(String, Declaration)>,
+    pub(super) batch: Vec<(String, Outgoing)>,
     /// The node sent back what it ran before, and that declaration's digest.
     pub(super) reverted: Option<(String, String)>,
 }
@@ -410,12 +410,12 @@ impl Rollout {
         if self.batch.is_empty() {
             return Ok(());
         }
-        let (which, declarations): (Vec<String>, Vec<Declaration>) =
+        let (which, declarations): (Vec<String>, Vec<Outgoing>) =
             std::mem::take(&mut self.batch).into_iter().unzip();
         executor.send_many(&declarations).await?;
         let module = &self.module;
         for (which, declaration) in which.iter().zip(&declarations) {
-            let node = &declaration.node;
+            let node = declaration.node();
             crate::fail::point(&format!("sent:{module}:{node}"));
             // The digest its report must name, noted when it was checked.
             let digest = expected_declaration(&self.spec, node);

@@ -4,7 +4,6 @@
 use crate::error::Result;
 use crate::home::Home;
 use crate::plans::{PlanRecord, RolloutKept, RolloutNodeRecord, ROLLOUT_NODE_FORMAT};
-use mesh_model::declaration::Declaration;
 use mesh_model::plan::ModuleRollout;
 use mesh_plan::rollout::{RolloutNode, RolloutSpec, RolloutState};
 use std::collections::BTreeMap;
@@ -20,17 +19,13 @@ pub(super) fn expected_declaration(spec: &RolloutSpec, node: &str) -> String {
 }
 
 /// Records the declaration a node is sent as the one its report must name.
-pub(super) fn set_expected_declaration(
-    spec: &mut RolloutSpec,
-    node: &str,
-    declaration: &Declaration,
-) {
+pub(super) fn set_expected_declaration(spec: &mut RolloutSpec, node: &str, digest: &str) {
     if let Some(entry) = spec.nodes.get_mut(node) {
-        entry.declaration = declaration.digest();
+        digest.clone_into(&mut entry.declaration);
     }
     if let Some(bus) = spec.bus_first.as_mut() {
         if bus.node == node {
-            bus.declaration = declaration.digest();
+            digest.clone_into(&mut bus.declaration);
         }
     }
 }

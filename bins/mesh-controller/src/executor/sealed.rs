@@ -11,7 +11,7 @@
 
 use crate::error::{Error, Result};
 use crate::home::Home;
-use mesh_model::declaration::{Declaration, Spec};
+use mesh_model::declaration::{Outgoing, Spec};
 use std::borrow::Cow;
 use std::path::PathBuf;
 
@@ -29,10 +29,11 @@ pub(super) fn for_its_node<'d>(
     home: &Home,
     host_state_dir: HostStateDir<'_>,
     keys: &mut Option<mesh_secrets::Keyring>,
-    declaration: &'d Declaration,
-) -> Result<Cow<'d, Declaration>> {
+    outgoing: &'d Outgoing,
+) -> Result<Cow<'d, Outgoing>> {
+    let declaration = outgoing.declaration();
     if !declaration.holds_secrets() {
-        return Ok(Cow::Borrowed(declaration));
+        return Ok(Cow::Borrowed(outgoing));
     }
     let node = &declaration.node;
     let embedded = host_state_dir(node);
@@ -76,12 +77,13 @@ pub(super) fn for_its_node<'d>(
                 }),
             })?;
     }
-    Ok(Cow::Owned(resealed))
+    Ok(Cow::Owned(outgoing.resealed(resealed)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mesh_model::declaration::Declaration;
     use mesh_model::secret::SealedPiece;
     use mesh_test_support::sealed::{password_pieces, sealed_file};
 
@@ -90,9 +92,9 @@ mod tests {
         None
     }
 
-    fn declaration(home: &Home) -> Declaration {
+    fn declaration(home: &Home) -> Outgoing {
         let secret = crate::secrets::seal(home, b"hunter2").unwrap();
-        Declaration::new(
+        Outgoing::new(Declaration::new(
             "far",
             vec![sealed_file(
                 "db",
@@ -100,7 +102,7 @@ mod tests {
                 "/etc/creds",
                 password_pieces(secret),
             )],
-        )
+        ))
     }
 
     #[test]
@@ -120,7 +122,12 @@ mod tests {
         crate::secrets::enroll_age_key(&home, "far", &far.recipient().to_string()).unwrap();
         let resealed = for_its_node(&home, &elsewhere, &mut None, &sent).unwrap();
         assert_eq!(resealed.digest(), sent.digest(), "the same digest");
-        let Spec::File(file) = &resealed.resources[0].spec else {
+        assert_eq!(
+            resealed.declaration().digest(),
+            sent.digest(),
+            "the same digest, made again"
+        );
+        let Spec::File(file) = &resealed.declaration().resources[0].spec else {
             panic!("a file")
         };
         let Some([_, SealedPiece::Secret { value, .. }, _]) = file.sealed.as_deref() else {

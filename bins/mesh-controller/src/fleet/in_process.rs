@@ -12,7 +12,7 @@ use crate::error::{file_error, Context, Error, Result};
 use crate::home::Home;
 use mesh_apply::HostConfig;
 use mesh_bus::{subjects, Bus, InProcessBus, Subscription};
-use mesh_model::declaration::Declaration;
+use mesh_model::declaration::Outgoing;
 use mesh_model::inventory::Inventory;
 use mesh_model::module::Catalogue;
 use mesh_store::store::StoreSpec;
@@ -111,17 +111,13 @@ impl Fleet for InProcessFleet {
         ))
     }
 
-    async fn send(&mut self, declaration: &Declaration) -> Result<()> {
-        self.agent(&declaration.node).await?;
+    async fn send(&mut self, declaration: &Outgoing) -> Result<()> {
+        let node = declaration.node();
+        self.agent(node).await?;
         self.bus
-            .publish(
-                &subjects::declaration(&declaration.node),
-                declaration.canonical_json(),
-            )
+            .publish(&subjects::declaration(node), declaration.json().to_vec())
             .await
-            .for_node(&declaration.node, || {
-                format!("sending `{}` its declaration", declaration.node)
-            })?;
+            .for_node(node, || format!("sending `{node}` its declaration"))?;
         Ok(())
     }
 

@@ -11,7 +11,7 @@ pub mod nats;
 
 use crate::error::{Error, Result};
 use crate::users::UsersFile;
-use mesh_model::declaration::Declaration;
+use mesh_model::declaration::Outgoing;
 use mesh_model::inventory::Inventory;
 use mesh_model::module::Catalogue;
 use mesh_model::report::Report;
@@ -92,16 +92,16 @@ pub trait Fleet: Send {
     /// The records cannot be read or written.
     async fn issue_grants(&mut self, nodes: &[String]) -> Result<Grants>;
 
-    /// Sends `declaration` to its node.
+    /// Sends `declaration` to its node (its canonical JSON, made once by the caller).
     ///
     /// # Errors
     /// The transport did not take it.
-    async fn send(&mut self, declaration: &Declaration) -> Result<()>;
+    async fn send(&mut self, declaration: &Outgoing) -> Result<()>;
 
     /// Sends several declarations (to distinct nodes), as [`Fleet::send`] each; a fleet that
     /// can overlaps them (bounded). The default sends one after another and stops at the first
     /// that fails.
-    async fn send_many(&mut self, declarations: &[Declaration]) -> Sent {
+    async fn send_many(&mut self, declarations: &[&Outgoing]) -> Sent {
         let mut sent = Sent::default();
         for (index, declaration) in declarations.iter().enumerate() {
             match self.send(declaration).await {

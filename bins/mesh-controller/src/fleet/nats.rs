@@ -22,7 +22,7 @@ use crate::users::{
 use mesh_bus::jetstream;
 use mesh_bus::probe;
 use mesh_bus::{subjects, Bus, NatsBus, NodeSecret};
-use mesh_model::declaration::Declaration;
+use mesh_model::declaration::{Declaration, Outgoing};
 use mesh_model::inventory::Inventory;
 use mesh_model::module::Catalogue;
 use mesh_store::archive::Archive;
@@ -58,8 +58,8 @@ fn heard_report(message: &mesh_bus::Message, limit: usize) -> Option<ReportHeard
 /// its answer lost, the bus restarting — is so stored once (JetStream drops a message whose
 /// id it stored within the stream's duplicate window), while a later send of the same
 /// declaration (a push again, a resumed rollout) is a new message the host applies again.
-pub fn declaration_message_id(declaration: &Declaration, send: &str) -> String {
-    format!("{}:{}:{send}", declaration.node, declaration.digest())
+pub fn declaration_message_id(declaration: &Outgoing, send: &str) -> String {
+    format!("{}:{}:{send}", declaration.node(), declaration.digest())
 }
 
 /// Publishes `declaration` on its node's subject through JetStream with the message id
@@ -71,12 +71,12 @@ pub fn declaration_message_id(declaration: &Declaration, send: &str) -> String {
 /// declaration is stored once.
 async fn publish(
     bus: &NatsBus,
-    declaration: &Declaration,
+    declaration: &Outgoing,
     message_id: &str,
     consumer_known: bool,
 ) -> Result<()> {
     let js = bus.jetstream();
-    let node = &declaration.node;
+    let node = declaration.node();
     if !consumer_known {
         jetstream::ensure_declaration_consumer(&js, node)
             .await
@@ -84,7 +84,7 @@ async fn publish(
                 format!("making the declaration consumer of `{node}`")
             }))?;
     }
-    jetstream::publish_declaration(&js, node, declaration.canonical_json(), message_id)
+    jetstream::publish_declaration(&js, node, declaration.json().to_vec(), message_id)
         .await
         .map_err(bus_error(|| {
             format!("`{node}`: the declarations stream did not store it")
@@ -103,7 +103,7 @@ async fn publish(
 /// The bus did not store it within the limit.
 async fn publish_patiently(
     bus: &NatsBus,
-    declaration: &Declaration,
+    declaration: &Outgoing,
     consumer_known: bool,
 ) -> Result<()> {
     let message_id = declaration_message_id(declaration, &random_hex(8, "a send's id")?);
@@ -114,7 +114,7 @@ async fn publish_patiently(
             Ok(()) => return Ok(()),
             Err(error) if tokio::time::Instant::now() < deadline => {
                 consumer_known = false;
-                tracing::warn!(node = %declaration.node, error = error.chain_line(),
+                tracing::warn!(node = %declaration.node(), error = error.chain_line(),
                     "the bus did not take a declaration; trying again");
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
@@ -134,10 +134,10 @@ async fn publish_patiently(
                     )
                 })
                 .unwrap_or_default();
-                return Err(error).for_node(&declaration.node, || {
+                return Err(error).for_node(declaration.node(), || {
                     format!(
                         "the bus did not take `{}`'s declaration within {} s{why}",
-                        declaration.node,
+                        declaration.node(),
                         SEND_RETRY_LIMIT.as_secs()
                     )
                 });
@@ -410,19 +410,19 @@ impl Fleet for NatsFleet {
     /// # Errors
     /// The store did not take the users archive; the bus did not store the declaration within
     /// the limit.
-    async fn send(&mut self, declaration: &Declaration) -> Result<()> {
-        self.publish_users_of(declaration).await?;
-        let known = self.consumers.contains(&declaration.node);
+    async fn send(&mut self, declaration: &Outgoing) -> Result<()> {
+        self.publish_users_of(declaration.declaration()).await?;
+        let known = self.consumers.contains(declaration.node());
         publish_patiently(&self.bus, declaration, known).await?;
-        self.consumers.insert(declaration.node.clone());
+        self.consumers.insert(declaration.node().to_owned());
         Ok(())
     }
 
     /// Overlapped: at most [`SEND_CONCURRENCY`] declarations in flight at once.
-    async fn send_many(&mut self, declarations: &[Declaration]) -> Sent {
+    async fn send_many(&mut self, declarations: &[&Outgoing]) -> Sent {
         use futures_util::StreamExt as _;
         for declaration in declarations {
-            if let Err(error) = self.publish_users_of(declaration).await {
+            if let Err(error) = self.publish_users_of(declaration.declaration()).await {
                 return Sent {
                     taken: Vec::new(),
                     failed: Some(error),
@@ -435,7 +435,7 @@ impl Fleet for NatsFleet {
             .iter()
             .enumerate()
             .map(|(index, declaration)| {
-                let known = consumers.contains(&declaration.node);
+                let known = consumers.contains(declaration.node());
                 Box::pin(async move { (index, publish_patiently(bus, declaration, known).await) })
             })
             .collect();
@@ -454,7 +454,8 @@ impl Fleet for NatsFleet {
         }
         drop(sends);
         for index in &sent.taken {
-            self.consumers.insert(declarations[*index].node.clone());
+            self.consumers
+                .insert(declarations[*index].node().to_owned());
         }
         sent
     }

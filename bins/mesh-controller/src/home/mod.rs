@@ -757,20 +757,22 @@ impl Home {
     ///
     /// # Errors
     /// The records cannot be written.
-    pub fn record_sent_many(&self, declarations: &[&Declaration]) -> Result<()> {
+    pub fn record_sent_many(
+        &self,
+        declarations: &[&mesh_model::declaration::Outgoing],
+    ) -> Result<()> {
         let mut kept = Vec::with_capacity(declarations.len());
         let mut named = Vec::with_capacity(declarations.len());
         for declaration in declarations {
-            let bytes = declaration.canonical_json();
             let digest = declaration.digest();
             named.push((
-                format!("sent/{}.json", declaration.node),
+                format!("sent/{}.json", declaration.node()),
                 serde_json::to_vec_pretty(&SentRecord {
                     format: SENT_FORMAT,
-                    declaration: digest.clone(),
+                    declaration: digest.to_owned(),
                 })?,
             ));
-            kept.push((declaration_key(&digest), bytes));
+            kept.push((declaration_key(digest), declaration.json().to_vec()));
         }
         self.put_many(&kept)?;
         self.put_many(&named)

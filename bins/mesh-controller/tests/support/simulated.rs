@@ -3,7 +3,7 @@
 //! order. Shared by `tests/executor.rs` and the benches (`benches/support` includes it by `#[path]`).
 
 use mesh_controller::fleet::{Fleet, Grants, ReportHeard};
-use mesh_model::declaration::Declaration;
+use mesh_model::declaration::{Declaration, Outgoing};
 use mesh_model::inventory::Inventory;
 use mesh_model::module::Catalogue;
 use mesh_model::report::{MachineState, Outcome, Report};
@@ -40,10 +40,13 @@ impl Fleet for Simulated {
         Ok(Grants::Issued("simulated".into()))
     }
 
-    async fn send(&mut self, declaration: &Declaration) -> mesh_controller::Result<()> {
-        self.sent.lock().unwrap().push(declaration.node.clone());
+    async fn send(&mut self, declaration: &Outgoing) -> mesh_controller::Result<()> {
+        self.sent
+            .lock()
+            .unwrap()
+            .push(declaration.node().to_owned());
         if !self.silent {
-            self.answers.push_back(converged(declaration));
+            self.answers.push_back(converged(declaration.declaration()));
         }
         Ok(())
     }
