@@ -67,6 +67,27 @@ pub fn newest_definition(
     }))
 }
 
+/// The newest version of `module` the mesh knows, as [`newest_definition`], which a layer is
+/// checked against (`settings rename`); a module neither holds is refused, naming the
+/// catalogue's modules.
+///
+/// # Errors
+/// As [`newest_definition`]; [`crate::Error::Refused`] when `module` is not a module of the
+/// catalogue.
+pub fn newest_known(home: &Home, catalogue: &Catalogue, module: &str) -> Result<Newest> {
+    newest_definition(home, catalogue, module)?.ok_or_else(|| {
+        crate::error::Error::refused(format!(
+            "`{module}` is not a module of the catalogue; its modules are: {}",
+            catalogue
+                .modules
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    })
+}
+
 /// A key a layer sets ahead: the version the nodes run does not accept it, the newest open
 /// plan's does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

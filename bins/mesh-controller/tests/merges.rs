@@ -1,11 +1,19 @@
 //! Merges make plans, in the embedded default, with real git repositories: change
 //! attribution, one plan per merge, builds in the store, one-machine-first rollouts that stop at
 //! a failing first node, supersede, close, behind, dry-run builds.
+//!
+//! The library is called in process (`support::in_process`); the binary is run for what only
+//! it does: the text a person reads (snapshots), where progress goes beside JSON, and a
+//! controller dying at a fail point, which must be a process of its own.
 
 mod support;
 
 use mesh_controller::fail;
+use mesh_controller::plans::MergeOutcome;
+use mesh_controller::push::Verdict;
+use mesh_model::plan::PlanState;
 use serde_json::Value;
+use support::in_process::{Library, MergeFlags, Merged};
 use support::{redact, Mesh, Repo};
 
 /// Three nodes; `site` runs everywhere, `notes` on control and laptop, `tools` (built after
@@ -57,16 +65,47 @@ fn setup() -> (Mesh, Repo, String) {
         ("README.md", "the catalogue\n"),
     ]);
     let first = repo.commit("first");
-    let path = repo.path().to_str().unwrap().to_owned();
-    mesh.expect(&["repo", "add", "cat", &path], 0);
+    mesh.library().repo_add("cat", repo.path()).unwrap();
     (mesh, repo, first)
 }
 
 /// [`setup`] with its first commit merged: every module planned, built and rolled out.
 fn first_commit_merged() -> (Mesh, Repo) {
     let (mesh, repo, _) = setup();
-    mesh.expect(&["merge", "cat"], 0);
+    merge(&mesh);
     (mesh, repo)
+}
+
+/// `merge cat` in process, its plan done (`merge` exits 0).
+fn merge(mesh: &Mesh) -> Merged {
+    merge_with(mesh, MergeFlags::default(), false)
+}
+
+/// `merge cat` in process with `flags`, its plan `stopped` or not (`merge` exits 3 or 0).
+fn merge_with(mesh: &Mesh, flags: MergeFlags<'_>, stopped: bool) -> Merged {
+    let merged = mesh
+        .library()
+        .merge_with("cat", flags)
+        .unwrap_or_else(|error| panic!("merge cat: {error}"));
+    assert_eq!(merged.stopped, stopped, "{}{}", merged.lines, merged.json);
+    merged
+}
+
+/// `merge cat` in process, its plan stopped (`merge` exits 3): the progress lines.
+fn merge_stopping(mesh: &Mesh) -> String {
+    merge_with(mesh, MergeFlags::default(), true).lines
+}
+
+/// `merge cat --plan-only` in process.
+fn merge_plan_only(mesh: &Mesh) -> Merged {
+    merge_with(
+        mesh,
+        MergeFlags {
+            plan_only: true,
+            ..Default::default()
+        },
+        false,
+    )
 }
 
 /// Writes a new `site` into `repo` (its page and the module's `extra` lines), uncommitted.
@@ -83,7 +122,7 @@ const ALICE_IN_AUDIO: &str = "\n[memberships.audio]\naccount = \"alice\"\ngroup 
 fn plan_a_second_note(mesh: &Mesh, repo: &Repo) {
     repo.write(&[("modules/notes/files/note.txt", "second note\n")]);
     repo.commit("notes: second");
-    mesh.expect(&["merge", "cat", "--plan-only"], 0);
+    merge_plan_only(mesh);
 }
 
 /// A JSON record in the controller's home (`deployed/site.json`, `store/modules/site.json`).
@@ -91,10 +130,11 @@ fn home_json(mesh: &Mesh, path: impl AsRef<std::path::Path>) -> Value {
     json(&std::fs::read_to_string(mesh.home().join(path)).unwrap())
 }
 
-/// `push --all` (after the controller's `options`) leaves every resource on every node unchanged.
-fn assert_a_push_changes_nothing(mesh: &Mesh, options: &[&str]) {
-    let args = [options, &["push", "--all", "--output", "json"]].concat();
-    let push = json(&mesh.expect(&args, 0));
+/// `push --all` (through `library`) leaves every resource on every node unchanged.
+fn assert_a_push_changes_nothing(library: &Library) {
+    let pushed = library.push_all().unwrap();
+    assert_eq!(pushed.verdict, Verdict::Converged, "{}", pushed.json);
+    let push = pushed.json;
     for node in push.as_array().unwrap() {
         for (id, outcome) in node["report"]["resources"].as_object().unwrap() {
             assert_eq!(outcome["outcome"], "unchanged", "{id}");
@@ -115,7 +155,19 @@ fn json(text: &str) -> Value {
 }
 
 fn plan(mesh: &Mesh, id: &str) -> Value {
-    json(&mesh.expect(&["plans", "show", id, "--output", "json"], 0))
+    mesh.library().plan(id).unwrap()
+}
+
+/// `plans --output json`.
+fn plans(mesh: &Mesh) -> Value {
+    mesh.library().plans()
+}
+
+/// `status --output json` and the exit code it is judged to.
+fn status_json(mesh: &Mesh, code: u8) -> Value {
+    let status = mesh.library().status();
+    assert_eq!(status.code, code, "{}", status.json);
+    status.json
 }
 
 fn modules_of(plan: &Value) -> Vec<String> {
@@ -134,10 +186,10 @@ fn read(mesh: &Mesh, node: &str, path: &str) -> String {
 
 /// What `status` says is behind; it exits 2 (in progress) while anything is, else 0.
 fn behind(mesh: &Mesh) -> Vec<(String, String, String)> {
-    let run = mesh.run(&["status", "--output", "json"]);
-    let status = json(&run.stdout);
+    let run = mesh.library().status();
+    let status = run.json;
     let pending = !status["behind"].as_array().unwrap().is_empty();
-    assert_eq!(run.code, if pending { 2 } else { 0 }, "{}", run.stdout);
+    assert_eq!(run.code, if pending { 2 } else { 0 }, "{status}");
     status["behind"]
         .as_array()
         .unwrap()
@@ -180,7 +232,7 @@ fn the_first_merge_plans_every_module_in_tiers_and_rolls_them_out() {
         assert_eq!(deployed["commit"], first.as_str());
     }
     // A push after the rollout composes from what is deployed: nothing changes.
-    assert_a_push_changes_nothing(&mesh, &[]);
+    assert_a_push_changes_nothing(&mesh.library());
 }
 
 /// The incident behind “Changed paths name their modules”: a merge's changed modules were read wrong in both directions.
@@ -190,7 +242,7 @@ fn two_commits_changing_one_module_plan_one_module_each() {
 
     repo.write(&[("modules/notes/files/note.txt", "second note\n")]);
     repo.commit("notes: second");
-    mesh.expect(&["merge", "cat"], 0);
+    merge(&mesh);
     let second = plan(&mesh, "plan-2");
     assert_eq!(modules_of(&second), ["notes"]);
     assert_eq!(second["plan"]["state"]["state"], "done");
@@ -199,7 +251,7 @@ fn two_commits_changing_one_module_plan_one_module_each() {
 
     repo.write(&[("modules/tools/files/tool.sh", "#!/bin/sh\necho two\n")]);
     repo.commit("tools: two");
-    mesh.expect(&["merge", "cat"], 0);
+    merge(&mesh);
     let third = plan(&mesh, "plan-3");
     assert_eq!(modules_of(&third), ["tools"]);
     assert_eq!(
@@ -210,7 +262,7 @@ fn two_commits_changing_one_module_plan_one_module_each() {
     // A change to `site` plans it and what depends on it, in tiers.
     write_site(&repo, "v2\n", "");
     repo.commit("site: v2");
-    mesh.expect(&["merge", "cat"], 0);
+    merge(&mesh);
     let fourth = plan(&mesh, "plan-4");
     assert_eq!(
         fourth["plan"]["tiers"],
@@ -226,13 +278,35 @@ fn two_commits_changing_one_module_plan_one_module_each() {
 #[test]
 fn a_merge_heard_twice_makes_one_plan() {
     let (mesh, _repo, first) = setup();
-    mesh.expect(&["merge", "cat"], 0);
-    let again = mesh.expect(&["merge", "cat", "--commit", &first], 0);
-    assert!(
-        again.contains("plan-1 was already made for `cat` main"),
-        "{again}"
+    merge(&mesh);
+    let again = merge_with(
+        &mesh,
+        MergeFlags {
+            commit: Some(&first),
+            ..Default::default()
+        },
+        false,
     );
-    let plans = json(&mesh.expect(&["plans", "--output", "json"], 0));
+    // What `merge` says as "plan-1 was already made for `cat` main".
+    match &again.outcome {
+        MergeOutcome::AlreadyPlanned {
+            plan,
+            driven: false,
+        } => {
+            assert_eq!(
+                (
+                    plan.id.as_str(),
+                    plan.repository.as_str(),
+                    plan.branch.as_str()
+                ),
+                ("plan-1", "cat", "main"),
+                "{}",
+                again.json
+            );
+        }
+        other => panic!("plan-1 was already made: {other:?}"),
+    }
+    let plans = plans(&mesh);
     assert_eq!(plans.as_array().unwrap().len(), 1);
 }
 
@@ -242,7 +316,7 @@ fn a_root_file_means_every_module_and_identical_builds_are_not_redeployed() {
     let sent_before = Mesh::snapshot_tree(&mesh.home().join("sent"));
     repo.write(&[("README.md", "the catalogue, described\n")]);
     repo.commit("readme");
-    mesh.expect(&["merge", "cat"], 0);
+    merge(&mesh);
     let plan = plan(&mesh, "plan-2");
     assert_eq!(modules_of(&plan), ["notes", "site", "tools"]);
     assert_eq!(plan["shared-paths"], serde_json::json!(["README.md"]));
@@ -268,7 +342,7 @@ fn a_commit_breaking_a_module_on_its_first_node_stops_the_rollout_there() {
     }
     write_site(&repo, "v2\n", ALICE_IN_AUDIO);
     let broken = repo.commit("site: v2, alice plays audio");
-    let out = mesh.expect(&["merge", "cat"], 3);
+    let out = merge_stopping(&mesh);
     assert!(out.contains("`site`: sent `control` (first)"), "{out}");
     assert!(!out.contains("sent `home`"), "{out}");
 
@@ -297,7 +371,7 @@ fn a_commit_breaking_a_module_on_its_first_node_stops_the_rollout_there() {
         "status_after_a_stopped_rollout",
         redact(&status, &names(&repo))
     );
-    let status = json(&mesh.expect(&["status", "--output", "json"], 3));
+    let status = status_json(&mesh, 3);
     assert_eq!(status["stopped"][0]["node"], "control");
     assert_eq!(status["stopped"][0]["module"], "site");
     let reason = status["stopped"][0]["reason"].as_str().unwrap();
@@ -315,7 +389,7 @@ fn a_module_that_does_not_validate_fails_its_build_and_stops_the_plan_naming_the
         "name = \"notes\"\n\n[files.note]\nsource = \"files/missing.txt\"\npath = \"/etc/notes.txt\"\n",
     )]);
     repo.commit("notes: broken");
-    let out = mesh.expect(&["merge", "cat"], 3);
+    let out = merge_stopping(&mesh);
     assert!(out.contains("the build of `notes` failed"), "{out}");
     assert!(out.contains("files/missing.txt"), "{out}");
     assert_eq!(read(&mesh, "laptop", "etc/notes.txt"), "first note\n");
@@ -335,13 +409,14 @@ fn a_dependency_cycle_among_the_affected_modules_is_named_and_makes_no_plan() {
         ),
     ]);
     repo.commit("a cycle");
-    let run = mesh.run(&["merge", "cat"]);
-    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
-    assert!(run.stderr.contains("dependency cycle"), "{}", run.stderr);
+    let Err(error) = mesh.library().merge("cat") else {
+        panic!("a cycle makes no plan");
+    };
+    assert!(error.contains("dependency cycle"), "{error}");
     for module in ["notes", "site", "tools"] {
-        assert!(run.stderr.contains(module), "{}", run.stderr);
+        assert!(error.contains(module), "{error}");
     }
-    let plans = json(&mesh.expect(&["plans", "--output", "json"], 0));
+    let plans = plans(&mesh);
     assert_eq!(plans.as_array().unwrap().len(), 1);
 }
 
@@ -360,14 +435,17 @@ fn behind_lists_exactly_what_the_open_plans_have_not_finished() {
     let status = mesh.expect(&["status"], 2);
     insta::assert_snapshot!("status_with_an_open_plan", redact(&status, &names(&repo)));
 
-    mesh.expect(&["build", "--behind"], 0);
+    let built = mesh.library().build_behind().unwrap();
+    assert!(!built.stopped, "{}", built.lines);
     assert_eq!(
         behind(&mesh),
         [("notes".into(), "roll-out".into(), "plan-2".into())]
     );
     assert_eq!(read(&mesh, "laptop", "etc/notes.txt"), "first note\n");
 
-    mesh.expect(&["push", "--behind"], 0);
+    let pushed = mesh.library().push_behind().unwrap();
+    assert!(!pushed.stopped, "{}", pushed.lines);
+    assert_eq!(pushed.verdict, Verdict::Converged, "{}", pushed.json);
     assert!(behind(&mesh).is_empty());
     assert_eq!(read(&mesh, "laptop", "etc/notes.txt"), "second note\n");
     assert_eq!(plan(&mesh, "plan-2")["plan"]["state"]["state"], "done");
@@ -410,13 +488,10 @@ fn a_newer_merge_supersedes_an_open_plan_and_folds_in_its_unbuilt_modules() {
     );
     // The superseded plan built nothing and is never resumed.
     assert_eq!(older["work"]["notes"]["build"], Value::Null);
-    let run = mesh.run(&["plans", "resume", "plan-2"]);
-    assert_eq!(run.code, 1);
-    assert!(
-        run.stderr.contains("not open (it is superseded)"),
-        "{}",
-        run.stderr
-    );
+    let Err(error) = mesh.library().plans_resume(Some("plan-2")) else {
+        panic!("a superseded plan is never resumed");
+    };
+    assert!(error.contains("not open (it is superseded)"), "{error}");
     let list = mesh.expect(&["plans"], 0);
     insta::assert_snapshot!("plans_list", redact(&list, &names(&repo)));
 }
@@ -425,42 +500,36 @@ fn a_newer_merge_supersedes_an_open_plan_and_folds_in_its_unbuilt_modules() {
 fn a_closed_plan_ends_and_is_never_resumed() {
     let (mesh, repo) = first_commit_merged();
     plan_a_second_note(&mesh, &repo);
-    let out = mesh.expect(
-        &[
-            "plans",
-            "close",
-            "plan-2",
-            "--note",
-            "notes wait for Monday",
-        ],
-        0,
-    );
-    assert!(
-        out.contains("plan-2: closed: notes wait for Monday"),
-        "{out}"
+    let closed = mesh
+        .library()
+        .plans_close("plan-2", "notes wait for Monday")
+        .unwrap();
+    // What `plans close` says as "plan-2: closed: notes wait for Monday".
+    assert_eq!(closed.id, "plan-2");
+    assert_eq!(
+        closed.state,
+        PlanState::Closed {
+            note: "notes wait for Monday".into()
+        }
     );
     assert!(behind(&mesh).is_empty());
-    let run = mesh.run(&["plans", "resume", "plan-2"]);
-    assert_eq!(run.code, 1);
-    assert!(
-        run.stderr.contains("not open (it is closed)"),
-        "{}",
-        run.stderr
-    );
-    assert_eq!(mesh.expect(&["plans", "resume"], 0), "no open plans\n");
+    let Err(error) = mesh.library().plans_resume(Some("plan-2")) else {
+        panic!("a closed plan is never resumed");
+    };
+    assert!(error.contains("not open (it is closed)"), "{error}");
+    // What `plans resume` says as "no open plans".
+    let resumed = mesh.library().plans_resume(None).unwrap();
+    assert!(resumed.plans.is_empty(), "{:?}", resumed.plans);
     // Nor does the next merge resume it: it plans only what changed since.
     repo.write(&[("modules/tools/files/tool.sh", "#!/bin/sh\necho two\n")]);
     repo.commit("tools: two");
-    mesh.expect(&["merge", "cat"], 0);
+    merge(&mesh);
     assert_eq!(modules_of(&plan(&mesh, "plan-3")), ["tools"]);
     assert_eq!(read(&mesh, "laptop", "etc/notes.txt"), "first note\n");
-    let again = mesh.run(&["plans", "close", "plan-2"]);
-    assert_eq!(again.code, 1);
-    assert!(
-        again.stderr.contains("not open (it is closed)"),
-        "{}",
-        again.stderr
-    );
+    let Err(again) = mesh.library().plans_close("plan-2", "") else {
+        panic!("a closed plan is not closed again");
+    };
+    assert!(again.contains("not open (it is closed)"), "{again}");
 }
 
 /// The rule “A merge heard twice makes one plan”: a dry-run build is set aside — no record, nothing published, nothing a push could
@@ -470,8 +539,7 @@ fn a_dry_run_build_records_nothing() {
     let (mesh, repo) = first_commit_merged();
     plan_a_second_note(&mesh, &repo);
     let home_before = Mesh::snapshot_tree(mesh.home());
-    let out = mesh.expect(&["build", "notes", "--dry-run", "--output", "json"], 0);
-    let dry = json(&out);
+    let dry = mesh.library().build(&["notes"], true).unwrap();
     assert_eq!(dry[0]["build"]["dry-run"], true);
     assert_eq!(
         Mesh::snapshot_tree(mesh.home()),
@@ -483,7 +551,7 @@ fn a_dry_run_build_records_nothing() {
         [("notes".into(), "build".into(), "plan-2".into())]
     );
     // The real build of the same tree has the same digest, and is recorded for the plan.
-    let real = json(&mesh.expect(&["build", "notes", "--output", "json"], 0));
+    let real = mesh.library().build(&["notes"], false).unwrap();
     assert_eq!(real[0]["build"]["archive"], dry[0]["build"]["archive"]);
     assert_eq!(real[0]["plan"], "plan-2");
     let record = home_json(&mesh, "store/modules/notes.json");
@@ -502,12 +570,23 @@ fn a_dry_run_build_records_nothing() {
 #[test]
 fn plans_resume_drives_an_open_plan_to_the_end() {
     let (mesh, repo, _) = setup();
-    mesh.expect(&["merge", "cat", "--plan-only"], 0);
+    merge_plan_only(&mesh);
     assert_eq!(behind(&mesh).len(), 3);
-    let out = mesh.expect(&["plans", "resume"], 0);
-    assert!(
-        out.contains("plan-1: done (3 module(s): notes, site, tools)"),
-        "{out}"
+    let resumed = mesh.library().plans_resume(None).unwrap();
+    assert!(!resumed.stopped, "{}", resumed.lines);
+    // What `plans resume` says as "plan-1: done (3 module(s): notes, site, tools)".
+    let driven: Vec<(&str, &PlanState, &[String])> = resumed
+        .plans
+        .iter()
+        .map(|p| (p.id.as_str(), &p.state, p.modules.as_slice()))
+        .collect();
+    assert_eq!(
+        driven,
+        [(
+            "plan-1",
+            &PlanState::Done,
+            &["notes".to_owned(), "site".into(), "tools".into()][..]
+        )]
     );
     assert_eq!(read(&mesh, "home", "srv/www/index.html"), "v1\n");
     let shown = mesh.expect(&["plans", "show", "plan-1"], 0);
@@ -527,7 +606,7 @@ fn a_failed_first_node_is_sent_back_what_it_ran_when_the_module_says_revert() {
         ("modules/site/files/index.html", "v2\n"),
     ]);
     repo.commit("site: v2, alice plays audio, revert on failure");
-    let out = mesh.expect(&["merge", "cat"], 3);
+    let out = merge_stopping(&mesh);
     assert!(
         out.contains("`site`: sent `control` back what it ran before"),
         "{out}"
@@ -554,7 +633,7 @@ fn a_together_module_is_sent_to_every_node_at_once() {
         ("modules/site/files/index.html", "v2\n"),
     ]);
     repo.commit("site: v2, together");
-    let out = mesh.expect(&["merge", "cat"], 0);
+    let out = merge(&mesh).lines;
     assert!(
         out.contains("`site`: grants for control, home, laptop"),
         "{out}"
@@ -604,13 +683,16 @@ fn a_controller_killed_mid_merge_resumes_where_it_was() {
             "{}",
             died.stderr
         );
-        let resumed = mesh.run(&["plans", "resume"]);
-        assert_eq!(
-            resumed.code, 0,
-            "after dying at `{step}`: {}{}",
-            resumed.stdout, resumed.stderr
+        let resumed = mesh
+            .library()
+            .plans_resume(None)
+            .unwrap_or_else(|error| panic!("after dying at `{step}`: {error}"));
+        assert!(
+            !resumed.stopped,
+            "after dying at `{step}`: {}",
+            resumed.lines
         );
-        mesh.expect(&["merge", "cat"], 0);
+        merge(&mesh);
         for node in ["control", "home", "laptop"] {
             assert_eq!(
                 read(&mesh, node, "srv/www/index.html"),
@@ -618,7 +700,7 @@ fn a_controller_killed_mid_merge_resumes_where_it_was() {
                 "{node}, after dying at `{step}`"
             );
         }
-        let plans = json(&mesh.expect(&["plans", "--output", "json"], 0));
+        let plans = plans(&mesh);
         let for_commit: Vec<&Value> = plans
             .as_array()
             .unwrap()
@@ -645,7 +727,7 @@ fn a_stopped_module_holds_back_its_dependents_and_the_others_go_on() {
         ("modules/tools/files/tool.sh", "#!/bin/sh\necho two\n"),
     ]);
     repo.commit("site breaks on control; notes and tools change");
-    let out = mesh.expect(&["merge", "cat"], 3);
+    let out = merge_stopping(&mesh);
     assert!(
         out.contains("plan-2: `tools` is built from `site`, which stopped: left as it is"),
         "{out}"
@@ -678,10 +760,10 @@ fn a_stopped_rollout_stays_in_status_until_a_person_settles_it() {
     let (mesh, repo) = first_commit_merged();
     write_site(&repo, "v2\n", ALICE_IN_AUDIO);
     repo.commit("site breaks on control");
-    mesh.expect(&["merge", "cat"], 3);
+    merge_stopping(&mesh);
     // `status` exits 3 while a stopped rollout needs a person, 0 once it is settled.
     let stopped = |mesh: &Mesh| {
-        json(&mesh.run(&["status", "--output", "json"]).stdout)["stopped"]
+        mesh.library().status().json["stopped"]
             .as_array()
             .unwrap()
             .len()
@@ -689,13 +771,16 @@ fn a_stopped_rollout_stays_in_status_until_a_person_settles_it() {
     assert_eq!(stopped(&mesh), 1);
     write_site(&repo, "v3\n", "");
     repo.commit("site: v3, no audio");
-    mesh.expect(&["merge", "cat", "--plan-only"], 0);
+    merge_plan_only(&mesh);
     assert_eq!(stopped(&mesh), 1, "an open plan has not settled it");
-    mesh.expect(&["plans", "close", "plan-3", "--note", "v3 next week"], 0);
+    mesh.library()
+        .plans_close("plan-3", "v3 next week")
+        .unwrap();
     assert_eq!(stopped(&mesh), 0);
     // control still holds the failed new build; a push sends it what the mesh runs.
     assert_eq!(read(&mesh, "control", "srv/www/index.html"), "v2\n");
-    mesh.expect(&["push", "control"], 0);
+    let pushed = mesh.library().push(&["control"]).unwrap();
+    assert_eq!(pushed.verdict, Verdict::Converged, "{}", pushed.json);
     assert_eq!(read(&mesh, "control", "srv/www/index.html"), "v1\n");
 }
 
@@ -706,7 +791,15 @@ fn a_merge_publishes_to_a_registry_store_and_sends_compose_from_it() {
     let registry = support::Registry::start();
     let (mesh, repo, _) = setup();
     let store = registry.url();
-    mesh.expect(&["--store", &store, "merge", "cat"], 0);
+    let on_registry = || {
+        mesh.library_with(mesh_controller::runtime::MeshOptions {
+            store: Some(store.parse().unwrap()),
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let merged = on_registry().merge("cat").unwrap();
+    assert!(!merged.stopped, "{}", merged.lines);
     let tags = registry.get("/v2/mesh/archives/tags/list").unwrap();
     for module in ["notes", "site", "tools"] {
         let record = home_json(&mesh, format!("deployed/{module}.json"));
@@ -722,15 +815,12 @@ fn a_merge_publishes_to_a_registry_store_and_sends_compose_from_it() {
         "nothing went to the default store"
     );
     // Sends compose the deployed modules from the registry: nothing changes.
-    assert_a_push_changes_nothing(&mesh, &["--store", &store]);
+    assert_a_push_changes_nothing(&on_registry());
     // Without the registry the deployed builds cannot be read, and the push says so.
-    let run = mesh.run(&["push", "--all"]);
-    assert_eq!(run.code, 1);
-    assert!(
-        run.stderr.contains("could not be read from oci:"),
-        "{}",
-        run.stderr
-    );
+    let Err(error) = mesh.library().push_all() else {
+        panic!("the deployed builds are not in the home's store");
+    };
+    assert!(error.contains("could not be read from oci:"), "{error}");
     drop(repo);
 }
 
@@ -740,19 +830,24 @@ fn a_merge_publishes_to_a_registry_store_and_sends_compose_from_it() {
 #[test]
 fn a_merge_naming_a_bus_that_cannot_be_reached_changes_nothing() {
     let (mesh, _repo, _) = setup();
-    let run = mesh.run(&["--bus", "nats://127.0.0.1:1", "merge", "cat"]);
-    assert_eq!(run.code, 1, "{}", run.stderr);
+    let Err(error) = mesh.library_with(mesh_controller::runtime::MeshOptions {
+        bus: Some(mesh_controller::credentials::BusArgs {
+            url: "nats://127.0.0.1:1".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }) else {
+        panic!("no bus answers on nats://127.0.0.1:1");
+    };
     assert!(
-        run.stderr
-            .contains("opening the controller's records on nats://127.0.0.1:1"),
-        "{}",
-        run.stderr
+        error.contains("opening the controller's records on nats://127.0.0.1:1"),
+        "{error}"
     );
     assert!(!mesh.home().join("sent").exists());
     assert!(!mesh.home().join("plans/plan-1.json").exists());
     assert!(!mesh.root("control").join("srv/www/index.html").exists());
     // Without the bus the home is as it was: the merge plans and rolls out in process.
-    mesh.expect(&["merge", "cat"], 0);
+    merge(&mesh);
 }
 
 /// The rule “No symbolic links to move data”: no symbolic links. A link committed to git (mode 120000) is read as
@@ -766,10 +861,10 @@ fn a_symbolic_link_in_git_fails_the_modules_build_naming_it() {
     )
     .unwrap();
     repo.commit("notes: a link to the previews");
-    let out = mesh.expect(&["merge", "cat"], 3);
+    let out = merge_stopping(&mesh);
     assert!(out.contains("the build of `notes` failed"), "{out}");
     assert!(out.contains("files/previews"), "{out}");
-    let status = json(&mesh.expect(&["status", "--output", "json"], 3));
+    let status = status_json(&mesh, 3);
     assert_eq!(status["stopped"][0]["module"], "notes");
     assert_eq!(status["stopped"][0]["node"], "");
 }
@@ -789,24 +884,22 @@ fn a_repository_may_keep_its_modules_in_another_directory() {
         ("modules/README.md", "not the modules\n"),
     ]);
     repo.commit("first");
-    let path = repo.path().to_str().unwrap().to_owned();
-    mesh.expect(
-        &[
-            "repo",
-            "add",
+    mesh.library()
+        .repo_add_with(
             "cat",
-            &path,
-            "--modules-dir",
-            "mesh/catalogue/",
-        ],
-        0,
-    );
-    mesh.expect(&["merge", "cat"], 0);
+            repo.path(),
+            &mesh_controller::repos::AddOptions {
+                modules_dir: "mesh/catalogue/".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    merge(&mesh);
     assert_eq!(modules_of(&plan(&mesh, "plan-1")), ["notes"]);
     assert_eq!(read(&mesh, "laptop", "etc/notes.txt"), "elsewhere\n");
     repo.write(&[("mesh/catalogue/notes/files/note.txt", "still elsewhere\n")]);
     repo.commit("notes");
-    mesh.expect(&["merge", "cat"], 0);
+    merge(&mesh);
     assert_eq!(modules_of(&plan(&mesh, "plan-2")), ["notes"]);
     assert_eq!(read(&mesh, "control", "etc/notes.txt"), "still elsewhere\n");
 }
@@ -821,7 +914,7 @@ fn the_bus_node_goes_first_when_a_modules_grants_change_the_bus_users() {
         "name = \"tools\"\ndepends = [\"site\"]\n\n[grants]\nbuckets = [\"tools-state\"]\n\n[files.tool]\nsource = \"files/tool.sh\"\npath = \"/usr/local/bin/tool\"\nmode = \"0755\"\n",
     )]);
     repo.commit("tools: a state bucket");
-    let out = mesh.expect(&["merge", "cat"], 0);
+    let out = merge(&mesh).lines;
     let order: Vec<&str> = out.lines().filter(|l| l.starts_with("  `tools`")).collect();
     assert_eq!(order.len(), 6, "{out}");
     assert!(
@@ -839,7 +932,7 @@ fn the_bus_node_goes_first_when_a_modules_grants_change_the_bus_users() {
     // A change that leaves the grants alone does not send the bus node.
     repo.write(&[("modules/tools/files/tool.sh", "#!/bin/sh\necho two\n")]);
     repo.commit("tools: two");
-    let out = mesh.expect(&["merge", "cat"], 0);
+    let out = merge(&mesh).lines;
     assert!(!out.contains("holding the bus"), "{out}");
 }
 
@@ -873,15 +966,16 @@ fn records_in_the_old_format_are_migrated_on_first_use_saying_so() {
     );
 
     // The fixture's nodes were sent declarations and reported none: in progress, exit 2.
-    let run = mesh.run(&["status", "--output", "json"]);
-    assert_eq!(run.code, 2, "{}", run.stderr);
+    let library = mesh.library();
+    let run = library.status();
+    let notes = library.migrations().join("\n");
+    assert_eq!(run.code, 2, "{notes}");
     assert!(
-        run.stderr.contains("plan-1.json: migrated from format 1"),
-        "{}",
-        run.stderr
+        notes.contains("plan-1.json: migrated from format 1"),
+        "{notes}"
     );
-    assert!(run.stderr.contains("sent/home.json"), "{}", run.stderr);
-    let status = json(&run.stdout);
+    assert!(notes.contains("sent/home.json"), "{notes}");
+    let status = run.json;
     let home = status["nodes"]
         .as_array()
         .unwrap()
@@ -907,10 +1001,12 @@ fn records_in_the_old_format_are_migrated_on_first_use_saying_so() {
         .is_file());
 
     // Said once: the records are in the new format now.
-    let again = mesh.run(&["status"]);
-    assert_eq!(again.code, 2, "{}", again.stderr);
-    assert!(!again.stderr.contains("migrated"), "{}", again.stderr);
-    mesh.expect(&["plans", "show", "plan-1"], 0);
+    let library = mesh.library();
+    let again = library.status();
+    let notes = library.migrations().join("\n");
+    assert_eq!(again.code, 2, "{notes}");
+    assert!(!notes.contains("migrated"), "{notes}");
+    crate::plan(&mesh, "plan-1");
 }
 
 /// `site`'s extra lines: a job that `exits`, and a service that comes after it.
@@ -928,13 +1024,13 @@ fn a_job_failing_on_the_first_node_gates_its_service_and_stops_the_rollout_with_
     let (mesh, repo) = first_commit_merged();
     write_site(&repo, "v2\n", &site_job(1));
     repo.commit("site: v2, migrated first");
-    let out = mesh.expect(&["merge", "cat"], 3);
+    let out = merge_stopping(&mesh);
     assert!(out.contains("`site`: sent `control` (first)"), "{out}");
     assert!(!out.contains("sent `home`"), "{out}");
     assert_eq!(read(&mesh, "home", "srv/www/index.html"), "v1\n");
 
     // The first machine says why: the job's exit code and log tail; its service waits.
-    let status = json(&mesh.expect(&["status", "--output", "json"], 3));
+    let status = status_json(&mesh, 3);
     assert_eq!(status["stopped"][0]["node"], "control");
     assert_eq!(status["stopped"][0]["module"], "site");
     let reason = status["stopped"][0]["reason"].as_str().unwrap();

@@ -38,6 +38,21 @@ pub enum MergeOutcome {
     },
 }
 
+impl MergeOutcome {
+    /// Whether the merge left its plan stopped (a build failed, or a rollout stopped at a
+    /// node): a plan it made and drove, or an open plan of the same commit it drove. A plan
+    /// made before and not driven now says nothing of this merge. `merge` exits 3 then.
+    pub fn stopped(&self) -> bool {
+        match self {
+            MergeOutcome::Planned { plan, .. }
+            | MergeOutcome::AlreadyPlanned { plan, driven: true } => {
+                matches!(plan.state, PlanState::Stopped { .. })
+            }
+            MergeOutcome::AlreadyPlanned { driven: false, .. } => false,
+        }
+    }
+}
+
 /// What [`merge`] made of a merge.
 #[derive(Debug)]
 pub enum Heard {

@@ -335,6 +335,14 @@ pub(crate) fn outcome_of<'r>(record: &'r PlanRecord, module: &str) -> Option<&'r
         .and_then(|r| r.outcome.as_ref())
 }
 
+/// Whether any of `plans` (those a drive left: `plans resume`, `push --behind`,
+/// `build --behind`) stopped; those commands exit 3 then.
+pub fn any_stopped(plans: &[Plan]) -> bool {
+    plans
+        .iter()
+        .any(|plan| matches!(plan.state, mesh_model::plan::PlanState::Stopped { .. }))
+}
+
 /// Closes an open plan by hand; it is never resumed.
 ///
 /// # Errors

@@ -2,7 +2,7 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::{announce, plans, preview};
+use mesh_controller::{announce, preview};
 use std::process::ExitCode;
 
 /// Hears a merge to a registered repository: plans it, then builds and rolls it out.
@@ -81,16 +81,10 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             }
         }
     }
-    Ok(match &outcome {
-        plans::MergeOutcome::Planned { plan, .. }
-        | plans::MergeOutcome::AlreadyPlanned { plan, driven: true }
-            if matches!(plan.state, mesh_model::plan::PlanState::Stopped { .. }) =>
-        {
-            ExitCode::from(3)
-        }
-        plans::MergeOutcome::Planned { .. } | plans::MergeOutcome::AlreadyPlanned { .. } => {
-            ExitCode::SUCCESS
-        }
+    Ok(if outcome.stopped() {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
     })
 }
 

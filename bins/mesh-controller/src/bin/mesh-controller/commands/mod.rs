@@ -163,10 +163,7 @@ pub fn print_plans_driven(output: Output, plans: &[mesh_model::plan::Plan]) -> R
             }
         }
     }
-    let stopped = plans
-        .iter()
-        .any(|p| matches!(p.state, mesh_model::plan::PlanState::Stopped { .. }));
-    Ok(if stopped {
+    Ok(if mesh_controller::plans::any_stopped(plans) {
         ExitCode::from(3)
     } else {
         ExitCode::SUCCESS

@@ -99,9 +99,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
                 }
             }
         }
-        let stopped = plans
-            .iter()
-            .any(|p| matches!(p.state, mesh_model::plan::PlanState::Stopped { .. }));
+        let stopped = mesh_controller::plans::any_stopped(&plans);
         return Ok(match push::verdict(&results) {
             _ if stopped => ExitCode::from(3),
             push::Verdict::Converged => ExitCode::SUCCESS,

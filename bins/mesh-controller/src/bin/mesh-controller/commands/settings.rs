@@ -127,7 +127,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             replace,
         } => settings::set(&on, &module, node.as_deref(), &json, replace, now)?,
         Command::Rename { module, old, new } => {
-            let newest = newest(env, &catalogue, &module)?;
+            let newest = newest::newest_known(&env.home, &catalogue, &module)?;
             let renamed = settings::rename(&on, &module, (&old, &new), &newest, now)?;
             match env.output {
                 Output::Json => env.print_json(&renamed)?,
@@ -154,24 +154,5 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
         ExitCode::from(2)
     } else {
         ExitCode::SUCCESS
-    })
-}
-
-/// The newest version of `module` the mesh knows, which a layer is checked against.
-fn newest(
-    env: &super::Env,
-    catalogue: &mesh_model::module::Catalogue,
-    module: &str,
-) -> Result<newest::Newest> {
-    newest::newest_definition(&env.home, catalogue, module)?.ok_or_else(|| {
-        anyhow::anyhow!(
-            "`{module}` is not a module of the catalogue; its modules are: {}",
-            catalogue
-                .modules
-                .keys()
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
     })
 }

@@ -1,0 +1,483 @@
+//! The controller called as a library, in process, on a test [`Mesh`]'s home: each method does
+//! what its command's `exec` does (`src/bin/mesh-controller/commands/`), without the rendering,
+//! and answers with the values the command prints with `--output json` — so a test's
+//! assertions on that JSON read the same — beside the progress lines it would have printed and
+//! the library's value that decides its exit code.
+//!
+//! What only the binary does — parsing, rendering, exit codes as a process ends with them, a
+//! fail point's death — stays with [`Mesh::run`] and its kin.
+
+use super::Mesh;
+use mesh_controller::plans::MergeOutcome;
+use mesh_controller::push::{self, PushResult, Verdict};
+use mesh_controller::runtime::{self, DriveMode, MeshOptions, Runtime};
+use mesh_controller::{alert, heads, newest, plans, preview, repos, settings, status};
+use mesh_model::plan::Plan;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+impl Mesh {
+    /// The mesh of this home opened as a Rust tool opens it: the embedded default (the records
+    /// under the home, one host agent per node in this process) and the home's store.
+    pub fn library(&self) -> Library {
+        self.library_with(MeshOptions::default())
+            .unwrap_or_else(|error| panic!("opening the mesh: {error}"))
+    }
+
+    /// The mesh of this home opened with `options` (another store, a bus); the error as the
+    /// binary says it.
+    pub fn library_with(&self, options: MeshOptions) -> Result<Library, String> {
+        let mesh = runtime::Mesh::open(self.home(), options).map_err(|e| said(&e))?;
+        Ok(Library {
+            mesh: Arc::new(mesh),
+            tokio: tokio::runtime::Runtime::new().expect("a tokio runtime"),
+        })
+    }
+}
+
+/// A mesh opened in process, and the runtime its async calls run on.
+pub struct Library {
+    mesh: Arc<runtime::Mesh>,
+    tokio: tokio::runtime::Runtime,
+}
+
+/// What a merge did (`merge`).
+pub struct Merged {
+    /// The library's answer.
+    pub outcome: MergeOutcome,
+    /// What `merge --output json` prints: the outcome, and its `preview` with `--plan-only`.
+    pub json: Value,
+    /// The progress lines, one a line: what `merge` prints before the outcome.
+    pub lines: String,
+    /// Whether the plan stopped: `merge` exits 3 then, else 0.
+    pub stopped: bool,
+}
+
+/// What a drive of the open plans did (`plans resume`, `build --behind`).
+pub struct Driven {
+    /// The plans driven, as they stand: what `--output json` prints.
+    pub plans: Vec<Plan>,
+    /// The progress lines, one a line.
+    pub lines: String,
+    /// Whether one of them stopped: the command exits 3 then, else 0.
+    pub stopped: bool,
+}
+
+/// What a push did (`push`, `push --behind`).
+pub struct Pushed {
+    /// What `push --output json` prints: each node's result (with `--behind`, the document
+    /// of the plans driven, the nodes sent and those still not running).
+    pub json: Value,
+    /// The progress lines, one a line.
+    pub lines: String,
+    /// What the results come to: `push` exits 0 converged, 2 held, 3 not converged.
+    pub verdict: Verdict,
+    /// With `--behind`, whether a plan it drove stopped (it exits 3 then).
+    pub stopped: bool,
+}
+
+/// What `status` says.
+pub struct Status {
+    /// What `status --output json` prints.
+    pub json: Value,
+    /// The exit code the overview is judged to (`alert::judge`): 0 settled, 2 in progress, 3
+    /// needs attention.
+    pub code: u8,
+}
+
+/// The flags of a merge.
+#[derive(Default, Clone, Copy)]
+pub struct MergeFlags<'a> {
+    /// `--commit`.
+    pub commit: Option<&'a str>,
+    /// `--plan-only`.
+    pub plan_only: bool,
+    /// `--move`.
+    pub moves: &'a [&'a str],
+    /// `--drop-settings`.
+    pub drop_settings: &'a [&'a str],
+}
+
+/// What `push` waits for each node's report by default (`--timeout`).
+const PUSH_TIMEOUT: Duration = Duration::from_secs(120);
+
+impl Library {
+    fn home(&self) -> &mesh_controller::home::Home {
+        self.mesh.home()
+    }
+
+    /// A runtime of the mesh whose progress is collected.
+    fn drives(&self) -> (Runtime, Arc<mesh_controller::Collected>) {
+        let progress = Arc::new(mesh_controller::Collected::default());
+        let runtime = Runtime::new(Arc::clone(&self.mesh), Arc::clone(&progress) as _);
+        (runtime, progress)
+    }
+
+    /// The catalogue the mesh composes from and its problems (the binary's `Env::checked`).
+    fn checked(&self) -> Result<push::Checked, String> {
+        self.home().require().map_err(|e| said(&e))?;
+        self.tokio
+            .block_on(mesh_controller::builds::effective_catalogue(
+                self.home(),
+                self.mesh.store(),
+            ))
+            .map_err(|e| said(&e))
+    }
+
+    /// What records read in an older format were migrated on the way (the binary says each,
+    /// once, as a `note:` after the command).
+    pub fn migrations(&self) -> Vec<String> {
+        self.home().take_migrations()
+    }
+
+    /// `repo add NAME PATH`.
+    pub fn repo_add(&self, name: &str, path: &std::path::Path) -> Result<Value, String> {
+        self.repo_add_with(
+            name,
+            path,
+            &repos::AddOptions {
+                modules_dir: "modules".to_owned(),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// `repo add NAME PATH` with its options (`--modules-dir`, `--branch`, …).
+    pub fn repo_add_with(
+        &self,
+        name: &str,
+        path: &std::path::Path,
+        options: &repos::AddOptions,
+    ) -> Result<Value, String> {
+        let record = repos::add_with(self.home(), name, path, options).map_err(|e| said(&e))?;
+        Ok(serde_json::to_value(record).unwrap())
+    }
+
+    /// `merge REPO`.
+    pub fn merge(&self, repo: &str) -> Result<Merged, String> {
+        self.merge_with(repo, MergeFlags::default())
+    }
+
+    /// `merge REPO` with its flags.
+    pub fn merge_with(&self, repo: &str, flags: MergeFlags<'_>) -> Result<Merged, String> {
+        self.home().require().map_err(|e| said(&e))?;
+        let (drives, progress) = self.drives();
+        let drives = drives.dropping_settings(&set(flags.drop_settings));
+        let (outcome, preview) = self
+            .tokio
+            .block_on(preview::merge(
+                &drives,
+                repo,
+                flags.commit,
+                flags.plan_only,
+                &set(flags.moves),
+            ))
+            .map_err(|e| said(&e))?;
+        let mut json = serde_json::to_value(&outcome).unwrap();
+        if let (Some(preview), Some(object)) = (&preview, json.as_object_mut()) {
+            object.insert("preview".to_owned(), serde_json::to_value(preview).unwrap());
+        }
+        Ok(Merged {
+            stopped: outcome.stopped(),
+            outcome,
+            json,
+            lines: lines(&progress),
+        })
+    }
+
+    /// `plans show ID --output json`.
+    pub fn plan(&self, id: &str) -> Result<Value, String> {
+        let record = self.home().plan(id).map_err(|e| said(&e))?;
+        Ok(serde_json::to_value(record).unwrap())
+    }
+
+    /// `plans --output json`.
+    pub fn plans(&self) -> Value {
+        let plans: Vec<Plan> = self
+            .home()
+            .plans()
+            .unwrap_or_else(|e| panic!("{}", said(&e)))
+            .into_iter()
+            .map(|record| record.plan)
+            .collect();
+        serde_json::to_value(plans).unwrap()
+    }
+
+    /// `plans show ID --preview --output json`.
+    pub fn plan_preview(&self, id: &str) -> Result<Value, String> {
+        self.home().require().map_err(|e| said(&e))?;
+        let record = self.home().plan(id).map_err(|e| said(&e))?;
+        let (drives, _) = self.drives();
+        let preview = self
+            .tokio
+            .block_on(preview::preview(&drives.ctx(&BTreeSet::new()), &record))
+            .map_err(|e| said(&e))?;
+        Ok(serde_json::to_value(preview).unwrap())
+    }
+
+    /// `plans close ID --note NOTE`: the plan as it stands.
+    pub fn plans_close(&self, id: &str, note: &str) -> Result<Plan, String> {
+        let record = plans::close(self.home(), id, note).map_err(|e| said(&e))?;
+        Ok(record.plan)
+    }
+
+    /// `plans resume [ID]`.
+    pub fn plans_resume(&self, id: Option<&str>) -> Result<Driven, String> {
+        self.plans_resume_with(id, &[], &[])
+    }
+
+    /// `plans resume [ID]` with `--move` and `--drop-settings`.
+    pub fn plans_resume_with(
+        &self,
+        id: Option<&str>,
+        moves: &[&str],
+        drop_settings: &[&str],
+    ) -> Result<Driven, String> {
+        self.home().require().map_err(|e| said(&e))?;
+        let (drives, progress) = self.drives();
+        let drives = drives.dropping_settings(&set(drop_settings));
+        self.drive_open(&drives, &progress, id, DriveMode::All, moves)
+    }
+
+    /// `build --behind`.
+    pub fn build_behind(&self) -> Result<Driven, String> {
+        self.home().require().map_err(|e| said(&e))?;
+        let (drives, progress) = self.drives();
+        self.drive_open(&drives, &progress, None, DriveMode::BuildOnly, &[])
+    }
+
+    fn drive_open(
+        &self,
+        drives: &Runtime,
+        progress: &mesh_controller::Collected,
+        id: Option<&str>,
+        mode: DriveMode,
+        moves: &[&str],
+    ) -> Result<Driven, String> {
+        let plans = self
+            .tokio
+            .block_on(drives.drive_open(id, mode, &set(moves)))
+            .map_err(|e| said(&e))?;
+        Ok(Driven {
+            stopped: plans::any_stopped(&plans),
+            plans,
+            lines: lines(progress),
+        })
+    }
+
+    /// `build MODULE… [--dry-run] --output json`.
+    pub fn build(&self, modules: &[&str], dry_run: bool) -> Result<Value, String> {
+        self.home().require().map_err(|e| said(&e))?;
+        let modules: Vec<String> = modules.iter().map(|m| (*m).to_owned()).collect();
+        let built = self
+            .tokio
+            .block_on(plans::build_named(
+                self.home(),
+                self.mesh.store(),
+                &modules,
+                dry_run,
+            ))
+            .map_err(|e| said(&e))?;
+        Ok(serde_json::to_value(built).unwrap())
+    }
+
+    /// `push NODE…`.
+    pub fn push(&self, nodes: &[&str]) -> Result<Pushed, String> {
+        let nodes = nodes.iter().map(|n| (*n).to_owned()).collect();
+        self.push_to(nodes, false)
+    }
+
+    /// `push --all`.
+    pub fn push_all(&self) -> Result<Pushed, String> {
+        self.push_to(Vec::new(), true)
+    }
+
+    fn push_to(&self, nodes: Vec<String>, all: bool) -> Result<Pushed, String> {
+        let inventory = self.home().inventory().map_err(|e| said(&e))?;
+        let nodes = push::targets(&inventory, nodes, all).map_err(|refused| refused.to_string())?;
+        let checked = self.checked()?;
+        let (drives, progress) = self.drives();
+        let results = self
+            .tokio
+            .block_on(drives.push(&checked, &nodes, &BTreeSet::new(), PUSH_TIMEOUT))
+            .map_err(|e| said(&e))?;
+        Ok(Pushed {
+            verdict: push::verdict(&results),
+            json: serde_json::to_value(&results).unwrap(),
+            lines: lines(&progress),
+            stopped: false,
+        })
+    }
+
+    /// `push --behind`: the open plans' rollouts driven, then the nodes a finished rollout
+    /// passed over that run now sent what the mesh runs.
+    pub fn push_behind(&self) -> Result<Pushed, String> {
+        let (drives, progress) = self.drives();
+        let moves = BTreeSet::new();
+        let plans = self
+            .tokio
+            .block_on(drives.drive_open(None, DriveMode::RolloutOnly, &moves))
+            .map_err(|e| said(&e))?;
+        let behind = mesh_controller::behind::nodes_behind(self.home()).map_err(|e| said(&e))?;
+        let mut nodes: Vec<String> = behind
+            .iter()
+            .filter(|b| b.running)
+            .map(|b| b.node.clone())
+            .collect();
+        nodes.dedup();
+        let results: Vec<PushResult> = if nodes.is_empty() {
+            Vec::new()
+        } else {
+            let checked = self.checked()?;
+            self.tokio
+                .block_on(drives.push(&checked, &nodes, &moves, PUSH_TIMEOUT))
+                .map_err(|e| said(&e))?
+        };
+        let still: Vec<_> = behind.iter().filter(|b| !b.running).collect();
+        Ok(Pushed {
+            verdict: push::verdict(&results),
+            stopped: plans::any_stopped(&plans),
+            json: serde_json::json!({
+                "read": heads::read(self.home()).map_err(|e| said(&e))?,
+                "plans": plans,
+                "nodes": results,
+                "not-running": still,
+            }),
+            lines: lines(&progress),
+        })
+    }
+
+    /// `status --output json`, judged now as `status` judges it.
+    pub fn status(&self) -> Status {
+        let now = mesh_host::now();
+        let overview = status::overview_with(self.home(), now, &status::StatusOptions::default())
+            .unwrap_or_else(|e| panic!("{}", said(&e)));
+        let verdict = alert::judge(&overview, now, alert::DEFAULT_MID_CHANGE_AFTER_SECS);
+        Status {
+            json: serde_json::from_str(&overview.json_document().unwrap()).unwrap(),
+            code: verdict.health.exit_code(),
+        }
+    }
+
+    /// Calls `f` with what a `settings` command works on: the home and the catalogue the mesh
+    /// composes from; `command` is the command line kept in the history (the binary keeps its
+    /// own, `settings::invoked_command`).
+    fn settings<T>(
+        &self,
+        command: &str,
+        f: impl FnOnce(&settings::On<'_>) -> mesh_controller::Result<T>,
+    ) -> Result<T, String> {
+        let (catalogue, _) = self.checked()?;
+        let command = format!("mesh-controller {command}");
+        let on = settings::On {
+            home: self.home(),
+            catalogue: &catalogue,
+            command: &command,
+        };
+        f(&on).map_err(|e| said(&e))
+    }
+
+    /// `settings set MODULE JSON [--node NODE] [--replace] --output json`, and whether it was
+    /// refused (`settings set` exits 2 then).
+    pub fn settings_set(
+        &self,
+        module: &str,
+        node: Option<&str>,
+        json: &str,
+        replace: bool,
+    ) -> Result<(Value, bool), String> {
+        let answer = self.settings(&format!("settings set {module} {json}"), |on| {
+            settings::set(on, module, node, json, replace, mesh_host::now())
+        })?;
+        Ok((serde_json::to_value(&answer).unwrap(), answer.refused()))
+    }
+
+    /// `settings set-secret MODULE KEY [--node NODE] --output json`, `value` as read from
+    /// standard input.
+    pub fn settings_set_secret(
+        &self,
+        module: &str,
+        node: Option<&str>,
+        key: &str,
+        value: &[u8],
+    ) -> Result<Value, String> {
+        let answer = self.settings(&format!("settings set-secret {module} {key}"), |on| {
+            settings::set_secret(on, module, node, key, value, mesh_host::now())
+        })?;
+        Ok(serde_json::to_value(&answer).unwrap())
+    }
+
+    /// `settings clear MODULE [--node NODE] --output json`.
+    pub fn settings_clear(&self, module: &str, node: Option<&str>) -> Result<Value, String> {
+        let answer = self.settings(&format!("settings clear {module}"), |on| {
+            settings::clear(on, module, node, mesh_host::now())
+        })?;
+        Ok(serde_json::to_value(&answer).unwrap())
+    }
+
+    /// `settings restore MODULE REVISION [--node NODE] --output json`.
+    pub fn settings_restore(
+        &self,
+        module: &str,
+        node: Option<&str>,
+        revision: u64,
+    ) -> Result<Value, String> {
+        let answer = self.settings(&format!("settings restore {module} {revision}"), |on| {
+            settings::restore(on, module, node, revision, mesh_host::now())
+        })?;
+        Ok(serde_json::to_value(&answer).unwrap())
+    }
+
+    /// `settings show MODULE [--node NODE] [--history] --output json`.
+    pub fn settings_show(
+        &self,
+        module: &str,
+        node: Option<&str>,
+        history: bool,
+    ) -> Result<Value, String> {
+        let shown = self.settings(&format!("settings show {module}"), |on| {
+            settings::show(on, module, node, history)
+        })?;
+        Ok(serde_json::to_value(&shown).unwrap())
+    }
+
+    /// `settings rename MODULE OLD NEW --output json`, checked against the newest version of
+    /// the module the mesh knows.
+    pub fn settings_rename(&self, module: &str, old: &str, new: &str) -> Result<Value, String> {
+        let renamed = self.settings(&format!("settings rename {module} {old} {new}"), |on| {
+            let newest = newest::newest_known(on.home, on.catalogue, module)?;
+            settings::rename(on, module, (old, new), &newest, mesh_host::now())
+        })?;
+        Ok(serde_json::to_value(&renamed).unwrap())
+    }
+}
+
+/// The modules (or nodes) a flag names, as a set.
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|name| (*name).to_owned()).collect()
+}
+
+/// The progress lines collected, one a line, as the binary prints them.
+fn lines(progress: &mesh_controller::Collected) -> String {
+    progress
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|line| format!("{line}\n"))
+        .collect()
+}
+
+/// An error as the binary says it after `error: `: each cause after the one it explains.
+pub fn said(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
