@@ -2,10 +2,15 @@
 //! layer sets (or accepts it with another type) is named before it takes effect — by `check`
 //! for the next merge, by the merge's preview, and by `plan NODE --diff` while a plan has yet to
 //! roll it out — with the value and what the node gets instead. Real git, the embedded mesh.
+//!
+//! The library is called in process (`support::in_process`); the binary is run for the text a
+//! person reads: `check`, the merge's preview, `plan --diff`, `settings rename` and `status`.
 
 mod support;
 
+use mesh_controller::push::Verdict;
 use serde_json::Value;
+use support::in_process::{MergeFlags, Merged};
 use support::{redact, Mesh, Repo};
 
 /// Two nodes run `web`; `a` sets its port.
@@ -48,6 +53,61 @@ fn write_web(repo: &Repo, key: &str, default: &str) {
     repo.write(&[(&a.0, &a.1), (&b.0, &b.1)]);
 }
 
+/// `repo add cat PATH`, then `merge cat`, in process: the plan done (`merge` exits 0).
+fn add_and_merge(mesh: &Mesh, repo: &Repo) {
+    mesh.library().repo_add("cat", repo.path()).unwrap();
+    merge(mesh, MergeFlags::default());
+}
+
+/// `merge cat` with `flags`, in process: the plan not stopped (`merge` exits 0).
+fn merge(mesh: &Mesh, flags: MergeFlags<'_>) -> Merged {
+    let merged = mesh
+        .library()
+        .merge_with("cat", flags)
+        .unwrap_or_else(|error| panic!("merge cat: {error}"));
+    assert!(!merged.stopped, "{}{}", merged.lines, merged.json);
+    merged
+}
+
+/// `merge cat --plan-only`, in process.
+fn merge_plan_only(mesh: &Mesh) -> Merged {
+    merge(
+        mesh,
+        MergeFlags {
+            plan_only: true,
+            ..Default::default()
+        },
+    )
+}
+
+/// `push NODE…` in process: every node converged (`push` exits 0).
+fn push(mesh: &Mesh, nodes: &[&str]) {
+    let pushed = mesh.library().push(nodes).unwrap();
+    assert_eq!(pushed.verdict, Verdict::Converged, "{}", pushed.json);
+}
+
+/// `plans resume` (with `--drop-settings`) in process: no plan stopped (it exits 0); the
+/// progress lines.
+fn resume(mesh: &Mesh, drop_settings: &[&str]) -> String {
+    let resumed = mesh
+        .library()
+        .plans_resume_with(None, &[], drop_settings)
+        .unwrap();
+    assert!(!resumed.stopped, "{}", resumed.lines);
+    resumed.lines
+}
+
+/// The exit code `status` is judged to.
+fn status_code(mesh: &Mesh) -> u8 {
+    mesh.library().status().code
+}
+
+/// `check --output json` in process, and whether it is sound (`check` exits 0, else 1).
+fn check(mesh: &Mesh) -> (Value, bool) {
+    let check = mesh.library().check().unwrap();
+    (serde_json::to_value(&check).unwrap(), check.sound())
+}
+
 /// A mesh running `web` from a registered repository, `a`'s layer setting `port = 9090`, and
 /// the repository's next commit renaming the setting `http-port` (not merged yet).
 fn renamed_upstream() -> (Mesh, Repo) {
@@ -55,13 +115,13 @@ fn renamed_upstream() -> (Mesh, Repo) {
     let repo = Repo::new();
     write_web(&repo, "port", "8080");
     repo.commit("web on 8080");
-    mesh.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
-    mesh.expect(&["merge", "cat"], 0);
-    mesh.expect(
-        &["settings", "set", "web", "--node", "a", r#"{"port": 9090}"#],
-        0,
-    );
-    mesh.expect(&["push", "a", "b"], 0);
+    add_and_merge(&mesh, &repo);
+    let set = mesh
+        .library()
+        .settings_set("web", Some("a"), r#"{"port": 9090}"#, false)
+        .unwrap();
+    assert!(!set.refused());
+    push(&mesh, &["a", "b"]);
     assert_eq!(
         std::fs::read_to_string(mesh.root("a").join("etc/web.conf")).unwrap(),
         "listen 9090\n"
@@ -92,8 +152,8 @@ fn a_renamed_setting_is_named_by_check_the_preview_and_plan_diff() {
     let check = mesh.run(&["check"]);
     assert_eq!(check.code, 1, "{}", check.stderr);
     insta::assert_snapshot!("check", redacted(&repo, &check.stdout));
-    let json: Value =
-        serde_json::from_str(&mesh.expect(&["check", "--output", "json"], 1)).unwrap();
+    let (json, sound) = self::check(&mesh);
+    assert!(!sound, "{json:#}");
     let orphan = &json["orphans"][0];
     assert_eq!(orphan["from"], "head");
     assert_eq!(orphan["orphans"][0]["key"], "port");
@@ -104,11 +164,7 @@ fn a_renamed_setting_is_named_by_check_the_preview_and_plan_diff() {
     // The merge's preview names it for `a`, and not for `b`, whose layer sets nothing.
     let preview = mesh.expect(&["merge", "cat", "--plan-only"], 0);
     insta::assert_snapshot!("preview", redacted(&repo, &preview));
-    let shown = mesh.expect(
-        &["plans", "show", "plan-2", "--preview", "--output", "json"],
-        0,
-    );
-    let shown: Value = serde_json::from_str(&shown).unwrap();
+    let shown = mesh.library().plan_preview("plan-2").unwrap();
     let web = &shown["tiers"][0]["modules"][0];
     assert_eq!(web["orphaned-nodes"], serde_json::json!(["a"]), "{shown:#}");
     assert_eq!(web["orphans"]["new-settings"][0]["key"], "http-port");
@@ -116,11 +172,11 @@ fn a_renamed_setting_is_named_by_check_the_preview_and_plan_diff() {
     // While plan-2 has yet to roll `web` out, `plan a --diff` names it too; `b` has none.
     let diff = mesh.expect(&["plan", "a", "--diff"], 0);
     insta::assert_snapshot!("plan_diff", redacted(&repo, &diff));
-    let diff: Value =
-        serde_json::from_str(&mesh.expect(&["plan", "a", "--diff", "--output", "json"], 0))
-            .unwrap();
+    let (diff, _) = mesh.library().plan_diff("a").unwrap();
     assert_eq!(diff["orphans"][0]["plan"], "plan-2");
-    assert_eq!(mesh.expect(&["plan", "b", "--diff"], 0), "");
+    // What `plan b --diff` prints as nothing at all.
+    let (diff, unchanged) = mesh.library().plan_diff("b").unwrap();
+    assert!(unchanged, "{diff:#}");
 }
 
 #[test]
@@ -129,14 +185,17 @@ fn a_type_change_is_named_with_the_default_the_node_gets() {
     let repo = Repo::new();
     write_web(&repo, "port", "8080");
     repo.commit("web on 8080");
-    mesh.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
-    mesh.expect(&["merge", "cat"], 0);
-    mesh.expect(&["settings", "set", "web", r#"{"port": 9090}"#], 0);
+    add_and_merge(&mesh, &repo);
+    let set = mesh
+        .library()
+        .settings_set("web", None, r#"{"port": 9090}"#, false)
+        .unwrap();
+    assert!(!set.refused());
     write_web(&repo, "port", "\"8080\"");
     repo.commit("the port is text");
 
-    let json: Value =
-        serde_json::from_str(&mesh.expect(&["check", "--output", "json"], 1)).unwrap();
+    let (json, sound) = check(&mesh);
+    assert!(!sound, "{json:#}");
     let orphan = &json["orphans"][0]["orphans"][0];
     assert_eq!(orphan["layer"]["scope"], "mesh");
     assert_eq!(orphan["why"], "other-type");
@@ -156,48 +215,41 @@ fn a_type_change_is_named_with_the_default_the_node_gets() {
 #[test]
 fn settings_rename_keeps_the_value_under_the_new_name_in_every_layer_and_in_history() {
     let (mesh, repo) = renamed_upstream();
-    mesh.expect(&["settings", "set", "web", r#"{"port": 8081}"#], 0);
-    mesh.expect(&["merge", "cat", "--plan-only"], 0);
+    let set = mesh
+        .library()
+        .settings_set("web", None, r#"{"port": 8081}"#, false)
+        .unwrap();
+    assert!(!set.refused());
+    merge_plan_only(&mesh);
 
     // Refused, nothing changed: a key no layer sets, and a name the new version does not take.
-    let before = mesh.expect(&["settings", "show", "web", "--node", "a"], 0);
-    let none = mesh.run(&["settings", "rename", "web", "size", "capacity"]);
-    assert_eq!(none.code, 1);
+    let shown = |mesh: &Mesh| {
+        let shown = mesh.library().settings_show("web", Some("a"), false);
+        serde_json::to_value(shown.unwrap()).unwrap()
+    };
+    let before = shown(&mesh);
+    let Err(none) = mesh.library().settings_rename("web", "size", "capacity") else {
+        panic!("no layer sets `size`");
+    };
+    assert!(none.contains("no layer of `web` sets `size`"), "{none}");
+    let Err(unknown) = mesh.library().settings_rename("web", "port", "listen-port") else {
+        panic!("plan-2's `web` accepts no `listen-port`");
+    };
     assert!(
-        none.stderr.contains("no layer of `web` sets `size`"),
-        "{}",
-        none.stderr
+        unknown.contains("accepts no setting `listen-port`")
+            && unknown.contains("checked against plan-2"),
+        "{unknown}"
     );
-    let unknown = mesh.run(&["settings", "rename", "web", "port", "listen-port"]);
-    assert_eq!(unknown.code, 1);
-    assert!(
-        unknown.stderr.contains("accepts no setting `listen-port`")
-            && unknown.stderr.contains("checked against plan-2"),
-        "{}",
-        unknown.stderr
-    );
-    assert_eq!(
-        mesh.expect(&["settings", "show", "web", "--node", "a"], 0),
-        before
-    );
+    assert_eq!(shown(&mesh), before);
 
     // Checked against plan-2, the newest version the mesh knows; both layers renamed.
     let out = mesh.expect(&["settings", "rename", "web", "port", "http-port"], 0);
     insta::assert_snapshot!("rename", redacted(&repo, &out));
-    let shown = mesh.expect(
-        &[
-            "settings",
-            "show",
-            "web",
-            "--node",
-            "a",
-            "--history",
-            "--output",
-            "json",
-        ],
-        0,
-    );
-    let shown: Value = serde_json::from_str(&shown).unwrap();
+    let shown = mesh
+        .library()
+        .settings_show("web", Some("a"), true)
+        .unwrap();
+    let shown = serde_json::to_value(shown).unwrap();
     assert_eq!(shown["layer"], serde_json::json!({"http-port": 9090}));
     let kept = shown["history"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(kept["layer"], serde_json::json!({"port": 9090}));
@@ -206,8 +258,8 @@ fn settings_rename_keeps_the_value_under_the_new_name_in_every_layer_and_in_hist
         .unwrap()
         .ends_with("settings rename web port http-port"));
     // Nothing is orphaned now, and the new name, which only plan-2 accepts, waits for it.
-    let check: Value =
-        serde_json::from_str(&mesh.expect(&["check", "--output", "json"], 0)).unwrap();
+    let (check, sound) = self::check(&mesh);
+    assert!(sound, "{check:#}");
     assert_eq!(check["orphans"], serde_json::json!([]));
     assert_eq!(check["problems"], serde_json::json!([]));
     assert_eq!(check["waiting"].as_array().unwrap().len(), 2, "{check:#}");
@@ -218,7 +270,7 @@ fn settings_rename_keeps_the_value_under_the_new_name_in_every_layer_and_in_hist
         .all(|w| w["key"] == "http-port" && w["plan"] == "plan-2"));
 
     // The plan rolls out, and each node keeps its value under the new name.
-    mesh.expect(&["plans", "resume"], 0);
+    resume(&mesh, &[]);
     assert_eq!(
         std::fs::read_to_string(mesh.root("a").join("etc/web.conf")).unwrap(),
         "listen 9090\n"
@@ -227,9 +279,9 @@ fn settings_rename_keeps_the_value_under_the_new_name_in_every_layer_and_in_hist
         std::fs::read_to_string(mesh.root("b").join("etc/web.conf")).unwrap(),
         "listen 8081\n"
     );
-    assert!(mesh
-        .expect(&["check"], 0)
-        .ends_with("\nthe catalogue and inventory are sound\n"));
+    // What `check` says as "the catalogue and inventory are sound".
+    let (check, sound) = self::check(&mesh);
+    assert!(sound, "{check:#}");
 }
 
 #[test]
@@ -238,13 +290,12 @@ fn a_merge_holds_the_node_whose_setting_it_orphans_until_the_setting_is_renamed(
     let sent_a = std::fs::read(mesh.home().join("sent/a.json")).unwrap();
 
     // `a` is held, naming module, layer, key and value; `b`, whose layers set nothing, goes on.
-    let merged = mesh.run(&["merge", "cat"]);
+    let merged = mesh.library().merge("cat").unwrap().lines;
     assert!(
-        merged.stdout.contains("`web`: `a` held: this version orphans settings its layers hold (`web`, node `a` layer: `port` = 9090: no longer accepted"),
-        "{}",
-        merged.stdout
+        merged.contains("`web`: `a` held: this version orphans settings its layers hold (`web`, node `a` layer: `port` = 9090: no longer accepted"),
+        "{merged}"
     );
-    assert!(merged.stdout.contains("sent `b`"), "{}", merged.stdout);
+    assert!(merged.contains("sent `b`"), "{merged}");
     assert_eq!(
         std::fs::read(mesh.home().join("sent/a.json")).unwrap(),
         sent_a,
@@ -257,28 +308,29 @@ fn a_merge_holds_the_node_whose_setting_it_orphans_until_the_setting_is_renamed(
     let status = mesh.run(&["status"]);
     assert_eq!(status.code, 3, "{}", status.stdout);
     insta::assert_snapshot!("status_held", redacted(&repo, &status.stdout));
-    let json: Value =
-        serde_json::from_str(&mesh.run(&["status", "--output", "json"]).stdout).unwrap();
+    let json = mesh.library().status().json;
     assert_eq!(json["held"][0]["node"], "a");
     assert_eq!(json["held"][0]["orphans"][0]["key"], "port");
     assert_eq!(json["held"][0]["orphans"][0]["value"], 9090);
 
     // Resumed with nothing renamed: still held, still nothing sent.
-    mesh.run(&["plans", "resume"]);
+    let _ = mesh.library().plans_resume(None);
     assert_eq!(
         std::fs::read(mesh.home().join("sent/a.json")).unwrap(),
         sent_a
     );
 
     // The rename ends the hold: the next drive sends `a`, which keeps its port.
-    mesh.expect(&["settings", "rename", "web", "port", "http-port"], 0);
-    let resumed = mesh.expect(&["plans", "resume"], 0);
+    mesh.library()
+        .settings_rename("web", "port", "http-port")
+        .unwrap();
+    let resumed = resume(&mesh, &[]);
     assert!(resumed.contains("sent `a`"), "{resumed}");
     assert_eq!(
         std::fs::read_to_string(mesh.root("a").join("etc/web.conf")).unwrap(),
         "listen 9090\n"
     );
-    assert_eq!(mesh.run(&["status"]).code, 0);
+    assert_eq!(status_code(&mesh), 0);
 }
 
 // Each home is its own test: a `Mesh` holds the suite's podman lock while it lives, so a
@@ -288,7 +340,14 @@ fn a_merge_holds_the_node_whose_setting_it_orphans_until_the_setting_is_renamed(
 fn drop_settings_on_a_merge_sends_the_node_with_what_the_version_gives_saying_so() {
     // Nothing is held, and `a` is said to be sent with what it dropped.
     let (mesh, _repo) = renamed_upstream();
-    let merged = mesh.expect(&["merge", "cat", "--drop-settings", "web"], 0);
+    let merged = merge(
+        &mesh,
+        MergeFlags {
+            drop_settings: &["web"],
+            ..Default::default()
+        },
+    )
+    .lines;
     assert!(
         merged.contains("`web`: `a` sent with these settings dropped, as --drop-settings web says: `web`, node `a` layer: `port` = 9090"),
         "{merged}"
@@ -298,47 +357,49 @@ fn drop_settings_on_a_merge_sends_the_node_with_what_the_version_gives_saying_so
         "listen 8080\n",
         "the new version's default"
     );
-    assert_eq!(mesh.run(&["status"]).code, 0);
+    assert_eq!(status_code(&mesh), 0);
 }
 
 #[test]
 fn drop_settings_on_plans_resume_sends_the_held_node() {
     let (mesh, _repo) = renamed_upstream();
     let sent_a = std::fs::read(mesh.home().join("sent/a.json")).unwrap();
-    let merged = mesh.expect(&["merge", "cat"], 0);
+    let merged = merge(&mesh, MergeFlags::default()).lines;
     assert!(
         merged.contains("`a` held")
             && merged.contains("(`--drop-settings web` sends it without them)"),
         "{merged}"
     );
-    assert_eq!(mesh.run(&["status"]).code, 3);
+    assert_eq!(status_code(&mesh), 3);
 
     // Another module's name sends nothing.
-    mesh.expect(&["plans", "resume", "--drop-settings", "media"], 0);
+    resume(&mesh, &["media"]);
     assert_eq!(
         std::fs::read(mesh.home().join("sent/a.json")).unwrap(),
         sent_a
     );
 
-    let resumed = mesh.expect(&["plans", "resume", "--drop-settings", "web"], 0);
+    let resumed = resume(&mesh, &["web"]);
     assert!(
         resumed.contains("`web`: the held nodes are checked again (--drop-settings web)")
             && resumed.contains("`web`: `a` sent with these settings dropped, as --drop-settings web says: `web`, node `a` layer: `port` = 9090"),
         "{resumed}"
     );
-    assert_eq!(mesh.run(&["status"]).code, 0);
+    assert_eq!(status_code(&mesh), 0);
     assert_eq!(
         std::fs::read_to_string(mesh.root("a").join("etc/web.conf")).unwrap(),
         "listen 8080\n"
     );
     // The setting stays in the layer, where nothing reads it: `check` names it until it is
     // removed (`settings set … --replace`) or renamed.
-    let check = mesh.run(&["check"]);
-    assert_eq!(check.code, 1);
+    let check = mesh.library().check().unwrap();
+    assert!(!check.sound());
+    let problems: Vec<String> = check.problems.iter().map(ToString::to_string).collect();
     assert!(
-        check.stdout.contains("accepts no setting `port`"),
-        "{}",
-        check.stdout
+        problems
+            .iter()
+            .any(|problem| problem.contains("accepts no setting `port`")),
+        "{problems:#?}"
     );
 }
 
@@ -348,8 +409,7 @@ fn a_setting_is_set_ahead_of_the_version_that_needs_it_and_waits_for_its_plan() 
     let repo = Repo::new();
     write_web(&repo, "port", "8080");
     repo.commit("web on 8080");
-    mesh.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
-    mesh.expect(&["merge", "cat"], 0);
+    add_and_merge(&mesh, &repo);
     repo.write(&[
         (
             "modules/web/module.toml",
@@ -360,96 +420,106 @@ fn a_setting_is_set_ahead_of_the_version_that_needs_it_and_waits_for_its_plan() 
     repo.commit("web takes workers");
 
     // Before the new version is planned, the version the nodes run refuses the key.
-    let refused = mesh.run(&["settings", "set", "web", r#"{"workers": 4}"#]);
-    assert_eq!(refused.code, 1, "{}", refused.stdout);
+    let Err(refused) = mesh
+        .library()
+        .settings_set("web", None, r#"{"workers": 4}"#, false)
+    else {
+        panic!("the version the nodes run accepts no `workers`");
+    };
     assert!(
-        refused.stderr.contains("accepts no setting `workers`"),
-        "{}",
-        refused.stderr
+        refused.contains("accepts no setting `workers`"),
+        "{refused}"
     );
 
     // Planned (not rolled out), the key is checked against plan-2, kept, and waits for it.
-    mesh.expect(&["merge", "cat", "--plan-only"], 0);
-    let set = mesh.expect(&["settings", "set", "web", r#"{"workers": 4}"#], 0);
+    merge_plan_only(&mesh);
+    let set = mesh
+        .library()
+        .settings_set("web", None, r#"{"workers": 4}"#, false)
+        .unwrap();
+    assert!(!set.refused());
+    // What `settings set` says as "checked against plan-2 (at …" and each key waiting.
+    let waiting = |answer: &mesh_controller::settings::Answer| -> String {
+        answer.waiting.iter().map(|w| format!("{w}\n")).collect()
+    };
     assert!(
-        set.contains("checked against plan-2 (at ")
-            && set.contains(
+        set.checked_against
+            .as_deref()
+            .is_some_and(|from| from.starts_with("plan-2 (at "))
+            && waiting(&set).contains(
                 "`web`, mesh layer: `workers` waits for plan-2 (the version the nodes run does not accept it yet)"
             ),
-        "{set}"
+        "{set:?}"
     );
     // A secret is set ahead the same way, and a layer restored from the history is checked
     // the same way.
-    let secret = mesh.run_stdin(
-        &["settings", "set-secret", "web", "greeting", "--node", "a"],
-        b"hi",
-    );
-    assert_eq!(secret.code, 0, "{}", secret.stderr);
+    let secret = mesh
+        .library()
+        .settings_set_secret("web", Some("a"), "greeting", b"hi")
+        .unwrap();
     assert!(
-        secret.stdout.contains("checked against plan-2 (at ")
-            && secret.stdout.contains("`greeting` waits for plan-2"),
-        "{}",
-        secret.stdout
+        secret
+            .checked_against
+            .as_deref()
+            .is_some_and(|from| from.starts_with("plan-2 (at "))
+            && waiting(&secret).contains("`greeting` waits for plan-2"),
+        "{secret:?}"
     );
-    mesh.expect(&["settings", "clear", "web", "--node", "a"], 0);
-    let history: Value = serde_json::from_str(&mesh.expect(
-        &[
-            "settings",
-            "show",
-            "web",
-            "--node",
-            "a",
-            "--history",
-            "--output",
-            "json",
-        ],
-        0,
-    ))
-    .unwrap();
+    mesh.library().settings_clear("web", Some("a")).unwrap();
+    let history = mesh
+        .library()
+        .settings_show("web", Some("a"), true)
+        .unwrap();
+    let history = serde_json::to_value(history).unwrap();
     let revision = history["history"]
         .as_array()
         .unwrap()
         .iter()
         .find(|kept| !kept["layer"]["greeting"].is_null())
         .unwrap_or_else(|| panic!("the cleared layer is kept: {history:#}"))["revision"]
-        .to_string();
-    let restored = mesh.expect(&["settings", "restore", "web", &revision, "--node", "a"], 0);
+        .as_u64()
+        .unwrap();
+    let restored = mesh
+        .library()
+        .settings_restore("web", Some("a"), revision)
+        .unwrap();
     assert!(
-        restored.contains("checked against plan-2 (at ")
-            && restored.contains("`greeting` waits for plan-2"),
-        "{restored}"
+        restored
+            .checked_against
+            .as_deref()
+            .is_some_and(|from| from.starts_with("plan-2 (at "))
+            && waiting(&restored).contains("`greeting` waits for plan-2"),
+        "{restored:?}"
     );
-    let shown = mesh.expect(&["settings", "show", "web"], 0);
-    assert!(shown.contains("`workers` waits for plan-2"), "{shown}");
-    let json: Value =
-        serde_json::from_str(&mesh.expect(&["settings", "show", "web", "--output", "json"], 0))
-            .unwrap();
+    // What `settings show web` says of each key waiting.
+    let shown = mesh.library().settings_show("web", None, false).unwrap();
+    let said: String = shown.waiting.iter().map(|w| format!("{w}\n")).collect();
+    assert!(said.contains("`workers` waits for plan-2"), "{said}");
+    let json = serde_json::to_value(&shown).unwrap();
     assert_eq!(json["waiting"][0]["key"], "workers");
     assert_eq!(json["waiting"][0]["plan"], "plan-2");
 
     // Waiting is no problem: check is sound and says it, and a push still composes.
-    let check = mesh.expect(&["check"], 0);
+    let check = mesh.library().check().unwrap();
+    let said: String = check.waiting.iter().map(|w| format!("{w}\n")).collect();
     assert!(
-        check.contains("`workers` waits for plan-2")
-            && check.contains("the catalogue and inventory are sound"),
-        "{check}"
+        said.contains("`workers` waits for plan-2") && check.sound(),
+        "{said}{check:?}"
     );
-    mesh.expect(&["push", "a", "b"], 0);
+    push(&mesh, &["a", "b"]);
     assert_eq!(
         std::fs::read_to_string(mesh.root("a").join("etc/web.conf")).unwrap(),
         "listen 8080\n"
     );
 
     // Rolled out, the version the nodes run takes it, and nothing waits.
-    mesh.expect(&["plans", "resume"], 0);
+    resume(&mesh, &[]);
     assert_eq!(
         std::fs::read_to_string(mesh.root("b").join("etc/web.conf")).unwrap(),
         "listen 8080\nworkers 4\n"
     );
-    assert!(mesh
-        .expect(&["check"], 0)
-        .ends_with("\nthe catalogue and inventory are sound\n"));
-    assert!(!mesh
-        .expect(&["settings", "show", "web"], 0)
-        .contains("waits"));
+    let (check, sound) = self::check(&mesh);
+    assert!(sound, "{check:#}");
+    let shown = mesh.library().settings_show("web", None, false).unwrap();
+    assert!(shown.waiting.is_empty(), "{:?}", shown.waiting);
 }

@@ -11,7 +11,7 @@ use super::Mesh;
 use mesh_controller::plans::MergeOutcome;
 use mesh_controller::push::{self, PushResult, Verdict};
 use mesh_controller::runtime::{self, DriveMode, MeshOptions, Runtime};
-use mesh_controller::{alert, heads, newest, plans, preview, repos, settings, status};
+use mesh_controller::{alert, heads, newest, orphans, plans, preview, repos, settings, status};
 use mesh_model::plan::Plan;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -379,78 +379,106 @@ impl Library {
         f(&on).map_err(|e| said(&e))
     }
 
-    /// `settings set MODULE JSON [--node NODE] [--replace] --output json`, and whether it was
-    /// refused (`settings set` exits 2 then).
+    /// `settings set MODULE JSON [--node NODE] [--replace]`: the answer (`--output json`
+    /// prints it; `settings set` exits 2 when it was refused).
     pub fn settings_set(
         &self,
         module: &str,
         node: Option<&str>,
         json: &str,
         replace: bool,
-    ) -> Result<(Value, bool), String> {
-        let answer = self.settings(&format!("settings set {module} {json}"), |on| {
+    ) -> Result<settings::Answer, String> {
+        self.settings(&format!("settings set {module} {json}"), |on| {
             settings::set(on, module, node, json, replace, mesh_host::now())
-        })?;
-        Ok((serde_json::to_value(&answer).unwrap(), answer.refused()))
+        })
     }
 
-    /// `settings set-secret MODULE KEY [--node NODE] --output json`, `value` as read from
-    /// standard input.
+    /// `settings set-secret MODULE KEY [--node NODE]`, `value` as read from standard input.
     pub fn settings_set_secret(
         &self,
         module: &str,
         node: Option<&str>,
         key: &str,
         value: &[u8],
-    ) -> Result<Value, String> {
-        let answer = self.settings(&format!("settings set-secret {module} {key}"), |on| {
+    ) -> Result<settings::Answer, String> {
+        self.settings(&format!("settings set-secret {module} {key}"), |on| {
             settings::set_secret(on, module, node, key, value, mesh_host::now())
-        })?;
-        Ok(serde_json::to_value(&answer).unwrap())
+        })
     }
 
-    /// `settings clear MODULE [--node NODE] --output json`.
-    pub fn settings_clear(&self, module: &str, node: Option<&str>) -> Result<Value, String> {
-        let answer = self.settings(&format!("settings clear {module}"), |on| {
+    /// `settings clear MODULE [--node NODE]`.
+    pub fn settings_clear(
+        &self,
+        module: &str,
+        node: Option<&str>,
+    ) -> Result<settings::Answer, String> {
+        self.settings(&format!("settings clear {module}"), |on| {
             settings::clear(on, module, node, mesh_host::now())
-        })?;
-        Ok(serde_json::to_value(&answer).unwrap())
+        })
     }
 
-    /// `settings restore MODULE REVISION [--node NODE] --output json`.
+    /// `settings restore MODULE REVISION [--node NODE]`.
     pub fn settings_restore(
         &self,
         module: &str,
         node: Option<&str>,
         revision: u64,
-    ) -> Result<Value, String> {
-        let answer = self.settings(&format!("settings restore {module} {revision}"), |on| {
+    ) -> Result<settings::Answer, String> {
+        self.settings(&format!("settings restore {module} {revision}"), |on| {
             settings::restore(on, module, node, revision, mesh_host::now())
-        })?;
-        Ok(serde_json::to_value(&answer).unwrap())
+        })
     }
 
-    /// `settings show MODULE [--node NODE] [--history] --output json`.
+    /// `settings show MODULE [--node NODE] [--history]` (`--output json` prints it).
     pub fn settings_show(
         &self,
         module: &str,
         node: Option<&str>,
         history: bool,
-    ) -> Result<Value, String> {
-        let shown = self.settings(&format!("settings show {module}"), |on| {
+    ) -> Result<settings::Shown, String> {
+        self.settings(&format!("settings show {module}"), |on| {
             settings::show(on, module, node, history)
-        })?;
-        Ok(serde_json::to_value(&shown).unwrap())
+        })
     }
 
-    /// `settings rename MODULE OLD NEW --output json`, checked against the newest version of
-    /// the module the mesh knows.
-    pub fn settings_rename(&self, module: &str, old: &str, new: &str) -> Result<Value, String> {
-        let renamed = self.settings(&format!("settings rename {module} {old} {new}"), |on| {
+    /// `settings rename MODULE OLD NEW`, checked against the newest version of the module the
+    /// mesh knows (`--output json` prints it).
+    pub fn settings_rename(
+        &self,
+        module: &str,
+        old: &str,
+        new: &str,
+    ) -> Result<settings::Renamed, String> {
+        self.settings(&format!("settings rename {module} {old} {new}"), |on| {
             let newest = newest::newest_known(on.home, on.catalogue, module)?;
             settings::rename(on, module, (old, new), &newest, mesh_host::now())
-        })?;
-        Ok(serde_json::to_value(&renamed).unwrap())
+        })
+    }
+
+    /// `check`: what it finds (`--output json` prints it; `check` exits 1 unless it is
+    /// sound, [`orphans::Check::sound`]).
+    pub fn check(&self) -> Result<orphans::Check, String> {
+        let checked = self.checked()?;
+        orphans::check(self.home(), &checked).map_err(|e| said(&e))
+    }
+
+    /// `plan NODE --diff --output json`, and whether nothing differs and nothing is orphaned
+    /// (the text `plan NODE --diff` prints is empty then).
+    pub fn plan_diff(&self, node: &str) -> Result<(Value, bool), String> {
+        let checked = self.checked()?;
+        let running = heads::read(self.home()).map_err(|e| said(&e))?;
+        let diff = preview::diff(self.home(), &checked, node).map_err(|e| said(&e))?;
+        let orphans = orphans::in_open_plans(self.home(), &checked, node).map_err(|e| said(&e))?;
+        let mut json = serde_json::to_value(&diff).unwrap();
+        let object = json.as_object_mut().expect("a diff is an object");
+        object.insert("read".to_owned(), serde_json::to_value(&running).unwrap());
+        if !orphans.is_empty() {
+            object.insert(
+                "orphans".to_owned(),
+                serde_json::to_value(&orphans).unwrap(),
+            );
+        }
+        Ok((json, diff.is_empty() && orphans.is_empty()))
     }
 }
 

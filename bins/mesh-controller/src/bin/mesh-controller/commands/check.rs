@@ -4,7 +4,7 @@
 
 use crate::Output;
 use anyhow::Result;
-use mesh_controller::{heads, newest, orphans, push};
+use mesh_controller::orphans;
 use std::process::ExitCode;
 
 /// Validates the catalogue and the inventory, listing every problem at once; validates each
@@ -16,29 +16,14 @@ use std::process::ExitCode;
 #[derive(clap::Args)]
 pub struct Args {}
 
-/// What `check --output json` prints.
-#[derive(serde::Serialize)]
-struct Checked<'a> {
-    running: &'a heads::Running,
-    heads: &'a [heads::Head],
-    problems: &'a [mesh_model::Diagnostic],
-    orphans: &'a [orphans::ComingOrphans],
-    waiting: &'a [newest::Waiting],
-}
-
 /// Lists the problems and the orphans: exit 1 when there is any.
 pub fn exec(_args: Args, env: &super::Env) -> Result<ExitCode> {
     let checked = env.checked()?;
-    let problems = push::problems(&env.home, &checked)?;
-    let orphans = orphans::at_heads(&env.home, &checked)?;
-    let waiting = newest::waiting(&env.home, &checked.0, &env.home.inventory()?)?;
-    let running = heads::read(&env.home)?;
-    let heads = heads::check_heads(&env.home)?;
-    let head_problems: usize = heads.iter().map(|h| h.problems.len()).sum();
-    let sound = problems.is_empty() && orphans.is_empty() && head_problems == 0;
+    let check = orphans::check(&env.home, &checked)?;
+    let sound = check.sound();
     if let Output::Text = env.output {
-        println!("read {running}");
-        for head in &heads {
+        println!("read {}", check.running);
+        for head in &check.heads {
             println!(
                 "read {head}, what its next merge deploys ({})",
                 match head.modules.len() {
@@ -49,36 +34,31 @@ pub fn exec(_args: Args, env: &super::Env) -> Result<ExitCode> {
         }
     }
     match env.output {
-        Output::Json => env.print_json(&Checked {
-            running: &running,
-            heads: &heads,
-            problems: &problems,
-            orphans: &orphans,
-            waiting: &waiting,
-        })?,
+        Output::Json => env.print_json(&check)?,
         Output::Text if sound => {
-            for waiting in &waiting {
+            for waiting in &check.waiting {
                 println!("{waiting}");
             }
             println!("the catalogue and inventory are sound");
         }
         Output::Text => {
-            for waiting in &waiting {
+            for waiting in &check.waiting {
                 println!("{waiting}");
             }
-            for problem in &problems {
+            for problem in &check.problems {
                 println!("{problem}");
             }
-            for head in &heads {
+            for head in &check.heads {
                 for problem in &head.problems {
                     println!("in {head}: {problem}");
                 }
             }
-            for coming in &orphans {
+            for coming in &check.orphans {
                 print!("{}", coming.render_text(None));
             }
-            let orphaned: usize = orphans.iter().map(|o| o.orphans.orphans.len()).sum();
-            let found = problems.len() + head_problems;
+            let orphaned: usize = check.orphans.iter().map(|o| o.orphans.orphans.len()).sum();
+            let head_problems: usize = check.heads.iter().map(|h| h.problems.len()).sum();
+            let found = check.problems.len() + head_problems;
             match orphaned {
                 0 => println!("{found} problem(s)"),
                 n => println!("{found} problem(s), {n} orphaned setting(s)"),
