@@ -1,8 +1,13 @@
 //! No change takes effect unseen (the rules “A push says what it will change” and “A settings layer is read before it is replaced”): settings answers and
 //! history, `plan --diff`, held moves.
+//!
+//! The library is called in process (`support::in_process`); the binary is run for what a
+//! person reads (the settings answers, `plan --diff` and a held push, as snapshots) and for
+//! `plan --diff --detailed-exitcode`'s exit codes.
 
 mod support;
 
+use mesh_controller::push::Verdict;
 use support::{redact, Mesh};
 
 /// The home node's media layer in the example: places, accesses and endpoints.
@@ -15,20 +20,31 @@ fn home_media_layer() -> serde_json::Value {
 
 /// `settings show MODULE --node NODE --history` as JSON: the layer and the layers it replaced.
 fn shown_with_history(mesh: &Mesh, module: &str, node: &str) -> serde_json::Value {
-    let out = mesh.expect(
-        &[
-            "settings",
-            "show",
-            module,
-            "--node",
-            node,
-            "--history",
-            "--output",
-            "json",
-        ],
-        0,
-    );
-    serde_json::from_str(&out).unwrap()
+    shown(mesh, module, Some(node), true)
+}
+
+/// `settings show MODULE [--node NODE] [--history] --output json`, in process.
+fn shown(mesh: &Mesh, module: &str, node: Option<&str>, history: bool) -> serde_json::Value {
+    let shown = mesh.library().settings_show(module, node, history).unwrap();
+    serde_json::to_value(shown).unwrap()
+}
+
+/// `settings set MODULE JSON [--node NODE]`, in process: it went ahead (`settings set` exits
+/// 0, not 2).
+fn set(mesh: &Mesh, module: &str, node: Option<&str>, json: &str) {
+    let answer = mesh
+        .library()
+        .settings_set(module, node, json, false)
+        .unwrap();
+    assert!(!answer.refused(), "{answer:?}");
+}
+
+/// Whether `push --output json` says `node` was sent (the binary's "NODE: sent …").
+fn sent(push: &serde_json::Value, node: &str) -> bool {
+    push.as_array()
+        .unwrap()
+        .iter()
+        .any(|result| result["node"] == node && result["result"] != "held")
 }
 
 #[test]
@@ -37,8 +53,8 @@ fn a_set_of_one_placement_is_refused_naming_every_dropped_key() {
     // whole layer — placements, accesses, endpoints — and the media server ran on an empty
     // configuration directory.
     let mesh = Mesh::example();
-    let before_layer = mesh.expect(&["settings", "show", "media", "--node", "home"], 0);
-    let before_plan = mesh.expect(&["plan", "home", "--output", "json"], 0);
+    let before_layer = shown(&mesh, "media", Some("home"), false);
+    let before_plan = mesh.library().plan_node("home").unwrap();
     let run = mesh.run(&[
         "settings",
         "set",
@@ -50,12 +66,12 @@ fn a_set_of_one_placement_is_refused_naming_every_dropped_key() {
     assert_eq!(run.code, 2, "{}", run.stderr);
     insta::assert_snapshot!("set_dropping_keys_refused", run.stdout);
     assert_eq!(
-        mesh.expect(&["settings", "show", "media", "--node", "home"], 0),
+        shown(&mesh, "media", Some("home"), false),
         before_layer,
         "the layer is the same afterwards"
     );
     assert_eq!(
-        mesh.expect(&["plan", "home", "--output", "json"], 0),
+        mesh.library().plan_node("home").unwrap(),
         before_plan,
         "the node's plan is the same afterwards"
     );
@@ -94,14 +110,12 @@ fn replace_removes_the_key_and_history_keeps_the_layer_it_replaced() {
         .starts_with("mesh-controller --home"));
 
     // The undo is one command.
-    mesh.expect(&["settings", "restore", "media", "--node", "home", "1"], 0);
-    let restored = mesh.expect(
-        &[
-            "settings", "show", "media", "--node", "home", "--output", "json",
-        ],
-        0,
-    );
-    let restored: serde_json::Value = serde_json::from_str(&restored).unwrap();
+    let answer = mesh
+        .library()
+        .settings_restore("media", Some("home"), 1)
+        .unwrap();
+    assert!(!answer.refused(), "{answer:?}");
+    let restored = self::shown(&mesh, "media", Some("home"), false);
     assert_eq!(restored["layer"], home_media_layer());
 }
 
@@ -123,13 +137,15 @@ fn a_set_that_only_adds_or_changes_goes_ahead() {
 #[test]
 fn unknown_keys_are_refused_with_the_modules_keys_listed() {
     let mesh = Mesh::example();
-    let run = mesh.run(&["settings", "set", "media", r#"{"prot": 8097}"#]);
-    assert_eq!(run.code, 1);
+    let Err(error) = mesh
+        .library()
+        .settings_set("media", None, r#"{"prot": 8097}"#, false)
+    else {
+        panic!("`media` accepts no `prot`");
+    };
     assert!(
-        run.stderr
-            .contains("`media` accepts no setting `prot`; its settings are: accesses, endpoints, places, port"),
-        "{}",
-        run.stderr
+        error.contains("`media` accepts no setting `prot`; its settings are: accesses, endpoints, places, port"),
+        "{error}"
     );
     assert!(!mesh.home().join("settings/media/mesh.json").exists());
 }
@@ -137,7 +153,9 @@ fn unknown_keys_are_refused_with_the_modules_keys_listed() {
 #[test]
 fn clear_keeps_the_layer_in_history() {
     let mesh = Mesh::example();
-    mesh.expect(&["settings", "clear", "base", "--node", "laptop"], 0);
+    mesh.library()
+        .settings_clear("base", Some("laptop"))
+        .unwrap();
     let shown = shown_with_history(&mesh, "base", "laptop");
     assert_eq!(shown["layer"], serde_json::Value::Null);
     assert_eq!(
@@ -149,7 +167,8 @@ fn clear_keeps_the_layer_in_history() {
 #[test]
 fn plan_diff_of_an_unchanged_node_is_empty() {
     let mesh = Mesh::example();
-    mesh.expect(&["push", "laptop"], 0);
+    let pushed = mesh.library().push(&["laptop"]).unwrap();
+    assert_eq!(pushed.verdict, Verdict::Converged, "{}", pushed.json);
     let run = mesh.run(&["plan", "laptop", "--diff", "--detailed-exitcode"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.stdout, "");
@@ -158,18 +177,12 @@ fn plan_diff_of_an_unchanged_node_is_empty() {
 #[test]
 fn plan_diff_names_a_changed_containers_field_and_says_it_recreates() {
     let mesh = Mesh::example();
-    mesh.expect(&["push", "home"], 0); // the container runs under podman
+    // The container runs under podman.
+    let pushed = mesh.library().push(&["home"]).unwrap();
+    assert_eq!(pushed.verdict, Verdict::Converged, "{}", pushed.json);
     let port = mesh.media_port().to_string();
     let new_port = mesh_test_support::wait::free_port().to_string();
-    mesh.expect(
-        &[
-            "settings",
-            "set",
-            "media",
-            &format!(r#"{{"port": {new_port}}}"#),
-        ],
-        0,
-    );
+    set(&mesh, "media", None, &format!(r#"{{"port": {new_port}}}"#));
     let run = mesh.run(&["plan", "home", "--diff", "--detailed-exitcode"]);
     assert_eq!(run.code, 2, "a difference exits 2: {}", run.stderr);
     // Digests first: a port's digits could be found inside one.
@@ -177,8 +190,7 @@ fn plan_diff_names_a_changed_containers_field_and_says_it_recreates() {
         .replace(&new_port, "[new port]")
         .replace(&port, "[port]");
     insta::assert_snapshot!("diff_changed_port", shown);
-    let json = mesh.expect(&["plan", "home", "--diff", "--output", "json"], 0);
-    let diff: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let (diff, _) = mesh.library().plan_diff("home").unwrap();
     assert!(diff.is_object());
 }
 
@@ -188,28 +200,15 @@ fn push_holds_a_running_containers_moved_mount_for_that_node_only() {
     // already has is held for that node, naming module, mount and both directories; other nodes
     // in the same push go ahead; `--move MODULE` sends it.
     let mesh = Mesh::example();
-    mesh.run(&["push", "--all"]);
+    let _ = mesh.library().push_all();
     let mut layer = home_media_layer();
     layer["places"]["media"] = "/mnt/disk2/media".into();
-    mesh.expect(
-        &[
-            "settings",
-            "set",
-            "media",
-            "--node",
-            "home",
-            &layer.to_string(),
-        ],
-        0,
-    );
-    mesh.expect(
-        &[
-            "settings",
-            "set",
-            "base",
-            r#"{"admin-email": "ops@example.internal", "timezone": "Europe/Brussels"}"#,
-        ],
-        0,
+    set(&mesh, "media", Some("home"), &layer.to_string());
+    set(
+        &mesh,
+        "base",
+        None,
+        r#"{"admin-email": "ops@example.internal", "timezone": "Europe/Brussels"}"#,
     );
     let sent_home_before = std::fs::read(mesh.home().join("sent/home.json")).unwrap();
 
@@ -244,27 +243,23 @@ fn push_holds_a_running_containers_moved_mount_for_that_node_only() {
 
     // The rule “Nothing fails silently”: the held push is a problem `status` shows until a send to
     // that node, not only the push's output and exit code.
-    let status = mesh.run(&["status", "--output", "json"]);
+    let status = mesh.library().status();
     assert_eq!(
         status.code, 3,
         "a held push needs a person: {}",
-        status.stderr
+        status.json
     );
-    let problems = held_push_problems(&status.stdout);
-    assert_eq!(problems.len(), 1, "{}", status.stdout);
-    assert_eq!(problems[0]["subject"], "home", "{}", status.stdout);
+    let problems = held_push_problems(&status.json);
+    assert_eq!(problems.len(), 1, "{}", status.json);
+    assert_eq!(problems[0]["subject"], "home", "{}", status.json);
     let details = problems[0]["details"].to_string();
     assert!(details.contains("/mnt/disk2/media"), "{details}");
 
     // This once accepted exit 3 (not converged) and never looked at the
     // container. The move is sent, applied, and the container runs with the new directory.
-    let run = mesh.run(&["push", "home", "--move", "media"]);
-    assert_eq!(
-        run.code, 0,
-        "stdout:\n{}\nstderr:\n{}",
-        run.stdout, run.stderr
-    );
-    assert!(run.stdout.contains("home: sent"), "{}", run.stdout);
+    let run = mesh.library().push_moving(&["home"], &["media"]).unwrap();
+    assert_eq!(run.verdict, Verdict::Converged, "{}{}", run.json, run.lines);
+    assert!(sent(&run.json, "home"), "{}", run.json);
     let moved_to = mesh.root("home").join("mnt/disk2/media");
     assert!(moved_to.is_dir());
     let mounts = container_mounts(&mesh, "home");
@@ -278,19 +273,17 @@ fn push_holds_a_running_containers_moved_mount_for_that_node_only() {
         [moved_to.to_str().unwrap()],
         "the container's /media is the new directory: {mounts:?}"
     );
-    let status = mesh.run(&["status", "--output", "json"]);
+    let status = mesh.library().status();
     assert_eq!(
-        held_push_problems(&status.stdout),
+        held_push_problems(&status.json),
         Vec::<serde_json::Value>::new(),
         "the send cleared it: {}",
-        status.stdout
+        status.json
     );
 }
 
 /// The held-push problems in `status --output json`.
-fn held_push_problems(json: &str) -> Vec<serde_json::Value> {
-    let status: serde_json::Value =
-        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"));
+fn held_push_problems(status: &serde_json::Value) -> Vec<serde_json::Value> {
     status["problems"]
         .as_array()
         .cloned()
@@ -332,8 +325,8 @@ fn container_mounts(mesh: &Mesh, node: &str) -> Vec<(String, String)> {
 #[test]
 fn a_first_send_is_not_held() {
     let mesh = Mesh::example();
-    // A first send to a node is never a move.
-    let run = mesh.run(&["push", "home"]);
-    assert_ne!(run.code, 2, "{}", run.stdout);
-    assert!(!run.stdout.contains("held"), "{}", run.stdout);
+    // A first send to a node is never a move: not held (`push` exits 2 when one is).
+    let run = mesh.library().push(&["home"]).unwrap();
+    assert_ne!(run.verdict, Verdict::Held, "{}", run.json);
+    assert!(sent(&run.json, "home"), "{}", run.json);
 }

@@ -285,23 +285,28 @@ impl Library {
 
     /// `push NODE…`.
     pub fn push(&self, nodes: &[&str]) -> Result<Pushed, String> {
+        self.push_moving(nodes, &[])
+    }
+
+    /// `push NODE… --move MODULE…`.
+    pub fn push_moving(&self, nodes: &[&str], moves: &[&str]) -> Result<Pushed, String> {
         let nodes = nodes.iter().map(|n| (*n).to_owned()).collect();
-        self.push_to(nodes, false)
+        self.push_to(nodes, false, moves)
     }
 
     /// `push --all`.
     pub fn push_all(&self) -> Result<Pushed, String> {
-        self.push_to(Vec::new(), true)
+        self.push_to(Vec::new(), true, &[])
     }
 
-    fn push_to(&self, nodes: Vec<String>, all: bool) -> Result<Pushed, String> {
+    fn push_to(&self, nodes: Vec<String>, all: bool, moves: &[&str]) -> Result<Pushed, String> {
         let inventory = self.home().inventory().map_err(|e| said(&e))?;
         let nodes = push::targets(&inventory, nodes, all).map_err(|refused| refused.to_string())?;
         let checked = self.checked()?;
         let (drives, progress) = self.drives();
         let results = self
             .tokio
-            .block_on(drives.push(&checked, &nodes, &BTreeSet::new(), PUSH_TIMEOUT))
+            .block_on(drives.push(&checked, &nodes, &set(moves), PUSH_TIMEOUT))
             .map_err(|e| said(&e))?;
         Ok(Pushed {
             verdict: push::verdict(&results),
@@ -460,6 +465,16 @@ impl Library {
     pub fn check(&self) -> Result<orphans::Check, String> {
         let checked = self.checked()?;
         orphans::check(self.home(), &checked).map_err(|e| said(&e))
+    }
+
+    /// `plan NODE --output json`: the declaration the node would be sent now, a secret shown
+    /// as its keyed digest.
+    pub fn plan_node(&self, node: &str) -> Result<Value, String> {
+        let checked = self.checked()?;
+        let declaration = push::compose_node(self.home(), &checked, node).map_err(|e| said(&e))?;
+        Ok(mesh_model::secret::shown_wire(
+            &serde_json::to_value(&declaration).unwrap(),
+        ))
     }
 
     /// `plan NODE --diff --output json`, and whether nothing differs and nothing is orphaned
