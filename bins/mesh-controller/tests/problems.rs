@@ -1,6 +1,10 @@
 //! Failures that reach `status` (the rule “Nothing fails silently”): a merge
 //! the daemon cannot plan was a log line and then acknowledged. It is a problem of its
 //! repository, shown by `status` (text and JSON) until a merge of that repository is planned.
+//!
+//! The library is called in process, on the fleet's bus (`support::in_process`, `Bed::library`);
+//! the binary is run for the daemon (`serve`, stopped and woken by signals) and for `status` as
+//! a person reads it.
 
 mod support;
 
@@ -19,13 +23,27 @@ impl Drop for Daemon {
     }
 }
 
-/// `status --output json`'s problems; `Err` with what it printed when it answered no JSON (a
-/// bus reloading its users refuses the controller's login for a moment).
+/// `status --output json`'s problems; `Err` with the error when it answered none (a bus
+/// reloading its users refuses the controller's login for a moment).
 fn try_problems(bed: &Bed) -> Result<Vec<serde_json::Value>, String> {
-    let out = bed.run(&["status", "--output", "json"]);
-    let status: serde_json::Value =
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("{e}: {out:?}"))?;
+    let status = bed.try_library()?.try_status()?.json;
     Ok(status["problems"].as_array().cloned().unwrap_or_default())
+}
+
+/// `plans --output json`.
+fn plans(bed: &Bed) -> Vec<serde_json::Value> {
+    serde_json::from_value(bed.library().plans()).unwrap()
+}
+
+/// `status --output json` once it is judged settled (`status` exits 0).
+fn settled(bed: &Bed, what: &str) -> serde_json::Value {
+    support::wait_for(what, Duration::from_secs(120), || {
+        let status = bed.try_library()?.try_status()?;
+        match status.code {
+            0 => Ok(status.json),
+            _ => Err(format!("{}", status.json)),
+        }
+    })
 }
 
 /// `status --output json`'s problems.
@@ -96,11 +114,11 @@ fn a_merge_the_daemon_cannot_plan_is_shown_by_status_until_one_is_planned() {
         text.contains("merge `cat`: the merge of `cat` main"),
         "{text}"
     );
-    assert!(bed.expect(&["plans", "--output", "json"], 0).trim() == "[]");
+    assert!(plans(&bed).is_empty());
 
     // Registered, the next merge (a merge is heard once per commit) is planned: the problem
     // is resolved.
-    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    bed.library().repo_add("cat", repo.path()).unwrap();
     write(
         &repo.path().join("modules/base/files/hello"),
         "hello again\n",
@@ -111,9 +129,8 @@ fn a_merge_the_daemon_cannot_plan_is_shown_by_status_until_one_is_planned() {
     wait_until("a plan of `cat` clears its problem", &bed, |problems| {
         problems.is_empty()
     });
-    let plans: Vec<serde_json::Value> =
-        serde_json::from_str(&bed.expect(&["plans", "--output", "json"], 0)).unwrap();
-    assert_eq!(plans.len(), 1, "{plans:?}");
+    let made = plans(&bed);
+    assert_eq!(made.len(), 1, "{made:?}");
     // Once the plan has rolled out, nothing needs a person: exit 0. (While it rolls out, the
     // bus node applying its new users, `status` may rightly say otherwise: it is waited out,
     // not raced.)
@@ -121,27 +138,17 @@ fn a_merge_the_daemon_cannot_plan_is_shown_by_status_until_one_is_planned() {
         "the plan of `cat` to roll out",
         Duration::from_secs(120),
         || {
-            let plans: Vec<serde_json::Value> =
-                serde_json::from_str(&bed.expect(&["plans", "--output", "json"], 0)).unwrap();
+            let plans = plans(&bed);
             match plans[0]["state"]["state"].as_str() {
                 Some("done") => Ok(()),
                 state => Err(format!("the plan is {state:?}")),
             }
         },
     );
-    let status = support::wait_for(
-        "status to settle once the plan is done",
-        Duration::from_secs(120),
-        || {
-            let status = bed.run(&["status"]);
-            match status.status.code() {
-                Some(0) => Ok(status),
-                _ => Err(format!("{status:?}")),
-            }
-        },
-    );
-    let text = String::from_utf8_lossy(&status.stdout);
-    assert!(!text.contains("problems"), "{text}");
+    let status = settled(&bed, "status to settle once the plan is done");
+    // What `status` shows as "problems (shown until resolved):" when there are any.
+    let problems = status["problems"].as_array().cloned().unwrap_or_default();
+    assert!(problems.is_empty(), "{status}");
 }
 
 /// A repository `cat` on `main` holding `base`, registered; its commit.
@@ -153,7 +160,7 @@ fn a_registered_repository(bed: &Bed) -> (tempfile::TempDir, String) {
     git(repo.path(), &["add", "."]);
     git(repo.path(), &["commit", "-qm", "base"]);
     let commit = git(repo.path(), &["rev-parse", "HEAD"]);
-    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    bed.library().repo_add("cat", repo.path()).unwrap();
     (repo, commit)
 }
 
@@ -218,15 +225,13 @@ fn a_drive_that_fails_is_a_problem_in_status_tried_again_until_the_plan_complete
         "{text}"
     );
     assert!(text.contains("; at `base`; attempt "), "{text}");
-    let plans: Vec<serde_json::Value> =
-        serde_json::from_str(&bed.expect(&["plans", "--output", "json"], 0)).unwrap();
-    assert_eq!(plans[0]["state"]["state"], "building", "{plans:?}");
+    let made = plans(&bed);
+    assert_eq!(made[0]["state"]["state"], "building", "{made:?}");
 
     // The store mended, the plan completes with no command, and the problem is gone.
     bed.registry.mend_storage();
     support::wait_for("plan-1 to roll out", Duration::from_secs(120), || {
-        let plans: Vec<serde_json::Value> =
-            serde_json::from_str(&bed.expect(&["plans", "--output", "json"], 0)).unwrap();
+        let plans = plans(&bed);
         match plans[0]["state"]["state"].as_str() {
             Some("done") => Ok(()),
             state => Err(format!("plan-1 is {state:?}\n{}", serve_log(&bed))),
@@ -239,20 +244,12 @@ fn a_drive_that_fails_is_a_problem_in_status_tried_again_until_the_plan_complete
         std::fs::read_to_string(bed.root("bus").join("etc/mesh/hello")).unwrap(),
         "hello\n"
     );
-    support::wait_for("status to settle", Duration::from_secs(120), || {
-        let status = bed.run(&["status"]);
-        match status.status.code() {
-            Some(0) => Ok(()),
-            _ => Err(format!("{status:?}")),
-        }
-    });
+    settled(&bed, "status to settle");
 }
 
-/// `status --output json`'s daemon, when it answered JSON.
+/// `status --output json`'s daemon, when it answered.
 fn daemon_seen(bed: &Bed) -> Result<serde_json::Value, String> {
-    let out = bed.run(&["status", "--output", "json"]);
-    let status: serde_json::Value =
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("{e}: {out:?}"))?;
+    let status = bed.try_library()?.try_status()?.json;
     match &status["daemon"] {
         serde_json::Value::Null => Err(format!("no daemon in {status}")),
         daemon => Ok(daemon.clone()),
@@ -331,7 +328,6 @@ fn a_stopped_daemon_is_named_silent_and_a_merge_announced_meanwhile_waiting() {
             _ => Err(format!("{daemon}\n{}", serve_log(&bed))),
         }
     });
-    let plans: Vec<serde_json::Value> =
-        serde_json::from_str(&bed.expect(&["plans", "--output", "json"], 0)).unwrap();
-    assert_eq!(plans.len(), 1, "{plans:?}");
+    let made = plans(&bed);
+    assert_eq!(made.len(), 1, "{made:?}");
 }

@@ -545,6 +545,13 @@ impl Bed {
         self.command(args).output().unwrap()
     }
 
+    /// How long the controller's records calls are tried again (`--bus-retry-limit`): on a
+    /// cluster bed longer than the default, as [`Bed::command`] says.
+    pub fn retry_limit(&self) -> Option<Duration> {
+        self.on_cluster
+            .then(|| Duration::from_secs(CLUSTER_RETRY_LIMIT.parse().unwrap()))
+    }
+
     /// Runs the controller and checks its exit code; returns standard output.
     pub fn expect(&self, args: &[&str], code: i32) -> String {
         let out = self.run(args);

@@ -1,8 +1,8 @@
 //! The controller called as a library, in process, on a test [`Mesh`]'s home: each method does
 //! what its command's `exec` does (`src/bin/mesh-controller/commands/`), without the rendering,
-//! and answers with the values the command prints with `--output json` — so a test's
-//! assertions on that JSON read the same — beside the progress lines it would have printed and
-//! the library's value that decides its exit code.
+//! and answers with what the command prints with `--output json` — as that JSON, so a test's
+//! assertions on it read the same, or as the library's value it is printed from — beside the
+//! progress lines it would have printed and the library's value that decides its exit code.
 //!
 //! What only the binary does — parsing, rendering, exit codes as a process ends with them, a
 //! fail point's death — stays with [`Mesh::run`] and its kin.
@@ -30,6 +30,54 @@ impl Mesh {
     /// binary says it.
     pub fn library_with(&self, options: MeshOptions) -> Result<Library, String> {
         let mesh = runtime::Mesh::open(self.home(), options).map_err(|e| said(&e))?;
+        Ok(Library {
+            mesh: Arc::new(mesh),
+            tokio: tokio::runtime::Runtime::new().expect("a tokio runtime"),
+        })
+    }
+}
+
+impl super::fleet::Bed {
+    /// The bed's mesh opened as a Rust tool opens it on the fleet's bus: the records on the bus,
+    /// the store the controller commands are given, the sends to the real hosts — what the
+    /// bed's controller commands are given as flags.
+    pub fn library(&self) -> Library {
+        self.try_library()
+            .unwrap_or_else(|error| panic!("opening the mesh on the bus: {error}"))
+    }
+
+    /// [`Bed::library`](super::fleet::Bed::library), the error as the binary says it (a bus
+    /// reloading its users refuses the controller's login for a moment).
+    pub fn try_library(&self) -> Result<Library, String> {
+        let secured = self
+            .registry
+            .secured
+            .as_ref()
+            .expect("the bed's store is secured");
+        let store_access = mesh_store::store::StoreAccess {
+            ca_file: Some(secured.pki.ca_file.clone()),
+            credentials_file: Some(secured.controller_credentials.clone()),
+        };
+        let bus = mesh_controller::credentials::BusArgs {
+            url: self.url.clone(),
+            tls: mesh_bus::BusTls {
+                ca_file: Some(self.pki.ca_file.clone()),
+                client_certificate: None,
+            },
+            store_access: store_access.clone(),
+            retry_limit: self.retry_limit(),
+            ..Default::default()
+        };
+        let mesh = runtime::Mesh::open(
+            self.home.path(),
+            MeshOptions {
+                bus: Some(bus),
+                store: Some(self.registry.url().parse().expect("the store's URL")),
+                store_access,
+                report_limit: None,
+            },
+        )
+        .map_err(|e| said(&e))?;
         Ok(Library {
             mesh: Arc::new(mesh),
             tokio: tokio::runtime::Runtime::new().expect("a tokio runtime"),
@@ -356,14 +404,29 @@ impl Library {
 
     /// `status --output json`, judged now as `status` judges it.
     pub fn status(&self) -> Status {
+        self.try_status().unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// [`Library::status`], the error as the binary says it.
+    pub fn try_status(&self) -> Result<Status, String> {
         let now = mesh_host::now();
-        let overview = status::overview_with(self.home(), now, &status::StatusOptions::default())
-            .unwrap_or_else(|e| panic!("{}", said(&e)));
-        let verdict = alert::judge(&overview, now, alert::DEFAULT_MID_CHANGE_AFTER_SECS);
-        Status {
-            json: serde_json::from_str(&overview.json_document().unwrap()).unwrap(),
-            code: verdict.health.exit_code(),
+        let mut overview =
+            status::overview_with(self.home(), now, &status::StatusOptions::default())
+                .map_err(|e| said(&e))?;
+        // On a fleet with a daemon, the merges waiting on its consumer, read from the bus.
+        if let (Some(_), Some(bus)) = (&overview.daemon, self.mesh.bus()) {
+            if let Some(waiting) = self
+                .tokio
+                .block_on(mesh_controller::heartbeat::merges_waiting(self.home(), bus))
+            {
+                overview.set_merges_waiting(waiting, now);
+            }
         }
+        let verdict = alert::judge(&overview, now, alert::DEFAULT_MID_CHANGE_AFTER_SECS);
+        Ok(Status {
+            json: serde_json::from_str(&overview.json_document().map_err(|e| said(&e))?).unwrap(),
+            code: verdict.health.exit_code(),
+        })
     }
 
     /// Calls `f` with what a `settings` command works on: the home and the catalogue the mesh
