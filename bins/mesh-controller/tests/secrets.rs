@@ -1,11 +1,17 @@
 //! A secret is readable only where it is used: `settings set-secret` reads the value from
 //! standard input and keeps ciphertext only, everything a person reads shows the keyed digest,
 //! and `secrets recipients` and `secrets rotate` seal every secret at rest again. The embedded
-//! mesh, the real binary.
+//! mesh.
+//!
+//! The library is called in process (`support::in_process`); the binary is run for what a
+//! person reads (`settings show` and `plan` in text, which must show a secret by its digest
+//! alone) and for one run of `secrets recipients add`.
 
 mod support;
 
+use mesh_controller::push::Verdict;
 use mesh_model::secret::SecretValue;
+use mesh_plan::SettingsDecision;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use support::Mesh;
@@ -43,19 +49,36 @@ fn mesh_key(mesh: &Mesh) -> mesh_secrets::MeshKey {
     mesh_secrets::MeshKey::load(&mesh.home().join("secrets/mesh.key")).unwrap()
 }
 
+/// `settings set-secret MODULE KEY --node NODE`, the value as read from standard input, in
+/// process: the answer, or the error as the binary says it (it exits 1 then).
+fn set_secret(
+    mesh: &Mesh,
+    module: &str,
+    node: &str,
+    key: &str,
+    value: &[u8],
+) -> Result<mesh_controller::settings::Answer, String> {
+    mesh.library()
+        .settings_set_secret(module, Some(node), key, value)
+}
+
+/// What `settings set-secret --output json` prints.
+fn answered(answer: &mesh_controller::settings::Answer) -> String {
+    serde_json::to_string(answer).unwrap()
+}
+
 #[test]
 fn a_secret_set_from_standard_input_is_kept_and_shown_only_as_its_keyed_digest() {
     let mesh = Mesh::example();
     let value = unique_value();
-    let set = ["settings", "set-secret", "tls", "host", "--node", "home"];
-    let run = mesh.run_stdin(&set, value.as_bytes());
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = set_secret(&mesh, "tls", "home", "host", value.as_bytes()).unwrap();
+    let run = answered(&run);
     let secret = secret_in_layer(&mesh, "tls", "home", "host");
     let key = mesh_key(&mesh);
     assert_eq!(key.open(&secret).unwrap().as_slice(), value.as_bytes());
     assert_eq!(secret.digest, key.digest(value.as_bytes()));
     let shown = format!("<secret {}>", secret.digest);
-    assert!(run.stdout.contains(&shown), "{}", run.stdout);
+    assert!(run.contains(&shown), "{run}");
     let mode = std::fs::metadata(mesh.home().join("secrets/mesh.key"))
         .unwrap()
         .permissions()
@@ -63,45 +86,46 @@ fn a_secret_set_from_standard_input_is_kept_and_shown_only_as_its_keyed_digest()
     assert_eq!(mode & 0o777, 0o600);
 
     // The same value again: a new ciphertext, the same digest, nothing changed.
-    let again = mesh.run_stdin(&set, value.as_bytes());
-    assert_eq!(again.code, 0, "{}", again.stderr);
-    assert!(again.stdout.contains("unchanged"), "{}", again.stdout);
+    let again = set_secret(&mesh, "tls", "home", "host", value.as_bytes()).unwrap();
+    assert_eq!(
+        again.change.decision,
+        SettingsDecision::Unchanged,
+        "{}",
+        answered(&again)
+    );
 
     // Another value: changed, shown as the two digests.
     let other = unique_value();
-    let changed = mesh.run_stdin(&set, other.as_bytes());
-    assert_eq!(changed.code, 0, "{}", changed.stderr);
+    let changed = set_secret(&mesh, "tls", "home", "host", other.as_bytes()).unwrap();
     let new_secret = secret_in_layer(&mesh, "tls", "home", "host");
     assert_ne!(new_secret.digest, secret.digest);
+    let new_shown = format!("<secret {}>", new_secret.digest);
     assert!(
-        changed.stdout.contains(&format!(
-            "\"{shown}\" -> \"<secret {}>\"",
-            new_secret.digest
-        )),
+        changed
+            .change
+            .changed
+            .iter()
+            .any(|key| key.old == shown.as_str() && key.new == new_shown.as_str()),
         "{}",
-        changed.stdout
+        answered(&changed)
     );
+    let changed = answered(&changed);
 
     // What a person reads: the layer, its history, in text and JSON.
     let mut read = String::new();
     for args in [
         &["settings", "show", "tls", "--node", "home"][..],
         &["settings", "show", "tls", "--node", "home", "--history"],
-        &[
-            "--output",
-            "json",
-            "settings",
-            "show",
-            "tls",
-            "--node",
-            "home",
-            "--history",
-        ],
     ] {
         read.push_str(&mesh.expect(args, 0));
     }
-    read.push_str(&run.stdout);
-    read.push_str(&changed.stdout);
+    let json = mesh
+        .library()
+        .settings_show("tls", Some("home"), true)
+        .unwrap();
+    read.push_str(&serde_json::to_string_pretty(&json).unwrap());
+    read.push_str(&run);
+    read.push_str(&changed);
     for needle in [&value, &other, &secret.ciphertext, &new_secret.ciphertext] {
         assert!(!read.contains(needle.as_str()), "{read}");
     }
@@ -120,28 +144,22 @@ fn a_secret_set_from_standard_input_is_kept_and_shown_only_as_its_keyed_digest()
 #[test]
 fn a_mesh_key_others_may_read_is_refused_and_nothing_changes() {
     let mesh = Mesh::example();
-    let set = ["settings", "set-secret", "tls", "host", "--node", "home"];
-    let run = mesh.run_stdin(&set, unique_value().as_bytes());
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    let set = |value: &[u8]| set_secret(&mesh, "tls", "home", "host", value);
+    set(unique_value().as_bytes()).unwrap();
     let key_file = mesh.home().join("secrets/mesh.key");
     std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o644)).unwrap();
     let before = Mesh::snapshot_tree(mesh.home());
-    let refused = mesh.run_stdin(&set, unique_value().as_bytes());
-    assert_eq!(refused.code, 1, "{}", refused.stdout);
+    let refused = set(unique_value().as_bytes()).unwrap_err();
     assert!(
-        refused.stderr.contains(&key_file.display().to_string())
-            && refused.stderr.contains("mode 0644"),
-        "{}",
-        refused.stderr
+        refused.contains(&key_file.display().to_string()) && refused.contains("mode 0644"),
+        "{refused}"
     );
     assert_eq!(Mesh::snapshot_tree(mesh.home()), before);
     // An empty value, or a key the module does not accept, changes nothing either.
     std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
-    assert_eq!(mesh.run_stdin(&set, b"").code, 1);
-    let unknown = ["settings", "set-secret", "tls", "nope", "--node", "home"];
-    let run = mesh.run_stdin(&unknown, b"x");
-    assert_eq!(run.code, 1);
-    assert!(run.stderr.contains("`nope`"), "{}", run.stderr);
+    assert!(set(b"").is_err());
+    let run = set_secret(&mesh, "tls", "home", "nope", b"x").unwrap_err();
+    assert!(run.contains("`nope`"), "{run}");
     assert_eq!(Mesh::snapshot_tree(mesh.home()), before);
 }
 
@@ -149,13 +167,9 @@ fn a_mesh_key_others_may_read_is_refused_and_nothing_changes() {
 fn an_operators_key_opens_every_secret_and_a_rotation_leaves_every_layer_readable() {
     let mesh = Mesh::example();
     let value = unique_value();
-    let set = ["settings", "set-secret", "tls", "host", "--node", "home"];
-    assert_eq!(mesh.run_stdin(&set, value.as_bytes()).code, 0);
-    assert_eq!(
-        mesh.run_stdin(&set, unique_value().as_bytes()).code,
-        0,
-        "a second set keeps the first in the history"
-    );
+    set_secret(&mesh, "tls", "home", "host", value.as_bytes()).unwrap();
+    // A second set keeps the first in the history.
+    set_secret(&mesh, "tls", "home", "host", unique_value().as_bytes()).unwrap();
     let operator = mesh_secrets::Identity::generate();
     let operator_key = operator.recipient().to_string();
     let added = mesh.expect(&["secrets", "recipients", "add", &operator_key], 0);
@@ -166,16 +180,14 @@ fn an_operators_key_opens_every_secret_and_a_rotation_leaves_every_layer_readabl
         operator.open(&secret).is_ok(),
         "the operator's key opens it"
     );
-    let refused = mesh.run(&["secrets", "recipients", "add", &operator_key]);
-    assert_eq!(refused.code, 1, "{}", refused.stdout);
+    let refused = mesh.library().secrets_recipients_add(&operator_key);
+    assert!(refused.is_err(), "{refused:?}");
 
     let old_key = mesh_key(&mesh);
     let plain = old_key.open(&secret).unwrap();
-    let rotated = mesh.expect(&["secrets", "rotate"], 0);
-    assert!(
-        rotated.contains("2 secret value(s) re-encrypted"),
-        "{rotated}"
-    );
+    let rotated = mesh.library().secrets_rotate().unwrap();
+    assert!(rotated.pending.is_empty(), "{rotated:?}");
+    assert_eq!(rotated.resealed, 2, "{rotated:?}");
     let new_key = mesh_key(&mesh);
     assert_ne!(new_key.recipient(), old_key.recipient());
     assert!(!mesh.home().join("secrets/mesh.key.next").exists());
@@ -205,8 +217,11 @@ fn an_operators_key_opens_every_secret_and_a_rotation_leaves_every_layer_readabl
             );
         }
     }
-    let removed = mesh.expect(&["secrets", "recipients", "remove", &operator_key], 0);
-    assert!(removed.contains("0 operator key(s)"), "{removed}");
+    let removed = mesh
+        .library()
+        .secrets_recipients_remove(&operator_key)
+        .unwrap();
+    assert_eq!(removed.recipients.len(), 0, "{removed:?}");
     let after = secret_in_layer(&mesh, "tls", "home", "host");
     assert!(operator.open(&after).is_err());
 }
@@ -246,20 +261,25 @@ template = true
 #[test]
 fn plan_and_its_diff_show_a_secret_by_its_digest_and_a_changed_one_as_changed() {
     let mesh = mesh_with_db();
-    let set = [
-        "settings",
-        "set-secret",
-        "db",
-        "password",
-        "--node",
-        "control",
-    ];
+    let set = |value: &str| {
+        set_secret(&mesh, "db", "control", "password", value.as_bytes()).unwrap();
+    };
+    let push = || {
+        let push = mesh.library().push(&["control"]).unwrap();
+        assert_eq!(
+            push.verdict,
+            Verdict::Converged,
+            "{}{}",
+            push.lines,
+            push.json
+        );
+    };
     let value = unique_value();
-    assert_eq!(mesh.run_stdin(&set, value.as_bytes()).code, 0);
+    set(&value);
     let secret = secret_in_layer(&mesh, "db", "control", "password");
     let shown = format!("<secret {}>", secret.digest);
     let plan = mesh.expect(&["plan", "control"], 0);
-    let plan_json = mesh.expect(&["--output", "json", "plan", "control"], 0);
+    let plan_json = mesh.library().plan_node("control").unwrap().to_string();
     for out in [&plan, &plan_json] {
         assert!(out.contains(&shown), "{out}");
         assert!(!out.contains(&value), "{out}");
@@ -267,8 +287,7 @@ fn plan_and_its_diff_show_a_secret_by_its_digest_and_a_changed_one_as_changed() 
     }
 
     // Sent: sealed again to the embedded host's own key, rendered by it alone.
-    let push = mesh.run(&["push", "control"]);
-    assert_eq!(push.code, 0, "{}{}", push.stdout, push.stderr);
+    push();
     let applied = mesh.root("control").join("etc/db/creds");
     assert_eq!(
         std::fs::read_to_string(&applied).unwrap(),
@@ -281,14 +300,24 @@ fn plan_and_its_diff_show_a_secret_by_its_digest_and_a_changed_one_as_changed() 
         vec![applied.display().to_string()],
         "the applied file alone holds the value"
     );
-    let unchanged = mesh.expect(&["plan", "control", "--diff"], 0);
+    let (unchanged, _) = mesh.library().plan_diff("control").unwrap();
+    let unchanged = unchanged.to_string();
     assert!(!unchanged.contains("db/file/creds"), "{unchanged}");
 
     let other = unique_value();
-    assert_eq!(mesh.run_stdin(&set, other.as_bytes()).code, 0);
+    set(&other);
     let changed = secret_in_layer(&mesh, "db", "control", "password");
-    let diff = mesh.expect(&["plan", "control", "--diff"], 0);
-    assert!(diff.contains("~ db/file/creds"), "{diff}");
+    let (diff, _) = mesh.library().plan_diff("control").unwrap();
+    // "~ db/file/creds": a resource changed.
+    assert!(
+        diff["changed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["id"] == "db/file/creds"),
+        "{diff:#}"
+    );
+    let diff = diff.to_string();
     assert!(diff.contains(&shown), "{diff}");
     assert!(
         diff.contains(&format!("<secret {}>", changed.digest)),
@@ -298,8 +327,7 @@ fn plan_and_its_diff_show_a_secret_by_its_digest_and_a_changed_one_as_changed() 
         !diff.contains(&other) && !diff.contains(&changed.ciphertext),
         "{diff}"
     );
-    let push = mesh.run(&["push", "control"]);
-    assert_eq!(push.code, 0, "{}{}", push.stdout, push.stderr);
+    push();
     assert_eq!(
         std::fs::read_to_string(&applied).unwrap(),
         format!("app:{other}\n")
@@ -318,16 +346,16 @@ fn plan_and_its_diff_show_a_secret_by_its_digest_and_a_changed_one_as_changed() 
 #[test]
 fn a_file_rendered_from_a_secret_looser_than_0640_is_refused_at_check() {
     let mesh = Mesh::example();
-    let set = ["settings", "set-secret", "tls", "host", "--node", "control"];
-    assert_eq!(mesh.run_stdin(&set, unique_value().as_bytes()).code, 0);
-    let run = mesh.run(&["check"]);
-    assert_eq!(run.code, 1, "{}", run.stdout);
+    set_secret(&mesh, "tls", "control", "host", unique_value().as_bytes()).unwrap();
+    let check = mesh.library().check().unwrap();
+    // `check` exits 1 and prints each problem.
+    assert!(!check.sound(), "{check:?}");
+    let problems: Vec<String> = check.problems.iter().map(ToString::to_string).collect();
     assert!(
-        run.stdout.contains(
+        problems.iter().any(|problem| problem.contains(
             "module `tls`: `files.cert.mode`: the file uses a secret, so its mode must be 0640 \
              or tighter, not 0644"
-        ),
-        "{}",
-        run.stdout
+        )),
+        "{problems:#?}"
     );
 }
