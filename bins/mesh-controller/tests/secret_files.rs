@@ -1,10 +1,14 @@
 //! A module's secret file (`secret = true`): `secrets encrypt FILE` puts it in the catalogue
 //! sealed before it is committed, `check` refuses one in clear or looser than 0640 naming
-//! module and file, and only the host it is sent to writes its value. The embedded mesh, the
-//! real binary, real git.
+//! module and file, and only the host it is sent to writes its value. The embedded mesh, real
+//! git.
+//!
+//! The library is called in process (`support::in_process`); the binary is run for the
+//! rotation, whose commits take their author from the process's environment.
 
 mod support;
 
+use mesh_controller::push::Verdict;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use support::{git, Mesh};
@@ -59,6 +63,34 @@ fn mesh_with_vault(mode: &str, token: &str) -> Mesh {
     mesh
 }
 
+/// `secrets encrypt FILE`, in process: what `--output json` prints, or the error as the binary
+/// says it (it exits 1 then).
+fn encrypt(mesh: &Mesh, file: &Path) -> Result<mesh_controller::secret_files::Encrypted, String> {
+    mesh.library().secrets_encrypt(file)
+}
+
+/// The problems `check` prints, each as a line of its text (it exits 1 unless sound).
+fn check(mesh: &Mesh) -> (bool, String) {
+    let check = mesh.library().check().unwrap();
+    let problems: String = check
+        .problems
+        .iter()
+        .map(|problem| format!("{problem}\n"))
+        .collect();
+    (check.sound(), problems)
+}
+
+/// `push NODE`, in process: whether it exits 0 (every node converged), and what it said.
+fn push(mesh: &Mesh, node: &str) -> (bool, String) {
+    match mesh.library().push(&[node]) {
+        Ok(pushed) => (
+            pushed.verdict == Verdict::Converged,
+            format!("{}{}", pushed.lines, pushed.json),
+        ),
+        Err(error) => (false, error),
+    }
+}
+
 #[test]
 fn a_secret_file_in_clear_is_refused_until_encrypted_and_then_only_its_host_writes_it() {
     let value = unique_value();
@@ -66,58 +98,62 @@ fn a_secret_file_in_clear_is_refused_until_encrypted_and_then_only_its_host_writ
     let file = mesh.home().join("catalogue/modules/vault/token");
 
     // In clear: refused by name, never quoted, nothing composed.
-    let check = mesh.run(&["check"]);
-    assert_eq!(check.code, 1, "{}", check.stdout);
+    let (sound, problems) = check(&mesh);
+    assert!(!sound, "{problems}");
     assert!(
-        check.stdout.contains("vault") && check.stdout.contains("files.token.source"),
-        "{}",
-        check.stdout
+        problems.contains("vault") && problems.contains("files.token.source"),
+        "{problems}"
     );
-    assert!(
-        check.stdout.contains("secrets encrypt token"),
-        "{}",
-        check.stdout
-    );
-    let plan = mesh.run(&["plan", "control"]);
-    assert_ne!(plan.code, 0);
-    for out in [&check.stdout, &check.stderr, &plan.stdout, &plan.stderr] {
+    assert!(problems.contains("secrets encrypt token"), "{problems}");
+    let plan = mesh.library().plan_node("control");
+    let plan = match plan {
+        Ok(declaration) => panic!("nothing is composed: {declaration}"),
+        Err(error) => error,
+    };
+    for out in [&problems, &plan] {
         assert!(!out.contains("secret-file-"), "{out}");
     }
 
     // Encrypted in place: the file holds ciphertext the mesh key opens, and the digest.
-    let encrypted = mesh.expect(&["secrets", "encrypt", file.to_str().unwrap()], 0);
+    let encrypted = encrypt(&mesh, &file).unwrap();
     let sealed =
         mesh_model::secret::SecretValue::from_file(&std::fs::read(&file).unwrap()).unwrap();
     let key = mesh_secrets::MeshKey::load(&mesh.home().join("secrets/mesh.key")).unwrap();
     assert_eq!(key.open(&sealed).unwrap().as_slice(), value.as_bytes());
     assert_eq!(sealed.digest, key.digest(value.as_bytes()));
-    assert!(
-        encrypted.contains(&format!("encrypted <secret {}>", sealed.digest)),
-        "{encrypted}"
+    // "encrypted <secret …>": encrypted, not again, shown by its digest.
+    assert!(!encrypted.again, "{encrypted:?}");
+    assert_eq!(
+        encrypted.secret,
+        format!("<secret {}>", sealed.digest),
+        "{encrypted:?}"
     );
+    let encrypted = serde_json::to_string(&encrypted).unwrap();
     assert!(!encrypted.contains("secret-file-"), "{encrypted}");
     let catalogue = mesh.home().join("catalogue");
     git(&catalogue, &["add", "-A"]);
     git(&catalogue, &["commit", "-q", "-m", "vault"]);
 
     // Encrypted again (to the keys of now): the same digest, another ciphertext.
-    let again = mesh.expect(&["secrets", "encrypt", file.to_str().unwrap()], 0);
-    assert!(again.contains("encrypted again"), "{again}");
+    let again = encrypt(&mesh, &file).unwrap();
+    assert!(again.again, "encrypted again: {again:?}");
     let resealed =
         mesh_model::secret::SecretValue::from_file(&std::fs::read(&file).unwrap()).unwrap();
     assert_eq!(resealed.digest, sealed.digest);
     assert_ne!(resealed.ciphertext, sealed.ciphertext);
     git(&catalogue, &["commit", "-q", "-am", "vault again"]);
 
-    let check = mesh.expect(&["check"], 0);
-    assert!(!check.contains("secret-file-"), "{check}");
-    let plan = mesh.expect(&["plan", "control"], 0);
+    let checked = mesh.library().check().unwrap();
+    assert!(checked.sound(), "{checked:?}");
+    let checked = serde_json::to_string(&checked).unwrap();
+    assert!(!checked.contains("secret-file-"), "{checked}");
+    let plan = mesh.library().plan_node("control").unwrap().to_string();
     assert!(
         plan.contains(&format!("<secret {}>", sealed.digest)),
         "{plan}"
     );
-    let push = mesh.run(&["push", "control"]);
-    assert_eq!(push.code, 0, "{}{}", push.stdout, push.stderr);
+    let (pushed, said) = push(&mesh, "control");
+    assert!(pushed, "{said}");
     let applied = mesh.root("control").join("etc/vault/token");
     assert_eq!(std::fs::read_to_string(&applied).unwrap(), value);
     let mode = std::fs::metadata(&applied).unwrap().permissions().mode();
@@ -147,19 +183,18 @@ fn a_secret_file_in_clear_is_refused_until_encrypted_and_then_only_its_host_writ
 fn a_secret_file_looser_than_0640_is_refused_at_check_naming_module_and_file() {
     let mesh = mesh_with_vault("0644", &unique_value());
     let file = mesh.home().join("catalogue/modules/vault/token");
-    mesh.expect(&["secrets", "encrypt", file.to_str().unwrap()], 0);
-    let check = mesh.run(&["check"]);
-    assert_eq!(check.code, 1, "{}", check.stdout);
+    encrypt(&mesh, &file).unwrap();
+    let (sound, problems) = check(&mesh);
+    assert!(!sound, "{problems}");
     assert!(
-        check.stdout.contains(
+        problems.contains(
             "module `vault`: `files.token.mode`: the file uses a secret, so its mode must be \
              0640 or tighter, not 0644"
         ),
-        "{}",
-        check.stdout
+        "{problems}"
     );
-    let push = mesh.run(&["push", "control"]);
-    assert_ne!(push.code, 0, "{}", push.stdout);
+    let (pushed, said) = push(&mesh, "control");
+    assert!(!pushed, "{said}");
     assert!(!mesh.root("control").join("etc/vault/token").exists());
 }
 
@@ -172,24 +207,30 @@ fn the_examples_tls_key_is_encrypted_by_init_and_written_by_its_host_alone() {
     let key = mesh_secrets::MeshKey::load(&mesh.home().join("secrets/mesh.key")).unwrap();
     let value = key.open(&sealed).unwrap().to_vec();
     assert!(value.starts_with(b"-----BEGIN PRIVATE KEY-----\n"));
-    let push = mesh.run(&["push", "control"]);
-    assert_eq!(push.code, 0, "{}{}", push.stdout, push.stderr);
+    let (pushed, said) = push(&mesh, "control");
+    assert!(pushed, "{said}");
     let applied = mesh.root("control").join("etc/mesh/tls/server.key");
     assert_eq!(std::fs::read(&applied).unwrap(), value);
-    // What was sent is recorded by the digest its host reports it by.
-    let status = mesh.expect(&["status"], 0);
-    assert!(
-        status.contains("control (bus): converged") && !status.contains("not of the last send"),
-        "{status}"
-    );
+    // What was sent is recorded by the digest its host reports it by: "control (bus):
+    // converged", its report of the last send.
+    let status = mesh.library().status();
+    assert_eq!(status.code, 0, "{:#}", status.json);
+    let control = status.json["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|node| node["node"] == "control")
+        .unwrap_or_else(|| panic!("{:#}", status.json));
+    assert_eq!(control["bus_node"], true, "{control:#}");
+    assert_eq!(control["report"]["machine"], "converged", "{control:#}");
+    assert_eq!(control["current"], true, "{control:#}");
     assert_eq!(
         files_holding(mesh.home(), &value),
         vec![applied.display().to_string()]
     );
     let empty = tempfile::NamedTempFile::new().unwrap();
-    let refused = mesh.run(&["secrets", "encrypt", empty.path().to_str().unwrap()]);
-    assert_eq!(refused.code, 1);
-    assert!(refused.stderr.contains("is empty"), "{}", refused.stderr);
+    let refused = encrypt(&mesh, empty.path()).unwrap_err();
+    assert!(refused.contains("is empty"), "{refused}");
 }
 
 #[test]
@@ -198,8 +239,7 @@ fn a_rotation_encrypts_the_catalogues_secret_files_again_and_commits_them_alone(
     let mesh = mesh_with_vault("0600", &value);
     let catalogue = mesh.home().join("catalogue");
     let file = catalogue.join("modules/vault/token");
-    let encrypt = mesh.run(&["secrets", "encrypt", file.to_str().unwrap()]);
-    assert_eq!(encrypt.code, 0, "{}", encrypt.stderr);
+    encrypt(&mesh, &file).unwrap();
     git(&catalogue, &["add", "-A"]);
     git(&catalogue, &["commit", "-q", "-m", "vault"]);
     // Something else not committed: the rotation commits its files alone.
