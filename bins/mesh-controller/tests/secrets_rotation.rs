@@ -5,10 +5,16 @@
 //! rotation's commit deploys the file sealed to the new key, and drops the old key. And a file
 //! encrypted while a rotation waits for a repository registered by URL is sealed so that the
 //! rotation, finished, leaves it readable by the mesh and the operators. The embedded mesh,
-//! the real binary, real git.
+//! real git.
+//!
+//! The library is called in process (`support::in_process`); the binary is run for a
+//! rotation that commits (its commit takes its author from the process's environment, and
+//! what it says of the retired key is read as a person reads it), and for one run of
+//! `secrets encrypt`.
 
 mod support;
 
+use mesh_controller::push::Verdict;
 use mesh_model::secret::SecretValue;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
@@ -71,9 +77,27 @@ fn vault_repo(mesh: &Mesh, token: &str) -> Repo {
         ("modules/vault/token", token),
     ]);
     let file = repo.path().join("modules/vault/token");
-    mesh.expect(&["secrets", "encrypt", file.to_str().unwrap()], 0);
+    mesh.library().secrets_encrypt(&file).unwrap();
     repo.commit("vault");
     repo
+}
+
+/// `merge cat`, in process: it exits 0 (its plan did not stop); what it said.
+fn merge(mesh: &Mesh) -> String {
+    let merged = mesh.library().merge("cat").unwrap();
+    assert!(!merged.stopped, "{}{}", merged.lines, merged.json);
+    merged.lines
+}
+
+/// `push NODE`, in process: whether it exits 0 (every node converged), and what it said.
+fn push(mesh: &Mesh, node: &str) -> (bool, String) {
+    match mesh.library().push(&[node]) {
+        Ok(pushed) => (
+            pushed.verdict == Verdict::Converged,
+            format!("{}{}", pushed.lines, pushed.json),
+        ),
+        Err(error) => (false, error),
+    }
 }
 
 fn sealed_at(path: &Path) -> SecretValue {
@@ -90,8 +114,8 @@ fn a_build_deployed_before_a_rotation_is_still_sent_with_the_retired_key_until_a
     let mesh = mesh_assigning_vault();
     let repo = vault_repo(&mesh, &value);
     let deployed_commit = repo.git(&["rev-parse", "HEAD"]);
-    mesh.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
-    mesh.expect(&["merge", "cat"], 0);
+    mesh.library().repo_add("cat", repo.path()).unwrap();
+    merge(&mesh);
     let applied = mesh.root("control").join("etc/vault/token");
     assert_eq!(std::fs::read_to_string(&applied).unwrap(), value);
     let old = mesh_key(&mesh);
@@ -146,22 +170,21 @@ fn a_build_deployed_before_a_rotation_is_still_sent_with_the_retired_key_until_a
     std::fs::remove_file(&applied).unwrap();
     let aside = mesh.home().join("retired-key-aside");
     std::fs::rename(&retired, &aside).unwrap();
-    let refused = mesh.run(&["push", "control"]);
-    assert_ne!(refused.code, 0, "{}", refused.stdout);
-    let said = format!("{}{}", refused.stdout, refused.stderr);
+    let (pushed, said) = push(&mesh, "control");
+    assert!(!pushed, "{said}");
     assert!(
         said.contains("sealing the secret `files.token` of `vault`"),
         "{said}"
     );
     assert!(!applied.exists(), "nothing applied");
     std::fs::rename(&aside, &retired).unwrap();
-    let push = mesh.run(&["push", "control"]);
-    assert_eq!(push.code, 0, "{}{}", push.stdout, push.stderr);
+    let (pushed, said) = push(&mesh, "control");
+    assert!(pushed, "{said}");
     assert_eq!(std::fs::read_to_string(&applied).unwrap(), value);
 
     // The merge of the rotation's commit deploys the file sealed to the new key: the old key
     // is dropped, said, and the file holds the same.
-    let merged = mesh.expect(&["merge", "cat"], 0);
+    let merged = merge(&mesh);
     assert!(
         merged.contains(&format!(
             "the retired mesh key {} is dropped: no build the mesh may still send needs it",
@@ -170,8 +193,8 @@ fn a_build_deployed_before_a_rotation_is_still_sent_with_the_retired_key_until_a
         "{merged}"
     );
     assert!(!retired.exists());
-    let push = mesh.run(&["push", "control"]);
-    assert_eq!(push.code, 0, "{}{}", push.stdout, push.stderr);
+    let (pushed, said) = push(&mesh, "control");
+    assert!(pushed, "{said}");
     assert_eq!(std::fs::read_to_string(&applied).unwrap(), value);
 }
 
@@ -181,27 +204,36 @@ fn a_file_encrypted_while_a_rotation_waits_for_a_repository_is_readable_once_it_
     let cert = unique_value("during-cert");
     let mesh = mesh_assigning_vault();
     let operator = mesh_secrets::Identity::generate();
-    mesh.expect(
-        &[
-            "secrets",
-            "recipients",
-            "add",
-            &operator.recipient().to_string(),
-        ],
-        0,
-    );
+    mesh.library()
+        .secrets_recipients_add(&operator.recipient().to_string())
+        .unwrap();
     let upstream = vault_repo(&mesh, &token);
     let url = format!("file://{}", upstream.path().display());
-    mesh.expect(&["repo", "add", "cat", &url, "--branch", "main"], 0);
+    mesh.library()
+        .repo_add_with(
+            "cat",
+            Path::new(&url),
+            &mesh_controller::repos::AddOptions {
+                branch: Some("main".to_owned()),
+                modules_dir: "modules".to_owned(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
     let old = mesh_key(&mesh);
 
-    // Registered by URL, its head holds a file sealed to the old key: the rotation waits.
-    let waiting = mesh.run_env(&["secrets", "rotate"], &COMMITTER);
-    assert_eq!(waiting.code, 1, "{}{}", waiting.stdout, waiting.stderr);
+    // Registered by URL, its head holds a file sealed to the old key: the rotation waits (it
+    // exits 1 while a repository is not done). Neither it nor the rotation that finishes
+    // commits: the home's catalogue is no git working tree, the repository no clone of ours.
+    let waiting = mesh.library().secrets_rotate().unwrap();
+    let said = serde_json::to_string(&waiting).unwrap();
     assert!(
-        waiting.stdout.contains("cat: not done") && waiting.stdout.contains("modules/vault/token"),
-        "{}",
-        waiting.stdout
+        waiting
+            .pending
+            .iter()
+            .any(|pending| pending.repository == "cat")
+            && said.contains("modules/vault/token"),
+        "{said}"
     );
     assert!(mesh.home().join("secrets/mesh.key.next").exists());
 
@@ -214,13 +246,13 @@ fn a_file_encrypted_while_a_rotation_waits_for_a_repository_is_readable_once_it_
     ]);
     let again = mesh.expect(&["secrets", "encrypt", token_file.to_str().unwrap()], 0);
     assert!(again.contains("encrypted again"), "{again}");
-    mesh.expect(&["secrets", "encrypt", cert_file.to_str().unwrap()], 0);
+    mesh.library().secrets_encrypt(&cert_file).unwrap();
     upstream.commit("vault's files encrypted during the rotation");
 
     // The rotation, run again, finds nothing sealed to the old key, and is done: what was
     // encrypted meanwhile opens with the new mesh key and the operator's key.
-    let done = mesh.run_env(&["secrets", "rotate"], &COMMITTER);
-    assert_eq!(done.code, 0, "{}{}", done.stdout, done.stderr);
+    let done = mesh.library().secrets_rotate().unwrap();
+    assert!(done.pending.is_empty(), "{done:?}");
     assert!(!mesh.home().join("secrets/mesh.key.next").exists());
     let new = mesh_key(&mesh);
     assert_ne!(new.recipient(), old.recipient());
@@ -231,17 +263,17 @@ fn a_file_encrypted_while_a_rotation_waits_for_a_repository_is_readable_once_it_
         assert_eq!(sealed.digest, new.digest(value.as_bytes()));
     }
     // No build needed the old key: dropped at once.
+    let said = mesh_controller::retired::said(done.retired.as_ref().expect("it is done"));
     assert!(
-        done.stdout.contains(&format!(
+        said.iter().any(|line| line.contains(&format!(
             "the retired mesh key {} is dropped",
             old.recipient()
-        )),
-        "{}",
-        done.stdout
+        ))),
+        "{said:#?}"
     );
 
     // Merged and sent: both files hold their values on the host.
-    mesh.expect(&["merge", "cat"], 0);
+    merge(&mesh);
     let root = mesh.root("control");
     assert_eq!(
         std::fs::read_to_string(root.join("etc/vault/token")).unwrap(),
