@@ -3,6 +3,10 @@
 //! converged report — and drives merges, one machine first, through the same executor `push`
 //! and the CLI use. What is checked is the executor's: the held move on the rollout path
 //! The rule “A moved mount is held”, the one-first order, and the plan and status naming what was held.
+//!
+//! What a test of it does besides is called in process too (`support::in_process`); the
+//! binary is run for what a person reads: a merge's preview (a snapshot) and `status` in text,
+//! the same before and after a fold.
 
 mod support;
 
@@ -11,6 +15,7 @@ use mesh_controller::plans::MergeOutcome;
 use mesh_controller::runtime::{self as mesh_runtime, MeshOptions, Runtime};
 use mesh_model::plan::PlanState;
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use support::simulated::Simulated;
@@ -78,7 +83,7 @@ impl Bed {
         ]);
         repo.commit("first");
         let path = repo.path().to_str().unwrap().to_owned();
-        mesh.expect(&["repo", "add", "cat", &path], 0);
+        mesh.library().repo_add("cat", Path::new(&path)).unwrap();
         let store =
             mesh_store::open_store(&mesh_store::store::default_store_spec(mesh.home())).unwrap();
         let simulated = Simulated::default();
@@ -257,9 +262,16 @@ fn a_merge_moving_a_running_containers_data_holds_that_node_and_the_others_go_on
         "{}",
         status.open_plans[0].waits_on
     );
-    let text = bed.mesh.expect(&["status"], 3);
-    assert!(text.contains("held for a move"), "{text}");
-    assert!(text.contains("`keep` on `control`"), "{text}");
+    // `status` exits 3, and names `keep` on `control` held for a move.
+    let shown = bed.mesh.library().status();
+    assert_eq!(shown.code, 3, "{:#}", shown.json);
+    let held = shown.json["held"].as_array().unwrap();
+    assert!(
+        held.iter()
+            .any(|held| held["module"] == "keep" && held["node"] == "control"),
+        "{:#}",
+        shown.json
+    );
 
     // Resumed without `--move`, it stays held and nothing is sent.
     bed.resume(&[]);
@@ -406,18 +418,23 @@ fn the_preview_of_a_merge_says_what_its_rollout_then_does() {
         .collect();
     insta::assert_snapshot!("merge_preview", support::redact(&text, &words));
 
-    let json = bed
+    let answer = bed
         .mesh
-        .expect(&["merge", "cat", "--plan-only", "--output", "json"], 0);
-    let answer: serde_json::Value = serde_json::from_str(&json).unwrap();
+        .library()
+        .merge_with(
+            "cat",
+            support::in_process::MergeFlags {
+                plan_only: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(!answer.stopped, "it exits 0: {}", answer.json);
+    let answer = answer.json;
     // The plan was already made by the first --plan-only: this one answers that, no preview.
     assert_eq!(answer["result"], "already-planned", "{answer:#}");
     let plan = answer["plan"]["id"].as_str().unwrap().to_owned();
-    let shown = bed.mesh.expect(
-        &["plans", "show", &plan, "--preview", "--output", "json"],
-        0,
-    );
-    let preview: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    let preview = bed.mesh.library().plan_preview(&plan).unwrap();
     let keep = &preview["tiers"][0]["modules"][0];
     assert_eq!(keep["module"], "keep", "{preview:#}");
     assert_eq!(keep["first"], "home", "{preview:#}");
@@ -616,27 +633,24 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
     };
     assert_eq!(node_records(), 3, "a record per node before the fold");
     let before_text = bed.mesh.expect(&["status"], 0);
-    let before_json = bed.mesh.expect(&["status", "--output", "json"], 0);
+    let before_json = bed.mesh.library().status();
+    assert_eq!(before_json.code, 0, "{}", before_json.document);
     let before_behind = mesh_controller::behind::nodes_behind(&home).unwrap();
     let before_plan = home.plan(&plan.id).unwrap();
 
-    let said = bed
-        .mesh
-        .expect(&["records", "collect", "--grace-minutes", "0"], 0);
-    assert!(
-        said.contains(&format!(
-            "folded 1 plan(s) that ended ({}): 3 record(s) of their nodes removed",
-            plan.id
-        )),
-        "{said}"
-    );
-    assert_eq!(node_records(), 0, "{said}");
-    assert!(!rollouts.exists(), "{said}");
-    assert_eq!(bed.mesh.expect(&["status"], 0), before_text);
+    let said = bed.mesh.library().records_collect(0).unwrap();
+    // "folded 1 plan(s) that ended (plan-1): 3 record(s) of their nodes removed".
     assert_eq!(
-        bed.mesh.expect(&["status", "--output", "json"], 0),
-        before_json
+        (said.plans.plans.as_slice(), said.plans.node_records),
+        (std::slice::from_ref(&plan.id), 3),
+        "{said:?}"
     );
+    assert_eq!(node_records(), 0, "{said:?}");
+    assert!(!rollouts.exists(), "{said:?}");
+    assert_eq!(bed.mesh.expect(&["status"], 0), before_text);
+    let after_json = bed.mesh.library().status();
+    assert_eq!(after_json.code, 0, "{}", after_json.document);
+    assert_eq!(after_json.document, before_json.document);
     assert_eq!(
         mesh_controller::behind::nodes_behind(&home).unwrap(),
         before_behind
@@ -649,10 +663,9 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
     assert_eq!(summary.latencies.values().sum::<u64>(), 3, "{summary:?}");
     assert!(summary.unfinished.is_empty(), "{summary:?}");
     // Folded once: a collection again folds nothing more.
-    let again = bed
-        .mesh
-        .expect(&["records", "collect", "--grace-minutes", "0"], 0);
-    assert!(!again.contains("folded"), "{again}");
+    let again = bed.mesh.library().records_collect(0).unwrap();
+    // Nothing "folded" said.
+    assert!(again.plans.plans.is_empty(), "{again:?}");
 
     // A merge folds the plans that ended by itself.
     bed.repo.write(&[("modules/keep/files/note.txt", "v2\n")]);

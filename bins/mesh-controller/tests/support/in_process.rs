@@ -130,6 +130,8 @@ pub struct Pushed {
 pub struct Status {
     /// What `status --output json` prints.
     pub json: Value,
+    /// The same, byte for byte as printed.
+    pub document: String,
     /// The exit code the overview is judged to (`alert::judge`): 0 settled, 2 in progress, 3
     /// needs attention.
     pub code: u8,
@@ -423,8 +425,10 @@ impl Library {
             }
         }
         let verdict = alert::judge(&overview, now, alert::DEFAULT_MID_CHANGE_AFTER_SECS);
+        let document = overview.json_document().map_err(|e| said(&e))?;
         Ok(Status {
-            json: serde_json::from_str(&overview.json_document().map_err(|e| said(&e))?).unwrap(),
+            json: serde_json::from_str(&document).unwrap(),
+            document,
             code: verdict.health.exit_code(),
         })
     }
@@ -594,6 +598,20 @@ impl Library {
                 self.mesh.store(),
             ))
             .map_err(|e| said(&e))
+    }
+
+    /// `records collect --grace-minutes MINUTES` (`--output json` prints it).
+    pub fn records_collect(
+        &self,
+        grace_minutes: u64,
+    ) -> Result<mesh_controller::records::DeclarationsCollected, String> {
+        mesh_controller::records::collect(
+            self.home(),
+            mesh_host::now(),
+            Duration::from_secs(grace_minutes.saturating_mul(60)),
+            mesh_controller::plans::fold::KEEP_PLANS,
+        )
+        .map_err(|e| said(&e))
     }
 }
 
