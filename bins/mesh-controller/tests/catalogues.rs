@@ -2,10 +2,13 @@
 //! overlaid with the deployed builds (what the nodes run) and each registered repository's
 //! head (what its next merge deploys), names each, and validates both. Real git, the embedded
 //! mesh.
+//!
+//! The library is called in process (`support::in_process`); the binary is run for what it
+//! says it read as a person reads it (`check` once a build is deployed) and for the streams
+//! `plan` and `push` say it on (standard error, standard output keeping the declaration).
 
 mod support;
 
-use serde_json::Value;
 use support::{Mesh, Repo};
 
 /// `base` as the home's catalogue has it, from the repository's `modules/base`.
@@ -39,34 +42,30 @@ fn check_names_a_module_broken_in_the_repositorys_head_that_is_sound_in_the_home
     files[0].1 = files[0].1.replace("files/motd", "files/motd-missing");
     write(&repo, &files);
     repo.commit("base's motd from a file that is not there");
-    mesh.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    mesh.library().repo_add("cat", repo.path()).unwrap();
     let head = repo.git(&["rev-parse", "HEAD"]);
 
-    let check = mesh.run(&["check"]);
-    assert_eq!(check.code, 1, "{}", check.stdout);
-    let lines: Vec<&str> = check.stdout.lines().collect();
+    // `check` exits 1; it says it read the home's catalogue, then `cat`'s head and what its
+    // next merge deploys, and each of the head's problems "in" it.
+    let check = mesh.library().check().unwrap();
+    assert!(!check.sound(), "{check:?}");
     assert_eq!(
-        lines[0], "read the home's catalogue/modules",
-        "{}",
-        check.stdout
+        check.running.to_string(),
+        "the home's catalogue/modules",
+        "{check:?}"
     );
-    assert_eq!(
-        lines[1],
-        format!(
-            "read `cat` main at {}, what its next merge deploys (base)",
-            &head[..12]
-        )
-    );
+    assert_eq!(check.heads.len(), 1, "{check:?}");
+    let cat = &check.heads[0];
+    assert_eq!(cat.to_string(), format!("`cat` main at {}", &head[..12]));
+    assert_eq!(cat.modules, ["base"], "{check:?}");
+    let problems: Vec<String> = cat.problems.iter().map(ToString::to_string).collect();
     assert!(
-        check
-            .stdout
-            .contains(&format!("in `cat` main at {}: modules/base", &head[..12]))
-            && check.stdout.contains("motd-missing"),
-        "{}",
-        check.stdout
+        problems
+            .iter()
+            .any(|problem| problem.starts_with("modules/base") && problem.contains("motd-missing")),
+        "{problems:#?}"
     );
-    let json: Value =
-        serde_json::from_str(&mesh.expect(&["check", "--output", "json"], 1)).unwrap();
+    let json = serde_json::to_value(&check).unwrap();
     assert_eq!(json["running"]["home-catalogue"], "catalogue/modules");
     assert_eq!(json["heads"][0]["repository"], "cat");
     assert_eq!(json["heads"][0]["commit"], head.as_str());
@@ -83,12 +82,11 @@ fn check_names_a_module_broken_in_the_repositorys_head_that_is_sound_in_the_home
     // Mended at the head: sound; merged, the nodes run its build, and check says so.
     write(&repo, &base_files(&mesh));
     let mended = repo.commit("base mended");
-    let check = mesh.expect(&["check"], 0);
-    assert!(
-        check.ends_with("the catalogue and inventory are sound\n"),
-        "{check}"
-    );
-    mesh.expect(&["merge", "cat"], 0);
+    // "the catalogue and inventory are sound", and it exits 0.
+    let check = mesh.library().check().unwrap();
+    assert!(check.sound(), "{check:?}");
+    let merged = mesh.library().merge("cat").unwrap();
+    assert!(!merged.stopped, "{}{}", merged.lines, merged.json);
     let check = mesh.expect(&["check"], 0);
     assert!(
         check.starts_with(&format!(
@@ -114,21 +112,20 @@ fn plan_and_push_name_the_catalogue_they_read() {
     let repo = Repo::new();
     write(&repo, &base_files(&mesh));
     repo.commit("base as the home has it");
-    mesh.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
-    mesh.expect(&["merge", "cat"], 0);
+    mesh.library().repo_add("cat", repo.path()).unwrap();
+    let merged = mesh.library().merge("cat").unwrap();
+    assert!(!merged.stopped, "{}{}", merged.lines, merged.json);
     let head = repo.git(&["rev-parse", "HEAD"]);
     let read = format!(
         "read the home's catalogue/modules overlaid with the deployed builds of `base` (cat at {})\n",
         &head[..12]
     );
 
-    let diff = mesh.run(&["plan", "laptop", "--diff"]);
-    assert_eq!(diff.code, 0, "{}", diff.stderr);
-    assert_eq!(diff.stderr, read);
-    assert_eq!(diff.stdout, "", "an unchanged node's diff is empty");
-    let json: Value =
-        serde_json::from_str(&mesh.expect(&["plan", "laptop", "--diff", "--output", "json"], 0))
-            .unwrap();
+    // `plan --diff` says it read the same (on standard error, as `plan` does), and prints
+    // nothing for an unchanged node.
+    assert_eq!(format!("read {}\n", mesh.library().read().unwrap()), read);
+    let (json, empty) = mesh.library().plan_diff("laptop").unwrap();
+    assert!(empty, "an unchanged node's diff is empty: {json:#}");
     assert_eq!(json["read"]["home-catalogue"], "catalogue/modules");
     assert_eq!(json["read"]["deployed"][0]["module"], "base");
     assert_eq!(json["read"]["deployed"][0]["repository"], "cat");

@@ -613,6 +613,12 @@ impl Library {
         )
         .map_err(|e| said(&e))
     }
+
+    /// What `plan` and `push` say they read, on standard error after `read `: the home's
+    /// catalogue, overlaid with each module's deployed build.
+    pub fn read(&self) -> Result<heads::Running, String> {
+        heads::read(self.home()).map_err(|e| said(&e))
+    }
 }
 
 /// The modules (or nodes) a flag names, as a set.
