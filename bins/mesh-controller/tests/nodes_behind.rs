@@ -3,6 +3,10 @@
 //! view — `status` lists it behind on the module and `push --behind` sends it once it runs.
 //! A real `mesh-controller serve` plans the merge over a real nats-server, rolled out to real
 //! `mesh-host serve` daemons, read from real git.
+//!
+//! The controller's library is called in process on the fleet's bus (`Bed::library`); the
+//! binary is run for the daemon (`serve`) and for what a person reads: `status` listing the
+//! nodes behind, and `push --behind` with nothing to do.
 
 mod support;
 
@@ -19,12 +23,23 @@ const B_STOPPED: &str = "bus-node = \"bus\"\n\n[nodes.bus]\n[nodes.b]\nrunning =
 const B_RUNNING: &str =
     "bus-node = \"bus\"\n\n[nodes.bus]\n[nodes.b]\n\n[assignments]\nbase = [\"bus\", \"b\"]\n";
 
-/// `status --output json`: its exit code and document.
+/// `status --output json`, in process on the bus: its exit code and document.
 fn status(bed: &Bed) -> (Option<i32>, Value) {
-    let out = bed.run(&["status", "--output", "json"]);
-    let document = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
-    (out.status.code(), document)
+    let status = bed.library().status();
+    (Some(i32::from(status.code)), status.json)
+}
+
+/// `push --behind --output json`, in process on the bus: it exits 0 (nothing stopped, every
+/// node sent converged); the document.
+fn push_behind(bed: &Bed) -> Value {
+    let pushed = bed.library().push_behind().unwrap();
+    assert!(
+        !pushed.stopped && pushed.verdict == mesh_controller::push::Verdict::Converged,
+        "{}{:#}",
+        pushed.lines,
+        pushed.json
+    );
+    pushed.json
 }
 
 #[test]
@@ -35,14 +50,14 @@ fn a_node_not_running_during_a_rollout_is_behind_until_push_behind_sends_it() {
     bed.start_host("bus");
     let repo = Repo::new();
     let first = commit_base(&repo, "hello\n");
-    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    bed.library().repo_add("cat", repo.path()).unwrap();
     let (daemon, _) = start_serve(&bed, &[], |_| true);
     let rt = support::fleet::runtime();
     let bus = bed.controller_bus(&rt);
     support::fleet::wait_for_merge_consumer(&rt, &bus);
 
     // The daemon plans and rolls out the merge: done on `bus`, `b` passed over.
-    bed.expect(&["merge", "cat", "--announce"], 0);
+    bed.library().merge_announce("cat").unwrap();
     let plans = wait_for_plan_done(&bed, &first);
     assert_eq!(plans.len(), 1, "{plans:?}");
     assert_eq!(
@@ -70,10 +85,12 @@ fn a_node_not_running_during_a_rollout_is_behind_until_push_behind_sends_it() {
     );
 
     // While the inventory says it does not run, `push --behind` sends it nothing and says so.
-    let said = bed.expect(&["push", "--behind"], 0);
-    assert!(
-        said.contains("b: still not running: behind on `base` since plan-1"),
-        "{said}"
+    let said = push_behind(&bed);
+    // "b: still not running: behind on `base` since plan-1".
+    assert_eq!(
+        said["not-running"],
+        serde_json::json!([{"node": "b", "module": "base", "plan": "plan-1", "running": false}]),
+        "{said:#}"
     );
     assert!(bed.record("sent/b.json").is_none(), "b was sent nothing");
 
@@ -82,11 +99,7 @@ fn a_node_not_running_during_a_rollout_is_behind_until_push_behind_sends_it() {
     bed.start_host("b");
     let (_, document) = status(&bed);
     assert_eq!(document["nodes-behind"][0]["running"], true, "{document:#}");
-    let pushed: Value = serde_json::from_str(&bed.expect(
-        &["push", "--behind", "--timeout", "60", "--output", "json"],
-        0,
-    ))
-    .unwrap();
+    let pushed = push_behind(&bed);
     // (The bus node too when the bus's users changed: grants before code.)
     let sent = pushed["nodes"].as_array().unwrap();
     assert!(sent.iter().any(|n| n["node"] == "b"), "{pushed:#}");
@@ -103,8 +116,7 @@ fn a_node_not_running_during_a_rollout_is_behind_until_push_behind_sends_it() {
     assert_eq!(code, Some(0), "{document:#}");
     let said = bed.expect(&["push", "--behind"], 0);
     assert_eq!(said.trim(), "no open plans", "{said}");
-    let mut said: Value =
-        serde_json::from_str(&bed.expect(&["push", "--behind", "--output", "json"], 0)).unwrap();
+    let mut said = push_behind(&bed);
     // It names the catalogue it read (the rule 'A command says which catalogue it read').
     let read = said.as_object_mut().unwrap().remove("read");
     assert_eq!(

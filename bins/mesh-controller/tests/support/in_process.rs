@@ -619,6 +619,23 @@ impl Library {
     pub fn read(&self) -> Result<heads::Running, String> {
         heads::read(self.home()).map_err(|e| said(&e))
     }
+
+    /// `merge REPO --announce` on the mesh's bus (`--output json` prints what was announced).
+    pub fn merge_announce(&self, repo: &str) -> Result<Value, String> {
+        let bus = self
+            .mesh
+            .bus()
+            .ok_or("this command talks to a fleet's bus: give --bus URL (or MESH_BUS)")?;
+        let announced = self
+            .tokio
+            .block_on(mesh_controller::announce::announce_head(
+                self.home(),
+                bus,
+                repo,
+            ))
+            .map_err(|e| said(&e))?;
+        Ok(serde_json::to_value(announced).unwrap())
+    }
 }
 
 /// The modules (or nodes) a flag names, as a set.
