@@ -3,6 +3,9 @@
 //! most recent builds in the store forever. The merge forgets it, says so in its answer and
 //! its plan, and the next sweep of the real collector lets its archives go — on the OCI layout
 //! store and on a real registry.
+//!
+//! The controller's library is called in process on the store given (`support::in_process`);
+//! the collector is its own binary, run as a person runs it.
 
 mod support;
 
@@ -52,6 +55,23 @@ fn collector(mesh: &Mesh, store: &str, args: &[&str]) -> (i32, Value) {
     (out.status.code().unwrap_or(-1), answer)
 }
 
+/// The mesh of this home opened in process with `store`, as `--store STORE` opens it.
+fn library(mesh: &Mesh, store: &str) -> support::in_process::Library {
+    mesh.library_with(mesh_controller::runtime::MeshOptions {
+        store: Some(store.parse().expect("a store")),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// `--store STORE merge cat`, in process: it exits 0 (the plan did not stop); what
+/// `--output json` prints.
+fn merge(mesh: &Mesh, store: &str) -> Value {
+    let merged = library(mesh, store).merge("cat").unwrap();
+    assert!(!merged.stopped, "{}{}", merged.lines, merged.json);
+    merged.json
+}
+
 /// A mesh whose repository `cat` holds `site` (assigned) and `old`, both merged once.
 fn merged(store: &str) -> (Mesh, Repo) {
     let mesh = Mesh::example();
@@ -70,8 +90,8 @@ fn merged(store: &str) -> (Mesh, Repo) {
         ("modules/old/files/note", "old\n"),
     ]);
     repo.commit("first");
-    mesh.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
-    mesh.expect(&["--store", store, "merge", "cat"], 0);
+    mesh.library().repo_add("cat", repo.path()).unwrap();
+    merge(&mesh, store);
     (mesh, repo)
 }
 
@@ -98,10 +118,7 @@ fn delete_old_and_merge(mesh: &Mesh, repo: &Repo, store: &str) -> (String, Strin
 
     std::fs::remove_dir_all(repo.path().join("modules/old")).unwrap();
     repo.commit("old: gone");
-    let answer: Value = serde_json::from_str(
-        &mesh.expect(&["--store", store, "--output", "json", "merge", "cat"], 0),
-    )
-    .unwrap();
+    let answer = merge(mesh, store);
     assert_eq!(answer["forgotten"], serde_json::json!(["old"]), "{answer}");
     let plan: Value = serde_json::from_str(
         &std::fs::read_to_string(mesh.home().join("plans/plan-2.json")).unwrap(),
@@ -115,7 +132,14 @@ fn delete_old_and_merge(mesh: &Mesh, repo: &Repo, store: &str) -> (String, Strin
         "nothing composes from an archive the sweep lets go"
     );
     // Sends still compose: the forgotten module is no longer read from the store.
-    mesh.expect(&["--store", store, "push", "--all"], 0);
+    let pushed = library(mesh, store).push_all().unwrap();
+    assert_eq!(
+        pushed.verdict,
+        mesh_controller::push::Verdict::Converged,
+        "{}{}",
+        pushed.lines,
+        pushed.json
+    );
     (old, site)
 }
 
