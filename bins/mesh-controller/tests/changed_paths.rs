@@ -3,6 +3,8 @@
 //! whose own files changed would have stayed unbuilt). `a_59_file_change_is_read_whole` in
 //! mesh-plan is pure and cannot catch a reader that truncates; this runs the controller's
 //! reader (`repos::changed_paths`, `git diff --name-only -z`) on a real 59-file commit.
+//!
+//! The controller's library is called in process (`support::in_process`).
 
 mod support;
 
@@ -28,9 +30,15 @@ fn module(name: &str) -> (String, String) {
     )
 }
 
+/// `plans show ID --output json`, in process.
 fn plan(mesh: &Mesh, id: &str) -> Value {
-    let out = mesh.expect(&["plans", "show", id, "--output", "json"], 0);
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    mesh.library().plan(id).unwrap()
+}
+
+/// `merge cat`, in process: it exits 0 (the plan did not stop).
+fn merge(mesh: &Mesh) {
+    let merged = mesh.library().merge("cat").unwrap();
+    assert!(!merged.stopped, "{}{}", merged.lines, merged.json);
 }
 
 #[test]
@@ -49,9 +57,8 @@ fn a_59_file_merge_through_real_git_plans_the_module_of_its_59th_path() {
     let borrowed: Vec<(&str, &str)> = files.iter().map(|(p, t)| (&p[..], &t[..])).collect();
     repo.write(&borrowed);
     repo.commit("first");
-    let path = repo.path().to_str().unwrap().to_owned();
-    mesh.expect(&["repo", "add", "cat", &path], 0);
-    mesh.expect(&["merge", "cat"], 0);
+    mesh.library().repo_add("cat", repo.path()).unwrap();
+    merge(&mesh);
 
     // One commit changing 59 files: 58 of `alpha`, then the one of `zulu`.
     let mut changed: Vec<(String, String)> = (0..58)
@@ -68,7 +75,7 @@ fn a_59_file_merge_through_real_git_plans_the_module_of_its_59th_path() {
     let read = mesh_controller::repos::changed_paths(repo.path(), "HEAD~1", "HEAD").unwrap();
     assert_eq!(read, listed.lines().collect::<Vec<_>>());
 
-    mesh.expect(&["merge", "cat"], 0);
+    merge(&mesh);
     let second = plan(&mesh, "plan-2");
     assert_eq!(second["changed-paths"], 59, "{second:#}");
     assert_eq!(
