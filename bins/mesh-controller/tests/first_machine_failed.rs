@@ -10,10 +10,12 @@
 //! for a report that will not come.
 //!
 //! Needs podman configured as `scripts/podman-env.sh` does; fails, never skips, without it.
+//!
+//! The controller's library is called in process (`support::in_process`): the merge's
+//! progress lines, the plan and status are what the binary prints from them.
 
 mod support;
 
-use serde_json::Value;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 use support::{Mesh, Repo};
@@ -48,10 +50,6 @@ fn web(port: u16) -> String {
     )
 }
 
-fn json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
-
 #[test]
 fn a_first_machine_whose_container_failed_before_stops_the_rollout_at_once_naming_why() {
     // This test is the other program: it holds the port `web` publishes.
@@ -74,17 +72,20 @@ fn a_first_machine_whose_container_failed_before_stops_the_rollout_at_once_namin
         ("modules/web/module.toml", web_toml.as_str()),
     ]);
     repo.commit("base and web");
-    mesh.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    mesh.library().repo_add("cat", repo.path()).unwrap();
 
     let began = Instant::now();
-    let out = mesh.expect(&["merge", "cat"], 3);
+    let merged = mesh.library().merge("cat").unwrap();
     let took = began.elapsed();
+    // It exits 3: the plan stopped.
+    assert!(merged.stopped, "{}{}", merged.lines, merged.json);
+    let out = merged.lines;
     assert!(
         took < Duration::from_secs(DEADLINE_SECS),
         "the merge waited {took:?}, as long as the deadline: {out}"
     );
 
-    let plan = json(&mesh.expect(&["plans", "show", "plan-1", "--output", "json"], 0));
+    let plan = mesh.library().plan("plan-1").unwrap();
     assert_eq!(
         plan["plan"]["tiers"],
         serde_json::json!([["base"], ["web"]])
@@ -115,7 +116,9 @@ fn a_first_machine_whose_container_failed_before_stops_the_rollout_at_once_namin
     assert!(!reason.contains("no report"), "{reason}");
     assert!(out.contains("`web`: stopped at `solo`"), "{out}");
 
-    let status = json(&mesh.expect(&["status", "--output", "json"], 3));
+    let status = mesh.library().status();
+    assert_eq!(status.code, 3, "{:#}", status.json);
+    let status = status.json;
     let stopped = &status["stopped"][0];
     assert_eq!(stopped["module"], "web", "{status}");
     assert_eq!(stopped["reason"].as_str(), Some(reason), "{status}");
