@@ -36,7 +36,7 @@ use crate::subjects::{
 };
 use async_nats::jetstream::consumer::{self, pull, DeliverPolicy, PullConsumer};
 use async_nats::jetstream::stream::{self, RetentionPolicy};
-use async_nats::jetstream::Context;
+use async_nats::jetstream::{Context, ErrorCode};
 use futures_util::StreamExt;
 use std::time::Duration;
 
@@ -371,29 +371,38 @@ pub async fn ensure_consumer_from_now(
         consumer: name.clone(),
         source,
     };
-    let handle = open_stream(js, stream).await?;
-    match handle.consumer_info(&name).await {
-        Ok(_) => {
-            let consumer = handle.get_consumer(&name).await.map_err(consumer_error)?;
-            Ok((consumer, Ensured::Kept))
-        }
-        Err(error) if is_not_found(&error) => {
-            let consumer = handle
-                .create_consumer(config)
-                .await
-                .map_err(|source| consumer_error(source.into()))?;
-            Ok((consumer, Ensured::Made))
-        }
-        Err(error) => Err(consumer_error(error.into())),
+    // Asked of the consumer itself, not through the stream's info first: one request when it
+    // exists, two when it is made (the stream's info was a third, and at a fleet's first send
+    // there is one of these a node).
+    match js
+        .get_consumer_from_stream::<pull::Config, _, _>(&name, stream)
+        .await
+    {
+        Ok(consumer) => Ok((consumer, Ensured::Kept)),
+        Err(error) => match jetstream_code(&error) {
+            Some(code) if code == ErrorCode::CONSUMER_NOT_FOUND => {
+                let consumer = js
+                    .create_consumer_on_stream(config, stream)
+                    .await
+                    .map_err(|source| consumer_error(source.into()))?;
+                Ok((consumer, Ensured::Made))
+            }
+            Some(code) if code == ErrorCode::STREAM_NOT_FOUND => Err(NatsError::Stream {
+                stream: stream.to_owned(),
+                source: error.into(),
+            }),
+            Some(_) | None => Err(consumer_error(error.into())),
+        },
     }
 }
 
-fn is_not_found(error: &async_nats::jetstream::context::ConsumerInfoError) -> bool {
-    use async_nats::jetstream::context::ConsumerInfoErrorKind;
+/// The JetStream error code of a consumer request's error, when the server answered with one.
+fn jetstream_code(error: &async_nats::jetstream::stream::ConsumerError) -> Option<ErrorCode> {
     match error.kind() {
-        ConsumerInfoErrorKind::NotFound => true,
-        ConsumerInfoErrorKind::JetStream(error) => error.code() == 404,
-        _ => false,
+        async_nats::jetstream::stream::ConsumerErrorKind::JetStream(error) => {
+            Some(error.error_code())
+        }
+        _ => None,
     }
 }
 

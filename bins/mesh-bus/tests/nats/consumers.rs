@@ -122,6 +122,20 @@ async fn a_consumer_without_a_durable_name_is_refused() {
     assert!(err.to_string().contains("`EVENTS`"), "{err}");
 }
 
+/// The consumer is asked for directly (not through the stream's info first): a stream that is
+/// not there is still named as the stream's error, and nothing is made.
+#[tokio::test]
+async fn a_consumer_on_a_stream_that_is_not_there_names_the_stream() {
+    let server = super::server();
+    let js = super::connect(&server).await.jetstream();
+    let err = ensure_consumer_from_now(&js, "NO_SUCH", config("controller", DeliverPolicy::New))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, NatsError::Stream { .. }), "{err}");
+    assert!(err.to_string().contains("`NO_SUCH`"), "{err}");
+    assert!(js.get_stream("NO_SUCH").await.is_err(), "nothing was made");
+}
+
 #[tokio::test]
 async fn consumer_reset_leaves_nothing_pending_and_keeps_every_other_setting() {
     let server = super::server();
