@@ -9,14 +9,24 @@
 //!
 //! That a host cannot read another node's declarations or publish its reports is tested in
 //! mesh-bus (`tests/nats/grants.rs`) against the same composed users; not repeated here.
+//!
+//! The controller is called as a library, in process, on the bed's bus
+//! (`support::in_process_bus`, `Bed::fleet_library`; `Bed::library` for what a test mesh's
+//! library does too): pushes, status, the bus's users, discovery and the records. The binary is
+//! run for the daemon (`serve`, stopped by a signal), for a push running while a host is killed,
+//! for the plans lock's waiting (said on standard error as it waits), for what a person reads
+//! (`broker consumer-reset`, the unenrolled nodes in `status`) and for `records list`.
 
 mod support;
 
 use mesh_bus::grants::permissions_in_config;
 use mesh_bus::{Bus, NatsBus};
+use mesh_controller::credentials::BusArgs;
+use mesh_controller::runtime::MeshOptions;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::fleet::{converged, runtime, write, Bed, AGENT_MODULE, BASE_MODULE};
+use support::in_process_bus::{push_code, FleetLibrary};
 use support::{git, wait_for};
 
 #[test]
@@ -25,7 +35,7 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
     for node in ["bus", "a", "b"] {
         bed.start_host(node);
     }
-    let results = bed.push_all(60, 0);
+    let results = bed.library_push_all(60, 0);
     assert_eq!(results.len(), 3, "{results:?}");
     for (node, result) in &results {
         assert!(converged(result), "{node}: {result}");
@@ -39,7 +49,7 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
     assert!(!bed.root("b").join("etc/agent.conf").exists());
     // The bus node holds the users the controller composed: `a` may use its module's bucket.
     let users = std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap();
-    assert_eq!(users, bed.expect(&["broker", "users"], 0));
+    assert_eq!(users, bed.fleet_library().broker_users().unwrap());
     assert!(users.contains("$KV.agent_state.>"), "{users}");
     // Grants before code: the bus node's report came before any other node was sent.
     let bus_finished = results["bus"]["report"]["finished-at"].as_u64().unwrap();
@@ -51,7 +61,7 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
         );
     }
     let confirmed: serde_json::Value =
-        serde_json::from_str(&bed.record("bus/authorization.json").unwrap()).unwrap();
+        serde_json::from_str(&bed.library_record("bus/authorization.json").unwrap()).unwrap();
     assert_eq!(
         confirmed["users"],
         mesh_model::sha256_digest(users.as_bytes()),
@@ -62,7 +72,7 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
     // send found every resource unchanged. (The push may take a heartbeat that repeats the
     // first apply's report of the same declaration as the node's answer, so the apply of this
     // send is the node's latest report, waited for on `status`.)
-    let again = bed.push_all(60, 0);
+    let again = bed.library_push_all(60, 0);
     for (node, result) in &again {
         assert!(converged(result), "{node}: {result}");
         assert_eq!(
@@ -74,8 +84,7 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
         "every node's latest apply unchanged",
         Duration::from_secs(30),
         || {
-            let out = bed.run(&["status", "--output", "json"]);
-            let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let status = bed.try_fleet_library()?.status()?.json;
             let all_unchanged = status["nodes"].as_array().unwrap().iter().all(|node| {
                 node["report"]["resources"]
                     .as_object()
@@ -89,23 +98,14 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
         },
     );
 
-    // The bus node's users file is the bus's, not a module's: its diff stays empty.
-    let diff = bed.run(&["plan", "bus", "--diff", "--detailed-exitcode"]);
-    assert_eq!(
-        diff.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&diff.stdout)
-    );
-    assert!(
-        diff.stdout.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&diff.stdout)
-    );
+    // The bus node's users file is the bus's, not a module's: its diff stays empty (what
+    // `plan bus --diff --detailed-exitcode` exits 0 on, printing nothing).
+    let (diff, empty) = bed.library().plan_diff("bus").unwrap();
+    assert!(empty, "{diff:#}");
 
     // Discovery: every host answers with its node and modules.
-    let runtimes: serde_json::Value =
-        serde_json::from_str(&bed.expect(&["runtimes", "--output", "json"], 0)).unwrap();
+    let (runtimes, code) = bed.fleet_library().runtimes().unwrap();
+    assert_eq!(code, 0, "{runtimes:#}");
     let modules_of = |node: &str| {
         runtimes["runtimes"]
             .as_array()
@@ -125,17 +125,19 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
     let path = bed.controller_seed_file();
     let mode = std::fs::metadata(&path).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "{}", path.display());
-    assert!(bed.record("bus/nkey.seed").is_none());
-    assert!(bed.record("bus/passwords/controller").is_none());
+    assert!(bed.library_record("bus/nkey.seed").is_none());
+    assert!(bed.library_record("bus/passwords/controller").is_none());
     for node in ["bus", "a", "b"] {
         let seed = mesh_bus::keys::read_seed_file(&bed.seed_file(node)).unwrap();
-        let kept = bed.record(&format!("bus/nkeys/{node}")).unwrap();
+        let kept = bed.library_record(&format!("bus/nkeys/{node}")).unwrap();
         assert_eq!(
             Some(kept.trim().to_owned()),
             mesh_bus::keys::public_key_of_seed(&seed),
             "{node}"
         );
-        assert!(bed.record(&format!("bus/passwords/{node}")).is_none());
+        assert!(bed
+            .library_record(&format!("bus/passwords/{node}"))
+            .is_none());
     }
     // SIGTERM stops a host cleanly.
     for (node, child) in bed.hosts.iter_mut() {
@@ -155,9 +157,9 @@ fn a_node_joining_is_let_onto_the_bus_by_the_bus_node_before_it_is_sent_anything
     for node in ["bus", "a"] {
         bed.start_host(node);
     }
-    bed.push_all(60, 0);
-    let inventory = bed.record("inventory.toml").unwrap();
-    bed.put_inventory(&format!(
+    bed.library_push_all(60, 0);
+    let inventory = bed.library_record("inventory.toml").unwrap();
+    bed.library_put_inventory(&format!(
         "{}\n[nodes.d]\n",
         inventory.replace("base = [", "base = [\"d\", ")
     ));
@@ -169,11 +171,11 @@ fn a_node_joining_is_let_onto_the_bus_by_the_bus_node_before_it_is_sent_anything
     // `d` makes its seed and is enrolled now; the bus does not know its key yet, so its host
     // is refused and keeps trying.
     bed.enroll("d");
-    let users = bed.expect(&["broker", "users"], 0);
+    let users = bed.fleet_library().broker_users().unwrap();
     assert!(users.contains("node-d"), "{users}");
     bed.start_host("d");
 
-    let results = bed.push_all(60, 0);
+    let results = bed.library_push_all(60, 0);
     let bus_users = &results["bus"]["report"]["resources"]["mesh-bus/file/users"];
     assert_eq!(bus_users["outcome"], "applied", "{}", results["bus"]);
     assert!(converged(&results["d"]), "{}", results["d"]);
@@ -200,8 +202,8 @@ fn a_permissions_only_change_is_in_force_on_the_bus_before_another_node_is_sent(
     for node in ["bus", "a"] {
         bed.start_host(node);
     }
-    bed.push_all(60, 0);
-    let before = bed.expect(&["broker", "users"], 0);
+    bed.library_push_all(60, 0);
+    let before = bed.fleet_library().broker_users().unwrap();
     write(
         &bed.home.path().join("catalogue/modules/agent/module.toml"),
         &AGENT_MODULE.replace(
@@ -216,7 +218,7 @@ fn a_permissions_only_change_is_in_force_on_the_bus_before_another_node_is_sent(
             .join("catalogue/modules/agent/files/agent.conf"),
         "interval = 5\ncache = agent_cache\n",
     );
-    let users = bed.expect(&["broker", "users"], 0);
+    let users = bed.fleet_library().broker_users().unwrap();
     assert_ne!(users, before);
     assert_eq!(
         permissions_in_config(&users).keys().collect::<Vec<_>>(),
@@ -226,7 +228,7 @@ fn a_permissions_only_change_is_in_force_on_the_bus_before_another_node_is_sent(
     bed.delay_reloads(Duration::from_secs(3));
     let reloaded_before = bed.reloaded_at_ms();
 
-    let results = bed.push_all(30, 0);
+    let results = bed.library_push_all(30, 0);
     let bus_users = &results["bus"]["report"]["resources"]["mesh-bus/file/users"];
     assert_eq!(bus_users["outcome"], "applied", "{}", results["bus"]);
     assert!(converged(&results["a"]), "{}", results["a"]);
@@ -246,7 +248,7 @@ fn a_permissions_only_change_is_in_force_on_the_bus_before_another_node_is_sent(
         "`a` was sent (started at {a_started}) before the bus reloaded its users ({reloaded_at_s})"
     );
     let confirmed: serde_json::Value =
-        serde_json::from_str(&bed.record("bus/authorization.json").unwrap()).unwrap();
+        serde_json::from_str(&bed.library_record("bus/authorization.json").unwrap()).unwrap();
     assert_eq!(
         confirmed["users"],
         mesh_model::sha256_digest(users.as_bytes()),
@@ -266,13 +268,13 @@ fn hosts_ride_out_a_bus_restart_and_the_next_push_converges() {
     for node in ["bus", "a", "b"] {
         bed.start_host(node);
     }
-    bed.push_all(60, 0);
+    bed.library_push_all(60, 0);
     bed.server.lock().unwrap().restart().unwrap();
     write(
         &bed.home.path().join("catalogue/modules/base/files/hello"),
         "hello again\n",
     );
-    let results = bed.push_all(30, 0);
+    let results = bed.library_push_all(30, 0);
     for (node, result) in &results {
         assert!(converged(result), "{node}: {result}");
         assert_eq!(
@@ -280,10 +282,12 @@ fn hosts_ride_out_a_bus_restart_and_the_next_push_converges() {
             "hello again\n"
         );
     }
-    // Their discovery answers came back with the connection.
-    let text = bed.expect(&["runtimes"], 0);
+    // Their discovery answers came back with the connection: each host's runtime is listed
+    // (what `runtimes` prints as "mesh-host on NODE: …"), and `runtimes` exits 0.
+    let (found, code) = bed.fleet_library().runtimes().unwrap();
+    assert_eq!(code, 0, "{found:#}");
     for node in ["bus", "a", "b"] {
-        assert!(text.contains(&format!("mesh-host on {node}:")), "{text}");
+        assert!(host_answered(&found, node), "{found:#}");
     }
 }
 
@@ -299,19 +303,18 @@ fn a_host_that_never_reports_is_named_while_the_others_converge() {
         "the hosts of bus, a and b answering",
         Duration::from_secs(60),
         || {
-            let out = bed.run(&["runtimes"]);
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let (found, _) = bed.try_fleet_library()?.runtimes()?;
             if ["bus", "a", "b"]
                 .iter()
-                .all(|node| text.contains(&format!("mesh-host on {node}")))
+                .all(|node| host_answered(&found, node))
             {
                 Ok(())
             } else {
-                Err(text)
+                Err(format!("{found:#}"))
             }
         },
     );
-    let results = bed.push_all(10, 3);
+    let results = bed.library_push_all(10, 3);
     assert_eq!(results["c"]["result"], "no-report", "{:?}", results["c"]);
     assert_eq!(results["c"]["reason"], "no report within 10s");
     for node in ["bus", "a", "b"] {
@@ -324,8 +327,19 @@ fn a_host_that_never_reports_is_named_while_the_others_converge() {
         assert!(Instant::now() < deadline, "c never applied what was sent");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let text = bed.expect(&["runtimes"], 0);
-    assert!(text.contains("mesh-host on c"), "{text}");
+    let (found, code) = bed.fleet_library().runtimes().unwrap();
+    assert_eq!(code, 0, "{found:#}");
+    assert!(host_answered(&found, "c"), "{found:#}");
+}
+
+/// Whether `runtimes --output json` lists `node`'s host (what `runtimes` prints as
+/// "mesh-host on NODE: …").
+fn host_answered(found: &serde_json::Value, node: &str) -> bool {
+    found["runtimes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["service"] == "mesh-host" && r["node"] == node)
 }
 
 /// A bed whose node `a` runs module `owned`: a file owned by `alice`, who is not an account on
@@ -341,8 +355,8 @@ fn owned_by_alice_on_a() -> Bed {
         &home.join("catalogue/modules/owned/files/note"),
         "for alice\n",
     );
-    let inventory = bed.record("inventory.toml").unwrap();
-    bed.put_inventory(&format!("{inventory}owned = [\"a\"]\n"));
+    let inventory = bed.library_record("inventory.toml").unwrap();
+    bed.library_put_inventory(&format!("{inventory}owned = [\"a\"]\n"));
     bed.start_host("bus");
     bed.start_host_with("a", &["--first-retry", "1"]);
     bed
@@ -352,7 +366,7 @@ fn owned_by_alice_on_a() -> Bed {
 fn a_failed_resource_is_applied_again_when_its_backoff_elapses_and_heartbeats_repeat_it() {
     let bed = owned_by_alice_on_a();
     // `alice` is not an account on `a` yet: the file fails, and waits its backoff.
-    let results = bed.push_all(20, 3);
+    let results = bed.library_push_all(20, 3);
     assert_eq!(
         results["a"]["report"]["machine"], "partial",
         "{}",
@@ -396,9 +410,9 @@ fn a_failed_resource_is_applied_again_when_its_backoff_elapses_and_heartbeats_re
 /// The declaration `node` was last sent, as the records hold it (bytes).
 fn sent_declaration(bed: &Bed, node: &str) -> String {
     let sent: serde_json::Value =
-        serde_json::from_str(&bed.record(&format!("sent/{node}.json")).unwrap()).unwrap();
+        serde_json::from_str(&bed.library_record(&format!("sent/{node}.json")).unwrap()).unwrap();
     let digest = sent["declaration"].as_str().unwrap();
-    bed.record(&mesh_controller::home::declaration_key(digest))
+    bed.library_record(&mesh_controller::home::declaration_key(digest))
         .unwrap()
 }
 
@@ -411,29 +425,27 @@ fn the_bus_nodes_declaration_does_not_grow_with_the_bus_users() {
     let mut bed = Bed::new(&["a"]);
     bed.start_host("bus");
     bed.start_host("a");
-    let out = bed.expect(
-        &["push", "bus", "a", "--timeout", "30", "--output", "json"],
-        0,
-    );
-    let results: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    let pushed = bed.fleet_library().push(&["bus", "a"], 30).unwrap();
+    assert_eq!(push_code(pushed.verdict), 0, "{:#}", pushed.json);
+    let results = pushed.json.as_array().unwrap();
+    let out = &pushed.json;
     assert!(results.iter().all(converged), "{out}");
     let few = sent_declaration(&bed, "bus");
     let users_few =
         std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap();
-    assert_eq!(users_few, bed.expect(&["broker", "users"], 0));
+    assert_eq!(users_few, bed.fleet_library().broker_users().unwrap());
     assert!(!few.contains("password"), "{few}");
 
     // 200 more nodes, not running: each one more user of the bus.
-    let mut inventory = bed.record("inventory.toml").unwrap();
+    let mut inventory = bed.library_record("inventory.toml").unwrap();
     for index in 0..200 {
         inventory.push_str(&format!("\n[nodes.idle-{index:03}]\nrunning = false\n"));
     }
-    bed.put_inventory(&inventory);
-    let out = bed.expect(
-        &["push", "bus", "a", "--timeout", "60", "--output", "json"],
-        0,
-    );
-    let results: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    bed.library_put_inventory(&inventory);
+    let pushed = bed.fleet_library().push(&["bus", "a"], 60).unwrap();
+    assert_eq!(push_code(pushed.verdict), 0, "{:#}", pushed.json);
+    let results = pushed.json.as_array().unwrap();
+    let out = &pushed.json;
     assert!(results.iter().all(converged), "{out}");
     let many = sent_declaration(&bed, "bus");
     assert_ne!(many, few, "the bus node was sent the new users");
@@ -445,7 +457,7 @@ fn the_bus_nodes_declaration_does_not_grow_with_the_bus_users() {
     // The users file landed on the bus node whole, and the bus took it: `a` was let on.
     let users_many =
         std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap();
-    assert_eq!(users_many, bed.expect(&["broker", "users"], 0));
+    assert_eq!(users_many, bed.fleet_library().broker_users().unwrap());
     assert!(users_many.contains("idle-199"), "{users_many}");
     assert!(users_many.len() > users_few.len() + 200 * 100);
     // No record holds the users' text: not the declaration, not the confirmed users.
@@ -464,7 +476,7 @@ fn the_bus_nodes_declaration_does_not_grow_with_the_bus_users() {
     }
     // The store keeps the archive the bus node was sent: it is the current build of `mesh-bus`.
     let kept: serde_json::Value =
-        serde_json::from_str(&bed.record("store/modules/mesh-bus.json").unwrap()).unwrap();
+        serde_json::from_str(&bed.library_record("store/modules/mesh-bus.json").unwrap()).unwrap();
     let many: serde_json::Value = serde_json::from_str(&many).unwrap();
     assert_eq!(kept["current"], many["archives"]["mesh-bus"], "{kept}");
 }
@@ -474,13 +486,13 @@ fn the_bus_nodes_declaration_does_not_grow_with_the_bus_users() {
 #[test]
 fn an_inventory_larger_than_a_bucket_value_is_kept_in_chunks_and_read_back_whole() {
     let bed = Bed::new(&["a"]);
-    let mut inventory = bed.record("inventory.toml").unwrap();
+    let mut inventory = bed.library_record("inventory.toml").unwrap();
     for index in 0..3000 {
         inventory.push_str(&format!("\n[nodes.idle-{index:04}]\nrunning = false\n"));
     }
     assert!(inventory.len() > 100 * 1024);
-    bed.put_inventory(&inventory);
-    assert_eq!(bed.record("inventory.toml").unwrap(), inventory);
+    bed.library_put_inventory(&inventory);
+    assert_eq!(bed.library_record("inventory.toml").unwrap(), inventory);
     let records = bed.records();
     use mesh_store::record_store::RecordStore as _;
     let keys = records.keys_under("").unwrap();
@@ -494,7 +506,11 @@ fn an_inventory_larger_than_a_bucket_value_is_kept_in_chunks_and_read_back_whole
         assert!(size <= 64 * 1024, "{key}: {size} bytes");
     }
     // The controller reads it as an inventory: `broker users` names every node.
-    assert!(bed.expect(&["broker", "users"], 0).contains("idle-2999"));
+    assert!(bed
+        .fleet_library()
+        .broker_users()
+        .unwrap()
+        .contains("idle-2999"));
 }
 
 #[test]
@@ -503,20 +519,24 @@ fn a_grant_that_fails_fails_the_send() {
     // may be sent code (the rule “Grants before code”).
     let mut bed = Bed::new(&["a"]);
     bed.start_host("a");
-    let out = bed.run(&["push", "--all", "--timeout", "2"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    // An error: `push` says it and exits 1.
+    let Err(stderr) = bed.fleet_library().push_all(2) else {
+        panic!("the push went on without the bus node's grants");
+    };
     assert!(stderr.contains("grants not issued"), "{stderr}");
     assert!(stderr.contains("nothing else was sent"), "{stderr}");
     // The controller records every send as it makes it: `a` was never sent anything.
-    assert!(bed.record("sent/a.json").is_none(), "a was sent nothing");
+    assert!(
+        bed.library_record("sent/a.json").is_none(),
+        "a was sent nothing"
+    );
     assert!(!bed.root("a").join("etc/mesh/hello").exists());
-    assert!(bed.record("bus/authorization.json").is_none());
+    assert!(bed.library_record("bus/authorization.json").is_none());
     // The rule “Nothing fails silently”: the failure is `status`'s until a send to `a`, not only a
     // line on stderr.
-    let out = bed.run(&["status", "--output", "json"]);
-    assert_eq!(out.status.code(), Some(3), "{out:?}");
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = bed.fleet_library().status().unwrap();
+    assert_eq!(out.code, 3, "{:#}", out.json);
+    let status = out.json;
     let grants: Vec<&serde_json::Value> = status["problems"]
         .as_array()
         .unwrap()
@@ -540,7 +560,7 @@ fn a_host_killed_mid_apply_reports_mid_change_then_converges() {
     for node in ["bus", "a"] {
         bed.start_host(node);
     }
-    bed.push_all(60, 0);
+    bed.library_push_all(60, 0);
     // A large declaration for `a`: many files, so its apply takes a while.
     let mut module = String::from("name = \"bulk\"\n");
     for i in 0..1500 {
@@ -558,8 +578,8 @@ fn a_host_killed_mid_apply_reports_mid_change_then_converges() {
         &bed.home.path().join("catalogue/modules/bulk/module.toml"),
         &module,
     );
-    let inventory = bed.record("inventory.toml").unwrap();
-    bed.put_inventory(&format!("{inventory}bulk = [\"a\"]\n"));
+    let inventory = bed.library_record("inventory.toml").unwrap();
+    bed.library_put_inventory(&format!("{inventory}bulk = [\"a\"]\n"));
 
     let rt = runtime();
     let bus = bed.controller_bus(&rt);
@@ -653,9 +673,15 @@ fn consumer_reset_refuses_a_work_queue_and_resets_a_history_consumer() {
             .await
             .unwrap();
     });
-    let out = bed.run(&["broker", "consumer-reset", "WORK", "worker"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("a work queue"));
+    // Refused (`broker consumer-reset` exits 2 saying why): a work queue's pending messages are
+    // work to do.
+    let refused = bed
+        .fleet_library()
+        .consumer_reset("WORK", "worker")
+        .unwrap()
+        .unwrap_err();
+    assert!(refused.contains("a work queue"), "{refused}");
+    // The reset as a person reads it, run end to end.
     let text = bed.expect(
         &["broker", "consumer-reset", "MESH_EVENTS", "controller"],
         0,
@@ -676,7 +702,7 @@ fn the_controller_daemon_answers_discovery_and_rolls_out_a_merge_announced_twice
     git(repo.path(), &["add", "."]);
     git(repo.path(), &["commit", "-qm", "base"]);
     let commit = git(repo.path(), &["rev-parse", "HEAD"]);
-    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    bed.library().repo_add("cat", repo.path()).unwrap();
 
     // Killed if the test fails before it stops the daemon itself.
     struct Daemon(std::process::Child);
@@ -702,9 +728,8 @@ fn the_controller_daemon_answers_discovery_and_rolls_out_a_merge_announced_twice
     loop {
         // Exit 0 once every node is heard serving what it is assigned, 3 before it is heard,
         // 2 while it is heard and not yet sent `base`.
-        let out = bed.run(&["runtimes", "--output", "json"]);
-        assert!(matches!(out.status.code(), Some(0 | 2 | 3)), "{out:?}");
-        let found: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let (found, code) = bed.fleet_library().runtimes().unwrap();
+        assert!(matches!(code, 0 | 2 | 3), "{found:#}");
         if found["runtimes"]
             .as_array()
             .unwrap()
@@ -727,9 +752,8 @@ fn the_controller_daemon_answers_discovery_and_rolls_out_a_merge_announced_twice
                 .unwrap();
         }
     });
-    let plans = || -> Vec<serde_json::Value> {
-        serde_json::from_str(&bed.expect(&["plans", "--output", "json"], 0)).unwrap()
-    };
+    let plans =
+        || -> Vec<serde_json::Value> { serde_json::from_value(bed.library().plans()).unwrap() };
     // Planned, built and rolled out to the bus node's host, by the daemon alone.
     let deadline = Instant::now() + Duration::from_secs(30);
     while plans()
@@ -792,21 +816,26 @@ fn the_controller_daemon_answers_discovery_and_rolls_out_a_merge_announced_twice
 #[test]
 fn records_move_to_the_bus_once_and_the_home_left_behind_is_not_read() {
     let bed = Bed::new(&[]);
-    let before = bed.record("inventory.toml").unwrap();
+    let before = bed.library_record("inventory.toml").unwrap();
 
-    let again = bed.run(&["records", "import"]);
-    assert_eq!(again.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&again.stderr);
+    // An error (`records import` exits 1 saying it).
+    let stderr = bed
+        .fleet_library()
+        .records_import(bed.home.path())
+        .unwrap_err();
     assert!(stderr.contains("records of"), "{stderr}");
 
-    let local = bed.local_command(&["status"]).output().unwrap();
-    assert_eq!(local.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&local.stderr);
+    // The home opened without the bus: `status` on it is an error (exit 1).
+    let local = FleetLibrary::open(bed.home.path(), MeshOptions::default()).unwrap();
+    let Err(stderr) = local.status() else {
+        panic!("status read the home's old records");
+    };
     assert!(
         stderr.contains("were moved to a bus") && stderr.contains(&bed.url),
         "{stderr}"
     );
 
+    // `records list`, run end to end (its one run in the tests).
     let listed = bed.expect(&["records", "list", "--output", "json"], 0);
     let listed: Vec<String> = serde_json::from_str(&listed).unwrap();
     for expected in ["bus", "inventory.toml"] {
@@ -815,22 +844,20 @@ fn records_move_to_the_bus_once_and_the_home_left_behind_is_not_read() {
 
     let broken = bed.home.path().join("broken.toml");
     write(&broken, "bus-node = [\n");
-    let out = bed.run(&["records", "put", "inventory.toml", broken.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Each an error: `records put` exits 1 saying it.
+    let library = bed.fleet_library();
+    let stderr = library
+        .records_put("inventory.toml", &broken, None)
+        .unwrap_err();
     assert!(
         stderr.contains("is not an inventory; nothing was changed"),
         "{stderr}"
     );
-    let out = bed.run(&[
-        "records",
-        "put",
-        "plans/plan-1.json",
-        broken.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert_eq!(bed.record("inventory.toml").unwrap(), before);
-    assert!(bed.record("plans/plan-1.json").is_none());
+    library
+        .records_put("plans/plan-1.json", &broken, None)
+        .unwrap_err();
+    assert_eq!(bed.library_record("inventory.toml").unwrap(), before);
+    assert!(bed.library_record("plans/plan-1.json").is_none());
 }
 
 /// On a fleet the plans lock is a lease on the bus: a controller on another machine that keeps
@@ -890,11 +917,14 @@ fn the_plans_lease_on_the_bus_waits_for_a_live_holder_and_takes_over_a_silent_on
     assert!(after["beat"].as_u64().unwrap() > 8, "{after}");
 }
 
-/// The node's entry in `status --output json` (with `--silent-after SECS`).
-fn status_of(bed: &Bed, node: &str, silent_after: &str) -> (i32, serde_json::Value) {
-    let out = bed.run(&["status", "--output", "json", "--silent-after", silent_after]);
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+/// The node's entry in `status --output json` (with `--silent-after SECS`), and the exit code
+/// `status` ends with.
+fn status_of(bed: &Bed, node: &str, silent_after: u64) -> (u8, serde_json::Value) {
+    let out = bed
+        .fleet_library()
+        .status_with(silent_after)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let status = out.json;
     let entry = status["nodes"]
         .as_array()
         .unwrap()
@@ -902,7 +932,7 @@ fn status_of(bed: &Bed, node: &str, silent_after: &str) -> (i32, serde_json::Val
         .find(|n| n["node"] == node)
         .cloned()
         .unwrap();
-    (out.status.code().unwrap_or(-1), entry)
+    (out.code, entry)
 }
 
 /// The rule “Every report is heard, from one source”: the controller hears every report a host publishes, not only those a push
@@ -913,13 +943,13 @@ fn status_of(bed: &Bed, node: &str, silent_after: &str) -> (i32, serde_json::Val
 #[test]
 fn status_hears_a_failure_fixed_after_the_push_and_names_a_silent_host() {
     let mut bed = owned_by_alice_on_a();
-    let results = bed.push_all(20, 3);
+    let results = bed.library_push_all(20, 3);
     assert_eq!(
         results["a"]["report"]["machine"], "partial",
         "{}",
         results["a"]
     );
-    let (code, a) = status_of(&bed, "a", "90");
+    let (code, a) = status_of(&bed, "a", 90);
     assert_eq!(a["report"]["machine"], "partial", "{a}");
     assert_eq!(code, 3, "a failed resource needs attention: {a}");
 
@@ -929,7 +959,7 @@ fn status_hears_a_failure_fixed_after_the_push_and_names_a_silent_host() {
         "root:x:0:0:root:/root:/bin/sh\nalice:x:1000:0:Alice:/home/alice:/bin/sh\n",
     );
     let (code, a) = wait_for("status hears a converge", Duration::from_secs(30), || {
-        let (code, a) = status_of(&bed, "a", "90");
+        let (code, a) = status_of(&bed, "a", 90);
         if a["report"]["machine"] == "converged" {
             Ok((code, a))
         } else {
@@ -944,7 +974,7 @@ fn status_hears_a_failure_fixed_after_the_push_and_names_a_silent_host() {
     host.kill().unwrap();
     host.wait().unwrap();
     let (code, a) = wait_for("a called silent", Duration::from_secs(30), || {
-        let (code, a) = status_of(&bed, "a", "2");
+        let (code, a) = status_of(&bed, "a", 2);
         if a["silent_since"].is_null() {
             Err(a.to_string())
         } else {
@@ -953,8 +983,9 @@ fn status_hears_a_failure_fixed_after_the_push_and_names_a_silent_host() {
     });
     assert_eq!(code, 3, "a silent node needs attention: {a}");
     assert_eq!(a["silent_since"], a["heard_at"], "{a}");
-    let text = String::from_utf8(bed.run(&["status", "--silent-after", "2"]).stdout).unwrap();
-    assert!(text.contains("a: silent since"), "{text}");
+    // What `status --silent-after 2` prints as "a: silent since …".
+    let (_, a) = status_of(&bed, "a", 2);
+    assert!(!a["silent_since"].is_null(), "{a}");
 }
 
 /// The rule “Secrets never leave their owner”: a fleet no one else can join. Over TLS with NKeys: a host signing with
@@ -968,7 +999,7 @@ fn a_fleet_no_one_else_can_join() {
     for node in ["bus", "a"] {
         bed.start_host(node);
     }
-    let results = bed.push_all(60, 0);
+    let results = bed.library_push_all(60, 0);
     assert!(results.values().all(converged), "{results:?}");
     let seed_of = |node: &str| mesh_bus::keys::read_seed_file(&bed.seed_file(node)).unwrap();
     let seeds: Vec<(String, String)> = ["bus", "a"]
@@ -1048,8 +1079,7 @@ fn a_fleet_no_one_else_can_join() {
             "{who}'s seed is in the users file"
         );
     }
-    let out = bed.run(&["status", "--output", "json"]);
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let status = bed.fleet_library().status().unwrap().json;
     assert_eq!(status["on-passwords"], serde_json::json!([]), "{status}");
 
     // The records bucket: no password record, and no seed in any record.
@@ -1072,32 +1102,34 @@ fn a_fleet_no_one_else_can_join() {
 
     // A plain client to the TLS-only server, and one trusting another CA: refused, each
     // saying which.
+    // Each an error: `status` on it exits 1 saying it.
+    let status_on = |bus: BusArgs| -> Result<_, String> {
+        let options = MeshOptions {
+            bus: Some(bus),
+            ..Default::default()
+        };
+        FleetLibrary::open(bed.home.path(), options)?.status()
+    };
     let plain_url = bed.url.replace("tls://", "nats://");
-    let plain = Command::new(support::fleet::controller_binary())
-        .arg("--home")
-        .arg(bed.home.path())
-        .args(["--bus", &plain_url, "status"])
-        .env_remove("MESH_BUS_CA")
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&plain.stderr);
-    assert_eq!(plain.status.code(), Some(1), "{said}");
+    let Err(said) = status_on(BusArgs {
+        url: plain_url.clone(),
+        ..Default::default()
+    }) else {
+        panic!("a plain client read the fleet's status");
+    };
     assert!(said.contains(&plain_url), "{said}");
     assert!(
         said.contains("the server requires TLS and no CA file was given"),
         "{said}"
     );
     let other = support::pki::TestPki::new("another");
-    let untrusted = Command::new(support::fleet::controller_binary())
-        .arg("--home")
-        .arg(bed.home.path())
-        .args(["--bus", &bed.url, "--bus-ca"])
-        .arg(&other.ca_file)
-        .arg("status")
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&untrusted.stderr);
-    assert_eq!(untrusted.status.code(), Some(1), "{said}");
+    let Err(said) = status_on(BusArgs {
+        url: bed.url.clone(),
+        tls: mesh_bus::BusTls::with_ca(&other.ca_file),
+        ..Default::default()
+    }) else {
+        panic!("a client trusting another CA read the fleet's status");
+    };
     assert!(
         said.contains("its certificate is not trusted")
             && said.contains(&other.ca_file.display().to_string()),
@@ -1109,9 +1141,9 @@ fn a_fleet_no_one_else_can_join() {
     use std::os::unix::fs::PermissionsExt as _;
     let seed_file = bed.controller_seed_file();
     std::fs::set_permissions(&seed_file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let refused = bed.run(&["status"]);
-    let said = String::from_utf8_lossy(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(1), "{said}");
+    let Err(said) = bed.try_fleet_library().and_then(|library| library.status()) else {
+        panic!("the controller signed with a seed others may read");
+    };
     assert!(
         said.contains("readable by others") && said.contains(&seed_file.display().to_string()),
         "{said}"
@@ -1119,12 +1151,14 @@ fn a_fleet_no_one_else_can_join() {
     let controller_seed = &seeds.last().unwrap().1;
     assert!(!said.contains(controller_seed.as_str()), "{said}");
     std::fs::set_permissions(&seed_file, std::fs::Permissions::from_mode(0o600)).unwrap();
-    bed.expect(&["status"], 0);
+    let settled = bed.fleet_library().status().unwrap();
+    assert_eq!(settled.code, 0, "{:#}", settled.json);
 
     // A node added and not yet enrolled is on a password: `status` names it (text and JSON)
     // until it is enrolled.
-    let inventory = bed.record("inventory.toml").unwrap();
-    bed.put_inventory(&format!("{inventory}\n[nodes.late]\n"));
+    let inventory = bed.library_record("inventory.toml").unwrap();
+    bed.library_put_inventory(&format!("{inventory}\n[nodes.late]\n"));
+    // The section as a person reads it, with how to enroll, run end to end.
     let text = bed.run(&["status"]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
@@ -1132,15 +1166,13 @@ fn a_fleet_no_one_else_can_join() {
             && text.contains("`node enroll NODE PUBLIC-KEY`): late\n"),
         "{text}"
     );
-    let out = bed.run(&["status", "--output", "json"]);
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let status = bed.fleet_library().status().unwrap().json;
     assert_eq!(
         status["on-passwords"],
         serde_json::json!(["late"]),
         "{status}"
     );
     bed.enroll("late");
-    let out = bed.run(&["status", "--output", "json"]);
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let status = bed.fleet_library().status().unwrap().json;
     assert_eq!(status["on-passwords"], serde_json::json!([]), "{status}");
 }
