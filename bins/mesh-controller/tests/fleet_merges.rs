@@ -7,14 +7,22 @@
 //! host that never reports) while the others keep the old build. Faults with nothing lost: the
 //! bus restarted mid-rollout, the controller killed mid-rollout and `plans resume` finishing it
 //! from the record, a host killed mid-apply reporting mid-change and then converging.
+//!
+//! The controller is called as a library, in process, on the bed's bus (`Bed::library`,
+//! `Bed::fleet_library`): merges (on a thread of their own while the test restarts the bus or
+//! kills a host), `plans resume` on another machine, status, plans and records. The binary is
+//! run for the merge killed with SIGKILL mid-rollout (a process), and for `plans show` and
+//! `status` as a person reads them; the collector is its own binary.
 
 mod support;
 
 use mesh_store::record_store::RecordStore as _;
 use serde_json::Value;
-use std::process::{Child, Output, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use support::fleet::Bed;
+use support::in_process::Merged;
+use support::in_process_bus::FleetLibrary;
 use support::Repo;
 
 /// `base` writes `/etc/mesh/hello` on every node; `extra` is appended to its file's table
@@ -46,8 +54,7 @@ fn setup(nodes: &[&str]) -> (Bed, Repo) {
     }
     let repo = Repo::new();
     commit_base(&repo, "v1\n", "", "", "base v1");
-    let path = repo.path().to_str().unwrap().to_owned();
-    bed.expect(&["repo", "add", "cat", &path], 0);
+    bed.library().repo_add("cat", repo.path()).unwrap();
     (bed, repo)
 }
 
@@ -60,17 +67,45 @@ fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
+/// `plans show ID --output json`.
 fn plan(bed: &Bed, id: &str) -> Value {
-    json(&bed.expect(&["plans", "show", id, "--output", "json"], 0))
+    bed.library()
+        .plan(id)
+        .unwrap_or_else(|error| panic!("{error}"))
 }
 
-fn text(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+/// `merge cat` through the library, expected to exit `code` (0, or 3 when the plan stopped):
+/// its progress lines, as `merge` prints them.
+fn merge(bed: &Bed, code: u8) -> String {
+    let merged = bed
+        .library()
+        .merge("cat")
+        .unwrap_or_else(|error| panic!("merge cat: {error}"));
+    assert_eq!(
+        u8::from(merged.stopped) * 3,
+        code,
+        "{}\n{:#}",
+        merged.lines,
+        merged.json
+    );
+    merged.lines
+}
+
+/// `merge cat` started through the library on a thread of its own, while the test goes on
+/// with the bed: its progress lines once it ends, and whether the plan stopped.
+fn merge_meanwhile(bed: &Bed) -> std::thread::JoinHandle<Result<Merged, String>> {
+    let home = bed.home.path().to_owned();
+    let options = bed.mesh_options();
+    std::thread::spawn(move || FleetLibrary::open(&home, options)?.merge("cat"))
+}
+
+/// `status --output json`, and the exit code `status` ends with.
+fn status(bed: &Bed) -> (Value, u8) {
+    let status = bed
+        .fleet_library()
+        .status()
+        .unwrap_or_else(|error| panic!("{error}"));
+    (status.json, status.code)
 }
 
 /// The position of the first progress line holding `needle`.
@@ -80,7 +115,7 @@ fn line_of(out: &str, needle: &str) -> usize {
         .unwrap_or_else(|| panic!("no line holds {needle:?}:\n{out}"))
 }
 
-/// Starts `merge cat` without waiting for it.
+/// Starts `merge cat` without waiting for it: a process, killed in the middle.
 fn spawn_merge(bed: &Bed) -> Child {
     bed.command(&["merge", "cat"])
         .env("MESH_LOG", "error")
@@ -118,8 +153,7 @@ fn wait_until_sent(bed: &Bed, id: &str, module: &str, node: &str) {
 /// `node`'s last report as `status` reads it: on a fleet, from the bus's reports stream, the
 /// one source (the rule “Every report is heard, from one source”).
 fn last_report(bed: &Bed, node: &str) -> Value {
-    let out = bed.run(&["status", "--output", "json"]);
-    let status = json(&String::from_utf8_lossy(&out.stdout));
+    let (status, _) = status(bed);
     status["nodes"]
         .as_array()
         .unwrap()
@@ -143,7 +177,7 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
 
     // The first merge: built into the registry, the bus node first (its users are new to the
     // bus), then everyone else once the bus confirmed them.
-    let out = bed.expect(&["merge", "cat"], 0);
+    let out = merge(&bed, 0);
     let why = line_of(
         &out,
         "`base`: the bus's users differ from the ones it confirmed",
@@ -171,12 +205,12 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
     }
     assert_eq!(
         std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap(),
-        bed.expect(&["broker", "users"], 0)
+        bed.fleet_library().broker_users().unwrap()
     );
     let done = plan(&bed, "plan-1");
     assert_eq!(done["plan"]["state"]["state"], "done", "{done}");
     assert_eq!(done["plan"]["rollouts"]["base"]["first"], "bus");
-    let deployed = json(&bed.record("deployed/base.json").unwrap());
+    let deployed = json(&bed.library_record("deployed/base.json").unwrap());
     assert_eq!(deployed["commit"], first.as_str());
     let digest = deployed["archive"]["digest"].as_str().unwrap();
     let tags = bed.registry.get("/v2/mesh/archives/tags/list").unwrap();
@@ -221,9 +255,7 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
         "owner = \"alice\"\n",
         "base v2, owned by alice",
     );
-    let run = bed.run(&["merge", "cat"]);
-    let out = String::from_utf8_lossy(&run.stdout).into_owned();
-    assert_eq!(run.status.code(), Some(3), "{}", text(&run));
+    let out = merge(&bed, 3);
     line_of(&out, "`base`: sent `a` (first)");
     assert!(
         !out.contains("sent `b`") && !out.contains("sent `bus`"),
@@ -242,16 +274,16 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
         "{reason}"
     );
     // A stopped rollout needs a person: status exits 3.
-    let status = json(&bed.expect(&["status", "--output", "json"], 3));
-    assert_eq!(status["stopped"][0]["node"], "a", "{status}");
+    let (stopped, code) = status(&bed);
+    assert_eq!(code, 3, "{stopped}");
+    assert_eq!(stopped["stopped"][0]["node"], "a", "{stopped}");
 
     // A host that never reports: the rollout stops at it with "no report" within the module's
     // deadline, and the others keep the old build.
     kill_host(&mut bed, "a");
     commit_base(&repo, "v3\n", "deadline-secs = 3\n", "", "base v3");
     let started = Instant::now();
-    let run = bed.run(&["merge", "cat"]);
-    assert_eq!(run.status.code(), Some(3), "{}", text(&run));
+    merge(&bed, 3);
     assert!(started.elapsed() < Duration::from_secs(30));
     let stopped = plan(&bed, "plan-3");
     let outcome = &stopped["plan"]["rollouts"]["base"]["outcome"];
@@ -272,17 +304,17 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
 fn a_rollout_rides_out_a_bus_restart_and_a_killed_controller_resumes_from_the_record_on_another_machine(
 ) {
     let (mut bed, repo) = setup(&["a", "b"]);
-    bed.expect(&["merge", "cat"], 0);
+    merge(&bed, 0);
 
     // The bus restarted while the rollout waits on its first node: the rollout completes.
     kill_host(&mut bed, "a");
     commit_base(&repo, "v2\n", "", "", "base v2");
-    let merge = spawn_merge(&bed);
+    let merging = merge_meanwhile(&bed);
     wait_until_sent(&bed, "plan-2", "base", "a");
     bed.server.lock().unwrap().restart().unwrap();
     bed.start_host("a");
-    let out = merge.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let merged = merging.join().unwrap().unwrap();
+    assert!(!merged.stopped, "{}\n{:#}", merged.lines, merged.json);
     for node in ["bus", "a", "b"] {
         assert_eq!(hello(&bed, node), "v2\n", "{node}");
     }
@@ -292,10 +324,10 @@ fn a_rollout_rides_out_a_bus_restart_and_a_killed_controller_resumes_from_the_re
     // rollout from the record, and the merge is not planned again.
     kill_host(&mut bed, "a");
     let third = commit_base(&repo, "v3\n", "", "", "base v3");
-    let mut merge = spawn_merge(&bed);
+    let mut killed = spawn_merge(&bed);
     wait_until_sent(&bed, "plan-3", "base", "a");
-    merge.kill().unwrap(); // SIGKILL
-    assert_eq!(merge.wait().unwrap().code(), None);
+    killed.kill().unwrap(); // SIGKILL
+    assert_eq!(killed.wait().unwrap().code(), None);
     for node in ["bus", "b"] {
         assert_eq!(
             hello(&bed, node),
@@ -317,23 +349,14 @@ fn a_rollout_rides_out_a_bus_restart_and_a_killed_controller_resumes_from_the_re
         .status()
         .unwrap();
     assert!(copied.success());
-    let resumed = std::process::Command::new(support::fleet::controller_binary())
-        .arg("--home")
-        .arg(elsewhere.path())
-        .arg("--bus")
-        .arg(&bed.url)
-        .arg("--bus-seed")
-        .arg(bed.controller_seed_file())
-        .arg("--bus-ca")
-        .arg(&bed.pki.ca_file)
-        .args(bed.controller_store_flags())
-        .args(["plans", "resume"])
-        .env_remove("MESH_BUS")
-        .env_remove("MESH_STORE")
-        .env_remove("MESH_BUS_PASSWORD_FILE")
-        .output()
-        .unwrap();
-    assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed));
+    // `plans resume` there, given the bus, the controller's seed (`--bus-seed`) and the store.
+    let mut options = bed.mesh_options();
+    options.bus.as_mut().unwrap().seed_file = Some(bed.controller_seed_file());
+    let resumed = FleetLibrary::open(elsewhere.path(), options)
+        .and_then(|library| library.plans_resume())
+        .unwrap_or_else(|error| panic!("plans resume: {error}"));
+    // `plans resume` exits 0: no plan stopped.
+    assert!(!resumed.stopped, "{}\n{:#?}", resumed.lines, resumed.plans);
     for node in ["bus", "a", "b"] {
         assert_eq!(hello(&bed, node), "v3\n", "{node}");
     }
@@ -347,8 +370,8 @@ fn a_rollout_rides_out_a_bus_restart_and_a_killed_controller_resumes_from_the_re
     let record = plan(&bed, "plan-3");
     assert_eq!(record["plan"]["state"]["state"], "done", "{record}");
     assert_eq!(record["plan"]["rollouts"]["base"]["first"], "a");
-    bed.expect(&["merge", "cat"], 0);
-    let plans = json(&bed.expect(&["plans", "--output", "json"], 0));
+    merge(&bed, 0);
+    let plans = bed.library().plans();
     let for_third = plans
         .as_array()
         .unwrap()
@@ -361,7 +384,7 @@ fn a_rollout_rides_out_a_bus_restart_and_a_killed_controller_resumes_from_the_re
 #[test]
 fn a_host_killed_mid_apply_reports_mid_change_and_the_rollout_goes_on_once_it_converges() {
     let (mut bed, repo) = setup(&["a", "b"]);
-    bed.expect(&["merge", "cat"], 0);
+    merge(&bed, 0);
     // A new module of many files on `a` and `b`: its apply takes a while.
     let mut module = String::from("name = \"bulk\"\n");
     let mut files = Vec::new();
@@ -381,10 +404,10 @@ fn a_host_killed_mid_apply_reports_mid_change_and_the_rollout_goes_on_once_it_co
         .collect();
     repo.write(&files);
     repo.commit("bulk");
-    let text_before = bed.record("inventory.toml").unwrap();
-    bed.put_inventory(&format!("{text_before}bulk = [\"a\", \"b\"]\n"));
+    let text_before = bed.library_record("inventory.toml").unwrap();
+    bed.library_put_inventory(&format!("{text_before}bulk = [\"a\", \"b\"]\n"));
 
-    let merge = spawn_merge(&bed);
+    let merging = merge_meanwhile(&bed);
     let state = bed.state_dir("a");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !mesh_apply::is_mid_change(&state).unwrap() {
@@ -399,9 +422,9 @@ fn a_host_killed_mid_apply_reports_mid_change_and_the_rollout_goes_on_once_it_co
     );
     bed.start_host("a");
 
-    let out = merge.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let merged = merging.join().unwrap().unwrap();
+    assert!(!merged.stopped, "{}\n{:#}", merged.lines, merged.json);
+    let stdout = merged.lines;
     let mid = line_of(
         &stdout,
         "`bulk`: `a` reported it mid-change, not yet applied",
@@ -431,17 +454,18 @@ fn a_failed_first_node_is_sent_back_what_it_ran_over_the_bus_when_the_module_say
     let (bed, repo) = setup(&["a", "b"]);
     let revert = "on-failure = \"revert\"\n";
     commit_base(&repo, "v1\n", revert, "", "base v1, revert on failure");
-    bed.expect(&["merge", "cat"], 0);
+    merge(&bed, 0);
     let nodes = ["bus", "a", "b"];
     for node in nodes {
         assert_eq!(hello(&bed, node), "v1\n", "{node}");
     }
     let sent_v1: Vec<String> = nodes
         .iter()
-        .map(|node| bed.record(&format!("sent/{node}.json")).unwrap())
+        .map(|node| bed.library_record(&format!("sent/{node}.json")).unwrap())
         .collect();
-    let status = json(&bed.expect(&["status", "--output", "json"], 0));
-    let v1_of_a = status["nodes"]
+    let (settled, code) = status(&bed);
+    assert_eq!(code, 0, "{settled}");
+    let v1_of_a = settled["nodes"]
         .as_array()
         .unwrap()
         .iter()
@@ -460,9 +484,7 @@ fn a_failed_first_node_is_sent_back_what_it_ran_over_the_bus_when_the_module_say
         "\n[memberships.audio]\naccount = \"alice\"\ngroup = \"audio\"\n",
         "base v2, alice plays audio",
     );
-    let run = bed.run(&["merge", "cat"]);
-    let out = String::from_utf8_lossy(&run.stdout).into_owned();
-    assert_eq!(run.status.code(), Some(3), "{}", text(&run));
+    let out = merge(&bed, 3);
     let sent = line_of(&out, "`base`: sent `a` (first)");
     let stopped = line_of(&out, "`base`: stopped at `a`: base/membership/audio");
     // Grants before code: the revert is granted before it is sent.
@@ -491,7 +513,7 @@ fn a_failed_first_node_is_sent_back_what_it_ran_over_the_bus_when_the_module_say
     }
     for (node, v1) in nodes.iter().zip(&sent_v1) {
         assert_eq!(
-            bed.record(&format!("sent/{node}.json")).as_ref(),
+            bed.library_record(&format!("sent/{node}.json")).as_ref(),
             Some(v1),
             "{node}"
         );
@@ -513,7 +535,7 @@ fn a_failed_first_node_is_sent_back_what_it_ran_over_the_bus_when_the_module_say
     assert_eq!(rollout["first"], "a", "{rollout}");
     assert_eq!(rollout["sent"], 1, "{rollout}");
     // The plan ended: `a`'s record of it is folded into the plan's summary.
-    assert_eq!(bed.record("rollouts/plan-2/base/a.json"), None);
+    assert_eq!(bed.library_record("rollouts/plan-2/base/a.json"), None);
     let unfinished = &record["work"]["base"]["summary"]["unfinished"]["a"];
     assert!(
         unfinished
@@ -527,7 +549,8 @@ fn a_failed_first_node_is_sent_back_what_it_ran_over_the_bus_when_the_module_say
         serde_json::json!({ "a": v1_of_a }),
         "{record}"
     );
-    let status = json(&bed.expect(&["status", "--output", "json"], 3));
+    let (status, code) = status(&bed);
+    assert_eq!(code, 3, "{status}");
     let stopped = &status["stopped"][0];
     assert_eq!(stopped["node"], "a", "{status}");
     assert_eq!(stopped["reverted"], v1_of_a.as_str(), "{status}");

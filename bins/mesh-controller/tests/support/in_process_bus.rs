@@ -9,7 +9,7 @@
 //! The bed's [`Bed::run`](super::fleet::Bed::run) and kin stay for what only the binary does.
 
 use super::fleet::Bed;
-use super::in_process::{said, Pushed, Status};
+use super::in_process::{said, Driven, Merged, Pushed, Status};
 use mesh_controller::runtime::{self, MeshOptions, Runtime};
 use mesh_controller::{alert, broker, push, records, runtimes, status, users};
 use serde_json::Value;
@@ -142,6 +142,13 @@ impl FleetLibrary {
         })
     }
 
+    /// A runtime of the mesh whose progress is collected.
+    fn drives(&self) -> (Runtime, Arc<mesh_controller::Collected>) {
+        let progress = Arc::new(mesh_controller::Collected::default());
+        let runtime = Runtime::new(Arc::clone(&self.mesh), Arc::clone(&progress) as _);
+        (runtime, progress)
+    }
+
     /// The catalogue the mesh composes from and its problems (the binary's `Env::checked`).
     fn checked(&self) -> Result<push::Checked, String> {
         self.home().require().map_err(|e| said(&e))?;
@@ -184,25 +191,54 @@ impl FleetLibrary {
         let inventory = self.home().inventory().map_err(|e| said(&e))?;
         let nodes = push::targets(&inventory, nodes, all).map_err(|refused| refused.to_string())?;
         let checked = self.checked()?;
-        let progress = Arc::new(mesh_controller::Collected::default());
-        let drives = Runtime::new(Arc::clone(&self.mesh), Arc::clone(&progress) as _);
+        let (drives, progress) = self.drives();
         let moves: BTreeSet<String> = moves.iter().map(|m| (*m).to_owned()).collect();
         let results = self
             .tokio
             .block_on(drives.push(&checked, &nodes, &moves, Duration::from_secs(timeout)))
             .map_err(|e| said(&e))?;
-        let lines = progress
-            .0
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|line| format!("{line}\n"))
-            .collect();
         Ok(Pushed {
             verdict: push::verdict(&results),
             json: serde_json::to_value(&results).unwrap(),
-            lines,
+            lines: lines(&progress),
             stopped: false,
+        })
+    }
+
+    /// `merge REPO`: built and rolled out over the bus (it exits 3 when the plan stopped).
+    pub fn merge(&self, repo: &str) -> Result<Merged, String> {
+        self.home().require().map_err(|e| said(&e))?;
+        let (drives, progress) = self.drives();
+        let (outcome, _) = self
+            .tokio
+            .block_on(mesh_controller::preview::merge(
+                &drives,
+                repo,
+                None,
+                false,
+                &BTreeSet::new(),
+            ))
+            .map_err(|e| said(&e))?;
+        Ok(Merged {
+            stopped: outcome.stopped(),
+            json: serde_json::to_value(&outcome).unwrap(),
+            outcome,
+            lines: lines(&progress),
+        })
+    }
+
+    /// `plans resume`: the open plans driven (it exits 3 when one of them stopped).
+    pub fn plans_resume(&self) -> Result<Driven, String> {
+        self.home().require().map_err(|e| said(&e))?;
+        let (drives, progress) = self.drives();
+        let plans = self
+            .tokio
+            .block_on(drives.drive_open(None, runtime::DriveMode::All, &BTreeSet::new()))
+            .map_err(|e| said(&e))?;
+        Ok(Driven {
+            stopped: mesh_controller::plans::any_stopped(&plans),
+            plans,
+            lines: lines(&progress),
         })
     }
 
@@ -323,4 +359,15 @@ impl FleetLibrary {
             ))
             .map_err(|e| said(&e))
     }
+}
+
+/// The progress lines collected, one a line, as the binary prints them.
+fn lines(progress: &mesh_controller::Collected) -> String {
+    progress
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|line| format!("{line}\n"))
+        .collect()
 }
