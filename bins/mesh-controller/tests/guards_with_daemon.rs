@@ -12,17 +12,20 @@
 //!
 //! A newer merge taking over an older plan over the bus with the daemon is `takeover.rs`'s.
 //! Needs podman configured as `scripts/podman-env.sh` does; fails, never skips, without it.
+//!
+//! The controller is called as a library, in process, on the bed's bus (`Bed::library`,
+//! `Bed::fleet_library`): the merges announced, the repository registered, settings set and
+//! renamed, pushes, `merge --move`, status and the inventory. The binary is run for the daemon
+//! (`serve`, `support::daemon`).
 
 mod support;
 
 use serde_json::Value;
 use support::daemon::{plans, start_serve, wait_for_plan_done};
 use support::fleet::Bed;
+use support::in_process::MergeFlags;
+use support::in_process_bus::push_code;
 use support::Repo;
-
-fn json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
 
 /// The plan `id`, as `plans --output json` lists it.
 fn plan(bed: &Bed, id: &str) -> Value {
@@ -32,10 +35,54 @@ fn plan(bed: &Bed, id: &str) -> Value {
         .unwrap_or_else(|| panic!("no {id}: {:?}", plans(bed)))
 }
 
-/// Announces the merge of the repository's head to the daemon.
+/// Announces the merge of the repository's head to the daemon (`merge cat --announce`):
+/// announced, not "already announced", the merge of `cat`.
 fn announce(bed: &Bed) {
-    let said = bed.expect(&["merge", "cat", "--announce"], 0);
-    assert!(said.starts_with("announced the merge of `cat`"), "{said}");
+    let announced = bed.fleet_library().announce("cat").unwrap();
+    assert!(
+        announced.repository == "cat" && !announced.already_announced,
+        "{announced:?}"
+    );
+}
+
+/// `status --output json` once it holds a node (`held` not empty), and the exit code `status`
+/// ends with then.
+fn held(bed: &Bed, what: &str) -> (u8, Value) {
+    support::wait_for(what, std::time::Duration::from_secs(120), || {
+        let status = bed.try_fleet_library()?.status()?;
+        match status.json["held"].as_array() {
+            Some(held) if !held.is_empty() => Ok((status.code, status.json)),
+            _ => Err(format!("{:#}", status.json)),
+        }
+    })
+}
+
+/// `status --output json`, expected to exit `code`.
+fn status_of(bed: &Bed, code: u8) -> Value {
+    let status = bed.fleet_library().status().unwrap();
+    assert_eq!(status.code, code, "{:#}", status.json);
+    status.json
+}
+
+/// `settings set MODULE --node NODE JSON`, on the bus: it went ahead (`settings set` exits 0).
+fn set(bed: &Bed, module: &str, node: &str, json: &str) {
+    let answer = bed
+        .library()
+        .settings_set(module, Some(node), json, false)
+        .unwrap();
+    assert!(!answer.refused(), "{answer:?}");
+}
+
+/// `push NODE [--move MODULE] --timeout 60`: every node converged (`push` exits 0).
+fn push(bed: &Bed, node: &str, moves: &[&str]) {
+    let pushed = bed.fleet_library().push_moving(&[node], moves, 60).unwrap();
+    assert_eq!(
+        push_code(pushed.verdict),
+        0,
+        "{}\n{:#}",
+        pushed.lines,
+        pushed.json
+    );
 }
 
 /// `keep` runs a container whose `/data` is the place `data`.
@@ -64,7 +111,7 @@ impl Drop for Removed {
 fn a_merge_moving_a_running_containers_data_is_held_by_the_daemon_until_merge_move() {
     mesh_test_support::podman::podman_config();
     let mut bed = Bed::new(&["a"]);
-    bed.put_inventory(
+    bed.library_put_inventory(
         "bus-node = \"bus\"\n\n[nodes.bus]\n[nodes.a]\n\n[assignments]\nkeep = [\"bus\", \"a\"]\n",
     );
     // Each host names its containers with a prefix of its own: tests share one podman.
@@ -88,7 +135,7 @@ fn a_merge_moving_a_running_containers_data_is_held_by_the_daemon_until_merge_mo
         ("modules/keep/files/note.txt", "v1\n"),
     ]);
     let first = repo.commit("keep: first");
-    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    bed.library().repo_add("cat", repo.path()).unwrap();
     let (_daemon, _) = start_serve(&bed, &[], |_| true);
     let rt = support::fleet::runtime();
     let bus = bed.controller_bus(&rt);
@@ -103,18 +150,13 @@ fn a_merge_moving_a_running_containers_data_is_held_by_the_daemon_until_merge_mo
     );
     // `bus` is given the place in its own layer (and moved there by hand): a change of the
     // default then moves only `a`'s data.
-    bed.expect(
-        &[
-            "settings",
-            "set",
-            "keep",
-            "--node",
-            "bus",
-            r#"{"places": {"data": "/srv/bus-data"}}"#,
-        ],
-        0,
+    set(
+        &bed,
+        "keep",
+        "bus",
+        r#"{"places": {"data": "/srv/bus-data"}}"#,
     );
-    bed.expect(&["push", "bus", "--move", "keep", "--timeout", "60"], 0);
+    push(&bed, "bus", &["keep"]);
 
     // The place's default moves: `a`'s running container would get another directory at
     // `/data`. The daemon holds `a`, `bus` goes on, and the plan rests open.
@@ -124,20 +166,8 @@ fn a_merge_moving_a_running_containers_data_is_held_by_the_daemon_until_merge_mo
     ]);
     repo.commit("keep: data moves to /srv/data2");
     announce(&bed);
-    let status = support::wait_for(
-        "the daemon to hold `a` for the move",
-        std::time::Duration::from_secs(120),
-        || {
-            let out = bed.run(&["status", "--output", "json"]);
-            let status = json(&String::from_utf8_lossy(&out.stdout));
-            match status["held"].as_array() {
-                Some(held) if !held.is_empty() => Ok((out.status.code(), status)),
-                _ => Err(format!("{status:#}")),
-            }
-        },
-    );
-    let (code, status) = status;
-    assert_eq!(code, Some(3), "a hold needs a person: {status:#}");
+    let (code, status) = held(&bed, "the daemon to hold `a` for the move");
+    assert_eq!(code, 3, "a hold needs a person: {status:#}");
     let held = &status["held"][0];
     assert_eq!(
         (&held["plan"], &held["module"], &held["node"]),
@@ -170,7 +200,17 @@ fn a_merge_moving_a_running_containers_data_is_held_by_the_daemon_until_merge_mo
 
     // `merge --move keep` drives the plan the daemon left open: `a` is sent, its container
     // recreated at the new directory, and the plan is done.
-    bed.expect(&["merge", "cat", "--move", "keep"], 0);
+    let merged = bed
+        .library()
+        .merge_with(
+            "cat",
+            MergeFlags {
+                moves: &["keep"],
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(!merged.stopped, "{}\n{:#}", merged.lines, merged.json);
     assert_eq!(plan(&bed, "plan-2")["state"]["state"], "done");
     assert_eq!(
         std::fs::read_to_string(bed.root("a").join("etc/keep.txt")).unwrap(),
@@ -181,14 +221,14 @@ fn a_merge_moving_a_running_containers_data_is_held_by_the_daemon_until_merge_mo
         sources.iter().any(|s| s.ends_with("/srv/data2")),
         "{sources:?}"
     );
-    let status = json(&bed.expect(&["status", "--output", "json"], 0));
+    let status = status_of(&bed, 0);
     assert_eq!(status["held"], serde_json::json!([]), "{status:#}");
 }
 
 #[test]
 fn a_together_module_is_sent_to_every_node_at_once_by_the_daemon() {
     let mut bed = Bed::new(&["a"]);
-    bed.put_inventory(
+    bed.library_put_inventory(
         "bus-node = \"bus\"\n\n[nodes.bus]\n[nodes.a]\n\n[assignments]\nsite = [\"bus\", \"a\"]\n",
     );
     for node in ["bus", "a"] {
@@ -216,7 +256,7 @@ fn a_together_module_is_sent_to_every_node_at_once_by_the_daemon() {
     };
     write(site("", "v1\n"));
     let first = repo.commit("site: v1");
-    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    bed.library().repo_add("cat", repo.path()).unwrap();
     let (_daemon, _) = start_serve(&bed, &[], |_| true);
     let rt = support::fleet::runtime();
     let bus = bed.controller_bus(&rt);
@@ -270,7 +310,7 @@ fn a_merge_orphaning_a_setting_is_held_by_the_daemon_until_the_setting_is_rename
     // "An orphaned setting is a removal", over the bus with the daemon as `orphaned_settings.rs`
     // has it in process: `a`'s layer sets `port`, the next commit renames it `http-port`.
     let mut bed = Bed::new(&["a"]);
-    bed.put_inventory(
+    bed.library_put_inventory(
         "bus-node = \"bus\"\n\n[nodes.bus]\n[nodes.a]\n\n[assignments]\nweb = [\"bus\", \"a\"]\n",
     );
     for node in ["bus", "a"] {
@@ -286,18 +326,15 @@ fn a_merge_orphaning_a_setting_is_held_by_the_daemon_until_the_setting_is_rename
     };
     write(web_files("port"));
     let first = repo.commit("web on 8080");
-    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    bed.library().repo_add("cat", repo.path()).unwrap();
     let (_daemon, _) = start_serve(&bed, &[], |_| true);
     let rt = support::fleet::runtime();
     let bus = bed.controller_bus(&rt);
     support::fleet::wait_for_merge_consumer(&rt, &bus);
     announce(&bed);
     wait_for_plan_done(&bed, &first);
-    bed.expect(
-        &["settings", "set", "web", "--node", "a", r#"{"port": 9090}"#],
-        0,
-    );
-    bed.expect(&["push", "a", "--timeout", "60"], 0);
+    set(&bed, "web", "a", r#"{"port": 9090}"#);
+    push(&bed, "a", &[]);
     let conf = |node: &str| std::fs::read_to_string(bed.root(node).join("etc/web.conf")).unwrap();
     assert_eq!(conf("a"), "listen 9090\n");
 
@@ -305,19 +342,8 @@ fn a_merge_orphaning_a_setting_is_held_by_the_daemon_until_the_setting_is_rename
     write(web_files("http-port"));
     let renamed = repo.commit("the port setting is http-port");
     announce(&bed);
-    let (code, status) = support::wait_for(
-        "the daemon to hold `a` for its orphaned setting",
-        std::time::Duration::from_secs(120),
-        || {
-            let out = bed.run(&["status", "--output", "json"]);
-            let status = json(&String::from_utf8_lossy(&out.stdout));
-            match status["held"].as_array() {
-                Some(held) if !held.is_empty() => Ok((out.status.code(), status)),
-                _ => Err(format!("{status:#}")),
-            }
-        },
-    );
-    assert_eq!(code, Some(3), "a hold needs a person: {status:#}");
+    let (code, status) = held(&bed, "the daemon to hold `a` for its orphaned setting");
+    assert_eq!(code, 3, "a hold needs a person: {status:#}");
     let held = &status["held"][0];
     assert_eq!(
         (&held["plan"], &held["node"]),
@@ -346,9 +372,11 @@ fn a_merge_orphaning_a_setting_is_held_by_the_daemon_until_the_setting_is_rename
 
     // Renamed, the daemon drives the plan again by itself (no merge, no command) and sends
     // `a`, which keeps its port.
-    bed.expect(&["settings", "rename", "web", "port", "http-port"], 0);
+    bed.library()
+        .settings_rename("web", "port", "http-port")
+        .unwrap();
     wait_for_plan_done(&bed, &renamed);
     assert_eq!(conf("a"), "listen 9090\n");
-    let status = json(&bed.expect(&["status", "--output", "json"], 0));
+    let status = status_of(&bed, 0);
     assert_eq!(status["held"], serde_json::json!([]), "{status:#}");
 }

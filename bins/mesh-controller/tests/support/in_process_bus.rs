@@ -227,6 +227,18 @@ impl FleetLibrary {
         })
     }
 
+    /// `merge REPO --announce`: the merge of the branch's head announced to the daemon
+    /// (`--output json` prints it).
+    pub fn announce(&self, repo: &str) -> Result<mesh_controller::announce::Announced, String> {
+        self.tokio
+            .block_on(mesh_controller::announce::announce_head(
+                self.home(),
+                self.bus()?,
+                repo,
+            ))
+            .map_err(|e| said(&e))
+    }
+
     /// `plans resume`: the open plans driven (it exits 3 when one of them stopped).
     pub fn plans_resume(&self) -> Result<Driven, String> {
         self.home().require().map_err(|e| said(&e))?;
