@@ -6,6 +6,11 @@
 //! does not read is its publisher's problem likewise.
 //!
 //! Nothing here waits on time: each check waits for the condition it needs.
+//!
+//! The controller is called as a library, in process, on the bed's bus (`Bed::library`,
+//! `Bed::fleet_library`): pushes, the repository registered, status (with a report limit of its
+//! own, as `--report-limit` gives it) and the records. The binary is run for the daemon
+//! (`serve --http`) and for `status` as a person reads an unreadable report in it.
 
 mod support;
 
@@ -14,6 +19,7 @@ use std::io::{Read as _, Write as _};
 use std::time::Duration;
 use support::daemon::{commit_base, start_serve};
 use support::fleet::Bed;
+use support::in_process_bus::{push_code, FleetLibrary};
 use support::{wait_for, Repo};
 
 /// `GET path` from `base` (`http://ADDR/`): status code and body.
@@ -50,14 +56,37 @@ fn node_of(overview: &Value, name: &str) -> Value {
         .unwrap_or_else(|| panic!("no node {name} in {overview}"))
 }
 
-/// `status --output json` with `flags` before it: its exit code and what it printed.
-fn status(bed: &Bed, flags: &[&str]) -> Result<(Option<i32>, Value), String> {
-    let mut args = flags.to_vec();
-    args.extend(["status", "--output", "json"]);
-    let out = bed.run(&args);
-    let overview = serde_json::from_slice(&out.stdout)
-        .map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&out.stderr)))?;
-    Ok((out.status.code(), overview))
+/// `status --output json` (with `--report-limit BYTES` before it when `report_limit` says),
+/// in process on the bed's bus: the exit code it ends with and what it prints.
+fn status(bed: &Bed, report_limit: Option<usize>) -> Result<(u8, Value), String> {
+    let mut options = bed.mesh_options();
+    options.report_limit = report_limit;
+    let status = FleetLibrary::open(bed.home.path(), options)?.status()?;
+    Ok((status.code, status.json))
+}
+
+/// `push NODE… --timeout 120`: every node converged (`push` exits 0).
+fn push(bed: &Bed, nodes: &[&str]) {
+    let pushed = bed.fleet_library().push(nodes, 120).unwrap();
+    assert_eq!(
+        push_code(pushed.verdict),
+        0,
+        "{}\n{:#}",
+        pushed.lines,
+        pushed.json
+    );
+}
+
+/// The problems `status --output json` shows whose `what` holds `needle` (what `status`
+/// prints under "problems (shown until resolved):").
+fn problems_saying(overview: &Value, needle: &str) -> Vec<Value> {
+    overview["problems"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p["what"].as_str().is_some_and(|what| what.contains(needle)))
+        .collect()
 }
 
 /// Whatever `b` publishes as its last report is `b`'s problem, shown on `b` with the reason,
@@ -71,8 +100,8 @@ fn an_unreadable_report_is_its_nodes_problem_and_blinds_no_one() {
     for node in ["bus", "a"] {
         bed.start_host(node);
     }
-    bed.expect(&["push", "bus", "a", "--timeout", "120"], 0);
-    let (_, overview) = status(&bed, &[]).unwrap();
+    push(&bed, &["bus", "a"]);
+    let (_, overview) = status(&bed, None).unwrap();
     let a_report = node_of(&overview, "a")["report"].clone();
     assert_eq!(a_report["machine"], "converged", "{overview}");
     let as_b = |node: &str, mut report: Value| {
@@ -87,7 +116,7 @@ fn an_unreadable_report_is_its_nodes_problem_and_blinds_no_one() {
 
     let repo = Repo::new();
     let v1 = commit_base(&repo, "v1 while b is unreadable\n");
-    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    bed.library().repo_add("cat", repo.path()).unwrap();
     let (_daemon, lines) = start_serve(&bed, &["--http", "127.0.0.1:0"], |lines| !lines.is_empty());
     let url = lines[0]
         .strip_prefix("serving the status page on ")
@@ -119,15 +148,15 @@ fn an_unreadable_report_is_its_nodes_problem_and_blinds_no_one() {
     // A readable report of b first: what is kept once its latest is not.
     publish(whole.clone());
     wait_for("b's report to be read", Duration::from_secs(60), || {
-        let (_, overview) = status(&bed, &[])?;
+        let (_, overview) = status(&bed, None)?;
         match node_of(&overview, "b")["report"]["machine"].as_str() {
             Some("converged") => Ok(()),
             _ => Err(format!("b shows {}", node_of(&overview, "b"))),
         }
     });
     // The limit is the controller's: under a limit of 100 bytes b's report is over it.
-    let (code, overview) = status(&bed, &["--report-limit", "100"]).unwrap();
-    assert_eq!(code, Some(3), "{overview}");
+    let (code, overview) = status(&bed, Some(100)).unwrap();
+    assert_eq!(code, 3, "{overview}");
     let reason = node_of(&overview, "b")["unreadable"]["reason"].clone();
     assert!(
         reason
@@ -170,7 +199,7 @@ fn an_unreadable_report_is_its_nodes_problem_and_blinds_no_one() {
             &format!("`status` to show b's {what}"),
             Duration::from_secs(60),
             || {
-                let (code, overview) = status(&bed, &[])?;
+                let (code, overview) = status(&bed, None)?;
                 let shown = node_of(&overview, "b")["unreadable"]["reason"].clone();
                 match shown.as_str() {
                     Some(said) if said.contains(reason) => Ok((code, overview)),
@@ -178,7 +207,7 @@ fn an_unreadable_report_is_its_nodes_problem_and_blinds_no_one() {
                 }
             },
         );
-        assert_eq!(code, Some(3), "{what}: {overview}");
+        assert_eq!(code, 3, "{what}: {overview}");
         let b_shown = node_of(&overview, "b");
         assert_eq!(b_shown["unreadable"]["size"], size, "{what}");
         assert!(b_shown["report"].is_null(), "{what}: {b_shown}");
@@ -187,6 +216,7 @@ fn an_unreadable_report_is_its_nodes_problem_and_blinds_no_one() {
         assert_eq!(kept["declaration"], a_report["declaration"], "{what}");
         assert_eq!(node_of(&overview, "a")["report"]["machine"], "converged");
         assert_eq!(node_of(&overview, "bus")["report"]["machine"], "converged");
+        // As a person reads it, in `status`.
         let text = bed.run(&["status"]);
         assert_eq!(text.status.code(), Some(3), "{what}: {text:?}");
         let text = String::from_utf8_lossy(&text.stdout);
@@ -221,7 +251,7 @@ fn an_unreadable_report_is_its_nodes_problem_and_blinds_no_one() {
         "b's last garbage to be shown, its last readable report kept",
         Duration::from_secs(60),
         || {
-            let (_, overview) = status(&bed, &[])?;
+            let (_, overview) = status(&bed, None)?;
             let b_shown = node_of(&overview, "b");
             let unreadable = &b_shown["unreadable"];
             match unreadable["head"].as_str() {
@@ -234,11 +264,11 @@ fn an_unreadable_report_is_its_nodes_problem_and_blinds_no_one() {
             }
         },
     );
-    assert!(bed.record("heard/b.json").is_some());
+    assert!(bed.library_record("heard/b.json").is_some());
 
     // The daemon rolls a merge out to the other nodes meanwhile: `a` first, then `bus`,
     // each converged on what it was sent; `b`, whose reports do not read, is `b`'s problem.
-    let before = node_of(&status(&bed, &[]).unwrap().1, "a")["sent"].clone();
+    let before = node_of(&status(&bed, None).unwrap().1, "a")["sent"].clone();
     let bus = bed.controller_bus(&rt);
     support::fleet::wait_for_merge_consumer(&rt, &bus);
     let js = {
@@ -261,14 +291,17 @@ fn an_unreadable_report_is_its_nodes_problem_and_blinds_no_one() {
         "the unreadable announcement in status",
         Duration::from_secs(60),
         || {
-            let text = bed.run(&["status"]);
-            let text = String::from_utf8_lossy(&text.stdout).into_owned();
-            if text.contains("an unreadable merge announcement (sequence ")
-                && text.contains(r#"12 bytes: "\x00not a merge")"#)
-            {
+            let (_, overview) = status(&bed, None)?;
+            let named = problems_saying(&overview, "an unreadable merge announcement (sequence ");
+            if named.iter().any(|p| {
+                p["what"]
+                    .as_str()
+                    .unwrap()
+                    .contains(r#"12 bytes: "\x00not a merge")"#)
+            }) {
                 Ok(())
             } else {
-                Err(text)
+                Err(format!("{overview:#}"))
             }
         },
     );
@@ -278,7 +311,7 @@ fn an_unreadable_report_is_its_nodes_problem_and_blinds_no_one() {
         "the daemon to roll the merge out to a and bus",
         Duration::from_secs(120),
         || {
-            let (_, overview) = status(&bed, &[])?;
+            let (_, overview) = status(&bed, None)?;
             for node in ["a", "bus"] {
                 let shown = node_of(&overview, node);
                 let converged = shown["report"]["machine"] == "converged";
@@ -293,9 +326,11 @@ fn an_unreadable_report_is_its_nodes_problem_and_blinds_no_one() {
         node_of(&overview, "b")["unreadable"]["reason"].is_string(),
         "{overview}"
     );
-    let text = bed.run(&["status"]);
-    let text = String::from_utf8_lossy(&text.stdout);
-    assert!(!text.contains("unreadable merge announcement"), "{text}");
+    let (_, overview) = status(&bed, None).unwrap();
+    assert!(
+        problems_saying(&overview, "unreadable merge announcement").is_empty(),
+        "{overview:#}"
+    );
     let hello = std::fs::read_to_string(bed.root("bus").join("etc/mesh/hello")).unwrap();
     assert_eq!(hello, "v1 while b is unreadable\n");
 
@@ -305,7 +340,7 @@ fn an_unreadable_report_is_its_nodes_problem_and_blinds_no_one() {
         "b's report with an unknown field to be read",
         Duration::from_secs(60),
         || {
-            let (_, overview) = status(&bed, &[])?;
+            let (_, overview) = status(&bed, None)?;
             let b_shown = node_of(&overview, "b");
             match b_shown["report"]["machine"].as_str() {
                 Some("converged") if b_shown["unreadable"].is_null() => Ok(()),
@@ -328,10 +363,10 @@ fn a_first_machine_whose_report_does_not_read_stops_the_rollout_at_once_naming_i
     for node in ["bus", "b"] {
         bed.start_host(node);
     }
-    bed.expect(&["push", "bus", "b", "--timeout", "120"], 0);
+    push(&bed, &["bus", "b"]);
     let repo = Repo::new();
     let v1 = commit_base(&repo, "v1 that a never reads\n");
-    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    bed.library().repo_add("cat", repo.path()).unwrap();
     let (_daemon, _) = start_serve(&bed, &[], |_| true);
     let rt = support::fleet::runtime();
     let a = rt
@@ -346,7 +381,7 @@ fn a_first_machine_whose_report_does_not_read_stops_the_rollout_at_once_naming_i
     rt.block_on(mesh_bus::jetstream::publish_merge(&js, "cat", "main", &v1))
         .unwrap();
     wait_for("`a` to be sent first", Duration::from_secs(120), || {
-        bed.record("sent/a.json")
+        bed.library_record("sent/a.json")
             .ok_or_else(|| "not yet".to_owned())
     });
     rt.block_on(async {
@@ -380,8 +415,8 @@ fn a_first_machine_whose_report_does_not_read_stops_the_rollout_at_once_naming_i
     // The others were not sent the new version.
     let hello = std::fs::read_to_string(bed.root("b").join("etc/mesh/hello")).unwrap();
     assert_eq!(hello, "hello, fleet\n");
-    let (code, overview) = status(&bed, &[]).unwrap();
-    assert_eq!(code, Some(3), "{overview}");
+    let (code, overview) = status(&bed, None).unwrap();
+    assert_eq!(code, 3, "{overview}");
     assert!(
         node_of(&overview, "a")["unreadable"]["reason"]
             .as_str()
@@ -389,7 +424,7 @@ fn a_first_machine_whose_report_does_not_read_stops_the_rollout_at_once_naming_i
         "{overview}"
     );
     // No readable report of `a` yet: nothing kept.
-    assert_eq!(bed.record("heard/a.json"), None);
+    assert_eq!(bed.library_record("heard/a.json"), None);
 
     // The daemon keeps a node's last readable report by itself, as it hears its reports turn
     // unreadable: no `status` runs from here until the record is there.
@@ -408,7 +443,7 @@ fn a_first_machine_whose_report_does_not_read_stops_the_rollout_at_once_naming_i
         "the daemon to keep a's last readable report",
         Duration::from_secs(60),
         || {
-            let kept = bed.record("heard/a.json").ok_or("not yet")?;
+            let kept = bed.library_record("heard/a.json").ok_or("not yet")?;
             let kept: Value = serde_json::from_str(&kept).map_err(|e| e.to_string())?;
             if kept["report"]["declaration"] == readable["declaration"] {
                 Ok(kept)
@@ -418,6 +453,7 @@ fn a_first_machine_whose_report_does_not_read_stops_the_rollout_at_once_naming_i
         },
     );
     assert_eq!(kept["report"]["node"], "a", "{kept}");
+    // As a person reads it, in `status`.
     let text = bed.run(&["status"]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("a: "), "{text}");
