@@ -1,9 +1,15 @@
 //! Merges reach the daemon by themselves: announced by `merge NAME --announce` (what a git
 //! `post-receive` hook runs), each heard once and planned by a real `mesh-controller serve`
 //! over a real nats-server, rolled out to a real `mesh-host serve`, read from real git.
+//!
+//! The controller is called as a library, in process, on the bed's bus (`Bed::library`,
+//! `Bed::fleet_library`): repositories registered and listed, merges announced, status. The
+//! binary is run for the daemon (`serve`) and for one announcement as a post-receive hook runs
+//! it, read as a person reads it.
 
 mod support;
 
+use mesh_controller::repos;
 use std::time::Duration;
 use support::daemon::{commit_base, plans, start_serve, wait_for_plan_done};
 use support::fleet::Bed;
@@ -15,12 +21,13 @@ fn merge_announce_is_planned_by_the_daemon_once() {
     bed.start_host("bus");
     let repo = Repo::new();
     let first = commit_base(&repo, "hello\n");
-    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    bed.library().repo_add("cat", repo.path()).unwrap();
 
-    // No daemon has ever heard merges on this bus: refused, nothing announced.
-    let refused = bed.run(&["merge", "cat", "--announce"]);
-    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
-    let said = String::from_utf8_lossy(&refused.stderr);
+    // No daemon has ever heard merges on this bus: refused, nothing announced (an error:
+    // `merge --announce` exits 1 saying it).
+    let Err(said) = bed.fleet_library().announce("cat") else {
+        panic!("announced with no daemon hearing merges");
+    };
     assert!(
         said.contains("no daemon hears merges on the bus")
             && said.contains("nothing was announced"),
@@ -32,9 +39,7 @@ fn merge_announce_is_planned_by_the_daemon_once() {
     let bus = bed.controller_bus(&rt);
     support::fleet::wait_for_merge_consumer(&rt, &bus);
 
-    let announced: serde_json::Value =
-        serde_json::from_str(&bed.expect(&["merge", "cat", "--announce", "--output", "json"], 0))
-            .unwrap();
+    let announced = serde_json::to_value(bed.fleet_library().announce("cat").unwrap()).unwrap();
     assert_eq!(announced["repository"], "cat");
     assert_eq!(announced["branch"], "main");
     assert_eq!(announced["commit"], first.as_str());
@@ -47,14 +52,16 @@ fn merge_announce_is_planned_by_the_daemon_once() {
     );
 
     // Announced again: the stream has it already, so nothing is stored and nothing planned.
-    let again = bed.expect(&["merge", "cat", "--announce"], 0);
+    // What `merge --announce` prints as "already announced the merge of `cat` main at …".
+    let again = bed.fleet_library().announce("cat").unwrap();
     assert!(
-        again.starts_with("already announced the merge of `cat` main at "),
-        "{again}"
+        again.already_announced && again.repository == "cat" && again.branch == "main",
+        "{again:?}"
     );
     assert_eq!(plans(&bed).len(), 1);
 
-    // A new commit, announced as a post-receive hook would: planned and rolled out.
+    // A new commit, announced as a post-receive hook would, running the binary (as a person
+    // reads it): planned and rolled out.
     let second = commit_base(&repo, "hello again\n");
     let text = bed.expect(&["merge", "cat", "--announce"], 0);
     assert!(
@@ -79,36 +86,40 @@ fn a_new_commit_in_a_polled_repository_is_planned_with_no_hook() {
     let token = scratch.path().join("token");
     std::fs::write(&token, "a token\n").unwrap();
     std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let refused = bed.run(&[
-        "repo",
-        "add",
+    // An error: `repo add` exits 1 saying it.
+    let Err(said) = bed.library().repo_add_with(
         "cat",
-        &url,
-        "--poll",
-        "1",
-        "--token-file",
-        token.to_str().unwrap(),
-    ]);
-    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
-    let said = String::from_utf8_lossy(&refused.stderr);
+        std::path::Path::new(&url),
+        &repos::AddOptions {
+            modules_dir: "modules".to_owned(),
+            poll_secs: Some(1),
+            token_file: Some(token.clone()),
+            ..Default::default()
+        },
+    ) else {
+        panic!("registered with a token others may read");
+    };
     assert!(
         said.contains("readable by others") && !said.contains("a token"),
         "{said}"
     );
-    assert_eq!(
-        bed.expect(&["repo", "list", "--output", "json"], 0).trim(),
-        "[]"
-    );
+    assert_eq!(bed.fleet_library().repos().unwrap(), serde_json::json!([]));
     assert!(!bed.home.path().join("repos/cat.git").exists());
 
     // Registered by URL: kept as a clone under the home, fetched every second by the daemon.
-    let added: serde_json::Value = serde_json::from_str(&bed.expect(
-        &[
-            "repo", "add", "cat", &url, "--branch", "main", "--poll", "1", "--output", "json",
-        ],
-        0,
-    ))
-    .unwrap();
+    let added = bed
+        .library()
+        .repo_add_with(
+            "cat",
+            std::path::Path::new(&url),
+            &repos::AddOptions {
+                branch: Some("main".to_owned()),
+                modules_dir: "modules".to_owned(),
+                poll_secs: Some(1),
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert_eq!(added["remote"]["url"], url.as_str());
     assert_eq!(added["remote"]["poll-secs"], 1);
     let clone = std::path::PathBuf::from(added["path"].as_str().unwrap());
@@ -133,9 +144,7 @@ fn a_new_commit_in_a_polled_repository_is_planned_with_no_hook() {
     let moved = scratch.path().join("moved");
     std::fs::rename(upstream.path(), &moved).unwrap();
     let problems = |bed: &Bed| -> Result<Vec<serde_json::Value>, String> {
-        let out = bed.run(&["status", "--output", "json"]);
-        let status: serde_json::Value =
-            serde_json::from_slice(&out.stdout).map_err(|e| format!("{e}: {out:?}"))?;
+        let status = bed.try_fleet_library()?.status()?.json;
         Ok(status["problems"].as_array().cloned().unwrap_or_default())
     };
     let found = wait_for(

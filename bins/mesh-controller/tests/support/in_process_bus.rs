@@ -239,6 +239,12 @@ impl FleetLibrary {
             .map_err(|e| said(&e))
     }
 
+    /// `repo list --output json`.
+    pub fn repos(&self) -> Result<Value, String> {
+        let repos = self.home().repos().map_err(|e| said(&e))?;
+        Ok(serde_json::to_value(repos).unwrap())
+    }
+
     /// `plans resume`: the open plans driven (it exits 3 when one of them stopped).
     pub fn plans_resume(&self) -> Result<Driven, String> {
         self.home().require().map_err(|e| said(&e))?;
