@@ -11,6 +11,9 @@
 //! The hosts share this machine's podman, so each runs with its own container prefix, all
 //! under one prefix unique to the run; every container under it is removed when the test
 //! ends, whether or not it passed.
+//!
+//! The controller is called as a library, in process, on the bed's bus (`Bed::library`,
+//! `Bed::fleet_library`): merges, plans, status, the records and the repository registered.
 
 mod support;
 
@@ -145,14 +148,35 @@ fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
-/// Runs `merge cat`, expecting `code`; its standard output.
-fn merge(bed: &Bed, code: i32) -> String {
-    bed.expect(&["merge", "cat"], code)
+/// `merge cat` through the library on the bed's bus, expected to exit `code` (0, or 3 when the
+/// plan stopped): its progress lines, as `merge` prints them.
+fn merge(bed: &Bed, code: u8) -> String {
+    let merged = bed
+        .library()
+        .merge("cat")
+        .unwrap_or_else(|error| panic!("merge cat: {error}"));
+    assert_eq!(
+        u8::from(merged.stopped) * 3,
+        code,
+        "{}\n{:#}",
+        merged.lines,
+        merged.json
+    );
+    merged.lines
+}
+
+/// `plans show ID --output json`.
+fn plan_record(bed: &Bed, id: &str) -> Value {
+    bed.library()
+        .plan(id)
+        .unwrap_or_else(|error| panic!("{error}"))
 }
 
 /// The stopped rollout of `app` in `plan`, as `status` lists it (exit 3: it needs a person).
 fn stopped_in_status(bed: &Bed, plan: &str) -> Value {
-    let status = json(&bed.expect(&["status", "--output", "json"], 3));
+    let status = bed.fleet_library().status().unwrap();
+    assert_eq!(status.code, 3, "{:#}", status.json);
+    let status = status.json;
     status["stopped"]
         .as_array()
         .unwrap()
@@ -177,8 +201,8 @@ fn a_new_build_whose_container_exits_or_is_unhealthy_stops_the_rollout_at_its_fi
     // container they made is removed.
     let prefixes = RunPrefix::new();
     let mut bed = Bed::new(&NODES);
-    let inventory = bed.record("inventory.toml").unwrap();
-    bed.put_inventory(&format!("{inventory}app = [\"a\", \"b\", \"c\"]\n"));
+    let inventory = bed.library_record("inventory.toml").unwrap();
+    bed.library_put_inventory(&format!("{inventory}app = [\"a\", \"b\", \"c\"]\n"));
     let v1 = app_module(RUNS, "");
     // The home's catalogue holds `app` too, as an operator's checkout does.
     write(
@@ -198,7 +222,7 @@ fn a_new_build_whose_container_exits_or_is_unhealthy_stops_the_rollout_at_its_fi
         ("modules/base/files/hello", "v1\n"),
     ]);
     let first = commit_app(&repo, &v1, "app v1");
-    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    bed.library().repo_add("cat", repo.path()).unwrap();
 
     // The first merge: every node runs the container.
     merge(&bed, 0);
@@ -212,7 +236,7 @@ fn a_new_build_whose_container_exits_or_is_unhealthy_stops_the_rollout_at_its_fi
             ((*node).to_owned(), seen)
         })
         .collect();
-    let deployed = json(&bed.record("deployed/app.json").unwrap());
+    let deployed = json(&bed.library_record("deployed/app.json").unwrap());
     assert_eq!(deployed["commit"], first.as_str());
 
     // A build whose container exits at once: failed on `a`, its first machine, with the exit
@@ -231,7 +255,7 @@ fn a_new_build_whose_container_exits_or_is_unhealthy_stops_the_rollout_at_its_fi
         !out.contains("`app`: sent `b`") && !out.contains("`app`: sent `c`"),
         "{out}"
     );
-    let plan = json(&bed.expect(&["plans", "show", "plan-2", "--output", "json"], 0));
+    let plan = plan_record(&bed, "plan-2");
     assert_eq!(plan["plan"]["state"]["state"], "stopped", "{plan}");
     let outcome = &plan["plan"]["rollouts"]["app"]["outcome"];
     assert_eq!(outcome["node"], "a", "{outcome}");
@@ -250,7 +274,7 @@ fn a_new_build_whose_container_exits_or_is_unhealthy_stops_the_rollout_at_its_fi
     let on_a = inspect(&format!("{}mesh-app-web", prefixes.of("a"))).expect("a's container");
     assert!(!on_a.running, "{on_a:?}");
     others_keep(&prefixes, &before, "after the container that exits");
-    let deployed = json(&bed.record("deployed/app.json").unwrap());
+    let deployed = json(&bed.library_record("deployed/app.json").unwrap());
     assert_eq!(
         deployed["commit"],
         first.as_str(),
@@ -273,7 +297,7 @@ fn a_new_build_whose_container_exits_or_is_unhealthy_stops_the_rollout_at_its_fi
         !out.contains("`app`: sent `b`") && !out.contains("`app`: sent `c`"),
         "{out}"
     );
-    let plan = json(&bed.expect(&["plans", "show", "plan-3", "--output", "json"], 0));
+    let plan = plan_record(&bed, "plan-3");
     assert_eq!(plan["plan"]["state"]["state"], "stopped", "{plan}");
     let stopped = stopped_in_status(&bed, "plan-3");
     assert_eq!(stopped["node"], "a", "{stopped}");
@@ -309,8 +333,8 @@ fn a_first_machine_whose_container_failed_before_stops_the_rollout_at_once() {
     let port = held.local_addr().unwrap().port();
     let prefixes = RunPrefix::new();
     let mut bed = Bed::new(&["a"]);
-    let inventory = bed.record("inventory.toml").unwrap();
-    bed.put_inventory(&format!("{inventory}app = [\"a\"]\n"));
+    let inventory = bed.library_record("inventory.toml").unwrap();
+    bed.library_put_inventory(&format!("{inventory}app = [\"a\"]\n"));
     let app = format!(
         "name = \"app\"\ndepends = [\"base\"]\ndeadline-secs = 120\n\n[containers.web]\nimage = \"{}\"\ncommand = [\"sh\", \"-c\", \"{}\"]\nports = [\"127.0.0.1:{port}:8080/tcp\"]\n",
         image(),
@@ -334,7 +358,7 @@ fn a_first_machine_whose_container_failed_before_stops_the_rollout_at_once() {
         ("modules/app/module.toml", &app),
     ]);
     repo.commit("base v2, app");
-    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    bed.library().repo_add("cat", repo.path()).unwrap();
 
     let began = std::time::Instant::now();
     let out = merge(&bed, 3);
@@ -342,7 +366,7 @@ fn a_first_machine_whose_container_failed_before_stops_the_rollout_at_once() {
         began.elapsed() < std::time::Duration::from_secs(120),
         "the merge waited out the deadline: {out}"
     );
-    let plan = json(&bed.expect(&["plans", "show", "plan-1", "--output", "json"], 0));
+    let plan = plan_record(&bed, "plan-1");
     assert_eq!(
         plan["plan"]["tiers"],
         serde_json::json!([["base"], ["app"]])
