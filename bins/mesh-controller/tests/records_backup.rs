@@ -3,9 +3,15 @@
 //! on the embedded default (files under the home) and on a real nats-server's records bucket
 //! (a record over 60 KiB kept there in chunks). A secret is in the archive as ciphertext; a
 //! home or bucket that is not empty, and an archive cut off, are refused and nothing is written.
+//!
+//! The controller is called as a library, in process (`Mesh::library`, `Bed::library`,
+//! `FleetLibrary`, on the bed's bus or on a home); the binary is run for one export and one
+//! import, end to end, as a person reads them.
 
 mod support;
 
+use mesh_controller::records;
+use mesh_controller::runtime::MeshOptions;
 use mesh_store::chunked::ChunkedRecords;
 use mesh_store::record_store::RecordStore;
 use std::collections::BTreeMap;
@@ -14,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use support::fleet::Bed;
+use support::in_process_bus::FleetLibrary;
 use support::Mesh;
 
 /// A value no fixture holds, so a byte search finds only what this test put there.
@@ -65,6 +72,11 @@ fn controller(home: &Path, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// The mesh at `home` (no bus) opened in process.
+fn home(home: &Path) -> FleetLibrary {
+    FleetLibrary::open(home, MeshOptions::default()).unwrap()
+}
+
 fn holds(bytes: &[u8], needle: &str) -> bool {
     bytes
         .windows(needle.len())
@@ -75,20 +87,15 @@ fn holds(bytes: &[u8], needle: &str) -> bool {
 fn the_embedded_homes_records_come_back_byte_for_byte() {
     let mesh = Mesh::example();
     let secret = unique_value("hunter2");
-    let set = ["settings", "set-secret", "tls", "host", "--node", "home"];
-    let run = mesh.run_stdin(&set, secret.as_bytes());
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    mesh.expect(
-        &[
-            "settings",
-            "set",
-            "backup",
-            "--node",
-            "home",
-            r#"{"keep": 9}"#,
-        ],
-        0,
-    );
+    let library = mesh.library();
+    let set = library
+        .settings_set_secret("tls", Some("home"), "host", secret.as_bytes())
+        .unwrap();
+    assert!(!set.refused(), "{set:?}");
+    let set = library
+        .settings_set("backup", Some("home"), r#"{"keep": 9}"#, false)
+        .unwrap();
+    assert!(!set.refused(), "{set:?}");
     let before = record_files(mesh.home());
     assert!(before.contains_key("inventory.toml"), "{:?}", before.keys());
     assert!(
@@ -99,6 +106,7 @@ fn the_embedded_homes_records_come_back_byte_for_byte() {
         before.keys()
     );
 
+    // Exported and restored as a person reads it, each run end to end.
     let work = tempfile::tempdir().unwrap();
     let archive = work.path().join("mesh.records");
     let said = mesh.expect(&["records", "export", archive.to_str().unwrap()], 0);
@@ -128,8 +136,7 @@ fn the_embedded_homes_records_come_back_byte_for_byte() {
     assert_eq!(record_files(&restored), before);
 
     // Run again (an import that stopped part way): nothing to do, nothing changed.
-    let out = controller(&restored, &["records", "import", archive.to_str().unwrap()]);
-    assert!(out.status.success(), "{out:?}");
+    home(&restored).records_restore(&archive).unwrap();
     assert_eq!(record_files(&restored), before);
 
     // A home holding a record the archive does not hold byte for byte is refused by name, and
@@ -137,9 +144,8 @@ fn the_embedded_homes_records_come_back_byte_for_byte() {
     let changed = restored.join("settings/backup/nodes/home.json");
     std::fs::write(&changed, b"{}\n").unwrap();
     let untouched = Mesh::snapshot_tree(&restored);
-    let out = controller(&restored, &["records", "import", archive.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let refused = String::from_utf8_lossy(&out.stderr);
+    // An error: `records import` exits 1 saying it.
+    let refused = home(&restored).records_restore(&archive).unwrap_err();
     assert!(refused.contains("is not empty"), "{refused}");
     assert!(
         refused.contains("settings/backup/nodes/home.json"),
@@ -151,9 +157,7 @@ fn the_embedded_homes_records_come_back_byte_for_byte() {
     let cut = work.path().join("cut.records");
     std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
     let empty = work.path().join("empty");
-    let out = controller(&empty, &["records", "import", cut.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let refused = String::from_utf8_lossy(&out.stderr);
+    let refused = home(&empty).records_restore(&cut).unwrap_err();
     assert!(refused.contains("cut.records line"), "{refused}");
     assert!(
         record_files(&empty).is_empty(),
@@ -183,40 +187,28 @@ fn bucket(bed: &Bed) -> (ChunkedRecords, BTreeMap<String, Vec<u8>>) {
 fn a_fleets_records_bucket_comes_back_byte_for_byte() {
     let bed = Bed::new(&["a"]);
     // An inventory over 60 KiB, which the bucket keeps in chunks.
-    let mut inventory = bed.record("inventory.toml").unwrap();
+    let mut inventory = bed.library_record("inventory.toml").unwrap();
     for line in 0..2_000 {
         inventory.push_str(&format!("# a long inventory's comment, line {line:05}\n"));
     }
     let file = bed.home.path().join("big-inventory.toml");
     std::fs::write(&file, &inventory).unwrap();
-    bed.expect(
-        &["records", "put", "inventory.toml", file.to_str().unwrap()],
-        0,
-    );
+    let put = bed
+        .fleet_library()
+        .records_put("inventory.toml", &file, None)
+        .unwrap();
+    assert_eq!(put, records::PutOutcome::Replaced);
     // A module with a setting, for a secret and a layer.
     support::fleet::write(
         &bed.home.path().join("catalogue/modules/vault/module.toml"),
         "name = \"vault\"\n\n[settings]\ntoken = \"none\"\nmotd = \"hello\"\n",
     );
     let secret = unique_value("s3cret");
-    let mut set = bed.command(&["settings", "set-secret", "vault", "token", "--node", "a"]);
-    let out = {
-        use std::io::Write as _;
-        let mut child = set
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(secret.as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
-    };
-    assert!(out.status.success(), "{out:?}");
+    let set = bed
+        .library()
+        .settings_set_secret("vault", Some("a"), "token", secret.as_bytes())
+        .unwrap();
+    assert!(!set.refused(), "{set:?}");
 
     let (records, before) = bucket(&bed);
     assert!(before["inventory.toml"].len() > 64 * 1024);
@@ -225,7 +217,7 @@ fn a_fleets_records_bucket_comes_back_byte_for_byte() {
     assert!(before.contains_key("settings/vault/nodes/a.json"));
 
     let archive: PathBuf = bed.home.path().join("fleet.records");
-    bed.expect(&["records", "export", archive.to_str().unwrap()], 0);
+    bed.fleet_library().records_export(&archive).unwrap();
     let bytes = std::fs::read(&archive).unwrap();
     assert!(
         !holds(&bytes, &secret),
@@ -237,21 +229,24 @@ fn a_fleets_records_bucket_comes_back_byte_for_byte() {
         records.delete(key).unwrap();
     }
     assert!(bucket(&bed).1.is_empty());
-    let said = bed.expect(&["records", "import", archive.to_str().unwrap()], 0);
-    assert!(
-        said.contains(&format!("restored {} records", before.len())),
-        "{said}"
-    );
+    // What `records import` prints as "restored N records".
+    let restored = bed.fleet_library().records_restore(&archive).unwrap();
+    assert_eq!(restored.records, before.len(), "{restored:?}");
     assert_eq!(bucket(&bed).1, before);
     // The controller reads its mesh again.
-    bed.expect(&["settings", "show", "vault", "--node", "a"], 0);
+    bed.library()
+        .settings_show("vault", Some("a"), false)
+        .unwrap();
 
     // A bucket holding what the archive does not is refused by name; nothing is written.
-    bed.expect(&["settings", "set", "vault", r#"{"motd": "changed"}"#], 0);
+    let set = bed
+        .library()
+        .settings_set("vault", None, r#"{"motd": "changed"}"#, false)
+        .unwrap();
+    assert!(!set.refused(), "{set:?}");
     let (_, changed) = bucket(&bed);
-    let out = bed.run(&["records", "import", archive.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let refused = String::from_utf8_lossy(&out.stderr);
+    // An error: `records import` exits 1 saying it.
+    let refused = bed.fleet_library().records_restore(&archive).unwrap_err();
     assert!(refused.contains("is not empty"), "{refused}");
     assert!(refused.contains("settings/vault/mesh.json"), "{refused}");
     assert_eq!(bucket(&bed).1, changed);

@@ -1,7 +1,8 @@
 //! The controller called as a library, in process, on a fleet bed's real bus
-//! ([`super::fleet::Bed`]): what the bed's controller commands do with `--bus`, the bus's own
-//! commands among them (`broker`, `runtimes`, `records`), and `push` and `status` with the
-//! flags the fleet's tests give them (`--timeout`, `--silent-after`). Each method does what its
+//! ([`super::fleet::Bed`]) — or on any home, [`FleetLibrary::open`] — what the bed's controller
+//! commands do with `--bus`, the bus's own commands among them (`broker`, `runtimes`,
+//! `records`), and `push` and `status` with the flags the fleet's tests give them (`--timeout`,
+//! `--silent-after`, `--report-limit`). Each method does what its
 //! command's `exec` does (`src/bin/mesh-controller/commands/`), without the rendering, and
 //! answers with what the command prints with `--output json` beside the value deciding its
 //! exit code, as [`super::in_process::Library`] does on a test mesh's home.
@@ -11,7 +12,7 @@
 use super::fleet::Bed;
 use super::in_process::{said, Driven, Merged, Pushed, Status};
 use mesh_controller::runtime::{self, MeshOptions, Runtime};
-use mesh_controller::{alert, broker, push, records, runtimes, status, users};
+use mesh_controller::{alert, backup, broker, push, records, runtimes, status, users};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -359,6 +360,17 @@ impl FleetLibrary {
         let bus = self.bus()?;
         let imported = records::import(home, self.home(), &bus.url).map_err(|e| said(&e))?;
         Ok(serde_json::to_value(imported).unwrap())
+    }
+
+    /// `records export FILE` (`--output json` prints what was written).
+    pub fn records_export(&self, file: &Path) -> Result<backup::Exported, String> {
+        backup::export(self.home(), file, mesh_host::now()).map_err(|e| said(&e))
+    }
+
+    /// `records import FILE`: the archive restored into the records (`--output json` prints
+    /// what was restored).
+    pub fn records_restore(&self, file: &Path) -> Result<backup::Restored, String> {
+        backup::import(self.home(), file).map_err(|e| said(&e))
     }
 
     /// `broker consumer-reset STREAM CONSUMER`: what was reset (`--output json` prints it), or
