@@ -280,8 +280,10 @@ impl FleetLibrary {
             }
         }
         let verdict = alert::judge(&overview, now, alert::DEFAULT_MID_CHANGE_AFTER_SECS);
+        let document = overview.json_document().map_err(|e| said(&e))?;
         Ok(Status {
-            json: serde_json::from_str(&overview.json_document().map_err(|e| said(&e))?).unwrap(),
+            json: serde_json::from_str(&document).unwrap(),
+            document,
             code: verdict.health.exit_code(),
         })
     }
