@@ -65,3 +65,41 @@ pub fn nodes_behind(home: &Home) -> Result<Vec<NodeBehind>> {
     out.sort();
     Ok(out)
 }
+
+/// What `push --behind` sends once the open plans' rollouts are driven: of the nodes behind,
+/// those that run now, and those left as they are.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Sends {
+    /// The nodes behind that the inventory says run now, each once, sorted: each is sent what
+    /// the mesh runs.
+    pub running: Vec<String>,
+    /// The nodes behind that do not run now, one entry each module they are behind on: not
+    /// sent, listed (`push --behind` says each is still not running).
+    pub not_running: Vec<NodeBehind>,
+}
+
+impl Sends {
+    /// Whether no node is behind at all, running or not.
+    pub fn is_empty(&self) -> bool {
+        self.running.is_empty() && self.not_running.is_empty()
+    }
+}
+
+/// The nodes `push --behind` sends: every node behind ([`nodes_behind`]) that runs now, each
+/// once however many modules it is behind on; those that do not run are kept apart, to be
+/// listed, since a send to them would go unheard.
+///
+/// # Errors
+/// As [`nodes_behind`].
+pub fn to_send(home: &Home) -> Result<Sends> {
+    let (running, not_running): (Vec<NodeBehind>, Vec<NodeBehind>) =
+        nodes_behind(home)?.into_iter().partition(|b| b.running);
+    let mut running: Vec<String> = running.into_iter().map(|b| b.node).collect();
+    // Sorted by node already; a node behind on two modules is sent once.
+    running.dedup();
+    Ok(Sends {
+        running,
+        not_running,
+    })
+}

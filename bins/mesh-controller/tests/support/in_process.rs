@@ -375,22 +375,16 @@ impl Library {
             .tokio
             .block_on(drives.drive_open(None, DriveMode::RolloutOnly, &moves))
             .map_err(|e| said(&e))?;
-        let behind = mesh_controller::behind::nodes_behind(self.home()).map_err(|e| said(&e))?;
-        let mut nodes: Vec<String> = behind
-            .iter()
-            .filter(|b| b.running)
-            .map(|b| b.node.clone())
-            .collect();
-        nodes.dedup();
-        let results: Vec<PushResult> = if nodes.is_empty() {
+        let behind = mesh_controller::behind::to_send(self.home()).map_err(|e| said(&e))?;
+        let results: Vec<PushResult> = if behind.running.is_empty() {
             Vec::new()
         } else {
             let checked = self.checked()?;
             self.tokio
-                .block_on(drives.push(&checked, &nodes, &moves, PUSH_TIMEOUT))
+                .block_on(drives.push(&checked, &behind.running, &moves, PUSH_TIMEOUT))
                 .map_err(|e| said(&e))?
         };
-        let still: Vec<_> = behind.iter().filter(|b| !b.running).collect();
+        let still = &behind.not_running;
         Ok(Pushed {
             verdict: push::verdict(&results),
             stopped: plans::any_stopped(&plans),

@@ -55,29 +55,22 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         ))?;
         // Then the nodes a finished rollout passed over, not running then: those running now
         // are sent what the mesh runs.
-        let behind = mesh_controller::behind::nodes_behind(&env.home)?;
-        let mut nodes: Vec<String> = behind
-            .iter()
-            .filter(|b| b.running)
-            .map(|b| b.node.clone())
-            .collect();
-        nodes.dedup();
+        let behind = mesh_controller::behind::to_send(&env.home)?;
         if behind.is_empty() && matches!(env.output, Output::Text) {
             return super::print_plans_driven(env.output, &plans);
         }
-        let results = if nodes.is_empty() {
+        let results = if behind.running.is_empty() {
             Vec::new()
         } else {
             eprintln!("read {}", heads::read(&env.home)?);
             env.runtime.block_on(drives.push(
                 &env.checked()?,
-                &nodes,
+                &behind.running,
                 &moves,
                 std::time::Duration::from_secs(args.timeout),
             ))?
         };
-        let still: Vec<&mesh_controller::behind::NodeBehind> =
-            behind.iter().filter(|b| !b.running).collect();
+        let still = &behind.not_running;
         match env.output {
             Output::Json => env.print_json(&serde_json::json!({
                 "read": heads::read(&env.home)?,
@@ -90,7 +83,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
                     print!("{}", render::plan_summary(plan));
                 }
                 print!("{}", render::push(&results));
-                for behind in &still {
+                for behind in still {
                     println!(
                         "{}: still not running: behind on `{}` since {} (the inventory says \
                          `running = false`)",
