@@ -346,6 +346,10 @@ fn with_value_at(layer: &Value, path: &str, value: Value) -> Option<Value> {
     None
 }
 
+/// The most bytes a secret may hold: 64 KiB. [`set_secret`] refuses a longer one, and the
+/// binary reads no more than one byte past it from standard input.
+pub const SECRET_LIMIT: usize = 64 * 1024;
+
 /// `settings set-secret MODULE KEY [--node NODE]`: sets one key of a layer to a secret, its
 /// value read by the caller from standard input (never from the command line), sealed to the
 /// mesh key and the operators' keys (`crate::secrets::seal`); the layer keeps the ciphertext
@@ -355,8 +359,9 @@ fn with_value_at(layer: &Value, path: &str, value: Value) -> Option<Value> {
 /// version accepts waits for it.
 ///
 /// # Errors
-/// An unknown module, node or key (nothing changed), an empty value, a key under a value that
-/// is not a table, or a record that cannot be read or written.
+/// An unknown module, node or key (nothing changed), an empty value or one longer than
+/// [`SECRET_LIMIT`] (refused before anything is read or written), a key under a value that is
+/// not a table, or a record that cannot be read or written.
 pub fn set_secret(
     on: &On<'_>,
     module: &str,
@@ -365,6 +370,15 @@ pub fn set_secret(
     value: &[u8],
     now: u64,
 ) -> Result<Answer> {
+    if value.len() > SECRET_LIMIT {
+        let scope = node.map_or(LayerScope::Mesh, |node| LayerScope::Node(node.to_owned()));
+        return Err(Error::refused(format!(
+            "{}: the secret for `{key}` is {} bytes; a secret is at most 64 KiB \
+             ({SECRET_LIMIT} bytes); nothing changed",
+            describe(module, &scope),
+            value.len()
+        )));
+    }
     let (home, catalogue) = (on.home, on.catalogue);
     let scope = scope(home, catalogue, module, node)?;
     if !mesh_model::template::is_dotted_key(key) {

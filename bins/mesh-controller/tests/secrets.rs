@@ -164,6 +164,26 @@ fn a_mesh_key_others_may_read_is_refused_and_nothing_changes() {
 }
 
 #[test]
+fn a_secret_longer_than_64_kib_is_refused_naming_module_and_key_and_nothing_changes() {
+    let mesh = Mesh::example();
+    let limit = mesh_controller::settings::SECRET_LIMIT;
+    assert_eq!(limit, 64 * 1024);
+    let before = Mesh::snapshot_tree(mesh.home());
+    let refused = set_secret(&mesh, "tls", "home", "host", &vec![b'x'; limit + 1]).unwrap_err();
+    assert!(
+        refused.contains("tls, node home")
+            && refused.contains("`host`")
+            && refused.contains("at most 64 KiB")
+            && refused.contains("nothing changed"),
+        "{refused}"
+    );
+    assert_eq!(Mesh::snapshot_tree(mesh.home()), before);
+    // One of exactly 64 KiB is kept.
+    set_secret(&mesh, "tls", "home", "host", &vec![b'x'; limit]).unwrap();
+    assert_ne!(Mesh::snapshot_tree(mesh.home()), before);
+}
+
+#[test]
 fn an_operators_key_opens_every_secret_and_a_rotation_leaves_every_layer_readable() {
     let mesh = Mesh::example();
     let value = unique_value();

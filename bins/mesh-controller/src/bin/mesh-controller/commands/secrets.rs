@@ -67,13 +67,15 @@ pub enum Recipients {
 /// # Errors
 /// Standard input cannot be read.
 pub fn read_standard_input() -> Result<zeroize::Zeroizing<Vec<u8>>> {
-    let mut value = zeroize::Zeroizing::new(Vec::with_capacity(64 * 1024));
+    const LIMIT: usize = mesh_controller::settings::SECRET_LIMIT;
+    let mut value = zeroize::Zeroizing::new(Vec::with_capacity(LIMIT));
     std::io::stdin()
         .lock()
-        .take(64 * 1024 + 1)
+        .take(LIMIT as u64 + 1)
         .read_to_end(&mut value)
         .context("reading the secret from standard input")?;
-    if value.len() > 64 * 1024 {
+    // Said here without reading the rest; the library refuses a longer secret as well.
+    if value.len() > LIMIT {
         anyhow::bail!("a secret is at most 64 KiB; nothing changed");
     }
     Ok(value)
