@@ -31,8 +31,9 @@
 //! - [`runtime`]: a mesh opened once ([`runtime::Mesh::open`]: home, store, fleet) and the
 //!   [`runtime::Runtime`] every command drives through — plans driven (built, then rolled out
 //!   one machine first) as tasks it owns and can cancel, and pushes;
-//! - [`heads`], [`orphans`], [`preview`]: the catalogues a command reads, the settings a coming
-//!   version would orphan, what a plan would do;
+//! - [`heads`], [`orphans`], [`check`], [`preview`]: the catalogues a command reads, the
+//!   settings a coming version would orphan, what `check` finds as a whole, what a plan would
+//!   do;
 //! - [`acks`], [`heartbeat`], [`settings`], [`init`], [`runtimes`]: the drift a person
 //!   acknowledged, the daemon's heartbeat, settings layers read and replaced (every replaced
 //!   layer kept), a new mesh home, who is there on the bus;
@@ -104,6 +105,8 @@ pub mod runtime;
 
 pub mod heads;
 pub mod orphans;
+
+pub mod check;
 pub mod preview;
 
 pub mod acks;

@@ -135,55 +135,6 @@ pub fn at_heads(home: &Home, checked: &Checked) -> Result<Vec<ComingOrphans>> {
     Ok(out)
 }
 
-/// What `check` finds: the catalogues it read, every problem of the catalogue and the
-/// inventory and of each registered repository's head, the settings those heads' next merges
-/// would orphan, and the keys a layer sets ahead of the version the nodes run (each waiting
-/// for an open plan). Its fields are what `check --output json` prints.
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    /// What the version the nodes run was read from.
-    pub running: crate::heads::Running,
-    /// Each registered repository's head, checked.
-    pub heads: Vec<crate::heads::Head>,
-    /// Every problem of the catalogue and the inventory.
-    pub problems: Vec<mesh_model::Diagnostic>,
-    /// What each head's next merge would orphan.
-    pub orphans: Vec<ComingOrphans>,
-    /// The keys set ahead of the version the nodes run; waiting is no problem.
-    pub waiting: Vec<crate::newest::Waiting>,
-}
-
-impl Check {
-    /// Whether the catalogue and inventory are sound: no problem, in the home or at a head,
-    /// and no setting a head would orphan. `check` exits 1 otherwise.
-    pub fn sound(&self) -> bool {
-        self.problems.is_empty()
-            && self.orphans.is_empty()
-            && self.heads.iter().all(|head| head.problems.is_empty())
-    }
-}
-
-/// Checks the mesh as `check` does: `checked` (the catalogue the nodes run and its problems)
-/// with the inventory, each registered repository's head, and the orphans and waiting keys.
-/// Reads only.
-///
-/// # Errors
-/// A record or a repository cannot be read.
-pub fn check(home: &Home, checked: &Checked) -> Result<Check> {
-    let problems = crate::push::problems(home, checked)?;
-    let orphans = at_heads(home, checked)?;
-    let waiting = crate::newest::waiting(home, &checked.0, &home.inventory()?)?;
-    let running = crate::heads::read(home)?;
-    let heads = crate::heads::check_heads(home)?;
-    Ok(Check {
-        running,
-        heads,
-        problems,
-        orphans,
-        waiting,
-    })
-}
-
 /// What the open plans would orphan for `node`: each module behind (an open plan has yet to
 /// build or roll it out) that the node runs, at that plan's commit.
 ///

@@ -11,7 +11,9 @@ use super::Mesh;
 use mesh_controller::plans::MergeOutcome;
 use mesh_controller::push::{self, PushResult, Verdict};
 use mesh_controller::runtime::{self, DriveMode, MeshOptions, Runtime};
-use mesh_controller::{alert, heads, newest, orphans, plans, preview, repos, settings, status};
+use mesh_controller::{
+    alert, check, heads, newest, orphans, plans, preview, repos, settings, status,
+};
 use mesh_model::plan::Plan;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -522,10 +524,10 @@ impl Library {
     }
 
     /// `check`: what it finds (`--output json` prints it; `check` exits 1 unless it is
-    /// sound, [`orphans::Check::sound`]).
-    pub fn check(&self) -> Result<orphans::Check, String> {
+    /// sound, [`check::Check::sound`]).
+    pub fn check(&self) -> Result<check::Check, String> {
         let checked = self.checked()?;
-        orphans::check(self.home(), &checked).map_err(|e| said(&e))
+        check::check(self.home(), &checked).map_err(|e| said(&e))
     }
 
     /// `plan NODE --output json`: the declaration the node would be sent now, a secret shown

@@ -4,7 +4,7 @@
 
 use crate::Output;
 use anyhow::Result;
-use mesh_controller::orphans;
+use mesh_controller::check;
 use std::process::ExitCode;
 
 /// Validates the catalogue and the inventory, listing every problem at once; validates each
@@ -19,7 +19,7 @@ pub struct Args {}
 /// Lists the problems and the orphans: exit 1 when there is any.
 pub fn exec(_args: Args, env: &super::Env) -> Result<ExitCode> {
     let checked = env.checked()?;
-    let check = orphans::check(&env.home, &checked)?;
+    let check = check::check(&env.home, &checked)?;
     let sound = check.sound();
     if let Output::Text = env.output {
         println!("read {}", check.running);
