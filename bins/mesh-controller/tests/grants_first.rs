@@ -2,6 +2,10 @@
 //! a grant that fails is tried again within the push's timeout, as a rollout does, and the
 //! push then converges — no node sent before its grants are in force. (That a grant still
 //! failing at the timeout fails the push, nothing else sent, is `fleet.rs`'s.)
+//!
+//! The controller's library is called in process on the fleet's bus (`Bed::library`): the
+//! pushes and `status`. Nothing here stays a run of the controller binary: `push --all` as a
+//! person runs it is run by the fleet tests.
 
 mod support;
 
@@ -14,7 +18,11 @@ fn a_push_tries_a_failed_grant_again_within_its_timeout_and_converges() {
     for node in ["bus", "a"] {
         bed.start_host(node);
     }
-    bed.push_all(60, 0);
+    let pushed = bed
+        .library()
+        .push_all_within(Duration::from_secs(60))
+        .unwrap();
+    assert_eq!(pushed.code(), 0, "{}{:#}", pushed.lines, pushed.json);
     // `agent` is granted a second bucket: the bus's users change.
     write(
         &bed.home.path().join("catalogue/modules/agent/module.toml"),
@@ -35,15 +43,20 @@ fn a_push_tries_a_failed_grant_again_within_its_timeout_and_converges() {
     bed.delay_reloads(limit + Duration::from_secs(5));
     let reloaded_before = bed.reloaded_at_ms();
 
-    let out = bed.run(&["push", "--all", "--timeout", "120", "--output", "json"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    // `push --all --timeout 120 --output json`: its progress lines are what it says on
+    // standard error, its results what it prints, and it exits 0 when they converged.
+    let pushed = bed
+        .library()
+        .push_all_within(Duration::from_secs(120))
+        .unwrap();
+    let stderr = &pushed.lines;
+    let stdout = format!("{:#}", pushed.json);
+    assert_eq!(pushed.code(), 0, "{stdout}\n{stderr}");
     assert!(
         stderr.contains("grants for a not issued") && stderr.contains("trying again in 10 s"),
         "the first grant failed and was tried again: {stderr}"
     );
-    let results: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
+    let results: Vec<serde_json::Value> = serde_json::from_value(pushed.json.clone()).unwrap();
     assert!(results.iter().all(converged), "{stdout}");
     assert_eq!(
         std::fs::read_to_string(bed.root("a").join("etc/agent.conf")).unwrap(),
@@ -59,7 +72,8 @@ fn a_push_tries_a_failed_grant_again_within_its_timeout_and_converges() {
         "`a` was sent (started at {a_started}) before the bus reloaded its users ({reloaded_at_s})"
     );
     // Nothing is left to say: the grants problem of the failed attempt is not recorded.
-    let status: serde_json::Value =
-        serde_json::from_str(&bed.expect(&["status", "--output", "json"], 0)).unwrap();
+    let status = bed.library().status();
+    assert_eq!(status.code, 0, "{:#}", status.json);
+    let status = status.json;
     assert_eq!(status["problems"], serde_json::json!([]), "{status:#}");
 }

@@ -128,6 +128,29 @@ pub struct Pushed {
     pub stopped: bool,
 }
 
+impl Pushed {
+    /// The exit code `push` ends with: 3 when a plan it drove stopped, else 0 converged, 2
+    /// held, 3 not converged.
+    pub fn code(&self) -> u8 {
+        match self.verdict {
+            _ if self.stopped => 3,
+            Verdict::Converged => 0,
+            Verdict::Held => 2,
+            Verdict::NotConverged => 3,
+        }
+    }
+
+    /// Each node's result by node, as `push --output json` lists them (without `--behind`).
+    pub fn by_node(&self) -> std::collections::BTreeMap<String, Value> {
+        self.json
+            .as_array()
+            .expect("push's results are a list")
+            .iter()
+            .map(|result| (result["node"].as_str().unwrap().to_owned(), result.clone()))
+            .collect()
+    }
+}
+
 /// What `status` says.
 pub struct Status {
     /// What `status --output json` prints.
@@ -343,22 +366,33 @@ impl Library {
     /// `push NODE… --move MODULE…`.
     pub fn push_moving(&self, nodes: &[&str], moves: &[&str]) -> Result<Pushed, String> {
         let nodes = nodes.iter().map(|n| (*n).to_owned()).collect();
-        self.push_to(nodes, false, moves)
+        self.push_to(nodes, false, moves, PUSH_TIMEOUT)
     }
 
     /// `push --all`.
     pub fn push_all(&self) -> Result<Pushed, String> {
-        self.push_to(Vec::new(), true, &[])
+        self.push_all_within(PUSH_TIMEOUT)
     }
 
-    fn push_to(&self, nodes: Vec<String>, all: bool, moves: &[&str]) -> Result<Pushed, String> {
+    /// `push --all --timeout SECONDS`: each node's report waited for `timeout`.
+    pub fn push_all_within(&self, timeout: Duration) -> Result<Pushed, String> {
+        self.push_to(Vec::new(), true, &[], timeout)
+    }
+
+    fn push_to(
+        &self,
+        nodes: Vec<String>,
+        all: bool,
+        moves: &[&str],
+        timeout: Duration,
+    ) -> Result<Pushed, String> {
         let inventory = self.home().inventory().map_err(|e| said(&e))?;
         let nodes = push::targets(&inventory, nodes, all).map_err(|refused| refused.to_string())?;
         let checked = self.checked()?;
         let (drives, progress) = self.drives();
         let results = self
             .tokio
-            .block_on(drives.push(&checked, &nodes, &set(moves), PUSH_TIMEOUT))
+            .block_on(drives.push(&checked, &nodes, &set(moves), timeout))
             .map_err(|e| said(&e))?;
         Ok(Pushed {
             verdict: push::verdict(&results),
