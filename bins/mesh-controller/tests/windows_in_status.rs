@@ -4,6 +4,11 @@
 //! 3); a push during it leaves the container held still; once it closes the host converges it
 //! by itself, and `status` settles with no push. Every wait is on `status` (a condition).
 //! Needs podman configured as `scripts/podman-env.sh` does; fails, never skips, without it.
+//!
+//! The controller's library is called in process on the fleet's bus (`Bed::library`): the
+//! pushes and `status`, whose text is read as the values it is printed from (the window's step
+//! and its holder; the binary's own snapshot of `status` renders a window). What stays a run of
+//! a binary: the host's `mesh-host window run`, which is the host's program.
 
 mod support;
 
@@ -20,16 +25,27 @@ fn keep_module(env: &str) -> String {
     )
 }
 
-/// `status --output json`, its exit code and `a`'s attention entry (if any).
+/// `status --output json`, in process on the bus: the exit code its overview is judged to, the
+/// document and `a`'s attention entry (if any).
 fn status(bed: &Bed) -> (Option<i32>, Value, Value) {
-    let out = bed.run(&["status", "--output", "json"]);
-    let status: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let status = bed.library().status();
+    let (code, status) = (status.code, status.json);
     let a = status["attention"]
         .as_array()
         .and_then(|nodes| nodes.iter().find(|n| n["node"] == "a").cloned())
         .unwrap_or(Value::Null);
-    (out.status.code(), status, a)
+    (Some(i32::from(code)), status, a)
+}
+
+/// `push --all --timeout 60 --output json`, in process on the bus: it ends with `code`; each
+/// node's result by node.
+fn push_all(bed: &Bed, code: u8) -> std::collections::BTreeMap<String, Value> {
+    let pushed = bed
+        .library()
+        .push_all_within(Duration::from_secs(60))
+        .unwrap();
+    assert_eq!(pushed.code(), code, "{}{:#}", pushed.lines, pushed.json);
+    pushed.by_node()
 }
 
 /// Removes the test's container, whatever made it.
@@ -58,7 +74,7 @@ fn a_window_on_a_serving_host_is_in_status_and_what_it_held_converges_after_with
         "a",
         &["--container-prefix", &prefix, "--podman-stop-timeout", "0"],
     );
-    let pushed = bed.push_all(60, 0);
+    let pushed = push_all(&bed, 0);
     assert!(support::fleet::converged(&pushed["a"]), "{pushed:?}");
 
     // A backup holds the container on `a`: `status` names the window, its step and the
@@ -100,12 +116,11 @@ fn a_window_on_a_serving_host_is_in_status_and_what_it_held_converges_after_with
         },
     );
     assert_eq!(code, Some(3), "a window open needs a look: {whole:#}");
-    let text = String::from_utf8_lossy(&bed.run(&["status"]).stdout).into_owned();
-    assert!(text.contains("backup"), "{text}");
-    assert!(
-        text.contains(&format!("held open by pid {holder}")),
-        "{text}"
-    );
+    // What `status` prints of it: the window's step, and "held open by pid N" from its holder.
+    let (_, _, a) = status(&bed);
+    let open = &a["windows"][0];
+    assert_eq!(open["step"], "backup", "{a:#}");
+    assert_eq!(open["holder"], holder, "{a:#}");
     wait_for("the step started", Duration::from_secs(60), || {
         if started.exists() {
             Ok(())
@@ -116,7 +131,7 @@ fn a_window_on_a_serving_host_is_in_status_and_what_it_held_converges_after_with
 
     // A push during the window changes the container: held still, the push says so.
     write(&module, &keep_module("env = { VERSION = \"2\" }\n"));
-    let held = bed.push_all(60, 3);
+    let held = push_all(&bed, 3);
     assert_eq!(
         held["a"]["report"]["resources"]["keep/container/db"]["outcome"], "held-still",
         "{:#}",
