@@ -8,6 +8,11 @@
 //! Nothing here waits on time: the daemon is there once its page answers; "the same moment" is
 //! a `status` before and after that agree (the hosts stopped first, so nothing changes).
 //! The browser and the daemon are killed when the test ends, failed or not.
+//!
+//! The controller's library is called in process on the fleet's bus (`Bed::library`): the
+//! repository registered, the plans and `status` read. The binary is run for the daemon
+//! (`serve`, its page and its refusals of an address or a key, which end the process with
+//! exit 1).
 
 mod support;
 
@@ -182,11 +187,12 @@ fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
-/// `status --output json`, as printed (exit 0, or 3 when something needs attention).
+/// `status --output json`, in process on the bus, as printed (the exit code its overview is
+/// judged to 0, or 3 when something needs attention).
 fn status_json(bed: &Bed) -> String {
-    let out = bed.run(&["status", "--output", "json"]);
-    assert!(matches!(out.status.code(), Some(0 | 3)), "{out:?}");
-    String::from_utf8(out.stdout).unwrap()
+    let status = bed.library().status();
+    assert!(matches!(status.code, 0 | 3), "{}", status.document);
+    status.document
 }
 
 /// A status document without the seconds counted up to the moment it was made (how long an
@@ -276,7 +282,7 @@ fn the_status_page_shows_the_nodes_and_a_rollouts_progress_in_a_browser_and_metr
     }
     let repo = Repo::new();
     let first = commit_base(&repo, "v1\n", "", "base v1");
-    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    bed.library().repo_add("cat", repo.path()).unwrap();
 
     // Not on a non-loopback address in the clear: refused, naming it, before anything runs.
     let refused = bed.run(&["serve", "--http", "0.0.0.0:0"]);
@@ -319,7 +325,7 @@ fn the_status_page_shows_the_nodes_and_a_rollouts_progress_in_a_browser_and_metr
     };
     support::fleet::wait_for_merge_consumer(&rt, &bus);
     let plan_ended = |id: &str| -> Result<(), String> {
-        let plans = json(&bed.expect(&["plans", "--output", "json"], 0));
+        let plans = bed.library().plans();
         let state = plans
             .as_array()
             .unwrap()
@@ -425,10 +431,7 @@ fn the_status_page_shows_the_nodes_and_a_rollouts_progress_in_a_browser_and_metr
     let (status, (code, metrics)) = at_one_moment(&bed, || get(&url, "/metrics").unwrap());
     assert_eq!(code, 200);
     let status = json(&status);
-    let plans: Vec<Value> = json(&bed.expect(&["plans", "--output", "json"], 0))
-        .as_array()
-        .unwrap()
-        .clone();
+    let plans: Vec<Value> = bed.library().plans().as_array().unwrap().clone();
     let scrape =
         prometheus_parse::Scrape::parse(metrics.lines().map(|l| Ok(l.to_owned()))).unwrap();
     for family in [
