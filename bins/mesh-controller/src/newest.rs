@@ -76,15 +76,7 @@ pub fn newest_definition(
 /// catalogue.
 pub fn newest_known(home: &Home, catalogue: &Catalogue, module: &str) -> Result<Newest> {
     newest_definition(home, catalogue, module)?.ok_or_else(|| {
-        crate::error::Error::refused(format!(
-            "`{module}` is not a module of the catalogue; its modules are: {}",
-            catalogue
-                .modules
-                .keys()
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))
+        crate::error::Error::refused(crate::settings::not_a_module(catalogue, module))
     })
 }
 
