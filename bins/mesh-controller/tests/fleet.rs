@@ -11,7 +11,7 @@
 //! mesh-bus (`tests/nats/grants.rs`) against the same composed users; not repeated here.
 //!
 //! The controller is called as a library, in process, on the bed's bus
-//! (`support::in_process_bus`, `Bed::fleet_library`; `Bed::library` for what a test mesh's
+//! (`support::in_process`, `Bed::library`; `Bed::library` for what a test mesh's
 //! library does too): pushes, status, the bus's users, discovery and the records. The binary is
 //! run for the daemon (`serve`, stopped by a signal), for a push running while a host is killed,
 //! for the plans lock's waiting (said on standard error as it waits), for what a person reads
@@ -26,7 +26,7 @@ use mesh_controller::runtime::MeshOptions;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::fleet::{converged, runtime, write, Bed, AGENT_MODULE, BASE_MODULE};
-use support::in_process_bus::{push_code, FleetLibrary};
+use support::in_process::Library;
 use support::{git, wait_for};
 
 #[test]
@@ -49,7 +49,7 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
     assert!(!bed.root("b").join("etc/agent.conf").exists());
     // The bus node holds the users the controller composed: `a` may use its module's bucket.
     let users = std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap();
-    assert_eq!(users, bed.fleet_library().broker_users().unwrap());
+    assert_eq!(users, bed.library().broker_users().unwrap());
     assert!(users.contains("$KV.agent_state.>"), "{users}");
     // Grants before code: the bus node's report came before any other node was sent.
     let bus_finished = results["bus"]["report"]["finished-at"].as_u64().unwrap();
@@ -84,7 +84,7 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
         "every node's latest apply unchanged",
         Duration::from_secs(30),
         || {
-            let status = bed.try_fleet_library()?.status()?.json;
+            let status = bed.try_library()?.try_status()?.json;
             let all_unchanged = status["nodes"].as_array().unwrap().iter().all(|node| {
                 node["report"]["resources"]
                     .as_object()
@@ -104,7 +104,7 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
     assert!(empty, "{diff:#}");
 
     // Discovery: every host answers with its node and modules.
-    let (runtimes, code) = bed.fleet_library().runtimes().unwrap();
+    let (runtimes, code) = bed.library().runtimes().unwrap();
     assert_eq!(code, 0, "{runtimes:#}");
     let modules_of = |node: &str| {
         runtimes["runtimes"]
@@ -171,7 +171,7 @@ fn a_node_joining_is_let_onto_the_bus_by_the_bus_node_before_it_is_sent_anything
     // `d` makes its seed and is enrolled now; the bus does not know its key yet, so its host
     // is refused and keeps trying.
     bed.enroll("d");
-    let users = bed.fleet_library().broker_users().unwrap();
+    let users = bed.library().broker_users().unwrap();
     assert!(users.contains("node-d"), "{users}");
     bed.start_host("d");
 
@@ -203,7 +203,7 @@ fn a_permissions_only_change_is_in_force_on_the_bus_before_another_node_is_sent(
         bed.start_host(node);
     }
     bed.library_push_all(60, 0);
-    let before = bed.fleet_library().broker_users().unwrap();
+    let before = bed.library().broker_users().unwrap();
     write(
         &bed.home.path().join("catalogue/modules/agent/module.toml"),
         &AGENT_MODULE.replace(
@@ -218,7 +218,7 @@ fn a_permissions_only_change_is_in_force_on_the_bus_before_another_node_is_sent(
             .join("catalogue/modules/agent/files/agent.conf"),
         "interval = 5\ncache = agent_cache\n",
     );
-    let users = bed.fleet_library().broker_users().unwrap();
+    let users = bed.library().broker_users().unwrap();
     assert_ne!(users, before);
     assert_eq!(
         permissions_in_config(&users).keys().collect::<Vec<_>>(),
@@ -284,7 +284,7 @@ fn hosts_ride_out_a_bus_restart_and_the_next_push_converges() {
     }
     // Their discovery answers came back with the connection: each host's runtime is listed
     // (what `runtimes` prints as "mesh-host on NODE: …"), and `runtimes` exits 0.
-    let (found, code) = bed.fleet_library().runtimes().unwrap();
+    let (found, code) = bed.library().runtimes().unwrap();
     assert_eq!(code, 0, "{found:#}");
     for node in ["bus", "a", "b"] {
         assert!(host_answered(&found, node), "{found:#}");
@@ -303,7 +303,7 @@ fn a_host_that_never_reports_is_named_while_the_others_converge() {
         "the hosts of bus, a and b answering",
         Duration::from_secs(60),
         || {
-            let (found, _) = bed.try_fleet_library()?.runtimes()?;
+            let (found, _) = bed.try_library()?.runtimes()?;
             if ["bus", "a", "b"]
                 .iter()
                 .all(|node| host_answered(&found, node))
@@ -327,7 +327,7 @@ fn a_host_that_never_reports_is_named_while_the_others_converge() {
         assert!(Instant::now() < deadline, "c never applied what was sent");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let (found, code) = bed.fleet_library().runtimes().unwrap();
+    let (found, code) = bed.library().runtimes().unwrap();
     assert_eq!(code, 0, "{found:#}");
     assert!(host_answered(&found, "c"), "{found:#}");
 }
@@ -425,15 +425,18 @@ fn the_bus_nodes_declaration_does_not_grow_with_the_bus_users() {
     let mut bed = Bed::new(&["a"]);
     bed.start_host("bus");
     bed.start_host("a");
-    let pushed = bed.fleet_library().push(&["bus", "a"], 30).unwrap();
-    assert_eq!(push_code(pushed.verdict), 0, "{:#}", pushed.json);
+    let pushed = bed
+        .library()
+        .push_within(&["bus", "a"], &[], Duration::from_secs(30))
+        .unwrap();
+    assert_eq!(pushed.code(), 0, "{:#}", pushed.json);
     let results = pushed.json.as_array().unwrap();
     let out = &pushed.json;
     assert!(results.iter().all(converged), "{out}");
     let few = sent_declaration(&bed, "bus");
     let users_few =
         std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap();
-    assert_eq!(users_few, bed.fleet_library().broker_users().unwrap());
+    assert_eq!(users_few, bed.library().broker_users().unwrap());
     assert!(!few.contains("password"), "{few}");
 
     // 200 more nodes, not running: each one more user of the bus.
@@ -442,8 +445,11 @@ fn the_bus_nodes_declaration_does_not_grow_with_the_bus_users() {
         inventory.push_str(&format!("\n[nodes.idle-{index:03}]\nrunning = false\n"));
     }
     bed.library_put_inventory(&inventory);
-    let pushed = bed.fleet_library().push(&["bus", "a"], 60).unwrap();
-    assert_eq!(push_code(pushed.verdict), 0, "{:#}", pushed.json);
+    let pushed = bed
+        .library()
+        .push_within(&["bus", "a"], &[], Duration::from_secs(60))
+        .unwrap();
+    assert_eq!(pushed.code(), 0, "{:#}", pushed.json);
     let results = pushed.json.as_array().unwrap();
     let out = &pushed.json;
     assert!(results.iter().all(converged), "{out}");
@@ -457,7 +463,7 @@ fn the_bus_nodes_declaration_does_not_grow_with_the_bus_users() {
     // The users file landed on the bus node whole, and the bus took it: `a` was let on.
     let users_many =
         std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap();
-    assert_eq!(users_many, bed.fleet_library().broker_users().unwrap());
+    assert_eq!(users_many, bed.library().broker_users().unwrap());
     assert!(users_many.contains("idle-199"), "{users_many}");
     assert!(users_many.len() > users_few.len() + 200 * 100);
     // No record holds the users' text: not the declaration, not the confirmed users.
@@ -506,11 +512,7 @@ fn an_inventory_larger_than_a_bucket_value_is_kept_in_chunks_and_read_back_whole
         assert!(size <= 64 * 1024, "{key}: {size} bytes");
     }
     // The controller reads it as an inventory: `broker users` names every node.
-    assert!(bed
-        .fleet_library()
-        .broker_users()
-        .unwrap()
-        .contains("idle-2999"));
+    assert!(bed.library().broker_users().unwrap().contains("idle-2999"));
 }
 
 #[test]
@@ -520,7 +522,7 @@ fn a_grant_that_fails_fails_the_send() {
     let mut bed = Bed::new(&["a"]);
     bed.start_host("a");
     // An error: `push` says it and exits 1.
-    let Err(stderr) = bed.fleet_library().push_all(2) else {
+    let Err(stderr) = bed.library().push_all_within(Duration::from_secs(2)) else {
         panic!("the push went on without the bus node's grants");
     };
     assert!(stderr.contains("grants not issued"), "{stderr}");
@@ -534,7 +536,7 @@ fn a_grant_that_fails_fails_the_send() {
     assert!(bed.library_record("bus/authorization.json").is_none());
     // The rule “Nothing fails silently”: the failure is `status`'s until a send to `a`, not only a
     // line on stderr.
-    let out = bed.fleet_library().status().unwrap();
+    let out = bed.library().status();
     assert_eq!(out.code, 3, "{:#}", out.json);
     let status = out.json;
     let grants: Vec<&serde_json::Value> = status["problems"]
@@ -676,7 +678,7 @@ fn consumer_reset_refuses_a_work_queue_and_resets_a_history_consumer() {
     // Refused (`broker consumer-reset` exits 2 saying why): a work queue's pending messages are
     // work to do.
     let refused = bed
-        .fleet_library()
+        .library()
         .consumer_reset("WORK", "worker")
         .unwrap()
         .unwrap_err();
@@ -728,7 +730,7 @@ fn the_controller_daemon_answers_discovery_and_rolls_out_a_merge_announced_twice
     loop {
         // Exit 0 once every node is heard serving what it is assigned, 3 before it is heard,
         // 2 while it is heard and not yet sent `base`.
-        let (found, code) = bed.fleet_library().runtimes().unwrap();
+        let (found, code) = bed.library().runtimes().unwrap();
         assert!(matches!(code, 0 | 2 | 3), "{found:#}");
         if found["runtimes"]
             .as_array()
@@ -819,15 +821,12 @@ fn records_move_to_the_bus_once_and_the_home_left_behind_is_not_read() {
     let before = bed.library_record("inventory.toml").unwrap();
 
     // An error (`records import` exits 1 saying it).
-    let stderr = bed
-        .fleet_library()
-        .records_import(bed.home.path())
-        .unwrap_err();
+    let stderr = bed.library().records_import(bed.home.path()).unwrap_err();
     assert!(stderr.contains("records of"), "{stderr}");
 
     // The home opened without the bus: `status` on it is an error (exit 1).
-    let local = FleetLibrary::open(bed.home.path(), MeshOptions::default()).unwrap();
-    let Err(stderr) = local.status() else {
+    let local = Library::open(bed.home.path(), MeshOptions::default()).unwrap();
+    let Err(stderr) = local.try_status() else {
         panic!("status read the home's old records");
     };
     assert!(
@@ -845,7 +844,7 @@ fn records_move_to_the_bus_once_and_the_home_left_behind_is_not_read() {
     let broken = bed.home.path().join("broken.toml");
     write(&broken, "bus-node = [\n");
     // Each an error: `records put` exits 1 saying it.
-    let library = bed.fleet_library();
+    let library = bed.library();
     let stderr = library
         .records_put("inventory.toml", &broken, None)
         .unwrap_err();
@@ -921,8 +920,11 @@ fn the_plans_lease_on_the_bus_waits_for_a_live_holder_and_takes_over_a_silent_on
 /// `status` ends with.
 fn status_of(bed: &Bed, node: &str, silent_after: u64) -> (u8, serde_json::Value) {
     let out = bed
-        .fleet_library()
-        .status_with(silent_after)
+        .library()
+        .status_with(&mesh_controller::status::StatusOptions {
+            silent_after_secs: silent_after,
+            ..Default::default()
+        })
         .unwrap_or_else(|e| panic!("{e}"));
     let status = out.json;
     let entry = status["nodes"]
@@ -1079,7 +1081,7 @@ fn a_fleet_no_one_else_can_join() {
             "{who}'s seed is in the users file"
         );
     }
-    let status = bed.fleet_library().status().unwrap().json;
+    let status = bed.library().status().json;
     assert_eq!(status["on-passwords"], serde_json::json!([]), "{status}");
 
     // The records bucket: no password record, and no seed in any record.
@@ -1108,7 +1110,7 @@ fn a_fleet_no_one_else_can_join() {
             bus: Some(bus),
             ..Default::default()
         };
-        FleetLibrary::open(bed.home.path(), options)?.status()
+        Library::open(bed.home.path(), options)?.try_status()
     };
     let plain_url = bed.url.replace("tls://", "nats://");
     let Err(said) = status_on(BusArgs {
@@ -1141,7 +1143,7 @@ fn a_fleet_no_one_else_can_join() {
     use std::os::unix::fs::PermissionsExt as _;
     let seed_file = bed.controller_seed_file();
     std::fs::set_permissions(&seed_file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let Err(said) = bed.try_fleet_library().and_then(|library| library.status()) else {
+    let Err(said) = bed.try_library().and_then(|library| library.try_status()) else {
         panic!("the controller signed with a seed others may read");
     };
     assert!(
@@ -1151,7 +1153,7 @@ fn a_fleet_no_one_else_can_join() {
     let controller_seed = &seeds.last().unwrap().1;
     assert!(!said.contains(controller_seed.as_str()), "{said}");
     std::fs::set_permissions(&seed_file, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let settled = bed.fleet_library().status().unwrap();
+    let settled = bed.library().status();
     assert_eq!(settled.code, 0, "{:#}", settled.json);
 
     // A node added and not yet enrolled is on a password: `status` names it (text and JSON)
@@ -1166,13 +1168,13 @@ fn a_fleet_no_one_else_can_join() {
             && text.contains("`node enroll NODE PUBLIC-KEY`): late\n"),
         "{text}"
     );
-    let status = bed.fleet_library().status().unwrap().json;
+    let status = bed.library().status().json;
     assert_eq!(
         status["on-passwords"],
         serde_json::json!(["late"]),
         "{status}"
     );
     bed.enroll("late");
-    let status = bed.fleet_library().status().unwrap().json;
+    let status = bed.library().status().json;
     assert_eq!(status["on-passwords"], serde_json::json!([]), "{status}");
 }

@@ -13,7 +13,7 @@
 //! ends, whether or not it passed.
 //!
 //! The controller is called as a library, in process, on the bed's bus (`Bed::library`,
-//! `Bed::fleet_library`): merges, plans, status, the records and the repository registered.
+//! `Bed::library`): merges, plans, status, the records and the repository registered.
 
 mod support;
 
@@ -174,7 +174,7 @@ fn plan_record(bed: &Bed, id: &str) -> Value {
 
 /// The stopped rollout of `app` in `plan`, as `status` lists it (exit 3: it needs a person).
 fn stopped_in_status(bed: &Bed, plan: &str) -> Value {
-    let status = bed.fleet_library().status().unwrap();
+    let status = bed.library().status();
     assert_eq!(status.code, 3, "{:#}", status.json);
     let status = status.json;
     status["stopped"]

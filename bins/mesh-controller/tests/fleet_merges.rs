@@ -9,7 +9,7 @@
 //! from the record, a host killed mid-apply reporting mid-change and then converging.
 //!
 //! The controller is called as a library, in process, on the bed's bus (`Bed::library`,
-//! `Bed::fleet_library`): merges (on a thread of their own while the test restarts the bus or
+//! `Bed::library`): merges (on a thread of their own while the test restarts the bus or
 //! kills a host), `plans resume` on another machine, status, plans and records. The binary is
 //! run for the merge killed with SIGKILL mid-rollout (a process), and for `plans show` and
 //! `status` as a person reads them; the collector is its own binary.
@@ -21,8 +21,8 @@ use serde_json::Value;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use support::fleet::Bed;
+use support::in_process::Library;
 use support::in_process::Merged;
-use support::in_process_bus::FleetLibrary;
 use support::Repo;
 
 /// `base` writes `/etc/mesh/hello` on every node; `extra` is appended to its file's table
@@ -96,14 +96,14 @@ fn merge(bed: &Bed, code: u8) -> String {
 fn merge_meanwhile(bed: &Bed) -> std::thread::JoinHandle<Result<Merged, String>> {
     let home = bed.home.path().to_owned();
     let options = bed.mesh_options();
-    std::thread::spawn(move || FleetLibrary::open(&home, options)?.merge("cat"))
+    std::thread::spawn(move || Library::open(&home, options)?.merge("cat"))
 }
 
 /// `status --output json`, and the exit code `status` ends with.
 fn status(bed: &Bed) -> (Value, u8) {
     let status = bed
-        .fleet_library()
-        .status()
+        .library()
+        .try_status()
         .unwrap_or_else(|error| panic!("{error}"));
     (status.json, status.code)
 }
@@ -205,7 +205,7 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
     }
     assert_eq!(
         std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap(),
-        bed.fleet_library().broker_users().unwrap()
+        bed.library().broker_users().unwrap()
     );
     let done = plan(&bed, "plan-1");
     assert_eq!(done["plan"]["state"]["state"], "done", "{done}");
@@ -352,8 +352,8 @@ fn a_rollout_rides_out_a_bus_restart_and_a_killed_controller_resumes_from_the_re
     // `plans resume` there, given the bus, the controller's seed (`--bus-seed`) and the store.
     let mut options = bed.mesh_options();
     options.bus.as_mut().unwrap().seed_file = Some(bed.controller_seed_file());
-    let resumed = FleetLibrary::open(elsewhere.path(), options)
-        .and_then(|library| library.plans_resume())
+    let resumed = Library::open(elsewhere.path(), options)
+        .and_then(|library| library.plans_resume(None))
         .unwrap_or_else(|error| panic!("plans resume: {error}"));
     // `plans resume` exits 0: no plan stopped.
     assert!(!resumed.stopped, "{}\n{:#?}", resumed.lines, resumed.plans);

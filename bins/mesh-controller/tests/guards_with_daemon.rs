@@ -14,7 +14,7 @@
 //! Needs podman configured as `scripts/podman-env.sh` does; fails, never skips, without it.
 //!
 //! The controller is called as a library, in process, on the bed's bus (`Bed::library`,
-//! `Bed::fleet_library`): the merges announced, the repository registered, settings set and
+//! `Bed::library`): the merges announced, the repository registered, settings set and
 //! renamed, pushes, `merge --move`, status and the inventory. The binary is run for the daemon
 //! (`serve`, `support::daemon`).
 
@@ -24,7 +24,6 @@ use serde_json::Value;
 use support::daemon::{plans, start_serve, wait_for_plan_done};
 use support::fleet::Bed;
 use support::in_process::MergeFlags;
-use support::in_process_bus::push_code;
 use support::Repo;
 
 /// The plan `id`, as `plans --output json` lists it.
@@ -38,7 +37,7 @@ fn plan(bed: &Bed, id: &str) -> Value {
 /// Announces the merge of the repository's head to the daemon (`merge cat --announce`):
 /// announced, not "already announced", the merge of `cat`.
 fn announce(bed: &Bed) {
-    let announced = bed.fleet_library().announce("cat").unwrap();
+    let announced = bed.library().merge_announce("cat").unwrap();
     assert!(
         announced.repository == "cat" && !announced.already_announced,
         "{announced:?}"
@@ -49,7 +48,7 @@ fn announce(bed: &Bed) {
 /// ends with then.
 fn held(bed: &Bed, what: &str) -> (u8, Value) {
     support::wait_for(what, std::time::Duration::from_secs(120), || {
-        let status = bed.try_fleet_library()?.status()?;
+        let status = bed.try_library()?.try_status()?;
         match status.json["held"].as_array() {
             Some(held) if !held.is_empty() => Ok((status.code, status.json)),
             _ => Err(format!("{:#}", status.json)),
@@ -59,7 +58,7 @@ fn held(bed: &Bed, what: &str) -> (u8, Value) {
 
 /// `status --output json`, expected to exit `code`.
 fn status_of(bed: &Bed, code: u8) -> Value {
-    let status = bed.fleet_library().status().unwrap();
+    let status = bed.library().status();
     assert_eq!(status.code, code, "{:#}", status.json);
     status.json
 }
@@ -75,14 +74,11 @@ fn set(bed: &Bed, module: &str, node: &str, json: &str) {
 
 /// `push NODE [--move MODULE] --timeout 60`: every node converged (`push` exits 0).
 fn push(bed: &Bed, node: &str, moves: &[&str]) {
-    let pushed = bed.fleet_library().push_moving(&[node], moves, 60).unwrap();
-    assert_eq!(
-        push_code(pushed.verdict),
-        0,
-        "{}\n{:#}",
-        pushed.lines,
-        pushed.json
-    );
+    let pushed = bed
+        .library()
+        .push_within(&[node], moves, std::time::Duration::from_secs(60))
+        .unwrap();
+    assert_eq!(pushed.code(), 0, "{}\n{:#}", pushed.lines, pushed.json);
 }
 
 /// `keep` runs a container whose `/data` is the place `data`.

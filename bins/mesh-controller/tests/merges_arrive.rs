@@ -3,7 +3,7 @@
 //! over a real nats-server, rolled out to a real `mesh-host serve`, read from real git.
 //!
 //! The controller is called as a library, in process, on the bed's bus (`Bed::library`,
-//! `Bed::fleet_library`): repositories registered and listed, merges announced, status. The
+//! `Bed::library`): repositories registered and listed, merges announced, status. The
 //! binary is run for the daemon (`serve`) and for one announcement as a post-receive hook runs
 //! it, read as a person reads it.
 
@@ -25,7 +25,7 @@ fn merge_announce_is_planned_by_the_daemon_once() {
 
     // No daemon has ever heard merges on this bus: refused, nothing announced (an error:
     // `merge --announce` exits 1 saying it).
-    let Err(said) = bed.fleet_library().announce("cat") else {
+    let Err(said) = bed.library().merge_announce("cat") else {
         panic!("announced with no daemon hearing merges");
     };
     assert!(
@@ -39,7 +39,7 @@ fn merge_announce_is_planned_by_the_daemon_once() {
     let bus = bed.controller_bus(&rt);
     support::fleet::wait_for_merge_consumer(&rt, &bus);
 
-    let announced = serde_json::to_value(bed.fleet_library().announce("cat").unwrap()).unwrap();
+    let announced = serde_json::to_value(bed.library().merge_announce("cat").unwrap()).unwrap();
     assert_eq!(announced["repository"], "cat");
     assert_eq!(announced["branch"], "main");
     assert_eq!(announced["commit"], first.as_str());
@@ -53,7 +53,7 @@ fn merge_announce_is_planned_by_the_daemon_once() {
 
     // Announced again: the stream has it already, so nothing is stored and nothing planned.
     // What `merge --announce` prints as "already announced the merge of `cat` main at …".
-    let again = bed.fleet_library().announce("cat").unwrap();
+    let again = bed.library().merge_announce("cat").unwrap();
     assert!(
         again.already_announced && again.repository == "cat" && again.branch == "main",
         "{again:?}"
@@ -103,7 +103,7 @@ fn a_new_commit_in_a_polled_repository_is_planned_with_no_hook() {
         said.contains("readable by others") && !said.contains("a token"),
         "{said}"
     );
-    assert_eq!(bed.fleet_library().repos().unwrap(), serde_json::json!([]));
+    assert_eq!(bed.library().repo_list().unwrap(), serde_json::json!([]));
     assert!(!bed.home.path().join("repos/cat.git").exists());
 
     // Registered by URL: kept as a clone under the home, fetched every second by the daemon.
@@ -144,7 +144,7 @@ fn a_new_commit_in_a_polled_repository_is_planned_with_no_hook() {
     let moved = scratch.path().join("moved");
     std::fs::rename(upstream.path(), &moved).unwrap();
     let problems = |bed: &Bed| -> Result<Vec<serde_json::Value>, String> {
-        let status = bed.try_fleet_library()?.status()?.json;
+        let status = bed.try_library()?.try_status()?.json;
         Ok(status["problems"].as_array().cloned().unwrap_or_default())
     };
     let found = wait_for(

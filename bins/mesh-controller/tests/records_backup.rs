@@ -5,7 +5,7 @@
 //! home or bucket that is not empty, and an archive cut off, are refused and nothing is written.
 //!
 //! The controller is called as a library, in process (`Mesh::library`, `Bed::library`,
-//! `FleetLibrary`, on the bed's bus or on a home); the binary is run for one export and one
+//! `Library`, on the bed's bus or on a home); the binary is run for one export and one
 //! import, end to end, as a person reads them.
 
 mod support;
@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use support::fleet::Bed;
-use support::in_process_bus::FleetLibrary;
+use support::in_process::Library;
 use support::Mesh;
 
 /// A value no fixture holds, so a byte search finds only what this test put there.
@@ -73,8 +73,8 @@ fn controller(home: &Path, args: &[&str]) -> std::process::Output {
 }
 
 /// The mesh at `home` (no bus) opened in process.
-fn home(home: &Path) -> FleetLibrary {
-    FleetLibrary::open(home, MeshOptions::default()).unwrap()
+fn home(home: &Path) -> Library {
+    Library::open(home, MeshOptions::default()).unwrap()
 }
 
 fn holds(bytes: &[u8], needle: &str) -> bool {
@@ -194,7 +194,7 @@ fn a_fleets_records_bucket_comes_back_byte_for_byte() {
     let file = bed.home.path().join("big-inventory.toml");
     std::fs::write(&file, &inventory).unwrap();
     let put = bed
-        .fleet_library()
+        .library()
         .records_put("inventory.toml", &file, None)
         .unwrap();
     assert_eq!(put, records::PutOutcome::Replaced);
@@ -217,7 +217,7 @@ fn a_fleets_records_bucket_comes_back_byte_for_byte() {
     assert!(before.contains_key("settings/vault/nodes/a.json"));
 
     let archive: PathBuf = bed.home.path().join("fleet.records");
-    bed.fleet_library().records_export(&archive).unwrap();
+    bed.library().records_export(&archive).unwrap();
     let bytes = std::fs::read(&archive).unwrap();
     assert!(
         !holds(&bytes, &secret),
@@ -230,7 +230,7 @@ fn a_fleets_records_bucket_comes_back_byte_for_byte() {
     }
     assert!(bucket(&bed).1.is_empty());
     // What `records import` prints as "restored N records".
-    let restored = bed.fleet_library().records_restore(&archive).unwrap();
+    let restored = bed.library().records_restore(&archive).unwrap();
     assert_eq!(restored.records, before.len(), "{restored:?}");
     assert_eq!(bucket(&bed).1, before);
     // The controller reads its mesh again.
@@ -246,7 +246,7 @@ fn a_fleets_records_bucket_comes_back_byte_for_byte() {
     assert!(!set.refused(), "{set:?}");
     let (_, changed) = bucket(&bed);
     // An error: `records import` exits 1 saying it.
-    let refused = bed.fleet_library().records_restore(&archive).unwrap_err();
+    let refused = bed.library().records_restore(&archive).unwrap_err();
     assert!(refused.contains("is not empty"), "{refused}");
     assert!(refused.contains("settings/vault/mesh.json"), "{refused}");
     assert_eq!(bucket(&bed).1, changed);

@@ -8,7 +8,7 @@
 //! Nothing here waits on time: each check waits for the condition it needs.
 //!
 //! The controller is called as a library, in process, on the bed's bus (`Bed::library`,
-//! `Bed::fleet_library`): pushes, the repository registered, status (with a report limit of its
+//! `Bed::library`): pushes, the repository registered, status (with a report limit of its
 //! own, as `--report-limit` gives it) and the records. The binary is run for the daemon
 //! (`serve --http`) and for `status` as a person reads an unreadable report in it.
 
@@ -19,7 +19,7 @@ use std::io::{Read as _, Write as _};
 use std::time::Duration;
 use support::daemon::{commit_base, start_serve};
 use support::fleet::Bed;
-use support::in_process_bus::{push_code, FleetLibrary};
+use support::in_process::Library;
 use support::{wait_for, Repo};
 
 /// `GET path` from `base` (`http://ADDR/`): status code and body.
@@ -61,20 +61,17 @@ fn node_of(overview: &Value, name: &str) -> Value {
 fn status(bed: &Bed, report_limit: Option<usize>) -> Result<(u8, Value), String> {
     let mut options = bed.mesh_options();
     options.report_limit = report_limit;
-    let status = FleetLibrary::open(bed.home.path(), options)?.status()?;
+    let status = Library::open(bed.home.path(), options)?.try_status()?;
     Ok((status.code, status.json))
 }
 
 /// `push NODE… --timeout 120`: every node converged (`push` exits 0).
 fn push(bed: &Bed, nodes: &[&str]) {
-    let pushed = bed.fleet_library().push(nodes, 120).unwrap();
-    assert_eq!(
-        push_code(pushed.verdict),
-        0,
-        "{}\n{:#}",
-        pushed.lines,
-        pushed.json
-    );
+    let pushed = bed
+        .library()
+        .push_within(nodes, &[], Duration::from_secs(120))
+        .unwrap();
+    assert_eq!(pushed.code(), 0, "{}\n{:#}", pushed.lines, pushed.json);
 }
 
 /// The problems `status --output json` shows whose `what` holds `needle` (what `status`

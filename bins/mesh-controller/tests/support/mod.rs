@@ -5,7 +5,6 @@
 pub mod daemon;
 pub mod fleet;
 pub mod in_process;
-pub mod in_process_bus;
 pub mod secrets;
 pub use mesh_test_support::pki;
 pub use mesh_test_support::wait::wait_for;

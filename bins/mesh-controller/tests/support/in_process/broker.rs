@@ -1,0 +1,44 @@
+//! The bus's own commands through the library: `broker`, `runtimes`.
+
+use super::{said, Library};
+use mesh_controller::{broker, runtimes, users};
+use serde_json::Value;
+
+impl Library {
+    /// `broker users`: the bus's users as the next push would send them to the bus node.
+    pub fn broker_users(&self) -> Result<String, String> {
+        let checked = self.checked()?;
+        users::users_text(self.home(), &checked, self.bus()?).map_err(|e| said(&e))
+    }
+
+    /// `runtimes --output json`, and the exit code it ends with (0 every node heard serving
+    /// what it is assigned, 2 a module missing or elsewhere, 3 something not heard).
+    pub fn runtimes(&self) -> Result<(Value, u8), String> {
+        self.home().require().map_err(|e| said(&e))?;
+        let found = self
+            .tokio
+            .block_on(runtimes::runtimes(self.home(), self.bus()?))
+            .map_err(|e| said(&e))?;
+        Ok((
+            serde_json::to_value(&found).unwrap(),
+            runtimes::runtimes_exit_code(&found),
+        ))
+    }
+
+    /// `broker consumer-reset STREAM CONSUMER`: what was reset (`--output json` prints it), or
+    /// the refusal `broker consumer-reset` prints, exiting 2.
+    pub fn consumer_reset(
+        &self,
+        stream: &str,
+        consumer: &str,
+    ) -> Result<Result<broker::ResetLine, String>, String> {
+        self.tokio
+            .block_on(broker::consumer_reset(
+                self.home(),
+                self.bus()?,
+                stream,
+                consumer,
+            ))
+            .map_err(|e| said(&e))
+    }
+}

@@ -1,0 +1,182 @@
+//! The controller called as a library, in process, on a test [`Mesh`]'s home or on a fleet
+//! bed's real bus ([`Bed`]): each method does what its command's `exec` does
+//! (`src/bin/mesh-controller/commands/`), without the rendering, and answers with what the
+//! command prints with `--output json` — as that JSON, so a test's assertions on it read the
+//! same, or as the library's value it is printed from — beside the progress lines it would have
+//! printed and the library's value that decides its exit code. The methods are kept by command
+//! group: `plans` (repositories, merges, plans, builds, `check`, `plan`), `push`, `status`,
+//! `settings`, `secrets`, `records` and `broker` (the bus's own commands, `runtimes` among
+//! them).
+//!
+//! What only the binary does — parsing, rendering, exit codes as a process ends with them, a
+//! fail point's death — stays with [`Mesh::run`] and its kin.
+
+mod broker;
+mod plans;
+mod push;
+mod records;
+mod secrets;
+mod settings;
+mod status;
+
+// Each test file uses some of them.
+#[allow(unused_imports)]
+pub use plans::{Driven, MergeFlags, Merged};
+#[allow(unused_imports)]
+pub use push::Pushed;
+#[allow(unused_imports)]
+pub use status::Status;
+
+use super::fleet::Bed;
+use super::Mesh;
+use mesh_controller::heads;
+use mesh_controller::runtime::{self, MeshOptions, Runtime};
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+
+impl Mesh {
+    /// The mesh of this home opened as a Rust tool opens it: the embedded default (the records
+    /// under the home, one host agent per node in this process) and the home's store.
+    pub fn library(&self) -> Library {
+        self.library_with(MeshOptions::default())
+            .unwrap_or_else(|error| panic!("opening the mesh: {error}"))
+    }
+
+    /// The mesh of this home opened with `options` (another store, a bus); the error as the
+    /// binary says it.
+    pub fn library_with(&self, options: MeshOptions) -> Result<Library, String> {
+        Library::open(self.home(), options)
+    }
+}
+
+impl Bed {
+    /// What the bed's controller commands are given as flags, as the options a Rust tool opens
+    /// the mesh with: the bus and its CA, the secured store, the retry limit on a cluster.
+    pub fn mesh_options(&self) -> MeshOptions {
+        let secured = self
+            .registry
+            .secured
+            .as_ref()
+            .expect("the bed's store is secured");
+        let store_access = mesh_store::store::StoreAccess {
+            ca_file: Some(secured.pki.ca_file.clone()),
+            credentials_file: Some(secured.controller_credentials.clone()),
+        };
+        MeshOptions {
+            bus: Some(mesh_controller::credentials::BusArgs {
+                url: self.url.clone(),
+                tls: mesh_bus::BusTls {
+                    ca_file: Some(self.pki.ca_file.clone()),
+                    client_certificate: None,
+                },
+                store_access: store_access.clone(),
+                retry_limit: self.retry_limit(),
+                ..Default::default()
+            }),
+            store: Some(self.registry.url().parse().expect("the store's URL")),
+            store_access,
+            report_limit: None,
+        }
+    }
+
+    /// The bed's mesh opened as a Rust tool opens it on the fleet's bus: the records on the bus,
+    /// the store the controller commands are given, the sends to the real hosts — what the
+    /// bed's controller commands are given as flags ([`Bed::mesh_options`]).
+    pub fn library(&self) -> Library {
+        self.try_library()
+            .unwrap_or_else(|error| panic!("opening the mesh on the bus: {error}"))
+    }
+
+    /// [`Bed::library`], the error as the binary says it (a bus reloading its users refuses the
+    /// controller's login for a moment).
+    pub fn try_library(&self) -> Result<Library, String> {
+        Library::open(self.home.path(), self.mesh_options())
+    }
+}
+
+/// A mesh opened in process, and the runtime its async calls run on.
+pub struct Library {
+    mesh: Arc<runtime::Mesh>,
+    tokio: tokio::runtime::Runtime,
+}
+
+impl Library {
+    /// The mesh at `home` opened with `options` (the embedded default, a bus, another store);
+    /// the error as the binary says it.
+    pub fn open(home: &Path, options: MeshOptions) -> Result<Library, String> {
+        let mesh = runtime::Mesh::open(home, options).map_err(|e| said(&e))?;
+        Ok(Library {
+            mesh: Arc::new(mesh),
+            tokio: tokio::runtime::Runtime::new().expect("a tokio runtime"),
+        })
+    }
+
+    fn home(&self) -> &mesh_controller::home::Home {
+        self.mesh.home()
+    }
+
+    /// The bus (the command's `--bus`), as a command that needs one asks for it.
+    fn bus(&self) -> Result<&mesh_controller::credentials::BusArgs, String> {
+        self.mesh.bus().ok_or_else(|| {
+            "this command talks to a fleet's bus: give --bus URL (or MESH_BUS)".to_owned()
+        })
+    }
+
+    /// A runtime of the mesh whose progress is collected.
+    fn drives(&self) -> (Runtime, Arc<mesh_controller::Collected>) {
+        let progress = Arc::new(mesh_controller::Collected::default());
+        let runtime = Runtime::new(Arc::clone(&self.mesh), Arc::clone(&progress) as _);
+        (runtime, progress)
+    }
+
+    /// The catalogue the mesh composes from and its problems (the binary's `Env::checked`).
+    fn checked(&self) -> Result<mesh_controller::push::Checked, String> {
+        self.home().require().map_err(|e| said(&e))?;
+        self.tokio
+            .block_on(mesh_controller::builds::effective_catalogue(
+                self.home(),
+                self.mesh.store(),
+            ))
+            .map_err(|e| said(&e))
+    }
+
+    /// What records read in an older format were migrated on the way (the binary says each,
+    /// once, as a `note:` after the command).
+    pub fn migrations(&self) -> Vec<String> {
+        self.home().take_migrations()
+    }
+
+    /// catalogue, overlaid with each module's deployed build.
+    pub fn read(&self) -> Result<heads::Running, String> {
+        heads::read(self.home()).map_err(|e| said(&e))
+    }
+}
+
+/// The modules (or nodes) a flag names, as a set.
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|name| (*name).to_owned()).collect()
+}
+
+/// The progress lines collected, one a line, as the binary prints them.
+fn lines(progress: &mesh_controller::Collected) -> String {
+    progress
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|line| format!("{line}\n"))
+        .collect()
+}
+
+/// An error as the binary says it after `error: `: each cause after the one it explains.
+pub fn said(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
