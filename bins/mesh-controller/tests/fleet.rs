@@ -35,7 +35,7 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
     for node in ["bus", "a", "b"] {
         bed.start_host(node);
     }
-    let results = bed.library_push_all(60, 0);
+    let results = bed.push_all(60, 0);
     assert_eq!(results.len(), 3, "{results:?}");
     for (node, result) in &results {
         assert!(converged(result), "{node}: {result}");
@@ -61,7 +61,7 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
         );
     }
     let confirmed: serde_json::Value =
-        serde_json::from_str(&bed.library_record("bus/authorization.json").unwrap()).unwrap();
+        serde_json::from_str(&bed.record("bus/authorization.json").unwrap()).unwrap();
     assert_eq!(
         confirmed["users"],
         mesh_model::sha256_digest(users.as_bytes()),
@@ -72,7 +72,7 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
     // send found every resource unchanged. (The push may take a heartbeat that repeats the
     // first apply's report of the same declaration as the node's answer, so the apply of this
     // send is the node's latest report, waited for on `status`.)
-    let again = bed.library_push_all(60, 0);
+    let again = bed.push_all(60, 0);
     for (node, result) in &again {
         assert!(converged(result), "{node}: {result}");
         assert_eq!(
@@ -125,19 +125,17 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
     let path = bed.controller_seed_file();
     let mode = std::fs::metadata(&path).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "{}", path.display());
-    assert!(bed.library_record("bus/nkey.seed").is_none());
-    assert!(bed.library_record("bus/passwords/controller").is_none());
+    assert!(bed.record("bus/nkey.seed").is_none());
+    assert!(bed.record("bus/passwords/controller").is_none());
     for node in ["bus", "a", "b"] {
         let seed = mesh_bus::keys::read_seed_file(&bed.seed_file(node)).unwrap();
-        let kept = bed.library_record(&format!("bus/nkeys/{node}")).unwrap();
+        let kept = bed.record(&format!("bus/nkeys/{node}")).unwrap();
         assert_eq!(
             Some(kept.trim().to_owned()),
             mesh_bus::keys::public_key_of_seed(&seed),
             "{node}"
         );
-        assert!(bed
-            .library_record(&format!("bus/passwords/{node}"))
-            .is_none());
+        assert!(bed.record(&format!("bus/passwords/{node}")).is_none());
     }
     // SIGTERM stops a host cleanly.
     for (node, child) in bed.hosts.iter_mut() {
@@ -157,9 +155,9 @@ fn a_node_joining_is_let_onto_the_bus_by_the_bus_node_before_it_is_sent_anything
     for node in ["bus", "a"] {
         bed.start_host(node);
     }
-    bed.library_push_all(60, 0);
-    let inventory = bed.library_record("inventory.toml").unwrap();
-    bed.library_put_inventory(&format!(
+    bed.push_all(60, 0);
+    let inventory = bed.record("inventory.toml").unwrap();
+    bed.put_inventory(&format!(
         "{}\n[nodes.d]\n",
         inventory.replace("base = [", "base = [\"d\", ")
     ));
@@ -175,7 +173,7 @@ fn a_node_joining_is_let_onto_the_bus_by_the_bus_node_before_it_is_sent_anything
     assert!(users.contains("node-d"), "{users}");
     bed.start_host("d");
 
-    let results = bed.library_push_all(60, 0);
+    let results = bed.push_all(60, 0);
     let bus_users = &results["bus"]["report"]["resources"]["mesh-bus/file/users"];
     assert_eq!(bus_users["outcome"], "applied", "{}", results["bus"]);
     assert!(converged(&results["d"]), "{}", results["d"]);
@@ -202,7 +200,7 @@ fn a_permissions_only_change_is_in_force_on_the_bus_before_another_node_is_sent(
     for node in ["bus", "a"] {
         bed.start_host(node);
     }
-    bed.library_push_all(60, 0);
+    bed.push_all(60, 0);
     let before = bed.library().broker_users().unwrap();
     write(
         &bed.home.path().join("catalogue/modules/agent/module.toml"),
@@ -228,7 +226,7 @@ fn a_permissions_only_change_is_in_force_on_the_bus_before_another_node_is_sent(
     bed.delay_reloads(Duration::from_secs(3));
     let reloaded_before = bed.reloaded_at_ms();
 
-    let results = bed.library_push_all(30, 0);
+    let results = bed.push_all(30, 0);
     let bus_users = &results["bus"]["report"]["resources"]["mesh-bus/file/users"];
     assert_eq!(bus_users["outcome"], "applied", "{}", results["bus"]);
     assert!(converged(&results["a"]), "{}", results["a"]);
@@ -248,7 +246,7 @@ fn a_permissions_only_change_is_in_force_on_the_bus_before_another_node_is_sent(
         "`a` was sent (started at {a_started}) before the bus reloaded its users ({reloaded_at_s})"
     );
     let confirmed: serde_json::Value =
-        serde_json::from_str(&bed.library_record("bus/authorization.json").unwrap()).unwrap();
+        serde_json::from_str(&bed.record("bus/authorization.json").unwrap()).unwrap();
     assert_eq!(
         confirmed["users"],
         mesh_model::sha256_digest(users.as_bytes()),
@@ -268,13 +266,13 @@ fn hosts_ride_out_a_bus_restart_and_the_next_push_converges() {
     for node in ["bus", "a", "b"] {
         bed.start_host(node);
     }
-    bed.library_push_all(60, 0);
+    bed.push_all(60, 0);
     bed.server.lock().unwrap().restart().unwrap();
     write(
         &bed.home.path().join("catalogue/modules/base/files/hello"),
         "hello again\n",
     );
-    let results = bed.library_push_all(30, 0);
+    let results = bed.push_all(30, 0);
     for (node, result) in &results {
         assert!(converged(result), "{node}: {result}");
         assert_eq!(
@@ -314,7 +312,7 @@ fn a_host_that_never_reports_is_named_while_the_others_converge() {
             }
         },
     );
-    let results = bed.library_push_all(10, 3);
+    let results = bed.push_all(10, 3);
     assert_eq!(results["c"]["result"], "no-report", "{:?}", results["c"]);
     assert_eq!(results["c"]["reason"], "no report within 10s");
     for node in ["bus", "a", "b"] {
@@ -355,8 +353,8 @@ fn owned_by_alice_on_a() -> Bed {
         &home.join("catalogue/modules/owned/files/note"),
         "for alice\n",
     );
-    let inventory = bed.library_record("inventory.toml").unwrap();
-    bed.library_put_inventory(&format!("{inventory}owned = [\"a\"]\n"));
+    let inventory = bed.record("inventory.toml").unwrap();
+    bed.put_inventory(&format!("{inventory}owned = [\"a\"]\n"));
     bed.start_host("bus");
     bed.start_host_with("a", &["--first-retry", "1"]);
     bed
@@ -366,7 +364,7 @@ fn owned_by_alice_on_a() -> Bed {
 fn a_failed_resource_is_applied_again_when_its_backoff_elapses_and_heartbeats_repeat_it() {
     let bed = owned_by_alice_on_a();
     // `alice` is not an account on `a` yet: the file fails, and waits its backoff.
-    let results = bed.library_push_all(20, 3);
+    let results = bed.push_all(20, 3);
     assert_eq!(
         results["a"]["report"]["machine"], "partial",
         "{}",
@@ -410,9 +408,9 @@ fn a_failed_resource_is_applied_again_when_its_backoff_elapses_and_heartbeats_re
 /// The declaration `node` was last sent, as the records hold it (bytes).
 fn sent_declaration(bed: &Bed, node: &str) -> String {
     let sent: serde_json::Value =
-        serde_json::from_str(&bed.library_record(&format!("sent/{node}.json")).unwrap()).unwrap();
+        serde_json::from_str(&bed.record(&format!("sent/{node}.json")).unwrap()).unwrap();
     let digest = sent["declaration"].as_str().unwrap();
-    bed.library_record(&mesh_controller::home::declaration_key(digest))
+    bed.record(&mesh_controller::home::declaration_key(digest))
         .unwrap()
 }
 
@@ -440,11 +438,11 @@ fn the_bus_nodes_declaration_does_not_grow_with_the_bus_users() {
     assert!(!few.contains("password"), "{few}");
 
     // 200 more nodes, not running: each one more user of the bus.
-    let mut inventory = bed.library_record("inventory.toml").unwrap();
+    let mut inventory = bed.record("inventory.toml").unwrap();
     for index in 0..200 {
         inventory.push_str(&format!("\n[nodes.idle-{index:03}]\nrunning = false\n"));
     }
-    bed.library_put_inventory(&inventory);
+    bed.put_inventory(&inventory);
     let pushed = bed
         .library()
         .push_within(&["bus", "a"], &[], Duration::from_secs(60))
@@ -482,7 +480,7 @@ fn the_bus_nodes_declaration_does_not_grow_with_the_bus_users() {
     }
     // The store keeps the archive the bus node was sent: it is the current build of `mesh-bus`.
     let kept: serde_json::Value =
-        serde_json::from_str(&bed.library_record("store/modules/mesh-bus.json").unwrap()).unwrap();
+        serde_json::from_str(&bed.record("store/modules/mesh-bus.json").unwrap()).unwrap();
     let many: serde_json::Value = serde_json::from_str(&many).unwrap();
     assert_eq!(kept["current"], many["archives"]["mesh-bus"], "{kept}");
 }
@@ -492,13 +490,13 @@ fn the_bus_nodes_declaration_does_not_grow_with_the_bus_users() {
 #[test]
 fn an_inventory_larger_than_a_bucket_value_is_kept_in_chunks_and_read_back_whole() {
     let bed = Bed::new(&["a"]);
-    let mut inventory = bed.library_record("inventory.toml").unwrap();
+    let mut inventory = bed.record("inventory.toml").unwrap();
     for index in 0..3000 {
         inventory.push_str(&format!("\n[nodes.idle-{index:04}]\nrunning = false\n"));
     }
     assert!(inventory.len() > 100 * 1024);
-    bed.library_put_inventory(&inventory);
-    assert_eq!(bed.library_record("inventory.toml").unwrap(), inventory);
+    bed.put_inventory(&inventory);
+    assert_eq!(bed.record("inventory.toml").unwrap(), inventory);
     let records = bed.records();
     use mesh_store::record_store::RecordStore as _;
     let keys = records.keys_under("").unwrap();
@@ -528,12 +526,9 @@ fn a_grant_that_fails_fails_the_send() {
     assert!(stderr.contains("grants not issued"), "{stderr}");
     assert!(stderr.contains("nothing else was sent"), "{stderr}");
     // The controller records every send as it makes it: `a` was never sent anything.
-    assert!(
-        bed.library_record("sent/a.json").is_none(),
-        "a was sent nothing"
-    );
+    assert!(bed.record("sent/a.json").is_none(), "a was sent nothing");
     assert!(!bed.root("a").join("etc/mesh/hello").exists());
-    assert!(bed.library_record("bus/authorization.json").is_none());
+    assert!(bed.record("bus/authorization.json").is_none());
     // The rule “Nothing fails silently”: the failure is `status`'s until a send to `a`, not only a
     // line on stderr.
     let out = bed.library().status();
@@ -562,7 +557,7 @@ fn a_host_killed_mid_apply_reports_mid_change_then_converges() {
     for node in ["bus", "a"] {
         bed.start_host(node);
     }
-    bed.library_push_all(60, 0);
+    bed.push_all(60, 0);
     // A large declaration for `a`: many files, so its apply takes a while.
     let mut module = String::from("name = \"bulk\"\n");
     for i in 0..1500 {
@@ -580,8 +575,8 @@ fn a_host_killed_mid_apply_reports_mid_change_then_converges() {
         &bed.home.path().join("catalogue/modules/bulk/module.toml"),
         &module,
     );
-    let inventory = bed.library_record("inventory.toml").unwrap();
-    bed.library_put_inventory(&format!("{inventory}bulk = [\"a\"]\n"));
+    let inventory = bed.record("inventory.toml").unwrap();
+    bed.put_inventory(&format!("{inventory}bulk = [\"a\"]\n"));
 
     let rt = runtime();
     let bus = bed.controller_bus(&rt);
@@ -818,7 +813,7 @@ fn the_controller_daemon_answers_discovery_and_rolls_out_a_merge_announced_twice
 #[test]
 fn records_move_to_the_bus_once_and_the_home_left_behind_is_not_read() {
     let bed = Bed::new(&[]);
-    let before = bed.library_record("inventory.toml").unwrap();
+    let before = bed.record("inventory.toml").unwrap();
 
     // An error (`records import` exits 1 saying it).
     let stderr = bed.library().records_import(bed.home.path()).unwrap_err();
@@ -855,8 +850,8 @@ fn records_move_to_the_bus_once_and_the_home_left_behind_is_not_read() {
     library
         .records_put("plans/plan-1.json", &broken, None)
         .unwrap_err();
-    assert_eq!(bed.library_record("inventory.toml").unwrap(), before);
-    assert!(bed.library_record("plans/plan-1.json").is_none());
+    assert_eq!(bed.record("inventory.toml").unwrap(), before);
+    assert!(bed.record("plans/plan-1.json").is_none());
 }
 
 /// On a fleet the plans lock is a lease on the bus: a controller on another machine that keeps
@@ -945,7 +940,7 @@ fn status_of(bed: &Bed, node: &str, silent_after: u64) -> (u8, serde_json::Value
 #[test]
 fn status_hears_a_failure_fixed_after_the_push_and_names_a_silent_host() {
     let mut bed = owned_by_alice_on_a();
-    let results = bed.library_push_all(20, 3);
+    let results = bed.push_all(20, 3);
     assert_eq!(
         results["a"]["report"]["machine"], "partial",
         "{}",
@@ -1001,7 +996,7 @@ fn a_fleet_no_one_else_can_join() {
     for node in ["bus", "a"] {
         bed.start_host(node);
     }
-    let results = bed.library_push_all(60, 0);
+    let results = bed.push_all(60, 0);
     assert!(results.values().all(converged), "{results:?}");
     let seed_of = |node: &str| mesh_bus::keys::read_seed_file(&bed.seed_file(node)).unwrap();
     let seeds: Vec<(String, String)> = ["bus", "a"]
@@ -1158,8 +1153,8 @@ fn a_fleet_no_one_else_can_join() {
 
     // A node added and not yet enrolled is on a password: `status` names it (text and JSON)
     // until it is enrolled.
-    let inventory = bed.library_record("inventory.toml").unwrap();
-    bed.library_put_inventory(&format!("{inventory}\n[nodes.late]\n"));
+    let inventory = bed.record("inventory.toml").unwrap();
+    bed.put_inventory(&format!("{inventory}\n[nodes.late]\n"));
     // The section as a person reads it, with how to enroll, run end to end.
     let text = bed.run(&["status"]);
     let text = String::from_utf8_lossy(&text.stdout);

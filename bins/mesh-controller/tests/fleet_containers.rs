@@ -201,8 +201,8 @@ fn a_new_build_whose_container_exits_or_is_unhealthy_stops_the_rollout_at_its_fi
     // container they made is removed.
     let prefixes = RunPrefix::new();
     let mut bed = Bed::new(&NODES);
-    let inventory = bed.library_record("inventory.toml").unwrap();
-    bed.library_put_inventory(&format!("{inventory}app = [\"a\", \"b\", \"c\"]\n"));
+    let inventory = bed.record("inventory.toml").unwrap();
+    bed.put_inventory(&format!("{inventory}app = [\"a\", \"b\", \"c\"]\n"));
     let v1 = app_module(RUNS, "");
     // The home's catalogue holds `app` too, as an operator's checkout does.
     write(
@@ -236,7 +236,7 @@ fn a_new_build_whose_container_exits_or_is_unhealthy_stops_the_rollout_at_its_fi
             ((*node).to_owned(), seen)
         })
         .collect();
-    let deployed = json(&bed.library_record("deployed/app.json").unwrap());
+    let deployed = json(&bed.record("deployed/app.json").unwrap());
     assert_eq!(deployed["commit"], first.as_str());
 
     // A build whose container exits at once: failed on `a`, its first machine, with the exit
@@ -274,7 +274,7 @@ fn a_new_build_whose_container_exits_or_is_unhealthy_stops_the_rollout_at_its_fi
     let on_a = inspect(&format!("{}mesh-app-web", prefixes.of("a"))).expect("a's container");
     assert!(!on_a.running, "{on_a:?}");
     others_keep(&prefixes, &before, "after the container that exits");
-    let deployed = json(&bed.library_record("deployed/app.json").unwrap());
+    let deployed = json(&bed.record("deployed/app.json").unwrap());
     assert_eq!(
         deployed["commit"],
         first.as_str(),
@@ -333,8 +333,8 @@ fn a_first_machine_whose_container_failed_before_stops_the_rollout_at_once() {
     let port = held.local_addr().unwrap().port();
     let prefixes = RunPrefix::new();
     let mut bed = Bed::new(&["a"]);
-    let inventory = bed.library_record("inventory.toml").unwrap();
-    bed.library_put_inventory(&format!("{inventory}app = [\"a\"]\n"));
+    let inventory = bed.record("inventory.toml").unwrap();
+    bed.put_inventory(&format!("{inventory}app = [\"a\"]\n"));
     let app = format!(
         "name = \"app\"\ndepends = [\"base\"]\ndeadline-secs = 120\n\n[containers.web]\nimage = \"{}\"\ncommand = [\"sh\", \"-c\", \"{}\"]\nports = [\"127.0.0.1:{port}:8080/tcp\"]\n",
         image(),

@@ -210,7 +210,7 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
     let done = plan(&bed, "plan-1");
     assert_eq!(done["plan"]["state"]["state"], "done", "{done}");
     assert_eq!(done["plan"]["rollouts"]["base"]["first"], "bus");
-    let deployed = json(&bed.library_record("deployed/base.json").unwrap());
+    let deployed = json(&bed.record("deployed/base.json").unwrap());
     assert_eq!(deployed["commit"], first.as_str());
     let digest = deployed["archive"]["digest"].as_str().unwrap();
     let tags = bed.registry.get("/v2/mesh/archives/tags/list").unwrap();
@@ -404,8 +404,8 @@ fn a_host_killed_mid_apply_reports_mid_change_and_the_rollout_goes_on_once_it_co
         .collect();
     repo.write(&files);
     repo.commit("bulk");
-    let text_before = bed.library_record("inventory.toml").unwrap();
-    bed.library_put_inventory(&format!("{text_before}bulk = [\"a\", \"b\"]\n"));
+    let text_before = bed.record("inventory.toml").unwrap();
+    bed.put_inventory(&format!("{text_before}bulk = [\"a\", \"b\"]\n"));
 
     let merging = merge_meanwhile(&bed);
     let state = bed.state_dir("a");
@@ -461,7 +461,7 @@ fn a_failed_first_node_is_sent_back_what_it_ran_over_the_bus_when_the_module_say
     }
     let sent_v1: Vec<String> = nodes
         .iter()
-        .map(|node| bed.library_record(&format!("sent/{node}.json")).unwrap())
+        .map(|node| bed.record(&format!("sent/{node}.json")).unwrap())
         .collect();
     let (settled, code) = status(&bed);
     assert_eq!(code, 0, "{settled}");
@@ -513,7 +513,7 @@ fn a_failed_first_node_is_sent_back_what_it_ran_over_the_bus_when_the_module_say
     }
     for (node, v1) in nodes.iter().zip(&sent_v1) {
         assert_eq!(
-            bed.library_record(&format!("sent/{node}.json")).as_ref(),
+            bed.record(&format!("sent/{node}.json")).as_ref(),
             Some(v1),
             "{node}"
         );
@@ -535,7 +535,7 @@ fn a_failed_first_node_is_sent_back_what_it_ran_over_the_bus_when_the_module_say
     assert_eq!(rollout["first"], "a", "{rollout}");
     assert_eq!(rollout["sent"], 1, "{rollout}");
     // The plan ended: `a`'s record of it is folded into the plan's summary.
-    assert_eq!(bed.library_record("rollouts/plan-2/base/a.json"), None);
+    assert_eq!(bed.record("rollouts/plan-2/base/a.json"), None);
     let unfinished = &record["work"]["base"]["summary"]["unfinished"]["a"];
     assert!(
         unfinished

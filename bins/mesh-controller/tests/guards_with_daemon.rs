@@ -107,7 +107,7 @@ impl Drop for Removed {
 fn a_merge_moving_a_running_containers_data_is_held_by_the_daemon_until_merge_move() {
     mesh_test_support::podman::podman_config();
     let mut bed = Bed::new(&["a"]);
-    bed.library_put_inventory(
+    bed.put_inventory(
         "bus-node = \"bus\"\n\n[nodes.bus]\n[nodes.a]\n\n[assignments]\nkeep = [\"bus\", \"a\"]\n",
     );
     // Each host names its containers with a prefix of its own: tests share one podman.
@@ -224,7 +224,7 @@ fn a_merge_moving_a_running_containers_data_is_held_by_the_daemon_until_merge_mo
 #[test]
 fn a_together_module_is_sent_to_every_node_at_once_by_the_daemon() {
     let mut bed = Bed::new(&["a"]);
-    bed.library_put_inventory(
+    bed.put_inventory(
         "bus-node = \"bus\"\n\n[nodes.bus]\n[nodes.a]\n\n[assignments]\nsite = [\"bus\", \"a\"]\n",
     );
     for node in ["bus", "a"] {
@@ -306,7 +306,7 @@ fn a_merge_orphaning_a_setting_is_held_by_the_daemon_until_the_setting_is_rename
     // "An orphaned setting is a removal", over the bus with the daemon as `orphaned_settings.rs`
     // has it in process: `a`'s layer sets `port`, the next commit renames it `http-port`.
     let mut bed = Bed::new(&["a"]);
-    bed.library_put_inventory(
+    bed.put_inventory(
         "bus-node = \"bus\"\n\n[nodes.bus]\n[nodes.a]\n\n[assignments]\nweb = [\"bus\", \"a\"]\n",
     );
     for node in ["bus", "a"] {

@@ -187,7 +187,7 @@ fn bucket(bed: &Bed) -> (ChunkedRecords, BTreeMap<String, Vec<u8>>) {
 fn a_fleets_records_bucket_comes_back_byte_for_byte() {
     let bed = Bed::new(&["a"]);
     // An inventory over 60 KiB, which the bucket keeps in chunks.
-    let mut inventory = bed.library_record("inventory.toml").unwrap();
+    let mut inventory = bed.record("inventory.toml").unwrap();
     for line in 0..2_000 {
         inventory.push_str(&format!("# a long inventory's comment, line {line:05}\n"));
     }

@@ -261,7 +261,7 @@ fn an_unreadable_report_is_its_nodes_problem_and_blinds_no_one() {
             }
         },
     );
-    assert!(bed.library_record("heard/b.json").is_some());
+    assert!(bed.record("heard/b.json").is_some());
 
     // The daemon rolls a merge out to the other nodes meanwhile: `a` first, then `bus`,
     // each converged on what it was sent; `b`, whose reports do not read, is `b`'s problem.
@@ -378,7 +378,7 @@ fn a_first_machine_whose_report_does_not_read_stops_the_rollout_at_once_naming_i
     rt.block_on(mesh_bus::jetstream::publish_merge(&js, "cat", "main", &v1))
         .unwrap();
     wait_for("`a` to be sent first", Duration::from_secs(120), || {
-        bed.library_record("sent/a.json")
+        bed.record("sent/a.json")
             .ok_or_else(|| "not yet".to_owned())
     });
     rt.block_on(async {
@@ -421,7 +421,7 @@ fn a_first_machine_whose_report_does_not_read_stops_the_rollout_at_once_naming_i
         "{overview}"
     );
     // No readable report of `a` yet: nothing kept.
-    assert_eq!(bed.library_record("heard/a.json"), None);
+    assert_eq!(bed.record("heard/a.json"), None);
 
     // The daemon keeps a node's last readable report by itself, as it hears its reports turn
     // unreadable: no `status` runs from here until the record is there.
@@ -440,7 +440,7 @@ fn a_first_machine_whose_report_does_not_read_stops_the_rollout_at_once_naming_i
         "the daemon to keep a's last readable report",
         Duration::from_secs(60),
         || {
-            let kept = bed.library_record("heard/a.json").ok_or("not yet")?;
+            let kept = bed.record("heard/a.json").ok_or("not yet")?;
             let kept: Value = serde_json::from_str(&kept).map_err(|e| e.to_string())?;
             if kept["report"]["declaration"] == readable["declaration"] {
                 Ok(kept)

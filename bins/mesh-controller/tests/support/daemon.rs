@@ -125,9 +125,9 @@ pub fn commit_base(repo: &Repo, hello: &str) -> String {
     repo.git(&["rev-parse", "HEAD"])
 }
 
-/// The plans, as `plans --output json` lists them.
+/// The plans, as `plans --output json` lists them (read through the library).
 pub fn plans(bed: &Bed) -> Vec<serde_json::Value> {
-    serde_json::from_str(&bed.expect(&["plans", "--output", "json"], 0)).unwrap()
+    serde_json::from_value(bed.library().plans()).unwrap()
 }
 
 /// Waits until a plan of `commit` is done; returns every plan then.

@@ -14,12 +14,19 @@
 //! [`Bed::on_cluster`] runs the bus as a loopback cluster of three servers instead,
 //! each serving TLS with the same users, every client given all three URLs.
 //!
+//! The bed's own controller steps — the seed, the enrollments, the first users file, the
+//! records moved onto the bus, a record read or the inventory put, a push of every node — call
+//! the controller library in process ([`super::in_process`]); [`Bed::run`] and its kin run the
+//! binary for what only it does.
+//!
 //! The bus node's server is reloaded the way `contrib/systemd/mesh-nats-users.path` does it on
 //! a real machine: a watcher sees the users file its host wrote change and reloads the server.
 
+use super::in_process::Library;
 use super::pki::TestPki;
 use super::{Registry, StoreUser};
 use mesh_bus::{BusTls, NatsBus, NatsOptions};
+use mesh_controller::runtime::MeshOptions;
 use mesh_test_support::nats_cluster::NatsCluster;
 use mesh_test_support::nats_server::{NatsServer, NatsServerError, ServerTls};
 use std::collections::BTreeMap;
@@ -262,22 +269,23 @@ impl Bed {
         };
         // The controller's seed, and every node's made on its host and enrolled, as an operator
         // does before the first push.
-        bed.local_command(&["broker", "keygen"])
-            .output()
-            .map(|out| assert!(out.status.success(), "broker keygen: {out:?}"))
-            .unwrap();
+        // (Through the library on the home alone, as the binary without `--bus`.)
+        let local = Library::open(bed.home.path(), MeshOptions::default())
+            .unwrap_or_else(|error| panic!("opening the home: {error}"));
+        local
+            .broker_keygen()
+            .unwrap_or_else(|error| panic!("broker keygen: {error}"));
         for node in &all {
             let key = bed.host_keygen(node);
-            let out = bed
-                .local_command(&["node", "enroll", node, &key])
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "node enroll {node}: {out:?}");
+            local
+                .node_enroll(node, &key)
+                .unwrap_or_else(|error| panic!("node enroll {node}: {error}"));
         }
         // The bus has no users yet: they are composed from the home, without --bus.
-        let out = bed.local_command(&["broker", "users"]).output().unwrap();
-        assert!(out.status.success(), "broker users: {out:?}");
-        let users = String::from_utf8(out.stdout).unwrap();
+        let users = local
+            .broker_users()
+            .unwrap_or_else(|error| panic!("broker users: {error}"));
+        drop(local);
         {
             let server = bed.server.lock().unwrap();
             server.reload(&users).unwrap();
@@ -317,20 +325,10 @@ impl Bed {
             }
         });
         // From here on the records are the bus's: the home's are moved there.
-        bed.expect(&["records", "import"], 0);
+        bed.library()
+            .records_import(bed.home.path())
+            .unwrap_or_else(|error| panic!("records import: {error}"));
         bed
-    }
-
-    /// One of the controller's records, as `records get` prints it (`None`: there is none).
-    pub fn record(&self, key: &str) -> Option<String> {
-        let out = self.run(&["records", "get", key]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if out.status.success() {
-            Some(String::from_utf8(out.stdout).unwrap())
-        } else {
-            assert!(stderr.contains("there is no record"), "{stderr}");
-            None
-        }
     }
 
     /// The controller's records on the bus, read directly (as the controller does).
@@ -378,39 +376,23 @@ impl Bed {
         made["public_key"].as_str().unwrap().to_owned()
     }
 
-    /// Makes `node`'s seed on its host and enrolls it through the bus (`node enroll`), unless
+    /// Makes `node`'s seed on its host and enrolls it through the bus (`node enroll`, through
+    /// the library), unless
     /// its host has a seed already.
     pub fn enroll(&self, node: &str) {
         if self.seed_file(node).exists() {
             return;
         }
         let key = self.host_keygen(node);
-        self.expect(&["node", "enroll", node, &key], 0);
+        self.library()
+            .node_enroll(node, &key)
+            .unwrap_or_else(|error| panic!("node enroll {node}: {error}"));
     }
 
     /// The flags giving the controller its store: `--store URL`, the store's CA and the
     /// controller's credentials.
     pub fn controller_store_flags(&self) -> Vec<String> {
         self.registry.flags(StoreUser::Controller)
-    }
-
-    pub fn put_inventory(&self, text: &str) {
-        use std::io::Write as _;
-        let mut child = self
-            .command(&["records", "put", "inventory.toml", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "records put: {out:?}");
     }
 
     /// A controller command on the home alone, without `--bus`.
@@ -563,20 +545,6 @@ impl Bed {
             String::from_utf8_lossy(&out.stderr)
         );
         stdout
-    }
-
-    /// `push --all` as JSON: node → its result.
-    pub fn push_all(&self, timeout: u64, code: i32) -> BTreeMap<String, serde_json::Value> {
-        let timeout = timeout.to_string();
-        let out = self.expect(
-            &["push", "--all", "--timeout", &timeout, "--output", "json"],
-            code,
-        );
-        let results: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
-        results
-            .into_iter()
-            .map(|r| (r["node"].as_str().unwrap().to_owned(), r))
-            .collect()
     }
 
     /// A controller connection, living in `rt` (the runtime that uses it).

@@ -1,4 +1,4 @@
-//! The bus's own commands through the library: `broker`, `runtimes`.
+//! The bus's own commands through the library: `broker`, `node enroll`, `runtimes`.
 
 use super::{said, Library};
 use mesh_controller::{broker, runtimes, users};
@@ -8,7 +8,25 @@ impl Library {
     /// `broker users`: the bus's users as the next push would send them to the bus node.
     pub fn broker_users(&self) -> Result<String, String> {
         let checked = self.checked()?;
-        users::users_text(self.home(), &checked, self.bus()?).map_err(|e| said(&e))
+        // Without a bus, composed from the home alone, as the binary does without `--bus`.
+        let bus = self.mesh.bus().cloned().unwrap_or_default();
+        users::users_text(self.home(), &checked, &bus).map_err(|e| said(&e))
+    }
+
+    /// `broker keygen`: the controller's seed made under the home, or the one there kept
+    /// (`--output json` prints it).
+    pub fn broker_keygen(&self) -> Result<mesh_bus::keys::MadeSeed, String> {
+        mesh_controller::credentials::controller_keygen(self.home()).map_err(|e| said(&e))
+    }
+
+    /// `node enroll NODE PUBLIC_KEY` (`--output json` prints what was enrolled).
+    pub fn node_enroll(
+        &self,
+        node: &str,
+        public_key: &str,
+    ) -> Result<mesh_controller::enroll::Enrolled, String> {
+        self.home().require().map_err(|e| said(&e))?;
+        mesh_controller::enroll::enroll(self.home(), node, public_key).map_err(|e| said(&e))
     }
 
     /// `runtimes --output json`, and the exit code it ends with (0 every node heard serving

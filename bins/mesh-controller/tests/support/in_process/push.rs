@@ -142,8 +142,8 @@ impl Library {
 impl Bed {
     /// `push --all --timeout TIMEOUT --output json` through the library, its results by node;
     /// `code` is the exit code `push` ends with (0 converged, 2 held, 3 not converged), checked
-    /// as [`Bed::push_all`](super::fleet::Bed::push_all) checks it.
-    pub fn library_push_all(&self, timeout: u64, code: u8) -> BTreeMap<String, Value> {
+    /// the binary's run checked.
+    pub fn push_all(&self, timeout: u64, code: u8) -> BTreeMap<String, Value> {
         let pushed = self
             .library()
             .push_all_within(Duration::from_secs(timeout))

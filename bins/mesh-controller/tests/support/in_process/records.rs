@@ -87,13 +87,13 @@ impl Library {
 
 impl Bed {
     /// One of the controller's records, as `records get` gives it (`None`: there is none), read
-    /// through the library as [`Bed::record`](super::fleet::Bed::record) reads it.
-    pub fn library_record(&self, key: &str) -> Option<String> {
+    /// through the library.
+    pub fn record(&self, key: &str) -> Option<String> {
         self.library().record(key)
     }
 
     /// `records put inventory.toml FILE` through the library, `text` the file's.
-    pub fn library_put_inventory(&self, text: &str) {
+    pub fn put_inventory(&self, text: &str) {
         let outcome = self
             .library()
             .put_inventory(text)
