@@ -79,6 +79,32 @@ pub fn enroll(home: &Home, node: &str, public_key: &str) -> Result<Enrolled> {
     })
 }
 
+/// `node enroll NODE PUBLIC-KEY --age-key KEY`: [`enroll`], and `age_key` recorded as the
+/// node's age public key ([`crate::secrets::enroll_age_key`]); answers what was enrolled and the
+/// age key it replaced, if another.
+///
+/// # Guarantees
+/// The age key is checked before anything is recorded: one that is not an age public key
+/// changes nothing, the NKey neither.
+///
+/// # Errors
+/// Those of [`enroll`] and [`crate::secrets::enroll_age_key`].
+pub fn enroll_with_age_key(
+    home: &Home,
+    node: &str,
+    public_key: &str,
+    age_key: &str,
+) -> Result<(Enrolled, Option<String>)> {
+    age_key
+        .parse::<mesh_secrets::Recipient>()
+        .map_err(crate::secrets::secrets_error(format!(
+            "reading the age key of `{node}`"
+        )))?;
+    let enrolled = enroll(home, node, public_key)?;
+    let replaced = crate::secrets::enroll_age_key(home, node, age_key)?;
+    Ok((enrolled, replaced))
+}
+
 /// `node`'s enrolled public key, if it is enrolled.
 ///
 /// # Errors

@@ -29,6 +29,19 @@ impl Library {
         mesh_controller::enroll::enroll(self.home(), node, public_key).map_err(|e| said(&e))
     }
 
+    /// `node enroll NODE PUBLIC_KEY --age-key KEY`: what was enrolled, and the age key it
+    /// replaced, if another (`--output json` prints both).
+    pub fn node_enroll_with_age_key(
+        &self,
+        node: &str,
+        public_key: &str,
+        age_key: &str,
+    ) -> Result<(mesh_controller::enroll::Enrolled, Option<String>), String> {
+        self.home().require().map_err(|e| said(&e))?;
+        mesh_controller::enroll::enroll_with_age_key(self.home(), node, public_key, age_key)
+            .map_err(|e| said(&e))
+    }
+
     /// `runtimes --output json`, and the exit code it ends with (0 every node heard serving
     /// what it is assigned, 2 a module missing or elsewhere, 3 something not heard).
     pub fn runtimes(&self) -> Result<(Value, u8), String> {

@@ -38,14 +38,17 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             age_key,
         } => {
             env.home.require()?;
-            // The age key is checked before anything is recorded.
-            if let Some(key) = &age_key {
-                key.parse::<mesh_secrets::Recipient>()?;
-            }
-            let enrolled = mesh_controller::enroll::enroll(&env.home, &node, &public_key)?;
-            let replaced = match &age_key {
-                Some(key) => mesh_controller::secrets::enroll_age_key(&env.home, &node, key)?,
-                None => None,
+            let (enrolled, replaced) = match &age_key {
+                Some(key) => mesh_controller::enroll::enroll_with_age_key(
+                    &env.home,
+                    &node,
+                    &public_key,
+                    key,
+                )?,
+                None => (
+                    mesh_controller::enroll::enroll(&env.home, &node, &public_key)?,
+                    None,
+                ),
             };
             match env.output {
                 Output::Json if age_key.is_none() => env.print_json(&enrolled)?,
