@@ -15,6 +15,12 @@
 //! Every node's declarations are each stored once and applied once (its last report says the
 //! file was written, not found unchanged as a second apply would), every report heard (the
 //! plan done, `status` true).
+//!
+//! The merges held at their fail points, and the second controller waiting for the lease, are
+//! the binary (processes paused, released and ended, their standard error read); the rest —
+//! the repository registered, the first merge, `status`, the plans read, the `plans resume`
+//! once quorum is back — calls the controller library in process on the bed's bus
+//! (`Bed::library`).
 
 mod support;
 
@@ -60,18 +66,15 @@ fn setup(nodes: &[&str]) -> (Bed, Repo) {
     }
     let repo = Repo::new();
     commit_base(&repo, "v1\n");
-    let path = repo.path().to_str().unwrap().to_owned();
-    bed.expect(&["repo", "add", "cat", &path], 0);
-    bed.expect(&["merge", "cat"], 0);
+    bed.library().repo_add("cat", repo.path()).unwrap();
+    let merged = bed.library().merge("cat").unwrap();
+    // `merge` exits 0: the plan did not stop.
+    assert!(!merged.stopped, "{}\n{:#}", merged.lines, merged.json);
     (bed, repo)
 }
 
 fn hello(bed: &Bed, node: &str) -> String {
     std::fs::read_to_string(bed.root(node).join("etc/mesh/hello")).unwrap_or_default()
-}
-
-fn json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
 /// The test's own connection options: the controller's key, another name, so that the
@@ -279,8 +282,7 @@ fn wait_applied(bed: &Bed, node: &str, expected: &str) {
         if hello(bed, node) != expected {
             return Err(format!("its file says {:?}", hello(bed, node)));
         }
-        let out = bed.run(&["status", "--output", "json"]);
-        let status: Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+        let status = bed.try_library()?.try_status()?.json;
         let current = status["nodes"]
             .as_array()
             .into_iter()
@@ -371,16 +373,11 @@ fn declarations_stored(bed: &Bed) -> BTreeMap<String, Vec<Vec<u8>>> {
 /// this waits for the stream to hold it, and the caller checks what it says.
 fn status_once_current(bed: &Bed) -> Value {
     wait_for("status showing every node current", PATIENCE, || {
-        let out = bed.run(&["status", "--output", "json"]);
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        if out.status.code() == Some(0) {
-            Ok(json(&stdout))
+        let status = bed.try_library()?.try_status()?;
+        if status.code == 0 {
+            Ok(status.json)
         } else {
-            Err(format!(
-                "exit {:?}\n{stdout}\n{}",
-                out.status.code(),
-                String::from_utf8_lossy(&out.stderr)
-            ))
+            Err(format!("exit {}\n{}", status.code, status.document))
         }
     })
 }
@@ -413,7 +410,7 @@ fn applied_once_and_heard(bed: &Bed, nodes: &[&str]) {
 }
 
 fn plan_state(bed: &Bed, id: &str) -> Value {
-    json(&bed.expect(&["plans", "show", id, "--output", "json"], 0))["plan"]["state"].clone()
+    bed.library().plan(id).unwrap()["plan"]["state"].clone()
 }
 
 #[test]
@@ -612,14 +609,9 @@ fn with_one_server_of_three_left_a_rollout_fails_naming_the_lost_quorum_and_plan
         Ok(records)
     });
     assert_same(&snapshot(&records), &before, "nothing half-written");
-    let out = bed.run(&["plans", "resume"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let resumed = bed.library().plans_resume(None).unwrap();
+    // `plans resume` exits 0: no plan stopped.
+    assert!(!resumed.stopped, "{}\n{:#?}", resumed.lines, resumed.plans);
     for node in nodes {
         assert_eq!(hello(&bed, node), "v2\n", "{node}");
     }

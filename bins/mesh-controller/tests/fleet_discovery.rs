@@ -8,6 +8,10 @@
 //! runtime answering past the old fixed window is waited for, and its answer is what it is
 //! compared by.
 //!
+//! The runtimes are found, and pushed to, through the controller library in process on the
+//! bed's bus (`support::in_process`, `Bed::library`); the binary is run for the text `runtimes`
+//! prints (its snapshot), the command's end-to-end run.
+//!
 //! That `discover` itself waits for a late INFO and names a runtime that never answers one is
 //! tested in mesh-bus (`tests/nats/discovery.rs`); here it is the controller's command.
 
@@ -115,9 +119,14 @@ fn assign_agent(bed: &Bed, nodes: &[&str]) {
     bed.put_inventory(&inventory);
 }
 
-/// `runtimes --output json`, checking its exit code.
-fn runtimes_json(bed: &Bed, code: i32) -> Value {
-    serde_json::from_str(&bed.expect(&["runtimes", "--output", "json"], code)).unwrap()
+/// `runtimes --output json` through the library, checking the exit code `runtimes` ends with.
+fn runtimes_json(bed: &Bed, code: u8) -> Value {
+    let (found, ended) = bed
+        .library()
+        .runtimes()
+        .unwrap_or_else(|error| panic!("runtimes: {error}"));
+    assert_eq!(ended, code, "{found}");
+    found
 }
 
 /// The runtime heard on `node`, if one was.
@@ -178,20 +187,33 @@ fn a_heard_host_lacking_a_module_is_named_and_nothing_is_said_of_an_unheard_ones
         json!([{"module": "agent", "node": "b", "assigned_to": ["a", "bus"]}]),
         "{found}"
     );
-    let text = bed.expect(&["runtimes"], 2);
-    assert!(text.contains("missing on bus: agent "), "{text}");
+    // What `runtimes` prints as `missing on bus: agent` and `running elsewhere: agent on b
+    // (assigned to a, bus)`.
+    let missing = &found["missing"][0];
+    assert_eq!(missing["node"], "bus", "{found}");
     assert!(
-        text.contains("running elsewhere: agent on b (assigned to a, bus)"),
-        "{text}"
+        missing["modules"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("agent")),
+        "{found}"
+    );
+    let elsewhere = &found["running_elsewhere"][0];
+    assert_eq!(
+        (
+            &elsewhere["module"],
+            &elsewhere["node"],
+            &elsewhere["assigned_to"]
+        ),
+        (&json!("agent"), &json!("b"), &json!(["a", "bus"])),
+        "{found}"
     );
 
     // `a`'s host stops answering (its connection stays) and a stand-in says `a` is there,
     // and never what it serves.
     signal(&bed, "a", "-STOP");
     let quiet = stand_in(&bed, "a", &["agent", "base"], None);
-    let out = bed.run(&["runtimes", "--output", "json"]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let found: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let found = runtimes_json(&bed, 2);
     assert_eq!(
         found["not_heard"].as_array().unwrap().len(),
         1,
@@ -221,6 +243,7 @@ fn a_heard_host_lacking_a_module_is_named_and_nothing_is_said_of_an_unheard_ones
         found["waited_ms"].as_u64().unwrap() >= 5000,
         "waited up to the limit for `a`: {found}"
     );
+    // The text `runtimes` prints, from the binary: its end-to-end run.
     let text = bed.expect(&["runtimes"], 2);
     let b_id = heard_on(&found, "b").unwrap()["id"]
         .as_str()
@@ -243,7 +266,11 @@ fn a_heard_host_lacking_a_module_is_named_and_nothing_is_said_of_an_unheard_ones
 fn a_host_answering_what_it_serves_after_a_second_is_heard_and_compared_by_its_answer() {
     let mut bed = Bed::new(&["a"]);
     bed.start_host("bus");
-    bed.expect(&["push", "bus", "--timeout", "20"], 0);
+    let pushed = bed
+        .library()
+        .push_within(&["bus"], &[], Duration::from_secs(20))
+        .unwrap();
+    assert_eq!(pushed.code(), 0, "{}\n{:#}", pushed.lines, pushed.json);
     // `a`'s host is not started: a stand-in on its credentials answers INFO after 1.2 s,
     // serving `base` and not `agent`, which the inventory assigns it.
     let slow = stand_in(&bed, "a", &["base"], Some(Duration::from_millis(1200)));

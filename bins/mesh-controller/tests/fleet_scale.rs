@@ -6,6 +6,10 @@
 //! fresh home — holding only the catalogue checkout and the controller's password — finishes
 //! it. Then every record in the bus's records bucket is read: none may exceed 64 KiB (the bus
 //! takes at most 1 MiB in one message; records must not grow with the fleet).
+//!
+//! The controller is called as a library in process on the bed's bus (`Bed::library`): the
+//! repository registered, the first merge, the plans read, the resume from the fresh home. The
+//! merge killed at its fail point is the binary: the process dies there.
 
 mod support;
 
@@ -68,7 +72,7 @@ fn text(out: &Output) -> String {
 /// A finished plan: done, every module rolled out one machine first — a first node named, and
 /// every node of the module sent it and applied it, folded into the plan's summary once it ended.
 fn assert_done_one_first(bed: &Bed, id: &str) {
-    let record = json(&bed.expect(&["plans", "show", id, "--output", "json"], 0));
+    let record = bed.library().plan(id).unwrap();
     assert_eq!(record["plan"]["state"]["state"], "done", "{id}: {record:#}");
     let all = 1 + nodes().len();
     let records = bed.records();
@@ -125,8 +129,7 @@ fn twenty_hosts_and_ten_modules_merge_twice_survive_a_killed_controller_and_keep
     }
     let repo = Repo::new();
     commit_modules(&repo, "v1");
-    let path = repo.path().to_str().unwrap().to_owned();
-    bed.expect(&["repo", "add", "cat", &path], 0);
+    bed.library().repo_add("cat", repo.path()).unwrap();
     let everyone = std::iter::once("\"bus\"".to_owned())
         .chain(node_names.iter().map(|n| format!("\"{n}\"")))
         .collect::<Vec<_>>()
@@ -138,7 +141,9 @@ fn twenty_hosts_and_ten_modules_merge_twice_survive_a_killed_controller_and_keep
     bed.put_inventory(&inventory);
 
     // The first merge: every module, one machine first, to every node.
-    bed.expect(&["merge", "cat"], 0);
+    let merged = bed.library().merge("cat").unwrap();
+    // `merge` exits 0: the plan did not stop.
+    assert!(!merged.stopped, "{}\n{:#}", merged.lines, merged.json);
     assert_everywhere(&bed, "v1");
     assert_done_one_first(&bed, "plan-1");
 
@@ -159,7 +164,7 @@ fn twenty_hosts_and_ten_modules_merge_twice_survive_a_killed_controller_and_keep
         "{}",
         text(&killed)
     );
-    let open = json(&bed.expect(&["plans", "show", "plan-2", "--output", "json"], 0));
+    let open = bed.library().plan("plan-2").unwrap();
     assert_ne!(open["plan"]["state"]["state"], "done", "{open:#}");
     // `n07` was sent its part of `m04`'s rollout before the kill: what the controller records
     // it was sent is the declaration its part of the rollout names.
@@ -184,24 +189,14 @@ fn twenty_hosts_and_ten_modules_merge_twice_survive_a_killed_controller_and_keep
         .status()
         .unwrap();
     assert!(copied.success());
-    let resumed = std::process::Command::new(support::fleet::controller_binary())
-        .arg("--home")
-        .arg(elsewhere.path())
-        .arg("--bus")
-        .arg(&bed.url)
-        .arg("--bus-seed")
-        .arg(bed.controller_seed_file())
-        .arg("--bus-ca")
-        .arg(&bed.pki.ca_file)
-        .args(bed.controller_store_flags())
-        .args(["plans", "resume"])
-        .env_remove("MESH_BUS")
-        .env_remove("MESH_STORE")
-        .env_remove("MESH_BUS_PASSWORD_FILE")
-        .env_remove(fail::FAILPOINTS)
-        .output()
-        .unwrap();
-    assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed));
+    // `plans resume` there, given the bus, the controller's seed (`--bus-seed`) and the store.
+    let mut options = bed.mesh_options();
+    options.bus.as_mut().unwrap().seed_file = Some(bed.controller_seed_file());
+    let resumed = support::in_process::Library::open(elsewhere.path(), options)
+        .and_then(|library| library.plans_resume(None))
+        .unwrap_or_else(|error| panic!("plans resume: {error}"));
+    // `plans resume` exits 0: no plan stopped.
+    assert!(!resumed.stopped, "{}\n{:#?}", resumed.lines, resumed.plans);
     assert_everywhere(&bed, "v2");
     assert_done_one_first(&bed, "plan-2");
     for record in ["inventory.toml", "sent", "reports", "plans"] {
@@ -211,7 +206,7 @@ fn twenty_hosts_and_ten_modules_merge_twice_survive_a_killed_controller_and_keep
             "{record} was written on the other machine, not on the bus"
         );
     }
-    let plans = json(&bed.expect(&["plans", "--output", "json"], 0));
+    let plans = bed.library().plans();
     let for_second = plans
         .as_array()
         .unwrap()

@@ -6,6 +6,10 @@
 //! the applied files on the hosts' roots. Node B cannot open the ciphertext sent to node A; a
 //! corrupted one, or one sealed to another key, fails its file naming module and key and
 //! changes nothing; a node with no age key is refused by name.
+//!
+//! The controller is called as a library in process on the bed's bus (`support::in_process`,
+//! `Bed::library`): the secret file encrypted, the age keys enrolled, the secret set, the
+//! pushes.
 
 mod support;
 
@@ -125,7 +129,7 @@ fn a_secret_rolled_out_over_the_bus_is_in_clear_only_in_its_applied_files() {
     write(&modules.join("vault/module.toml"), VAULT_MODULE);
     write(&modules.join("vault/token"), &token);
     let token_file = modules.join("vault/token");
-    bed.expect(&["secrets", "encrypt", token_file.to_str().unwrap()], 0);
+    bed.library().secrets_encrypt(&token_file).unwrap();
     let catalogue = bed.home.path().join("catalogue");
     git(&catalogue, &["init", "-q", "-b", "main"]);
     git(&catalogue, &["add", "-A"]);
@@ -139,9 +143,13 @@ fn a_secret_rolled_out_over_the_bus_is_in_clear_only_in_its_applied_files() {
     set_secret(&bed, "db", "password", &password);
 
     // b has no age key: refused by name, node and module, and sent nothing.
-    let refused = bed.run(&["push", "b", "--timeout", "60"]);
-    let said = String::from_utf8_lossy(&refused.stderr);
-    assert_ne!(refused.status.code(), Some(0), "{said}");
+    // (`push` exits 1 with the error.)
+    let Err(said) = bed
+        .library()
+        .push_within(&["b"], &[], Duration::from_secs(60))
+    else {
+        panic!("b, with no age key, was pushed to");
+    };
     assert!(
         said.contains("`b` has no age key") && said.contains("`db`"),
         "{said}"

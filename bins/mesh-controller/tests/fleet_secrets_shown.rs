@@ -5,6 +5,11 @@
 //! controller's logs at `MESH_LOG=debug` — and holds the keyed digest `<secret sha256:…>`,
 //! never the value; a changed secret shows as changed in `--diff`. A hand edit of the file is
 //! reported as drift without its content, put back, and kept in no filebucket.
+//!
+//! What a person reads is what the binary prints and logs, so those commands run the binary;
+//! what the test only sets up or looks up — the repository registered, the plans listed, the
+//! age key enrolled, the secret set — is called through the controller library in process
+//! (`Bed::library`).
 
 mod support;
 
@@ -71,7 +76,7 @@ fn a_secret_is_shown_only_by_its_keyed_digest_everywhere_a_person_reads() {
     enroll_age_key(&bed, "a");
     let repo = Repo::new();
     commit_db(&repo, "{{ user }}:{{ password }}\n", "db");
-    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    bed.library().repo_add("cat", repo.path()).unwrap();
     let inventory = "bus-node = \"bus\"\n\n[nodes.bus]\n[nodes.a]\n\n[assignments]\n\
                      base = [\"bus\", \"a\"]\nagent = [\"a\"]\ndb = [\"a\"]\n";
     bed.put_inventory(inventory);
@@ -90,8 +95,7 @@ fn a_secret_is_shown_only_by_its_keyed_digest_everywhere_a_person_reads() {
     let (preview, logs) = run_logged(&bed, &["merge", "cat", "--plan-only"], 0);
     assert!(preview.contains("db/file/creds"), "{preview}");
     outputs.push(("merge --plan-only (the preview)".into(), logs));
-    let plans: serde_json::Value =
-        serde_json::from_str(&bed.expect(&["plans", "--output", "json"], 0)).unwrap();
+    let plans = bed.library().plans();
     let open = plans
         .as_array()
         .unwrap()

@@ -14,11 +14,13 @@
 //! `MESH_SOAK_ROUNDS` (default 50) and `MESH_SOAK_SEED` (default: the clock; printed, so a
 //! run can be repeated). It prints one line per round and a summary, and exits 1 on the first
 //! violation, naming it.
+//!
+//! The checker and the merges call the controller library in process on the bed's bus
+//! (`Bed::library`); the daemon (`serve`) is the binary, killed and started again.
 
 mod support;
 
 use mesh_test_support::wait::try_wait_for;
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -116,10 +118,6 @@ fn commit_round(repo: &Repo, round: usize) -> String {
     repo.commit(&format!("round {round}"))
 }
 
-fn json(text: &str) -> Result<Value, String> {
-    serde_json::from_str(text).map_err(|e| format!("{e}: {text}"))
-}
-
 /// The round `node`'s container runs (`ROUND` in its environment), if it runs.
 fn container_round(prefix: &str, node: &str) -> Option<usize> {
     let out = Command::new("podman")
@@ -144,16 +142,11 @@ fn container_round(prefix: &str, node: &str) -> Option<usize> {
 /// Whether the fleet converged to `round`: `status` exits 0 with every node current and
 /// converged, every file says the round, every container runs it. Otherwise what is not.
 fn converged(bed: &Bed, prefix: &str, round: usize) -> Result<(), String> {
-    let out = bed.run(&["status", "--output", "json"]);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    if out.status.code() != Some(0) {
-        return Err(format!(
-            "status exits {:?}: {}",
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr)
-        ));
+    let said = bed.try_library()?.try_status()?;
+    if said.code != 0 {
+        return Err(format!("status exits {}: {}", said.code, said.document));
     }
-    let status = json(&text)?;
+    let status = said.json;
     for node in status["nodes"].as_array().ok_or("status lists no nodes")? {
         if node["current"] != true || node["report"]["machine"] != "converged" {
             return Err(format!("{} is not current and converged", node["node"]));
@@ -197,7 +190,7 @@ fn check(bed: &Bed, rounds: &BTreeMap<String, usize>, round: usize) -> Result<()
         }
     }
     // No plan lost or driven twice.
-    let plans = json(&bed.expect(&["plans", "--output", "json"], 0))?;
+    let plans = bed.try_library()?.plans();
     let mut of_commit: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for plan in plans.as_array().ok_or("plans is not a list")? {
         let id = plan["id"].as_str().unwrap_or_default().to_owned();
@@ -227,15 +220,15 @@ fn check(bed: &Bed, rounds: &BTreeMap<String, usize>, round: usize) -> Result<()
     // The records read: every node's sent record and plans (above), and collection reads
     // every record.
     for node in std::iter::once("bus").chain(NODES) {
-        bed.expect(&["records", "get", &format!("sent/{node}.json")], 0);
+        let key = format!("sent/{node}.json");
+        bed.library()
+            .records_get(&key)
+            .unwrap_or_else(|error| panic!("records get {key}: {error}"));
     }
-    let out = bed.run(&["records", "collect"]);
-    if !out.status.success() {
-        return Err(format!(
-            "records collect: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
+    // `records collect` (its default grace, 10 minutes).
+    bed.try_library()?
+        .records_collect(10)
+        .map_err(|error| format!("records collect: {error}"))?;
     Ok(())
 }
 
@@ -295,14 +288,14 @@ fn run() -> Result<(), String> {
     let repo = Repo::new();
     let mut merged: BTreeMap<String, usize> = BTreeMap::new();
     merged.insert(commit_round(&repo, 1), 1);
-    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    bed.library().repo_add("cat", repo.path()).unwrap();
     let mut daemon = Daemon::logged(&bed, &["--heartbeat", "1"]);
     {
         let rt = support::fleet::runtime();
         let bus = bed.controller_bus(&rt);
         support::fleet::wait_for_merge_consumer(&rt, &bus);
     }
-    bed.expect(&["merge", "cat", "--announce"], 0);
+    bed.library().merge_announce("cat").unwrap();
     wait_for("round 1 converged", CONVERGE, || {
         converged(&bed, &prefix, 1)
     });
@@ -313,7 +306,7 @@ fn run() -> Result<(), String> {
     for round in 2..=rounds + 1 {
         let commit = commit_round(&repo, round);
         merged.insert(commit, round);
-        bed.expect(&["merge", "cat", "--announce"], 0);
+        bed.library().merge_announce("cat").unwrap();
         let delay = Duration::from_millis(rng.below(KILL_WITHIN_MS));
         // Time itself is what this is about: the kill lands at a random moment of the rollout
         // (drawn above, printed with the round), never at a named step. Nothing is asserted

@@ -4,6 +4,11 @@
 //! controller dies (SIGABRT, nothing finished: a fail point, never a kill after a sleep) at each.
 //! At that instant either the older plan is open or the new plan holds its modules; the next drive
 //! finishes the takeover, and no module of the older plan is lost.
+//!
+//! The controller dies at its fail points as a process (the binary); everything else — the
+//! repository registered, the first plan, the plans read, the drive that finishes the takeover —
+//! is called through the controller library in process (`Mesh::library`, `Bed::library`), beside
+//! the daemon (`serve`, a process stopped by a signal).
 
 mod support;
 
@@ -55,9 +60,19 @@ fn an_open_plan_and_a_newer_commit() -> (Mesh, Repo, String) {
     write(&repo, &module("site", "/srv/www/index.html", "v1\n"));
     write(&repo, &module("notes", "/etc/notes.txt", "first note\n"));
     repo.commit("first");
-    let path = repo.path().to_str().unwrap().to_owned();
-    mesh.expect(&["repo", "add", "cat", &path], 0);
-    mesh.expect(&["merge", "cat", "--plan-only"], 0);
+    let library = mesh.library();
+    library.repo_add("cat", repo.path()).unwrap();
+    let planned = library
+        .merge_with(
+            "cat",
+            support::in_process::MergeFlags {
+                plan_only: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    // `merge --plan-only` exits 0.
+    assert!(!planned.stopped, "{}", planned.lines);
     write(&repo, &module("site", "/srv/www/index.html", "v2\n"));
     let second = repo.commit("site: v2");
     (mesh, repo, second)
@@ -65,7 +80,11 @@ fn an_open_plan_and_a_newer_commit() -> (Mesh, Repo, String) {
 
 /// The plans, by id.
 fn plans(mesh: &Mesh) -> std::collections::BTreeMap<String, Value> {
-    let listed = json(&mesh.expect(&["plans", "--output", "json"], 0));
+    by_id(mesh.library().plans())
+}
+
+/// Plans (`plans --output json`) by id.
+fn by_id(listed: Value) -> std::collections::BTreeMap<String, Value> {
     listed
         .as_array()
         .unwrap()
@@ -128,7 +147,10 @@ fn a_controller_killed_at_each_takeover_write_loses_no_module_of_the_older_plan(
 
         // The next drive finishes the takeover before it drives anything: plan-1 is superseded
         // by plan-2, which builds and rolls out both modules.
-        let resumed = mesh.expect(&["plans", "resume"], 0);
+        let driven = mesh.library().plans_resume(None).unwrap();
+        // `plans resume` exits 0: no plan stopped.
+        assert!(!driven.stopped, "{}", driven.lines);
+        let resumed = driven.lines;
         let after = plans(&mesh);
         assert_eq!(
             after["plan-1"]["state"],
@@ -190,7 +212,7 @@ fn a_newer_merge_heard_by_the_daemon_takes_over_a_plan_waiting_on_its_first_mach
         "name = \"notes\"\ndepends = [\"site\"]\n\n[files.text]\nsource = \"files/text\"\npath = \"/etc/notes.txt\"\n",
     )]);
     let first = repo.commit("first");
-    bed.expect(&["repo", "add", "cat", repo.path().to_str().unwrap()], 0);
+    bed.library().repo_add("cat", repo.path()).unwrap();
 
     let daemon = Daemon::logged(&bed, &[]);
     let rt = support::fleet::runtime();
@@ -204,13 +226,7 @@ fn a_newer_merge_heard_by_the_daemon_takes_over_a_plan_waiting_on_its_first_mach
         })
     };
     let plans_of = |bed: &support::fleet::Bed| -> std::collections::BTreeMap<String, Value> {
-        let out = bed.expect(&["plans", "--output", "json"], 0);
-        json(&out)
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|plan| (plan["id"].as_str().unwrap().to_owned(), plan.clone()))
-            .collect()
+        by_id(bed.library().plans())
     };
 
     // Plan A: `site` built and sent to its first machine, which never reports; `notes`, a tier

@@ -3,6 +3,10 @@
 //! `mesh-controller serve` over a real nats-server, makes one plan, rolled out to a real
 //! `mesh-host serve`. What is unsigned, wrongly signed, malformed, for another branch, too
 //! long or for no repository is refused as documented and announces nothing.
+//!
+//! The repositories are registered and listed, and the plans read, through the controller
+//! library in process (`Bed::library`); `serve` is the binary, a daemon (its refusal to listen
+//! in the clear off loopback is its exit code).
 
 mod support;
 
@@ -254,27 +258,28 @@ fn a_push_from_each_forge_is_planned_once_and_what_is_refused_announces_nothing(
     let secret_file = dir.join("cat.secret");
     std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
     std::fs::set_permissions(&secret_file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let add = [
-        "repo",
-        "add",
-        "cat",
-        repo.path().to_str().unwrap(),
-        "--hook-secret-file",
-        secret_file.to_str().unwrap(),
-    ];
-    let refused = bed.run(&add);
-    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
-    let said = String::from_utf8_lossy(&refused.stderr);
+    // `repo add cat PATH --hook-secret-file FILE`, through the library (it exits 1 refused).
+    let add = || {
+        bed.library().repo_add_with(
+            "cat",
+            repo.path(),
+            &mesh_controller::repos::AddOptions {
+                modules_dir: "modules".to_owned(),
+                hook_secret_file: Some(secret_file.clone()),
+                ..Default::default()
+            },
+        )
+    };
+    let Err(said) = add() else {
+        panic!("a secret file others may read was taken");
+    };
     assert!(
         said.contains("readable by others") && !said.contains(SECRET),
         "{said}"
     );
-    assert_eq!(
-        bed.expect(&["repo", "list", "--output", "json"], 0).trim(),
-        "[]"
-    );
+    assert_eq!(bed.library().repo_list().unwrap(), json!([]));
     std::fs::set_permissions(&secret_file, std::fs::Permissions::from_mode(0o600)).unwrap();
-    bed.expect(&add, 0);
+    add().unwrap();
 
     // Not on a non-loopback address in the clear: refused, naming it, before anything runs.
     let refused = bed.run(&["serve", "--hooks", "0.0.0.0:0"]);
@@ -289,20 +294,18 @@ fn a_push_from_each_forge_is_planned_once_and_what_is_refused_announces_nothing(
     let upstream = Repo::new();
     commit_base(&upstream, "upstream\n");
     let url = format!("file://{}", upstream.path().display());
-    let secret = secret_file.to_str().unwrap();
-    bed.expect(
-        &[
-            "repo",
-            "add",
+    bed.library()
+        .repo_add_with(
             "far",
-            &url,
-            "--branch",
-            "main",
-            "--hook-secret-file",
-            secret,
-        ],
-        0,
-    );
+            Path::new(&url),
+            &mesh_controller::repos::AddOptions {
+                branch: Some("main".to_owned()),
+                modules_dir: "modules".to_owned(),
+                hook_secret_file: Some(secret_file.clone()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
 
     // The webhooks' own listener over HTTPS, with the bed's certificate.
     CA.set(bed.pki.ca_file.clone()).unwrap();

@@ -3,9 +3,8 @@
 
 use super::fleet::{host_binary, Bed};
 use super::Mesh;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 pub const DB_MODULE: &str = r#"name = "db"
 
@@ -125,29 +124,28 @@ pub fn keys_of(bed: &Bed, node: &str) -> (String, String) {
     )
 }
 
+/// `node enroll NODE NKEY --age-key AGE` through the library, the keys `node`'s host made.
 pub fn enroll_age_key(bed: &Bed, node: &str) {
     let (nkey, age) = keys_of(bed, node);
-    bed.expect(&["node", "enroll", node, &nkey, "--age-key", &age], 0);
+    bed.library()
+        .node_enroll_with_age_key(node, &nkey, &age)
+        .unwrap_or_else(|error| panic!("node enroll {node} --age-key: {error}"));
 }
 
 pub fn identity(bed: &Bed, node: &str) -> mesh_secrets::Identity {
     mesh_secrets::Identity::load(&bed.state_dir(node).join("bus/age.key")).unwrap()
 }
 
-/// `settings set-secret MODULE KEY` over the bus, the value on standard input.
+/// `settings set-secret MODULE KEY` over the bus through the library, `value` as read from
+/// standard input.
 pub fn set_secret(bed: &Bed, module: &str, key: &str, value: &str) {
-    let mut set = bed
-        .command(&["settings", "set-secret", module, key])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    set.stdin
-        .take()
-        .unwrap()
-        .write_all(value.as_bytes())
-        .unwrap();
-    let set = set.wait_with_output().unwrap();
-    assert!(set.status.success(), "{set:?}");
+    let answer = bed
+        .library()
+        .settings_set_secret(module, None, key, value.as_bytes())
+        .unwrap_or_else(|error| panic!("settings set-secret {module} {key}: {error}"));
+    // `settings set-secret` exits 2 when it was refused.
+    assert!(
+        !answer.refused(),
+        "settings set-secret {module} {key} was refused"
+    );
 }
