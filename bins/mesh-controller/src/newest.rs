@@ -75,9 +75,21 @@ pub fn newest_definition(
 /// As [`newest_definition`]; [`crate::Error::Refused`] when `module` is not a module of the
 /// catalogue.
 pub fn newest_known(home: &Home, catalogue: &Catalogue, module: &str) -> Result<Newest> {
-    newest_definition(home, catalogue, module)?.ok_or_else(|| {
-        crate::error::Error::refused(crate::settings::not_a_module(catalogue, module))
-    })
+    newest_definition(home, catalogue, module)?
+        .ok_or_else(|| crate::error::Error::refused(not_a_module(catalogue, module)))
+}
+
+/// What is said of `module` when the catalogue holds no such module: its modules named.
+pub(crate) fn not_a_module(catalogue: &Catalogue, module: &str) -> String {
+    format!(
+        "`{module}` is not a module of the catalogue; its modules are: {}",
+        catalogue
+            .modules
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 /// A key a layer sets ahead: the version the nodes run does not accept it, the newest open

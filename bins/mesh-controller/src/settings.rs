@@ -31,7 +31,9 @@ fn scope(
 ) -> Result<LayerScope> {
     let inventory = home.inventory()?;
     if catalogue.module(module).is_none() {
-        return Err(Error::invalid(not_a_module(catalogue, module)));
+        return Err(Error::invalid(crate::newest::not_a_module(
+            catalogue, module,
+        )));
     }
     match node {
         None => Ok(LayerScope::Mesh),
@@ -601,19 +603,6 @@ pub fn rename(
         checked_against: newest.from.clone(),
         layers,
     })
-}
-
-/// What is said of `module` when the catalogue holds no such module: its modules named.
-pub(crate) fn not_a_module(catalogue: &Catalogue, module: &str) -> String {
-    format!(
-        "`{module}` is not a module of the catalogue; its modules are: {}",
-        catalogue
-            .modules
-            .keys()
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
 }
 
 #[cfg(test)]
