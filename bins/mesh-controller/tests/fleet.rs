@@ -363,8 +363,9 @@ fn owned_by_alice_on_a() -> Bed {
 #[test]
 fn a_failed_resource_is_applied_again_when_its_backoff_elapses_and_heartbeats_repeat_it() {
     let bed = owned_by_alice_on_a();
-    // `alice` is not an account on `a` yet: the file fails, and waits its backoff.
-    let results = bed.push_all(20, 3);
+    // `alice` is not an account on `a` yet: the file fails, and waits its backoff. (The push
+    // returns once every node reported; the timeout only bounds a busy machine's wait.)
+    let results = bed.push_all(60, 3);
     assert_eq!(
         results["a"]["report"]["machine"], "partial",
         "{}",
@@ -940,7 +941,8 @@ fn status_of(bed: &Bed, node: &str, silent_after: u64) -> (u8, serde_json::Value
 #[test]
 fn status_hears_a_failure_fixed_after_the_push_and_names_a_silent_host() {
     let mut bed = owned_by_alice_on_a();
-    let results = bed.push_all(20, 3);
+    // The push returns once every node reported; the timeout only bounds a busy machine's wait.
+    let results = bed.push_all(60, 3);
     assert_eq!(
         results["a"]["report"]["machine"], "partial",
         "{}",
