@@ -232,7 +232,13 @@ fn check(bed: &Bed, rounds: &BTreeMap<String, usize>, round: usize) -> Result<()
     Ok(())
 }
 
+/// The soak as a test a runner can list without running it (`--list`: `cargo nextest run
+/// --test soak` asks that first; a `main` that ran the soak on every start ran it then).
 fn main() {
+    mesh_test_support::harness::run(&[("soak", soak)]);
+}
+
+fn soak() {
     // Everything the run made (the bed, its servers and hosts, the containers) is dropped when
     // `run` returns, before the exit code is given.
     if let Err(violation) = run() {
