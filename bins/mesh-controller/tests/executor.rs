@@ -418,17 +418,7 @@ fn the_preview_of_a_merge_says_what_its_rollout_then_does() {
         .collect();
     insta::assert_snapshot!("merge_preview", support::redact(&text, &words));
 
-    let answer = bed
-        .mesh
-        .library()
-        .merge_with(
-            "cat",
-            support::in_process::MergeFlags {
-                plan_only: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let answer = bed.mesh.library().merge_plan_only("cat").unwrap();
     assert!(!answer.stopped, "it exits 0: {}", answer.json);
     let answer = answer.json;
     // The plan was already made by the first --plan-only: this one answers that, no preview.

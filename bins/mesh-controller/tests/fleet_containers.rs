@@ -148,23 +148,6 @@ fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
-/// `merge cat` through the library on the bed's bus, expected to exit `code` (0, or 3 when the
-/// plan stopped): its progress lines, as `merge` prints them.
-fn merge(bed: &Bed, code: u8) -> String {
-    let merged = bed
-        .library()
-        .merge("cat")
-        .unwrap_or_else(|error| panic!("merge cat: {error}"));
-    assert_eq!(
-        u8::from(merged.stopped) * 3,
-        code,
-        "{}\n{:#}",
-        merged.lines,
-        merged.json
-    );
-    merged.lines
-}
-
 /// `plans show ID --output json`.
 fn plan_record(bed: &Bed, id: &str) -> Value {
     bed.library()
@@ -225,7 +208,7 @@ fn a_new_build_whose_container_exits_or_is_unhealthy_stops_the_rollout_at_its_fi
     bed.library().repo_add("cat", repo.path()).unwrap();
 
     // The first merge: every node runs the container.
-    merge(&bed, 0);
+    bed.library().merge_expecting("cat", 0);
     let before: Vec<(String, Seen)> = NODES
         .iter()
         .map(|node| {
@@ -249,7 +232,7 @@ fn a_new_build_whose_container_exits_or_is_unhealthy_stops_the_rollout_at_its_fi
         ),
         "app v2: exits at once",
     );
-    let out = merge(&bed, 3);
+    let out = bed.library().merge_expecting("cat", 3);
     assert!(out.contains("`app`: sent `a` (first)"), "{out}");
     assert!(
         !out.contains("`app`: sent `b`") && !out.contains("`app`: sent `c`"),
@@ -291,7 +274,7 @@ fn a_new_build_whose_container_exits_or_is_unhealthy_stops_the_rollout_at_its_fi
         ),
         "app v3: never healthy",
     );
-    let out = merge(&bed, 3);
+    let out = bed.library().merge_expecting("cat", 3);
     assert!(out.contains("`app`: sent `a` (first)"), "{out}");
     assert!(
         !out.contains("`app`: sent `b`") && !out.contains("`app`: sent `c`"),
@@ -361,7 +344,7 @@ fn a_first_machine_whose_container_failed_before_stops_the_rollout_at_once() {
     bed.library().repo_add("cat", repo.path()).unwrap();
 
     let began = std::time::Instant::now();
-    let out = merge(&bed, 3);
+    let out = bed.library().merge_expecting("cat", 3);
     assert!(
         began.elapsed() < std::time::Duration::from_secs(120),
         "the merge waited out the deadline: {out}"

@@ -74,23 +74,6 @@ fn plan(bed: &Bed, id: &str) -> Value {
         .unwrap_or_else(|error| panic!("{error}"))
 }
 
-/// `merge cat` through the library, expected to exit `code` (0, or 3 when the plan stopped):
-/// its progress lines, as `merge` prints them.
-fn merge(bed: &Bed, code: u8) -> String {
-    let merged = bed
-        .library()
-        .merge("cat")
-        .unwrap_or_else(|error| panic!("merge cat: {error}"));
-    assert_eq!(
-        u8::from(merged.stopped) * 3,
-        code,
-        "{}\n{:#}",
-        merged.lines,
-        merged.json
-    );
-    merged.lines
-}
-
 /// `merge cat` started through the library on a thread of its own, while the test goes on
 /// with the bed: its progress lines once it ends, and whether the plan stopped.
 fn merge_meanwhile(bed: &Bed) -> std::thread::JoinHandle<Result<Merged, String>> {
@@ -177,7 +160,7 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
 
     // The first merge: built into the registry, the bus node first (its users are new to the
     // bus), then everyone else once the bus confirmed them.
-    let out = merge(&bed, 0);
+    let out = bed.library().merge_expecting("cat", 0);
     let why = line_of(
         &out,
         "`base`: the bus's users differ from the ones it confirmed",
@@ -255,7 +238,7 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
         "owner = \"alice\"\n",
         "base v2, owned by alice",
     );
-    let out = merge(&bed, 3);
+    let out = bed.library().merge_expecting("cat", 3);
     line_of(&out, "`base`: sent `a` (first)");
     assert!(
         !out.contains("sent `b`") && !out.contains("sent `bus`"),
@@ -283,7 +266,7 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
     kill_host(&mut bed, "a");
     commit_base(&repo, "v3\n", "deadline-secs = 3\n", "", "base v3");
     let started = Instant::now();
-    merge(&bed, 3);
+    bed.library().merge_expecting("cat", 3);
     assert!(started.elapsed() < Duration::from_secs(30));
     let stopped = plan(&bed, "plan-3");
     let outcome = &stopped["plan"]["rollouts"]["base"]["outcome"];
@@ -304,7 +287,7 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
 fn a_rollout_rides_out_a_bus_restart_and_a_killed_controller_resumes_from_the_record_on_another_machine(
 ) {
     let (mut bed, repo) = setup(&["a", "b"]);
-    merge(&bed, 0);
+    bed.library().merge_expecting("cat", 0);
 
     // The bus restarted while the rollout waits on its first node: the rollout completes.
     kill_host(&mut bed, "a");
@@ -370,7 +353,7 @@ fn a_rollout_rides_out_a_bus_restart_and_a_killed_controller_resumes_from_the_re
     let record = plan(&bed, "plan-3");
     assert_eq!(record["plan"]["state"]["state"], "done", "{record}");
     assert_eq!(record["plan"]["rollouts"]["base"]["first"], "a");
-    merge(&bed, 0);
+    bed.library().merge_expecting("cat", 0);
     let plans = bed.library().plans();
     let for_third = plans
         .as_array()
@@ -384,7 +367,7 @@ fn a_rollout_rides_out_a_bus_restart_and_a_killed_controller_resumes_from_the_re
 #[test]
 fn a_host_killed_mid_apply_reports_mid_change_and_the_rollout_goes_on_once_it_converges() {
     let (mut bed, repo) = setup(&["a", "b"]);
-    merge(&bed, 0);
+    bed.library().merge_expecting("cat", 0);
     // A new module of many files on `a` and `b`: its apply takes a while.
     let mut module = String::from("name = \"bulk\"\n");
     let mut files = Vec::new();
@@ -454,7 +437,7 @@ fn a_failed_first_node_is_sent_back_what_it_ran_over_the_bus_when_the_module_say
     let (bed, repo) = setup(&["a", "b"]);
     let revert = "on-failure = \"revert\"\n";
     commit_base(&repo, "v1\n", revert, "", "base v1, revert on failure");
-    merge(&bed, 0);
+    bed.library().merge_expecting("cat", 0);
     let nodes = ["bus", "a", "b"];
     for node in nodes {
         assert_eq!(hello(&bed, node), "v1\n", "{node}");
@@ -484,7 +467,7 @@ fn a_failed_first_node_is_sent_back_what_it_ran_over_the_bus_when_the_module_say
         "\n[memberships.audio]\naccount = \"alice\"\ngroup = \"audio\"\n",
         "base v2, alice plays audio",
     );
-    let out = merge(&bed, 3);
+    let out = bed.library().merge_expecting("cat", 3);
     let sent = line_of(&out, "`base`: sent `a` (first)");
     let stopped = line_of(&out, "`base`: stopped at `a`: base/membership/audio");
     // Grants before code: the revert is granted before it is sent.

@@ -8,7 +8,6 @@
 
 mod support;
 
-use mesh_controller::push::Verdict;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use support::{git, Mesh};
@@ -80,17 +79,6 @@ fn check(mesh: &Mesh) -> (bool, String) {
     (check.sound(), problems)
 }
 
-/// `push NODE`, in process: whether it exits 0 (every node converged), and what it said.
-fn push(mesh: &Mesh, node: &str) -> (bool, String) {
-    match mesh.library().push(&[node]) {
-        Ok(pushed) => (
-            pushed.verdict == Verdict::Converged,
-            format!("{}{}", pushed.lines, pushed.json),
-        ),
-        Err(error) => (false, error),
-    }
-}
-
 #[test]
 fn a_secret_file_in_clear_is_refused_until_encrypted_and_then_only_its_host_writes_it() {
     let value = unique_value();
@@ -152,7 +140,7 @@ fn a_secret_file_in_clear_is_refused_until_encrypted_and_then_only_its_host_writ
         plan.contains(&format!("<secret {}>", sealed.digest)),
         "{plan}"
     );
-    let (pushed, said) = push(&mesh, "control");
+    let (pushed, said) = mesh.library().push_converged("control");
     assert!(pushed, "{said}");
     let applied = mesh.root("control").join("etc/vault/token");
     assert_eq!(std::fs::read_to_string(&applied).unwrap(), value);
@@ -193,7 +181,7 @@ fn a_secret_file_looser_than_0640_is_refused_at_check_naming_module_and_file() {
         ),
         "{problems}"
     );
-    let (pushed, said) = push(&mesh, "control");
+    let (pushed, said) = mesh.library().push_converged("control");
     assert!(!pushed, "{said}");
     assert!(!mesh.root("control").join("etc/vault/token").exists());
 }
@@ -207,7 +195,7 @@ fn the_examples_tls_key_is_encrypted_by_init_and_written_by_its_host_alone() {
     let key = mesh_secrets::MeshKey::load(&mesh.home().join("secrets/mesh.key")).unwrap();
     let value = key.open(&sealed).unwrap().to_vec();
     assert!(value.starts_with(b"-----BEGIN PRIVATE KEY-----\n"));
-    let (pushed, said) = push(&mesh, "control");
+    let (pushed, said) = mesh.library().push_converged("control");
     assert!(pushed, "{said}");
     let applied = mesh.root("control").join("etc/mesh/tls/server.key");
     assert_eq!(std::fs::read(&applied).unwrap(), value);

@@ -14,7 +14,6 @@
 
 mod support;
 
-use mesh_controller::push::Verdict;
 use mesh_model::secret::SecretValue;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
@@ -89,17 +88,6 @@ fn merge(mesh: &Mesh) -> String {
     merged.lines
 }
 
-/// `push NODE`, in process: whether it exits 0 (every node converged), and what it said.
-fn push(mesh: &Mesh, node: &str) -> (bool, String) {
-    match mesh.library().push(&[node]) {
-        Ok(pushed) => (
-            pushed.verdict == Verdict::Converged,
-            format!("{}{}", pushed.lines, pushed.json),
-        ),
-        Err(error) => (false, error),
-    }
-}
-
 fn sealed_at(path: &Path) -> SecretValue {
     SecretValue::from_file(&std::fs::read(path).unwrap()).unwrap()
 }
@@ -170,7 +158,7 @@ fn a_build_deployed_before_a_rotation_is_still_sent_with_the_retired_key_until_a
     std::fs::remove_file(&applied).unwrap();
     let aside = mesh.home().join("retired-key-aside");
     std::fs::rename(&retired, &aside).unwrap();
-    let (pushed, said) = push(&mesh, "control");
+    let (pushed, said) = mesh.library().push_converged("control");
     assert!(!pushed, "{said}");
     assert!(
         said.contains("sealing the secret `files.token` of `vault`"),
@@ -178,7 +166,7 @@ fn a_build_deployed_before_a_rotation_is_still_sent_with_the_retired_key_until_a
     );
     assert!(!applied.exists(), "nothing applied");
     std::fs::rename(&aside, &retired).unwrap();
-    let (pushed, said) = push(&mesh, "control");
+    let (pushed, said) = mesh.library().push_converged("control");
     assert!(pushed, "{said}");
     assert_eq!(std::fs::read_to_string(&applied).unwrap(), value);
 
@@ -193,7 +181,7 @@ fn a_build_deployed_before_a_rotation_is_still_sent_with_the_retired_key_until_a
         "{merged}"
     );
     assert!(!retired.exists());
-    let (pushed, said) = push(&mesh, "control");
+    let (pushed, said) = mesh.library().push_converged("control");
     assert!(pushed, "{said}");
     assert_eq!(std::fs::read_to_string(&applied).unwrap(), value);
 }

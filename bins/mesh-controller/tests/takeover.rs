@@ -62,15 +62,7 @@ fn an_open_plan_and_a_newer_commit() -> (Mesh, Repo, String) {
     repo.commit("first");
     let library = mesh.library();
     library.repo_add("cat", repo.path()).unwrap();
-    let planned = library
-        .merge_with(
-            "cat",
-            support::in_process::MergeFlags {
-                plan_only: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let planned = library.merge_plan_only("cat").unwrap();
     // `merge --plan-only` exits 0.
     assert!(!planned.stopped, "{}", planned.lines);
     write(&repo, &module("site", "/srv/www/index.html", "v2\n"));

@@ -72,6 +72,33 @@ impl Library {
         self.merge_with(repo, MergeFlags::default())
     }
 
+    /// `merge REPO --plan-only`.
+    pub fn merge_plan_only(&self, repo: &str) -> Result<Merged, String> {
+        self.merge_with(
+            repo,
+            MergeFlags {
+                plan_only: true,
+                ..MergeFlags::default()
+            },
+        )
+    }
+
+    /// `merge REPO`, expected to exit `code` (0, or 3 when the plan stopped): its progress
+    /// lines, as `merge` prints them.
+    pub fn merge_expecting(&self, repo: &str, code: u8) -> String {
+        let merged = self
+            .merge(repo)
+            .unwrap_or_else(|error| panic!("merge {repo}: {error}"));
+        assert_eq!(
+            u8::from(merged.stopped) * 3,
+            code,
+            "{}\n{:#}",
+            merged.lines,
+            merged.json
+        );
+        merged.lines
+    }
+
     /// `merge REPO` with its flags.
     pub fn merge_with(&self, repo: &str, flags: MergeFlags<'_>) -> Result<Merged, String> {
         self.home().require().map_err(|e| said(&e))?;

@@ -55,6 +55,18 @@ impl Library {
         self.push_moving(nodes, &[])
     }
 
+    /// `push NODE`: whether it exits 0 (every node converged), and what it said (its lines and
+    /// JSON, or the error).
+    pub fn push_converged(&self, node: &str) -> (bool, String) {
+        match self.push(&[node]) {
+            Ok(pushed) => (
+                pushed.verdict == push::Verdict::Converged,
+                format!("{}{}", pushed.lines, pushed.json),
+            ),
+            Err(error) => (false, error),
+        }
+    }
+
     /// `push NODE… --move MODULE…`.
     pub fn push_moving(&self, nodes: &[&str], moves: &[&str]) -> Result<Pushed, String> {
         let nodes = nodes.iter().map(|n| (*n).to_owned()).collect();
