@@ -16,8 +16,12 @@
 //! module's grant that overlaps the mesh's own subjects or the server's APIs is refused.
 //!
 //! What a node may do:
-//! - hear its own declarations (`mesh.declaration.<node>`), and read them through its own
-//!   durable consumer on the declarations stream (`host-<node>`, made by the controller);
+//! - hear its own declarations (`mesh.declaration.<node>`), and ask the declarations stream for
+//!   the last one on its own subject (a direct get naming the subject:
+//!   `$JS.API.DIRECT.GET.MESH_DECLARATIONS.mesh.declaration.<node>`, the only form it may send —
+//!   the form carrying the subject in its body could name another node's);
+//! - read its own durable consumer there (`host-<node>`), which a host of an earlier mesh read
+//!   its declarations through and a fleet upgraded from one still has (none is made now);
 //! - publish its own reports (`mesh.report.<node>`);
 //! - hear (and publish to) its own reply inboxes only (`_INBOX.node-<node>.>`: it must connect
 //!   with [`node_inbox_prefix`], as [`crate::NatsOptions::for_node`] does), and answer requests
@@ -255,6 +259,11 @@ fn permissions_of(node: &str, buckets: &[String], subjects: &[String]) -> Permis
     let declarations = DECLARATIONS_STREAM;
     let mut publish = BTreeSet::from([
         subjects::report(node),
+        format!(
+            "$JS.API.DIRECT.GET.{declarations}.{}",
+            subjects::declaration(node)
+        ),
+        // A host of an earlier mesh reads its durable consumer, made by an earlier controller.
         format!("$JS.API.CONSUMER.INFO.{declarations}.{consumer}"),
         format!("$JS.API.CONSUMER.MSG.NEXT.{declarations}.{consumer}"),
         format!("$JS.ACK.{declarations}.{consumer}.>"),

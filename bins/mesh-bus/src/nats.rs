@@ -509,6 +509,7 @@ impl Refusal {
 pub struct NatsBus {
     client: async_nats::Client,
     refusals: broadcast::Sender<Refusal>,
+    connects: tokio::sync::watch::Receiver<u64>,
 }
 
 impl std::fmt::Debug for NatsBus {
@@ -529,13 +530,20 @@ impl NatsBus {
     pub async fn connect(options: &NatsOptions) -> Result<NatsBus, NatsError> {
         let (refusals, _) = broadcast::channel(256);
         let sender = refusals.clone();
+        let (connected, connects) = tokio::sync::watch::channel(0_u64);
+        let connected = std::sync::Arc::new(connected);
         let refusals_expected = options.refusals_expected;
         let mut connect = async_nats::ConnectOptions::new()
             .connection_timeout(options.connect_timeout)
             .event_callback(move |event| {
                 let sender = sender.clone();
+                let connected = std::sync::Arc::clone(&connected);
                 async move {
                     match event {
+                        async_nats::Event::Connected => {
+                            tracing::info!(event = %event, "nats connection");
+                            connected.send_modify(|count| *count += 1);
+                        }
                         async_nats::Event::ServerError(error) => {
                             let refusal = match error {
                                 async_nats::ServerError::Other(text) => {
@@ -591,7 +599,22 @@ impl NatsBus {
             Ok(client) => client,
             Err(source) => return Err(explain_connect_failure(options, source).await),
         };
-        Ok(NatsBus { client, refusals })
+        Ok(NatsBus {
+            client,
+            refusals,
+            connects,
+        })
+    }
+
+    /// Changes each time the connection is made again after it was lost (and may once for the
+    /// first connection): what was published while it was lost was not heard, and a reader
+    /// that must not miss it asks again (the host asks for its last declaration). The
+    /// connection's subscriptions are sent to the server again before anything sent after it
+    /// changes.
+    pub fn connects(&self) -> tokio::sync::watch::Receiver<u64> {
+        let mut connects = self.connects.clone();
+        connects.mark_unchanged();
+        connects
     }
 
     /// The raw async-nats client, for what the [`Bus`] trait does not cover.

@@ -90,8 +90,9 @@ pub const REPORTS_STREAM: &str = "MESH_REPORTS";
 /// The stream holding the mesh's events: merges and builds (`mesh.event.>`).
 pub const EVENTS_STREAM: &str = "MESH_EVENTS";
 
-/// The name of the durable consumer through which `node`'s host reads its declarations from
-/// [`DECLARATIONS_STREAM`]; its grants name it.
+/// The name of the durable consumer through which a host of an earlier mesh read `node`'s
+/// declarations from [`DECLARATIONS_STREAM`] (made by an earlier controller; none is made now,
+/// and its grants still name it for such a host).
 pub fn declaration_consumer(node: &str) -> String {
     format!("host-{node}")
 }

@@ -155,12 +155,17 @@ pub async fn serve(
     }
     let version = mesh_bus::version::ServerVersion::of_client(bus.client());
     if version.removal_visits_every_consumer() {
-        runtime.progress().line(&format!(
-            "warning: nats-server {version} passes over every consumer of a stream for each \
-             message it removes (fixed in 2.10.26); the declarations stream holds a consumer per \
-             node, so once nodes hold 8 declarations each a rollout's time grows with the square \
-             of the fleet: past some 10,000 nodes, run nats-server 2.10.26 or later"
-        ));
+        let consumers = declaration_consumers(&bus).await;
+        if consumers >= CONSUMERS_WARNED {
+            runtime.progress().line(&format!(
+                "warning: the declarations stream holds {consumers} consumers, made for the \
+                 hosts of an earlier mesh (this mesh's hosts read none), and nats-server \
+                 {version} passes over every consumer of a stream for each message it removes \
+                 (fixed in 2.10.26): once nodes hold 8 declarations each a rollout's time grows \
+                 with their number. Once every host runs this mesh, delete them (`nats consumer \
+                 rm MESH_DECLARATIONS host-<node>`), or run nats-server 2.10.26 or later"
+            ));
+        }
     }
     let js = bus.jetstream();
     let _discovery = discovery::serve_discovery(
@@ -394,5 +399,26 @@ struct AbortOnDrop(tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// From how many consumers on the declarations stream a server that passes over every one of
+/// them for each message it removes is said at the daemon's start.
+pub const CONSUMERS_WARNED: usize = 1_000;
+
+/// How many consumers the declarations stream holds (0 when it cannot be read: the warning it
+/// feeds is then not said).
+async fn declaration_consumers(bus: &mesh_bus::NatsBus) -> usize {
+    match bus
+        .jetstream()
+        .get_stream(mesh_bus::subjects::DECLARATIONS_STREAM)
+        .await
+    {
+        Ok(mut stream) => stream
+            .info()
+            .await
+            .map(|info| info.state.consumer_count)
+            .unwrap_or(0),
+        Err(_) => 0,
     }
 }

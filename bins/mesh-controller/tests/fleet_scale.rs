@@ -122,8 +122,8 @@ fn twenty_hosts_and_ten_modules_merge_twice_survive_a_killed_controller_and_keep
     let node_names = nodes();
     let names: Vec<&str> = node_names.iter().map(String::as_str).collect();
     let mut bed = Bed::new(&names);
-    // Every host is started at once; none is waited for: each takes its declarations from its
-    // own consumer on the bus whenever it comes up.
+    // Every host is started at once; none is waited for: each reads the last declaration sent
+    // to it from the declarations stream whenever it comes up.
     for node in std::iter::once("bus").chain(names.iter().copied()) {
         bed.start_host(node);
     }

@@ -207,11 +207,6 @@ async fn run() {
     }
 
     let dir = tempfile::tempdir().unwrap();
-    for i in 0..FAN_OUT {
-        jetstream::ensure_declaration_consumer(&js, &node(i))
-            .await
-            .unwrap();
-    }
     let declarations: Vec<(bytes::Bytes, String)> = (0..FAN_OUT)
         .map(|i| {
             let d = declaration(&node(i));

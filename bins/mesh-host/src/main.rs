@@ -122,8 +122,9 @@ enum Command {
     /// Runs as the node's daemon on a fleet (needs `--node`, `--bus`, and `--password-file` or
     /// the seed `keygen` made).
     ///
-    /// It reads its declarations from the bus (its JetStream consumer, so one sent while it
-    /// was down is not lost), applies each, reports on every apply and on a heartbeat, applies
+    /// It reads its declarations from the bus (its subject, and the declarations stream's
+    /// last one when it starts or reconnects, so one sent while it was down is not lost),
+    /// applies each, reports on every apply and on a heartbeat, applies
     /// again when a failed resource's backoff elapses, answers discovery, and rides out bus
     /// restarts. SIGTERM or SIGINT stop it once the apply under way has finished, within
     /// `--stop-timeout` seconds whatever the bus is doing (a bus that is gone is not waited

@@ -95,9 +95,6 @@ async fn a_host_signs_with_the_seed_keygen_made_and_a_seed_others_can_read_is_re
     .unwrap_or_else(|e| panic!("{e}"));
     let js = controller.jetstream();
     mesh_bus::jetstream::ensure_streams(&js).await.unwrap();
-    mesh_bus::jetstream::ensure_declaration_consumer(&js, "home")
-        .await
-        .unwrap();
     let mut reports = controller
         .subscribe(&subjects::report("home"))
         .await

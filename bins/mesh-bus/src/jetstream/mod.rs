@@ -4,8 +4,9 @@
 //! Start at [`ensure_streams`] (the controller runs it on start), then
 //! [`ensure_consumer_from_now`] for every durable consumer on a history stream (the rule “A durable consumer starts from now”,
 //! ), and [`consumer_reset`] for `mesh-controller broker consumer-reset STREAM CONSUMER`.
-//! Merges travel as [`publish_merge`] / [`MergeListener`] (`merges`); key-value buckets are
-//! made by [`ensure_bucket`] (`buckets`).
+//! Declarations travel as [`publish_declaration`] / [`last_declaration`] (`declarations`),
+//! merges as [`publish_merge`] / [`MergeListener`] (`merges`); key-value buckets are made by
+//! [`ensure_bucket`] (`buckets`).
 //!
 //! What it must never do: re-make a consumer that exists (it would lose its place), make one with
 //! the server's default deliver policy (*all*: a week of history replayed), or reset a work
@@ -21,19 +22,22 @@
 //! [`replica_shortfalls`], and [`raise_replicas`] raises it.
 
 mod buckets;
+mod declarations;
 mod merges;
 
 pub(crate) use buckets::open_or_make_bucket;
 pub use buckets::{bucket_stream, ensure_bucket, ensure_bucket_with, BUCKET_DEDUPLICATION_WINDOW};
+pub use declarations::{
+    declarations_stream, last_declaration, publish_declaration, DeclarationPublished,
+    LastDeclaration,
+};
 pub use merges::{
     merge_consumer, merges_waiting, publish_merge, HeardMerge, MergeAnnouncement, MergeListener,
     MergePublished, MergesWaiting, MERGES_REMEMBERED,
 };
 
 use crate::nats::NatsError;
-use crate::subjects::{
-    self, declaration_consumer, DECLARATIONS_STREAM, EVENTS_STREAM, REPORTS_STREAM,
-};
+use crate::subjects::{self, DECLARATIONS_STREAM, EVENTS_STREAM, REPORTS_STREAM};
 use async_nats::jetstream::consumer::{self, pull, DeliverPolicy, PullConsumer};
 use async_nats::jetstream::stream::{self, RetentionPolicy};
 use async_nats::jetstream::{Context, ErrorCode};
@@ -43,27 +47,6 @@ use std::time::Duration;
 /// How long the events stream remembers a merge's message id: a merge announced again within
 /// it is not stored again (the incident behind “A merge heard twice makes one plan” saw repeats 0.5 to 30 seconds apart).
 pub const MERGE_DEDUPLICATION_WINDOW: Duration = Duration::from_secs(60 * 60);
-
-/// The most consumers the declarations stream takes, said on the stream: every node has a
-/// durable consumer of its own there, so this is the largest fleet one bus serves. A stream
-/// that says no limit gets the server's default from nats-server 2.15 on — 1,000, and no
-/// value a stream can say means "unlimited" there — so a fleet past a thousand nodes could
-/// not make its consumers.
-pub const DECLARATION_CONSUMERS: i32 = 1_000_000;
-
-/// The declarations stream: the last 8 declarations of each node, and a consumer per node (at
-/// most [`DECLARATION_CONSUMERS`]).
-pub fn declarations_stream() -> stream::Config {
-    stream::Config {
-        name: DECLARATIONS_STREAM.to_owned(),
-        description: Some("what each node should hold, newest last".to_owned()),
-        subjects: vec![subjects::ALL_DECLARATIONS.to_owned()],
-        max_messages_per_subject: 8,
-        max_consumers: DECLARATION_CONSUMERS,
-        storage: stream::StorageType::File,
-        ..Default::default()
-    }
-}
 
 /// The reports stream: the last 64 reports of each node, for at most a week.
 pub fn reports_stream() -> stream::Config {
@@ -153,14 +136,14 @@ pub async fn ensure_stream(
 ) -> Result<stream::Stream, NatsError> {
     let name = config.name.clone();
     let wanted = config.num_replicas;
-    let max_consumers = config.max_consumers;
+    let allow_direct = config.allow_direct;
     let stream = make_stream_patiently(js, config)
         .await
         .map_err(|source| NatsError::Stream {
             stream: name.clone(),
             source,
         })?;
-    let stream = raise_max_consumers(js, stream, max_consumers).await;
+    let stream = allow_direct_gets(js, stream, allow_direct).await;
     let has = stream.cached_info().config.num_replicas.max(1);
     if has < wanted {
         tracing::warn!(
@@ -207,26 +190,24 @@ pub(crate) async fn make_stream_patiently(
     }
 }
 
-/// `stream` made to take `wanted` consumers when it was made taking fewer: one made by an
-/// earlier mesh says no limit, which nats-server 2.15 and later read as their default of 1,000.
-/// Raised once, said in the log; a server that refuses (one older than 2.12 cannot change the
-/// limit, but reads no limit as none) leaves the stream as it is, said in the log.
-async fn raise_max_consumers(js: &Context, stream: stream::Stream, wanted: i32) -> stream::Stream {
-    let has = stream.cached_info().config.max_consumers;
-    let defaulted =
-        has <= 0 && crate::version::ServerVersion::of_client(&js.client()).at_least(2, 15);
-    if wanted <= 0 || !(defaulted || (has > 0 && has < wanted)) {
+/// `stream` made to answer direct gets when `wanted` and it does not: the declarations stream an
+/// earlier mesh made (its hosts read durable consumers; this mesh's read their last declaration
+/// by a direct get). Changed once, said in the log; a server that refuses leaves it as it is,
+/// said in the log (hosts then cannot read what was sent while they were away).
+async fn allow_direct_gets(js: &Context, stream: stream::Stream, wanted: bool) -> stream::Stream {
+    if !wanted || stream.cached_info().config.allow_direct {
         return stream;
     }
     let mut config = stream.cached_info().config.clone();
     let name = config.name.clone();
-    config.max_consumers = wanted;
+    config.allow_direct = true;
     match js.update_stream(&config).await {
-        Ok(_) => tracing::info!(stream = %name, was = has, now = wanted,
-            "the stream's consumer limit raised: every node has a consumer there"),
-        Err(error) => tracing::warn!(stream = %name, limit = has, wanted, %error,
-            "the stream's consumer limit could not be raised: nodes past the limit cannot make \
-             their consumers"),
+        Ok(_) => tracing::info!(stream = %name,
+            "the stream made by an earlier mesh now answers direct gets: hosts read their last \
+             declaration by one"),
+        Err(error) => tracing::warn!(stream = %name, %error,
+            "the stream could not be made to answer direct gets: a host cannot read what was \
+             sent to it while it was away"),
     }
     stream
 }
@@ -542,77 +523,6 @@ pub fn awaits_leader(info: &async_nats::jetstream::consumer::Info) -> bool {
     info.cluster
         .as_ref()
         .is_some_and(|cluster| cluster.name.is_some() && cluster.leader.is_none())
-}
-
-/// Makes `node`'s declaration consumer from now (the controller does, when it issues the
-/// node's grants — before the first declaration it sends), or keeps the one that exists.
-///
-/// # Errors
-/// As [`ensure_consumer_from_now`].
-pub async fn ensure_declaration_consumer(
-    js: &Context,
-    node: &str,
-) -> Result<(PullConsumer, Ensured), NatsError> {
-    ensure_consumer_from_now(
-        js,
-        DECLARATIONS_STREAM,
-        pull::Config {
-            durable_name: Some(declaration_consumer(node)),
-            description: Some(format!("{node}'s host reads its declarations")),
-            filter_subject: subjects::declaration(node),
-            ack_policy: consumer::AckPolicy::Explicit,
-            ..Default::default()
-        },
-    )
-    .await
-}
-
-/// What [`publish_declaration`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DeclarationPublished {
-    /// Its sequence in [`DECLARATIONS_STREAM`] (the first one's, for a duplicate).
-    pub sequence: u64,
-    /// A message of the same id was already stored within the stream's duplicate window (two
-    /// minutes): not stored again.
-    pub duplicate: bool,
-}
-
-/// Publishes a declaration's bytes on `node`'s declaration subject with the JetStream message
-/// id `message_id` (`Nats-Msg-Id`).
-///
-/// # Guarantees
-/// Returns once the declarations stream stored it, or said it already had a message of that id
-/// (within its duplicate window): a publish tried again with the same id — its answer lost, the
-/// server restarting — is stored once.
-///
-/// # Errors
-/// [`NatsError::Publish`] when the stream did not acknowledge it.
-pub async fn publish_declaration(
-    js: &Context,
-    node: &str,
-    declaration: Vec<u8>,
-    message_id: &str,
-) -> Result<DeclarationPublished, NatsError> {
-    let subject = subjects::declaration(node);
-    let publish_error = |source: async_nats::Error| NatsError::Publish {
-        subject: subject.clone(),
-        source,
-    };
-    let ack = js
-        .send_publish(
-            subject.clone(),
-            async_nats::jetstream::message::PublishMessage::build()
-                .payload(declaration.into())
-                .message_id(message_id),
-        )
-        .await
-        .map_err(|source| publish_error(source.into()))?
-        .await
-        .map_err(|source| publish_error(source.into()))?;
-    Ok(DeclarationPublished {
-        sequence: ack.sequence,
-        duplicate: ack.duplicate,
-    })
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@ use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::Context;
 use futures_util::StreamExt;
 use mesh_bus::grants::{authorization_config, BusAuthorization};
-use mesh_bus::jetstream::{ensure_bucket, ensure_declaration_consumer};
+use mesh_bus::jetstream::{
+    ensure_bucket, ensure_consumer_from_now, ensure_streams, last_declaration, publish_declaration,
+};
 use mesh_bus::nats::Refusal;
 use mesh_bus::subjects::{declaration_consumer, DECLARATIONS_STREAM};
 use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
@@ -25,6 +27,22 @@ async fn node(server: &NatsServer, node: &str) -> NatsBus {
     NatsBus::connect(&super::as_node(server, node))
         .await
         .unwrap_or_else(|error| panic!("{error}"))
+}
+
+/// `node`'s durable consumer as an earlier mesh made it for its host.
+async fn earlier_meshs_consumer(js: &Context, node: &str) {
+    ensure_consumer_from_now(
+        js,
+        DECLARATIONS_STREAM,
+        async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some(declaration_consumer(node)),
+            filter_subject: subjects::declaration(node),
+            ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
 }
 
 async fn refused(refusals: &mut broadcast::Receiver<Refusal>, expected: Refusal) {
@@ -50,8 +68,9 @@ async fn a_host_is_refused_another_nodes_declarations_and_reports() {
     let config = authorization_config(&grants(&[])).unwrap();
     let (server, controller) = super::secured(&config).await;
     let js = controller.jetstream();
+    ensure_streams(&js).await.unwrap();
     for name in ["home", "laptop"] {
-        ensure_declaration_consumer(&js, name).await.unwrap();
+        earlier_meshs_consumer(&js, name).await;
     }
     let home = node(&server, "home").await;
     let mut reports = controller.subscribe(subjects::ALL_REPORTS).await.unwrap();
@@ -100,18 +119,42 @@ async fn a_host_is_refused_another_nodes_declarations_and_reports() {
         "the forged report never arrived; home's own did"
     );
 
-    // Its own declarations it hears, live and through its own consumer; another's consumer
-    // it cannot read.
+    // Its own declarations it hears, live and as the stream's last (a direct get naming its
+    // subject); another's last it cannot ask for.
     let mut own = home
         .subscribe(&subjects::declaration("home"))
         .await
         .unwrap();
-    controller
-        .publish(&subjects::declaration("home"), b"home's".to_vec())
+    publish_declaration(&js, "home", b"home's".to_vec(), "home:1")
+        .await
+        .unwrap();
+    publish_declaration(&js, "laptop", b"laptop's".to_vec(), "laptop:1")
         .await
         .unwrap();
     let live = super::next_within(WAIT, &mut own).await;
     assert_eq!(live.payload, b"home's");
+    let last = last_declaration(&home.jetstream(), "home")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (last.payload.as_ref(), last.message_id.as_deref()),
+        (b"home's".as_slice(), Some("home:1"))
+    );
+    let spied = last_declaration(&quick(&home), "laptop").await;
+    assert!(
+        spied.is_err(),
+        "home read laptop's last declaration: {spied:?}"
+    );
+    refused(
+        &mut refusals,
+        Refusal::Publish {
+            subject: "$JS.API.DIRECT.GET.MESH_DECLARATIONS.mesh.declaration.laptop".into(),
+        },
+    )
+    .await;
+
+    // A host of an earlier mesh reads its own durable consumer, and not another's.
     let consumer: PullConsumer = home
         .jetstream()
         .get_consumer_from_stream(declaration_consumer("home"), DECLARATIONS_STREAM)

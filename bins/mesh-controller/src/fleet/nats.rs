@@ -1,5 +1,5 @@
-//! A fleet's real hosts over NATS (`--bus URL`): declarations published to each node's
-//! JetStream consumer, reports heard on `mesh.report.*`, and the real grants — the bus's users
+//! A fleet's real hosts over NATS (`--bus URL`): declarations published on each node's
+//! subject to the declarations stream, reports heard on `mesh.report.*`, and the real grants — the bus's users
 //! composed ([`crate::users`]), the granted state buckets made, and, when the users changed,
 //! the node holding the bus sent them first and the rest held until the bus has them in force
 //! ([`crate::users::confirm`]).
@@ -27,7 +27,7 @@ use mesh_model::inventory::Inventory;
 use mesh_model::module::Catalogue;
 use mesh_store::archive::Archive;
 use mesh_store::store::ArchiveStore;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// A report heard on the bus, published on `mesh.report.<node>` (a node's grants let it
@@ -63,57 +63,40 @@ pub fn declaration_message_id(declaration: &Outgoing, send: &str) -> String {
 }
 
 /// Publishes `declaration` on its node's subject through JetStream with the message id
-/// `message_id` (stored when this returns), its consumer made first unless `consumer_known`
-/// (this fleet made or found it already); records nothing.
+/// `message_id` (stored when this returns); records nothing.
 ///
 /// # Guarantees
 /// Published again with the same `message_id` within the stream's duplicate window, the
 /// declaration is stored once.
-async fn publish(
-    bus: &NatsBus,
-    declaration: &Outgoing,
-    message_id: &str,
-    consumer_known: bool,
-) -> Result<()> {
-    let js = bus.jetstream();
+async fn publish(bus: &NatsBus, declaration: &Outgoing, message_id: &str) -> Result<()> {
     let node = declaration.node();
-    if !consumer_known {
-        jetstream::ensure_declaration_consumer(&js, node)
-            .await
-            .map_err(bus_error(|| {
-                format!("making the declaration consumer of `{node}`")
-            }))?;
-    }
-    jetstream::publish_declaration(&js, node, declaration.json().to_vec(), message_id)
-        .await
-        .map_err(bus_error(|| {
-            format!("`{node}`: the declarations stream did not store it")
-        }))?;
+    jetstream::publish_declaration(
+        &bus.jetstream(),
+        node,
+        declaration.json().to_vec(),
+        message_id,
+    )
+    .await
+    .map_err(bus_error(|| {
+        format!("`{node}`: the declarations stream did not store it")
+    }))?;
     Ok(())
 }
 
 /// [`publish`], tried again for up to [`SEND_RETRY_LIMIT`]: a server restarting, or one
 /// reloading its users (nats-server 2.9 may answer for a moment that the stream does not
 /// exist). Every attempt carries the same message id ([`declaration_message_id`]), so one stored
-/// before its answer was lost is not stored again. The node's consumer is made first unless
-/// `consumer_known`, and before every attempt after a failed one (a bus restarted may have
-/// lost it).
+/// before its answer was lost is not stored again.
 ///
 /// # Errors
 /// The bus did not store it within the limit.
-async fn publish_patiently(
-    bus: &NatsBus,
-    declaration: &Outgoing,
-    consumer_known: bool,
-) -> Result<()> {
+async fn publish_patiently(bus: &NatsBus, declaration: &Outgoing) -> Result<()> {
     let message_id = declaration_message_id(declaration, &random_hex(8, "a send's id")?);
     let deadline = tokio::time::Instant::now() + SEND_RETRY_LIMIT;
-    let mut consumer_known = consumer_known;
     loop {
-        match publish(bus, declaration, &message_id, consumer_known).await {
+        match publish(bus, declaration, &message_id).await {
             Ok(()) => return Ok(()),
             Err(error) if tokio::time::Instant::now() < deadline => {
-                consumer_known = false;
                 tracing::warn!(node = %declaration.node(), error = error.chain_line(),
                     "the bus did not take a declaration; trying again");
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -164,7 +147,7 @@ pub const SEND_RETRY_LIMIT: Duration = Duration::from_secs(60);
 
 /// A fleet's real hosts over the bus (every send with `--bus`: `push`, `merge`, `plans resume`,
 /// `push --behind`, the daemon): the real grants, declarations published to each node's
-/// consumer, reports heard on `mesh.report.*`. The executor ([`crate::executor`]) drives it.
+/// subject, reports heard on `mesh.report.*`. The executor ([`crate::executor`]) drives it.
 ///
 /// # Guarantees
 /// - Grants before code: [`Fleet::issue_grants`] makes the granted state
@@ -196,10 +179,6 @@ pub struct NatsFleet {
     inventory: Option<Inventory>,
     /// How many copies the streams and module state buckets this fleet makes keep.
     replicas: usize,
-    /// The nodes whose declaration consumer this fleet made or found: a later send to one
-    /// publishes at once (three JetStream requests fewer a send), and a publish that fails makes
-    /// sure of it again.
-    consumers: HashSet<String>,
 }
 
 impl NatsFleet {
@@ -241,7 +220,6 @@ impl NatsFleet {
             buckets: BTreeSet::new(),
             inventory: None,
             replicas,
-            consumers: HashSet::new(),
         })
     }
 
@@ -403,7 +381,7 @@ impl Fleet for NatsFleet {
         Ok(Grants::Issued("the bus confirmed its new users".to_owned()))
     }
 
-    /// Publishes a declaration to its node's consumer, trying a bus that does not take it
+    /// Publishes a declaration on its node's subject, trying a bus that does not take it
     /// again for up to [`SEND_RETRY_LIMIT`]; a users archive it names is put in the store
     /// first.
     ///
@@ -412,10 +390,7 @@ impl Fleet for NatsFleet {
     /// the limit.
     async fn send(&mut self, declaration: &Outgoing) -> Result<()> {
         self.publish_users_of(declaration.declaration()).await?;
-        let known = self.consumers.contains(declaration.node());
-        publish_patiently(&self.bus, declaration, known).await?;
-        self.consumers.insert(declaration.node().to_owned());
-        Ok(())
+        publish_patiently(&self.bus, declaration).await
     }
 
     /// Overlapped: at most [`SEND_CONCURRENCY`] declarations in flight at once.
@@ -430,13 +405,11 @@ impl Fleet for NatsFleet {
             }
         }
         let bus = &self.bus;
-        let consumers = &self.consumers;
         let sends: Vec<_> = declarations
             .iter()
             .enumerate()
             .map(|(index, declaration)| {
-                let known = consumers.contains(declaration.node());
-                Box::pin(async move { (index, publish_patiently(bus, declaration, known).await) })
+                Box::pin(async move { (index, publish_patiently(bus, declaration).await) })
             })
             .collect();
         let mut sends = futures_util::stream::iter(sends).buffer_unordered(SEND_CONCURRENCY);
@@ -453,10 +426,6 @@ impl Fleet for NatsFleet {
             }
         }
         drop(sends);
-        for index in &sent.taken {
-            self.consumers
-                .insert(declarations[*index].node().to_owned());
-        }
         sent
     }
 

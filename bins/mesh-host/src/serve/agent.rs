@@ -1,9 +1,10 @@
 //! The daemon's state between declarations: the declaration served, the latest report, discovery,
 //! retries, and drift watched and examined.
 
+use super::reader::Heard;
 use super::{
     applies_in_place, next_retry, publish_report, LiveProgress, ServeConfig, ServeError,
-    STORED_DECLARATION,
+    STORED_DECLARATION, STORED_SEND,
 };
 use crate::{apply_guarded_live, apply_on_blocking_thread_live, now, receive, receive_sealed};
 use mesh_bus::discovery::{serve_discovery, DiscoveryService, RuntimeAnnouncement, HOST_SERVICE};
@@ -25,6 +26,9 @@ pub(super) struct Agent {
     pub(super) config: Arc<ServeConfig>,
     /// The declaration being served (its bytes as received).
     pub(super) payload: Option<Vec<u8>>,
+    /// The send it came in (its message id), kept beside it: the same send heard again — live
+    /// and as the stream's last, or after a restart — is not applied again.
+    pub(super) send: Option<String>,
     /// It, parsed and sealed once when received: every look for drift uses it, neither parsing
     /// nor hashing it again.
     pub(super) sealed: Option<Arc<mesh_model::declaration::Sealed>>,
@@ -69,22 +73,32 @@ impl Agent {
         }
     }
 
+    /// The send the stored declaration came in (`None`: not known, or none stored).
+    pub(super) fn stored_send(&self) -> Result<Option<String>, ServeError> {
+        let path = self.config.host.state_dir.join(STORED_SEND);
+        match std::fs::read_to_string(&path) {
+            Ok(send) => Ok(Some(send.trim().to_owned())),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(ServeError::State { path, source }),
+        }
+    }
+
     pub(super) fn store(&self, payload: &[u8]) -> Result<(), ServeError> {
-        let path = self.stored_path();
-        let state = |source| ServeError::State {
-            path: path.clone(),
-            source,
-        };
-        let dir = path
-            .parent()
-            .expect("the stored declaration has a directory");
-        std::fs::create_dir_all(dir).map_err(state)?;
-        let temporary = dir.join(".declaration.json.new");
-        std::fs::write(&temporary, payload).map_err(state)?;
-        std::fs::File::open(&temporary)
-            .and_then(|file| file.sync_all())
-            .map_err(state)?;
-        std::fs::rename(&temporary, &path).map_err(state)
+        write_durably(&self.stored_path(), payload)
+    }
+
+    /// Keeps the send the stored declaration came in (after the declaration itself: a host
+    /// killed between the two applies it again when it hears it again, which changes nothing).
+    fn store_send(&self, send: Option<&str>) -> Result<(), ServeError> {
+        let path = self.config.host.state_dir.join(STORED_SEND);
+        match send {
+            Some(send) => write_durably(&path, send.as_bytes()),
+            None => match std::fs::remove_file(&path) {
+                Ok(()) => Ok(()),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(source) => Err(ServeError::State { path, source }),
+            },
+        }
     }
 
     /// On start: the stored declaration is served again; a machine left mid-change is said
@@ -124,26 +138,20 @@ impl Agent {
         self.apply(payload).await;
     }
 
-    /// A declaration heard from the consumer: kept, acknowledged, applied — unless a newer one
-    /// waits behind it.
-    pub(super) async fn receive(
-        &mut self,
-        message: async_nats::jetstream::Message,
-    ) -> Result<(), ServeError> {
-        let pending = message.info().map(|info| info.pending).unwrap_or(0);
-        // The same declaration again (a resend, a redelivery) is already on disk.
-        if pending == 0 && self.payload.as_deref() != Some(&message.payload[..]) {
-            self.store(&message.payload)?;
-        }
-        if let Err(error) = message.ack().await {
-            // Not acknowledged: it comes again, and is then the same declaration as stored.
-            tracing::warn!(node = %self.config.node, %error, "cannot acknowledge a declaration");
-        }
-        if pending > 0 {
-            tracing::info!(node = %self.config.node, pending, "a newer declaration waits: this one is passed over");
+    /// A declaration heard: kept on disk, then applied — unless it is the send already served
+    /// (heard live and again as the stream's last, or again after a restart).
+    pub(super) async fn receive(&mut self, heard: Heard) -> Result<(), ServeError> {
+        if heard.send.is_some() && heard.send == self.send {
+            tracing::debug!(node = %self.config.node, send = ?heard.send,
+                "the send served already, heard again: not applied again");
             return Ok(());
         }
-        self.apply(message.payload.to_vec()).await;
+        if self.payload.as_deref() != Some(&heard.payload[..]) {
+            self.store(&heard.payload)?;
+        }
+        self.store_send(heard.send.as_deref())?;
+        self.send = heard.send;
+        self.apply(heard.payload).await;
         Ok(())
     }
 
@@ -384,4 +392,25 @@ impl Agent {
         let modules = self.modules.clone().unwrap_or_default();
         self.announce(modules).await;
     }
+}
+
+/// Writes `bytes` to `path` so that a kill at any point leaves the old file or the new one:
+/// a temporary file beside it, synced, renamed over it.
+fn write_durably(path: &std::path::Path, bytes: &[u8]) -> Result<(), ServeError> {
+    let state = |source| ServeError::State {
+        path: path.to_owned(),
+        source,
+    };
+    let dir = path.parent().expect("a state file has a directory");
+    std::fs::create_dir_all(dir).map_err(state)?;
+    let name = path
+        .file_name()
+        .expect("a state file has a name")
+        .to_string_lossy();
+    let temporary = dir.join(format!(".{name}.new"));
+    std::fs::write(&temporary, bytes).map_err(state)?;
+    std::fs::File::open(&temporary)
+        .and_then(|file| file.sync_all())
+        .map_err(state)?;
+    std::fs::rename(&temporary, path).map_err(state)
 }

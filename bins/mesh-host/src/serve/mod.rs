@@ -1,15 +1,15 @@
 //! The host as a daemon on a fleet: `mesh-host --node NODE --bus URL --password-file FILE
 //! --root DIR --state-dir DIR serve`.
 //!
-//! Start at [`serve`]. It connects to the bus as the node's own user, reads the node's
-//! declarations through its **JetStream consumer** (`host-<node>` on `MESH_DECLARATIONS`, made
-//! from now by the controller when it issues the node's grants), applies each (on a blocking
+//! Start at [`serve`]. It connects to the bus as the node's own user, hears the node's
+//! declarations on its subject (`mesh.declaration.<node>`) and asks the declarations stream
+//! for the last one whenever it may have missed one (see below), applies each (on a blocking
 //! thread unless it is small, see [`applies_in_place`]), and publishes a report on every apply
 //! and on a heartbeat. It re-applies the last declaration when a failed resource's backoff
 //! elapses, answers discovery with its node and modules, and keeps going across a bus restart.
 //! A maintenance window opening is reported at once, and one closing applies again
 //! (`windows`).
-//! The daemon's state between declarations is `agent`'s; the consumer is read by `reader`.
+//! The daemon's state between declarations is `agent`'s; the declarations are read by `reader`.
 //!
 //! # The truth while an apply runs (the rule “Mid-change is said before anything changes”)
 //! Before an apply changes anything it publishes a `mid-change` report naming the declaration
@@ -18,19 +18,22 @@
 //! observer never reads the last converged report while the machine changes, and a host in a
 //! long apply is never taken for a silent one.
 //!
-//! # Why a consumer and not a plain subscription
-//! A host started after its declaration was published must still get it. The consumer holds
-//! every declaration sent since it was made, until the host acknowledges it — whether the host
-//! was down, not yet started, or the server restarted in between (the stream and consumer are
-//! on disk). A plain subscription would hear only what is published while it listens, and
-//! asking for "the latest" on start would need the node to read the stream directly, which its
-//! grants do not allow. When several declarations wait, only the newest is applied: the others
-//! are acknowledged unapplied (each declaration is the whole machine, so the newest says all).
+//! # A subscription, and the stream's last declaration asked for
+//! A host started after its declaration was published must still get it. It subscribes to its
+//! subject, then asks the declarations stream for the last declaration stored there (a direct
+//! get naming its own subject, the one its grants allow), and asks again each time its
+//! connection comes back: whether the host was down, not yet started, or the server restarted
+//! in between, the newest declaration sent is read (the stream is on disk). Only the newest is
+//! ever applied: each declaration is the whole machine, so the newest says all. The same send
+//! heard twice (live and as the last) is applied once: each send's message id is kept beside
+//! the declaration (`serve/declaration.send`). The host once read a durable consumer of its
+//! own instead, which cost the server a consumer's state a node (the `mesh_bus::jetstream`
+//! declarations module says how much).
 //!
 //! # Guarantees
 //! - A declaration is written to the state directory (`serve/declaration.json`) **before** it
-//!   is acknowledged: a host killed at any point either gets it again from the consumer or
-//!   finds it on disk. On start, a stored declaration is applied again; if the host was killed
+//!   is applied: a host killed at any point either reads it again from the stream when it
+//!   starts or finds it on disk. On start, a stored declaration is applied again; if the host was killed
 //!   mid-apply, it first reports the machine **mid-change**, then applies (the rule “Resources declared together apply all-or-nothing”).
 //! - A panic in an apply is a report whose every resource failed naming the panic
 //!   ([`crate::apply_guarded`]); the daemon goes on serving.
@@ -38,7 +41,7 @@
 //!   stops; nothing is left half-written by the stop itself. Stopping always stops: a bus that
 //!   is gone is not waited for (the last flush is bounded), a second signal ends the process at
 //!   once, and so does the stop's bound ([`shutdown_signal_within`]).
-//! - Every failure — a report that cannot be published, a consumer that cannot be read — is
+//! - Every failure — a report that cannot be published, a stream that does not answer — is
 //!   logged and retried; the daemon never exits because the bus went away.
 //! - After every apply the archive cache is pruned ([`crate::archives::prune_after_apply`],
 //!   through [`crate::apply_received`]); a prune that could not be done is a note in the report,
@@ -67,11 +70,15 @@ use std::time::Duration;
 /// The default time between two heartbeat reports.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(30);
 
-/// How long the daemon waits before trying again what failed on the bus (connect, consumer).
+/// How long the daemon waits before trying again what failed on the bus (connect, subscribe, asking the stream).
 pub const RETRY_DELAY: Duration = Duration::from_secs(1);
 
 /// The file, under the state directory, holding the last declaration received.
 pub const STORED_DECLARATION: &str = "serve/declaration.json";
+
+/// The file, under the state directory, holding the send (its message id) the last declaration
+/// came in.
+pub const STORED_SEND: &str = "serve/declaration.send";
 
 /// What `serve` needs.
 #[derive(Debug, Clone)]
@@ -265,6 +272,7 @@ pub async fn serve(
         bus: bus.clone(),
         config: Arc::new(config),
         payload: None,
+        send: None,
         sealed: None,
         live,
         modules: None,
@@ -284,10 +292,11 @@ pub async fn serve(
     let _windows_watch = windows::watch(&state_dir, window_sender);
     agent.announce(BTreeSet::new()).await;
     if let Some(payload) = agent.stored()? {
+        agent.send = agent.stored_send()?;
         agent.resume(payload).await;
     }
     agent.check_windows().await;
-    let mut declarations = DeclarationReader::new(bus.jetstream(), agent.config.node.clone());
+    let mut declarations = DeclarationReader::new(bus.clone(), agent.config.node.clone());
     let outcome = loop {
         let at = |at: u64| {
             let wait = at.saturating_sub(now());

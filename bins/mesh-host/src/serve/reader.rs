@@ -1,89 +1,151 @@
-//! The node's declaration consumer, read in the daemon's own loop.
+//! The node's declarations, read in the daemon's own loop: heard on a plain subscription of its
+//! subject, and asked for from the declarations stream (its last one) whenever what was sent
+//! might have been missed — when the subscription is made, and each time the connection comes
+//! back.
 
 use super::RETRY_DELAY;
-use async_nats::jetstream::consumer::PullConsumer;
 use futures_util::StreamExt;
-use mesh_bus::subjects::{declaration_consumer, DECLARATIONS_STREAM};
+use mesh_bus::jetstream::{last_declaration, LastDeclaration};
+use mesh_bus::{subjects, NatsBus};
 
-/// The node's declaration consumer, read in the daemon's own loop (no task or channel between
-/// the bus and the apply); it is opened again after any failure — a bus restart, a consumer not
-/// made yet — at most once every [`RETRY_DELAY`].
+/// A declaration heard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Heard {
+    /// Its bytes, as the controller published them.
+    pub(super) payload: Vec<u8>,
+    /// The send's message id (`Nats-Msg-Id`): the same send heard twice — live, and as the
+    /// stream's last — carries the same one.
+    pub(super) send: Option<String>,
+}
+
+impl From<LastDeclaration> for Heard {
+    fn from(last: LastDeclaration) -> Heard {
+        Heard {
+            payload: last.payload.to_vec(),
+            send: last.message_id,
+        }
+    }
+}
+
+/// The node's declarations, read in the daemon's own loop (no task or channel between the bus
+/// and the apply). The subscription is made again after any failure, and the stream asked again
+/// after a failed ask, at most once every [`RETRY_DELAY`].
+///
+/// # Guarantees
+/// Nothing sent to the node is missed for good: the subscription is registered at the server
+/// before the stream is asked for its last declaration, so a declaration is either the last
+/// one stored when asked or heard after; a connection lost and made again is followed by
+/// another ask (what was published meanwhile was not heard). A send may be heard twice (live
+/// and as the last one): [`Heard::send`] tells them apart.
 pub(super) struct DeclarationReader {
-    js: async_nats::jetstream::Context,
+    bus: NatsBus,
     node: String,
-    messages: Option<async_nats::jetstream::consumer::pull::Stream>,
-    /// When to try opening the consumer again after a failure.
-    reopen_at: Option<tokio::time::Instant>,
+    subscription: Option<async_nats::Subscriber>,
+    connects: tokio::sync::watch::Receiver<u64>,
+    /// The stream is to be asked for the last declaration.
+    ask: bool,
+    /// When to try again what failed (the subscription, or the ask).
+    retry_at: Option<tokio::time::Instant>,
     /// The last failure said (the same failure every second is said once).
     last_failure: String,
 }
 
 impl DeclarationReader {
-    /// A reader of `node`'s consumer, opened when first read.
-    pub(super) fn new(js: async_nats::jetstream::Context, node: String) -> DeclarationReader {
+    /// A reader of `node`'s declarations, subscribed when first read.
+    pub(super) fn new(bus: NatsBus, node: String) -> DeclarationReader {
         DeclarationReader {
-            js,
+            connects: bus.connects(),
+            bus,
             node,
-            messages: None,
-            reopen_at: None,
+            subscription: None,
+            ask: true,
+            retry_at: None,
             last_failure: String::new(),
         }
     }
 
-    /// The next declaration message. Cancel-safe: dropped while waiting, nothing is lost (the
-    /// message stream buffers; an open under way is started again; a retry keeps its time).
-    pub(super) async fn next(&mut self) -> async_nats::jetstream::Message {
+    /// The next declaration heard. Cancel-safe: dropped while waiting, nothing is lost (the
+    /// subscription buffers; an ask under way is asked again; a retry keeps its time).
+    pub(super) async fn next(&mut self) -> Heard {
         loop {
-            let Some(messages) = self.messages.as_mut() else {
-                if let Some(at) = self.reopen_at {
-                    tokio::time::sleep_until(at).await;
-                }
-                self.open().await;
+            if let Some(at) = self.retry_at {
+                tokio::time::sleep_until(at).await;
+                self.retry_at = None;
+            }
+            let Some(subscription) = self.subscription.as_mut() else {
+                self.subscribe().await;
                 continue;
             };
-            match messages.next().await {
-                Some(Ok(message)) => return message,
-                Some(Err(error)) => self.failed(format!(
-                    "the declaration consumer failed, opening it again: {error}"
-                )),
-                None => self.failed("the declaration consumer ended; opening it again".into()),
+            if self.ask {
+                match last_declaration(&self.bus.jetstream(), &self.node).await {
+                    Ok(last) => {
+                        self.ask = false;
+                        self.last_failure.clear();
+                        if let Some(last) = last {
+                            return last.into();
+                        }
+                    }
+                    Err(error) => {
+                        self.failed(format!(
+                            "cannot ask the declarations stream for this node's last \
+                             declaration; trying every second: {error}"
+                        ));
+                    }
+                }
+                continue;
+            }
+            tokio::select! {
+                message = subscription.next() => match message {
+                    Some(message) => {
+                        return Heard {
+                            send: message
+                                .headers
+                                .as_ref()
+                                .and_then(|headers| {
+                                    headers.get(async_nats::header::NATS_MESSAGE_ID)
+                                })
+                                .map(|id| id.as_str().to_owned()),
+                            payload: message.payload.to_vec(),
+                        };
+                    }
+                    None => {
+                        self.subscription = None;
+                        self.failed("the declarations subscription ended; making it again".into());
+                    }
+                },
+                changed = self.connects.changed() => {
+                    if changed.is_ok() {
+                        tracing::info!(node = %self.node,
+                            "connected again: asking for the last declaration sent meanwhile");
+                        self.ask = true;
+                    }
+                }
             }
         }
     }
 
-    async fn open(&mut self) {
-        let name = declaration_consumer(&self.node);
-        let consumer: PullConsumer = match self
-            .js
-            .get_consumer_from_stream(&name, DECLARATIONS_STREAM)
-            .await
-        {
-            Ok(consumer) => consumer,
+    /// Subscribes to the node's subject and waits until the server has it (so the ask that
+    /// follows misses nothing published after).
+    async fn subscribe(&mut self) {
+        let subject = subjects::declaration(&self.node);
+        let subscribed = match self.bus.client().subscribe(subject.clone()).await {
+            Ok(subscription) => self.bus.round_trip().await.map(|()| subscription),
             Err(error) => {
                 return self.failed(format!(
-                    "cannot open the declaration consumer `{name}` (the controller makes it \
-                     on its first send); trying every second: {error}"
+                    "cannot subscribe to `{subject}`; trying every second: {error}"
                 ))
             }
         };
-        if mesh_bus::jetstream::awaits_leader(consumer.cached_info()) {
-            // A pull sent to it now is lost (nothing answers it, not even with a heartbeat),
-            // and would be found out only when the heartbeats are missed, 30 s later: seen on
-            // a 2.9 cluster right after the controller made the consumer.
-            return self.failed(format!(
-                "the declaration consumer `{name}` has no leader yet (its cluster is electing \
-                 one); trying every second"
-            ));
-        }
-        match consumer.messages().await {
-            Ok(messages) => {
-                tracing::info!(node = %self.node, consumer = %name, "reading declarations");
-                self.messages = Some(messages);
-                self.reopen_at = None;
+        match subscribed {
+            Ok(subscription) => {
+                tracing::info!(node = %self.node, %subject, "reading declarations");
+                self.subscription = Some(subscription);
+                self.ask = true;
                 self.last_failure.clear();
             }
             Err(error) => self.failed(format!(
-                "cannot read the declaration consumer `{name}`; trying every second: {error}"
+                "the subscription to `{subject}` was not confirmed by the server; trying every \
+                 second: {error}"
             )),
         }
     }
@@ -93,7 +155,6 @@ impl DeclarationReader {
             tracing::warn!(node = %self.node, "{failure}");
             self.last_failure = failure;
         }
-        self.messages = None;
-        self.reopen_at = Some(tokio::time::Instant::now() + RETRY_DELAY);
+        self.retry_at = Some(tokio::time::Instant::now() + RETRY_DELAY);
     }
 }

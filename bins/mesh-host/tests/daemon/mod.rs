@@ -85,9 +85,6 @@ impl Daemon {
             let bus = NatsBus::connect(&controller).await.unwrap();
             let js = bus.jetstream();
             jetstream::ensure_streams(&js).await.unwrap();
-            jetstream::ensure_declaration_consumer(&js, node)
-                .await
-                .unwrap();
             let reports = bus
                 .client()
                 .subscribe(subjects::report(node))
