@@ -147,6 +147,14 @@ fn progress_of<'s>(state: &'s RolloutState, node: &str) -> Option<&'s NodeProgre
     }
 }
 
+impl RolloutState {
+    /// Whether a report of `node` can change this rollout: its declaration was sent and it has
+    /// not yet answered for it (any other node's report is passed over by [`step`]).
+    pub fn awaits_report(&self, node: &str) -> bool {
+        matches!(progress_of(self, node), Some(NodeProgress::Sent { .. }))
+    }
+}
+
 fn progress_mut<'s>(state: &'s mut RolloutState, node: &str) -> Option<&'s mut NodeProgress> {
     let stage = state.stage;
     match &mut state.bus_node {

@@ -527,3 +527,26 @@ fn a_report_is_read_from_a_hosts_report() {
         }
     );
 }
+
+/// A report can change the rollout only while its node is sent and has not answered: before
+/// its send, and once it applied, its reports (a heartbeat) are passed over.
+#[test]
+fn only_a_node_sent_and_not_yet_answered_awaits_a_report() {
+    let spec = spec(&[("a", true), ("b", true), ("d", false)], Upgrade::OneFirst);
+    let mut state = RolloutState::new();
+    step(&spec, &mut state, Event::Start, 100);
+    let awaited = |state: &RolloutState| -> Vec<&str> {
+        ["a", "b", "d", "elsewhere"]
+            .into_iter()
+            .filter(|node| state.awaits_report(node))
+            .collect()
+    };
+    assert_eq!(awaited(&state), Vec::<&str>::new(), "nothing sent yet");
+    step(&spec, &mut state, granted(&["a"]), 101);
+    assert_eq!(awaited(&state), ["a"], "the first node, sent");
+    step(&spec, &mut state, applied("a", 110), 110);
+    step(&spec, &mut state, granted(&["b"]), 111);
+    assert_eq!(awaited(&state), ["b"], "a answered; b sent");
+    step(&spec, &mut state, applied("b", 120), 120);
+    assert_eq!(awaited(&state), Vec::<&str>::new(), "every node answered");
+}

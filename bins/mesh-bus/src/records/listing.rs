@@ -9,9 +9,6 @@ use async_nats::jetstream::kv;
 use futures_util::StreamExt as _;
 use mesh_records::record_store::is_key;
 
-/// How many times a listing on a single server goes on through its consumer made again.
-const RESTARTS: usize = 16;
-
 /// A record listed: its key, when the bus stored its value (seconds since the epoch), its
 /// size, and the value when it was asked for.
 pub(super) struct Listed {
@@ -38,7 +35,8 @@ pub(super) struct Reading {
 /// unless `values`), read until it has none pending. The consumer is read from its first
 /// message on, each in turn: on a cluster, one the client made again part way (its server
 /// lost) would start over on another copy of the stream, and the listing fails instead (and is
-/// asked again); on a single server it goes on (the same and only copy).
+/// asked again); on a single server it goes on (the same and only copy) however often it is
+/// made again, since each time it starts past the last message delivered.
 pub(super) async fn list_subjects(
     js: &async_nats::jetstream::Context,
     store: &kv::Store,
@@ -80,12 +78,15 @@ pub(super) async fn list_subjects(
     let prefix = store.prefix.clone();
     let mut next_sequence = 1;
     // On a single server the stream has one copy: a consumer the client made again part way
-    // (a message its subscription could not keep while the server was busy — seen listing a
-    // million records) goes on from the stream sequence after the last
-    // one delivered, reading the same copy in the same order, each key's newest last; so the
-    // listing goes on with it, up to RESTARTS times.
+    // (a message its subscription could not keep while the server was busy, seen listing a
+    // million records at 100,000 hosts — more than 16 times in one listing) goes on from the
+    // stream sequence after the last one delivered, reading the same copy in the same order,
+    // each key's newest last; so the listing goes on with it as often as it is made again,
+    // each time further along the stream (a consumer that started before the last message
+    // delivered would be another copy: the listing fails).
     let single = !super::leader::clustered(store);
-    let mut restarts = 0;
+    let mut last_stream_sequence = 0;
+    let mut restarts = 0_usize;
     loop {
         let message = match tokio::time::timeout(LIST_QUIET, messages.next()).await {
             Ok(Some(message)) => message?,
@@ -94,9 +95,11 @@ pub(super) async fn list_subjects(
         };
         let info = message.info()?;
         if info.consumer_sequence != next_sequence {
-            if single && restarts < RESTARTS && info.consumer_sequence == 1 {
+            if single && info.consumer_sequence == 1 && info.stream_sequence > last_stream_sequence
+            {
                 restarts += 1;
                 tracing::info!(stream = %store.stream_name, restarts,
+                    at = info.stream_sequence,
                     "the listing's consumer was made again part way; the listing goes on");
             } else {
                 return Err(format!(
@@ -107,6 +110,7 @@ pub(super) async fn list_subjects(
                 .into());
             }
         }
+        last_stream_sequence = info.stream_sequence;
         next_sequence = info.consumer_sequence + 1;
         let pending = info.pending;
         let written = u64::try_from(info.published.unix_timestamp()).unwrap_or(0);

@@ -215,6 +215,34 @@ impl<'a> Executor<'a> {
         Ok(heard)
     }
 
+    /// The next report of a node `wanted` says yes to, heard within `wait`, as
+    /// [`Executor::next_heard`]. Where the reports are read from the bus
+    /// ([`Home::reports_from_bus`]: nothing is recorded of them here) every other report heard
+    /// meanwhile is passed over unread ([`Fleet::next_report_of`]); in the embedded default,
+    /// where each report heard is recorded, every report is heard and recorded as before and
+    /// only a wanted one returned.
+    ///
+    /// # Errors
+    /// As [`Executor::next_heard`].
+    pub async fn next_heard_of(
+        &mut self,
+        wait: Duration,
+        wanted: &(dyn for<'n> Fn(&'n str) -> bool + Sync),
+    ) -> Result<Option<ReportHeard>> {
+        if self.home.reports_from_bus() {
+            return self.fleet.next_report_of(wait, wanted).await;
+        }
+        let until = tokio::time::Instant::now() + wait;
+        loop {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            match self.next_heard(left).await? {
+                Some(heard) if wanted(heard.node()) => return Ok(Some(heard)),
+                Some(_) => {}
+                None => return Ok(None),
+            }
+        }
+    }
+
     /// The next readable report heard within `wait`, recorded ([`Executor::next_heard`]; one
     /// that does not read is passed over here: a push's wait names the node it did not hear).
     ///

@@ -424,13 +424,20 @@ impl Rollout {
         Ok(())
     }
 
-    /// Hears one report (waiting up to a second), then every other one already at hand, each
-    /// of a node the rollout waits on queued as an event.
+    /// Hears one report of a node the rollout waits on (waiting up to a second), then every
+    /// other one already at hand, each queued as an event.
     async fn hear(&mut self, executor: &mut Executor<'_>) -> Result<()> {
         let module = &self.module;
         let mut wait = Duration::from_secs(1);
         for _ in 0..REPORTS_PER_STEP {
-            let report = match executor.next_heard(wait).await? {
+            // Only a node sent and not yet answered: a report of any other (a heartbeat of a
+            // node done) cannot change the rollout, and over the bus it is passed over unread.
+            let heard = {
+                let state = &self.state;
+                let awaited = |node: &str| state.awaits_report(node);
+                executor.next_heard_of(wait, &awaited).await?
+            };
+            let report = match heard {
                 None => break,
                 Some(ReportHeard::Report(report)) => report,
                 // Its node's problem: a node sent and not yet answered is judged at once.

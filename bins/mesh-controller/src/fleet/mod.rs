@@ -51,6 +51,16 @@ pub enum ReportHeard {
     },
 }
 
+impl ReportHeard {
+    /// The node it was heard from.
+    pub fn node(&self) -> &str {
+        match self {
+            ReportHeard::Report(report) => &report.node,
+            ReportHeard::Unreadable { node, .. } => node,
+        }
+    }
+}
+
 /// The hosts the executor sends to.
 ///
 /// # Guarantees (what an implementation must keep)
@@ -120,4 +130,32 @@ pub trait Fleet: Send {
     /// # Errors
     /// The fleet's reports ended.
     async fn next_report(&mut self, wait: Duration) -> Result<Option<ReportHeard>>;
+
+    /// The next report of a node `wanted` says yes to, heard within `wait`, readable or not;
+    /// every other report heard meanwhile is passed over — without being read, where the
+    /// fleet can tell its node first (over NATS, by its subject) — and so is lost to the
+    /// caller. At most [`PASSED_OVER`] are passed over in one call (then `None`, as if nothing
+    /// was heard), so a flood of others cannot hold the caller.
+    ///
+    /// # Errors
+    /// The fleet's reports ended.
+    async fn next_report_of(
+        &mut self,
+        wait: Duration,
+        wanted: &(dyn for<'n> Fn(&'n str) -> bool + Sync),
+    ) -> Result<Option<ReportHeard>> {
+        let until = tokio::time::Instant::now() + wait;
+        for _ in 0..PASSED_OVER {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            match self.next_report(left).await? {
+                Some(heard) if wanted(heard.node()) => return Ok(Some(heard)),
+                Some(_) => {}
+                None => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
 }
+
+/// The most reports [`Fleet::next_report_of`] passes over in one call.
+pub const PASSED_OVER: usize = 4_096;
