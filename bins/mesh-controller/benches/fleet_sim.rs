@@ -23,7 +23,8 @@
 //! progress lines, each with when it was said, are written there as they are said, one file
 //! per size). The test kit's `MESH_NATS_SERVER` picks the server, and `MESH_NATS_SYNC=server`
 //! runs 2.10 and later with their own sync (every 2 minutes, as 2.9 does) instead of every
-//! write synced: the header of each size says which.
+//! write synced: the header of each size says which. `MESH_LOG` (a filter, as the binaries
+//! read it) logs the controller and the simulated hosts to standard error.
 //!
 //! Then, at each size of `MESH_BENCH_TAKEOVER` (default `1000`; empty: none), a takeover:
 //! the daemon (`mesh_controller::daemon::serve`, in this process) plans merge A while its
@@ -63,6 +64,14 @@ const HEARTBEAT: Duration = mesh_host::serve::DEFAULT_HEARTBEAT;
 const RECORD_LIMIT: usize = 64 * 1024;
 
 fn main() {
+    // `MESH_LOG` (as the binaries read it) says what the controller and the simulated hosts
+    // log, to standard error; nothing by default.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("MESH_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     if std::env::var("MESH_BENCH_ROLE").as_deref() == Ok("hosts") {
         hosts();
         return;
