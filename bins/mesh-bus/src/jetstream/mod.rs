@@ -5,7 +5,7 @@
 //! [`ensure_consumer_from_now`] for every durable consumer on a history stream (the rule “A durable consumer starts from now”,
 //! ), and [`consumer_reset`] for `mesh-controller broker consumer-reset STREAM CONSUMER`.
 //! Declarations travel as [`publish_declaration`] / [`last_declaration`] (`declarations`),
-//! merges as [`publish_merge`] / [`MergeListener`] (`merges`); key-value buckets are made by
+//! reports are read by a [`ReportReader`] (`reports`), merges as [`publish_merge`] / [`MergeListener`] (`merges`); key-value buckets are made by
 //! [`ensure_bucket`] (`buckets`).
 //!
 //! What it must never do: re-make a consumer that exists (it would lose its place), make one with
@@ -24,6 +24,7 @@
 mod buckets;
 mod declarations;
 mod merges;
+mod reports;
 
 pub(crate) use buckets::open_or_make_bucket;
 pub use buckets::{bucket_stream, ensure_bucket, ensure_bucket_with, BUCKET_DEDUPLICATION_WINDOW};
@@ -35,6 +36,7 @@ pub use merges::{
     merge_consumer, merges_waiting, publish_merge, HeardMerge, MergeAnnouncement, MergeListener,
     MergePublished, MergesWaiting, MERGES_REMEMBERED,
 };
+pub use reports::{ReportReader, Stored};
 
 use crate::nats::NatsError;
 use crate::subjects::{self, DECLARATIONS_STREAM, EVENTS_STREAM, REPORTS_STREAM};

@@ -1,5 +1,6 @@
 //! A fleet's real hosts over NATS (`--bus URL`): declarations published on each node's
-//! subject to the declarations stream, reports heard on `mesh.report.*`, and the real grants — the bus's users
+//! subject to the declarations stream, reports read from the reports stream
+//! (`reports`: nothing dropped however far behind the rollout falls), and the real grants — the bus's users
 //! composed ([`crate::users`]), the granted state buckets made, and, when the users changed,
 //! the node holding the bus sent them first and the rest held until the bus has them in force
 //! ([`crate::users::confirm`]).
@@ -21,7 +22,7 @@ use crate::users::{
 };
 use mesh_bus::jetstream;
 use mesh_bus::probe;
-use mesh_bus::{subjects, Bus, NatsBus, NodeSecret};
+use mesh_bus::{subjects, NatsBus, NodeSecret};
 use mesh_model::declaration::{Declaration, Outgoing};
 use mesh_model::inventory::Inventory;
 use mesh_model::module::Catalogue;
@@ -35,15 +36,15 @@ use std::time::Duration;
 /// ([`crate::heard::judge`], `limit` the most bytes a report may hold) — that node's problem,
 /// passed on. A permission probe's message on a report subject ([`probe::is_probe`]) is passed
 /// over quietly.
-fn heard_report(message: &mesh_bus::Message, limit: usize) -> Option<ReportHeard> {
-    if probe::is_probe(&message.payload) {
+fn heard_report(subject: &str, payload: &[u8], limit: usize) -> Option<ReportHeard> {
+    if probe::is_probe(payload) {
         return None;
     }
-    let node = message.subject.strip_prefix(&subjects::report(""))?;
-    match crate::heard::judge(node, &message.payload, mesh_host::now(), limit) {
+    let node = subject.strip_prefix(&subjects::report(""))?;
+    match crate::heard::judge(node, payload, mesh_host::now(), limit) {
         crate::heard::Heard::Read { report, .. } => Some(ReportHeard::Report(report)),
         crate::heard::Heard::Unreadable(report) => {
-            tracing::warn!(subject = %message.subject, reason = %report.reason,
+            tracing::warn!(%subject, reason = %report.reason,
                 "an unreadable report: its node's problem");
             Some(ReportHeard::Unreadable {
                 node: node.to_owned(),
@@ -147,7 +148,7 @@ pub const SEND_RETRY_LIMIT: Duration = Duration::from_secs(60);
 
 /// A fleet's real hosts over the bus (every send with `--bus`: `push`, `merge`, `plans resume`,
 /// `push --behind`, the daemon): the real grants, declarations published to each node's
-/// subject, reports heard on `mesh.report.*`. The executor ([`crate::executor`]) drives it.
+/// subject, reports read from the reports stream. The executor ([`crate::executor`]) drives it.
 ///
 /// # Guarantees
 /// - Grants before code: [`Fleet::issue_grants`] makes the granted state
@@ -167,7 +168,8 @@ pub struct NatsFleet {
     args: BusArgs,
     bus: NatsBus,
     store: Box<dyn ArchiveStore>,
-    reports: mesh_bus::Subscription,
+    /// The reports stream read from the fleet's start ([`jetstream::ReportReader`]).
+    reports: jetstream::ReportReader,
     controller: NodeSecret,
     /// The bus's users as this rollout's catalogue and inventory compose them.
     users: String,
@@ -203,10 +205,9 @@ impl NatsFleet {
         jetstream::ensure_streams_with(&bus.jetstream(), replicas)
             .await
             .map_err(bus_error(|| "making the mesh's streams".to_owned()))?;
-        let reports = bus
-            .subscribe(subjects::ALL_REPORTS)
+        let reports = jetstream::ReportReader::open(bus.jetstream())
             .await
-            .map_err(bus_error(|| "listening for reports".to_owned()))?;
+            .map_err(bus_error(|| "reading the reports stream".to_owned()))?;
         Ok(NatsFleet {
             home: home.clone(),
             args: args.clone(),
@@ -432,7 +433,7 @@ impl Fleet for NatsFleet {
     /// The next report heard within `wait`.
     ///
     /// # Errors
-    /// The subscription ended.
+    /// None: a reports consumer lost is made again (said in the log).
     async fn next_report(&mut self, wait: Duration) -> Result<Option<ReportHeard>> {
         self.next_report_of(wait, &|_| true).await
     }
@@ -447,24 +448,19 @@ impl Fleet for NatsFleet {
         let until = tokio::time::Instant::now() + wait;
         let limit = self.home.report_limit();
         let mut passed_over = 0;
-        loop {
-            match tokio::time::timeout_at(until, self.reports.next()).await {
-                Ok(Some(message)) => {
-                    let node = message.subject.strip_prefix(&subjects::report(""));
-                    if node.is_some_and(|node| !wanted(node)) {
-                        passed_over += 1;
-                        if passed_over >= super::PASSED_OVER {
-                            return Ok(None);
-                        }
-                        continue;
-                    }
-                    if let Some(heard) = heard_report(&message, limit) {
-                        return Ok(Some(heard));
-                    }
+        while let Some(stored) = self.reports.next(until).await {
+            let node = stored.subject.strip_prefix(&subjects::report(""));
+            if node.is_some_and(|node| !wanted(node)) {
+                passed_over += 1;
+                if passed_over >= super::PASSED_OVER {
+                    return Ok(None);
                 }
-                Ok(None) => return Err(Error::bus("the bus's report subscription ended")),
-                Err(_) => return Ok(None),
+                continue;
+            }
+            if let Some(heard) = heard_report(&stored.subject, &stored.payload, limit) {
+                return Ok(Some(heard));
             }
         }
+        Ok(None)
     }
 }
