@@ -409,16 +409,9 @@ pub const CONSUMERS_WARNED: usize = 1_000;
 /// How many consumers the declarations stream holds (0 when it cannot be read: the warning it
 /// feeds is then not said).
 async fn declaration_consumers(bus: &mesh_bus::NatsBus) -> usize {
-    match bus
-        .jetstream()
+    // Getting the stream asks for its info once; that answer holds the count.
+    bus.jetstream()
         .get_stream(mesh_bus::subjects::DECLARATIONS_STREAM)
         .await
-    {
-        Ok(mut stream) => stream
-            .info()
-            .await
-            .map(|info| info.state.consumer_count)
-            .unwrap_or(0),
-        Err(_) => 0,
-    }
+        .map_or(0, |stream| stream.cached_info().state.consumer_count)
 }
