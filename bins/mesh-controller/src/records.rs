@@ -422,7 +422,7 @@ pub fn collect_held(
                 named.extend(rollout.bus_first.iter().map(|bus| bus.declaration.clone()));
             }
             for node in home.rollout_nodes(&record.plan.id, module)? {
-                named.insert(node.declaration);
+                named.extend(Some(node.declaration).filter(|digest| !digest.is_empty()));
                 named.extend(node.before);
             }
         }

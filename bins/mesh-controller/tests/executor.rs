@@ -622,6 +622,10 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
             .unwrap_or(0)
     };
     assert_eq!(node_records(), 3, "a record per node before the fold");
+    assert!(
+        rollouts.join("keep.running.json").exists(),
+        "the nodes the rollout found running are named in one record"
+    );
     let before_text = bed.mesh.expect(&["status"], 0);
     let before_json = bed.mesh.library().status();
     assert_eq!(before_json.code, 0, "{}", before_json.document);
@@ -629,10 +633,11 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
     let before_plan = home.plan(&plan.id).unwrap();
 
     let said = bed.mesh.library().records_collect(0).unwrap();
-    // "folded 1 plan(s) that ended (plan-1): 3 record(s) of their nodes removed".
+    // "folded 1 plan(s) that ended (plan-1): 4 record(s) of their nodes removed": the three
+    // nodes' own, and the one naming the nodes the rollout found running.
     assert_eq!(
         (said.plans.plans.as_slice(), said.plans.node_records),
-        (std::slice::from_ref(&plan.id), 3),
+        (std::slice::from_ref(&plan.id), 4),
         "{said:?}"
     );
     assert_eq!(node_records(), 0, "{said:?}");

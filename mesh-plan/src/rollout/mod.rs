@@ -72,7 +72,9 @@ pub struct RolloutSpec {
 pub struct RolloutNode {
     /// Whether it runs (only running nodes are sent to).
     pub running: bool,
-    /// The digest of the declaration it is sent; its report must name it.
+    /// The digest of the declaration it is sent; its report must name it. The controller may
+    /// leave it empty until it composes the node's declaration for its send: no report is
+    /// judged of a node not sent.
     pub declaration: String,
 }
 

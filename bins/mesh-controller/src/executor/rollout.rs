@@ -19,7 +19,7 @@ use mesh_plan::rollout::{
     step, BusFirst, Event, NodeProgress, RolloutNode, RolloutSpec, RolloutState, Stage, Verdict,
 };
 use mesh_store::store::ArchiveStore;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 /// How many reports a rollout takes in at most before it steps them (and saves once).
@@ -50,6 +50,9 @@ pub(super) struct Rollout {
     pub(super) state: RolloutState,
     /// What each node had been sent before this rollout (a revert sends it back), by digest.
     pub(super) befores: BTreeMap<String, Option<String>>,
+    /// The nodes with a record of their own in this rollout: a running node has none while it
+    /// waits for its send (the rollout's record of the nodes running at its start names it).
+    pub(super) recorded: BTreeSet<String>,
     /// The events to step.
     pub(super) events: VecDeque<Event>,
     /// This step's sends, each with how its progress line names it, sent together.
@@ -145,6 +148,7 @@ pub async fn roll_out(
                 &rollout.spec,
                 &mut rollout.state,
                 &rollout.befores,
+                &mut rollout.recorded,
             )?;
         }
         for node in heard {
@@ -204,14 +208,21 @@ impl Rollout {
             spec: RolloutSpec::new(&placeholder_definition(module), BTreeMap::new(), None),
             state: RolloutState::new(),
             befores: BTreeMap::new(),
+            recorded: BTreeSet::new(),
             events: VecDeque::new(),
             batch: Vec::new(),
             reverted: None,
         };
         match record.work[module].rollout.clone() {
             Some(kept) => {
-                let (spec, state) =
-                    read_back(home, &rollout.plan, module, kept, &mut rollout.befores)?;
+                let (spec, state) = read_back(
+                    home,
+                    &rollout.plan,
+                    module,
+                    kept,
+                    &mut rollout.befores,
+                    &mut rollout.recorded,
+                )?;
                 rollout.spec = spec;
                 rollout.state = state;
                 rollout.resume(executor).await?;
@@ -295,13 +306,14 @@ impl Rollout {
         Ok(())
     }
 
-    /// A rollout begun: every assigned node's declaration composed for its digest (the one its
-    /// record names from now on, so a controller stopped between a send and its save resumes
-    /// knowing what the node was sent), a node not running recorded once, and the node holding
-    /// the bus first when the bus's users change. The declarations are not kept: a running
-    /// node's is composed again by its send (the same catalogue and inventory, so the same
-    /// digest). The rollout keeps what a step needs, not every node's declaration — at 10,000
-    /// nodes of 30 resources each, kept, they were some 150 MiB.
+    /// A rollout begun: every assigned node in the spec, a node not running recorded once with
+    /// the digest of the declaration it would be sent (what `push --behind` sends it when it
+    /// runs again), and the node holding the bus first when the bus's users change. A running
+    /// node's declaration is composed once, by its send, which names its digest from then on
+    /// (in the spec, and in the node's record saved after the send): composing every node at
+    /// the start as well was a second composition of the whole fleet's declarations a module.
+    /// The rollout keeps what a step needs, not every node's declaration — at 10,000 nodes of
+    /// 30 resources each, kept, they were some 150 MiB.
     fn start(
         &mut self,
         executor: &Executor<'_>,
@@ -324,45 +336,58 @@ impl Rollout {
             .get(&module)
             .cloned()
             .unwrap_or_default();
-        // Their digests only (a running node is composed again by its send), on the
-        // machine's cores.
-        let assigned: Vec<String> = assigned.into_iter().collect();
+        let (running, not_running): (Vec<String>, Vec<String>) =
+            assigned.into_iter().partition(|node| {
+                self.inventory
+                    .file
+                    .nodes
+                    .get(node)
+                    .is_some_and(|n| n.running)
+            });
+        // The digests of the nodes not running (on the machine's cores when they are many).
         let digests = digests_of(
             &self.catalogue,
             &self.inventory,
             self.users_file.as_ref(),
             &module,
-            &assigned,
+            &not_running,
         );
-        for (node, declaration) in assigned.into_iter().zip(digests) {
-            let running = self
-                .inventory
-                .file
-                .nodes
-                .get(&node)
-                .is_some_and(|n| n.running);
+        // A node not running is never sent to: its record is written once, here.
+        let mut not_sent = Vec::with_capacity(not_running.len());
+        for (node, declaration) in not_running.into_iter().zip(digests) {
             let before = sent_before.remove(&node);
             self.befores.insert(node.clone(), before.clone());
-            if !running {
-                // Never sent to: its record is written once, here.
-                home.write_rollout_node(
-                    &self.plan,
-                    &module,
-                    &RolloutNodeRecord {
-                        format: ROLLOUT_NODE_FORMAT,
-                        node: node.clone(),
-                        running,
-                        declaration: declaration.clone(),
-                        before,
-                        progress: NodeProgress::Waiting,
-                    },
-                )?;
-            }
+            self.recorded.insert(node.clone());
+            not_sent.push(RolloutNodeRecord {
+                format: ROLLOUT_NODE_FORMAT,
+                node: node.clone(),
+                running: false,
+                declaration: declaration.clone(),
+                before,
+                progress: NodeProgress::Waiting,
+            });
             nodes.insert(
                 node,
                 RolloutNode {
-                    running,
+                    running: false,
                     declaration,
+                },
+            );
+        }
+        if !not_sent.is_empty() {
+            home.write_rollout_nodes(&self.plan, &module, &not_sent)?;
+        }
+        // The running nodes in one record: each has a record of its own once its progress is
+        // more than waiting for its send.
+        home.write_rollout_running(&self.plan, &module, &running)?;
+        for node in running {
+            let before = sent_before.remove(&node);
+            self.befores.insert(node.clone(), before);
+            nodes.insert(
+                node,
+                RolloutNode {
+                    running: true,
+                    declaration: String::new(),
                 },
             );
         }

@@ -5,8 +5,8 @@ use crate::error::Result;
 use crate::home::Home;
 use crate::plans::{PlanRecord, RolloutKept, RolloutNodeRecord, ROLLOUT_NODE_FORMAT};
 use mesh_model::plan::ModuleRollout;
-use mesh_plan::rollout::{RolloutNode, RolloutSpec, RolloutState};
-use std::collections::BTreeMap;
+use mesh_plan::rollout::{NodeProgress, RolloutNode, RolloutSpec, RolloutState};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The digest a node's report must name: its own declaration, or the bus node's when it goes
 /// first without running the module (empty: the rollout does not wait on the node).
@@ -31,7 +31,9 @@ pub(super) fn set_expected_declaration(spec: &mut RolloutSpec, node: &str, diges
 }
 
 /// Saves a rollout after a step: the record of each node whose progress changed (a constant
-/// number per step), then the plan record with the rollout's parts (constant in size).
+/// number per step), then the plan record with the rollout's parts (constant in size). A
+/// running node waiting for its send that has no record (`recorded` names those that have one)
+/// is not given one: the rollout's record of the nodes running at its start names it.
 ///
 /// # Errors
 /// The plans lease was taken over; the records cannot be written.
@@ -42,12 +44,17 @@ pub(super) fn save_rollout(
     spec: &RolloutSpec,
     state: &mut RolloutState,
     befores: &BTreeMap<String, Option<String>>,
+    recorded: &mut BTreeSet<String>,
 ) -> Result<()> {
     let mut changed = Vec::new();
     for node in state.nodes.take_changed() {
         let (Some(entry), Some(progress)) = (spec.nodes.get(&node), state.nodes.get(&node)) else {
             continue;
         };
+        if entry.running && matches!(progress, NodeProgress::Waiting) && !recorded.contains(&node) {
+            continue;
+        }
+        recorded.insert(node.clone());
         changed.push(RolloutNodeRecord {
             format: ROLLOUT_NODE_FORMAT,
             node: node.clone(),
@@ -73,18 +80,34 @@ pub(super) fn save_rollout(
     home.write_plan(record)
 }
 
-/// A rollout read back from its plan record and its nodes' records (a controller resumed).
+/// A rollout read back from its plan record and its nodes' records (a controller resumed):
+/// a running node without a record of its own is waiting for its send, and what it ran before
+/// is what it was last sent (this rollout has sent it nothing).
 pub(super) fn read_back(
     home: &Home,
     plan: &str,
     module: &str,
     kept: RolloutKept,
     befores: &mut BTreeMap<String, Option<String>>,
+    recorded: &mut BTreeSet<String>,
 ) -> Result<(RolloutSpec, RolloutState)> {
-    let records = home.rollout_nodes(plan, module)?;
+    let nodes_recorded = home.rollout_nodes_recorded(plan, module)?;
+    recorded.extend(nodes_recorded.records.iter().map(|r| r.node.clone()));
+    let waiting = nodes_recorded
+        .running
+        .iter()
+        .any(|node| !recorded.contains(node));
+    let mut sent = if waiting {
+        home.sent_digests()?
+    } else {
+        BTreeMap::new()
+    };
     let mut nodes = BTreeMap::new();
     let mut progress = Vec::new();
-    for record in records {
+    for mut record in nodes_recorded.all() {
+        if !recorded.contains(&record.node) {
+            record.before = sent.remove(&record.node);
+        }
         befores.insert(record.node.clone(), record.before);
         if record.running {
             progress.push((record.node.clone(), record.progress));

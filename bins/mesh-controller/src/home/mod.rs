@@ -18,6 +18,8 @@
 //!                                      its latest is unreadable (crate::heard)
 //! repos/<name>.json                    a registered catalogue repository ([`crate::repos`])
 //! plans/<id>.json                      a plan and the work behind it ([`crate::plans`])
+//! rollouts/<plan>/<module>/<node>.json a node's part of a module's rollout, once it changed
+//! rollouts/<plan>/<module>.running.json  the nodes a rollout found running at its start
 //! deployed/<module>.json               the build a finished rollout made current
 //! store/modules/<module>.json          every build of a module (mesh-store's records)
 //! store/modules/mesh-bus.json         the bus's users archives: current = the bus node's last

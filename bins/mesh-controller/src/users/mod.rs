@@ -158,17 +158,6 @@ pub struct UsersFile {
     pub sha256: String,
 }
 
-impl UsersFile {
-    /// The users file of `users`, packed in `archive` ([`users_archive`]), for `bus_node`.
-    pub fn new(bus_node: &str, users: &str, archive: &Archive) -> UsersFile {
-        UsersFile {
-            bus_node: bus_node.to_owned(),
-            archive: archive.reference.clone(),
-            sha256: mesh_model::sha256_digest(users.as_bytes()),
-        }
-    }
-}
-
 /// The users file packed as an archive: one file, [`USERS_ARCHIVE_PATH`]. The same text gives
 /// the same bytes (so the same digest).
 ///
