@@ -616,15 +616,36 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
         .unwrap();
     assert_eq!(driven.plan.state, PlanState::Done);
     let rollouts = bed.mesh.home().join("rollouts").join(&plan.id);
-    let node_records = || {
-        std::fs::read_dir(rollouts.join("keep"))
-            .map(|dir| dir.count())
-            .unwrap_or(0)
-    };
-    assert_eq!(node_records(), 3, "a record per node before the fold");
+    // Every record under the plan's rollouts directory: its steps and the list of the nodes
+    // it found running.
+    fn records_under(dir: &std::path::Path) -> usize {
+        std::fs::read_dir(dir).map_or(0, |entries| {
+            entries
+                .map(|entry| entry.unwrap().path())
+                .map(|path| {
+                    if path.is_dir() {
+                        records_under(&path)
+                    } else {
+                        usize::from(path.extension().is_some_and(|e| e == "json"))
+                    }
+                })
+                .sum()
+        })
+    }
     assert!(
         rollouts.join("keep.running.json").exists(),
         "the nodes the rollout found running are named in one record"
+    );
+    let node_records = records_under(&rollouts);
+    assert!(
+        node_records >= 2,
+        "the running nodes and at least one step: {node_records}"
+    );
+    let nodes = home.rollout_nodes(&plan.id, "keep").unwrap();
+    assert_eq!(
+        nodes.len(),
+        3,
+        "every node of the rollout read back: {nodes:?}"
     );
     let before_text = bed.mesh.expect(&["status"], 0);
     let before_json = bed.mesh.library().status();
@@ -633,14 +654,13 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
     let before_plan = home.plan(&plan.id).unwrap();
 
     let said = bed.mesh.library().records_collect(0).unwrap();
-    // "folded 1 plan(s) that ended (plan-1): 4 record(s) of their nodes removed": the three
-    // nodes' own, and the one naming the nodes the rollout found running.
+    // "folded 1 plan(s) that ended (plan-1): N record(s) of their nodes removed".
     assert_eq!(
         (said.plans.plans.as_slice(), said.plans.node_records),
-        (std::slice::from_ref(&plan.id), 4),
+        (std::slice::from_ref(&plan.id), node_records as u64),
         "{said:?}"
     );
-    assert_eq!(node_records(), 0, "{said:?}");
+    assert_eq!(records_under(&rollouts), 0, "{said:?}");
     assert!(!rollouts.exists(), "{said:?}");
     assert_eq!(bed.mesh.expect(&["status"], 0), before_text);
     let after_json = bed.mesh.library().status();
@@ -672,4 +692,87 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
     assert_eq!(second.state, PlanState::Done);
     assert!(home.plan(&second.id).unwrap().nodes_folded);
     assert!(!bed.mesh.home().join("rollouts").join(&second.id).exists());
+}
+
+/// A rollout's nodes read back from what its records hold: a node's own record (as an earlier
+/// mesh wrote one for each node), overridden by each step naming the node, in order, and a
+/// node running at the start that no record names waiting for its send; the next step is
+/// numbered after the last.
+#[test]
+fn a_rollouts_nodes_are_read_back_from_its_steps_over_earlier_records() {
+    use mesh_controller::plans::RolloutNodeRecord;
+    use mesh_plan::rollout::NodeProgress;
+    let dir = tempfile::tempdir().unwrap();
+    let home = Home::new(dir.path());
+    let record = |node: &str, progress: NodeProgress| RolloutNodeRecord {
+        format: mesh_controller::plans::ROLLOUT_NODE_FORMAT,
+        node: node.to_owned(),
+        running: true,
+        declaration: format!("sha256:{node}"),
+        before: None,
+        progress,
+    };
+    home.write_rollout_node("plan-1", "m", &record("a", NodeProgress::Waiting))
+        .unwrap();
+    home.write_rollout_node("plan-1", "m", &record("b", NodeProgress::Waiting))
+        .unwrap();
+    let running = |node: &str| mesh_controller::plans::RunningNode {
+        node: node.to_owned(),
+        before: Some(format!("sha256:{node}-before")),
+    };
+    home.write_rollout_running(
+        "plan-1",
+        "m",
+        vec![running("a"), running("b"), running("c")],
+    )
+    .unwrap();
+    home.write_rollout_step(
+        "plan-1",
+        "m",
+        0,
+        vec![record("a", NodeProgress::Sent { at: 5 })],
+    )
+    .unwrap();
+    home.write_rollout_step(
+        "plan-1",
+        "m",
+        1,
+        vec![record("a", NodeProgress::Applied { sent_at: 5, at: 7 })],
+    )
+    .unwrap();
+    let recorded = home.rollout_nodes_recorded("plan-1", "m").unwrap();
+    assert_eq!(recorded.next_step, 2);
+    let all: Vec<(String, NodeProgress, String, Option<String>)> = recorded
+        .all()
+        .into_iter()
+        .map(|r| (r.node, r.progress, r.declaration, r.before))
+        .collect();
+    assert_eq!(
+        all,
+        [
+            (
+                "a".to_owned(),
+                NodeProgress::Applied { sent_at: 5, at: 7 },
+                "sha256:a".to_owned(),
+                None
+            ),
+            (
+                "b".to_owned(),
+                NodeProgress::Waiting,
+                "sha256:b".to_owned(),
+                None
+            ),
+            // Named by no record but the running nodes': what it ran before is kept there.
+            (
+                "c".to_owned(),
+                NodeProgress::Waiting,
+                String::new(),
+                Some("sha256:c-before".to_owned())
+            ),
+        ]
+    );
+    // Another module's records, and a module whose name starts the same, are not its.
+    home.write_rollout_step("plan-1", "m2", 0, vec![record("z", NodeProgress::Waiting)])
+        .unwrap();
+    assert_eq!(home.rollout_nodes("plan-1", "m").unwrap().len(), 3);
 }

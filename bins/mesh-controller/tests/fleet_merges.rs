@@ -16,7 +16,6 @@
 
 mod support;
 
-use mesh_store::record_store::RecordStore as _;
 use serde_json::Value;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -112,17 +111,14 @@ fn spawn_merge(bed: &Bed) -> Child {
 /// Waits until `node`'s record of plan `id`'s rollout of `module` says it was sent.
 fn wait_until_sent(bed: &Bed, id: &str, module: &str, node: &str) {
     let records = bed.records();
-    let key = format!("rollouts/{id}/{module}/{node}.json");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(Some(bytes)) = records.get(&key) {
-            if let Ok(record) = serde_json::from_slice::<Value>(&bytes) {
-                if matches!(
-                    record["progress"]["progress"].as_str(),
-                    Some("sent" | "applied")
-                ) {
-                    return;
-                }
+        if let Some(record) = support::fleet::rollout_part(&records, id, module, node) {
+            if matches!(
+                record["progress"]["progress"].as_str(),
+                Some("sent" | "applied")
+            ) {
+                return;
             }
         }
         assert!(
@@ -518,7 +514,10 @@ fn a_failed_first_node_is_sent_back_what_it_ran_over_the_bus_when_the_module_say
     assert_eq!(rollout["first"], "a", "{rollout}");
     assert_eq!(rollout["sent"], 1, "{rollout}");
     // The plan ended: `a`'s record of it is folded into the plan's summary.
-    assert_eq!(bed.record("rollouts/plan-2/base/a.json"), None);
+    assert_eq!(
+        support::fleet::rollout_part(&bed.records(), "plan-2", "base", "a"),
+        None
+    );
     let unfinished = &record["work"]["base"]["summary"]["unfinished"]["a"];
     assert!(
         unfinished

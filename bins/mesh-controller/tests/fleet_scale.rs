@@ -85,7 +85,7 @@ fn assert_done_one_first(bed: &Bed, id: &str) {
         assert_eq!(rollout["applied"], all, "{id}: `{module}`: {rollout:#}");
         // The plan ended: its nodes' records are folded into its summary and gone.
         assert_eq!(
-            node_part(&records, id, &module, first),
+            support::fleet::rollout_part(&records, id, &module, first),
             None,
             "{id}: `{module}`"
         );
@@ -103,18 +103,6 @@ fn assert_done_one_first(bed: &Bed, id: &str) {
             .is_empty(),
         "{id}"
     );
-}
-
-/// A node's part of a plan's rollout of a module, if it has one.
-fn node_part(
-    records: &mesh_bus::records::KvRecords,
-    id: &str,
-    module: &str,
-    node: &str,
-) -> Option<Value> {
-    let key = format!("rollouts/{id}/{module}/{node}.json");
-    let bytes = records.get(&key).unwrap()?;
-    Some(serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{key}: {e}")))
 }
 
 #[test]
@@ -166,15 +154,20 @@ fn twenty_hosts_and_ten_modules_merge_twice_survive_a_killed_controller_and_keep
     );
     let open = bed.library().plan("plan-2").unwrap();
     assert_ne!(open["plan"]["state"]["state"], "done", "{open:#}");
-    // `n07` was sent its part of `m04`'s rollout before the kill: what the controller records
-    // it was sent is the declaration its part of the rollout names.
-    let part = node_part(&bed.records(), "plan-2", "m04", "n07")
+    // `n07` was sent its part of `m04`'s rollout before the kill, and the step that sent it
+    // was not saved: the rollout's record of the nodes running at its start, written before
+    // any send, still says what it ran before (a revert after the resume sends that back),
+    // while what the controller records it was sent is the new declaration.
+    let part = support::fleet::rollout_part(&bed.records(), "plan-2", "m04", "n07")
         .unwrap_or_else(|| panic!("no record of `m04` on `n07`: {open:#}"));
+    // What it ran before `m04`'s rollout: what `m03`'s, done before it, sent it.
+    let ran = support::fleet::rollout_part(&bed.records(), "plan-2", "m03", "n07")
+        .unwrap_or_else(|| panic!("no record of `m03` on `n07`: {open:#}"));
+    assert_eq!(ran["progress"]["progress"], "applied", "{ran:#}");
     let sent = json(&bed.record("sent/n07.json").unwrap());
-    assert_eq!(
-        sent["declaration"], part["declaration"],
-        "{sent:#}\n{part:#}"
-    );
+    assert_eq!(part["named-by"], "running", "{part:#}");
+    assert_eq!(part["before"], ran["declaration"], "{part:#}\n{ran:#}");
+    assert_ne!(sent["declaration"], ran["declaration"], "{sent:#}");
 
     // It resumes on "another machine": a home holding only the operator's catalogue checkout,
     // and the controller's seed to open the bus. Everything else is read from the bus.

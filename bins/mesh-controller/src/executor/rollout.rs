@@ -2,13 +2,15 @@
 //! fleet, one machine first, each of its actions carried out through the [`Executor`]
 //! (`actions`, one function per action) and the plan saved after every step.
 
-use super::saved::{expected_declaration, placeholder_definition, read_back, save_rollout};
+use super::saved::{
+    expected_declaration, placeholder_definition, read_back, save_rollout, NodesKept,
+};
 use super::Executor;
 use crate::builds;
 use crate::error::{Context, Error, Result};
 use crate::fleet::ReportHeard;
 use crate::home::Home;
-use crate::plans::{PlanRecord, RolloutNodeRecord, ROLLOUT_NODE_FORMAT};
+use crate::plans::{PlanRecord, RolloutNodeRecord, RunningNode, ROLLOUT_NODE_FORMAT};
 use crate::users::UsersFile;
 use mesh_model::build::Build;
 use mesh_model::declaration::{Declaration, Outgoing};
@@ -19,7 +21,7 @@ use mesh_plan::rollout::{
     step, BusFirst, Event, NodeProgress, RolloutNode, RolloutSpec, RolloutState, Stage, Verdict,
 };
 use mesh_store::store::ArchiveStore;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 /// How many reports a rollout takes in at most before it steps them (and saves once).
@@ -50,9 +52,8 @@ pub(super) struct Rollout {
     pub(super) state: RolloutState,
     /// What each node had been sent before this rollout (a revert sends it back), by digest.
     pub(super) befores: BTreeMap<String, Option<String>>,
-    /// The nodes with a record of their own in this rollout: a running node has none while it
-    /// waits for its send (the rollout's record of the nodes running at its start names it).
-    pub(super) recorded: BTreeSet<String>,
+    /// What the rollout keeps of its nodes' records.
+    pub(super) kept: NodesKept,
     /// The events to step.
     pub(super) events: VecDeque<Event>,
     /// This step's sends, each with how its progress line names it, sent together.
@@ -148,7 +149,7 @@ pub async fn roll_out(
                 &rollout.spec,
                 &mut rollout.state,
                 &rollout.befores,
-                &mut rollout.recorded,
+                &mut rollout.kept,
             )?;
         }
         for node in heard {
@@ -208,7 +209,7 @@ impl Rollout {
             spec: RolloutSpec::new(&placeholder_definition(module), BTreeMap::new(), None),
             state: RolloutState::new(),
             befores: BTreeMap::new(),
-            recorded: BTreeSet::new(),
+            kept: NodesKept::default(),
             events: VecDeque::new(),
             batch: Vec::new(),
             reverted: None,
@@ -221,7 +222,7 @@ impl Rollout {
                     module,
                     kept,
                     &mut rollout.befores,
-                    &mut rollout.recorded,
+                    &mut rollout.kept,
                 )?;
                 rollout.spec = spec;
                 rollout.state = state;
@@ -327,6 +328,7 @@ impl Rollout {
             .map(|m| m.definition.clone())
             .unwrap_or_else(|| placeholder_definition(&module));
         let mut nodes = BTreeMap::new();
+        home.clear_rollout_nodes(&self.plan, &module)?;
         // What every node was sent, in one listing.
         let mut sent_before = home.sent_digests()?;
         let assigned = self
@@ -357,7 +359,6 @@ impl Rollout {
         for (node, declaration) in not_running.into_iter().zip(digests) {
             let before = sent_before.remove(&node);
             self.befores.insert(node.clone(), before.clone());
-            self.recorded.insert(node.clone());
             not_sent.push(RolloutNodeRecord {
                 format: ROLLOUT_NODE_FORMAT,
                 node: node.clone(),
@@ -374,15 +375,17 @@ impl Rollout {
                 },
             );
         }
-        if !not_sent.is_empty() {
-            home.write_rollout_nodes(&self.plan, &module, &not_sent)?;
-        }
-        // The running nodes in one record: each has a record of its own once its progress is
-        // more than waiting for its send.
-        home.write_rollout_running(&self.plan, &module, &running)?;
+        self.kept.write_step(home, &self.plan, &module, not_sent)?;
+        // The running nodes in one record, with what each ran before, written before any
+        // send: a step's record names a node once its progress is more than waiting.
+        let mut kept_running = Vec::with_capacity(running.len());
         for node in running {
             let before = sent_before.remove(&node);
-            self.befores.insert(node.clone(), before);
+            self.befores.insert(node.clone(), before.clone());
+            kept_running.push(RunningNode {
+                node: node.clone(),
+                before,
+            });
             nodes.insert(
                 node,
                 RolloutNode {
@@ -391,6 +394,7 @@ impl Rollout {
                 },
             );
         }
+        home.write_rollout_running(&self.plan, &module, kept_running)?;
         // Grants before code: when the bus's users change, the node holding the bus goes
         // first (in the embedded default there are no permissions to issue, and the order is
         // kept all the same).

@@ -1,5 +1,6 @@
 //! A rollout as its plan keeps it: saved after every step (the plan record with the rollout's
-//! parts, and each node whose progress changed), and read back when a controller resumes.
+//! parts, and one record of the nodes whose progress changed), and read back when a controller
+//! resumes.
 
 use crate::error::Result;
 use crate::home::Home;
@@ -30,10 +31,44 @@ pub(super) fn set_expected_declaration(spec: &mut RolloutSpec, node: &str, diges
     }
 }
 
-/// Saves a rollout after a step: the record of each node whose progress changed (a constant
-/// number per step), then the plan record with the rollout's parts (constant in size). A
-/// running node waiting for its send that has no record (`recorded` names those that have one)
-/// is not given one: the rollout's record of the nodes running at its start names it.
+/// What a rollout keeps of its nodes' records: the nodes some record names, and the number
+/// its next step is saved under ([`crate::plans::nodes`]).
+#[derive(Debug, Default)]
+pub(super) struct NodesKept {
+    /// The nodes a record of this rollout names: a running node none names is waiting for its
+    /// send (the rollout's record of the nodes running at its start names it).
+    recorded: BTreeSet<String>,
+    /// The number the next step is saved under.
+    next_step: u64,
+}
+
+impl NodesKept {
+    /// Writes `nodes` as the rollout's next step, and counts them recorded.
+    ///
+    /// # Errors
+    /// The plans lease was taken over; the record cannot be written.
+    pub(super) fn write_step(
+        &mut self,
+        home: &Home,
+        plan: &str,
+        module: &str,
+        nodes: Vec<RolloutNodeRecord>,
+    ) -> Result<()> {
+        if nodes.is_empty() {
+            return Ok(());
+        }
+        self.recorded
+            .extend(nodes.iter().map(|record| record.node.clone()));
+        home.write_rollout_step(plan, module, self.next_step, nodes)?;
+        self.next_step += 1;
+        Ok(())
+    }
+}
+
+/// Saves a rollout after a step: one record of the nodes whose progress changed, then the plan
+/// record with the rollout's parts (constant in size). A running node waiting for its send that
+/// no record names yet is not written: the rollout's record of the nodes running at its start
+/// names it.
 ///
 /// # Errors
 /// The plans lease was taken over; the records cannot be written.
@@ -44,17 +79,19 @@ pub(super) fn save_rollout(
     spec: &RolloutSpec,
     state: &mut RolloutState,
     befores: &BTreeMap<String, Option<String>>,
-    recorded: &mut BTreeSet<String>,
+    kept: &mut NodesKept,
 ) -> Result<()> {
     let mut changed = Vec::new();
     for node in state.nodes.take_changed() {
         let (Some(entry), Some(progress)) = (spec.nodes.get(&node), state.nodes.get(&node)) else {
             continue;
         };
-        if entry.running && matches!(progress, NodeProgress::Waiting) && !recorded.contains(&node) {
+        if entry.running
+            && matches!(progress, NodeProgress::Waiting)
+            && !kept.recorded.contains(&node)
+        {
             continue;
         }
-        recorded.insert(node.clone());
         changed.push(RolloutNodeRecord {
             format: ROLLOUT_NODE_FORMAT,
             node: node.clone(),
@@ -64,7 +101,7 @@ pub(super) fn save_rollout(
             progress: progress.clone(),
         });
     }
-    home.write_rollout_nodes(&record.plan.id, module, &changed)?;
+    kept.write_step(home, &record.plan.id, module, changed)?;
     let work = record.work.entry(module.to_owned()).or_default();
     work.rollout = Some(RolloutKept {
         upgrade: spec.upgrade,
@@ -81,33 +118,24 @@ pub(super) fn save_rollout(
 }
 
 /// A rollout read back from its plan record and its nodes' records (a controller resumed):
-/// a running node without a record of its own is waiting for its send, and what it ran before
-/// is what it was last sent (this rollout has sent it nothing).
+/// a running node no record names is waiting for its send, and what it ran before is what the
+/// rollout's record of the nodes running at its start says.
 pub(super) fn read_back(
     home: &Home,
     plan: &str,
     module: &str,
     kept: RolloutKept,
     befores: &mut BTreeMap<String, Option<String>>,
-    recorded: &mut BTreeSet<String>,
+    nodes_kept: &mut NodesKept,
 ) -> Result<(RolloutSpec, RolloutState)> {
-    let nodes_recorded = home.rollout_nodes_recorded(plan, module)?;
-    recorded.extend(nodes_recorded.records.iter().map(|r| r.node.clone()));
-    let waiting = nodes_recorded
-        .running
-        .iter()
-        .any(|node| !recorded.contains(node));
-    let mut sent = if waiting {
-        home.sent_digests()?
-    } else {
-        BTreeMap::new()
-    };
+    let recorded = home.rollout_nodes_recorded(plan, module)?;
+    nodes_kept.next_step = recorded.next_step;
+    nodes_kept
+        .recorded
+        .extend(recorded.records.iter().map(|r| r.node.clone()));
     let mut nodes = BTreeMap::new();
     let mut progress = Vec::new();
-    for mut record in nodes_recorded.all() {
-        if !recorded.contains(&record.node) {
-            record.before = sent.remove(&record.node);
-        }
+    for record in recorded.all() {
         befores.insert(record.node.clone(), record.before);
         if record.running {
             progress.push((record.node.clone(), record.progress));

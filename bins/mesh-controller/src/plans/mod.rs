@@ -12,8 +12,8 @@
 //! # Layout
 //! `<home>/plans/<id>.json`: a [`PlanRecord`] (ids `plan-1`, `plan-2`, … in the order plans are
 //! made), rewritten after every step of a rollout so that a controller stopped mid-rollout
-//! resumes where it was (`plans resume`, or the next `merge`); each node's part of a rollout is
-//! a record of its own ([`RolloutNodeRecord`]). [`PlansLock`] keeps two controllers from
+//! resumes where it was (`plans resume`, or the next `merge`); the nodes' parts of a rollout
+//! are kept beside it, a record a step ([`nodes`]). [`PlansLock`] keeps two controllers from
 //! planning or driving at once.
 //!
 //! # Guarantees
@@ -26,11 +26,17 @@ pub mod fold;
 pub mod holds;
 mod lock;
 pub mod merge;
+pub mod nodes;
 mod v1;
 
 pub use build::{build_named, NamedBuild};
 pub use lock::PlansLock;
 pub use merge::MergeOutcome;
+pub use nodes::{
+    rollout_node_key, rollout_running_key, rollout_step_key, RolloutNodeRecord,
+    RolloutNodesRecorded, RolloutRunningRecord, RolloutStepRecord, RunningNode,
+    ROLLOUT_NODE_FORMAT, ROLLOUT_RUNNING_FORMAT, ROLLOUT_STEP_FORMAT,
+};
 
 use crate::builds::short_commit;
 use crate::error::{bad_record, Context, Error, Result};
@@ -39,7 +45,7 @@ use crate::repos;
 use mesh_model::build::Build;
 use mesh_model::module::CatalogueSource;
 use mesh_model::plan::{Plan, RolloutOutcome};
-use mesh_plan::rollout::{BusFirst, NodeProgress, RolloutParts};
+use mesh_plan::rollout::{BusFirst, RolloutParts};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,12 +53,9 @@ use std::collections::{BTreeMap, BTreeSet};
 /// The format version of a plan record.
 pub const PLAN_FORMAT: u32 = 2;
 
-/// The format version of a node's record of a rollout.
-pub const ROLLOUT_NODE_FORMAT: u32 = 1;
-
 /// A plan as the controller keeps it (disk format, version [`PLAN_FORMAT`]): the plan itself
 /// and the work behind it — builds, each rollout's policy and where it stands — so it can be
-/// resumed. Each node's part of a rollout is a record of its own ([`RolloutNodeRecord`]), so
+/// resumed. The nodes' parts of a rollout are records of their own ([`nodes`]), so
 /// this one does not grow with the fleet.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -124,96 +127,6 @@ pub struct RolloutKept {
     pub bus_first: Option<BusFirst>,
     /// Where it stands, its nodes aside.
     pub state: RolloutParts,
-}
-
-/// One node's part of one module's rollout (disk format, version [`ROLLOUT_NODE_FORMAT`]), at
-/// `rollouts/<plan>/<module>/<node>.json`: written when its progress changes, so a step of a
-/// rollout writes a constant number of small records. A running node still waiting for its
-/// send has none: it is named by the rollout's [`RolloutRunningRecord`], one record for the
-/// whole fleet, instead of a record of its own at the rollout's start.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct RolloutNodeRecord {
-    /// Format version.
-    pub format: u32,
-    /// The node.
-    pub node: String,
-    /// Whether it runs (only running nodes are sent to).
-    pub running: bool,
-    /// The digest of the declaration it is sent (its report must name it); a node not running,
-    /// the one it would be sent. Empty for a running node not yet sent: its declaration is
-    /// composed by its send.
-    pub declaration: String,
-    /// The digest of what it had been sent before this rollout (a revert sends it back; kept
-    /// under `declarations/`).
-    pub before: Option<String>,
-    /// Where it stands.
-    pub progress: NodeProgress,
-}
-
-/// The record key of a node's part of a rollout.
-pub fn rollout_node_key(plan: &str, module: &str, node: &str) -> String {
-    format!("rollouts/{plan}/{module}/{node}.json")
-}
-
-/// Format version of [`RolloutRunningRecord`].
-pub const ROLLOUT_RUNNING_FORMAT: u32 = 1;
-
-/// The nodes a module's rollout found running at its start (disk format, version
-/// [`ROLLOUT_RUNNING_FORMAT`]), at `rollouts/<plan>/<module>.running.json`, written once as the
-/// rollout begins (a large fleet's is kept in chunks, as any large record). Each of them that
-/// has no record of its own ([`RolloutNodeRecord`]) is waiting for its send: at 10,000 nodes
-/// this is one record instead of 10,000 written at the start of every module's rollout.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct RolloutRunningRecord {
-    /// Format version.
-    pub format: u32,
-    /// The nodes, sorted.
-    pub running: Vec<String>,
-}
-
-/// The record key of the nodes a rollout found running ([`RolloutRunningRecord`]): beside
-/// the directory of its nodes' records, not in it.
-pub fn rollout_running_key(plan: &str, module: &str) -> String {
-    format!("rollouts/{plan}/{module}.running.json")
-}
-
-/// A module's rollout as its records hold it: the records of the nodes that have one, and the
-/// nodes it found running at its start ([`RolloutRunningRecord`]; empty for a rollout begun by
-/// an earlier mesh, which wrote a record for every node).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RolloutNodesRecorded {
-    /// The nodes' own records, by node name.
-    pub records: Vec<RolloutNodeRecord>,
-    /// The nodes running at the rollout's start, sorted.
-    pub running: Vec<String>,
-}
-
-impl RolloutNodesRecorded {
-    /// Every node of the rollout: its own record, or, for a node running at the start that has
-    /// none, a record of it waiting for its send (no declaration composed yet, `before`
-    /// unknown here: what it ran before is what it was last sent).
-    pub fn all(self) -> Vec<RolloutNodeRecord> {
-        let mut all = self.records;
-        let recorded: std::collections::BTreeSet<String> =
-            all.iter().map(|record| record.node.clone()).collect();
-        all.extend(
-            self.running
-                .into_iter()
-                .filter(|node| !recorded.contains(node))
-                .map(|node| RolloutNodeRecord {
-                    format: ROLLOUT_NODE_FORMAT,
-                    node,
-                    running: true,
-                    declaration: String::new(),
-                    before: None,
-                    progress: NodeProgress::Waiting,
-                }),
-        );
-        all.sort_by(|a, b| a.node.cmp(&b.node));
-        all
-    }
 }
 
 impl Home {
@@ -289,141 +202,6 @@ impl Home {
     pub fn write_plan(&self, record: &PlanRecord) -> Result<()> {
         self.check_lease()?;
         self.put_json(&plan_key(&record.plan.id), record)
-    }
-
-    /// Writes a node's part of a rollout — unless the plans lease was taken over.
-    ///
-    /// # Errors
-    /// The lease was taken over; the record cannot be written.
-    pub fn write_rollout_node(
-        &self,
-        plan: &str,
-        module: &str,
-        record: &RolloutNodeRecord,
-    ) -> Result<()> {
-        self.check_lease()?;
-        self.put(
-            &rollout_node_key(plan, module, &record.node),
-            &serde_json::to_vec(record)?,
-        )
-    }
-
-    /// Writes nodes' parts of a rollout, the lease checked once for them all — unless the
-    /// plans lease was taken over.
-    ///
-    /// # Errors
-    /// The lease was taken over (nothing is written); a record cannot be written.
-    pub fn write_rollout_nodes<'r>(
-        &self,
-        plan: &str,
-        module: &str,
-        records: impl IntoIterator<Item = &'r RolloutNodeRecord>,
-    ) -> Result<()> {
-        self.check_lease()?;
-        let mut batch = Vec::new();
-        for record in records {
-            batch.push((
-                rollout_node_key(plan, module, &record.node),
-                serde_json::to_vec(record)?,
-            ));
-        }
-        self.put_many(&batch)
-    }
-
-    /// Writes the nodes a rollout found running at its start ([`RolloutRunningRecord`]) —
-    /// unless the plans lease was taken over.
-    ///
-    /// # Errors
-    /// The lease was taken over; the record cannot be written.
-    pub fn write_rollout_running(
-        &self,
-        plan: &str,
-        module: &str,
-        running: &[String],
-    ) -> Result<()> {
-        self.check_lease()?;
-        self.put_json(
-            &rollout_running_key(plan, module),
-            &RolloutRunningRecord {
-                format: ROLLOUT_RUNNING_FORMAT,
-                running: running.to_vec(),
-            },
-        )
-    }
-
-    /// Every node's part of a module's rollout in a plan, by node name: its own record, or a
-    /// running node's waiting for its send ([`RolloutNodesRecorded::all`]).
-    ///
-    /// # Errors
-    /// A record cannot be read.
-    pub fn rollout_nodes(&self, plan: &str, module: &str) -> Result<Vec<RolloutNodeRecord>> {
-        Ok(self.rollout_nodes_recorded(plan, module)?.all())
-    }
-
-    /// A module's rollout in a plan as its records hold it: the nodes' own records and the
-    /// nodes running at its start.
-    ///
-    /// # Errors
-    /// A record that cannot be read.
-    pub fn rollout_nodes_recorded(&self, plan: &str, module: &str) -> Result<RolloutNodesRecorded> {
-        let dir = format!("rollouts/{plan}/{module}");
-        let mut out = Vec::new();
-        // One listing with the values, not a read per node.
-        for (key, bytes) in self.records().values_under(&dir)? {
-            if key.matches('/').count() != 3 || !key.ends_with(".json") {
-                continue;
-            }
-            let location = self.records().locate(&key);
-            let value: Value =
-                serde_json::from_slice(&bytes).map_err(bad_record(location.clone(), "JSON"))?;
-            match value.get("format").and_then(Value::as_u64) {
-                Some(found) if found == u64::from(ROLLOUT_NODE_FORMAT) => {}
-                found => {
-                    return Err(Error::Format {
-                        location,
-                        found: found.map_or("none".to_owned(), |f| f.to_string()),
-                        expected: ROLLOUT_NODE_FORMAT,
-                    })
-                }
-            }
-            out.push(
-                serde_json::from_value::<RolloutNodeRecord>(value)
-                    .map_err(bad_record(location, "a node's record of a rollout"))?,
-            );
-        }
-        out.sort_by(|a, b| a.node.cmp(&b.node));
-        let running = self.rollout_running(plan, module)?;
-        Ok(RolloutNodesRecorded {
-            records: out,
-            running,
-        })
-    }
-
-    /// The nodes a rollout found running at its start; none for a rollout begun by an earlier
-    /// mesh (every node has a record of its own).
-    fn rollout_running(&self, plan: &str, module: &str) -> Result<Vec<String>> {
-        let key = rollout_running_key(plan, module);
-        let Some(bytes) = self.get(&key)? else {
-            return Ok(Vec::new());
-        };
-        let location = self.records().locate(&key);
-        let value: Value =
-            serde_json::from_slice(&bytes).map_err(bad_record(location.clone(), "JSON"))?;
-        match value.get("format").and_then(Value::as_u64) {
-            Some(found) if found == u64::from(ROLLOUT_RUNNING_FORMAT) => {}
-            found => {
-                return Err(Error::Format {
-                    location,
-                    found: found.map_or("none".to_owned(), |f| f.to_string()),
-                    expected: ROLLOUT_RUNNING_FORMAT,
-                })
-            }
-        }
-        let record: RolloutRunningRecord = serde_json::from_value(value).map_err(bad_record(
-            location,
-            "the nodes a rollout found running at its start",
-        ))?;
-        Ok(record.running)
     }
 }
 

@@ -627,3 +627,41 @@ pub async fn stream_leader(options: &NatsOptions, stream: &str) -> Result<String
         .and_then(|cluster| cluster.leader)
         .ok_or_else(|| "no leader".to_owned())
 }
+
+/// `node`'s part of `module`'s rollout in plan `id` as the records on the bus hold it: the last
+/// step naming it (`rollouts/<id>/<module>/steps/<n>.json`, in order), else its entry in the
+/// nodes the rollout found running at its start (`rollouts/<id>/<module>.running.json`), marked
+/// `"named-by": "running"`.
+pub fn rollout_part(
+    records: &mesh_bus::records::KvRecords,
+    id: &str,
+    module: &str,
+    node: &str,
+) -> Option<serde_json::Value> {
+    use mesh_store::record_store::RecordStore as _;
+    let read = |key: &str| -> Option<serde_json::Value> {
+        let bytes = records.get(key).unwrap()?;
+        Some(serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{key}: {e}")))
+    };
+    let mut steps = records
+        .keys_under(&format!("rollouts/{id}/{module}/steps"))
+        .unwrap();
+    steps.sort();
+    let stepped = steps.iter().rev().find_map(|key| {
+        read(key)?["nodes"]
+            .as_array()?
+            .iter()
+            .find(|part| part["node"] == node)
+            .cloned()
+    });
+    stepped.or_else(|| {
+        let running = read(&format!("rollouts/{id}/{module}.running.json"))?;
+        let mut part = running["running"]
+            .as_array()?
+            .iter()
+            .find(|part| part["node"] == node)?
+            .clone();
+        part["named-by"] = "running".into();
+        Some(part)
+    })
+}
