@@ -775,4 +775,12 @@ fn a_rollouts_nodes_are_read_back_from_its_steps_over_earlier_records() {
     home.write_rollout_step("plan-1", "m2", 0, vec![record("z", NodeProgress::Waiting)])
         .unwrap();
     assert_eq!(home.rollout_nodes("plan-1", "m").unwrap().len(), 3);
+    // A step of another format is named, not read as something else.
+    let step = dir.path().join("rollouts/plan-1/m/steps/0000000002.json");
+    std::fs::write(&step, r#"{"format": 9, "nodes": []}"#).unwrap();
+    let error = home.rollout_nodes("plan-1", "m").unwrap_err().to_string();
+    assert!(
+        error.contains("steps/0000000002.json") && error.contains('9'),
+        "{error}"
+    );
 }

@@ -366,6 +366,21 @@ impl Home {
         let Some(value) = self.get_json(key)? else {
             return Ok(None);
         };
+        self.versioned(key, value, what, expected).map(Some)
+    }
+
+    /// `value`, read from the record `key`, as one of the controller's versioned records: its
+    /// `format` must be `expected`, and it must read as `what`.
+    ///
+    /// # Errors
+    /// Another format, or not `what`: an error naming the record.
+    pub(crate) fn versioned<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+        value: Value,
+        what: &str,
+        expected: u32,
+    ) -> Result<T> {
         let location = self.records.locate(key);
         match value.get("format").and_then(Value::as_u64) {
             Some(found) if found == u64::from(expected) => {}
@@ -377,9 +392,7 @@ impl Home {
                 })
             }
         }
-        serde_json::from_value(value)
-            .map(Some)
-            .map_err(bad_record(location, what))
+        serde_json::from_value(value).map_err(bad_record(location, what))
     }
 
     /// The names of the `*.json` records in `dir`, without the extension, sorted.

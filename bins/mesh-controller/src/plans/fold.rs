@@ -154,7 +154,8 @@ pub fn fold_plan(home: &Home, record: &mut PlanRecord) -> Result<usize> {
 pub struct Folded {
     /// The plans folded now.
     pub plans: Vec<String>,
-    /// The nodes' records removed.
+    /// The records of the folded plans' rollouts removed (their steps, and the nodes each
+    /// found running; an earlier mesh's record a node).
     pub node_records: u64,
     /// The plans removed: older than the last kept, ended, and read by nothing.
     pub removed_plans: Vec<String>,

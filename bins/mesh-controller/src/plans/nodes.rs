@@ -14,7 +14,7 @@
 //! A node's part is its latest: its own record, overridden by each step naming it, in order
 //! ([`RolloutNodesRecorded`]). The plan's fold removes them all with the plan's directory.
 
-use crate::error::{bad_record, Error, Result};
+use crate::error::{bad_record, Result};
 use crate::home::Home;
 use mesh_plan::rollout::NodeProgress;
 use serde::{Deserialize, Serialize};
@@ -299,8 +299,7 @@ impl Home {
         Ok(record.running)
     }
 
-    /// `bytes`, the record `key`, read as JSON of format `expected`: an error naming the record
-    /// for bytes that are not JSON, another format, or not `what`.
+    /// `bytes`, the record `key`, read as JSON of format `expected` ([`Home::versioned`]).
     fn read_formatted<T: serde::de::DeserializeOwned>(
         &self,
         key: &str,
@@ -308,19 +307,8 @@ impl Home {
         expected: u32,
         what: &str,
     ) -> Result<T> {
-        let location = self.records().locate(key);
-        let value: Value =
-            serde_json::from_slice(bytes).map_err(bad_record(location.clone(), "JSON"))?;
-        match value.get("format").and_then(Value::as_u64) {
-            Some(found) if found == u64::from(expected) => {}
-            found => {
-                return Err(Error::Format {
-                    location,
-                    found: found.map_or("none".to_owned(), |f| f.to_string()),
-                    expected,
-                })
-            }
-        }
-        serde_json::from_value(value).map_err(bad_record(location, what))
+        let value: Value = serde_json::from_slice(bytes)
+            .map_err(bad_record(self.records().locate(key), "JSON"))?;
+        self.versioned(key, value, what, expected)
     }
 }

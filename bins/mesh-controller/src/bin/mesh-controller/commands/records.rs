@@ -45,7 +45,7 @@ pub enum Command {
         #[arg(default_value = "")]
         dir: String,
     },
-    /// Folds the plans that ended: each node's record of their rollouts removed, what the plan
+    /// Folds the plans that ended: the records of their rollouts' nodes removed, what the plan
     /// must remember of them (how many nodes ended where, their latencies, each node that did
     /// not finish) kept in the plan record; removes the plans older than `--keep-plans` that
     /// nothing reads. Then removes the declarations no record names any more: each is kept once by its digest,

@@ -83,7 +83,7 @@ pub struct Args {
         value_parser = clap::value_parser!(u64).range(1..))]
     heartbeat: u64,
     /// Seconds between two collections of the records, as `records collect` does by hand:
-    /// the plans that ended folded (each node's record of their rollouts removed, a summary
+    /// the plans that ended folded (the records of their rollouts' nodes removed, a summary
     /// kept in the plan), the plans older than `--keep-plans` that nothing reads removed, and
     /// the declarations no record names (written over 10 minutes ago). A plan's end collects
     /// soon too.
