@@ -168,18 +168,27 @@ impl Daemon {
         std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
     }
 
-    /// Publishes `declaration` on the node's subject (stored by the stream).
+    /// Publishes `declaration` on the node's subject (stored by the stream) as the controller
+    /// sends one: with a message id of its own, so the host applies a send it hears twice (live,
+    /// and as the stream's last when it asks again on connecting) once.
     pub fn send(&self, declaration: &Declaration) {
+        static SENDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let send = SENDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let message_id = format!(
+            "{}:{}:test-{}-{send}",
+            self.node,
+            declaration.digest(),
+            std::process::id()
+        );
         self.rt.block_on(async {
-            self.js
-                .publish(
-                    subjects::declaration(&self.node),
-                    declaration.canonical_json().into(),
-                )
-                .await
-                .unwrap()
-                .await
-                .unwrap();
+            jetstream::publish_declaration(
+                &self.js,
+                &self.node,
+                declaration.canonical_json(),
+                &message_id,
+            )
+            .await
+            .unwrap();
         });
     }
 
