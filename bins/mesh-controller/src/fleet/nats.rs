@@ -185,6 +185,34 @@ pub struct NatsFleet {
     replicas: usize,
 }
 
+/// The reports stream's reader ([`jetstream::ReportReader`]), tried again for up to
+/// [`crate::records::OPEN_RETRY_LIMIT`] while its consumer cannot be made: a cluster whose
+/// quorum just came back answers the records before each stream has its leader again.
+///
+/// # Errors
+/// The consumer could not be made within the limit (the error says how long it was tried).
+async fn open_reports(bus: &NatsBus) -> Result<jetstream::ReportReader> {
+    let limit = crate::records::OPEN_RETRY_LIMIT;
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match jetstream::ReportReader::open(bus.jetstream()).await {
+            Ok(reports) => return Ok(reports),
+            Err(error) if tokio::time::Instant::now() < deadline => {
+                tracing::debug!(%error, "the reports stream could not be read; trying again");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(error) => {
+                return Err(bus_error(|| {
+                    format!(
+                        "reading the reports stream (tried for {} s)",
+                        limit.as_secs()
+                    )
+                })(error))
+            }
+        }
+    }
+}
+
 impl NatsFleet {
     /// Connects as the controller, makes the mesh's streams and listens for reports; the bus's
     /// users travel through `store` (the controller's archive store).
@@ -207,9 +235,7 @@ impl NatsFleet {
         jetstream::ensure_streams_with(&bus.jetstream(), replicas)
             .await
             .map_err(bus_error(|| "making the mesh's streams".to_owned()))?;
-        let reports = jetstream::ReportReader::open(bus.jetstream())
-            .await
-            .map_err(bus_error(|| "reading the reports stream".to_owned()))?;
+        let reports = open_reports(&bus).await?;
         Ok(NatsFleet {
             home: home.clone(),
             args: args.clone(),
