@@ -131,7 +131,7 @@ async fn publish_patiently(bus: &NatsBus, declaration: &Outgoing) -> Result<()> 
 }
 
 /// How long making a granted state bucket is tried again (a server reloading its users)
-/// before the grant fails.
+/// before the grant fails; and how long the reports stream's reader is (`open_reports`).
 pub const BUCKET_RETRY_LIMIT: Duration = Duration::from_secs(10);
 
 /// How many declarations a send to many nodes keeps in flight at once. Each publish waits a
@@ -186,13 +186,13 @@ pub struct NatsFleet {
 }
 
 /// The reports stream's reader ([`jetstream::ReportReader`]), tried again for up to
-/// [`crate::records::OPEN_RETRY_LIMIT`] while its consumer cannot be made: a cluster whose
-/// quorum just came back answers the records before each stream has its leader again.
+/// [`BUCKET_RETRY_LIMIT`] while its consumer cannot be made: a cluster whose quorum just came
+/// back answers the records before each stream has its leader again.
 ///
 /// # Errors
 /// The consumer could not be made within the limit (the error says how long it was tried).
 async fn open_reports(bus: &NatsBus) -> Result<jetstream::ReportReader> {
-    let limit = crate::records::OPEN_RETRY_LIMIT;
+    let limit = BUCKET_RETRY_LIMIT;
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         match jetstream::ReportReader::open(bus.jetstream()).await {
