@@ -131,7 +131,7 @@ async fn publish_patiently(bus: &NatsBus, declaration: &Outgoing) -> Result<()> 
 }
 
 /// How long making a granted state bucket is tried again (a server reloading its users)
-/// before the grant fails; and how long the reports stream's reader is (`open_reports`).
+/// before the grant fails.
 pub const BUCKET_RETRY_LIMIT: Duration = Duration::from_secs(10);
 
 /// How many declarations a send to many nodes keeps in flight at once. Each publish waits a
@@ -185,14 +185,19 @@ pub struct NatsFleet {
     replicas: usize,
 }
 
+/// How long the reports stream's reader is tried again while its consumer cannot be made (as
+/// long as the records' calls are by default): on nats-server 2.9 a cluster whose quorum just
+/// came back takes more than 10 s to give each stream its leader again.
+const REPORTS_RETRY_LIMIT: Duration = Duration::from_secs(30);
+
 /// The reports stream's reader ([`jetstream::ReportReader`]), tried again for up to
-/// [`BUCKET_RETRY_LIMIT`] while its consumer cannot be made: a cluster whose quorum just came
+/// [`REPORTS_RETRY_LIMIT`] while its consumer cannot be made: a cluster whose quorum just came
 /// back answers the records before each stream has its leader again.
 ///
 /// # Errors
 /// The consumer could not be made within the limit (the error says how long it was tried).
 async fn open_reports(bus: &NatsBus) -> Result<jetstream::ReportReader> {
-    let limit = BUCKET_RETRY_LIMIT;
+    let limit = REPORTS_RETRY_LIMIT;
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         match jetstream::ReportReader::open(bus.jetstream()).await {
