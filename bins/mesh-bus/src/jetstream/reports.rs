@@ -44,47 +44,77 @@ pub struct Stored {
 /// - Nothing published on `mesh.report.>` after [`ReportReader::open`] is passed over, as long
 ///   as the stream keeps it: a consumer lost (a server restarted, a cluster's leader lost) is
 ///   made again from the stream sequence after the last report read.
+/// - A bus that does not answer at the opening (a cluster whose quorum just came back, its
+///   reports stream without a leader yet) does not fail it: the consumer is made when the bus
+///   answers, from the time of the opening (the server's clock, which must not lag the
+///   controller's: a report it stamped earlier is heard only from the host's next heartbeat).
 /// - Memory does not grow with how far behind the reader is: the server holds the rest.
 pub struct ReportReader {
     js: async_nats::jetstream::Context,
     messages: Option<pull::Stream>,
-    /// The stream sequence of the last report read (0: none yet, read from now).
+    /// When the reader was opened: where it starts when it has read nothing yet and its first
+    /// consumer was not made at the opening.
+    opened: async_nats::datetime::DateTime,
+    /// The stream sequence of the last report read (0: none yet).
     last: u64,
     retry_at: Option<tokio::time::Instant>,
 }
 
 impl ReportReader {
-    /// A reader of every report published from now on.
+    /// A reader of every report published from now on. When the bus does not answer (no
+    /// server, or a reports stream without a leader), the reader is made all the same and
+    /// makes its consumer when the bus answers ([`ReportReader::next`]), said in the log.
     ///
     /// # Errors
-    /// [`NatsError::Consumer`] when the consumer cannot be made (the bus did not answer).
+    /// [`NatsError::Consumer`] when the bus refuses the consumer (a permission, a stream that
+    /// does not exist): no waiting would change its answer.
     pub async fn open(js: async_nats::jetstream::Context) -> Result<ReportReader, NatsError> {
         let mut reader = ReportReader {
             js,
             messages: None,
+            opened: async_nats::datetime::now(),
             last: 0,
             retry_at: None,
         };
-        reader.messages = Some(
-            reader
-                .consumer()
-                .await
-                .map_err(|source| NatsError::Consumer {
+        match reader.consumer(DeliverPolicy::New).await {
+            Ok(messages) => reader.messages = Some(messages),
+            Err(error) if unanswered(&error) => {
+                tracing::warn!(%error,
+                    "the reports stream does not answer yet; reading it from now once it does");
+                reader.retry_at = Some(tokio::time::Instant::now() + RETRY);
+            }
+            Err(source) => {
+                return Err(NatsError::Consumer {
                     stream: REPORTS_STREAM.to_owned(),
                     consumer: "(the reports reader's own)".to_owned(),
                     source,
-                })?,
-        );
+                })
+            }
+        }
         Ok(reader)
     }
 
-    async fn consumer(&self) -> Result<pull::Stream, async_nats::Error> {
-        let deliver_policy = match self.last {
-            0 => DeliverPolicy::New,
+    /// Whether the reader holds a consumer now (`false` while the bus has not answered).
+    pub fn is_reading(&self) -> bool {
+        self.messages.is_some()
+    }
+
+    /// Where a consumer made again starts: after the last report read, or at the opening.
+    fn resume_policy(&self) -> DeliverPolicy {
+        match self.last {
+            0 => DeliverPolicy::ByStartTime {
+                start_time: self.opened,
+            },
             last => DeliverPolicy::ByStartSequence {
                 start_sequence: last + 1,
             },
-        };
+        }
+    }
+
+    async fn consumer(
+        &self,
+        deliver_policy: DeliverPolicy,
+    ) -> Result<pull::Stream, async_nats::Error> {
         let consumer = self
             .js
             .create_consumer_on_stream(
@@ -121,7 +151,7 @@ impl ReportReader {
                 self.retry_at = None;
             }
             let Some(messages) = self.messages.as_mut() else {
-                match tokio::time::timeout_at(until, self.consumer()).await {
+                match tokio::time::timeout_at(until, self.consumer(self.resume_policy())).await {
                     Ok(Ok(messages)) => {
                         tracing::info!(after = self.last, "reading the reports stream again");
                         self.messages = Some(messages);
@@ -157,5 +187,21 @@ impl ReportReader {
                 }
             }
         }
+    }
+}
+
+/// Whether the consumer was not made because the bus did not answer (no server answered in
+/// time, none listens, or JetStream said it is not available now: a stream without a leader),
+/// rather than because it refused.
+fn unanswered(error: &async_nats::Error) -> bool {
+    use async_nats::jetstream::stream::{ConsumerError, ConsumerErrorKind};
+    match error.downcast_ref::<ConsumerError>() {
+        Some(error) => match error.kind() {
+            ConsumerErrorKind::TimedOut | ConsumerErrorKind::Request => true,
+            ConsumerErrorKind::JetStream(api) => api.code() == 503,
+            _ => false,
+        },
+        // The consumer was made; opening its messages failed.
+        None => true,
     }
 }

@@ -5,7 +5,8 @@
 //! restarted with its store deleted catches up; the plans lease holds across a server loss; with
 //! quorum lost a write fails saying so and stores nothing, and works again when quorum returns;
 //! a write whose answer is lost (a proxy cuts the connection between the stream storing it and
-//! the answer reaching the client) is sent again and stored once.
+//! the answer reaching the client) is sent again and stored once; a reports reader opened while
+//! its stream has no leader reads every report stored after its opening once the stream has one.
 //!
 //! Every kill happens after a named step (a write acknowledged, a lease taken), never after a
 //! sleep, and every wait is on a condition the servers or the records report.
@@ -651,4 +652,73 @@ fn several_servers_are_given_as_one_comma_separated_url() {
     assert_eq!(options.servers().unwrap().len(), 2);
     let error = NatsOptions::new(" , ").servers().unwrap_err().to_string();
     assert!(error.contains("names no server"), "{error}");
+}
+
+/// Publishes `payload` on `node`'s report subject as a host does, tried until the stream
+/// stores it (with quorum just back, a stream can take a while to answer again).
+async fn publish_report(js: &async_nats::jetstream::Context, node: &str, payload: &'static str) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let stored = async {
+            js.publish(mesh_bus::subjects::report(node), payload.into())
+                .await?
+                .await
+                .map_err(async_nats::Error::from)
+        };
+        match stored.await {
+            Ok(_) => return,
+            Err(error) => assert!(
+                Instant::now() < deadline,
+                "the report of {node} not stored within {PATIENCE:?}: {error}"
+            ),
+        }
+    }
+}
+
+#[test]
+fn a_reports_reader_opened_while_its_stream_has_no_leader_reads_what_comes_once_it_has() {
+    let mut cluster = cluster();
+    let urls = cluster.urls();
+    block_on(async move {
+        let bus = NatsBus::connect(&NatsOptions::new(urls)).await.unwrap();
+        jetstream::ensure_streams_with(&bus.jetstream(), 3)
+            .await
+            .unwrap();
+        // Before the opening: not read.
+        publish_report(&bus.jetstream(), "before", "old").await;
+    });
+
+    // Two of three servers lost, the reports stream's leader among them: its consumer cannot
+    // be made.
+    let leader = settled_leader(&cluster, mesh_bus::subjects::REPORTS_STREAM);
+    let second = (leader + 1) % cluster.len();
+    cluster.kill(leader);
+    cluster.kill(second);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _in_runtime = runtime.enter();
+    let bus = runtime
+        .block_on(NatsBus::connect(&NatsOptions::new(cluster.urls())))
+        .unwrap();
+    let mut reader = runtime
+        .block_on(jetstream::ReportReader::open(bus.jetstream()))
+        .unwrap_or_else(|error| panic!("opened without its stream answering: {}", chain(&error)));
+    assert!(!reader.is_reading(), "a consumer made without quorum");
+
+    // Quorum back: a report stored before the reader makes its consumer is read all the same,
+    // and the one stored before the opening is not.
+    cluster.start_again(second).unwrap();
+    runtime.block_on(async {
+        publish_report(&bus.jetstream(), "after", "new").await;
+        let until = tokio::time::Instant::now() + PATIENCE;
+        let stored = reader
+            .next(until)
+            .await
+            .expect("the report stored after the opening");
+        assert_eq!(stored.subject, mesh_bus::subjects::report("after"));
+        assert_eq!(&stored.payload[..], b"new");
+        assert!(reader.is_reading());
+    });
 }

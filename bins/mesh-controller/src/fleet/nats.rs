@@ -185,39 +185,6 @@ pub struct NatsFleet {
     replicas: usize,
 }
 
-/// How long the reports stream's reader is tried again while its consumer cannot be made (as
-/// long as the records' calls are by default): on nats-server 2.9 a cluster whose quorum just
-/// came back takes more than 10 s to give each stream its leader again.
-const REPORTS_RETRY_LIMIT: Duration = Duration::from_secs(30);
-
-/// The reports stream's reader ([`jetstream::ReportReader`]), tried again for up to
-/// [`REPORTS_RETRY_LIMIT`] while its consumer cannot be made: a cluster whose quorum just came
-/// back answers the records before each stream has its leader again.
-///
-/// # Errors
-/// The consumer could not be made within the limit (the error says how long it was tried).
-async fn open_reports(bus: &NatsBus) -> Result<jetstream::ReportReader> {
-    let limit = REPORTS_RETRY_LIMIT;
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        match jetstream::ReportReader::open(bus.jetstream()).await {
-            Ok(reports) => return Ok(reports),
-            Err(error) if tokio::time::Instant::now() < deadline => {
-                tracing::debug!(%error, "the reports stream could not be read; trying again");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(error) => {
-                return Err(bus_error(|| {
-                    format!(
-                        "reading the reports stream (tried for {} s)",
-                        limit.as_secs()
-                    )
-                })(error))
-            }
-        }
-    }
-}
-
 impl NatsFleet {
     /// Connects as the controller, makes the mesh's streams and listens for reports; the bus's
     /// users travel through `store` (the controller's archive store).
@@ -240,7 +207,11 @@ impl NatsFleet {
         jetstream::ensure_streams_with(&bus.jetstream(), replicas)
             .await
             .map_err(bus_error(|| "making the mesh's streams".to_owned()))?;
-        let reports = open_reports(&bus).await?;
+        // A reports stream that does not answer yet (a cluster whose quorum just came back)
+        // is read from now once it does: the reader makes its consumer then.
+        let reports = jetstream::ReportReader::open(bus.jetstream())
+            .await
+            .map_err(bus_error(|| "reading the reports stream".to_owned()))?;
         Ok(NatsFleet {
             home: home.clone(),
             args: args.clone(),
