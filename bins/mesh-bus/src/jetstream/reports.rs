@@ -52,8 +52,8 @@ pub struct Stored {
 pub struct ReportReader {
     js: async_nats::jetstream::Context,
     messages: Option<pull::Stream>,
-    /// When the reader was opened: where it starts when it has read nothing yet and its first
-    /// consumer was not made at the opening.
+    /// When the reader was opened: where a consumer made after the opening starts while no
+    /// report has been read yet.
     opened: async_nats::datetime::DateTime,
     /// The stream sequence of the last report read (0: none yet).
     last: u64,
@@ -191,14 +191,14 @@ impl ReportReader {
 }
 
 /// Whether the consumer was not made because the bus did not answer (no server answered in
-/// time, none listens, or JetStream said it is not available now: a stream without a leader),
-/// rather than because it refused.
+/// time, none listens, or JetStream said it is temporarily unavailable: a stream without a
+/// leader), rather than because it refused.
 fn unanswered(error: &async_nats::Error) -> bool {
     use async_nats::jetstream::stream::{ConsumerError, ConsumerErrorKind};
     match error.downcast_ref::<ConsumerError>() {
         Some(error) => match error.kind() {
             ConsumerErrorKind::TimedOut | ConsumerErrorKind::Request => true,
-            ConsumerErrorKind::JetStream(api) => api.code() == 503,
+            ConsumerErrorKind::JetStream(api) => super::temporarily_unavailable(&api),
             _ => false,
         },
         // The consumer was made; opening its messages failed.

@@ -672,6 +672,8 @@ async fn publish_report(js: &async_nats::jetstream::Context, node: &str, payload
                 "the report of {node} not stored within {PATIENCE:?}: {error}"
             ),
         }
+        // Only paces the tries; the deadline bounds a failure.
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
