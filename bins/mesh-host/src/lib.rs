@@ -234,6 +234,12 @@ pub fn apply_received_live(
 /// and read from `FAILPOINTS` only then.
 pub const SERVE_STOPPING: &str = "serve-stopping";
 
+/// The fail point at which `mesh-host serve` asks the declarations stream for the node's last
+/// declaration: set (`FAILPOINTS=serve-ask-unanswered=return`), the ask is never answered, as
+/// by a bus that does not answer it (the tests that what is sent is applied all the same).
+/// Compiled only with the `fail-points` feature, and read from `FAILPOINTS` only then.
+pub const ASK_UNANSWERED: &str = "serve-ask-unanswered";
+
 /// The fail point at which [`apply_received`] fails before it applies anything (a test sets it
 /// to panic: `fail::cfg(PANIC_IN_APPLY, "panic(…)")`), so that tests can see what such a
 /// failure does. It exists only with the `fail-points` feature, which the crate's tests turn

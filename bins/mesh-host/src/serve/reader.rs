@@ -1,12 +1,12 @@
 //! The node's declarations, read in the daemon's own loop: heard on a plain subscription of its
 //! subject, and asked for from the declarations stream (its last one) whenever what was sent
-//! might have been missed — when the subscription is made, and each time the connection comes
-//! back.
+//! might have been missed — when the subscription is made, at the start and each time the
+//! connection comes back. A declaration heard before the ask is answered ends the ask.
 
 use super::RETRY_DELAY;
 use futures_util::StreamExt;
 use mesh_bus::jetstream::{last_declaration, LastDeclaration};
-use mesh_bus::{subjects, NatsBus};
+use mesh_bus::{subjects, NatsBus, NatsError};
 
 /// A declaration heard.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,11 +32,18 @@ impl From<LastDeclaration> for Heard {
 /// after a failed ask, at most once every [`RETRY_DELAY`].
 ///
 /// # Guarantees
-/// Nothing sent to the node is missed for good: the subscription is registered at the server
-/// before the stream is asked for its last declaration, so a declaration is either the last
-/// one stored when asked or heard after; a connection lost and made again is followed by
-/// another ask (what was published meanwhile was not heard). A send may be heard twice (live
-/// and as the last one): [`Heard::send`] tells them apart.
+/// - Nothing sent to the node is missed for good: a subscription is made whenever what was sent
+///   might have been missed — at the start, and each time the connection comes back — and
+///   registered at the server before the stream is asked for its last declaration, so a
+///   declaration is either the last one stored when asked or heard after.
+/// - A declaration heard on that subscription before the ask is answered ends the ask: it was
+///   sent after the subscription was made, after every declaration the ask is for. What is
+///   sent is then applied whatever the ask does meanwhile (nats-server 2.9 answers a direct get
+///   on a stream not made yet only by its timeout, 10 s; a stream without a leader answers
+///   nothing).
+/// - Never an older declaration after a newer one: what the subscription held before the
+///   connection was lost is dropped with it (the ask gives the last one sent, at least as new).
+/// - A send may be heard twice (live and as the last one): [`Heard::send`] tells them apart.
 pub(super) struct DeclarationReader {
     bus: NatsBus,
     node: String,
@@ -68,35 +75,51 @@ impl DeclarationReader {
     /// subscription buffers; an ask under way is asked again; a retry keeps its time).
     pub(super) async fn next(&mut self) -> Heard {
         loop {
-            if let Some(at) = self.retry_at {
-                tokio::time::sleep_until(at).await;
-                self.retry_at = None;
-            }
             let Some(subscription) = self.subscription.as_mut() else {
+                if let Some(at) = self.retry_at {
+                    tokio::time::sleep_until(at).await;
+                    self.retry_at = None;
+                }
                 self.subscribe().await;
                 continue;
             };
-            if self.ask {
-                match last_declaration(&self.bus.jetstream(), &self.node).await {
-                    Ok(last) => {
-                        self.ask = false;
-                        self.last_failure.clear();
-                        if let Some(last) = last {
-                            return last.into();
+            let (ask, retry_at, bus, node) = (self.ask, self.retry_at, &self.bus, &self.node);
+            let asked = async move {
+                if !ask {
+                    return std::future::pending().await;
+                }
+                if let Some(at) = retry_at {
+                    tokio::time::sleep_until(at).await;
+                }
+                ask_last(bus, node).await
+            };
+            tokio::select! {
+                asked = asked => {
+                    self.retry_at = None;
+                    match asked {
+                        Ok(last) => {
+                            self.ask = false;
+                            self.last_failure.clear();
+                            if let Some(last) = last {
+                                return last.into();
+                            }
                         }
-                    }
-                    Err(error) => {
-                        self.failed(format!(
+                        Err(error) => self.failed(format!(
                             "cannot ask the declarations stream for this node's last \
                              declaration; trying every second: {error}"
-                        ));
+                        )),
                     }
                 }
-                continue;
-            }
-            tokio::select! {
                 message = subscription.next() => match message {
                     Some(message) => {
+                        if self.ask {
+                            tracing::info!(node = %self.node,
+                                "a declaration heard before the stream answered the ask for \
+                                 the last one: the ask is not needed");
+                            self.ask = false;
+                            self.retry_at = None;
+                            self.last_failure.clear();
+                        }
                         return Heard {
                             send: message
                                 .headers
@@ -116,8 +139,12 @@ impl DeclarationReader {
                 changed = self.connects.changed() => {
                     if changed.is_ok() {
                         tracing::info!(node = %self.node,
-                            "connected again: asking for the last declaration sent meanwhile");
-                        self.ask = true;
+                            "connected again: subscribing anew and asking for the last \
+                             declaration sent meanwhile");
+                        // What it holds came before the connection was lost: the ask gives
+                        // the last one sent, at least as new.
+                        self.subscription = None;
+                        self.retry_at = None;
                     }
                 }
             }
@@ -141,6 +168,8 @@ impl DeclarationReader {
                 tracing::info!(node = %self.node, %subject, "reading declarations");
                 self.subscription = Some(subscription);
                 self.ask = true;
+                // A connection that came back before now is one this subscription followed.
+                self.connects.borrow_and_update();
                 self.last_failure.clear();
             }
             Err(error) => self.failed(format!(
@@ -157,4 +186,20 @@ impl DeclarationReader {
         }
         self.retry_at = Some(tokio::time::Instant::now() + RETRY_DELAY);
     }
+}
+
+/// The stream asked for `node`'s last declaration; never answered while the fail point
+/// [`crate::ASK_UNANSWERED`] is set (tests: a bus that does not answer the ask).
+async fn ask_last(bus: &NatsBus, node: &str) -> Result<Option<LastDeclaration>, NatsError> {
+    #[cfg(feature = "fail-points")]
+    {
+        let unanswered = (|| {
+            fail::fail_point!(crate::ASK_UNANSWERED, |_| true);
+            false
+        })();
+        if unanswered {
+            std::future::pending::<()>().await;
+        }
+    }
+    last_declaration(&bus.jetstream(), node).await
 }

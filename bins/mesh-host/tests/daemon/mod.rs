@@ -168,6 +168,20 @@ impl Daemon {
         std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
     }
 
+    /// Waits until the daemon's log says `line` (panics, with the log, after [`DEADLINE`]).
+    pub fn wait_for_log(&self, line: &str) {
+        let until = Instant::now() + DEADLINE;
+        while !self.log().contains(line) {
+            assert!(
+                Instant::now() < until,
+                "the log never said {line:?}:\n{}",
+                self.log()
+            );
+            // Only paces the looks at the log: the test waits on it, not on time.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Publishes `declaration` on the node's subject (stored by the stream) as the controller
     /// sends one: with a message id of its own, so the host applies a send it hears twice (live,
     /// and as the stream's last when it asks again on connecting) once.
@@ -215,7 +229,6 @@ impl Daemon {
         what: &str,
         wanted: impl Fn(&Report) -> bool,
     ) -> Report {
-        const DEADLINE: Duration = Duration::ZERO;
         let until = Instant::now() + deadline;
         let mut last = None;
         while let Some(report) = self.next_report(until) {
@@ -224,7 +237,6 @@ impl Daemon {
             }
             last = Some(report);
         }
-        let _ = DEADLINE;
         panic!(
             "no report {what} within {deadline:?}; the last: {last:#?}\nlog:\n{}",
             self.log()
