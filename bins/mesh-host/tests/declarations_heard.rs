@@ -5,28 +5,11 @@
 mod daemon;
 
 use daemon::Daemon;
-use mesh_model::declaration::{Declaration, FileSpec, Resource, Spec};
+use mesh_model::declaration::Declaration;
 use mesh_model::report::MachineState;
 
 fn hello(content: &str) -> Declaration {
-    Declaration::new(
-        "quiet",
-        vec![Resource {
-            id: "app/file/hello".into(),
-            module: "app".into(),
-            together: None,
-            after: Vec::new(),
-            spec: Spec::File(FileSpec {
-                path: "/etc/app/hello".into(),
-                content: Some(content.to_owned()),
-                source: None,
-                sealed: None,
-                mode: 0o644,
-                owner: "root".into(),
-                group: "root".into(),
-            }),
-        }],
-    )
+    Declaration::new("quiet", vec![daemon::app_file("hello", content)])
 }
 
 /// The incident behind this test: nats-server 2.9 answers a direct get on a declarations stream

@@ -6,9 +6,7 @@
 mod daemon;
 
 use daemon::{eventually, Daemon};
-use mesh_model::declaration::{
-    Declaration, DirectorySpec, FileSpec, MembershipSpec, Resource, Spec,
-};
+use mesh_model::declaration::{Declaration, DirectorySpec, MembershipSpec, Resource, Spec};
 use mesh_model::drift::DriftPolicy;
 use mesh_model::report::{DriftAction, MachineState, Outcome, Report};
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
@@ -18,21 +16,7 @@ use std::time::{Duration, Instant};
 const REPORTED_WITHIN: Duration = Duration::from_secs(5);
 
 fn file(name: &str, content: &str) -> Resource {
-    Resource {
-        id: format!("app/file/{name}"),
-        module: "app".into(),
-        together: None,
-        after: Vec::new(),
-        spec: Spec::File(FileSpec {
-            path: format!("/etc/app/{name}"),
-            content: Some(content.to_owned()),
-            source: None,
-            sealed: None,
-            mode: 0o644,
-            owner: "root".into(),
-            group: "root".into(),
-        }),
-    }
+    daemon::app_file(name, content)
 }
 
 fn directory() -> Resource {

@@ -5,25 +5,14 @@
 mod daemon;
 
 use daemon::{wait_for_file, Daemon};
-use mesh_model::declaration::{Declaration, FileSpec, Resource, Spec};
+use mesh_model::declaration::{Declaration, Resource};
 use mesh_model::report::MachineState;
 use std::time::Instant;
 
 fn file(name: &str, content: &str, together: Option<&str>) -> Resource {
     Resource {
-        id: format!("app/file/{name}"),
-        module: "app".into(),
         together: together.map(str::to_owned),
-        after: Vec::new(),
-        spec: Spec::File(FileSpec {
-            path: format!("/etc/app/{name}"),
-            content: Some(content.to_owned()),
-            source: None,
-            sealed: None,
-            mode: 0o644,
-            owner: "root".into(),
-            group: "root".into(),
-        }),
+        ..daemon::app_file(name, content)
     }
 }
 

@@ -14,7 +14,7 @@ use mesh_test_support::pki;
 use futures_util::StreamExt;
 use mesh_bus::grants::{users_config, BusUsers, NodeUser, UserCredential};
 use mesh_bus::{jetstream, subjects, BusTls, NatsBus, NatsOptions};
-use mesh_model::declaration::Declaration;
+use mesh_model::declaration::{Declaration, FileSpec, Resource, Spec};
 use mesh_model::report::Report;
 use mesh_test_support::nats_server::{NatsServer, ServerTls};
 use std::path::{Path, PathBuf};
@@ -267,4 +267,23 @@ pub fn eventually(what: &str, condition: impl Fn() -> bool) {
 /// Waits until `path` exists (panics after [`DEADLINE`]).
 pub fn wait_for_file(path: &Path) {
     eventually(&format!("{} appears", path.display()), || path.exists());
+}
+
+/// The file `/etc/app/<name>` of module `app`, holding `content` (root's, mode 0644).
+pub fn app_file(name: &str, content: &str) -> Resource {
+    Resource {
+        id: format!("app/file/{name}"),
+        module: "app".into(),
+        together: None,
+        after: Vec::new(),
+        spec: Spec::File(FileSpec {
+            path: format!("/etc/app/{name}"),
+            content: Some(content.to_owned()),
+            source: None,
+            sealed: None,
+            mode: 0o644,
+            owner: "root".into(),
+            group: "root".into(),
+        }),
+    }
 }
