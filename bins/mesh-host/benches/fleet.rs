@@ -1,5 +1,5 @@
 //! The fleet path, end to end on loopback: a declaration sent on JetStream → the host
-//! daemon ([`mesh_host::serve::serve`]) hears it on its consumer → a no-op apply → its report
+//! daemon ([`mesh_host::serve::serve`]) hears it on its subject → a no-op apply → its report
 //! heard by the controller, against a raw NATS request/reply round trip measured in the same
 //! run; then one declaration to each of 200 hosts at once, until every report is heard.
 //!
