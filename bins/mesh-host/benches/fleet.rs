@@ -1,7 +1,9 @@
 //! The fleet path, end to end on loopback: a declaration sent on JetStream → the host
 //! daemon ([`mesh_host::serve::serve`]) hears it on its subject → a no-op apply → its report
 //! heard by the controller, against a raw NATS request/reply round trip measured in the same
-//! run; then one declaration to each of 200 hosts at once, until every report is heard.
+//! run; then one declaration to each of 200 hosts at once, until every report is heard; then
+//! the same fan-out of a changed declaration just after the server was restarted (every host
+//! connecting, subscribing and asking again), against one with the bus up.
 //!
 //! Every host is a real daemon with its own NATS connection, root and state directory, in this
 //! one process (50, then 200 of them); the server is a loopback `nats-server` this benchmark
@@ -11,8 +13,9 @@
 //! cargo bench -p mesh-host --bench fleet
 //! ```
 //!
-//! It prints p50/p90/p99 for each way, the ratio of the p50s (the target is at most 3×), and
-//! the fan-out's time to the last report.
+//! It prints p50/p90/p99 for each way, the ratio of the p50s (the target is at most 3×), the
+//! fan-out's time to the last report, and the median ratio of a fan-out after a restart to one
+//! with the bus up.
 
 use futures_util::StreamExt;
 use mesh_apply::HostConfig;
@@ -27,6 +30,7 @@ const HOSTS: usize = 50;
 const FAN_OUT: usize = 200;
 const ROUNDS: usize = 20; // each round sends once to every one of the 50 hosts, one at a time
 const RAW: usize = 1000;
+const RESTARTS: usize = 5;
 
 fn summarize(mut samples: Vec<Duration>) -> (Duration, Duration, Duration) {
     samples.sort();
@@ -44,6 +48,11 @@ fn node(i: usize) -> String {
 
 /// One small file: the apply opens it and finds it as declared.
 fn declaration(node: &str) -> Declaration {
+    saying(node, format!("{node}, managed by mesh\n"))
+}
+
+/// The same file, holding `content`.
+fn saying(node: &str, content: String) -> Declaration {
     Declaration::new(
         node,
         vec![Resource {
@@ -53,7 +62,7 @@ fn declaration(node: &str) -> Declaration {
             after: Vec::new(),
             spec: Spec::File(FileSpec {
                 path: "/etc/motd".into(),
-                content: Some(format!("{node}, managed by mesh\n")),
+                content: Some(content),
                 source: None,
                 sealed: None,
                 mode: 0o644,
@@ -131,7 +140,11 @@ async fn send(
             .expect("a report within 10 s")
             .unwrap();
         let report = Report::from_json(&message.payload).unwrap();
-        if report.node == name && report.declaration == digest {
+        // A first apply says `mid-change` before it writes: its settled report follows.
+        if report.node == name
+            && report.declaration == digest
+            && report.machine != MachineState::MidChange
+        {
             assert_eq!(report.machine, MachineState::Converged);
             break;
         }
@@ -150,7 +163,7 @@ fn main() {
 }
 
 async fn run() {
-    let server = NatsServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let mut server = NatsServer::start().unwrap_or_else(|e| panic!("{e}"));
     let url = server.url();
     let controller = NatsBus::connect(&NatsOptions::new(&url)).await.unwrap();
     let js = controller.jetstream();
@@ -293,9 +306,10 @@ async fn run() {
                 .expect("every report within 30 s")
                 .unwrap();
             let report = Report::from_json(&message.payload).unwrap();
-            if declarations
-                .iter()
-                .any(|(_, digest)| *digest == report.declaration)
+            if report.machine != MachineState::MidChange
+                && declarations
+                    .iter()
+                    .any(|(_, digest)| *digest == report.declaration)
             {
                 heard.insert(report.node);
             }
@@ -314,8 +328,74 @@ async fn run() {
         );
         times.push(elapsed);
     }
+
+    // A bus restart: every host connects again, subscribes anew and asks the stream for what
+    // was sent meanwhile. A changed declaration to every host just after the server is back,
+    // against the same fan-out of a changed declaration with the bus up, in the same run.
+    let changed = |round: usize| -> Vec<(bytes::Bytes, String)> {
+        (0..FAN_OUT)
+            .map(|i| {
+                let d = saying(&node(i), format!("{}, change {round}\n", node(i)));
+                (d.canonical_json().into(), d.digest())
+            })
+            .collect()
+    };
+    let mut up = Vec::new();
+    let mut restarted = Vec::new();
+    for round in 0..RESTARTS {
+        let steady = fan_out(&js, &mut reports, &changed(2 * round)).await;
+        server.restart().unwrap();
+        // The controller's own connection back first: the sends are not what is measured.
+        let back = Instant::now();
+        mesh_bus::nats::round_trip(&client).await.unwrap();
+        let after = fan_out(&js, &mut reports, &changed(2 * round + 1)).await;
+        println!(
+            "restart {round}: changed fan-out {steady:.1?} with the bus up, {after:.1?} just after \
+             it came back (controller back in {:.1?})",
+            back.elapsed()
+        );
+        up.push(steady);
+        restarted.push(after);
+    }
+    up.sort();
+    restarted.sort();
+    println!(
+        "ratio (median): a fan-out just after a bus restart ÷ one with the bus up: {:.2}×",
+        restarted[RESTARTS / 2].as_secs_f64() / up[RESTARTS / 2].as_secs_f64()
+    );
     stop.send(true).unwrap();
     for task in tasks {
         task.await.unwrap();
     }
+}
+
+/// Publishes every one of `declarations` (each to its node) and waits until each is reported.
+async fn fan_out(
+    js: &async_nats::jetstream::Context,
+    reports: &mut async_nats::Subscriber,
+    declarations: &[(bytes::Bytes, String)],
+) -> Duration {
+    let start = Instant::now();
+    for (i, (payload, _)) in declarations.iter().enumerate() {
+        js.publish(subjects::declaration(&node(i)), payload.clone())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let mut waiting: std::collections::BTreeSet<&str> = declarations
+        .iter()
+        .map(|(_, digest)| digest.as_str())
+        .collect();
+    while !waiting.is_empty() {
+        let message = tokio::time::timeout(Duration::from_secs(60), reports.next())
+            .await
+            .expect("every report within 60 s")
+            .unwrap();
+        let report = Report::from_json(&message.payload).unwrap();
+        if report.machine != MachineState::MidChange {
+            waiting.remove(report.declaration.as_str());
+        }
+    }
+    start.elapsed()
 }
