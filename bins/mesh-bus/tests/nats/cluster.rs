@@ -654,45 +654,37 @@ fn several_servers_are_given_as_one_comma_separated_url() {
     assert!(error.contains("names no server"), "{error}");
 }
 
-/// Publishes `payload` on `node`'s report subject as a host does, tried until the stream
-/// stores it (with quorum just back, a stream can take a while to answer again).
+/// Publishes `payload` on `node`'s report subject as a host does, and waits until the stream
+/// stored it (call it once the stream has a running leader).
 async fn publish_report(js: &async_nats::jetstream::Context, node: &str, payload: &'static str) {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let stored = async {
-            js.publish(mesh_bus::subjects::report(node), payload.into())
-                .await?
-                .await
-                .map_err(async_nats::Error::from)
-        };
-        match stored.await {
-            Ok(_) => return,
-            Err(error) => assert!(
-                Instant::now() < deadline,
-                "the report of {node} not stored within {PATIENCE:?}: {error}"
-            ),
-        }
-        // Only paces the tries; the deadline bounds a failure.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    js.publish(mesh_bus::subjects::report(node), payload.into())
+        .await
+        .unwrap_or_else(|error| panic!("the report of {node} not published: {error}"))
+        .await
+        .unwrap_or_else(|error| panic!("the report of {node} not stored: {error}"));
 }
 
 #[test]
 fn a_reports_reader_opened_while_its_stream_has_no_leader_reads_what_comes_once_it_has() {
     let mut cluster = cluster();
     let urls = cluster.urls();
-    block_on(async move {
-        let bus = NatsBus::connect(&NatsOptions::new(urls)).await.unwrap();
+    block_on(async {
+        let bus = NatsBus::connect(&NatsOptions::new(urls.clone()))
+            .await
+            .unwrap();
         jetstream::ensure_streams_with(&bus.jetstream(), 3)
             .await
             .unwrap();
-        // Before the opening: not read.
+    });
+    let leader = settled_leader(&cluster, mesh_bus::subjects::REPORTS_STREAM);
+    // Before the opening: not read.
+    block_on(async {
+        let bus = NatsBus::connect(&NatsOptions::new(urls)).await.unwrap();
         publish_report(&bus.jetstream(), "before", "old").await;
     });
 
     // Two of three servers lost, the reports stream's leader among them: its consumer cannot
     // be made.
-    let leader = settled_leader(&cluster, mesh_bus::subjects::REPORTS_STREAM);
     let second = (leader + 1) % cluster.len();
     cluster.kill(leader);
     cluster.kill(second);
@@ -712,6 +704,7 @@ fn a_reports_reader_opened_while_its_stream_has_no_leader_reads_what_comes_once_
     // Quorum back: a report stored before the reader makes its consumer is read all the same,
     // and the one stored before the opening is not.
     cluster.start_again(second).unwrap();
+    running_leader(&cluster, mesh_bus::subjects::REPORTS_STREAM);
     runtime.block_on(async {
         publish_report(&bus.jetstream(), "after", "new").await;
         let until = tokio::time::Instant::now() + PATIENCE;

@@ -168,18 +168,11 @@ impl Daemon {
         std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
     }
 
-    /// Waits until the daemon's log says `line` (panics, with the log, after [`DEADLINE`]).
+    /// Waits until the daemon's log says `line` (panics after [`DEADLINE`]).
     pub fn wait_for_log(&self, line: &str) {
-        let until = Instant::now() + DEADLINE;
-        while !self.log().contains(line) {
-            assert!(
-                Instant::now() < until,
-                "the log never said {line:?}:\n{}",
-                self.log()
-            );
-            // Only paces the looks at the log: the test waits on it, not on time.
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        eventually(&format!("the log says {line:?}"), || {
+            self.log().contains(line)
+        });
     }
 
     /// Publishes `declaration` on the node's subject (stored by the stream) as the controller
