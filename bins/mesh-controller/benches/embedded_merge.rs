@@ -63,9 +63,10 @@ fn ten_pushes(runtime: &tokio::runtime::Runtime, nodes: usize) -> Duration {
     let mut fleet = Simulated::default();
     let started = Instant::now();
     runtime.block_on(async {
-        let checked = mesh_controller::builds::effective_catalogue(&home, store.as_ref())
-            .await
-            .unwrap();
+        let checked =
+            mesh_controller::catalogue::builds::effective_catalogue(&home, store.as_ref())
+                .await
+                .unwrap();
         for _ in 0..MODULES {
             let results = executor::push(
                 &home,
@@ -100,7 +101,7 @@ fn first_merge(nodes: usize, budget: Duration) -> Result<Duration, String> {
         modules::repository(&repo);
         let root = dir.path().join("home");
         let home = home(&root, nodes, false);
-        mesh_controller::repos::add(&home, "cat", &repo, None, "modules").unwrap();
+        mesh_controller::catalogue::repos::add(&home, "cat", &repo, None, "modules").unwrap();
         let mesh = Mesh::open(&root, MeshOptions::default())
             .unwrap()
             .with_fleet(given(Simulated::default()));

@@ -541,7 +541,7 @@ fn takeover(server: &BenchBus, hosts: usize) -> Result<Duration, String> {
         rt.block_on(async {
             match js.get_stream(subjects::EVENTS_STREAM).await {
                 Ok(stream) => stream
-                    .consumer_info(mesh_controller::announce::MERGE_CONSUMER)
+                    .consumer_info(mesh_controller::bus::announce::MERGE_CONSUMER)
                     .await
                     .is_ok(),
                 Err(_) => false,

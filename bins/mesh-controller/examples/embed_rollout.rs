@@ -12,7 +12,7 @@
 use anyhow::{Context, Result};
 use mesh_controller::plans::MergeOutcome;
 use mesh_controller::runtime::{Mesh, MeshOptions, Runtime};
-use mesh_controller::{repos, status};
+use mesh_controller::{catalogue::repos, status};
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;

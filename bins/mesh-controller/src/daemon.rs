@@ -8,7 +8,7 @@ mod drives;
 mod heard;
 pub mod retry;
 
-use crate::credentials::connect;
+use crate::bus::credentials::connect;
 use crate::error::{bus_error, Error, Result};
 use crate::runtime::Runtime;
 use drives::{Drives, Ended};
@@ -18,7 +18,7 @@ use mesh_store::problems::ProblemKind;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-pub use crate::announce::MERGE_CONSUMER;
+pub use crate::bus::announce::MERGE_CONSUMER;
 
 /// How long one turn of the daemon's loop waits for a merge.
 const TURN: Duration = Duration::from_secs(1);
@@ -40,7 +40,7 @@ pub const MAX_DRIVES: u16 = 4;
 pub struct ServeOptions {
     /// How many plans are driven at once (plans of other repositories, or branches).
     pub max_drives: usize,
-    /// How often the daemon publishes its heartbeat ([`crate::heartbeat`]).
+    /// How often the daemon publishes its heartbeat ([`crate::bus::heartbeat`]).
     pub heartbeat: Duration,
     /// How often the daemon collects the records ([`collect`]); also soon after a plan ends.
     pub collect_every: Duration,
@@ -54,7 +54,7 @@ impl Default for ServeOptions {
     fn default() -> ServeOptions {
         ServeOptions {
             max_drives: usize::from(MAX_DRIVES),
-            heartbeat: Duration::from_secs(crate::heartbeat::HEARTBEAT_SECS),
+            heartbeat: Duration::from_secs(crate::bus::heartbeat::HEARTBEAT_SECS),
             collect_every: collect::COLLECT_EVERY,
             keep_plans: crate::plans::fold::KEEP_PLANS,
             declaration_grace: crate::records::DECLARATION_GRACE,
@@ -85,12 +85,12 @@ fn machine_name() -> String {
 /// attempt.
 pub async fn make_streams(
     home: &crate::home::Home,
-    bus_args: &crate::credentials::BusArgs,
+    bus_args: &crate::bus::credentials::BusArgs,
     bus: &mesh_bus::NatsBus,
     shutdown: &mut (impl std::future::Future<Output = ()> + Unpin),
 ) -> Result<Option<()>> {
     let js = bus.jetstream();
-    let replicas = crate::broker::wanted_replicas(home, bus_args, bus)?;
+    let replicas = crate::bus::broker::wanted_replicas(home, bus_args, bus)?;
     let mut attempts = 1;
     loop {
         match jetstream::ensure_streams_with(&js, replicas).await {
@@ -183,7 +183,7 @@ pub async fn serve(
         .await
         .map_err(bus_error(|| "opening the merge consumer".to_owned()))?;
     // Repositories registered with `--poll` are fetched and their new heads announced.
-    let _poller = crate::poll::spawn(home.clone(), bus.clone());
+    let _poller = crate::hooks::poll::spawn(home.clone(), bus.clone());
     // Each node's last readable report kept as the reports are heard, status read or not.
     let heard = heard::spawn(home.clone(), bus.clone());
     let _heard = AbortOnDrop(heard);
@@ -318,7 +318,7 @@ pub async fn serve(
                         "the merge of `{}` {} at {} could not be planned: {error}",
                         merge.repository,
                         merge.branch,
-                        crate::builds::short_commit(&merge.commit)
+                        crate::catalogue::builds::short_commit(&merge.commit)
                     ),
                     error.chain().skip(1).map(ToString::to_string).collect(),
                     mesh_host::now(),
@@ -354,8 +354,8 @@ async fn beat(
         .await
         .inspect_err(|error| tracing::warn!(%error, "the merges waiting could not be read"))
         .unwrap_or_default();
-    let heartbeat = crate::heartbeat::Heartbeat {
-        format: crate::heartbeat::HEARTBEAT_FORMAT,
+    let heartbeat = crate::bus::heartbeat::Heartbeat {
+        format: crate::bus::heartbeat::HEARTBEAT_FORMAT,
         machine: machine.to_owned(),
         pid: std::process::id(),
         turn_at: mesh_host::now(),
@@ -364,7 +364,7 @@ async fn beat(
         driving: drives.driving(),
         failing: drives.failing(),
     };
-    if let Err(error) = crate::heartbeat::publish(bus, home, &heartbeat).await {
+    if let Err(error) = crate::bus::heartbeat::publish(bus, home, &heartbeat).await {
         tracing::error!(
             error = error.chain_line(),
             "the heartbeat could not be published"

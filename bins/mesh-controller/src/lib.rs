@@ -4,45 +4,32 @@
 //!
 //! Start at [`runtime::Mesh::open`] (a mesh: its home — [`home::Home`], its records files under
 //! it or the bus's records bucket — its store and the fleet it sends through) and the
-//! [`runtime::Runtime`] that drives its plans. The modules, in the order they depend on each
-//! other (a module uses only those above it):
-//! - [`error`], `fail` (the fail points, built with the `fail-points` feature), [`heard`],
-//!   [`home`], [`remote`], [`repos`], [`builds`], [`behind`], [`cancel`], [`newest`]: the records (a node's last report as heard), registered
-//!   repositories (and the clones of those registered by URL), builds and the nodes a finished
-//!   rollout passed over, a drive's cancellation, and a module's newest version;
+//! [`runtime::Runtime`] that drives its plans. The folders are its layers, in the order they
+//! depend on each other (a layer uses only those above it):
+//! - [`error`], `fail` (the fail points, built with the `fail-points` feature);
+//! - [`home`]: the records, and a node's last report as heard;
+//! - [`catalogue`]: registered repositories (and the clones of those registered by URL),
+//!   builds and what is deployed, a module's newest version, the catalogues a command reads;
+//! - [`secrets`]: the mesh's secrets key and the operators' keys, the keys a rotation retired,
+//!   a module's secret files, and `secrets rotate`;
 //! - [`push`]: composing declarations and what a push did for each node;
-//! - [`credentials`], [`enroll`], [`users`], [`broker`]: the controller on a fleet's bus — its
-//!   credential, a node's NKey recorded and its password dropped ("Secrets never leave their
-//!   owner"), the bus's users and their proof, looking after the bus;
-//! - [`announce`]: a merge announced to the daemon on the bus instead of planned here
-//!   (`merge --announce`, the webhooks, polling);
-//! - [`fleet`]: the hosts as a transport (send, next report, grants): [`fleet::in_process`]
-//!   (the embedded default) or [`fleet::nats`] (a fleet's bus, NATS, with real grants);
-//! - [`plans`]: merges make plans, kept so they resume where they stood; [`secrets`] keeps the
-//!   mesh's secrets key and the operators' keys, seals a secret for a settings layer, and
-//!   re-seals every one (`secrets recipients`), [`retired`] keeps the mesh keys a rotation
-//!   retired while a build the mesh may send needs them, and [`secret_files`] encrypts a
-//!   module's secret file (`secrets encrypt FILE`); [`backup`] exports and restores the
-//!   records, [`records`] opens the records a command uses and moves a home's onto the bus;
-//!   [`rotate_files`] seals the catalogues' secret files to the next key and [`rotate`] is
-//!   `secrets rotate`;
+//! - [`settings`]: settings layers read and replaced (every replaced layer kept), and the
+//!   settings a coming version would orphan;
+//! - [`bus`]: the controller on a fleet's bus — its credential, a node's NKey recorded and its
+//!   password dropped ("Secrets never leave their owner"), the bus's users and their proof,
+//!   looking after the bus, who is there, a merge announced to the daemon, its heartbeat;
+//! - [`plans`]: merges make plans, kept so they resume where they stood;
+//! - [`records`]: the records a command opens, moved onto the bus, exported and restored;
 //! - [`executor`]: the one place declarations leave — a push and every rollout send through
-//!   it, and it records what was sent and heard;
+//!   it, through a [`executor::fleet::Fleet`] (in process, or a fleet's bus), and it records
+//!   what was sent and heard;
 //! - [`runtime`]: a mesh opened once ([`runtime::Mesh::open`]: home, store, fleet) and the
-//!   [`runtime::Runtime`] every command drives through — plans driven (built, then rolled out
-//!   one machine first) as tasks it owns and can cancel, and pushes;
-//! - [`heads`], [`orphans`], [`check`], [`preview`]: the catalogues a command reads, the
-//!   settings a coming version would orphan, what `check` finds as a whole, what a plan would
-//!   do;
-//! - [`acks`], [`heartbeat`], [`settings`], [`init`], [`runtimes`]: the drift a person
-//!   acknowledged, the daemon's heartbeat, settings layers read and replaced (every replaced
-//!   layer kept), a new mesh home, who is there on the bus;
-//! - [`status`]: each node's last report and what the plans wait on; [`alert`]: what it comes
-//!   to (`status`'s exit code); [`http`]: the status page, `/metrics` and `/status.json` over
-//!   HTTP (`mesh-controller serve --http ADDR`, or mounted by an embedding tool);
-//! - [`hooks`]: the webhooks (`POST /hooks/NAME`) a forge announces a push through, mounted
-//!   on the status page's listener or on their own; [`poll`]: the repositories the daemon
-//!   fetches every so often, a new head announced;
+//!   [`runtime::Runtime`] every command drives through; what `check` finds, what a plan would
+//!   do, a new mesh home;
+//! - [`status`]: each node's last report and what the plans wait on, the drift a person
+//!   acknowledged, the nodes behind, and what it comes to (`status`'s exit code);
+//! - [`http`]: the status page, `/metrics` and `/status.json` over HTTP;
+//! - [`hooks`]: the webhooks a forge announces a push through, and the repositories polled;
 //! - [`daemon`]: the controller as a daemon on a fleet.
 //!
 //! What a person reads is rendered by the binary, never here; progress goes through the
@@ -62,66 +49,32 @@ mod fail {
     #[inline(always)]
     pub fn point(_step: &str) {}
 }
-pub mod heard;
 
 pub mod home;
 
-pub mod behind;
-pub mod builds;
-pub mod cancel;
-pub mod remote;
+pub mod catalogue;
 
-pub mod repos;
-
-pub mod newest;
+pub mod secrets;
 
 pub mod push;
 
-pub mod credentials;
+pub mod settings;
 
-pub mod announce;
+pub mod bus;
 
-pub mod enroll;
-
-pub mod users;
-
-pub mod broker;
 pub mod plans;
-pub mod secrets;
-
-pub mod backup;
-pub mod fleet;
-pub mod retired;
-pub mod secret_files;
 
 pub mod records;
-pub mod rotate_files;
-
-pub mod rotate;
 
 pub mod executor;
 
 pub mod runtime;
 
-pub mod heads;
-pub mod orphans;
-
-pub mod check;
-pub mod preview;
-
-pub mod acks;
-pub mod heartbeat;
-pub mod init;
-pub mod runtimes;
-pub mod settings;
-
 pub mod status;
 
-pub mod alert;
 pub mod http;
 
 pub mod hooks;
-pub mod poll;
 
 pub mod daemon;
 

@@ -1,10 +1,10 @@
 //! Composing declarations, what a push did for each node, and each node's status. The push
-//! itself is [`crate::executor::push()`], through a [`crate::fleet::Fleet`]: in the embedded
+//! itself is [`crate::executor::push()`], through a [`crate::executor::fleet::Fleet`]: in the embedded
 //! default every node's host agent runs in this process on an in-process bus, and the
 //! controller publishes each declaration and waits for each report exactly as across a fleet.
 
 use crate::error::{Context, Error, Result};
-use crate::heard::Heard;
+use crate::home::heard::Heard;
 use crate::home::Home;
 use mesh_model::declaration::Declaration;
 use mesh_model::module::Catalogue;
@@ -19,7 +19,7 @@ pub type Checked = (Catalogue, Vec<Diagnostic>);
 
 /// Every problem of the catalogue and the inventory. A key a layer sets ahead of the version
 /// the nodes run, which an open plan's version accepts, is no problem: it waits
-/// ([`crate::newest::validate`]).
+/// ([`crate::catalogue::newest::validate`]).
 ///
 /// When the catalogue and the inventory are sound, every node's declaration is composed too, and
 /// what refuses one is a problem of that node (`nodes.<node>`): a setting that renders to
@@ -28,7 +28,7 @@ pub fn problems(home: &Home, checked: &Checked) -> Result<Vec<Diagnostic>> {
     let (catalogue, problems) = checked;
     let mut problems = problems.clone();
     let inventory = home.inventory()?;
-    problems.extend(crate::newest::validate(home, catalogue, &inventory)?.0);
+    problems.extend(crate::catalogue::newest::validate(home, catalogue, &inventory)?.0);
     if problems.is_empty() {
         for node in inventory.file.nodes.keys() {
             if let Err(mesh_plan::ComposeError::Problems {
@@ -55,7 +55,7 @@ pub fn compose_nodes(home: &Home, checked: &Checked, nodes: &[String]) -> Result
     let (catalogue, problems) = checked;
     let mut problems = problems.clone();
     let inventory = home.inventory()?;
-    problems.extend(crate::newest::validate(home, catalogue, &inventory)?.0);
+    problems.extend(crate::catalogue::newest::validate(home, catalogue, &inventory)?.0);
     crate::refuse_problems(&problems)?;
     nodes
         .iter()
@@ -170,7 +170,7 @@ pub struct NodeStatus {
     /// Its last report, when it could not be read (then `report` is `None`): that node's
     /// problem, shown on it; every other node reads as usual.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unreadable: Option<crate::heard::UnreadableReport>,
+    pub unreadable: Option<crate::home::heard::UnreadableReport>,
 }
 
 /// How long a fleet's node may go unheard before `status` calls it silent: three of a host's

@@ -7,10 +7,10 @@
 
 mod support;
 
-use mesh_controller::credentials::BusArgs;
-use mesh_controller::enroll;
+use mesh_controller::bus::credentials::BusArgs;
+use mesh_controller::bus::enroll;
+use mesh_controller::bus::users;
 use mesh_controller::home::Home;
-use mesh_controller::users;
 use support::Mesh;
 
 /// A public key that is the same on every run (its seed derived from a fixed text), so the

@@ -301,7 +301,7 @@ fn the_library_fails_with_typed_errors_naming_what_failed() {
     let home = Home::new(bed.mesh.home());
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let checked = runtime
-        .block_on(mesh_controller::builds::effective_catalogue(
+        .block_on(mesh_controller::catalogue::builds::effective_catalogue(
             &home,
             bed.store.as_ref(),
         ))
@@ -353,12 +353,14 @@ fn the_library_fails_with_typed_errors_naming_what_failed() {
     bed.repo
         .write(&[("modules/keep/module.toml", "this is not toml = [")]);
     bed.repo.commit("keep: broken");
-    let commit = mesh_controller::repos::resolve(bed.repo.path(), "HEAD").unwrap();
-    let source = mesh_controller::repos::catalogue_at(bed.repo.path(), &commit, "modules").unwrap();
-    let built = runtime.block_on(mesh_controller::builds::build_module(
+    let commit = mesh_controller::catalogue::repos::resolve(bed.repo.path(), "HEAD").unwrap();
+    let source =
+        mesh_controller::catalogue::repos::catalogue_at(bed.repo.path(), &commit, "modules")
+            .unwrap();
+    let built = runtime.block_on(mesh_controller::catalogue::builds::build_module(
         &home,
         bed.store.as_ref(),
-        &mesh_controller::builds::BuildSource {
+        &mesh_controller::catalogue::builds::BuildSource {
             repository: "cat",
             commit: &commit,
             source: &source,
@@ -650,7 +652,7 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
     let before_text = bed.mesh.expect(&["status"], 0);
     let before_json = bed.mesh.library().status();
     assert_eq!(before_json.code, 0, "{}", before_json.document);
-    let before_behind = mesh_controller::behind::nodes_behind(&home).unwrap();
+    let before_behind = mesh_controller::status::behind::nodes_behind(&home).unwrap();
     let before_plan = home.plan(&plan.id).unwrap();
 
     let said = bed.mesh.library().records_collect(0).unwrap();
@@ -667,7 +669,7 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
     assert_eq!(after_json.code, 0, "{}", after_json.document);
     assert_eq!(after_json.document, before_json.document);
     assert_eq!(
-        mesh_controller::behind::nodes_behind(&home).unwrap(),
+        mesh_controller::status::behind::nodes_behind(&home).unwrap(),
         before_behind
     );
     let after = home.plan(&plan.id).unwrap();

@@ -21,7 +21,7 @@ mod support;
 
 use mesh_bus::grants::permissions_in_config;
 use mesh_bus::{Bus, NatsBus};
-use mesh_controller::credentials::BusArgs;
+use mesh_controller::bus::credentials::BusArgs;
 use mesh_controller::runtime::MeshOptions;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

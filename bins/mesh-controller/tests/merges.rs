@@ -831,7 +831,7 @@ fn a_merge_publishes_to_a_registry_store_and_sends_compose_from_it() {
 fn a_merge_naming_a_bus_that_cannot_be_reached_changes_nothing() {
     let (mesh, _repo, _) = setup();
     let Err(error) = mesh.library_with(mesh_controller::runtime::MeshOptions {
-        bus: Some(mesh_controller::credentials::BusArgs {
+        bus: Some(mesh_controller::bus::credentials::BusArgs {
             url: "nats://127.0.0.1:1".into(),
             ..Default::default()
         }),
@@ -888,7 +888,7 @@ fn a_repository_may_keep_its_modules_in_another_directory() {
         .repo_add_with(
             "cat",
             repo.path(),
-            &mesh_controller::repos::AddOptions {
+            &mesh_controller::catalogue::repos::AddOptions {
                 modules_dir: "mesh/catalogue/".into(),
                 ..Default::default()
             },

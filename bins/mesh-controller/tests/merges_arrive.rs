@@ -9,7 +9,7 @@
 
 mod support;
 
-use mesh_controller::repos;
+use mesh_controller::catalogue::repos;
 use std::time::Duration;
 use support::daemon::{commit_base, plans, start_serve, wait_for_plan_done};
 use support::fleet::Bed;

@@ -36,7 +36,7 @@ impl Mesh {
     fn new() -> Mesh {
         let dir = tempfile::tempdir().unwrap();
         let home = Home::new(dir.path().join("home"));
-        mesh_controller::init::init(&home, true).expect("the example initializes");
+        mesh_controller::runtime::init::init(&home, true).expect("the example initializes");
         let declaration = Declaration::from_json(DECLARATION.as_bytes()).unwrap();
         home.record_sent(&declaration).unwrap();
         let mut report = Report::from_json(REPORT.as_bytes()).unwrap();

@@ -64,7 +64,10 @@ fn mesh_with_vault(mode: &str, token: &str) -> Mesh {
 
 /// `secrets encrypt FILE`, in process: what `--output json` prints, or the error as the binary
 /// says it (it exits 1 then).
-fn encrypt(mesh: &Mesh, file: &Path) -> Result<mesh_controller::secret_files::Encrypted, String> {
+fn encrypt(
+    mesh: &Mesh,
+    file: &Path,
+) -> Result<mesh_controller::secrets::secret_files::Encrypted, String> {
     mesh.library().secrets_encrypt(file)
 }
 

@@ -2,9 +2,9 @@
 //! health"): the overview read from a real home's records (inventory, what each node was sent,
 //! its last report, problems, acknowledgements) and judged at an injected `now`.
 
-use mesh_controller::acks;
-use mesh_controller::alert::{self, Health};
 use mesh_controller::home::Home;
+use mesh_controller::status::acks;
+use mesh_controller::status::alert::{self, Health};
 use mesh_controller::status::{self, HeldNode, OpenPlan, StatusOptions, StoppedRollout};
 use mesh_model::declaration::Declaration;
 use mesh_model::inventory::{InventoryFile, Node};

@@ -263,7 +263,7 @@ fn a_push_from_each_forge_is_planned_once_and_what_is_refused_announces_nothing(
         bed.library().repo_add_with(
             "cat",
             repo.path(),
-            &mesh_controller::repos::AddOptions {
+            &mesh_controller::catalogue::repos::AddOptions {
                 modules_dir: "modules".to_owned(),
                 hook_secret_file: Some(secret_file.clone()),
                 ..Default::default()
@@ -298,7 +298,7 @@ fn a_push_from_each_forge_is_planned_once_and_what_is_refused_announces_nothing(
         .repo_add_with(
             "far",
             Path::new(&url),
-            &mesh_controller::repos::AddOptions {
+            &mesh_controller::catalogue::repos::AddOptions {
                 branch: Some("main".to_owned()),
                 modules_dir: "modules".to_owned(),
                 hook_secret_file: Some(secret_file.clone()),

@@ -2,7 +2,7 @@
 //! the home composes.
 
 use super::modules;
-use mesh_controller::credentials::BusArgs;
+use mesh_controller::bus::credentials::BusArgs;
 use mesh_controller::home::Home;
 use std::path::Path;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use std::time::Duration;
 pub fn onto_bus(root: &Path, url: String, reload: impl FnOnce(&str)) -> (Home, BusArgs, String) {
     std::fs::create_dir_all(root.join("catalogue/modules")).unwrap();
     let local = Home::new(root);
-    let users = mesh_controller::users::users_text(
+    let users = mesh_controller::bus::users::users_text(
         &local,
         &local.catalogue().unwrap(),
         &BusArgs::default(),
@@ -53,8 +53,9 @@ pub fn ten_modules_on_bus(
         &super::inventory(hosts, &super::ten_modules::names()),
     );
     let (home, bus, users) = onto_bus(&root, url, reload);
-    let archive = mesh_controller::users::users_archive(&users).unwrap();
-    mesh_controller::users::confirm::record_confirmed(&home, &users, &archive.reference).unwrap();
-    mesh_controller::repos::add(&home, "cat", &repo, None, "modules").unwrap();
+    let archive = mesh_controller::bus::users::users_archive(&users).unwrap();
+    mesh_controller::bus::users::confirm::record_confirmed(&home, &users, &archive.reference)
+        .unwrap();
+    mesh_controller::catalogue::repos::add(&home, "cat", &repo, None, "modules").unwrap();
     (home, bus)
 }

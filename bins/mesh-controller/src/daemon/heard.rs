@@ -1,5 +1,5 @@
 //! The daemon keeps each node's last readable report current (`heard/<node>.json`,
-//! [`crate::heard::LastReadable`]) as it hears the reports, so a long-running fleet keeps it
+//! [`crate::home::heard::LastReadable`]) as it hears the reports, so a long-running fleet keeps it
 //! whether or not anybody reads `status`: a node whose reports turn unreadable (garbage, a newer
 //! major format) keeps its last good one, even once it has published more than the reports
 //! stream keeps of it (64).
@@ -52,8 +52,8 @@ pub fn spawn(home: Home, bus: NatsBus) -> tokio::task::JoinHandle<()> {
                         // A permission probe: nobody's report.
                     } else {
                         let reads = matches!(
-                            crate::heard::judge(node, &message.payload, 0, limit),
-                            crate::heard::Heard::Read { .. }
+                            crate::home::heard::judge(node, &message.payload, 0, limit),
+                            crate::home::heard::Heard::Read { .. }
                         );
                         let was = readable.insert(node.to_owned(), reads).unwrap_or(true);
                         if was && !reads {

@@ -5,16 +5,16 @@
 use super::rollout::Rollout;
 use super::saved::set_expected_declaration;
 use super::{decide, list_moves, some_nodes, Executor};
-use crate::builds::{self, DeployedRecord};
+use crate::catalogue::builds::{self, DeployedRecord};
 use crate::error::{Error, Result};
-use crate::fleet::Grants;
+use crate::executor::fleet::Grants;
 use crate::plans::PlanRecord;
 use mesh_model::declaration::{Declaration, Outgoing};
 use mesh_plan::rollout::{Action, Event, Stage};
 use mesh_plan::PushDecision;
 
 /// The most declarations a rollout's step holds composed before it sends them: a batch this
-/// size is sent (its publishes overlapped, [`crate::fleet::nats::SEND_CONCURRENCY`] at a time)
+/// size is sent (its publishes overlapped, [`crate::executor::fleet::nats::SEND_CONCURRENCY`] at a time)
 /// and recorded, then let go, before the next is composed. Eight rounds of the fleet's
 /// publishes in flight, so the bus stays busy, while what a step holds stays some megabytes
 /// whatever the fleet's size (a declaration of 30 file resources is about 15 KiB in memory).

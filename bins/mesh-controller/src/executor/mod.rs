@@ -4,7 +4,7 @@
 //! records what was sent and heard, whatever the fleet.
 //!
 //! Start at [`Executor`] (a fleet and the records: every send recorded, every report heard
-//! recorded), then [`push()`] and [`roll_out`]. The fleets are [`crate::fleet`]'s; a Rust tool
+//! recorded), then [`push()`] and [`roll_out`]. The fleets are [`crate::executor::fleet`]'s; a Rust tool
 //! may bring its own.
 //!
 //! # Guarantees
@@ -20,6 +20,9 @@
 //! What it must never do: send before grants, report a node converged from a report of another
 //! declaration, or drop a node that did not answer (it is named "no report").
 
+pub mod cancel;
+pub mod fleet;
+
 mod actions;
 mod push;
 mod rollout;
@@ -30,11 +33,11 @@ pub use push::{push, push_telling};
 pub use rollout::{roll_out, rollout_catalogue};
 pub use sealed::HostStateDir;
 
-use crate::cancel::Cancel;
+use crate::bus::users::{users_sent, with_users_file, USERS_MODULE};
 use crate::error::Result;
-use crate::fleet::{Fleet, Grants, ReportHeard};
+use crate::executor::cancel::Cancel;
+use crate::executor::fleet::{Fleet, Grants, ReportHeard};
 use crate::home::Home;
-use crate::users::{users_sent, with_users_file, USERS_MODULE};
 use mesh_model::declaration::{Declaration, Outgoing};
 use mesh_model::report::{MachineState, Report};
 use mesh_plan::PushDecision;

@@ -3,7 +3,7 @@
 
 use super::{decide, dressed, wait_for_reports, Executor};
 use crate::error::{Error, Result};
-use crate::fleet::{Fleet, Grants};
+use crate::executor::fleet::{Fleet, Grants};
 use crate::home::Home;
 use crate::push::{Checked, PushResult};
 use mesh_model::declaration::{Declaration, Outgoing};

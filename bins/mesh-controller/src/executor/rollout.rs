@@ -6,12 +6,12 @@ use super::saved::{
     expected_declaration, placeholder_definition, read_back, save_rollout, NodesKept,
 };
 use super::Executor;
-use crate::builds;
+use crate::bus::users::UsersFile;
+use crate::catalogue::builds;
 use crate::error::{Context, Error, Result};
-use crate::fleet::ReportHeard;
+use crate::executor::fleet::ReportHeard;
 use crate::home::Home;
 use crate::plans::{PlanRecord, RolloutNodeRecord, RunningNode, ROLLOUT_NODE_FORMAT};
-use crate::users::UsersFile;
 use mesh_model::build::Build;
 use mesh_model::declaration::{Declaration, Outgoing};
 use mesh_model::inventory::Inventory;
@@ -539,7 +539,9 @@ fn compose_for(
     }
     let declaration = mesh_plan::compose(catalogue, inventory, node).map_err(|e| e.to_string())?;
     Ok(match users_file {
-        Some(users) if users.bus_node == node => crate::users::with_users_file(declaration, users),
+        Some(users) if users.bus_node == node => {
+            crate::bus::users::with_users_file(declaration, users)
+        }
         Some(_) | None => declaration,
     })
 }

@@ -2,7 +2,7 @@
 //! key alone (the rule “A secret is readable only where it is used”). The value is opened in
 //! this process's memory only, with the mesh key (or the next key of a rotation under way, or
 //! a key a rotation retired: a deployed build keeps the secret files of its commit,
-//! `crate::retired`), and zeroized once sealed again; the
+//! `crate::secrets::retired`), and zeroized once sealed again; the
 //! declaration recorded as sent keeps the mesh key's ciphertext, and the same digest
 //! (`Declaration::digest` counts a secret by its keyed digest).
 //!

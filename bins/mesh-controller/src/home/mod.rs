@@ -15,19 +15,19 @@
 //! sent/<node>.json                     the digest of the declaration last sent to a node
 //! reports/<node>.json                  the node's last report
 //! heard/<node>.json                    on a fleet: the node's last readable report, kept while
-//!                                      its latest is unreadable (crate::heard)
-//! repos/<name>.json                    a registered catalogue repository ([`crate::repos`])
+//!                                      its latest is unreadable (crate::home::heard)
+//! repos/<name>.json                    a registered catalogue repository ([`crate::catalogue::repos`])
 //! plans/<id>.json                      a plan and the work behind it ([`crate::plans`])
 //! rollouts/<plan>/<module>/<node>.json a node's part of a module's rollout, once it changed
 //! rollouts/<plan>/<module>.running.json  the nodes a rollout found running at its start
 //! deployed/<module>.json               the build a finished rollout made current
 //! store/modules/<module>.json          every build of a module (mesh-store's records)
 //! store/modules/mesh-bus.json         the bus's users archives: current = the bus node's last
-//! bus/passwords/<node>                 a node's bus password, until it is enrolled ([`crate::fleet`])
-//! bus/nkeys/<node>                     an enrolled node's NKey public key ([`crate::enroll`])
+//! bus/passwords/<node>                 a node's bus password, until it is enrolled ([`crate::executor::fleet`])
+//! bus/nkeys/<node>                     an enrolled node's NKey public key ([`crate::bus::enroll`])
 //! bus/authorization.json               the bus's users last confirmed in force: digest, archive
 //! problems/<kind>/<subject>.json       a failure until it is resolved (mesh_store::problems)
-//! daemon/heartbeat.json                the daemon's last heartbeat (crate::heartbeat)
+//! daemon/heartbeat.json                the daemon's last heartbeat (crate::bus::heartbeat)
 //! chunked/<key>/<hex>                  on the bus: a chunk of a record over 60 KiB, e.g. a large
 //!                                      inventory (mesh_store::chunked; hidden from listings)
 //! ```
@@ -48,6 +48,8 @@
 //! ```
 //!
 //! Every write is whole: a temporary file renamed into place, or one value on the bucket.
+
+pub mod heard;
 
 use crate::error::{bad_record, file_error, Error, Result};
 use mesh_model::declaration::Declaration;
@@ -83,7 +85,7 @@ pub struct Home {
     migrated: Arc<Mutex<Vec<String>>>,
     /// Where the latest reports are read, on a fleet (`None`: the `reports/` records).
     reports: Option<Arc<dyn ReportSource>>,
-    /// The most bytes a node's report may hold ([`crate::heard::MAX_REPORT_BYTES`] unless
+    /// The most bytes a node's report may hold ([`crate::home::heard::MAX_REPORT_BYTES`] unless
     /// [`Home::with_report_limit`]).
     report_limit: usize,
     /// The inventory last parsed, with the bytes it was parsed from.
@@ -181,7 +183,7 @@ impl Home {
             lease: Arc::default(),
             migrated: Arc::default(),
             reports: None,
-            report_limit: crate::heard::MAX_REPORT_BYTES,
+            report_limit: crate::home::heard::MAX_REPORT_BYTES,
             parsed: Arc::default(),
         }
     }
@@ -200,7 +202,7 @@ impl Home {
             lease: Arc::default(),
             migrated: Arc::default(),
             reports,
-            report_limit: crate::heard::MAX_REPORT_BYTES,
+            report_limit: crate::home::heard::MAX_REPORT_BYTES,
             parsed: Arc::default(),
         }
     }

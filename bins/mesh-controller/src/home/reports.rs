@@ -1,10 +1,10 @@
 //! Each node's last report, as the home reads it: from the bus's reports stream on a fleet (a
 //! [`ReportSource`]), from the `reports/` records in the embedded default; through
-//! [`crate::heard`], so a report that cannot be read is its node's problem.
+//! [`crate::home::heard`], so a report that cannot be read is its node's problem.
 
 use super::Home;
 use crate::error::Result;
-use crate::heard::{self, Heard, LastReadable, LAST_READABLE_FORMAT};
+use crate::home::heard::{self, Heard, LastReadable, LAST_READABLE_FORMAT};
 use mesh_model::report::Report;
 
 /// Where each node's latest report is read when it is not one of the records: on a fleet, the
@@ -67,7 +67,7 @@ impl Home {
 
     /// The last report heard from `node` as heard: readable, or unreadable with why — a
     /// report of garbage, of a newer major format, over the report limit
-    /// ([`crate::heard::MAX_REPORT_BYTES`] by default), or naming another node is that node's
+    /// ([`crate::home::heard::MAX_REPORT_BYTES`] by default), or naming another node is that node's
     /// problem, never an error of the reader. An unreadable one carries the node's last
     /// readable report when one is kept (`Home::last_readable`).
     ///

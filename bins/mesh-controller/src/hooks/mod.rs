@@ -23,14 +23,16 @@
 //! - An answer never lists the registered repositories, and says the same for a repository
 //!   not registered and one registered without a secret.
 
+pub mod poll;
+
 pub mod forge;
 pub mod verify;
 
-use crate::credentials::BusArgs;
+use crate::bus::credentials::BusArgs;
+use crate::catalogue::repos::{self, RepoRecord};
 use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::http::{Answer, Bound, Listen, Mounted, BODY_LIMIT};
-use crate::repos::{self, RepoRecord};
 use forge::Push;
 use http_body_util::BodyExt as _;
 use hyper::HeaderMap;
@@ -173,7 +175,7 @@ impl Hooks {
                         } else {
                             "announced"
                         },
-                        crate::builds::short_commit(&commit)
+                        crate::catalogue::builds::short_commit(&commit)
                     ),
                 )
             }
@@ -195,12 +197,12 @@ impl Hooks {
         &self,
         repo: &RepoRecord,
         commit: &str,
-    ) -> Result<crate::announce::Announced> {
+    ) -> Result<crate::bus::announce::Announced> {
         let bus = self
             .bus
-            .get_or_try_init(|| crate::credentials::connect(&self.home, &self.bus_args))
+            .get_or_try_init(|| crate::bus::credentials::connect(&self.home, &self.bus_args))
             .await?;
-        crate::announce::announce(bus, repo, commit).await
+        crate::bus::announce::announce(bus, repo, commit).await
     }
 }
 

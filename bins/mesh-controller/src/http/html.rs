@@ -218,7 +218,7 @@ fn plan_card(snapshot: &Snapshot, record: &PlanRecord) -> Markup {
         div class="plan" data-plan=(plan.id) {
             h3 {
                 (plan.id) " · " (plan.repository) " " (plan.branch) " at "
-                code { (crate::builds::short_commit(&plan.commit)) } " "
+                code { (crate::catalogue::builds::short_commit(&plan.commit)) } " "
                 (state_badge(state_word(&plan.state)))
             }
             @match &plan.state {

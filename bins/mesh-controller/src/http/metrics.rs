@@ -200,7 +200,7 @@ pub fn metrics(snapshot: &Snapshot) -> String {
 
 /// The daemon's heartbeat as metrics: its last turn, whether it is silent, the merges waiting
 /// on its consumer and the oldest one's wait, the plans it drives.
-fn daemon_metrics(registry: &mut Registry, daemon: &crate::heartbeat::DaemonSeen) {
+fn daemon_metrics(registry: &mut Registry, daemon: &crate::bus::heartbeat::DaemonSeen) {
     registry.register(
         "mesh_daemon_last_turn_timestamp_seconds",
         "When the daemon's loop last turned, as its last heartbeat says",

@@ -3,10 +3,10 @@
 
 use super::merge::module_dirs_at;
 use super::{outcome_of, record_built, PlansLock};
-use crate::builds;
+use crate::catalogue::builds;
+use crate::catalogue::repos;
 use crate::error::{Error, Result};
 use crate::home::Home;
-use crate::repos;
 use mesh_model::build::Build;
 use mesh_store::store::ArchiveStore;
 use serde::Serialize;

@@ -2,10 +2,10 @@
 //! superseded and their unfinished modules taken in ("A newer merge takes over an older plan").
 
 use super::{plan_number, ModuleWork, PlanRecord, PLAN_FORMAT};
-use crate::builds::short_commit;
+use crate::catalogue::builds::short_commit;
+use crate::catalogue::repos::{self, RepoRecord};
 use crate::error::{Context, Error, Result};
 use crate::home::Home;
-use crate::repos::{self, RepoRecord};
 use mesh_model::module::CatalogueSource;
 use mesh_model::plan::{Plan, PlanState};
 use serde::Serialize;

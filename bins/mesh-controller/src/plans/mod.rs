@@ -38,10 +38,10 @@ pub use nodes::{
     ROLLOUT_NODE_FORMAT, ROLLOUT_RUNNING_FORMAT, ROLLOUT_STEP_FORMAT,
 };
 
-use crate::builds::short_commit;
+use crate::catalogue::builds::short_commit;
+use crate::catalogue::repos;
 use crate::error::{bad_record, Context, Error, Result};
 use crate::home::Home;
-use crate::repos;
 use mesh_model::build::Build;
 use mesh_model::module::CatalogueSource;
 use mesh_model::plan::{Plan, RolloutOutcome};

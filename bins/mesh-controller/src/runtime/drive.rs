@@ -2,7 +2,7 @@
 //! the executor, the plan saved after every step.
 
 use super::{Ctx, Started};
-use crate::builds;
+use crate::catalogue::builds;
 use crate::error::{Context, Result};
 use crate::executor::Executor;
 use crate::home::Home;
@@ -163,10 +163,10 @@ pub async fn drive(ctx: &Ctx, record: &mut PlanRecord, mode: DriveMode) -> Resul
                 }
                 // Its build deployed: a key a rotation retired may no longer be needed.
                 Some(RolloutOutcome::Done) => {
-                    let retirement = crate::retired::sweep(home, ctx.store())
+                    let retirement = crate::secrets::retired::sweep(home, ctx.store())
                         .await
                         .for_plan(&id, || format!("{id}: the retired mesh keys"))?;
-                    for line in crate::retired::said(&retirement) {
+                    for line in crate::secrets::retired::said(&retirement) {
                         ctx.progress().line(&format!("{id}: {line}"));
                     }
                 }

@@ -1,13 +1,13 @@
 //! A mesh opened: its home and records, its store, and the fleet its plans and pushes go to —
 //! picked once, at [`Mesh::open`].
 
-use crate::builds;
-use crate::cancel::Cancel;
-use crate::credentials::BusArgs;
+use crate::bus::credentials::BusArgs;
+use crate::catalogue::builds;
 use crate::error::{Error, Result};
-use crate::fleet::in_process::InProcessFleet;
-use crate::fleet::nats::NatsFleet;
-use crate::fleet::Fleet;
+use crate::executor::cancel::Cancel;
+use crate::executor::fleet::in_process::InProcessFleet;
+use crate::executor::fleet::nats::NatsFleet;
+use crate::executor::fleet::Fleet;
 use crate::home::Home;
 use mesh_store::store::{ArchiveStore, StoreAccess, StoreSpec};
 use std::path::Path;
@@ -24,7 +24,7 @@ pub struct MeshOptions {
     pub store: Option<StoreSpec>,
     /// The controller's access to the store (its CA and credentials).
     pub store_access: StoreAccess,
-    /// The most bytes a node's report may hold (`None`: [`crate::heard::MAX_REPORT_BYTES`]);
+    /// The most bytes a node's report may hold (`None`: [`crate::home::heard::MAX_REPORT_BYTES`]);
     /// a larger one is that node's `unreadable report`.
     pub report_limit: Option<usize>,
 }

@@ -19,18 +19,22 @@
 //!   of several repositories at once), let go when the last ends — so no other controller
 //!   plans or drives meanwhile, and one waits while it is idle for nothing.
 
+pub mod check;
+pub mod init;
+pub mod preview;
+
 mod drive;
 mod mesh;
 
 pub use drive::{drive, DriveMode};
 pub use mesh::{Ctx, GivenFleet, Mesh, MeshOptions, Started};
 
-use crate::cancel::Cancel;
+use crate::catalogue::repos;
 use crate::error::{Context, Error, Result};
+use crate::executor::cancel::Cancel;
 use crate::plans::merge::Heard;
 use crate::plans::{MergeOutcome, PlanRecord, PlansLock};
 use crate::push::{Checked, PushResult};
-use crate::repos;
 use mesh_model::plan::Plan;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};

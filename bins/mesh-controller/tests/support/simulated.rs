@@ -2,7 +2,7 @@
 //! with a converged report naming every resource applied; what each node was sent is kept in
 //! order. Shared by `tests/executor.rs` and the benches (`benches/support` includes it by `#[path]`).
 
-use mesh_controller::fleet::{Fleet, Grants, ReportHeard};
+use mesh_controller::executor::fleet::{Fleet, Grants, ReportHeard};
 use mesh_model::declaration::{Declaration, Outgoing};
 use mesh_model::inventory::Inventory;
 use mesh_model::module::Catalogue;
@@ -32,7 +32,7 @@ impl Fleet for Simulated {
         None
     }
 
-    fn users_file(&self) -> Option<mesh_controller::users::UsersFile> {
+    fn users_file(&self) -> Option<mesh_controller::bus::users::UsersFile> {
         None
     }
 

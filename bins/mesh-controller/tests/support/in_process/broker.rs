@@ -1,7 +1,7 @@
 //! The bus's own commands through the library: `broker`, `node enroll`, `runtimes`.
 
 use super::{said, Library};
-use mesh_controller::{broker, runtimes, users};
+use mesh_controller::{bus::broker, bus::runtimes, bus::users};
 use serde_json::Value;
 
 impl Library {
@@ -16,7 +16,7 @@ impl Library {
     /// `broker keygen`: the controller's seed made under the home, or the one there kept
     /// (`--output json` prints it).
     pub fn broker_keygen(&self) -> Result<mesh_bus::keys::MadeSeed, String> {
-        mesh_controller::credentials::controller_keygen(self.home()).map_err(|e| said(&e))
+        mesh_controller::bus::credentials::controller_keygen(self.home()).map_err(|e| said(&e))
     }
 
     /// `node enroll NODE PUBLIC_KEY` (`--output json` prints what was enrolled).
@@ -24,9 +24,9 @@ impl Library {
         &self,
         node: &str,
         public_key: &str,
-    ) -> Result<mesh_controller::enroll::Enrolled, String> {
+    ) -> Result<mesh_controller::bus::enroll::Enrolled, String> {
         self.home().require().map_err(|e| said(&e))?;
-        mesh_controller::enroll::enroll(self.home(), node, public_key).map_err(|e| said(&e))
+        mesh_controller::bus::enroll::enroll(self.home(), node, public_key).map_err(|e| said(&e))
     }
 
     /// `node enroll NODE PUBLIC_KEY --age-key KEY`: what was enrolled, and the age key it
@@ -36,9 +36,9 @@ impl Library {
         node: &str,
         public_key: &str,
         age_key: &str,
-    ) -> Result<(mesh_controller::enroll::Enrolled, Option<String>), String> {
+    ) -> Result<(mesh_controller::bus::enroll::Enrolled, Option<String>), String> {
         self.home().require().map_err(|e| said(&e))?;
-        mesh_controller::enroll::enroll_with_age_key(self.home(), node, public_key, age_key)
+        mesh_controller::bus::enroll::enroll_with_age_key(self.home(), node, public_key, age_key)
             .map_err(|e| said(&e))
     }
 

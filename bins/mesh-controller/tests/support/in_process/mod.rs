@@ -29,7 +29,7 @@ pub use status::Status;
 
 use super::fleet::Bed;
 use super::Mesh;
-use mesh_controller::heads;
+use mesh_controller::catalogue::heads;
 use mesh_controller::runtime::{self, MeshOptions, Runtime};
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -64,7 +64,7 @@ impl Bed {
             credentials_file: Some(secured.controller_credentials.clone()),
         };
         MeshOptions {
-            bus: Some(mesh_controller::credentials::BusArgs {
+            bus: Some(mesh_controller::bus::credentials::BusArgs {
                 url: self.url.clone(),
                 tls: mesh_bus::BusTls {
                     ca_file: Some(self.pki.ca_file.clone()),
@@ -117,7 +117,7 @@ impl Library {
     }
 
     /// The bus (the command's `--bus`), as a command that needs one asks for it.
-    fn bus(&self) -> Result<&mesh_controller::credentials::BusArgs, String> {
+    fn bus(&self) -> Result<&mesh_controller::bus::credentials::BusArgs, String> {
         self.mesh.bus().ok_or_else(|| {
             "this command talks to a fleet's bus: give --bus URL (or MESH_BUS)".to_owned()
         })
@@ -134,7 +134,7 @@ impl Library {
     fn checked(&self) -> Result<mesh_controller::push::Checked, String> {
         self.home().require().map_err(|e| said(&e))?;
         self.tokio
-            .block_on(mesh_controller::builds::effective_catalogue(
+            .block_on(mesh_controller::catalogue::builds::effective_catalogue(
                 self.home(),
                 self.mesh.store(),
             ))

@@ -3,7 +3,10 @@
 use super::{lines, said, set, Library};
 use mesh_controller::plans::MergeOutcome;
 use mesh_controller::runtime::{DriveMode, Runtime};
-use mesh_controller::{check, heads, orphans, plans, preview, push, repos};
+use mesh_controller::{
+    catalogue::heads, catalogue::repos, plans, push, runtime::check, runtime::preview,
+    settings::orphans,
+};
 use mesh_model::plan::Plan;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -233,9 +236,9 @@ impl Library {
     pub fn merge_announce(
         &self,
         repo: &str,
-    ) -> Result<mesh_controller::announce::Announced, String> {
+    ) -> Result<mesh_controller::bus::announce::Announced, String> {
         self.tokio
-            .block_on(mesh_controller::announce::announce_head(
+            .block_on(mesh_controller::bus::announce::announce_head(
                 self.home(),
                 self.bus()?,
                 repo,

@@ -2,7 +2,7 @@
 
 use super::{lines, said, set, Library};
 use crate::support::fleet::Bed;
-use mesh_controller::heads;
+use mesh_controller::catalogue::heads;
 use mesh_controller::plans;
 use mesh_controller::push::{self, PushResult, Verdict};
 use mesh_controller::runtime::DriveMode;
@@ -127,7 +127,7 @@ impl Library {
             .tokio
             .block_on(drives.drive_open(None, DriveMode::RolloutOnly, &moves))
             .map_err(|e| said(&e))?;
-        let behind = mesh_controller::behind::to_send(self.home()).map_err(|e| said(&e))?;
+        let behind = mesh_controller::status::behind::to_send(self.home()).map_err(|e| said(&e))?;
         let results: Vec<PushResult> = if behind.running.is_empty() {
             Vec::new()
         } else {

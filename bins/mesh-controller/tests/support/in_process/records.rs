@@ -2,7 +2,7 @@
 
 use super::{said, Library};
 use crate::support::fleet::Bed;
-use mesh_controller::{backup, records};
+use mesh_controller::{records, records::backup};
 use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;

@@ -23,17 +23,18 @@ impl Library {
     pub fn secrets_encrypt(
         &self,
         file: &std::path::Path,
-    ) -> Result<mesh_controller::secret_files::Encrypted, String> {
-        mesh_controller::secret_files::encrypt_file(self.home(), file).map_err(|e| said(&e))
+    ) -> Result<mesh_controller::secrets::secret_files::Encrypted, String> {
+        mesh_controller::secrets::secret_files::encrypt_file(self.home(), file)
+            .map_err(|e| said(&e))
     }
 
     /// `secrets rotate` (`--output json` prints it; it exits 1 while a repository is pending,
-    /// [`Rotated::pending`](mesh_controller::rotate::Rotated::pending)). A repository with a
+    /// [`Rotated::pending`](mesh_controller::secrets::rotate::Rotated::pending)). A repository with a
     /// working tree is committed to by `git` with the identity of this process's environment:
     /// a test that needs its own runs the binary.
-    pub fn secrets_rotate(&self) -> Result<mesh_controller::rotate::Rotated, String> {
+    pub fn secrets_rotate(&self) -> Result<mesh_controller::secrets::rotate::Rotated, String> {
         self.tokio
-            .block_on(mesh_controller::rotate::rotate(
+            .block_on(mesh_controller::secrets::rotate::rotate(
                 self.home(),
                 self.mesh.store(),
             ))

@@ -1,7 +1,7 @@
 //! The `settings` commands through the library.
 
 use super::{said, Library};
-use mesh_controller::{newest, settings};
+use mesh_controller::{catalogue::newest, settings};
 
 impl Library {
     /// Calls `f` with what a `settings` command works on: the home and the catalogue the mesh

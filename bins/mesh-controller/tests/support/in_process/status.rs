@@ -1,7 +1,7 @@
 //! `status` through the library.
 
 use super::{said, Library};
-use mesh_controller::{alert, status};
+use mesh_controller::{status, status::alert};
 use serde_json::Value;
 
 /// What `status` says.
@@ -34,9 +34,12 @@ impl Library {
             status::overview_with(self.home(), now, options).map_err(|e| said(&e))?;
         // On a fleet with a daemon, the merges waiting on its consumer, read from the bus.
         if let (Some(_), Some(bus)) = (&overview.daemon, self.mesh.bus()) {
-            if let Some(waiting) = self
-                .tokio
-                .block_on(mesh_controller::heartbeat::merges_waiting(self.home(), bus))
+            if let Some(waiting) =
+                self.tokio
+                    .block_on(mesh_controller::bus::heartbeat::merges_waiting(
+                        self.home(),
+                        bus,
+                    ))
             {
                 overview.set_merges_waiting(waiting, now);
             }

@@ -3,7 +3,7 @@
 use crate::{render, Output};
 use anyhow::Result;
 use clap::Subcommand;
-use mesh_controller::{broker, credentials, enroll, push, users};
+use mesh_controller::{bus::broker, bus::credentials, bus::enroll, bus::users, push};
 use std::process::ExitCode;
 
 /// `broker` subcommands.

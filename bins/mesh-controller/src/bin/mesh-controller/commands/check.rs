@@ -4,7 +4,7 @@
 
 use crate::Output;
 use anyhow::Result;
-use mesh_controller::check;
+use mesh_controller::runtime::check;
 use std::process::ExitCode;
 
 /// Validates the catalogue and the inventory, listing every problem at once; validates each

@@ -2,10 +2,10 @@
 
 use crate::render;
 use anyhow::{Context, Result};
-use mesh_controller::fleet::in_process::InProcessFleet;
+use mesh_controller::executor::fleet::in_process::InProcessFleet;
 use mesh_controller::home::Home;
 use mesh_controller::runtime::{Mesh, MeshOptions, Runtime};
-use mesh_controller::{builds, executor, plans, push, settings, status};
+use mesh_controller::{catalogue::builds, executor, plans, push, settings, status};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -79,7 +79,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
         "1. A new mesh from the book's example: six modules, three nodes, settings layers",
         "init --example",
     );
-    mesh_controller::init::init(&home, true)?;
+    mesh_controller::runtime::init::init(&home, true)?;
     let inventory = home.inventory()?;
     let catalogue = || -> Result<push::Checked> {
         Ok(runtime.block_on(builds::effective_catalogue(&home, mesh.store()))?)
@@ -282,7 +282,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
     if let Err(why) = make_repo(&repo, "hello\n", None) {
         println!("  skipped: {why}");
     } else {
-        mesh_controller::repos::add(&home, "demo", &repo, None, "modules")?;
+        mesh_controller::catalogue::repos::add(&home, "demo", &repo, None, "modules")?;
         let mut file = home.inventory()?.file;
         file.assignments
             .insert("hello".to_owned(), nodes.iter().cloned().collect());
@@ -361,7 +361,9 @@ pub fn exec(args: Args) -> Result<ExitCode> {
         let config = mesh_apply::HostConfig {
             root: home.node_root(node, &inventory),
             state_dir: home.node_state_dir(node),
-            container_prefix: mesh_controller::fleet::in_process::container_prefix(&home, node),
+            container_prefix: mesh_controller::executor::fleet::in_process::container_prefix(
+                &home, node,
+            ),
             ..mesh_apply::HostConfig::default()
         };
         let empty = mesh_model::declaration::Declaration::new(node.clone(), Vec::new());
@@ -405,7 +407,9 @@ fn window_step(
     let config = mesh_apply::HostConfig {
         root: home.node_root("home", inventory),
         state_dir: home.node_state_dir("home"),
-        container_prefix: mesh_controller::fleet::in_process::container_prefix(home, "home"),
+        container_prefix: mesh_controller::executor::fleet::in_process::container_prefix(
+            home, "home",
+        ),
         ..mesh_apply::HostConfig::default()
     };
     let mesh_apply::ContainerRuntimeChoice::Podman(podman_config) = &config.containers else {

@@ -2,7 +2,7 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::{announce, preview};
+use mesh_controller::{bus::announce, runtime::preview};
 use std::process::ExitCode;
 
 /// Hears a merge to a registered repository: plans it, then builds and rolls it out.

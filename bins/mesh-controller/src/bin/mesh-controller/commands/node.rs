@@ -39,14 +39,14 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
         } => {
             env.home.require()?;
             let (enrolled, replaced) = match &age_key {
-                Some(key) => mesh_controller::enroll::enroll_with_age_key(
+                Some(key) => mesh_controller::bus::enroll::enroll_with_age_key(
                     &env.home,
                     &node,
                     &public_key,
                     key,
                 )?,
                 None => (
-                    mesh_controller::enroll::enroll(&env.home, &node, &public_key)?,
+                    mesh_controller::bus::enroll::enroll(&env.home, &node, &public_key)?,
                     None,
                 ),
             };

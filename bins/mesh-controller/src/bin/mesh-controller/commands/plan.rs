@@ -2,7 +2,7 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::{heads, orphans, preview, push};
+use mesh_controller::{catalogue::heads, push, runtime::preview, settings::orphans};
 use std::process::ExitCode;
 
 /// Prints the declaration a node would be sent now, or with `--diff` what would change.

@@ -3,7 +3,7 @@
 use crate::{render, Output};
 use anyhow::Result;
 use clap::Subcommand;
-use mesh_controller::{plans, preview, runtime};
+use mesh_controller::{plans, runtime, runtime::preview};
 use std::process::ExitCode;
 
 /// Lists the plans; `plans show`, `plans close`, `plans resume`.

@@ -2,7 +2,7 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::{heads, push, runtime};
+use mesh_controller::{catalogue::heads, push, runtime};
 use std::process::ExitCode;
 
 /// Composes, sends and applies declarations, then prints what each node reported.
@@ -55,7 +55,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         ))?;
         // Then the nodes a finished rollout passed over, not running then: those running now
         // are sent what the mesh runs.
-        let behind = mesh_controller::behind::to_send(&env.home)?;
+        let behind = mesh_controller::status::behind::to_send(&env.home)?;
         if behind.is_empty() && matches!(env.output, Output::Text) {
             return super::print_plans_driven(env.output, &plans);
         }

@@ -3,7 +3,7 @@
 use crate::{render, Output};
 use anyhow::Result;
 use clap::Subcommand;
-use mesh_controller::{backup, records};
+use mesh_controller::{records, records::backup};
 use std::path::PathBuf;
 use std::process::ExitCode;
 

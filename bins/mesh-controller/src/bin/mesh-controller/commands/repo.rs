@@ -3,7 +3,7 @@
 use crate::Output;
 use anyhow::Result;
 use clap::Subcommand;
-use mesh_controller::{builds, repos};
+use mesh_controller::{catalogue::builds, catalogue::repos};
 use std::path::PathBuf;
 use std::process::ExitCode;
 

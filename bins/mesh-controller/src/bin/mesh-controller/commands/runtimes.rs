@@ -2,7 +2,7 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::runtimes;
+use mesh_controller::bus::runtimes;
 use std::process::ExitCode;
 
 /// Asks the bus who is there (needs `--bus`).

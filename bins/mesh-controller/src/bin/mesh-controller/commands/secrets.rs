@@ -104,7 +104,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             }
         }
         Command::Encrypt { file } => {
-            let encrypted = mesh_controller::secret_files::encrypt_file(&env.home, &file)?;
+            let encrypted = mesh_controller::secrets::secret_files::encrypt_file(&env.home, &file)?;
             match env.output {
                 Output::Json => env.print_json(&encrypted)?,
                 Output::Text => println!(
@@ -123,7 +123,10 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
         Command::Rotate => {
             let rotated = env
                 .runtime
-                .block_on(mesh_controller::rotate::rotate(&env.home, env.store()))?;
+                .block_on(mesh_controller::secrets::rotate::rotate(
+                    &env.home,
+                    env.store(),
+                ))?;
             match env.output {
                 Output::Json => env.print_json(&rotated)?,
                 Output::Text => {
@@ -161,7 +164,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
                         );
                     }
                     if let Some(retired) = &rotated.retired {
-                        for line in mesh_controller::retired::said(retired) {
+                        for line in mesh_controller::secrets::retired::said(retired) {
                             println!("{line}");
                         }
                     }

@@ -79,7 +79,7 @@ pub struct Args {
     /// Seconds between two heartbeats of the daemon (its loop's last turn, the merges waiting
     /// on its consumer, the plans it drives), published on the bus and kept for `status`,
     /// which calls the daemon silent after three missed.
-    #[arg(long, value_name = "SECS", default_value_t = mesh_controller::heartbeat::HEARTBEAT_SECS,
+    #[arg(long, value_name = "SECS", default_value_t = mesh_controller::bus::heartbeat::HEARTBEAT_SECS,
         value_parser = clap::value_parser!(u64).range(1..))]
     heartbeat: u64,
     /// Seconds between two collections of the records, as `records collect` does by hand:
@@ -146,7 +146,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             ),
             None => None,
         };
-        let connected = mesh_controller::credentials::connect(&env.home, &bus).await?;
+        let connected = mesh_controller::bus::credentials::connect(&env.home, &bus).await?;
         if daemon::make_streams(&env.home, &bus, &connected, &mut signal)
             .await?
             .is_none()
@@ -238,8 +238,10 @@ fn merges_waiting_on(bus: mesh_bus::NatsBus) -> http::MergesWaitingSource {
     let js = bus.jetstream();
     http::MergesWaitingSource(std::sync::Arc::new(move || {
         handle.block_on(async {
-            let read =
-                mesh_bus::jetstream::merges_waiting(&js, mesh_controller::announce::MERGE_CONSUMER);
+            let read = mesh_bus::jetstream::merges_waiting(
+                &js,
+                mesh_controller::bus::announce::MERGE_CONSUMER,
+            );
             match tokio::time::timeout(std::time::Duration::from_secs(2), read).await {
                 Ok(Ok(waiting)) => Some(waiting),
                 Ok(Err(_)) | Err(_) => None,

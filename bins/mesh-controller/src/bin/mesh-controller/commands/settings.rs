@@ -3,7 +3,7 @@
 use crate::{render, Output};
 use anyhow::Result;
 use clap::Subcommand;
-use mesh_controller::{newest, settings};
+use mesh_controller::{catalogue::newest, settings};
 use std::process::ExitCode;
 
 /// `settings` subcommands.

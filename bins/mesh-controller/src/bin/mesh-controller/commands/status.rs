@@ -3,7 +3,7 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::{acks, alert, status};
+use mesh_controller::{status, status::acks, status::alert};
 use std::process::ExitCode;
 
 /// Each node's last report, the open plans and what each waits on, the modules behind,
@@ -79,9 +79,11 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     // The merges waiting on the daemon's consumer, read from the bus: known while the daemon
     // is stopped too.
     if let (Some(_), Some(bus)) = (&status.daemon, &env.bus) {
-        if let Some(waiting) = env
-            .runtime
-            .block_on(mesh_controller::heartbeat::merges_waiting(&env.home, bus))
+        if let Some(waiting) =
+            env.runtime
+                .block_on(mesh_controller::bus::heartbeat::merges_waiting(
+                    &env.home, bus,
+                ))
         {
             status.set_merges_waiting(waiting, now);
         }

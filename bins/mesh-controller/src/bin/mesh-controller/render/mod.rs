@@ -9,9 +9,9 @@ pub use preview::preview;
 pub use runtimes::runtimes;
 pub use status::{nodes, status};
 
+use mesh_controller::bus::runtimes::Runtimes;
 use mesh_controller::plans::{MergeOutcome, NamedBuild, PlanRecord};
 use mesh_controller::push::{NodeResult, NodeStatus, PushResult};
-use mesh_controller::runtimes::Runtimes;
 use mesh_controller::settings::{describe, Answer, Shown};
 use mesh_controller::status::Overview;
 use mesh_host::format_time;
@@ -107,7 +107,7 @@ pub fn settings_answer(answer: &Answer) -> String {
 }
 
 /// What `status ack` did: the drift it clears.
-pub fn acked(acked: &mesh_controller::acks::Acked) -> String {
+pub fn acked(acked: &mesh_controller::status::acks::Acked) -> String {
     let mut out = format!(
         "{}: drift {} put back and seen by {} acknowledged\n",
         acked.node,
@@ -385,7 +385,7 @@ pub fn declarations_collected(done: &mesh_controller::records::DeclarationsColle
 }
 
 /// What `node enroll` did, for a person.
-pub fn enrolled(enrolled: &mesh_controller::enroll::Enrolled) -> String {
+pub fn enrolled(enrolled: &mesh_controller::bus::enroll::Enrolled) -> String {
     let mut out = format!(
         "enrolled `{}` with NKey {}",
         enrolled.node, enrolled.public_key
@@ -448,7 +448,7 @@ pub fn plans_list(plans: &[PlanRecord]) -> String {
             plan.id,
             plan.repository,
             plan.branch,
-            mesh_controller::builds::short_commit(&plan.commit),
+            mesh_controller::catalogue::builds::short_commit(&plan.commit),
             format_time(plan.made_at),
             plan.modules.len(),
             state_text(&plan.state)
@@ -478,7 +478,7 @@ pub fn plan_show(record: &PlanRecord) -> String {
                 out,
                 "changed: {} path(s) since {}{}",
                 record.changed_paths,
-                mesh_controller::builds::short_commit(previous),
+                mesh_controller::catalogue::builds::short_commit(previous),
                 if record.shared_paths.is_empty() {
                     String::new()
                 } else {
@@ -570,7 +570,7 @@ pub fn merge(outcome: &MergeOutcome) -> String {
             plan.id,
             plan.repository,
             plan.branch,
-            mesh_controller::builds::short_commit(&plan.commit),
+            mesh_controller::catalogue::builds::short_commit(&plan.commit),
             state_text(&plan.state)
         ),
         MergeOutcome::AlreadyPlanned { plan, driven: true } => format!(
@@ -578,7 +578,7 @@ pub fn merge(outcome: &MergeOutcome) -> String {
             plan.id,
             plan.repository,
             plan.branch,
-            mesh_controller::builds::short_commit(&plan.commit),
+            mesh_controller::catalogue::builds::short_commit(&plan.commit),
             plan_summary(plan)
         ),
         MergeOutcome::Planned { plan, .. } => plan_summary(plan),
@@ -586,7 +586,7 @@ pub fn merge(outcome: &MergeOutcome) -> String {
 }
 
 /// A merge announced to the daemon (`merge --announce`), in one line.
-pub fn announced(announced: &mesh_controller::announce::Announced) -> String {
+pub fn announced(announced: &mesh_controller::bus::announce::Announced) -> String {
     format!(
         "{} the merge of `{}` {} at {} to the daemon (events stream sequence {}){}\n",
         if announced.already_announced {
@@ -596,7 +596,7 @@ pub fn announced(announced: &mesh_controller::announce::Announced) -> String {
         },
         announced.repository,
         announced.branch,
-        mesh_controller::builds::short_commit(&announced.commit),
+        mesh_controller::catalogue::builds::short_commit(&announced.commit),
         announced.sequence,
         if announced.already_announced {
             ": it is planned once"
@@ -633,7 +633,7 @@ pub fn builds(builds: &[NamedBuild], dry_run: bool) -> String {
             build.archive.digest,
             build.archive.size,
             build.repository,
-            mesh_controller::builds::short_commit(&build.commit),
+            mesh_controller::catalogue::builds::short_commit(&build.commit),
             if dry_run {
                 " — dry run: not published, not recorded, nothing can send it".to_owned()
             } else {
@@ -650,8 +650,8 @@ pub fn builds(builds: &[NamedBuild], dry_run: bool) -> String {
 
 /// `runtimes` as a person reads it.
 /// `broker replicas`.
-pub fn replicas(answer: &mesh_controller::broker::ReplicasAnswer) -> String {
-    use mesh_controller::broker::ReplicasSource;
+pub fn replicas(answer: &mesh_controller::bus::broker::ReplicasAnswer) -> String {
+    use mesh_controller::bus::broker::ReplicasSource;
     let why = match answer.source {
         ReplicasSource::Given => "--bus-replicas, now recorded",
         ReplicasSource::Recorded => "recorded by an earlier --bus-replicas",
@@ -683,7 +683,7 @@ pub fn replicas(answer: &mesh_controller::broker::ReplicasAnswer) -> String {
 }
 
 /// `broker raise-replicas`.
-pub fn raised_replicas(raised: &[mesh_controller::broker::RaisedLine]) -> String {
+pub fn raised_replicas(raised: &[mesh_controller::bus::broker::RaisedLine]) -> String {
     if raised.is_empty() {
         return "nothing to raise: every stream and bucket of the mesh has its copies\n".to_owned();
     }

@@ -89,7 +89,7 @@ mod runtimes_tests {
 
     use discovery::{RuntimeHeard, RuntimeUnheard};
     use mesh_bus::discovery::{self, Discovery};
-    use mesh_controller::runtimes::{
+    use mesh_controller::bus::runtimes::{
         compare_with_inventory, runtimes_exit_code, Missing, Runtimes,
     };
     use mesh_model::inventory::Inventory;

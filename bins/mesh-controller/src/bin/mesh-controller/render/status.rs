@@ -86,7 +86,7 @@ fn plans_status(overview: &Overview) -> String {
                 plan.id,
                 plan.repository,
                 plan.branch,
-                mesh_controller::builds::short_commit(&plan.commit),
+                mesh_controller::catalogue::builds::short_commit(&plan.commit),
                 plan.state,
                 plan.waits_on,
                 plan.waiting_secs,

@@ -1,0 +1,163 @@
+//! The catalogues a command reads, named (the rule "A command says which catalogue it read"):
+//! the home's `catalogue/modules` overlaid with each module's deployed build (what the nodes
+//! run: what `push`, `plan` and `check` compose from), and each registered repository's head
+//! (what its next merge would build and deploy: what `check` also validates).
+//!
+//! Start at [`read`] and [`check_heads`]. Reads the records and git (no checkout); writes
+//! nothing.
+
+use crate::catalogue::repos;
+use crate::error::{Context, Result};
+use crate::home::Home;
+use mesh_model::module::load_catalogue;
+use mesh_model::Diagnostic;
+use serde::Serialize;
+use std::collections::BTreeSet;
+
+/// A module the nodes run from a build, not from the home's catalogue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct DeployedFrom {
+    /// The module.
+    pub module: String,
+    /// The repository it was built from.
+    pub repository: String,
+    /// The commit built.
+    pub commit: String,
+}
+
+/// What the version the nodes run is read from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Running {
+    /// The home's catalogue directory (relative to the home), when there is one.
+    pub home_catalogue: Option<String>,
+    /// The modules whose deployed build is read instead.
+    pub deployed: Vec<DeployedFrom>,
+}
+
+impl std::fmt::Display for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.home_catalogue {
+            Some(dir) => write!(f, "the home's {dir}")?,
+            None => f.write_str("no catalogue of the home's own")?,
+        }
+        if !self.deployed.is_empty() {
+            let builds: Vec<String> = self
+                .deployed
+                .iter()
+                .map(|d| {
+                    format!(
+                        "`{}` ({} at {})",
+                        d.module,
+                        d.repository,
+                        crate::catalogue::builds::short_commit(&d.commit)
+                    )
+                })
+                .collect();
+            write!(
+                f,
+                " overlaid with the deployed builds of {}",
+                builds.join(", ")
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// What the nodes run is read from: the home's catalogue and the deployed builds.
+///
+/// # Errors
+/// A record cannot be read.
+pub fn read(home: &Home) -> Result<Running> {
+    let dir = home.modules_dir();
+    Ok(Running {
+        home_catalogue: dir.is_dir().then(|| {
+            dir.strip_prefix(home.root())
+                .unwrap_or(&dir)
+                .display()
+                .to_string()
+        }),
+        deployed: home
+            .deployed_all()?
+            .into_iter()
+            .map(|d| DeployedFrom {
+                module: d.module,
+                repository: d.repository,
+                commit: d.commit,
+            })
+            .collect(),
+    })
+}
+
+/// One registered repository's head, checked: what its next merge would build.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Head {
+    /// The repository's name.
+    pub repository: String,
+    /// The branch merges are heard on.
+    pub branch: String,
+    /// The head's commit.
+    pub commit: String,
+    /// The modules the inventory assigns that the head holds.
+    pub modules: Vec<String>,
+    /// Their problems at the head (each file named under the repository's modules directory).
+    pub problems: Vec<Diagnostic>,
+}
+
+impl std::fmt::Display for Head {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "`{}` {} at {}",
+            self.repository,
+            self.branch,
+            crate::catalogue::builds::short_commit(&self.commit)
+        )
+    }
+}
+
+/// Each registered repository's head, with the problems of every module the inventory assigns
+/// that it holds (as a merge validates a module before building it).
+///
+/// # Errors
+/// A record cannot be read; a repository's head or catalogue cannot be read (naming it).
+pub fn check_heads(home: &Home) -> Result<Vec<Head>> {
+    let inventory = home.inventory()?;
+    let assigned: BTreeSet<&String> = inventory.file.assignments.keys().collect();
+    let mut out = Vec::new();
+    for repo in home.repos()? {
+        let commit = repos::resolve(&repo.path, &repo.branch).for_repo(&repo.name, || {
+            format!("reading the head of `{}`", repo.branch)
+        })?;
+        let source = repos::catalogue_at(&repo.path, &commit, &repo.modules_dir)
+            .for_repo(&repo.name, || format!("reading its catalogue at {commit}"))?;
+        let modules: Vec<String> = source
+            .modules
+            .keys()
+            .filter(|m| assigned.contains(m))
+            .cloned()
+            .collect();
+        let (_, diagnostics) = load_catalogue(&source);
+        let mut problems: Vec<Diagnostic> = diagnostics
+            .into_iter()
+            .filter(|d| {
+                modules.iter().any(|m| {
+                    d.module.as_deref() == Some(m.as_str())
+                        || d.file.starts_with(&format!("{}/{m}/", source.prefix))
+                })
+            })
+            .collect();
+        problems.sort();
+        problems.dedup();
+        out.push(Head {
+            repository: repo.name.clone(),
+            branch: repo.branch.clone(),
+            commit,
+            modules,
+            problems,
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,203 @@
+//! The newest version of a module the mesh knows, and the settings set ahead for it (the rule
+//! "A setting can be set ahead of its version"): an open plan's commit that names the module,
+//! else the version the nodes run. `settings set`, `set-secret`, `restore` and `rename` check a
+//! layer against it; a key only that newer version accepts is kept, and waits for its plan — `check`, a push
+//! and `plan` read it as waiting, not as a problem, until the version rolls out (then the
+//! version the nodes run accepts it) or the plan ends without it (then it is a problem again).
+//!
+//! Start at [`newest_definition`] and [`waiting`]. Reads the plans and git (no checkout);
+//! writes nothing.
+
+use crate::catalogue::repos;
+use crate::error::{Context, Result};
+use crate::home::Home;
+use mesh_model::inventory::{check_layer, layer_file, Inventory, LayerScope};
+use mesh_model::module::{load_catalogue, Catalogue, ModuleDefinition};
+use mesh_model::Diagnostic;
+use serde::Serialize;
+
+/// The newest version of a module the mesh knows, and where it was read.
+#[derive(Debug, Clone)]
+pub struct Newest {
+    /// Its definition.
+    pub definition: ModuleDefinition,
+    /// Where it was read: an open plan (`plan-2 (at 1a2b3c4d5e6f)`), or what the nodes run.
+    pub from: String,
+    /// The open plan it was read from; `None`: it is the version the nodes run.
+    pub plan: Option<String>,
+}
+
+/// The newest version of `module` the mesh knows: the newest open plan's commit that names it,
+/// else the version the nodes run (`catalogue`: the deployed builds, or the home's
+/// catalogue). `None` when neither holds it.
+///
+/// # Errors
+/// A record or a repository cannot be read.
+pub fn newest_definition(
+    home: &Home,
+    catalogue: &Catalogue,
+    module: &str,
+) -> Result<Option<Newest>> {
+    let records = home.plans()?;
+    let newest_plan = records
+        .iter()
+        .filter(|r| r.plan.state.is_open() && r.plan.modules.iter().any(|m| m == module))
+        .max_by(|a, b| (a.plan.made_at, &a.plan.id).cmp(&(b.plan.made_at, &b.plan.id)));
+    if let Some(record) = newest_plan {
+        let repo = home.repo(&record.plan.repository)?;
+        let source = repos::catalogue_at(&repo.path, &record.plan.commit, &repo.modules_dir)
+            .for_plan(&record.plan.id, || "reading its catalogue".to_owned())?;
+        let (at_plan, _) = load_catalogue(&source);
+        if let Some(found) = at_plan.module(module) {
+            return Ok(Some(Newest {
+                definition: found.definition.clone(),
+                from: format!(
+                    "{} (at {})",
+                    record.plan.id,
+                    crate::catalogue::builds::short_commit(&record.plan.commit)
+                ),
+                plan: Some(record.plan.id.clone()),
+            }));
+        }
+    }
+    Ok(catalogue.module(module).map(|found| Newest {
+        definition: found.definition.clone(),
+        from: "the version the nodes run".to_owned(),
+        plan: None,
+    }))
+}
+
+/// The newest version of `module` the mesh knows, as [`newest_definition`], which a layer is
+/// checked against (`settings rename`); a module neither holds is refused, naming the
+/// catalogue's modules.
+///
+/// # Errors
+/// As [`newest_definition`]; [`crate::Error::Refused`] when `module` is not a module of the
+/// catalogue.
+pub fn newest_known(home: &Home, catalogue: &Catalogue, module: &str) -> Result<Newest> {
+    newest_definition(home, catalogue, module)?
+        .ok_or_else(|| crate::error::Error::refused(not_a_module(catalogue, module)))
+}
+
+/// What is said of `module` when the catalogue holds no such module: its modules named.
+pub(crate) fn not_a_module(catalogue: &Catalogue, module: &str) -> String {
+    format!(
+        "`{module}` is not a module of the catalogue; its modules are: {}",
+        catalogue
+            .modules
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// A key a layer sets ahead: the version the nodes run does not accept it, the newest open
+/// plan's does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Waiting {
+    /// The module.
+    pub module: String,
+    /// The layer that sets it.
+    pub layer: LayerScope,
+    /// The key (dotted for a place: `places.media`).
+    pub key: String,
+    /// The plan whose version accepts it.
+    pub plan: String,
+}
+
+impl std::fmt::Display for Waiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "`{}`, {}: `{}` waits for {} (the version the nodes run does not accept it yet)",
+            self.module, self.layer, self.key, self.plan
+        )
+    }
+}
+
+/// The keys `layer` of `module` sets that `running` does not accept and `newest` does.
+pub fn ahead_of(
+    running: &ModuleDefinition,
+    newest: &Newest,
+    module: &str,
+    scope: &LayerScope,
+    layer: &serde_json::Value,
+) -> Vec<Waiting> {
+    let Some(plan) = &newest.plan else {
+        return Vec::new();
+    };
+    let refused_by_newest: Vec<String> = check_layer(&newest.definition, layer)
+        .into_iter()
+        .map(|p| p.key)
+        .collect();
+    check_layer(running, layer)
+        .into_iter()
+        .filter(|p| !p.key.is_empty() && !refused_by_newest.contains(&p.key))
+        .map(|p| Waiting {
+            module: module.to_owned(),
+            layer: scope.clone(),
+            key: p.key,
+            plan: plan.clone(),
+        })
+        .collect()
+}
+
+/// Every key the layers set ahead of the version the nodes run (`catalogue`), each waiting
+/// for the open plan whose version accepts it.
+///
+/// # Errors
+/// A record or a repository cannot be read.
+pub fn waiting(home: &Home, catalogue: &Catalogue, inventory: &Inventory) -> Result<Vec<Waiting>> {
+    let mut out = Vec::new();
+    for (module, scopes) in &inventory.layers.layers {
+        let Some(running) = catalogue.module(module) else {
+            continue;
+        };
+        let refused = scopes
+            .iter()
+            .any(|(_, layer)| !check_layer(&running.definition, layer).is_empty());
+        if !refused {
+            continue;
+        }
+        let Some(newest) = newest_definition(home, catalogue, module)? else {
+            continue;
+        };
+        for (scope, layer) in scopes {
+            out.extend(ahead_of(&running.definition, &newest, module, scope, layer));
+        }
+    }
+    Ok(out)
+}
+
+/// The inventory's problems with `catalogue` ([`Inventory::validate`]) but a key set ahead:
+/// that one waits, and is in the second list.
+///
+/// # Errors
+/// A record or a repository cannot be read.
+pub fn validate(
+    home: &Home,
+    catalogue: &Catalogue,
+    inventory: &Inventory,
+) -> Result<(Vec<Diagnostic>, Vec<Waiting>)> {
+    let problems = inventory.validate(catalogue);
+    let layer_problem = problems
+        .iter()
+        .any(|p| p.file.starts_with("settings/") && p.key.is_some());
+    if !layer_problem {
+        return Ok((problems, Vec::new()));
+    }
+    let waiting = waiting(home, catalogue, inventory)?;
+    let problems = problems
+        .into_iter()
+        .filter(|p| {
+            !waiting.iter().any(|w| {
+                p.module.as_deref() == Some(w.module.as_str())
+                    && p.key.as_deref() == Some(w.key.as_str())
+                    && p.file == layer_file(&w.module, &w.layer)
+            })
+        })
+        .collect();
+    Ok((problems, waiting))
+}

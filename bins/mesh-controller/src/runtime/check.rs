@@ -1,0 +1,61 @@
+//! What `check` finds: the mesh checked as a whole before a merge — every problem of the
+//! catalogue and the inventory, each registered repository's head checked, the settings those
+//! heads' next merges would orphan, and the keys a layer sets ahead of the version the nodes run.
+//!
+//! Start at [`check()`]; [`Check::sound`] is whether `check` exits 0. Reads git and the records
+//! only; nothing is written.
+
+use crate::error::Result;
+use crate::home::Home;
+use crate::push::Checked;
+use crate::settings::orphans::ComingOrphans;
+use serde::Serialize;
+
+/// What `check` finds: the catalogues it read, every problem of the catalogue and the
+/// inventory and of each registered repository's head, the settings those heads' next merges
+/// would orphan, and the keys a layer sets ahead of the version the nodes run (each waiting
+/// for an open plan). Its fields are what `check --output json` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// What the version the nodes run was read from.
+    pub running: crate::catalogue::heads::Running,
+    /// Each registered repository's head, checked.
+    pub heads: Vec<crate::catalogue::heads::Head>,
+    /// Every problem of the catalogue and the inventory.
+    pub problems: Vec<mesh_model::Diagnostic>,
+    /// What each head's next merge would orphan.
+    pub orphans: Vec<ComingOrphans>,
+    /// The keys set ahead of the version the nodes run; waiting is no problem.
+    pub waiting: Vec<crate::catalogue::newest::Waiting>,
+}
+
+impl Check {
+    /// Whether the catalogue and inventory are sound: no problem, in the home or at a head,
+    /// and no setting a head would orphan. `check` exits 1 otherwise.
+    pub fn sound(&self) -> bool {
+        self.problems.is_empty()
+            && self.orphans.is_empty()
+            && self.heads.iter().all(|head| head.problems.is_empty())
+    }
+}
+
+/// Checks the mesh as `check` does: `checked` (the catalogue the nodes run and its problems)
+/// with the inventory, each registered repository's head, and the orphans and waiting keys.
+/// Reads only.
+///
+/// # Errors
+/// A record or a repository cannot be read.
+pub fn check(home: &Home, checked: &Checked) -> Result<Check> {
+    let problems = crate::push::problems(home, checked)?;
+    let orphans = crate::settings::orphans::at_heads(home, checked)?;
+    let waiting = crate::catalogue::newest::waiting(home, &checked.0, &home.inventory()?)?;
+    let running = crate::catalogue::heads::read(home)?;
+    let heads = crate::catalogue::heads::check_heads(home)?;
+    Ok(Check {
+        running,
+        heads,
+        problems,
+        orphans,
+        waiting,
+    })
+}

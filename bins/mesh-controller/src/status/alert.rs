@@ -1,0 +1,169 @@
+//! What `status`'s exit code says, so an alert can key on it.
+//!
+//! Start at [`judge`]: an [`Overview`] at `now` is *settled* (exit 0) only when every node sent
+//! a declaration reports it converged and current and nothing is pending; *in progress* (exit
+//! 2) while something is under way and nothing is wrong — a node mid-change within its
+//! deadline, a node yet to report what it was sent, an open plan; *needs attention* (exit 3)
+//! when a resource failed, is stuck or held, a drift was left as found or corrected within the
+//! retention and not acknowledged (what the overview shows, [`crate::status::acks::shows`]), a node is
+//! silent or mid-change past its deadline, a rollout stopped, or a failure is recorded.
+//!
+//! # Guarantees
+//! - [`judge`] reads no clock and no record: `now` is an argument.
+
+use crate::status::Overview;
+use mesh_model::report::{DriftAction, MachineState};
+use serde::Serialize;
+
+/// How long a node may report `mid-change` before `status` calls it past its deadline, by
+/// default: a rollout's default deadline.
+pub const DEFAULT_MID_CHANGE_AFTER_SECS: u64 = 600;
+
+/// What the overview comes to, as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Health {
+    /// Every node converged and current, nothing pending (exit 0).
+    Settled,
+    /// Something is under way and nothing is wrong (exit 2).
+    InProgress,
+    /// Something needs a person (exit 3).
+    NeedsAttention,
+}
+
+impl Health {
+    /// The exit code `status` gives.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Health::Settled => 0,
+            Health::InProgress => 2,
+            Health::NeedsAttention => 3,
+        }
+    }
+}
+
+/// The verdict, and every reason it is not settled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Verdict {
+    /// What it comes to.
+    pub health: Health,
+    /// Why it needs attention, one reason a line.
+    pub attention: Vec<String>,
+    /// What is under way.
+    pub in_progress: Vec<String>,
+}
+
+/// Judges `overview` at `now`; a node reporting `mid-change` for more than
+/// `mid_change_after_secs` since its apply started is past its deadline.
+pub fn judge(overview: &Overview, now: u64, mid_change_after_secs: u64) -> Verdict {
+    let mut attention = Vec::new();
+    let mut in_progress = Vec::new();
+    let time = mesh_host::format_time;
+    for node in &overview.attention {
+        let name = &node.node;
+        for (id, reason) in &node.failed {
+            attention.push(format!("{name}: {id} failed: {reason}"));
+        }
+        for (id, reason) in &node.stuck {
+            attention.push(format!("{name}: {id} stuck: {reason}"));
+        }
+        for window in &node.windows {
+            attention.push(format!(
+                "{name}: held still by window `{}` ({})",
+                window.step,
+                window.containers.join(", ")
+            ));
+        }
+        for drift in &node.drift {
+            let what = match drift.action {
+                DriftAction::Left => "left as found",
+                DriftAction::Corrected => "put back",
+            };
+            attention.push(format!(
+                "{name}: drift of {} {} seen {} ({what})",
+                drift.resource,
+                drift.field,
+                time(drift.seen_at)
+            ));
+        }
+        if let Some(since) = node.silent_since {
+            attention.push(format!("{name}: silent since {}", time(since)));
+        }
+        if let Some(unreadable) = &node.unreadable {
+            attention.push(format!("{name}: {unreadable}"));
+        }
+    }
+    for node in &overview.nodes {
+        let Some(report) = &node.report else {
+            if node.sent.is_some() && node.unreadable.is_none() {
+                in_progress.push(format!("{}: no report yet", node.node));
+            }
+            continue;
+        };
+        if node.silent_since.is_some() {
+            continue;
+        }
+        if report.machine == MachineState::MidChange {
+            let since = report.started_at;
+            if now.saturating_sub(since) > mid_change_after_secs {
+                attention.push(format!(
+                    "{}: mid-change since {}, past its deadline of {mid_change_after_secs} s",
+                    node.node,
+                    time(since)
+                ));
+            } else {
+                in_progress.push(format!("{}: mid-change since {}", node.node, time(since)));
+            }
+        } else if node.sent.is_some() && !node.current {
+            in_progress.push(format!(
+                "{}: has not reported the declaration last sent",
+                node.node
+            ));
+        }
+    }
+    for held in &overview.held {
+        let why = if held.orphans.is_empty() {
+            "would move a running container's data"
+        } else {
+            "orphans settings its layers hold"
+        };
+        attention.push(format!(
+            "{}: held by {} (`{}` {why})",
+            held.node, held.plan, held.module
+        ));
+    }
+    for stopped in &overview.stopped {
+        attention.push(format!(
+            "{}: the rollout of `{}` stopped at `{}`: {}",
+            stopped.plan, stopped.module, stopped.node, stopped.reason
+        ));
+    }
+    for problem in &overview.problems {
+        attention.push(format!("problem: {}: {}", problem.subject, problem.what));
+    }
+    if let Some(daemon) = &overview.daemon {
+        attention.extend(daemon.attention());
+    }
+    for behind in &overview.nodes_behind {
+        in_progress.push(format!(
+            "{}: behind on `{}` (not running when {} rolled it out; `push --behind` sends it)",
+            behind.node, behind.module, behind.plan
+        ));
+    }
+    for plan in &overview.open_plans {
+        in_progress.push(format!("{} open: waits on {}", plan.id, plan.waits_on));
+    }
+    let health = if !attention.is_empty() {
+        Health::NeedsAttention
+    } else if !in_progress.is_empty() {
+        Health::InProgress
+    } else {
+        Health::Settled
+    };
+    Verdict {
+        health,
+        attention,
+        in_progress,
+    }
+}
