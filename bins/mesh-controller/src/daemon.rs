@@ -85,12 +85,12 @@ fn machine_name() -> String {
 /// attempt.
 pub async fn make_streams(
     home: &crate::home::Home,
-    bus_args: &crate::bus::credentials::BusArgs,
+    bus_config: &crate::bus::credentials::BusConfig,
     bus: &mesh_bus::NatsBus,
     shutdown: &mut (impl std::future::Future<Output = ()> + Unpin),
 ) -> Result<Option<()>> {
     let js = bus.jetstream();
-    let replicas = crate::bus::broker::wanted_replicas(home, bus_args, bus)?;
+    let replicas = crate::bus::broker::wanted_replicas(home, bus_config, bus)?;
     let mut attempts = 1;
     loop {
         match jetstream::ensure_streams_with(&js, replicas).await {
@@ -143,11 +143,11 @@ pub async fn serve(
 ) -> Result<()> {
     let mut shutdown = Box::pin(shutdown);
     let home = runtime.mesh().home();
-    let bus_args = runtime.mesh().bus().ok_or_else(|| {
+    let bus_config = runtime.mesh().bus().ok_or_else(|| {
         Error::refused("the controller serves a fleet's bus: open the mesh with one (--bus URL)")
     })?;
-    let bus = connect(home, bus_args).await?;
-    if make_streams(home, bus_args, &bus, &mut shutdown)
+    let bus = connect(home, bus_config).await?;
+    if make_streams(home, bus_config, &bus, &mut shutdown)
         .await?
         .is_none()
     {
@@ -187,7 +187,7 @@ pub async fn serve(
     // Each node's last readable report kept as the reports are heard, status read or not.
     let heard = heard::spawn(home.clone(), bus.clone());
     let _heard = AbortOnDrop(heard);
-    tracing::info!(url = %bus_args.url, max_drives = options.max_drives, "serving: hearing merges");
+    tracing::info!(url = %bus_config.url, max_drives = options.max_drives, "serving: hearing merges");
     let mut drives = Drives::new(options.max_drives);
     let machine = machine_name();
     let mut last_beat: Option<tokio::time::Instant> = None;

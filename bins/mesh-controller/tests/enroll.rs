@@ -7,7 +7,7 @@
 
 mod support;
 
-use mesh_controller::bus::credentials::BusArgs;
+use mesh_controller::bus::credentials::BusConfig;
 use mesh_controller::bus::enroll;
 use mesh_controller::bus::users;
 use mesh_controller::home::Home;
@@ -22,7 +22,7 @@ fn fixed_key(name: &str) -> (String, String) {
 }
 
 fn users(home: &Home) -> String {
-    users::users_text(home, &home.catalogue().unwrap(), &BusArgs::default()).unwrap()
+    users::users_text(home, &home.catalogue().unwrap(), &BusConfig::default()).unwrap()
 }
 
 /// The credential lines of `user`'s entry in a users file: (`nkey`, `password`).

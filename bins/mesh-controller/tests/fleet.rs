@@ -21,7 +21,7 @@ mod support;
 
 use mesh_bus::grants::permissions_in_config;
 use mesh_bus::{Bus, NatsBus};
-use mesh_controller::bus::credentials::BusArgs;
+use mesh_controller::bus::credentials::BusConfig;
 use mesh_controller::runtime::MeshOptions;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -1102,7 +1102,7 @@ fn a_fleet_no_one_else_can_join() {
     // A plain client to the TLS-only server, and one trusting another CA: refused, each
     // saying which.
     // Each an error: `status` on it exits 1 saying it.
-    let status_on = |bus: BusArgs| -> Result<_, String> {
+    let status_on = |bus: BusConfig| -> Result<_, String> {
         let options = MeshOptions {
             bus: Some(bus),
             ..Default::default()
@@ -1110,10 +1110,7 @@ fn a_fleet_no_one_else_can_join() {
         Library::open(bed.home.path(), options)?.try_status()
     };
     let plain_url = bed.url.replace("tls://", "nats://");
-    let Err(said) = status_on(BusArgs {
-        url: plain_url.clone(),
-        ..Default::default()
-    }) else {
+    let Err(said) = status_on(BusConfig::new(plain_url.clone())) else {
         panic!("a plain client read the fleet's status");
     };
     assert!(said.contains(&plain_url), "{said}");
@@ -1122,11 +1119,7 @@ fn a_fleet_no_one_else_can_join() {
         "{said}"
     );
     let other = support::pki::TestPki::new("another");
-    let Err(said) = status_on(BusArgs {
-        url: bed.url.clone(),
-        tls: mesh_bus::BusTls::with_ca(&other.ca_file),
-        ..Default::default()
-    }) else {
+    let Err(said) = status_on(BusConfig::new(bed.url.clone()).with_ca_file(&other.ca_file)) else {
         panic!("a client trusting another CA read the fleet's status");
     };
     assert!(

@@ -330,7 +330,9 @@ fn a_rollout_rides_out_a_bus_restart_and_a_killed_controller_resumes_from_the_re
     assert!(copied.success());
     // `plans resume` there, given the bus, the controller's seed (`--bus-seed`) and the store.
     let mut options = bed.mesh_options();
-    options.bus.as_mut().unwrap().seed_file = Some(bed.controller_seed_file());
+    options.bus = options
+        .bus
+        .map(|bus| bus.with_seed_file(bed.controller_seed_file()));
     let resumed = Library::open(elsewhere.path(), options)
         .and_then(|library| library.plans_resume(None))
         .unwrap_or_else(|error| panic!("plans resume: {error}"));

@@ -184,7 +184,9 @@ fn twenty_hosts_and_ten_modules_merge_twice_survive_a_killed_controller_and_keep
     assert!(copied.success());
     // `plans resume` there, given the bus, the controller's seed (`--bus-seed`) and the store.
     let mut options = bed.mesh_options();
-    options.bus.as_mut().unwrap().seed_file = Some(bed.controller_seed_file());
+    options.bus = options
+        .bus
+        .map(|bus| bus.with_seed_file(bed.controller_seed_file()));
     let resumed = support::in_process::Library::open(elsewhere.path(), options)
         .and_then(|library| library.plans_resume(None))
         .unwrap_or_else(|error| panic!("plans resume: {error}"));

@@ -831,10 +831,9 @@ fn a_merge_publishes_to_a_registry_store_and_sends_compose_from_it() {
 fn a_merge_naming_a_bus_that_cannot_be_reached_changes_nothing() {
     let (mesh, _repo, _) = setup();
     let Err(error) = mesh.library_with(mesh_controller::runtime::MeshOptions {
-        bus: Some(mesh_controller::bus::credentials::BusArgs {
-            url: "nats://127.0.0.1:1".into(),
-            ..Default::default()
-        }),
+        bus: Some(mesh_controller::bus::credentials::BusConfig::new(
+            "nats://127.0.0.1:1",
+        )),
         ..Default::default()
     }) else {
         panic!("no bus answers on nats://127.0.0.1:1");

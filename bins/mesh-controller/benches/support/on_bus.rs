@@ -2,7 +2,7 @@
 //! the home composes.
 
 use super::modules;
-use mesh_controller::bus::credentials::BusArgs;
+use mesh_controller::bus::credentials::BusConfig;
 use mesh_controller::home::Home;
 use std::path::Path;
 use std::time::Duration;
@@ -10,21 +10,17 @@ use std::time::Duration;
 /// The home at `root` (its inventory written) with its records moved to the bus at `url`,
 /// after `reload` gave every server of the bus the users the home composes; returns the home
 /// on the bus, how the controller reaches it, and those users.
-pub fn onto_bus(root: &Path, url: String, reload: impl FnOnce(&str)) -> (Home, BusArgs, String) {
+pub fn onto_bus(root: &Path, url: String, reload: impl FnOnce(&str)) -> (Home, BusConfig, String) {
     std::fs::create_dir_all(root.join("catalogue/modules")).unwrap();
     let local = Home::new(root);
     let users = mesh_controller::bus::users::users_text(
         &local,
         &local.catalogue().unwrap(),
-        &BusArgs::default(),
+        &BusConfig::default(),
     )
     .unwrap();
     reload(&users);
-    let bus = BusArgs {
-        url,
-        password_file: Some(root.join("bus/passwords/controller")),
-        ..BusArgs::default()
-    };
+    let bus = BusConfig::new(url).with_password_file(root.join("bus/passwords/controller"));
     // The reload is asynchronous: wait until the controller is let in (the limit only bounds
     // a failure).
     let home = mesh_test_support::wait::wait_for(
@@ -32,7 +28,7 @@ pub fn onto_bus(root: &Path, url: String, reload: impl FnOnce(&str)) -> (Home, B
         Duration::from_secs(30),
         || mesh_controller::records::open_home(root, Some(&bus)).map_err(|e| format!("{e:#}")),
     );
-    mesh_controller::records::import(root, &home, &bus.url).unwrap();
+    mesh_controller::records::import(root, &home, bus.url()).unwrap();
     (home, bus, users)
 }
 
@@ -44,7 +40,7 @@ pub fn ten_modules_on_bus(
     hosts: usize,
     url: String,
     reload: impl FnOnce(&str),
-) -> (Home, BusArgs) {
+) -> (Home, BusConfig) {
     let repo = dir.join("repo");
     modules::repository(&repo);
     let root = dir.join("home");

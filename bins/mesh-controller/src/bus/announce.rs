@@ -12,7 +12,7 @@
 //! - Only the daemon plans what is announced: nothing here writes a plan, so two controllers
 //!   never drive one plan.
 
-use crate::bus::credentials::{connect, BusArgs};
+use crate::bus::credentials::{connect, BusConfig};
 use crate::catalogue::repos::{self, RepoRecord};
 use crate::error::{bus_error, Error, Result};
 use crate::home::Home;
@@ -67,7 +67,7 @@ pub async fn announce(bus: &NatsBus, repo: &RepoRecord, commit: &str) -> Result<
 }
 
 /// `merge NAME --announce`: announces the head of repository `name`'s registered branch (read
-/// after fetching it, for a repository kept as a clone of a remote) to the daemon on `bus_args`'s
+/// after fetching it, for a repository kept as a clone of a remote) to the daemon on `bus_config`'s
 /// bus.
 ///
 /// # Errors
@@ -75,7 +75,7 @@ pub async fn announce(bus: &NatsBus, repo: &RepoRecord, commit: &str) -> Result<
 /// no daemon has ever heard merges on this bus (its consumer [`MERGE_CONSUMER`] is not there,
 /// so nothing would hear the announcement: `mesh-controller serve` is named); the stream did
 /// not acknowledge it.
-pub async fn announce_head(home: &Home, bus_args: &BusArgs, name: &str) -> Result<Announced> {
+pub async fn announce_head(home: &Home, bus_config: &BusConfig, name: &str) -> Result<Announced> {
     let repo = home.repo(name)?;
     let commit = {
         let repo = repo.clone();
@@ -86,7 +86,7 @@ pub async fn announce_head(home: &Home, bus_args: &BusArgs, name: &str) -> Resul
                 source: Some(Box::new(source)),
             })??
     };
-    let bus = connect(home, bus_args).await?;
+    let bus = connect(home, bus_config).await?;
     let stream = bus
         .jetstream()
         .get_stream(mesh_bus::subjects::EVENTS_STREAM)
@@ -99,7 +99,7 @@ pub async fn announce_head(home: &Home, bus_args: &BusArgs, name: &str) -> Resul
         return Err(Error::refused(format!(
             "no daemon hears merges on the bus at {}: start `mesh-controller serve` there \
              (merges announced before its first start are never heard); nothing was announced",
-            bus_args.url
+            bus_config.url
         )));
     }
     announce(&bus, &repo, &commit).await

@@ -3,7 +3,7 @@
 //! at [`REPLICAS_KEY`]), the ones with fewer (`broker replicas`) and raising them
 //! (`broker raise-replicas`, a person's act).
 
-use crate::bus::credentials::{connect, BusArgs};
+use crate::bus::credentials::{connect, BusConfig};
 use crate::error::{bus_error, Error, Result};
 use crate::home::Home;
 use mesh_bus::jetstream;
@@ -28,11 +28,11 @@ pub struct ResetLine {
 /// stream is a work queue (the error is printed by the caller from the message).
 pub async fn consumer_reset(
     home: &Home,
-    bus_args: &BusArgs,
+    bus_config: &BusConfig,
     stream: &str,
     consumer: &str,
 ) -> Result<std::result::Result<ResetLine, String>> {
-    let bus = connect(home, bus_args).await?;
+    let bus = connect(home, bus_config).await?;
     match jetstream::consumer_reset(&bus.jetstream(), stream, consumer).await {
         Ok(reset) => Ok(Ok(ResetLine {
             stream: stream.to_owned(),
@@ -109,10 +109,10 @@ pub enum ReplicasSource {
 /// `--bus-replicas 0`; the record cannot be read or written.
 pub fn wanted_replicas_from(
     home: &Home,
-    bus_args: &BusArgs,
+    bus_config: &BusConfig,
     bus: &mesh_bus::NatsBus,
 ) -> Result<(usize, ReplicasSource)> {
-    if let Some(given) = bus_args.replicas {
+    if let Some(given) = bus_config.replicas {
         if given == 0 {
             return Err(Error::invalid(
                 "--bus-replicas 0: a stream keeps at least one copy",
@@ -138,8 +138,12 @@ pub fn wanted_replicas_from(
 ///
 /// # Errors
 /// As [`wanted_replicas_from`].
-pub fn wanted_replicas(home: &Home, bus_args: &BusArgs, bus: &mesh_bus::NatsBus) -> Result<usize> {
-    Ok(wanted_replicas_from(home, bus_args, bus)?.0)
+pub fn wanted_replicas(
+    home: &Home,
+    bus_config: &BusConfig,
+    bus: &mesh_bus::NatsBus,
+) -> Result<usize> {
+    Ok(wanted_replicas_from(home, bus_config, bus)?.0)
 }
 
 /// A stream or bucket with fewer copies than the mesh keeps.
@@ -171,9 +175,9 @@ pub struct ReplicasAnswer {
 ///
 /// # Errors
 /// The bus cannot be reached or its streams listed.
-pub async fn replicas(home: &Home, bus_args: &BusArgs) -> Result<ReplicasAnswer> {
-    let bus = connect(home, bus_args).await?;
-    let (wanted, source) = wanted_replicas_from(home, bus_args, &bus)?;
+pub async fn replicas(home: &Home, bus_config: &BusConfig) -> Result<ReplicasAnswer> {
+    let bus = connect(home, bus_config).await?;
+    let (wanted, source) = wanted_replicas_from(home, bus_config, &bus)?;
     let short = jetstream::replica_shortfalls(&bus.jetstream(), wanted)
         .await
         .map_err(bus_error(|| {
@@ -220,7 +224,7 @@ pub struct RaisedLine {
 /// raised before it stay raised, and are listed in the log.
 pub async fn raise_replicas(
     home: &Home,
-    bus_args: &BusArgs,
+    bus_config: &BusConfig,
     streams: &[String],
 ) -> Result<Vec<RaisedLine>> {
     if let Some(other) = streams.iter().find(|name| !jetstream::is_mesh_stream(name)) {
@@ -231,9 +235,9 @@ pub async fn raise_replicas(
             ),
         });
     }
-    let bus = connect(home, bus_args).await?;
+    let bus = connect(home, bus_config).await?;
     let js = bus.jetstream();
-    let wanted = wanted_replicas(home, bus_args, &bus)?;
+    let wanted = wanted_replicas(home, bus_config, &bus)?;
     let names: Vec<String> = if streams.is_empty() {
         jetstream::replica_shortfalls(&js, wanted)
             .await

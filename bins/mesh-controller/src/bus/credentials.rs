@@ -1,4 +1,4 @@
-//! The controller on the bus: how it reaches it ([`BusArgs`]: the URL, its credential and the
+//! The controller on the bus: how it reaches it ([`BusConfig`]: the URL, its credential and the
 //! bus's TLS), what it proves itself with — its NKey seed (`--bus-seed`, or
 //! [`CONTROLLER_SEED_FILE`] made by `broker keygen`) or, without one, its password
 //! (`--bus-password-file`, or `<home>/bus/passwords/controller`) — and the nodes' bus
@@ -10,7 +10,7 @@
 //! there), to be given to that node's host as its `--password-file` (`broker password NODE`), and
 //! dropped when it is enrolled. The controller's seed or password stays on the controller's
 //! machine: it opens the bus, and so the records. The server is verified against `--bus-ca`
-//! ([`BusArgs::tls`]).
+//! ([`BusConfig::with_ca_file`]).
 //!
 //! What it must never do: put the controller's seed or password among the records, or name a
 //! secret in an error.
@@ -21,29 +21,104 @@ use mesh_bus::grants;
 use mesh_bus::{BusTls, NatsBus, NatsOptions, NodeSecret};
 use std::path::PathBuf;
 
-/// How the controller reaches the bus: `--bus URL`, its credential (`--bus-seed FILE`, or
-/// `--bus-password-file FILE`) and the bus's TLS (`--bus-ca FILE`, `--bus-cert`/`--bus-key`).
+/// How the controller reaches a fleet's bus: its URL, its credential (an NKey seed file, else a
+/// password file, else the password kept in the home) and the bus's TLS, and how it treats the
+/// bus (how many copies of each stream to make, how long an unanswered call on the records is
+/// tried again). Built with its methods:
+///
+/// ```
+/// let bus = mesh_controller::bus::credentials::BusConfig::new("tls://bus.example:4222")
+///     .with_ca_file("/etc/mesh/ca.pem")
+///     .with_seed_file("/etc/mesh/controller.seed");
+/// assert_eq!(bus.url(), "tls://bus.example:4222");
+/// ```
 #[derive(Debug, Clone, Default)]
-pub struct BusArgs {
+pub struct BusConfig {
     /// The bus, e.g. `tls://bus.example:4222`.
-    pub url: String,
+    pub(crate) url: String,
     /// The controller's password file (default `<home>/bus/passwords/controller`), used when
     /// it has no seed.
-    pub password_file: Option<PathBuf>,
+    pub(crate) password_file: Option<PathBuf>,
     /// The controller's NKey seed file (default `<home>/bus/nkey.seed` when there is one).
-    pub seed_file: Option<PathBuf>,
+    pub(crate) seed_file: Option<PathBuf>,
     /// The CA the server is verified against, and the controller's client certificate.
-    pub tls: BusTls,
-    /// The controller's access to its store (`--store-ca`, `--store-credentials`), through
-    /// which the bus's users travel to the bus node.
-    pub store_access: mesh_store::store::StoreAccess,
-    /// How many copies of each stream and bucket to make (`--bus-replicas N`, recorded when
-    /// given); `None`: the recorded number, else 1 on a single server and 3 on a cluster
+    pub(crate) tls: BusTls,
+    /// How many copies of each stream and bucket to make (recorded when given); `None`: the
+    /// recorded number, else 1 on a single server and 3 on a cluster
     /// ([`crate::bus::broker::wanted_replicas`]).
-    pub replicas: Option<usize>,
-    /// How long a call on the records that gets no answer is tried again before it fails
-    /// (`--bus-retry-limit SECS`); `None`: [`mesh_bus::records::RETRY_LIMIT`].
-    pub retry_limit: Option<std::time::Duration>,
+    pub(crate) replicas: Option<usize>,
+    /// How long a call on the records that gets no answer is tried again before it fails;
+    /// `None`: [`mesh_bus::records::RETRY_LIMIT`].
+    pub(crate) retry_limit: Option<std::time::Duration>,
+}
+
+impl BusConfig {
+    /// The bus at `url`, reached with the controller's password kept in the home, without TLS
+    /// options of its own.
+    pub fn new(url: impl Into<String>) -> BusConfig {
+        BusConfig {
+            url: url.into(),
+            ..BusConfig::default()
+        }
+    }
+
+    /// The controller proves itself with the password in `file` (refused when others may read
+    /// it) instead of the one kept in the home. A seed, when there is one, goes first.
+    #[must_use]
+    pub fn with_password_file(mut self, file: impl Into<PathBuf>) -> BusConfig {
+        self.password_file = Some(file.into());
+        self
+    }
+
+    /// The controller proves itself with the NKey seed in `file` (default: the one `broker
+    /// keygen` made under the home, when there is one).
+    #[must_use]
+    pub fn with_seed_file(mut self, file: impl Into<PathBuf>) -> BusConfig {
+        self.seed_file = Some(file.into());
+        self
+    }
+
+    /// The server is verified against the CA in `file`.
+    #[must_use]
+    pub fn with_ca_file(mut self, file: impl Into<PathBuf>) -> BusConfig {
+        self.tls.ca_file = Some(file.into());
+        self
+    }
+
+    /// The controller shows the client certificate in `cert_file`, with its key in `key_file`
+    /// (mutual TLS).
+    #[must_use]
+    pub fn with_client_certificate(
+        mut self,
+        cert_file: impl Into<PathBuf>,
+        key_file: impl Into<PathBuf>,
+    ) -> BusConfig {
+        self.tls.client_certificate = Some(mesh_bus::ClientCertificate {
+            cert_file: cert_file.into(),
+            key_file: key_file.into(),
+        });
+        self
+    }
+
+    /// Each stream and bucket made keeps `replicas` copies (the number is recorded, and later
+    /// calls without one use it).
+    #[must_use]
+    pub fn with_replicas(mut self, replicas: usize) -> BusConfig {
+        self.replicas = Some(replicas);
+        self
+    }
+
+    /// A call on the records that gets no answer is tried again for `limit` before it fails.
+    #[must_use]
+    pub fn with_retry_limit(mut self, limit: std::time::Duration) -> BusConfig {
+        self.retry_limit = Some(limit);
+        self
+    }
+
+    /// The bus's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
 }
 
 /// Where the controller's own NKey seed is kept under the home (`broker keygen` makes it,
@@ -52,7 +127,7 @@ pub const CONTROLLER_SEED_FILE: &str = "bus/nkey.seed";
 
 /// The controller's seed file: `--bus-seed`, else [`CONTROLLER_SEED_FILE`] under the home
 /// when it is there (`None`: the controller is on its password).
-pub fn controller_seed_file(home: &Home, bus: &BusArgs) -> Option<PathBuf> {
+pub fn controller_seed_file(home: &Home, bus: &BusConfig) -> Option<PathBuf> {
     bus.seed_file.clone().or_else(|| {
         let path = home.root().join(CONTROLLER_SEED_FILE);
         path.exists().then_some(path)
@@ -80,7 +155,7 @@ pub fn controller_keygen(home: &Home) -> Result<mesh_bus::keys::MadeSeed> {
 /// # Errors
 /// A seed or password file that cannot be read, is readable by others, or holds no seed (the
 /// error names the file, never what it holds).
-pub fn controller_secret(home: &Home, bus: &BusArgs) -> Result<NodeSecret> {
+pub fn controller_secret(home: &Home, bus: &BusConfig) -> Result<NodeSecret> {
     if let Some(seed_file) = controller_seed_file(home, bus) {
         let seed = mesh_bus::keys::read_seed_file(&seed_file).map_err(|source| Error::Invalid {
             what: "reading the controller's bus seed".to_owned(),
@@ -116,7 +191,7 @@ pub(crate) fn probe_seed(secret: &NodeSecret) -> String {
 ///
 /// # Errors
 /// As [`controller_secret`].
-pub fn controller_options(home: &Home, bus: &BusArgs) -> Result<NatsOptions> {
+pub fn controller_options(home: &Home, bus: &BusConfig) -> Result<NatsOptions> {
     let options = match controller_secret(home, bus)? {
         NodeSecret::Password(password) => NatsOptions::for_controller(&bus.url, password),
         NodeSecret::NkeySeed(seed) => NatsOptions::for_controller_nkey(&bus.url, seed),
@@ -201,7 +276,7 @@ pub fn password(home: &Home, user: &str) -> Result<String> {
 
 /// The controller's bus password: `--bus-password-file` (refused when others may read it),
 /// else the one kept in the home.
-pub fn controller_password(home: &Home, bus: &BusArgs) -> Result<String> {
+pub fn controller_password(home: &Home, bus: &BusConfig) -> Result<String> {
     match &bus.password_file {
         Some(file) => Ok(mesh_store::secret::read_secret(file)
             .map_err(|source| Error::Invalid {
@@ -215,7 +290,7 @@ pub fn controller_password(home: &Home, bus: &BusArgs) -> Result<String> {
 }
 
 /// Connects as the controller.
-pub async fn connect(home: &Home, bus: &BusArgs) -> Result<NatsBus> {
+pub async fn connect(home: &Home, bus: &BusConfig) -> Result<NatsBus> {
     let options = controller_options(home, bus)?;
     NatsBus::connect(&options).await.map_err(bus_error(|| {
         format!("connecting to the bus at {}", bus.url)

@@ -156,7 +156,7 @@ pub async fn publish(bus: &mesh_bus::NatsBus, home: &Home, beat: &Heartbeat) -> 
 /// is stopped too); `None` when the bus or the consumer cannot be read (said in the log).
 pub async fn merges_waiting(
     home: &Home,
-    bus: &crate::bus::credentials::BusArgs,
+    bus: &crate::bus::credentials::BusConfig,
 ) -> Option<MergesWaiting> {
     let connected = match crate::bus::credentials::connect(home, bus).await {
         Ok(connected) => connected,

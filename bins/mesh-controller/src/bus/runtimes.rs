@@ -5,7 +5,7 @@
 //! What it must never do: say that a module of a node whose runtime was not heard is missing
 //! or running elsewhere.
 
-use crate::bus::credentials::{connect, BusArgs};
+use crate::bus::credentials::{connect, BusConfig};
 use crate::error::{bus_error, Result};
 use crate::home::Home;
 use mesh_bus::discovery::{self, Discovery};
@@ -109,9 +109,9 @@ pub fn runtimes_exit_code(found: &Runtimes) -> u8 {
 ///
 /// # Errors
 /// The home's inventory cannot be read; the bus cannot be reached or asked.
-pub async fn runtimes(home: &Home, bus_args: &BusArgs) -> Result<Runtimes> {
+pub async fn runtimes(home: &Home, bus_config: &BusConfig) -> Result<Runtimes> {
     let inventory = home.inventory()?;
-    let bus = connect(home, bus_args).await?;
+    let bus = connect(home, bus_config).await?;
     // `discovery::discover_naming_unreadable` names unreadable answers, but its per-instance
     // INFO misses a host answering after a second (fleet_discovery): not wired yet.
     let found = discovery::discover(bus.client(), discovery::OLD_WINDOW)

@@ -28,7 +28,7 @@ pub mod poll;
 pub mod forge;
 pub mod verify;
 
-use crate::bus::credentials::BusArgs;
+use crate::bus::credentials::BusConfig;
 use crate::catalogue::repos::{self, RepoRecord};
 use crate::error::{Error, Result};
 use crate::home::Home;
@@ -45,14 +45,14 @@ pub const PREFIX: &str = "/hooks/";
 /// announced on (connected at the first push, and kept).
 pub struct Hooks {
     home: Home,
-    bus_args: BusArgs,
+    bus_config: BusConfig,
     bus: tokio::sync::OnceCell<NatsBus>,
 }
 
 impl std::fmt::Debug for Hooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hooks")
-            .field("bus", &self.bus_args.url)
+            .field("bus", &self.bus_config.url)
             .finish_non_exhaustive()
     }
 }
@@ -66,11 +66,11 @@ fn text(status: u16, body: impl Into<String>) -> Answer {
 }
 
 impl Hooks {
-    /// The webhooks of `home`'s repositories, announcing on the bus `bus_args` names.
-    pub fn new(home: Home, bus_args: BusArgs) -> Hooks {
+    /// The webhooks of `home`'s repositories, announcing on the bus `bus_config` names.
+    pub fn new(home: Home, bus_config: BusConfig) -> Hooks {
         Hooks {
             home,
-            bus_args,
+            bus_config,
             bus: tokio::sync::OnceCell::new(),
         }
     }
@@ -200,7 +200,7 @@ impl Hooks {
     ) -> Result<crate::bus::announce::Announced> {
         let bus = self
             .bus
-            .get_or_try_init(|| crate::bus::credentials::connect(&self.home, &self.bus_args))
+            .get_or_try_init(|| crate::bus::credentials::connect(&self.home, &self.bus_config))
             .await?;
         crate::bus::announce::announce(bus, repo, commit).await
     }
@@ -296,13 +296,7 @@ mod tests {
 
     fn hooks() -> (tempfile::TempDir, Hooks) {
         let dir = tempfile::tempdir().unwrap();
-        let hooks = Hooks::new(
-            Home::new(dir.path()),
-            BusArgs {
-                url: "nats://127.0.0.1:1".to_owned(),
-                ..BusArgs::default()
-            },
-        );
+        let hooks = Hooks::new(Home::new(dir.path()), BusConfig::new("nats://127.0.0.1:1"));
         (dir, hooks)
     }
 

@@ -17,7 +17,7 @@
 
 pub mod backup;
 
-use crate::bus::credentials::{self, BusArgs};
+use crate::bus::credentials::{self, BusConfig};
 use crate::error::{bus_error, file_error, Error, Result};
 use crate::home::{Home, MOVED_FILE};
 use mesh_bus::records::KvRecords;
@@ -37,7 +37,7 @@ pub const OPEN_RETRY_LIMIT: std::time::Duration = std::time::Duration::from_secs
 /// # Errors
 /// When the bus cannot be reached, refuses the controller's password, or its records bucket
 /// can be neither opened nor made.
-pub fn open_home(root: &Path, bus: Option<&BusArgs>) -> Result<Home> {
+pub fn open_home(root: &Path, bus: Option<&BusConfig>) -> Result<Home> {
     let local = Home::new(root);
     let Some(bus) = bus else {
         return Ok(local);

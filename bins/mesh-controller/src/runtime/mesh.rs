@@ -1,7 +1,7 @@
 //! A mesh opened: its home and records, its store, and the fleet its plans and pushes go to —
 //! picked once, at [`Mesh::open`].
 
-use crate::bus::credentials::BusArgs;
+use crate::bus::credentials::BusConfig;
 use crate::catalogue::builds;
 use crate::error::{Error, Result};
 use crate::executor::cancel::Cancel;
@@ -19,7 +19,7 @@ pub struct MeshOptions {
     /// A fleet's bus: the records are on it and the sends go to its real hosts. `None`: the
     /// embedded default, the records under the home and one host agent per node in this
     /// process.
-    pub bus: Option<BusArgs>,
+    pub bus: Option<BusConfig>,
     /// The archive store (`None`: the home's, `oci:<home>/store/oci`).
     pub store: Option<StoreSpec>,
     /// The controller's access to the store (its CA and credentials).
@@ -38,7 +38,7 @@ enum Pick {
     /// One host agent per node in this process.
     InProcess,
     /// The real hosts on a fleet's bus.
-    Bus(Box<BusArgs>),
+    Bus(Box<BusConfig>),
     /// The caller's.
     Given(GivenFleet),
 }
@@ -47,6 +47,9 @@ enum Pick {
 pub struct Mesh {
     home: Home,
     store: Box<dyn ArchiveStore>,
+    /// The controller's access to the store (its CA and credentials), through which a fleet's
+    /// bus users travel to the bus node.
+    store_access: StoreAccess,
     fleet: Pick,
 }
 
@@ -94,6 +97,7 @@ impl Mesh {
         Ok(Mesh {
             home,
             store,
+            store_access: options.store_access,
             fleet: match options.bus {
                 Some(bus) => Pick::Bus(Box::new(bus)),
                 None => Pick::InProcess,
@@ -120,7 +124,7 @@ impl Mesh {
     }
 
     /// The fleet's bus, when the mesh is on one.
-    pub fn bus(&self) -> Option<&BusArgs> {
+    pub fn bus(&self) -> Option<&BusConfig> {
         match &self.fleet {
             Pick::Bus(bus) => Some(bus),
             Pick::InProcess | Pick::Given(_) => None,
@@ -135,7 +139,13 @@ impl Mesh {
     pub async fn start_fleet(&self) -> Result<Started> {
         Ok(match &self.fleet {
             Pick::Bus(bus) => Started::Own(Box::new(
-                NatsFleet::start(&self.home, bus, &builds::store_spec(self.store())?).await?,
+                NatsFleet::start(
+                    &self.home,
+                    bus,
+                    &builds::store_spec(self.store())?,
+                    &self.store_access,
+                )
+                .await?,
             )),
             Pick::InProcess => Started::Own(Box::new(
                 InProcessFleet::start(&self.home, builds::store_spec(self.store())?).await?,

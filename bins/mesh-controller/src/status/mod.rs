@@ -672,7 +672,7 @@ impl ReportWatch {
     ///
     /// # Errors
     /// When the bus cannot be reached or refuses the subscription.
-    pub fn open(home: &Home, bus: &crate::bus::credentials::BusArgs) -> Result<ReportWatch> {
+    pub fn open(home: &Home, bus: &crate::bus::credentials::BusConfig) -> Result<ReportWatch> {
         use mesh_bus::Bus as _;
         let mut options = crate::bus::credentials::controller_options(home, bus)?;
         options.name = Some("mesh-controller status --watch".to_owned());

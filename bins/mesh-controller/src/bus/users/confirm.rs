@@ -7,7 +7,7 @@
 //! What it must never do: record users as confirmed that were not proven in force.
 
 use super::{read_users_archive, USERS_RESOURCE};
-use crate::bus::credentials::{password, probe_seed, BusArgs};
+use crate::bus::credentials::{password, probe_seed, BusConfig};
 use crate::error::{bad_record, Error, Result};
 use crate::home::Home;
 use mesh_bus::grants;
@@ -181,7 +181,7 @@ pub(crate) fn users_file_in_place(report: &Report) -> Result<(), String> {
 /// proven: the permission and what the server said. A password that cannot be read.
 pub(crate) async fn confirm_users(
     home: &Home,
-    bus: &BusArgs,
+    bus: &BusConfig,
     controller: &NodeSecret,
     inventory: &Inventory,
     users: &str,

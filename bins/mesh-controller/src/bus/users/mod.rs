@@ -33,7 +33,7 @@
 
 pub mod confirm;
 
-use crate::bus::credentials::{controller_credential, controller_secret, probe_seed, BusArgs};
+use crate::bus::credentials::{controller_credential, controller_secret, probe_seed, BusConfig};
 use crate::error::{bad_record, Context, Error, Result};
 use crate::home::Home;
 use crate::push::Checked;
@@ -124,7 +124,7 @@ pub fn authorization(
 
 /// `broker users`: the bus's users as the server's configuration includes them — to start
 /// the bus node's server with, before the first push sends it.
-pub fn users_text(home: &Home, checked: &Checked, bus: &BusArgs) -> Result<String> {
+pub fn users_text(home: &Home, checked: &Checked, bus: &BusConfig) -> Result<String> {
     let inventory = home.inventory()?;
     let controller = controller_secret(home, bus)?;
     authorization(home, &checked.0, &inventory, &controller)

@@ -9,7 +9,7 @@
 //! when they changed, or take a report published on another node's subject for that node's.
 
 use super::{Fleet, Grants, ReportHeard, Sent};
-use crate::bus::credentials::{connect, controller_secret, random_hex, BusArgs};
+use crate::bus::credentials::{connect, controller_secret, random_hex, BusConfig};
 use crate::bus::users::confirm::{
     confirm_users, confirmed, confirmed_digest, confirmed_text, record_confirmed,
     users_file_in_place,
@@ -165,7 +165,7 @@ pub const SEND_RETRY_LIMIT: Duration = Duration::from_secs(60);
 ///   once however often it is tried.
 pub struct NatsFleet {
     home: Home,
-    args: BusArgs,
+    args: BusConfig,
     bus: NatsBus,
     store: Box<dyn ArchiveStore>,
     /// The reports stream read from the fleet's start ([`jetstream::ReportReader`]).
@@ -187,18 +187,19 @@ pub struct NatsFleet {
 
 impl NatsFleet {
     /// Connects as the controller, makes the mesh's streams and listens for reports; the bus's
-    /// users travel through `store` (the controller's archive store).
+    /// users travel through `store` (the controller's archive store, reached with `store_access`).
     ///
     /// # Errors
     /// The bus cannot be reached, or the streams cannot be made; the store's client cannot be
     /// made.
     pub async fn start(
         home: &Home,
-        args: &BusArgs,
+        args: &BusConfig,
         store: &mesh_store::store::StoreSpec,
+        store_access: &mesh_store::store::StoreAccess,
     ) -> Result<NatsFleet> {
         let controller = controller_secret(home, args)?;
-        let store = mesh_store::open_store_with(store, &args.store_access)
+        let store = mesh_store::open_store_with(store, store_access)
             .for_module(USERS_MODULE, || {
                 format!("opening the store {store} for the bus's users")
             })?;

@@ -64,15 +64,13 @@ impl Bed {
             credentials_file: Some(secured.controller_credentials.clone()),
         };
         MeshOptions {
-            bus: Some(mesh_controller::bus::credentials::BusArgs {
-                url: self.url.clone(),
-                tls: mesh_bus::BusTls {
-                    ca_file: Some(self.pki.ca_file.clone()),
-                    client_certificate: None,
-                },
-                store_access: store_access.clone(),
-                retry_limit: self.retry_limit(),
-                ..Default::default()
+            bus: Some({
+                let bus = mesh_controller::bus::credentials::BusConfig::new(self.url.clone())
+                    .with_ca_file(&self.pki.ca_file);
+                match self.retry_limit() {
+                    Some(limit) => bus.with_retry_limit(limit),
+                    None => bus,
+                }
             }),
             store: Some(self.registry.url().parse().expect("the store's URL")),
             store_access,
@@ -117,7 +115,7 @@ impl Library {
     }
 
     /// The bus (the command's `--bus`), as a command that needs one asks for it.
-    fn bus(&self) -> Result<&mesh_controller::bus::credentials::BusArgs, String> {
+    fn bus(&self) -> Result<&mesh_controller::bus::credentials::BusConfig, String> {
         self.mesh.bus().ok_or_else(|| {
             "this command talks to a fleet's bus: give --bus URL (or MESH_BUS)".to_owned()
         })

@@ -69,7 +69,7 @@ impl Library {
     /// (`--output json` prints what was copied).
     pub fn records_import(&self, home: &Path) -> Result<Value, String> {
         let bus = self.bus()?;
-        let imported = records::import(home, self.home(), &bus.url).map_err(|e| said(&e))?;
+        let imported = records::import(home, self.home(), bus.url()).map_err(|e| said(&e))?;
         Ok(serde_json::to_value(imported).unwrap())
     }
 

@@ -27,7 +27,7 @@ pub mod status;
 use crate::lines::Lines;
 use crate::{Cli, Output};
 use anyhow::{Context, Result};
-use mesh_controller::bus::credentials::BusArgs;
+use mesh_controller::bus::credentials::BusConfig;
 use mesh_controller::catalogue::builds;
 use mesh_controller::home::Home;
 use mesh_controller::runtime::{Mesh, MeshOptions, Runtime};
@@ -47,9 +47,9 @@ pub struct Env {
     /// Text or JSON.
     pub output: Output,
     /// The fleet's bus, when `--bus` names one.
-    pub bus: Option<BusArgs>,
+    pub bus: Option<BusConfig>,
     /// The bus options with no URL: what `broker users` renders for without `--bus`.
-    pub local_bus: BusArgs,
+    pub local_bus: BusConfig,
     /// The mesh: the home, the store and the fleet.
     pub mesh: Arc<Mesh>,
     /// The runtime the library's async calls run on.
@@ -62,28 +62,29 @@ impl Env {
     /// Opens the mesh — the home (on the bus with `--bus`), the store and the fleet — and
     /// starts a runtime.
     pub fn open(cli: &Cli) -> Result<Env> {
-        let bus_args = |url: String| BusArgs {
-            url,
-            password_file: cli.bus_password_file.clone(),
-            seed_file: cli.bus_seed.clone(),
-            tls: mesh_bus::BusTls {
-                ca_file: cli.bus_ca.clone(),
-                client_certificate: match (&cli.bus_cert, &cli.bus_key) {
-                    (Some(cert_file), Some(key_file)) => Some(mesh_bus::ClientCertificate {
-                        cert_file: cert_file.clone(),
-                        key_file: key_file.clone(),
-                    }),
-                    _ => None,
-                },
-            },
-            store_access: mesh_store::store::StoreAccess {
-                ca_file: cli.store_ca.clone(),
-                credentials_file: cli.store_credentials.clone(),
-            },
-            replicas: cli.bus_replicas,
-            retry_limit: cli.bus_retry_limit.map(std::time::Duration::from_secs),
+        let bus_config = |url: String| {
+            let mut bus = BusConfig::new(url);
+            if let Some(file) = &cli.bus_password_file {
+                bus = bus.with_password_file(file);
+            }
+            if let Some(file) = &cli.bus_seed {
+                bus = bus.with_seed_file(file);
+            }
+            if let Some(file) = &cli.bus_ca {
+                bus = bus.with_ca_file(file);
+            }
+            if let (Some(cert_file), Some(key_file)) = (&cli.bus_cert, &cli.bus_key) {
+                bus = bus.with_client_certificate(cert_file, key_file);
+            }
+            if let Some(replicas) = cli.bus_replicas {
+                bus = bus.with_replicas(replicas);
+            }
+            if let Some(secs) = cli.bus_retry_limit {
+                bus = bus.with_retry_limit(std::time::Duration::from_secs(secs));
+            }
+            bus
         };
-        let bus = cli.bus.clone().map(bus_args);
+        let bus = cli.bus.clone().map(bus_config);
         let store: Option<mesh_store::store::StoreSpec> = match &cli.store {
             Some(spec) => Some(spec.parse().with_context(|| format!("--store {spec}"))?),
             None => None,
@@ -105,7 +106,7 @@ impl Env {
             home: mesh.home().clone(),
             output: cli.output,
             bus,
-            local_bus: bus_args(String::new()),
+            local_bus: bus_config(String::new()),
             mesh: Arc::new(mesh),
             runtime: tokio::runtime::Runtime::new()?,
             progress: Arc::new(Lines::new(cli.output)),
@@ -113,7 +114,7 @@ impl Env {
     }
 
     /// The bus, for a command that talks to a fleet's.
-    pub fn need_bus(&self) -> Result<BusArgs> {
+    pub fn need_bus(&self) -> Result<BusConfig> {
         self.bus
             .clone()
             .context("this command talks to a fleet's bus: give --bus URL (or MESH_BUS)")

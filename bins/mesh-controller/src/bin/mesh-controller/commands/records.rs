@@ -128,7 +128,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
         }
         Command::Import { file: None } => {
             let bus = env.need_bus()?;
-            let imported = records::import(&env.home_path, home, &bus.url)?;
+            let imported = records::import(&env.home_path, home, bus.url())?;
             match env.output {
                 Output::Json => env.print_json(&imported)?,
                 Output::Text => println!(
@@ -137,7 +137,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
                     imported.keys.len(),
                     imported.home,
                     imported.records,
-                    bus.url
+                    bus.url()
                 ),
             }
         }
