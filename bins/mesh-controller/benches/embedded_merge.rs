@@ -109,7 +109,7 @@ fn first_merge(nodes: usize, budget: Duration) -> Result<Duration, String> {
         let runtime = Runtime::new(Arc::new(mesh), Arc::new(mesh_controller::Quiet));
         let started = Instant::now();
         let outcome = tokio
-            .block_on(runtime.merge("cat", None, false, &BTreeSet::new()))
+            .block_on(runtime.merge("cat", &Default::default()))
             .unwrap();
         let took = started.elapsed();
         let MergeOutcome::Planned { plan, .. } = outcome else {

@@ -366,7 +366,7 @@ fn run(
         let runtime = Runtime::new(Arc::new(mesh), Arc::clone(&progress) as _);
         let cpu_before = cpu_time();
         let started = Instant::now();
-        let outcome = tokio.block_on(runtime.merge("cat", None, false, &BTreeSet::new()));
+        let outcome = tokio.block_on(runtime.merge("cat", &Default::default()));
         let took = started.elapsed();
         let cpu = cpu_time().saturating_sub(cpu_before);
         let outcome = match outcome {

@@ -20,7 +20,6 @@ mod support;
 use mesh_controller::home::Home;
 use mesh_controller::runtime::{GivenFleet, Mesh, MeshOptions, Runtime};
 use mesh_test_support::nats_server::NatsServer;
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::modules::{git, write};
@@ -81,7 +80,7 @@ fn main() {
         }
         let started = Instant::now();
         let outcome = tokio
-            .block_on(runtime.merge("cat", None, false, &BTreeSet::new()))
+            .block_on(runtime.merge("cat", &Default::default()))
             .unwrap_or_else(|e| panic!("merge {merge}: {e:#}"));
         let merged = started.elapsed();
         let mesh_controller::plans::MergeOutcome::Planned { plan, .. } = outcome else {

@@ -11,7 +11,7 @@
 
 use anyhow::{Context, Result};
 use mesh_controller::plans::MergeOutcome;
-use mesh_controller::runtime::{Mesh, MeshOptions, Runtime};
+use mesh_controller::runtime::{MergeOptions, Mesh, MeshOptions, Runtime};
 use mesh_controller::{catalogue::repos, status};
 use std::path::Path;
 use std::process::Command;
@@ -78,8 +78,8 @@ fn main() -> Result<()> {
     repos::add(home, "catalogue", &repo, None, "modules")?;
     let runtime = Runtime::new(Arc::clone(&mesh), Arc::new(Printed));
     let tokio = tokio::runtime::Runtime::new()?;
-    let moves = Default::default(); // no running container's data may move (`--move`)
-    let outcome = tokio.block_on(runtime.merge("catalogue", None, false, &moves))?;
+    // The registered branch's head, built and rolled out; no running container's data may move.
+    let outcome = tokio.block_on(runtime.merge("catalogue", &MergeOptions::default()))?;
     if let MergeOutcome::Planned { plan, .. } = &outcome {
         println!("{}: {}", plan.id, mesh_plan::plans::state_word(&plan.state));
     }

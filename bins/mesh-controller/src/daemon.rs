@@ -10,12 +10,11 @@ pub mod retry;
 
 use crate::bus::credentials::connect;
 use crate::error::{bus_error, Error, Result};
-use crate::runtime::Runtime;
+use crate::runtime::{MergeOptions, Runtime};
 use drives::{Drives, Ended};
 use mesh_bus::discovery;
 use mesh_bus::jetstream;
 use mesh_store::problems::ProblemKind;
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 pub use crate::bus::announce::MERGE_CONSUMER;
@@ -278,9 +277,11 @@ pub async fn serve(
                 runtime
                     .merge(
                         &merge.repository,
-                        Some(&merge.commit),
-                        true,
-                        &BTreeSet::new(),
+                        &MergeOptions {
+                            commit: Some(merge.commit.clone()),
+                            plan_only: true,
+                            ..MergeOptions::default()
+                        },
                     )
                     .await
             }

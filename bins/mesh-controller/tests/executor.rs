@@ -115,7 +115,13 @@ impl Bed {
         let tokio = tokio::runtime::Runtime::new().unwrap();
         let runtime = self.runtime(Arc::clone(&progress) as _);
         let outcome = tokio
-            .block_on(runtime.merge("cat", None, false, &moves))
+            .block_on(runtime.merge(
+                "cat",
+                &mesh_runtime::MergeOptions {
+                    moves,
+                    ..Default::default()
+                },
+            ))
             .unwrap();
         let lines = progress.0.lock().unwrap().clone();
         (outcome, lines)
@@ -127,7 +133,10 @@ impl Bed {
         let tokio = tokio::runtime::Runtime::new().unwrap();
         let runtime = self.runtime(Arc::clone(&progress) as _);
         tokio
-            .block_on(runtime.drive_open(None, mesh_runtime::DriveMode::All, &moves))
+            .block_on(runtime.drive_open(&mesh_runtime::DriveOptions {
+                moves,
+                ..Default::default()
+            }))
             .unwrap();
         let lines = progress.0.lock().unwrap().clone();
         lines
@@ -154,7 +163,13 @@ fn a_drive_cancelled_while_its_first_machine_is_awaited_stops_saved_and_resumes(
     let tokio = tokio::runtime::Runtime::new().unwrap();
     let none = BTreeSet::new();
     let MergeOutcome::Planned { plan, .. } = tokio
-        .block_on(runtime.merge("cat", None, true, &none))
+        .block_on(runtime.merge(
+            "cat",
+            &mesh_runtime::MergeOptions {
+                plan_only: true,
+                ..Default::default()
+            },
+        ))
         .unwrap()
     else {
         panic!("the first merge plans")
@@ -162,7 +177,11 @@ fn a_drive_cancelled_while_its_first_machine_is_awaited_stops_saved_and_resumes(
     let home = Home::new(bed.mesh.home());
     let record = home.plan(&plan.id).unwrap();
     let stopped = tokio.block_on(async {
-        let task = runtime.drive(record, mesh_runtime::DriveMode::All, &none);
+        let task = runtime.drive(
+            record,
+            mesh_runtime::DriveMode::All,
+            runtime.ctx(&none, &none),
+        );
         assert_eq!(runtime.driving(), std::slice::from_ref(&plan.id));
         // The condition, not a time: the first machine was sent its declaration (polled, in
         // the async drive's own runtime; the 60 s only bounds a failure).
@@ -485,7 +504,7 @@ fn a_rollout_reports_its_progress_step_by_step() {
     tokio
         .block_on(
             bed.runtime(Arc::clone(&steps) as _)
-                .merge("cat", None, false, &BTreeSet::new()),
+                .merge("cat", &Default::default()),
         )
         .unwrap();
     let steps = steps.0.lock().unwrap().clone();
@@ -563,9 +582,14 @@ fn a_merge_after_plan_only_rolls_the_plan_out() {
     let bed = Bed::new();
     let tokio = tokio::runtime::Runtime::new().unwrap();
     let runtime = bed.runtime(Arc::new(mesh_controller::Quiet));
-    let none = BTreeSet::new();
     let MergeOutcome::Planned { plan, .. } = tokio
-        .block_on(runtime.merge("cat", None, true, &none))
+        .block_on(runtime.merge(
+            "cat",
+            &mesh_runtime::MergeOptions {
+                plan_only: true,
+                ..Default::default()
+            },
+        ))
         .unwrap()
     else {
         panic!("the merge plans")
@@ -601,7 +625,13 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
     let none = BTreeSet::new();
     // Planned, then driven alone: a drive does not fold (the merge that called it does).
     let MergeOutcome::Planned { plan, .. } = tokio
-        .block_on(runtime.merge("cat", None, true, &none))
+        .block_on(runtime.merge(
+            "cat",
+            &mesh_runtime::MergeOptions {
+                plan_only: true,
+                ..Default::default()
+            },
+        ))
         .unwrap()
     else {
         panic!("the first merge plans")
@@ -611,7 +641,11 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
     let driven = tokio
         .block_on(async {
             runtime
-                .drive(record, mesh_runtime::DriveMode::All, &none)
+                .drive(
+                    record,
+                    mesh_runtime::DriveMode::All,
+                    runtime.ctx(&none, &none),
+                )
                 .finish()
                 .await
         })

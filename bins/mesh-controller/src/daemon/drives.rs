@@ -139,7 +139,11 @@ impl Drives {
         let repository = record.plan.repository.clone();
         let branch = record.plan.branch.clone();
         let hold = runtime.hold_plans(&format!("serve: driving {id}"))?;
-        let drive = runtime.drive(record, DriveMode::All, &BTreeSet::new());
+        let drive = runtime.drive(
+            record,
+            DriveMode::All,
+            runtime.ctx(&BTreeSet::new(), &BTreeSet::new()),
+        );
         let ended = self.ended_tx.clone();
         let plan = id.clone();
         let task = tokio::spawn(async move {

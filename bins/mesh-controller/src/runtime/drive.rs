@@ -13,9 +13,10 @@ use mesh_model::plan::{PlanState, RolloutOutcome};
 use std::collections::BTreeSet;
 
 /// What driving a plan does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DriveMode {
     /// Build and roll out, tier by tier.
+    #[default]
     All,
     /// Only build what is not built (`build --behind`).
     BuildOnly,

@@ -40,6 +40,61 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+/// How a merge is heard ([`Runtime::merge`], [`preview::merge`]).
+#[derive(Debug, Clone, Default)]
+pub struct MergeOptions {
+    /// The merged commit; `None`: the registered branch's head.
+    pub commit: Option<String>,
+    /// Only plan it: nothing is built or sent (the plan waits, open, for a later merge of the
+    /// same commit or `plans resume`), and [`preview::merge`] previews it.
+    pub plan_only: bool,
+    /// Modules whose running containers' data may move: their held nodes are sent ("A moved
+    /// mount is held"). Empty: every move is held.
+    pub moves: BTreeSet<String>,
+    /// Modules whose nodes held for orphaned settings are sent anyway, those settings dropped
+    /// ("An orphaned setting is a removal"). Empty: every such node is held.
+    pub drop_settings: BTreeSet<String>,
+}
+
+/// How the open plans are driven ([`Runtime::drive_open`]).
+#[derive(Debug, Clone, Default)]
+pub struct DriveOptions {
+    /// Only this plan (an error when it is not open); `None`: every open plan, one after
+    /// another.
+    pub plan: Option<String>,
+    /// How far each is driven.
+    pub mode: DriveMode,
+    /// Modules whose running containers' data may move, as [`MergeOptions::moves`].
+    pub moves: BTreeSet<String>,
+    /// Modules whose held nodes are sent with their orphaned settings dropped, as
+    /// [`MergeOptions::drop_settings`].
+    pub drop_settings: BTreeSet<String>,
+}
+
+/// How a push is sent ([`Runtime::push`]).
+#[derive(Debug, Clone)]
+pub struct PushOptions {
+    /// Modules whose running containers' data may move, as [`MergeOptions::moves`].
+    pub moves: BTreeSet<String>,
+    /// How long each node's report is waited for.
+    pub timeout: Duration,
+}
+
+impl Default for PushOptions {
+    /// Nothing may move; each node's report is waited for [`PushOptions::DEFAULT_TIMEOUT`].
+    fn default() -> PushOptions {
+        PushOptions {
+            moves: BTreeSet::new(),
+            timeout: PushOptions::DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+impl PushOptions {
+    /// How long a push waits for each node's report unless told: two minutes.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+}
+
 /// The drives running, by plan, each with its cancellation.
 type Running = Arc<Mutex<BTreeMap<String, Cancel>>>;
 
@@ -78,7 +133,6 @@ pub struct Runtime {
     progress: Arc<dyn crate::Progress>,
     running: Running,
     lock: SharedLock,
-    drop_settings: BTreeSet<String>,
 }
 
 /// A plan's drive, running as a task of its own: [`DriveTask::finish`] awaits it; dropped, the
@@ -134,22 +188,12 @@ impl Runtime {
             progress,
             running: Arc::default(),
             lock: Arc::default(),
-            drop_settings: BTreeSet::new(),
         }
     }
 
     /// Where the runtime says what it does.
     pub(crate) fn progress(&self) -> &dyn crate::Progress {
         self.progress.as_ref()
-    }
-
-    /// The runtime sending the held nodes of `modules` with the settings their new version
-    /// orphans dropped (`--drop-settings`, "An orphaned setting is a removal").
-    pub fn dropping_settings(self, modules: &BTreeSet<String>) -> Runtime {
-        Runtime {
-            drop_settings: modules.clone(),
-            ..self
-        }
     }
 
     /// The plans lock for `doing`: the one this runtime holds already, shared, else taken
@@ -175,26 +219,23 @@ impl Runtime {
         &self.mesh
     }
 
-    /// A context for one drive or push, `moves` allowed to move ("A moved mount is held").
-    pub fn ctx(&self, moves: &BTreeSet<String>) -> Ctx {
+    /// A context for one drive or push: `moves` allowed to move ("A moved mount is held"),
+    /// the held nodes of `drop_settings` sent with their orphaned settings dropped ("An
+    /// orphaned setting is a removal").
+    pub fn ctx(&self, moves: &BTreeSet<String>, drop_settings: &BTreeSet<String>) -> Ctx {
         Ctx {
             mesh: Arc::clone(&self.mesh),
             progress: Arc::clone(&self.progress),
             moves: moves.clone(),
-            drop_settings: self.drop_settings.clone(),
+            drop_settings: drop_settings.clone(),
             cancel: Cancel::new(),
         }
     }
 
-    /// Starts driving `record` as far as `mode` says, as a task the runtime owns; `moves` are
-    /// allowed to move. A plan driven already is cancelled first.
-    pub fn drive(
-        &self,
-        record: PlanRecord,
-        mode: DriveMode,
-        moves: &BTreeSet<String>,
-    ) -> DriveTask {
-        let ctx = self.ctx(moves);
+    /// Starts driving `record` as far as `mode` says, as a task the runtime owns, in `ctx`
+    /// ([`Runtime::ctx`]: what may move, what is sent with its orphaned settings dropped). A
+    /// plan driven already is cancelled first.
+    pub fn drive(&self, record: PlanRecord, mode: DriveMode, ctx: Ctx) -> DriveTask {
         let plan = record.plan.id.clone();
         if let Some(earlier) = self
             .running
@@ -238,19 +279,21 @@ impl Runtime {
             .collect()
     }
 
-    /// Hears a merge to a registered repository: makes its plan and, unless `plan_only`,
-    /// drives it and then any other open plan (`moves` allowed to move).
+    /// Hears a merge to a registered repository: makes its plan and, unless
+    /// [`MergeOptions::plan_only`], drives it and then any other open plan.
     ///
     /// # Errors
     /// When git cannot be read, the affected modules depend on each other in a cycle (named),
     /// or a plan cannot be saved; a failed build or rollout is not an error but a stopped plan.
-    pub async fn merge(
-        &self,
-        name: &str,
-        commit: Option<&str>,
-        plan_only: bool,
-        moves: &BTreeSet<String>,
-    ) -> Result<MergeOutcome> {
+    pub async fn merge(&self, name: &str, options: &MergeOptions) -> Result<MergeOutcome> {
+        let MergeOptions {
+            commit,
+            plan_only,
+            moves,
+            drop_settings,
+        } = options;
+        let (commit, plan_only) = (commit.as_deref(), *plan_only);
+        let ctx = || self.ctx(moves, drop_settings);
         let home = self.mesh.home();
         let repo = home.repo(name)?;
         let commit = repos::resolve_merged(&repo, commit)
@@ -268,7 +311,7 @@ impl Runtime {
                 // for a move): this merge drives it, with its flags.
                 Heard::AlreadyPlanned(plan) => {
                     let record = home.plan(&plan.id)?;
-                    let record = self.drive(record, DriveMode::All, moves).finish().await?;
+                    let record = self.drive(record, DriveMode::All, ctx()).finish().await?;
                     return Ok(MergeOutcome::AlreadyPlanned {
                         plan: record.plan,
                         driven: true,
@@ -277,12 +320,12 @@ impl Runtime {
                 Heard::Planned { record, superseded } => (record, superseded),
             };
         if !plan_only {
-            record = self.drive(record, DriveMode::All, moves).finish().await?;
+            record = self.drive(record, DriveMode::All, ctx()).finish().await?;
             for other in home.plans()? {
                 if other.plan.id != record.plan.id && other.plan.state.is_open() {
                     self.progress
                         .line(&format!("resuming the open plan {}", other.plan.id));
-                    self.drive(other, DriveMode::All, moves).finish().await?;
+                    self.drive(other, DriveMode::All, ctx()).finish().await?;
                 }
             }
             self.fold_ended()?;
@@ -309,17 +352,14 @@ impl Runtime {
             .collect())
     }
 
-    /// Drives every open plan (or the one named) as far as `mode` says, one after another
-    /// (`moves` allowed to move).
+    /// Drives every open plan (or the one named) as far as [`DriveOptions::mode`] says, one
+    /// after another.
     ///
     /// # Errors
     /// As [`drive`]; naming a plan that is not open is an error.
-    pub async fn drive_open(
-        &self,
-        only: Option<&str>,
-        mode: DriveMode,
-        moves: &BTreeSet<String>,
-    ) -> Result<Vec<Plan>> {
+    pub async fn drive_open(&self, options: &DriveOptions) -> Result<Vec<Plan>> {
+        let only = options.plan.as_deref();
+        let mode = options.mode;
         let home = self.mesh.home();
         let _lock = self.hold_plans("driving the open plans")?;
         // A supersede a controller was killed in the middle of is finished first: an older plan
@@ -342,7 +382,8 @@ impl Runtime {
             if !record.plan.state.is_open() || only.is_some_and(|id| id != record.plan.id) {
                 continue;
             }
-            let record = self.drive(record, mode, moves).finish().await?;
+            let ctx = self.ctx(&options.moves, &options.drop_settings);
+            let record = self.drive(record, mode, ctx).finish().await?;
             out.push(record.plan);
         }
         self.fold_ended()?;
@@ -366,7 +407,8 @@ impl Runtime {
 
     /// Composes, sends and applies the declarations of `nodes` through the mesh's fleet,
     /// grants first, holding a node whose running container's data would move unless its
-    /// module is in `moves`, and waits up to `timeout` for each node's report.
+    /// module is in [`PushOptions::moves`], and waits up to [`PushOptions::timeout`] for each
+    /// node's report.
     ///
     /// # Errors
     /// When the fleet cannot be started, a grant fails (nothing else is sent), or a record
@@ -375,9 +417,9 @@ impl Runtime {
         &self,
         checked: &Checked,
         nodes: &[String],
-        moves: &BTreeSet<String>,
-        timeout: Duration,
+        options: &PushOptions,
     ) -> Result<Vec<PushResult>> {
+        let PushOptions { moves, timeout } = options;
         let mut started = self.mesh.start_fleet().await?;
         crate::executor::push_telling(
             self.mesh.home(),
@@ -385,7 +427,7 @@ impl Runtime {
             checked,
             nodes,
             moves,
-            timeout,
+            *timeout,
             self.progress.as_ref(),
         )
         .await

@@ -28,7 +28,7 @@ use crate::catalogue::repos;
 use crate::error::Result;
 use crate::home::Home;
 use crate::plans::PlanRecord;
-use crate::runtime::{Ctx, Runtime};
+use crate::runtime::{Ctx, MergeOptions, Runtime};
 use mesh_model::module::{load_catalogue, ModuleDefinition};
 use mesh_plan::preview::{ModuleStep, NodeStep, Walk};
 use mesh_plan::rollout::{step, Action, Event, RolloutNode, RolloutSpec, RolloutState};
@@ -368,25 +368,23 @@ fn first_sent(spec: &RolloutSpec, held: &BTreeMap<String, Vec<mesh_plan::Move>>)
     None
 }
 
-/// Hears a merge as [`Runtime::merge`] does (`moves` allowed to move); with `plan_only`, also
-/// previews the plan it made (what its rollouts would do across the fleet), which is what
-/// `merge --plan-only` answers. No preview when the merge was already planned or the plan is
-/// driven.
+/// Hears a merge as [`Runtime::merge`] does; with [`MergeOptions::plan_only`], also previews
+/// the plan it made (what its rollouts would do across the fleet), which is what `merge
+/// --plan-only` answers. No preview when the merge was already planned or the plan is driven.
 ///
 /// # Errors
 /// As [`Runtime::merge`] and [`preview`].
 pub async fn merge(
     runtime: &Runtime,
     repo: &str,
-    commit: Option<&str>,
-    plan_only: bool,
-    moves: &BTreeSet<String>,
+    options: &MergeOptions,
 ) -> Result<(crate::plans::MergeOutcome, Option<Preview>)> {
-    let outcome = runtime.merge(repo, commit, plan_only, moves).await?;
-    let preview = match (&outcome, plan_only) {
+    let outcome = runtime.merge(repo, options).await?;
+    let preview = match (&outcome, options.plan_only) {
         (crate::plans::MergeOutcome::Planned { plan, .. }, true) => {
             let record = runtime.mesh().home().plan(&plan.id)?;
-            Some(preview(&runtime.ctx(moves), &record).await?)
+            let ctx = runtime.ctx(&options.moves, &options.drop_settings);
+            Some(preview(&ctx, &record).await?)
         }
         _ => None,
     };

@@ -2,7 +2,7 @@
 
 use super::{lines, said, set, Library};
 use mesh_controller::plans::MergeOutcome;
-use mesh_controller::runtime::{DriveMode, Runtime};
+use mesh_controller::runtime::{DriveMode, DriveOptions, MergeOptions, Runtime};
 use mesh_controller::{
     catalogue::heads, catalogue::repos, plans, push, runtime::check, runtime::preview,
     settings::orphans,
@@ -106,16 +106,15 @@ impl Library {
     pub fn merge_with(&self, repo: &str, flags: MergeFlags<'_>) -> Result<Merged, String> {
         self.home().require().map_err(|e| said(&e))?;
         let (drives, progress) = self.drives();
-        let drives = drives.dropping_settings(&set(flags.drop_settings));
+        let options = MergeOptions {
+            commit: flags.commit.map(str::to_owned),
+            plan_only: flags.plan_only,
+            moves: set(flags.moves),
+            drop_settings: set(flags.drop_settings),
+        };
         let (outcome, preview) = self
             .tokio
-            .block_on(preview::merge(
-                &drives,
-                repo,
-                flags.commit,
-                flags.plan_only,
-                &set(flags.moves),
-            ))
+            .block_on(preview::merge(&drives, repo, &options))
             .map_err(|e| said(&e))?;
         let mut json = serde_json::to_value(&outcome).unwrap();
         if let (Some(preview), Some(object)) = (&preview, json.as_object_mut()) {
@@ -154,7 +153,10 @@ impl Library {
         let (drives, _) = self.drives();
         let preview = self
             .tokio
-            .block_on(preview::preview(&drives.ctx(&BTreeSet::new()), &record))
+            .block_on(preview::preview(
+                &drives.ctx(&BTreeSet::new(), &BTreeSet::new()),
+                &record,
+            ))
             .map_err(|e| said(&e))?;
         Ok(serde_json::to_value(preview).unwrap())
     }
@@ -179,28 +181,35 @@ impl Library {
     ) -> Result<Driven, String> {
         self.home().require().map_err(|e| said(&e))?;
         let (drives, progress) = self.drives();
-        let drives = drives.dropping_settings(&set(drop_settings));
-        self.drive_open(&drives, &progress, id, DriveMode::All, moves)
+        let options = DriveOptions {
+            plan: id.map(str::to_owned),
+            mode: DriveMode::All,
+            moves: set(moves),
+            drop_settings: set(drop_settings),
+        };
+        self.drive_open(&drives, &progress, &options)
     }
 
     /// `build --behind`.
     pub fn build_behind(&self) -> Result<Driven, String> {
         self.home().require().map_err(|e| said(&e))?;
         let (drives, progress) = self.drives();
-        self.drive_open(&drives, &progress, None, DriveMode::BuildOnly, &[])
+        let options = DriveOptions {
+            mode: DriveMode::BuildOnly,
+            ..DriveOptions::default()
+        };
+        self.drive_open(&drives, &progress, &options)
     }
 
     fn drive_open(
         &self,
         drives: &Runtime,
         progress: &mesh_controller::Collected,
-        id: Option<&str>,
-        mode: DriveMode,
-        moves: &[&str],
+        options: &DriveOptions,
     ) -> Result<Driven, String> {
         let plans = self
             .tokio
-            .block_on(drives.drive_open(id, mode, &set(moves)))
+            .block_on(drives.drive_open(options))
             .map_err(|e| said(&e))?;
         Ok(Driven {
             stopped: plans::any_stopped(&plans),

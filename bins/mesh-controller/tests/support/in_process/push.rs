@@ -5,9 +5,9 @@ use crate::support::fleet::Bed;
 use mesh_controller::catalogue::heads;
 use mesh_controller::plans;
 use mesh_controller::push::{self, PushResult, Verdict};
-use mesh_controller::runtime::DriveMode;
+use mesh_controller::runtime::{DriveMode, DriveOptions, PushOptions};
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// What a push did (`push`, `push --behind`).
@@ -47,7 +47,7 @@ impl Pushed {
 }
 
 /// What `push` waits for each node's report by default (`--timeout`).
-const PUSH_TIMEOUT: Duration = Duration::from_secs(120);
+const PUSH_TIMEOUT: Duration = PushOptions::DEFAULT_TIMEOUT;
 
 impl Library {
     /// `push NODE…`.
@@ -108,7 +108,14 @@ impl Library {
         let (drives, progress) = self.drives();
         let results = self
             .tokio
-            .block_on(drives.push(&checked, &nodes, &set(moves), timeout))
+            .block_on(drives.push(
+                &checked,
+                &nodes,
+                &PushOptions {
+                    moves: set(moves),
+                    timeout,
+                },
+            ))
             .map_err(|e| said(&e))?;
         Ok(Pushed {
             verdict: push::verdict(&results),
@@ -122,10 +129,13 @@ impl Library {
     /// passed over that run now sent what the mesh runs.
     pub fn push_behind(&self) -> Result<Pushed, String> {
         let (drives, progress) = self.drives();
-        let moves = BTreeSet::new();
+        let options = DriveOptions {
+            mode: DriveMode::RolloutOnly,
+            ..DriveOptions::default()
+        };
         let plans = self
             .tokio
-            .block_on(drives.drive_open(None, DriveMode::RolloutOnly, &moves))
+            .block_on(drives.drive_open(&options))
             .map_err(|e| said(&e))?;
         let behind = mesh_controller::status::behind::to_send(self.home()).map_err(|e| said(&e))?;
         let results: Vec<PushResult> = if behind.running.is_empty() {
@@ -133,7 +143,7 @@ impl Library {
         } else {
             let checked = self.checked()?;
             self.tokio
-                .block_on(drives.push(&checked, &behind.running, &moves, PUSH_TIMEOUT))
+                .block_on(drives.push(&checked, &behind.running, &PushOptions::default()))
                 .map_err(|e| said(&e))?
         };
         let still = &behind.not_running;

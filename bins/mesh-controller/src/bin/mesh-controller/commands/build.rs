@@ -32,11 +32,12 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     env.home.require()?;
     if args.behind {
         debug_assert!(args.modules.is_empty());
-        let plans = env.runtime.block_on(env.drives().drive_open(
-            None,
-            runtime::DriveMode::BuildOnly,
-            &Default::default(),
-        ))?;
+        let plans = env
+            .runtime
+            .block_on(env.drives().drive_open(&runtime::DriveOptions {
+                mode: runtime::DriveMode::BuildOnly,
+                ..Default::default()
+            }))?;
         return super::print_plans_driven(env.output, &plans);
     }
     let built = env.runtime.block_on(plans::build_named(

@@ -66,7 +66,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
         .is_ok_and(|out| out.status.success());
     let drives = Runtime::new(std::sync::Arc::clone(&mesh), std::sync::Arc::new(Print));
     let merge = || -> Result<plans::MergeOutcome> {
-        Ok(runtime.block_on(drives.merge("demo", None, false, &BTreeSet::new()))?)
+        Ok(runtime.block_on(drives.merge("demo", &Default::default()))?)
     };
     let step = |title: &str, command: &str| {
         println!(

@@ -2,7 +2,7 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::{bus::announce, runtime::preview};
+use mesh_controller::{bus::announce, runtime, runtime::preview};
 use std::process::ExitCode;
 
 /// Hears a merge to a registered repository: plans it, then builds and rolls it out.
@@ -58,14 +58,15 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     if args.announce {
         return announce(&args.repo, env);
     }
-    let (outcome, preview) = env.runtime.block_on(preview::merge(
-        &env.drives()
-            .dropping_settings(&super::Env::moves(&args.drop_settings)),
-        &args.repo,
-        args.commit.as_deref(),
-        args.plan_only,
-        &super::Env::moves(&args.moves),
-    ))?;
+    let options = runtime::MergeOptions {
+        commit: args.commit.clone(),
+        plan_only: args.plan_only,
+        moves: super::Env::moves(&args.moves),
+        drop_settings: super::Env::moves(&args.drop_settings),
+    };
+    let (outcome, preview) =
+        env.runtime
+            .block_on(preview::merge(&env.drives(), &args.repo, &options))?;
     match env.output {
         Output::Json => {
             let mut value = serde_json::to_value(&outcome)?;

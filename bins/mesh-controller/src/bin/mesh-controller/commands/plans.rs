@@ -75,7 +75,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             home.require()?;
             let record = home.plan(&id)?;
             let preview = env.runtime.block_on(preview::preview(
-                &env.drives().ctx(&Default::default()),
+                &env.drives().ctx(&Default::default(), &Default::default()),
                 &record,
             ))?;
             match env.output {
@@ -103,14 +103,14 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             drop_settings,
         } => {
             home.require()?;
-            let drives = env
-                .drives()
-                .dropping_settings(&super::Env::moves(&drop_settings));
-            let plans = env.runtime.block_on(drives.drive_open(
-                id.as_deref(),
-                runtime::DriveMode::All,
-                &super::Env::moves(&moves),
-            ))?;
+            let plans = env
+                .runtime
+                .block_on(env.drives().drive_open(&runtime::DriveOptions {
+                    plan: id,
+                    mode: runtime::DriveMode::All,
+                    moves: super::Env::moves(&moves),
+                    drop_settings: super::Env::moves(&drop_settings),
+                }))?;
             return super::print_plans_driven(env.output, &plans);
         }
     }

@@ -48,11 +48,13 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     let drives = env.drives();
     let moves = super::Env::moves(&args.moves);
     if args.behind {
-        let plans = env.runtime.block_on(drives.drive_open(
-            None,
-            runtime::DriveMode::RolloutOnly,
-            &moves,
-        ))?;
+        let plans = env
+            .runtime
+            .block_on(drives.drive_open(&runtime::DriveOptions {
+                mode: runtime::DriveMode::RolloutOnly,
+                moves: moves.clone(),
+                ..Default::default()
+            }))?;
         // Then the nodes a finished rollout passed over, not running then: those running now
         // are sent what the mesh runs.
         let behind = mesh_controller::status::behind::to_send(&env.home)?;
@@ -66,8 +68,10 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             env.runtime.block_on(drives.push(
                 &env.checked()?,
                 &behind.running,
-                &moves,
-                std::time::Duration::from_secs(args.timeout),
+                &runtime::PushOptions {
+                    moves,
+                    timeout: std::time::Duration::from_secs(args.timeout),
+                },
             ))?
         };
         let still = &behind.not_running;
@@ -113,8 +117,10 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     let results = env.runtime.block_on(drives.push(
         &checked,
         &nodes,
-        &moves,
-        std::time::Duration::from_secs(args.timeout),
+        &runtime::PushOptions {
+            moves,
+            timeout: std::time::Duration::from_secs(args.timeout),
+        },
     ))?;
     match env.output {
         Output::Json => env.print_json(&results)?,
