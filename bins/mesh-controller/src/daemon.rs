@@ -142,8 +142,10 @@ pub async fn serve(
 ) -> Result<()> {
     let mut shutdown = Box::pin(shutdown);
     let home = runtime.mesh().home();
-    let bus_config = runtime.mesh().bus().ok_or_else(|| {
-        Error::refused("the controller serves a fleet's bus: open the mesh with one (--bus URL)")
+    let bus_config = runtime.mesh().bus().ok_or_else(|| Error::Given {
+        option: crate::error::Given::Bus,
+        value: None,
+        why: "the controller serves a fleet's bus: open the mesh with one".to_owned(),
     })?;
     let bus = connect(home, bus_config).await?;
     if make_streams(home, bus_config, &bus, &mut shutdown)

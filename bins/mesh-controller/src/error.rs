@@ -105,10 +105,24 @@ pub enum Error {
         expected: u32,
     },
     /// The home holds no mesh, or its records were moved to a bus this call was not given.
-    #[error("{reason}")]
+    #[error("{}", no_mesh(home, why))]
     NoMesh {
-        /// What is missing and how to make it.
-        reason: String,
+        /// The home (or, on a bus, the bus's URL) that holds no mesh.
+        home: String,
+        /// Why it holds none.
+        why: NoMesh,
+    },
+    /// What was given for one of a call's options is refused, or an option the call needs
+    /// was not given. The library says it in its own words; a program phrases it with its
+    /// own name for the option (the binary, with its flag).
+    #[error("{}{}: {why}", option.words(), value.as_ref().map(|v| format!(" {v}")).unwrap_or_default())]
+    Given {
+        /// The option.
+        option: Given,
+        /// What was given for it, when something was.
+        value: Option<String>,
+        /// Why it is refused, or what needs it.
+        why: String,
     },
     /// A file or directory could not be read or written.
     #[error("{doing} {}", path.display())]
@@ -305,6 +319,70 @@ impl Error {
             | Error::Plan { source, .. }
             | Error::Repo { source, .. } => source.is_refusal(),
             _ => false,
+        }
+    }
+}
+
+/// Why a home holds no mesh ([`Error::NoMesh`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NoMesh {
+    /// Its records were moved to the bus at this URL, and the call was not given that bus:
+    /// nothing reads the old ones.
+    MovedToBus(String),
+    /// The bus's records bucket holds no inventory: a home's records were never moved there.
+    EmptyBus,
+    /// The directory holds no inventory: no mesh was made there.
+    NotAHome,
+}
+
+fn no_mesh(home: &str, why: &NoMesh) -> String {
+    match why {
+        NoMesh::MovedToBus(url) => format!(
+            "the records of {home} were moved to a bus ({url}): open the mesh on that bus, so \
+             nothing reads the old ones"
+        ),
+        NoMesh::EmptyBus => format!(
+            "{home} holds no mesh (no {}); move a home's records there first",
+            mesh_model::inventory::INVENTORY_FILE
+        ),
+        NoMesh::NotAHome => format!(
+            "{home} is not a mesh home (no {}); make one first",
+            mesh_model::inventory::INVENTORY_FILE
+        ),
+    }
+}
+
+/// One of the options a call of the library takes, named in an [`Error::Given`] so that a
+/// program can phrase the error with its own name for it (the binary names its flag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Given {
+    /// A fleet's bus ([`crate::runtime::MeshOptions::bus`]).
+    Bus,
+    /// How many copies each stream and bucket keeps
+    /// ([`crate::bus::credentials::BusConfig::with_replicas`]).
+    Replicas,
+    /// How often a repository registered by URL is fetched.
+    PollInterval,
+    /// The branch a repository registered by URL is read from.
+    Branch,
+    /// The address the status page listens on.
+    HttpListen,
+    /// The address the webhooks listen on.
+    HooksListen,
+}
+
+impl Given {
+    /// The option in the library's words.
+    pub fn words(self) -> &'static str {
+        match self {
+            Given::Bus => "a fleet's bus",
+            Given::Replicas => "the bus's replicas",
+            Given::PollInterval => "the poll interval",
+            Given::Branch => "the branch",
+            Given::HttpListen => "the status page's address",
+            Given::HooksListen => "the webhooks' address",
         }
     }
 }

@@ -243,7 +243,7 @@ pub fn require_node(inventory: &mesh_model::inventory::Inventory, node: &str) ->
 
 /// A push that names no node and does not say every node: refused, nothing sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("push names no node; name the nodes (`push home laptop`) or say `--all`")]
+#[error("push names no node; name the nodes, or push to every node")]
 pub struct NoNodeNamed;
 
 /// The nodes a push goes to: every node of the inventory with `all`, else those named. A push

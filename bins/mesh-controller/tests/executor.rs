@@ -277,7 +277,9 @@ fn a_merge_moving_a_running_containers_data_holds_that_node_and_the_others_go_on
     );
     assert!(held.moves[0].to.ends_with("/srv/data2"), "{:?}", held.moves);
     assert!(
-        status.open_plans[0].waits_on.contains("--move keep"),
+        status.open_plans[0]
+            .waits_on
+            .contains("resuming the plan with `keep`'s move allowed sends them"),
         "{}",
         status.open_plans[0].waits_on
     );

@@ -349,7 +349,7 @@ fn drop_settings_on_a_merge_sends_the_node_with_what_the_version_gives_saying_so
     )
     .lines;
     assert!(
-        merged.contains("`web`: `a` sent with these settings dropped, as --drop-settings web says: `web`, node `a` layer: `port` = 9090"),
+        merged.contains("`web`: `a` sent with these settings dropped, as allowed for `web`: `web`, node `a` layer: `port` = 9090"),
         "{merged}"
     );
     assert_eq!(
@@ -367,7 +367,7 @@ fn drop_settings_on_plans_resume_sends_the_held_node() {
     let merged = merge(&mesh, MergeFlags::default()).lines;
     assert!(
         merged.contains("`a` held")
-            && merged.contains("(`--drop-settings web` sends it without them)"),
+            && merged.contains("(allowing `web`'s settings to drop sends it without them)"),
         "{merged}"
     );
     assert_eq!(status_code(&mesh), 3);
@@ -381,8 +381,8 @@ fn drop_settings_on_plans_resume_sends_the_held_node() {
 
     let resumed = resume(&mesh, &["web"]);
     assert!(
-        resumed.contains("`web`: the held nodes are checked again (--drop-settings web)")
-            && resumed.contains("`web`: `a` sent with these settings dropped, as --drop-settings web says: `web`, node `a` layer: `port` = 9090"),
+        resumed.contains("`web`: the held nodes are checked again (their orphaned settings allowed to drop)")
+            && resumed.contains("`web`: `a` sent with these settings dropped, as allowed for `web`: `web`, node `a` layer: `port` = 9090"),
         "{resumed}"
     );
     assert_eq!(status_code(&mesh), 0);

@@ -114,9 +114,11 @@ pub fn wanted_replicas_from(
 ) -> Result<(usize, ReplicasSource)> {
     if let Some(given) = bus_config.replicas {
         if given == 0 {
-            return Err(Error::invalid(
-                "--bus-replicas 0: a stream keeps at least one copy",
-            ));
+            return Err(Error::Given {
+                option: crate::error::Given::Replicas,
+                value: Some(given.to_string()),
+                why: "a stream keeps at least one copy".to_owned(),
+            });
         }
         if home.records_on_bus() {
             record_replicas(home, given)?;

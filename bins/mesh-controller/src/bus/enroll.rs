@@ -222,7 +222,7 @@ pub fn node_password(home: &Home, node: &str) -> Result<String> {
     if enrolled_key(home, node)?.is_some() {
         return Err(Error::refused(format!(
             "`{node}` is enrolled with an NKey and has no bus password: its host signs with the \
-             seed `mesh-host keygen` made (serve without --password-file)"
+             seed `mesh-host keygen` made, and is served with no password file"
         )));
     }
     password(home, node)

@@ -131,10 +131,10 @@ pub fn default_branch(dir: &Path, remote: &Remote) -> Result<String> {
                 .and_then(|rest| rest.split('\t').next())
                 .map(str::to_owned)
         })
-        .ok_or_else(|| Error::Git {
-            repo: dir.to_owned(),
-            doing: format!("{} names no default branch: give --branch", remote.url),
-            source: None,
+        .ok_or_else(|| Error::Given {
+            option: crate::error::Given::Branch,
+            value: None,
+            why: format!("{} names no default branch", remote.url),
         })
 }
 

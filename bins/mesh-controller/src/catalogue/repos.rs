@@ -231,7 +231,11 @@ fn add_remote(home: &Home, name: &str, location: &str, options: &AddOptions) -> 
             .unwrap_or_default()
     };
     if options.poll_secs == Some(0) {
-        return Err(Error::invalid("--poll 0: poll every 1 second or more"));
+        return Err(Error::Given {
+            option: crate::error::Given::PollInterval,
+            value: Some("0".to_owned()),
+            why: "poll every 1 second or more".to_owned(),
+        });
     }
     let remote = Remote {
         url,

@@ -132,7 +132,7 @@ impl Rollout {
         let module = &self.module;
         executor.progress().line(&format!(
             "  `{module}`: every other node applied; {nodes} node(s) held: their data would move \
-             (`--move {module}` on `plans resume`, `merge` or `push --behind` sends them)"
+             (resuming the plan with `{module}`'s move allowed sends them)"
         ));
     }
 
@@ -195,7 +195,7 @@ impl Rollout {
         {
             executor.progress().line(&format!(
                 "  `{module}`: `{node}` is not sent back what it ran: its data would move ({}); \
-                 `--move {module}` allows it",
+                 allowing `{module}`'s move lets it",
                 list_moves(&moves)
             ));
             return Ok(());
@@ -313,7 +313,7 @@ impl Rollout {
             self.orphans.for_node(node).into_iter().cloned().collect();
         if !orphaned.is_empty() && executor.drops_settings_of(&self.module) {
             executor.progress().line(&format!(
-                "  `{}`: `{node}` sent with these settings dropped, as --drop-settings {} says: {}",
+                "  `{}`: `{node}` sent with these settings dropped, as allowed for `{}`: {}",
                 self.module,
                 self.module,
                 orphaned
@@ -325,7 +325,7 @@ impl Rollout {
         } else if !orphaned.is_empty() {
             executor.progress().line(&format!(
                 "  `{}`: `{node}` held: this version orphans settings its layers hold ({}); the \
-                 others go on (`--drop-settings {}` sends it without them)",
+                 others go on (allowing `{}`'s settings to drop sends it without them)",
                 self.module,
                 orphaned
                     .iter()

@@ -94,7 +94,7 @@ pub async fn push_telling(
             node,
             &format!(
                 "a push to `{node}` is held: it would move a running container's data; push \
-                 again with --move MODULE to move it"
+                 again allowing its module's move to move it"
             ),
             moves.iter().map(ToString::to_string).collect(),
             now,
@@ -107,7 +107,7 @@ pub async fn push_telling(
         let Some(position) = declarations.iter().position(|d| d.node() == bus_node) else {
             return Err(Error::refused(format!(
                 "the bus's users changed and `{bus_node}`, which holds the bus, is held \
-                 (see `plan {bus_node} --diff`); nothing was sent"
+                 (its diff, `plan {bus_node}`, says why); nothing was sent"
             )));
         };
         let first = declarations.remove(position);

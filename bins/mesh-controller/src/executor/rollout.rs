@@ -283,12 +283,13 @@ impl Rollout {
         }
         if self.state.stage == Stage::Held && executor.moves().contains(&module) {
             executor.progress().line(&format!(
-                "  `{module}`: the held nodes are sent (--move {module})"
+                "  `{module}`: the held nodes are sent (their data allowed to move)"
             ));
             self.events.push_back(Event::Release);
         } else if self.state.stage == Stage::Held && executor.drops_settings_of(&module) {
             executor.progress().line(&format!(
-                "  `{module}`: the held nodes are checked again (--drop-settings {module})"
+                "  `{module}`: the held nodes are checked again (their orphaned settings allowed to \
+                 drop)"
             ));
             self.events.push_back(Event::Release);
         } else if let Some(node) = self.orphans_ended() {

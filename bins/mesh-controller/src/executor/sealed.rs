@@ -50,8 +50,8 @@ pub(super) fn for_its_node<'d>(
             doing: format!("sending `{node}` its declaration"),
             source: Box::new(Error::refused(format!(
                 "`{node}` has no age key, and its declaration uses secrets of {}: enroll its \
-                 key (`mesh-host keygen` on it, then `mesh-controller node enroll {node} … \
-                 --age-key KEY`); nothing was sent",
+                 key (`mesh-host keygen` on it, then `mesh-controller node enroll {node}` with \
+                 its age key); nothing was sent",
                 modules
                     .iter()
                     .map(|m| format!("`{m}`"))

@@ -3,7 +3,7 @@
 //! written.
 
 use super::{Home, MOVED_FILE};
-use crate::error::{bad_record, Error, Result};
+use crate::error::{bad_record, Error, NoMesh, Result};
 use mesh_model::inventory::{Inventory, InventoryFile, LayerScope, Layers, INVENTORY_FILE};
 use std::fs;
 
@@ -35,30 +35,20 @@ impl Home {
             let moved = self.root.join(MOVED_FILE);
             if let Ok(text) = fs::read_to_string(&moved) {
                 return Err(Error::NoMesh {
-                    reason: format!(
-                        "the records of {} were moved to a bus ({}): give that bus with --bus (or \
-                         MESH_BUS), so nothing reads the old ones",
-                        self.root.display(),
-                        text.trim()
-                    ),
+                    home: self.root.display().to_string(),
+                    why: NoMesh::MovedToBus(text.trim().to_owned()),
                 });
             }
         }
         match self.records.get(INVENTORY_FILE)? {
             Some(bytes) => Ok(bytes),
             None if self.on_bus => Err(Error::NoMesh {
-                reason: format!(
-                    "{} holds no mesh (no {INVENTORY_FILE}); move a home's records there with \
-                     `mesh-controller --home DIR --bus URL records import`",
-                    self.records.name()
-                ),
+                home: self.records.name(),
+                why: NoMesh::EmptyBus,
             }),
             None => Err(Error::NoMesh {
-                reason: format!(
-                    "{} is not a mesh home (no {INVENTORY_FILE}); make one with `mesh-controller --home {} init --example`",
-                    self.root.display(),
-                    self.root.display()
-                ),
+                home: self.root.display().to_string(),
+                why: NoMesh::NotAHome,
             }),
         }
     }

@@ -81,8 +81,8 @@ impl Hooks {
             text(
                 404,
                 format!(
-                    "no repository `{}` takes webhooks here: register it with `repo add … \
-                     --hook-secret-file FILE`",
+                    "no repository `{}` takes webhooks here: register it with `repo add` and a \
+                     hook secret file",
                     name.chars().take(100).collect::<String>()
                 ),
             )
@@ -261,12 +261,13 @@ impl Mounted for Hooks {
 /// [`crate::http::bind`].
 pub async fn bind(listen: &Listen) -> Result<Bound> {
     if !(listen.addr.ip().is_loopback() || listen.tls.is_some() || listen.public) {
-        return Err(Error::refused(format!(
-            "--hooks {}: not a loopback address, and no TLS given: a GitLab webhook's token \
-             would cross the network in the clear; give --hooks-cert and --hooks-key, or say \
-             --hooks-public",
-            listen.addr
-        )));
+        return Err(Error::Given {
+            option: crate::error::Given::HooksListen,
+            value: Some(listen.addr.to_string()),
+            why: "not a loopback address, and no TLS given: a GitLab webhook's token would \
+                  cross the network in the clear; give a certificate and key, or say it is public"
+                .to_owned(),
+        });
     }
     crate::http::bind(&Listen {
         public: true,

@@ -80,12 +80,14 @@ pub fn check_listen(listen: &Listen) -> Result<()> {
     if listen.addr.ip().is_loopback() || listen.tls.is_some() || listen.public {
         return Ok(());
     }
-    Err(Error::refused(format!(
-        "--http {}: not a loopback address, and no TLS given: the status page would be \
-         readable in the clear by anyone who reaches it; give --http-cert and --http-key \
-         (and --http-client-ca to admit only clients it signed), or say --http-public",
-        listen.addr
-    )))
+    Err(Error::Given {
+        option: crate::error::Given::HttpListen,
+        value: Some(listen.addr.to_string()),
+        why: "not a loopback address, and no TLS given: the status page would be readable in \
+              the clear by anyone who reaches it; give a certificate and key (and a client CA to \
+              admit only clients it signed), or say it is public"
+            .to_owned(),
+    })
 }
 
 /// Binds `listen`'s address, its TLS loaded, after [`check_listen`].

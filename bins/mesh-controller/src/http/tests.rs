@@ -2,6 +2,7 @@
 
 use super::html::STYLE;
 use super::*;
+use crate::error::{Error, Given};
 use crate::plans::PlanRecord;
 use crate::status::{self, Overview};
 use mesh_model::plan::{PlanState, RolloutOutcome};
@@ -214,9 +215,16 @@ fn a_non_loopback_address_is_refused_without_tls_or_a_word_saying_so() {
     assert!(check_listen(&listen("[::1]:9480", false)).is_ok());
     let refused = check_listen(&listen("0.0.0.0:9480", false)).unwrap_err();
     assert!(
+        matches!(
+            &refused,
+            Error::Given { option: Given::HttpListen, value: Some(addr), .. } if addr == "0.0.0.0:9480"
+        ),
+        "{refused:?}"
+    );
+    assert!(
         refused
             .to_string()
-            .contains("--http 0.0.0.0:9480: not a loopback address"),
+            .starts_with("the status page's address 0.0.0.0:9480: not a loopback address"),
         "{refused}"
     );
     assert!(check_listen(&listen("0.0.0.0:9480", true)).is_ok());

@@ -134,7 +134,7 @@ pub async fn drive(ctx: &Ctx, record: &mut PlanRecord, mode: DriveMode) -> Resul
             }
             if record.work[module].build.is_none() {
                 ctx.progress().line(&format!(
-                    "{id} tier {index}: `{module}` is not built yet; `build --behind` builds it"
+                    "{id} tier {index}: `{module}` is not built yet; a build of what is behind builds it"
                 ));
                 return end_drive(record, home, &blocked);
             }

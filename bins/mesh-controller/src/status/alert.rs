@@ -147,7 +147,8 @@ pub fn judge(overview: &Overview, now: u64, mid_change_after_secs: u64) -> Verdi
     }
     for behind in &overview.nodes_behind {
         in_progress.push(format!(
-            "{}: behind on `{}` (not running when {} rolled it out; `push --behind` sends it)",
+            "{}: behind on `{}` (not running when {} rolled it out; a push of the nodes behind \
+             sends it)",
             behind.node, behind.module, behind.plan
         ));
     }

@@ -490,16 +490,16 @@ pub fn waits_on(home: &Home, record: &PlanRecord) -> Result<(String, u64)> {
                 let mut why = Vec::new();
                 if moved > 0 {
                     why.push(format!(
-                        "`--move {module}`: {moved} node(s) held, their data would move (tier \
-                         {index}; `plans resume --move {module}` sends them)"
+                        "{moved} node(s) held, their data would move (tier {index}; resuming \
+                         the plan with `{module}`'s move allowed sends them)"
                     ));
                 }
                 if orphaned > 0 {
                     why.push(format!(
                         "{orphaned} node(s) held, `{module}`'s version orphans settings their \
-                         layers hold (tier {index}; `settings rename {module} OLD NEW` or \
-                         `settings set … --replace` ends it, `plans resume --drop-settings \
-                         {module}` sends them without)"
+                         layers hold (tier {index}; `settings rename {module} OLD NEW`, or a \
+                         `settings set` that replaces the layer, ends it; resuming the plan with \
+                         `{module}`'s settings allowed to drop sends them without)"
                     ));
                 }
                 return Ok((why.join("; "), build.at));
@@ -675,7 +675,7 @@ impl ReportWatch {
     pub fn open(home: &Home, bus: &crate::bus::credentials::BusConfig) -> Result<ReportWatch> {
         use mesh_bus::Bus as _;
         let mut options = crate::bus::credentials::controller_options(home, bus)?;
-        options.name = Some("mesh-controller status --watch".to_owned());
+        options.name = Some("mesh-controller status, watching".to_owned());
         let (sender, heard) = std::sync::mpsc::channel();
         let (ready, in_force) = std::sync::mpsc::channel::<std::result::Result<(), String>>();
         std::thread::Builder::new()

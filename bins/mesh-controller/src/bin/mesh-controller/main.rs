@@ -9,6 +9,7 @@
 
 use mesh_cli_docs as cli_docs;
 mod commands;
+mod errors;
 mod lines;
 mod render;
 
@@ -195,7 +196,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", errors::phrased(&error));
             ExitCode::from(1)
         }
     }

@@ -106,8 +106,10 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     }
     let nodes = match push::targets(&env.home.inventory()?, args.nodes, args.all) {
         Ok(nodes) => nodes,
-        Err(refused) => {
-            eprintln!("error: {refused}");
+        Err(push::NoNodeNamed) => {
+            eprintln!(
+                "error: push names no node; name the nodes (`push home laptop`) or say `--all`"
+            );
             return Ok(ExitCode::from(2));
         }
     };
