@@ -139,15 +139,31 @@ pub fn controller_seed_file(home: &Home, bus: &BusConfig) -> Option<PathBuf> {
 ///
 /// # Errors
 /// The seed cannot be written, or the one there is not a seed or is readable by others.
-pub fn controller_keygen(home: &Home) -> Result<mesh_bus::keys::MadeSeed> {
+pub fn controller_keygen(home: &Home) -> Result<Keygen> {
     let path = home.root().join(CONTROLLER_SEED_FILE);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(file_error("making", dir))?;
     }
-    mesh_bus::keys::make_seed_file(&path).map_err(|source| Error::Invalid {
+    let made = mesh_bus::keys::make_seed_file(&path).map_err(|source| Error::Invalid {
         what: format!("the controller's bus seed {}", path.display()),
         source: Some(Box::new(source)),
+    })?;
+    Ok(Keygen {
+        seed_file: made.path,
+        public_key: made.public_key,
+        made: made.made,
     })
+}
+
+/// What [`controller_keygen`] did (`broker keygen --output json` prints it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Keygen {
+    /// The seed file, under the home.
+    pub seed_file: PathBuf,
+    /// Its public key (`U…`).
+    pub public_key: String,
+    /// Whether it was made now (`false`: it was there, and is kept).
+    pub made: bool,
 }
 
 /// What the controller proves itself with: its seed when it has one, else its password.

@@ -38,6 +38,19 @@ pub struct Enrolled {
     pub replaced: Option<String>,
     /// Whether a bus password of the node was dropped from the records now.
     pub password_dropped: bool,
+    /// The node's age key, when one was recorded with it ([`enroll_with_age_key`]).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub age: Option<AgeKeyRecorded>,
+}
+
+/// A node's age key recorded as it was enrolled ([`enroll_with_age_key`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct AgeKeyRecorded {
+    /// The age public key, now recorded.
+    pub age_key: String,
+    /// The age key it replaced, if another.
+    pub age_key_replaced: Option<String>,
 }
 
 /// `node enroll NODE PUBLIC-KEY`: records `public_key` as `node`'s NKey and drops its bus
@@ -76,12 +89,13 @@ pub fn enroll(home: &Home, node: &str, public_key: &str) -> Result<Enrolled> {
         public_key: public_key.to_owned(),
         replaced,
         password_dropped,
+        age: None,
     })
 }
 
 /// `node enroll NODE PUBLIC-KEY --age-key KEY`: [`enroll`], and `age_key` recorded as the
 /// node's age public key ([`crate::secrets::enroll_age_key`]); answers what was enrolled and the
-/// age key it replaced, if another.
+/// age key it replaced, if another ([`Enrolled::age`]).
 ///
 /// # Guarantees
 /// The age key is checked before anything is recorded: one that is not an age public key
@@ -94,7 +108,7 @@ pub fn enroll_with_age_key(
     node: &str,
     public_key: &str,
     age_key: &str,
-) -> Result<(Enrolled, Option<String>)> {
+) -> Result<Enrolled> {
     age_key
         .parse::<mesh_secrets::Recipient>()
         .map_err(crate::secrets::secrets_error(format!(
@@ -102,7 +116,13 @@ pub fn enroll_with_age_key(
         )))?;
     let enrolled = enroll(home, node, public_key)?;
     let replaced = crate::secrets::enroll_age_key(home, node, age_key)?;
-    Ok((enrolled, replaced))
+    Ok(Enrolled {
+        age: Some(AgeKeyRecorded {
+            age_key: age_key.to_owned(),
+            age_key_replaced: replaced,
+        }),
+        ..enrolled
+    })
 }
 
 /// `node`'s enrolled public key, if it is enrolled.

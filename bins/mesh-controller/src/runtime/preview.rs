@@ -368,17 +368,26 @@ fn first_sent(spec: &RolloutSpec, held: &BTreeMap<String, Vec<mesh_plan::Move>>)
     None
 }
 
+/// What [`merge`] answers: what the merge did, and with [`MergeOptions::plan_only`] the
+/// preview of the plan it made (`merge --output json` prints it).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Merged {
+    /// What hearing the merge did.
+    #[serde(flatten)]
+    pub outcome: crate::plans::MergeOutcome,
+    /// What the plan it made would do across the fleet, when it was only planned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preview: Option<Preview>,
+}
+
 /// Hears a merge as [`Runtime::merge`] does; with [`MergeOptions::plan_only`], also previews
 /// the plan it made (what its rollouts would do across the fleet), which is what `merge
 /// --plan-only` answers. No preview when the merge was already planned or the plan is driven.
 ///
 /// # Errors
 /// As [`Runtime::merge`] and [`preview`].
-pub async fn merge(
-    runtime: &Runtime,
-    repo: &str,
-    options: &MergeOptions,
-) -> Result<(crate::plans::MergeOutcome, Option<Preview>)> {
+pub async fn merge(runtime: &Runtime, repo: &str, options: &MergeOptions) -> Result<Merged> {
     let outcome = runtime.merge(repo, options).await?;
     let preview = match (&outcome, options.plan_only) {
         (crate::plans::MergeOutcome::Planned { plan, .. }, true) => {
@@ -388,7 +397,7 @@ pub async fn merge(
         }
         _ => None,
     };
-    Ok((outcome, preview))
+    Ok(Merged { outcome, preview })
 }
 
 /// What a push would change on `node`: its declaration composed now against what it was last

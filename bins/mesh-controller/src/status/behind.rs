@@ -86,6 +86,21 @@ impl Sends {
     }
 }
 
+/// What a push of the nodes behind did (`push --behind --output json` prints it): the open
+/// plans' rollouts driven, then the nodes behind that run sent what the mesh runs.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct BehindPushed {
+    /// The catalogues the push read.
+    pub read: crate::catalogue::heads::Running,
+    /// The open plans, as their rollouts left them.
+    pub plans: Vec<mesh_model::plan::Plan>,
+    /// What the push did for each node behind that runs.
+    pub nodes: Vec<crate::push::PushResult>,
+    /// The nodes behind that do not run, left as they are.
+    pub not_running: Vec<NodeBehind>,
+}
+
 /// The nodes `push --behind` sends: every node behind ([`nodes_behind`]) that runs now, each
 /// once however many modules it is behind on; those that do not run are kept apart, to be
 /// listed, since a send to them would go unheard.

@@ -15,7 +15,7 @@ impl Library {
 
     /// `broker keygen`: the controller's seed made under the home, or the one there kept
     /// (`--output json` prints it).
-    pub fn broker_keygen(&self) -> Result<mesh_bus::keys::MadeSeed, String> {
+    pub fn broker_keygen(&self) -> Result<mesh_controller::bus::credentials::Keygen, String> {
         mesh_controller::bus::credentials::controller_keygen(self.home()).map_err(|e| said(&e))
     }
 
@@ -29,14 +29,14 @@ impl Library {
         mesh_controller::bus::enroll::enroll(self.home(), node, public_key).map_err(|e| said(&e))
     }
 
-    /// `node enroll NODE PUBLIC_KEY --age-key KEY`: what was enrolled, and the age key it
-    /// replaced, if another (`--output json` prints both).
+    /// `node enroll NODE PUBLIC_KEY --age-key KEY`: what was enrolled, with the age key and the
+    /// one it replaced, if another.
     pub fn node_enroll_with_age_key(
         &self,
         node: &str,
         public_key: &str,
         age_key: &str,
-    ) -> Result<(mesh_controller::bus::enroll::Enrolled, Option<String>), String> {
+    ) -> Result<mesh_controller::bus::enroll::Enrolled, String> {
         self.home().require().map_err(|e| said(&e))?;
         mesh_controller::bus::enroll::enroll_with_age_key(self.home(), node, public_key, age_key)
             .map_err(|e| said(&e))

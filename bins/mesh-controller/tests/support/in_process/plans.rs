@@ -112,18 +112,14 @@ impl Library {
             moves: set(flags.moves),
             drop_settings: set(flags.drop_settings),
         };
-        let (outcome, preview) = self
+        let merged = self
             .tokio
             .block_on(preview::merge(&drives, repo, &options))
             .map_err(|e| said(&e))?;
-        let mut json = serde_json::to_value(&outcome).unwrap();
-        if let (Some(preview), Some(object)) = (&preview, json.as_object_mut()) {
-            object.insert("preview".to_owned(), serde_json::to_value(preview).unwrap());
-        }
         Ok(Merged {
-            stopped: outcome.stopped(),
-            outcome,
-            json,
+            stopped: merged.outcome.stopped(),
+            json: serde_json::to_value(&merged).unwrap(),
+            outcome: merged.outcome,
             lines: lines(&progress),
         })
     }

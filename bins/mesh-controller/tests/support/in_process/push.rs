@@ -146,16 +146,16 @@ impl Library {
                 .block_on(drives.push(&checked, &behind.running, &PushOptions::default()))
                 .map_err(|e| said(&e))?
         };
-        let still = &behind.not_running;
         Ok(Pushed {
             verdict: push::verdict(&results),
             stopped: plans::any_stopped(&plans),
-            json: serde_json::json!({
-                "read": heads::read(self.home()).map_err(|e| said(&e))?,
-                "plans": plans,
-                "nodes": results,
-                "not-running": still,
-            }),
+            json: serde_json::to_value(mesh_controller::status::behind::BehindPushed {
+                read: heads::read(self.home()).map_err(|e| said(&e))?,
+                plans,
+                nodes: results,
+                not_running: behind.not_running,
+            })
+            .unwrap(),
             lines: lines(&progress),
         })
     }

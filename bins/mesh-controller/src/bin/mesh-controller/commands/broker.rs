@@ -107,16 +107,12 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
         Command::Keygen => {
             let made = credentials::controller_keygen(home)?;
             match env.output {
-                Output::Json => env.print_json(&serde_json::json!({
-                    "seed_file": made.path,
-                    "public_key": made.public_key,
-                    "made": made.made,
-                }))?,
+                Output::Json => env.print_json(&made)?,
                 Output::Text => {
                     println!("{}", made.public_key);
                     eprintln!(
                         "seed {} ({}; mode 0600, it stays on this machine)",
-                        made.path.display(),
+                        made.seed_file.display(),
                         if made.made {
                             "made"
                         } else {

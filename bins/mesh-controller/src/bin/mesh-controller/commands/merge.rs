@@ -64,25 +64,19 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         moves: super::Env::moves(&args.moves),
         drop_settings: super::Env::moves(&args.drop_settings),
     };
-    let (outcome, preview) =
-        env.runtime
-            .block_on(preview::merge(&env.drives(), &args.repo, &options))?;
+    let merged = env
+        .runtime
+        .block_on(preview::merge(&env.drives(), &args.repo, &options))?;
     match env.output {
-        Output::Json => {
-            let mut value = serde_json::to_value(&outcome)?;
-            if let (Some(preview), Some(object)) = (&preview, value.as_object_mut()) {
-                object.insert("preview".to_owned(), serde_json::to_value(preview)?);
-            }
-            env.print_json(&value)?;
-        }
+        Output::Json => env.print_json(&merged)?,
         Output::Text => {
-            print!("{}", render::merge(&outcome));
-            if let Some(preview) = &preview {
+            print!("{}", render::merge(&merged.outcome));
+            if let Some(preview) = &merged.preview {
                 print!("{}", render::preview(preview));
             }
         }
     }
-    Ok(if outcome.stopped() {
+    Ok(if merged.outcome.stopped() {
         ExitCode::from(3)
     } else {
         ExitCode::SUCCESS

@@ -38,31 +38,21 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             age_key,
         } => {
             env.home.require()?;
-            let (enrolled, replaced) = match &age_key {
+            let enrolled = match &age_key {
                 Some(key) => mesh_controller::bus::enroll::enroll_with_age_key(
                     &env.home,
                     &node,
                     &public_key,
                     key,
                 )?,
-                None => (
-                    mesh_controller::bus::enroll::enroll(&env.home, &node, &public_key)?,
-                    None,
-                ),
+                None => mesh_controller::bus::enroll::enroll(&env.home, &node, &public_key)?,
             };
             match env.output {
-                Output::Json if age_key.is_none() => env.print_json(&enrolled)?,
-                Output::Json => {
-                    let mut answer = serde_json::to_value(&enrolled)?;
-                    if let (Some(key), Some(object)) = (&age_key, answer.as_object_mut()) {
-                        object.insert("age-key".into(), key.as_str().into());
-                        object.insert("age-key-replaced".into(), replaced.clone().into());
-                    }
-                    env.print_json(&answer)?
-                }
+                Output::Json => env.print_json(&enrolled)?,
                 Output::Text => {
                     print!("{}", render::enrolled(&enrolled));
-                    if let Some(key) = &age_key {
+                    if let Some(age) = &enrolled.age {
+                        let (key, replaced) = (&age.age_key, &age.age_key_replaced);
                         println!(
                             "`{node}`'s age key {key} recorded{}: its secrets are sealed to it \
                              alone at its next send",

@@ -2,6 +2,7 @@
 
 use crate::{render, Output};
 use anyhow::Result;
+use mesh_controller::status::behind::BehindPushed;
 use mesh_controller::{catalogue::heads, push, runtime};
 use std::process::ExitCode;
 
@@ -76,12 +77,12 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         };
         let still = &behind.not_running;
         match env.output {
-            Output::Json => env.print_json(&serde_json::json!({
-                "read": heads::read(&env.home)?,
-                "plans": plans,
-                "nodes": results,
-                "not-running": still,
-            }))?,
+            Output::Json => env.print_json(&BehindPushed {
+                read: heads::read(&env.home)?,
+                plans: plans.clone(),
+                nodes: results.clone(),
+                not_running: still.clone(),
+            })?,
             Output::Text => {
                 for plan in &plans {
                     print!("{}", render::plan_summary(plan));
