@@ -233,7 +233,7 @@ pub async fn serve(
             // problem in `status` until a readable one is heard, and the next is heard at once.
             Err(error @ mesh_bus::NatsError::Decode { .. }) => {
                 tracing::warn!(%error, "an unreadable merge announcement");
-                if let Err(error) = home.record_problem(
+                if let Err(error) = home.problems().record(
                     ProblemKind::Merge,
                     UNREADABLE_ANNOUNCEMENT,
                     &error.to_string(),
@@ -254,10 +254,13 @@ pub async fn serve(
             }
         };
         let merge = &heard.merge;
-        if let Err(error) = home.clear_problem(ProblemKind::Merge, UNREADABLE_ANNOUNCEMENT) {
+        if let Err(error) = home
+            .problems()
+            .clear(ProblemKind::Merge, UNREADABLE_ANNOUNCEMENT)
+        {
             tracing::error!(error = error.chain_line(), "clearing a problem");
         }
-        let planned = match home.repo(&merge.repository) {
+        let planned = match home.repos().get(&merge.repository) {
             Ok(repo) if repo.branch != merge.branch => Err(Error::refused(format!(
                 "repository `{}` is registered on branch `{}`, not `{}`",
                 merge.repository, repo.branch, merge.branch
@@ -304,7 +307,8 @@ pub async fn serve(
                         retry::clear_failure(home, older);
                     }
                 }
-                home.clear_problem(ProblemKind::Merge, &merge.repository)
+                home.problems()
+                    .clear(ProblemKind::Merge, &merge.repository)
                     .map(drop)
             }
             Err(error) => {
@@ -314,19 +318,20 @@ pub async fn serve(
                     error = error.chain_line(),
                     "a merge heard could not be planned"
                 );
-                home.record_problem(
-                    ProblemKind::Merge,
-                    &merge.repository,
-                    &format!(
-                        "the merge of `{}` {} at {} could not be planned: {error}",
-                        merge.repository,
-                        merge.branch,
-                        crate::catalogue::builds::short_commit(&merge.commit)
-                    ),
-                    error.chain().skip(1).map(ToString::to_string).collect(),
-                    mesh_host::now(),
-                )
-                .map(drop)
+                home.problems()
+                    .record(
+                        ProblemKind::Merge,
+                        &merge.repository,
+                        &format!(
+                            "the merge of `{}` {} at {} could not be planned: {error}",
+                            merge.repository,
+                            merge.branch,
+                            crate::catalogue::builds::short_commit(&merge.commit)
+                        ),
+                        error.chain().skip(1).map(ToString::to_string).collect(),
+                        mesh_host::now(),
+                    )
+                    .map(drop)
             }
         };
         if let Err(error) = kept {

@@ -185,14 +185,14 @@ pub const SILENT_AFTER_SECS: u64 = 3 * mesh_host::serve::DEFAULT_HEARTBEAT.as_se
 pub fn status(home: &Home, now: u64, silent_after_secs: u64) -> Result<Vec<NodeStatus>> {
     let inventory = home.inventory()?;
     // One listing of what every node was sent, not a read per node.
-    let mut sent_all = home.sent_digests()?;
+    let mut sent_all = home.sent().digests()?;
     inventory
         .file
         .nodes
         .keys()
         .map(|node| {
             let sent = sent_all.remove(node);
-            let (report, heard_at, unreadable) = match home.report_as_heard(node)? {
+            let (report, heard_at, unreadable) = match home.reports().as_heard(node)? {
                 Some(Heard::Read { report, heard_at }) => (Some(report), Some(heard_at), None),
                 Some(Heard::Unreadable(unreadable)) => {
                     (None, Some(unreadable.heard_at), Some(unreadable))

@@ -75,19 +75,20 @@ fn plan(id: &str, state: PlanState, reverted: BTreeMap<String, String>) -> PlanR
 }
 
 fn rollout_node(home: &Home, plan: &str, node: &str, after: &str, before: Option<String>) {
-    home.write_rollout_node(
-        plan,
-        "web",
-        &RolloutNodeRecord {
-            format: ROLLOUT_NODE_FORMAT,
-            node: node.to_owned(),
-            running: true,
-            declaration: after.to_owned(),
-            before,
-            progress: NodeProgress::Waiting,
-        },
-    )
-    .unwrap();
+    home.plans()
+        .write_rollout_node(
+            plan,
+            "web",
+            &RolloutNodeRecord {
+                format: ROLLOUT_NODE_FORMAT,
+                node: node.to_owned(),
+                running: true,
+                declaration: after.to_owned(),
+                before,
+                progress: NodeProgress::Waiting,
+            },
+        )
+        .unwrap();
 }
 
 fn kept(home: &Home, digest: &str) -> bool {
@@ -109,9 +110,9 @@ fn collects_what_no_record_names(home: &Home) {
     .unwrap();
     // `a` was sent `replaced`, then `sent`: only `sent` is named by its record.
     let replaced = declaration("a", "replaced");
-    home.record_sent(&replaced).unwrap();
+    home.sent().record(&replaced).unwrap();
     let sent = declaration("a", "sent");
-    home.record_sent(&sent).unwrap();
+    home.sent().record(&sent).unwrap();
     // An open plan: `b` is sent `after`, ran `before`, was sent back `reverted`.
     let (before, after, reverted) = (
         declaration("b", "before"),
@@ -119,19 +120,21 @@ fn collects_what_no_record_names(home: &Home) {
         declaration("b", "reverted"),
     );
     for kept in [&before, &after, &reverted] {
-        home.keep_declaration(kept).unwrap();
+        home.sent().keep_declaration(kept).unwrap();
     }
-    home.write_plan(&plan(
-        "plan-1",
-        PlanState::RollingOut,
-        BTreeMap::from([("b".to_owned(), reverted.digest())]),
-    ))
-    .unwrap();
+    home.plans()
+        .write(&plan(
+            "plan-1",
+            PlanState::RollingOut,
+            BTreeMap::from([("b".to_owned(), reverted.digest())]),
+        ))
+        .unwrap();
     rollout_node(home, "plan-1", "b", &after.digest(), Some(before.digest()));
     // A plan that ended names `ended`: nothing keeps it.
     let ended = declaration("b", "ended");
-    home.keep_declaration(&ended).unwrap();
-    home.write_plan(&plan("plan-2", PlanState::Done, BTreeMap::new()))
+    home.sent().keep_declaration(&ended).unwrap();
+    home.plans()
+        .write(&plan("plan-2", PlanState::Done, BTreeMap::new()))
         .unwrap();
     rollout_node(home, "plan-2", "b", &ended.digest(), None);
 
@@ -161,7 +164,7 @@ fn collects_what_no_record_names(home: &Home) {
     for named in [&sent, &before, &after, &reverted] {
         assert!(kept(home, &named.digest()), "{}", named.digest());
     }
-    assert_eq!(home.sent("a").unwrap(), Some(sent));
+    assert_eq!(home.sent().get("a").unwrap(), Some(sent));
 
     // Collected again: nothing more.
     let again = collect_declarations(home, later, GRACE).unwrap();
@@ -191,8 +194,10 @@ fn records_collect_says_what_it_kept_and_why() {
     let home = Home::new(dir.path());
     home.put("inventory.toml", b"bus-node = \"a\"\n[nodes.a]\n")
         .unwrap();
-    home.record_sent(&declaration("a", "sent")).unwrap();
-    home.keep_declaration(&declaration("a", "pushed")).unwrap();
+    home.sent().record(&declaration("a", "sent")).unwrap();
+    home.sent()
+        .keep_declaration(&declaration("a", "pushed"))
+        .unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_mesh-controller"))
         .arg("--home")
         .arg(dir.path())

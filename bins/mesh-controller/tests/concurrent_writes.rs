@@ -60,7 +60,8 @@ fn two_sets_at_once_lose_no_key(home: &Home) {
     let mut revisions: BTreeSet<u64> = BTreeSet::new();
     for round in 1..=ROUNDS {
         let start = home
-            .layer("web", &LayerScope::Mesh)
+            .layers()
+            .get("web", &LayerScope::Mesh)
             .unwrap()
             .unwrap_or_else(|| json!({"a": {}, "b": {}}));
         let answers: Vec<Answered> = std::thread::scope(|scope| {
@@ -129,7 +130,11 @@ fn two_sets_at_once_lose_no_key(home: &Home) {
         );
         won.push(winner_key);
     }
-    let layer = home.layer("web", &LayerScope::Mesh).unwrap().unwrap();
+    let layer = home
+        .layers()
+        .get("web", &LayerScope::Mesh)
+        .unwrap()
+        .unwrap();
     for key in &won {
         let (setting, name) = key.split_once('.').unwrap();
         assert!(
@@ -139,7 +144,7 @@ fn two_sets_at_once_lose_no_key(home: &Home) {
     }
     // The history holds one record per set that went ahead, each the layer it replaced: the
     // layer the set before it left.
-    let history = home.history("web", &LayerScope::Mesh).unwrap();
+    let history = home.layers().history("web", &LayerScope::Mesh).unwrap();
     assert_eq!(history.len(), ROUNDS);
     assert_eq!(
         history.iter().map(|r| r.revision).collect::<BTreeSet<_>>(),
@@ -167,7 +172,10 @@ fn two_sets_at_once_lose_no_key(home: &Home) {
 fn two_replacing_sets_both_say_what_they_replaced(home: &Home) {
     let (catalogue, _) = home.catalogue().unwrap();
     let barrier = Barrier::new(2);
-    let before = home.history("web", &LayerScope::Node("n1".into())).unwrap();
+    let before = home
+        .layers()
+        .history("web", &LayerScope::Node("n1".into()))
+        .unwrap();
     assert!(before.is_empty());
     for round in 1..=ROUNDS {
         let answers: Vec<settings::Answer> = std::thread::scope(|scope| {
@@ -194,7 +202,10 @@ fn two_replacing_sets_both_say_what_they_replaced(home: &Home) {
             .map(|a| a.kept_as_revision.expect("a replacing set goes ahead"))
             .collect();
         kept.sort();
-        let history = home.history("web", &LayerScope::Node("n1".into())).unwrap();
+        let history = home
+            .layers()
+            .history("web", &LayerScope::Node("n1".into()))
+            .unwrap();
         for (i, answer) in answers.iter().enumerate() {
             let revision = answer.kept_as_revision.unwrap();
             let record = history.iter().find(|r| r.revision == revision).unwrap();
@@ -231,7 +242,10 @@ fn two_replacing_sets_both_say_what_they_replaced(home: &Home) {
         assert_eq!(kept.len(), 2);
         assert_ne!(kept[0], kept[1], "two sets kept the same revision");
     }
-    let history = home.history("web", &LayerScope::Node("n1".into())).unwrap();
+    let history = home
+        .layers()
+        .history("web", &LayerScope::Node("n1".into()))
+        .unwrap();
     assert_eq!(history.len(), 2 * ROUNDS, "the history holds every set");
 }
 

@@ -175,7 +175,7 @@ fn a_drive_cancelled_while_its_first_machine_is_awaited_stops_saved_and_resumes(
         panic!("the first merge plans")
     };
     let home = Home::new(bed.mesh.home());
-    let record = home.plan(&plan.id).unwrap();
+    let record = home.plans().get(&plan.id).unwrap();
     let stopped = tokio.block_on(async {
         let task = runtime.drive(
             record,
@@ -206,7 +206,7 @@ fn a_drive_cancelled_while_its_first_machine_is_awaited_stops_saved_and_resumes(
         "{:?}",
         stopped.plan
     );
-    let saved = home.plan(&plan.id).unwrap();
+    let saved = home.plans().get(&plan.id).unwrap();
     assert_eq!(saved.plan.state, PlanState::RollingOut);
     let kept = saved.work["keep"]
         .rollout
@@ -217,7 +217,7 @@ fn a_drive_cancelled_while_its_first_machine_is_awaited_stops_saved_and_resumes(
 
     // Resumed on hosts that answer: the first machine is sent again, then the others.
     let lines = bed.resume(&[]);
-    let record = home.plan(&plan.id).unwrap();
+    let record = home.plans().get(&plan.id).unwrap();
     assert_eq!(record.plan.state, PlanState::Done, "{lines:#?}");
     assert_eq!(bed.sent_since(0).len(), 3, "{lines:#?}");
 }
@@ -300,10 +300,10 @@ fn a_merge_moving_a_running_containers_data_holds_that_node_and_the_others_go_on
     // With `--move keep`, `control` is sent and the plan is done.
     let lines = bed.resume(&["keep"]);
     assert_eq!(bed.sent_since(5), ["control"], "{lines:#?}");
-    let record = home.plan(&plan.id).unwrap();
+    let record = home.plans().get(&plan.id).unwrap();
     assert_eq!(record.plan.state, PlanState::Done, "{lines:#?}");
     let allowed: BTreeSet<String> = BTreeSet::new();
-    let sent = home.sent("control").unwrap().unwrap();
+    let sent = home.sent().get("control").unwrap().unwrap();
     let composed = mesh_controller::executor::decide(&home, &sent, &allowed).unwrap();
     assert!(
         matches!(composed, mesh_plan::PushDecision::Send { .. }),
@@ -362,7 +362,7 @@ fn the_library_fails_with_typed_errors_naming_what_failed() {
     assert!(error.is_refusal());
     assert!(error.to_string().contains("nothing was sent"), "{error}");
 
-    let error = home.plan("plan-99").unwrap_err();
+    let error = home.plans().get("plan-99").unwrap_err();
     assert!(matches!(&error, Error::Invalid { .. }), "{error:?}");
     assert!(
         error.to_string().contains("there is no plan `plan-99`"),
@@ -408,14 +408,14 @@ fn the_preview_of_a_merge_says_what_its_rollout_then_does() {
     bed.merge(&[]);
     let home = Home::new(bed.mesh.home());
     // `laptop`'s host reports a maintenance window holding the container still.
-    let mut report = home.report("laptop").unwrap().unwrap();
+    let mut report = home.reports().get("laptop").unwrap().unwrap();
     report.windows.push(mesh_model::report::WindowSummary {
         step: "backup".to_owned(),
         containers: vec!["keep/container/db".to_owned()],
         opened_at: report.finished_at,
         holder: None,
     });
-    home.record_report(&report).unwrap();
+    home.reports().record(&report).unwrap();
 
     // The data's default moves (only `control` follows the default) and the command changes
     // (every node's container is recreated).
@@ -639,7 +639,7 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
         panic!("the first merge plans")
     };
     let home = Home::new(bed.mesh.home());
-    let record = home.plan(&plan.id).unwrap();
+    let record = home.plans().get(&plan.id).unwrap();
     let driven = tokio
         .block_on(async {
             runtime
@@ -679,7 +679,7 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
         node_records >= 2,
         "the running nodes and at least one step: {node_records}"
     );
-    let nodes = home.rollout_nodes(&plan.id, "keep").unwrap();
+    let nodes = home.plans().rollout_nodes(&plan.id, "keep").unwrap();
     assert_eq!(
         nodes.len(),
         3,
@@ -689,7 +689,7 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
     let before_json = bed.mesh.library().status();
     assert_eq!(before_json.code, 0, "{}", before_json.document);
     let before_behind = mesh_controller::status::behind::nodes_behind(&home).unwrap();
-    let before_plan = home.plan(&plan.id).unwrap();
+    let before_plan = home.plans().get(&plan.id).unwrap();
 
     let said = bed.mesh.library().records_collect(0).unwrap();
     // "folded 1 plan(s) that ended (plan-1): N record(s) of their nodes removed".
@@ -708,7 +708,7 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
         mesh_controller::status::behind::nodes_behind(&home).unwrap(),
         before_behind
     );
-    let after = home.plan(&plan.id).unwrap();
+    let after = home.plans().get(&plan.id).unwrap();
     assert_eq!(after.plan, before_plan.plan);
     assert!(after.nodes_folded);
     let summary = after.work["keep"].summary.as_ref().expect("a summary");
@@ -728,7 +728,7 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
         panic!("the second merge plans")
     };
     assert_eq!(second.state, PlanState::Done);
-    assert!(home.plan(&second.id).unwrap().nodes_folded);
+    assert!(home.plans().get(&second.id).unwrap().nodes_folded);
     assert!(!bed.mesh.home().join("rollouts").join(&second.id).exists());
 }
 
@@ -750,35 +750,40 @@ fn a_rollouts_nodes_are_read_back_from_its_steps_over_earlier_records() {
         before: None,
         progress,
     };
-    home.write_rollout_node("plan-1", "m", &record("a", NodeProgress::Waiting))
+    home.plans()
+        .write_rollout_node("plan-1", "m", &record("a", NodeProgress::Waiting))
         .unwrap();
-    home.write_rollout_node("plan-1", "m", &record("b", NodeProgress::Waiting))
+    home.plans()
+        .write_rollout_node("plan-1", "m", &record("b", NodeProgress::Waiting))
         .unwrap();
     let running = |node: &str| mesh_controller::plans::RunningNode {
         node: node.to_owned(),
         before: Some(format!("sha256:{node}-before")),
     };
-    home.write_rollout_running(
-        "plan-1",
-        "m",
-        vec![running("a"), running("b"), running("c")],
-    )
-    .unwrap();
-    home.write_rollout_step(
-        "plan-1",
-        "m",
-        0,
-        vec![record("a", NodeProgress::Sent { at: 5 })],
-    )
-    .unwrap();
-    home.write_rollout_step(
-        "plan-1",
-        "m",
-        1,
-        vec![record("a", NodeProgress::Applied { sent_at: 5, at: 7 })],
-    )
-    .unwrap();
-    let recorded = home.rollout_nodes_recorded("plan-1", "m").unwrap();
+    home.plans()
+        .write_rollout_running(
+            "plan-1",
+            "m",
+            vec![running("a"), running("b"), running("c")],
+        )
+        .unwrap();
+    home.plans()
+        .write_rollout_step(
+            "plan-1",
+            "m",
+            0,
+            vec![record("a", NodeProgress::Sent { at: 5 })],
+        )
+        .unwrap();
+    home.plans()
+        .write_rollout_step(
+            "plan-1",
+            "m",
+            1,
+            vec![record("a", NodeProgress::Applied { sent_at: 5, at: 7 })],
+        )
+        .unwrap();
+    let recorded = home.plans().rollout_nodes_recorded("plan-1", "m").unwrap();
     assert_eq!(recorded.next_step, 2);
     let all: Vec<(String, NodeProgress, String, Option<String>)> = recorded
         .all()
@@ -810,13 +815,18 @@ fn a_rollouts_nodes_are_read_back_from_its_steps_over_earlier_records() {
         ]
     );
     // Another module's records, and a module whose name starts the same, are not its.
-    home.write_rollout_step("plan-1", "m2", 0, vec![record("z", NodeProgress::Waiting)])
+    home.plans()
+        .write_rollout_step("plan-1", "m2", 0, vec![record("z", NodeProgress::Waiting)])
         .unwrap();
-    assert_eq!(home.rollout_nodes("plan-1", "m").unwrap().len(), 3);
+    assert_eq!(home.plans().rollout_nodes("plan-1", "m").unwrap().len(), 3);
     // A step of another format is named, not read as something else.
     let step = dir.path().join("rollouts/plan-1/m/steps/0000000002.json");
     std::fs::write(&step, r#"{"format": 9, "nodes": []}"#).unwrap();
-    let error = home.rollout_nodes("plan-1", "m").unwrap_err().to_string();
+    let error = home
+        .plans()
+        .rollout_nodes("plan-1", "m")
+        .unwrap_err()
+        .to_string();
     assert!(
         error.contains("steps/0000000002.json") && error.contains('9'),
         "{error}"

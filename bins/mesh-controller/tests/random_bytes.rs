@@ -38,11 +38,11 @@ impl Mesh {
         let home = Home::new(dir.path().join("home"));
         mesh_controller::runtime::init::init(&home, true).expect("the example initializes");
         let declaration = Declaration::from_json(DECLARATION.as_bytes()).unwrap();
-        home.record_sent(&declaration).unwrap();
+        home.sent().record(&declaration).unwrap();
         let mut report = Report::from_json(REPORT.as_bytes()).unwrap();
         report.node = "home".to_owned();
         report.declaration = declaration.digest();
-        home.record_report(&report).unwrap();
+        home.reports().record(&report).unwrap();
         Mesh { _dir: dir, home }
     }
 
@@ -90,13 +90,13 @@ impl Mesh {
         if let Err(e) = self.home.inventory() {
             named(e.to_string())?;
         }
-        if let Err(e) = self.home.layer("base", &LayerScope::Mesh) {
+        if let Err(e) = self.home.layers().get("base", &LayerScope::Mesh) {
             named(e.to_string())?;
         }
-        if let Err(e) = self.home.sent("home") {
+        if let Err(e) = self.home.sent().get("home") {
             named(e.to_string())?;
         }
-        if let Err(e) = self.home.report("home") {
+        if let Err(e) = self.home.reports().get("home") {
             named(e.to_string())?;
         }
         if let Err(e) = mesh_controller::status::overview(&self.home, 1_800_000_000, 60) {
@@ -114,8 +114,8 @@ fn the_valid_home_reads() {
         mesh.read_over(file, &mesh.valid(file)).unwrap();
     }
     mesh_controller::status::overview(&mesh.home, 1_800_000_000, 60).expect("status reads");
-    assert!(mesh.home.report("home").unwrap().is_some());
-    assert!(mesh.home.sent("home").unwrap().is_some());
+    assert!(mesh.home.reports().get("home").unwrap().is_some());
+    assert!(mesh.home.sent().get("home").unwrap().is_some());
 }
 
 proptest! {

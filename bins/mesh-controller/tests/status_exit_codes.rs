@@ -31,7 +31,8 @@ impl Bed {
         })
         .unwrap();
         for node in ["a", "b"] {
-            home.record_sent(&Declaration::new(node, Vec::new()))
+            home.sent()
+                .record(&Declaration::new(node, Vec::new()))
                 .unwrap();
         }
         let bed = Bed { _dir: dir, home };
@@ -51,7 +52,7 @@ impl Bed {
             report[key] = value.clone();
         }
         let report: Report = serde_json::from_value(report).unwrap();
-        self.home.record_report(&report).unwrap();
+        self.home.reports().record(&report).unwrap();
     }
 
     fn overview(&self, options: &StatusOptions) -> status::Overview {
@@ -256,7 +257,8 @@ fn a_failure_recorded_exits_3() {
     let bed = Bed::new();
     bed.report("a", json!({}));
     bed.home
-        .record_problem(
+        .problems()
+        .record(
             mesh_store::problems::ProblemKind::Grants,
             "a",
             "grants failed",

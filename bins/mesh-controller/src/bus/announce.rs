@@ -76,7 +76,7 @@ pub async fn announce(bus: &NatsBus, repo: &RepoRecord, commit: &str) -> Result<
 /// so nothing would hear the announcement: `mesh-controller serve` is named); the stream did
 /// not acknowledge it.
 pub async fn announce_head(home: &Home, bus_config: &BusConfig, name: &str) -> Result<Announced> {
-    let repo = home.repo(name)?;
+    let repo = home.repos().get(name)?;
     let commit = {
         let repo = repo.clone();
         tokio::task::spawn_blocking(move || repos::head(&repo))

@@ -64,10 +64,24 @@ pub struct NotSent {
     pub declaration: String,
 }
 
+/// The deployed builds' records ([`crate::home::keys`]): `deployed/<module>.json`, one a
+/// module, each its build a finished rollout made current.
+#[derive(Clone, Copy)]
+pub struct DeployedStore<'h> {
+    home: &'h Home,
+}
+
 impl Home {
+    /// The deployed builds' records.
+    pub fn deployed(&self) -> DeployedStore<'_> {
+        DeployedStore { home: self }
+    }
+}
+
+impl DeployedStore<'_> {
     /// A module's deployed build, if a rollout ever finished one.
-    pub fn deployed(&self, module: &str) -> Result<Option<DeployedRecord>> {
-        self.read_record(
+    pub fn get(&self, module: &str) -> Result<Option<DeployedRecord>> {
+        self.home.read_record(
             &format!("deployed/{module}.json"),
             "a deployed record",
             DEPLOYED_FORMAT,
@@ -75,17 +89,18 @@ impl Home {
     }
 
     /// Every deployed module, by name.
-    pub fn deployed_all(&self) -> Result<Vec<DeployedRecord>> {
+    pub fn all(&self) -> Result<Vec<DeployedRecord>> {
         let mut out = Vec::new();
-        for name in self.json_stems("deployed")? {
-            out.extend(self.deployed(&name)?);
+        for name in self.home.json_stems("deployed")? {
+            out.extend(self.get(&name)?);
         }
         Ok(out)
     }
 
     /// Makes a build the module's deployed one.
-    pub fn write_deployed(&self, record: &DeployedRecord) -> Result<()> {
-        self.put_json(&format!("deployed/{}.json", record.module), record)
+    pub fn write(&self, record: &DeployedRecord) -> Result<()> {
+        self.home
+            .put_json(&format!("deployed/{}.json", record.module), record)
     }
 }
 
@@ -112,7 +127,7 @@ pub async fn effective_source(home: &Home, store: &dyn ArchiveStore) -> Result<C
             ..CatalogueSource::default()
         }
     };
-    for deployed in home.deployed_all()? {
+    for deployed in home.deployed().all()? {
         let archive = store
             .fetch(&deployed.archive)
             .await
@@ -212,7 +227,7 @@ pub async fn deploy(home: &Home, record: &DeployedRecord) -> Result<()> {
             format!("taking the publish lock to deploy `{}`", record.module)
         })?;
     set_current(home, &lock, &record.module, &record.archive)?;
-    home.write_deployed(record)
+    home.deployed().write(record)
 }
 
 /// A commit shortened for people (12 characters).
@@ -355,7 +370,7 @@ pub async fn publish_build(
         .for_module(module, || format!("recording the build of `{module}`"))?;
     // The record's current build is what the mesh runs (the keep set keeps it whatever comes
     // after): until a rollout finishes the new one, that stays the deployed build.
-    if let Some(deployed) = home.deployed(module)? {
+    if let Some(deployed) = home.deployed().get(module)? {
         set_current(home, &lock, module, &deployed.archive)?;
     }
     drop(lock);

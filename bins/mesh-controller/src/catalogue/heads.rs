@@ -79,7 +79,8 @@ pub fn read(home: &Home) -> Result<Running> {
                 .to_string()
         }),
         deployed: home
-            .deployed_all()?
+            .deployed()
+            .all()?
             .into_iter()
             .map(|d| DeployedFrom {
                 module: d.module,
@@ -127,7 +128,7 @@ pub fn check_heads(home: &Home) -> Result<Vec<Head>> {
     let inventory = home.inventory()?;
     let assigned: BTreeSet<&String> = inventory.file.assignments.keys().collect();
     let mut out = Vec::new();
-    for repo in home.repos()? {
+    for repo in home.repos().all()? {
         let commit = repos::resolve(&repo.path, &repo.branch).for_repo(&repo.name, || {
             format!("reading the head of `{}`", repo.branch)
         })?;

@@ -38,13 +38,13 @@ pub fn newest_definition(
     catalogue: &Catalogue,
     module: &str,
 ) -> Result<Option<Newest>> {
-    let records = home.plans()?;
+    let records = home.plans().all()?;
     let newest_plan = records
         .iter()
         .filter(|r| r.plan.state.is_open() && r.plan.modules.iter().any(|m| m == module))
         .max_by(|a, b| (a.plan.made_at, &a.plan.id).cmp(&(b.plan.made_at, &b.plan.id)));
     if let Some(record) = newest_plan {
-        let repo = home.repo(&record.plan.repository)?;
+        let repo = home.repos().get(&record.plan.repository)?;
         let source = repos::catalogue_at(&repo.path, &record.plan.commit, &repo.modules_dir)
             .for_plan(&record.plan.id, || "reading its catalogue".to_owned())?;
         let (at_plan, _) = load_catalogue(&source);

@@ -51,18 +51,33 @@ pub struct RepoRecord {
     pub remote: Option<Remote>,
 }
 
+/// The registered repositories' records ([`crate::home::keys`]): `repos/<name>.json`, one a
+/// repository.
+#[derive(Clone, Copy)]
+pub struct RepoStore<'h> {
+    home: &'h Home,
+}
+
 impl Home {
+    /// The registered repositories' records.
+    pub fn repos(&self) -> RepoStore<'_> {
+        RepoStore { home: self }
+    }
+}
+
+impl RepoStore<'_> {
     /// A registered repository, or an error naming the ones there are.
-    pub fn repo(&self, name: &str) -> Result<RepoRecord> {
+    pub fn get(&self, name: &str) -> Result<RepoRecord> {
         let found = if mesh_model::module::is_valid_name(name) {
-            self.read_record(&repo_key(name), "a repository record", REPO_FORMAT)?
+            self.home
+                .read_record(&repo_key(name), "a repository record", REPO_FORMAT)?
         } else {
             None
         };
         match found {
             Some(record) => Ok(record),
             None => {
-                let known: Vec<String> = self.repos()?.into_iter().map(|r| r.name).collect();
+                let known: Vec<String> = self.all()?.into_iter().map(|r| r.name).collect();
                 Err(Error::invalid(format!(
                     "no repository `{name}` is registered (registered: {}); add it with `repo add {name} PATH`",
                     if known.is_empty() { "none".to_owned() } else { known.join(", ") }
@@ -72,16 +87,17 @@ impl Home {
     }
 
     /// Every registered repository, by name.
-    pub fn repos(&self) -> Result<Vec<RepoRecord>> {
-        self.json_stems("repos")?
+    pub fn all(&self) -> Result<Vec<RepoRecord>> {
+        self.home
+            .json_stems("repos")?
             .iter()
-            .map(|n| self.repo(n))
+            .map(|n| self.get(n))
             .collect()
     }
 
     /// Writes a repository record.
-    pub fn write_repo(&self, record: &RepoRecord) -> Result<()> {
-        self.put_json(&repo_key(&record.name), record)
+    pub fn write(&self, record: &RepoRecord) -> Result<()> {
+        self.home.put_json(&repo_key(&record.name), record)
     }
 }
 
@@ -193,7 +209,7 @@ pub fn add_with(home: &Home, name: &str, path: &Path, options: &AddOptions) -> R
         hook_secret_file: checked_hook_secret(name, options)?,
         remote: None,
     };
-    home.write_repo(&record)?;
+    home.repos().write(&record)?;
     Ok(record)
 }
 
@@ -274,7 +290,7 @@ fn add_remote(home: &Home, name: &str, location: &str, options: &AddOptions) -> 
         hook_secret_file,
         remote: Some(remote),
     };
-    home.write_repo(&record)?;
+    home.repos().write(&record)?;
     Ok(record)
 }
 

@@ -74,7 +74,7 @@ pub fn spawn(home: Home, bus: NatsBus) -> tokio::task::JoinHandle<()> {
             let home = home.clone();
             let looked = tokio::task::spawn_blocking(move || {
                 for node in turned {
-                    if let Err(error) = home.report_as_heard(&node) {
+                    if let Err(error) = home.reports().as_heard(&node) {
                         tracing::warn!(
                             node,
                             error = error.chain_line(),

@@ -53,7 +53,7 @@ pub fn record_failure(home: &Home, plan: &str, error: &Error) -> Option<u32> {
 
 /// Clears the drive problem of `plan`, if it has one: its drive did not fail, or it ended.
 pub fn clear_failure(home: &Home, plan: &str) {
-    match home.clear_problem(ProblemKind::Drive, plan) {
+    match home.problems().clear(ProblemKind::Drive, plan) {
         Ok(true) => tracing::info!(plan = %plan, "the plan's drive problem is resolved"),
         Ok(false) => {}
         Err(error) => tracing::error!(plan = %plan, error = error.chain_line(),

@@ -168,7 +168,7 @@ impl Rollout {
         let home = executor.home();
         let module = self.module.clone();
         let before = match self.befores.get(&node).cloned().flatten() {
-            Some(digest) => Some(home.declaration(&digest)?.ok_or_else(|| {
+            Some(digest) => Some(home.sent().declaration(&digest)?.ok_or_else(|| {
                 Error::Node {
                     node: node.clone(),
                     doing: format!("reverting `{node}`"),
@@ -211,7 +211,7 @@ impl Rollout {
                      stopped: grants not issued: {reason}"
                 );
                 executor.progress().line(&format!("  `{module}`: {what}"));
-                home.record_problem(
+                home.problems().record(
                     mesh_store::problems::ProblemKind::Grants,
                     &node,
                     &what,

@@ -213,7 +213,7 @@ impl<'a> Executor<'a> {
     pub async fn next_heard(&mut self, wait: Duration) -> Result<Option<ReportHeard>> {
         let heard = self.fleet.next_report(wait).await?;
         if let Some(ReportHeard::Report(report)) = &heard {
-            self.home.record_report(report)?;
+            self.home.reports().record(report)?;
         }
         Ok(heard)
     }
@@ -282,7 +282,7 @@ async fn recorded_sent(home: &Home, declarations: &[&Outgoing]) -> Result<()> {
     if declarations.is_empty() {
         return Ok(());
     }
-    home.record_sent_many(declarations)?;
+    home.sent().record_many(declarations)?;
     for declaration in declarations {
         if let Some(archive) = declaration.declaration().archives.get(USERS_MODULE) {
             users_sent(home, archive).await?;
@@ -315,7 +315,7 @@ pub fn decide(
             acknowledged: Vec::new(),
         });
     }
-    let sent = home.sent(&declaration.node)?;
+    let sent = home.sent().get(&declaration.node)?;
     Ok(mesh_plan::decide_push(
         sent.as_ref(),
         declaration,

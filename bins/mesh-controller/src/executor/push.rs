@@ -89,7 +89,7 @@ pub async fn push_telling(
     }
     let now = mesh_host::now();
     for (node, moves) in &held {
-        home.record_problem(
+        home.problems().record(
             ProblemKind::HeldPush,
             node,
             &format!(
@@ -199,7 +199,7 @@ async fn grants_within(
 /// Records that `nodes`' grants failed on a push, for `status` until a send to each.
 fn record_grants_failed(home: &Home, nodes: &[String], reason: &str, now: u64) -> Result<()> {
     for node in nodes {
-        home.record_problem(
+        home.problems().record(
             ProblemKind::Grants,
             node,
             &format!("a push to `{node}` was not sent: grants not issued: {reason}"),
@@ -213,7 +213,7 @@ fn record_grants_failed(home: &Home, nodes: &[String], reason: &str, now: u64) -
 /// Clears the held-push and grants problems of the nodes just sent (one listing of the
 /// problems, then only the ones recorded are removed).
 fn clear_push_problems(home: &Home, sent: &[Outgoing]) -> Result<()> {
-    let recorded = home.problems()?;
+    let recorded = home.problems().all()?;
     if recorded.is_empty() {
         return Ok(());
     }
@@ -222,7 +222,7 @@ fn clear_push_problems(home: &Home, sent: &[Outgoing]) -> Result<()> {
         if matches!(problem.kind, ProblemKind::HeldPush | ProblemKind::Grants)
             && sent.contains(problem.subject.as_str())
         {
-            home.clear_problem(problem.kind, &problem.subject)?;
+            home.problems().clear(problem.kind, &problem.subject)?;
         }
     }
     Ok(())

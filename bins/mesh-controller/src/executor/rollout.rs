@@ -271,7 +271,7 @@ impl Rollout {
         }
         for node in &resume.sent {
             let expected = expected_declaration(&self.spec, node);
-            match home.report(node)? {
+            match home.reports().get(node)? {
                 Some(report) if report.declaration == expected => {
                     self.events
                         .push_back(Event::Report(mesh_plan::merge::module_report(
@@ -329,9 +329,9 @@ impl Rollout {
             .map(|m| m.definition.clone())
             .unwrap_or_else(|| placeholder_definition(&module));
         let mut nodes = BTreeMap::new();
-        home.clear_rollout_nodes(&self.plan, &module)?;
+        home.plans().clear_rollout_nodes(&self.plan, &module)?;
         // What every node was sent, in one listing.
-        let mut sent_before = home.sent_digests()?;
+        let mut sent_before = home.sent().digests()?;
         let assigned = self
             .inventory
             .file
@@ -395,7 +395,8 @@ impl Rollout {
                 },
             );
         }
-        home.write_rollout_running(&self.plan, &module, kept_running)?;
+        home.plans()
+            .write_rollout_running(&self.plan, &module, kept_running)?;
         // Grants before code: when the bus's users change, the node holding the bus goes
         // first (in the embedded default there are no permissions to issue, and the order is
         // kept all the same).

@@ -59,7 +59,8 @@ impl NodesKept {
         }
         self.recorded
             .extend(nodes.iter().map(|record| record.node.clone()));
-        home.write_rollout_step(plan, module, self.next_step, nodes)?;
+        home.plans()
+            .write_rollout_step(plan, module, self.next_step, nodes)?;
         self.next_step += 1;
         Ok(())
     }
@@ -114,7 +115,7 @@ pub(super) fn save_rollout(
     let build = work.build.as_ref().map(|b| b.archive.clone());
     let rollout: ModuleRollout = state.record(build);
     record.plan.rollouts.insert(module.to_owned(), rollout);
-    home.write_plan(record)
+    home.plans().write(record)
 }
 
 /// A rollout read back from its plan record and its nodes' records (a controller resumed):
@@ -128,7 +129,7 @@ pub(super) fn read_back(
     befores: &mut BTreeMap<String, Option<String>>,
     nodes_kept: &mut NodesKept,
 ) -> Result<(RolloutSpec, RolloutState)> {
-    let recorded = home.rollout_nodes_recorded(plan, module)?;
+    let recorded = home.plans().rollout_nodes_recorded(plan, module)?;
     nodes_kept.next_step = recorded.next_step;
     nodes_kept
         .recorded

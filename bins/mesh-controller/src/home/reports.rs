@@ -43,13 +43,36 @@ impl Home {
         self.report_limit
     }
 
+    /// Whether the latest reports are the bus's stream, which every report reaches without
+    /// the controller (then [`Home::record_report`] keeps nothing).
+    pub fn reports_from_bus(&self) -> bool {
+        self.reports.is_some()
+    }
+}
+
+/// Each node's last report ([`crate::home::keys`]): read from the bus's reports stream on a
+/// fleet, from `reports/<node>.json` in the embedded default, with the last that read kept
+/// under `heard/<node>.json`.
+#[derive(Clone, Copy)]
+pub struct ReportStore<'h> {
+    home: &'h Home,
+}
+
+impl Home {
+    /// Each node's last report.
+    pub fn reports(&self) -> ReportStore<'_> {
+        ReportStore { home: self }
+    }
+}
+
+impl ReportStore<'_> {
     /// The last report heard from `node`, if it reads (one that does not is
     /// [`Home::report_as_heard`]'s to show: here it is as none heard).
     ///
     /// # Errors
     /// The record or stream cannot be read.
-    pub fn report(&self, node: &str) -> Result<Option<Report>> {
-        Ok(self.report_heard(node)?.map(|(report, _)| report))
+    pub fn get(&self, node: &str) -> Result<Option<Report>> {
+        Ok(self.heard(node)?.map(|(report, _)| report))
     }
 
     /// The last report heard from `node`, if it reads, and when it was heard (seconds since the
@@ -58,8 +81,8 @@ impl Home {
     ///
     /// # Errors
     /// The record or stream cannot be read.
-    pub fn report_heard(&self, node: &str) -> Result<Option<(Report, u64)>> {
-        Ok(match self.report_as_heard(node)? {
+    pub fn heard(&self, node: &str) -> Result<Option<(Report, u64)>> {
+        Ok(match self.as_heard(node)? {
             Some(Heard::Read { report, heard_at }) => Some((report, heard_at)),
             Some(Heard::Unreadable(_)) | None => None,
         })
@@ -73,13 +96,13 @@ impl Home {
     ///
     /// # Errors
     /// The record or stream cannot be read.
-    pub fn report_as_heard(&self, node: &str) -> Result<Option<Heard>> {
-        if let Some(source) = &self.reports {
+    pub fn as_heard(&self, node: &str) -> Result<Option<Heard>> {
+        if let Some(source) = &self.home.reports {
             let Some((bytes, heard_at)) = source.latest(node)? else {
                 return Ok(None);
             };
             return Ok(Some(
-                match heard::judge(node, &bytes, heard_at, self.report_limit) {
+                match heard::judge(node, &bytes, heard_at, self.home.report_limit) {
                     Heard::Unreadable(mut unreadable) => {
                         unreadable.last_readable = self.last_readable(source.as_ref(), node)?;
                         Heard::Unreadable(unreadable)
@@ -89,7 +112,7 @@ impl Home {
             ));
         }
         let key = format!("reports/{node}.json");
-        let Some(bytes) = self.get(&key)? else {
+        let Some(bytes) = self.home.get(&key)? else {
             return Ok(None);
         };
         // In the embedded default a report is heard when the apply it reports finished; an
@@ -102,7 +125,7 @@ impl Home {
             node,
             &bytes,
             finished,
-            self.report_limit,
+            self.home.report_limit,
         )))
     }
 
@@ -118,6 +141,7 @@ impl Home {
         let key = heard::last_readable_key(node);
         // A record that does not read is a cache of the stream's: looked for again whole.
         let remembered = self
+            .home
             .get(&key)?
             .and_then(|bytes| serde_json::from_slice::<LastReadable>(&bytes).ok());
         let after = remembered.as_ref().map_or(0, |kept| kept.through_sequence);
@@ -126,7 +150,7 @@ impl Home {
             return Ok(remembered);
         };
         let found = history.into_iter().rev().find_map(|(bytes, at, _)| {
-            match heard::judge(node, &bytes, at, self.report_limit) {
+            match heard::judge(node, &bytes, at, self.home.report_limit) {
                 Heard::Read { report, heard_at } => Some((report, heard_at)),
                 Heard::Unreadable(_) => None,
             }
@@ -144,14 +168,8 @@ impl Home {
             },
             (None, None) => return Ok(None),
         };
-        self.put_json(&key, &kept)?;
+        self.home.put_json(&key, &kept)?;
         Ok(Some(kept))
-    }
-
-    /// Whether the latest reports are the bus's stream, which every report reaches without
-    /// the controller (then [`Home::record_report`] keeps nothing).
-    pub fn reports_from_bus(&self) -> bool {
-        self.reports.is_some()
     }
 
     /// Records a node's report — on a fleet the reports stream already holds it, so nothing is
@@ -159,10 +177,11 @@ impl Home {
     ///
     /// # Errors
     /// The record cannot be written.
-    pub fn record_report(&self, report: &Report) -> Result<()> {
-        if self.reports.is_some() {
+    pub fn record(&self, report: &Report) -> Result<()> {
+        if self.home.reports.is_some() {
             return Ok(());
         }
-        self.put_json(&format!("reports/{}.json", report.node), report)
+        self.home
+            .put_json(&format!("reports/{}.json", report.node), report)
     }
 }

@@ -94,7 +94,7 @@ impl Hooks {
         let home = self.home.clone();
         let owned = name.to_owned();
         let looked = tokio::task::spawn_blocking(move || -> Result<Option<_>> {
-            let repo = match home.repo(&owned) {
+            let repo = match home.repos().get(&owned) {
                 Ok(repo) => repo,
                 Err(Error::Invalid { .. }) => return Ok(None),
                 Err(error) => return Err(error),

@@ -55,7 +55,7 @@ async fn run(home: Home, bus: NatsBus) {
     loop {
         let read = {
             let home = home.clone();
-            tokio::task::spawn_blocking(move || home.repos()).await
+            tokio::task::spawn_blocking(move || home.repos().all()).await
         };
         match read {
             Ok(Ok(repos)) => {
@@ -99,7 +99,7 @@ async fn poll(home: &Home, bus: &NatsBus, repo: RepoRecord, state: &mut Polled) 
             let home = home.clone();
             let subject = name.clone();
             let recorded = tokio::task::spawn_blocking(move || {
-                home.record_problem(
+                home.problems().record(
                     ProblemKind::Merge,
                     &subject,
                     &what,
@@ -122,9 +122,10 @@ async fn poll(home: &Home, bus: &NatsBus, repo: RepoRecord, state: &mut Polled) 
     if state.failing {
         let home = home.clone();
         let subject = name.clone();
-        let cleared =
-            tokio::task::spawn_blocking(move || home.clear_problem(ProblemKind::Merge, &subject))
-                .await;
+        let cleared = tokio::task::spawn_blocking(move || {
+            home.problems().clear(ProblemKind::Merge, &subject)
+        })
+        .await;
         state.failing = !matches!(cleared, Ok(Ok(_)));
     }
     if repo.last_planned.as_deref() == Some(head.as_str())

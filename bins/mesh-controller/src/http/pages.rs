@@ -95,7 +95,7 @@ impl Pages {
     /// # Errors
     /// When the home cannot be read.
     pub fn snapshot(&self, now: u64) -> Result<Snapshot> {
-        let plans = self.home.plans()?;
+        let plans = self.home.plans().all()?;
         let mut overview =
             status::overview_of_plans(&self.home, &plans, now, self.silent_after_secs)?;
         if overview.daemon.is_some() {
@@ -139,7 +139,7 @@ impl Pages {
                 if tally.applied < expected && work.is_some_and(|work| work.summary.is_none()) {
                     // The plan was folded between reading its record and its nodes' (their
                     // records removed once the summary was written): the summary counts them.
-                    let again = self.home.plan(&record.plan.id)?;
+                    let again = self.home.plans().get(&record.plan.id)?;
                     tally = self.tally(&again, module, rollout.sent, again.work.get(module))?;
                 }
                 total.add(&tally);
@@ -177,7 +177,7 @@ impl Pages {
                 }
             }
         } else if work.is_some_and(|work| work.rollout.is_some()) {
-            for node in self.home.rollout_nodes(&record.plan.id, module)? {
+            for node in self.home.plans().rollout_nodes(&record.plan.id, module)? {
                 match node.progress {
                     NodeProgress::Applied { sent_at, at } => {
                         tally.add_latency(at.saturating_sub(sent_at));

@@ -568,7 +568,7 @@ fn a_tally_read_while_its_plan_is_folded_counts_the_summary() {
         latencies: [(3, 1), (5, 1)].into_iter().collect(),
         ..RolloutSummary::default()
     };
-    home.write_plan(&record(work(Some(summary)))).unwrap();
+    home.plans().write(&record(work(Some(summary)))).unwrap();
 
     let pages = Pages::new(home, 60);
     let tally = pages.sends(std::slice::from_ref(&before)).unwrap();
@@ -577,7 +577,7 @@ fn a_tally_read_while_its_plan_is_folded_counts_the_summary() {
     // A read part way through that finds neither (the record not yet rewritten) is not kept.
     let dir = tempfile::tempdir().unwrap();
     let empty = crate::home::Home::new(dir.path());
-    empty.write_plan(&before).unwrap();
+    empty.plans().write(&before).unwrap();
     let pages = Pages::new(empty.clone(), 60);
     assert_eq!(
         pages.sends(std::slice::from_ref(&before)).unwrap().applied,
@@ -588,7 +588,7 @@ fn a_tally_read_while_its_plan_is_folded_counts_the_summary() {
         ..RolloutSummary::default()
     };
     let folded = record(work(Some(summary)));
-    empty.write_plan(&folded).unwrap();
+    empty.plans().write(&folded).unwrap();
     let tally = pages.sends(std::slice::from_ref(&folded)).unwrap();
     assert_eq!(
         (tally.applied, tally.latency_sum),

@@ -38,16 +38,19 @@ pub async fn build_named(
     let _lock = PlansLock::acquire(home, &format!("build {}", modules.join(" ")))?;
     let mut out = Vec::new();
     for module in modules {
-        let mut plans = home.plans()?;
+        let mut plans = home.plans().all()?;
         let plan = plans
             .iter_mut()
             .rev()
             .find(|p| p.plan.state.is_open() && p.plan.modules.contains(module));
         let (repo, commit) = match &plan {
-            Some(plan) => (home.repo(&plan.plan.repository)?, plan.plan.commit.clone()),
+            Some(plan) => (
+                home.repos().get(&plan.plan.repository)?,
+                plan.plan.commit.clone(),
+            ),
             None => {
                 let mut found = None;
-                for repo in home.repos()? {
+                for repo in home.repos().all()? {
                     let commit = match &repo.last_planned {
                         Some(commit) => commit.clone(),
                         None => repos::resolve(&repo.path, &repo.branch)?,
@@ -82,7 +85,7 @@ pub async fn build_named(
         if let (Some(plan), false) = (plan, dry_run) {
             if outcome_of(plan, module).is_none() {
                 record_built(home, plan, &built.build)?;
-                home.write_plan(plan)?;
+                home.plans().write(plan)?;
             }
         }
         out.push(NamedBuild {

@@ -135,16 +135,18 @@ pub fn fold_plan(home: &Home, record: &mut PlanRecord) -> Result<usize> {
     let mut summed = false;
     for (module, work) in &mut record.work {
         if work.rollout.is_some() && work.summary.is_none() {
-            work.summary = Some(RolloutSummary::of(&home.rollout_nodes(&id, module)?));
+            work.summary = Some(RolloutSummary::of(
+                &home.plans().rollout_nodes(&id, module)?,
+            ));
             summed = true;
         }
     }
     if summed {
-        home.write_plan(record)?;
+        home.plans().write(record)?;
     }
     let removed = home.records().delete_under(&format!("rollouts/{id}"))?;
     record.nodes_folded = true;
-    home.write_plan(record)?;
+    home.plans().write(record)?;
     Ok(removed)
 }
 
@@ -169,7 +171,7 @@ pub struct Folded {
 /// A record cannot be read, written or removed.
 pub fn fold_ended(home: &Home, keep: usize, driving: &[String]) -> Result<Folded> {
     let mut folded = Folded::default();
-    let mut plans = home.plans()?;
+    let mut plans = home.plans().all()?;
     for record in &mut plans {
         if record.plan.state.is_open() || record.nodes_folded || driving.contains(&record.plan.id) {
             continue;

@@ -40,7 +40,7 @@ pub fn orphan_hold_ended(home: &Home, record: &PlanRecord) -> Result<bool> {
     }
     let layers = home.inventory()?.layers;
     for module in held {
-        for node in home.rollout_nodes(&record.plan.id, module)? {
+        for node in home.plans().rollout_nodes(&record.plan.id, module)? {
             if let NodeProgress::Held { orphans, .. } = &node.progress {
                 if !orphans.is_empty() && !orphans.iter().any(|o| still_set(o, &layers)) {
                     return Ok(true);

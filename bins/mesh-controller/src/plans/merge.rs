@@ -89,9 +89,10 @@ pub fn merge(
     }
     let (record, superseded) = make_plan(home, progress, &repo, commit, &plans)?;
     // A merge of this repository the daemon could not plan is resolved by this one.
-    home.clear_problem(mesh_store::problems::ProblemKind::Merge, &repo.name)?;
+    home.problems()
+        .clear(mesh_store::problems::ProblemKind::Merge, &repo.name)?;
     repo.last_planned = Some(commit.to_owned());
-    home.write_repo(&repo)?;
+    home.repos().write(&repo)?;
     Ok(Heard::Planned { record, superseded })
 }
 
@@ -107,7 +108,7 @@ pub fn finish_supersessions(
     home: &Home,
     progress: &dyn crate::Progress,
 ) -> Result<Vec<PlanRecord>> {
-    let mut records = home.plans()?;
+    let mut records = home.plans().all()?;
     for index in 0..records.len() {
         let newer = records[index].plan.clone();
         let kept: Vec<Plan> = records.iter().map(|r| r.plan.clone()).collect();
@@ -116,7 +117,7 @@ pub fn finish_supersessions(
                 continue;
             };
             older_record.plan.state = older.state.clone();
-            home.write_plan(older_record)?;
+            home.plans().write(older_record)?;
             progress.line(&format!(
                 "{}: superseded by {} (its supersede was interrupted; {} holds what it had not \
                  built: {}; not rolled out: {})",
@@ -254,7 +255,7 @@ fn make_plan(
     // plan that is not there.
     let mut record = record;
     record.forgotten = forget_removed_modules(home, &repo.name, &repository_modules)?;
-    home.write_plan(&record)?;
+    home.plans().write(&record)?;
     crate::fail::point("plan-saved");
     for older in &supersession.superseded {
         let mut older_record = plans
@@ -268,7 +269,7 @@ fn make_plan(
                 ))
             })?;
         older_record.plan.state = older.state.clone();
-        home.write_plan(&older_record)?;
+        home.plans().write(&older_record)?;
         crate::fail::point(&format!("superseded:{}", older.id));
         progress.line(&format!(
             "{}: superseded by {id} (it had not built: {}; not rolled out: {})",

@@ -129,20 +129,34 @@ pub struct RolloutKept {
     pub state: RolloutParts,
 }
 
+/// The plans' records ([`crate::home::keys`]): `plans/<id>.json`, one a plan, and what each
+/// rollout keeps of its nodes under `rollouts/<plan>/<module>/` ([`crate::plans::nodes`]).
+#[derive(Clone, Copy)]
+pub struct PlanStore<'h> {
+    home: &'h Home,
+}
+
 impl Home {
+    /// The plans' records.
+    pub fn plans(&self) -> PlanStore<'_> {
+        PlanStore { home: self }
+    }
+}
+
+impl PlanStore<'_> {
     /// A plan by id, or an error naming the plans there are.
     ///
     /// # Errors
     /// No such plan; a record that cannot be read.
-    pub fn plan(&self, id: &str) -> Result<PlanRecord> {
+    pub fn get(&self, id: &str) -> Result<PlanRecord> {
         let found = match plan_number(id) {
-            Some(_) => self.read_plan(id)?,
+            Some(_) => self.read(id)?,
             None => None,
         };
         match found {
             Some(record) => Ok(record),
             None => {
-                let known: Vec<String> = self.plans()?.into_iter().map(|p| p.plan.id).collect();
+                let known: Vec<String> = self.all()?.into_iter().map(|p| p.plan.id).collect();
                 Err(Error::invalid(format!(
                     "there is no plan `{id}` (plans: {})",
                     if known.is_empty() {
@@ -159,8 +173,9 @@ impl Home {
     ///
     /// # Errors
     /// A record that cannot be read.
-    pub fn plans(&self) -> Result<Vec<PlanRecord>> {
+    pub fn all(&self) -> Result<Vec<PlanRecord>> {
         let mut found: Vec<(u64, String)> = self
+            .home
             .json_stems("plans")?
             .into_iter()
             .filter_map(|id| Some((plan_number(&id)?, id)))
@@ -168,40 +183,42 @@ impl Home {
         found.sort();
         let mut plans = Vec::new();
         for (_, id) in found {
-            plans.extend(self.read_plan(&id)?);
+            plans.extend(self.read(&id)?);
         }
         Ok(plans)
     }
 
     /// A plan record, migrated from format 1 (every node's rollout inside it) on first read,
     /// saying so.
-    fn read_plan(&self, id: &str) -> Result<Option<PlanRecord>> {
+    fn read(&self, id: &str) -> Result<Option<PlanRecord>> {
         let key = plan_key(id);
-        let Some(value) = self.get_json(&key)? else {
+        let Some(value) = self.home.get_json(&key)? else {
             return Ok(None);
         };
         if value.get("format").and_then(Value::as_u64) == Some(1) {
-            let old: v1::PlanRecord = serde_json::from_value(value)
-                .map_err(bad_record(self.records().locate(&key), "a plan record"))?;
-            let record = v1::migrate(self, old)?;
-            self.put_json(&key, &record)?;
-            self.note_migration(format!(
+            let old: v1::PlanRecord = serde_json::from_value(value).map_err(bad_record(
+                self.home.records().locate(&key),
+                "a plan record",
+            ))?;
+            let record = v1::migrate(self.home, old)?;
+            self.home.put_json(&key, &record)?;
+            self.home.note_migration(format!(
                 "{}: migrated from format 1 (each node's part of its rollouts is now a record of \
                  its own under rollouts/{id}/)",
-                self.records().locate(&key)
+                self.home.records().locate(&key)
             ));
             return Ok(Some(record));
         }
-        self.read_record(&key, "a plan record", PLAN_FORMAT)
+        self.home.read_record(&key, "a plan record", PLAN_FORMAT)
     }
 
     /// Writes a plan record — unless this controller's plans lease on the bus was taken over.
     ///
     /// # Errors
     /// The lease was taken over; the record cannot be written.
-    pub fn write_plan(&self, record: &PlanRecord) -> Result<()> {
-        self.check_lease()?;
-        self.put_json(&plan_key(&record.plan.id), record)
+    pub fn write(&self, record: &PlanRecord) -> Result<()> {
+        self.home.check_lease()?;
+        self.home.put_json(&plan_key(&record.plan.id), record)
     }
 }
 
@@ -218,7 +235,8 @@ fn plan_number(id: &str) -> Option<u64> {
 pub(crate) fn record_built(home: &Home, record: &mut PlanRecord, build: &Build) -> Result<bool> {
     let module = &build.module;
     let identical = home
-        .deployed(module)?
+        .deployed()
+        .get(module)?
         .is_some_and(|d| d.archive == build.archive);
     let rollout = record.plan.rollouts.entry(module.clone()).or_default();
     rollout.build = Some(build.archive.clone());
@@ -253,9 +271,9 @@ pub fn any_stopped(plans: &[Plan]) -> bool {
 /// When there is no such plan, or it is not open.
 pub fn close(home: &Home, id: &str, note: &str) -> Result<PlanRecord> {
     let _lock = PlansLock::acquire(home, &format!("plans close {id}"))?;
-    let mut record = home.plan(id)?;
+    let mut record = home.plans().get(id)?;
     record.plan.state = mesh_plan::close(&record.plan, note)?;
-    home.write_plan(&record)?;
+    home.plans().write(&record)?;
     Ok(record)
 }
 
@@ -264,7 +282,7 @@ pub fn close(home: &Home, id: &str, note: &str) -> Result<PlanRecord> {
 /// # Errors
 /// The repository is not registered, or git cannot be read.
 pub(crate) fn plan_source(home: &Home, record: &PlanRecord) -> Result<CatalogueSource> {
-    let repo = home.repo(&record.plan.repository)?;
+    let repo = home.repos().get(&record.plan.repository)?;
     repos::catalogue_at(&repo.path, &record.plan.commit, &repo.modules_dir).for_repo(
         &repo.name,
         || {

@@ -15,7 +15,7 @@
 //! ([`RolloutNodesRecorded`]). The plan's fold removes them all with the plan's directory.
 
 use crate::error::{bad_record, Result};
-use crate::home::Home;
+use crate::plans::PlanStore;
 use mesh_plan::rollout::NodeProgress;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -143,7 +143,7 @@ impl RolloutNodesRecorded {
     }
 }
 
-impl Home {
+impl PlanStore<'_> {
     /// Writes a node's own record of a rollout — unless the plans lease was taken over.
     ///
     /// # Errors
@@ -154,8 +154,8 @@ impl Home {
         module: &str,
         record: &RolloutNodeRecord,
     ) -> Result<()> {
-        self.check_lease()?;
-        self.put(
+        self.home.check_lease()?;
+        self.home.put(
             &rollout_node_key(plan, module, &record.node),
             &serde_json::to_vec(record)?,
         )
@@ -173,8 +173,8 @@ impl Home {
         step: u64,
         nodes: Vec<RolloutNodeRecord>,
     ) -> Result<()> {
-        self.check_lease()?;
-        self.put(
+        self.home.check_lease()?;
+        self.home.put(
             &rollout_step_key(plan, module, step),
             &serde_json::to_vec(&RolloutStepRecord {
                 format: ROLLOUT_STEP_FORMAT,
@@ -190,8 +190,9 @@ impl Home {
     /// # Errors
     /// The lease was taken over; the records cannot be removed.
     pub fn clear_rollout_nodes(&self, plan: &str, module: &str) -> Result<()> {
-        self.check_lease()?;
-        self.records()
+        self.home.check_lease()?;
+        self.home
+            .records()
             .delete_under(&format!("rollouts/{plan}/{module}"))?;
         Ok(())
     }
@@ -207,8 +208,8 @@ impl Home {
         module: &str,
         running: Vec<RunningNode>,
     ) -> Result<()> {
-        self.check_lease()?;
-        self.put_json(
+        self.home.check_lease()?;
+        self.home.put_json(
             &rollout_running_key(plan, module),
             &RolloutRunningRecord {
                 format: ROLLOUT_RUNNING_FORMAT,
@@ -237,7 +238,7 @@ impl Home {
         let mut latest: BTreeMap<String, RolloutNodeRecord> = BTreeMap::new();
         let mut steps: BTreeMap<u64, Vec<RolloutNodeRecord>> = BTreeMap::new();
         // One listing with the values, not a read per node or step.
-        for (key, bytes) in self.records().values_under(&dir)? {
+        for (key, bytes) in self.home.records().values_under(&dir)? {
             let Some(name) = key
                 .strip_prefix(&dir)
                 .and_then(|rest| rest.strip_prefix('/'))
@@ -287,7 +288,7 @@ impl Home {
     /// mesh (every node has a record of its own).
     fn rollout_running(&self, plan: &str, module: &str) -> Result<Vec<RunningNode>> {
         let key = rollout_running_key(plan, module);
-        let Some(bytes) = self.get(&key)? else {
+        let Some(bytes) = self.home.get(&key)? else {
             return Ok(Vec::new());
         };
         let record: RolloutRunningRecord = self.read_formatted(
@@ -308,7 +309,7 @@ impl Home {
         what: &str,
     ) -> Result<T> {
         let value: Value = serde_json::from_slice(bytes)
-            .map_err(bad_record(self.records().locate(key), "JSON"))?;
-        self.versioned(key, value, what, expected)
+            .map_err(bad_record(self.home.records().locate(key), "JSON"))?;
+        self.home.versioned(key, value, what, expected)
     }
 }

@@ -46,7 +46,7 @@ pub(super) fn migrate(home: &Home, old: PlanRecord) -> Result<Record> {
             (Some(spec), Some(state)) => {
                 for (node, entry) in &spec.nodes {
                     let before = match old_work.before.get(node) {
-                        Some(declaration) => Some(home.keep_declaration(declaration)?),
+                        Some(declaration) => Some(home.sent().keep_declaration(declaration)?),
                         None => None,
                     };
                     let progress = state
@@ -54,7 +54,7 @@ pub(super) fn migrate(home: &Home, old: PlanRecord) -> Result<Record> {
                         .get(node)
                         .cloned()
                         .unwrap_or(NodeProgress::Waiting);
-                    home.write_rollout_node(
+                    home.plans().write_rollout_node(
                         &old.plan.id,
                         &module,
                         &RolloutNodeRecord {

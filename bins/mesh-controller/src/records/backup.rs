@@ -38,27 +38,6 @@ pub const ARCHIVE_FORMAT: u32 = 1;
 /// What the header says the file is.
 const ARCHIVE_KIND: &str = "mesh-records";
 
-/// The record directories a home holds, besides the inventory: what `records import` moves
-/// onto a bus and what an export of the embedded default holds.
-pub const RECORD_DIRS: [&str; 16] = [
-    "settings",
-    "declarations",
-    "rollouts",
-    "history",
-    "sent",
-    "reports",
-    "repos",
-    "plans",
-    "deployed",
-    "store/modules",
-    "bus",
-    "problems",
-    "acks",
-    "daemon",
-    "secrets/nodes",
-    "heard",
-];
-
 /// Where the plans lease is kept on a bus: the lock of whoever runs, never a record to restore.
 const LOCKS_DIR: &str = "locks";
 
@@ -127,7 +106,7 @@ pub fn record_keys(home: &Home) -> Result<Vec<String>> {
     } else {
         let controller_password = format!("bus/passwords/{}", mesh_bus::subjects::CONTROLLER_USER);
         let mut keys = Vec::new();
-        for dir in RECORD_DIRS {
+        for dir in crate::home::keys::RECORD_DIRS {
             keys.extend(records.keys_under(dir)?.into_iter().filter(|key| {
                 *key != controller_password && key.as_str() != credentials::CONTROLLER_SEED_FILE
             }));

@@ -107,10 +107,10 @@ pub fn open_home(root: &Path, bus: Option<&BusConfig>) -> Result<Home> {
 }
 
 /// The top-level directories of the controller's records: those a home holds
-/// ([`crate::records::backup::RECORD_DIRS`]), the plans lease's and the chunks'. On a bus each is a
+/// ([`crate::home::keys::RECORD_DIRS`]), the plans lease's and the chunks'. On a bus each is a
 /// bucket of its own (`mesh_bus::records::directory_bucket`), made when the records are opened.
 pub fn top_directories() -> Vec<&'static str> {
-    let mut tops: Vec<&'static str> = crate::records::backup::RECORD_DIRS
+    let mut tops: Vec<&'static str> = crate::home::keys::RECORD_DIRS
         .iter()
         .chain(&[
             mesh_store::lease::PLANS_LEASE,
@@ -204,7 +204,7 @@ pub fn import(root: &Path, target: &Home, bus_url: &str) -> Result<Imported> {
     let source = DirRecords::new(root);
     let mut keys = Vec::new();
     let controller_password = format!("bus/passwords/{}", mesh_bus::subjects::CONTROLLER_USER);
-    for dir in crate::records::backup::RECORD_DIRS {
+    for dir in crate::home::keys::RECORD_DIRS {
         keys.extend(source.keys_under(dir)?.into_iter().filter(|key| {
             *key != controller_password && key.as_str() != credentials::CONTROLLER_SEED_FILE
         }));
@@ -410,11 +410,11 @@ pub fn collect_held(
 ) -> Result<DeclarationsCollected> {
     let plans = crate::plans::fold::fold_ended(home, keep_plans, driving)?;
     let mut named: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
-    let sent = home.sent_digests()?;
+    let sent = home.sent().digests()?;
     let sent_nodes = sent.len() as u64;
     named.extend(sent.into_values());
     let mut open_plans = Vec::new();
-    for record in home.plans()? {
+    for record in home.plans().all()? {
         if !record.plan.state.is_open() {
             continue;
         }
@@ -423,7 +423,7 @@ pub fn collect_held(
             if let Some(rollout) = &work.rollout {
                 named.extend(rollout.bus_first.iter().map(|bus| bus.declaration.clone()));
             }
-            for node in home.rollout_nodes(&record.plan.id, module)? {
+            for node in home.plans().rollout_nodes(&record.plan.id, module)? {
                 named.extend(Some(node.declaration).filter(|digest| !digest.is_empty()));
                 named.extend(node.before);
             }

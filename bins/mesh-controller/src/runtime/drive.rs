@@ -71,7 +71,7 @@ pub async fn drive(ctx: &Ctx, record: &mut PlanRecord, mode: DriveMode) -> Resul
                     None => source.insert(plan_source(home, record)?),
                 };
                 record.plan.state = PlanState::Building;
-                home.write_plan(record)?;
+                home.plans().write(record)?;
                 // A module that does not validate or archive stops (the same on every
                 // try); a store or records failure fails the drive, tried again.
                 let built = match builds::prepare_build(
@@ -102,7 +102,7 @@ pub async fn drive(ctx: &Ctx, record: &mut PlanRecord, mode: DriveMode) -> Resul
                                 ""
                             }
                         ));
-                        home.write_plan(record)?;
+                        home.plans().write(record)?;
                         crate::fail::point(&format!("built:{module}"));
                     }
                     Err(error) => {
@@ -119,7 +119,7 @@ pub async fn drive(ctx: &Ctx, record: &mut PlanRecord, mode: DriveMode) -> Resul
                             node: String::new(),
                             reason: format!("the build failed: {reason}"),
                         });
-                        home.write_plan(record)?;
+                        home.plans().write(record)?;
                         hold(ctx, record, &mut source, &mut blocked)?;
                     }
                 }
@@ -146,7 +146,7 @@ pub async fn drive(ctx: &Ctx, record: &mut PlanRecord, mode: DriveMode) -> Resul
                 None => started.insert(ctx.mesh.start_fleet().await?),
             };
             record.plan.state = PlanState::RollingOut;
-            home.write_plan(record)?;
+            home.plans().write(record)?;
             ctx.progress()
                 .line(&format!("{id} tier {index}: rolling out `{module}`"));
             let mut executor = Executor::new(home, fleet.fleet(), ctx.progress(), &ctx.moves)
@@ -201,7 +201,7 @@ pub(super) fn end_drive(
             }
         }
     }
-    home.write_plan(record)
+    home.plans().write(record)
 }
 
 /// Recomputes what the plan's stopped modules hold back ([`mesh_plan::merge::held_back`]),

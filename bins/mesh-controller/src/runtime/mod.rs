@@ -295,7 +295,7 @@ impl Runtime {
         let (commit, plan_only) = (commit.as_deref(), *plan_only);
         let ctx = || self.ctx(moves, drop_settings);
         let home = self.mesh.home();
-        let repo = home.repo(name)?;
+        let repo = home.repos().get(name)?;
         let commit = repos::resolve_merged(&repo, commit)
             .for_repo(name, || format!("repository `{name}`"))?;
         let _lock = self.hold_plans(&format!("merge {name}"))?;
@@ -310,7 +310,7 @@ impl Runtime {
                 // The commit's plan is still open (made with `--plan-only`, or holding a node
                 // for a move): this merge drives it, with its flags.
                 Heard::AlreadyPlanned(plan) => {
-                    let record = home.plan(&plan.id)?;
+                    let record = home.plans().get(&plan.id)?;
                     let record = self.drive(record, DriveMode::All, ctx()).finish().await?;
                     return Ok(MergeOutcome::AlreadyPlanned {
                         plan: record.plan,
@@ -321,7 +321,7 @@ impl Runtime {
             };
         if !plan_only {
             record = self.drive(record, DriveMode::All, ctx()).finish().await?;
-            for other in home.plans()? {
+            for other in home.plans().all()? {
                 if other.plan.id != record.plan.id && other.plan.state.is_open() {
                     self.progress
                         .line(&format!("resuming the open plan {}", other.plan.id));
@@ -369,7 +369,7 @@ impl Runtime {
         if let Some(id) = only {
             let record = match plans.iter().find(|record| record.plan.id == id) {
                 Some(record) => record.clone(),
-                None => home.plan(id)?,
+                None => home.plans().get(id)?,
             };
             if !record.plan.state.is_open() {
                 return Err(Error::refused(format!(

@@ -146,7 +146,7 @@ pub struct WindowNode {
 /// The records, the repository or the store's deployed builds cannot be read.
 pub async fn preview(ctx: &Ctx, record: &PlanRecord) -> Result<Preview> {
     let home = ctx.home();
-    let repo = home.repo(&record.plan.repository)?;
+    let repo = home.repos().get(&record.plan.repository)?;
     let at_commit = repos::catalogue_at(&repo.path, &record.plan.commit, &repo.modules_dir)?;
     let source = effective_source(home, ctx.store()).await?;
     // What the nodes run now: the version each module's orphaned settings are judged from.
@@ -164,7 +164,7 @@ pub async fn preview(ctx: &Ctx, record: &PlanRecord) -> Result<Preview> {
             .flatten()
         {
             if !sent.contains_key(node) {
-                sent.insert(node.clone(), home.sent(node)?);
+                sent.insert(node.clone(), home.sent().get(node)?);
             }
         }
     }
@@ -309,7 +309,7 @@ fn preview_module(
             });
             held_moves.insert(node.clone(), moves);
         }
-        if let Some(report) = home.report(&node)? {
+        if let Some(report) = home.reports().get(&node)? {
             if !report.windows.is_empty() {
                 out.in_window.push(WindowNode {
                     node: node.clone(),
@@ -391,7 +391,7 @@ pub async fn merge(runtime: &Runtime, repo: &str, options: &MergeOptions) -> Res
     let outcome = runtime.merge(repo, options).await?;
     let preview = match (&outcome, options.plan_only) {
         (crate::plans::MergeOutcome::Planned { plan, .. }, true) => {
-            let record = runtime.mesh().home().plan(&plan.id)?;
+            let record = runtime.mesh().home().plans().get(&plan.id)?;
             let ctx = runtime.ctx(&options.moves, &options.drop_settings);
             Some(preview(&ctx, &record).await?)
         }
@@ -413,7 +413,7 @@ pub fn diff(
     node: &str,
 ) -> Result<mesh_plan::DeclarationDiff> {
     let mut declaration = crate::push::compose_node(home, checked, node)?;
-    let sent = home.sent(node)?;
+    let sent = home.sent().get(node)?;
     if let Some(sent) = &sent {
         declaration = crate::bus::users::with_users_file_of(declaration, sent);
     }

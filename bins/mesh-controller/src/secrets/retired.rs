@@ -80,7 +80,8 @@ struct Sendable {
 /// open plan.
 fn sendable_builds(home: &Home) -> Result<Vec<Sendable>> {
     let mut builds: Vec<Sendable> = home
-        .deployed_all()?
+        .deployed()
+        .all()?
         .into_iter()
         .map(|deployed| Sendable {
             label: format!(
@@ -93,7 +94,7 @@ fn sendable_builds(home: &Home) -> Result<Vec<Sendable>> {
             archive: deployed.archive,
         })
         .collect();
-    for record in home.plans()? {
+    for record in home.plans().all()? {
         if !record.plan.state.is_open() {
             continue;
         }

@@ -57,7 +57,7 @@ pub fn reseal_repositories(
         "modules".into(),
         None,
     )];
-    for repo in home.repos()? {
+    for repo in home.repos().all()? {
         if repo.remote.is_some() {
             let stale = sealed_to_another_key(&repo, opens_with_next)?;
             if !stale.is_empty() {

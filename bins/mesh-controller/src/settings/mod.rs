@@ -94,7 +94,10 @@ pub fn show(on: &On<'_>, module: &str, node: Option<&str>, history: bool) -> Res
     let scope = scope(home, catalogue, module, node)?;
     // A secret is shown by its digest, never its ciphertext (the rule “A secret is readable
     // only where it is used”).
-    let layer = home.layer(module, &scope)?.map(|layer| shown(&layer));
+    let layer = home
+        .layers()
+        .get(module, &scope)?
+        .map(|layer| shown(&layer));
     let waiting = match (&layer, catalogue.module(module)) {
         (Some(layer), Some(running)) if !check_layer(&running.definition, layer).is_empty() => {
             match crate::catalogue::newest::newest_definition(home, catalogue, module)? {
@@ -111,7 +114,7 @@ pub fn show(on: &On<'_>, module: &str, node: Option<&str>, history: bool) -> Res
         _ => Vec::new(),
     };
     let history = if history {
-        let mut records = home.history(module, &scope)?;
+        let mut records = home.layers().history(module, &scope)?;
         for record in &mut records {
             record.layer = record.layer.as_ref().map(shown);
         }
@@ -190,7 +193,8 @@ fn replace(
     let mut change = None;
     let replaced = on
         .home
-        .replace_layer(module, scope, on.command, now, &mut |old| {
+        .layers()
+        .replace(module, scope, on.command, now, &mut |old| {
             let mut decided = settings_change(old, &compared, replace);
             if new.is_none() && old.is_some() && decided.decision == SettingsDecision::Unchanged {
                 // Clearing an empty layer still removes the layer.
@@ -397,23 +401,26 @@ pub fn set_secret(
     let empty = Value::Object(Default::default());
     let mut change = None;
     let mut waiting = Vec::new();
-    let replaced = home.replace_layer(module, &scope, on.command, now, &mut |old| {
-        let layer = with_value_at(old.unwrap_or(&empty), key, secret.clone()).ok_or_else(|| {
-            Error::refused(format!(
-                "{}: `{key}` is inside a value that is not a table; nothing changed",
-                describe(module, &scope)
-            ))
+    let replaced = home
+        .layers()
+        .replace(module, &scope, on.command, now, &mut |old| {
+            let layer =
+                with_value_at(old.unwrap_or(&empty), key, secret.clone()).ok_or_else(|| {
+                    Error::refused(format!(
+                        "{}: `{key}` is inside a value that is not a table; nothing changed",
+                        describe(module, &scope)
+                    ))
+                })?;
+            waiting = check_newest(catalogue, &newest, (module, &scope), &layer)?;
+            let decided = settings_change(old, &layer, false);
+            let goes_ahead = decided.decision.goes_ahead();
+            change = Some(decided);
+            Ok(if goes_ahead {
+                LayerChange::Set(layer)
+            } else {
+                LayerChange::Leave
+            })
         })?;
-        waiting = check_newest(catalogue, &newest, (module, &scope), &layer)?;
-        let decided = settings_change(old, &layer, false);
-        let goes_ahead = decided.decision.goes_ahead();
-        change = Some(decided);
-        Ok(if goes_ahead {
-            LayerChange::Set(layer)
-        } else {
-            LayerChange::Leave
-        })
-    })?;
     Ok(Answer {
         module: module.to_owned(),
         node: node.map(str::to_owned),
@@ -429,7 +436,7 @@ pub fn set_secret(
 pub fn clear(on: &On<'_>, module: &str, node: Option<&str>, now: u64) -> Result<Answer> {
     let (home, catalogue) = (on.home, on.catalogue);
     let scope = scope(home, catalogue, module, node)?;
-    if home.layer(module, &scope)?.is_none() {
+    if home.layers().get(module, &scope)?.is_none() {
         return Err(Error::refused(format!(
             "{}: no layer set; nothing to clear",
             describe(module, &scope)
@@ -450,7 +457,7 @@ pub fn restore(
 ) -> Result<Answer> {
     let (home, catalogue) = (on.home, on.catalogue);
     let scope = scope(home, catalogue, module, node)?;
-    let records = home.history(module, &scope)?;
+    let records = home.layers().history(module, &scope)?;
     let Some(record) = records.iter().find(|r| r.revision == revision) else {
         return Err(Error::invalid(format!(
             "{} has no revision {revision}; its revisions are: {}",
@@ -584,15 +591,17 @@ pub fn rename(
     let mut layers = Vec::new();
     for scope in to_rename {
         let mut change = None;
-        let replaced = home.replace_layer(module, &scope, on.command, now, &mut |found| {
-            // Another writer may have renamed or dropped it meanwhile: then leave it.
-            let Some(renamed) = found.and_then(|layer| moved(layer, old, new)) else {
-                change = None;
-                return Ok(LayerChange::Leave);
-            };
-            change = Some(settings_change(found, &renamed, true));
-            Ok(LayerChange::Set(renamed))
-        })?;
+        let replaced = home
+            .layers()
+            .replace(module, &scope, on.command, now, &mut |found| {
+                // Another writer may have renamed or dropped it meanwhile: then leave it.
+                let Some(renamed) = found.and_then(|layer| moved(layer, old, new)) else {
+                    change = None;
+                    return Ok(LayerChange::Leave);
+                };
+                change = Some(settings_change(found, &renamed, true));
+                Ok(LayerChange::Set(renamed))
+            })?;
         if let Some(change) = change {
             layers.push(Answer {
                 module: module.to_owned(),

@@ -119,7 +119,7 @@ pub fn at_heads(home: &Home, checked: &Checked) -> Result<Vec<ComingOrphans>> {
     let inventory = home.inventory()?;
     let assigned: BTreeSet<String> = inventory.file.assignments.keys().cloned().collect();
     let mut out = Vec::new();
-    for repo in home.repos()? {
+    for repo in home.repos().all()? {
         let commit = repos::resolve(&repo.path, &repo.branch).for_repo(&repo.name, || {
             format!("reading the head of `{}`", repo.branch)
         })?;
@@ -143,7 +143,7 @@ pub fn at_heads(home: &Home, checked: &Checked) -> Result<Vec<ComingOrphans>> {
 pub fn in_open_plans(home: &Home, checked: &Checked, node: &str) -> Result<Vec<ComingOrphans>> {
     let inventory = home.inventory()?;
     let runs: BTreeSet<&str> = inventory.modules_of(node);
-    let records = home.plans()?;
+    let records = home.plans().all()?;
     let plans: Vec<_> = records.iter().map(|r| r.plan.clone()).collect();
     let mut out = Vec::new();
     for record in &records {
@@ -155,7 +155,7 @@ pub fn in_open_plans(home: &Home, checked: &Checked, node: &str) -> Result<Vec<C
         if modules.is_empty() {
             continue;
         }
-        let repo = home.repo(&record.plan.repository)?;
+        let repo = home.repos().get(&record.plan.repository)?;
         let coming = Coming::Plan {
             plan: record.plan.id.clone(),
             commit: record.plan.commit.clone(),

@@ -105,7 +105,11 @@ pub struct Acked {
 /// record that cannot be read or written.
 pub fn ack(home: &Home, node: &str, resource: Option<&str>, now: u64) -> Result<Acked> {
     crate::push::require_node(&home.inventory()?, node)?;
-    let drift = home.report(node)?.map(|r| r.drift).unwrap_or_default();
+    let drift = home
+        .reports()
+        .get(node)?
+        .map(|r| r.drift)
+        .unwrap_or_default();
     let cleared: Vec<Drift> = drift
         .into_iter()
         .filter(|d| d.action == DriftAction::Corrected && d.seen_at <= now)

@@ -36,12 +36,12 @@ pub struct NodeBehind {
 /// # Errors
 /// The deployed records, the inventory or the sent records cannot be read.
 pub fn nodes_behind(home: &Home) -> Result<Vec<NodeBehind>> {
-    let deployed = home.deployed_all()?;
+    let deployed = home.deployed().all()?;
     if deployed.iter().all(|record| record.not_running.is_empty()) {
         return Ok(Vec::new());
     }
     let inventory = home.inventory()?;
-    let sent = home.sent_digests()?;
+    let sent = home.sent().digests()?;
     let mut out = Vec::new();
     for record in &deployed {
         let assigned = inventory.file.assignments.get(&record.module);

@@ -240,10 +240,10 @@ pub fn overview(home: &Home, now: u64, silent_after_secs: u64) -> Result<Overvie
 /// # Errors
 /// When the home cannot be read.
 pub fn overview_with(home: &Home, now: u64, options: &StatusOptions) -> Result<Overview> {
-    overview_of_plans_with(home, &home.plans()?, now, options)
+    overview_of_plans_with(home, &home.plans().all()?, now, options)
 }
 
-/// [`overview`] with the plan records already read (`home.plans()`), for a caller that shows
+/// [`overview`] with the plan records already read (`home.plans().all()`), for a caller that shows
 /// them too (the status page) and reads them once.
 ///
 /// # Errors
@@ -343,7 +343,7 @@ pub fn overview_of_plans_with(
             if rollout.held == 0 {
                 continue;
             }
-            for node in home.rollout_nodes(&record.plan.id, module)? {
+            for node in home.plans().rollout_nodes(&record.plan.id, module)? {
                 if let NodeProgress::Held { moves, orphans } = node.progress {
                     held.push(HeldNode {
                         plan: record.plan.id.clone(),
@@ -364,7 +364,7 @@ pub fn overview_of_plans_with(
         stopped,
         attention,
         held,
-        problems: home.problems()?,
+        problems: home.problems().all()?,
         on_passwords: if home.records_on_bus() {
             crate::bus::enroll::nodes_on_passwords(home, &home.inventory()?)?
         } else {
@@ -479,6 +479,7 @@ pub fn waits_on(home: &Home, record: &PlanRecord) -> Result<(String, u64)> {
             if state.stage == mesh_plan::rollout::Stage::Held {
                 // Held for a move, or for orphaned settings: each node's record says which.
                 let orphaned = home
+                    .plans()
                     .rollout_nodes(&plan.id, module)?
                     .iter()
                     .filter(|node| {
@@ -512,6 +513,7 @@ pub fn waits_on(home: &Home, record: &PlanRecord) -> Result<(String, u64)> {
                 | mesh_plan::rollout::Stage::Held
                 | mesh_plan::rollout::Stage::Done
                 | mesh_plan::rollout::Stage::Stopped => home
+                    .plans()
                     .rollout_nodes(&plan.id, module)?
                     .into_iter()
                     .map(|n| (n.node, n.progress))

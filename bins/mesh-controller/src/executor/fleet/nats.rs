@@ -351,10 +351,15 @@ impl Fleet for NatsFleet {
                 .resources
                 .into_iter()
                 .find(|r| r.id == USERS_RESOURCE);
-        let sent = home.sent(bus_node)?;
+        let sent = home.sent().get(bus_node)?;
         match sent {
-            Some(sent) if sent.resources.iter().any(|r| Some(r) == users_resource.as_ref()) => {
-                match home.report(bus_node)? {
+            Some(sent)
+                if sent
+                    .resources
+                    .iter()
+                    .any(|r| Some(r) == users_resource.as_ref()) =>
+            {
+                match home.reports().get(bus_node)? {
                     Some(report) if report.declaration == sent.digest() => {
                         if let Err(reason) = users_file_in_place(&report) {
                             return Ok(Grants::Failed(format!("on `{bus_node}`, {reason}")));

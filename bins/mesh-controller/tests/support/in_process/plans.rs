@@ -126,7 +126,7 @@ impl Library {
 
     /// `plans show ID --output json`.
     pub fn plan(&self, id: &str) -> Result<Value, String> {
-        let record = self.home().plan(id).map_err(|e| said(&e))?;
+        let record = self.home().plans().get(id).map_err(|e| said(&e))?;
         Ok(serde_json::to_value(record).unwrap())
     }
 
@@ -135,6 +135,7 @@ impl Library {
         let plans: Vec<Plan> = self
             .home()
             .plans()
+            .all()
             .unwrap_or_else(|e| panic!("{}", said(&e)))
             .into_iter()
             .map(|record| record.plan)
@@ -145,7 +146,7 @@ impl Library {
     /// `plans show ID --preview --output json`.
     pub fn plan_preview(&self, id: &str) -> Result<Value, String> {
         self.home().require().map_err(|e| said(&e))?;
-        let record = self.home().plan(id).map_err(|e| said(&e))?;
+        let record = self.home().plans().get(id).map_err(|e| said(&e))?;
         let (drives, _) = self.drives();
         let preview = self
             .tokio
@@ -232,7 +233,7 @@ impl Library {
 
     /// `repo list --output json`.
     pub fn repo_list(&self) -> Result<Value, String> {
-        let repos = self.home().repos().map_err(|e| said(&e))?;
+        let repos = self.home().repos().all().map_err(|e| said(&e))?;
         Ok(serde_json::to_value(repos).unwrap())
     }
 

@@ -219,7 +219,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
     let composed = push::compose_node(&home, &checked, "home")?;
     print!(
         "{}",
-        mesh_plan::diff(home.sent("home")?.as_ref(), &composed).render_text()
+        mesh_plan::diff(home.sent().get("home")?.as_ref(), &composed).render_text()
     );
     step("10. Send it", "push --all");
     let sent = push_all(&checked)?;
@@ -417,7 +417,10 @@ fn window_step(
         return Ok(());
     };
     let runtime = mesh_apply::Podman::new(podman_config.clone(), &config.root);
-    let sent = home.sent("home")?.context("`home` was sent nothing")?;
+    let sent = home
+        .sent()
+        .get("home")?
+        .context("`home` was sent nothing")?;
     let Some((id, media)) = sent
         .resources
         .iter()
@@ -433,7 +436,7 @@ fn window_step(
         return Ok(());
     };
     // A window holds a running container: podman may be here and not run the demo's image.
-    let report = home.report("home")?;
+    let report = home.reports().get("home")?;
     let outcome = report.as_ref().and_then(|r| r.resources.get(&id).cloned());
     // A container skipped behind its job is not running for the job's reason.
     let outcome = match outcome {

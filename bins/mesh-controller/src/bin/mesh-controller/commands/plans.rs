@@ -62,7 +62,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     let home = &env.home;
     match args.command.unwrap_or(Command::List) {
         Command::List => {
-            let plans = home.plans()?;
+            let plans = home.plans().all()?;
             match env.output {
                 Output::Json => {
                     let plans: Vec<_> = plans.into_iter().map(|p| p.plan).collect();
@@ -73,7 +73,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         }
         Command::Show { id, preview: true } => {
             home.require()?;
-            let record = home.plan(&id)?;
+            let record = home.plans().get(&id)?;
             let preview = env.runtime.block_on(preview::preview(
                 &env.drives().ctx(&Default::default(), &Default::default()),
                 &record,
@@ -84,7 +84,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             }
         }
         Command::Show { id, preview: false } => {
-            let record = home.plan(&id)?;
+            let record = home.plans().get(&id)?;
             match env.output {
                 Output::Json => env.print_json(&record)?,
                 Output::Text => print!("{}", render::plan_show(&record)),

@@ -94,7 +94,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             }
         }
         Command::List => {
-            let repos = env.home.repos()?;
+            let repos = env.home.repos().all()?;
             match env.output {
                 Output::Json => env.print_json(&repos)?,
                 Output::Text if repos.is_empty() => {

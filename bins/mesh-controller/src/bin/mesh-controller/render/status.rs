@@ -360,19 +360,20 @@ mod status_tests {
             nodes: vec!["control".into()],
         };
         mesh_plan::step(&spec, &mut state, granted, 1000);
-        home.write_rollout_node(
-            "plan-7",
-            "site",
-            &mesh_controller::plans::RolloutNodeRecord {
-                format: mesh_controller::plans::ROLLOUT_NODE_FORMAT,
-                node: "control".into(),
-                running: true,
-                declaration: "sha256:c1".into(),
-                before: None,
-                progress: state.nodes.get("control").unwrap().clone(),
-            },
-        )
-        .unwrap();
+        home.plans()
+            .write_rollout_node(
+                "plan-7",
+                "site",
+                &mesh_controller::plans::RolloutNodeRecord {
+                    format: mesh_controller::plans::ROLLOUT_NODE_FORMAT,
+                    node: "control".into(),
+                    running: true,
+                    declaration: "sha256:c1".into(),
+                    before: None,
+                    progress: state.nodes.get("control").unwrap().clone(),
+                },
+            )
+            .unwrap();
         let mut work = BTreeMap::new();
         work.insert(
             "site".to_owned(),
