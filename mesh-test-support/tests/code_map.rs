@@ -164,3 +164,18 @@ fn the_page_lists_mesh_controller_modules_in_dependency_order() {
 fn the_page_lists_the_test_kit_modules_in_dependency_order() {
     assert_page_order("mesh-test-support", "### mesh-test-support");
 }
+
+/// The architecture page is a paragraph and its invariants per crate and folder, in the way of
+/// rust-analyzer's: it fits in 30,000 characters, and grows only by saying less elsewhere.
+#[test]
+fn the_architecture_page_fits_in_thirty_thousand_characters() {
+    let page_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../book/src/architecture.md");
+    let page = std::fs::read_to_string(&page_path)
+        .unwrap_or_else(|e| panic!("{}: {e}", page_path.display()));
+    let characters = page.chars().count();
+    assert!(
+        characters <= 30_000,
+        "{}: {characters} characters; say it in 30,000",
+        page_path.display()
+    );
+}
