@@ -24,7 +24,7 @@ const TURN: Duration = Duration::from_secs(1);
 
 /// The subject of the merge problem an unreadable merge announcement is: cleared when a
 /// readable one is heard.
-pub const UNREADABLE_ANNOUNCEMENT: &str = "unreadable-announcement";
+pub(crate) const UNREADABLE_ANNOUNCEMENT: &str = "unreadable-announcement";
 
 /// How many times the daemon tries to make the mesh's streams at start, a second apart: a
 /// server busy enough to time each request out (CI saw five attempts fail under load) is
@@ -412,7 +412,7 @@ impl Drop for AbortOnDrop {
 
 /// From how many consumers on the declarations stream a server that passes over every one of
 /// them for each message it removes is said at the daemon's start.
-pub const CONSUMERS_WARNED: usize = 1_000;
+pub(crate) const CONSUMERS_WARNED: usize = 1_000;
 
 /// How many consumers the declarations stream holds (0 when it cannot be read: the warning it
 /// feeds is then not said).

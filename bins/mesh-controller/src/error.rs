@@ -19,7 +19,7 @@ use mesh_store::record_store::RecordStoreError;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Any other crate's error, kept as the cause.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// What went wrong in a call of the controller library.
 #[derive(Debug, thiserror::Error)]

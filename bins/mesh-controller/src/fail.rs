@@ -20,7 +20,7 @@
 pub const FAILPOINTS: &str = "FAILPOINTS";
 
 /// The `return` argument that makes a step a pause instead of a death.
-pub const HOLD: &str = "hold";
+pub(crate) const HOLD: &str = "hold";
 
 /// The directory a pause writes its marker in and waits for its release file in.
 pub const HOLD_DIR: &str = "MESH_HOLD_DIR";

@@ -172,7 +172,7 @@ impl Progress for Collected {
 /// # Errors
 /// [`Error::Problems`] when `problems` is not empty: "the catalogue or inventory has N
 /// problem(s); nothing was sent", each problem on its own line.
-pub fn refuse_problems(problems: &[mesh_model::Diagnostic]) -> Result<()> {
+pub(crate) fn refuse_problems(problems: &[mesh_model::Diagnostic]) -> Result<()> {
     if problems.is_empty() {
         return Ok(());
     }

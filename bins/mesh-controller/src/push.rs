@@ -51,7 +51,11 @@ pub fn problems(home: &Home, checked: &Checked) -> Result<Vec<Diagnostic>> {
 }
 
 /// Composes every named node's declaration, refusing (with every problem) an unsound mesh.
-pub fn compose_nodes(home: &Home, checked: &Checked, nodes: &[String]) -> Result<Vec<Declaration>> {
+pub(crate) fn compose_nodes(
+    home: &Home,
+    checked: &Checked,
+    nodes: &[String],
+) -> Result<Vec<Declaration>> {
     let (catalogue, problems) = checked;
     let mut problems = problems.clone();
     let inventory = home.inventory()?;

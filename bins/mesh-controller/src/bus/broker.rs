@@ -48,7 +48,7 @@ pub async fn consumer_reset(
 
 /// The record of how many copies the mesh's streams and buckets keep (`--bus-replicas N`,
 /// written when given, so a controller started later without it keeps the same number).
-pub const REPLICAS_KEY: &str = "bus/replicas.json";
+pub(crate) const REPLICAS_KEY: &str = "bus/replicas.json";
 
 /// The format of [`REPLICAS_KEY`].
 const REPLICAS_FORMAT: u32 = 1;
@@ -64,7 +64,7 @@ struct ReplicasRecord {
 ///
 /// # Errors
 /// The record cannot be read or is not a replicas record of a known format.
-pub fn recorded_replicas(home: &Home) -> Result<Option<usize>> {
+pub(crate) fn recorded_replicas(home: &Home) -> Result<Option<usize>> {
     Ok(home
         .read_record::<ReplicasRecord>(REPLICAS_KEY, "a replicas record", REPLICAS_FORMAT)?
         .map(|record| record.replicas))
@@ -74,7 +74,7 @@ pub fn recorded_replicas(home: &Home) -> Result<Option<usize>> {
 ///
 /// # Errors
 /// The record cannot be read or written.
-pub fn record_replicas(home: &Home, replicas: usize) -> Result<()> {
+pub(crate) fn record_replicas(home: &Home, replicas: usize) -> Result<()> {
     if recorded_replicas(home)? == Some(replicas) {
         return Ok(());
     }
@@ -107,7 +107,7 @@ pub enum ReplicasSource {
 ///
 /// # Errors
 /// `--bus-replicas 0`; the record cannot be read or written.
-pub fn wanted_replicas_from(
+pub(crate) fn wanted_replicas_from(
     home: &Home,
     bus_config: &BusConfig,
     bus: &mesh_bus::NatsBus,
@@ -140,7 +140,7 @@ pub fn wanted_replicas_from(
 ///
 /// # Errors
 /// As [`wanted_replicas_from`].
-pub fn wanted_replicas(
+pub(crate) fn wanted_replicas(
     home: &Home,
     bus_config: &BusConfig,
     bus: &mesh_bus::NatsBus,

@@ -123,7 +123,7 @@ impl BusConfig {
 
 /// Where the controller's own NKey seed is kept under the home (`broker keygen` makes it,
 /// 0600): on this machine only, never among the records.
-pub const CONTROLLER_SEED_FILE: &str = "bus/nkey.seed";
+pub(crate) const CONTROLLER_SEED_FILE: &str = "bus/nkey.seed";
 
 /// The controller's seed file: `--bus-seed`, else [`CONTROLLER_SEED_FILE`] under the home
 /// when it is there (`None`: the controller is on its password).
@@ -171,7 +171,7 @@ pub struct Keygen {
 /// # Errors
 /// A seed or password file that cannot be read, is readable by others, or holds no seed (the
 /// error names the file, never what it holds).
-pub fn controller_secret(home: &Home, bus: &BusConfig) -> Result<NodeSecret> {
+pub(crate) fn controller_secret(home: &Home, bus: &BusConfig) -> Result<NodeSecret> {
     if let Some(seed_file) = controller_seed_file(home, bus) {
         let seed = mesh_bus::keys::read_seed_file(&seed_file).map_err(|source| Error::Invalid {
             what: "reading the controller's bus seed".to_owned(),
@@ -221,18 +221,18 @@ pub fn controller_options(home: &Home, bus: &BusConfig) -> Result<NatsOptions> {
 /// Where the controller's own bus password is kept when `--bus-password-file` is not given:
 /// `<home>/bus/passwords/controller` — on this machine, for it is what opens the bus (and so
 /// the records on it).
-pub fn password_path(home: &Home, user: &str) -> PathBuf {
+pub(crate) fn password_path(home: &Home, user: &str) -> PathBuf {
     home.root().join("bus").join("passwords").join(user)
 }
 
 /// The record key of `node`'s bus password (kept until it is enrolled).
-pub fn password_key(node: &str) -> String {
+pub(crate) fn password_key(node: &str) -> String {
     format!("bus/passwords/{node}")
 }
 
 /// `bytes` random bytes from `/dev/urandom`, in hex; `what` they are for names them in an
 /// error.
-pub fn random_hex(bytes: usize, what: &str) -> Result<String> {
+pub(crate) fn random_hex(bytes: usize, what: &str) -> Result<String> {
     let mut random = vec![0u8; bytes];
     use std::io::Read as _;
     std::fs::File::open("/dev/urandom")
@@ -292,7 +292,7 @@ pub fn password(home: &Home, user: &str) -> Result<String> {
 
 /// The controller's bus password: `--bus-password-file` (refused when others may read it),
 /// else the one kept in the home.
-pub fn controller_password(home: &Home, bus: &BusConfig) -> Result<String> {
+pub(crate) fn controller_password(home: &Home, bus: &BusConfig) -> Result<String> {
     match &bus.password_file {
         Some(file) => Ok(mesh_store::secret::read_secret(file)
             .map_err(|source| Error::Invalid {

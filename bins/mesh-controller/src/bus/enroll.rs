@@ -2,7 +2,7 @@
 //! public key `mesh-host keygen` printed on that node, so the bus's users file carries its key
 //! and permissions and no secret, and drops the node's bus password from the records.
 //!
-//! Start at [`enroll`]. What the controller composes from it: [`node_credential`] (the key of
+//! Start at [`enroll`]. What the controller composes from it: [`node_credentials`] (the key of
 //! an enrolled node, else its password) for every node's user in the users file
 //! ([`crate::bus::users::authorization`]), and [`nodes_on_passwords`] for `status`.
 //!
@@ -21,7 +21,7 @@ use mesh_model::inventory::Inventory;
 use serde::Serialize;
 
 /// The record key of `node`'s enrolled public key.
-pub fn nkey_key(node: &str) -> String {
+pub(crate) fn nkey_key(node: &str) -> String {
     format!("bus/nkeys/{node}")
 }
 
@@ -129,7 +129,7 @@ pub fn enroll_with_age_key(
 ///
 /// # Errors
 /// The record cannot be read, or does not hold a user public key (naming the record).
-pub fn enrolled_key(home: &Home, node: &str) -> Result<Option<String>> {
+pub(crate) fn enrolled_key(home: &Home, node: &str) -> Result<Option<String>> {
     let key = nkey_key(node);
     let Some(bytes) = home.get(&key)? else {
         return Ok(None);
@@ -145,25 +145,15 @@ pub fn enrolled_key(home: &Home, node: &str) -> Result<Option<String>> {
     Ok(Some(text))
 }
 
-/// How `node`'s user proves itself, as the users file holds it: its enrolled key, else its
-/// password (made the first time it is asked for, [`crate::bus::credentials::password`]).
-///
-/// # Errors
-/// As [`enrolled_key`]; a password that cannot be read or made.
-pub fn node_credential(home: &Home, node: &str) -> Result<UserCredential> {
-    match enrolled_key(home, node)? {
-        Some(key) => Ok(UserCredential::Nkey(key)),
-        None => Ok(UserCredential::Password(password(home, node)?)),
-    }
-}
-
-/// How each of `nodes` proves itself, as [`node_credential`] says, read at once: one listing
+/// How each of `nodes` proves itself, as the users file holds it — its enrolled key, else its
+/// password (made the first time it is asked for, [`crate::bus::credentials::password`]) —
+/// read at once: one listing
 /// of the enrolled keys and one of the passwords, whatever the number of nodes; a password is
 /// made (one record) only for a node that has neither.
 ///
 /// # Errors
-/// As [`node_credential`], naming the node's record.
-pub fn node_credentials<'a>(
+/// As [`enrolled_key`], naming the node's record; a password that cannot be read or made.
+pub(crate) fn node_credentials<'a>(
     home: &Home,
     nodes: impl IntoIterator<Item = &'a String>,
 ) -> Result<std::collections::BTreeMap<String, UserCredential>> {

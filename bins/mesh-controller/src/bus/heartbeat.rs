@@ -14,16 +14,16 @@ use mesh_bus::jetstream::MergesWaiting;
 use serde::{Deserialize, Serialize};
 
 /// Where the last heartbeat is kept in the records.
-pub const HEARTBEAT_KEY: &str = "daemon/heartbeat.json";
+pub(crate) const HEARTBEAT_KEY: &str = "daemon/heartbeat.json";
 
 /// The format of [`Heartbeat`].
-pub const HEARTBEAT_FORMAT: u32 = 1;
+pub(crate) const HEARTBEAT_FORMAT: u32 = 1;
 
 /// How many of its intervals a daemon may go unheard before it is called silent.
-pub const SILENT_AFTER_BEATS: u64 = 3;
+pub(crate) const SILENT_AFTER_BEATS: u64 = 3;
 
 /// How long a merge may wait on the daemon's consumer before it needs a person's eye.
-pub const MERGE_WAIT_LIMIT_SECS: u64 = 60;
+pub(crate) const MERGE_WAIT_LIMIT_SECS: u64 = 60;
 
 /// The default interval of the heartbeat (`serve --heartbeat`).
 pub const HEARTBEAT_SECS: u64 = 10;

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// The format version of a deployed record.
-pub const DEPLOYED_FORMAT: u32 = 1;
+pub(crate) const DEPLOYED_FORMAT: u32 = 1;
 
 /// The build a module's last finished rollout made current (disk format, version
 /// [`DEPLOYED_FORMAT`]).
@@ -112,7 +112,10 @@ impl DeployedStore<'_> {
 /// # Errors
 /// When the home's catalogue cannot be read, or a deployed archive is missing from the store or
 /// is not the bytes its record names.
-pub async fn effective_source(home: &Home, store: &dyn ArchiveStore) -> Result<CatalogueSource> {
+pub(crate) async fn effective_source(
+    home: &Home,
+    store: &dyn ArchiveStore,
+) -> Result<CatalogueSource> {
     let dir = home.modules_dir();
     let mut source = if dir.is_dir() {
         mesh_store::tree::read_catalogue(&dir, "catalogue/modules").map_err(|source| {
@@ -159,7 +162,7 @@ pub async fn effective_source(home: &Home, store: &dyn ArchiveStore) -> Result<C
 ///
 /// # Errors
 /// When the store's client cannot be made.
-pub fn host_archives(
+pub(crate) fn host_archives(
     home: &Home,
     node: &str,
     store: &mesh_store::store::StoreSpec,
@@ -172,7 +175,7 @@ pub fn host_archives(
 ///
 /// # Errors
 /// When the name is not a spec.
-pub fn store_spec(store: &dyn ArchiveStore) -> Result<mesh_store::store::StoreSpec> {
+pub(crate) fn store_spec(store: &dyn ArchiveStore) -> Result<mesh_store::store::StoreSpec> {
     let name = store.name();
     name.parse().map_err(|source| Error::Internal {
         doing: format!("the store's name {name} is not a store spec"),
@@ -193,7 +196,7 @@ pub async fn effective_catalogue(
 
 /// Makes `archive` the module's current build in the store's record (what the keep set keeps
 /// because a definition names it), under the publish lock.
-pub fn set_current(
+pub(crate) fn set_current(
     home: &Home,
     _lock: &mesh_store::lock::PublishLock,
     module: &str,
@@ -237,7 +240,7 @@ pub fn short_commit(commit: &str) -> &str {
 
 /// The problems the catalogue at a commit has with `module` (its own, and those of what it
 /// depends on, as validation reports them).
-pub fn module_problems(source: &CatalogueSource, module: &str) -> Vec<Diagnostic> {
+pub(crate) fn module_problems(source: &CatalogueSource, module: &str) -> Vec<Diagnostic> {
     if !source.modules.contains_key(module) {
         return vec![Diagnostic::new(
             format!("{}/{module}", source.prefix),
@@ -273,7 +276,7 @@ pub struct Built {
 }
 
 /// A module validated and archived, not yet published ([`prepare_build`]).
-pub struct Prepared {
+pub(crate) struct Prepared {
     build: Build,
     archive: mesh_store::archive::Archive,
 }
@@ -306,7 +309,7 @@ pub async fn build_module(
 ///
 /// # Errors
 /// Every validation problem of the module at once; what its files cannot be archived for.
-pub fn prepare_build(
+pub(crate) fn prepare_build(
     from: &BuildSource<'_>,
     module: &str,
     now: u64,
@@ -349,7 +352,7 @@ pub fn prepare_build(
 ///
 /// # Errors
 /// A store or record failure naming the module and the store.
-pub async fn publish_build(
+pub(crate) async fn publish_build(
     home: &Home,
     store: &dyn ArchiveStore,
     prepared: Prepared,

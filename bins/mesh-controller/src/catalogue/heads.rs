@@ -124,7 +124,7 @@ impl std::fmt::Display for Head {
 ///
 /// # Errors
 /// A record cannot be read; a repository's head or catalogue cannot be read (naming it).
-pub fn check_heads(home: &Home) -> Result<Vec<Head>> {
+pub(crate) fn check_heads(home: &Home) -> Result<Vec<Head>> {
     let inventory = home.inventory()?;
     let assigned: BTreeSet<&String> = inventory.file.assignments.keys().collect();
     let mut out = Vec::new();

@@ -33,7 +33,7 @@ pub struct Newest {
 ///
 /// # Errors
 /// A record or a repository cannot be read.
-pub fn newest_definition(
+pub(crate) fn newest_definition(
     home: &Home,
     catalogue: &Catalogue,
     module: &str,
@@ -118,7 +118,7 @@ impl std::fmt::Display for Waiting {
 }
 
 /// The keys `layer` of `module` sets that `running` does not accept and `newest` does.
-pub fn ahead_of(
+pub(crate) fn ahead_of(
     running: &ModuleDefinition,
     newest: &Newest,
     module: &str,

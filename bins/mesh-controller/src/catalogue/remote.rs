@@ -38,7 +38,7 @@ pub struct Remote {
 }
 
 /// Whether `location` is a URL (`scheme://…`) rather than a path.
-pub fn is_url(location: &str) -> bool {
+pub(crate) fn is_url(location: &str) -> bool {
     location.contains("://")
 }
 
@@ -46,7 +46,7 @@ pub fn is_url(location: &str) -> bool {
 ///
 /// # Errors
 /// [`Error::Invalid`] naming the repository and the file.
-pub fn check_credentials(repo: &str, remote: &Remote) -> Result<()> {
+pub(crate) fn check_credentials(repo: &str, remote: &Remote) -> Result<()> {
     for file in [&remote.ssh_key_file, &remote.token_file]
         .into_iter()
         .flatten()
@@ -181,7 +181,7 @@ pub fn fetch(dir: &Path, remote: &Remote, branch: &str) -> Result<String> {
 }
 
 /// Whether the clone `dir` has `commit`.
-pub fn has_commit(dir: &Path, commit: &str) -> bool {
+pub(crate) fn has_commit(dir: &Path, commit: &str) -> bool {
     Command::new("git")
         .arg("-C")
         .arg(dir)

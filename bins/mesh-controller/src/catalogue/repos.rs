@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// The format version of a repository record.
-pub const REPO_FORMAT: u32 = 1;
+pub(crate) const REPO_FORMAT: u32 = 1;
 
 /// A registered catalogue repository (disk format, version [`REPO_FORMAT`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,7 +124,7 @@ pub struct AddOptions {
 }
 
 /// The bare clone kept for repository `name` registered by URL.
-pub fn clone_dir(home: &Home, name: &str) -> PathBuf {
+pub(crate) fn clone_dir(home: &Home, name: &str) -> PathBuf {
     home.root().join("repos").join(format!("{name}.git"))
 }
 
@@ -134,7 +134,7 @@ pub fn clone_dir(home: &Home, name: &str) -> PathBuf {
 /// # Errors
 /// [`Error::Invalid`] naming the repository and the file: others may read it, it is empty or
 /// cannot be read.
-pub fn read_hook_secret(repo: &str, file: &Path) -> Result<String> {
+pub(crate) fn read_hook_secret(repo: &str, file: &Path) -> Result<String> {
     mesh_store::secret::read_secret(file).map_err(|source| Error::Invalid {
         what: format!("the webhook secret of repository `{repo}`"),
         source: Some(Box::new(source)),
@@ -299,7 +299,7 @@ fn add_remote(home: &Home, name: &str, location: &str, options: &AddOptions) -> 
 ///
 /// # Errors
 /// [`Error::Git`] when the fetch fails or the commit is not one of the repository's.
-pub fn resolve_merged(repo: &RepoRecord, commit: Option<&str>) -> Result<String> {
+pub(crate) fn resolve_merged(repo: &RepoRecord, commit: Option<&str>) -> Result<String> {
     if let Some(remote) = &repo.remote {
         match commit {
             None => return remote::fetch(&repo.path, remote, &repo.branch),

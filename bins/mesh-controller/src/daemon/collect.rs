@@ -18,7 +18,7 @@ use std::time::Duration;
 pub const COLLECT_EVERY: Duration = Duration::from_secs(5 * 60);
 
 /// The daemon's collections: when the next is due, and the one running.
-pub struct Collections {
+pub(crate) struct Collections {
     every: Duration,
     keep_plans: usize,
     grace: Duration,

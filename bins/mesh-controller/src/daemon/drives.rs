@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 
 /// How often the plans resting open are looked at for a hold on orphaned settings the layers
 /// have ended ([`crate::plans::holds::orphan_hold_ended`]).
-pub const HOLDS_LOOKED_AT: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const HOLDS_LOOKED_AT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A plan driven now.
 struct Driving {
@@ -34,7 +34,7 @@ struct Driving {
 }
 
 /// How a drive ended.
-pub enum Ended {
+pub(crate) enum Ended {
     /// It ran to its end or was cancelled: the plan as it stands.
     Driven(Box<PlanRecord>),
     /// It failed.

@@ -10,14 +10,14 @@ use mesh_store::problems::{Attempt, ProblemKind};
 use std::time::Duration;
 
 /// The first wait before a failed drive is tried again.
-pub const FIRST_RETRY: Duration = Duration::from_secs(2);
+pub(crate) const FIRST_RETRY: Duration = Duration::from_secs(2);
 
 /// The longest wait before a failed drive is tried again.
-pub const LONGEST_RETRY: Duration = Duration::from_secs(5 * 60);
+pub(crate) const LONGEST_RETRY: Duration = Duration::from_secs(5 * 60);
 
 /// How long after its `attempts`-th failure (1 the first) a plan's drive is tried again:
 /// [`FIRST_RETRY`], doubled with each attempt, at most [`LONGEST_RETRY`].
-pub fn retry_after(attempts: u32) -> Duration {
+pub(crate) fn retry_after(attempts: u32) -> Duration {
     let doublings = attempts.saturating_sub(1).min(16);
     FIRST_RETRY
         .saturating_mul(1 << doublings)
@@ -26,7 +26,7 @@ pub fn retry_after(attempts: u32) -> Duration {
 
 /// Records the failed drive of `plan` as a problem (one attempt more); returns how many
 /// attempts it has counted, or `None` when it could not be written (said in the log).
-pub fn record_failure(home: &Home, plan: &str, error: &Error) -> Option<u32> {
+pub(crate) fn record_failure(home: &Home, plan: &str, error: &Error) -> Option<u32> {
     let what = error.chain_line();
     let recorded = mesh_store::problems::record_attempt(
         home.records(),
@@ -52,7 +52,7 @@ pub fn record_failure(home: &Home, plan: &str, error: &Error) -> Option<u32> {
 }
 
 /// Clears the drive problem of `plan`, if it has one: its drive did not fail, or it ended.
-pub fn clear_failure(home: &Home, plan: &str) {
+pub(crate) fn clear_failure(home: &Home, plan: &str) {
     match home.problems().clear(ProblemKind::Drive, plan) {
         Ok(true) => tracing::info!(plan = %plan, "the plan's drive problem is resolved"),
         Ok(false) => {}

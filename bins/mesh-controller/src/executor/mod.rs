@@ -331,7 +331,7 @@ pub fn decide(
 ///
 /// # Errors
 /// As [`Executor::next_report`].
-pub async fn wait_for_reports(
+pub(crate) async fn wait_for_reports(
     executor: &mut Executor<'_>,
     waiting: &BTreeMap<String, String>,
     deadline: tokio::time::Instant,
@@ -367,7 +367,7 @@ pub async fn wait_for_reports(
 }
 
 /// Where a push stands: `settled` of `total` nodes heard (its plan is `push`, its module empty).
-pub fn push_progress(total: usize, settled: usize) -> crate::RolloutProgress {
+pub(crate) fn push_progress(total: usize, settled: usize) -> crate::RolloutProgress {
     crate::RolloutProgress {
         plan: "push".to_owned(),
         module: String::new(),

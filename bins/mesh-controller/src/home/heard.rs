@@ -20,10 +20,10 @@ use serde::{Deserialize, Serialize};
 pub const MAX_REPORT_BYTES: usize = 256 * 1024;
 
 /// The format of a [`LastReadable`] record this build writes and reads.
-pub const LAST_READABLE_FORMAT: u32 = 1;
+pub(crate) const LAST_READABLE_FORMAT: u32 = 1;
 
 /// The record of `node`'s last readable report, kept while its latest is unreadable.
-pub fn last_readable_key(node: &str) -> String {
+pub(crate) fn last_readable_key(node: &str) -> String {
     format!("heard/{node}.json")
 }
 

@@ -9,7 +9,7 @@
 
 /// One family of records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Family {
+pub(crate) struct Family {
     /// The directory its keys are under.
     pub dir: &'static str,
     /// What it holds, and its keys.
@@ -19,7 +19,7 @@ pub struct Family {
 }
 
 /// Every family of records a home holds, besides its inventory.
-pub const FAMILIES: [Family; 16] = [
+pub(crate) const FAMILIES: [Family; 16] = [
     Family {
         dir: "settings",
         holds: "each module's settings layers: `settings/<module>/mesh.json` and \
@@ -109,7 +109,7 @@ pub const FAMILIES: [Family; 16] = [
 
 /// The directory of each family ([`FAMILIES`]): what `records import` moves onto a bus and
 /// what an export of the embedded default holds.
-pub const RECORD_DIRS: [&str; 16] = {
+pub(crate) const RECORD_DIRS: [&str; 16] = {
     let mut dirs = [""; 16];
     let mut at = 0;
     while at < FAMILIES.len() {

@@ -55,7 +55,7 @@ mod sent;
 /// The file under a home whose records were moved to a bus (`records import`): it names the
 /// bus, and a command run on the home without `--bus` is refused instead of reading the old
 /// records.
-pub const MOVED_FILE: &str = "records-moved";
+pub(crate) const MOVED_FILE: &str = "records-moved";
 
 /// A mesh home directory, and where its records are.
 #[derive(Debug, Clone)]
@@ -297,7 +297,7 @@ impl Home {
 }
 
 /// Writes a file atomically: a temporary file beside it, fsync, rename, fsync the directory.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().ok_or_else(|| Error::File {
         doing: "writing".to_owned(),
         path: path.to_owned(),

@@ -39,7 +39,7 @@ use hyper::HeaderMap;
 use mesh_bus::NatsBus;
 
 /// The path the webhooks are under.
-pub const PREFIX: &str = "/hooks/";
+pub(crate) const PREFIX: &str = "/hooks/";
 
 /// The webhooks of one mesh: its repositories' records and secrets, and the bus merges are
 /// announced on (connected at the first push, and kept).

@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// How often the poller looks for repositories due a fetch.
-pub const TURN: Duration = Duration::from_secs(1);
+pub(crate) const TURN: Duration = Duration::from_secs(1);
 
 /// What the poller remembers of a repository.
 #[derive(Debug, Default)]

@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 pub const KEEP_PLANS: usize = 50;
 
 /// How many nodes that did not end applied a summary names; the rest are counted.
-pub const UNFINISHED_KEPT: usize = 100;
+pub(crate) const UNFINISHED_KEPT: usize = 100;
 
 /// One module's rollout in a plan that ended, its nodes' records folded into it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,7 +127,7 @@ fn where_it_stood(progress: &NodeProgress) -> (&'static str, Option<String>) {
 ///
 /// # Errors
 /// A record cannot be read, written or removed (nothing is lost: the fold is done again).
-pub fn fold_plan(home: &Home, record: &mut PlanRecord) -> Result<usize> {
+pub(crate) fn fold_plan(home: &Home, record: &mut PlanRecord) -> Result<usize> {
     if record.plan.state.is_open() || record.nodes_folded {
         return Ok(0);
     }
@@ -169,7 +169,7 @@ pub struct Folded {
 ///
 /// # Errors
 /// A record cannot be read, written or removed.
-pub fn fold_ended(home: &Home, keep: usize, driving: &[String]) -> Result<Folded> {
+pub(crate) fn fold_ended(home: &Home, keep: usize, driving: &[String]) -> Result<Folded> {
     let mut folded = Folded::default();
     let mut plans = home.plans().all()?;
     for record in &mut plans {
@@ -193,7 +193,7 @@ pub fn fold_ended(home: &Home, keep: usize, driving: &[String]) -> Result<Folded
 ///   and a merge heard again is known by it);
 /// - a plan with a stopped rollout that `status` still shows (no later plan of its repository
 ///   and branch finished the module, nor was closed holding it).
-pub fn prunable(plans: &[PlanRecord], keep: usize) -> Vec<String> {
+pub(crate) fn prunable(plans: &[PlanRecord], keep: usize) -> Vec<String> {
     let older = plans.len().saturating_sub(keep);
     let mut out = Vec::new();
     for (index, record) in plans.iter().enumerate().take(older) {

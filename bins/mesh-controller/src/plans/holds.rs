@@ -27,7 +27,7 @@ fn still_set(orphan: &mesh_plan::Orphan, layers: &Layers) -> bool {
 ///
 /// # Errors
 /// The inventory or a rollout's nodes cannot be read.
-pub fn orphan_hold_ended(home: &Home, record: &PlanRecord) -> Result<bool> {
+pub(crate) fn orphan_hold_ended(home: &Home, record: &PlanRecord) -> Result<bool> {
     let held: Vec<&String> = record
         .plan
         .rollouts

@@ -104,7 +104,7 @@ pub fn merge(
 ///
 /// # Errors
 /// The plans cannot be read or written.
-pub fn finish_supersessions(
+pub(crate) fn finish_supersessions(
     home: &Home,
     progress: &dyn crate::Progress,
 ) -> Result<Vec<PlanRecord>> {

@@ -33,7 +33,7 @@ use std::io::{BufRead as _, Write as _};
 use std::path::Path;
 
 /// The archive format this build writes and reads.
-pub const ARCHIVE_FORMAT: u32 = 1;
+pub(crate) const ARCHIVE_FORMAT: u32 = 1;
 
 /// What the header says the file is.
 const ARCHIVE_KIND: &str = "mesh-records";
@@ -99,7 +99,7 @@ pub struct Restored {
 ///
 /// # Errors
 /// A listing cannot be read.
-pub fn record_keys(home: &Home) -> Result<Vec<String>> {
+pub(crate) fn record_keys(home: &Home) -> Result<Vec<String>> {
     let records = home.records();
     let mut keys = if home.records_on_bus() {
         records.keys_under("")?

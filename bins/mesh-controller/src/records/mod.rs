@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 /// How long opening the records keeps trying a bus that refuses or does not answer (a server
 /// restarting or reloading its users) before it fails.
-pub const OPEN_RETRY_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+pub(crate) const OPEN_RETRY_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The home at `root`, its records on the bus when `bus` is given.
 ///
@@ -325,7 +325,7 @@ pub fn put_by_hand(home: &Home, key: &str, file: &Path, base: Option<&Path>) -> 
 /// [`collect_declarations`] is given another grace: a push writes a declaration before the
 /// record naming it (`sent/<node>.json`), so a collection running between the two must not take
 /// it.
-pub const DECLARATION_GRACE: std::time::Duration = std::time::Duration::from_secs(10 * 60);
+pub(crate) const DECLARATION_GRACE: std::time::Duration = std::time::Duration::from_secs(10 * 60);
 
 /// What `records collect` did.
 #[derive(Debug, Clone, Serialize)]
@@ -401,7 +401,7 @@ pub fn collect(
 ///
 /// # Errors
 /// As [`collect_declarations`].
-pub fn collect_held(
+pub(crate) fn collect_held(
     home: &Home,
     now: u64,
     grace: std::time::Duration,

@@ -59,7 +59,7 @@ pub fn init(home: &Home, example: bool) -> Result<()> {
 ///
 /// # Errors
 /// When a file cannot be written.
-pub fn sandbox_accounts(root: &std::path::Path) -> Result<()> {
+pub(crate) fn sandbox_accounts(root: &std::path::Path) -> Result<()> {
     let etc = root.join("etc");
     let files: [(&str, &str, u32); 4] = [
         (

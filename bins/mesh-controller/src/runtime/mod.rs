@@ -103,7 +103,7 @@ type Running = Arc<Mutex<BTreeMap<String, Cancel>>>;
 type SharedLock = Arc<Mutex<std::sync::Weak<PlansLock>>>;
 
 /// The plans lock held for one merge or drive of a runtime ([`Runtime::hold_plans`]).
-pub type PlansHold = Arc<PlansLock>;
+pub(crate) type PlansHold = Arc<PlansLock>;
 
 /// Takes a runtime's plans lock, or shares the hold it has ([`Runtime::plans_holder`]).
 pub struct PlansHolder {

@@ -25,7 +25,7 @@
 
 pub mod retired;
 pub mod rotate;
-pub mod rotate_files;
+pub(crate) mod rotate_files;
 pub mod secret_files;
 
 use crate::error::{Error, Result};
@@ -38,22 +38,22 @@ use std::path::PathBuf;
 use std::str::FromStr as _;
 
 /// The mesh's secrets key, relative to the home.
-pub const MESH_KEY_FILE: &str = "secrets/mesh.key";
+pub(crate) const MESH_KEY_FILE: &str = "secrets/mesh.key";
 
 /// The next mesh key while `secrets rotate` is under way, relative to the home.
-pub const NEXT_MESH_KEY_FILE: &str = "secrets/mesh.key.next";
+pub(crate) const NEXT_MESH_KEY_FILE: &str = "secrets/mesh.key.next";
 
 /// The operators' keys, relative to the home.
-pub const RECIPIENTS_FILE: &str = "secrets/recipients";
+pub(crate) const RECIPIENTS_FILE: &str = "secrets/recipients";
 
 /// The mesh keys a rotation retired, relative to the home: one file each, `<age1…>.key`
 /// (0600), kept while a build the mesh may still send holds a secret file sealed to it
 /// ([`crate::secrets::retired`]).
-pub const RETIRED_DIR: &str = "secrets/retired";
+pub(crate) const RETIRED_DIR: &str = "secrets/retired";
 
 /// The record of a node's age public key (`age1…`, no secret), which its secrets are sealed to
 /// for each send.
-pub fn node_key_record(node: &str) -> String {
+pub(crate) fn node_key_record(node: &str) -> String {
     format!("secrets/nodes/{node}")
 }
 
@@ -80,7 +80,7 @@ pub fn enroll_age_key(home: &Home, node: &str, key: &str) -> Result<Option<Strin
 ///
 /// # Errors
 /// A recorded key that is not one; a host key file others may read.
-pub fn node_recipient(
+pub(crate) fn node_recipient(
     home: &Home,
     node: &str,
     embedded: Option<&std::path::Path>,
@@ -134,7 +134,7 @@ pub fn mesh_key(home: &Home) -> Result<MeshKey> {
 ///
 /// # Errors
 /// As [`mesh_key`].
-pub fn sealing_key(home: &Home) -> Result<MeshKey> {
+pub(crate) fn sealing_key(home: &Home) -> Result<MeshKey> {
     let next = path_of(home, NEXT_MESH_KEY_FILE);
     if next.exists() {
         return MeshKey::load(&next).map_err(secrets_error("reading the next mesh key".into()));
@@ -146,7 +146,7 @@ pub fn sealing_key(home: &Home) -> Result<MeshKey> {
 ///
 /// # Errors
 /// A key file others may read (named), or one that cannot be read.
-pub fn retired_keys(home: &Home) -> Result<Vec<(PathBuf, mesh_secrets::Identity)>> {
+pub(crate) fn retired_keys(home: &Home) -> Result<Vec<(PathBuf, mesh_secrets::Identity)>> {
     let dir = path_of(home, RETIRED_DIR);
     let entries = match std::fs::read_dir(&dir) {
         Ok(entries) => entries,
@@ -175,7 +175,7 @@ pub fn retired_keys(home: &Home) -> Result<Vec<(PathBuf, mesh_secrets::Identity)
 ///
 /// # Errors
 /// As [`mesh_key`] and [`retired_keys`].
-pub fn keyring(home: &Home) -> Result<mesh_secrets::Keyring> {
+pub(crate) fn keyring(home: &Home) -> Result<mesh_secrets::Keyring> {
     let current = mesh_key(home)?;
     let mut others = Vec::new();
     let next = path_of(home, NEXT_MESH_KEY_FILE);

@@ -58,7 +58,7 @@ fn retired_file(identity: &Identity) -> String {
 ///
 /// # Errors
 /// The file cannot be written.
-pub fn retire(home: &Home, identity: &Identity) -> Result<()> {
+pub(crate) fn retire(home: &Home, identity: &Identity) -> Result<()> {
     match identity.keep(&home.root().join(retired_file(identity))) {
         Err(mesh_secrets::SecretsError::Io { source, .. })
             if source.kind() == std::io::ErrorKind::AlreadyExists =>

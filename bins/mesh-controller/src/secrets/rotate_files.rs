@@ -44,7 +44,7 @@ pub struct Pending {
 ///
 /// # Errors
 /// A module definition or secret file that cannot be read or written; git failing.
-pub fn reseal_repositories(
+pub(crate) fn reseal_repositories(
     home: &Home,
     each: &mut dyn FnMut(&SecretValue) -> Result<SecretValue>,
     opens_with_next: &dyn Fn(&SecretValue) -> bool,

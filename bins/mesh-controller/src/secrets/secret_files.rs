@@ -18,7 +18,7 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 /// The largest secret file: a key, a certificate chain, a token file.
-pub const MAX_SECRET_FILE: u64 = 1024 * 1024;
+pub(crate) const MAX_SECRET_FILE: u64 = 1024 * 1024;
 
 /// What `secrets encrypt FILE` did.
 #[derive(Debug, Clone, Serialize)]
@@ -92,7 +92,7 @@ pub fn encrypt_file(home: &Home, path: &Path) -> Result<Encrypted> {
 
 /// A file a module marks `secret = true`.
 #[derive(Debug, Clone)]
-pub struct SecretFile {
+pub(crate) struct SecretFile {
     /// The module (its directory's name).
     pub module: String,
     /// The file's `source`, relative to the module's directory.
@@ -107,7 +107,7 @@ pub struct SecretFile {
 ///
 /// # Errors
 /// A module definition that does not read, named.
-pub fn secret_files_under(modules: &Path) -> Result<Vec<SecretFile>> {
+pub(crate) fn secret_files_under(modules: &Path) -> Result<Vec<SecretFile>> {
     let mut files = Vec::new();
     let Ok(entries) = std::fs::read_dir(modules) else {
         return Ok(files);
@@ -145,7 +145,7 @@ pub fn secret_files_under(modules: &Path) -> Result<Vec<SecretFile>> {
 ///
 /// # Errors
 /// As [`encrypt_file`]; a module definition that cannot be read.
-pub fn encrypt_clear_secret_files(home: &Home) -> Result<Vec<Encrypted>> {
+pub(crate) fn encrypt_clear_secret_files(home: &Home) -> Result<Vec<Encrypted>> {
     let mut done = Vec::new();
     for file in secret_files_under(&home.modules_dir())? {
         let bytes = zeroize::Zeroizing::new(

@@ -115,7 +115,7 @@ fn at_commit(
 ///
 /// # Errors
 /// A record or a repository cannot be read.
-pub fn at_heads(home: &Home, checked: &Checked) -> Result<Vec<ComingOrphans>> {
+pub(crate) fn at_heads(home: &Home, checked: &Checked) -> Result<Vec<ComingOrphans>> {
     let inventory = home.inventory()?;
     let assigned: BTreeSet<String> = inventory.file.assignments.keys().cloned().collect();
     let mut out = Vec::new();

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 pub const DEFAULT_DRIFT_RETENTION_SECS: u64 = 3600;
 
 /// The format version of an acknowledgement record.
-pub const ACKS_FORMAT: u32 = 1;
+pub(crate) const ACKS_FORMAT: u32 = 1;
 
 /// What a person acknowledged of one node's drift (disk format, version [`ACKS_FORMAT`]), at
 /// `acks/<node>.json`.
@@ -70,7 +70,7 @@ fn acks_key(node: &str) -> String {
 ///
 /// # Errors
 /// The records cannot be listed, or one is not an acknowledgement record.
-pub fn acks_of_all(home: &Home) -> Result<BTreeMap<String, Acks>> {
+pub(crate) fn acks_of_all(home: &Home) -> Result<BTreeMap<String, Acks>> {
     let mut out = BTreeMap::new();
     for (key, bytes) in home.records().values_under("acks")? {
         let acks: Acks = serde_json::from_slice(&bytes).map_err(|source| Error::BadRecord {

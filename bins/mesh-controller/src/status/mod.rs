@@ -248,7 +248,7 @@ pub fn overview_with(home: &Home, now: u64, options: &StatusOptions) -> Result<O
 ///
 /// # Errors
 /// When the home cannot be read.
-pub fn overview_of_plans(
+pub(crate) fn overview_of_plans(
     home: &Home,
     records: &[PlanRecord],
     now: u64,
@@ -266,7 +266,7 @@ pub fn overview_of_plans(
 ///
 /// # Errors
 /// When the home cannot be read.
-pub fn overview_of_plans_with(
+pub(crate) fn overview_of_plans_with(
     home: &Home,
     records: &[PlanRecord],
     now: u64,
@@ -631,7 +631,7 @@ pub fn changes(before: Option<&Overview>, after: &Overview) -> Vec<String> {
 }
 
 /// What a node's attention says, in words.
-pub fn attention_words(attention: &NodeAttention) -> String {
+pub(crate) fn attention_words(attention: &NodeAttention) -> String {
     let mut words = Vec::new();
     if attention.mid_change {
         words.push("mid-change".to_owned());

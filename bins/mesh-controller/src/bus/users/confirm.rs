@@ -26,20 +26,20 @@ pub const GRANTS_CONFIRM_LIMIT: Duration = Duration::from_secs(30);
 
 /// The record of the users the bus last confirmed in force: a [`ConfirmedUsers`] (their
 /// digest, and the archive in the store they can be read from), never the text.
-pub const CONFIRMED_KEY: &str = "bus/authorization.json";
+pub(crate) const CONFIRMED_KEY: &str = "bus/authorization.json";
 
 /// The record that held the confirmed users' whole text before [`CONFIRMED_KEY`]; read when
 /// that one is absent, and removed once it is written.
-pub const CONFIRMED_TEXT_KEY: &str = "bus/authorization.conf";
+pub(crate) const CONFIRMED_TEXT_KEY: &str = "bus/authorization.conf";
 
 /// The format of [`ConfirmedUsers`].
-pub const CONFIRMED_FORMAT: u32 = 1;
+pub(crate) const CONFIRMED_FORMAT: u32 = 1;
 
 /// The users the bus last confirmed in force (record [`CONFIRMED_KEY`], format
 /// [`CONFIRMED_FORMAT`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct ConfirmedUsers {
+pub(crate) struct ConfirmedUsers {
     /// Always [`CONFIRMED_FORMAT`].
     pub format: u32,
     /// `sha256:<hex>` of the users file's text.
@@ -89,7 +89,7 @@ pub(crate) fn confirmed(home: &Home) -> Result<Option<Confirmed>> {
 ///
 /// # Errors
 /// The record cannot be read, or is not one.
-pub fn confirmed_digest(home: &Home) -> Result<Option<String>> {
+pub(crate) fn confirmed_digest(home: &Home) -> Result<Option<String>> {
     Ok(confirmed(home)?.map(|confirmed| confirmed.digest()))
 }
 

@@ -50,21 +50,21 @@ use std::collections::BTreeSet;
 
 /// Where the node holding the bus keeps the bus's users; its server configuration includes
 /// this file, and its server is reloaded when it changes (`contrib/systemd`).
-pub const USERS_PATH: &str = "/etc/nats/mesh-users.conf";
+pub(crate) const USERS_PATH: &str = "/etc/nats/mesh-users.conf";
 
 /// The users file's resource id in the bus node's declaration.
-pub const USERS_RESOURCE: &str = "mesh-bus/file/users";
+pub(crate) const USERS_RESOURCE: &str = "mesh-bus/file/users";
 
 /// The module the users file belongs to in the bus node's declaration: the name its archive is
 /// named by there, and the store's record (`store/modules/mesh-bus.json`) that keeps it.
-pub const USERS_MODULE: &str = "mesh-bus";
+pub(crate) const USERS_MODULE: &str = "mesh-bus";
 
 /// The users file's path inside its archive.
-pub const USERS_ARCHIVE_PATH: &str = "users.conf";
+pub(crate) const USERS_ARCHIVE_PATH: &str = "users.conf";
 
 /// What the store's record of [`USERS_MODULE`] names as the repository of its builds: no
 /// repository's name (it holds a space), so no merge ever forgets it.
-pub const USERS_REPOSITORY: &str = "(the bus's users)";
+pub(crate) const USERS_REPOSITORY: &str = "(the bus's users)";
 
 /// The bus's users as the server's `authorization` block: the controller, one user per node
 /// with the state buckets and event subjects its assigned modules are granted — an enrolled
@@ -144,7 +144,7 @@ pub(crate) fn granted_buckets(catalogue: &Catalogue, inventory: &Inventory) -> B
 
 /// The group the bus node's `nats-server` runs as (Debian's package: user and group `nats`),
 /// which must read the users file.
-pub const USERS_GROUP: &str = "nats";
+pub(crate) const USERS_GROUP: &str = "nats";
 
 /// The bus's users as they travel (see [How the users file travels](self)): the node holding
 /// the bus, and the archive in the store its declaration names.
@@ -182,7 +182,7 @@ pub fn users_archive(users: &str) -> Result<Archive> {
 ///
 /// # Errors
 /// The bytes are not `archive`, or hold no users file, or it is not text.
-pub fn read_users_archive(bytes: &[u8], archive: &ArchiveRef) -> Result<String> {
+pub(crate) fn read_users_archive(bytes: &[u8], archive: &ArchiveRef) -> Result<String> {
     let location = format!("the bus's users archive {}", archive.digest);
     let tree = unpack_archive(bytes, Some(archive))
         .map_err(bad_record(location.clone(), "a users archive"))?;
@@ -200,7 +200,7 @@ pub fn read_users_archive(bytes: &[u8], archive: &ArchiveRef) -> Result<String> 
 /// [`USERS_GROUP`], mode 0640: it holds the passwords of nodes not yet enrolled), read from its
 /// archive in the store by path and content digest
 /// — the declaration's size does not grow with the number of users.
-pub fn with_users_file(declaration: Declaration, users: &UsersFile) -> Declaration {
+pub(crate) fn with_users_file(declaration: Declaration, users: &UsersFile) -> Declaration {
     let mut resources = declaration.resources;
     resources.retain(|r| r.id != USERS_RESOURCE);
     resources.push(Resource {
@@ -229,7 +229,7 @@ pub fn with_users_file(declaration: Declaration, users: &UsersFile) -> Declarati
 /// `declaration` with the users file `sent` carried (as it was sent: named from its archive,
 /// or, sent before the users travelled as an archive, carrying its text), for a diff that
 /// compares what the modules change.
-pub fn with_users_file_of(declaration: Declaration, sent: &Declaration) -> Declaration {
+pub(crate) fn with_users_file_of(declaration: Declaration, sent: &Declaration) -> Declaration {
     let Some(users) = sent.resource(USERS_RESOURCE).cloned() else {
         return declaration;
     };
@@ -251,7 +251,11 @@ pub fn with_users_file_of(declaration: Declaration, sent: &Declaration) -> Decla
 ///
 /// # Errors
 /// The store or the record cannot be written.
-pub async fn publish_users(home: &Home, store: &dyn ArchiveStore, archive: &Archive) -> Result<()> {
+pub(crate) async fn publish_users(
+    home: &Home,
+    store: &dyn ArchiveStore,
+    archive: &Archive,
+) -> Result<()> {
     let lock = mesh_store::lock::PublishLock::acquire(home.root())
         .await
         .for_module(USERS_MODULE, || {
@@ -299,7 +303,7 @@ pub async fn publish_users(home: &Home, store: &dyn ArchiveStore, archive: &Arch
 ///
 /// # Errors
 /// The record cannot be read or written.
-pub async fn users_sent(home: &Home, archive: &ArchiveRef) -> Result<()> {
+pub(crate) async fn users_sent(home: &Home, archive: &ArchiveRef) -> Result<()> {
     let lock = mesh_store::lock::PublishLock::acquire(home.root())
         .await
         .for_module(USERS_MODULE, || {

@@ -158,4 +158,4 @@ pub trait Fleet: Send {
 }
 
 /// The most reports [`Fleet::next_report_of`] passes over in one call.
-pub const PASSED_OVER: usize = 4_096;
+pub(crate) const PASSED_OVER: usize = 4_096;

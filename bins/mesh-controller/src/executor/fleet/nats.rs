@@ -59,7 +59,7 @@ fn heard_report(subject: &str, payload: &[u8], limit: usize) -> Option<ReportHea
 /// its answer lost, the bus restarting — is so stored once (JetStream drops a message whose
 /// id it stored within the stream's duplicate window), while a later send of the same
 /// declaration (a push again, a resumed rollout) is a new message the host applies again.
-pub fn declaration_message_id(declaration: &Outgoing, send: &str) -> String {
+pub(crate) fn declaration_message_id(declaration: &Outgoing, send: &str) -> String {
     format!("{}:{}:{send}", declaration.node(), declaration.digest())
 }
 
@@ -132,7 +132,7 @@ async fn publish_patiently(bus: &NatsBus, declaration: &Outgoing) -> Result<()> 
 
 /// How long making a granted state bucket is tried again (a server reloading its users)
 /// before the grant fails.
-pub const BUCKET_RETRY_LIMIT: Duration = Duration::from_secs(10);
+pub(crate) const BUCKET_RETRY_LIMIT: Duration = Duration::from_secs(10);
 
 /// How many declarations a send to many nodes keeps in flight at once. Each publish waits a
 /// round trip and the server's store of the message (0.1–0.5 ms on loopback, more with an
@@ -140,11 +140,11 @@ pub const BUCKET_RETRY_LIMIT: Duration = Duration::from_secs(10);
 /// wait 10,000 of them in a row while the server idles between. With 64 in flight the server
 /// always has the next publishes at hand, and what is in flight stays bounded — 64
 /// declarations' bytes, and 64 answers the client waits for.
-pub const SEND_CONCURRENCY: usize = 64;
+pub(crate) const SEND_CONCURRENCY: usize = 64;
 
 /// How long a send keeps trying a bus that does not take it (a server restarting or
 /// reloading) before it fails; a rollout's plan keeps its place and `plans resume` sends again.
-pub const SEND_RETRY_LIMIT: Duration = Duration::from_secs(60);
+pub(crate) const SEND_RETRY_LIMIT: Duration = Duration::from_secs(60);
 
 /// A fleet's real hosts over the bus (every send with `--bus`: `push`, `merge`, `plans resume`,
 /// `push --behind`, the daemon): the real grants, declarations published to each node's
