@@ -18,6 +18,8 @@
 //!   keeps publishing and collecting apart;
 //! - [`problems`] are the failures kept in the records until resolved.
 //!
+//! Beside them, [`clock`] is the one clock and date format every binary of the mesh uses.
+//!
 //! The record store, its chunking, the lease and secret files are mesh-records' (the bus
 //! shares them without the OCI client), re-exported here.
 //!
@@ -31,6 +33,7 @@
 //! - [`keep`] and [`manifest`] do no IO.
 
 pub mod archive;
+pub mod clock;
 pub mod collect;
 pub mod garbage;
 pub mod keep;

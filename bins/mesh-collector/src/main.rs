@@ -447,16 +447,10 @@ fn keep_problem(
         &answer.store,
         &format!("`mesh-collector {command}`: {}", answer.summary),
         details,
-        now(),
+        mesh_store::clock::now(),
         &format!("mesh-collector {command}"),
     )?;
     Ok(())
-}
-
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 fn exit_code(sweep: &SweepReport, collection: Option<&CollectReport>) -> u8 {

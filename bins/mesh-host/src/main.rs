@@ -271,7 +271,7 @@ fn run() -> Result<ExitCode> {
                 command,
                 &host,
                 matches!(cli.output, Output::Json),
-                mesh_host::now(),
+                mesh_store::clock::now(),
             )
         }
         Command::Forget { yes } => forget(&cli, yes),
@@ -387,7 +387,7 @@ fn run() -> Result<ExitCode> {
                 &config,
                 &declaration,
                 &contents,
-                mesh_host::now(),
+                mesh_store::clock::now(),
             ) {
                 Ok(mut report) => {
                     mesh_host::prune_archive_cache(&config, &declaration, &mut report);
@@ -429,12 +429,13 @@ fn forget(cli: &Cli, yes: bool) -> Result<ExitCode> {
         ..HostConfig::default()
     };
     let node = cli.node.as_deref().unwrap_or("localhost");
-    let report = mesh_host::forget::forget(&config, node, mesh_host::now()).with_context(|| {
-        format!(
-            "forgetting what the mesh holds under {}",
-            cli.root.display()
-        )
-    })?;
+    let report =
+        mesh_host::forget::forget(&config, node, mesh_store::clock::now()).with_context(|| {
+            format!(
+                "forgetting what the mesh holds under {}",
+                cli.root.display()
+            )
+        })?;
     match cli.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Output::Text => print!("{}", render_report(&report)),

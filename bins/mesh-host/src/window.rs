@@ -106,7 +106,7 @@ fn render_windows(windows: &[RecordedWindow]) -> String {
             w.step,
             w.containers.join(", "),
             w.pid,
-            mesh_host::format_time(w.opened_at)
+            mesh_store::clock::rfc3339(w.opened_at)
         );
     }
     out

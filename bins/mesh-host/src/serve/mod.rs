@@ -54,12 +54,12 @@ mod agent;
 mod reader;
 mod windows;
 
-use crate::now;
 use agent::Agent;
 use mesh_apply::HostConfig;
 use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
 use mesh_model::declaration::Declaration;
 use mesh_model::report::{Outcome, Report};
+use mesh_store::clock::now;
 use reader::DeclarationReader;
 use std::collections::BTreeSet;
 use std::future::Future;
