@@ -16,7 +16,10 @@
 //! - [`sweep`] holds every kept archive and then lets the rest go, [`collect`] deletes what
 //!   nothing holds (the rule “The sweep holds before it lets go”), each backend reporting a [`garbage::GarbageReport`]; [`lock`]
 //!   keeps publishing and collecting apart;
-//! - [`problems`] are the failures kept in the records until resolved.
+//! - [`problems`] are the failures kept in the records until resolved;
+//! - [`collector`] is a whole run of the collector (`mesh-collector sweep` and `collect`):
+//!   the store opened and locked, the keep set read from the records, the sweep or the
+//!   collection, and the problem it leaves for `status`.
 //!
 //! Beside them, [`clock`] is the one clock and date format every binary of the mesh uses.
 //!
@@ -35,6 +38,7 @@
 pub mod archive;
 pub mod clock;
 pub mod collect;
+pub mod collector;
 pub mod garbage;
 pub mod keep;
 pub mod layout;
