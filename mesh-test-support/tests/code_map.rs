@@ -1,8 +1,8 @@
 //! Each crate's top-level modules form no cycle: the architecture page's code map lists them in
 //! dependency order, and the `use` lines agree (where its section says "In dependency order",
 //! every module is listed after all it uses). Every crate of the workspace is held to both, and
-//! the controller binary's own modules to no cycle; mesh-cli-docs is one file, so has no module
-//! to order (a test says so, and asks for its order the day it has one).
+//! the controller's and the host's binaries' own modules to no cycle; mesh-cli-docs is one file,
+//! so has no module to order (a test says so, and asks for its order the day it has one).
 
 use mesh_test_support::code_map::{cycles, module_graph, out_of_order, page_order};
 use std::path::{Path, PathBuf};
@@ -95,6 +95,11 @@ fn mesh_controller_has_no_module_cycle() {
 #[test]
 fn mesh_collector_has_no_module_cycle() {
     assert_no_cycle("bins/mesh-collector");
+}
+
+#[test]
+fn the_host_binary_has_no_module_cycle() {
+    assert_no_cycle_in("bins/mesh-host/src/bin/mesh-host");
 }
 
 #[test]

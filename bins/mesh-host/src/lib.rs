@@ -6,7 +6,7 @@
 //! [`apply_received`] applies it with mesh-apply and makes the report. [`start`] subscribes
 //! an agent to its node's declarations on any [`Bus`] (the embedded controller runs one per
 //! node in-process); [`serve`] is the daemon on a fleet (`mesh-host serve`: NATS JetStream,
-//! heartbeats, retries, discovery). [`handle_declaration`] is both steps at once, reading
+//! heartbeats, retries, discovery), and [`serve::run`] the daemon as the binary runs it. [`handle_declaration`] is both steps at once, reading
 //! archives from the cache only.
 //!
 //! # Invariants
