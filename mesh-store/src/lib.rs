@@ -16,7 +16,12 @@
 //! - [`sweep`] holds every kept archive and then lets the rest go, [`collect`] deletes what
 //!   nothing holds (the rule “The sweep holds before it lets go”), each backend reporting a [`garbage::GarbageReport`]; [`lock`]
 //!   keeps publishing and collecting apart;
-//! - [`problems`] are the failures kept in the records until resolved.
+//! - [`problems`] are the failures kept in the records until resolved;
+//! - [`collector`] is a whole run of the collector (`mesh-collector sweep` and `collect`):
+//!   the store opened and locked, the keep set read from the records, the sweep or the
+//!   collection, and the problem it leaves for `status`.
+//!
+//! Beside them, [`clock`] is the one clock and date format every binary of the mesh uses.
 //!
 //! The record store, its chunking, the lease and secret files are mesh-records' (the bus
 //! shares them without the OCI client), re-exported here.
@@ -31,7 +36,9 @@
 //! - [`keep`] and [`manifest`] do no IO.
 
 pub mod archive;
+pub mod clock;
 pub mod collect;
+pub mod collector;
 pub mod garbage;
 pub mod keep;
 pub mod layout;

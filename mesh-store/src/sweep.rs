@@ -125,6 +125,34 @@ impl SweepReport {
     pub fn held_line(&self) -> String {
         format!("held {} of {}", self.held_count(), self.kept_count())
     }
+
+    /// How many archives not kept were let go ([`ReleasedState::Released`]).
+    pub fn released_count(&self) -> usize {
+        self.released_in(&ReleasedState::Released)
+    }
+
+    fn released_in(&self, state: &ReleasedState) -> usize {
+        self.released.iter().filter(|r| &r.state == state).count()
+    }
+
+    /// The sweep in one line: `kept N, held H of N, missing M, released R` (`would release R`
+    /// on a dry run).
+    pub fn summary(&self) -> String {
+        let released = if self.dry_run {
+            format!(
+                "would release {}",
+                self.released_in(&ReleasedState::WouldRelease)
+            )
+        } else {
+            format!("released {}", self.released_count())
+        };
+        format!(
+            "kept {}, {}, missing {}, {released}",
+            self.kept_count(),
+            self.held_line(),
+            self.missing().count()
+        )
+    }
 }
 
 fn describe(error: &StoreError) -> String {

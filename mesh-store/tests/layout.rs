@@ -4,15 +4,20 @@ mod support;
 
 use mesh_store::archive::Archive;
 use mesh_store::collect::{collect, LayoutCollector};
+use mesh_store::collector::{
+    Collector, CollectorError, CollectorOptions, Operation, RegistryCollection, RunOptions, Verdict,
+};
 use mesh_store::layout::OciLayoutStore;
 use mesh_store::lock::{PublishLock, SweepLock};
 use mesh_store::manifest::{holding_manifest, holding_tag};
-use mesh_store::record_store::DirRecords;
+use mesh_store::problems::read_problems;
+use mesh_store::record_store::{DirRecords, RecordStore};
 use mesh_store::records::{forget_module, read_module_records, record_build};
-use mesh_store::store::{publish, ArchiveStore, Holding};
+use mesh_store::store::{publish, ArchiveStore, Holding, StoreAccess, StoreSpec};
 use mesh_store::sweep::{KeptState, ReleasedState};
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
 use support::{archive, build, keep_of};
 
 /// An empty layout store (in the directory returned first, to keep) and an empty home for the
@@ -217,4 +222,118 @@ async fn a_publish_waits_for_a_sweep_to_finish() {
     // Publishes share the lock with each other.
     let second = PublishLock::acquire(home.path()).await.unwrap();
     drop((publish_lock, second));
+}
+
+/// A run of the collector on the layout, collecting: `dry_run` as asked.
+fn collector_run(dry_run: bool) -> RunOptions {
+    RunOptions {
+        operation: Operation::Collect(RegistryCollection {
+            config: None,
+            binary: "/usr/bin/docker-registry".into(),
+            stop: None,
+            start: None,
+        }),
+        dry_run,
+        hold_plans_lease: false,
+        by: "mesh-collector collect".to_owned(),
+    }
+}
+
+/// The collector's run as library calls (the rule “Nothing fails silently”): a kept archive
+/// whose blob is gone leaves the run not held and a problem of the store at the time given; a
+/// dry run asked for records none; a run that holds every kept archive collects for real and
+/// clears it.
+#[tokio::test]
+async fn a_collectors_run_keeps_a_problem_until_every_kept_archive_is_held() {
+    let (dir, home, store) = layout_and_home();
+    let kept = archive("kept");
+    let lock = PublishLock::acquire(home.path()).await.unwrap();
+    publish(&store, &lock, &kept).await.unwrap();
+    record(home.path(), &lock, "web", &kept, 1);
+    // Recorded, never published: its blob is missing.
+    record(home.path(), &lock, "api", &archive("ghost"), 1);
+    drop(lock);
+    let records: Arc<dyn RecordStore> = Arc::new(DirRecords::new(home.path()));
+    let collector = Collector::open(CollectorOptions {
+        home: home.path().to_owned(),
+        store: Some(StoreSpec::Layout(dir.path().join("store"))),
+        access: StoreAccess::default(),
+    })
+    .await
+    .unwrap();
+
+    let dry = collector
+        .run(Arc::clone(&records), collector_run(true))
+        .await
+        .unwrap();
+    assert_eq!(dry.verdict(), Verdict::NotHeld);
+    dry.keep_problem(&*records, "mesh-collector collect", 7)
+        .unwrap();
+    assert!(
+        read_problems(&*records).unwrap().is_empty(),
+        "a dry run asked for"
+    );
+
+    let real = collector
+        .run(Arc::clone(&records), collector_run(false))
+        .await
+        .unwrap();
+    assert_eq!(real.verdict(), Verdict::NotHeld);
+    assert!(!real.collection().unwrap().collected_for_real);
+    real.keep_problem(&*records, "mesh-collector collect", 7)
+        .unwrap();
+    let problems = read_problems(&*records).unwrap();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(
+        problems[0].what,
+        "`mesh-collector collect`: kept 2, held 1 of 2, missing 1, released 0"
+    );
+    assert_eq!((problems[0].since, problems[0].at), (7, 7));
+    assert!(problems[0].details.iter().any(|d| d.contains("ran dry")));
+
+    forget_module(&*records, "api").unwrap();
+    let whole = collector
+        .run(Arc::clone(&records), collector_run(false))
+        .await
+        .unwrap();
+    assert_eq!(whole.verdict(), Verdict::AllHeld);
+    assert!(whole.collection().unwrap().collected_for_real);
+    whole
+        .keep_problem(&*records, "mesh-collector collect", 8)
+        .unwrap();
+    assert!(read_problems(&*records).unwrap().is_empty());
+}
+
+/// A registry's collection needs the file it serves with, and for real the commands that stop
+/// and start it: the run says which is missing before it touches the registry.
+#[tokio::test]
+async fn a_registrys_collection_needs_its_configuration_and_for_real_its_process() {
+    let home = tempfile::tempdir().unwrap();
+    let collector = Collector::open(CollectorOptions {
+        home: home.path().to_owned(),
+        store: Some("http://127.0.0.1:9".parse().unwrap()),
+        access: StoreAccess::default(),
+    })
+    .await
+    .unwrap();
+    let records: Arc<dyn RecordStore> = Arc::new(DirRecords::new(home.path()));
+    let error = collector
+        .run(Arc::clone(&records), collector_run(false))
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(error, CollectorError::NoRegistryConfig), "{error}");
+    let mut with_config = collector_run(false);
+    if let Operation::Collect(registry) = &mut with_config.operation {
+        registry.config = Some("/etc/docker/registry/config.yml".into());
+    }
+    let error = collector
+        .run(Arc::clone(&records), with_config)
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        matches!(error, CollectorError::NoRegistryProcess),
+        "{error}"
+    );
 }

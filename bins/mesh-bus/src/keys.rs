@@ -4,10 +4,24 @@
 //! users file ([`crate::grants::users_config`]) carries public keys only. A client signs the
 //! server's nonce with its seed ([`crate::NatsOptions::for_node_nkey`]).
 //!
+//! The controller keeps its own credential under its home: its seed
+//! ([`CONTROLLER_SEED_FILE`], made by `mesh-controller broker keygen`) or, until it has one,
+//! its password ([`CONTROLLER_PASSWORD_FILE`]); a process that reads the controller's records
+//! as the controller (`mesh-collector --bus`) finds them there.
+//!
 //! What it must never do: put a seed in a message, a log line or a `Debug` — errors name the
 //! file, never what it holds.
 
 use std::path::{Path, PathBuf};
+
+/// Where, under the controller's home, its own NKey seed is kept (`mesh-controller broker
+/// keygen` makes it, mode 0600; it never leaves the controller's machine):
+/// `<home>/bus/nkey.seed`.
+pub const CONTROLLER_SEED_FILE: &str = "bus/nkey.seed";
+
+/// Where, under the controller's home, its own bus password is kept while it has no seed
+/// (mode 0600): `<home>/bus/passwords/controller`.
+pub const CONTROLLER_PASSWORD_FILE: &str = "bus/passwords/controller";
 
 /// Why a seed or public key cannot be used. No variant carries a seed.
 #[derive(Debug, thiserror::Error)]

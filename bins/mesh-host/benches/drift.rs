@@ -19,6 +19,7 @@ use mesh_apply::{apply, HostConfig, NoContainerRuntime};
 use mesh_model::declaration::{
     resource_id, Declaration, DirectorySpec, FileSpec, Resource, Sealed, Spec,
 };
+use mesh_store::clock::now;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -91,13 +92,6 @@ fn stat_walk(root: &Path, n: usize) -> Duration {
     }
     std::hint::black_box(total);
     started.elapsed()
-}
-
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
 }
 
 fn status_kib(field: &str) -> u64 {

@@ -87,7 +87,7 @@ fn applies(
     let bytes = declaration.canonical_json();
     // `now` well past the files' ctimes for the applies later: their stamps are kept (the
     // stat cache keeps none within two seconds of a file's change).
-    let later = mesh_host::now() + 60;
+    let later = mesh_store::clock::now() + 60;
     let apply = |now: u64| {
         let started = Instant::now();
         let source = ArchiveSource::cache_only(&config.state_dir);

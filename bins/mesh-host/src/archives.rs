@@ -608,7 +608,7 @@ pub fn render_listing(listing: &CacheListing) -> String {
                 out,
                 "last declaration applied: {} at {}, naming {} archive(s)",
                 crate::short(&record.declaration),
-                crate::format_time(record.applied_at),
+                mesh_store::clock::rfc3339(record.applied_at),
                 record.archives.len()
             );
         }
@@ -625,7 +625,7 @@ pub fn render_listing(listing: &CacheListing) -> String {
             "  {}  {:>10}  used {}  {named}",
             entry.digest,
             human_size(entry.size),
-            crate::format_time(entry.last_used)
+            mesh_store::clock::rfc3339(entry.last_used)
         );
     }
     for problem in &listing.problems {

@@ -20,7 +20,7 @@ pub fn render_list(index: &BucketIndex) -> String {
             kept.id,
             kept.path,
             kept.size,
-            crate::format_time(kept.kept_at),
+            mesh_store::clock::rfc3339(kept.kept_at),
             kept.resource
         );
     }
@@ -60,7 +60,7 @@ pub fn render_show(kept: &Kept, bytes: &[u8], now: &Now) -> String {
          kept {size} bytes, {digest}; put back as {by}\n",
         id = kept.id,
         path = kept.path,
-        at = crate::format_time(kept.kept_at),
+        at = mesh_store::clock::rfc3339(kept.kept_at),
         resource = kept.resource,
         size = kept.size,
         digest = kept.digest,

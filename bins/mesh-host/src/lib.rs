@@ -6,7 +6,7 @@
 //! [`apply_received`] applies it with mesh-apply and makes the report. [`start`] subscribes
 //! an agent to its node's declarations on any [`Bus`] (the embedded controller runs one per
 //! node in-process); [`serve`] is the daemon on a fleet (`mesh-host serve`: NATS JetStream,
-//! heartbeats, retries, discovery). [`handle_declaration`] is both steps at once, reading
+//! heartbeats, retries, discovery), and [`serve::run`] the daemon as the binary runs it. [`handle_declaration`] is both steps at once, reading
 //! archives from the cache only.
 //!
 //! # Invariants
@@ -67,6 +67,7 @@ use mesh_apply::{ArchivedContents, HostConfig};
 use mesh_bus::{subjects, Bus, BusError};
 use mesh_model::declaration::{Declaration, Declared, Sealed};
 use mesh_model::report::{Finding, MachineState, Outcome, Report, REPORT_FORMAT};
+use mesh_store::clock::rfc3339;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -78,12 +79,15 @@ pub fn log_in_colour() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()
 }
 
-/// Seconds since the epoch, read from the system clock (binaries only; libraries take `now`).
-pub fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
+/// Seconds since the epoch, read from the system clock: [`mesh_store::clock::now`].
+///
+/// Kept for the controller until it moves to `mesh_store::clock`.
+pub use mesh_store::clock::now;
+
+/// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ`: [`mesh_store::clock::rfc3339`].
+///
+/// Kept for the controller until it moves to `mesh_store::clock`.
+pub use mesh_store::clock::rfc3339 as format_time;
 
 /// A declaration received and checked, with its archived files read: ready to apply.
 #[derive(Debug, Clone)]
@@ -450,7 +454,7 @@ pub fn render_report(report: &Report) -> String {
             "  window open: step `{}` holds {} still (since {})",
             window.step,
             window.containers.join(", "),
-            format_time(window.opened_at)
+            rfc3339(window.opened_at)
         );
     }
     out
@@ -494,7 +498,7 @@ pub fn outcome_detail(outcome: &Outcome) -> String {
             last_reason,
         } => format!(
             ": stuck: {attempts} attempts since {}: {last_reason}",
-            format_time(*since)
+            rfc3339(*since)
         ),
         Outcome::HeldStill { step } => format!(": held still by step `{step}`"),
         Outcome::Skipped { gated_by } => format!(": waits for {gated_by}"),
@@ -503,30 +507,8 @@ pub fn outcome_detail(outcome: &Outcome) -> String {
             retry_at,
             ..
         } => {
-            format!(": tried again at {}: {last_reason}", format_time(*retry_at))
+            format!(": tried again at {}: {last_reason}", rfc3339(*retry_at))
         }
         Outcome::Removed { detail } => format!(": {detail}"),
     }
-}
-
-/// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
-pub fn format_time(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }

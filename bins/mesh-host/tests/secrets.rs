@@ -270,7 +270,7 @@ async fn a_file_rendered_before_from_the_same_secrets_is_compared_without_openin
     let sealed = mesh.seal(&[], VALUE.as_bytes()).unwrap();
     let to_host = declaration(mesh.reseal(&sealed, &key).unwrap());
     let creds = config.root.join("etc/creds");
-    let real_now = mesh_host::now();
+    let real_now = mesh_store::clock::now();
 
     // Written: rendered once. Then, with no stamp kept (the file was written within the
     // stat cache's racy margin of `now`), compared by the digest of its bytes: not opened.

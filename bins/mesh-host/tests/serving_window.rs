@@ -130,7 +130,7 @@ fn a_window_past_its_lapse_is_no_longer_repeated_by_heartbeats() {
     let identity = mesh_apply::window::ProcessIdentity::of(holder.id())
         .unwrap()
         .unwrap();
-    let now = mesh_host::now();
+    let now = mesh_store::clock::now();
     let record = mesh_apply::window::WindowFile {
         format: mesh_apply::window::WINDOW_FORMAT,
         step: "backup".into(),

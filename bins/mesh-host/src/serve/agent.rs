@@ -6,13 +6,14 @@ use super::{
     applies_in_place, next_retry, publish_report, LiveProgress, ServeConfig, ServeError,
     STORED_DECLARATION, STORED_SEND,
 };
-use crate::{apply_guarded_live, apply_on_blocking_thread_live, now, receive, receive_sealed};
+use crate::{apply_guarded_live, apply_on_blocking_thread_live, receive, receive_sealed};
 use mesh_bus::discovery::{serve_discovery, DiscoveryService, RuntimeAnnouncement, HOST_SERVICE};
 use mesh_bus::NatsBus;
 use mesh_model::declaration::Declaration;
 use mesh_model::report::{
     Drift, DriftAction, Finding, MachineState, Outcome, Report, REPORT_FORMAT,
 };
+use mesh_store::clock::now;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,10 @@
 //! The host as a daemon on a fleet: `mesh-host --node NODE --bus URL --password-file FILE
 //! --root DIR --state-dir DIR serve`.
 //!
+//! [`run`] is the daemon as `mesh-host serve` runs it, taking a [`ServeOptions`]: the node's
+//! credential read from its file, the state directory made, a runtime of its own, and a stop
+//! bounded in time ([`shutdown_signal_within`]); it calls [`serve`].
+//!
 //! Start at [`serve`]. It connects to the bus as the node's own user, hears the node's
 //! declarations on its subject (`mesh.declaration.<node>`) and asks the declarations stream
 //! for the last one whenever it may have missed one (see below), applies each (on a blocking
@@ -51,15 +55,18 @@
 //! [`crate::parse`]), or apply outside its root.
 
 mod agent;
+mod daemon;
 mod reader;
 mod windows;
 
-use crate::now;
+pub use daemon::{run, RunError, ServeOptions};
+
 use agent::Agent;
 use mesh_apply::HostConfig;
 use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
 use mesh_model::declaration::Declaration;
 use mesh_model::report::{Outcome, Report};
+use mesh_store::clock::now;
 use reader::DeclarationReader;
 use std::collections::BTreeSet;
 use std::future::Future;

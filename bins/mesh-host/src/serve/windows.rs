@@ -12,9 +12,9 @@
 //!   it repeats ([`without_lapsed`]), and the daemon looks again when the next one lapses.
 
 use super::agent::Agent;
-use crate::now;
 use mesh_apply::window::{self, LAPSE_SECS};
 use mesh_model::report::{Report, WindowSummary};
+use mesh_store::clock::now;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 

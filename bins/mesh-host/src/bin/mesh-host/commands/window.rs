@@ -8,12 +8,31 @@
 //! is judged closed by every reader as soon as this process is gone.
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Subcommand};
+use clap::Subcommand;
 use mesh_apply::window::{self, ProcessIdentity, RecordedWindow, WindowState};
 use mesh_apply::HostConfig;
 use mesh_apply::{ContainerRuntime, ContainerRuntimeChoice, NoContainerRuntime, Podman};
 use std::ffi::OsString;
 use std::process::ExitCode;
+
+/// Maintenance windows: run a step (a backup, a migration) with containers held still, and
+/// list the open windows. Every apply on this machine leaves held containers alone and
+/// reports them `held-still`; see `window run --help`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: WindowCommand,
+}
+
+/// Runs a `window` subcommand on the host the global options name.
+pub fn exec(args: &Args, cli: &crate::Cli) -> Result<ExitCode> {
+    run(
+        &args.command,
+        &super::host_config(cli),
+        matches!(cli.output, crate::Output::Json),
+        mesh_store::clock::now(),
+    )
+}
 
 /// What `mesh-host window` does.
 #[derive(Subcommand)]
@@ -40,7 +59,7 @@ pub enum WindowCommand {
 }
 
 /// `mesh-host window run`.
-#[derive(Args)]
+#[derive(clap::Args)]
 pub struct RunArgs {
     /// The step's name, as reports show it (`held-still{step}`).
     #[arg(long)]
@@ -55,7 +74,7 @@ pub struct RunArgs {
 }
 
 /// Runs a `window` subcommand.
-pub fn run(command: WindowCommand, host: &HostConfig, json: bool, now: u64) -> Result<ExitCode> {
+fn run(command: &WindowCommand, host: &HostConfig, json: bool, now: u64) -> Result<ExitCode> {
     match command {
         WindowCommand::Run(args) => run_step(args, host, now),
         WindowCommand::List => {
@@ -106,14 +125,14 @@ fn render_windows(windows: &[RecordedWindow]) -> String {
             w.step,
             w.containers.join(", "),
             w.pid,
-            mesh_host::format_time(w.opened_at)
+            mesh_store::clock::rfc3339(w.opened_at)
         );
     }
     out
 }
 
 /// `window run`: open, run the step, release — on every path this process lives through.
-fn run_step(args: RunArgs, host: &HostConfig, now: u64) -> Result<ExitCode> {
+fn run_step(args: &RunArgs, host: &HostConfig, now: u64) -> Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

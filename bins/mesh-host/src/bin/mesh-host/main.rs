@@ -1,0 +1,150 @@
+//! `mesh-host`: the host agent's command line. `apply` applies a declaration file by hand;
+//! `serve` runs the node's daemon on a fleet; `window` runs a maintenance step with containers
+//! held still; `archives` lists the archive cache; `drift` lists and shows the hand edits kept
+//! before files were put back; `forget` gives back all the mesh holds here.
+//!
+//! The binary parses arguments and renders; what it does is a call into the [`mesh_host`]
+//! library (the daemon is [`mesh_host::serve::run`]) or mesh-apply's engine. Start at
+//! [`Command`]: each command is a file of [`commands`] holding its arguments and an `exec`;
+//! [`containers`] holds the container runtime flags every command shares.
+
+use mesh_cli_docs as cli_docs;
+mod commands;
+mod containers;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand, ValueEnum};
+use commands::{apply, archives, completions, drift, forget, keygen, man, serve, window};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The mesh's host agent: applies declarations to this machine under a root prefix.
+///
+/// Exit codes: 0 converged; 3 applied but some resources did not take (see the report);
+/// 2 refused (bad input, nothing changed); 1 any other error.
+#[derive(Parser)]
+#[command(version, about, long_about)]
+struct Cli {
+    /// The root prefix resources are applied under (`/` on a real machine; a sandbox in tests).
+    #[arg(long, default_value = "/")]
+    root: PathBuf,
+    /// The host's state directory (what it made, what it found, failures, windows).
+    #[arg(long, default_value = "/var/lib/mesh-host")]
+    state_dir: PathBuf,
+    /// Output for people (`text`) or scripts (`json`).
+    #[arg(long, value_enum, default_value = "text", global = true)]
+    output: Output,
+    /// This machine's node name (`serve`).
+    #[arg(long)]
+    node: Option<String>,
+    /// The bus, e.g. `nats://bus.example:4222` (`serve`).
+    #[arg(long, value_name = "URL")]
+    bus: Option<String>,
+    /// A file holding the node's bus password, as the controller keeps it under
+    /// `<home>/bus/passwords/<node>` (`serve`, until the node is enrolled with an NKey; without
+    /// it, `serve` signs with the seed `keygen` made).
+    #[arg(long, value_name = "FILE", env = "MESH_BUS_PASSWORD_FILE")]
+    password_file: Option<PathBuf>,
+    #[command(flatten)]
+    bus_tls: BusTlsArgs,
+    /// The archive store a declaration's archived files are fetched from when they are not in
+    /// this host's cache (`<state-dir>/archives`): `oci:PATH` or `http://HOST:PORT[/REPOSITORY]`,
+    /// the controller's `--store` (`apply`, `serve`).
+    #[arg(long, value_name = "SPEC", env = "MESH_STORE")]
+    store: Option<String>,
+    /// The registry's CA (a PEM file), over `https://`: its certificate must be signed by one
+    /// of these, and only these are trusted.
+    #[arg(long, value_name = "FILE", env = "MESH_STORE_CA")]
+    store_ca: Option<PathBuf>,
+    /// This host's registry credentials (it only pulls): a file holding `USER:PASSWORD` on one
+    /// line, mode 0600 (refused when others may read it).
+    #[arg(long, value_name = "FILE", env = "MESH_STORE_CREDENTIALS")]
+    store_credentials: Option<PathBuf>,
+    #[command(flatten)]
+    containers: containers::ContainerArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The bus's TLS (`serve`): the CA its certificate must be signed by, and this host's
+/// certificate where the server verifies clients (mTLS).
+#[derive(clap::Args)]
+struct BusTlsArgs {
+    /// The bus server's CA (a PEM file): TLS is then required and only these CAs are trusted
+    /// (`serve`).
+    #[arg(long, value_name = "FILE", env = "MESH_BUS_CA")]
+    bus_ca: Option<PathBuf>,
+    /// This host's client certificate (PEM), for a bus that verifies clients (`serve`; needs
+    /// `--bus-key`).
+    #[arg(long, value_name = "FILE", env = "MESH_BUS_CERT", requires = "bus_key")]
+    bus_cert: Option<PathBuf>,
+    /// The key of `--bus-cert` (PEM, mode 0600: refused when others may read it).
+    #[arg(long, value_name = "FILE", env = "MESH_BUS_KEY", requires = "bus_cert")]
+    bus_key: Option<PathBuf>,
+}
+
+impl BusTlsArgs {
+    fn tls(&self) -> mesh_bus::BusTls {
+        mesh_bus::BusTls {
+            ca_file: self.bus_ca.clone(),
+            client_certificate: match (&self.bus_cert, &self.bus_key) {
+                (Some(cert_file), Some(key_file)) => Some(mesh_bus::ClientCertificate {
+                    cert_file: cert_file.clone(),
+                    key_file: key_file.clone(),
+                }),
+                _ => None,
+            },
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+/// The host's commands: each one's arguments, help and `exec` are in its file under
+/// [`commands`].
+#[derive(Subcommand)]
+enum Command {
+    Apply(apply::Args),
+    Keygen(keygen::Args),
+    Serve(serve::Args),
+    Archives(archives::Args),
+    Window(window::Args),
+    Drift(drift::Args),
+    Forget(forget::Args),
+    Completions(completions::Args),
+    Man(man::Args),
+}
+
+fn main() -> ExitCode {
+    // Fail points, from `FAILPOINTS`, in a build with the `fail-points` feature only (the
+    // tests'); a release build has none and reads nothing.
+    #[cfg(feature = "fail-points")]
+    let _fail_points = fail::FailScenario::setup();
+    match run() {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Runs one command: what documents the command line reads nothing else.
+fn run() -> Result<ExitCode> {
+    let cli = Cli::parse();
+    match &cli.command {
+        Command::Completions(args) => completions::exec(args),
+        Command::Man(args) => man::exec(args),
+        Command::Window(args) => window::exec(args, &cli),
+        Command::Forget(args) => forget::exec(args, &cli),
+        Command::Drift(args) => drift::exec(args, &cli),
+        Command::Keygen(args) => keygen::exec(args, &cli),
+        Command::Archives(args) => archives::exec(args, &cli),
+        Command::Serve(args) => serve::exec(args, &cli),
+        Command::Apply(args) => apply::exec(args, &cli),
+    }
+}
