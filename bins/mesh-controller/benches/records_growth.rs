@@ -96,7 +96,7 @@ fn main() {
         }
         let started = Instant::now();
         let collected =
-            mesh_controller::records::collect(&home, mesh_host::now(), Duration::ZERO, 50)
+            mesh_controller::records::collect(&home, mesh_store::clock::now(), Duration::ZERO, 50)
                 .unwrap_or_else(|e| panic!("collecting after merge {merge}: {e:#}"));
         let collect = started.elapsed();
         if merge == 1 || merge % 10 == 0 || merge == merges {

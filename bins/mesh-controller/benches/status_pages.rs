@@ -61,7 +61,8 @@ fn main() {
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); targets.len()];
     for round in 0..ROUNDS {
         let started = Instant::now();
-        let overview = mesh_controller::status::overview(&home, mesh_host::now(), 3 * 30).unwrap();
+        let overview =
+            mesh_controller::status::overview(&home, mesh_store::clock::now(), 3 * 30).unwrap();
         let document = overview.json_document().unwrap();
         let baseline = started.elapsed();
         assert_eq!(overview.nodes.len(), nodes);

@@ -57,7 +57,8 @@ fn main() {
         }
         let raw = started.elapsed();
         let started = Instant::now();
-        let overview = mesh_controller::status::overview(&home, mesh_host::now(), 3 * 30).unwrap();
+        let overview =
+            mesh_controller::status::overview(&home, mesh_store::clock::now(), 3 * 30).unwrap();
         let status = started.elapsed();
         let heard = overview.nodes.iter().filter(|n| n.report.is_some()).count();
         assert_eq!(heard, nodes, "the overview saw every node's report");

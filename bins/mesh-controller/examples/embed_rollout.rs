@@ -85,7 +85,7 @@ fn main() -> Result<()> {
     }
     let overview = status::overview(
         home,
-        mesh_host::now(),
+        mesh_store::clock::now(),
         mesh_controller::push::SILENT_AFTER_SECS,
     )?;
     for node in &overview.nodes {

@@ -238,7 +238,7 @@ pub async fn serve(
                     UNREADABLE_ANNOUNCEMENT,
                     &error.to_string(),
                     Vec::new(),
-                    mesh_host::now(),
+                    mesh_store::clock::now(),
                 ) {
                     tracing::error!(error = error.chain_line(), "recording a problem");
                 }
@@ -329,7 +329,7 @@ pub async fn serve(
                             crate::catalogue::builds::short_commit(&merge.commit)
                         ),
                         error.chain().skip(1).map(ToString::to_string).collect(),
-                        mesh_host::now(),
+                        mesh_store::clock::now(),
                     )
                     .map(drop)
             }
@@ -366,7 +366,7 @@ async fn beat(
         format: crate::bus::heartbeat::HEARTBEAT_FORMAT,
         machine: machine.to_owned(),
         pid: std::process::id(),
-        turn_at: mesh_host::now(),
+        turn_at: mesh_store::clock::now(),
         interval_secs: options.heartbeat.as_secs().max(1),
         merges_waiting,
         driving: drives.driving(),

@@ -22,7 +22,7 @@ use std::time::Duration;
 const GRACE: Duration = Duration::from_secs(600);
 
 fn now() -> u64 {
-    mesh_host::now()
+    mesh_store::clock::now()
 }
 
 /// A declaration for `node` that differs by `tag` (one file resource).

@@ -259,7 +259,7 @@ fn a_merge_moving_a_running_containers_data_holds_that_node_and_the_others_go_on
     let home = Home::new(bed.mesh.home());
     let status = mesh_controller::status::overview(
         &home,
-        mesh_host::now(),
+        mesh_store::clock::now(),
         mesh_controller::push::SILENT_AFTER_SECS,
     )
     .unwrap();
@@ -387,7 +387,7 @@ fn the_library_fails_with_typed_errors_naming_what_failed() {
             source: &source,
         },
         "keep",
-        mesh_host::now(),
+        mesh_store::clock::now(),
         true,
     ));
     let error = built.unwrap_err();
@@ -476,7 +476,7 @@ fn the_preview_of_a_merge_says_what_its_rollout_then_does() {
     );
     let status = mesh_controller::status::overview(
         &home,
-        mesh_host::now(),
+        mesh_store::clock::now(),
         mesh_controller::push::SILENT_AFTER_SECS,
     )
     .unwrap();

@@ -67,6 +67,7 @@ use mesh_apply::{ArchivedContents, HostConfig};
 use mesh_bus::{subjects, Bus, BusError};
 use mesh_model::declaration::{Declaration, Declared, Sealed};
 use mesh_model::report::{Finding, MachineState, Outcome, Report, REPORT_FORMAT};
+use mesh_store::clock::now;
 use mesh_store::clock::rfc3339;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -78,16 +79,6 @@ pub fn log_in_colour() -> bool {
     use std::io::IsTerminal as _;
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()
 }
-
-/// Seconds since the epoch, read from the system clock: [`mesh_store::clock::now`].
-///
-/// Kept for the controller until it moves to `mesh_store::clock`.
-pub use mesh_store::clock::now;
-
-/// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ`: [`mesh_store::clock::rfc3339`].
-///
-/// Kept for the controller until it moves to `mesh_store::clock`.
-pub use mesh_store::clock::rfc3339 as format_time;
 
 /// A declaration received and checked, with its archived files read: ready to apply.
 #[derive(Debug, Clone)]

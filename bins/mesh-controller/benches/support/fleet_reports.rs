@@ -33,7 +33,7 @@ pub fn publish_reports(url: &str, password: &str, nodes: usize) {
             .unwrap();
         let js = bus.jetstream();
         mesh_bus::jetstream::ensure_streams(&js).await.unwrap();
-        let now = mesh_host::now();
+        let now = mesh_store::clock::now();
         for i in 0..nodes {
             let node = node_name(i);
             let report = Report {

@@ -122,8 +122,8 @@ impl BusConfig {
 }
 
 /// Where the controller's own NKey seed is kept under the home (`broker keygen` makes it,
-/// 0600): on this machine only, never among the records.
-pub(crate) const CONTROLLER_SEED_FILE: &str = "bus/nkey.seed";
+/// 0600): on this machine only, never among the records. The collector reads it there too.
+pub(crate) use mesh_bus::keys::CONTROLLER_SEED_FILE;
 
 /// The controller's seed file: `--bus-seed`, else [`CONTROLLER_SEED_FILE`] under the home
 /// when it is there (`None`: the controller is on its password).

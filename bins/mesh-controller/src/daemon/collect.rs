@@ -74,7 +74,13 @@ impl Collections {
                     return;
                 }
             };
-            match crate::records::collect_held(&home, mesh_host::now(), grace, keep, &driving) {
+            match crate::records::collect_held(
+                &home,
+                mesh_store::clock::now(),
+                grace,
+                keep,
+                &driving,
+            ) {
                 Ok(done) => tracing::info!(
                     folded = ?done.plans.plans,
                     node_records = done.plans.node_records,

@@ -37,7 +37,7 @@ pub(crate) fn record_failure(home: &Home, plan: &str, error: &Error) -> Option<u
             module: error.module(),
             what: &format!("the drive of {plan} failed: {what}"),
             details: &[],
-            now: mesh_host::now(),
+            now: mesh_store::clock::now(),
             by: "mesh-controller serve",
         },
     );

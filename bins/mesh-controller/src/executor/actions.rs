@@ -141,7 +141,7 @@ impl Rollout {
         executor.progress().line(&format!(
             "  `{}`: not sent to `{node}`: {reason}; tried again at {}",
             self.module,
-            mesh_host::format_time(retry_at)
+            mesh_store::clock::rfc3339(retry_at)
         ));
     }
 
@@ -216,7 +216,7 @@ impl Rollout {
                     &node,
                     &what,
                     Vec::new(),
-                    mesh_host::now(),
+                    mesh_store::clock::now(),
                 )?;
                 return Ok(());
             }
@@ -246,7 +246,7 @@ impl Rollout {
             commit: self.build.commit.clone(),
             archive: self.build.archive.clone(),
             plan: self.plan.clone(),
-            at: mesh_host::now(),
+            at: mesh_store::clock::now(),
             // A node not running was never sent: behind on the module until it is.
             not_running: self
                 .spec

@@ -87,7 +87,7 @@ pub async fn push_telling(
             }
         }
     }
-    let now = mesh_host::now();
+    let now = mesh_store::clock::now();
     for (node, moves) in &held {
         home.problems().record(
             ProblemKind::HeldPush,

@@ -128,7 +128,12 @@ pub async fn roll_out(
             if let Event::Report(report) = &event {
                 heard.push(report.node.clone());
             }
-            let actions = step(&rollout.spec, &mut rollout.state, event, mesh_host::now());
+            let actions = step(
+                &rollout.spec,
+                &mut rollout.state,
+                event,
+                mesh_store::clock::now(),
+            );
             executor
                 .progress()
                 .rollout(&crate::RolloutProgress::of_parts(

@@ -93,7 +93,7 @@ impl std::fmt::Display for UnreadableReport {
             Some(last) => write!(
                 f,
                 "; its last readable report, heard {}: {} on {}",
-                mesh_host::format_time(last.heard_at),
+                mesh_store::clock::rfc3339(last.heard_at),
                 mesh_host::machine_word(last.report.machine),
                 mesh_host::short(&last.report.declaration)
             ),
@@ -216,7 +216,7 @@ mod tests {
         assert!(
             shown.ends_with(&format!(
                 "(1 bytes: \"x\"); its last readable report, heard {}: converged on {}",
-                mesh_host::format_time(7),
+                mesh_store::clock::rfc3339(7),
                 mesh_host::short("sha256:00")
             )),
             "{shown}"

@@ -104,7 +104,7 @@ async fn poll(home: &Home, bus: &NatsBus, repo: RepoRecord, state: &mut Polled) 
                     &subject,
                     &what,
                     causes,
-                    mesh_host::now(),
+                    mesh_store::clock::now(),
                 )
             })
             .await;

@@ -25,10 +25,10 @@ pub fn age(secs: u64) -> String {
     }
 }
 
-/// Seconds since the epoch as `YYYY-MM-DD HH:MM:SS UTC` (the host's [`mesh_host::format_time`],
+/// Seconds since the epoch as `YYYY-MM-DD HH:MM:SS UTC` (the host's [`mesh_store::clock::rfc3339`],
 /// written for a person).
 pub fn utc(secs: u64) -> String {
-    let iso = mesh_host::format_time(secs);
+    let iso = mesh_store::clock::rfc3339(secs);
     format!("{} UTC", iso.trim_end_matches('Z').replacen('T', " ", 1))
 }
 

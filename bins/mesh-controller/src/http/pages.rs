@@ -197,7 +197,7 @@ impl Pages {
     /// read. The one place the pages are answered: the routes ([`super::router`]) call it for
     /// their paths. It reads the home, so it blocks: call it off an async runtime's workers.
     pub fn respond(&self, page: Page) -> Answer {
-        let snapshot = match self.snapshot(mesh_host::now()) {
+        let snapshot = match self.snapshot(mesh_store::clock::now()) {
             Ok(snapshot) => snapshot,
             Err(error) => {
                 return Answer::text(

@@ -77,7 +77,7 @@ pub async fn build_named(
                 source: &source,
             },
             module,
-            mesh_host::now(),
+            mesh_store::clock::now(),
             dry_run,
         )
         .await?;

@@ -90,14 +90,14 @@ fn where_it_stood(progress: &NodeProgress) -> (&'static str, Option<String>) {
             "sent",
             Some(format!(
                 "sent {}, no report of it applied",
-                mesh_host::format_time(*at)
+                mesh_store::clock::rfc3339(*at)
             )),
         ),
         NodeProgress::Granting { since } => (
             "granting",
             Some(format!(
                 "its grants asked for {}, not answered",
-                mesh_host::format_time(*since)
+                mesh_store::clock::rfc3339(*since)
             )),
         ),
         NodeProgress::GrantRetry { reason, .. } => (

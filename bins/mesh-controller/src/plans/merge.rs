@@ -187,7 +187,7 @@ fn make_plan(
         branch: repo.branch.clone(),
         commit: commit.to_owned(),
         // Supersede orders plans by when they were made, a tie (two in one second) by number.
-        made_at: mesh_host::now(),
+        made_at: mesh_store::clock::now(),
         modules: changed.iter().cloned().collect(),
         tiers: Vec::new(),
         rollouts: BTreeMap::new(),

@@ -81,7 +81,7 @@ pub async fn drive(ctx: &Ctx, record: &mut PlanRecord, mode: DriveMode) -> Resul
                         source: catalogue,
                     },
                     module,
-                    mesh_host::now(),
+                    mesh_store::clock::now(),
                     false,
                 ) {
                     Ok(prepared) => Ok(builds::publish_build(home, ctx.store(), prepared)

@@ -650,9 +650,9 @@ mod tests {
 
     #[test]
     fn formats_times_in_utc() {
-        assert_eq!(mesh_host::format_time(0), "1970-01-01T00:00:00Z");
+        assert_eq!(mesh_store::clock::rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(
-            mesh_host::format_time(1_795_966_200),
+            mesh_store::clock::rfc3339(1_795_966_200),
             "2026-11-29T15:30:00Z"
         );
     }

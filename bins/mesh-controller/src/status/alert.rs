@@ -59,7 +59,7 @@ pub struct Verdict {
 pub fn judge(overview: &Overview, now: u64, mid_change_after_secs: u64) -> Verdict {
     let mut attention = Vec::new();
     let mut in_progress = Vec::new();
-    let time = mesh_host::format_time;
+    let time = mesh_store::clock::rfc3339;
     for node in &overview.attention {
         let name = &node.node;
         for (id, reason) in &node.failed {

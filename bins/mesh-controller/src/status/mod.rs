@@ -577,7 +577,10 @@ pub fn changes(before: Option<&Overview>, after: &Overview) -> Vec<String> {
         let mut line = format!("{}: ", node.node);
         match (&node.report, node.silent_since) {
             (_, Some(since)) => {
-                line.push_str(&format!("silent since {}", mesh_host::format_time(since)));
+                line.push_str(&format!(
+                    "silent since {}",
+                    mesh_store::clock::rfc3339(since)
+                ));
             }
             (None, None) => match &node.unreadable {
                 Some(unreadable) => line.push_str(&unreadable.to_string()),
@@ -652,7 +655,10 @@ pub(crate) fn attention_words(attention: &NodeAttention) -> String {
         ));
     }
     if let Some(since) = attention.silent_since {
-        words.push(format!("silent since {}", mesh_host::format_time(since)));
+        words.push(format!(
+            "silent since {}",
+            mesh_store::clock::rfc3339(since)
+        ));
     }
     if let Some(unreadable) = &attention.unreadable {
         words.push(unreadable.to_string());

@@ -68,7 +68,7 @@ impl Fleet for Simulated {
 
 /// A converged report of `declaration`, every resource applied.
 pub fn converged(declaration: &Declaration) -> Report {
-    let now = mesh_host::now();
+    let now = mesh_store::clock::now();
     Report {
         format: mesh_model::report::REPORT_FORMAT,
         node: declaration.node.clone(),

@@ -131,8 +131,12 @@ impl Fleet for InProcessFleet {
                 };
                 let limit = self.home.report_limit();
                 Ok(Some(
-                    match crate::home::heard::judge(node, &message.payload, mesh_host::now(), limit)
-                    {
+                    match crate::home::heard::judge(
+                        node,
+                        &message.payload,
+                        mesh_store::clock::now(),
+                        limit,
+                    ) {
                         crate::home::heard::Heard::Read { report, .. } => {
                             ReportHeard::Report(report)
                         }

@@ -41,7 +41,7 @@ fn heard_report(subject: &str, payload: &[u8], limit: usize) -> Option<ReportHea
         return None;
     }
     let node = subject.strip_prefix(&subjects::report(""))?;
-    match crate::home::heard::judge(node, payload, mesh_host::now(), limit) {
+    match crate::home::heard::judge(node, payload, mesh_store::clock::now(), limit) {
         crate::home::heard::Heard::Read { report, .. } => Some(ReportHeard::Report(report)),
         crate::home::heard::Heard::Unreadable(report) => {
             tracing::warn!(%subject, reason = %report.reason,

@@ -15,7 +15,7 @@ impl Library {
     ) -> Result<mesh_controller::records::DeclarationsCollected, String> {
         mesh_controller::records::collect(
             self.home(),
-            mesh_host::now(),
+            mesh_store::clock::now(),
             Duration::from_secs(grace_minutes.saturating_mul(60)),
             mesh_controller::plans::fold::KEEP_PLANS,
         )
@@ -75,7 +75,7 @@ impl Library {
 
     /// `records export FILE` (`--output json` prints what was written).
     pub fn records_export(&self, file: &Path) -> Result<backup::Exported, String> {
-        backup::export(self.home(), file, mesh_host::now()).map_err(|e| said(&e))
+        backup::export(self.home(), file, mesh_store::clock::now()).map_err(|e| said(&e))
     }
 
     /// `records import FILE`: the archive restored into the records (`--output json` prints

@@ -32,7 +32,7 @@ impl Library {
         replace: bool,
     ) -> Result<settings::Answer, String> {
         self.settings(&format!("settings set {module} {json}"), |on| {
-            settings::set(on, module, node, json, replace, mesh_host::now())
+            settings::set(on, module, node, json, replace, mesh_store::clock::now())
         })
     }
 
@@ -45,7 +45,7 @@ impl Library {
         value: &[u8],
     ) -> Result<settings::Answer, String> {
         self.settings(&format!("settings set-secret {module} {key}"), |on| {
-            settings::set_secret(on, module, node, key, value, mesh_host::now())
+            settings::set_secret(on, module, node, key, value, mesh_store::clock::now())
         })
     }
 
@@ -56,7 +56,7 @@ impl Library {
         node: Option<&str>,
     ) -> Result<settings::Answer, String> {
         self.settings(&format!("settings clear {module}"), |on| {
-            settings::clear(on, module, node, mesh_host::now())
+            settings::clear(on, module, node, mesh_store::clock::now())
         })
     }
 
@@ -68,7 +68,7 @@ impl Library {
         revision: u64,
     ) -> Result<settings::Answer, String> {
         self.settings(&format!("settings restore {module} {revision}"), |on| {
-            settings::restore(on, module, node, revision, mesh_host::now())
+            settings::restore(on, module, node, revision, mesh_store::clock::now())
         })
     }
 
@@ -94,7 +94,7 @@ impl Library {
     ) -> Result<settings::Renamed, String> {
         self.settings(&format!("settings rename {module} {old} {new}"), |on| {
             let newest = newest::newest_known(on.home, on.catalogue, module)?;
-            settings::rename(on, module, (old, new), &newest, mesh_host::now())
+            settings::rename(on, module, (old, new), &newest, mesh_store::clock::now())
         })
     }
 }

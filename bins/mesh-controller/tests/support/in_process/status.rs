@@ -29,7 +29,7 @@ impl Library {
     /// `status --output json` with its options (`--silent-after`, …), judged now as `status`
     /// judges it; the error as the binary says it.
     pub fn status_with(&self, options: &status::StatusOptions) -> Result<Status, String> {
-        let now = mesh_host::now();
+        let now = mesh_store::clock::now();
         let mut overview =
             status::overview_with(self.home(), now, options).map_err(|e| said(&e))?;
         // On a fleet with a daemon, the merges waiting on its consumer, read from the bus.

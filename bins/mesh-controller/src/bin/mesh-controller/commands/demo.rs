@@ -103,7 +103,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
             None,
             &format!(r#"{{"port": {port}}}"#),
             false,
-            mesh_host::now(),
+            mesh_store::clock::now(),
         )?;
         match &taken {
             Some(taken) => println!("  ({taken}: `settings set media '{{\"port\": {port}}}'`)"),
@@ -151,7 +151,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
         "{}",
         render::nodes(&push::status(
             &home,
-            mesh_host::now(),
+            mesh_store::clock::now(),
             push::SILENT_AFTER_SECS
         )?)
     );
@@ -181,7 +181,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
         None,
         r#"{"timezone": "Europe/Brussels"}"#,
         false,
-        mesh_host::now(),
+        mesh_store::clock::now(),
     )?;
     print!("{}", render::settings_answer(&refused));
     println!("  (with --replace it would go ahead, the layer it replaces kept in the history)");
@@ -195,7 +195,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
         None,
         r#"{"admin-email": "ops@example.internal", "timezone": "Europe/Brussels"}"#,
         false,
-        mesh_host::now(),
+        mesh_store::clock::now(),
     )?;
     print!("{}", render::settings_answer(&set));
     let (next_port, taken) = free_port(port + 1, &[port])?;
@@ -205,7 +205,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
         None,
         &format!(r#"{{"port": {next_port}}}"#),
         false,
-        mesh_host::now(),
+        mesh_store::clock::now(),
     )?;
     if let Some(taken) = taken {
         println!("  ({taken})");
@@ -260,7 +260,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
         Some("home"),
         media_home,
         false,
-        mesh_host::now(),
+        mesh_store::clock::now(),
     )?;
     let checked = catalogue()?;
     let held = push_to(&checked, &home_only, &BTreeSet::new())?;
@@ -307,7 +307,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
             "{}",
             render::status(&status::overview(
                 &home,
-                mesh_host::now(),
+                mesh_store::clock::now(),
                 push::SILENT_AFTER_SECS
             )?)
         );
@@ -367,7 +367,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
             ..mesh_apply::HostConfig::default()
         };
         let empty = mesh_model::declaration::Declaration::new(node.clone(), Vec::new());
-        if let Err(error) = mesh_apply::apply(&config, &empty, mesh_host::now()) {
+        if let Err(error) = mesh_apply::apply(&config, &empty, mesh_store::clock::now()) {
             eprintln!("warning: `{node}` could not let go of what it made: {error}");
         }
     }
@@ -471,7 +471,7 @@ fn window_step(
         "demo-backup",
         std::slice::from_ref(&media),
         ProcessIdentity::current().context("reading this process's start time")?,
-        mesh_host::now(),
+        mesh_store::clock::now(),
         &runtime,
     )
     .with_context(|| format!("opening a window holding {media}"))?;

@@ -117,7 +117,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             }
         }
         Command::Export { file } => {
-            let exported = backup::export(home, &file, mesh_host::now())?;
+            let exported = backup::export(home, &file, mesh_store::clock::now())?;
             match env.output {
                 Output::Json => env.print_json(&exported)?,
                 Output::Text => println!(
@@ -155,7 +155,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
         } => {
             let collected = records::collect(
                 home,
-                mesh_host::now(),
+                mesh_store::clock::now(),
                 std::time::Duration::from_secs(grace_minutes.saturating_mul(60)),
                 keep_plans,
             )?;

@@ -99,7 +99,7 @@ pub enum Command {
 
 /// Shows a layer, or changes one: exit 2 when the change was refused.
 pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
-    let now = mesh_host::now();
+    let now = mesh_store::clock::now();
     let (catalogue, _) = env.checked()?;
     let command_line = settings::invoked_command();
     let on = settings::On {

@@ -60,7 +60,12 @@ pub enum Command {
 /// Prints the overview: exit 3 when something needs attention.
 pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     if let Some(Command::Ack { node, resource }) = args.command {
-        let acked = acks::ack(&env.home, &node, resource.as_deref(), mesh_host::now())?;
+        let acked = acks::ack(
+            &env.home,
+            &node,
+            resource.as_deref(),
+            mesh_store::clock::now(),
+        )?;
         match env.output {
             Output::Json => env.print_json(&acked)?,
             Output::Text => print!("{}", render::acked(&acked)),
@@ -74,7 +79,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     if args.watch {
         return watch(env, &options);
     }
-    let now = mesh_host::now();
+    let now = mesh_store::clock::now();
     let mut status = status::overview_with(&env.home, now, &options)?;
     // The merges waiting on the daemon's consumer, read from the bus: known while the daemon
     // is stopped too.
@@ -110,7 +115,7 @@ fn watch(env: &super::Env, options: &status::StatusOptions) -> Result<ExitCode> 
     let terminal = std::io::stdout().is_terminal();
     let mut last: Option<status::Overview> = None;
     loop {
-        let now = mesh_host::now();
+        let now = mesh_store::clock::now();
         let overview = status::overview_with(&env.home, now, options)?;
         let mut out = std::io::stdout().lock();
         match env.output {
@@ -121,7 +126,7 @@ fn watch(env: &super::Env, options: &status::StatusOptions) -> Result<ExitCode> 
             }
             Output::Text => {
                 for line in status::changes(last.as_ref(), &overview) {
-                    writeln!(out, "{} {line}", mesh_host::format_time(now))?;
+                    writeln!(out, "{} {line}", mesh_store::clock::rfc3339(now))?;
                 }
             }
         }

@@ -14,11 +14,11 @@ use mesh_controller::plans::{MergeOutcome, NamedBuild, PlanRecord};
 use mesh_controller::push::{NodeResult, NodeStatus, PushResult};
 use mesh_controller::settings::{describe, Answer, Shown};
 use mesh_controller::status::Overview;
-use mesh_host::format_time;
 use mesh_host::{finding_line, machine_word, outcome_line, short};
 use mesh_model::declaration::{Declaration, Spec};
 use mesh_model::plan::{Plan, PlanState, RolloutOutcome};
 use mesh_plan::plans::{state_word, Waiting};
+use mesh_store::clock::rfc3339;
 use std::fmt::Write as _;
 
 /// A settings layer as `settings show` prints it, newest history first.
@@ -51,7 +51,7 @@ pub fn settings_shown(shown: &Shown) -> serde_json::Result<String> {
                 out,
                 "\nrevision {}: replaced {} by `{}`",
                 record.revision,
-                format_time(record.replaced_at),
+                rfc3339(record.replaced_at),
                 record.command
             );
             match &record.layer {
@@ -115,7 +115,7 @@ pub fn acked(acked: &mesh_controller::status::acks::Acked) -> String {
             .resource
             .as_deref()
             .map_or("of every resource".to_owned(), |r| format!("of {r}")),
-        format_time(acked.at)
+        rfc3339(acked.at)
     );
     for drift in &acked.cleared {
         let _ = writeln!(
@@ -125,7 +125,7 @@ pub fn acked(acked: &mesh_controller::status::acks::Acked) -> String {
             drift.field,
             drift.was,
             drift.found,
-            format_time(drift.seen_at)
+            rfc3339(drift.seen_at)
         );
     }
     out
@@ -449,7 +449,7 @@ pub fn plans_list(plans: &[PlanRecord]) -> String {
             plan.repository,
             plan.branch,
             mesh_controller::catalogue::builds::short_commit(&plan.commit),
-            format_time(plan.made_at),
+            rfc3339(plan.made_at),
             plan.modules.len(),
             state_text(&plan.state)
         );
@@ -468,7 +468,7 @@ pub fn plan_show(record: &PlanRecord) -> String {
         plan.repository,
         plan.branch,
         plan.commit,
-        format_time(plan.made_at)
+        rfc3339(plan.made_at)
     );
     let _ = writeln!(out, "state: {}", state_text(&plan.state));
     match &record.previous_commit {

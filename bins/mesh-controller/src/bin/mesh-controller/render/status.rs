@@ -90,7 +90,7 @@ fn plans_status(overview: &Overview) -> String {
                 plan.state,
                 plan.waits_on,
                 plan.waiting_secs,
-                format_time(plan.since)
+                rfc3339(plan.since)
             );
         }
         out.push_str("behind (what the open plans have yet to do):\n");
@@ -201,8 +201,8 @@ fn plans_status(overview: &Overview) -> String {
                 problem.kind.word(),
                 problem.subject,
                 problem.what,
-                format_time(problem.since),
-                format_time(problem.at),
+                rfc3339(problem.since),
+                rfc3339(problem.at),
                 problem.by,
                 problem_attempts(problem)
             );
@@ -245,7 +245,7 @@ fn plans_status(overview: &Overview) -> String {
                     "  {}: window `{}` open since {}, holding {}{held_by}",
                     node.node,
                     window.step,
-                    format_time(window.opened_at),
+                    rfc3339(window.opened_at),
                     window.containers.join(", ")
                 );
             }
@@ -254,7 +254,7 @@ fn plans_status(overview: &Overview) -> String {
                     out,
                     "  {}: silent since {} (nothing heard for three heartbeats)",
                     node.node,
-                    format_time(since)
+                    rfc3339(since)
                 );
             }
             if let Some(unreadable) = &node.unreadable {
@@ -273,7 +273,7 @@ fn plans_status(overview: &Overview) -> String {
                     drift.field,
                     drift.was,
                     drift.found,
-                    format_time(drift.seen_at)
+                    rfc3339(drift.seen_at)
                 );
             }
         }
