@@ -259,6 +259,104 @@ fn first_name(path: &str) -> Option<String> {
     (!name.is_empty()).then_some(name)
 }
 
+/// The modules of every module directory under `src` (the crate root's own are
+/// [`module_graph`]'s), each level's children and the siblings each uses, keyed by the
+/// directory's module path (`status`, `bus::users`). An edge `a → b` is a `crate::<path>::b` path
+/// in `a`'s source, or a `super::…::b` path that climbs to the directory's module, outside
+/// comments and unit tests. `src/bin` is left out (read a binary with its own directory).
+///
+/// # Panics
+/// When `src` cannot be read: a test asked for it.
+pub fn nested_module_graphs(src: &Path) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    let mut out = BTreeMap::new();
+    for dir in module_dirs(src, src) {
+        let path: Vec<String> = dir
+            .strip_prefix(src)
+            .expect("under src")
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        let graph = children_graph(&dir, &path.join("::"));
+        if !graph.is_empty() {
+            out.insert(path.join("::"), graph);
+        }
+    }
+    out
+}
+
+/// Every directory under `dir` that holds Rust sources, `src/bin`, snapshots and fixtures
+/// left out.
+fn module_dirs(src: &Path, dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("a source directory") {
+        let path = entry.expect("a directory entry").path();
+        if !path.is_dir() {
+            continue;
+        }
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if (dir == src && name == "bin") || name == "snapshots" || name == "fixtures" {
+            continue;
+        }
+        if !rust_files(&path).is_empty() {
+            out.push(path.clone());
+            out.extend(module_dirs(src, &path));
+        }
+    }
+    out
+}
+
+/// The children of the module directory `dir` (module path `module`) and the siblings each
+/// uses.
+fn children_graph(dir: &Path, module: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files: BTreeMap<String, Vec<(std::path::PathBuf, usize)>> = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).expect("a module directory") {
+        let path = entry.expect("a directory entry").path();
+        let Some(stem) = path.file_stem().and_then(|s| s.to_str()).map(str::to_owned) else {
+            continue;
+        };
+        if path.is_dir() {
+            if stem == "snapshots" || stem == "fixtures" {
+                continue;
+            }
+            for file in rust_files(&path).into_iter().filter(|f| !is_unit_tests(f)) {
+                // How many modules below `dir` the file's module is: `c/mod.rs` is `c` (1),
+                // `c/x.rs` and `c/x/mod.rs` are `c::x` (2).
+                let below = file
+                    .strip_prefix(dir)
+                    .expect("under dir")
+                    .components()
+                    .count();
+                let depth = if file.file_stem().is_some_and(|s| s == "mod") {
+                    below - 1
+                } else {
+                    below
+                };
+                files.entry(stem.clone()).or_default().push((file, depth));
+            }
+        } else if path.extension().is_some_and(|e| e == "rs")
+            && !["mod", "lib", "main"].contains(&stem.as_str())
+            && !is_unit_tests(&path)
+        {
+            files.entry(stem).or_default().push((path, 1));
+        }
+    }
+    let names: BTreeSet<String> = files.keys().cloned().collect();
+    files
+        .into_iter()
+        .map(|(child, sources)| {
+            let mut uses = BTreeSet::new();
+            for (file, depth) in &sources {
+                let text = std::fs::read_to_string(file).expect("a source file");
+                let code = without_tests(&without_comments(&text));
+                uses.extend(paths_after(&code, &format!("crate::{module}::")));
+                uses.extend(paths_after(&code, &"super::".repeat(*depth)));
+            }
+            uses.retain(|used| used != &child && names.contains(used));
+            (child, uses)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

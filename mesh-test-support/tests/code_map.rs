@@ -1,10 +1,13 @@
 //! Each crate's top-level modules form no cycle: the architecture page's code map lists them in
 //! dependency order, and the `use` lines agree (where its section says "In dependency order",
 //! every module is listed after all it uses). Every crate of the workspace is held to both, and
-//! the controller's and the host's binaries' own modules to no cycle; mesh-cli-docs is one file,
-//! so has no module to order (a test says so, and asks for its order the day it has one).
+//! below its top level every module directory's children to no cycle too, the binaries' own
+//! modules included; mesh-cli-docs is one file, so has no module to order (a test says so, and
+//! asks for its order the day it has one). The page itself fits in 30,000 characters.
 
-use mesh_test_support::code_map::{cycles, module_graph, out_of_order, page_order};
+use mesh_test_support::code_map::{
+    cycles, module_graph, nested_module_graphs, out_of_order, page_order,
+};
 use std::path::{Path, PathBuf};
 
 fn in_workspace(path: &str) -> PathBuf {
@@ -190,5 +193,43 @@ fn the_architecture_page_fits_in_thirty_thousand_characters() {
         characters <= 30_000,
         "{}: {characters} characters; say it in 30,000",
         page_path.display()
+    );
+}
+
+/// No import circle at any module level: inside every module directory of every crate, the
+/// children form no cycle either.
+#[test]
+fn no_crate_has_a_module_cycle_at_any_level() {
+    let mut found = Vec::new();
+    for crate_dir in [
+        "mesh-model",
+        "mesh-plan",
+        "mesh-apply",
+        "mesh-records",
+        "mesh-secrets",
+        "mesh-store",
+        "mesh-test-support",
+        "bins/mesh-bus",
+        "bins/mesh-host",
+        "bins/mesh-controller",
+        "bins/mesh-collector",
+        "bins/mesh-controller/src/bin/mesh-controller",
+        "bins/mesh-host/src/bin/mesh-host",
+    ] {
+        let src = if crate_dir.contains("/src/") {
+            in_workspace(crate_dir)
+        } else {
+            src_of(crate_dir)
+        };
+        for (module, graph) in nested_module_graphs(&src) {
+            for cycle in cycles(&graph) {
+                found.push(format!("{crate_dir}: in `{module}`: {}", cycle.join(" → ")));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "modules that use each other in a cycle:\n{}",
+        found.join("\n")
     );
 }

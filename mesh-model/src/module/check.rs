@@ -2,7 +2,8 @@
 //! each naming the key it is about.
 
 use super::{
-    container, is_valid_name, parse_mode, EntryKind, ModuleDefinition, ModuleTree, PLACES_KEY,
+    check_absolute, check_name, container, is_valid_name, parse_mode, EntryKind, ModuleDefinition,
+    ModuleTree, PLACES_KEY,
 };
 use crate::template;
 use crate::Diagnostic;
@@ -212,22 +213,6 @@ pub(super) fn check_module(
                 );
             }
         }
-    }
-}
-
-pub(super) fn check_name(key: &str, name: &str, say: &mut dyn FnMut(String, String)) {
-    if !is_valid_name(name) {
-        say(key.to_owned(), "a name is [a-z0-9][a-z0-9_-]*".into());
-    }
-}
-
-pub(super) fn check_absolute(key: &str, path: &str, say: &mut dyn FnMut(String, String)) {
-    let templated = path.starts_with("{{");
-    if !templated && !path.starts_with('/') {
-        say(key.to_owned(), format!("`{path}` is not an absolute path"));
-    }
-    if path.split('/').any(|s| s == "..") {
-        say(key.to_owned(), format!("`{path}` climbs with `..`"));
     }
 }
 

@@ -1,7 +1,6 @@
 //! A module's containers: what `[containers.NAME]` says, and the checks of it.
 
-use super::check::{check_absolute, check_name};
-use super::{parse_duration_ms, ModuleDefinition};
+use super::{check_absolute, check_name, parse_duration_ms, ModuleDefinition};
 use crate::declaration::{
     capability_problem, cpus_problem, label_problem, memory_problem, restart_problem, user_problem,
     Device, PortMapping, NETWORK_BRIDGE, NETWORK_HOST,

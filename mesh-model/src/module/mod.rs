@@ -606,6 +606,25 @@ pub fn is_valid_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
 }
 
+/// Says a problem at `key` when `name` is not fit for a resource id ([`is_valid_name`]): shared
+/// by the checks of every kind, so it lives above them.
+pub(crate) fn check_name(key: &str, name: &str, say: &mut dyn FnMut(String, String)) {
+    if !is_valid_name(name) {
+        say(key.to_owned(), "a name is [a-z0-9][a-z0-9_-]*".into());
+    }
+}
+
+/// Says a problem at `key` when `path` is neither absolute nor templated, or climbs with `..`.
+pub(crate) fn check_absolute(key: &str, path: &str, say: &mut dyn FnMut(String, String)) {
+    let templated = path.starts_with("{{");
+    if !templated && !path.starts_with('/') {
+        say(key.to_owned(), format!("`{path}` is not an absolute path"));
+    }
+    if path.split('/').any(|s| s == "..") {
+        say(key.to_owned(), format!("`{path}` climbs with `..`"));
+    }
+}
+
 /// Parses an octal mode text such as `0644`.
 pub fn parse_mode(text: &str) -> Option<u32> {
     let mode = u32::from_str_radix(text, 8).ok()?;
