@@ -1,4 +1,5 @@
-//! Accounts and groups of the machine under the root prefix, and group memberships (the rule “A group membership is its own resource”).
+//! Accounts and groups of the machine under the root prefix, and group memberships (the rule “A
+//! group membership is its own resource”).
 //!
 //! Under the real root (`/`) names are resolved through the system's name service (`nix`'s
 //! `User::from_name` and `Group::from_name`: whatever nsswitch says — the files, LDAP, sssd), so

@@ -1,6 +1,7 @@
-//! The seam for containers (the rule “The host touches only its own containers”): [`ContainerRuntime`]. The real one is [`crate::Podman`];
-//! [`NoContainerRuntime`] reports every container `failed{reason: "not supported"}` rather
-//! than pretend, for hosts configured without containers.
+//! The seam for containers (the rule “The host touches only its own containers”):
+//! [`ContainerRuntime`]. The real one is [`crate::Podman`]; [`NoContainerRuntime`] reports every
+//! container `failed{reason: "not supported"}` rather than pretend, for hosts configured without
+//! containers.
 //!
 //! A runtime is passed to [`crate::apply_with`] in [`crate::Seams`]; [`crate::apply`] picks one
 //! from [`crate::HostConfig::containers`]. The engine orders a container after the files named in
@@ -22,8 +23,8 @@ pub struct DeclaredContainer<'a> {
 }
 
 /// A container kept, stopped and under another name, while the together group its replacement
-/// belongs to commits (the rule “Resources declared together apply all-or-nothing”): put back ([`ContainerRuntime::restore`]) if the group does not
-/// apply whole, let go once it does.
+/// belongs to commits (the rule “Resources declared together apply all-or-nothing”): put back
+/// ([`ContainerRuntime::restore`]) if the group does not apply whole, let go once it does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SetAside {
     /// The name it is kept under (`<name>.mesh-old`).
@@ -139,9 +140,10 @@ pub trait ContainerRuntime {
     /// Puts the container named `name` (made for `resource`) back to what it was before its
     /// together group's commit (`was`, from [`ContainerRuntime::before_commit`]), wherever that
     /// commit stopped — in this process when another member failed, or after a host was killed
-    /// in the middle (the rule “Resources declared together apply all-or-nothing”): a container the commit created is removed, one it started is
-    /// stopped, and one it replaced gets its name back from the kept `<name>.mesh-old` (only the
-    /// container with the recorded id) and is started if it ran, its replacement removed.
+    /// in the middle (the rule “Resources declared together apply all-or-nothing”): a container the
+    /// commit created is removed, one it started is stopped, and one it replaced gets its name back
+    /// from the kept `<name>.mesh-old` (only the container with the recorded id) and is started if
+    /// it ran, its replacement removed.
     ///
     /// # Guarantees
     /// Idempotent; a container the mesh did not make is never changed.
@@ -209,9 +211,10 @@ pub trait ContainerRuntime {
         ))
     }
 
-    /// Whether a container the host made runs, changing nothing (drift, the rule “Drift is seen, and reported even when corrected”): `None` when
-    /// it runs, else what was found instead (`exited with code N …; the last lines of its
-    /// log: …`, or that it is gone). The default, for a runtime that cannot tell: `None`.
+    /// Whether a container the host made runs, changing nothing (drift, the rule “Drift is seen,
+    /// and reported even when corrected”): `None` when it runs, else what was found instead
+    /// (`exited with code N …; the last lines of its log: …`, or that it is gone). The default, for
+    /// a runtime that cannot tell: `None`.
     ///
     /// # Errors
     /// Why it could not be asked.

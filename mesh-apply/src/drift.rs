@@ -1,6 +1,7 @@
-//! Drift (the rule “Drift is seen, and reported even when corrected”): a managed resource changed by hand between declarations. [`Examiner`]
-//! compares what the machine holds with what the host left there — every resource the last
-//! apply of the same declaration reported as taken — and says what differs, changing nothing.
+//! Drift (the rule “Drift is seen, and reported even when corrected”): a managed resource changed
+//! by hand between declarations. [`Examiner`] compares what the machine holds with what the host
+//! left there — every resource the last apply of the same declaration reported as taken — and says
+//! what differs, changing nothing.
 //!
 //! It is cheap enough to run every few seconds: a file's content is read and hashed only when
 //! its size, mtime, ctime or inode changed since it was last seen as declared (git's index does
@@ -44,7 +45,8 @@ impl Examiner {
     /// (the last apply of that declaration) says took; `now` stamps each drift. A
     /// [`mesh_model::declaration::Sealed`] declaration is not hashed again on each look.
     /// `full` hashes every file whatever its stamp. Each drift's `action` is what the
-    /// declaration's policy for its module says ([`mesh_model::declaration::Declaration::drift_policy`]).
+    /// declaration's policy for its module says
+    /// ([`mesh_model::declaration::Declaration::drift_policy`]).
     ///
     /// Containers are asked of `containers` ([`ContainerRuntime::examine`]); those held still
     /// by an open maintenance window are not examined.

@@ -17,9 +17,12 @@
 //! - Every declared machine path is applied under [`HostConfig::root`]; nothing outside the
 //!   declared paths (and the temporary files beside them) is touched.
 //! - It never destroys what it did not make: what it found is recorded before anything is changed
-//!   and given back when the resource is undeclared (the rule “The host never destroys what it did not make”).
-//! - It never follows a symbolic link, and never manages one (the rule “No symbolic links to move data”).
-//! - An apply is not a transaction, except for a together group (the rules “An apply is not a transaction” and “Resources declared together apply all-or-nothing”); only what took is
+//!   and given back when the resource is undeclared (the rule “The host never destroys what it did
+//!   not make”).
+//! - It never follows a symbolic link, and never manages one (the rule “No symbolic links to move
+//!   data”).
+//! - An apply is not a transaction, except for a together group (the rules “An apply is not a
+//!   transaction” and “Resources declared together apply all-or-nothing”); only what took is
 //!   recorded as applied.
 //! - Every write under the root and in the state directory is atomic (temp file, fsync, rename).
 //! - It reads the clock never: `now` is an argument.
@@ -127,7 +130,8 @@ impl Default for HostConfig {
     }
 }
 
-/// When a failed resource is tried again, and when it is reported **stuck** (the rule “A resource that keeps failing is stuck”).
+/// When a failed resource is tried again, and when it is reported **stuck** (the rule “A resource
+/// that keeps failing is stuck”).
 ///
 /// After its `n`-th consecutive failure a resource waits `initial_backoff_secs × 2^(n-1)` seconds
 /// (at most `max_backoff_secs`) before the next apply tries it again; until then it is reported

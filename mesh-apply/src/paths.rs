@@ -1,4 +1,5 @@
-//! Machine paths under the root prefix, checked never to pass through a symbolic link (the rule “No symbolic links to move data”).
+//! Machine paths under the root prefix, checked never to pass through a symbolic link (the rule “No
+//! symbolic links to move data”).
 
 use std::collections::HashSet;
 use std::fs;

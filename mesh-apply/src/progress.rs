@@ -1,7 +1,7 @@
-//! What an apply says while it runs (the rule “Mid-change is said before anything changes”): [`ApplyProgress`] is told, once per apply and
-//! before the apply changes anything, the `mid-change` report to publish. A daemon publishes it
-//! (and repeats it on its heartbeat) so that an observer never reads the last converged report
-//! while the machine is changing.
+//! What an apply says while it runs (the rule “Mid-change is said before anything changes”):
+//! [`ApplyProgress`] is told, once per apply and before the apply changes anything, the
+//! `mid-change` report to publish. A daemon publishes it (and repeats it on its heartbeat) so that
+//! an observer never reads the last converged report while the machine is changing.
 //!
 //! Also here: the engine's **fail points** (`pause_point`), named steps a test can make an
 //! apply wait at, so a slow apply is made deterministic instead of by sleeping. They exist only
@@ -25,8 +25,9 @@ pub trait ApplyProgress: Sync {
     fn changing(&self, report: &Report);
 
     /// Whether the apply leaves `resource` as it finds it: drift its module's policy says to
-    /// report, not correct (the rule “Drift is seen, and reported even when corrected”). Such a resource is not attempted and is reported
-    /// `held-still{step: LEFT_AS_FOUND}` (with the rest of its together group). Default: no.
+    /// report, not correct (the rule “Drift is seen, and reported even when corrected”). Such a
+    /// resource is not attempted and is reported `held-still{step: LEFT_AS_FOUND}` (with the rest
+    /// of its together group). Default: no.
     fn leave(&self, _resource: &str) -> bool {
         false
     }
@@ -71,7 +72,8 @@ pub const PAUSE_LIMIT: Duration = Duration::from_secs(600);
 /// it writes `FILE.reached` and waits until `FILE` exists (at most [`PAUSE_LIMIT`]). Otherwise
 /// it returns at once.
 ///
-/// The steps for a together group's member (the rule “Resources declared together apply all-or-nothing”):
+/// The steps for a together group's member (the rule “Resources declared together apply
+/// all-or-nothing”):
 /// - `commit` — before the member is committed (the group's record is written);
 /// - `stopped` — a container being replaced: the old one stopped, still under its name;
 /// - `kept` — the old one renamed `<name>.mesh-old`, its replacement not made yet;

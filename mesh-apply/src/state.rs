@@ -1,9 +1,10 @@
 //! The host's state directory: its disk formats, each a versioned type of its own.
 //!
 //! ```text
-//! <state-dir>/state.json        StateFile: what the mesh made and found, failures being retried
-//! <state-dir>/in-progress.json  InProgress: present while an apply runs (the machine is mid-change)
-//! <state-dir>/group-commit.json GroupCommit: present while a together group commits (the rule “Resources declared together apply all-or-nothing”)
+//! <state-dir>/state.json        StateFile: what the mesh made and found, failures retried
+//! <state-dir>/in-progress.json  InProgress: present while an apply runs (mid-change)
+//! <state-dir>/group-commit.json GroupCommit: present while a together group commits (the rule
+//!                               “Resources declared together apply all-or-nothing”)
 //! <state-dir>/found/<sha256>    the bytes of a file the mesh wrote over, to give back
 //! ```
 //!
@@ -43,8 +44,9 @@ pub struct StateFile {
     pub failures: BTreeMap<String, FailureRecord>,
     /// Resource ids of declared containers that owe a restart: a file in their `restart_on` is
     /// about to change (written before the file's commit), and the restart has not been made
-    /// yet. A host killed between the two restarts them on the next apply (the rule “Resources declared together apply all-or-nothing”); a failed
-    /// restart stays owed. Absent from the file when empty (an older build reads it).
+    /// yet. A host killed between the two restarts them on the next apply (the rule “Resources
+    /// declared together apply all-or-nothing”); a failed restart stays owed. Absent from the file
+    /// when empty (an older build reads it).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub pending_restarts: BTreeSet<String>,
     /// Per declared job's resource id, the digest of what it ran when it last succeeded
@@ -177,11 +179,11 @@ pub struct InProgress {
     pub started_at: u64,
 }
 
-/// A together group being committed (`group-commit.json`, the rule “Resources declared together apply all-or-nothing”): written before its first
-/// commit step, removed once the group is whole (before its `.mesh-old` copies and containers
-/// go) or put back. Found on start, it says the host stopped in the middle of the group's
-/// commit: the next apply puts the whole group back before anything else
-/// (`crate::put_back_interrupted_group`).
+/// A together group being committed (`group-commit.json`, the rule “Resources declared together
+/// apply all-or-nothing”): written before its first commit step, removed once the group is whole
+/// (before its `.mesh-old` copies and containers go) or put back. Found on start, it says the host
+/// stopped in the middle of the group's commit: the next apply puts the whole group back before
+/// anything else (`crate::put_back_interrupted_group`).
 ///
 /// It holds every member the commit changes, with what it was before. A record written before
 /// directories, memberships and containers were recorded (files only) reads as one with none

@@ -1,5 +1,5 @@
-//! Maintenance windows (the rule “A maintenance window holds containers still”): a step — a backup, a migration — run
-//! with containers held still.
+//! Maintenance windows (the rule “A maintenance window holds containers still”): a step — a backup,
+//! a migration — run with containers held still.
 //!
 //! Start with [`open`] and [`OpenWindow::release`] (what `mesh-host window run` does), then
 //! [`open_windows`] (what every apply reads).

@@ -2,7 +2,8 @@
 //! files never leaves a partial file at a declared path, leaves a state directory the next apply
 //! reads, and the next apply converges (and says the machine was mid-change). A together group
 //! killed in the middle of its commit is wholly old or wholly new once the next apply's first
-//! step — putting back a group left mid-commit — has run (the rule “Resources declared together apply all-or-nothing”).
+//! step — putting back a group left mid-commit — has run (the rule “Resources declared together
+//! apply all-or-nothing”).
 //!
 //! This binary runs without the test harness: run plainly it is the test; with
 //! `MESH_CRASH_CHILD=<variant>` it is the host being killed, applying one declaration.

@@ -197,11 +197,13 @@ fn report_of_a_mixed_apply() {
     insta::assert_json_snapshot!(report);
 }
 
-// ---- ownership: made, found, give-back (the rule “The host never destroys what it did not make”) ----
+// ---- ownership: made, found, give-back (the rule “The host never destroys what it did not make”)
+// ----
 
 #[test]
 fn undeclare_gives_back_a_file_the_mesh_wrote_over_byte_for_byte_with_mode() {
-    // The rule “The host never destroys what it did not make”: what the mesh wrote over is given back.
+    // The rule “The host never destroys what it did not make”: what the mesh wrote over is given
+    // back.
     let sandbox = Sandbox::new();
     let original: Vec<u8> = (0..=255u8).chain([0xff, 0xfe, 0x00, b'\n']).collect();
     let path = sandbox.path("/etc/app.conf");
@@ -256,7 +258,8 @@ fn undeclare_removes_a_file_the_mesh_made_and_the_parents_it_made() {
 
 #[test]
 fn undeclare_keeps_a_directory_that_holds_data() {
-    // The rule “The host never destroys what it did not make”: a directory's data outlives its declaration.
+    // The rule “The host never destroys what it did not make”: a directory's data outlives its
+    // declaration.
     let sandbox = Sandbox::new();
     let resources = vec![
         directory("db", "data", "/srv/db", 0o700),
@@ -364,7 +367,9 @@ fn a_declared_path_through_a_symbolic_link_is_refused_and_nothing_is_written() {
 
 #[test]
 fn a_resource_after_a_failed_one_is_skipped_naming_it_and_the_others_apply() {
-    // The rule “An apply is not a transaction” (the incident behind “Resources declared together apply all-or-nothing” and “An apply is not a transaction”): every resource attempted, a gated one says by what.
+    // The rule “An apply is not a transaction” (the incident behind “Resources declared together
+    // apply all-or-nothing” and “An apply is not a transaction”): every resource attempted, a gated
+    // one says by what.
     let sandbox = Sandbox::new();
     sandbox.write(
         "/srv/blocker",
@@ -398,7 +403,8 @@ fn a_resource_after_a_failed_one_is_skipped_naming_it_and_the_others_apply() {
 
 #[test]
 fn a_membership_the_mesh_added_is_removed_on_undeclare_and_other_groups_are_untouched() {
-    // The rule “A group membership is its own resource”: one membership added, the account's other groups untouched.
+    // The rule “A group membership is its own resource”: one membership added, the account's other
+    // groups untouched.
     let sandbox = Sandbox::new();
     let before = sandbox.groups_of("alice");
     assert_eq!(before, ["audio", "docker"]);
@@ -437,7 +443,8 @@ fn a_membership_the_mesh_added_is_removed_on_undeclare_and_other_groups_are_unto
 
 #[test]
 fn a_membership_the_account_had_before_survives_undeclare() {
-    // The rule “A group membership is its own resource”: undeclare removes only a membership the mesh added.
+    // The rule “A group membership is its own resource”: undeclare removes only a membership the
+    // mesh added.
     let sandbox = Sandbox::new();
     let report = run(&sandbox, vec![membership("dev", "alice", "docker")], T0);
     assert_eq!(
@@ -470,7 +477,8 @@ fn a_membership_of_an_unknown_account_fails_naming_it() {
 
 #[test]
 fn a_resource_failing_repeatedly_becomes_stuck_with_its_attempts_and_first_failure() {
-    // The rule “A resource that keeps failing is stuck”: a resource that keeps failing raises its hand as stuck.
+    // The rule “A resource that keeps failing is stuck”: a resource that keeps failing raises its
+    // hand as stuck.
     let sandbox = Sandbox::new();
     let broken = || {
         vec![file_as(
@@ -569,7 +577,8 @@ fn the_default_retry_policy_backs_off_and_calls_stuck_as_documented() {
 
 #[test]
 fn a_together_pair_whose_second_member_fails_leaves_the_first_as_it_was() {
-    // The incident behind “Resources declared together apply all-or-nothing”: a watcher must never observe the new first with the old second.
+    // The incident behind “Resources declared together apply all-or-nothing”: a watcher must never
+    // observe the new first with the old second.
     let sandbox = Sandbox::new();
     let members = 200;
     let old = |i: usize| format!("old {i}\n");
@@ -663,7 +672,8 @@ impl Accounts for AddingFails {
 
 #[test]
 fn a_together_group_whose_commit_breaks_puts_back_what_was_committed() {
-    // The rule “Resources declared together apply all-or-nothing”: a commit step that fails puts back what was committed.
+    // The rule “Resources declared together apply all-or-nothing”: a commit step that fails puts
+    // back what was committed.
     let sandbox = Sandbox::new();
     sandbox.write("/etc/sudo.conf", "before\n", 0o640);
     let accounts = AddingFails(ShadowUtils::new(&sandbox.config.root));
@@ -777,7 +787,8 @@ fn a_container_in_a_together_group_fails_the_group_before_anything_changes() {
 
 #[test]
 fn an_interrupted_apply_is_reported_mid_change_and_the_next_apply_says_so() {
-    // The rule “Resources declared together apply all-or-nothing”: mid-change is a state of its own, said by the next apply.
+    // The rule “Resources declared together apply all-or-nothing”: mid-change is a state of its
+    // own, said by the next apply.
     let sandbox = Sandbox::new();
     run(&sandbox, vec![file("m", "f", "/etc/f", "x")], T0);
     // What a host killed mid-apply leaves: the marker, and maybe a staged temp file.

@@ -1,5 +1,6 @@
-//! A together group holding a container, killed in the middle of its commit (the rule “Resources declared together apply all-or-nothing”,
-//! point 2; the incident behind “Resources declared together apply all-or-nothing”), under real podman: after each kill and the next apply's first
+//! A together group holding a container, killed in the middle of its commit (the rule “Resources
+//! declared together apply all-or-nothing”, point 2; the incident behind “Resources declared
+//! together apply all-or-nothing”), under real podman: after each kill and the next apply's first
 //! step (putting back a group left mid-commit), the group is wholly old or wholly new — never a
 //! file of one declaration beside the container of the other — and the next apply converges.
 //!

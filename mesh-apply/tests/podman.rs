@@ -1,5 +1,5 @@
-//! Containers under real podman (the rule “The host touches only its own containers”). Needs podman configured as
-//! `scripts/podman-env.sh` does; fails, never skips, without it.
+//! Containers under real podman (the rule “The host touches only its own containers”). Needs podman
+//! configured as `scripts/podman-env.sh` does; fails, never skips, without it.
 
 mod common;
 use common::*;
@@ -344,7 +344,8 @@ fn a_container_another_host_made_under_the_same_name_is_reported_and_left_alone(
 
 #[test]
 fn restart_on_a_file_in_a_together_group_waits_for_the_whole_group() {
-    // The rule “Resources declared together apply all-or-nothing”: a container restarted for a group is restarted only once the group is whole.
+    // The rule “Resources declared together apply all-or-nothing”: a container restarted for a
+    // group is restarted only once the group is whole.
     let sandbox = sandbox();
     let mut names = Containers::new();
     let name = names.name("restart-group");
@@ -402,8 +403,9 @@ fn restart_on_a_file_in_a_together_group_waits_for_the_whole_group() {
 
 #[test]
 fn a_restart_that_failed_is_owed_and_made_by_a_later_apply_though_its_file_is_unchanged() {
-    // The rule “Resources declared together apply all-or-nothing”: the restart a changed `restart_on` file asks for is owed until it is
-    // made; a restart judged failed is retried, not forgotten once the file is in place.
+    // The rule “Resources declared together apply all-or-nothing”: the restart a changed
+    // `restart_on` file asks for is owed until it is made; a restart judged failed is retried, not
+    // forgotten once the file is in place.
     let sandbox = sandbox();
     let mut names = Containers::new();
     let name = names.name("restart-owed");
@@ -530,7 +532,8 @@ fn a_container_whose_health_command_fails_is_failed_and_one_that_passes_is_appli
 
 #[test]
 fn a_container_that_dies_and_exits_again_when_started_is_failed_with_its_new_exit() {
-    // The rule “A container is applied only when it runs”: a container killed later is started by the next apply and judged again.
+    // The rule “A container is applied only when it runs”: a container killed later is started by
+    // the next apply and judged again.
     let sandbox = sandbox();
     let mut names = Containers::new();
     let name = names.name("dies");
@@ -602,10 +605,10 @@ impl mesh_apply::Accounts for AddingFails {
     }
 }
 
-// The rule “Resources declared together apply all-or-nothing”: a committed container could not be put back — a
-// recreate removed the old container before making the new one — so a together group holding
-// a container was not all-or-nothing. The old one is now kept, stopped and renamed, until the
-// group is whole. Here the membership fails (before the container commits: it is left as it
+// The rule “Resources declared together apply all-or-nothing”: a committed container could not be
+// put back — a recreate removed the old container before making the new one — so a together group
+// holding a container was not all-or-nothing. The old one is now kept, stopped and renamed, until
+// the group is whole. Here the membership fails (before the container commits: it is left as it
 // was); a container put back after its commit is the next test's.
 #[test]
 fn a_together_group_whose_other_member_fails_gives_its_container_back() {
@@ -686,12 +689,12 @@ fn a_together_group_whose_other_member_fails_gives_its_container_back() {
         .all(|f| !f.message.contains("kept as")));
 }
 
-// The rule “Resources declared together apply all-or-nothing”: the test above fails the group at its membership, which commits
-// before any container (members commit directories, files, memberships, containers) — so it
-// never put back a committed container. Here the group is two containers and no file: the
-// first one commits (replaced, or started), the second fails at its commit (it exits at once),
-// and the first is put back as it was — the old container itself, running; or stopped again —
-// and the one the commit made is removed.
+// The rule “Resources declared together apply all-or-nothing”: the test above fails the group at
+// its membership, which commits before any container (members commit directories, files,
+// memberships, containers) — so it never put back a committed container. Here the group is two
+// containers and no file: the first one commits (replaced, or started), the second fails at its
+// commit (it exits at once), and the first is put back as it was — the old container itself,
+// running; or stopped again — and the one the commit made is removed.
 #[test]
 fn a_together_group_of_containers_failing_at_its_second_puts_the_first_back() {
     let sandbox = sandbox();
@@ -791,9 +794,9 @@ impl mesh_apply::Accounts for RemovingFails {
     }
 }
 
-// The rule “Resources declared together apply all-or-nothing”: a group whose failed commit could not be put back whole dropped
-// its record, so nothing would ever put the rest back. The record stays, and the next apply's
-// first step puts the group back.
+// The rule “Resources declared together apply all-or-nothing”: a group whose failed commit could
+// not be put back whole dropped its record, so nothing would ever put the rest back. The record
+// stays, and the next apply's first step puts the group back.
 #[test]
 fn a_together_group_that_cannot_be_put_back_keeps_its_record_for_the_next_apply() {
     let sandbox = sandbox();

@@ -1,5 +1,5 @@
-//! Maintenance windows against real podman (the rule “A maintenance window holds containers still”: an apply during a
-//! backup recreated what the backup had stopped).
+//! Maintenance windows against real podman (the rule “A maintenance window holds containers still”:
+//! an apply during a backup recreated what the backup had stopped).
 
 mod common;
 use common::*;

@@ -21,7 +21,8 @@ pub struct Node {
     #[serde(default = "yes")]
     pub running: bool,
     /// Module → what this node's host does with its drift, over the module's own `drift`
-    /// The rule “Drift is seen, and reported even when corrected”: `[nodes.laptop] drift = { media = "report" }`.
+    /// The rule “Drift is seen, and reported even when corrected”: `[nodes.laptop] drift = { media
+    /// = "report" }`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub drift: BTreeMap<String, crate::drift::DriftPolicy>,
 }

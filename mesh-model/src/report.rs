@@ -48,12 +48,14 @@ pub struct Report {
     /// When it finished.
     pub finished_at: u64,
     /// Managed resources found changed by hand since the last apply of the same declaration
-    /// The rule “Drift is seen, and reported even when corrected”: what differs, when it was seen, and whether it was put back (format 2).
+    /// The rule “Drift is seen, and reported even when corrected”: what differs, when it was seen,
+    /// and whether it was put back (format 2).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drift: Vec<Drift>,
 }
 
-/// A managed resource found not as the host left it (the rule “Drift is seen, and reported even when corrected”).
+/// A managed resource found not as the host left it (the rule “Drift is seen, and reported even
+/// when corrected”).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct Drift {

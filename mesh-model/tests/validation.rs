@@ -206,8 +206,9 @@ depends = ["self"]
 
 #[test]
 fn a_containers_settle_and_health_are_checked_and_drift_is_a_policy() {
-    // The rule “A container is applied only when it runs”: `settle` and `health.within` are durations; a health command names a program.
-    // The rule “Drift is seen, and reported even when corrected”: `drift` is `correct` or `report`.
+    // The rule “A container is applied only when it runs”: `settle` and `health.within` are
+    // durations; a health command names a program. The rule “Drift is seen, and reported even when
+    // corrected”: `drift` is `correct` or `report`.
     insta::assert_snapshot!(check(
         r#"
 //- web/module.toml

@@ -1,5 +1,6 @@
-//! Which modules a merge changed, from the paths it changed (the rule “Changed paths name their modules”), and the
-//! tiers they are built and rolled out in (the input of the rule “A newer merge takes over an older plan”).
+//! Which modules a merge changed, from the paths it changed (the rule “Changed paths name their
+//! modules”), and the tiers they are built and rolled out in (the input of the rule “A newer merge
+//! takes over an older plan”).
 //!
 //! Start at [`attribute`], then [`tiers`].
 //!
@@ -502,8 +503,9 @@ mod tests {
         ));
     }
 
-    /// The incident behind “Changed paths name their modules” ("too many"): a new module's directory counted as shared code and planned
-    /// every module. With its definition among the changed paths it is that module's own.
+    /// The incident behind “Changed paths name their modules” ("too many"): a new module's
+    /// directory counted as shared code and planned every module. With its definition among the
+    /// changed paths it is that module's own.
     #[test]
     fn a_new_modules_own_directory_with_its_definition_plans_one_module() {
         let text = check(
@@ -519,8 +521,8 @@ mod tests {
         );
     }
 
-    /// The incident behind “Changed paths name their modules”: a removed module's definition is among the changed paths too; it is that
-    /// module's own change, and has nothing left to build.
+    /// The incident behind “Changed paths name their modules”: a removed module's definition is
+    /// among the changed paths too; it is that module's own change, and has nothing left to build.
     #[test]
     fn a_removed_modules_directory_plans_nothing_else() {
         let paths = [
@@ -533,7 +535,8 @@ mod tests {
         assert!(attribution.changed_modules(&now).is_empty());
     }
 
-    /// The incident behind “Changed paths name their modules”: a sibling without a definition (a shared library) means every module.
+    /// The incident behind “Changed paths name their modules”: a sibling without a definition (a
+    /// shared library) means every module.
     #[test]
     fn a_shared_sibling_without_a_definition_plans_all() {
         insta::assert_snapshot!(check(
@@ -556,8 +559,9 @@ mod tests {
         ));
     }
 
-    /// The incident behind “Changed paths name their modules” ("too few"): a 59-file merge arrived as 50 files (one forge page). Every
-    /// changed path given is read: the 59th file's module is planned.
+    /// The incident behind “Changed paths name their modules” ("too few"): a 59-file merge arrived
+    /// as 50 files (one forge page). Every changed path given is read: the 59th file's module is
+    /// planned.
     #[test]
     fn a_59_file_change_is_read_whole() {
         let mut paths: Vec<String> = (0..58).map(|i| format!("modules/a/files/f{i}")).collect();

@@ -9,7 +9,8 @@
 //! - [`compose()`](compose::compose): a node's declaration from the catalogue and the
 //!   inventory (module defaults, then the mesh layer, then the node layer).
 //! - [`settings_change()`](settings::settings_change): what replacing a settings layer adds,
-//!   changes and removes, and whether it is refused (the rule “A settings layer is read before it is replaced”).
+//!   changes and removes, and whether it is refused (the rule “A settings layer is read before it
+//!   is replaced”).
 //! - [`diff()`](diff::diff): what a push would change against what a node was last sent, with
 //!   the container fields that recreate (the rule “A push says what it will change”).
 //! - [`decide_push()`](moves::decide_push): whether a node's push is held because a running
@@ -18,11 +19,14 @@
 //!   longer accepts (or accepts with another type) that a layer still sets, and what each node
 //!   gets in their place.
 //! - [`attribute()`](attribution::attribute) and [`DependencyGraph`]:
-//!   a merge's changed paths to modules (the rule “Changed paths name their modules”), and the affected modules in tiers.
+//!   a merge's changed paths to modules (the rule “Changed paths name their modules”), and the
+//!   affected modules in tiers.
 //! - [`supersede()`](plans::supersede), [`close()`](plans::close), [`behind()`](plans::behind):
-//!   plans over time (the rules “A newer merge takes over an older plan” and “Behind means an open plan has not done it yet”).
+//!   plans over time (the rules “A newer merge takes over an older plan” and “Behind means an open
+//!   plan has not done it yet”).
 //! - [`step()`](rollout::step): one module's rollout as a state machine, events in and actions
-//!   out (the rules “Grants before code”, “One machine first” and “The gate judges each node from its own send”).
+//!   out (the rules “Grants before code”, “One machine first” and “The gate judges each node from
+//!   its own send”).
 //! - [`preview::Walk`]: what a plan's rollouts would change on each node, module by module,
 //!   diffed as `plan NODE --diff` diffs (the merge's preview).
 //! - [`merge`]: the controller's decisions while it carries a plan out — where a merge's changed

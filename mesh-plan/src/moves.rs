@@ -1,6 +1,6 @@
 //! Held moves: a push that gives a running container a different host directory at a mount it
-//! already has is held for that node until the person says `--move <module>` (the rule “A moved mount is held”
-//! The incident behind “A settings layer is read before it is replaced”).
+//! already has is held for that node until the person says `--move <module>` (the rule “A moved
+//! mount is held” The incident behind “A settings layer is read before it is replaced”).
 //!
 //! Start at [`decide_push`]. What the node was last sent stands for what runs there: a container
 //! in the sent declaration is a running container.
@@ -239,9 +239,10 @@ mod tests {
         )
     }
 
-    /// The rules “A settings layer is read before it is replaced” and “A moved mount is held”: a set of one placement dropped the node's other
-    /// placements, and the next plan mounted the media server's configuration from an empty
-    /// default directory. The push must be held, naming module, mount and both directories.
+    /// The rules “A settings layer is read before it is replaced” and “A moved mount is held”: a
+    /// set of one placement dropped the node's other placements, and the next plan mounted the
+    /// media server's configuration from an empty default directory. The push must be held, naming
+    /// module, mount and both directories.
     #[test]
     fn push_holds_a_running_containers_moved_mount() {
         let sent = composed(

@@ -1,5 +1,6 @@
-//! Plans over time: a newer merge's plan supersedes older open ones (the rule “A newer merge takes over an older plan”
-//! ), and what "behind" means (the rule “Behind means an open plan has not done it yet”).
+//! Plans over time: a newer merge's plan supersedes older open ones (the rule “A newer merge takes
+//! over an older plan” ), and what "behind" means (the rule “Behind means an open plan has not done
+//! it yet”).
 //!
 //! Start at [`supersede`]: given a new plan (its changed modules in `modules`) and every plan the
 //! mesh keeps, it says which older plans end `superseded{by}` and which of their modules join
@@ -289,8 +290,9 @@ mod tests {
         serde_json::to_string_pretty(&result).unwrap()
     }
 
-    /// The incident behind “A newer merge takes over an older plan”: three merges within four minutes made three plans that all ran; the
-    /// middle one sat "building" for hours. The newest takes over both older plans' unbuilt work.
+    /// The incident behind “A newer merge takes over an older plan”: three merges within four
+    /// minutes made three plans that all ran; the middle one sat "building" for hours. The newest
+    /// takes over both older plans' unbuilt work.
     #[test]
     fn a_newer_plan_folds_in_the_unbuilt_modules_of_older_open_plans() {
         insta::assert_snapshot!(check(
@@ -372,8 +374,8 @@ mod tests {
         assert!(!p.state.is_open());
     }
 
-    /// The incident behind “Behind means an open plan has not done it yet”: status called 69 modules behind when 11 had changed. Behind is only what
-    /// open plans have yet to do.
+    /// The incident behind “Behind means an open plan has not done it yet”: status called 69
+    /// modules behind when 11 had changed. Behind is only what open plans have yet to do.
     #[test]
     fn behind_lists_exactly_what_open_plans_have_not_finished() {
         let plans = [

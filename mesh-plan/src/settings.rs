@@ -352,9 +352,10 @@ mod tests {
         ));
     }
 
-    /// The incident behind “A settings layer is read before it is replaced”: one placement was set for one module on one machine; the layer is
-    /// replaced whole, and placements, media accesses, an exposure, endpoints and the account's
-    /// ids were silently dropped. The set must be refused naming every dropped key.
+    /// The incident behind “A settings layer is read before it is replaced”: one placement was set
+    /// for one module on one machine; the layer is replaced whole, and placements, media accesses,
+    /// an exposure, endpoints and the account's ids were silently dropped. The set must be refused
+    /// naming every dropped key.
     #[test]
     fn setting_one_placement_over_a_full_node_layer_is_refused_naming_every_dropped_key() {
         let node_layer = r#"{

@@ -1,5 +1,6 @@
 //! Collection: deleting the blobs nothing holds, only once every kept archive is held
-//! The rules “The sweep holds before it lets go” and “An archive is published with a manifest that holds it”.
+//! The rules “The sweep holds before it lets go” and “An archive is published with a manifest that
+//! holds it”.
 //!
 //! Start with [`collect`]: it sweeps, and collects for real only when the sweep reports every
 //! kept archive held ("N of N held") with nothing failed; otherwise it runs the collection dry

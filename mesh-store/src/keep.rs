@@ -1,4 +1,5 @@
-//! The keep set: which archives the mesh keeps, and why (the rules “What the mesh keeps, for a reason” and “An archive is published with a manifest that holds it”).
+//! The keep set: which archives the mesh keeps, and why (the rules “What the mesh keeps, for a
+//! reason” and “An archive is published with a manifest that holds it”).
 //!
 //! [`keep_set`] is a pure function of the module records: no IO, no clock.
 //!

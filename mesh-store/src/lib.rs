@@ -5,7 +5,8 @@
 //! - [`archive`] makes it a deterministic archive ([`archive::archive_tree`]) and back
 //!   ([`archive::unpack_archive`]);
 //! - [`manifest`] is the manifest that holds an archive, a pure function of its digest and size
-//!   ([`manifest::holding_manifest`], the rule “An archive is published with a manifest that holds it”);
+//!   ([`manifest::holding_manifest`], the rule “An archive is published with a manifest that holds
+//!   it”);
 //! - [`store`] is the one trait over both backends ([`store::ArchiveStore`]), how a store is
 //!   named ([`store::StoreSpec`]) and [`store::publish`]; [`layout`] (an OCI image layout
 //!   directory) and [`registry`] (an OCI registry) implement it, and [`open`] is the one place
@@ -14,8 +15,8 @@
 //!   [`record_store`]: files under the mesh home, or a bucket on a fleet),
 //!   [`keep`] what it therefore keeps and why (the rule “What the mesh keeps, for a reason”);
 //! - [`sweep`] holds every kept archive and then lets the rest go, [`collect`] deletes what
-//!   nothing holds (the rule “The sweep holds before it lets go”), each backend reporting a [`garbage::GarbageReport`]; [`lock`]
-//!   keeps publishing and collecting apart;
+//!   nothing holds (the rule “The sweep holds before it lets go”), each backend reporting a
+//!   [`garbage::GarbageReport`]; [`lock`] keeps publishing and collecting apart;
 //! - [`problems`] are the failures kept in the records until resolved;
 //! - [`collector`] is a whole run of the collector (`mesh-collector sweep` and `collect`):
 //!   the store opened and locked, the keep set read from the records, the sweep or the

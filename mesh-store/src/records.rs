@@ -13,7 +13,8 @@
 //! keeps nothing.
 //!
 //! # Guarantees
-//! - A dry-run build is never recorded (the rule “A merge heard twice makes one plan”): [`record_build`] refuses it.
+//! - A dry-run build is never recorded (the rule “A merge heard twice makes one plan”):
+//!   [`record_build`] refuses it.
 //! - Two writers of the same record never lose each other's builds: the read-modify-write is
 //!   [`RecordStore::update`] (a lock on a directory, compare-and-set on a bucket).
 
@@ -86,7 +87,8 @@ pub enum RecordError {
         found: u32,
     },
     /// A record pinning archives: pins were never written by the mesh and are no reason to
-    /// keep an archive (the rule “What the mesh keeps, for a reason”); remove `pinned` from the record.
+    /// keep an archive (the rule “What the mesh keeps, for a reason”); remove `pinned` from the
+    /// record.
     #[error(
         "module record {location} pins archives; pins are not kept by the mesh (the rule “What the mesh keeps, for a reason”): \
          remove its `pinned` list (keep an archive by making it the module's current build)"

@@ -202,7 +202,8 @@ pub enum Holding {
 /// Collection is not here: each backend collects its own way ([`crate::collect`]).
 #[async_trait]
 pub trait ArchiveStore: Send + Sync {
-    /// The store's spec, for messages (`oci:/var/mesh/store`, `http://127.0.0.1:5000/mesh/archives`).
+    /// The store's spec, for messages (`oci:/var/mesh/store`,
+    /// `http://127.0.0.1:5000/mesh/archives`).
     fn name(&self) -> String;
 
     /// Puts an archive's bytes as a bare blob, held by nothing. Idempotent.
@@ -437,9 +438,9 @@ pub struct Published {
     pub tag: String,
 }
 
-/// Publishes an archive held by its manifest (the rule “An archive is published with a manifest that holds it”): the blob, then the holding manifest.
-/// Take the [`crate::lock::PublishLock`] first, and record the build (see
-/// [`crate::records::record_build`]) before dropping it.
+/// Publishes an archive held by its manifest (the rule “An archive is published with a manifest
+/// that holds it”): the blob, then the holding manifest. Take the [`crate::lock::PublishLock`]
+/// first, and record the build (see [`crate::records::record_build`]) before dropping it.
 ///
 /// # Guarantees
 /// Idempotent: publishing the same archive again changes nothing. When it returns `Ok`, the

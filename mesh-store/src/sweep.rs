@@ -1,4 +1,5 @@
-//! The sweep (the rules “The sweep holds before it lets go” and “An archive is published with a manifest that holds it”): hold every kept archive, then let go of the rest.
+//! The sweep (the rules “The sweep holds before it lets go” and “An archive is published with a
+//! manifest that holds it”): hold every kept archive, then let go of the rest.
 //!
 //! Start with [`sweep`]; it answers a [`SweepReport`] that says, per kept archive, whether it
 //! was already held, held by this sweep, or is missing, and per released archive what became

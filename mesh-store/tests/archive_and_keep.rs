@@ -36,8 +36,8 @@ fn the_executable_bit_is_part_of_the_digest_and_nothing_else_of_the_mode() {
 
 #[test]
 fn an_archive_is_stable_across_builds_of_this_crate() {
-    // If this digest changes, every module's next build is redeployed once (the rule “A byte-identical build is not redeployed”): change
-    // it only on purpose.
+    // If this digest changes, every module's next build is redeployed once (the rule “A
+    // byte-identical build is not redeployed”): change it only on purpose.
     let digest = archive_tree(&tree("stable")).unwrap().reference.digest;
     insta::assert_snapshot!(digest, @"sha256:9c31d3b4d504dcae3a44da7965cfb974a6601c810b0874b1368f4a949c5f932d");
 }
@@ -215,8 +215,8 @@ fn a_rebuild_of_the_same_archive_does_not_take_a_second_place() {
     assert!(keep.keeps(&archive_ref(2).digest));
 }
 
-// The incident behind “An archive is published with a manifest that holds it”: "the five most recent builds" kept builds of modules the mesh no longer
-// holds, forever.
+// The incident behind “An archive is published with a manifest that holds it”: "the five most
+// recent builds" kept builds of modules the mesh no longer holds, forever.
 #[test]
 fn a_forgotten_module_keeps_nothing() {
     let mut forgotten = module_with_builds("old", 3);

@@ -165,7 +165,8 @@ async fn layout_collection_refuses_to_run_for_real_while_a_kept_archive_is_unhel
 
 #[tokio::test]
 async fn a_sweep_holds_a_kept_archive_published_bare() {
-    // The incident behind “An archive is published with a manifest that holds it”: archives published before the fix are bare blobs; the sweep backfills.
+    // The incident behind “An archive is published with a manifest that holds it”: archives
+    // published before the fix are bare blobs; the sweep backfills.
     let (_dir, home, store) = layout_and_home();
     let bare = archive("bare");
     store.put_blob(&bare).await.unwrap();

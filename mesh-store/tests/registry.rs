@@ -74,9 +74,9 @@ fn record(home: &Path, module: &str, held: bool, builds: &[(&Archive, u64)]) {
     write_module_record(&DirRecords::new(home), &record).unwrap();
 }
 
-// The incident behind “An archive is published with a manifest that holds it”: archives published as bare blobs are deleted by the registry's own collector;
-// archives published by us survive it; after a sweep, every kept archive survives a real
-// collection and every released one is gone.
+// The incident behind “An archive is published with a manifest that holds it”: archives published
+// as bare blobs are deleted by the registry's own collector; archives published by us survive it;
+// after a sweep, every kept archive survives a real collection and every released one is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stock_collection_deletes_bare_archives_and_spares_held_ones() {
     let (registry, store, home) = store_and_home(TestRegistry::start());

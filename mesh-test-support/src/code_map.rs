@@ -4,10 +4,11 @@
 //! uses only modules listed before it ([`page_order`], [`out_of_order`]).
 //!
 //! An edge `a → b` is any `crate::b` path in module `a`'s source outside comments and its unit
-//! tests (a `#[cfg(test)]` module, inline or a module directory's `tests.rs`), and `super::b` in a top-level file (whose parent is the
-//! crate root). Paths through the crate root's re-exports are not followed: a module that
-//! reaches another only through one is not counted, so keep `use` lines naming the module.
-//! `src/bin`, where Cargo finds binaries each a crate of its own, is not a module.
+//! tests (a `#[cfg(test)]` module, inline or a module directory's `tests.rs`), and `super::b` in a
+//! top-level file (whose parent is the crate root). Paths through the crate root's re-exports are
+//! not followed: a module that reaches another only through one is not counted, so keep `use` lines
+//! naming the module. `src/bin`, where Cargo finds binaries each a crate of its own, is not a
+//! module.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

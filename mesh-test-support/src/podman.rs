@@ -33,8 +33,8 @@ pub fn podman_config() -> PodmanConfig {
     }
 }
 
-/// The settle time of the tests' containers (the rule “A container is applied only when it runs”): short, by configuration. A container
-/// that exits at once has exited long before it.
+/// The settle time of the tests' containers (the rule “A container is applied only when it runs”):
+/// short, by configuration. A container that exits at once has exited long before it.
 pub const SETTLE_MS: u64 = 500;
 
 /// The locally imported busybox image.

@@ -5,10 +5,10 @@
 //! TLS only with a [`TestPki`]'s certificate and accepts only its htpasswd users (bcrypt, cost
 //! 4: the registry checks the hash on every request). Its storage is in its own directory
 //! (under `$MESH_TEST_REGISTRY_TMP` when set, a tmpfs: the tests measure the mesh, not the
-//! disk). A test may stop and start it again ([`RegistryHandle::stop`], [`RegistryHandle::start_again`]),
-//! as a collection does. [`ShellRegistry`] is one an operator's service manager would run:
-//! started and stopped by shell commands, which a test hands to the collector. Dropping either
-//! stops the registry and removes its directory.
+//! disk). A test may stop and start it again ([`RegistryHandle::stop`],
+//! [`RegistryHandle::start_again`]), as a collection does. [`ShellRegistry`] is one an operator's
+//! service manager would run: started and stopped by shell commands, which a test hands to the
+//! collector. Dropping either stops the registry and removes its directory.
 //!
 //! What it must never do: listen anywhere but loopback, or pass quietly when the binary is
 //! missing — it fails saying to install the Debian package (tests are never skipped).

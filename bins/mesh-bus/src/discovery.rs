@@ -1,4 +1,5 @@
-//! Discovery (the rule “Discovery waits for everyone who said they are there”): who is there, and what each runtime serves.
+//! Discovery (the rule “Discovery waits for everyone who said they are there”): who is there, and
+//! what each runtime serves.
 //!
 //! Every runtime — each host and the controller — answers NATS service discovery
 //! (`$SRV.PING`, `$SRV.INFO`) through [`serve_discovery`], announcing its node and
@@ -244,7 +245,8 @@ pub struct Discovery {
     pub waited: Duration,
 }
 
-/// An answer to discovery that could not be read (the rule “Discovery waits for everyone who said they are there”: named, never dropped).
+/// An answer to discovery that could not be read (the rule “Discovery waits for everyone who said
+/// they are there”: named, never dropped).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct UnreadableAnswer {

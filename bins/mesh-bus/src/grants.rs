@@ -4,12 +4,12 @@
 //!
 //! Start at [`users_config`]: a pure function from [`BusUsers`] to the text the node holding the
 //! bus includes in its server configuration (and reloads). Each user proves itself with an
-//! NKey ([`UserCredential::Nkey`]: the file then holds its public key only, no secret; the rule “Secrets never leave their owner”)
-//! or, until its node is enrolled, a password ([`UserCredential::Password`]);
-//! [`users_on_passwords`] names those still on one. [`authorization_config`] is the same for
-//! password users ([`BusAuthorization`]). [`node_permissions`]
-//! says what one node may do; [`bus_users`] is the list of users, which the controller compares
-//! to know whether the bus node must be sent first.
+//! NKey ([`UserCredential::Nkey`]: the file then holds its public key only, no secret; the rule
+//! “Secrets never leave their owner”) or, until its node is enrolled, a password
+//! ([`UserCredential::Password`]); [`users_on_passwords`] names those still on one.
+//! [`authorization_config`] is the same for password users ([`BusAuthorization`]).
+//! [`node_permissions`] says what one node may do; [`bus_users`] is the list of users, which the
+//! controller compares to know whether the bus node must be sent first.
 //!
 //! What it must never do: read a clock, a file or the network (the output is a function of its
 //! input alone, byte for byte), or let a node near another node's declarations or reports — a

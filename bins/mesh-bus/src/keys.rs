@@ -1,8 +1,8 @@
-//! NKeys (the rule “Secrets never leave their owner”): how a node proves itself to the bus with a key whose secret never leaves
-//! it. The host makes a user key pair ([`make_seed_file`]: the seed `0600` under its state
-//! directory), the operator enrolls its public key (`U…`) with the controller, and the server's
-//! users file ([`crate::grants::users_config`]) carries public keys only. A client signs the
-//! server's nonce with its seed ([`crate::NatsOptions::for_node_nkey`]).
+//! NKeys (the rule “Secrets never leave their owner”): how a node proves itself to the bus with a
+//! key whose secret never leaves it. The host makes a user key pair ([`make_seed_file`]: the seed
+//! `0600` under its state directory), the operator enrolls its public key (`U…`) with the
+//! controller, and the server's users file ([`crate::grants::users_config`]) carries public keys
+//! only. A client signs the server's nonce with its seed ([`crate::NatsOptions::for_node_nkey`]).
 //!
 //! The controller keeps its own credential under its home: its seed
 //! ([`CONTROLLER_SEED_FILE`], made by `mesh-controller broker keygen`) or, until it has one,

@@ -9,11 +9,13 @@
 //! Where to start: [`Bus`], then [`nats`] for the fleet. Beside the trait, NATS gives the mesh
 //! what a plain bus cannot:
 //! - [`jetstream`]: the streams (declarations, reports, events), durable consumers made
-//!   **from now** and [`jetstream::consumer_reset`] (the rule “A durable consumer starts from now”), merge announcements heard once;
+//!   **from now** and [`jetstream::consumer_reset`] (the rule “A durable consumer starts from
+//!   now”), merge announcements heard once;
 //! - [`grants`]: the server's `authorization` block composed from the nodes and what their
 //!   modules are granted — a pure function (the rule “Grants before code”);
 //! - [`discovery`]: each runtime answers `$SRV.PING`/`$SRV.INFO`; [`discovery::discover`] waits
-//!   for every instance that said it is there and names the ones not heard (the rule “Discovery waits for everyone who said they are there”);
+//!   for every instance that said it is there and names the ones not heard (the rule “Discovery
+//!   waits for everyone who said they are there”);
 //! - [`probe`]: proves a node's permissions in force on the server, one by one, before code
 //!   that needs them is sent (the rule “Grants before code”);
 //! - [`records`]: the controller's records in a key-value bucket, for a controller that may

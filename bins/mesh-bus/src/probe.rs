@@ -1,5 +1,5 @@
-//! Proving a node's bus permissions in force, one by one (the rule “Grants before code”: grants before
-//! code).
+//! Proving a node's bus permissions in force, one by one (the rule “Grants before code”: grants
+//! before code).
 //!
 //! A server that let a node's user log in has not necessarily reloaded what that user may do:
 //! a change of permissions alone (a module newly granted a state bucket, an event subject taken
@@ -427,7 +427,8 @@ mod tests {
 
     #[test]
     fn every_permission_is_checked_and_what_was_taken_away_refused() {
-        // The incident behind “Grants before code”: home gains the bucket `media` and loses the event subject `media.done`.
+        // The incident behind “Grants before code”: home gains the bucket `media` and loses the
+        // event subject `media.done`.
         let before = grants(&["agent"], &["media.scan", "media.done", "logs.*"]);
         let after = grants(&["agent", "media"], &["media.scan", "logs.>"]);
         insta::assert_snapshot!(listed(&checks(&after, Some(&before))));

@@ -1,4 +1,6 @@
-//! `mesh-collector`: the store's sweep and collection (the rules “What the mesh keeps, for a reason”, “The sweep holds before it lets go” and “An archive is published with a manifest that holds it”).
+//! `mesh-collector`: the store's sweep and collection (the rules “What the mesh keeps, for a
+//! reason”, “The sweep holds before it lets go” and “An archive is published with a manifest that
+//! holds it”).
 //!
 //! Reads what the mesh holds from the module records (see `mesh_store::records`) — under
 //! `--home`, or on a fleet (`--bus`) in the controller's records bucket — computes the keep

@@ -1,8 +1,8 @@
-//! `status` over a fleet's latest reports (the rule “Every report is heard, from one source”): the controller's
-//! [`mesh_controller::status::overview`] over N nodes whose latest reports are in the bus's
-//! reports stream (a real loopback `nats-server`, the records in its `mesh-records` bucket),
-//! against reading those same reports raw from the stream — one last-message-by-subject read
-//! per node, as the overview's own source does — in the same run.
+//! `status` over a fleet's latest reports (the rule “Every report is heard, from one source”): the
+//! controller's [`mesh_controller::status::overview`] over N nodes whose latest reports are in the
+//! bus's reports stream (a real loopback `nats-server`, the records in its `mesh-records` bucket),
+//! against reading those same reports raw from the stream — one last-message-by-subject read per
+//! node, as the overview's own source does — in the same run.
 //!
 //! `cargo bench -p mesh-controller --bench status_reports`. Knobs (environment):
 //! `MESH_BENCH_NODES` (default 10000), `MESH_BENCH_TMP` (where the home is made; default

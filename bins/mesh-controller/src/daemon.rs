@@ -112,16 +112,17 @@ pub async fn make_streams(
 /// `mesh-controller --bus URL serve`: the controller as a daemon on a fleet, until `shutdown`.
 ///
 /// It makes the mesh's streams, answers discovery as [`discovery::CONTROLLER_SERVICE`] (the
-/// rule “Discovery waits for everyone who said they are there”), and hears merges announced on the bus through its durable consumer
-/// [`MERGE_CONSUMER`], made from now (the rule “A durable consumer starts from now”): each merge, heard once however often it is
-/// announced (the rule “A merge heard twice makes one plan”), is planned as `merge NAME --commit C --plan-only` would, and
-/// acknowledged. The open plans are driven over the bus as `plans resume` would (built, rolled
-/// out one machine first to the real hosts), each as a task of the runtime's, at most
-/// `options.max_drives` at once, while the loop goes on hearing merges. A merge of a repository
-/// and branch whose plan is driven takes it over at once: that drive is cancelled at its next
-/// step boundary (a rollout waiting on its first machine within a second), and the new plan
-/// supersedes it, taking in its unbuilt and unsent modules, and is driven. Open plans left by a
-/// controller stopped mid-rollout are driven on when it starts. A merge that cannot be planned (an unknown
+/// rule “Discovery waits for everyone who said they are there”), and hears merges announced on the
+/// bus through its durable consumer [`MERGE_CONSUMER`], made from now (the rule “A durable consumer
+/// starts from now”): each merge, heard once however often it is announced (the rule “A merge heard
+/// twice makes one plan”), is planned as `merge NAME --commit C --plan-only` would, and
+/// acknowledged. The open plans are driven over the bus as `plans resume` would (built, rolled out
+/// one machine first to the real hosts), each as a task of the runtime's, at most
+/// `options.max_drives` at once, while the loop goes on hearing merges. A merge of a repository and
+/// branch whose plan is driven takes it over at once: that drive is cancelled at its next step
+/// boundary (a rollout waiting on its first machine within a second), and the new plan supersedes
+/// it, taking in its unbuilt and unsent modules, and is driven. Open plans left by a controller
+/// stopped mid-rollout are driven on when it starts. A merge that cannot be planned (an unknown
 /// repository, another branch than the one registered) is logged, recorded as a problem of its
 /// repository (shown by `status` until a later merge of it is planned) and acknowledged; a drive
 /// that fails is logged, and its plan is driven on after the next merge or start.
@@ -292,8 +293,8 @@ pub async fn serve(
             }
             Err(error) => Err(error),
         };
-        // The rule “Nothing fails silently”: a merge that cannot be planned reaches `status` (a problem of the
-        // repository) until a later merge of it is planned.
+        // The rule “Nothing fails silently”: a merge that cannot be planned reaches `status` (a
+        // problem of the repository) until a later merge of it is planned.
         let kept = match planned {
             Ok(outcome) => {
                 tracing::info!(

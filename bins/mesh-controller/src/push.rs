@@ -1,6 +1,6 @@
 //! Composing declarations, what a push did for each node, and each node's status. The push
-//! itself is [`crate::executor::push()`], through a [`crate::executor::fleet::Fleet`]: in the embedded
-//! default every node's host agent runs in this process on an in-process bus, and the
+//! itself is [`crate::executor::push()`], through a [`crate::executor::fleet::Fleet`]: in the
+//! embedded default every node's host agent runs in this process on an in-process bus, and the
 //! controller publishes each declaration and waits for each report exactly as across a fleet.
 
 use crate::error::{Context, Error, Result};
@@ -89,8 +89,8 @@ pub enum NodeResult {
         /// The node's report.
         report: Report,
     },
-    /// Not sent: the push would move a running container's data (the rule “A moved mount is held”); `push --move
-    /// MODULE` sends it.
+    /// Not sent: the push would move a running container's data (the rule “A moved mount is held”);
+    /// `push --move MODULE` sends it.
     Held {
         /// The moves nobody acknowledged.
         moves: Vec<mesh_plan::Move>,

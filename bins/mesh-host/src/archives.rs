@@ -126,7 +126,8 @@ impl ArchiveSource {
     }
 
     /// The archive's bytes from the cache, if an entry there is exactly them. An entry that is
-    /// not (corrupt, cut short) is removed, so it is fetched again. An entry used is marked so (its modification time set to now: see [Pruning](self)).
+    /// not (corrupt, cut short) is removed, so it is fetched again. An entry used is marked so (its
+    /// modification time set to now: see [Pruning](self)).
     fn cached(&self, archive: &ArchiveRef) -> Option<Vec<u8>> {
         let path = self.cache_path(&archive.digest);
         let mut file = std::fs::File::open(&path).ok()?;

@@ -6,8 +6,8 @@
 //! [`apply_received`] applies it with mesh-apply and makes the report. [`start`] subscribes
 //! an agent to its node's declarations on any [`Bus`] (the embedded controller runs one per
 //! node in-process); [`serve`] is the daemon on a fleet (`mesh-host serve`: NATS JetStream,
-//! heartbeats, retries, discovery), and [`serve::run`] the daemon as the binary runs it. [`handle_declaration`] is both steps at once, reading
-//! archives from the cache only.
+//! heartbeats, retries, discovery), and [`serve::run`] the daemon as the binary runs it.
+//! [`handle_declaration`] is both steps at once, reading archives from the cache only.
 //!
 //! # Invariants
 //! - A declaration that does not parse or breaks the format's rules changes nothing under the
@@ -196,7 +196,8 @@ pub fn apply_received(config: &HostConfig, received: &Received, now: u64) -> Rep
 }
 
 /// [`apply_received`], telling `progress` the `mid-change` report before the apply changes
-/// anything (the rule “Mid-change is said before anything changes”; [`mesh_apply::apply_archived_live`]).
+/// anything (the rule “Mid-change is said before anything changes”;
+/// [`mesh_apply::apply_archived_live`]).
 pub fn apply_received_live(
     config: &HostConfig,
     received: &Received,
@@ -343,9 +344,9 @@ pub async fn apply_on_blocking_thread_live(
 
 /// Prunes the host's archive cache after `declaration` was applied
 /// ([`archives::prune_after_apply`]) and notes in `report` what could not be done: a finding
-/// naming the cache, whatever the report holds (the rule “Nothing fails silently”: `status` shows it until a later apply
-/// prunes; a report with no resources and a finding is a refusal only when its machine is
-/// `partial`, `mesh_plan::merge::module_report`).
+/// naming the cache, whatever the report holds (the rule “Nothing fails silently”: `status` shows
+/// it until a later apply prunes; a report with no resources and a finding is a refusal only when
+/// its machine is `partial`, `mesh_plan::merge::module_report`).
 pub fn prune_archive_cache(config: &HostConfig, declaration: &Declaration, report: &mut Report) {
     let note = archives::prune_after_apply(
         &config.state_dir,

@@ -1,9 +1,9 @@
-//! Watching what the host manages (the rule “Drift is seen, and reported even when corrected”): the directories holding the declared files and
-//! directories (and the account files, for memberships) are watched with inotify; any change
-//! in one wakes the daemon, which then examines the declaration for drift
-//! ([`mesh_apply::drift::Examiner`]). A watch only says *when* to look; what differs is always
-//! decided by the examination, so a missed or spurious event costs nothing but a look (the
-//! reconcile interval is the backstop).
+//! Watching what the host manages (the rule “Drift is seen, and reported even when corrected”): the
+//! directories holding the declared files and directories (and the account files, for memberships)
+//! are watched with inotify; any change in one wakes the daemon, which then examines the
+//! declaration for drift ([`mesh_apply::drift::Examiner`]). A watch only says *when* to look; what
+//! differs is always decided by the examination, so a missed or spurious event costs nothing but a
+//! look (the reconcile interval is the backstop).
 //!
 //! Each watched directory costs one inotify watch (the kernel's memory, not the host's); a
 //! watch that cannot be added (a limit reached, a directory not there yet) is logged, and that

@@ -1,8 +1,9 @@
 //! A host proves itself to the bus with a key whose secret never leaves it (the rule
-//! “Secrets never leave their owner”): `mesh-host keygen` makes the seed, mode 0600, under the state directory and prints the public
-//! key; `serve` signs with it over TLS, verifying the server against the fleet's CA, against a
-//! real nats-server whose users file holds public keys only. A seed readable by others is
-//! refused at start; so is a host trusting another CA, or given no CA for the TLS-only server.
+//! “Secrets never leave their owner”): `mesh-host keygen` makes the seed, mode 0600, under the
+//! state directory and prints the public key; `serve` signs with it over TLS, verifying the server
+//! against the fleet's CA, against a real nats-server whose users file holds public keys only. A
+//! seed readable by others is refused at start; so is a host trusting another CA, or given no CA
+//! for the TLS-only server.
 
 use mesh_test_support::pki;
 

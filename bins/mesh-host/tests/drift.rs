@@ -1,7 +1,7 @@
-//! Drift (the rule “Drift is seen, and reported even when corrected”): a real `mesh-host serve` on a real `nats-server`; managed
-//! resources changed by hand are reported at once with what differs, then put back under
-//! `drift = "correct"` and left under `drift = "report"`. A file the mesh does not manage is
-//! never touched.
+//! Drift (the rule “Drift is seen, and reported even when corrected”): a real `mesh-host serve` on
+//! a real `nats-server`; managed resources changed by hand are reported at once with what differs,
+//! then put back under `drift = "correct"` and left under `drift = "report"`. A file the mesh does
+//! not manage is never touched.
 
 mod daemon;
 
@@ -204,7 +204,8 @@ fn a_membership_removed_by_hand_is_reported_and_added_again() {
 
 #[test]
 fn a_container_stopped_by_hand_is_reported_with_its_exit_and_started_again() {
-    // The rule “A container is applied only when it runs”: the host watches its containers (inspection on the reconcile interval).
+    // The rule “A container is applied only when it runs”: the host watches its containers
+    // (inspection on the reconcile interval).
     let name = format!("mesh-test-drift-{}", std::process::id());
     let podman = |args: &[&str]| {
         std::process::Command::new("podman")
@@ -282,8 +283,9 @@ fn a_container_stopped_by_hand_is_reported_with_its_exit_and_started_again() {
 
 #[test]
 fn a_window_whose_holder_is_sigkilled_has_its_container_running_again_with_no_declaration() {
-    // (the incident behind “A maintenance window holds containers still”): a backup that crashes must not keep the database down until
-    // the next push; the daemon converges it within one reconcile interval.
+    // (the incident behind “A maintenance window holds containers still”): a backup that crashes
+    // must not keep the database down until the next push; the daemon converges it within one
+    // reconcile interval.
     let name = format!("mesh-test-window-{}", std::process::id());
     struct Removed(String);
     impl Drop for Removed {

@@ -1,6 +1,6 @@
-//! The truth while an apply runs (the rule “Mid-change is said before anything changes”): a real `mesh-host serve` on a real
-//! `nats-server`, a together group whose second member is held at a fail point while it
-//! commits.
+//! The truth while an apply runs (the rule “Mid-change is said before anything changes”): a real
+//! `mesh-host serve` on a real `nats-server`, a together group whose second member is held at a
+//! fail point while it commits.
 
 mod daemon;
 

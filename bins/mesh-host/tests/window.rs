@@ -1,6 +1,6 @@
-//! `mesh-host window run` and `window list` against real podman (the rule “A maintenance window holds containers still”:
-//! an apply during a backup recreated what the backup had stopped). Needs podman configured as
-//! `scripts/podman-env.sh` does; fails, never skips, without it.
+//! `mesh-host window run` and `window list` against real podman (the rule “A maintenance window
+//! holds containers still”: an apply during a backup recreated what the backup had stopped). Needs
+//! podman configured as `scripts/podman-env.sh` does; fails, never skips, without it.
 
 use mesh_model::declaration::Declaration;
 use mesh_model::report::{Outcome, Report};
@@ -143,7 +143,8 @@ fn held_still() -> Outcome {
 
 #[test]
 fn window_run_holds_its_containers_while_the_step_runs_and_starts_them_after() {
-    // The incident behind “A maintenance window holds containers still”: the step itself runs a hand apply, as the daemon would during a backup.
+    // The incident behind “A maintenance window holds containers still”: the step itself runs a
+    // hand apply, as the daemon would during a backup.
     let mut names = Containers::new();
     let host = Host::new(&mut names, "cli-window-run");
     host.apply();

@@ -42,8 +42,8 @@ impl<'a> Engine<'a, '_> {
     /// Before files `ids` are committed: records, durably, that the declared containers
     /// restarting on them (and already made: one still to be created starts with the new
     /// files) owe a restart, so that a host killed before the restart makes it on the next
-    /// apply (*resources declared together apply all-or-nothing*). Writes nothing when no such container restarts on them, or each owes
-    /// one already.
+    /// apply (*resources declared together apply all-or-nothing*). Writes nothing when no such
+    /// container restarts on them, or each owes one already.
     ///
     /// # Errors
     /// The state could not be written (nothing was committed then).

@@ -107,7 +107,8 @@ impl<'a> Engine<'a, '_> {
         if unit.group.is_none() {
             let resource = members[0];
             if let Some(step) = self.held_container(resource) {
-                // *A maintenance window holds containers still*: an apply during it leaves them alone.
+                // *A maintenance window holds containers still*: an apply during it leaves them
+                // alone.
                 self.outcomes
                     .insert(resource.id.clone(), Outcome::HeldStill { step });
                 return Ok(());

@@ -20,8 +20,8 @@
 //!   embedded mode and in tests): a same-name container it did not make is a conflict, reported,
 //!   never removed.
 //! - A mount's source is a machine path applied under the root prefix exactly as files are; it
-//!   must be a real directory there, reached through no symbolic link (*no symbolic links to move data*), or the container
-//!   is refused before podman is asked anything.
+//!   must be a real directory there, reached through no symbolic link (*no symbolic links to move
+//!   data*), or the container is refused before podman is asked anything.
 //! - Removing a container never removes a mount's data (bind mounts only; no volumes).
 //! - Environment values never appear on podman's command line (they are passed through the
 //!   environment of the `podman` process), and the spec label keeps only their digests.

@@ -54,11 +54,11 @@ pub const DECLARATION_FORMAT_ARCHIVES: u32 = 2;
 pub const DECLARATION_FORMAT_SECRETS: u32 = 3;
 
 /// A node's declaration (wire format, version [`DECLARATION_FORMAT`],
-/// [`DECLARATION_FORMAT_ARCHIVES`] or [`DECLARATION_FORMAT_SECRETS`]). A field this build does not know, here or in a resource —
-/// a newer minor version's, from a controller upgraded before its hosts — is read and ignored;
-/// the digest is then this build's reading of it, so the node reports another digest than it
-/// was sent until it is upgraded too (see the book's *Upgrading the mesh*). A newer major
-/// format is refused as [`WireError::Format`].
+/// [`DECLARATION_FORMAT_ARCHIVES`] or [`DECLARATION_FORMAT_SECRETS`]). A field this build does not
+/// know, here or in a resource — a newer minor version's, from a controller upgraded before its
+/// hosts — is read and ignored; the digest is then this build's reading of it, so the node reports
+/// another digest than it was sent until it is upgraded too (see the book's *Upgrading the mesh*).
+/// A newer major format is refused as [`WireError::Format`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct Declaration {
@@ -71,8 +71,8 @@ pub struct Declaration {
     pub archives: BTreeMap<String, ArchiveRef>,
     /// Every resource, sorted by id.
     pub resources: Vec<Resource>,
-    /// The modules whose drift is only reported, not corrected (the rule “Drift is seen, and reported even when corrected”); a module not named
-    /// here is corrected. Absent when empty.
+    /// The modules whose drift is only reported, not corrected (the rule “Drift is seen, and
+    /// reported even when corrected”); a module not named here is corrected. Absent when empty.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub drift: BTreeMap<String, DriftPolicy>,
 }

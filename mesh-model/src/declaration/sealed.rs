@@ -81,8 +81,9 @@ pub trait Declared: Sync {
     /// Its digest ([`Declaration::digest`]).
     fn digest(&self) -> std::borrow::Cow<'_, str>;
     /// The digest of the declared content of file `resource` (one of this declaration's, or of
-    /// a copy of it with the same files) ([`FileSpec::content_digest`](super::FileSpec::content_digest)); `None` for a resource
-    /// that is not a file with content (or not declared).
+    /// a copy of it with the same files)
+    /// ([`FileSpec::content_digest`](super::FileSpec::content_digest)); `None` for a resource that
+    /// is not a file with content (or not declared).
     fn content_digest(&self, resource: &Resource) -> Option<std::borrow::Cow<'_, str>>;
     /// Every rule it breaks ([`Declaration::problems`]).
     fn problems(&self) -> std::borrow::Cow<'_, [String]>;

@@ -1,6 +1,6 @@
 //! Composing a module's accounts, and ordering what names one after it: a file, directory or
-//! place it owns, a membership of it, a container or job that runs as it (by its fixed ids, as podman
-//! runs a container as ids, not as a name the image does not know).
+//! place it owns, a membership of it, a container or job that runs as it (by its fixed ids, as
+//! podman runs a container as ids, not as a name the image does not know).
 
 use super::{ComposeProblem, ModuleComposer};
 use mesh_model::declaration::{resource_id, AccountSpec, Resource, Spec};

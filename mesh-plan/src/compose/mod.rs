@@ -195,7 +195,8 @@ pub fn compose(
             });
             continue;
         };
-        // The node's own say over the module's (the rule “Drift is seen, and reported even when corrected”).
+        // The node's own say over the module's (the rule “Drift is seen, and reported even when
+        // corrected”).
         let policy = inventory
             .file
             .nodes
@@ -647,7 +648,8 @@ mod tests {
 
     #[test]
     fn a_containers_settle_and_health_and_a_modules_drift_policy_reach_the_declaration() {
-        // The rules “Drift is seen, and reported even when corrected” and “A container is applied only when it runs”: what the host needs to judge a container and to treat drift.
+        // The rules “Drift is seen, and reported even when corrected” and “A container is applied
+        // only when it runs”: what the host needs to judge a container and to treat drift.
         let mesh = MESH
             .replace(
                 "restart-on = [\"config\"]",
@@ -688,7 +690,8 @@ mod tests {
 
     #[test]
     fn a_nodes_drift_policy_overrides_its_modules() {
-        // The rule “Drift is seen, and reported even when corrected”: `drift` on a module, overridable per node in the inventory.
+        // The rule “Drift is seen, and reported even when corrected”: `drift` on a module,
+        // overridable per node in the inventory.
         let mesh = MESH
             .replace(
                 "depends = [\"base\"]",

@@ -1,5 +1,5 @@
-//! One module's rollout as a state machine: events in, actions out, time an argument (the rules “Grants before code”, “One machine first” and “The gate judges
-//! each node from its own send”).
+//! One module's rollout as a state machine: events in, actions out, time an argument (the rules
+//! “Grants before code”, “One machine first” and “The gate judges each node from its own send”).
 //!
 //! Start at [`step`]: the controller feeds it [`Event`]s (a start, grants issued or failed, a
 //! node's report, a clock tick) with `now`, and carries out the [`Action`]s it returns, in order.
@@ -18,15 +18,16 @@
 //!   module's rollout naming node and reason ([`Action::Stop`]); with `on-failure = "revert"`
 //!   the first node is sent back what it ran ([`Action::Revert`]). The other nodes keep what they
 //!   ran. A failing node after the first also stops the rollout (no further sends).
-//! - **Each node is judged from its own send** (the incident behind “The gate judges each node from its own send”): a report counts when it is about the
-//!   declaration that node was sent and was made at or after that node's send — a first node's
-//!   report made between the two sends opens the gate; a report from before its send does not.
+//! - **Each node is judged from its own send** (the incident behind “The gate judges each node from
+//!   its own send”): a report counts when it is about the declaration that node was sent and was
+//!   made at or after that node's send — a first node's report made between the two sends opens the
+//!   gate; a report from before its send does not.
 //!
-//! - **A move is held, not made** (the rule “A moved mount is held”): a node whose new declaration would
-//!   give a running container another host directory at a mount is reported
-//!   [`Event::Held`] by the controller instead of being sent; it is passed over (the next node
-//!   goes first when it was the first), the others go on, and once every other node applied the
-//!   rollout waits in [`Stage::Held`] until [`Event::Release`] (a person's `--move MODULE`).
+//! - **A move is held, not made** (the rule “A moved mount is held”): a node whose new declaration
+//!   would give a running container another host directory at a mount is reported [`Event::Held`]
+//!   by the controller instead of being sent; it is passed over (the next node goes first when it
+//!   was the first), the others go on, and once every other node applied the rollout waits in
+//!   [`Stage::Held`] until [`Event::Release`] (a person's `--move MODULE`).
 //!
 //! Nodes that are not running are not sent to; they take the module at their next push.
 
@@ -143,8 +144,9 @@ pub enum Event {
         /// Why it does not read, with its size and first bytes.
         reason: String,
     },
-    /// A node's declaration was not sent: it would move a running container's data (the rule “A moved mount is held”),
-    /// or drop a setting its layers hold (the rule "an orphaned setting is a removal").
+    /// A node's declaration was not sent: it would move a running container's data (the rule “A
+    /// moved mount is held”), or drop a setting its layers hold (the rule "an orphaned setting is a
+    /// removal").
     Held {
         /// The node.
         node: String,

@@ -32,8 +32,9 @@ pub enum NodeProgress {
         /// When.
         at: u64,
     },
-    /// Its declaration was held back: it would move a running container's data (the rule “A moved mount is held”), or
-    /// drop a setting its layers hold (the rule "an orphaned setting is a removal").
+    /// Its declaration was held back: it would move a running container's data (the rule “A moved
+    /// mount is held”), or drop a setting its layers hold (the rule "an orphaned setting is a
+    /// removal").
     Held {
         /// The moves nobody acknowledged.
         moves: Vec<Move>,

@@ -339,7 +339,8 @@ fn reported(
     let NodeProgress::Sent { at: sent_at } = *progress else {
         return;
     };
-    // The incident behind “The gate judges each node from its own send”: judged from this node's own send, not the module's latest.
+    // The incident behind “The gate judges each node from its own send”: judged from this node's
+    // own send, not the module's latest.
     if report.made_at < sent_at || expected != Some(report.declaration.as_str()) {
         return;
     }

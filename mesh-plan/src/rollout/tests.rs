@@ -168,10 +168,10 @@ fn together_sends_every_running_node_at_once() {
     ));
 }
 
-/// The incident behind “The gate judges each node from its own send”: the gate asked every node for a report made after the module's *last*
-/// send; the first node's report, made between the two sends, read as stale and the plan
-/// waited seven minutes. Each node is judged from its own send — and a report from before
-/// its send (or about an older declaration) does not open the gate.
+/// The incident behind “The gate judges each node from its own send”: the gate asked every node for
+/// a report made after the module's *last* send; the first node's report, made between the two
+/// sends, read as stale and the plan waited seven minutes. Each node is judged from its own send —
+/// and a report from before its send (or about an older declaration) does not open the gate.
 #[test]
 fn a_first_nodes_report_between_the_two_sends_opens_the_gate() {
     let spec = spec(&[("a", true), ("b", true)], Upgrade::OneFirst);
@@ -413,8 +413,8 @@ fn a_move(node: &str) -> Vec<Move> {
     }]
 }
 
-/// The rule “A moved mount is held” on the rollout path: a first node whose data would move is held, the
-/// next node goes first, the others go on; the rollout then waits, open, until a person's
+/// The rule “A moved mount is held” on the rollout path: a first node whose data would move is
+/// held, the next node goes first, the others go on; the rollout then waits, open, until a person's
 /// `--move` releases the held node, which is then sent and judged like any other.
 #[test]
 fn a_held_first_node_passes_the_gate_to_the_next_and_waits_for_release() {

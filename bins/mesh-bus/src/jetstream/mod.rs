@@ -2,10 +2,11 @@
 //! announcements heard once.
 //!
 //! Start at [`ensure_streams`] (the controller runs it on start), then
-//! [`ensure_consumer_from_now`] for every durable consumer on a history stream (the rule “A durable consumer starts from now”,
-//! ), and [`consumer_reset`] for `mesh-controller broker consumer-reset STREAM CONSUMER`.
-//! Declarations travel as [`publish_declaration`] / [`last_declaration`] (`declarations`),
-//! reports are read by a [`ReportReader`] (`reports`), merges as [`publish_merge`] / [`MergeListener`] (`merges`); key-value buckets are made by
+//! [`ensure_consumer_from_now`] for every durable consumer on a history stream (the rule “A durable
+//! consumer starts from now”, ), and [`consumer_reset`] for `mesh-controller broker consumer-reset
+//! STREAM CONSUMER`. Declarations travel as [`publish_declaration`] / [`last_declaration`]
+//! (`declarations`), reports are read by a [`ReportReader`] (`reports`), merges as
+//! [`publish_merge`] / [`MergeListener`] (`merges`); key-value buckets are made by
 //! [`ensure_bucket`] (`buckets`).
 //!
 //! What it must never do: re-make a consumer that exists (it would lose its place), make one with
@@ -47,7 +48,8 @@ use futures_util::StreamExt;
 use std::time::Duration;
 
 /// How long the events stream remembers a merge's message id: a merge announced again within
-/// it is not stored again (the incident behind “A merge heard twice makes one plan” saw repeats 0.5 to 30 seconds apart).
+/// it is not stored again (the incident behind “A merge heard twice makes one plan” saw repeats 0.5
+/// to 30 seconds apart).
 pub const MERGE_DEDUPLICATION_WINDOW: Duration = Duration::from_secs(60 * 60);
 
 /// The reports stream: the last 64 reports of each node, for at most a week.
@@ -159,9 +161,9 @@ pub async fn ensure_stream(
     Ok(stream)
 }
 
-/// How long making a stream (a bucket's too) is tried again while the cluster answers that JetStream
-/// is "temporarily unavailable" (10008): a cluster just formed, or one busy, whose new stream
-/// has not yet elected its leader.
+/// How long making a stream (a bucket's too) is tried again while the cluster answers that
+/// JetStream is "temporarily unavailable" (10008): a cluster just formed, or one busy, whose new
+/// stream has not yet elected its leader.
 pub const STREAM_MAKE_PATIENCE: Duration = Duration::from_secs(30);
 
 /// Whether `error` is JetStream's 10008, "JetStream system temporarily unavailable": what a
@@ -324,11 +326,13 @@ pub enum Ensured {
     Kept,
 }
 
-/// Makes a durable pull consumer **from now**, or opens the one that exists, unchanged (the rule “A durable consumer starts from now”).
+/// Makes a durable pull consumer **from now**, or opens the one that exists, unchanged (the rule “A
+/// durable consumer starts from now”).
 ///
 /// `config` must name the consumer (`durable_name`); its `deliver_policy` is set to
 /// [`DeliverPolicy::New`] whatever it said, so the consumer never starts with the server's
-/// default (*all*, the incident behind “A durable consumer starts from now”). Give it one `filter_subject`: 2.9 ignores `filter_subjects`.
+/// default (*all*, the incident behind “A durable consumer starts from now”). Give it one
+/// `filter_subject`: 2.9 ignores `filter_subjects`.
 ///
 /// # Guarantees
 /// - A consumer that exists is never re-made: it keeps its place and its configuration, even
@@ -409,7 +413,8 @@ pub struct ConsumerReset {
 }
 
 /// Re-makes a stuck durable consumer **from now**, its configuration otherwise kept
-/// (`mesh-controller broker consumer-reset STREAM CONSUMER`, the rule “A durable consumer starts from now”).
+/// (`mesh-controller broker consumer-reset STREAM CONSUMER`, the rule “A durable consumer starts
+/// from now”).
 ///
 /// The consumer's configuration is read, the consumer deleted, and made again with deliver
 /// policy *new* (any start sequence or time dropped). 2.9 has no reset API; the one of 2.14

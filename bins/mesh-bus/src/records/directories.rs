@@ -1,7 +1,7 @@
-//! The records' buckets: [`crate::subjects::RECORDS_BUCKET`] for the records at the top, and one bucket per
-//! top-level record directory ([`super::layout::place`]) — made when its first record is
-//! written, found again by its stream's name — and the one move of a bucket holding every
-//! record (layout 2) to them ([`migrate_to_directories`]).
+//! The records' buckets: [`crate::subjects::RECORDS_BUCKET`] for the records at the top, and one
+//! bucket per top-level record directory ([`super::layout::place`]) — made when its first record is
+//! written, found again by its stream's name — and the one move of a bucket holding every record
+//! (layout 2) to them ([`migrate_to_directories`]).
 //!
 //! Why a bucket per directory: a filtered consumer on a nats-server 2.9 scans every subject of
 //! its stream, so a listing of 10 keys in a bucket of 200,000 records cost 576× the same
@@ -74,11 +74,11 @@ pub(super) async fn directory_buckets(
     Ok(buckets)
 }
 
-/// Moves the records under a directory from [`crate::subjects::RECORDS_BUCKET`] (layout 2: every record in
-/// it) to their directory's bucket, once: every such record copied, then purged from the top
-/// bucket, then the layout marked 3. A move stopped part way is done again on the next open
-/// from what the top bucket still holds (a record is purged only once every record is
-/// copied). Returns how many records were moved; says so in the log when any were.
+/// Moves the records under a directory from [`crate::subjects::RECORDS_BUCKET`] (layout 2: every
+/// record in it) to their directory's bucket, once: every such record copied, then purged from the
+/// top bucket, then the layout marked 3. A move stopped part way is done again on the next open
+/// from what the top bucket still holds (a record is purged only once every record is copied).
+/// Returns how many records were moved; says so in the log when any were.
 pub(super) async fn migrate_to_directories(
     js: &async_nats::jetstream::Context,
     top: &kv::Store,

@@ -482,8 +482,9 @@ impl KvRecords {
 
 /// `source`, said as a lost quorum when it is one: JetStream's 10008 ("temporarily
 /// unavailable"), after being `tried` again for a while when it was, means the bucket's
-/// stream (or the cluster's metadata) has had no leader all that time. On a cluster the records are read from the stream's leader
-/// ([`leader`]), so a cluster without one can be neither read nor written.
+/// stream (or the cluster's metadata) has had no leader all that time. On a cluster the records are
+/// read from the stream's leader ([`leader`]), so a cluster without one can be neither read nor
+/// written.
 fn leaderless(
     source: Box<dyn std::error::Error + Send + Sync>,
     tried: Option<Duration>,

@@ -1,5 +1,5 @@
-//! Durable consumers made from now, kept where they are, and reset from now (the rule “A durable consumer starts from now”,
-//! ).
+//! Durable consumers made from now, kept where they are, and reset from now (the rule “A durable
+//! consumer starts from now”, ).
 
 use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy, PullConsumer};
 use async_nats::jetstream::stream::{self, RetentionPolicy};
@@ -59,7 +59,8 @@ fn config(durable: &str, deliver_policy: DeliverPolicy) -> pull::Config {
     }
 }
 
-// The incident behind “A durable consumer starts from now”: a consumer re-made with the server's default replayed a week of merges.
+// The incident behind “A durable consumer starts from now”: a consumer re-made with the server's
+// default replayed a week of merges.
 #[tokio::test]
 async fn a_consumer_made_from_now_holds_none_of_the_past_and_keeps_its_place() {
     let server = super::server();
@@ -141,7 +142,8 @@ async fn consumer_reset_leaves_nothing_pending_and_keeps_every_other_setting() {
     let server = super::server();
     let js = super::connect(&server).await.jetstream();
     history(&js, "EVENTS", RetentionPolicy::Limits).await;
-    // A stuck consumer as the incident behind “A durable consumer starts from now” found it: delivering everything, one at a time.
+    // A stuck consumer as the incident behind “A durable consumer starts from now” found it:
+    // delivering everything, one at a time.
     let stuck = js
         .get_stream("EVENTS")
         .await

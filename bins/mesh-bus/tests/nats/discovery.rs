@@ -1,5 +1,5 @@
-//! Discovery (the rule “Discovery waits for everyone who said they are there”): a late INFO is waited for, a runtime that never says what it
-//! serves is named.
+//! Discovery (the rule “Discovery waits for everyone who said they are there”): a late INFO is
+//! waited for, a runtime that never says what it serves is named.
 
 use futures_util::StreamExt;
 use mesh_bus::discovery::{
@@ -139,7 +139,8 @@ async fn a_quiet_mesh_costs_only_the_window() {
     assert!(found.waited < Duration::from_secs(1), "{:?}", found.waited);
 }
 
-// The incident behind “Discovery waits for everyone who said they are there”: a restarted runtime answers under a new instance, and is not reported as missed.
+// The incident behind “Discovery waits for everyone who said they are there”: a restarted runtime
+// answers under a new instance, and is not reported as missed.
 #[tokio::test]
 async fn a_restarted_runtime_is_heard_under_its_new_instance() {
     let server = super::server();
@@ -194,8 +195,9 @@ async fn garbage_runtime(
     });
 }
 
-// The rule “Discovery waits for everyone who said they are there”: an answer that could not be read was skipped with a log line;
-// a runtime answering PING with garbage vanished from discovery, unnamed.
+// The rule “Discovery waits for everyone who said they are there”: an answer that could not be read
+// was skipped with a log line; a runtime answering PING with garbage vanished from discovery,
+// unnamed.
 #[tokio::test]
 async fn an_unreadable_discovery_answer_is_named_with_its_instance_and_why() {
     let server = super::server();
@@ -249,11 +251,12 @@ async fn an_unreadable_discovery_answer_is_named_with_its_instance_and_why() {
     served.stop();
 }
 
-// The rule “Discovery waits for everyone who said they are there”: a PING answer that came after the window was never read, so an
-// unreadable one vanished unnamed. A stand-in answers PING at once (it is asked INFO), then,
-// only once the window is surely over (later than the window after it heard PING, which was
-// sent after discovery began), answers PING again with garbage that names who sent it, and
-// only then answers INFO: discovery is still waiting for that INFO when the garbage comes.
+// The rule “Discovery waits for everyone who said they are there”: a PING answer that came after
+// the window was never read, so an unreadable one vanished unnamed. A stand-in answers PING at once
+// (it is asked INFO), then, only once the window is surely over (later than the window after it
+// heard PING, which was sent after discovery began), answers PING again with garbage that names who
+// sent it, and only then answers INFO: discovery is still waiting for that INFO when the garbage
+// comes.
 #[tokio::test]
 async fn an_unreadable_ping_answer_after_the_window_is_named_with_who_sent_it() {
     let window = Duration::from_secs(2);

@@ -192,7 +192,8 @@ async fn put_and_get(js: &Context, bucket: &str) -> Result<(), String> {
     if value.as_deref() != Some(b"kept".as_slice()) {
         return Err(format!("get gave {value:?}"));
     }
-    // The incident behind “Grants before code”: its module watched its new state, and a watch hears the next put.
+    // The incident behind “Grants before code”: its module watched its new state, and a watch hears
+    // the next put.
     let mut watch = store
         .watch("state")
         .await
@@ -207,8 +208,9 @@ async fn put_and_get(js: &Context, bucket: &str) -> Result<(), String> {
     }
 }
 
-// The incident behind “Grants before code”: a module's new state was refused for two minutes because its grant came after
-// its code. Granted (and the server reloaded) first, it is usable at once.
+// The incident behind “Grants before code”: a module's new state was refused for two minutes
+// because its grant came after its code. Granted (and the server reloaded) first, it is usable at
+// once.
 #[tokio::test]
 async fn a_node_granted_a_new_bucket_can_use_it() {
     let config = authorization_config(&grants(&["agent"])).unwrap();

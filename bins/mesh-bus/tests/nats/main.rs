@@ -1,6 +1,6 @@
 //! mesh-bus against a real `nats-server` (Debian's 2.9): each test starts its own on loopback
-//! ([`mesh_test_support::nats_server`]) and it is killed when the test ends. A missing binary fails the
-//! test, saying to install the Debian package `nats-server`; nothing is skipped.
+//! ([`mesh_test_support::nats_server`]) and it is killed when the test ends. A missing binary fails
+//! the test, saying to install the Debian package `nats-server`; nothing is skipped.
 
 mod cluster;
 mod consumers;

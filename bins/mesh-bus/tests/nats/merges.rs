@@ -1,4 +1,5 @@
-//! A merge published twice is heard once (the rules “A durable consumer starts from now” and “A merge heard twice makes one plan”).
+//! A merge published twice is heard once (the rules “A durable consumer starts from now” and “A
+//! merge heard twice makes one plan”).
 
 use async_nats::jetstream::{stream, Context};
 use mesh_bus::jetstream::{

@@ -1,8 +1,8 @@
-//! NKeys over TLS (the rule “Secrets never leave their owner”): each node signs with a seed made on its host; the
-//! server's users file holds public keys and permissions only. Against a real nats-server
-//! serving TLS with test-made certificates: the users file parses and holds no secret; a host
-//! signing with its own seed is its own node and no other; and the nine refusals measured on a
-//! real fleet hold for a node's user over TLS.
+//! NKeys over TLS (the rule “Secrets never leave their owner”): each node signs with a seed made on
+//! its host; the server's users file holds public keys and permissions only. Against a real
+//! nats-server serving TLS with test-made certificates: the users file parses and holds no secret;
+//! a host signing with its own seed is its own node and no other; and the nine refusals measured on
+//! a real fleet hold for a node's user over TLS.
 
 use crate::pki::TestPki;
 use crate::tls::tls_server;

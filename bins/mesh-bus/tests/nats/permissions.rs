@@ -1,6 +1,6 @@
-//! Proving each node's permissions in force on a real server (the rule “Grants before code”): a change of
-//! permissions alone — the same users, a bucket granted, a subject taken away — is not proven
-//! until the server has reloaded it, and the proof stores nothing.
+//! Proving each node's permissions in force on a real server (the rule “Grants before code”): a
+//! change of permissions alone — the same users, a bucket granted, a subject taken away — is not
+//! proven until the server has reloaded it, and the proof stores nothing.
 
 use super::home_and_laptop;
 use mesh_bus::grants::{
@@ -35,8 +35,9 @@ fn said(unproven: &[Unproven]) -> String {
         .join("\n")
 }
 
-// The incident behind “Grants before code”: a module newly granted a state bucket was sent before the server had its grant.
-// The same users, new permissions: not proven until the server reloads them.
+// The incident behind “Grants before code”: a module newly granted a state bucket was sent before
+// the server had its grant. The same users, new permissions: not proven until the server reloads
+// them.
 #[tokio::test]
 async fn a_permissions_only_change_is_proven_only_once_the_server_reloaded_it() {
     let before = home_and_laptop(&["agent"], &["media.scan", "media.done"]);

@@ -1,5 +1,6 @@
 //! Announcing a merge to the daemon (`mesh-controller serve`) instead of planning it here: what
-//! `merge NAME --announce`, the webhooks ([`crate::hooks`]) and polling ([`crate::hooks::poll`]) do.
+//! `merge NAME --announce`, the webhooks ([`crate::hooks`]) and polling ([`crate::hooks::poll`])
+//! do.
 //!
 //! Start at [`announce`] (a repository's commit announced on the bus, as
 //! [`mesh_bus::jetstream::publish_merge`] stores it) and [`announce_head`] (the registered

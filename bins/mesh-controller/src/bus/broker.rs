@@ -1,7 +1,7 @@
-//! `broker`: looking after the bus — a stuck durable consumer made again from now (the rule “A durable consumer starts from now”,
-//! ); how many copies the mesh's streams and buckets keep (`--bus-replicas`, recorded
-//! at [`REPLICAS_KEY`]), the ones with fewer (`broker replicas`) and raising them
-//! (`broker raise-replicas`, a person's act).
+//! `broker`: looking after the bus — a stuck durable consumer made again from now (the rule “A
+//! durable consumer starts from now”, ); how many copies the mesh's streams and buckets keep
+//! (`--bus-replicas`, recorded at [`REPLICAS_KEY`]), the ones with fewer (`broker replicas`) and
+//! raising them (`broker raise-replicas`, a person's act).
 
 use crate::bus::credentials::{connect, BusConfig};
 use crate::error::{bus_error, Error, Result};
@@ -24,8 +24,9 @@ pub struct ResetLine {
     pub ack_pending_before: usize,
 }
 
-/// `broker consumer-reset STREAM CONSUMER` (the rule “A durable consumer starts from now”): `Ok(None)` when refused because the
-/// stream is a work queue (the error is printed by the caller from the message).
+/// `broker consumer-reset STREAM CONSUMER` (the rule “A durable consumer starts from now”):
+/// `Ok(None)` when refused because the stream is a work queue (the error is printed by the caller
+/// from the message).
 pub async fn consumer_reset(
     home: &Home,
     bus_config: &BusConfig,

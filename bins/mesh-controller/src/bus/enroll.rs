@@ -1,6 +1,7 @@
-//! Enrolling a node's NKey (the rule “Secrets never leave their owner”): `node enroll NODE PUBLIC-KEY` records the
-//! public key `mesh-host keygen` printed on that node, so the bus's users file carries its key
-//! and permissions and no secret, and drops the node's bus password from the records.
+//! Enrolling a node's NKey (the rule “Secrets never leave their owner”): `node enroll NODE
+//! PUBLIC-KEY` records the public key `mesh-host keygen` printed on that node, so the bus's users
+//! file carries its key and permissions and no secret, and drops the node's bus password from the
+//! records.
 //!
 //! Start at [`enroll`]. What the controller composes from it: [`node_credentials`] (the key of
 //! an enrolled node, else its password) for every node's user in the users file
@@ -55,9 +56,9 @@ pub struct AgeKeyRecorded {
 
 /// `node enroll NODE PUBLIC-KEY`: records `public_key` as `node`'s NKey and drops its bus
 /// password from the records. The next send to the node holding the bus carries the key in
-/// the users file (a changed users file: that node is sent first, the rule “Grants before code”); from then on the
-/// node's host signs with its seed (`mesh-host serve` without `--password-file`), and the old
-/// password, or a replaced key, is refused.
+/// the users file (a changed users file: that node is sent first, the rule “Grants before code”);
+/// from then on the node's host signs with its seed (`mesh-host serve` without `--password-file`),
+/// and the old password, or a replaced key, is refused.
 ///
 /// # Guarantees
 /// Nothing is changed when the node is not the mesh's or the key is not an NKey user public

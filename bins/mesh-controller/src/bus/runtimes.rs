@@ -1,4 +1,5 @@
-//! `runtimes`: who is there on the bus (the rule “Discovery waits for everyone who said they are there”), set against the inventory.
+//! `runtimes`: who is there on the bus (the rule “Discovery waits for everyone who said they are
+//! there”), set against the inventory.
 //!
 //! Start at [`runtimes`]; the comparison itself is pure ([`compare_with_inventory`]).
 //!
@@ -38,7 +39,8 @@ pub struct Runtimes {
     /// Every runtime that said what it serves.
     pub runtimes: Vec<RuntimeLine>,
     /// Runtimes that said they were there and not what they serve: nothing may say their
-    /// modules are missing or run elsewhere (the rule “Discovery waits for everyone who said they are there”).
+    /// modules are missing or run elsewhere (the rule “Discovery waits for everyone who said they
+    /// are there”).
     pub not_heard: Vec<NotHeard>,
     /// Nodes of the inventory no host's runtime answered for.
     pub nodes_not_heard: Vec<String>,
@@ -49,8 +51,8 @@ pub struct Runtimes {
     pub running_elsewhere: Vec<RunningElsewhere>,
     /// Milliseconds discovery took.
     pub waited_ms: u64,
-    /// Answers that could not be read, named (the rule “Discovery waits for everyone who said they are there”): what they answer, who when known,
-    /// why, and how they begin.
+    /// Answers that could not be read, named (the rule “Discovery waits for everyone who said they
+    /// are there”): what they answer, who when known, why, and how they begin.
     pub unreadable: Vec<discovery::UnreadableAnswer>,
 }
 
@@ -103,9 +105,9 @@ pub fn runtimes_exit_code(found: &Runtimes) -> u8 {
     }
 }
 
-/// Asks who is there (the rule “Discovery waits for everyone who said they are there”): discovery over the bus, waiting at least the old window and up
-/// to five seconds for every runtime that said it is there, then set against the inventory
-/// ([`compare_with_inventory`]).
+/// Asks who is there (the rule “Discovery waits for everyone who said they are there”): discovery
+/// over the bus, waiting at least the old window and up to five seconds for every runtime that said
+/// it is there, then set against the inventory ([`compare_with_inventory`]).
 ///
 /// # Errors
 /// The home's inventory cannot be read; the bus cannot be reached or asked.
@@ -134,9 +136,10 @@ pub async fn runtimes(home: &Home, bus_config: &BusConfig) -> Result<Runtimes> {
 /// # Guarantees
 /// While a runtime is unheard (it answered PING and not INFO), and for a node no runtime
 /// answered for, nothing is said of its modules: none is called missing, and none assigned to
-/// it is called running elsewhere (the rule “Discovery waits for everyone who said they are there”). An unheard host's runtime that did not
-/// name its node leaves every node unknown. A module served and assigned to no node at all
-/// (such as the bus node's `mesh-bus` users file) is neither.
+/// it is called running elsewhere (the rule “Discovery waits for everyone who said they are
+/// there”). An unheard host's runtime that did not name its node leaves every node unknown. A
+/// module served and assigned to no node at all (such as the bus node's `mesh-bus` users file) is
+/// neither.
 pub fn compare_with_inventory(inventory: &Inventory, found: Discovery) -> Runtimes {
     let Discovery {
         runtimes,

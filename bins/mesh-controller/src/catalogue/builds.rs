@@ -11,7 +11,8 @@
 //! Builds are recorded by mesh-store under `<home>/store/modules/<module>.json`.
 //!
 //! # Invariants
-//! - A dry-run build is never published, recorded or deployed (the rule “A merge heard twice makes one plan”).
+//! - A dry-run build is never published, recorded or deployed (the rule “A merge heard twice makes
+//!   one plan”).
 //! - A module is built only when the whole catalogue at its commit validates for it: a module
 //!   with any diagnostic fails its build, naming every problem.
 

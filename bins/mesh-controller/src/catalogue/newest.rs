@@ -1,9 +1,10 @@
 //! The newest version of a module the mesh knows, and the settings set ahead for it (the rule
 //! "A setting can be set ahead of its version"): an open plan's commit that names the module,
 //! else the version the nodes run. `settings set`, `set-secret`, `restore` and `rename` check a
-//! layer against it; a key only that newer version accepts is kept, and waits for its plan — `check`, a push
-//! and `plan` read it as waiting, not as a problem, until the version rolls out (then the
-//! version the nodes run accepts it) or the plan ends without it (then it is a problem again).
+//! layer against it; a key only that newer version accepts is kept, and waits for its plan —
+//! `check`, a push and `plan` read it as waiting, not as a problem, until the version rolls out
+//! (then the version the nodes run accepts it) or the plan ends without it (then it is a problem
+//! again).
 //!
 //! Start at [`newest_definition`] and [`waiting`]. Reads the plans and git (no checkout);
 //! writes nothing.

@@ -1,6 +1,7 @@
 //! A repository registered by its URL (`repo add NAME URL`): the controller keeps a bare clone
 //! of its branch under the home and fetches it with real `git` — when the daemon polls it
-//! (`--poll SECS`, [`crate::hooks::poll`]), and when a merge names a commit the clone has not got yet.
+//! (`--poll SECS`, [`crate::hooks::poll`]), and when a merge names a commit the clone has not got
+//! yet.
 //!
 //! Start at [`Remote`] (kept in the repository's record) and [`fetch`].
 //!

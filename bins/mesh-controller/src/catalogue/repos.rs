@@ -4,7 +4,8 @@
 //!
 //! Start at [`RepoRecord`] (`<home>/repos/<name>.json`), then [`catalogue_at`] (every module
 //! directory's entries at a commit, from `git ls-tree` and `git cat-file --batch`) and
-//! [`changed_paths`] (`git diff --name-only --no-renames -z`, read whole: the incident behind “Changed paths name their modules”).
+//! [`changed_paths`] (`git diff --name-only --no-renames -z`, read whole: the incident behind
+//! “Changed paths name their modules”).
 //!
 //! # Invariants
 //! - Git is only read: nothing here writes to a repository or its working tree.

@@ -14,8 +14,8 @@ use mesh_plan::rollout::{Action, Event, Stage};
 use mesh_plan::PushDecision;
 
 /// The most declarations a rollout's step holds composed before it sends them: a batch this
-/// size is sent (its publishes overlapped, [`crate::executor::fleet::nats::SEND_CONCURRENCY`] at a time)
-/// and recorded, then let go, before the next is composed. Eight rounds of the fleet's
+/// size is sent (its publishes overlapped, [`crate::executor::fleet::nats::SEND_CONCURRENCY`] at a
+/// time) and recorded, then let go, before the next is composed. Eight rounds of the fleet's
 /// publishes in flight, so the bus stays busy, while what a step holds stays some megabytes
 /// whatever the fleet's size (a declaration of 30 file resources is about 15 KiB in memory).
 pub(super) const SENDS_HELD: usize = 512;
@@ -273,9 +273,10 @@ impl Rollout {
     }
 
     /// Checks `node`'s composed declaration before it is sent: held when it would move a
-    /// running container's data and the module may not move (`--move`, the rule “A moved mount is held”), or when the
-    /// module's new version orphans a setting the node's layers hold (the rule "an orphaned
-    /// setting is a removal"); the event when it is not to be sent. The digest is noted as the one its report must name.
+    /// running container's data and the module may not move (`--move`, the rule “A moved mount is
+    /// held”), or when the module's new version orphans a setting the node's layers hold (the rule
+    /// "an orphaned setting is a removal"); the event when it is not to be sent. The digest is
+    /// noted as the one its report must name.
     ///
     /// # Errors
     /// What the node was sent cannot be read.

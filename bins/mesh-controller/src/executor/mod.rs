@@ -4,8 +4,8 @@
 //! records what was sent and heard, whatever the fleet.
 //!
 //! Start at [`Executor`] (a fleet and the records: every send recorded, every report heard
-//! recorded), then [`push()`] and [`roll_out`]. The fleets are [`crate::executor::fleet`]'s; a Rust tool
-//! may bring its own.
+//! recorded), then [`push()`] and [`roll_out`]. The fleets are [`crate::executor::fleet`]'s; a Rust
+//! tool may bring its own.
 //!
 //! # Guarantees
 //! - Grants before code: no declaration is sent to a node before [`Fleet::issue_grants`] for it

@@ -26,9 +26,9 @@ use std::time::Duration;
 ///   that fails is tried again every [`GRANT_RETRY_SECS`] within `timeout`, as a rollout does,
 ///   and one that still fails fails the push (the rule “Grants before code”).
 /// - What was sent is recorded as it is sent; every report heard is recorded.
-/// - A held node and a grant that fails are recorded as problems for `status` (the rule “Nothing fails silently”:
-///   [`ProblemKind::HeldPush`], [`ProblemKind::Grants`], the node their subject) until a later
-///   send to that node; each node sent clears its own.
+/// - A held node and a grant that fails are recorded as problems for `status` (the rule “Nothing
+///   fails silently”: [`ProblemKind::HeldPush`], [`ProblemKind::Grants`], the node their subject)
+///   until a later send to that node; each node sent clears its own.
 ///
 /// # Errors
 /// A grant that fails ("grants not issued: …; nothing else was sent"); a bus that does not

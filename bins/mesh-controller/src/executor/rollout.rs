@@ -103,8 +103,9 @@ pub async fn rollout_catalogue(
 ///
 /// # Guarantees
 /// Grants before code (every send follows the grants issued for its node), the bus node first
-/// when the bus's users change, one machine first (the rules “Grants before code”, “One machine first” and “The gate judges each node from its own send”). What was sent is recorded as it
-/// is sent.
+/// when the bus's users change, one machine first (the rules “Grants before code”, “One machine
+/// first” and “The gate judges each node from its own send”). What was sent is recorded as it is
+/// sent.
 ///
 /// # Errors
 /// The home, the store or the bus failed; a failed node is not an error but a stopped rollout.

@@ -19,9 +19,9 @@ impl Home {
 }
 
 impl ProblemStore<'_> {
-    /// Records a failure for `status` until it is resolved (the rule “Nothing fails silently”): `kind` and `subject`
-    /// name it (a repository, a node), `what` says it in a line, `details` add lines.
-    /// Recording it again keeps when it began.
+    /// Records a failure for `status` until it is resolved (the rule “Nothing fails silently”):
+    /// `kind` and `subject` name it (a repository, a node), `what` says it in a line, `details` add
+    /// lines. Recording it again keeps when it began.
     ///
     /// # Errors
     /// When the record cannot be written.

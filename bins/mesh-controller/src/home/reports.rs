@@ -9,7 +9,8 @@ use mesh_model::report::Report;
 
 /// Where each node's latest report is read when it is not one of the records: on a fleet, the
 /// bus's reports stream itself, which holds every report a host publishes, heartbeats included
-/// — the one source `status`, the rollout gate and a resumed rollout read (the rule “Every report is heard, from one source”).
+/// — the one source `status`, the rollout gate and a resumed rollout read (the rule “Every report
+/// is heard, from one source”).
 pub trait ReportSource: Send + Sync + std::fmt::Debug {
     /// `node`'s latest report as it was published, and when the bus stored it (seconds since
     /// the epoch).

@@ -130,7 +130,8 @@ pub fn resources_by_outcome(overview: &Overview) -> BTreeMap<&'static str, usize
     counts
 }
 
-/// Drifted resources over every node's last report (the rule “Drift is seen, and reported even when corrected”).
+/// Drifted resources over every node's last report (the rule “Drift is seen, and reported even when
+/// corrected”).
 pub fn drifted(overview: &Overview) -> usize {
     overview
         .nodes

@@ -23,7 +23,8 @@ pub struct NamedBuild {
 
 /// Builds the named modules: each at the commit of the newest open plan that names it (and for
 /// that plan), else at its repository's last planned commit (else the branch head). A dry run
-/// archives and answers the digest only: nothing is published, recorded or planned (the rule “A merge heard twice makes one plan”).
+/// archives and answers the digest only: nothing is published, recorded or planned (the rule “A
+/// merge heard twice makes one plan”).
 ///
 /// Builds go to `store`.
 ///

@@ -1,7 +1,8 @@
 //! A plan that ended keeps no record per node: each module's rollout is folded into a summary
 //! in the plan record — how many nodes ended where, the applied nodes' latencies, and each node
 //! that did not end applied or waiting, with where it stood — and its nodes' records
-//! (`rollouts/<plan>/…`) are removed together ([`mesh_store::record_store::RecordStore::delete_under`]).
+//! (`rollouts/<plan>/…`) are removed together
+//! ([`mesh_store::record_store::RecordStore::delete_under`]).
 //!
 //! Nothing that reads a plan that ended needs them: `status` reads the nodes of open plans only
 //! (held nodes, what a plan waits on), a stopped rollout and a revert are in the plan record

@@ -78,9 +78,10 @@ pub struct PlanRecord {
     /// Modules held back because a module they are built from stopped (and those that stopped).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub held: BTreeSet<String>,
-    /// Modules this merge forgot (the rules “What the mesh keeps, for a reason” and “An archive is published with a manifest that holds it”): built from this repository and
-    /// gone from its catalogue at the plan's commit. The mesh no longer holds them: they keep
-    /// nothing, so the next sweep lets their archives go, and they are no longer deployed.
+    /// Modules this merge forgot (the rules “What the mesh keeps, for a reason” and “An archive is
+    /// published with a manifest that holds it”): built from this repository and gone from its
+    /// catalogue at the plan's commit. The mesh no longer holds them: they keep nothing, so the
+    /// next sweep lets their archives go, and they are no longer deployed.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub forgotten: BTreeSet<String>,
     /// Set once the plan ended and its nodes' records were folded into each module's
@@ -231,7 +232,8 @@ fn plan_number(id: &str) -> Option<u64> {
 }
 
 /// Records a module's build in a plan; a build byte-identical to the module's deployed one is
-/// not redeployed (the rule “A byte-identical build is not redeployed”): its rollout is done as it is. Returns whether it was identical.
+/// not redeployed (the rule “A byte-identical build is not redeployed”): its rollout is done as it
+/// is. Returns whether it was identical.
 pub(crate) fn record_built(home: &Home, record: &mut PlanRecord, build: &Build) -> Result<bool> {
     let module = &build.module;
     let identical = home

@@ -123,8 +123,9 @@ pub fn top_directories() -> Vec<&'static str> {
     tops
 }
 
-/// The bus's reports stream as the source of each node's latest report (the rule “Every report is heard, from one source”): every report
-/// a host publishes is there, whether or not a controller was listening.
+/// The bus's reports stream as the source of each node's latest report (the rule “Every report is
+/// heard, from one source”): every report a host publishes is there, whether or not a controller
+/// was listening.
 #[derive(Debug)]
 struct StreamReports(Arc<KvRecords>);
 

@@ -7,9 +7,9 @@
 //! For each module of each tier of a plan it answers the machine that would go
 //! first, each node whose declaration would change (resources added, changed and removed, and
 //! the containers that would be recreated, with the fields that make it so), the nodes that
-//! would be held because a running container's data would move (the rule “A moved mount is held”), the nodes with a
-//! maintenance window open (their held containers are left alone), the nodes whose declaration
-//! would not change, and the nodes not running (never sent to).
+//! would be held because a running container's data would move (the rule “A moved mount is held”),
+//! the nodes with a maintenance window open (their held containers are left alone), the nodes whose
+//! declaration would not change, and the nodes not running (never sent to).
 //!
 //! # Guarantees
 //! - Nothing is built, published, written or sent: the preview reads the records, the

@@ -3,7 +3,8 @@
 //! only where it is used”); `secrets rotate` is `crate::secrets::rotate`'s, on what this keeps.
 //!
 //! Start at [`seal`] (a value read from standard input, sealed to the mesh key and the
-//! operators' keys) and [`change_recipients`]. Where they are kept, under the home, never in the records:
+//! operators' keys) and [`change_recipients`]. Where they are kept, under the home, never in the
+//! records:
 //!
 //! ```text
 //! <home>/secrets/mesh.key        the mesh's secrets key (an age identity, 0600; `mesh_secrets`)

@@ -1,8 +1,8 @@
 //! `secrets rotate`: a new mesh key, and every secret at rest sealed again to it (the rule “A
 //! secret is readable only where it is used”): the settings layers and their history
 //! (`crate::secrets`), the declarations kept as sent, and the catalogues' secret files
-//! ([`crate::secrets::rotate_files`]); then the old key retired ([`crate::secrets::retired`]) and the new one put
-//! in its place.
+//! ([`crate::secrets::rotate_files`]); then the old key retired ([`crate::secrets::retired`]) and
+//! the new one put in its place.
 //!
 //! Start at [`rotate`]. What it must never do: leave a secret at rest that no key kept opens,
 //! or replace the mesh key before everything is sealed to the next one.

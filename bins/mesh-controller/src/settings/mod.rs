@@ -247,8 +247,8 @@ pub fn invoked_command() -> String {
         .join(" ")
 }
 
-/// The newest version of `module` the mesh knows ([`crate::catalogue::newest::newest_definition`]): what
-/// every layer edit is checked against (the rule "A setting can be set ahead of its version").
+/// The newest version of `module` the mesh knows ([`crate::catalogue::newest::newest_definition`]):
+/// what every layer edit is checked against (the rule "A setting can be set ahead of its version").
 fn newest(
     home: &Home,
     catalogue: &Catalogue,

@@ -5,8 +5,8 @@
 //! 2) while something is under way and nothing is wrong — a node mid-change within its
 //! deadline, a node yet to report what it was sent, an open plan; *needs attention* (exit 3)
 //! when a resource failed, is stuck or held, a drift was left as found or corrected within the
-//! retention and not acknowledged (what the overview shows, [`crate::status::acks::shows`]), a node is
-//! silent or mid-change past its deadline, a rollout stopped, or a failure is recorded.
+//! retention and not acknowledged (what the overview shows, [`crate::status::acks::shows`]), a node
+//! is silent or mid-change past its deadline, a rollout stopped, or a failure is recorded.
 //!
 //! # Guarantees
 //! - [`judge`] reads no clock and no record: `now` is an argument.

@@ -1,7 +1,8 @@
 //! `status`: every node's last report, and beside it what the plans are doing — open plans and
 //! what each waits on (to the second), the modules behind, stopped rollouts with node and
 //! reason, nodes stuck, mid-change or with a window open, and every failure recorded as a
-//! problem until it is resolved (`mesh_store::problems`; the rules “Behind means an open plan has not done it yet” and “Nothing fails silently”).
+//! problem until it is resolved (`mesh_store::problems`; the rules “Behind means an open plan has
+//! not done it yet” and “Nothing fails silently”).
 //!
 //! "Behind" is read from the open plans only ([`mesh_plan::behind`]): no second comparison of
 //! commits (the incident behind “Behind means an open plan has not done it yet”). A node a
@@ -46,10 +47,12 @@ pub struct Overview {
     #[serde(default)]
     pub held: Vec<HeldNode>,
     /// Failures recorded where they were seen (a merge the daemon could not plan, the
-    /// collector's answer, a held push, failed grants), until resolved (the rule “Nothing fails silently”).
+    /// collector's answer, a held push, failed grants), until resolved (the rule “Nothing fails
+    /// silently”).
     pub problems: Vec<mesh_store::problems::Problem>,
     /// On a fleet, the nodes still proving themselves to the bus with a password, not yet
-    /// enrolled with an NKey (`node enroll`; the rule “Secrets never leave their owner”); empty in the embedded default.
+    /// enrolled with an NKey (`node enroll`; the rule “Secrets never leave their owner”); empty in
+    /// the embedded default.
     #[serde(default)]
     pub on_passwords: Vec<String>,
     /// The daemon as its last heartbeat shows it (`mesh-controller serve`; `None`: no daemon
@@ -134,7 +137,8 @@ pub struct NodeAttention {
     /// On a fleet: nothing heard from it for three heartbeats, since then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub silent_since: Option<u64>,
-    /// Managed resources found changed by hand, a container found dead (the rules “Drift is seen, and reported even when corrected” and “A container is applied only when it runs”): left as
+    /// Managed resources found changed by hand, a container found dead (the rules “Drift is seen,
+    /// and reported even when corrected” and “A container is applied only when it runs”): left as
     /// found, or put back within the retention and not acknowledged
     /// ([`crate::status::acks::shows`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -666,9 +670,10 @@ pub(crate) fn attention_words(attention: &NodeAttention) -> String {
     words.join("; ")
 }
 
-/// Every report the hosts publish, as heard on the bus (`status --watch`, the rule “Every report is heard, from one source”): the node
-/// of each, in the order heard. A subscription of its own on `mesh.report.*`, kept by a thread
-/// of its own; what status shows is still read from the reports stream ([`overview`]).
+/// Every report the hosts publish, as heard on the bus (`status --watch`, the rule “Every report is
+/// heard, from one source”): the node of each, in the order heard. A subscription of its own on
+/// `mesh.report.*`, kept by a thread of its own; what status shows is still read from the reports
+/// stream ([`overview`]).
 #[derive(Debug)]
 pub struct ReportWatch {
     heard: std::sync::mpsc::Receiver<String>,

@@ -1,4 +1,5 @@
-//! What only the binary does: completions and manual pages, the demo, and progress as a person sees it.
+//! What only the binary does: completions and manual pages, the demo, and progress as a person sees
+//! it.
 //!
 //! One test target for the area, as cargo's `testsuite` is one: linked once, each file a
 //! module whose tests are named `<module>::<test>`.

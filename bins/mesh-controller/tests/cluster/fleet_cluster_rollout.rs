@@ -1,7 +1,7 @@
 //! A merge's one-first rollout to real `mesh-host serve` processes on a loopback cluster of
 //! three nats-servers, the servers lost at a named step of the rollout — the
-//! controller paused there by its fail point (`FAILPOINTS=STEP=return(hold)`, `src/fail.rs`), the server
-//! killed, the controller released — never after a sleep:
+//! controller paused there by its fail point (`FAILPOINTS=STEP=return(hold)`, `src/fail.rs`), the
+//! server killed, the controller released — never after a sleep:
 //! - the server the controller is connected to killed while the first node applies: the
 //!   records read back byte for byte, a second controller trying to drive meanwhile waits for
 //!   the plans lease the whole time (its holder's renewals ride out the loss), and the rollout

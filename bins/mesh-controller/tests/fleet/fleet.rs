@@ -1,8 +1,8 @@
 //! The fleet bed: several `mesh-host serve` processes, each with its own root, state
 //! directory and NKey seed, one real TLS-only `nats-server` started with the users the
-//! controller composed, and `mesh-controller --bus … push`. Faults with nothing lost: the bus restarted
-//! between pushes, a host killed with SIGKILL mid-apply, a host that never reports, a bus node
-//! that never takes its grants.
+//! controller composed, and `mesh-controller --bus … push`. Faults with nothing lost: the bus
+//! restarted between pushes, a host killed with SIGKILL mid-apply, a host that never reports, a bus
+//! node that never takes its grants.
 //!
 //! The bus node's server is reloaded the way `contrib/systemd/mesh-nats-users.path` does it on
 //! a real machine: a watcher sees the users file its host wrote change and reloads the server.
@@ -191,10 +191,10 @@ fn a_node_joining_is_let_onto_the_bus_by_the_bus_node_before_it_is_sent_anything
 
 #[test]
 fn a_permissions_only_change_is_in_force_on_the_bus_before_another_node_is_sent() {
-    // The rule “Grants before code”: `agent` is newly granted a bucket its new code uses. The bus's users
-    // are the same, so
-    // that each node can log in proves nothing: the bus node is sent the users first, and `a`
-    // only once the server has `a`'s new permission in force — here a reload 3 s late.
+    // The rule “Grants before code”: `agent` is newly granted a bucket its new code uses. The bus's
+    // users are the same, so that each node can log in proves nothing: the bus node is sent the
+    // users first, and `a` only once the server has `a`'s new permission in force — here a reload 3
+    // s late.
     let mut bed = Bed::new(&["a"]);
     for node in ["bus", "a"] {
         bed.start_host(node);
@@ -689,7 +689,8 @@ fn consumer_reset_refuses_a_work_queue_and_resets_a_history_consumer() {
 
 #[test]
 fn the_controller_daemon_answers_discovery_and_rolls_out_a_merge_announced_twice_once() {
-    // The rules “Discovery waits for everyone who said they are there” and “A merge heard twice makes one plan”.
+    // The rules “Discovery waits for everyone who said they are there” and “A merge heard twice
+    // makes one plan”.
     let mut bed = Bed::new(&[]);
     bed.start_host("bus");
     let repo = tempfile::tempdir().unwrap();
@@ -932,11 +933,11 @@ fn status_of(bed: &Bed, node: &str, silent_after: u64) -> (u8, serde_json::Value
     (out.code, entry)
 }
 
-/// The rule “Every report is heard, from one source”: the controller hears every report a host publishes, not only those a push
-/// waits for. A resource that failed at the push and took later on its own (its backoff
-/// elapsed) shows converged in `status` with no other push (exit 3 while it failed, 0 once
-/// every node converged); a host that stops is named silent
-/// since it was last heard — the threshold shortened by `--silent-after`, never by sleeping.
+/// The rule “Every report is heard, from one source”: the controller hears every report a host
+/// publishes, not only those a push waits for. A resource that failed at the push and took later on
+/// its own (its backoff elapsed) shows converged in `status` with no other push (exit 3 while it
+/// failed, 0 once every node converged); a host that stops is named silent since it was last heard
+/// — the threshold shortened by `--silent-after`, never by sleeping.
 #[test]
 fn status_hears_a_failure_fixed_after_the_push_and_names_a_silent_host() {
     let mut bed = owned_by_alice_on_a();
@@ -986,11 +987,11 @@ fn status_hears_a_failure_fixed_after_the_push_and_names_a_silent_host() {
     assert!(!a["silent_since"].is_null(), "{a}");
 }
 
-/// The rule “Secrets never leave their owner”: a fleet no one else can join. Over TLS with NKeys: a host signing with
-/// its own seed cannot be another node; a key no one enrolled is refused; the users file the
-/// bus node holds has no secret in it (parsed); the records bucket holds no node secret; a
-/// plain client and a client trusting another CA are refused, each error saying which; a seed
-/// others may read is refused at start, never echoed.
+/// The rule “Secrets never leave their owner”: a fleet no one else can join. Over TLS with NKeys: a
+/// host signing with its own seed cannot be another node; a key no one enrolled is refused; the
+/// users file the bus node holds has no secret in it (parsed); the records bucket holds no node
+/// secret; a plain client and a client trusting another CA are refused, each error saying which; a
+/// seed others may read is refused at start, never echoed.
 #[test]
 fn a_fleet_no_one_else_can_join() {
     let mut bed = Bed::new(&["a"]);

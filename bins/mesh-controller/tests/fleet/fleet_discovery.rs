@@ -1,6 +1,7 @@
-//! `mesh-controller runtimes` end to end (the rule “Discovery waits for everyone who said they are there”): real `nats-server`,
-//! real `mesh-host serve` processes, and in the place of one host a stand-in on that node's
-//! own credentials that says it is there (PING) and says what it serves (INFO) late or never.
+//! `mesh-controller runtimes` end to end (the rule “Discovery waits for everyone who said they are
+//! there”): real `nats-server`, real `mesh-host serve` processes, and in the place of one host a
+//! stand-in on that node's own credentials that says it is there (PING) and says what it serves
+//! (INFO) late or never.
 //!
 //! What is checked: a heard host lacking a module the inventory assigns it has it named
 //! missing, and one serving a module assigned elsewhere has it named running elsewhere — so
@@ -156,7 +157,8 @@ fn signal(bed: &Bed, node: &str, signal: &str) {
     assert!(status.success(), "kill {signal} {pid}");
 }
 
-// The incident behind “Discovery waits for everyone who said they are there”: the console said a late runtime's modules were missing, or ran elsewhere.
+// The incident behind “Discovery waits for everyone who said they are there”: the console said a
+// late runtime's modules were missing, or ran elsewhere.
 #[test]
 fn a_heard_host_lacking_a_module_is_named_and_nothing_is_said_of_an_unheard_ones_modules() {
     let mut bed = Bed::new(&["a", "b"]);
@@ -260,7 +262,8 @@ fn a_heard_host_lacking_a_module_is_named_and_nothing_is_said_of_an_unheard_ones
     signal(&bed, "a", "-CONT");
 }
 
-// The incident behind “Discovery waits for everyone who said they are there”: the laptop's answer came last, past the old fixed window of 750 ms.
+// The incident behind “Discovery waits for everyone who said they are there”: the laptop's answer
+// came last, past the old fixed window of 750 ms.
 #[test]
 fn a_host_answering_what_it_serves_after_a_second_is_heard_and_compared_by_its_answer() {
     let mut bed = Bed::new(&["a"]);

@@ -426,9 +426,9 @@ fn a_host_killed_mid_apply_reports_mid_change_and_the_rollout_goes_on_once_it_co
     assert_eq!(report["machine"], "converged", "{report}");
 }
 
-/// The rule “One machine first” over the bus: with `on-failure = "revert"`, a first node that fails the new
-/// build is sent back the declaration it ran before and converges on it again; no other node is
-/// sent the new build, and the plan and `status` name the revert.
+/// The rule “One machine first” over the bus: with `on-failure = "revert"`, a first node that fails
+/// the new build is sent back the declaration it ran before and converges on it again; no other
+/// node is sent the new build, and the plan and `status` name the revert.
 #[test]
 fn a_failed_first_node_is_sent_back_what_it_ran_over_the_bus_when_the_module_says_revert() {
     let (bed, repo) = setup(&["a", "b"]);

@@ -1,8 +1,8 @@
-//! `status --watch` on a fleet (the rule “Every report is heard, from one source”): a real TLS-only `nats-server`, real
-//! `mesh-host serve` processes. Without a terminal the watch prints a line for each change it
-//! sees in the overview, again on every report a host publishes; on a terminal (a real one,
-//! made by `script`) it redraws the whole status on each; the embedded default has no bus to
-//! hear, and says so with exit 2.
+//! `status --watch` on a fleet (the rule “Every report is heard, from one source”): a real TLS-only
+//! `nats-server`, real `mesh-host serve` processes. Without a terminal the watch prints a line for
+//! each change it sees in the overview, again on every report a host publishes; on a terminal (a
+//! real one, made by `script`) it redraws the whole status on each; the embedded default has no bus
+//! to hear, and says so with exit 2.
 
 use crate::support;
 use std::io::BufRead as _;

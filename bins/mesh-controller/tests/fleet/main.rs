@@ -1,4 +1,5 @@
-//! A real fleet: nats-server, `mesh-host serve` daemons, podman and the controller, each test a module of its own. The test command runs these on both nats-servers.
+//! A real fleet: nats-server, `mesh-host serve` daemons, podman and the controller, each test a
+//! module of its own. The test command runs these on both nats-servers.
 //!
 //! One test target for the area, as cargo's `testsuite` is one: linked once, each file a
 //! module whose tests are named `<module>::<test>`.

@@ -1,8 +1,8 @@
-//! A merge's changed paths are read whole through real git (the incident behind “Changed paths name their modules”:
-//! a merge of 59 files reached the controller with 50, the forge's page size, and a module
-//! whose own files changed would have stayed unbuilt). `a_59_file_change_is_read_whole` in
-//! mesh-plan is pure and cannot catch a reader that truncates; this runs the controller's
-//! reader (`repos::changed_paths`, `git diff --name-only -z`) on a real 59-file commit.
+//! A merge's changed paths are read whole through real git (the incident behind “Changed paths name
+//! their modules”: a merge of 59 files reached the controller with 50, the forge's page size, and a
+//! module whose own files changed would have stayed unbuilt). `a_59_file_change_is_read_whole` in
+//! mesh-plan is pure and cannot catch a reader that truncates; this runs the controller's reader
+//! (`repos::changed_paths`, `git diff --name-only -z`) on a real 59-file commit.
 //!
 //! The controller's library is called in process (`support::in_process`).
 

@@ -80,7 +80,8 @@ fn a_second_push_reports_every_resource_unchanged() {
 
 #[test]
 fn push_with_no_node_is_refused_unless_all() {
-    // The rule “A push to every node is asked for by name”: a push names its machines or says --all.
+    // The rule “A push to every node is asked for by name”: a push names its machines or says
+    // --all.
     let mesh = Mesh::example();
     let run = mesh.run(&["push"]);
     assert_eq!(run.code, 2);

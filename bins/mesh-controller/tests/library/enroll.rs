@@ -1,9 +1,9 @@
-//! Enrolling a node's NKey (the rule “Secrets never leave their owner”): the users file the controller composes names an
-//! enrolled node by its public key and permissions only, a node not yet enrolled by its
-//! password; an enrolled node's password is dropped from the records; re-enrolling replaces
-//! the key and says so; an unknown node or a malformed key (a seed given by mistake too) is
-//! refused and changes nothing. The library in process, and the command line as a person
-//! reads it: `node enroll`'s answers and refusals, and its exit codes, as a snapshot.
+//! Enrolling a node's NKey (the rule “Secrets never leave their owner”): the users file the
+//! controller composes names an enrolled node by its public key and permissions only, a node not
+//! yet enrolled by its password; an enrolled node's password is dropped from the records;
+//! re-enrolling replaces the key and says so; an unknown node or a malformed key (a seed given by
+//! mistake too) is refused and changes nothing. The library in process, and the command line as a
+//! person reads it: `node enroll`'s answers and refusals, and its exit codes, as a snapshot.
 
 use crate::support;
 use mesh_controller::bus::credentials::BusConfig;

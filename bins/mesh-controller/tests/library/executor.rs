@@ -2,7 +2,8 @@
 //! [`Fleet`] — here simulated hosts that apply nothing and answer every declaration with a real
 //! converged report — and drives merges, one machine first, through the same executor `push`
 //! and the CLI use. What is checked is the executor's: the held move on the rollout path
-//! The rule “A moved mount is held”, the one-first order, and the plan and status naming what was held.
+//! The rule “A moved mount is held”, the one-first order, and the plan and status naming what was
+//! held.
 //!
 //! What a test of it does besides is called in process too (`support::in_process`); the
 //! binary is run for what a person reads: a merge's preview (a snapshot) and `status` in text,
@@ -221,10 +222,10 @@ fn a_drive_cancelled_while_its_first_machine_is_awaited_stops_saved_and_resumes(
     assert_eq!(bed.sent_since(0).len(), 3, "{lines:#?}");
 }
 
-/// The rule “A moved mount is held” on the rollout path: a merge that changes a place's default for a running
-/// container holds the node whose data would move (the plan and `status` name module, mount and
-/// both directories), the other nodes go on one machine first, and `plans resume --move MODULE`
-/// sends it. Before, held moves were checked by `push` only.
+/// The rule “A moved mount is held” on the rollout path: a merge that changes a place's default for
+/// a running container holds the node whose data would move (the plan and `status` name module,
+/// mount and both directories), the other nodes go on one machine first, and `plans resume --move
+/// MODULE` sends it. Before, held moves were checked by `push` only.
 #[test]
 fn a_merge_moving_a_running_containers_data_holds_that_node_and_the_others_go_on() {
     let bed = Bed::new();

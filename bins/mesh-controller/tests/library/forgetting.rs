@@ -1,8 +1,8 @@
-//! A forgotten module keeps nothing (the rules “What the mesh keeps, for a reason” and “An archive is published with a manifest that holds it”): nothing but
-//! tests ever called `forget_module`, so a module whose directory a merge deleted kept its five
-//! most recent builds in the store forever. The merge forgets it, says so in its answer and
-//! its plan, and the next sweep of the real collector lets its archives go — on the OCI layout
-//! store and on a real registry.
+//! A forgotten module keeps nothing (the rules “What the mesh keeps, for a reason” and “An archive
+//! is published with a manifest that holds it”): nothing but tests ever called `forget_module`, so
+//! a module whose directory a merge deleted kept its five most recent builds in the store forever.
+//! The merge forgets it, says so in its answer and its plan, and the next sweep of the real
+//! collector lets its archives go — on the OCI layout store and on a real registry.
 //!
 //! The controller's library is called in process on the store given (`support::in_process`);
 //! the collector is its own binary, run as a person runs it.

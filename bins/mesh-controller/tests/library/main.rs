@@ -1,4 +1,5 @@
-//! The controller library driven in process: merges, plans, pushes, settings, secrets and the records, on the embedded default or a bus of one server, each test a module of its own.
+//! The controller library driven in process: merges, plans, pushes, settings, secrets and the
+//! records, on the embedded default or a bus of one server, each test a module of its own.
 //!
 //! One test target for the area, as cargo's `testsuite` is one: linked once, each file a
 //! module whose tests are named `<module>::<test>`.

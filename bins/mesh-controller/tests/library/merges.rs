@@ -234,7 +234,8 @@ fn the_first_merge_plans_every_module_in_tiers_and_rolls_them_out() {
     assert_a_push_changes_nothing(&mesh.library());
 }
 
-/// The incident behind “Changed paths name their modules”: a merge's changed modules were read wrong in both directions.
+/// The incident behind “Changed paths name their modules”: a merge's changed modules were read
+/// wrong in both directions.
 #[test]
 fn two_commits_changing_one_module_plan_one_module_each() {
     let (mesh, repo) = first_commit_merged();
@@ -267,13 +268,15 @@ fn two_commits_changing_one_module_plan_one_module_each() {
         fourth["plan"]["tiers"],
         serde_json::json!([["site"], ["tools"]])
     );
-    // `tools` rebuilt byte-identical: not redeployed (the rule “A byte-identical build is not redeployed”), nothing sent for it.
+    // `tools` rebuilt byte-identical: not redeployed (the rule “A byte-identical build is not
+    // redeployed”), nothing sent for it.
     assert_eq!(fourth["work"]["tools"]["not-redeployed"], true);
     assert_eq!(fourth["plan"]["rollouts"]["tools"]["sent"], 0);
     assert_eq!(read(&mesh, "home", "srv/www/index.html"), "v2\n");
 }
 
-/// The incident behind “A merge heard twice makes one plan”: a merge announced twice would have made a second plan.
+/// The incident behind “A merge heard twice makes one plan”: a merge announced twice would have
+/// made a second plan.
 #[test]
 fn a_merge_heard_twice_makes_one_plan() {
     let (mesh, _repo, first) = setup();
@@ -325,9 +328,9 @@ fn a_root_file_means_every_module_and_identical_builds_are_not_redeployed() {
     assert_eq!(Mesh::snapshot_tree(&mesh.home().join("sent")), sent_before);
 }
 
-/// The rule “One machine first”: a change that breaks its first machine stops there; the others keep what they
-/// ran. The new `site` needs `alice` in group `audio`, which `control` (first by name) does not
-/// have; `home` and `laptop` have it, and are never sent the new build.
+/// The rule “One machine first”: a change that breaks its first machine stops there; the others
+/// keep what they ran. The new `site` needs `alice` in group `audio`, which `control` (first by
+/// name) does not have; `home` and `laptop` have it, and are never sent the new build.
 #[test]
 fn a_commit_breaking_a_module_on_its_first_node_stops_the_rollout_there() {
     let (mesh, repo) = first_commit_merged();
@@ -419,8 +422,8 @@ fn a_dependency_cycle_among_the_affected_modules_is_named_and_makes_no_plan() {
     assert_eq!(plans.as_array().unwrap().len(), 1);
 }
 
-/// The rule “Behind means an open plan has not done it yet”: behind is only what the open plans have yet to do; `build
-/// --behind` and `push --behind` take their lists from there.
+/// The rule “Behind means an open plan has not done it yet”: behind is only what the open plans
+/// have yet to do; `build --behind` and `push --behind` take their lists from there.
 #[test]
 fn behind_lists_exactly_what_the_open_plans_have_not_finished() {
     let (mesh, repo) = first_commit_merged();
@@ -450,8 +453,8 @@ fn behind_lists_exactly_what_the_open_plans_have_not_finished() {
     assert_eq!(plan(&mesh, "plan-2")["plan"]["state"]["state"], "done");
 }
 
-/// The rule “A newer merge takes over an older plan”: a newer merge's plan takes over the older open plan's
-/// unbuilt modules; the older plan ends superseded and is never driven.
+/// The rule “A newer merge takes over an older plan”: a newer merge's plan takes over the older
+/// open plan's unbuilt modules; the older plan ends superseded and is never driven.
 #[test]
 fn a_newer_merge_supersedes_an_open_plan_and_folds_in_its_unbuilt_modules() {
     let (mesh, repo) = first_commit_merged();
@@ -531,8 +534,8 @@ fn a_closed_plan_ends_and_is_never_resumed() {
     assert!(again.contains("not open (it is closed)"), "{again}");
 }
 
-/// The rule “A merge heard twice makes one plan”: a dry-run build is set aside — no record, nothing published, nothing a push could
-/// send.
+/// The rule “A merge heard twice makes one plan”: a dry-run build is set aside — no record, nothing
+/// published, nothing a push could send.
 #[test]
 fn a_dry_run_build_records_nothing() {
     let (mesh, repo) = first_commit_merged();
@@ -592,7 +595,8 @@ fn plans_resume_drives_an_open_plan_to_the_end() {
     insta::assert_snapshot!("plan_show", redact(&shown, &names(&repo)));
 }
 
-/// The rule “One machine first”: with `on-failure = "revert"` the first node is sent back what it ran before.
+/// The rule “One machine first”: with `on-failure = "revert"` the first node is sent back what it
+/// ran before.
 #[test]
 fn a_failed_first_node_is_sent_back_what_it_ran_when_the_module_says_revert() {
     let (mesh, repo) = first_commit_merged();
@@ -647,11 +651,10 @@ fn a_together_module_is_sent_to_every_node_at_once() {
     );
 }
 
-/// The rule “One machine first”: a controller replaced mid-rollout resumes from the plan's record. The
-/// controller dies (SIGABRT, nothing finished) at each named step of a merge in turn — a fail
-/// point, never a kill after a sleep; `plans resume` and the merge heard again
-/// finish it: every node runs the new build, the plan is done, and one plan was made for the
-/// commit.
+/// The rule “One machine first”: a controller replaced mid-rollout resumes from the plan's record.
+/// The controller dies (SIGABRT, nothing finished) at each named step of a merge in turn — a fail
+/// point, never a kill after a sleep; `plans resume` and the merge heard again finish it: every
+/// node runs the new build, the plan is done, and one plan was made for the commit.
 #[test]
 fn a_controller_killed_mid_merge_resumes_where_it_was() {
     let steps = [
@@ -848,8 +851,8 @@ fn a_merge_naming_a_bus_that_cannot_be_reached_changes_nothing() {
     merge(&mesh);
 }
 
-/// The rule “No symbolic links to move data”: no symbolic links. A link committed to git (mode 120000) is read as
-/// a link, straight from git's objects, and the module's build fails naming it.
+/// The rule “No symbolic links to move data”: no symbolic links. A link committed to git (mode
+/// 120000) is read as a link, straight from git's objects, and the module's build fails naming it.
 #[test]
 fn a_symbolic_link_in_git_fails_the_modules_build_naming_it() {
     let (mesh, repo) = first_commit_merged();

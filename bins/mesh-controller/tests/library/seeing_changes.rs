@@ -1,5 +1,5 @@
-//! No change takes effect unseen (the rules “A push says what it will change” and “A settings layer is read before it is replaced”): settings answers and
-//! history, `plan --diff`, held moves.
+//! No change takes effect unseen (the rules “A push says what it will change” and “A settings layer
+//! is read before it is replaced”): settings answers and history, `plan --diff`, held moves.
 //!
 //! The library is called in process (`support::in_process`); the binary is run for what a
 //! person reads (the settings answers, `plan --diff` and a held push, as snapshots) and for
@@ -48,9 +48,9 @@ fn sent(push: &serde_json::Value, node: &str) -> bool {
 
 #[test]
 fn a_set_of_one_placement_is_refused_naming_every_dropped_key() {
-    // The incident behind “A settings layer is read before it is replaced”: one `settings set` of a single placement silently dropped the node's
-    // whole layer — placements, accesses, endpoints — and the media server ran on an empty
-    // configuration directory.
+    // The incident behind “A settings layer is read before it is replaced”: one `settings set` of a
+    // single placement silently dropped the node's whole layer — placements, accesses, endpoints —
+    // and the media server ran on an empty configuration directory.
     let mesh = Mesh::example();
     let before_layer = shown(&mesh, "media", Some("home"), false);
     let before_plan = mesh.library().plan_node("home").unwrap();
@@ -195,9 +195,9 @@ fn plan_diff_names_a_changed_containers_field_and_says_it_recreates() {
 
 #[test]
 fn push_holds_a_running_containers_moved_mount_for_that_node_only() {
-    // The rule “A moved mount is held”: a push that gives a running container another host directory at a mount it
-    // already has is held for that node, naming module, mount and both directories; other nodes
-    // in the same push go ahead; `--move MODULE` sends it.
+    // The rule “A moved mount is held”: a push that gives a running container another host
+    // directory at a mount it already has is held for that node, naming module, mount and both
+    // directories; other nodes in the same push go ahead; `--move MODULE` sends it.
     let mesh = Mesh::example();
     let _ = mesh.library().push_all();
     let mut layer = home_media_layer();

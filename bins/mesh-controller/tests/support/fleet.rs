@@ -2,14 +2,14 @@
 //! state directory, one real `nats-server` started with the users the controller composed,
 //! and the controller given `--bus`.
 //!
-//! Secured as on real machines (the rule “Secrets never leave their owner”): the server serves TLS only, with
-//! certificates made by the test's own CA ([`super::pki`]), and every client verifies it
+//! Secured as on real machines (the rule “Secrets never leave their owner”): the server serves TLS
+//! only, with certificates made by the test's own CA ([`super::pki`]), and every client verifies it
 //! against that CA (`--bus-ca`); the controller signs with its own seed (`broker keygen`), and
-//! every host with the seed `mesh-host keygen` made in its state directory, its public key
-//! enrolled by the controller (`node enroll`): the users file holds public keys and
-//! permissions, no password. The store is the bed's own [`super::Registry::start_secured`]
-//! (TLS only, htpasswd users): the controller and the collector push and delete as its
-//! controller user, every host pulls as its host user, each trusting the store's own CA.
+//! every host with the seed `mesh-host keygen` made in its state directory, its public key enrolled
+//! by the controller (`node enroll`): the users file holds public keys and permissions, no
+//! password. The store is the bed's own [`super::Registry::start_secured`] (TLS only, htpasswd
+//! users): the controller and the collector push and delete as its controller user, every host
+//! pulls as its host user, each trusting the store's own CA.
 //!
 //! [`Bed::on_cluster`] runs the bus as a loopback cluster of three servers instead,
 //! each serving TLS with the same users, every client given all three URLs.
@@ -555,8 +555,8 @@ impl Bed {
 }
 
 /// Waits until `mesh-controller serve`'s merge consumer is on the bus. It is made from now
-/// The rule “A durable consumer starts from now” and a merge is stored once per commit (its message id): one announced before it
-/// exists is never heard, and announcing it again stores nothing.
+/// The rule “A durable consumer starts from now” and a merge is stored once per commit (its message
+/// id): one announced before it exists is never heard, and announcing it again stores nothing.
 pub fn wait_for_merge_consumer(rt: &tokio::runtime::Runtime, bus: &NatsBus) {
     // A JetStream context starts a task: it is made inside the runtime.
     let js = {

@@ -1,6 +1,7 @@
 //! Simulated hosts behind the executor's [`Fleet`] seam: each declaration is answered at once
 //! with a converged report naming every resource applied; what each node was sent is kept in
-//! order. Shared by `tests/executor.rs` and the benches (`benches/support` includes it by `#[path]`).
+//! order. Shared by `tests/executor.rs` and the benches (`benches/support` includes it by
+//! `#[path]`).
 
 use mesh_controller::executor::fleet::{Fleet, Grants, ReportHeard};
 use mesh_model::declaration::{Declaration, Outgoing};

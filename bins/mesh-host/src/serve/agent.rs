@@ -221,7 +221,8 @@ impl Agent {
         self.announce(modules).await;
     }
 
-    /// Watches the directories of the declaration in `payload` (the rule “Drift is seen, and reported even when corrected”).
+    /// Watches the directories of the declaration in `payload` (the rule “Drift is seen, and
+    /// reported even when corrected”).
     pub(super) fn rewatch(&mut self, payload: &[u8], digest: Option<String>) {
         self.watch = None;
         self.watched_for = digest;
@@ -242,9 +243,10 @@ impl Agent {
         }
     }
 
-    /// Examines the machine for drift (the rule “Drift is seen, and reported even when corrected”); new drift is reported at once, and corrected
-    /// by an apply unless its module's policy says to leave it (then the report says so and
-    /// the resource is `held-still` until the next declaration).
+    /// Examines the machine for drift (the rule “Drift is seen, and reported even when corrected”);
+    /// new drift is reported at once, and corrected by an apply unless its module's policy says to
+    /// leave it (then the report says so and the resource is `held-still` until the next
+    /// declaration).
     pub(super) async fn check_drift(&mut self, full: bool) {
         // Nothing is taken unless all three are there.
         let (Some(payload), Some(sealed), Some(_)) = (&self.payload, &self.sealed, &self.examiner)

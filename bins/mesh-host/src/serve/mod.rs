@@ -37,8 +37,9 @@
 //! # Guarantees
 //! - A declaration is written to the state directory (`serve/declaration.json`) **before** it
 //!   is applied: a host killed at any point either reads it again from the stream when it
-//!   starts or finds it on disk. On start, a stored declaration is applied again; if the host was killed
-//!   mid-apply, it first reports the machine **mid-change**, then applies (the rule “Resources declared together apply all-or-nothing”).
+//!   starts or finds it on disk. On start, a stored declaration is applied again; if the host was
+//!   killed mid-apply, it first reports the machine **mid-change**, then applies (the rule
+//!   “Resources declared together apply all-or-nothing”).
 //! - A panic in an apply is a report whose every resource failed naming the panic
 //!   ([`crate::apply_guarded`]); the daemon goes on serving.
 //! - A stop (SIGTERM, SIGINT) lets the apply under way finish and its report go out, then
@@ -77,7 +78,8 @@ use std::time::Duration;
 /// The default time between two heartbeat reports.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(30);
 
-/// How long the daemon waits before trying again what failed on the bus (connect, subscribe, asking the stream).
+/// How long the daemon waits before trying again what failed on the bus (connect, subscribe, asking
+/// the stream).
 pub const RETRY_DELAY: Duration = Duration::from_secs(1);
 
 /// The file, under the state directory, holding the last declaration received.

@@ -2,9 +2,9 @@
 //! daemon does between pushes: its root and state directory are a sandbox, its
 //! reports are read from the bus, and every wait is on a condition with a deadline.
 //!
-//! Secured as a fleet is (the rule “Secrets never leave their owner”): the server serves TLS only, with certificates
-//! from the test's own CA, and knows the host and the test's controller by their NKeys alone
-//! (the users file holds public keys); the host signs with the seed made in its state
+//! Secured as a fleet is (the rule “Secrets never leave their owner”): the server serves TLS only,
+//! with certificates from the test's own CA, and knows the host and the test's controller by their
+//! NKeys alone (the users file holds public keys); the host signs with the seed made in its state
 //! directory, as `mesh-host keygen` makes it, and verifies the server with `--bus-ca`.
 
 #![allow(dead_code)]
@@ -40,7 +40,8 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// A server and a sandbox root (`root` and `alice` accounts); no daemon yet ([`Daemon::start`]).
+    /// A server and a sandbox root (`root` and `alice` accounts); no daemon yet
+    /// ([`Daemon::start`]).
     pub fn new(node: &str) -> Daemon {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -170,7 +170,8 @@ pub(crate) fn users_file_in_place(report: &Report) -> Result<(), String> {
 /// every permission `users` gives it is allowed and every one `confirmed` (the users the bus
 /// last confirmed) gave it and `users` does not is refused — one by one
 /// ([`mesh_bus::probe::prove_permissions`]). A change of permissions alone, the users the
-/// same, is so proven before any code that needs it is sent (the incident behind “Grants before code”).
+/// same, is so proven before any code that needs it is sent (the incident behind “Grants before
+/// code”).
 ///
 /// An enrolled node's seed is not the controller's to sign with: the probe user proves the
 /// file in force first (its permission names the file, so every node's permissions in it

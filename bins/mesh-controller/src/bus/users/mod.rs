@@ -4,11 +4,11 @@
 //! proof that the bus has them in force ([`confirm`]).
 //!
 //! An enrolled node is in the users file by its public key only; a node not yet enrolled by
-//! its password ([`crate::bus::enroll::node_credentials`]). An enrolled node's seed never leaves its
-//! host, so the controller cannot log in as it to prove its permissions in force: the users file
-//! carries a probe user ([`mesh_bus::subjects::PROBE_USER`], its key derived from the
-//! controller's secret) allowed to publish on a subject naming that very file; the server
-//! letting it publish there has loaded the file, and with it every node's permissions.
+//! its password ([`crate::bus::enroll::node_credentials`]). An enrolled node's seed never leaves
+//! its host, so the controller cannot log in as it to prove its permissions in force: the users
+//! file carries a probe user ([`mesh_bus::subjects::PROBE_USER`], its key derived from the
+//! controller's secret) allowed to publish on a subject naming that very file; the server letting
+//! it publish there has loaded the file, and with it every node's permissions.
 //!
 //! # How the users file travels
 //! The users file grows with the fleet (some hundreds of bytes a node: megabytes at 10,000,
@@ -243,11 +243,11 @@ pub(crate) fn with_users_file_of(declaration: Declaration, sent: &Declaration) -
     Declaration::with_archives(declaration.node, resources, archives)
 }
 
-/// Publishes the users archive to the store, held by its manifest (the rule “An archive is published with a manifest that holds it”), and records it
-/// among the recent builds of [`USERS_MODULE`] in the store's record (the last
-/// [`mesh_store::keep::RECENT_BUILDS_KEPT`] kept there), under the publish lock, so no sweep
-/// lets it go before the bus node is sent it. The record's current build (what the bus node
-/// was last sent) is left as it is.
+/// Publishes the users archive to the store, held by its manifest (the rule “An archive is
+/// published with a manifest that holds it”), and records it among the recent builds of
+/// [`USERS_MODULE`] in the store's record (the last [`mesh_store::keep::RECENT_BUILDS_KEPT`] kept
+/// there), under the publish lock, so no sweep lets it go before the bus node is sent it. The
+/// record's current build (what the bus node was last sent) is left as it is.
 ///
 /// # Errors
 /// The store or the record cannot be written.

@@ -1,9 +1,9 @@
 //! A fleet's real hosts over NATS (`--bus URL`): declarations published on each node's
 //! subject to the declarations stream, reports read from the reports stream
-//! (`reports`: nothing dropped however far behind the rollout falls), and the real grants — the bus's users
-//! composed ([`crate::bus::users`]), the granted state buckets made, and, when the users changed,
-//! the node holding the bus sent them first and the rest held until the bus has them in force
-//! ([`crate::bus::users::confirm`]).
+//! (`reports`: nothing dropped however far behind the rollout falls), and the real grants — the
+//! bus's users composed ([`crate::bus::users`]), the granted state buckets made, and, when the
+//! users changed, the node holding the bus sent them first and the rest held until the bus has them
+//! in force ([`crate::bus::users::confirm`]).
 //!
 //! What it must never do: answer a node's grants issued before its permissions are in force
 //! when they changed, or take a report published on another node's subject for that node's.

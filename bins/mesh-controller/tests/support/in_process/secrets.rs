@@ -29,9 +29,9 @@ impl Library {
     }
 
     /// `secrets rotate` (`--output json` prints it; it exits 1 while a repository is pending,
-    /// [`Rotated::pending`](mesh_controller::secrets::rotate::Rotated::pending)). A repository with a
-    /// working tree is committed to by `git` with the identity of this process's environment:
-    /// a test that needs its own runs the binary.
+    /// [`Rotated::pending`](mesh_controller::secrets::rotate::Rotated::pending)). A repository with
+    /// a working tree is committed to by `git` with the identity of this process's environment: a
+    /// test that needs its own runs the binary.
     pub fn secrets_rotate(&self) -> Result<mesh_controller::secrets::rotate::Rotated, String> {
         self.tokio
             .block_on(mesh_controller::secrets::rotate::rotate(

@@ -48,12 +48,12 @@ pub enum Command {
     /// Folds the plans that ended: the records of their rollouts' nodes removed, what the plan
     /// must remember of them (how many nodes ended where, their latencies, each node that did
     /// not finish) kept in the plan record; removes the plans older than `--keep-plans` that
-    /// nothing reads. Then removes the declarations no record names any more: each is kept once by its digest,
-    /// and kept while what a node was last sent, or an open plan's rollout (what a node is
-    /// sent, what it ran before, what it was sent back), names it. One written within the
-    /// grace is kept all the same (a push writes it before the record naming it). Also removes
-    /// the chunks of replaced records on a fleet's bus. Says how many were removed and their
-    /// bytes. Waits while a plan is being driven.
+    /// nothing reads. Then removes the declarations no record names any more: each is kept once by
+    /// its digest, and kept while what a node was last sent, or an open plan's rollout (what a node
+    /// is sent, what it ran before, what it was sent back), names it. One written within the grace
+    /// is kept all the same (a push writes it before the record naming it). Also removes the chunks
+    /// of replaced records on a fleet's bus. Says how many were removed and their bytes. Waits
+    /// while a plan is being driven.
     ///
     /// Exit codes: 0 collected; 1 error (a record could not be read: nothing was removed).
     Collect {

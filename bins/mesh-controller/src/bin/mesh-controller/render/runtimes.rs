@@ -84,8 +84,9 @@ pub fn runtimes(found: &Runtimes) -> String {
 
 #[cfg(test)]
 mod runtimes_tests {
-    //! `runtimes` set against the inventory (the rule “Discovery waits for everyone who said they are there”): what is said of a heard
-    //! node's modules, and that nothing is said of an unheard one's.
+    //! `runtimes` set against the inventory (the rule “Discovery waits for everyone who said they
+    //! are there”): what is said of a heard node's modules, and that nothing is said of an unheard
+    //! one's.
 
     use discovery::{RuntimeHeard, RuntimeUnheard};
     use mesh_bus::discovery::{self, Discovery};
@@ -189,8 +190,8 @@ mod runtimes_tests {
         insta::assert_snapshot!(super::runtimes(&found));
     }
 
-    // The incident behind “Discovery waits for everyone who said they are there”: a runtime that said it is there and not what it serves is never taken for
-    // one serving nothing.
+    // The incident behind “Discovery waits for everyone who said they are there”: a runtime that
+    // said it is there and not what it serves is never taken for one serving nothing.
     #[test]
     fn nothing_is_said_of_an_unheard_runtimes_modules() {
         let found = compare(

@@ -51,7 +51,8 @@ pub enum WindowCommand {
     /// signal N ended it; 1 when the window could not be opened or released (a release that
     /// could not start a container says which; the next apply starts it).
     ///
-    /// Example: mesh-host window run --step nightly-backup --hold mesh-db-db -- /usr/local/bin/backup-db
+    /// Example: mesh-host window run --step nightly-backup --hold mesh-db-db --
+    /// /usr/local/bin/backup-db
     Run(RunArgs),
     /// Lists the windows recorded under the state directory: open ones, and those judged closed
     /// (lapsed, or their process gone) that no apply has cleared yet.
