@@ -233,3 +233,54 @@ fn no_crate_has_a_module_cycle_at_any_level() {
         found.join("\n")
     );
 }
+
+/// Every comment is wrapped at 100 columns, as rustfmt wraps the code: a comment line is at
+/// most 100 characters, but inside a fenced block of literal text (an example's output) in a
+/// doc comment.
+#[test]
+fn every_comment_is_wrapped_at_a_hundred_columns() {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if path.is_dir() {
+                if !["target", ".git", "book", "node_modules"].contains(&name) {
+                    walk(&path, out);
+                }
+            } else if name.ends_with(".rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&in_workspace(""), &mut files);
+    assert!(files.len() > 100, "{} Rust files found", files.len());
+    let mut long = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let mut fenced = false;
+        for (number, line) in text.lines().enumerate() {
+            let trimmed = line.trim_start();
+            if !trimmed.starts_with("//") {
+                continue;
+            }
+            if trimmed
+                .trim_start_matches('/')
+                .trim_start_matches('!')
+                .trim()
+                .starts_with("```")
+            {
+                fenced = !fenced;
+                continue;
+            }
+            if !fenced && line.chars().count() > 100 {
+                long.push(format!("{}:{}", file.display(), number + 1));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "comment lines over 100 columns:\n{}",
+        long.join("\n")
+    );
+}
