@@ -32,14 +32,7 @@ fn outcome<'a>(report: &'a Report, id: &str) -> &'a Outcome {
         .unwrap_or_else(|| panic!("no outcome for {id} in {report:#?}"))
 }
 
-/// A port on 127.0.0.1 nothing listens on now (the kernel's pick, let go at once).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use mesh_test_support::wait::free_port;
 
 /// Busybox's httpd serving `/` on `port` inside the container.
 fn httpd(name: &str, machine_name: &str, port: u16) -> Resource {

@@ -29,7 +29,7 @@
 use mesh_bus::version::ServerVersion;
 use std::collections::HashMap;
 use std::io::BufRead as _;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -525,12 +525,9 @@ pub(crate) fn unique_name() -> String {
     )
 }
 
+/// A free loopback port below the kernel's ephemeral range ([`crate::wait::free_port`]).
 pub(crate) fn free_port() -> Result<u16, NatsServerError> {
-    let listener = TcpListener::bind(("127.0.0.1", 0)).map_err(io("finding a free port"))?;
-    Ok(listener
-        .local_addr()
-        .map_err(io("finding a free port"))?
-        .port())
+    crate::wait::try_free_port().map_err(io("finding a free port"))
 }
 
 impl Drop for NatsServer {

@@ -162,8 +162,8 @@ pub async fn ensure_stream(
 }
 
 /// How long making a stream (a bucket's too) is tried again while the cluster answers that
-/// JetStream is "temporarily unavailable" (10008): a cluster just formed, or one busy, whose new
-/// stream has not yet elected its leader.
+/// JetStream is "temporarily unavailable" (10008), or does not answer in time: a cluster just
+/// formed, or one busy, whose new stream has not yet elected its leader.
 pub const STREAM_MAKE_PATIENCE: Duration = Duration::from_secs(30);
 
 /// Whether `error` is JetStream's 10008, "JetStream system temporarily unavailable": what a
@@ -173,20 +173,25 @@ pub(crate) fn temporarily_unavailable(error: &dyn std::fmt::Display) -> bool {
 }
 
 /// Makes (or opens) the stream of `config`, tried again for up to [`STREAM_MAKE_PATIENCE`]
-/// while the server answers "temporarily unavailable"; any other refusal is returned at once.
+/// while the server answers "temporarily unavailable", or does not answer within the client's
+/// request timeout (a busy cluster still electing the new stream's leader: a make that did take
+/// is found made by the next try, which opens it); any other refusal is returned at once.
 pub(crate) async fn make_stream_patiently(
     js: &Context,
     config: stream::Config,
 ) -> Result<stream::Stream, async_nats::Error> {
+    use async_nats::jetstream::context::CreateStreamErrorKind;
     let until = tokio::time::Instant::now() + STREAM_MAKE_PATIENCE;
     loop {
         match js.get_or_create_stream(config.clone()).await {
             Ok(stream) => return Ok(stream),
             Err(error)
-                if temporarily_unavailable(&error) && tokio::time::Instant::now() < until =>
+                if (temporarily_unavailable(&error)
+                    || error.kind() == CreateStreamErrorKind::TimedOut)
+                    && tokio::time::Instant::now() < until =>
             {
                 tracing::info!(stream = %config.name, %error,
-                    "the bus has no leader yet for the new stream; trying again");
+                    "the bus has no leader yet for the new stream, or did not answer; trying again");
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
             Err(error) => return Err(error.into()),
