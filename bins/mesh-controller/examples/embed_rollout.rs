@@ -10,9 +10,9 @@
 //! `cargo run -p mesh-controller --example embed_rollout` (needs `git`).
 
 use anyhow::{Context, Result};
+use mesh_controller::catalogue::repos;
 use mesh_controller::plans::MergeOutcome;
 use mesh_controller::runtime::{MergeOptions, Mesh, MeshOptions, Runtime};
-use mesh_controller::{catalogue::repos, status};
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
@@ -83,11 +83,7 @@ fn main() -> Result<()> {
     if let MergeOutcome::Planned { plan, .. } = &outcome {
         println!("{}: {}", plan.id, mesh_plan::plans::state_word(&plan.state));
     }
-    let overview = status::overview(
-        home,
-        mesh_store::clock::now(),
-        mesh_controller::push::SILENT_AFTER_SECS,
-    )?;
+    let overview = mesh.status()?;
     for node in &overview.nodes {
         let machine = node
             .report

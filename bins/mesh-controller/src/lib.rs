@@ -20,14 +20,14 @@
 //!   looking after the bus, who is there, a merge announced to the daemon, its heartbeat;
 //! - [`plans`]: merges make plans, kept so they resume where they stood;
 //! - [`records`]: the records a command opens, moved onto the bus, exported and restored;
+//! - [`status`]: each node's last report and what the plans wait on, the drift a person
+//!   acknowledged, the nodes behind, and what it comes to (`status`'s exit code);
 //! - [`executor`]: the one place declarations leave — a push and every rollout send through
 //!   it, through a [`executor::fleet::Fleet`] (in process, or a fleet's bus), and it records
 //!   what was sent and heard;
 //! - [`runtime`]: a mesh opened once ([`runtime::Mesh::open`]: home, store, fleet) and the
 //!   [`runtime::Runtime`] every command drives through; what `check` finds, what a plan would
-//!   do, a new mesh home;
-//! - [`status`]: each node's last report and what the plans wait on, the drift a person
-//!   acknowledged, the nodes behind, and what it comes to (`status`'s exit code);
+//!   do, a new mesh home; `Mesh::status`, what `status` shows now;
 //! - [`http`]: the status page, `/metrics` and `/status.json` over HTTP;
 //! - [`hooks`]: the webhooks a forge announces a push through, and the repositories polled;
 //! - [`daemon`]: the controller as a daemon on a fleet.
@@ -66,11 +66,11 @@ pub mod plans;
 
 pub mod records;
 
+pub mod status;
+
 pub mod executor;
 
 pub mod runtime;
-
-pub mod status;
 
 pub mod http;
 

@@ -123,6 +123,19 @@ impl Mesh {
         self.store.as_ref()
     }
 
+    /// What `status` shows now: each node's last report and what the plans wait on, a node
+    /// unheard for [`crate::push::SILENT_AFTER_SECS`] silent (the clock read here, once).
+    ///
+    /// # Errors
+    /// When the home cannot be read.
+    pub fn status(&self) -> Result<crate::status::Overview> {
+        crate::status::overview(
+            &self.home,
+            mesh_store::clock::now(),
+            crate::push::SILENT_AFTER_SECS,
+        )
+    }
+
     /// The fleet's bus, when the mesh is on one.
     pub fn bus(&self) -> Option<&BusConfig> {
         match &self.fleet {
