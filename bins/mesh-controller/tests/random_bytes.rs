@@ -372,9 +372,9 @@ fn files_under(root: &Path, dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     out
 }
 
-/// A case's home: a copy of the template's. Each test keeps one home (on its thread) and puts
-/// back what the case before changed — removing a directory of files per case costs more than
-/// the case.
+/// A case's home: a copy of the template's files. Each test keeps one home (on its thread) and
+/// puts back what the case before changed — removing a directory of files per case costs more
+/// than the case — so a thread has one `Mesh` at a time.
 struct Mesh {
     home: Home,
 }
@@ -384,6 +384,15 @@ impl Mesh {
         thread_local! {
             static DIR: tempfile::TempDir = tempfile::tempdir().unwrap();
         }
+        /// Removes every directory under `dir` left empty, deepest first.
+        fn remove_empty(dir: &Path) {
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                if entry.file_type().unwrap().is_dir() {
+                    remove_empty(&entry.path());
+                    let _ = std::fs::remove_dir(entry.path());
+                }
+            }
+        }
         let root = DIR.with(|dir| dir.path().to_owned());
         let wanted = template();
         for (relative, bytes) in files_under(&root, &root) {
@@ -391,6 +400,7 @@ impl Mesh {
                 std::fs::remove_file(root.join(&relative)).unwrap();
             }
         }
+        remove_empty(&root);
         let held = files_under(&root, &root);
         for (relative, bytes) in wanted {
             if !held.contains_key(relative) {
