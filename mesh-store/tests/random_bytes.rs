@@ -3,6 +3,11 @@
 //! the store's first promise: whatever either holds, a collection either refuses, naming the
 //! file and deleting nothing, or leaves every archive the mesh keeps readable.
 //!
+//! And a module's record (`store/modules/<module>.json`), from which the collector reads what
+//! the mesh keeps: it is read as the collector reads it, or refused naming it with nothing
+//! changed; a record read is of this build's format and names its own module, and collecting
+//! with what it keeps never deletes an archive it keeps.
+//!
 //! CI runs a few dozen cases (each publishes and collects on disk); `scripts/fuzz` runs 10,000
 //! (`PROPTEST_CASES`).
 
@@ -10,10 +15,11 @@ mod support;
 
 use mesh_store::archive::Archive;
 use mesh_store::collect::{collect, LayoutCollector};
+use mesh_store::keep::keep_set;
 use mesh_store::layout::OciLayoutStore;
 use mesh_store::lock::{PublishLock, SweepLock};
 use mesh_store::record_store::DirRecords;
-use mesh_store::records::record_build;
+use mesh_store::records::{read_module_records, record_build, MODULE_RECORD_FORMAT};
 use mesh_store::store::{publish, ArchiveStore};
 use mesh_test_support::mutate::{byte_edits, cases, edit_bytes, edit_value, value_edits};
 use proptest::prelude::*;
@@ -127,6 +133,67 @@ impl Layout {
     }
 }
 
+impl Layout {
+    fn module_record(&self) -> PathBuf {
+        self.home.path().join("store/modules/web.json")
+    }
+
+    /// Writes `bytes` as `web`'s module record, reads the records as the collector does,
+    /// collects with what they keep, and checks the property.
+    async fn read_records_over(&self, bytes: &[u8]) -> Result<(), TestCaseError> {
+        let file = self.module_record();
+        std::fs::write(&file, bytes).unwrap();
+        let home = || std::fs::read(&file).unwrap();
+        let records = match read_module_records(&DirRecords::new(self.home.path())) {
+            Err(error) => {
+                let said = error.to_string();
+                prop_assert!(
+                    said.contains("web.json"),
+                    "the refusal does not name `web.json`: {said}"
+                );
+                prop_assert_eq!(home(), bytes, "a refused read changed the record");
+                return Ok(());
+            }
+            Ok(records) => records,
+        };
+        prop_assert_eq!(home(), bytes, "a read changed the record");
+        for record in &records {
+            prop_assert_eq!(record.format, MODULE_RECORD_FORMAT);
+            prop_assert_eq!(&record.module, "web");
+        }
+        let keep = keep_set(&records);
+        let mut held = Vec::new();
+        for kept in keep.archives.values() {
+            if self.store.fetch(&kept.archive).await.is_ok() {
+                held.push(kept.archive.clone());
+            }
+        }
+        let lock = SweepLock::acquire(self.home.path()).await.unwrap();
+        let mut collector = LayoutCollector {
+            layout: self.store.clone(),
+        };
+        let _ = collect(&self.store, &lock, &keep, &mut collector, false).await;
+        for archive in &held {
+            let fetched = self.store.fetch(archive).await;
+            prop_assert!(
+                fetched.is_ok(),
+                "an archive the record keeps was lost: {fetched:?}"
+            );
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_valid_module_record_reads_and_keeps_its_archives() {
+    runtime().block_on(async {
+        let layout = Layout::new().await;
+        let valid = std::fs::read(layout.module_record()).unwrap();
+        layout.read_records_over(&valid).await.unwrap();
+        assert_eq!(keep_of(layout.home.path()).len(), 2);
+    });
+}
+
 #[test]
 fn an_untouched_layout_collects_only_the_blob_nothing_keeps() {
     runtime().block_on(async {
@@ -179,6 +246,35 @@ proptest! {
             let file = if manifest { layout.manifest() } else { layout.index() };
             let valid = std::fs::read(&file).unwrap();
             layout.collect_over(&file, &edit_bytes(&valid, &edits)).await
+        })?;
+    }
+
+    #[test]
+    fn a_module_record_of_random_bytes_is_refused_by_name(
+        bytes in prop::collection::vec(any::<u8>(), 0..256),
+    ) {
+        runtime().block_on(async { Layout::new().await.read_records_over(&bytes).await })?;
+    }
+
+    #[test]
+    fn a_module_record_with_bytes_changed_is_refused_by_name_or_keeps_what_it_names(
+        edits in byte_edits(),
+    ) {
+        runtime().block_on(async {
+            let layout = Layout::new().await;
+            let valid = std::fs::read(layout.module_record()).unwrap();
+            layout.read_records_over(&edit_bytes(&valid, &edits)).await
+        })?;
+    }
+
+    #[test]
+    fn a_module_record_with_values_changed_is_refused_by_name_or_keeps_what_it_names(
+        edits in value_edits(),
+    ) {
+        runtime().block_on(async {
+            let layout = Layout::new().await;
+            let valid = std::fs::read_to_string(layout.module_record()).unwrap();
+            layout.read_records_over(&edit_value(&valid, &edits)).await
         })?;
     }
 

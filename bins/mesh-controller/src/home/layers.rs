@@ -211,10 +211,9 @@ impl LayerStore<'_> {
             let Some(value) = self.home.get_json(&key)? else {
                 continue;
             };
-            let record: HistoryRecord = serde_json::from_value(value).map_err(bad_record(
-                self.home.records.locate(&key),
-                "a history record",
-            ))?;
+            let record: HistoryRecord =
+                self.home
+                    .versioned(&key, value, "a history record", HISTORY_FORMAT)?;
             records.push(record);
         }
         records.sort_by_key(|r| r.revision);

@@ -196,11 +196,13 @@ impl PlanStore<'_> {
         let Some(value) = self.home.get_json(&key)? else {
             return Ok(None);
         };
+        let location = self.home.records().locate(&key);
         if value.get("format").and_then(Value::as_u64) == Some(1) {
-            let old: v1::PlanRecord = serde_json::from_value(value).map_err(bad_record(
-                self.home.records().locate(&key),
-                "a plan record",
-            ))?;
+            let old: v1::PlanRecord =
+                serde_json::from_value(value).map_err(bad_record(&location, "a plan record"))?;
+            // Checked whole before the migration writes a record.
+            let (plan, names) = old.names();
+            check_names(&location, id, plan, names)?;
             let record = v1::migrate(self.home, old)?;
             self.home.put_json(&key, &record)?;
             self.home.note_migration(format!(
@@ -210,7 +212,11 @@ impl PlanStore<'_> {
             ));
             return Ok(Some(record));
         }
-        self.home.read_record(&key, "a plan record", PLAN_FORMAT)
+        let record: PlanRecord = self
+            .home
+            .versioned(&key, value, "a plan record", PLAN_FORMAT)?;
+        check_names(&location, id, &record.plan.id, module_names(&record))?;
+        Ok(Some(record))
     }
 
     /// Writes a plan record — unless this controller's plans lease on the bus was taken over.
@@ -220,6 +226,47 @@ impl PlanStore<'_> {
     pub fn write(&self, record: &PlanRecord) -> Result<()> {
         self.home.check_lease()?;
         self.home.put_json(&plan_key(&record.plan.id), record)
+    }
+}
+
+/// Every module a plan record names.
+fn module_names(record: &PlanRecord) -> impl Iterator<Item = &str> {
+    let plan = &record.plan;
+    plan.modules
+        .iter()
+        .chain(plan.tiers.iter().flatten())
+        .chain(plan.rollouts.keys())
+        .chain(record.work.keys())
+        .map(String::as_str)
+}
+
+/// The names in a plan record become record keys (`rollouts/<plan>/<module>/…`): its plan must
+/// be the one its key names and each module and node a plain name, or the record is refused
+/// naming itself — never read as a look-up, or a write, of some other key.
+fn check_names<'a>(
+    location: &str,
+    id: &str,
+    plan: &str,
+    mut names: impl Iterator<Item = &'a str>,
+) -> Result<()> {
+    let refused = |what: String| Error::BadRecord {
+        location: location.to_owned(),
+        what,
+        source: None,
+    };
+    if plan != id {
+        return Err(refused(format!(
+            "the record of plan `{id}`: it names plan `{}`",
+            plan.escape_debug()
+        )));
+    }
+    let plain = |name: &str| !name.contains('/') && mesh_store::record_store::is_key(name);
+    match names.find(|name| !plain(name)) {
+        Some(name) => Err(refused(format!(
+            "a plan record: `{}` is not a name (letters, digits, `-`, `_`, `.`)",
+            name.escape_debug()
+        ))),
+        None => Ok(()),
     }
 }
 

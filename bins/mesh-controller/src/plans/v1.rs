@@ -37,6 +37,28 @@ struct ModuleWork {
     reverted: BTreeMap<String, String>,
 }
 
+impl PlanRecord {
+    /// Its plan's id, and every module and node it names: the names its migration writes
+    /// records under.
+    pub(super) fn names(&self) -> (&str, impl Iterator<Item = &str>) {
+        let plan = &self.plan;
+        let names = plan
+            .modules
+            .iter()
+            .chain(plan.tiers.iter().flatten())
+            .chain(plan.rollouts.keys())
+            .chain(self.work.keys())
+            .chain(
+                self.work
+                    .values()
+                    .filter_map(|work| work.spec.as_ref())
+                    .flat_map(|spec| spec.nodes.keys()),
+            )
+            .map(String::as_str);
+        (&plan.id, names)
+    }
+}
+
 /// The record in format 2, each node's part of each rollout written as its own record and
 /// what each node ran before kept by digest.
 pub(super) fn migrate(home: &Home, old: PlanRecord) -> Result<Record> {

@@ -21,6 +21,9 @@
 //! - An import writes into an empty bucket or home only: one holding a record the archive does
 //!   not hold byte for byte is refused by name, nothing written. The inventory is written last,
 //!   so an import stopped part way holds no mesh, and running it again finishes it.
+//! - An import writes records only — the inventory and keys of the record families
+//!   ([`crate::home::keys`]) — never what stays on the machine, whatever an archive's keys say
+//!   (its digests are of the bytes, not of the keys).
 //! - A newer minor version's fields in the archive are ignored; a newer format is named.
 
 use crate::bus::credentials;
@@ -104,12 +107,14 @@ pub(crate) fn record_keys(home: &Home) -> Result<Vec<String>> {
     let mut keys = if home.records_on_bus() {
         records.keys_under("")?
     } else {
-        let controller_password = format!("bus/passwords/{}", mesh_bus::subjects::CONTROLLER_USER);
         let mut keys = Vec::new();
         for dir in crate::home::keys::RECORD_DIRS {
-            keys.extend(records.keys_under(dir)?.into_iter().filter(|key| {
-                *key != controller_password && key.as_str() != credentials::CONTROLLER_SEED_FILE
-            }));
+            keys.extend(
+                records
+                    .keys_under(dir)?
+                    .into_iter()
+                    .filter(|key| !kept_on_the_machine(key)),
+            );
         }
         if records.get(INVENTORY_FILE)?.is_some() {
             keys.push(INVENTORY_FILE.to_owned());
@@ -120,6 +125,24 @@ pub(crate) fn record_keys(home: &Home) -> Result<Vec<String>> {
     keys.sort();
     keys.dedup();
     Ok(keys)
+}
+
+/// Whether `key`, under a family's directory, is what stays on the controller's machine: its
+/// own bus password and seed.
+fn kept_on_the_machine(key: &str) -> bool {
+    key.strip_prefix("bus/passwords/") == Some(mesh_bus::subjects::CONTROLLER_USER)
+        || key == credentials::CONTROLLER_SEED_FILE
+}
+
+/// Whether `key` is a record an archive may restore: the inventory, or a key under a family's
+/// directory ([`crate::home::keys::RECORD_DIRS`]) that does not stay on the machine — never
+/// the mesh's secrets key, the catalogue, the plans lease or any other file of a home.
+fn is_record(key: &str) -> bool {
+    let in_a_family = crate::home::keys::RECORD_DIRS.iter().any(|dir| {
+        key.strip_prefix(dir)
+            .is_some_and(|rest| rest.starts_with('/'))
+    });
+    (key == INVENTORY_FILE || in_a_family) && !kept_on_the_machine(key)
 }
 
 /// `records export FILE`: writes every record of `home` to an archive at `file` (mode 0600,
@@ -266,6 +289,17 @@ fn read_archive(file: &Path) -> Result<Archive> {
                 format!("a record key (`{}` is none)", line.key.escape_debug()),
             ));
         }
+        // The digests are of the bytes: a key is checked for what it is.
+        if !is_record(&line.key) {
+            return Err(bad(
+                number,
+                format!(
+                    "a record of a mesh (`{}` is none: an archive holds the inventory and \
+                     the records of its families, never what stays on the controller's machine)",
+                    line.key
+                ),
+            ));
+        }
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(line.bytes.as_bytes())
             .map_err(|e| bad(number, format!("`{}` in base64 ({e})", line.key)))?;
@@ -279,6 +313,27 @@ fn read_archive(file: &Path) -> Result<Archive> {
                     line.sha256,
                     bytes.len(),
                     mesh_model::sha256_digest(&bytes)
+                ),
+            ));
+        }
+        // In key order, a record a key lies under came before it: the two could not both be
+        // written (the import would stop part way).
+        let under = line
+            .key
+            .match_indices('/')
+            .map(|(at, _)| &line.key[..at])
+            .find(|dir| {
+                records
+                    .binary_search_by(|(key, _)| key.as_str().cmp(dir))
+                    .is_ok()
+            });
+        if let Some(record) = under {
+            return Err(bad(
+                number,
+                format!(
+                    "a record of a mesh (`{}` lies under the record `{record}`: a record is \
+                     never a directory)",
+                    line.key
                 ),
             ));
         }

@@ -9,7 +9,7 @@
 //! - An acknowledgement clears only drift seen at or before it: drift seen later shows again.
 //! - Acknowledgements of every node are read in one listing ([`acks_of_all`]).
 
-use crate::error::{Error, Result};
+use crate::error::{bad_record, Error, Result};
 use crate::home::Home;
 use mesh_model::report::{Drift, DriftAction};
 use serde::{Deserialize, Serialize};
@@ -69,15 +69,15 @@ fn acks_key(node: &str) -> String {
 /// Every node's acknowledgements, by node, in one listing.
 ///
 /// # Errors
-/// The records cannot be listed, or one is not an acknowledgement record.
+/// The records cannot be listed, or one is not an acknowledgement record of
+/// [`ACKS_FORMAT`].
 pub(crate) fn acks_of_all(home: &Home) -> Result<BTreeMap<String, Acks>> {
+    const WHAT: &str = "an acknowledgement record";
     let mut out = BTreeMap::new();
     for (key, bytes) in home.records().values_under("acks")? {
-        let acks: Acks = serde_json::from_slice(&bytes).map_err(|source| Error::BadRecord {
-            location: key.clone(),
-            what: "an acknowledgement record".to_owned(),
-            source: Some(Box::new(source)),
-        })?;
+        let value = serde_json::from_slice(&bytes)
+            .map_err(bad_record(home.records().locate(&key), WHAT))?;
+        let acks: Acks = home.versioned(&key, value, WHAT, ACKS_FORMAT)?;
         out.insert(acks.node.clone(), acks);
     }
     Ok(out)
