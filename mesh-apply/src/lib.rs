@@ -218,7 +218,10 @@ pub enum ApplyError {
     },
     /// A together group left mid-commit (`group-commit.json`) could not be put back; its record
     /// and what it kept stay, and the next apply tries again.
-    #[error("together group `{group}` was left in the middle of its commit and cannot be put back: {reason}")]
+    #[error(
+        "together group `{group}` was left in the middle of its commit and cannot be put back \
+         (its record `group-commit.json` stays, and the next apply tries again): {reason}"
+    )]
     GroupPutBack {
         /// The group (`<module>/<group>`).
         group: String,

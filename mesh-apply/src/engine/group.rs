@@ -91,10 +91,9 @@ pub(super) fn put_back_group(
             fsops::remove_if_present(&file.target)
         }
         .and_then(|()| fsops::remove_if_present(&fsops::new_name(&file.target)));
-        result.map_err(|source| ApplyError::StateWrite {
-            path: file.target.clone(),
-            source,
-        })?;
+        // The record names the file: one that cannot be put back is the record's group's
+        // failure, said as such (a damaged record may name a path no file can be at).
+        result.map_err(|e| failed(format!("file `{}`: {e}", file.target.display())))?;
         if let Some(parent) = file.target.parent() {
             let _ = fsops::sync_dir(parent);
         }
