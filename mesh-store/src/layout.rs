@@ -201,12 +201,23 @@ impl OciLayoutStore {
     pub fn collect_garbage(&self, dry_run: bool) -> Result<GarbageReport, StoreError> {
         let index = self.read_index()?;
         let mut marked = BTreeSet::new();
-        let mut to_visit: Vec<String> = index.manifests.iter().map(|m| m.digest.clone()).collect();
-        while let Some(digest) = to_visit.pop() {
+        // Each manifest to visit, with the file that names it: a name that is no digest is
+        // that file's fault, and said so.
+        let index_path = self.root.join("index.json");
+        let mut to_visit: Vec<(String, PathBuf)> = index
+            .manifests
+            .iter()
+            .map(|m| (m.digest.clone(), index_path.clone()))
+            .collect();
+        while let Some((digest, named_in)) = to_visit.pop() {
             if !marked.insert(digest.clone()) {
                 continue;
             }
-            let path = self.blob_path(&digest)?;
+            let path = self.blob_path(&digest).map_err(|_| StoreError::Corrupt {
+                store: self.name(),
+                path: named_in,
+                reason: format!("it names `{digest}`, which is not a sha256 digest"),
+            })?;
             let bytes = match std::fs::read(&path) {
                 Ok(bytes) => bytes,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -250,7 +261,7 @@ impl OciLayoutStore {
                 .flatten()
             {
                 if let Some(d) = child.get("digest").and_then(Value::as_str) {
-                    to_visit.push(d.to_owned());
+                    to_visit.push((d.to_owned(), path.clone()));
                 }
             }
         }
