@@ -407,9 +407,10 @@ impl StateDir {
 
     /// Reads the record of a together group left mid-commit, if any. Putting a group back
     /// removes and renames the files it names, so a record naming a path outside `root` (or
-    /// one climbing out with `..`) is refused whole, before anything is touched: a state
-    /// directory copied from another machine, or a damaged one, must not reach outside the
-    /// machine it applies to (*the host never destroys what it did not make*).
+    /// one climbing out with `..`, or reaching through a file or a link under it) is refused
+    /// whole, before anything is touched: a state directory copied from another machine, or a
+    /// damaged one, must not reach outside the machine it applies to (*the host never destroys
+    /// what it did not make*).
     pub(crate) fn read_group_commit(&self, root: &Path) -> Result<Option<GroupCommit>, ApplyError> {
         let path = self.dir.join(GROUP_COMMIT_FILE);
         let Some(record) = read_json::<GroupCommit>(&path, |g| g.format)? else {
@@ -444,6 +445,17 @@ impl StateDir {
                         "it names `{}`, which is not under the root `{}`",
                         target.display(),
                         root.display()
+                    ),
+                });
+            }
+            if let Some(through) = not_a_directory_above(target, root) {
+                return Err(ApplyError::StateFormat {
+                    path,
+                    reason: format!(
+                        "it names `{}`, under `{}`, which is not a directory (a file, or a \
+                         link that could lead out of the root)",
+                        target.display(),
+                        through.display()
                     ),
                 });
             }
@@ -511,6 +523,26 @@ impl StateDir {
             }
         }
     }
+}
+
+/// The first path between `root` and `path` (both excluded) that is there and is not a
+/// directory — a file, or a link, which could lead out of the root — if any.
+fn not_a_directory_above(path: &Path, root: &Path) -> Option<PathBuf> {
+    let mut above: Vec<&Path> = path
+        .ancestors()
+        .skip(1)
+        .take_while(|at| *at != root && at.starts_with(root))
+        .collect();
+    above.reverse();
+    for at in above {
+        match std::fs::symlink_metadata(at) {
+            Ok(meta) if !meta.is_dir() => return Some(at.to_owned()),
+            Ok(_) => {}
+            // Nothing there (nor under it): what the group made is gone already.
+            Err(_) => return None,
+        }
+    }
+    None
 }
 
 /// Whether `path` is `root` itself or below it, with no `..` that could climb out.

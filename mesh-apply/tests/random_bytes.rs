@@ -213,6 +213,72 @@ fn a_group_record_naming_a_path_outside_the_root_is_refused_and_changes_nothing(
     }
 }
 
+/// A group record naming a file under a file (`etc/app.conf/…`: two paths run together) was
+/// put back until the file system refused, and the apply was refused naming that path — not
+/// the record at fault, which the next apply read again. (Issue 46, item 7: found by
+/// `scripts/fuzz`'s first run at 10,000 cases.)
+#[test]
+fn a_group_record_naming_a_path_under_a_file_is_refused_by_name_and_changes_nothing() {
+    let machine = Machine::new();
+    let root = &machine.sandbox.config.root;
+    let record = GroupCommit {
+        format: STATE_FORMAT,
+        group: "app/serve".to_owned(),
+        files: vec![GroupFile {
+            target: root
+                .join("etc/app.conf")
+                .join(root.strip_prefix("/").unwrap()),
+            existed: false,
+        }],
+        directories: Vec::new(),
+        memberships: Vec::new(),
+        containers: Vec::new(),
+        newer: Default::default(),
+    };
+    let bytes = serde_json::to_vec(&record).unwrap();
+    machine.apply_over("group-commit.json", &bytes).unwrap();
+    let error = apply(&machine.sandbox.config, &machine.declaration, T0 + 1)
+        .expect_err("a record naming a path under a file is refused");
+    assert!(error.to_string().contains("group-commit.json"), "{error}");
+    assert!(error.to_string().contains("not a directory"), "{error}");
+}
+
+/// A group record naming a file through a link under the root reached wherever the link led:
+/// putting the group back removed the file there, outside the root. A record reaching through
+/// anything but a directory is refused whole now, before anything is touched.
+#[test]
+fn a_group_record_naming_a_path_through_a_link_is_refused_and_removes_nothing() {
+    let machine = Machine::new();
+    let root = &machine.sandbox.config.root;
+    let link = root.join("srv/app/out");
+    std::os::unix::fs::symlink(machine.canary.parent().unwrap(), &link).unwrap();
+    let record = GroupCommit {
+        format: STATE_FORMAT,
+        group: "app/serve".to_owned(),
+        files: vec![GroupFile {
+            target: link.join("canary"),
+            existed: false,
+        }],
+        directories: Vec::new(),
+        memberships: Vec::new(),
+        containers: Vec::new(),
+        newer: Default::default(),
+    };
+    fs::write(
+        machine.state("group-commit.json"),
+        serde_json::to_vec(&record).unwrap(),
+    )
+    .unwrap();
+    let error = apply(&machine.sandbox.config, &machine.declaration, T0 + 1)
+        .expect_err("a record reaching through a link is refused");
+    assert!(error.to_string().contains("group-commit.json"), "{error}");
+    assert!(
+        machine.canary.exists(),
+        "the file the link led to was removed"
+    );
+    assert!(machine.state("group-commit.json").exists());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(cases(48)))]
 
