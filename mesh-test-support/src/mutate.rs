@@ -2,8 +2,11 @@
 //! (`tests/random_bytes.rs` of each crate, at length with `scripts/fuzz`): its bytes flipped,
 //! cut, repeated or spliced ([`byte_edits`], [`edit_bytes`]), and its JSON values replaced by
 //! others of any shape, removed, or joined by unknown keys ([`value_edits`], [`edit_value`]).
+//! A case's directory is compared and put back with [`files_under`] and [`reset_dir`].
 use proptest::prelude::*;
 use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 /// One change to a valid input's bytes (positions are taken modulo the input's length).
 #[derive(Debug, Clone)]
@@ -186,4 +189,64 @@ pub fn cases(default: u32) -> u32 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+/// Every file under `root`, by its path relative to `root`, with its bytes (none when `root`
+/// is not there): what a case compares before and after a read that must change nothing.
+///
+/// # Panics
+/// When a directory under `root` or a file cannot be read.
+pub fn files_under(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            if entry.file_type().expect("a file type").is_dir() {
+                walk(root, &entry.path(), out);
+            } else {
+                let relative = entry
+                    .path()
+                    .strip_prefix(root)
+                    .expect("under root")
+                    .to_owned();
+                out.insert(relative, std::fs::read(entry.path()).expect("a file"));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// Puts the directory `root` back to hold exactly `files` (paths relative to it): what a case
+/// changed is removed or written again, directories left empty go, the rest is left as it is —
+/// a directory kept from one case to the next costs less than one made and removed per case.
+///
+/// # Panics
+/// When a file cannot be removed or written.
+pub fn reset_dir(root: &Path, files: &BTreeMap<PathBuf, Vec<u8>>) {
+    /// Removes every directory under `dir` left empty, deepest first.
+    fn remove_empty(dir: &Path) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                remove_empty(&entry.path());
+                let _ = std::fs::remove_dir(entry.path());
+            }
+        }
+    }
+    for (relative, bytes) in files_under(root) {
+        if files.get(&relative) != Some(&bytes) {
+            std::fs::remove_file(root.join(relative)).expect("a file removed");
+        }
+    }
+    remove_empty(root);
+    let held = files_under(root);
+    for (relative, bytes) in files {
+        if !held.contains_key(relative) {
+            let to = root.join(relative);
+            std::fs::create_dir_all(to.parent().expect("a file has a directory"))
+                .expect("its directory made");
+            std::fs::write(to, bytes).expect("a file written");
+        }
+    }
 }

@@ -146,7 +146,7 @@ pub async fn serve(
     let bus_config = runtime.mesh().bus().ok_or_else(|| Error::Given {
         option: crate::error::Given::Bus,
         value: None,
-        why: "the controller serves a fleet's bus: open the mesh with one".to_owned(),
+        why: "the controller serves a fleet's bus".to_owned(),
     })?;
     let bus = connect(home, bus_config).await?;
     if make_streams(home, bus_config, &bus, &mut shutdown)

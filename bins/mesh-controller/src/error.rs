@@ -115,13 +115,14 @@ pub enum Error {
     /// What was given for one of a call's options is refused, or an option the call needs
     /// was not given. The library says it in its own words; a program phrases it with its
     /// own name for the option (the binary, with its flag).
-    #[error("{}{}: {why}", option.words(), value.as_ref().map(|v| format!(" {v}")).unwrap_or_default())]
+    #[error("{}", given(*option, value.as_deref(), why))]
     Given {
         /// The option.
         option: Given,
         /// What was given for it, when something was.
         value: Option<String>,
-        /// Why it is refused, or what needs it.
+        /// Why it is refused (what was given is named before it), or, with nothing given, what
+        /// needs it ([`Given::ask`] follows).
         why: String,
     },
     /// A file or directory could not be read or written.
@@ -353,6 +354,15 @@ fn no_mesh(home: &str, why: &NoMesh) -> String {
     }
 }
 
+/// [`Error::Given`] in the library's words: the option and what was given, then why; with
+/// nothing given, what needs it, then what to give ([`Given::ask`]).
+fn given(option: Given, value: Option<&str>, why: &str) -> String {
+    match value {
+        Some(value) => format!("{} {value}: {why}", option.words()),
+        None => format!("{why}: {}", option.ask()),
+    }
+}
+
 /// One of the options a call of the library takes, named in an [`Error::Given`] so that a
 /// program can phrase the error with its own name for it (the binary names its flag).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -383,6 +393,17 @@ impl Given {
             Given::Branch => "the branch",
             Given::HttpListen => "the status page's address",
             Given::HooksListen => "the webhooks' address",
+        }
+    }
+
+    /// What to do when the option was needed and not given, in the library's words.
+    pub fn ask(self) -> String {
+        match self {
+            Given::Bus => "open the mesh on one".to_owned(),
+            Given::Branch => "give the branch to read".to_owned(),
+            Given::Replicas | Given::PollInterval | Given::HttpListen | Given::HooksListen => {
+                format!("give {}", self.words())
+            }
         }
     }
 }

@@ -29,7 +29,9 @@ use mesh_model::plan::{ModuleRollout, Plan, PlanState};
 use mesh_model::report::Report;
 use mesh_plan::rollout::{NodeProgress, RolloutParts, Stage};
 use mesh_plan::Move;
-use mesh_test_support::mutate::{byte_edits, cases, edit_bytes, edit_value, value_edits};
+use mesh_test_support::mutate::{
+    byte_edits, cases, edit_bytes, edit_value, files_under, reset_dir, value_edits,
+};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -342,7 +344,7 @@ fn template() -> &'static BTreeMap<PathBuf, Vec<u8>> {
     TEMPLATE.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         write_template(dir.path());
-        let files = files_under(dir.path(), dir.path());
+        let files = files_under(dir.path());
         let root = dir.path().to_string_lossy();
         for (path, bytes) in &files {
             assert!(
@@ -353,23 +355,6 @@ fn template() -> &'static BTreeMap<PathBuf, Vec<u8>> {
         }
         files
     })
-}
-
-/// Every file under `dir`, by its path relative to `root`, with its bytes.
-fn files_under(root: &Path, dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
-        for entry in std::fs::read_dir(dir).unwrap().flatten() {
-            if entry.file_type().unwrap().is_dir() {
-                walk(root, &entry.path(), out);
-            } else {
-                let relative = entry.path().strip_prefix(root).unwrap().to_owned();
-                out.insert(relative, std::fs::read(entry.path()).unwrap());
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(root, dir, &mut out);
-    out
 }
 
 /// A case's home: a copy of the template's files. Each test keeps one home (on its thread) and
@@ -384,36 +369,10 @@ impl Mesh {
         thread_local! {
             static DIR: tempfile::TempDir = tempfile::tempdir().unwrap();
         }
-        /// Removes every directory under `dir` left empty, deepest first.
-        fn remove_empty(dir: &Path) {
-            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-                if entry.file_type().unwrap().is_dir() {
-                    remove_empty(&entry.path());
-                    let _ = std::fs::remove_dir(entry.path());
-                }
-            }
-        }
         let root = DIR.with(|dir| dir.path().to_owned());
         let wanted = template();
-        for (relative, bytes) in files_under(&root, &root) {
-            if wanted.get(&relative) != Some(&bytes) {
-                std::fs::remove_file(root.join(&relative)).unwrap();
-            }
-        }
-        remove_empty(&root);
-        let held = files_under(&root, &root);
-        for (relative, bytes) in wanted {
-            if !held.contains_key(relative) {
-                let to = root.join(relative);
-                std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-                std::fs::write(to, bytes).unwrap();
-            }
-        }
-        assert_eq!(
-            &files_under(&root, &root),
-            wanted,
-            "the home is the template's"
-        );
+        reset_dir(&root, wanted);
+        assert_eq!(&files_under(&root), wanted, "the home is the template's");
         Mesh {
             home: Home::new(root),
         }
@@ -429,7 +388,7 @@ impl Mesh {
 
     /// Every file of the home, by its path relative to it.
     fn everything(&self) -> BTreeMap<PathBuf, Vec<u8>> {
-        files_under(self.home.root(), self.home.root())
+        files_under(self.home.root())
     }
 
     /// Every reader of the mesh, in turn: each refusal, said.

@@ -19,65 +19,19 @@ use mesh_host::archives::{read_archived, ArchiveSource, CACHE_DIR};
 use mesh_model::build::ArchiveRef;
 use mesh_model::declaration::{ArchivedFile, Declaration, FileSpec, Resource, Spec};
 use mesh_store::archive::Archive;
-use mesh_test_support::mutate::{byte_edits, cases, edit_bytes, edit_value, value_edits};
+use mesh_test_support::mutate::{
+    byte_edits, cases, edit_bytes, edit_value, files_under, reset_dir, value_edits,
+};
 use proptest::prelude::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 const DECLARATION: &str = include_str!("../../../mesh-model/tests/fixtures/declaration.json");
 
 /// When the archive was made (seconds since the epoch).
 const NOW: u64 = 1_800_000_000;
-
-/// Every file under `root`, by path relative to it, with its bytes.
-fn files_under(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            if entry.file_type().unwrap().is_dir() {
-                walk(root, &entry.path(), out);
-            } else {
-                let relative = entry.path().strip_prefix(root).unwrap().to_owned();
-                out.insert(relative, std::fs::read(entry.path()).unwrap());
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(root, root, &mut out);
-    out
-}
-
-/// Puts the directory `root` back to hold exactly `files` (a case's directory is kept from one
-/// case to the next: removing a directory of files per case costs more than the case).
-fn reset(root: &Path, files: &BTreeMap<PathBuf, Vec<u8>>) {
-    /// Removes every directory under `dir` left empty, deepest first.
-    fn remove_empty(dir: &Path) {
-        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            if entry.file_type().unwrap().is_dir() {
-                remove_empty(&entry.path());
-                let _ = std::fs::remove_dir(entry.path());
-            }
-        }
-    }
-    for (relative, bytes) in files_under(root) {
-        if files.get(&relative) != Some(&bytes) {
-            std::fs::remove_file(root.join(relative)).unwrap();
-        }
-    }
-    remove_empty(root);
-    let held = files_under(root);
-    for (relative, bytes) in files {
-        if !held.contains_key(relative) {
-            let to = root.join(relative);
-            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-            std::fs::write(to, bytes).unwrap();
-        }
-    }
-}
 
 /// The records of an example mesh that sent `home` a declaration, exported.
 fn valid_archive() -> &'static [u8] {
@@ -135,7 +89,7 @@ fn import_over(bytes: &[u8]) -> Result<Option<String>, TestCaseError> {
     let dir = DIR.with(|dir| dir.path().to_owned());
     let root = dir.join("home");
     let empty = kept_on_the_machine();
-    reset(&root, &empty);
+    reset_dir(&root, &empty);
     let file = dir.join("records.archive");
     std::fs::write(&file, bytes).unwrap();
     let home = Home::new(&root);
@@ -287,7 +241,7 @@ fn users_over(bytes: &[u8], named_as_themselves: bool) -> Result<(), TestCaseErr
         static DIR: tempfile::TempDir = tempfile::tempdir().unwrap();
     }
     let state = DIR.with(|dir| dir.path().to_owned());
-    reset(&state, &BTreeMap::new());
+    reset_dir(&state, &BTreeMap::new());
     let archive = if named_as_themselves {
         Archive::from_bytes(bytes.to_vec()).reference
     } else {

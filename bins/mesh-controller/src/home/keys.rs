@@ -3,7 +3,8 @@
 //! tells what a home holds; `records export`, `records import` and the buckets a bus makes for
 //! the records are read from it ([`RECORD_DIRS`]).
 //!
-//! A family's keys are written by its store alone. Besides them a home holds its inventory,
+//! A family's records are read and written through its store; the records' collection and
+//! `records export`/`import` go through them all. Besides them a home holds its inventory,
 //! `inventory.toml` (read and written by [`crate::home::Home::inventory`] and
 //! [`crate::home::Home::write_inventory`]).
 

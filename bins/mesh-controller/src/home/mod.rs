@@ -6,11 +6,11 @@
 //! (`mesh_bus::records::KvRecords`), so a controller restarted or started on another machine
 //! resumes from them. The keys are the same on both. Every family of records — the directory
 //! its keys are under, what it holds, and the store that reads and writes it — is in one table,
-//! [`keys::FAMILIES`]: each store names its keys, and only it writes them. The stores of the
-//! home's own families are here: [`LayerStore`] (the settings layers and their history,
-//! [`Home::layers`]), [`SentStore`] (what was sent, [`Home::sent`]), [`ReportStore`] (each
-//! node's last report, [`Home::reports`]) and [`ProblemStore`] ([`Home::problems`]); the others
-//! are in the folder that owns them ([`crate::plans::PlanStore`],
+//! [`keys::FAMILIES`]: each store names its keys, and a command reads and writes them through
+//! it. The stores of the home's own families are here: [`LayerStore`] (the settings layers and
+//! their history, [`Home::layers`]), [`SentStore`] (what was sent, [`Home::sent`]), [`ReportStore`]
+//! (each node's last report, [`Home::reports`]) and [`ProblemStore`] ([`Home::problems`]); the
+//! others are in the folder that owns them ([`crate::plans::PlanStore`],
 //! [`crate::catalogue::repos::RepoStore`], [`crate::catalogue::builds::DeployedStore`]).
 //! `inventory.toml` is the home's own ([`Home::inventory`]); on the bus a record over 60 KiB is
 //! kept in chunks (`chunked/<key>/<hex>`, mesh_store::chunked, hidden from listings).

@@ -30,7 +30,7 @@ pub fn with_flags(error: &Error) -> Option<String> {
         Error::Given { option, value, why } => {
             let value = value.as_deref().unwrap_or_default();
             match option {
-                Given::Bus => format!("{why} (--bus URL)"),
+                Given::Bus => format!("{why}: open the mesh with one (--bus URL)"),
                 Given::Replicas => format!("--bus-replicas {value}: {why}"),
                 Given::PollInterval => format!("--poll {value}: {why}"),
                 Given::Branch => format!("{why}: give --branch"),

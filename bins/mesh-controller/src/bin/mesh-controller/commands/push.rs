@@ -75,20 +75,26 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
                 },
             ))?
         };
-        let still = &behind.not_running;
+        // Decided first, so that the JSON document takes what was done rather than a copy.
+        let code = match push::verdict(&results) {
+            _ if mesh_controller::plans::any_stopped(&plans) => ExitCode::from(3),
+            push::Verdict::Converged => ExitCode::SUCCESS,
+            push::Verdict::Held => ExitCode::from(2),
+            push::Verdict::NotConverged => ExitCode::from(3),
+        };
         match env.output {
             Output::Json => env.print_json(&BehindPushed {
                 read: heads::read(&env.home)?,
-                plans: plans.clone(),
-                nodes: results.clone(),
-                not_running: still.clone(),
+                plans,
+                nodes: results,
+                not_running: behind.not_running,
             })?,
             Output::Text => {
                 for plan in &plans {
                     print!("{}", render::plan_summary(plan));
                 }
                 print!("{}", render::push(&results));
-                for behind in still {
+                for behind in &behind.not_running {
                     println!(
                         "{}: still not running: behind on `{}` since {} (the inventory says \
                          `running = false`)",
@@ -97,13 +103,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
                 }
             }
         }
-        let stopped = mesh_controller::plans::any_stopped(&plans);
-        return Ok(match push::verdict(&results) {
-            _ if stopped => ExitCode::from(3),
-            push::Verdict::Converged => ExitCode::SUCCESS,
-            push::Verdict::Held => ExitCode::from(2),
-            push::Verdict::NotConverged => ExitCode::from(3),
-        });
+        return Ok(code);
     }
     let nodes = match push::targets(&env.home.inventory()?, args.nodes, args.all) {
         Ok(nodes) => nodes,
