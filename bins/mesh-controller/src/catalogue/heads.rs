@@ -4,7 +4,7 @@
 //! (what its next merge would build and deploy: what `check` also validates).
 //!
 //! Start at [`read`] and [`check_heads`]. Reads the records and git (no checkout); writes
-//! nothing.
+//! nothing but a repository registered by URL, whose clone is fetched first ([`head_of`]).
 
 use crate::catalogue::repos;
 use crate::error::{Context, Result};
@@ -91,6 +91,28 @@ pub fn read(home: &Home) -> Result<Running> {
     })
 }
 
+/// Where a head's commit was read: a repository registered by URL is fetched first, as its next
+/// merge would be, so `check` reads what that merge would deploy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "read", rename_all = "kebab-case")]
+pub enum HeadRead {
+    /// A repository on this machine: its branch as it is.
+    Local,
+    /// Fetched from its URL just now.
+    Fetched {
+        /// Where from.
+        url: String,
+    },
+    /// The fetch failed: the commit is the last one fetched, which the next merge may not
+    /// deploy.
+    LastFetched {
+        /// Where it is fetched from.
+        url: String,
+        /// Why the fetch failed, as git said it.
+        why: String,
+    },
+}
+
 /// One registered repository's head, checked: what its next merge would build.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -101,6 +123,9 @@ pub struct Head {
     pub branch: String,
     /// The head's commit.
     pub commit: String,
+    /// Where the commit was read: fetched, or the last fetched when the fetch failed.
+    #[serde(flatten)]
+    pub read: HeadRead,
     /// The modules the inventory assigns that the head holds.
     pub modules: Vec<String>,
     /// Their problems at the head (each file named under the repository's modules directory).
@@ -115,12 +140,52 @@ impl std::fmt::Display for Head {
             self.repository,
             self.branch,
             crate::catalogue::builds::short_commit(&self.commit)
+        )?;
+        match &self.read {
+            HeadRead::Local => Ok(()),
+            HeadRead::Fetched { url } => write!(f, " (fetched from {url})"),
+            HeadRead::LastFetched { url, why } => write!(
+                f,
+                " (the commit last fetched: fetching {url} failed: {why})"
+            ),
+        }
+    }
+}
+
+/// The commit `repo`'s next merge would build, and where it was read: a repository registered
+/// by URL is fetched first (as a merge is); when the fetch fails, the commit last fetched,
+/// saying so.
+///
+/// # Errors
+/// The branch cannot be read in the repository (or in its clone).
+pub(crate) fn head_of(repo: &repos::RepoRecord) -> Result<(String, HeadRead)> {
+    let fetched = repo.remote.as_ref().map(|remote| {
+        (
+            remote.url.clone(),
+            crate::catalogue::remote::fetch(&repo.path, remote, &repo.branch),
         )
+    });
+    match fetched {
+        Some((url, Ok(commit))) => Ok((commit, HeadRead::Fetched { url })),
+        fetched => {
+            let commit = repos::resolve(&repo.path, &repo.branch).for_repo(&repo.name, || {
+                format!("reading the head of `{}`", repo.branch)
+            })?;
+            let read = match fetched {
+                Some((url, Err(error))) => HeadRead::LastFetched {
+                    url,
+                    why: error.chain_line(),
+                },
+                Some((_, Ok(_))) | None => HeadRead::Local,
+            };
+            Ok((commit, read))
+        }
     }
 }
 
 /// Each registered repository's head, with the problems of every module the inventory assigns
-/// that it holds (as a merge validates a module before building it).
+/// that it holds (as a merge validates a module before building it); one registered by URL is
+/// fetched first ([`head_of`]).
 ///
 /// # Errors
 /// A record cannot be read; a repository's head or catalogue cannot be read (naming it).
@@ -129,9 +194,7 @@ pub(crate) fn check_heads(home: &Home) -> Result<Vec<Head>> {
     let assigned: BTreeSet<&String> = inventory.file.assignments.keys().collect();
     let mut out = Vec::new();
     for repo in home.repos().all()? {
-        let commit = repos::resolve(&repo.path, &repo.branch).for_repo(&repo.name, || {
-            format!("reading the head of `{}`", repo.branch)
-        })?;
+        let (commit, read) = head_of(&repo)?;
         let source = repos::catalogue_at(&repo.path, &commit, &repo.modules_dir)
             .for_repo(&repo.name, || format!("reading its catalogue at {commit}"))?;
         let modules: Vec<String> = source
@@ -156,6 +219,7 @@ pub(crate) fn check_heads(home: &Home) -> Result<Vec<Head>> {
             repository: repo.name.clone(),
             branch: repo.branch.clone(),
             commit,
+            read,
             modules,
             problems,
         });

@@ -3,7 +3,8 @@
 //! heads' next merges would orphan, and the keys a layer sets ahead of the version the nodes run.
 //!
 //! Start at [`check()`]; [`Check::sound`] is whether `check` exits 0. Reads git and the records
-//! only; nothing is written.
+//! only — but a repository registered by URL is fetched into its clone first, as its next merge
+//! would be; nothing else is written.
 
 use crate::error::Result;
 use crate::home::Home;
@@ -47,10 +48,12 @@ impl Check {
 /// A record or a repository cannot be read.
 pub fn check(home: &Home, checked: &Checked) -> Result<Check> {
     let problems = crate::push::problems(home, checked)?;
-    let orphans = crate::settings::orphans::at_heads(home, checked)?;
+    // Heads first: a repository registered by URL is fetched there, and the orphans are read
+    // at the commit fetched.
+    let heads = crate::catalogue::heads::check_heads(home)?;
+    let orphans = crate::settings::orphans::at_heads(home, checked, &heads)?;
     let waiting = crate::catalogue::newest::waiting(home, &checked.0, &home.inventory()?)?;
     let running = crate::catalogue::heads::read(home)?;
-    let heads = crate::catalogue::heads::check_heads(home)?;
     Ok(Check {
         running,
         heads,

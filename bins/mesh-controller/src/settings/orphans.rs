@@ -115,14 +115,22 @@ fn at_commit(
 ///
 /// # Errors
 /// A record or a repository cannot be read.
-pub(crate) fn at_heads(home: &Home, checked: &Checked) -> Result<Vec<ComingOrphans>> {
+pub(crate) fn at_heads(
+    home: &Home,
+    checked: &Checked,
+    heads: &[crate::catalogue::heads::Head],
+) -> Result<Vec<ComingOrphans>> {
     let inventory = home.inventory()?;
     let assigned: BTreeSet<String> = inventory.file.assignments.keys().cloned().collect();
     let mut out = Vec::new();
     for repo in home.repos().all()? {
-        let commit = repos::resolve(&repo.path, &repo.branch).for_repo(&repo.name, || {
-            format!("reading the head of `{}`", repo.branch)
-        })?;
+        // The commit `heads` read (fetched first when the repository is registered by URL).
+        let commit = match heads.iter().find(|head| head.repository == repo.name) {
+            Some(head) => head.commit.clone(),
+            None => repos::resolve(&repo.path, &repo.branch).for_repo(&repo.name, || {
+                format!("reading the head of `{}`", repo.branch)
+            })?,
+        };
         let coming = Coming::Head {
             repository: repo.name.clone(),
             commit: commit.clone(),

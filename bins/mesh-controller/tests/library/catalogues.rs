@@ -96,6 +96,73 @@ fn check_names_a_module_broken_in_the_repositorys_head_that_is_sound_in_the_home
     );
 }
 
+/// A repository registered by URL is fetched before `check` reads its head: a commit pushed
+/// after the last merge is what `check` validates (what the next merge would deploy), and says
+/// so; when the fetch fails, `check` says it read the commit last fetched, and why.
+#[test]
+fn check_fetches_a_repository_registered_by_url_before_reading_its_head() {
+    let mesh = Mesh::example();
+    let repo = Repo::new();
+    write(&repo, &base_files(&mesh));
+    let first = repo.commit("base");
+    let url = format!("file://{}", repo.path().display());
+    mesh.library()
+        .repo_add_with(
+            "cat",
+            std::path::Path::new(&url),
+            &mesh_controller::catalogue::repos::AddOptions {
+                branch: Some("main".to_owned()),
+                modules_dir: "modules".to_owned(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let check = mesh.library().check().unwrap();
+    assert_eq!(check.heads[0].commit, first, "{check:?}");
+
+    // A commit pushed since: `check` reads it, not the clone's last fetch, and names where
+    // from.
+    let mut files = base_files(&mesh);
+    files[0].1 = files[0].1.replace("files/motd", "files/motd-missing");
+    write(&repo, &files);
+    let broken = repo.commit("base's motd from a file that is not there");
+    let check = mesh.library().check().unwrap();
+    let cat = &check.heads[0];
+    assert_eq!(cat.commit, broken, "{check:?}");
+    assert_eq!(
+        cat.to_string(),
+        format!("`cat` main at {} (fetched from {url})", &broken[..12])
+    );
+    assert!(!check.sound(), "the head fetched is broken: {check:?}");
+    let json = serde_json::to_value(&check).unwrap();
+    assert_eq!(json["heads"][0]["read"], "fetched", "{json:#}");
+    assert_eq!(json["heads"][0]["url"], url.as_str(), "{json:#}");
+
+    // The repository gone: `check` reads the commit last fetched and says the fetch failed.
+    let moved = tempfile::tempdir().unwrap();
+    std::fs::rename(repo.path(), moved.path().join("gone")).unwrap();
+    let check = mesh.library().check().unwrap();
+    std::fs::rename(moved.path().join("gone"), repo.path()).unwrap();
+    let cat = &check.heads[0];
+    assert_eq!(cat.commit, broken, "{check:?}");
+    let said = cat.to_string();
+    assert!(
+        said.starts_with(&format!(
+            "`cat` main at {} (the commit last fetched: fetching {url} failed: ",
+            &broken[..12]
+        )),
+        "{said}"
+    );
+    let json = serde_json::to_value(&check).unwrap();
+    assert_eq!(json["heads"][0]["read"], "last-fetched", "{json:#}");
+    assert!(
+        json["heads"][0]["why"]
+            .as_str()
+            .is_some_and(|why| !why.is_empty()),
+        "{json:#}"
+    );
+}
+
 /// `plan` and `push` compose from what the nodes run and say so: on standard error (standard
 /// output keeps only the declaration, the diff or the reports), and under `read` in the JSON of
 /// `plan --diff` — the home's catalogue, then each deployed build with its repository and

@@ -12,7 +12,8 @@ use std::process::ExitCode;
 /// and names every setting a layer holds that such a merge would orphan (the head no longer
 /// accepts the key, or accepts it with another type). It first says what it read: the home's
 /// catalogue/modules, overlaid with each module's deployed build (what push and plan compose
-/// from), and each repository's head.
+/// from), and each repository's head — a repository registered by URL fetched first, as its
+/// next merge would be (when the fetch fails, it says it read the commit last fetched, and why).
 #[derive(clap::Args)]
 pub struct Args {}
 
