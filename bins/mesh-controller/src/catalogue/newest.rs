@@ -106,21 +106,34 @@ pub struct Waiting {
     pub key: String,
     /// The plan whose version accepts it.
     pub plan: String,
+    /// The nodes run no version of the module yet: the plan adds it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adds_module: bool,
 }
 
 impl std::fmt::Display for Waiting {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "`{}`, {}: `{}` waits for {} (the version the nodes run does not accept it yet)",
-            self.module, self.layer, self.key, self.plan
+            "`{}`, {}: `{}` waits for {} ({})",
+            self.module,
+            self.layer,
+            self.key,
+            self.plan,
+            if self.adds_module {
+                "it adds the module: its first send takes the setting"
+            } else {
+                "the version the nodes run does not accept it yet"
+            }
         )
     }
 }
 
-/// The keys `layer` of `module` sets that `running` does not accept and `newest` does.
+/// The keys `layer` of `module` sets that `running` does not accept and `newest` does. A module
+/// the nodes do not run yet (`running` is `None`: an open plan adds it) accepts none: every key
+/// the layer sets waits for the plan.
 pub(crate) fn ahead_of(
-    running: &ModuleDefinition,
+    running: Option<&ModuleDefinition>,
     newest: &Newest,
     module: &str,
     scope: &LayerScope,
@@ -133,40 +146,67 @@ pub(crate) fn ahead_of(
         .into_iter()
         .map(|p| p.key)
         .collect();
-    check_layer(running, layer)
+    let not_accepted: Vec<String> = match running {
+        Some(running) => check_layer(running, layer)
+            .into_iter()
+            .map(|p| p.key)
+            .collect(),
+        None => keys_set(layer),
+    };
+    not_accepted
         .into_iter()
-        .filter(|p| !p.key.is_empty() && !refused_by_newest.contains(&p.key))
-        .map(|p| Waiting {
+        .filter(|key| !key.is_empty() && !refused_by_newest.contains(key))
+        .map(|key| Waiting {
             module: module.to_owned(),
             layer: scope.clone(),
-            key: p.key,
+            key,
             plan: plan.clone(),
+            adds_module: running.is_none(),
         })
         .collect()
 }
 
+/// The keys a layer sets, as [`check_layer`] names them: each top-level key, and each place
+/// under `places` as `places.<place>`.
+fn keys_set(layer: &serde_json::Value) -> Vec<String> {
+    let Some(object) = layer.as_object() else {
+        return Vec::new();
+    };
+    let mut keys = Vec::new();
+    for (key, value) in object {
+        match value.as_object() {
+            Some(places) if key == mesh_model::module::PLACES_KEY => {
+                keys.extend(places.keys().map(|place| format!("places.{place}")));
+            }
+            Some(_) | None => keys.push(key.clone()),
+        }
+    }
+    keys
+}
+
 /// Every key the layers set ahead of the version the nodes run (`catalogue`), each waiting
-/// for the open plan whose version accepts it.
+/// for the open plan whose version accepts it — every key of a module the nodes do not run yet,
+/// which an open plan adds.
 ///
 /// # Errors
 /// A record or a repository cannot be read.
 pub fn waiting(home: &Home, catalogue: &Catalogue, inventory: &Inventory) -> Result<Vec<Waiting>> {
     let mut out = Vec::new();
     for (module, scopes) in &inventory.layers.layers {
-        let Some(running) = catalogue.module(module) else {
-            continue;
-        };
-        let refused = scopes
-            .iter()
-            .any(|(_, layer)| !check_layer(&running.definition, layer).is_empty());
-        if !refused {
-            continue;
+        let running = catalogue.module(module).map(|m| &m.definition);
+        if let Some(running) = running {
+            let refused = scopes
+                .iter()
+                .any(|(_, layer)| !check_layer(running, layer).is_empty());
+            if !refused {
+                continue;
+            }
         }
         let Some(newest) = newest_definition(home, catalogue, module)? else {
             continue;
         };
         for (scope, layer) in scopes {
-            out.extend(ahead_of(&running.definition, &newest, module, scope, layer));
+            out.extend(ahead_of(running, &newest, module, scope, layer));
         }
     }
     Ok(out)
@@ -183,9 +223,7 @@ pub fn validate(
     inventory: &Inventory,
 ) -> Result<(Vec<Diagnostic>, Vec<Waiting>)> {
     let problems = inventory.validate(catalogue);
-    let layer_problem = problems
-        .iter()
-        .any(|p| p.file.starts_with("settings/") && p.key.is_some());
+    let layer_problem = problems.iter().any(|p| p.file.starts_with("settings/"));
     if !layer_problem {
         return Ok((problems, Vec::new()));
     }
@@ -195,8 +233,11 @@ pub fn validate(
         .filter(|p| {
             !waiting.iter().any(|w| {
                 p.module.as_deref() == Some(w.module.as_str())
-                    && p.key.as_deref() == Some(w.key.as_str())
                     && p.file == layer_file(&w.module, &w.layer)
+                    // A key set ahead; or the layer of a module the nodes do not run yet, whose
+                    // keys all wait for the plan that adds it.
+                    && (p.key.as_deref() == Some(w.key.as_str())
+                        || (p.key.is_none() && catalogue.module(&w.module).is_none()))
             })
         })
         .collect();

@@ -32,7 +32,11 @@ fn scope(
     node: Option<&str>,
 ) -> Result<LayerScope> {
     let inventory = home.inventory()?;
-    if catalogue.module(module).is_none() {
+    // A module an open plan adds is known before its first rollout: its settings (a secret
+    // above all) can be set before its first send.
+    if catalogue.module(module).is_none()
+        && crate::catalogue::newest::newest_definition(home, catalogue, module)?.is_none()
+    {
         return Err(Error::invalid(crate::catalogue::newest::not_a_module(
             catalogue, module,
         )));
@@ -98,20 +102,17 @@ pub fn show(on: &On<'_>, module: &str, node: Option<&str>, history: bool) -> Res
         .layers()
         .get(module, &scope)?
         .map(|layer| shown(&layer));
-    let waiting = match (&layer, catalogue.module(module)) {
-        (Some(layer), Some(running)) if !check_layer(&running.definition, layer).is_empty() => {
+    let running = catalogue.module(module).map(|m| &m.definition);
+    let waiting = match &layer {
+        Some(layer) if running.is_none_or(|running| !check_layer(running, layer).is_empty()) => {
             match crate::catalogue::newest::newest_definition(home, catalogue, module)? {
-                Some(newest) => crate::catalogue::newest::ahead_of(
-                    &running.definition,
-                    &newest,
-                    module,
-                    &scope,
-                    layer,
-                ),
+                Some(newest) => {
+                    crate::catalogue::newest::ahead_of(running, &newest, module, &scope, layer)
+                }
                 None => Vec::new(),
             }
         }
-        _ => Vec::new(),
+        Some(_) | None => Vec::new(),
     };
     let history = if history {
         let mut records = home.layers().history(module, &scope)?;
@@ -271,12 +272,13 @@ fn check_newest(
         newest.plan.as_ref().map(|_| newest.from.as_str()),
         layer,
     )?;
-    Ok(match catalogue.module(module) {
-        Some(running) => {
-            crate::catalogue::newest::ahead_of(&running.definition, newest, module, scope, layer)
-        }
-        None => Vec::new(),
-    })
+    Ok(crate::catalogue::newest::ahead_of(
+        catalogue.module(module).map(|m| &m.definition),
+        newest,
+        module,
+        scope,
+        layer,
+    ))
 }
 
 /// Refuses a layer with keys `definition` does not accept, listing what it accepts, and

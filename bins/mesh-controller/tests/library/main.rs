@@ -27,6 +27,7 @@ mod secret_files;
 mod secrets;
 mod secrets_rotation;
 mod seeing_changes;
+mod set_before_first_use;
 mod status_exit_codes;
 mod stopping;
 mod windows_in_status;
