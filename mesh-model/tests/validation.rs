@@ -385,3 +385,32 @@ x
     );
     assert_eq!(sound, "accepted: [app]\n");
 }
+
+#[test]
+fn a_required_setting_is_one_the_module_declares_and_is_named_once() {
+    let said = check(
+        r#"
+//- db/module.toml
+name = "db"
+required = ["password", "pasword", "password"]
+[settings]
+password = ""
+"#,
+    );
+    for says in [
+        "`required`: `pasword` is not a setting of the module",
+        "`required`: `password` is named twice",
+    ] {
+        assert!(said.contains(says), "{says}\n{said}");
+    }
+    let sound = check(
+        r#"
+//- db/module.toml
+name = "db"
+required = ["password"]
+[settings]
+password = ""
+"#,
+    );
+    assert!(sound.starts_with("accepted: [db]\n"), "{sound}");
+}

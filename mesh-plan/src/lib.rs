@@ -56,7 +56,7 @@ pub mod settings;
 mod fixture;
 
 pub use attribution::{attribute, tiers, Attribution, DependencyGraph, TierError, Tiers};
-pub use compose::{compose, ComposeError, ComposeProblem};
+pub use compose::{compose, unset_required, ComposeError, ComposeProblem, Unset};
 pub use diff::{diff, DeclarationDiff};
 pub use moves::{could_move, decide_push, moves, Move, PushDecision};
 pub use orphans::{orphaned_settings, Orphan, Orphans};

@@ -287,6 +287,7 @@ fn write_template(root: &Path) {
                     NodeProgress::Held {
                         moves: vec![moved],
                         orphans: Vec::new(),
+                        unset: Vec::new(),
                     },
                 ),
             ],

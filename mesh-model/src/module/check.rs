@@ -45,6 +45,20 @@ pub(super) fn check_module(
             say(format!("settings.{key}"), "not a valid setting name".into());
         }
     }
+    let mut required = BTreeSet::new();
+    for key in &d.required {
+        if !required.insert(key) {
+            say("required".into(), format!("`{key}` is named twice"));
+        } else if !d.settings.contains_key(key) {
+            say(
+                "required".into(),
+                format!(
+                    "`{key}` is not a setting of the module; a required setting is declared \
+                     under [settings] too (its default a placeholder)"
+                ),
+            );
+        }
+    }
     let defaults = d.defaults();
     let check_text =
         |key: String, text: &str, say: &mut dyn FnMut(String, String)| match template::references(

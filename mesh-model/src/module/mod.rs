@@ -242,6 +242,12 @@ pub struct ModuleDefinition {
     /// Settings accepted, with their defaults.
     #[serde(default)]
     pub settings: BTreeMap<String, Value>,
+    /// Settings a layer must set before the module is sent to a node (a password, say): each a
+    /// key of `settings`, whose default is then only a placeholder. A node whose layers leave
+    /// one unset is not sent the module: a push refuses it and a rollout holds it, naming node,
+    /// module and key, until a layer sets it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required: Vec<String>,
     /// Named directories, placed by the setting `places.<name>`.
     #[serde(default)]
     pub places: BTreeMap<String, PlaceDefinition>,

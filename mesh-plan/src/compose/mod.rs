@@ -34,7 +34,7 @@ use mesh_model::declaration::{
 };
 use mesh_model::drift::DriftPolicy;
 use mesh_model::inventory::{Inventory, LayerScope};
-use mesh_model::module::{parse_mode, Catalogue, EntryKind, Module, PLACES_KEY};
+use mesh_model::module::{parse_mode, Catalogue, EntryKind, Module, ModuleDefinition, PLACES_KEY};
 use mesh_model::template::{self, TemplateError};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -167,6 +167,75 @@ pub enum ComposeProblem {
         /// The rule broken, naming the resources.
         problem: String,
     },
+    /// A setting the module requires is set by no layer for the node ([`unset_required`]).
+    #[error("module `{module}`: the setting `{key}` is required, and no layer sets it here")]
+    RequiredUnset {
+        /// The module.
+        module: String,
+        /// The setting.
+        key: String,
+    },
+}
+
+/// A setting a module requires that no layer sets for a node: the node is not sent the module
+/// until one does.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Unset {
+    /// The module.
+    pub module: String,
+    /// The setting.
+    pub key: String,
+}
+
+impl std::fmt::Display for Unset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "`{}` of `{}`", self.key, self.module)
+    }
+}
+
+/// The settings `node`'s modules require (`required` in a module's definition) that neither the
+/// mesh layer nor the node's layer sets, in module order; a module the catalogue does not hold
+/// has none.
+pub fn unset_required(catalogue: &Catalogue, inventory: &Inventory, node: &str) -> Vec<Unset> {
+    let mut unset = Vec::new();
+    for name in inventory.modules_of(node) {
+        let Some(module) = catalogue.module(name) else {
+            continue;
+        };
+        unset.extend(
+            keys_unset(&module.definition, inventory, node).map(|key| Unset {
+                module: name.to_owned(),
+                key: key.to_owned(),
+            }),
+        );
+    }
+    unset
+}
+
+/// The keys `definition` requires that neither the mesh layer nor `node`'s layer sets (a
+/// version not deployed yet, an open plan's, is asked too: `check` names them).
+pub fn keys_unset<'m>(
+    definition: &'m ModuleDefinition,
+    inventory: &'m Inventory,
+    node: &'m str,
+) -> impl Iterator<Item = &'m str> + 'm {
+    let name = &definition.name;
+    definition
+        .required
+        .iter()
+        .filter(move |key| {
+            ![LayerScope::Mesh, LayerScope::Node(node.to_owned())]
+                .iter()
+                .any(|scope| {
+                    inventory
+                        .layers
+                        .get(name, scope)
+                        .and_then(|layer| layer.get(key.as_str()))
+                        .is_some()
+                })
+        })
+        .map(String::as_str)
 }
 
 /// Composes the declaration of `node`.
@@ -207,6 +276,12 @@ pub fn compose(
         if policy != DriftPolicy::Correct {
             drift.insert(module.definition.name.clone(), policy);
         }
+        problems.extend(keys_unset(&module.definition, inventory, node).map(|key| {
+            ComposeProblem::RequiredUnset {
+                module: module_name.to_owned(),
+                key: key.to_owned(),
+            }
+        }));
         match resolve_settings(module, inventory, node) {
             Ok(settings) => {
                 let before = resources.len();
@@ -640,6 +715,57 @@ mod tests {
         //- settings/media/nodes/home.json
         {"places": {"previews": "/data/previews"}, "endpoints": {"api": "http://home:9000"}}
     "#;
+
+    #[test]
+    fn a_required_setting_no_layer_sets_refuses_the_node_naming_module_and_key() {
+        const DB: &str = r#"
+            //- modules/db/module.toml
+            name = "db"
+            required = ["password", "user"]
+            [settings]
+            user = "app"
+            password = ""
+            [files.creds]
+            source = "creds"
+            path = "/etc/db/creds"
+            mode = "0600"
+            template = true
+            //- modules/db/creds
+            {{ user }}:{{ password }}
+            //- inventory.toml
+            bus-node = "a"
+            [nodes.a]
+            [nodes.b]
+            [assignments]
+            db = ["a", "b"]
+            //- settings/db/mesh.json
+            {"user": "app"}
+            //- settings/db/nodes/b.json
+            {"password": "set on b"}
+        "#;
+        let (catalogue, inventory) = fixture::mesh(DB);
+        let unset = unset_required(&catalogue, &inventory, "a");
+        assert_eq!(
+            unset,
+            [Unset {
+                module: "db".into(),
+                key: "password".into()
+            }]
+        );
+        assert_eq!(unset[0].to_string(), "`password` of `db`");
+        assert!(unset_required(&catalogue, &inventory, "b").is_empty());
+        let refused = compose(&catalogue, &inventory, "a").unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "cannot compose `a`: module `db`: the setting `password` is required, and no layer \
+             sets it here"
+        );
+        let b = compose(&catalogue, &inventory, "b").unwrap();
+        assert!(
+            serde_json::to_string(&b).unwrap().contains("app:set on b"),
+            "{b:?}"
+        );
+    }
 
     #[test]
     fn composes_every_kind_of_resource_from_layered_settings() {

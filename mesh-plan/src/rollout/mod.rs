@@ -154,6 +154,9 @@ pub enum Event {
         moves: Vec<Move>,
         /// The orphaned settings nobody renamed, dropped or let go.
         orphans: Vec<Orphan>,
+        /// The settings its modules require that no layer sets for it.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        unset: Vec<crate::compose::Unset>,
     },
     /// A person acknowledged the moves (`--move MODULE`): the held nodes are sent.
     Release,

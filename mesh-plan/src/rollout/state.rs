@@ -41,6 +41,10 @@ pub enum NodeProgress {
         /// The orphaned settings nobody renamed, dropped or let go.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         orphans: Vec<Orphan>,
+        /// The settings its modules require that no layer sets for it: it is not sent until a
+        /// layer sets them.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        unset: Vec<crate::compose::Unset>,
     },
     /// It reported the declaration applied and current.
     Applied {

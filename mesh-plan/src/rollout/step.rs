@@ -2,6 +2,7 @@
 
 use super::state::{NodeProgress, NodeTable, RolloutState, Stage};
 use super::{Action, Event, NodeReport, RolloutSpec, Verdict, GRANT_RETRY_SECS};
+use crate::compose::Unset;
 use crate::moves::Move;
 use crate::orphans::Orphan;
 use mesh_model::module::{OnFailure, Upgrade};
@@ -55,19 +56,28 @@ pub fn step(spec: &RolloutSpec, state: &mut RolloutState, event: Event, now: u64
             node,
             moves,
             orphans,
-        } => held(spec, state, &node, (moves, orphans), now, &mut actions),
+            unset,
+        } => held(
+            spec,
+            state,
+            &node,
+            (moves, orphans, unset),
+            now,
+            &mut actions,
+        ),
         Event::Release => release(spec, state, now, &mut actions),
         Event::Tick => tick(spec, state, now, &mut actions),
     }
     actions
 }
 
-/// A node sent (its grants issued) whose declaration the controller held back for a move.
+/// A node sent (its grants issued) whose declaration the controller held back: for a move, an
+/// orphaned setting, or a required setting no layer sets.
 fn held(
     spec: &RolloutSpec,
     state: &mut RolloutState,
     node: &str,
-    (moves, orphans): (Vec<Move>, Vec<Orphan>),
+    (moves, orphans, unset): (Vec<Move>, Vec<Orphan>, Vec<Unset>),
     now: u64,
     actions: &mut Vec<Action>,
 ) {
@@ -85,13 +95,22 @@ fn held(
                 .iter()
                 .map(ToString::to_string)
                 .chain(orphans.iter().map(ToString::to_string))
+                .chain(
+                    unset
+                        .iter()
+                        .map(|unset| format!("{unset} is required and unset"))
+                )
                 .collect::<Vec<_>>()
                 .join("; ")
         );
         stop(spec, state, node, reason, actions);
         return;
     }
-    *progress = NodeProgress::Held { moves, orphans };
+    *progress = NodeProgress::Held {
+        moves,
+        orphans,
+        unset,
+    };
     state.held += 1;
     state.sent = state.sent.saturating_sub(1);
     match stage {

@@ -432,6 +432,7 @@ fn a_held_first_node_passes_the_gate_to_the_next_and_waits_for_release() {
         node: "a".into(),
         moves: a_move("a"),
         orphans: Vec::new(),
+        unset: Vec::new(),
     };
     assert_eq!(
         step(&spec, &mut state, held, 102),
@@ -485,6 +486,7 @@ fn every_node_held_sends_nothing_until_released_then_one_goes_first() {
         node: node.into(),
         moves: a_move(node),
         orphans: Vec::new(),
+        unset: Vec::new(),
     };
     step(&spec, &mut state, hold("a"), 102);
     step(&spec, &mut state, granted(&["b"]), 103);

@@ -22,8 +22,8 @@ use crate::runtime::{DriveMode, Runtime};
 use std::collections::{BTreeMap, BTreeSet};
 use tokio::sync::mpsc;
 
-/// How often the plans resting open are looked at for a hold on orphaned settings the layers
-/// have ended ([`crate::plans::holds::orphan_hold_ended`]).
+/// How often the plans resting open are looked at for a hold the layers have ended (orphaned
+/// settings renamed or dropped, a required setting set: [`crate::plans::holds::hold_ended`]).
 pub(crate) const HOLDS_LOOKED_AT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A plan driven now.
@@ -105,9 +105,9 @@ impl Drives {
             let home = runtime.mesh().home();
             for record in runtime.open_plans()? {
                 if self.rested.contains(&record.plan.id)
-                    && crate::plans::holds::orphan_hold_ended(home, &record)?
+                    && crate::plans::holds::hold_ended(home, &record)?
                 {
-                    tracing::info!(plan = %record.plan.id, "a hold on orphaned settings ended");
+                    tracing::info!(plan = %record.plan.id, "a hold on settings ended");
                     self.rested.remove(&record.plan.id);
                     self.dirty = true;
                 }

@@ -289,10 +289,31 @@ impl Rollout {
         let declaration = match composed {
             Ok(declaration) => Outgoing::new(declaration),
             Err(reason) => {
+                // A setting its modules require that no layer sets: held, never sent the
+                // placeholder, until a layer sets it.
+                let unset = mesh_plan::unset_required(&self.catalogue, &self.inventory, node);
+                if !unset.is_empty() {
+                    executor.progress().line(&format!(
+                        "  `{}`: `{node}` held: {}; the others go on (a layer setting it sends \
+                         it)",
+                        self.module,
+                        unset
+                            .iter()
+                            .map(|unset| format!("{unset} is required and no layer sets it"))
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    ));
+                    return Ok(SendCheck::Not(Event::Held {
+                        node: node.to_owned(),
+                        moves: Vec::new(),
+                        orphans: Vec::new(),
+                        unset,
+                    }));
+                }
                 return Ok(SendCheck::Not(Event::SendFailed {
                     node: node.to_owned(),
                     reason: format!("composing its declaration failed: {reason}"),
-                }))
+                }));
             }
         };
         set_expected_declaration(&mut self.spec, node, declaration.digest());
@@ -308,6 +329,7 @@ impl Rollout {
                 node: node.to_owned(),
                 moves,
                 orphans: Vec::new(),
+                unset: Vec::new(),
             }));
         }
         let orphaned: Vec<mesh_plan::Orphan> =
@@ -339,6 +361,7 @@ impl Rollout {
                 node: node.to_owned(),
                 moves: Vec::new(),
                 orphans: orphaned,
+                unset: Vec::new(),
             }));
         }
         Ok(SendCheck::Send(declaration))

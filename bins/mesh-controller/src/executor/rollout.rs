@@ -37,9 +37,9 @@ pub(super) struct Rollout {
     /// The module's build.
     pub(super) build: Build,
     /// The catalogue the declarations are composed from.
-    catalogue: Catalogue,
+    pub(super) catalogue: Catalogue,
     /// The inventory they are composed for.
-    inventory: Inventory,
+    pub(super) inventory: Inventory,
     /// Over a fleet's bus: the users file the node holding it is sent with every declaration.
     users_file: Option<UsersFile>,
     /// What this version orphans of the layers as they are at this drive (the rule "an
@@ -251,7 +251,8 @@ impl Rollout {
         )
     }
 
-    /// A node held for orphaned settings whose layers hold none of them now, if any.
+    /// A node held for orphaned settings whose layers hold none of them now, or for a required
+    /// setting a layer sets now, if any.
     fn orphans_ended(&self) -> Option<String> {
         self.state
             .nodes
@@ -261,6 +262,13 @@ impl Rollout {
                     if !orphans.is_empty() && self.orphans.for_node(node).is_empty() =>
                 {
                     Some(node.clone())
+                }
+                NodeProgress::Held { unset, .. } if !unset.is_empty() => {
+                    let now = mesh_plan::unset_required(&self.catalogue, &self.inventory, node);
+                    unset
+                        .iter()
+                        .any(|key| !now.contains(key))
+                        .then(|| node.clone())
                 }
                 _ => None,
             })
@@ -302,8 +310,8 @@ impl Rollout {
             // The hold is ended by the layers themselves (`settings rename`, `settings set
             // --replace`): the held nodes are checked again, and those still held stay so.
             executor.progress().line(&format!(
-                "  `{module}`: `{node}`'s layers no longer hold a setting this version orphans: \
-                 the held nodes are checked again"
+                "  `{module}`: `{node}`'s layers no longer hold a setting this version orphans, \
+                 or now set one it requires: the held nodes are checked again"
             ));
             self.events.push_back(Event::Release);
         }

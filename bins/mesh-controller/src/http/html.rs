@@ -154,9 +154,9 @@ fn attention_section(overview: &Overview, now: u64) -> Markup {
                     }
                 }
                 @if !overview.held.is_empty() {
-                    h3 { "Held for a move" }
+                    h3 { "Held" }
                     table {
-                        tr { th { "plan" } th { "module" } th { "node" } th { "moves" } }
+                        tr { th { "plan" } th { "module" } th { "node" } th { "why" } }
                         @for held in &overview.held {
                             tr {
                                 td { (held.plan) }
@@ -164,6 +164,9 @@ fn attention_section(overview: &Overview, now: u64) -> Markup {
                                 td { (held.node) }
                                 td {
                                     (held.moves.iter().map(ToString::to_string)
+                                        .chain(held.orphans.iter().map(ToString::to_string))
+                                        .chain(held.unset.iter()
+                                            .map(|u| format!("{u} is required and unset")))
                                         .collect::<Vec<_>>().join("; "))
                                 }
                             }

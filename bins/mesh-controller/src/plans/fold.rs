@@ -105,7 +105,11 @@ fn where_it_stood(progress: &NodeProgress) -> (&'static str, Option<String>) {
             "grants-failed",
             Some(format!("its grants failed: {reason}")),
         ),
-        NodeProgress::Held { moves, orphans } => (
+        NodeProgress::Held {
+            moves,
+            orphans,
+            unset,
+        } => (
             "held",
             Some(format!(
                 "held: {}",
@@ -113,6 +117,7 @@ fn where_it_stood(progress: &NodeProgress) -> (&'static str, Option<String>) {
                     .iter()
                     .map(ToString::to_string)
                     .chain(orphans.iter().map(ToString::to_string))
+                    .chain(unset.iter().map(|u| format!("{u} is required and unset")))
                     .collect::<Vec<_>>()
                     .join("; ")
             )),

@@ -47,7 +47,9 @@ impl Check {
 /// # Errors
 /// A record or a repository cannot be read.
 pub fn check(home: &Home, checked: &Checked) -> Result<Check> {
-    let problems = crate::push::problems(home, checked)?;
+    let mut problems = crate::push::problems(home, checked)?;
+    problems.extend(unset_ahead(home, checked)?);
+    problems.sort();
     // Heads first: a repository registered by URL is fetched there, and the orphans are read
     // at the commit fetched.
     let heads = crate::catalogue::heads::check_heads(home)?;
@@ -61,4 +63,56 @@ pub fn check(home: &Home, checked: &Checked) -> Result<Check> {
         orphans,
         waiting,
     })
+}
+
+/// The settings the versions open plans will roll out require that no layer sets, each a
+/// problem of its node (the version the nodes run names its own when composed): the plan would
+/// hold the node until a layer sets them.
+///
+/// # Errors
+/// A record or a repository cannot be read.
+fn unset_ahead(home: &Home, checked: &Checked) -> Result<Vec<mesh_model::Diagnostic>> {
+    let inventory = home.inventory()?;
+    let modules: std::collections::BTreeSet<String> = home
+        .plans()
+        .all()?
+        .into_iter()
+        .filter(|record| record.plan.state.is_open())
+        .flat_map(|record| record.plan.modules)
+        .collect();
+    let mut out = Vec::new();
+    for module in modules {
+        let Some(newest) = crate::catalogue::newest::newest_definition(home, &checked.0, &module)?
+        else {
+            continue;
+        };
+        let Some(plan) = &newest.plan else {
+            continue;
+        };
+        for node in inventory
+            .file
+            .assignments
+            .get(&module)
+            .into_iter()
+            .flatten()
+        {
+            for key in mesh_plan::compose::keys_unset(&newest.definition, &inventory, node) {
+                let running = checked.0.module(&module);
+                if running.is_some_and(|m| m.definition.required.iter().any(|r| r == key)) {
+                    // Composing the version the nodes run names it already.
+                    continue;
+                }
+                out.push(mesh_model::Diagnostic::new(
+                    mesh_model::inventory::INVENTORY_FILE,
+                    None,
+                    Some(&format!("nodes.{node}")),
+                    format!(
+                        "module `{module}` ({plan}'s version): the setting `{key}` is required, \
+                         and no layer sets it here; the plan holds `{node}` until one does"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(out)
 }

@@ -86,6 +86,20 @@ pub struct ModulePreview {
     /// The running nodes those orphans change what they get, by name.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub orphaned_nodes: Vec<String>,
+    /// The nodes that would be held because a setting their modules require is set by no layer,
+    /// with those settings.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unset: Vec<UnsetNode>,
+}
+
+/// A node a rollout would hold: settings its modules require are set by no layer.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct UnsetNode {
+    /// The node.
+    pub node: String,
+    /// The settings unset.
+    pub unset: Vec<mesh_plan::Unset>,
 }
 
 /// How one node's declaration would change.
@@ -224,6 +238,7 @@ impl ModulePreview {
             not_running: Vec::new(),
             orphans: None,
             orphaned_nodes: Vec::new(),
+            unset: Vec::new(),
         }
     }
 }
@@ -273,6 +288,23 @@ fn preview_module(
             // Held as the rollout holds it: nothing is sent to it.
             out.orphaned_nodes.push(node.clone());
             held_moves.entry(node.clone()).or_default();
+        }
+        let unset = mesh_plan::unset_required(&step.catalogue, &step.inventory, &node);
+        if !unset.is_empty() {
+            // Held as the rollout holds it, never sent the placeholders: nothing is composed.
+            out.unset.push(UnsetNode {
+                node: node.clone(),
+                unset,
+            });
+            held_moves.entry(node.clone()).or_default();
+            nodes.insert(
+                node,
+                RolloutNode {
+                    running,
+                    declaration: String::new(),
+                },
+            );
+            continue;
         }
         let (declaration, diff) = composed?;
         if diff.added.is_empty() && diff.changed.is_empty() && diff.removed.is_empty() {
@@ -354,6 +386,7 @@ fn first_sent(spec: &RolloutSpec, held: &BTreeMap<String, Vec<mesh_plan::Move>>)
                         node,
                         moves: moves.clone(),
                         orphans: Vec::new(),
+                        unset: Vec::new(),
                     }),
                     None => return Some(node),
                 },

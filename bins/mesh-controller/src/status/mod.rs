@@ -22,6 +22,7 @@ use mesh_model::report::{MachineState, Outcome, WindowSummary};
 use mesh_plan::plans::{state_word, Behind};
 use mesh_plan::rollout::NodeProgress;
 use serde::Serialize;
+use std::collections::BTreeSet;
 
 /// Everything `status` shows.
 #[derive(Debug, Clone, Serialize)]
@@ -77,6 +78,10 @@ pub struct HeldNode {
     /// orphaned setting is a removal").
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub orphans: Vec<mesh_plan::Orphan>,
+    /// The settings its modules require that no layer sets for it: it is sent once a layer
+    /// sets them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unset: Vec<mesh_plan::Unset>,
 }
 
 /// An open plan and what it waits on.
@@ -348,13 +353,19 @@ pub(crate) fn overview_of_plans_with(
                 continue;
             }
             for node in home.plans().rollout_nodes(&record.plan.id, module)? {
-                if let NodeProgress::Held { moves, orphans } = node.progress {
+                if let NodeProgress::Held {
+                    moves,
+                    orphans,
+                    unset,
+                } = node.progress
+                {
                     held.push(HeldNode {
                         plan: record.plan.id.clone(),
                         module: module.clone(),
                         node: node.node,
                         moves,
                         orphans,
+                        unset,
                     });
                 }
             }
@@ -481,17 +492,42 @@ pub fn waits_on(home: &Home, record: &PlanRecord) -> Result<(String, u64)> {
             };
             let state = &kept.state;
             if state.stage == mesh_plan::rollout::Stage::Held {
-                // Held for a move, or for orphaned settings: each node's record says which.
-                let orphaned = home
-                    .plans()
-                    .rollout_nodes(&plan.id, module)?
+                // Held for a move, for orphaned settings or for a required setting unset: each
+                // node's record says which.
+                let nodes = home.plans().rollout_nodes(&plan.id, module)?;
+                let orphaned = nodes
                     .iter()
                     .filter(|node| {
                         matches!(&node.progress, NodeProgress::Held { orphans, .. }
                             if !orphans.is_empty())
                     })
                     .count();
-                let moved = state.held.saturating_sub(orphaned);
+                let unset: BTreeSet<String> = nodes
+                    .iter()
+                    .filter_map(|node| match &node.progress {
+                        NodeProgress::Held { unset, .. } if !unset.is_empty() => Some(
+                            unset
+                                .iter()
+                                .map(ToString::to_string)
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                        ),
+                        NodeProgress::Held { .. }
+                        | NodeProgress::Waiting
+                        | NodeProgress::Granting { .. }
+                        | NodeProgress::GrantRetry { .. }
+                        | NodeProgress::Sent { .. }
+                        | NodeProgress::Applied { .. } => None,
+                    })
+                    .collect();
+                let unset_nodes = nodes
+                    .iter()
+                    .filter(|node| {
+                        matches!(&node.progress, NodeProgress::Held { unset, .. }
+                            if !unset.is_empty())
+                    })
+                    .count();
+                let moved = state.held.saturating_sub(orphaned + unset_nodes);
                 let mut why = Vec::new();
                 if moved > 0 {
                     why.push(format!(
@@ -505,6 +541,13 @@ pub fn waits_on(home: &Home, record: &PlanRecord) -> Result<(String, u64)> {
                          layers hold (tier {index}; `settings rename {module} OLD NEW`, or a \
                          `settings set` that replaces the layer, ends it; resuming the plan with \
                          `{module}`'s settings allowed to drop sends them without)"
+                    ));
+                }
+                if unset_nodes > 0 {
+                    why.push(format!(
+                        "{unset_nodes} node(s) held, a setting required is set by no layer \
+                         ({}; tier {index}; a layer setting it sends them)",
+                        unset.into_iter().collect::<Vec<_>>().join("; ")
                     ));
                 }
                 return Ok((why.join("; "), build.at));

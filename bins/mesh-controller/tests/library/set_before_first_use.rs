@@ -138,3 +138,121 @@ fn a_secret_of_a_module_an_open_plan_adds_is_set_before_its_first_send_and_reach
         .unwrap();
     assert!(shown.waiting.is_empty(), "{:?}", shown.waiting);
 }
+
+/// `db` requiring its password; `b`'s layer sets it, `a`'s does not.
+const DB_REQUIRED: &str =
+    "name = \"db\"\nrequired = [\"password\"]\n\n[settings]\nuser = \"app\"\n\
+                           password = \"\"\n\n[files.creds]\nsource = \"files/creds\"\npath = \
+                           \"/etc/db/creds\"\nmode = \"0600\"\ntemplate = true\n";
+
+#[test]
+fn a_required_setting_unset_holds_the_first_send_to_its_node_until_a_layer_sets_it() {
+    let mesh = Mesh::example();
+    std::fs::write(mesh.home().join("inventory.toml"), INVENTORY).unwrap();
+    std::fs::remove_dir_all(mesh.home().join("settings")).unwrap();
+    let repo = Repo::new();
+    repo.write(&[
+        ("modules/web/module.toml", WEB),
+        ("modules/web/files/web.conf", "listen {{port}}\n"),
+    ]);
+    repo.commit("web");
+    mesh.library().repo_add("cat", repo.path()).unwrap();
+    let merged = mesh
+        .library()
+        .merge_with("cat", MergeFlags::default())
+        .unwrap();
+    assert!(!merged.stopped, "{}", merged.lines);
+
+    repo.write(&[
+        ("modules/db/module.toml", DB_REQUIRED),
+        ("modules/db/files/creds", "{{user}}:{{password}}\n"),
+    ]);
+    repo.commit("db, its password required");
+    let inventory = format!("{INVENTORY}db = [\"a\", \"b\"]\n");
+    std::fs::write(mesh.home().join("inventory.toml"), inventory).unwrap();
+    let planned = mesh
+        .library()
+        .merge_with(
+            "cat",
+            MergeFlags {
+                plan_only: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(!planned.stopped, "{}", planned.lines);
+    mesh.library()
+        .settings_set_secret("db", Some("b"), "password", b"b-secret")
+        .unwrap();
+
+    // `check` names the key unset on `a`, and only there.
+    let check = mesh.library().check().unwrap();
+    let said: Vec<String> = check.problems.iter().map(ToString::to_string).collect();
+    assert!(
+        said.iter().any(|p| p.contains("nodes.a")
+            && p.contains("module `db` (plan-2's version): the setting `password` is required")),
+        "{said:#?}"
+    );
+    assert!(!said.iter().any(|p| p.contains("nodes.b")), "{said:#?}");
+
+    // The rollout holds `a`, never sending it the placeholder, and goes on with `b`.
+    let resumed = mesh.library().plans_resume(None).unwrap();
+    assert!(!resumed.stopped, "{}", resumed.lines);
+    assert!(
+        resumed.lines.contains(
+            "`db`: `a` held: `password` of `db` is required and no layer sets it; the others go on"
+        ),
+        "{}",
+        resumed.lines
+    );
+    assert!(!mesh.root("a").join("etc/db/creds").exists());
+    assert_eq!(
+        std::fs::read_to_string(mesh.root("b").join("etc/db/creds")).unwrap(),
+        "app:b-secret\n"
+    );
+    let status = mesh.library().status();
+    assert_eq!(status.code, 3, "held needs a person: {}", status.document);
+    let held = &status.json["held"][0];
+    assert_eq!(held["node"], "a", "{:#}", status.json);
+    assert_eq!(held["module"], "db", "{:#}", status.json);
+    assert_eq!(held["unset"][0]["key"], "password", "{:#}", status.json);
+    let waits = status.json["open-plans"][0]["waits-on"].as_str().unwrap();
+    assert!(
+        waits.contains("1 node(s) held, a setting required is set by no layer (`password` of `db`"),
+        "{waits}"
+    );
+    // Set: the next drive sends it.
+    mesh.library()
+        .settings_set_secret("db", Some("a"), "password", b"a-secret")
+        .unwrap();
+    let resumed = mesh.library().plans_resume(None).unwrap();
+    assert!(!resumed.stopped, "{}", resumed.lines);
+    assert_eq!(
+        std::fs::read_to_string(mesh.root("a").join("etc/db/creds")).unwrap(),
+        "app:a-secret\n"
+    );
+    let status = mesh.library().status();
+    assert!(
+        status.json["held"].as_array().unwrap().is_empty(),
+        "{:#}",
+        status.json
+    );
+
+    // Its layer cleared, a push of `a` is refused, naming node, module and key, and changes
+    // nothing.
+    mesh.library().settings_clear("db", Some("a")).unwrap();
+    let Err(refused) = mesh.library().push(&["a"]) else {
+        panic!("a push of `a` with its required setting unset is refused");
+    };
+    assert!(
+        refused.contains(
+            "cannot compose `a`: module `db`: the setting `password` is required, and no layer \
+             sets it here"
+        ),
+        "{refused}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(mesh.root("a").join("etc/db/creds")).unwrap(),
+        "app:a-secret\n"
+    );
+}

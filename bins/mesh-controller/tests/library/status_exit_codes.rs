@@ -225,6 +225,7 @@ fn a_node_held_for_a_move_exits_3() {
         node: "a".into(),
         moves: Vec::new(),
         orphans: Vec::new(),
+        unset: Vec::new(),
     });
     assert_health(
         &alert::judge(&overview, NOW, alert::DEFAULT_MID_CHANGE_AFTER_SECS),

@@ -37,6 +37,18 @@ pub fn preview(preview: &mesh_controller::runtime::preview::Preview) -> String {
                     module.module
                 );
             }
+            for held in &module.unset {
+                let _ = writeln!(
+                    out,
+                    "  held {}: {} (a layer setting it sends it)",
+                    held.node,
+                    held.unset
+                        .iter()
+                        .map(|unset| format!("{unset} is required and no layer sets it"))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                );
+            }
             for window in &module.in_window {
                 let _ = writeln!(
                     out,

@@ -154,6 +154,21 @@ fn plans_status(overview: &Overview) -> String {
             }
         }
     }
+    if overview.held.iter().any(|held| !held.unset.is_empty()) {
+        out.push_str(
+            "held for a required setting no layer sets (`settings set` or `settings set-secret` \
+             on the node or the mesh ends the hold; the next drive sends them):\n",
+        );
+        for held in &overview.held {
+            for unset in &held.unset {
+                let _ = writeln!(
+                    out,
+                    "  {} `{}` on `{}`: {unset} is unset",
+                    held.plan, held.module, held.node
+                );
+            }
+        }
+    }
     if overview.held.iter().any(|held| !held.moves.is_empty()) {
         out.push_str("held for a move (`plans resume --move MODULE` sends them):\n");
         for held in &overview.held {
