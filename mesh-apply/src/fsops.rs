@@ -76,6 +76,7 @@ pub(crate) fn write_atomic_private(target: &Path, bytes: &[u8]) -> io::Result<()
 /// [`write_atomic_private`], answering the written file's metadata (taken before it is renamed
 /// into place: its inode, size and mtime are the file's at `target` until another write).
 pub(crate) fn write_atomic_private_seen(target: &Path, bytes: &[u8]) -> io::Result<fs::Metadata> {
+    crate::progress::state_dir_full()?;
     let temp = new_name(target);
     remove_if_present(&temp)?;
     let mut file = OpenOptions::new()

@@ -102,3 +102,38 @@ pub fn pause_point(step: &str, resource: &str) {
 #[cfg(not(feature = "fail-points"))]
 #[inline(always)]
 pub(crate) fn pause_point(_step: &str, _resource: &str) {}
+
+/// The fail point that makes the host's state directory full: set to `return(FILE)`
+/// (`FAILPOINTS=mesh-host.state-dir-full=return(FILE)`), every write of a state file fails,
+/// as a full disk fails it (`ENOSPC`: "No space left on device"), for as long as `FILE`
+/// exists; a test removes `FILE` to free the space, the process running on. It exists only
+/// with the `fail-points` feature ([`state_dir_full`]).
+pub const STATE_DIR_FULL: &str = "mesh-host.state-dir-full";
+
+#[cfg(feature = "fail-points")]
+/// The failure [`STATE_DIR_FULL`] gives a state write while its file exists, else none.
+///
+/// # Errors
+/// The system's `ENOSPC`, as a full disk answers a write.
+pub fn state_dir_full() -> std::io::Result<()> {
+    let full = fail::eval(STATE_DIR_FULL, |file| {
+        file.is_some_and(|file| Path::new(&file).exists())
+    });
+    match full {
+        Some(true) => Err(std::io::Error::from_raw_os_error(
+            nix::errno::Errno::ENOSPC as i32,
+        )),
+        Some(false) | None => Ok(()),
+    }
+}
+
+/// Without the `fail-points` feature (every release build) the state directory is never made
+/// full by a test, and nothing is read from the environment.
+///
+/// # Errors
+/// None.
+#[cfg(not(feature = "fail-points"))]
+#[inline(always)]
+pub fn state_dir_full() -> std::io::Result<()> {
+    Ok(())
+}

@@ -52,6 +52,13 @@ pub struct Report {
     /// and whether it was put back (format 2).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drift: Vec<Drift>,
+    /// Why the host could not apply at all, when it could not: its state directory cannot be
+    /// written (full, read-only, an I/O error) or read, with the system's reason (`… no space
+    /// left on device`). The node is failed whatever its resources say, until an apply goes
+    /// through; the host tries again with its backoff. Absent when the apply ran (a host
+    /// before this field says nothing, and an older controller reads the report without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_failure: Option<String>,
 }
 
 /// A managed resource found not as the host left it (the rule “Drift is seen, and reported even
@@ -83,8 +90,9 @@ pub enum DriftAction {
     /// Put back as declared (`drift = "correct"`, the default); the resource's outcome says
     /// whether that took.
     Corrected,
-    /// Left as found (`drift = "report"`): the machine is `partial` until it is put back or
-    /// declared so.
+    /// Left as found: by its module's `drift = "report"`, or because the apply that was to put
+    /// it back could not (the resource's outcome, or the report's `host-failure`, says why). The
+    /// machine is `partial` until it is put back or declared so.
     Left,
 }
 

@@ -47,8 +47,13 @@ pub fn changes_bus_users(old: Option<&ModuleDefinition>, new: &ModuleDefinition)
 /// refused whole: a failure, in the host's words. Not so when the machine is mid-change (a host
 /// restarted during an apply says so before it applies again, and that decides nothing yet),
 /// nor when it is converged (a declaration with no resources applied, with a note such as an
-/// archive cache that could not be pruned: ).
+/// archive cache that could not be pruned: ). A host that could not apply at all
+/// ([`Report::host_failure`]) fails every module, with its reason.
 pub fn module_report(report: &Report, module: &str) -> NodeReport {
+    if report.host_failure.is_some() {
+        // The host could not apply at all: every module it holds failed with it.
+        return NodeReport::from_report(report);
+    }
     if report.resources.is_empty()
         && !report.findings.is_empty()
         && report.machine == MachineState::Partial
@@ -214,6 +219,7 @@ mod tests {
             }],
             windows: Vec::new(),
             resumed_from_mid_change: false,
+            host_failure: None,
             drift: Vec::new(),
             started_at: 5,
             finished_at: 5,
@@ -234,6 +240,25 @@ mod tests {
                 reasons: vec!["a declaration for another node".into()]
             }
         );
+    }
+
+    /// A host whose state directory is full could not apply at all, even when it had begun
+    /// (mid-change): failed, with the system's reason, for every module — never pending, never
+    /// applied.
+    #[test]
+    fn a_host_that_cannot_write_its_state_fails_every_module_with_its_reason() {
+        for machine in [MachineState::Partial, MachineState::MidChange] {
+            let mut full = with_one_finding(machine, "the host cannot apply");
+            full.host_failure = Some("cannot write: no space left on device".into());
+            assert_eq!(
+                module_report(&full, "m").verdict,
+                Verdict::Failed {
+                    reasons: vec![
+                        "the host cannot apply: cannot write: no space left on device".into()
+                    ]
+                }
+            );
+        }
     }
 
     /// A host that applied a declaration with no resources and could not

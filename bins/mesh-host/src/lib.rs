@@ -18,6 +18,8 @@
 //! - An archive that cannot be had fails only the files read from it ([`archives`]).
 //! - Pruning the archive cache after an apply never removes an archive the declaration names,
 //!   nor anything the host did not make, and never fails the apply ([`prune_archive_cache`]).
+//! - A state directory that cannot be written or read is a failure of the node, said with the
+//!   system's reason in the report ([`host_failed`]), never a refusal of the declaration.
 //! - A panic in an apply ends neither the agent nor the daemon: it is a report whose every
 //!   resource failed naming the panic ([`apply_guarded`]).
 
@@ -105,6 +107,7 @@ fn refused(node: &str, declaration: String, message: String, now: u64) -> Report
         }],
         windows: Vec::new(),
         resumed_from_mid_change: false,
+        host_failure: None,
         drift: Vec::new(),
         started_at: now,
         finished_at: now,
@@ -215,13 +218,83 @@ pub fn apply_received_live(
             prune_archive_cache(config, declaration, &mut report);
             report
         }
-        Err(error) => refused(
+        Err(error @ mesh_apply::ApplyError::Declaration { .. }) => refused(
             &declaration.node,
             Declared::digest(&**declaration).into_owned(),
             format!("apply refused, nothing applied: {error}"),
             now,
         ),
+        Err(
+            error @ (mesh_apply::ApplyError::StateRead { .. }
+            | mesh_apply::ApplyError::StateWrite { .. }
+            | mesh_apply::ApplyError::StateFormat { .. }
+            | mesh_apply::ApplyError::GroupPutBack { .. }),
+        ) => host_failed(
+            config,
+            &declaration.node,
+            Declared::digest(&**declaration).into_owned(),
+            with_causes(&error),
+            now,
+        ),
     }
+}
+
+/// The report of a host that could not apply at all (its state directory cannot be written or
+/// read): [`Report::host_failure`] says why with the system's reason, and so does a finding
+/// (what a controller before that field reads); no resource is named. The machine is
+/// `mid-change` when an apply had begun changing it (its marker is there), else `partial`.
+/// Logged as an error: a host that cannot apply says so on its machine too.
+pub fn host_failed(
+    config: &HostConfig,
+    node: &str,
+    declaration: String,
+    reason: String,
+    now: u64,
+) -> Report {
+    tracing::error!(%node, %declaration, "the host cannot apply: {reason}; trying again after its backoff");
+    let machine = match mesh_apply::is_mid_change(&config.state_dir) {
+        Ok(true) => MachineState::MidChange,
+        Ok(false) | Err(_) => MachineState::Partial,
+    };
+    let mut report = refused(
+        node,
+        declaration,
+        format!("the host cannot apply: {reason}; it tries again after its backoff"),
+        now,
+    );
+    report.machine = machine;
+    report.host_failure = Some(reason);
+    report
+}
+
+/// `said` with its first letter lower-cased when it opens a word in lower case after it (the
+/// system's `No space left on device`; not an acronym such as `NFS`).
+pub fn lower_first(said: &str) -> String {
+    let mut chars = said.chars();
+    match (chars.next(), chars.next()) {
+        (Some(first), Some(second)) if first.is_uppercase() && second.is_lowercase() => {
+            first.to_lowercase().chain(said.chars().skip(1)).collect()
+        }
+        _ => said.to_owned(),
+    }
+}
+
+/// `error` in words with every cause after it (`…: no space left on device (os error 28)`):
+/// the system's reason is what a person needs, and an error's own words leave it out. A cause
+/// that opens with a capital (the system's `No space left on device`) is lower-cased, as every
+/// message of the mesh is.
+pub fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut words = error.to_string();
+    let mut cause = error.source();
+    while let Some(source) = cause {
+        let lowered = lower_first(&source.to_string());
+        if !words.ends_with(&lowered) {
+            words.push_str(": ");
+            words.push_str(&lowered);
+        }
+        cause = source.source();
+    }
+    words
 }
 
 /// The fail point a stopping `mesh-host serve` passes once its loop has ended, before its last
@@ -235,6 +308,15 @@ pub const SERVE_STOPPING: &str = "serve-stopping";
 /// by a bus that does not answer it (the tests that what is sent is applied all the same).
 /// Compiled only with the `fail-points` feature, and read from `FAILPOINTS` only then.
 pub const ASK_UNANSWERED: &str = "serve-ask-unanswered";
+
+/// The fail point that makes the host's state directory full: set to `return(FILE)`
+/// (`FAILPOINTS=mesh-host.state-dir-full=return(FILE)`), every write of a state file — the
+/// declaration received, the apply's state, its mid-change marker — fails as a full disk fails
+/// it ("No space left on device") for as long as `FILE` exists; removing `FILE` frees the
+/// space, the daemon running on (the tests that a host which cannot write its state says so
+/// and tries again). Compiled only with the `fail-points` feature, and read from `FAILPOINTS`
+/// only then.
+pub const STATE_DIR_FULL: &str = mesh_apply::progress::STATE_DIR_FULL;
 
 /// The fail point at which [`apply_received`] fails before it applies anything (a test sets it
 /// to panic: `fail::cfg(PANIC_IN_APPLY, "panic(…)")`), so that tests can see what such a
@@ -310,6 +392,7 @@ pub fn panicked(config: &HostConfig, declaration: &Declaration, message: &str, n
         }],
         windows: Vec::new(),
         resumed_from_mid_change: false,
+        host_failure: None,
         drift: Vec::new(),
         started_at: now,
         finished_at: now,
@@ -427,7 +510,9 @@ pub fn render_report(report: &Report) -> String {
         "{}: {} ({}), declaration {}",
         report.node,
         machine_word(report.machine),
-        if tally.is_empty() {
+        if report.host_failure.is_some() {
+            "the host cannot apply".to_owned()
+        } else if tally.is_empty() {
             "nothing declared".to_owned()
         } else {
             tally

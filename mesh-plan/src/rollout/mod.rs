@@ -198,9 +198,14 @@ impl NodeReport {
     /// one `waiting` out its backoff (it failed as declared before, and the host does not try
     /// it again before its time: a gate waiting for it would wait out its deadline for a report
     /// that says nothing new); a converged machine [`Verdict::Applied`]; anything else
-    /// [`Verdict::Pending`].
+    /// [`Verdict::Pending`]. A host that could not apply at all ([`Report::host_failure`]: its
+    /// state directory cannot be written) is [`Verdict::Failed`] with its reason, whatever its
+    /// resources say.
     pub fn from_report(report: &Report) -> Self {
         let mut reasons = Vec::new();
+        if let Some(reason) = &report.host_failure {
+            reasons.push(format!("the host cannot apply: {reason}"));
+        }
         for (id, outcome) in &report.resources {
             match outcome {
                 Outcome::Failed { reason, .. } => reasons.push(format!("{id}: {reason}")),

@@ -48,6 +48,7 @@ pub fn publish_reports(url: &str, password: &str, nodes: usize) {
                 findings: Vec::new(),
                 windows: Vec::new(),
                 resumed_from_mid_change: false,
+                host_failure: None,
                 drift: Vec::new(),
                 started_at: now,
                 finished_at: now,

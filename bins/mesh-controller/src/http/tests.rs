@@ -339,6 +339,7 @@ fn snapshot() -> Snapshot {
         findings: Vec::new(),
         windows: Vec::new(),
         resumed_from_mid_change: false,
+        host_failure: None,
         started_at: now - 40,
         finished_at: now - 40,
         drift: if drift {

@@ -4,7 +4,8 @@
 //! a declaration reports it converged and current and nothing is pending; *in progress* (exit
 //! 2) while something is under way and nothing is wrong — a node mid-change within its
 //! deadline, a node yet to report what it was sent, an open plan; *needs attention* (exit 3)
-//! when a resource failed, is stuck or held, a drift was left as found or corrected within the
+//! when a host could not apply at all (its state directory cannot be written), a resource failed,
+//! is stuck or held, a drift was left as found or corrected within the
 //! retention and not acknowledged (what the overview shows, [`crate::status::acks::shows`]), a node
 //! is silent or mid-change past its deadline, a rollout stopped, or a failure is recorded.
 //!
@@ -62,6 +63,9 @@ pub fn judge(overview: &Overview, now: u64, mid_change_after_secs: u64) -> Verdi
     let time = mesh_store::clock::rfc3339;
     for node in &overview.attention {
         let name = &node.node;
+        if let Some(reason) = &node.host_failure {
+            attention.push(format!("{name}: the host cannot apply: {reason}"));
+        }
         for (id, reason) in &node.failed {
             attention.push(format!("{name}: {id} failed: {reason}"));
         }

@@ -151,6 +151,11 @@ pub struct NodeAttention {
     /// Its last report could not be read (*no single party can blind the fleet*).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unreadable: Option<crate::home::heard::UnreadableReport>,
+    /// Its host could not apply at all (its state directory cannot be written: full,
+    /// read-only, an I/O error), with the system's reason
+    /// ([`mesh_model::report::Report::host_failure`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_failure: Option<String>,
 }
 
 impl NodeAttention {
@@ -163,6 +168,7 @@ impl NodeAttention {
             && self.silent_since.is_none()
             && self.drift.is_empty()
             && self.unreadable.is_none()
+            && self.host_failure.is_none()
     }
 }
 
@@ -390,8 +396,8 @@ pub(crate) fn overview_of_plans_with(
     })
 }
 
-/// The nodes whose last report says failed, stuck, mid-change, drift or a window open, or could
-/// not be read (every
+/// The nodes whose last report says failed, stuck, mid-change, drift, a window open or a host
+/// that could not apply at all, or could not be read (every
 /// drift the report holds: [`overview_of_plans_with`] keeps only what is still shown).
 pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
     nodes
@@ -407,6 +413,7 @@ pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
                     silent_since: n.silent_since,
                     drift: Vec::new(),
                     unreadable: Some(unreadable.clone()),
+                    host_failure: None,
                 });
             }
             let report = n.report.as_ref()?;
@@ -443,7 +450,9 @@ pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
                 })
                 .collect();
             let mid_change = report.machine == MachineState::MidChange;
+            let host_failure = report.host_failure.clone();
             (mid_change
+                || host_failure.is_some()
                 || !stuck.is_empty()
                 || !failed.is_empty()
                 || !report.windows.is_empty()
@@ -458,6 +467,7 @@ pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
                 silent_since: n.silent_since,
                 drift,
                 unreadable: None,
+                host_failure,
             })
         })
         .collect()
@@ -683,6 +693,9 @@ pub fn changes(before: Option<&Overview>, after: &Overview) -> Vec<String> {
 /// What a node's attention says, in words.
 pub(crate) fn attention_words(attention: &NodeAttention) -> String {
     let mut words = Vec::new();
+    if let Some(reason) = &attention.host_failure {
+        words.push(format!("the host cannot apply: {reason}"));
+    }
     if attention.mid_change {
         words.push("mid-change".to_owned());
     }

@@ -18,6 +18,7 @@ mod executor;
 mod first_machine_failed;
 mod forgetting;
 mod grants_first;
+mod host_failures;
 mod merges;
 mod nodes_behind;
 mod orphaned_settings;

@@ -173,6 +173,29 @@ fn a_failed_resource_exits_3_though_the_rest_converged() {
     );
 }
 
+/// Issue 41: a host whose state directory was full refused the apply and reported `partial,
+/// nothing declared`; `status` exited 0, nothing under "needs attention".
+#[test]
+fn a_host_that_cannot_write_its_state_exits_3_naming_the_node_and_the_reason() {
+    let bed = Bed::new();
+    bed.report(
+        "a",
+        json!({"machine": "partial", "host-failure":
+            "cannot store the declaration received at /s/serve/declaration.json: \
+             no space left on device (os error 28)",
+            "findings": [{"resource": "", "message": "the host cannot apply: …"}]}),
+    );
+    let verdict = bed.judged();
+    assert_health(&verdict, Health::NeedsAttention, 3);
+    assert_eq!(
+        verdict.attention,
+        [
+            "a: the host cannot apply: cannot store the declaration received at \
+          /s/serve/declaration.json: no space left on device (os error 28)"
+        ]
+    );
+}
+
 #[test]
 fn a_resource_waiting_to_retry_or_skipped_behind_a_failure_exits_3() {
     let bed = Bed::new();

@@ -462,6 +462,13 @@ impl Bed {
 
     /// Starts `node`'s host with `serve`'s extra flags.
     pub fn start_host_with(&mut self, node: &str, serve: &[&str]) {
+        self.start_host_env(node, serve, &[]);
+    }
+
+    /// Starts `node`'s host with `serve`'s extra flags and the environment variables `env`
+    /// (`FAILPOINTS`: the host's fail points, which `target/debug/mesh-host` has once the
+    /// tests are built — the mesh-host tests build it with its `fail-points` feature).
+    pub fn start_host_env(&mut self, node: &str, serve: &[&str], env: &[(&str, &str)]) {
         // A node joining later makes its seed and is enrolled now.
         self.enroll(node);
         let child = Command::new(host_binary())
@@ -481,7 +488,9 @@ impl Bed {
             .args(["serve", "--heartbeat", "1"])
             .args(serve)
             .env_remove("MESH_BUS_PASSWORD_FILE")
+            .env_remove("FAILPOINTS")
             .env("MESH_LOG", "error")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())

@@ -84,6 +84,7 @@ pub fn converged(declaration: &Declaration) -> Report {
         findings: Vec::new(),
         windows: Vec::new(),
         resumed_from_mid_change: false,
+        host_failure: None,
         started_at: now,
         finished_at: now,
         drift: Vec::new(),

@@ -58,6 +58,13 @@ pub(super) struct Agent {
     pub(super) pending_drift: Vec<Drift>,
     /// The maintenance windows open as last reported (`windows`).
     pub(super) windows: Vec<mesh_model::report::WindowSummary>,
+    /// A declaration heard that could not be stored (the state directory full, read-only, an
+    /// I/O error): never applied before it is stored; tried again with the backoff, and by
+    /// anything that would apply ([`Agent::apply`]).
+    pub(super) unstored: Option<Heard>,
+    /// How many applies in a row the host could not make at all (its state could not be
+    /// written): the backoff before the next try grows with it.
+    pub(super) host_attempts: u32,
 }
 
 impl Agent {
@@ -126,6 +133,7 @@ impl Agent {
                     }],
                     windows: Vec::new(),
                     resumed_from_mid_change: false,
+                    host_failure: None,
                     drift: Vec::new(),
                     started_at: at,
                     finished_at: at,
@@ -141,24 +149,81 @@ impl Agent {
 
     /// A declaration heard: kept on disk, then applied — unless it is the send already served
     /// (heard live and again as the stream's last, or again after a restart).
-    pub(super) async fn receive(&mut self, heard: Heard) -> Result<(), ServeError> {
+    ///
+    /// A declaration that cannot be stored (the state directory full, read-only, an I/O error)
+    /// is not applied: the report says the host failed, with the system's reason
+    /// ([`crate::host_failed`]), the error is logged, and storing it is tried again after the
+    /// backoff — the daemon goes on serving, and never exits over it.
+    pub(super) async fn receive(&mut self, heard: Heard) {
         if heard.send.is_some() && heard.send == self.send {
             tracing::debug!(node = %self.config.node, send = ?heard.send,
                 "the send served already, heard again: not applied again");
-            return Ok(());
+            return;
         }
-        if self.payload.as_deref() != Some(&heard.payload[..]) {
-            self.store(&heard.payload)?;
+        let stored = if self.payload.as_deref() != Some(&heard.payload[..]) {
+            self.store(&heard.payload)
+        } else {
+            Ok(())
         }
-        self.store_send(heard.send.as_deref())?;
+        .and_then(|()| self.store_send(heard.send.as_deref()));
+        if let Err(error) = stored {
+            self.cannot_store(heard, error).await;
+            return;
+        }
+        self.unstored = None;
         self.send = heard.send;
-        self.apply(heard.payload).await;
-        Ok(())
+        self.apply_stored(heard.payload).await;
     }
 
-    /// Applies `payload` on a blocking thread, publishes the report, and updates discovery and
-    /// the next retry.
+    /// Says that the declaration `heard` could not be stored, and keeps it to store and apply
+    /// when the backoff elapses.
+    async fn cannot_store(&mut self, heard: Heard, error: ServeError) {
+        let reason = match &error {
+            ServeError::State { path, source } => format!(
+                "cannot store the declaration received at {}: {}",
+                path.display(),
+                crate::lower_first(&source.to_string())
+            ),
+            ServeError::Bus(_) => crate::with_causes(&error),
+        };
+        let digest = Declaration::from_json(&heard.payload)
+            .map(|d| d.digest())
+            .unwrap_or_else(|_| mesh_model::sha256_digest(&heard.payload));
+        let mut report =
+            crate::host_failed(&self.config.host, &self.config.node, digest, reason, now());
+        report.windows = self.windows.clone();
+        report.drift = not_put_back(&report, &self.pending_drift);
+        self.unstored = Some(heard);
+        self.failed_to_apply(&report);
+        self.publish(&report).await;
+    }
+
+    /// Keeps the count of applies in a row the host could not make, and when to try again.
+    fn failed_to_apply(&mut self, report: &Report) {
+        if report.host_failure.is_some() {
+            self.host_attempts = self.host_attempts.saturating_add(1);
+            let again =
+                report.finished_at + self.config.host.retry.backoff_secs(self.host_attempts);
+            self.retry_at = Some(self.retry_at.map_or(again, |at| at.min(again)));
+        } else {
+            self.host_attempts = 0;
+        }
+    }
+
+    /// Applies `payload` — or, when the declaration heard last could not be stored, stores and
+    /// applies that one instead (it, not the one before, is what the node was sent).
     pub(super) async fn apply(&mut self, payload: Vec<u8>) {
+        if let Some(heard) = self.unstored.take() {
+            tracing::info!(node = %self.config.node, "storing the declaration received again");
+            self.receive(heard).await;
+            return;
+        }
+        self.apply_stored(payload).await;
+    }
+
+    /// Applies `payload` (stored) on a blocking thread, publishes the report, and updates
+    /// discovery and the next retry.
+    async fn apply_stored(&mut self, payload: Vec<u8>) {
         let config = Arc::clone(&self.config);
         let handle = tokio::runtime::Handle::current();
         // In place only where a worker can hand its other tasks off while the mid-change
@@ -205,12 +270,24 @@ impl Agent {
             }
         };
         self.retry_at = next_retry(&report, &self.config.host.retry);
+        self.failed_to_apply(&report);
         let modules: BTreeSet<String> = sealed
             .as_deref()
             .map(|d| d.resources.iter().map(|r| r.module.clone()).collect())
             .unwrap_or_default();
         let mut report = report;
-        report.drift = std::mem::take(&mut self.pending_drift);
+        // Drift the apply could not put back is said left as found, never put back, and is
+        // reported again by the next apply (the rule “Drift is seen, and reported even when
+        // corrected”).
+        let drift = std::mem::take(&mut self.pending_drift);
+        report.drift = not_put_back(&report, &drift);
+        self.pending_drift = drift
+            .into_iter()
+            .zip(&report.drift)
+            .filter(|(_, said)| said.action == DriftAction::Left)
+            .map(|(drift, _)| drift)
+            .filter(|drift| drift.action == DriftAction::Corrected)
+            .collect();
         if digest != self.watched_for {
             self.rewatch(&payload, digest);
         }
@@ -397,6 +474,23 @@ impl Agent {
     }
 }
 
+/// `drift` as `report` tells it: a drift to be put back whose resource did not take in the apply
+/// — or the host could not apply at all — is said left as found, never put back.
+fn not_put_back(report: &Report, drift: &[Drift]) -> Vec<Drift> {
+    drift
+        .iter()
+        .map(|d| {
+            let took = report.host_failure.is_none()
+                && report.resources.get(&d.resource).is_some_and(Outcome::took);
+            let mut said = d.clone();
+            if d.action == DriftAction::Corrected && !took {
+                said.action = DriftAction::Left;
+            }
+            said
+        })
+        .collect()
+}
+
 /// Writes `bytes` to `path` so that a kill at any point leaves the old file or the new one:
 /// a temporary file beside it, synced, renamed over it.
 fn write_durably(path: &std::path::Path, bytes: &[u8]) -> Result<(), ServeError> {
@@ -406,6 +500,7 @@ fn write_durably(path: &std::path::Path, bytes: &[u8]) -> Result<(), ServeError>
     };
     let dir = path.parent().expect("a state file has a directory");
     std::fs::create_dir_all(dir).map_err(state)?;
+    mesh_apply::progress::state_dir_full().map_err(state)?;
     let name = path
         .file_name()
         .expect("a state file has a name")

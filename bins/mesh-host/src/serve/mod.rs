@@ -48,6 +48,12 @@
 //!   once, and so does the stop's bound ([`shutdown_signal_within`]).
 //! - Every failure — a report that cannot be published, a stream that does not answer — is
 //!   logged and retried; the daemon never exits because the bus went away.
+//! - A state directory that cannot be written (full, read-only, an I/O error) is a failure of
+//!   the node: a declaration that cannot be stored is not applied, and an apply that cannot
+//!   write its state changes nothing more; either is reported with the system's reason
+//!   ([`mesh_model::report::Report::host_failure`]), logged, and tried again with the backoff
+//!   (the last declaration heard, not the one before it). The daemon never exits on it, and a
+//!   drift it could not put back is reported left as found, never put back.
 //! - After every apply the archive cache is pruned ([`crate::archives::prune_after_apply`],
 //!   through [`crate::apply_received`]); a prune that could not be done is a note in the report,
 //!   never a failed apply.
@@ -124,7 +130,8 @@ pub const DEFAULT_FULL_CHECK: Duration = Duration::from_secs(86_400);
 /// Why `serve` stopped other than by being asked to.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    /// The stored declaration could not be read or written.
+    /// The stored declaration could not be read (at start) or written (never the daemon's end:
+    /// a declaration that cannot be stored is a report of the node's failure).
     #[error("{path}: {source}")]
     State {
         /// The file.
@@ -253,8 +260,12 @@ async fn connect(
 
 /// Serves the node until `shutdown` completes (see the module's documentation).
 ///
+/// A declaration that cannot be stored (the state directory full, read-only, an I/O error) is
+/// a failure of the node, reported with the system's reason and tried again with the backoff;
+/// the daemon serves on.
+///
 /// # Errors
-/// [`ServeError::State`] when the state directory cannot hold the declaration received;
+/// [`ServeError::State`] when the declaration stored before cannot be read at start;
 /// [`ServeError::Bus`] when the bus cannot be reached as configured (see `connect`).
 pub async fn serve(
     config: ServeConfig,
@@ -296,6 +307,8 @@ pub async fn serve(
         last_full: tokio::time::Instant::now(),
         pending_drift: Vec::new(),
         windows: Vec::new(),
+        unstored: None,
+        host_attempts: 0,
     };
     let (window_sender, mut window_changes) = tokio::sync::mpsc::unbounded_channel();
     let _windows_watch = windows::watch(&state_dir, window_sender);
@@ -315,15 +328,13 @@ pub async fn serve(
         let lapse = windows::next_lapse(&agent.windows).map(at);
         tokio::select! {
             _ = &mut shutdown => break Ok(()),
-            message = declarations.next() => {
-                if let Err(error) = agent.receive(message).await {
-                    break Err(error);
-                }
-            }
+            message = declarations.next() => agent.receive(message).await,
             _ = sleep_until(retry), if retry.is_some() => {
                 tracing::info!(node = %agent.config.node, "a failed resource's backoff elapsed: applying again");
-                if let Some(payload) = agent.payload.clone() {
-                    agent.apply(payload).await;
+                match (agent.payload.clone(), agent.unstored.take()) {
+                    (_, Some(heard)) => agent.receive(heard).await,
+                    (Some(payload), None) => agent.apply(payload).await,
+                    (None, None) => {}
                 }
             }
             Some(()) = changes.recv() => {
@@ -503,6 +514,7 @@ mod tests {
             findings: Vec::new(),
             windows: Vec::new(),
             resumed_from_mid_change: false,
+            host_failure: None,
             drift: Vec::new(),
             started_at: 1000,
             finished_at: 1000,

@@ -117,6 +117,7 @@ mod tests {
             findings: Vec::new(),
             windows: vec![window("old", 100), window("new", 5000)],
             resumed_from_mid_change: false,
+            host_failure: None,
             drift: Vec::new(),
             started_at: 1000,
             finished_at: 1000,

@@ -319,6 +319,10 @@ pub fn push(results: &[PushResult]) -> String {
 
 fn tally(report: &mesh_model::report::Report) -> String {
     let counts = report.tally();
+    if report.host_failure.is_some() {
+        // Nothing was applied: its resources are not known to be declared or not.
+        return "the host cannot apply".to_owned();
+    }
     if counts.is_empty() {
         return "nothing declared".to_owned();
     }

@@ -237,6 +237,13 @@ fn plans_status(overview: &Overview) -> String {
     if !overview.attention.is_empty() {
         out.push_str("nodes needing attention:\n");
         for node in &overview.attention {
+            if let Some(reason) = &node.host_failure {
+                let _ = writeln!(
+                    out,
+                    "  {}: the host cannot apply (it tries again by itself): {reason}",
+                    node.node
+                );
+            }
             if node.mid_change {
                 let _ = writeln!(
                     out,
@@ -492,6 +499,17 @@ mod status_tests {
                     });
                     home
                 }),
+                node(
+                    "edge",
+                    report(serde_json::json!({
+                        "format": 2, "node": "edge", "declaration": "sha256:e0",
+                        "machine": "partial", "resources": {},
+                        "host-failure": "cannot store the declaration received at \
+                            /var/lib/mesh-host/serve/declaration.json: no space left on device \
+                            (os error 28)",
+                        "started-at": 1004, "finished-at": 1004
+                    })),
+                ),
             ],
             open_plans: vec![OpenPlan {
                 id: record.plan.id.clone(),
