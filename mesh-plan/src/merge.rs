@@ -57,6 +57,7 @@ pub fn module_report(report: &Report, module: &str) -> NodeReport {
             node: report.node.clone(),
             declaration: report.declaration.clone(),
             made_at: report.finished_at,
+            send: report.send.clone(),
             verdict: Verdict::Failed {
                 reasons: report.findings.iter().map(|f| f.message.clone()).collect(),
             },
@@ -217,6 +218,8 @@ mod tests {
             drift: Vec::new(),
             started_at: 5,
             finished_at: 5,
+            send: None,
+            published_at: None,
         }
     }
 

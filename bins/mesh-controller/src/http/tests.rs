@@ -341,6 +341,8 @@ fn snapshot() -> Snapshot {
         resumed_from_mid_change: false,
         started_at: now - 40,
         finished_at: now - 40,
+        send: None,
+        published_at: None,
         drift: if drift {
             vec![Drift {
                 resource: "base/file/hello".to_owned(),
