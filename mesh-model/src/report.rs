@@ -59,6 +59,18 @@ pub struct Report {
     /// before this field says nothing, and an older controller reads the report without it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_failure: Option<String>,
+    /// The send this report answers: the message id its declaration came in (`Nats-Msg-Id`,
+    /// made by the controller for each send). The rollout gate judges a node by it (the rule “The
+    /// gate judges each node from its own send”), never by the host's clock against the
+    /// controller's. Absent from a host before it, and for a declaration that came without one;
+    /// an older reader ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send: Option<String>,
+    /// The host's clock when it published this report (seconds since the epoch; a heartbeat
+    /// repeating it is stamped anew): set against the time the bus stored it, it tells how far
+    /// the host's clock is off. Absent from a host before it; an older reader ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published_at: Option<u64>,
 }
 
 /// A managed resource found not as the host left it (the rule “Drift is seen, and reported even

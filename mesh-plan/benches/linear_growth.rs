@@ -139,6 +139,7 @@ fn drive_rollout(spec: &RolloutSpec) -> usize {
             node: node.to_owned(),
             declaration: declaration.to_owned(),
             made_at,
+            send: None,
             verdict: Verdict::Applied,
         })
     };

@@ -62,6 +62,7 @@ pub fn module_report(report: &Report, module: &str) -> NodeReport {
             node: report.node.clone(),
             declaration: report.declaration.clone(),
             made_at: report.finished_at,
+            send: report.send.clone(),
             verdict: Verdict::Failed {
                 reasons: report.findings.iter().map(|f| f.message.clone()).collect(),
             },
@@ -223,6 +224,8 @@ mod tests {
             drift: Vec::new(),
             started_at: 5,
             finished_at: 5,
+            send: None,
+            published_at: None,
         }
     }
 

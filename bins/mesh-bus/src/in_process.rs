@@ -62,6 +62,23 @@ impl Bus for InProcessBus {
             subject: subject.to_owned(),
             payload,
             reply: None,
+            id: None,
+        });
+        Ok(())
+    }
+
+    async fn publish_with_id(
+        &self,
+        subject: &str,
+        payload: Vec<u8>,
+        id: &str,
+    ) -> Result<(), BusError> {
+        check_subject(subject, false)?;
+        self.deliver(Message {
+            subject: subject.to_owned(),
+            payload,
+            reply: None,
+            id: Some(id.to_owned()),
         });
         Ok(())
     }
@@ -94,6 +111,7 @@ impl Bus for InProcessBus {
             subject: subject.to_owned(),
             payload,
             reply: Some(inbox),
+            id: None,
         });
         match tokio::time::timeout(timeout, answers.next()).await {
             Ok(Some(answer)) => Ok(answer),

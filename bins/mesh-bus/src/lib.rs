@@ -65,6 +65,8 @@ pub struct Message {
     pub payload: Vec<u8>,
     /// Where an answer goes, for a request.
     pub reply: Option<String>,
+    /// The id it was published with ([`Bus::publish_with_id`]; `Nats-Msg-Id` on NATS), if any.
+    pub id: Option<String>,
 }
 
 /// How many messages a subscription holds that its reader has not taken yet. Past it, a bus
@@ -128,6 +130,20 @@ pub trait Bus: Send + Sync {
     /// # Errors
     /// [`BusError`] when the subject is invalid or the bus refuses it.
     async fn publish(&self, subject: &str, payload: Vec<u8>) -> Result<(), BusError>;
+
+    /// Publishes a payload on a subject with the message id `id`, which its subscribers read
+    /// in [`Message::id`] (a declaration's send). A bus that keeps no ids publishes it without.
+    ///
+    /// # Errors
+    /// As [`Bus::publish`].
+    async fn publish_with_id(
+        &self,
+        subject: &str,
+        payload: Vec<u8>,
+        _id: &str,
+    ) -> Result<(), BusError> {
+        self.publish(subject, payload).await
+    }
 
     /// Subscribes to a subject (wildcards allowed).
     ///

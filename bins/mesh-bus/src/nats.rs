@@ -696,6 +696,11 @@ fn message_of(message: async_nats::Message) -> Message {
     Message {
         subject: message.subject.to_string(),
         payload: message.payload.to_vec(),
+        id: message
+            .headers
+            .as_ref()
+            .and_then(|headers| headers.get(async_nats::header::NATS_MESSAGE_ID))
+            .map(|id| id.as_str().to_owned()),
         reply: message.reply.map(|reply| reply.to_string()),
     }
 }

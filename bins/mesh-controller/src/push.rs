@@ -86,8 +86,8 @@ pub enum NodeResult {
         declaration: String,
         /// How many resources it declares.
         resources: usize,
-        /// The node's report.
-        report: Report,
+        /// The node's report (boxed: a report is far larger than the other results).
+        report: Box<Report>,
     },
     /// Not sent: the push would move a running container's data (the rule “A moved mount is held”);
     /// `push --move MODULE` sends it.
@@ -135,7 +135,7 @@ pub fn results(
             Some(report) => NodeResult::Reported {
                 declaration: declaration.digest(),
                 resources: declaration.resources.len(),
-                report,
+                report: Box::new(report),
             },
             None => NodeResult::NoReport {
                 declaration: declaration.digest(),

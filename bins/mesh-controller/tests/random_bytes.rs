@@ -280,7 +280,14 @@ fn write_template(root: &Path) {
             "base",
             0,
             vec![
-                node_record("control", &digest, NodeProgress::Sent { at: AT + 10 }),
+                node_record(
+                    "control",
+                    &digest,
+                    NodeProgress::Sent {
+                        at: AT + 10,
+                        send: Some(format!("control:{digest}:0123456789abcdef")),
+                    },
+                ),
                 node_record(
                     "laptop",
                     &digest,

@@ -10,11 +10,10 @@
 //! - the records are consistent: every plan, sent declaration and report reads, and
 //!   `records collect` reads every record.
 //!
-//! The test command leaves it out (`test = false`) until the violation its three rounds found is
-//! mended (book/src/reliability.md); `scripts/soak` runs it at length, with `MESH_SOAK_ROUNDS`
-//! (the script's default 50; unset, 3) and `MESH_SOAK_SEED` (default: the
-//! clock; printed, so a run can be repeated). It prints one line per round and a summary, and
-//! exits 1 on the first violation, naming it.
+//! The test command runs its three rounds (`MESH_SOAK_ROUNDS` unset) with every other test;
+//! `scripts/soak` runs it at length, with `MESH_SOAK_ROUNDS` (the script's default 50) and
+//! `MESH_SOAK_SEED` (default: the clock; printed, so a run can be repeated). It prints one line
+//! per round and a summary, and exits 1 on the first violation, naming it.
 //!
 //! The checker and the merges call the controller library in process on the bed's bus
 //! (`Bed::library`); the daemon (`serve`) is the binary, killed and started again.

@@ -111,6 +111,8 @@ fn refused(node: &str, declaration: String, message: String, now: u64) -> Report
         drift: Vec::new(),
         started_at: now,
         finished_at: now,
+        send: None,
+        published_at: None,
     }
 }
 
@@ -396,6 +398,8 @@ pub fn panicked(config: &HostConfig, declaration: &Declaration, message: &str, n
         drift: Vec::new(),
         started_at: now,
         finished_at: now,
+        send: None,
+        published_at: None,
     }
 }
 
@@ -483,10 +487,13 @@ pub async fn start(
     let config = Arc::new(config);
     Ok(tokio::spawn(async move {
         while let Some(message) = declarations.next().await {
-            let report = match receive(&archives, &node, &message.payload, now()).await {
+            let mut report = match receive(&archives, &node, &message.payload, now()).await {
                 Ok(received) => apply_on_blocking_thread(Arc::clone(&config), received).await,
                 Err(report) => *report,
             };
+            // The send it answers, and this host's clock as it publishes (as the daemon's).
+            report.send = message.id;
+            report.published_at = Some(now());
             let payload = serde_json::to_vec(&report).expect("a report always serializes");
             if let Err(error) = bus.publish(&subjects::report(&node), payload).await {
                 tracing::error!(node = %node, %error, "could not publish the report");

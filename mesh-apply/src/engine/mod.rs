@@ -418,6 +418,8 @@ fn apply_examined<'s>(
         drift: Vec::new(),
         started_at: now,
         finished_at: now,
+        send: None,
+        published_at: None,
     })
 }
 
@@ -659,6 +661,8 @@ impl<'a> Engine<'a, '_> {
                 drift: Vec::new(),
                 started_at: self.now,
                 finished_at: self.now,
+                send: None,
+                published_at: None,
             });
             self.dir.write_in_progress(&marker)?;
             self.marked = true;

@@ -15,6 +15,8 @@ pub struct Outgoing {
     declaration: Declaration,
     json: Vec<u8>,
     digest: String,
+    /// The send it goes out in ([`Outgoing::with_send`]).
+    send: Option<String>,
 }
 
 impl Outgoing {
@@ -25,7 +27,24 @@ impl Outgoing {
             declaration,
             json,
             digest,
+            send: None,
         }
+    }
+
+    /// It, going out in the send `send`: the id its message carries (`Nats-Msg-Id` on a
+    /// fleet's bus), which the host's report answering it names. Its bytes and digest are the
+    /// same whatever the send.
+    #[must_use]
+    pub fn with_send(self, send: String) -> Outgoing {
+        Outgoing {
+            send: Some(send),
+            ..self
+        }
+    }
+
+    /// The send it goes out in, once named ([`Outgoing::with_send`]).
+    pub fn send(&self) -> Option<&str> {
+        self.send.as_deref()
     }
 
     /// `resealed` — this declaration with its secrets sealed again to its node's own key — as
@@ -41,6 +60,7 @@ impl Outgoing {
             json: resealed.canonical_json(),
             declaration: resealed,
             digest: self.digest.clone(),
+            send: self.send.clone(),
         }
     }
 

@@ -19,9 +19,14 @@
 //!   the first node is sent back what it ran ([`Action::Revert`]). The other nodes keep what they
 //!   ran. A failing node after the first also stops the rollout (no further sends).
 //! - **Each node is judged from its own send** (the incident behind “The gate judges each node from
-//!   its own send”): a report counts when it is about the declaration that node was sent and was
-//!   made at or after that node's send — a first node's report made between the two sends opens the
-//!   gate; a report from before its send does not.
+//!   its own send”): a report counts when it is about the declaration that node was sent and
+//!   answers that node's own send — it names the send's id ([`NodeProgress::Sent`]'s `send`, the
+//!   message id the controller made for it) — so a first node's report made between the two
+//!   sends opens the gate, and a report from before its send, of an earlier send of the same
+//!   declaration, does not. No judgement compares the host's clock with the controller's: a
+//!   host whose clock is an hour behind is judged as any other. Only a report naming no send
+//!   (a host older than send ids) is judged by when it was made, as before them (see
+//!   [`step`]'s `answers_its_send`).
 //!
 //! - **A move is held, not made** (the rule “A moved mount is held”): a node whose new declaration
 //!   would give a running container another host directory at a mount is reported [`Event::Held`]
@@ -172,8 +177,12 @@ pub struct NodeReport {
     pub node: String,
     /// The digest of the declaration the report is about.
     pub declaration: String,
-    /// When the report was made (the apply's end), seconds since the epoch.
+    /// When the report was made (the apply's end, by the host's clock), seconds since the epoch:
+    /// read only for a report that names no send ([`NodeReport::send`]).
     pub made_at: u64,
+    /// The send the report answers (its declaration's message id), when the host names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send: Option<String>,
     /// What it says.
     pub verdict: Verdict,
 }
@@ -239,6 +248,7 @@ impl NodeReport {
             node: report.node.clone(),
             declaration: report.declaration.clone(),
             made_at: report.finished_at,
+            send: report.send.clone(),
             verdict,
         }
     }

@@ -29,8 +29,13 @@ pub enum NodeProgress {
     },
     /// Its declaration was sent.
     Sent {
-        /// When.
+        /// When (the controller's clock): its deadline counts from it.
         at: u64,
+        /// The send's id (the message id its declaration went out with), named by the
+        /// controller as it sends ([`RolloutState::name_send`]): the report answering this send
+        /// names it. Absent from a record made before send ids, and until it is named.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        send: Option<String>,
     },
     /// Its declaration was held back: it would move a running container's data (the rule “A moved
     /// mount is held”), or drop a setting its layers hold (the rule "an orphaned setting is a
@@ -50,7 +55,9 @@ pub enum NodeProgress {
     Applied {
         /// When its declaration was sent.
         sent_at: u64,
-        /// When the report was made.
+        /// When the controller judged its report (the controller's clock, as `sent_at`, so the
+        /// difference is how long the node took; a record made before this build holds the
+        /// host's time of the report).
         at: u64,
     },
 }

@@ -174,6 +174,17 @@ impl RolloutState {
     }
 }
 
+impl RolloutState {
+    /// Names the send `node`'s declaration went out in (the message id the controller made for
+    /// it, carried out of [`Action::Send`] or [`Action::SendBusNode`], or a resumed send made
+    /// again): the report answering it must name it. A node not sent is left as it is.
+    pub fn name_send(&mut self, node: &str, send: &str) {
+        if let Some(NodeProgress::Sent { send: named, .. }) = progress_mut(self, node) {
+            *named = Some(send.to_owned());
+        }
+    }
+}
+
 fn progress_mut<'s>(state: &'s mut RolloutState, node: &str) -> Option<&'s mut NodeProgress> {
     let stage = state.stage;
     match &mut state.bus_node {
@@ -291,7 +302,10 @@ fn granted(
         | NodeProgress::Held { .. }
         | NodeProgress::Applied { .. } => return,
     }
-    *progress = NodeProgress::Sent { at: now };
+    *progress = NodeProgress::Sent {
+        at: now,
+        send: None,
+    };
     if stage != Stage::BusNode {
         state.sent += 1;
     }
@@ -355,12 +369,19 @@ fn reported(
     let Some(progress) = progress_mut(state, &report.node) else {
         return;
     };
-    let NodeProgress::Sent { at: sent_at } = *progress else {
+    let NodeProgress::Sent {
+        at: sent_at,
+        send: sent,
+    } = &*progress
+    else {
         return;
     };
+    let sent_at = *sent_at;
     // The incident behind “The gate judges each node from its own send”: judged from this node's
     // own send, not the module's latest.
-    if report.made_at < sent_at || expected != Some(report.declaration.as_str()) {
+    if expected != Some(report.declaration.as_str())
+        || !answers_its_send(sent.as_deref(), sent_at, &report)
+    {
         return;
     }
     match report.verdict {
@@ -369,10 +390,7 @@ fn reported(
             stop(spec, state, &report.node, reasons.join("; "), actions);
         }
         Verdict::Applied => {
-            *progress = NodeProgress::Applied {
-                sent_at,
-                at: report.made_at,
-            };
+            *progress = NodeProgress::Applied { sent_at, at: now };
             match state.stage {
                 Stage::BusNode => after_bus_node(spec, state, now, actions),
                 Stage::FirstNode => {
@@ -388,6 +406,26 @@ fn reported(
                 Stage::NotStarted | Stage::Held | Stage::Done | Stage::Stopped => {}
             }
         }
+    }
+}
+
+/// Whether `report`, of the declaration its node was sent, answers the node's send `sent`
+/// (its id, when named) made at `sent_at`.
+///
+/// When both the send and the report name an id, the ids decide, and nothing else: the report
+/// answers this very send, whenever either clock says it was made. A report of an earlier send
+/// of the same declaration names that send, and does not open the gate.
+///
+/// A report naming no send — from a host older than send ids — or a send recorded without one (a
+/// rollout resumed from a record made before them) is judged as the gate judged before send
+/// ids, the conservative way: it counts only when made at or after the send, by the host's
+/// clock against the controller's. A report from before the send never opens the gate; a host
+/// whose clock is behind is held until its deadline, which stops the rollout naming it (the
+/// safe failure), until it runs a mesh-host that names its sends.
+fn answers_its_send(sent: Option<&str>, sent_at: u64, report: &NodeReport) -> bool {
+    match (sent, report.send.as_deref()) {
+        (Some(sent), Some(answered)) => sent == answered,
+        (None, _) | (Some(_), None) => report.made_at >= sent_at,
     }
 }
 
@@ -422,7 +460,7 @@ fn tick(spec: &RolloutSpec, state: &mut RolloutState, now: u64, actions: &mut Ve
     let mut retry = Vec::new();
     let mut late: Option<(String, String)> = None;
     let mut check = |node: &String, progress: &NodeProgress| match progress {
-        NodeProgress::Sent { at } if now >= at + spec.deadline_secs => {
+        NodeProgress::Sent { at, .. } if now >= at + spec.deadline_secs => {
             if late.is_none() {
                 late = Some((
                     node.clone(),

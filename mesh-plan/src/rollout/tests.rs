@@ -1,6 +1,7 @@
 //! The step function's tests, through its trace harness.
 
 use super::*;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 fn spec(nodes: &[(&str, bool)], upgrade: Upgrade) -> RolloutSpec {
@@ -27,10 +28,14 @@ fn spec(nodes: &[(&str, bool)], upgrade: Upgrade) -> RolloutSpec {
 }
 
 /// Events, one a line: `T start`, `T granted a b`, `T grant-failed a: reason`,
-/// `T report a applied|pending|failed:reason|old-applied MADE_AT`, `T tick`,
+/// `T report a applied|pending|failed:reason|old-applied MADE_AT [SEND]`, `T tick`,
 /// `T send-failed a: reason`. Shows each event with the actions it produced, then the record.
+///
+/// Each send is named as the controller names it ([`RolloutState::name_send`]): the node and
+/// how many times it was sent, `a1`, `a2`; a report names one with its `SEND` word, or none.
 fn check(spec: &RolloutSpec, events: &str) -> String {
     let mut state = RolloutState::new();
+    let mut sends: BTreeMap<String, usize> = BTreeMap::new();
     let mut out = String::new();
     for line in events.lines().map(str::trim).filter(|l| !l.is_empty()) {
         let (now, rest) = line.split_once(' ').unwrap();
@@ -75,6 +80,7 @@ fn check(spec: &RolloutSpec, events: &str) -> String {
                     node,
                     declaration,
                     made_at,
+                    send: words.get(4).map(|send| (*send).to_owned()),
                     verdict,
                 })
             }
@@ -85,6 +91,13 @@ fn check(spec: &RolloutSpec, events: &str) -> String {
             other => panic!("unknown event {other}"),
         };
         let actions = step(spec, &mut state, event, now);
+        for action in &actions {
+            if let Action::Send { node, .. } | Action::SendBusNode { node } = action {
+                let count = sends.entry(node.clone()).or_default();
+                *count += 1;
+                state.name_send(node, &format!("{node}{count}"));
+            }
+        }
         let _ = writeln!(out, "{line}");
         for action in actions {
             let _ = writeln!(out, "    {}", serde_json::to_string(&action).unwrap());
@@ -171,7 +184,8 @@ fn together_sends_every_running_node_at_once() {
 /// The incident behind “The gate judges each node from its own send”: the gate asked every node for
 /// a report made after the module's *last* send; the first node's report, made between the two
 /// sends, read as stale and the plan waited seven minutes. Each node is judged from its own send —
-/// and a report from before its send (or about an older declaration) does not open the gate.
+/// and a report of an earlier send of the same declaration (`a0`), or about an older
+/// declaration, does not open the gate.
 #[test]
 fn a_first_nodes_report_between_the_two_sends_opens_the_gate() {
     let spec = spec(&[("a", true), ("b", true)], Upgrade::OneFirst);
@@ -179,12 +193,45 @@ fn a_first_nodes_report_between_the_two_sends_opens_the_gate() {
         &spec,
         "100 start
          101 granted a
-         102 report a applied 95
-         103 report a old-applied 103
-         127 report a applied 127
+         102 report a applied 95 a0
+         103 report a old-applied 103 a1
+         127 report a applied 127 a1
          128 granted b
-         140 report b applied 140
-         141 report a applied 127"
+         140 report b applied 140 b1
+         141 report a applied 127 a1"
+    ));
+}
+
+/// A host whose clock is an hour behind the controller's applied each declaration, and every
+/// rollout stopped at it: the gate compared the host's finish time with the controller's send
+/// time. The send a report names decides, whatever either clock says — and a report of an
+/// earlier send made, by the host's clock, after this one still does not open the gate.
+#[test]
+fn a_host_whose_clock_is_an_hour_behind_opens_the_gate_by_its_send() {
+    let spec = spec(&[("a", true), ("b", true)], Upgrade::OneFirst);
+    insta::assert_snapshot!(check(
+        &spec,
+        "10000 start
+         10001 granted a
+         10002 report a applied 10500 a0
+         10003 report a applied 6403 a1
+         10004 granted b
+         10005 report b applied 6405 b1"
+    ));
+}
+
+/// A report naming no send (a host older than send ids) is judged as before them: by when it
+/// was made against the node's send — one from before the send does not open the gate.
+#[test]
+fn a_report_naming_no_send_is_judged_by_when_it_was_made() {
+    let spec = spec(&[("a", true), ("b", true)], Upgrade::OneFirst);
+    insta::assert_snapshot!(check(
+        &spec,
+        "100 start
+         101 granted a
+         102 report a applied 95
+         103 report a applied 103
+         104 granted b"
     ));
 }
 
@@ -303,6 +350,7 @@ fn applied(node: &str, made_at: u64) -> Event {
         node: node.into(),
         declaration: format!("sha256:{node}-new"),
         made_at,
+        send: None,
         verdict: Verdict::Applied,
     })
 }
@@ -386,6 +434,7 @@ fn a_rollout_kept_as_parts_and_nodes_reads_back_whole_and_says_what_changed() {
         node: "a".into(),
         declaration: "sha256:old".into(),
         made_at: 102,
+        send: None,
         verdict: Verdict::Applied,
     });
     step(&spec, &mut state, stale, 102);
@@ -523,6 +572,7 @@ fn a_report_is_read_from_a_hosts_report() {
             node: "a".into(),
             declaration: "sha256:x".into(),
             made_at: 9,
+            send: None,
             verdict: Verdict::Failed {
                 reasons: vec!["agent/container/agent: image not found".into()]
             },

@@ -55,6 +55,7 @@ async fn bus_keeps_its_contract(a: &dyn Bus, b: &dyn Bus) {
         subject: "mesh.test.plain".into(),
         payload: vec![],
         reply: None,
+        id: None,
     };
     assert!(matches!(
         a.respond(&plain, vec![]).await.unwrap_err(),

@@ -52,6 +52,8 @@ pub fn publish_reports(url: &str, password: &str, nodes: usize) {
                 drift: Vec::new(),
                 started_at: now,
                 finished_at: now,
+                send: None,
+                published_at: None,
             };
             js.publish(
                 subjects::report(&node),

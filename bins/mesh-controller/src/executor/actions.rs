@@ -189,7 +189,7 @@ impl Rollout {
             ));
             return Ok(());
         };
-        let before = Outgoing::new(before);
+        let before = super::named_send(Outgoing::new(before))?;
         let digest = before.digest().to_owned();
         if let PushDecision::Hold { moves } = decide(home, before.declaration(), executor.moves())?
         {
@@ -363,6 +363,12 @@ impl Rollout {
                 orphans: orphaned,
                 unset: Vec::new(),
             }));
+        }
+        // Named for this send: the node's progress keeps the name, and only the report that
+        // names it opens the gate (the rule “The gate judges each node from its own send”).
+        let declaration = super::named_send(declaration)?;
+        if let Some(send) = declaration.send() {
+            self.state.name_send(node, send);
         }
         Ok(SendCheck::Send(declaration))
     }

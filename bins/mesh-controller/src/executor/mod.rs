@@ -259,6 +259,23 @@ impl<'a> Executor<'a> {
     }
 }
 
+/// `declaration` named for a send of its own ([`Outgoing::with_send`]): the message id it goes
+/// out with — its node, its digest and a random part made for this send
+/// ([`fleet::nats::declaration_message_id`]) — which the report answering it names, and the
+/// rollout gate judges it by (the rule “The gate judges each node from its own send”). A
+/// declaration already named keeps its name (a publish tried again is the same send).
+///
+/// # Errors
+/// No random bytes could be read.
+pub fn named_send(declaration: Outgoing) -> Result<Outgoing> {
+    if declaration.send().is_some() {
+        return Ok(declaration);
+    }
+    let random = crate::bus::credentials::random_hex(8, "a send's id")?;
+    let send = fleet::nats::declaration_message_id(&declaration, &random);
+    Ok(declaration.with_send(send))
+}
+
 /// Each of `declarations` as its node is sent it, in order: each secret it uses sealed again
 /// to that node's age key alone, the mesh's keys read once for all (what
 /// [`Executor::send_many`] does before the fleet takes them, `host_state_dir` being the

@@ -81,7 +81,9 @@ pub async fn push_telling(
     for declaration in crate::push::compose_nodes(home, checked, &named)? {
         let declaration = dressed(executor.fleet(), declaration);
         match decide(home, &declaration, allowed_moves)? {
-            PushDecision::Send { .. } => declarations.push(Outgoing::new(declaration)),
+            PushDecision::Send { .. } => {
+                declarations.push(super::named_send(Outgoing::new(declaration))?);
+            }
             PushDecision::Hold { moves } => {
                 held.insert(declaration.node.clone(), moves);
             }

@@ -342,6 +342,8 @@ fn snapshot() -> Snapshot {
         host_failure: None,
         started_at: now - 40,
         finished_at: now - 40,
+        send: None,
+        published_at: None,
         drift: if drift {
             vec![Drift {
                 resource: "base/file/hello".to_owned(),

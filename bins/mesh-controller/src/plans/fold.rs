@@ -87,7 +87,7 @@ fn where_it_stood(progress: &NodeProgress) -> (&'static str, Option<String>) {
     match progress {
         NodeProgress::Applied { .. } => ("applied", None),
         NodeProgress::Waiting => ("waiting", None),
-        NodeProgress::Sent { at } => (
+        NodeProgress::Sent { at, .. } => (
             "sent",
             Some(format!(
                 "sent {}, no report of it applied",

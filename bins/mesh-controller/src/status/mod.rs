@@ -579,7 +579,7 @@ pub fn waits_on(home: &Home, record: &PlanRecord) -> Result<(String, u64)> {
             let waiting = nodes
                 .iter()
                 .find_map(|(node, progress)| match progress {
-                    NodeProgress::Sent { at } => Some((
+                    NodeProgress::Sent { at, .. } => Some((
                         format!("`{node}` to report `{module}` applied (tier {index})"),
                         *at,
                     )),

@@ -772,7 +772,7 @@ fn a_rollouts_nodes_are_read_back_from_its_steps_over_earlier_records() {
             "plan-1",
             "m",
             0,
-            vec![record("a", NodeProgress::Sent { at: 5 })],
+            vec![record("a", NodeProgress::Sent { at: 5, send: None })],
         )
         .unwrap();
     home.plans()

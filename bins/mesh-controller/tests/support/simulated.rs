@@ -47,7 +47,10 @@ impl Fleet for Simulated {
             .unwrap()
             .push(declaration.node().to_owned());
         if !self.silent {
-            self.answers.push_back(converged(declaration.declaration()));
+            // As a host, the report names the send it answers.
+            let mut report = converged(declaration.declaration());
+            report.send = declaration.send().map(str::to_owned);
+            self.answers.push_back(report);
         }
         Ok(())
     }
@@ -87,6 +90,8 @@ pub fn converged(declaration: &Declaration) -> Report {
         host_failure: None,
         started_at: now,
         finished_at: now,
+        send: None,
+        published_at: None,
         drift: Vec::new(),
     }
 }

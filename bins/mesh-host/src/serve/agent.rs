@@ -137,6 +137,8 @@ impl Agent {
                     drift: Vec::new(),
                     started_at: at,
                     finished_at: at,
+                    send: None,
+                    published_at: None,
                 };
                 tracing::warn!(%node, "found the machine mid-change: applying again");
                 self.publish(&report).await;
@@ -248,6 +250,7 @@ impl Agent {
             handle,
             on_worker: in_place,
             left: Arc::clone(&self.left),
+            send: self.send.clone(),
         };
         let received = match &sealed {
             Some(sealed) => {
@@ -422,10 +425,13 @@ impl Agent {
         self.apply(payload).await;
     }
 
-    /// Publishes `report` and makes it the one the heartbeat repeats.
+    /// Publishes `report`, naming the send it answers, and makes it the one the heartbeat
+    /// repeats.
     pub(super) async fn publish(&self, report: &Report) {
+        let mut report = report.clone();
+        report.send.clone_from(&self.send);
         *self.live.lock().expect("the live report lock") = Some(report.clone());
-        publish_report(&self.bus, &self.config.node, report).await;
+        publish_report(&self.bus, &self.config.node, &report).await;
     }
 
     /// Answers discovery with the node and `modules` (started again when they changed, or

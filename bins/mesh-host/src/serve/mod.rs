@@ -396,9 +396,13 @@ async fn heartbeats(
     }
 }
 
-/// Publishes `report` on the node's report subject; a failure is logged.
+/// Publishes `report` on the node's report subject, stamped with this host's clock as it goes
+/// out (a heartbeat anew: set against the time the bus stores it, it tells the controller how far
+/// this clock is off); a failure is logged.
 async fn publish_report(bus: &NatsBus, node: &str, report: &Report) {
-    let payload = serde_json::to_vec(report).expect("a report always serializes");
+    let mut stamped = report.clone();
+    stamped.published_at = Some(now());
+    let payload = serde_json::to_vec(&stamped).expect("a report always serializes");
     // Bounded: a bus that is gone never confirms the flush, and neither the loop, nor an apply
     // saying `mid-change`, nor a stop may wait on it. The report stays queued for the
     // connection, and the heartbeat repeats the latest.
@@ -424,6 +428,8 @@ struct LiveProgress {
     on_worker: bool,
     /// Resources to leave as found (drift their policy says to report).
     left: Arc<Mutex<BTreeSet<String>>>,
+    /// The send the declaration applied came in: its reports name it.
+    send: Option<String>,
 }
 
 impl mesh_apply::ApplyProgress for LiveProgress {
@@ -433,8 +439,10 @@ impl mesh_apply::ApplyProgress for LiveProgress {
 
     fn changing(&self, report: &Report) {
         tracing::info!(node = %self.node, declaration = %report.declaration, "mid-change");
+        let mut report = report.clone();
+        report.send.clone_from(&self.send);
         *self.live.lock().expect("the live report lock") = Some(report.clone());
-        let publish = publish_report(&self.bus, &self.node, report);
+        let publish = publish_report(&self.bus, &self.node, &report);
         if self.on_worker {
             tokio::task::block_in_place(|| self.handle.block_on(publish));
         } else {
@@ -518,6 +526,8 @@ mod tests {
             drift: Vec::new(),
             started_at: 1000,
             finished_at: 1000,
+            send: None,
+            published_at: None,
         }
     }
 

@@ -121,6 +121,8 @@ mod tests {
             drift: Vec::new(),
             started_at: 1000,
             finished_at: 1000,
+            send: None,
+            published_at: None,
         };
         assert_eq!(next_lapse(&report.windows), Some(100 + LAPSE_SECS));
         let before = without_lapsed(report.clone(), 100 + LAPSE_SECS - 1);

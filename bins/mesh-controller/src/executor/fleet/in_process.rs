@@ -114,8 +114,22 @@ impl Fleet for InProcessFleet {
     async fn send(&mut self, declaration: &Outgoing) -> Result<()> {
         let node = declaration.node();
         self.agent(node).await?;
+        // The send's id goes with it, as on a fleet's bus, and the host's report names it.
+        let named;
+        let declaration = match declaration.send() {
+            Some(_) => declaration,
+            None => {
+                named = crate::executor::named_send(declaration.clone())?;
+                &named
+            }
+        };
+        let send = declaration.send().unwrap_or_default();
         self.bus
-            .publish(&subjects::declaration(node), declaration.json().to_vec())
+            .publish_with_id(
+                &subjects::declaration(node),
+                declaration.json().to_vec(),
+                send,
+            )
             .await
             .for_node(node, || format!("sending `{node}` its declaration"))?;
         Ok(())

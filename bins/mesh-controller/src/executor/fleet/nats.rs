@@ -92,7 +92,12 @@ async fn publish(bus: &NatsBus, declaration: &Outgoing, message_id: &str) -> Res
 /// # Errors
 /// The bus did not store it within the limit.
 async fn publish_patiently(bus: &NatsBus, declaration: &Outgoing) -> Result<()> {
-    let message_id = declaration_message_id(declaration, &random_hex(8, "a send's id")?);
+    // The send's id, named by the executor ([`crate::executor::named_send`]); one made here
+    // for a declaration sent unnamed.
+    let message_id = match declaration.send() {
+        Some(send) => send.to_owned(),
+        None => declaration_message_id(declaration, &random_hex(8, "a send's id")?),
+    };
     let deadline = tokio::time::Instant::now() + SEND_RETRY_LIMIT;
     loop {
         match publish(bus, declaration, &message_id).await {
