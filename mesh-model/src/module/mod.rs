@@ -69,14 +69,15 @@ pub enum Upgrade {
     Together,
 }
 
-/// What a rollout does when its first node fails.
+/// What a rollout does when a node fails.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum OnFailure {
     /// Stop the module's rollout; every node keeps what it ran.
     #[default]
     Stop,
-    /// Stop, and send the first node back what it was sent before.
+    /// Stop, and send the node that failed back what it was sent before — the first node, or
+    /// one sent after it.
     Revert,
 }
 
@@ -230,7 +231,7 @@ pub struct ModuleDefinition {
     /// How a new build rolls out.
     #[serde(default)]
     pub upgrade: Upgrade,
-    /// What a failed first node does to the rollout.
+    /// What a failed node does to the rollout.
     #[serde(default)]
     pub on_failure: OnFailure,
     /// Seconds the first node has to report a new declaration applied (default 600).

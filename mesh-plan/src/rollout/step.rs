@@ -528,7 +528,6 @@ fn stop(
     reason: String,
     actions: &mut Vec<Action>,
 ) {
-    let was_first = state.stage == Stage::FirstNode;
     state.stage = Stage::Stopped;
     state.outcome = Some(RolloutOutcome::Stopped {
         node: node.to_owned(),
@@ -539,9 +538,11 @@ fn stop(
         node: node.to_owned(),
         reason,
     });
+    // The node that stopped the rollout is sent back whichever it was — the first, or one sent
+    // after it (`max-parallel`): a failed node is never left on the build that failed it.
     let sent = matches!(state.nodes.get(node), Some(NodeProgress::Sent { .. }));
     match spec.on_failure {
-        OnFailure::Revert if was_first && sent => actions.push(Action::Revert {
+        OnFailure::Revert if sent => actions.push(Action::Revert {
             module: spec.module.clone(),
             node: node.to_owned(),
         }),

@@ -168,6 +168,23 @@ fn a_first_node_that_does_not_report_in_time_stops_and_reverts_when_asked() {
     ));
 }
 
+/// `on-failure = "revert"` sends back the node that failed whichever it was: a node after the
+/// first one (`max-parallel = 1`) too, never left on the build that failed it.
+#[test]
+fn a_node_after_the_first_that_fails_is_sent_back_when_asked() {
+    let mut spec = spec(&[("a", true), ("b", true), ("c", true)], Upgrade::OneFirst);
+    spec.on_failure = OnFailure::Revert;
+    spec.max_parallel = Some(1);
+    insta::assert_snapshot!(check(
+        &spec,
+        "100 start
+         101 granted a
+         110 report a applied 110
+         111 granted b
+         120 report b failed:web/container/web:_port_8080_in_use 120"
+    ));
+}
+
 #[test]
 fn together_sends_every_running_node_at_once() {
     let spec = spec(&[("a", true), ("b", true), ("c", true)], Upgrade::Together);

@@ -118,7 +118,7 @@ pub struct ModuleWork {
 pub struct RolloutKept {
     /// One node first, or every node together.
     pub upgrade: mesh_model::module::Upgrade,
-    /// What a failed first node does.
+    /// What a failed node does.
     pub on_failure: mesh_model::module::OnFailure,
     /// Seconds a node has, from its send, to report.
     pub deadline_secs: u64,

@@ -624,6 +624,39 @@ fn a_failed_first_node_is_sent_back_what_it_ran_when_the_module_says_revert() {
     assert_eq!(read(&mesh, "home", "srv/www/index.html"), "v1\n");
 }
 
+/// With `on-failure = "revert"` a node after the first that fails (`max-parallel = 1`) is sent
+/// back what it ran before too, never left on the build that failed it.
+#[test]
+fn a_failed_node_after_the_first_is_sent_back_what_it_ran_when_the_module_says_revert() {
+    let (mesh, repo) = first_commit_merged();
+    // `control`, the first, has the group; `home`, the second, has not.
+    let group = mesh.root("control").join("etc/group");
+    let mut groups = std::fs::read_to_string(&group).unwrap_or_default();
+    groups.push_str("audio:x:63:\n");
+    std::fs::write(&group, groups).unwrap();
+    let before = std::fs::read(mesh.home().join("sent/home.json")).unwrap();
+    repo.write(&[
+        (
+            "modules/site/module.toml",
+            "name = \"site\"\non-failure = \"revert\"\nmax-parallel = 1\n\n[files.page]\nsource = \"files/index.html\"\npath = \"/srv/www/index.html\"\n\n[memberships.audio]\naccount = \"alice\"\ngroup = \"audio\"\n",
+        ),
+        ("modules/site/files/index.html", "v2\n"),
+    ]);
+    repo.commit("site: v2, alice plays audio, one at a time, revert on failure");
+    let out = merge_stopping(&mesh);
+    assert!(out.contains("stopped at `home`"), "{out}");
+    assert!(
+        out.contains("`site`: sent `home` back what it ran before"),
+        "{out}"
+    );
+    assert_eq!(read(&mesh, "control", "srv/www/index.html"), "v2\n");
+    assert_eq!(read(&mesh, "home", "srv/www/index.html"), "v1\n");
+    assert_eq!(
+        std::fs::read(mesh.home().join("sent/home.json")).unwrap(),
+        before
+    );
+}
+
 /// `upgrade = "together"` sends every node at once: no node goes first.
 #[test]
 fn a_together_module_is_sent_to_every_node_at_once() {
