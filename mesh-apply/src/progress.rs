@@ -31,6 +31,14 @@ pub trait ApplyProgress: Sync {
     fn leave(&self, _resource: &str) -> bool {
         false
     }
+
+    /// Whether a resource that failed as declared is tried now rather than after its backoff:
+    /// the controller asked again (a new send of the declaration — a push, `plans retry`), most
+    /// likely once its cause was fixed. Its attempts still count. Default: no (the host's own
+    /// retries wait out the backoff).
+    fn retry_now(&self) -> bool {
+        false
+    }
 }
 
 /// The step a resource left as found by the drift policy is reported held still by.

@@ -487,8 +487,12 @@ pub async fn start(
     let config = Arc::new(config);
     Ok(tokio::spawn(async move {
         while let Some(message) = declarations.next().await {
+            // Each message is a send: what failed is tried now, not after its backoff.
             let mut report = match receive(&archives, &node, &message.payload, now()).await {
-                Ok(received) => apply_on_blocking_thread(Arc::clone(&config), received).await,
+                Ok(received) => {
+                    apply_on_blocking_thread_live(Arc::clone(&config), received, Box::new(NewSend))
+                        .await
+                }
                 Err(report) => *report,
             };
             // The send it answers, and this host's clock as it publishes (as the daemon's).
@@ -500,6 +504,18 @@ pub async fn start(
             }
         }
     }))
+}
+
+/// An apply answering a new send, nobody listening to its progress: a resource that failed as
+/// declared is tried now ([`mesh_apply::ApplyProgress::retry_now`]).
+struct NewSend;
+
+impl mesh_apply::ApplyProgress for NewSend {
+    fn changing(&self, _report: &Report) {}
+
+    fn retry_now(&self) -> bool {
+        true
+    }
 }
 
 /// A report as a person reads it: a summary line, then each resource with its outcome.

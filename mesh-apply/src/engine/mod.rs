@@ -752,7 +752,10 @@ impl<'a> Engine<'a, '_> {
     /// The outcome of a resource still in its backoff, if it is.
     fn waiting(&self, resource: &Resource) -> Option<Outcome> {
         let failure = self.state.failures.get(&resource.id)?;
-        if self.now >= failure.retry_at || failure.declared != resource_digest(resource) {
+        if self.now >= failure.retry_at
+            || failure.declared != resource_digest(resource)
+            || self.seams.progress.retry_now()
+        {
             return None;
         }
         let policy = self.config.retry;

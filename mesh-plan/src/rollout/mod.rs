@@ -165,6 +165,9 @@ pub enum Event {
     },
     /// A person acknowledged the moves (`--move MODULE`): the held nodes are sent.
     Release,
+    /// A person retried the stopped rollout, its cause fixed (`plans retry`): the nodes left
+    /// unanswered at the stop are begun again from where it stopped.
+    Retry,
     /// Time passed (deadlines, grant retries).
     Tick,
 }

@@ -18,6 +18,7 @@ use mesh_model::plan::RolloutOutcome;
 pub fn step(spec: &RolloutSpec, state: &mut RolloutState, event: Event, now: u64) -> Vec<Action> {
     let mut actions = Vec::new();
     match (state.stage, &event) {
+        (Stage::Stopped, Event::Retry) => {}
         (Stage::Done | Stage::Stopped, _) => return actions,
         (Stage::Held, Event::Release) => {}
         (Stage::Held, _) => return actions,
@@ -66,6 +67,7 @@ pub fn step(spec: &RolloutSpec, state: &mut RolloutState, event: Event, now: u64
             &mut actions,
         ),
         Event::Release => release(spec, state, now, &mut actions),
+        Event::Retry => retry(spec, state, now, &mut actions),
         Event::Tick => tick(spec, state, now, &mut actions),
     }
     actions
@@ -127,6 +129,63 @@ fn held(
             launch(spec, state, now, actions);
         }
         Stage::NotStarted | Stage::BusNode | Stage::Held | Stage::Done | Stage::Stopped => {}
+    }
+}
+
+/// The stopped rollout begun again from where it stopped: the bus node when it stopped there;
+/// else the nodes begun and not answered at the stop — the node it stopped at first — as the
+/// first node when none applied yet, else among the rest (at most `max-parallel` at a time).
+/// Nodes that applied are not sent again, and nodes held stay held.
+fn retry(spec: &RolloutSpec, state: &mut RolloutState, now: u64, actions: &mut Vec<Action>) {
+    let Some(RolloutOutcome::Stopped { node: stopped, .. }) = state.outcome.take() else {
+        return;
+    };
+    if let Some((bus, progress)) = &mut state.bus_node {
+        if !matches!(progress, NodeProgress::Applied { .. }) {
+            *progress = NodeProgress::Waiting;
+            let bus = bus.clone();
+            state.stage = Stage::BusNode;
+            begin(state, vec![bus], now, actions);
+            return;
+        }
+    }
+    let mut again: Vec<String> = state
+        .nodes
+        .iter()
+        .filter(|(_, progress)| {
+            matches!(
+                progress,
+                NodeProgress::Sent { .. }
+                    | NodeProgress::Granting { .. }
+                    | NodeProgress::GrantRetry { .. }
+            )
+        })
+        .map(|(node, _)| node.clone())
+        .collect();
+    // The node it stopped at first.
+    again.sort_by_key(|node| *node != stopped);
+    for node in &again {
+        if let Some(progress) = state.nodes.get_mut(node) {
+            if matches!(progress, NodeProgress::Sent { .. }) {
+                state.sent = state.sent.saturating_sub(1);
+            }
+            *progress = NodeProgress::Waiting;
+        }
+    }
+    state.in_flight = 0;
+    for node in again.into_iter().rev() {
+        state.queue.push_front(node);
+    }
+    if state.applied == 0 && spec.upgrade == Upgrade::OneFirst {
+        let Some(first) = state.queue.pop_front() else {
+            return;
+        };
+        state.stage = Stage::FirstNode;
+        state.first = Some(first.clone());
+        begin(state, vec![first], now, actions);
+    } else {
+        state.stage = Stage::Rest;
+        launch(spec, state, now, actions);
     }
 }
 

@@ -29,7 +29,8 @@ fn spec(nodes: &[(&str, bool)], upgrade: Upgrade) -> RolloutSpec {
 
 /// Events, one a line: `T start`, `T granted a b`, `T grant-failed a: reason`,
 /// `T report a applied|pending|failed:reason|old-applied MADE_AT [SEND]`, `T tick`,
-/// `T send-failed a: reason`. Shows each event with the actions it produced, then the record.
+/// `T send-failed a: reason`, `T retry`. Shows each event with the actions it produced, then the
+/// record.
 ///
 /// Each send is named as the controller names it ([`RolloutState::name_send`]): the node and
 /// how many times it was sent, `a1`, `a2`; a report names one with its `SEND` word, or none.
@@ -44,6 +45,7 @@ fn check(spec: &RolloutSpec, events: &str) -> String {
         let event = match words[0] {
             "start" => Event::Start,
             "tick" => Event::Tick,
+            "retry" => Event::Retry,
             "granted" => Event::GrantsIssued {
                 nodes: words[1..].iter().map(|w| (*w).to_owned()).collect(),
             },
@@ -182,6 +184,49 @@ fn a_node_after_the_first_that_fails_is_sent_back_when_asked() {
          110 report a applied 110
          111 granted b
          120 report b failed:web/container/web:_port_8080_in_use 120"
+    ));
+}
+
+/// `plans retry`: a rollout stopped at a node after the first (`max-parallel = 1`), its cause
+/// fixed, begins that node again — its grants first, judged by its new send — and goes on to
+/// the rest; the first node, applied, is not sent again. A retry of a rollout not stopped
+/// does nothing.
+#[test]
+fn a_stopped_rollout_retried_begins_the_node_it_stopped_at_again_and_goes_on() {
+    let mut spec = spec(&[("a", true), ("b", true), ("c", true)], Upgrade::OneFirst);
+    spec.max_parallel = Some(1);
+    insta::assert_snapshot!(check(
+        &spec,
+        "100 start
+         101 granted a
+         110 report a applied 110
+         111 granted b
+         120 report b failed:web/container/web:_port_8080_in_use 120 b1
+         200 retry
+         201 report b failed:web/container/web:_port_8080_in_use 120 b1
+         202 granted b
+         210 report b applied 210 b2
+         211 granted c
+         220 report c applied 220
+         221 retry"
+    ));
+}
+
+/// A first node that failed, retried, goes first again: no other node is sent before it
+/// applies.
+#[test]
+fn a_first_node_that_failed_retried_goes_first_again() {
+    let spec = spec(&[("a", true), ("b", true)], Upgrade::OneFirst);
+    insta::assert_snapshot!(check(
+        &spec,
+        "100 start
+         101 granted a
+         110 report a failed:web/container/web:_port_8080_in_use 110 a1
+         200 retry
+         201 granted a
+         210 report a applied 210 a2
+         211 granted b
+         220 report b applied 220"
     ));
 }
 

@@ -25,6 +25,7 @@ pub mod fleet;
 
 mod actions;
 mod push;
+pub(crate) mod retry;
 mod rollout;
 mod saved;
 pub(crate) mod sealed;

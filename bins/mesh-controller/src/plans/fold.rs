@@ -10,7 +10,9 @@
 //! status page's tally of sends reads the summary.
 //!
 //! # Guarantees
-//! - Only a plan that is not open is folded; one folded is never driven again.
+//! - Only a plan that is not open is folded; one folded is never driven again. A stopped plan
+//!   that is the newest of its repository and branch is not folded yet: `plans retry` may
+//!   drive it on from where it stopped.
 //! - The summaries are written before any node's record is removed, and the plan is marked
 //!   folded only once they are removed: a fold stopped anywhere is done again whole, and loses
 //!   nothing.
@@ -178,8 +180,13 @@ pub struct Folded {
 pub(crate) fn fold_ended(home: &Home, keep: usize, driving: &[String]) -> Result<Folded> {
     let mut folded = Folded::default();
     let mut plans = home.plans().all()?;
+    let retriable = retriable(&plans);
     for record in &mut plans {
-        if record.plan.state.is_open() || record.nodes_folded || driving.contains(&record.plan.id) {
+        if record.plan.state.is_open()
+            || record.nodes_folded
+            || driving.contains(&record.plan.id)
+            || retriable.contains(&record.plan.id)
+        {
             continue;
         }
         folded.node_records += fold_plan(home, record)? as u64;
@@ -191,6 +198,26 @@ pub(crate) fn fold_ended(home: &Home, keep: usize, driving: &[String]) -> Result
     home.records().delete_many(&keys)?;
     folded.removed_plans = gone;
     Ok(folded)
+}
+
+/// The stopped plans that may still be retried (`plans retry`): each the newest plan of its
+/// repository and branch. Their nodes' records are kept, so a retry goes on from where the
+/// rollout stopped; a newer plan, or closing it, ends that, and it is folded then.
+fn retriable(plans: &[PlanRecord]) -> Vec<String> {
+    plans
+        .iter()
+        .enumerate()
+        .filter(|(index, record)| {
+            matches!(
+                record.plan.state,
+                mesh_model::plan::PlanState::Stopped { .. }
+            ) && !plans[index + 1..].iter().any(|later| {
+                later.plan.repository == record.plan.repository
+                    && later.plan.branch == record.plan.branch
+            })
+        })
+        .map(|(_, record)| record.plan.id.clone())
+        .collect()
 }
 
 /// The plans (oldest first, as [`Home::plans`] gives them) that may be removed when the newest

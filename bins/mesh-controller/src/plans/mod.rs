@@ -274,7 +274,7 @@ fn plan_key(id: &str) -> String {
     format!("plans/{id}.json")
 }
 
-fn plan_number(id: &str) -> Option<u64> {
+pub(crate) fn plan_number(id: &str) -> Option<u64> {
     id.strip_prefix("plan-")?.parse().ok()
 }
 

@@ -390,6 +390,37 @@ impl Runtime {
         Ok(out)
     }
 
+    /// `plans retry PLAN`: the stopped plan [`DriveOptions::plan`] opened again where it stopped,
+    /// its cause fixed ([`crate::executor::retry::reopen`]), then driven as far as
+    /// [`DriveOptions::mode`] says: the node it stopped at begun again, then the rest; the nodes
+    /// that applied are not sent again. Says which modules it opened again.
+    ///
+    /// # Errors
+    /// No plan named; the plan is not stopped, or a newer plan of its repository and branch came
+    /// after it; as [`Runtime::drive_open`].
+    pub async fn retry(&self, options: &DriveOptions) -> Result<Vec<Plan>> {
+        let Some(id) = options.plan.as_deref() else {
+            return Err(Error::refused(
+                "a retry names the stopped plan to retry".to_owned(),
+            ));
+        };
+        {
+            let _lock = self.hold_plans(&format!("retrying {id}"))?;
+            let (_, modules) =
+                crate::executor::retry::reopen(self.mesh.home(), id, mesh_store::clock::now())?;
+            self.progress.line(&format!(
+                "{id}: retried: {} begun again where {} stopped",
+                modules
+                    .iter()
+                    .map(|m| format!("`{m}`"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if modules.len() == 1 { "it" } else { "they" }
+            ));
+        }
+        self.drive_open(options).await
+    }
+
     /// Folds the plans that ended once this runtime's drives are over ([`crate::plans::fold`]):
     /// a plan's end leaves no record per node. Removing older plans is the collection's
     /// (`records collect`, the daemon's).

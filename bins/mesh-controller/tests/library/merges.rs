@@ -657,6 +657,86 @@ fn a_failed_node_after_the_first_is_sent_back_what_it_ran_when_the_module_says_r
     );
 }
 
+/// `plans retry`: a rollout stopped at its first machine (a group it lacks), its cause fixed,
+/// is retried and completes — the stopped node sent again, then the rest — with no new commit;
+/// a plan that is not stopped, or that a newer plan came after, is refused, nothing sent.
+#[test]
+fn a_stopped_plan_is_retried_once_its_cause_is_fixed_and_completes() {
+    let (mesh, repo) = first_commit_merged();
+    repo.write(&[
+        (
+            "modules/site/module.toml",
+            "name = \"site\"\n\n[files.page]\nsource = \"files/index.html\"\npath = \"/srv/www/index.html\"\n\n[memberships.audio]\naccount = \"alice\"\ngroup = \"audio\"\n",
+        ),
+        ("modules/site/files/index.html", "v2\n"),
+    ]);
+    repo.commit("site: v2, alice plays audio");
+    let out = merge_stopping(&mesh);
+    assert!(out.contains("stopped at `control`"), "{out}");
+    assert_eq!(read(&mesh, "home", "srv/www/index.html"), "v1\n");
+    // Merging the same commit again plans nothing: only a retry sends it again.
+    let Err(refused) = mesh.library().plans_retry("plan-1") else {
+        panic!("plan-1, done, is not retried");
+    };
+    assert!(
+        refused.contains("plan `plan-1` is not stopped"),
+        "{refused}"
+    );
+
+    // The cause fixed: every node has the group.
+    for node in ["control", "home", "laptop"] {
+        let group = mesh.root(node).join("etc/group");
+        let mut groups = std::fs::read_to_string(&group).unwrap_or_default();
+        groups.push_str("audio:x:63:\n");
+        std::fs::write(&group, groups).unwrap();
+    }
+    let retried = mesh.library().plans_retry("plan-2").unwrap();
+    assert!(!retried.stopped, "{}", retried.lines);
+    assert!(
+        retried
+            .lines
+            .contains("plan-2: retried: `site` begun again where it stopped"),
+        "{}",
+        retried.lines
+    );
+    assert_eq!(retried.plans[0].state, PlanState::Done, "{}", retried.lines);
+    for node in ["control", "home", "laptop"] {
+        assert_eq!(read(&mesh, node, "srv/www/index.html"), "v2\n", "{node}");
+    }
+    // Done, it is no longer stopped: retried again, refused.
+    let Err(refused) = mesh.library().plans_retry("plan-2") else {
+        panic!("plan-2 is not retried");
+    };
+    assert!(refused.contains("is not stopped (it is done)"), "{refused}");
+}
+
+/// A stopped plan a newer plan of its repository and branch came after is not retried: it would
+/// roll its older commit over the newer one.
+#[test]
+fn a_stopped_plan_a_newer_plan_came_after_is_not_retried() {
+    let (mesh, repo) = first_commit_merged();
+    repo.write(&[
+        (
+            "modules/site/module.toml",
+            "name = \"site\"\n\n[files.page]\nsource = \"files/index.html\"\npath = \"/srv/www/index.html\"\n\n[memberships.audio]\naccount = \"alice\"\ngroup = \"audio\"\n",
+        ),
+        ("modules/site/files/index.html", "v2\n"),
+    ]);
+    repo.commit("site: v2, alice plays audio");
+    merge_stopping(&mesh);
+    write_site(&repo, "v3\n", "");
+    repo.commit("site: v3, no audio");
+    merge(&mesh);
+    let Err(refused) = mesh.library().plans_retry("plan-2") else {
+        panic!("plan-2 is not retried");
+    };
+    assert!(
+        refused.contains("`plan-3`, made after it for `cat` main, holds a newer commit"),
+        "{refused}"
+    );
+    assert_eq!(read(&mesh, "control", "srv/www/index.html"), "v3\n");
+}
+
 /// `upgrade = "together"` sends every node at once: no node goes first.
 #[test]
 fn a_together_module_is_sent_to_every_node_at_once() {

@@ -174,7 +174,9 @@ impl Agent {
         }
         self.unstored = None;
         self.send = heard.send;
-        self.apply_stored(heard.payload).await;
+        // A new send: the controller asked again, so what failed is tried now, not after its
+        // backoff (a push, or `plans retry`, once the cause was fixed).
+        self.apply_stored(heard.payload, true).await;
     }
 
     /// Says that the declaration `heard` could not be stored, and keeps it to store and apply
@@ -220,12 +222,13 @@ impl Agent {
             self.receive(heard).await;
             return;
         }
-        self.apply_stored(payload).await;
+        self.apply_stored(payload, false).await;
     }
 
     /// Applies `payload` (stored) on a blocking thread, publishes the report, and updates
-    /// discovery and the next retry.
-    async fn apply_stored(&mut self, payload: Vec<u8>) {
+    /// discovery and the next retry; with `retry_now` (a new send), a resource that failed as
+    /// declared is tried now rather than after its backoff.
+    async fn apply_stored(&mut self, payload: Vec<u8>, retry_now: bool) {
         let config = Arc::clone(&self.config);
         let handle = tokio::runtime::Handle::current();
         // In place only where a worker can hand its other tasks off while the mid-change
@@ -251,6 +254,7 @@ impl Agent {
             on_worker: in_place,
             left: Arc::clone(&self.left),
             send: self.send.clone(),
+            retry_now,
         };
         let received = match &sealed {
             Some(sealed) => {

@@ -430,11 +430,17 @@ struct LiveProgress {
     left: Arc<Mutex<BTreeSet<String>>>,
     /// The send the declaration applied came in: its reports name it.
     send: Option<String>,
+    /// The apply answers a new send: what failed is tried now, not after its backoff.
+    retry_now: bool,
 }
 
 impl mesh_apply::ApplyProgress for LiveProgress {
     fn leave(&self, resource: &str) -> bool {
         self.left.lock().expect("the left lock").contains(resource)
+    }
+
+    fn retry_now(&self) -> bool {
+        self.retry_now
     }
 
     fn changing(&self, report: &Report) {

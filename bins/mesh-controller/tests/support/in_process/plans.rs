@@ -187,6 +187,25 @@ impl Library {
         self.drive_open(&drives, &progress, &options)
     }
 
+    /// `plans retry ID`.
+    pub fn plans_retry(&self, id: &str) -> Result<Driven, String> {
+        self.home().require().map_err(|e| said(&e))?;
+        let (drives, progress) = self.drives();
+        let options = DriveOptions {
+            plan: Some(id.to_owned()),
+            ..DriveOptions::default()
+        };
+        let plans = self
+            .tokio
+            .block_on(drives.retry(&options))
+            .map_err(|e| said(&e))?;
+        Ok(Driven {
+            stopped: plans::any_stopped(&plans),
+            plans,
+            lines: lines(&progress),
+        })
+    }
+
     /// `build --behind`.
     pub fn build_behind(&self) -> Result<Driven, String> {
         self.home().require().map_err(|e| said(&e))?;

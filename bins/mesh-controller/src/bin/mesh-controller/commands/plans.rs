@@ -6,10 +6,11 @@ use clap::Subcommand;
 use mesh_controller::{plans, runtime, runtime::preview};
 use std::process::ExitCode;
 
-/// Lists the plans; `plans show`, `plans close`, `plans resume`.
+/// Lists the plans; `plans show`, `plans close`, `plans resume`, `plans retry`.
 ///
 /// Exit codes: 0 success; 1 error (no such plan; closing or resuming a plan that is not
-/// open); 3 `plans resume` left a plan stopped.
+/// open; retrying one that is not stopped); 3 `plans resume` or `plans retry` left a plan
+/// stopped.
 #[derive(clap::Args)]
 pub struct Args {
     /// What to do (default: list every plan).
@@ -55,9 +56,25 @@ pub enum Command {
         #[arg(long = "drop-settings", value_name = "MODULE")]
         drop_settings: Vec<String>,
     },
+    /// Opens a stopped plan again where it stopped, once its cause is fixed (a port freed, a
+    /// group made), and drives it: the node its rollout stopped at is sent again (grants
+    /// first), then the nodes after it; nodes that applied are not sent again, and a module
+    /// whose build failed is built again. A plan a newer plan of its repository and branch came
+    /// after is refused (merge again instead).
+    Retry {
+        /// The stopped plan's id.
+        id: String,
+        /// As for `plans resume`: send the nodes of MODULE held for a move. Repeatable.
+        #[arg(long = "move", value_name = "MODULE")]
+        moves: Vec<String>,
+        /// As for `plans resume`: send the nodes of MODULE held for orphaned settings, those
+        /// dropped. Repeatable.
+        #[arg(long = "drop-settings", value_name = "MODULE")]
+        drop_settings: Vec<String>,
+    },
 }
 
-/// Lists, shows, closes or resumes.
+/// Lists, shows, closes, resumes or retries.
 pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     let home = &env.home;
     match args.command.unwrap_or(Command::List) {
@@ -107,6 +124,22 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
                 .runtime
                 .block_on(env.drives().drive_open(&runtime::DriveOptions {
                     plan: id,
+                    mode: runtime::DriveMode::All,
+                    moves: super::Env::moves(&moves),
+                    drop_settings: super::Env::moves(&drop_settings),
+                }))?;
+            return super::print_plans_driven(env.output, &plans);
+        }
+        Command::Retry {
+            id,
+            moves,
+            drop_settings,
+        } => {
+            home.require()?;
+            let plans = env
+                .runtime
+                .block_on(env.drives().retry(&runtime::DriveOptions {
+                    plan: Some(id),
                     mode: runtime::DriveMode::All,
                     moves: super::Env::moves(&moves),
                     drop_settings: super::Env::moves(&drop_settings),
