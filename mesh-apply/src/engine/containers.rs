@@ -88,16 +88,22 @@ impl<'a> Engine<'a, '_> {
         Ok(())
     }
 
-    /// The step holding a declared container still, if a window holds it.
+    /// The step holding a declared container still, if a window holds it; for a job, the step
+    /// holding its container or a container of its module (a job does not run while a window
+    /// holds its module's containers: it would change what the step works on).
     pub(super) fn held_container(&self, resource: &Resource) -> Option<String> {
         match &resource.spec {
             Spec::Container(c) => self.held.get(&c.name).cloned(),
+            Spec::Job(j) => self
+                .held
+                .get(&j.run.name)
+                .or_else(|| self.held_modules.get(&resource.module))
+                .cloned(),
             Spec::File(_)
             | Spec::Directory(_)
             | Spec::Membership(_)
             | Spec::Network(_)
-            | Spec::Account(_)
-            | Spec::Job(_) => None,
+            | Spec::Account(_) => None,
         }
     }
 

@@ -510,6 +510,10 @@ impl<'a> Engine<'a, '_> {
                 "a {} cannot be in a together group",
                 resource.spec.kind()
             ))),
+            // Held by a window: it runs after the window, when it is still due.
+            Spec::Job(_) if self.held_container(resource).is_some() => {
+                Ok(Staging::Staged(Staged::Nothing))
+            }
             Spec::Job(spec) => Ok(Staging::Staged(match self.job_due(resource, spec) {
                 Some(digest) => {
                     // Its commit changes the machine; files and memberships mark when they
