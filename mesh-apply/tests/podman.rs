@@ -594,6 +594,32 @@ fn a_container_whose_judgement_failed_is_judged_again_by_every_retry_until_it_pa
     assert_eq!(starts(&id), 1);
 }
 
+/// A container made and then failed its judgement is the mesh's own all the same: undeclared
+/// while it fails, it is removed, never left running unrecorded.
+#[test]
+fn a_container_that_never_passed_its_judgement_is_removed_once_undeclared() {
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let name = names.name("never-passed");
+    let mut sick = container("app", "sick", &name);
+    spec_mut(&mut sick).health = Some(mesh_model::declaration::HealthCheck {
+        command: ["sh", "-c", "exit 1"].map(str::to_owned).to_vec(),
+        within_ms: 300,
+    });
+    let report = run(&sandbox, vec![sick]);
+    failed_reason(outcome(&report, "app/container/sick"));
+    assert!(status(&sandbox.config.root, &name).is_some());
+    let undeclared = apply(&sandbox.config, &declaration(Vec::new()), T0 + 10).unwrap();
+    assert!(
+        matches!(
+            outcome(&undeclared, "app/container/sick"),
+            Outcome::Removed { .. }
+        ),
+        "{undeclared:#?}"
+    );
+    assert!(status(&sandbox.config.root, &name).is_none());
+}
+
 #[test]
 fn a_container_that_dies_and_exits_again_when_started_is_failed_with_its_new_exit() {
     // The rule “A container is applied only when it runs”: a container killed later is started by

@@ -49,9 +49,18 @@ impl<'a> Engine<'a, '_> {
                 .judge_again(&declared(resource, spec))
                 .map(|()| Vec::new());
         }
-        if result.is_ok() {
-            self.record_made(resource)?;
-            self.paid_restart(&resource.id);
+        match &result {
+            Ok(_) => {
+                self.record_made(resource)?;
+                self.paid_restart(&resource.id);
+            }
+            // Made, then failed its judgement: the mesh's own all the same — judged again by
+            // the next apply, removed once undeclared.
+            Err(_) => {
+                if let Ok(true) = self.seams.containers.made(&declared(resource, spec)) {
+                    self.record_made(resource)?;
+                }
+            }
         }
         Ok(result.into())
     }

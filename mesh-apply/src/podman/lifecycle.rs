@@ -300,6 +300,18 @@ impl ContainerRuntime for Podman {
             .map_err(|e| e.to_string())
     }
 
+    fn made(&self, declared: &DeclaredContainer<'_>) -> Result<bool, String> {
+        match self.ours(&declared.spec.name, Some(declared.id)) {
+            Ok(found) => Ok(found.is_some()),
+            Err(
+                PodmanError::Foreign { .. }
+                | PodmanError::OtherHost { .. }
+                | PodmanError::OtherResource { .. },
+            ) => Ok(false),
+            Err(error) => Err(error.to_string()),
+        }
+    }
+
     fn judge_again(&self, declared: &DeclaredContainer<'_>) -> Result<(), String> {
         self.judge_again_container(declared)
             .map_err(|e| e.to_string())
