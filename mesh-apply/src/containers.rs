@@ -77,6 +77,33 @@ pub trait ContainerRuntime {
         Ok(false)
     }
 
+    /// Whether there is a container this host made for the resource, whatever it runs,
+    /// changing nothing: one made by an apply that then failed its judgement is the mesh's to
+    /// judge again and to remove once undeclared. The default, for a runtime that cannot tell:
+    /// no.
+    ///
+    /// # Errors
+    /// Why it could not be asked.
+    fn made(&self, _declared: &DeclaredContainer<'_>) -> Result<bool, String> {
+        Ok(false)
+    }
+
+    /// Judges again, changing nothing, a container the mesh made whose last judgement failed (the
+    /// rule “A container is applied only when it runs”): after its settle time it must be running,
+    /// not restarted meanwhile by its restart policy, and its health command, if it declares one,
+    /// must pass within its deadline. A failed judgement is never forgotten because the container
+    /// was not changed since: it is judged on every apply until it passes. The default, for a
+    /// runtime that cannot judge: it did not pass.
+    ///
+    /// # Errors
+    /// Why it did not pass (its exit code and log, or its health command's answer).
+    fn judge_again(&self, declared: &DeclaredContainer<'_>) -> Result<(), String> {
+        Err(format!(
+            "container `{}` cannot be judged again by this runtime",
+            declared.spec.name
+        ))
+    }
+
     /// Removes a container the mesh made and no longer declares, never a mount's data. Returns
     /// what was done.
     ///

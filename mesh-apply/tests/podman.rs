@@ -530,6 +530,96 @@ fn a_container_whose_health_command_fails_is_failed_and_one_that_passes_is_appli
     );
 }
 
+/// Issue 41: after a container's health check failed, the host's retry reported it `unchanged`
+/// and the node converged, its port dead — "not judged again" was applied to a container that
+/// had never passed its judgement. Each apply here is a fresh engine reading the state
+/// directory, as a host started again does.
+#[test]
+fn a_container_whose_judgement_failed_is_judged_again_by_every_retry_until_it_passes() {
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let name = names.name("judged-again");
+    fs::create_dir_all(sandbox.path("/srv")).unwrap();
+    let resources = || {
+        let mut app = with_mount(container("app", "app", &name), "/srv", "/data");
+        spec_mut(&mut app).health = Some(mesh_model::declaration::HealthCheck {
+            command: ["sh", "-c", "test -e /data/ready"]
+                .map(str::to_owned)
+                .to_vec(),
+            within_ms: 500,
+        });
+        vec![data_dir("app", "data", "/srv"), app]
+    };
+    let judged = |report: &Report, attempt: u32| match outcome(report, "app/container/app") {
+        Outcome::Failed {
+            reason, attempts, ..
+        } => {
+            assert!(reason.contains("sh -c test -e /data/ready"), "{reason}");
+            assert_eq!(*attempts, attempt, "{report:#?}");
+            assert_eq!(report.machine, mesh_model::report::MachineState::Partial);
+        }
+        other => panic!("attempt {attempt}: not failed: {other:?}"),
+    };
+    let first = apply(&sandbox.config, &declaration(resources()), T0).unwrap();
+    judged(&first, 1);
+    let id = status(&sandbox.config.root, &name).unwrap().id;
+
+    // Within its backoff it waits, naming why; each retry after its backoff judges it again
+    // and it fails again, with the judgement's reason — never `unchanged`, never converged.
+    let waiting = apply(&sandbox.config, &declaration(resources()), T0 + 1).unwrap();
+    assert!(
+        matches!(
+            outcome(&waiting, "app/container/app"),
+            Outcome::Waiting { last_reason, .. } if last_reason.contains("test -e /data/ready")
+        ),
+        "{waiting:#?}"
+    );
+    for (attempt, at) in [(2, T0 + 100), (3, T0 + 200)] {
+        let retried = apply(&sandbox.config, &declaration(resources()), at).unwrap();
+        judged(&retried, attempt);
+    }
+    // Judged again, not made again: the container was left as it was.
+    assert_eq!(status(&sandbox.config.root, &name).unwrap().id, id);
+    assert_eq!(starts(&id), 1);
+
+    // Ready: the next retry judges it again, it passes, and the machine converges.
+    fs::write(sandbox.path("/srv/ready"), "").unwrap();
+    let passed = apply(&sandbox.config, &declaration(resources()), T0 + 400).unwrap();
+    assert_eq!(
+        outcome(&passed, "app/container/app"),
+        &Outcome::Unchanged,
+        "{passed:#?}"
+    );
+    assert_eq!(passed.machine, mesh_model::report::MachineState::Converged);
+    assert_eq!(starts(&id), 1);
+}
+
+/// A container made and then failed its judgement is the mesh's own all the same: undeclared
+/// while it fails, it is removed, never left running unrecorded.
+#[test]
+fn a_container_that_never_passed_its_judgement_is_removed_once_undeclared() {
+    let sandbox = sandbox();
+    let mut names = Containers::new();
+    let name = names.name("never-passed");
+    let mut sick = container("app", "sick", &name);
+    spec_mut(&mut sick).health = Some(mesh_model::declaration::HealthCheck {
+        command: ["sh", "-c", "exit 1"].map(str::to_owned).to_vec(),
+        within_ms: 300,
+    });
+    let report = run(&sandbox, vec![sick]);
+    failed_reason(outcome(&report, "app/container/sick"));
+    assert!(status(&sandbox.config.root, &name).is_some());
+    let undeclared = apply(&sandbox.config, &declaration(Vec::new()), T0 + 10).unwrap();
+    assert!(
+        matches!(
+            outcome(&undeclared, "app/container/sick"),
+            Outcome::Removed { .. }
+        ),
+        "{undeclared:#?}"
+    );
+    assert!(status(&sandbox.config.root, &name).is_none());
+}
+
 #[test]
 fn a_container_that_dies_and_exits_again_when_started_is_failed_with_its_new_exit() {
     // The rule “A container is applied only when it runs”: a container killed later is started by

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 ///
 /// - 1: the apply's outcomes, findings and windows.
 /// - 2: adds [`Report::drift`] (absent when empty) and the health of containers in a failed
-///   container's reason. A format-1 report reads as a format-2 one without drift.
+///   container's reason. A format-1 report reads as a format-2 one without drift. Later, within
+///   format 2: [`Report::host_failure`] (absent when the apply ran), which an older reader
+///   ignores.
 pub const REPORT_FORMAT: u32 = 2;
 
 /// Every report wire format this build reads.
@@ -268,5 +270,35 @@ impl Report {
             *counts.entry(outcome.word()).or_insert(0) += 1;
         }
         counts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A host that could not apply says why in `host-failure`; a report without it (a host
+    /// before the field, or an apply that ran) reads as none, and a report with it is written
+    /// so that a reader without the field reads the rest.
+    #[test]
+    fn a_host_failure_round_trips_and_its_absence_reads_as_none() {
+        let without = br#"{"format": 2, "node": "a", "declaration": "sha256:x",
+            "machine": "partial", "resources": {}, "started-at": 1, "finished-at": 1}"#;
+        let report = Report::from_json(without).unwrap();
+        assert_eq!(report.host_failure, None);
+        assert!(!serde_json::to_string(&report)
+            .unwrap()
+            .contains("host-failure"));
+        let failed = Report {
+            host_failure: Some("no space left on device (os error 28)".into()),
+            ..report
+        };
+        let json = serde_json::to_vec(&failed).unwrap();
+        assert_eq!(Report::from_json(&json).unwrap(), failed);
+        let value: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(
+            value["host-failure"],
+            "no space left on device (os error 28)"
+        );
     }
 }

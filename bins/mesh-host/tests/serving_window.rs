@@ -160,3 +160,125 @@ fn a_window_past_its_lapse_is_no_longer_repeated_by_heartbeats() {
     let _ = holder.kill();
     let _ = holder.wait();
 }
+
+/// Module `db` of a serving host: its data directory `/srv/db`, its config file holding `conf`,
+/// its container `name`, and its job `dump` (as `job_name`), which runs again when the config
+/// changes and writes a line to `/srv/db/runs` each time it runs.
+fn with_job(name: &str, job_name: &str, conf: &str) -> Declaration {
+    use mesh_model::declaration::{DirectorySpec, FileSpec, Mount, Resource, Spec};
+    let directory = Resource {
+        id: "db/directory/data".into(),
+        module: "db".into(),
+        together: None,
+        after: Vec::new(),
+        spec: Spec::Directory(DirectorySpec {
+            path: "/srv/db".into(),
+            mode: 0o755,
+            owner: "root".into(),
+            group: "root".into(),
+        }),
+    };
+    let file = Resource {
+        id: "db/file/conf".into(),
+        module: "db".into(),
+        together: None,
+        after: Vec::new(),
+        spec: Spec::File(FileSpec {
+            path: "/etc/db.conf".into(),
+            content: Some(conf.to_owned()),
+            source: None,
+            sealed: None,
+            mode: 0o644,
+            owner: "root".into(),
+            group: "root".into(),
+        }),
+    };
+    let mut dump = job("db", "dump", job_name, "echo ran >> /data/runs");
+    let spec = job_mut(&mut dump);
+    spec.run.mounts = vec![Mount {
+        place: "data".into(),
+        source: "/srv/db".into(),
+        at: "/data".into(),
+        read_only: false,
+    }];
+    spec.rerun_on = vec!["db/file/conf".into()];
+    dump.after = vec!["db/directory/data".into(), "db/file/conf".into()];
+    Declaration::new(
+        "box",
+        vec![directory, file, dump, container("db", "db", name)],
+    )
+}
+
+/// Issue 41: during a maintenance window holding a module's containers (a backup), the
+/// module's job ran and rewrote the data being backed up.
+#[test]
+fn a_job_whose_input_changed_during_a_window_runs_only_after_the_window_closes() {
+    podman_config();
+    let mut names = Containers::new();
+    let name = names.name("window-job-db");
+    let job_name = names.name("window-job-dump");
+    let mut host = Daemon::new("box");
+    host.start(&["--containers", "podman", "--podman-stop-timeout", "0"]);
+    let runs_file = host.path("/srv/db/runs");
+    let runs = || std::fs::read_to_string(&runs_file).unwrap_or_default();
+    let v1 = with_job(&name, &job_name, "a = 1\n");
+    host.send(&v1);
+    host.wait_for("of the first declaration converged", |r| {
+        r.declaration == v1.digest() && r.machine == MachineState::Converged
+    });
+    assert_eq!(runs(), "ran\n");
+
+    // A backup holds the module's container.
+    let started = host.dir.path().join("started");
+    let mut window = host_command(&host)
+        .args(["window", "run", "--step", "backup", "--hold", &name, "--"])
+        .args([
+            "sh",
+            "-c",
+            &format!("touch {}; exec sleep 1000", started.display()),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    host.wait_for("naming the window open", |r| {
+        r.windows.iter().any(|w| w.step == "backup")
+    });
+    daemon::wait_for_file(&started);
+
+    // The job's input changes during the window: the file is written, the job is held still
+    // like the container, and does not run.
+    let v2 = with_job(&name, &job_name, "a = 2\n");
+    host.send(&v2);
+    let report = host.wait_for("of the second declaration, the job held", |r| {
+        r.declaration == v2.digest() && r.machine != MachineState::MidChange
+    });
+    assert_eq!(report.resources["db/job/dump"], held_still(), "{report:#?}");
+    assert_eq!(report.resources["db/container/db"], held_still());
+    assert!(
+        matches!(report.resources["db/file/conf"], Outcome::Applied { .. }),
+        "{report:#?}"
+    );
+    assert_eq!(report.machine, MachineState::Partial);
+    assert_eq!(
+        std::fs::read_to_string(host.path("/etc/db.conf")).unwrap(),
+        "a = 2\n"
+    );
+    assert_eq!(runs(), "ran\n", "the job ran during the window");
+
+    // The window closes: the host applies again by itself, and the job runs once.
+    let term = Command::new("kill")
+        .args(["-TERM", &window.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    assert_eq!(window.wait().unwrap().code(), Some(128 + 15));
+    let report = host.wait_for("of the second declaration converged", |r| {
+        r.declaration == v2.digest() && r.machine == MachineState::Converged
+    });
+    assert!(
+        matches!(report.resources["db/job/dump"], Outcome::Applied { .. }),
+        "{report:#?}"
+    );
+    assert_eq!(runs(), "ran\nran\n");
+}

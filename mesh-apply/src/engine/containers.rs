@@ -14,28 +14,61 @@ impl<'a> Engine<'a, '_> {
     /// it restarts on changed or it owes a restart), and records it once it is made. One
     /// recorded as made that runs as declared, with no restart wanted, is left as it is
     /// without marking the machine mid-change: an apply that changes nothing never says so.
+    ///
+    /// A container whose last attempt failed — its judgement among others — is judged again
+    /// when it is left as it is ([`crate::ContainerRuntime::judge_again`]): a failed judgement
+    /// is never forgotten because nothing changed since, and the container stays failed, with
+    /// the judgement's reason, until it passes.
     pub(super) fn apply_container(
         &mut self,
         resource: &Resource,
         spec: &ContainerSpec,
     ) -> Result<Attempt, ApplyError> {
         let restart = self.restart_wanted(&resource.id, spec, &BTreeSet::new());
+        let failed_before = self.failed_before(&resource.id);
         if !restart && self.runs_as_recorded(resource, spec) {
+            if failed_before {
+                let judged = self.seams.containers.judge_again(&declared(resource, spec));
+                return Ok(judged.map(|()| Vec::new()).into());
+            }
             return Ok(Attempt::Took(Vec::new()));
         }
         self.begin_change()?;
         if restart {
             pause_point("restart", &resource.id);
         }
-        let result = self
+        let mut result = self
             .seams
             .containers
             .apply(&declared(resource, spec), restart);
-        if result.is_ok() {
-            self.record_made(resource)?;
-            self.paid_restart(&resource.id);
+        if failed_before && result.as_ref().is_ok_and(Vec::is_empty) {
+            // Left as it was: judged again, not taken as it was judged last.
+            result = self
+                .seams
+                .containers
+                .judge_again(&declared(resource, spec))
+                .map(|()| Vec::new());
+        }
+        match &result {
+            Ok(_) => {
+                self.record_made(resource)?;
+                self.paid_restart(&resource.id);
+            }
+            // Made, then failed its judgement: the mesh's own all the same — judged again by
+            // the next apply, removed once undeclared.
+            Err(_) => {
+                if let Ok(true) = self.seams.containers.made(&declared(resource, spec)) {
+                    self.record_made(resource)?;
+                }
+            }
         }
         Ok(result.into())
+    }
+
+    /// Whether resource `id` failed when it was last attempted (its failure is kept in the
+    /// state, so a host started again knows it too).
+    pub(super) fn failed_before(&self, id: &str) -> bool {
+        self.state.failures.contains_key(id)
     }
 
     /// Whether container `resource`, recorded as made, runs as declared (changing nothing; a
@@ -64,16 +97,22 @@ impl<'a> Engine<'a, '_> {
         Ok(())
     }
 
-    /// The step holding a declared container still, if a window holds it.
+    /// The step holding a declared container still, if a window holds it; for a job, the step
+    /// holding its container or a container of its module (a job does not run while a window
+    /// holds its module's containers: it would change what the step works on).
     pub(super) fn held_container(&self, resource: &Resource) -> Option<String> {
         match &resource.spec {
             Spec::Container(c) => self.held.get(&c.name).cloned(),
+            Spec::Job(j) => self
+                .held
+                .get(&j.run.name)
+                .or_else(|| self.held_modules.get(&resource.module))
+                .cloned(),
             Spec::File(_)
             | Spec::Directory(_)
             | Spec::Membership(_)
             | Spec::Network(_)
-            | Spec::Account(_)
-            | Spec::Job(_) => None,
+            | Spec::Account(_) => None,
         }
     }
 

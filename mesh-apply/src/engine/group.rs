@@ -510,6 +510,10 @@ impl<'a> Engine<'a, '_> {
                 "a {} cannot be in a together group",
                 resource.spec.kind()
             ))),
+            // Held by a window: it runs after the window, when it is still due.
+            Spec::Job(_) if self.held_container(resource).is_some() => {
+                Ok(Staging::Staged(Staged::Nothing))
+            }
             Spec::Job(spec) => Ok(Staging::Staged(match self.job_due(resource, spec) {
                 Some(digest) => {
                     // Its commit changes the machine; files and memberships mark when they
@@ -526,7 +530,9 @@ impl<'a> Engine<'a, '_> {
                 Ok(Staging::Staged(Staged::Nothing))
             }
             Spec::Container(spec) => {
+                // One whose last attempt failed is committed, and so judged again.
                 if !self.restart_wanted(&resource.id, spec, changed_in_group)
+                    && !self.failed_before(&resource.id)
                     && self.runs_as_recorded(resource, spec)
                 {
                     return Ok(Staging::Staged(Staged::Nothing));
@@ -656,6 +662,12 @@ impl<'a> Engine<'a, '_> {
                 let changed = containers
                     .apply(&declared(resource, spec), false)
                     .map_err(put_back)?;
+                if changed.is_empty() && aside.is_none() && self.failed_before(&resource.id) {
+                    // Left as it was, its last judgement failed: judged again.
+                    containers
+                        .judge_again(&declared(resource, spec))
+                        .map_err(put_back)?;
+                }
                 let changed = match &aside {
                     Some(aside) => aside.changed.clone(),
                     None => changed,

@@ -98,7 +98,9 @@ pub fn apply(
 /// - A container held still by an open maintenance window ([`crate::window`]) is not touched —
 ///   not created, started, restarted, recreated nor removed — and is reported
 ///   `held-still{step}`; the report lists the open windows. The first apply after the window
-///   converges it (a stopped container is started).
+///   converges it (a stopped container is started). A job of a module whose containers a window
+///   holds does not run while it is open (`held-still{step}` too); the first apply after runs it
+///   if it is due.
 ///
 /// # Idempotency
 /// Applying the same declaration again changes nothing and reports every resource `unchanged`
@@ -313,12 +315,30 @@ fn apply_examined<'s>(
     // holds containers still*).
     let ended = crate::window::prune_closed(&config.state_dir, now).unwrap_or_default();
     let windows = crate::window::open_windows(&config.state_dir, now).map_err(window_error)?;
-    let held = windows
+    let held: BTreeMap<String, String> = windows
         .iter()
         .flat_map(|w| w.containers.iter().map(|c| (c.clone(), w.step.clone())))
         .collect();
+    // A module whose containers a window holds has its jobs held too: a job run during a
+    // backup would change the data being copied.
+    let held_modules = declaration
+        .resources
+        .iter()
+        .filter_map(|r| match &r.spec {
+            Spec::Container(c) => held
+                .get(&c.name)
+                .map(|step| (r.module.clone(), step.clone())),
+            Spec::File(_)
+            | Spec::Directory(_)
+            | Spec::Membership(_)
+            | Spec::Network(_)
+            | Spec::Account(_)
+            | Spec::Job(_) => None,
+        })
+        .collect();
     let mut engine = Engine {
         held,
+        held_modules,
         digest,
         marked: false,
         config,
@@ -444,6 +464,9 @@ impl From<Result<Vec<String>, String>> for Attempt {
 struct Engine<'a, 's> {
     /// Containers held still by an open maintenance window: name → the step's name.
     held: BTreeMap<String, String>,
+    /// Modules a declared container of which a window holds still: module → the step's name
+    /// (their jobs do not run while it is open).
+    held_modules: BTreeMap<String, String>,
     /// The declaration's digest (for the marker and the report).
     digest: Digest<'s>,
     /// Whether the marker is written.

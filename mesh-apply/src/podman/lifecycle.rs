@@ -80,6 +80,26 @@ impl Podman {
         Ok(Vec::new())
     }
 
+    /// [`ContainerRuntime::judge_again`] with a typed error: the container this host made for
+    /// the resource, judged as one just started ([`Podman::judge`]), counting only the restarts
+    /// its restart policy makes from now.
+    ///
+    /// # Errors
+    /// [`PodmanError::Missing`] when there is none, [`PodmanError::Exited`],
+    /// [`PodmanError::Unhealthy`], a container it did not make, podman's failures.
+    pub fn judge_again_container(
+        &self,
+        declared: &DeclaredContainer<'_>,
+    ) -> Result<(), PodmanError> {
+        let spec = declared.spec;
+        let current =
+            self.ours(&spec.name, Some(declared.id))?
+                .ok_or_else(|| PodmanError::Missing {
+                    name: spec.name.clone(),
+                })?;
+        self.judge(spec, current.restart_count)
+    }
+
     /// [`ContainerRuntime::runs_as_declared`] with a typed error: its mounts' sources are as
     /// an apply accepts them, and the container this host made for the resource runs with the
     /// declared spec.
@@ -277,6 +297,23 @@ impl ContainerRuntime for Podman {
 
     fn runs_as_declared(&self, declared: &DeclaredContainer<'_>) -> Result<bool, String> {
         self.runs_as_declared_container(declared)
+            .map_err(|e| e.to_string())
+    }
+
+    fn made(&self, declared: &DeclaredContainer<'_>) -> Result<bool, String> {
+        match self.ours(&declared.spec.name, Some(declared.id)) {
+            Ok(found) => Ok(found.is_some()),
+            Err(
+                PodmanError::Foreign { .. }
+                | PodmanError::OtherHost { .. }
+                | PodmanError::OtherResource { .. },
+            ) => Ok(false),
+            Err(error) => Err(error.to_string()),
+        }
+    }
+
+    fn judge_again(&self, declared: &DeclaredContainer<'_>) -> Result<(), String> {
+        self.judge_again_container(declared)
             .map_err(|e| e.to_string())
     }
 

@@ -19,6 +19,7 @@ mod first_machine_failed;
 mod forgetting;
 mod grants_first;
 mod host_failures;
+mod judged_again;
 mod merges;
 mod nodes_behind;
 mod orphaned_settings;

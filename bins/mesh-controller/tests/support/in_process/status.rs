@@ -16,6 +16,18 @@ pub struct Status {
 }
 
 impl Library {
+    /// `/metrics` as `mesh-controller serve --http` answers it now (the Prometheus text).
+    pub fn metrics(&self) -> String {
+        let pages = mesh_controller::http::Pages::new(
+            self.home().clone(),
+            mesh_controller::push::SILENT_AFTER_SECS,
+        );
+        let snapshot = pages
+            .snapshot(mesh_store::clock::now())
+            .unwrap_or_else(|error| panic!("{}", said(&error)));
+        mesh_controller::http::metrics(&snapshot)
+    }
+
     /// `status --output json`, judged now as `status` judges it.
     pub fn status(&self) -> Status {
         self.try_status().unwrap_or_else(|error| panic!("{error}"))
