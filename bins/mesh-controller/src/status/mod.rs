@@ -146,6 +146,10 @@ pub struct NodeAttention {
     /// Its last report could not be read (*no single party can blind the fleet*).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unreadable: Option<crate::home::heard::UnreadableReport>,
+    /// Its clock is off the bus's by more than [`crate::push::CLOCK_SKEW_LIMIT_SECS`]: by how
+    /// many seconds (ahead when positive), as NTP monitoring would say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_skew_secs: Option<i64>,
 }
 
 impl NodeAttention {
@@ -158,6 +162,7 @@ impl NodeAttention {
             && self.silent_since.is_none()
             && self.drift.is_empty()
             && self.unreadable.is_none()
+            && self.clock_skew_secs.is_none()
     }
 }
 
@@ -386,6 +391,9 @@ pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
     nodes
         .iter()
         .filter_map(|n| {
+            let clock_skew_secs = n
+                .clock_offset_secs
+                .filter(|off| off.unsigned_abs() > crate::push::CLOCK_SKEW_LIMIT_SECS);
             if let Some(unreadable) = &n.unreadable {
                 return Some(NodeAttention {
                     node: n.node.clone(),
@@ -396,10 +404,20 @@ pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
                     silent_since: n.silent_since,
                     drift: Vec::new(),
                     unreadable: Some(unreadable.clone()),
+                    clock_skew_secs,
                 });
             }
             let report = n.report.as_ref()?;
-            let drift = report.drift.clone();
+            // When each drift was seen, by the bus's clock: its age is judged against the
+            // controller's, never the host's clock against it.
+            let drift: Vec<mesh_model::report::Drift> = report
+                .drift
+                .iter()
+                .map(|d| mesh_model::report::Drift {
+                    seen_at: n.on_bus_clock(d.seen_at),
+                    ..d.clone()
+                })
+                .collect();
             let stuck: Vec<(String, String)> = report
                 .resources
                 .iter()
@@ -437,7 +455,8 @@ pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
                 || !failed.is_empty()
                 || !report.windows.is_empty()
                 || n.silent_since.is_some()
-                || !drift.is_empty())
+                || !drift.is_empty()
+                || clock_skew_secs.is_some())
             .then(|| NodeAttention {
                 node: n.node.clone(),
                 mid_change,
@@ -447,6 +466,7 @@ pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
                 silent_since: n.silent_since,
                 drift,
                 unreadable: None,
+                clock_skew_secs,
             })
         })
         .collect()
@@ -666,6 +686,9 @@ pub(crate) fn attention_words(attention: &NodeAttention) -> String {
     }
     if let Some(unreadable) = &attention.unreadable {
         words.push(unreadable.to_string());
+    }
+    if let Some(skew) = attention.clock_skew_secs {
+        words.push(alert::clock_skew_words(skew));
     }
     words.join("; ")
 }

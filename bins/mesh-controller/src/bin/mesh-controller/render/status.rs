@@ -67,6 +67,14 @@ pub fn nodes(nodes: &[NodeStatus]) -> String {
                 }
             }
         }
+        if let Some(unconfirmed) = &node.unconfirmed {
+            let _ = writeln!(
+                out,
+                "  sent {}, unconfirmed: the controller stopped, or the bus did not take it, \
+                 before it was recorded sent; not reported yet",
+                short(unconfirmed)
+            );
+        }
     }
     out
 }
@@ -260,6 +268,14 @@ fn plans_status(overview: &Overview) -> String {
             if let Some(unreadable) = &node.unreadable {
                 let _ = writeln!(out, "  {}: {unreadable}", node.node);
             }
+            if let Some(skew) = node.clock_skew_secs {
+                let _ = writeln!(
+                    out,
+                    "  {}: {}",
+                    node.node,
+                    mesh_controller::status::alert::clock_skew_words(skew)
+                );
+            }
             for drift in &node.drift {
                 let what = match drift.action {
                     mesh_model::report::DriftAction::Corrected => "put back",
@@ -321,6 +337,8 @@ mod status_tests {
             heard_at: None,
             silent_since: None,
             unreadable: None,
+            unconfirmed: None,
+            clock_offset_secs: None,
         }
     }
 
