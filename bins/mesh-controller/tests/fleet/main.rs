@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod clock_skew;
 mod fleet;
 mod fleet_containers;
 mod fleet_discovery;

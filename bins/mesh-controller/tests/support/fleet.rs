@@ -462,6 +462,12 @@ impl Bed {
 
     /// Starts `node`'s host with `serve`'s extra flags.
     pub fn start_host_with(&mut self, node: &str, serve: &[&str]) {
+        self.start_host_with_env(node, serve, &[]);
+    }
+
+    /// Starts `node`'s host with `serve`'s extra flags and the environment variables `env` set
+    /// (libfaketime's, say).
+    pub fn start_host_with_env(&mut self, node: &str, serve: &[&str], env: &[(&str, &str)]) {
         // A node joining later makes its seed and is enrolled now.
         self.enroll(node);
         let child = Command::new(host_binary())
@@ -482,6 +488,7 @@ impl Bed {
             .args(serve)
             .env_remove("MESH_BUS_PASSWORD_FILE")
             .env("MESH_LOG", "error")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
