@@ -616,7 +616,9 @@ fn a_sent_nodes_record_from_before_send_ids_reads_back_without_one() {
         send: Some("a:sha256:x:0123".into()),
     };
     let text = serde_json::to_string(&named).unwrap();
-    assert_eq!(text, r#"{"progress":"sent","at":5,"send":"a:sha256:x:0123"}"#);
+    assert_eq!(
+        text,
+        r#"{"progress":"sent","at":5,"send":"a:sha256:x:0123"}"#
+    );
     assert_eq!(serde_json::from_str::<NodeProgress>(&text).unwrap(), named);
 }
-

@@ -272,7 +272,7 @@ impl<'a> Executor<'a> {
 
 /// `declaration` named for a send of its own ([`Outgoing::with_send`]): the message id it goes
 /// out with — its node, its digest and a random part made for this send
-/// ([`fleet::nats::declaration_message_id`]) — which the report answering it names, and the
+/// (as `fleet::nats` makes one) — which the report answering it names, and the
 /// rollout gate judges it by (the rule “The gate judges each node from its own send”). A
 /// declaration already named keeps its name (a publish tried again is the same send).
 ///
