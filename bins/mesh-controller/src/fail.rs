@@ -55,13 +55,18 @@ fn passed_over(nth: usize) -> String {
 ///   it supersedes), before anything was built;
 /// - `superseded:<plan>`: an older plan was marked superseded by it (after the plan was saved);
 /// - `built:<module>`: a module's build was recorded in its plan;
+/// - `sending:<node>`: a node's declaration was written as about to be sent, not yet published
+///   (a push's too);
+/// - `published:<node>`: the bus took it, and it is not yet recorded sent (a push's too);
 /// - `sent:<module>:<node>`: a node was sent the module's declaration and it was recorded sent;
 /// - `heard:<module>:<node>`: a node's report of it was heard and the plan saved;
 /// - `deployed:<module>`: the module's rollout finished and its build was made current.
-pub const STEPS: [&str; 6] = [
+pub const STEPS: [&str; 8] = [
     "plan-saved",
     "superseded:<plan>",
     "built:<module>",
+    "sending:<node>",
+    "published:<node>",
     "sent:<module>:<node>",
     "heard:<module>:<node>",
     "deployed:<module>",

@@ -175,7 +175,44 @@ pub struct NodeStatus {
     /// problem, shown on it; every other node reads as usual.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unreadable: Option<crate::home::heard::UnreadableReport>,
+    /// The digest of a declaration written as about to be sent and never recorded sent (the
+    /// controller stopped between the two, or the bus did not take it): sent, unconfirmed,
+    /// until the node's report names it (then it is `sent`, and the node current) or a later
+    /// send is recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unconfirmed: Option<String>,
+    /// On a fleet, how far the host's clock is off the bus's, in seconds (ahead when positive):
+    /// its clock when it published its last report against the time the bus stored it. `None`
+    /// in the embedded default (one machine, one clock) and from a host before it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_offset_secs: Option<i64>,
 }
+
+impl NodeStatus {
+    /// `at`, a time by the host's clock (a report's, a drift's), as the bus's clock reads it:
+    /// moved by how far the host's clock is off ([`NodeStatus::clock_offset_secs`]), so that a
+    /// deadline or an age is never the host's clock against the controller's.
+    pub fn on_bus_clock(&self, at: u64) -> u64 {
+        on_bus_clock(at, self.clock_offset_secs)
+    }
+}
+
+/// `at`, by a host's clock `offset` seconds off the bus's, as the bus's clock reads it.
+pub fn on_bus_clock(at: u64, offset: Option<i64>) -> u64 {
+    at.saturating_add_signed(-offset.unwrap_or(0))
+}
+
+/// How far a host's clock is off the bus's, in seconds, by `report` (which it stamped as it
+/// published it) and `stored_at`, when the bus stored it; `None` from a host that does not
+/// stamp its reports.
+pub fn clock_offset_secs(report: &Report, stored_at: u64) -> Option<i64> {
+    let published = i64::try_from(report.published_at?).ok()?;
+    Some(published - i64::try_from(stored_at).ok()?)
+}
+
+/// How far a host's clock may be off the bus's before `status` names it (as NTP monitoring
+/// would): a minute.
+pub const CLOCK_SKEW_LIMIT_SECS: u64 = 60;
 
 /// How long a fleet's node may go unheard before `status` calls it silent: three of a host's
 /// default heartbeats (the rule “Every report is heard, from one source”).
@@ -190,6 +227,7 @@ pub fn status(home: &Home, now: u64, silent_after_secs: u64) -> Result<Vec<NodeS
     let inventory = home.inventory()?;
     // One listing of what every node was sent, not a read per node.
     let mut sent_all = home.sent().digests()?;
+    let mut unconfirmed_all = home.sent().unconfirmed(&sent_all)?;
     inventory
         .file
         .nodes
@@ -203,7 +241,23 @@ pub fn status(home: &Home, now: u64, silent_after_secs: u64) -> Result<Vec<NodeS
                 }
                 None => (None, None, None),
             };
+            // A send written as about to be made and never recorded made is reconciled with the
+            // node's report: a node reporting its digest runs it, and was sent it.
+            let (sent, unconfirmed) =
+                match (&report, unconfirmed_all.remove(node).map(|r| r.declaration)) {
+                    (Some(report), Some(digest)) if report.declaration == digest => {
+                        (Some(digest), None)
+                    }
+                    (_, unconfirmed) => (sent, unconfirmed),
+                };
             let current = matches!((&sent, &report), (Some(s), Some(r)) if *s == r.declaration);
+            // One machine, one clock in the embedded default.
+            let clock_offset_secs = match (&report, heard_at) {
+                (Some(report), Some(at)) if home.reports_from_bus() => {
+                    clock_offset_secs(report, at)
+                }
+                (Some(_) | None, _) => None,
+            };
             let silent_since = match heard_at {
                 Some(at)
                     if home.reports_from_bus() && now.saturating_sub(at) > silent_after_secs =>
@@ -226,6 +280,8 @@ pub fn status(home: &Home, now: u64, silent_after_secs: u64) -> Result<Vec<NodeS
                 report,
                 current,
                 unreadable,
+                unconfirmed,
+                clock_offset_secs,
             })
         })
         .collect()

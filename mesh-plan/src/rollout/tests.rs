@@ -664,3 +664,25 @@ fn only_a_node_sent_and_not_yet_answered_awaits_a_report() {
     step(&spec, &mut state, applied("b", 120), 120);
     assert_eq!(awaited(&state), Vec::<&str>::new(), "every node answered");
 }
+
+/// A node's progress recorded before send ids (no `send`) reads back, judged by when its report
+/// was made; one naming its send keeps it, and a record of either format reads as written.
+#[test]
+fn a_sent_nodes_record_from_before_send_ids_reads_back_without_one() {
+    let old: NodeProgress = serde_json::from_str(r#"{"progress":"sent","at":5}"#).unwrap();
+    assert_eq!(old, NodeProgress::Sent { at: 5, send: None });
+    assert_eq!(
+        serde_json::to_string(&old).unwrap(),
+        r#"{"progress":"sent","at":5}"#
+    );
+    let named = NodeProgress::Sent {
+        at: 5,
+        send: Some("a:sha256:x:0123".into()),
+    };
+    let text = serde_json::to_string(&named).unwrap();
+    assert_eq!(
+        text,
+        r#"{"progress":"sent","at":5,"send":"a:sha256:x:0123"}"#
+    );
+    assert_eq!(serde_json::from_str::<NodeProgress>(&text).unwrap(), named);
+}

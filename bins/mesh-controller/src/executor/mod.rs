@@ -14,8 +14,10 @@
 //! - A send that would give a running container another host directory at a mount it has is
 //!   held unless its module is allowed to move ("A moved mount is held").
 //! - A node is judged converged only from a settled report of the declaration it was sent.
-//! - What a fleet took is recorded sent ([`Home::record_sent_many`]), and every report heard is
-//!   recorded ([`Home::record_report`]), here and nowhere else.
+//! - A send is written before it is made ([`crate::home::SentStore::record_sending`]), and what
+//!   a fleet took is recorded sent after ([`crate::home::SentStore::record_confirmed`]): a
+//!   controller stopped between the two leaves the send unconfirmed, never unrecorded. Every
+//!   report heard is recorded ([`Home::record_report`]), here and nowhere else.
 //!
 //! What it must never do: send before grants, report a node converged from a report of another
 //! declaration, or drop a node that did not answer (it is named "no report").
@@ -144,7 +146,9 @@ impl<'a> Executor<'a> {
         self.fleet.issue_grants(nodes).await
     }
 
-    /// Sends `declaration` and records it sent.
+    /// Sends `declaration` and records it sent: written as about to be sent before it is
+    /// published, recorded sent once the fleet took it (a controller stopped between the two
+    /// leaves it unconfirmed, never unrecorded: [`crate::home::SentStore::unconfirmed`]).
     ///
     /// # Errors
     /// The fleet did not take it; the records cannot be written.
@@ -156,7 +160,9 @@ impl<'a> Executor<'a> {
             &mut None,
             declaration,
         )?;
+        about_to_send(self.home, &[declaration])?;
         self.fleet.send(&to_send).await?;
+        crate::fail::point(&format!("published:{}", declaration.node()));
         recorded_sent(self.home, &[declaration]).await
     }
 
@@ -169,8 +175,10 @@ impl<'a> Executor<'a> {
     pub async fn send_many(&mut self, declarations: &[Outgoing]) -> Result<()> {
         if !declarations.iter().any(|d| d.declaration().holds_secrets()) {
             let all: Vec<&Outgoing> = declarations.iter().collect();
+            about_to_send(self.home, &all)?;
             let sent = self.fleet.send_many(&all).await;
             let taken: Vec<&Outgoing> = sent.taken.iter().map(|i| &declarations[*i]).collect();
+            published(&taken);
             recorded_sent(self.home, &taken).await?;
             return sent.failed.map_or(Ok(()), Err);
         }
@@ -194,12 +202,15 @@ impl<'a> Executor<'a> {
             }
         }
         let to_send: Vec<&Outgoing> = to_send.iter().map(AsRef::as_ref).collect();
+        let about: Vec<&Outgoing> = index_of.iter().map(|i| &declarations[*i]).collect();
+        about_to_send(self.home, &about)?;
         let sent = self.fleet.send_many(&to_send).await;
         let taken: Vec<&Outgoing> = sent
             .taken
             .iter()
             .map(|i| &declarations[index_of[*i]])
             .collect();
+        published(&taken);
         recorded_sent(self.home, &taken).await?;
         match (sent.failed, refused) {
             (Some(error), _) | (None, Some(error)) => Err(error),
@@ -262,7 +273,7 @@ impl<'a> Executor<'a> {
 
 /// `declaration` named for a send of its own ([`Outgoing::with_send`]): the message id it goes
 /// out with — its node, its digest and a random part made for this send
-/// ([`fleet::nats::declaration_message_id`]) — which the report answering it names, and the
+/// (as `fleet::nats` makes one) — which the report answering it names, and the
 /// rollout gate judges it by (the rule “The gate judges each node from its own send”). A
 /// declaration already named keeps its name (a publish tried again is the same send).
 ///
@@ -294,13 +305,40 @@ pub fn sealed_for_their_nodes<'d>(
         .collect()
 }
 
-/// Records `declarations` sent (together), then says the users archive one names was sent
-/// (the store's record of the bus's users keeps it, [`users_sent`]).
+/// Writes `declarations` as about to be sent, before any is published (their declarations
+/// kept by digest, [`crate::home::SentStore::record_sending`]); then the fail point
+/// `sending:<node>` of each, the step between writing a send and making it.
+///
+/// # Errors
+/// The records cannot be written (nothing is sent).
+fn about_to_send(home: &Home, declarations: &[&Outgoing]) -> Result<()> {
+    if declarations.is_empty() {
+        return Ok(());
+    }
+    home.sent()
+        .record_sending(declarations, mesh_store::clock::now())?;
+    for declaration in declarations {
+        crate::fail::point(&format!("sending:{}", declaration.node()));
+    }
+    Ok(())
+}
+
+/// The fail point `published:<node>` of each declaration the fleet took, the step between
+/// making a send and recording it made.
+fn published(declarations: &[&Outgoing]) {
+    for declaration in declarations {
+        crate::fail::point(&format!("published:{}", declaration.node()));
+    }
+}
+
+/// Records `declarations` sent (together; their declarations were kept when they were written
+/// as about to be sent), then says the users archive one names was sent (the store's record of
+/// the bus's users keeps it, [`users_sent`]).
 async fn recorded_sent(home: &Home, declarations: &[&Outgoing]) -> Result<()> {
     if declarations.is_empty() {
         return Ok(());
     }
-    home.sent().record_many(declarations)?;
+    home.sent().record_confirmed(declarations)?;
     for declaration in declarations {
         if let Some(archive) = declaration.declaration().archives.get(USERS_MODULE) {
             users_sent(home, archive).await?;

@@ -40,7 +40,8 @@ pub(crate) const FAMILIES: [Family; 16] = [
     },
     Family {
         dir: "sent",
-        holds: "the digest last sent to each node: `sent/<node>.json`",
+        holds: "the digest last sent to each node: `sent/<node>.json`; what is about to be \
+                sent, written before it is: `sent/sending/<node>.json`",
         store: "home::SentStore (Home::sent)",
     },
     Family {

@@ -82,7 +82,9 @@ mod inventory;
 pub use layers::{HistoryRecord, LayerChange, LayerStore, Replaced, HISTORY_FORMAT, LAYER_TRIES};
 pub use problems::ProblemStore;
 pub use reports::{ReportSource, ReportStore};
-pub use sent::{declaration_key, SentRecord, SentStore, SENT_FORMAT};
+pub use sent::{
+    declaration_key, SendingRecord, SentRecord, SentStore, SENDING_FORMAT, SENT_FORMAT,
+};
 
 impl Home {
     /// The home at `root` (not checked), its records files under it.

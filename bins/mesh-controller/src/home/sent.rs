@@ -1,5 +1,11 @@
 //! What was last sent to each node: `sent/<node>.json` names the digest of its declaration,
 //! which is kept once under `declarations/<hex>.json` ([`SentStore`]).
+//!
+//! A send is written before it is made: `sent/sending/<node>.json` names what is about to be
+//! published ([`SentStore::record_sending`]), and `sent/<node>.json` is written once the bus took
+//! it. A controller stopped between the two (killed, or its publish refused) leaves a send
+//! unconfirmed ([`SentStore::unconfirmed`]): `status` reads it as sent, unconfirmed, until the
+//! node's report names it (then the node runs it) or a later send is confirmed.
 
 use super::Home;
 use crate::error::{bad_record, Error, Result};
@@ -18,6 +24,31 @@ pub struct SentRecord {
     pub format: u32,
     /// The digest of the declaration sent.
     pub declaration: String,
+}
+
+/// The format version of a `sent/sending/<node>.json` record.
+pub const SENDING_FORMAT: u32 = 1;
+
+/// What is about to be sent to a node, written before it is published (disk format, version
+/// [`SENDING_FORMAT`]): the declaration's digest (the declaration kept under `declarations/`
+/// first), the send's id and when it was written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SendingRecord {
+    /// Format version.
+    pub format: u32,
+    /// The digest of the declaration about to be sent.
+    pub declaration: String,
+    /// The send's id (the message id it is published with), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send: Option<String>,
+    /// When it was written (seconds since the epoch, the controller's clock).
+    pub at: u64,
+}
+
+/// The record of what is about to be sent to `node`.
+fn sending_key(node: &str) -> String {
+    format!("sent/sending/{node}.json")
 }
 
 /// The record key of the declaration with `digest` (`sha256:<hex>` → `declarations/<hex>.json`).
@@ -199,6 +230,71 @@ impl SentStore<'_> {
         )
     }
 
+    /// Records that `declarations` are about to be sent, before any is published: each
+    /// declaration kept by digest, then `sent/sending/<node>.json` naming it with its send's
+    /// id, at `at`. Once the bus took them, [`SentStore::record_many`] records them sent; a
+    /// controller stopped between the two leaves them unconfirmed ([`SentStore::unconfirmed`]).
+    ///
+    /// # Errors
+    /// The records cannot be written.
+    pub fn record_sending(
+        &self,
+        declarations: &[&mesh_model::declaration::Outgoing],
+        at: u64,
+    ) -> Result<()> {
+        let mut kept = Vec::with_capacity(declarations.len());
+        let mut named = Vec::with_capacity(declarations.len());
+        for declaration in declarations {
+            let digest = declaration.digest();
+            named.push((
+                sending_key(declaration.node()),
+                serde_json::to_vec_pretty(&SendingRecord {
+                    format: SENDING_FORMAT,
+                    declaration: digest.to_owned(),
+                    send: declaration.send().map(str::to_owned),
+                    at,
+                })?,
+            ));
+            kept.push((declaration_key(digest), declaration.json().to_vec()));
+        }
+        self.home.put_many(&kept)?;
+        self.home.put_many(&named)
+    }
+
+    /// The sends written as about to be made and never recorded made, by node, given what
+    /// each node was last recorded sent (`sent`, [`SentStore::digests`]): one listing of
+    /// `sent/sending/`. A node whose record names the digest it was last recorded sent is not
+    /// among them (that send was made, or one of the same declaration was). A record that does
+    /// not read is passed over: it only ever adds to what `status` says.
+    ///
+    /// # Errors
+    /// The records cannot be listed.
+    pub fn unconfirmed(
+        &self,
+        sent: &std::collections::BTreeMap<String, String>,
+    ) -> Result<std::collections::BTreeMap<String, SendingRecord>> {
+        let mut unconfirmed = std::collections::BTreeMap::new();
+        for (key, bytes) in self.home.records.values_under("sent/sending")? {
+            let Some(node) = key
+                .strip_prefix("sent/sending/")
+                .and_then(|name| name.strip_suffix(".json"))
+                .filter(|node| !node.contains('/'))
+            else {
+                continue;
+            };
+            let Ok(record) = serde_json::from_slice::<SendingRecord>(&bytes) else {
+                continue;
+            };
+            if record.format == SENDING_FORMAT
+                && sent.get(node) != Some(&record.declaration)
+                && is_digest(&record.declaration)
+            {
+                unconfirmed.insert(node.to_owned(), record);
+            }
+        }
+        Ok(unconfirmed)
+    }
+
     /// Records what was sent to each node of `declarations`, as [`Home::record_sent`] does,
     /// together: every declaration kept by digest first, then the nodes' records naming them.
     ///
@@ -219,6 +315,29 @@ impl SentStore<'_> {
             kept.push((declaration_key(digest), declaration.json().to_vec()));
         }
         self.home.put_many(&kept)?;
+        self.home.put_many(&named)
+    }
+
+    /// Records each of `declarations` sent — the nodes' `sent/<node>.json` naming them — once
+    /// the bus took them, after [`SentStore::record_sending`] kept them (their declarations are
+    /// not written again).
+    ///
+    /// # Errors
+    /// The records cannot be written.
+    pub fn record_confirmed(
+        &self,
+        declarations: &[&mesh_model::declaration::Outgoing],
+    ) -> Result<()> {
+        let mut named = Vec::with_capacity(declarations.len());
+        for declaration in declarations {
+            named.push((
+                format!("sent/{}.json", declaration.node()),
+                serde_json::to_vec_pretty(&SentRecord {
+                    format: SENT_FORMAT,
+                    declaration: declaration.digest().to_owned(),
+                })?,
+            ));
+        }
         self.home.put_many(&named)
     }
 }

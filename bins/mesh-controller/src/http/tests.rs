@@ -367,6 +367,8 @@ fn snapshot() -> Snapshot {
         heard_at: Some(heard),
         silent_since: silent.then_some(heard),
         unreadable: None,
+        unconfirmed: None,
+        clock_offset_secs: None,
     };
     let nodes = vec![
         node(

@@ -105,11 +105,25 @@ pub struct Acked {
 /// record that cannot be read or written.
 pub fn ack(home: &Home, node: &str, resource: Option<&str>, now: u64) -> Result<Acked> {
     crate::push::require_node(&home.inventory()?, node)?;
-    let drift = home
-        .reports()
-        .get(node)?
-        .map(|r| r.drift)
-        .unwrap_or_default();
+    // Each drift's time by the bus's clock, as `status` shows it: acknowledged against the
+    // controller's clock, never the host's.
+    let drift = match home.reports().heard(node)? {
+        Some((report, heard_at)) => {
+            let offset = home
+                .reports_from_bus()
+                .then(|| crate::push::clock_offset_secs(&report, heard_at))
+                .flatten();
+            report
+                .drift
+                .into_iter()
+                .map(|d| Drift {
+                    seen_at: crate::push::on_bus_clock(d.seen_at, offset),
+                    ..d
+                })
+                .collect()
+        }
+        None => Vec::new(),
+    };
     let cleared: Vec<Drift> = drift
         .into_iter()
         .filter(|d| d.action == DriftAction::Corrected && d.seen_at <= now)

@@ -97,10 +97,21 @@ pub fn judge(overview: &Overview, now: u64, mid_change_after_secs: u64) -> Verdi
         if let Some(unreadable) = &node.unreadable {
             attention.push(format!("{name}: {unreadable}"));
         }
+        if let Some(skew) = node.clock_skew_secs {
+            attention.push(format!("{name}: {}", clock_skew_words(skew)));
+        }
     }
     for node in &overview.nodes {
+        if let Some(digest) = &node.unconfirmed {
+            // Written as about to be sent, never recorded sent: its next report tells.
+            in_progress.push(format!(
+                "{}: sent {}, unconfirmed (the controller stopped, or the bus did not take it,                  before it was recorded sent): not reported yet",
+                node.node,
+                mesh_host::short(digest)
+            ));
+        }
         let Some(report) = &node.report else {
-            if node.sent.is_some() && node.unreadable.is_none() {
+            if node.sent.is_some() && node.unreadable.is_none() && node.unconfirmed.is_none() {
                 in_progress.push(format!("{}: no report yet", node.node));
             }
             continue;
@@ -109,7 +120,9 @@ pub fn judge(overview: &Overview, now: u64, mid_change_after_secs: u64) -> Verdi
             continue;
         }
         if report.machine == MachineState::MidChange {
-            let since = report.started_at;
+            // Since when by the bus's clock, not the host's: a host whose clock is off is
+            // never past its deadline, nor short of it, for that.
+            let since = node.on_bus_clock(report.started_at);
             if now.saturating_sub(since) > mid_change_after_secs {
                 attention.push(format!(
                     "{}: mid-change since {}, past its deadline of {mid_change_after_secs} s",
@@ -119,7 +132,7 @@ pub fn judge(overview: &Overview, now: u64, mid_change_after_secs: u64) -> Verdi
             } else {
                 in_progress.push(format!("{}: mid-change since {}", node.node, time(since)));
             }
-        } else if node.sent.is_some() && !node.current {
+        } else if node.sent.is_some() && !node.current && node.unconfirmed.is_none() {
             in_progress.push(format!(
                 "{}: has not reported the declaration last sent",
                 node.node
@@ -171,4 +184,14 @@ pub fn judge(overview: &Overview, now: u64, mid_change_after_secs: u64) -> Verdi
         attention,
         in_progress,
     }
+}
+
+/// A host's clock `skew` seconds off the bus's (ahead when positive), as `status` names it.
+pub fn clock_skew_words(skew: i64) -> String {
+    format!(
+        "its clock is {} s {} the bus's (past the minute a clock may be off; nothing the \
+         controller judges reads it, but its reports' times do: keep it in time, e.g. with NTP)",
+        skew.unsigned_abs(),
+        if skew > 0 { "ahead of" } else { "behind" }
+    )
 }

@@ -156,6 +156,10 @@ pub struct NodeAttention {
     /// ([`mesh_model::report::Report::host_failure`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_failure: Option<String>,
+    /// Its clock is off the bus's by more than [`crate::push::CLOCK_SKEW_LIMIT_SECS`]: by how
+    /// many seconds (ahead when positive), as NTP monitoring would say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_skew_secs: Option<i64>,
 }
 
 impl NodeAttention {
@@ -169,6 +173,7 @@ impl NodeAttention {
             && self.drift.is_empty()
             && self.unreadable.is_none()
             && self.host_failure.is_none()
+            && self.clock_skew_secs.is_none()
     }
 }
 
@@ -403,6 +408,9 @@ pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
     nodes
         .iter()
         .filter_map(|n| {
+            let clock_skew_secs = n
+                .clock_offset_secs
+                .filter(|off| off.unsigned_abs() > crate::push::CLOCK_SKEW_LIMIT_SECS);
             if let Some(unreadable) = &n.unreadable {
                 return Some(NodeAttention {
                     node: n.node.clone(),
@@ -414,10 +422,20 @@ pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
                     drift: Vec::new(),
                     unreadable: Some(unreadable.clone()),
                     host_failure: None,
+                    clock_skew_secs,
                 });
             }
             let report = n.report.as_ref()?;
-            let drift = report.drift.clone();
+            // When each drift was seen, by the bus's clock: its age is judged against the
+            // controller's, never the host's clock against it.
+            let drift: Vec<mesh_model::report::Drift> = report
+                .drift
+                .iter()
+                .map(|d| mesh_model::report::Drift {
+                    seen_at: n.on_bus_clock(d.seen_at),
+                    ..d.clone()
+                })
+                .collect();
             let stuck: Vec<(String, String)> = report
                 .resources
                 .iter()
@@ -457,7 +475,8 @@ pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
                 || !failed.is_empty()
                 || !report.windows.is_empty()
                 || n.silent_since.is_some()
-                || !drift.is_empty())
+                || !drift.is_empty()
+                || clock_skew_secs.is_some())
             .then(|| NodeAttention {
                 node: n.node.clone(),
                 mid_change,
@@ -468,6 +487,7 @@ pub fn attention(nodes: &[NodeStatus]) -> Vec<NodeAttention> {
                 drift,
                 unreadable: None,
                 host_failure,
+                clock_skew_secs,
             })
         })
         .collect()
@@ -722,6 +742,9 @@ pub(crate) fn attention_words(attention: &NodeAttention) -> String {
     }
     if let Some(unreadable) = &attention.unreadable {
         words.push(unreadable.to_string());
+    }
+    if let Some(skew) = attention.clock_skew_secs {
+        words.push(alert::clock_skew_words(skew));
     }
     words.join("; ")
 }

@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod clock_skew;
 mod fleet;
 mod fleet_containers;
 mod fleet_discovery;
@@ -18,6 +19,7 @@ mod fleet_watch;
 mod guards_with_daemon;
 mod merges_arrive;
 mod problems;
+mod sends_unconfirmed;
 mod status_page;
 mod takeover;
 mod unreadable_reports;

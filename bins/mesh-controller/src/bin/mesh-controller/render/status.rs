@@ -18,7 +18,11 @@ pub fn nodes(nodes: &[NodeStatus]) -> String {
         let modules = node.modules.iter().cloned().collect::<Vec<_>>().join(", ");
         match (&node.sent, &node.report) {
             (None, _) => {
-                let _ = writeln!(out, "{}{role}: never sent [{modules}]", node.node);
+                let what = match node.unconfirmed {
+                    Some(_) => "no send confirmed",
+                    None => "never sent",
+                };
+                let _ = writeln!(out, "{}{role}: {what} [{modules}]", node.node);
             }
             (Some(sent), None) => match &node.unreadable {
                 Some(unreadable) => {
@@ -66,6 +70,14 @@ pub fn nodes(nodes: &[NodeStatus]) -> String {
                     out.push_str(&finding_line(finding));
                 }
             }
+        }
+        if let Some(unconfirmed) = &node.unconfirmed {
+            let _ = writeln!(
+                out,
+                "  sent {}, unconfirmed: the controller stopped, or the bus did not take it, \
+                 before it was recorded sent; not reported yet",
+                short(unconfirmed)
+            );
         }
     }
     out
@@ -282,6 +294,14 @@ fn plans_status(overview: &Overview) -> String {
             if let Some(unreadable) = &node.unreadable {
                 let _ = writeln!(out, "  {}: {unreadable}", node.node);
             }
+            if let Some(skew) = node.clock_skew_secs {
+                let _ = writeln!(
+                    out,
+                    "  {}: {}",
+                    node.node,
+                    mesh_controller::status::alert::clock_skew_words(skew)
+                );
+            }
             for drift in &node.drift {
                 let what = match drift.action {
                     mesh_model::report::DriftAction::Corrected => "put back",
@@ -343,6 +363,8 @@ mod status_tests {
             heard_at: None,
             silent_since: None,
             unreadable: None,
+            unconfirmed: None,
+            clock_offset_secs: None,
         }
     }
 
@@ -566,6 +588,42 @@ mod status_tests {
             ],
         };
         let mut overview = overview;
+        overview.attention = attention(&overview.nodes);
+        insta::assert_snapshot!(super::status(&overview));
+    }
+
+    /// A host whose clock is an hour behind the bus's is named under "needs attention", and a
+    /// send written and never confirmed made is said on its node, sent, unconfirmed.
+    #[test]
+    fn status_names_a_host_whose_clock_is_off_and_a_send_unconfirmed() {
+        let converged = |name: &str| {
+            report(serde_json::json!({
+                "format": 2, "node": name, "declaration": format!("sha256:{name}0"),
+                "machine": "converged", "resources": {},
+                "started-at": 1000, "finished-at": 1000
+            }))
+        };
+        let mut behind = node("control", converged("control"));
+        behind.clock_offset_secs = Some(-3600);
+        let mut unconfirmed = node("home", converged("home"));
+        unconfirmed.unconfirmed = Some("sha256:home1".into());
+        let mut first = node("laptop", converged("laptop"));
+        first.sent = None;
+        first.report = None;
+        first.current = false;
+        first.unconfirmed = Some("sha256:laptop1".into());
+        let mut overview = Overview {
+            nodes: vec![behind, unconfirmed, first],
+            open_plans: Vec::new(),
+            behind: Vec::new(),
+            nodes_behind: Vec::new(),
+            stopped: Vec::new(),
+            attention: Vec::new(),
+            held: Vec::new(),
+            on_passwords: Vec::new(),
+            daemon: None,
+            problems: Vec::new(),
+        };
         overview.attention = attention(&overview.nodes);
         insta::assert_snapshot!(super::status(&overview));
     }
