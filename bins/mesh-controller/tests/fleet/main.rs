@@ -18,6 +18,7 @@ mod fleet_watch;
 mod guards_with_daemon;
 mod merges_arrive;
 mod problems;
+mod revert;
 mod status_page;
 mod takeover;
 mod unreadable_reports;

@@ -21,6 +21,7 @@ mod grants_first;
 mod merges;
 mod nodes_behind;
 mod orphaned_settings;
+mod pending;
 mod quick_start_forget;
 mod records_backup;
 mod secret_files;
