@@ -136,6 +136,7 @@ pub fn pending(
     running: &dyn Fn(&str) -> bool,
     plans: &[PlanRecord],
 ) -> Result<Vec<PendingNode>> {
+    let builds = Builds::read(home, plans)?;
     let mut out = Vec::new();
     for node in nodes.iter_mut() {
         let Some(intent) = intents.get(&node.node) else {
@@ -161,7 +162,7 @@ pub fn pending(
         }
         let differences = match &sent {
             None => vec![Difference::NeverSent],
-            Some(sent) => differences(intent, sent),
+            Some(sent) => differences(intent, sent, &builds),
         };
         if differences.is_empty() {
             // It differs only by modules no catalogue the nodes run has: not judged.
@@ -208,9 +209,60 @@ fn sends(
     })
 }
 
+/// The builds a node may run that the declarations do not name (a module with no files names no
+/// archive): each module's deployed build, and the build a stopped rollout left on the node it
+/// stopped at (unless it was sent back what it ran before).
+pub(crate) struct Builds {
+    /// Each deployed module's build, by module.
+    deployed: BTreeMap<String, String>,
+    /// `(node, module)` → the build a stopped rollout sent the node, the latest plan's.
+    stopped: BTreeMap<(String, String), String>,
+}
+
+impl Builds {
+    /// Read from the deployed records and `plans` (oldest first).
+    fn read(home: &Home, plans: &[PlanRecord]) -> Result<Builds> {
+        let deployed = home
+            .deployed()
+            .all()?
+            .into_iter()
+            .map(|record| (record.module, record.archive.digest))
+            .collect();
+        let mut stopped = BTreeMap::new();
+        for record in plans {
+            if matches!(
+                record.plan.state,
+                mesh_model::plan::PlanState::Closed { .. }
+            ) {
+                continue;
+            }
+            for (module, rollout) in &record.plan.rollouts {
+                let Some(mesh_model::plan::RolloutOutcome::Stopped { node, .. }) = &rollout.outcome
+                else {
+                    continue;
+                };
+                let Some(work) = record.work.get(module) else {
+                    continue;
+                };
+                if node.is_empty() || work.reverted.contains_key(node) {
+                    continue;
+                }
+                if let Some(build) = &work.build {
+                    stopped.insert((node.clone(), module.clone()), build.archive.digest.clone());
+                }
+            }
+        }
+        Ok(Builds { deployed, stopped })
+    }
+}
+
 /// What differs between `intent` and the declaration `sent`, module by module (nothing when it
 /// differs only by modules no catalogue the nodes run has).
-pub(crate) fn differences(intent: &IntentRecord, sent: &Declaration) -> Vec<Difference> {
+pub(crate) fn differences(
+    intent: &IntentRecord,
+    sent: &Declaration,
+    builds: &Builds,
+) -> Vec<Difference> {
     let sent_parts = intent::module_parts(&intent::without_users_file(sent));
     let sent_builds = intent::builds_of(sent);
     let mut out = Vec::new();
@@ -224,12 +276,25 @@ pub(crate) fn differences(intent: &IntentRecord, sent: &Declaration) -> Vec<Diff
         if part.digest() == *digest {
             continue;
         }
-        let deployed = intent.builds.get(module).cloned().flatten();
-        let was = sent_builds.get(module).cloned().flatten();
-        if deployed != was {
+        // The build it was sent and the deployed one: those the declarations name, else (a
+        // module with no files names none) the one a stopped rollout left on it.
+        let named = (
+            sent_builds.get(module).cloned().flatten(),
+            intent.builds.get(module).cloned().flatten(),
+        );
+        let stopped = builds
+            .stopped
+            .get(&(intent.node.clone(), module.clone()))
+            .map(|build| (Some(build.clone()), builds.deployed.get(module).cloned()));
+        let other_build = if named.0 != named.1 {
+            Some(named)
+        } else {
+            stopped.filter(|(sent, deployed)| sent != deployed)
+        };
+        if let Some((sent, deployed)) = other_build {
             out.push(Difference::Build {
                 module: module.clone(),
-                sent: was,
+                sent,
                 deployed,
             });
         } else if secrets_only(intent, module, part) {
