@@ -62,6 +62,8 @@ pub mod settings;
 
 pub mod bus;
 
+pub mod intent;
+
 pub mod plans;
 
 pub mod records;

@@ -157,6 +157,9 @@ pub struct NodeStatus {
     pub bus_node: bool,
     /// The modules assigned to it.
     pub modules: BTreeSet<String>,
+    /// The digest of what it should run now, its intent ([`crate::intent`]), if known.
+    #[serde(default)]
+    pub intent: Option<String>,
     /// The digest last sent, if any.
     pub sent: Option<String>,
     /// Its last report, if any.
@@ -276,6 +279,7 @@ pub fn status(home: &Home, now: u64, silent_after_secs: u64) -> Result<Vec<NodeS
                     .into_iter()
                     .map(str::to_owned)
                     .collect(),
+                intent: None,
                 sent,
                 report,
                 current,

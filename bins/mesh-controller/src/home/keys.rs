@@ -20,7 +20,7 @@ pub(crate) struct Family {
 }
 
 /// Every family of records a home holds, besides its inventory.
-pub(crate) const FAMILIES: [Family; 16] = [
+pub(crate) const FAMILIES: [Family; 17] = [
     Family {
         dir: "settings",
         holds: "each module's settings layers: `settings/<module>/mesh.json` and \
@@ -43,6 +43,13 @@ pub(crate) const FAMILIES: [Family; 16] = [
         holds: "the digest last sent to each node: `sent/<node>.json`; what is about to be \
                 sent, written before it is: `sent/sending/<node>.json`",
         store: "home::SentStore (Home::sent)",
+    },
+    Family {
+        dir: "intents",
+        holds: "what each node should run now, by digest and module by module: \
+                `intents/nodes/<node>.json`, and what they were composed from: \
+                `intents/fingerprint.json`",
+        store: "mesh_controller::intent::IntentStore (Home::intents)",
     },
     Family {
         dir: "reports",
@@ -111,8 +118,8 @@ pub(crate) const FAMILIES: [Family; 16] = [
 
 /// The directory of each family ([`FAMILIES`]): what `records import` moves onto a bus and
 /// what an export of the embedded default holds.
-pub(crate) const RECORD_DIRS: [&str; 16] = {
-    let mut dirs = [""; 16];
+pub(crate) const RECORD_DIRS: [&str; 17] = {
+    let mut dirs = [""; 17];
     let mut at = 0;
     while at < FAMILIES.len() {
         dirs[at] = FAMILIES[at].dir;

@@ -66,7 +66,8 @@ pub fn page(snapshot: &Snapshot, query: PageQuery) -> String {
     let needing = overview.attention.len()
         + overview.stopped.len()
         + overview.held.len()
-        + overview.problems.len();
+        + overview.problems.len()
+        + overview.pending.iter().filter(|p| p.plan.is_none()).count();
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -169,6 +170,19 @@ fn attention_section(overview: &Overview, now: u64) -> Markup {
                                             .map(|u| format!("{u} is required and unset")))
                                         .collect::<Vec<_>>().join("; "))
                                 }
+                            }
+                        }
+                    }
+                }
+                @if overview.pending.iter().any(|p| p.plan.is_none()) {
+                    h3 { "Pending, and nothing will send them" }
+                    table {
+                        tr { th { "node" } th { "what differs from what it was sent" } th { "sent by" } }
+                        @for pending in overview.pending.iter().filter(|p| p.plan.is_none()) {
+                            tr data-node=(pending.node) {
+                                td { (pending.node) }
+                                td { (pending.differences_words()) }
+                                td { code { (pending.command) } }
                             }
                         }
                     }

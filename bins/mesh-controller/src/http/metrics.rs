@@ -50,6 +50,26 @@ impl EncodeMetric for Labelled {
     }
 }
 
+/// Each node's state word as a gauge of 1 labelled with both
+/// ([`crate::status::pending::node_states`]).
+#[derive(Debug)]
+struct NodeStates(Vec<(String, &'static str)>);
+
+impl EncodeMetric for NodeStates {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        for (node, state) in &self.0 {
+            encoder
+                .encode_family(&[("node", node.as_str()), ("state", state)])?
+                .encode_gauge(&1i64)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Gauge
+    }
+}
+
 /// The send latency histogram, its buckets counted already ([`SendTally`]).
 #[derive(Debug)]
 struct Latencies(SendTally);
@@ -106,6 +126,21 @@ pub fn metrics(snapshot: &Snapshot) -> String {
         "mesh_nodes_attention",
         "Nodes whose last report needs a person: stuck, mid-change, a window open, drift, silent, unreadable",
         one(overview.attention.len() as u64),
+    );
+    registry.register(
+        "mesh_nodes_pending",
+        "Nodes whose intent (what they should run now) differs from what they were last sent, whether or not an open plan will send it",
+        one(overview.pending.len() as u64),
+    );
+    registry.register(
+        "mesh_node_state",
+        "Each node's state, one series a node (value 1): current, pending (its intent differs from what it was sent and nothing will send it), in-progress, attention, silent or never-sent",
+        NodeStates(
+            crate::status::pending::node_states(overview)
+                .into_iter()
+                .map(|(node, state)| (node.to_owned(), state))
+                .collect(),
+        ),
     );
     registry.register(
         "mesh_resources",

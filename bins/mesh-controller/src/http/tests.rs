@@ -108,7 +108,7 @@ fn the_metrics_parse_with_the_python_clients_parser() {
         .iter()
         .map(|p| (p.0.as_str(), p.1.as_str()))
         .collect();
-    assert_eq!(families.len(), 16, "{families:?}");
+    assert_eq!(families.len(), 18, "{families:?}");
     assert!(
         families.contains(&("mesh_sends", "counter")),
         "{families:?}"
@@ -126,6 +126,12 @@ fn the_metrics_parse_with_the_python_clients_parser() {
         3.0
     );
     assert_eq!(value("mesh_nodes", &[("state", "partial")]), 1.0);
+    // The node's state in a word, with its name whole after its label was escaped.
+    assert_eq!(
+        value("mesh_node_state", &[("node", name), ("state", "current")]),
+        1.0
+    );
+    assert_eq!(value("mesh_nodes_pending", &[]), 0.0);
     assert_eq!(value("mesh_sends_total", &[]), 4.0);
     assert_eq!(
         value("mesh_send_latency_seconds_bucket", &[("le", "2")]),
@@ -361,6 +367,7 @@ fn snapshot() -> Snapshot {
         node: name.to_owned(),
         bus_node: name == "a",
         modules: ["base".to_owned()].into_iter().collect(),
+        intent: Some(format!("sha256:{name}")),
         sent: Some(format!("sha256:{name}")),
         current: report.is_some(),
         report,
@@ -462,6 +469,7 @@ fn snapshot() -> Snapshot {
         behind: Vec::new(),
         nodes_behind: Vec::new(),
         stopped: Vec::new(),
+        pending: Vec::new(),
         held: Vec::new(),
         problems: vec![mesh_store::problems::Problem {
             format: mesh_store::problems::PROBLEM_FORMAT,

@@ -85,7 +85,8 @@ pub async fn build_named(
         let plan_id = plan.as_ref().map(|p| p.plan.id.clone());
         if let (Some(plan), false) = (plan, dry_run) {
             if outcome_of(plan, module).is_none() {
-                record_built(home, plan, &built.build)?;
+                let still = super::still_to_send(home, store, &built.build).await?;
+                record_built(home, plan, &built.build, &still)?;
                 home.plans().write(plan)?;
             }
         }

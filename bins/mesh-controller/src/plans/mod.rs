@@ -279,14 +279,22 @@ pub(crate) fn plan_number(id: &str) -> Option<u64> {
 }
 
 /// Records a module's build in a plan; a build byte-identical to the module's deployed one is
-/// not redeployed (the rule “A byte-identical build is not redeployed”): its rollout is done as it
-/// is. Returns whether it was identical.
-pub(crate) fn record_built(home: &Home, record: &mut PlanRecord, build: &Build) -> Result<bool> {
+/// not redeployed (the rule “A byte-identical build is not redeployed”) when every node assigned
+/// the module was sent that build: its rollout is done as it is. One that some node was not
+/// sent — a stopped rollout's node runs another build, a revert brings the deployed one back —
+/// is rolled out as any build, one machine first ([`still_to_send`] names them). Returns
+/// whether it was identical and its rollout done at once.
+///
+/// # Errors
+/// The deployed record cannot be read.
+pub(crate) fn record_built(
+    home: &Home,
+    record: &mut PlanRecord,
+    build: &Build,
+    still_to_send: &[String],
+) -> Result<bool> {
     let module = &build.module;
-    let identical = home
-        .deployed()
-        .get(module)?
-        .is_some_and(|d| d.archive == build.archive);
+    let identical = still_to_send.is_empty() && identical_to_deployed(home, build)?;
     let rollout = record.plan.rollouts.entry(module.clone()).or_default();
     rollout.build = Some(build.archive.clone());
     if identical {
@@ -296,6 +304,35 @@ pub(crate) fn record_built(home: &Home, record: &mut PlanRecord, build: &Build) 
     work.build = Some(build.clone());
     work.not_redeployed = identical;
     Ok(identical)
+}
+
+/// Whether `build` is byte-identical to its module's deployed build.
+///
+/// # Errors
+/// The deployed record cannot be read.
+pub(crate) fn identical_to_deployed(home: &Home, build: &Build) -> Result<bool> {
+    Ok(home
+        .deployed()
+        .get(&build.module)?
+        .is_some_and(|d| d.archive == build.archive))
+}
+
+/// The nodes a build byte-identical to its module's deployed one must still be sent: those
+/// assigned the module whose part of it, as sent, differs from their intent
+/// ([`crate::intent::nodes_differing_on`]); none for a build that is not identical
+/// (its rollout sends every node).
+///
+/// # Errors
+/// As [`crate::intent::nodes_differing_on`].
+pub(crate) async fn still_to_send(
+    home: &Home,
+    store: &dyn mesh_store::store::ArchiveStore,
+    build: &Build,
+) -> Result<Vec<String>> {
+    if !identical_to_deployed(home, build)? {
+        return Ok(Vec::new());
+    }
+    crate::intent::nodes_differing_on(home, store, &build.module).await
 }
 
 pub(crate) fn outcome_of<'r>(record: &'r PlanRecord, module: &str) -> Option<&'r RolloutOutcome> {

@@ -91,15 +91,23 @@ pub async fn drive(ctx: &Ctx, record: &mut PlanRecord, mode: DriveMode) -> Resul
                 };
                 match built {
                     Ok(built) => {
-                        let identical = record_built(home, record, &built.build)?;
+                        let still =
+                            crate::plans::still_to_send(home, ctx.store(), &built.build).await?;
+                        let identical = record_built(home, record, &built.build, &still)?;
                         ctx.progress().line(&format!(
                             "{id} tier {index}: built `{module}` {} ({} bytes){}",
                             mesh_host::short(&built.build.archive.digest),
                             built.build.archive.size,
                             if identical {
-                                ", byte-identical to its deployed build: not redeployed"
+                                ", byte-identical to its deployed build: not redeployed".to_owned()
+                            } else if !still.is_empty() {
+                                format!(
+                                    ", byte-identical to its deployed build, which {} ran \
+                                     another build of: rolled out again",
+                                    crate::executor::some_nodes(&still)
+                                )
                             } else {
-                                ""
+                                String::new()
                             }
                         ));
                         home.plans().write(record)?;
@@ -155,6 +163,8 @@ pub async fn drive(ctx: &Ctx, record: &mut PlanRecord, mode: DriveMode) -> Resul
             crate::executor::roll_out(&mut executor, ctx.store(), record, module)
                 .await
                 .for_plan(&id, || format!("{id}: rolling out `{module}`"))?;
+            // What the nodes should run changed when the module was deployed.
+            crate::intent::keep_current_logged(home, ctx.store(), "a rollout ended").await;
             if ctx.cancel.is_cancelled() {
                 return Ok(());
             }

@@ -139,6 +139,18 @@ pub fn judge(overview: &Overview, now: u64, mid_change_after_secs: u64) -> Verdi
             ));
         }
     }
+    for pending in &overview.pending {
+        let line = format!(
+            "{}: pending ({}): {}",
+            pending.node,
+            pending.differences_words(),
+            pending.command
+        );
+        match pending.plan {
+            Some(_) => in_progress.push(line),
+            None => attention.push(line),
+        }
+    }
     for held in &overview.held {
         let why = if held.orphans.is_empty() {
             "would move a running container's data"

@@ -12,6 +12,7 @@
 pub mod acks;
 pub mod alert;
 pub mod behind;
+pub mod pending;
 
 use crate::error::Result;
 use crate::home::Home;
@@ -43,6 +44,9 @@ pub struct Overview {
     pub stopped: Vec<StoppedRollout>,
     /// Nodes whose last report needs a person's eye.
     pub attention: Vec<NodeAttention>,
+    /// Nodes whose intent differs from what they were sent ([`crate::status::pending`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<crate::status::pending::PendingNode>,
     /// Nodes an open plan's rollout held because their running container's data would move
     /// The rule “A moved mount is held”: `--move MODULE` sends them.
     #[serde(default)]
@@ -219,6 +223,7 @@ impl Overview {
             || !self.held.is_empty()
             || !self.stopped.is_empty()
             || !self.problems.is_empty()
+            || self.pending.iter().any(|node| node.plan.is_none())
             || self
                 .daemon
                 .as_ref()
@@ -292,7 +297,15 @@ pub(crate) fn overview_of_plans_with(
     now: u64,
     options: &StatusOptions,
 ) -> Result<Overview> {
-    let nodes = push::status(home, now, options.silent_after_secs)?;
+    let mut nodes = push::status(home, now, options.silent_after_secs)?;
+    let inventory = home.inventory()?;
+    let pending = crate::status::pending::pending(
+        home,
+        &mut nodes,
+        &home.intents().all()?,
+        &|node| inventory.file.nodes.get(node).is_some_and(|n| n.running),
+        records,
+    )?;
     let plans: Vec<_> = records.iter().map(|r| r.plan.clone()).collect();
     let open_plans = records
         .iter()
@@ -389,6 +402,7 @@ pub(crate) fn overview_of_plans_with(
         nodes_behind: crate::status::behind::nodes_behind(home)?,
         stopped,
         attention,
+        pending,
         held,
         problems: home.problems().all()?,
         on_passwords: if home.records_on_bus() {

@@ -26,10 +26,10 @@ const NODES: [&str; 3] = ["a", "b", "c"];
 
 /// A prefix of container names unique to this run (`mesh-fleet-<pid>-<n>-`): every container
 /// whose name starts with it is removed when it is dropped.
-struct RunPrefix(String);
+pub(crate) struct RunPrefix(String);
 
 impl RunPrefix {
-    fn new() -> RunPrefix {
+    pub(crate) fn new() -> RunPrefix {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let prefix = RunPrefix(format!("mesh-fleet-{}-{n}-", std::process::id()));
@@ -38,7 +38,7 @@ impl RunPrefix {
     }
 
     /// The prefix `node`'s host puts before its containers' names.
-    fn of(&self, node: &str) -> String {
+    pub(crate) fn of(&self, node: &str) -> String {
         format!("{}{node}-", self.0)
     }
 
@@ -104,7 +104,7 @@ fn inspect(name: &str) -> Option<Seen> {
 }
 
 /// The image every container runs (`scripts/podman-env.sh` imported it).
-fn image() -> String {
+pub(crate) fn image() -> String {
     for var in [
         "CONTAINERS_CONF",
         "CONTAINERS_STORAGE_CONF",

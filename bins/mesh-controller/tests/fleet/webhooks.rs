@@ -17,10 +17,10 @@ use support::daemon::{commit_base, plans, start_serve, wait_for_plan_done};
 use support::fleet::Bed;
 use support::Repo;
 
-const SECRET: &str = "a webhook secret, 32 bytes long!";
+pub(crate) const SECRET: &str = "a webhook secret, 32 bytes long!";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Forge {
+pub(crate) enum Forge {
     Forgejo,
     Gitea,
     GitHub,
@@ -210,7 +210,7 @@ fn get(url: &str) -> u16 {
 }
 
 /// `forge`'s push of `branch` to `after`, rightly signed, posted to `url`.
-fn deliver(
+pub(crate) fn deliver(
     dir: &Path,
     url: &str,
     forge: Forge,

@@ -54,12 +54,21 @@ fn push_applies_under_the_sandbox_roots_and_status_reports_it() {
         "{group}"
     );
 
-    let status = mesh.expect(&["status"], 0);
+    // `home` was never sent what it should run: pending, and nothing will send it (exit 3).
+    let status = mesh.expect(&["status"], 3);
     insta::assert_snapshot!("status_after_push", status);
-    let json = mesh.expect(&["status", "--output", "json"], 0);
+    let json = mesh.expect(&["status", "--output", "json"], 3);
     let parsed: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(parsed["nodes"][1]["node"], "home");
     assert_eq!(parsed["nodes"][1]["sent"], serde_json::Value::Null);
+    assert_eq!(parsed["pending"][0]["node"], "home");
+    assert_eq!(parsed["pending"][0]["command"], "push home");
+    for node in [0, 2] {
+        assert_eq!(
+            parsed["nodes"][node]["intent"],
+            parsed["nodes"][node]["sent"]
+        );
+    }
     assert_eq!(parsed["nodes"][2]["report"]["machine"], "converged");
 }
 

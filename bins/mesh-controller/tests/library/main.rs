@@ -23,6 +23,7 @@ mod judged_again;
 mod merges;
 mod nodes_behind;
 mod orphaned_settings;
+mod pending;
 mod quick_start_forget;
 mod records_backup;
 mod secret_files;

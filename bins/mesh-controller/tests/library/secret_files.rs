@@ -203,8 +203,16 @@ fn the_examples_tls_key_is_encrypted_by_init_and_written_by_its_host_alone() {
     assert_eq!(std::fs::read(&applied).unwrap(), value);
     // What was sent is recorded by the digest its host reports it by: "control (bus):
     // converged", its report of the last send.
+    // `home` and `laptop` were never sent what they should run (exit 3); `control` is current.
     let status = mesh.library().status();
-    assert_eq!(status.code, 0, "{:#}", status.json);
+    assert_eq!(status.code, 3, "{:#}", status.json);
+    let pending: Vec<&serde_json::Value> = status.json["pending"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["node"])
+        .collect();
+    assert_eq!(pending, ["home", "laptop"], "{:#}", status.json);
     let control = status.json["nodes"]
         .as_array()
         .unwrap()

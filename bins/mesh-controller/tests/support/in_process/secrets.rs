@@ -33,11 +33,20 @@ impl Library {
     /// a working tree is committed to by `git` with the identity of this process's environment: a
     /// test that needs its own runs the binary.
     pub fn secrets_rotate(&self) -> Result<mesh_controller::secrets::rotate::Rotated, String> {
-        self.tokio
+        let rotated = self
+            .tokio
             .block_on(mesh_controller::secrets::rotate::rotate(
                 self.home(),
                 self.mesh.store(),
             ))
-            .map_err(|e| said(&e))
+            .map_err(|e| said(&e))?;
+        // As the command does: every secret's keyed digest is new.
+        self.tokio
+            .block_on(mesh_controller::intent::keep_current_logged(
+                self.home(),
+                self.mesh.store(),
+                "secrets rotate",
+            ));
+        Ok(rotated)
     }
 }

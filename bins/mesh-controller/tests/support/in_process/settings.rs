@@ -19,7 +19,15 @@ impl Library {
             catalogue: &catalogue,
             command: &command,
         };
-        f(&on).map_err(|e| said(&e))
+        let answer = f(&on).map_err(|e| said(&e))?;
+        // As the commands do: what the nodes should run is composed again when it changed.
+        self.tokio
+            .block_on(mesh_controller::intent::keep_current_logged(
+                self.home(),
+                self.mesh.store(),
+                "a settings change",
+            ));
+        Ok(answer)
     }
 
     /// `settings set MODULE JSON [--node NODE] [--replace]`: the answer (`--output json`

@@ -41,6 +41,12 @@ impl Library {
     /// `status --output json` with its options (`--silent-after`, …), judged now as `status`
     /// judges it; the error as the binary says it.
     pub fn status_with(&self, options: &status::StatusOptions) -> Result<Status, String> {
+        // As `status` does: what each node should run, composed again when its inputs changed.
+        self.tokio
+            .block_on(mesh_controller::intent::current_for_status(
+                self.home(),
+                self.mesh.store(),
+            ));
         let now = mesh_store::clock::now();
         let mut overview =
             status::overview_with(self.home(), now, options).map_err(|e| said(&e))?;

@@ -127,6 +127,13 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
                     &env.home,
                     env.store(),
                 ))?;
+            // Every secret's keyed digest is new: what the nodes should run changed.
+            env.runtime
+                .block_on(mesh_controller::intent::keep_current_logged(
+                    &env.home,
+                    env.store(),
+                    "secrets rotate",
+                ));
             match env.output {
                 Output::Json => env.print_json(&rotated)?,
                 Output::Text => {

@@ -129,6 +129,12 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
         Command::Rename { module, old, new } => {
             let newest = newest::newest_known(&env.home, &catalogue, &module)?;
             let renamed = settings::rename(&on, &module, (&old, &new), &newest, now)?;
+            env.runtime
+                .block_on(mesh_controller::intent::keep_current_logged(
+                    &env.home,
+                    env.store(),
+                    "settings rename",
+                ));
             match env.output {
                 Output::Json => env.print_json(&renamed)?,
                 Output::Text => print!("{}", render::settings_renamed(&renamed)),
@@ -146,6 +152,15 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             node,
         } => settings::restore(&on, &module, node.as_deref(), revision, now)?,
     };
+    if !answer.refused() {
+        // What the nodes should run changed: their intents are composed again.
+        env.runtime
+            .block_on(mesh_controller::intent::keep_current_logged(
+                &env.home,
+                env.store(),
+                "a settings change",
+            ));
+    }
     match env.output {
         Output::Json => env.print_json(&answer)?,
         Output::Text => print!("{}", render::settings_answer(&answer)),

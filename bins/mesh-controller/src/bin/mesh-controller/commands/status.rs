@@ -79,6 +79,12 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     if args.watch {
         return watch(env, &options);
     }
+    // What each node should run, composed again only when its inputs changed.
+    env.runtime
+        .block_on(mesh_controller::intent::current_for_status(
+            &env.home,
+            env.mesh.store(),
+        ));
     let now = mesh_store::clock::now();
     let mut status = status::overview_with(&env.home, now, &options)?;
     // The merges waiting on the daemon's consumer, read from the bus: known while the daemon
@@ -115,6 +121,11 @@ fn watch(env: &super::Env, options: &status::StatusOptions) -> Result<ExitCode> 
     let terminal = std::io::stdout().is_terminal();
     let mut last: Option<status::Overview> = None;
     loop {
+        env.runtime
+            .block_on(mesh_controller::intent::current_for_status(
+                &env.home,
+                env.mesh.store(),
+            ));
         let now = mesh_store::clock::now();
         let overview = status::overview_with(&env.home, now, options)?;
         let mut out = std::io::stdout().lock();

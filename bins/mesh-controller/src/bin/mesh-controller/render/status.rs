@@ -154,6 +154,7 @@ fn plans_status(overview: &Overview) -> String {
             }
         }
     }
+    out.push_str(&pending(&overview.pending));
     if overview.held.iter().any(|held| !held.orphans.is_empty()) {
         out.push_str(
             "held for orphaned settings (`settings rename MODULE OLD NEW`, or `settings set … \
@@ -323,6 +324,36 @@ fn plans_status(overview: &Overview) -> String {
     out
 }
 
+/// The pending nodes: each with what differs from what it was sent and what sends it.
+fn pending(pending: &[mesh_controller::status::pending::PendingNode]) -> String {
+    let mut out = String::new();
+    if pending.is_empty() {
+        return out;
+    }
+    out.push_str("pending (what each should run differs from what it was sent):\n");
+    for node in pending {
+        let _ = writeln!(
+            out,
+            "  {}: intent {}, sent {}",
+            node.node,
+            short(&node.intent),
+            node.sent.as_deref().map_or("nothing", short),
+        );
+        for difference in &node.differences {
+            let _ = writeln!(out, "    {difference}");
+        }
+        let _ = writeln!(
+            out,
+            "    {}",
+            match &node.plan {
+                Some(_) => node.command.clone(),
+                None => format!("nothing will send it; `{}` does", node.command),
+            }
+        );
+    }
+    out
+}
+
 /// A problem's module and attempts, when it counts them ("; at `site`, attempt 3").
 fn problem_attempts(problem: &mesh_store::problems::Problem) -> String {
     let mut out = String::new();
@@ -357,6 +388,7 @@ mod status_tests {
             node: name.into(),
             bus_node: name == "control",
             modules: ["site".to_owned()].into(),
+            intent: Some(report.declaration.clone()),
             sent: Some(report.declaration.clone()),
             report: Some(report),
             current: true,
@@ -553,6 +585,7 @@ mod status_tests {
                 reverted: None,
             }],
             attention: Vec::new(),
+            pending: Vec::new(),
             held: Vec::new(),
             on_passwords: vec!["laptop".into()],
             daemon: None,
@@ -619,12 +652,86 @@ mod status_tests {
             nodes_behind: Vec::new(),
             stopped: Vec::new(),
             attention: Vec::new(),
+            pending: Vec::new(),
             held: Vec::new(),
             on_passwords: Vec::new(),
             daemon: None,
             problems: Vec::new(),
         };
         overview.attention = attention(&overview.nodes);
+        insta::assert_snapshot!(super::status(&overview));
+    }
+
+    /// A pending node is named with what differs from what it was sent and what sends it: an
+    /// open plan's rollout, or `push NODE` when nothing will.
+    #[test]
+    fn status_names_each_pending_node_with_what_differs_and_what_sends_it() {
+        use mesh_controller::status::pending::{Difference, PendingNode};
+        let digest = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+        let mut alpha = node(
+            "alpha",
+            report(serde_json::json!({
+                "format": 1, "node": "alpha", "declaration": digest('a'),
+                "machine": "converged", "resources": {},
+                "started-at": 1001, "finished-at": 1001
+            })),
+        );
+        alpha.intent = Some(digest('b'));
+        let overview = Overview {
+            nodes: vec![alpha],
+            open_plans: Vec::new(),
+            behind: Vec::new(),
+            nodes_behind: Vec::new(),
+            stopped: Vec::new(),
+            attention: Vec::new(),
+            pending: vec![
+                PendingNode {
+                    node: "alpha".into(),
+                    intent: digest('b'),
+                    sent: Some(digest('a')),
+                    differences: vec![
+                        Difference::Build {
+                            module: "web".into(),
+                            sent: Some(digest('c')),
+                            deployed: Some(digest('d')),
+                        },
+                        Difference::Settings {
+                            module: "base".into(),
+                        },
+                        Difference::Secrets {
+                            module: "db".into(),
+                        },
+                        Difference::ModuleRemoved {
+                            module: "old".into(),
+                        },
+                    ],
+                    plan: None,
+                    command: "push alpha".into(),
+                },
+                PendingNode {
+                    node: "gamma".into(),
+                    intent: digest('e'),
+                    sent: None,
+                    differences: vec![Difference::NeverSent],
+                    plan: Some("plan-7".into()),
+                    command: "plan-7's rollout sends it".into(),
+                },
+                PendingNode {
+                    node: "delta".into(),
+                    intent: digest('f'),
+                    sent: Some(digest('0')),
+                    differences: vec![Difference::ModuleNotSent {
+                        module: "web".into(),
+                    }],
+                    plan: None,
+                    command: "push delta".into(),
+                },
+            ],
+            held: Vec::new(),
+            on_passwords: Vec::new(),
+            daemon: None,
+            problems: Vec::new(),
+        };
         insta::assert_snapshot!(super::status(&overview));
     }
 }
