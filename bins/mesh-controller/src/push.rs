@@ -89,11 +89,15 @@ pub enum NodeResult {
         /// The node's report (boxed: a report is far larger than the other results).
         report: Box<Report>,
     },
-    /// Not sent: the push would move a running container's data (the rule “A moved mount is held”);
-    /// `push --move MODULE` sends it.
+    /// Not sent: the push would move a running container's data (the rule “A moved mount is held”;
+    /// allowing the module's move sends it), or take a module back to an older build than the
+    /// node runs (allowing the module's downgrade sends it).
     Held {
         /// The moves nobody acknowledged.
         moves: Vec<mesh_plan::Move>,
+        /// The downgrades nobody allowed.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        downgrades: Vec<crate::executor::downgrade::Downgrade>,
     },
     /// The declaration was sent and no report came in time.
     NoReport {
@@ -114,19 +118,31 @@ pub struct PushResult {
     pub result: NodeResult,
 }
 
+/// Why a push held a node: the moves and the downgrades nobody allowed.
+#[derive(Debug, Clone, Default)]
+pub struct Held {
+    /// The moves of running containers' data.
+    pub moves: Vec<mesh_plan::Move>,
+    /// The modules taken back to an older build.
+    pub downgrades: Vec<crate::executor::downgrade::Downgrade>,
+}
+
 /// A push's results, node by node (sorted): the held ones, then each sent declaration with
 /// the report heard for it, or "no report" after `timeout`.
 pub fn results(
-    held: BTreeMap<String, Vec<mesh_plan::Move>>,
+    held: BTreeMap<String, Held>,
     declarations: &[Declaration],
     mut heard: BTreeMap<String, Report>,
     timeout: Duration,
 ) -> Vec<PushResult> {
     let mut results: Vec<PushResult> = held
         .into_iter()
-        .map(|(node, moves)| PushResult {
+        .map(|(node, held)| PushResult {
             node,
-            result: NodeResult::Held { moves },
+            result: NodeResult::Held {
+                moves: held.moves,
+                downgrades: held.downgrades,
+            },
         })
         .collect();
     results.extend(declarations.iter().map(|declaration| {

@@ -26,13 +26,14 @@ pub mod cancel;
 pub mod fleet;
 
 mod actions;
+pub mod downgrade;
 mod push;
 pub(crate) mod retry;
 mod rollout;
 mod saved;
 pub(crate) mod sealed;
 
-pub use push::{push, push_telling};
+pub use push::{push, push_allowing, push_telling};
 pub use rollout::{roll_out, rollout_catalogue};
 pub use sealed::HostStateDir;
 

@@ -67,6 +67,34 @@ pub async fn push_telling(
     timeout: Duration,
     progress: &dyn crate::Progress,
 ) -> Result<Vec<PushResult>> {
+    push_allowing(
+        home,
+        fleet,
+        checked,
+        nodes,
+        (allowed_moves, &BTreeSet::new()),
+        timeout,
+        progress,
+    )
+    .await
+}
+
+/// [`push_telling`], the modules in `allowed_downgrades` sent to nodes that run a newer build
+/// of them (a stopped rollout's, [`super::downgrade`]); any other such node is held, naming
+/// both builds.
+///
+/// # Errors
+/// As [`push`].
+pub async fn push_allowing(
+    home: &Home,
+    fleet: &mut dyn Fleet,
+    checked: &Checked,
+    nodes: &[String],
+    (allowed_moves, allowed_downgrades): (&BTreeSet<String>, &BTreeSet<String>),
+    timeout: Duration,
+    progress: &dyn crate::Progress,
+) -> Result<Vec<PushResult>> {
+    let builds = super::downgrade::Builds::read(home)?;
     let mut executor = Executor::new(home, fleet, progress, allowed_moves);
     let inventory = home.inventory()?;
     executor.prepare(&checked.0, &inventory)?;
@@ -76,29 +104,62 @@ pub async fn push_telling(
     if users_change.is_some() && !named.contains(&bus_node) {
         named.push(bus_node.clone());
     }
-    let mut held: BTreeMap<String, Vec<mesh_plan::Move>> = BTreeMap::new();
+    let mut held: BTreeMap<String, crate::push::Held> = BTreeMap::new();
     let mut declarations = Vec::new();
     for declaration in crate::push::compose_nodes(home, checked, &named)? {
         let declaration = dressed(executor.fleet(), declaration);
+        let downgrades: Vec<super::downgrade::Downgrade> =
+            match home.sent().get(&declaration.node)? {
+                Some(sent) => builds
+                    .downgrades(&sent, &declaration)
+                    .into_iter()
+                    .filter(|d| !allowed_downgrades.contains(&d.module))
+                    .collect(),
+                None => Vec::new(),
+            };
         match decide(home, &declaration, allowed_moves)? {
-            PushDecision::Send { .. } => {
+            PushDecision::Send { .. } if downgrades.is_empty() => {
                 declarations.push(super::named_send(Outgoing::new(declaration))?);
             }
+            PushDecision::Send { .. } => {
+                held.insert(
+                    declaration.node.clone(),
+                    crate::push::Held {
+                        moves: Vec::new(),
+                        downgrades,
+                    },
+                );
+            }
             PushDecision::Hold { moves } => {
-                held.insert(declaration.node.clone(), moves);
+                held.insert(
+                    declaration.node.clone(),
+                    crate::push::Held { moves, downgrades },
+                );
             }
         }
     }
     let now = mesh_store::clock::now();
-    for (node, moves) in &held {
+    for (node, hold) in &held {
+        let why = match (hold.moves.is_empty(), hold.downgrades.is_empty()) {
+            (false, true) => "it would move a running container's data; push again allowing \
+                              its module's move to move it"
+                .to_owned(),
+            (true, false) => "it would take a module back to an older build than it runs; \
+                              push again allowing that module's downgrade to send it"
+                .to_owned(),
+            _ => "it would move a running container's data and take a module back to an older \
+                  build; push again allowing both to send it"
+                .to_owned(),
+        };
         home.problems().record(
             ProblemKind::HeldPush,
             node,
-            &format!(
-                "a push to `{node}` is held: it would move a running container's data; push \
-                 again allowing its module's move to move it"
-            ),
-            moves.iter().map(ToString::to_string).collect(),
+            &format!("a push to `{node}` is held: {why}"),
+            hold.moves
+                .iter()
+                .map(ToString::to_string)
+                .chain(hold.downgrades.iter().map(ToString::to_string))
+                .collect(),
             now,
         )?;
     }

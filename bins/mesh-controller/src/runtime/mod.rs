@@ -76,15 +76,20 @@ pub struct DriveOptions {
 pub struct PushOptions {
     /// Modules whose running containers' data may move, as [`MergeOptions::moves`].
     pub moves: BTreeSet<String>,
+    /// Modules a node may be taken back to an older build of than it runs (a stopped
+    /// rollout's build, [`crate::executor::downgrade`]); any other such node is held.
+    pub downgrades: BTreeSet<String>,
     /// How long each node's report is waited for.
     pub timeout: Duration,
 }
 
 impl Default for PushOptions {
-    /// Nothing may move; each node's report is waited for [`PushOptions::DEFAULT_TIMEOUT`].
+    /// Nothing may move or go back; each node's report is waited for
+    /// [`PushOptions::DEFAULT_TIMEOUT`].
     fn default() -> PushOptions {
         PushOptions {
             moves: BTreeSet::new(),
+            downgrades: BTreeSet::new(),
             timeout: PushOptions::DEFAULT_TIMEOUT,
         }
     }
@@ -450,14 +455,18 @@ impl Runtime {
         nodes: &[String],
         options: &PushOptions,
     ) -> Result<Vec<PushResult>> {
-        let PushOptions { moves, timeout } = options;
+        let PushOptions {
+            moves,
+            downgrades,
+            timeout,
+        } = options;
         let mut started = self.mesh.start_fleet().await?;
-        crate::executor::push_telling(
+        crate::executor::push_allowing(
             self.mesh.home(),
             started.fleet(),
             checked,
             nodes,
-            moves,
+            (moves, downgrades),
             *timeout,
             self.progress.as_ref(),
         )

@@ -710,6 +710,75 @@ fn a_stopped_plan_is_retried_once_its_cause_is_fixed_and_completes() {
     assert!(refused.contains("is not stopped (it is done)"), "{refused}");
 }
 
+/// A push that would take a node back to an older build than it runs — the first machine of a
+/// stopped rollout, left on its build — is held naming both builds; the other nodes go ahead,
+/// and allowing the module's downgrade sends it.
+#[test]
+fn a_push_that_would_take_a_node_back_to_an_older_build_is_held_until_allowed() {
+    let (mesh, repo) = first_commit_merged();
+    repo.write(&[
+        (
+            "modules/site/module.toml",
+            "name = \"site\"\n\n[files.page]\nsource = \"files/index.html\"\npath = \"/srv/www/index.html\"\n\n[memberships.audio]\naccount = \"alice\"\ngroup = \"audio\"\n",
+        ),
+        ("modules/site/files/index.html", "v2\n"),
+    ]);
+    repo.commit("site: v2, alice plays audio");
+    let out = merge_stopping(&mesh);
+    assert!(out.contains("stopped at `control`"), "{out}");
+    // `control` runs the stopped rollout's build: its page is v2.
+    assert_eq!(read(&mesh, "control", "srv/www/index.html"), "v2\n");
+
+    let pushed = mesh.library().push_all().unwrap();
+    assert_eq!(
+        pushed.verdict,
+        Verdict::Held,
+        "{}{}",
+        pushed.lines,
+        pushed.json
+    );
+    let results: Value = pushed.json.clone();
+    let control = results
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["node"] == "control")
+        .unwrap();
+    assert_eq!(control["result"], "held", "{results:#}");
+    let downgrade = &control["downgrades"][0];
+    assert_eq!(downgrade["module"], "site", "{results:#}");
+    assert_eq!(downgrade["runs-plan"], "plan-2", "{results:#}");
+    assert_ne!(downgrade["runs"], downgrade["would-send"], "{results:#}");
+    // Nothing was sent to it; the others went ahead.
+    assert_eq!(read(&mesh, "control", "srv/www/index.html"), "v2\n");
+    for node in ["home", "laptop"] {
+        let result = results
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["node"] == node)
+            .unwrap();
+        assert_eq!(result["result"], "reported", "{results:#}");
+    }
+    // `status` names the held push as a problem, both builds with it.
+    let status = mesh.library().status();
+    let said = status.document.clone();
+    assert!(
+        said.contains("would take a module back to an older build"),
+        "{said}"
+    );
+
+    let pushed = mesh.library().push_all_downgrading(&["site"]).unwrap();
+    assert_eq!(
+        pushed.verdict,
+        Verdict::Converged,
+        "{}{}",
+        pushed.lines,
+        pushed.json
+    );
+    assert_eq!(read(&mesh, "control", "srv/www/index.html"), "v1\n");
+}
+
 /// A stopped plan a newer plan of its repository and branch came after is not retried: it would
 /// roll its older commit over the newer one.
 #[test]

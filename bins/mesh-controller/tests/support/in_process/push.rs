@@ -70,7 +70,12 @@ impl Library {
     /// `push NODE… --move MODULE…`.
     pub fn push_moving(&self, nodes: &[&str], moves: &[&str]) -> Result<Pushed, String> {
         let nodes = nodes.iter().map(|n| (*n).to_owned()).collect();
-        self.push_to(nodes, false, moves, PUSH_TIMEOUT)
+        self.push_to(nodes, false, (moves, &[]), PUSH_TIMEOUT)
+    }
+
+    /// `push --all --downgrade MODULE…`.
+    pub fn push_all_downgrading(&self, downgrades: &[&str]) -> Result<Pushed, String> {
+        self.push_to(Vec::new(), true, (&[], downgrades), PUSH_TIMEOUT)
     }
 
     /// `push NODE… [--move MODULE…] --timeout SECONDS`: each node's report waited for
@@ -82,7 +87,7 @@ impl Library {
         timeout: Duration,
     ) -> Result<Pushed, String> {
         let nodes = nodes.iter().map(|n| (*n).to_owned()).collect();
-        self.push_to(nodes, false, moves, timeout)
+        self.push_to(nodes, false, (moves, &[]), timeout)
     }
 
     /// `push --all`.
@@ -92,14 +97,14 @@ impl Library {
 
     /// `push --all --timeout SECONDS`: each node's report waited for `timeout`.
     pub fn push_all_within(&self, timeout: Duration) -> Result<Pushed, String> {
-        self.push_to(Vec::new(), true, &[], timeout)
+        self.push_to(Vec::new(), true, (&[], &[]), timeout)
     }
 
     fn push_to(
         &self,
         nodes: Vec<String>,
         all: bool,
-        moves: &[&str],
+        (moves, downgrades): (&[&str], &[&str]),
         timeout: Duration,
     ) -> Result<Pushed, String> {
         let inventory = self.home().inventory().map_err(|e| said(&e))?;
@@ -113,6 +118,7 @@ impl Library {
                 &nodes,
                 &PushOptions {
                     moves: set(moves),
+                    downgrades: set(downgrades),
                     timeout,
                 },
             ))

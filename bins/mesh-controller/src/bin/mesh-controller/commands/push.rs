@@ -19,6 +19,10 @@ use std::process::ExitCode;
 /// module's deployed build — and says so on standard error ("read …"); `--behind --output
 /// json` names it under `read`.
 ///
+/// A node that runs a newer build of a module than the push would send it (a stopped rollout's)
+/// is held, naming both builds, unless `--downgrade MODULE` allows it, as a node whose
+/// container's data would move is held unless `--move MODULE` allows it.
+///
 /// Exit codes: 0 every node converged (`--behind`: the plans went as far as their builds,
 /// and the nodes behind converged); 1 error; 2 refused or held; 3 some node did not converge
 /// (`--behind`: or a plan stopped).
@@ -33,6 +37,11 @@ pub struct Args {
     /// (its data moving); without it such a node's push is held. Repeatable.
     #[arg(long = "move", value_name = "MODULE")]
     moves: Vec<String>,
+    /// Send a module to nodes that run a newer build of it than the push sends (a stopped
+    /// rollout's, left on the nodes it reached): without it such a node's push is held,
+    /// naming both builds — a push would otherwise take it back without a word. Repeatable.
+    #[arg(long = "downgrade", value_name = "MODULE")]
+    downgrades: Vec<String>,
     /// Seconds to wait for each node's report.
     #[arg(long, default_value_t = 120)]
     timeout: u64,
@@ -71,6 +80,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
                 &behind.running,
                 &runtime::PushOptions {
                     moves,
+                    downgrades: super::Env::moves(&args.downgrades),
                     timeout: std::time::Duration::from_secs(args.timeout),
                 },
             ))?
@@ -122,6 +132,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         &nodes,
         &runtime::PushOptions {
             moves,
+            downgrades: super::Env::moves(&args.downgrades),
             timeout: std::time::Duration::from_secs(args.timeout),
         },
     ))?;

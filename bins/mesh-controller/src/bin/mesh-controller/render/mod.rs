@@ -293,13 +293,22 @@ pub fn push(results: &[PushResult]) -> String {
                     out.push_str(&finding_line(finding));
                 }
             }
-            NodeResult::Held { moves } => {
-                out.push_str(
-                    &mesh_plan::PushDecision::Hold {
-                        moves: moves.clone(),
-                    }
-                    .render_text(&result.node),
-                );
+            NodeResult::Held { moves, downgrades } => {
+                if !moves.is_empty() {
+                    out.push_str(
+                        &mesh_plan::PushDecision::Hold {
+                            moves: moves.clone(),
+                        }
+                        .render_text(&result.node),
+                    );
+                }
+                for downgrade in downgrades {
+                    let _ = writeln!(
+                        out,
+                        "{}: held: {downgrade}; `--downgrade {}` sends it",
+                        result.node, downgrade.module
+                    );
+                }
             }
             NodeResult::NoReport {
                 declaration,
