@@ -97,7 +97,7 @@ pub enum NodeResult {
         moves: Vec<mesh_plan::Move>,
         /// The downgrades nobody allowed.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        downgrades: Vec<crate::executor::downgrade::Downgrade>,
+        downgrades: Vec<Downgrade>,
     },
     /// The declaration was sent and no report came in time.
     NoReport {
@@ -118,13 +118,43 @@ pub struct PushResult {
     pub result: NodeResult,
 }
 
+/// A module a push would take back to an older build.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Downgrade {
+    /// The module.
+    pub module: String,
+    /// The build the node runs (the newer), and the plan that built it.
+    pub runs: String,
+    /// The plan whose build it runs.
+    pub runs_plan: String,
+    /// The build the push would send (the older; `None`: the home's catalogue, no build).
+    pub would_send: Option<String>,
+}
+
+impl std::fmt::Display for Downgrade {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "`{}` would go back from build {} ({}) to {}",
+            self.module,
+            mesh_host::short(&self.runs),
+            self.runs_plan,
+            match &self.would_send {
+                Some(build) => format!("build {}, older", mesh_host::short(build)),
+                None => "the home's catalogue".to_owned(),
+            }
+        )
+    }
+}
+
 /// Why a push held a node: the moves and the downgrades nobody allowed.
 #[derive(Debug, Clone, Default)]
 pub struct Held {
     /// The moves of running containers' data.
     pub moves: Vec<mesh_plan::Move>,
     /// The modules taken back to an older build.
-    pub downgrades: Vec<crate::executor::downgrade::Downgrade>,
+    pub downgrades: Vec<Downgrade>,
 }
 
 /// A push's results, node by node (sorted): the held ones, then each sent declaration with

@@ -11,39 +11,9 @@
 use crate::error::Result;
 use crate::home::Home;
 use crate::plans::PlanRecord;
+use crate::push::Downgrade;
 use mesh_model::declaration::Declaration;
-use serde::Serialize;
 use std::collections::BTreeMap;
-
-/// A module a push would take back to an older build.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct Downgrade {
-    /// The module.
-    pub module: String,
-    /// The build the node runs (the newer), and the plan that built it.
-    pub runs: String,
-    /// The plan whose build it runs.
-    pub runs_plan: String,
-    /// The build the push would send (the older; `None`: the home's catalogue, no build).
-    pub would_send: Option<String>,
-}
-
-impl std::fmt::Display for Downgrade {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "`{}` would go back from build {} ({}) to {}",
-            self.module,
-            mesh_host::short(&self.runs),
-            self.runs_plan,
-            match &self.would_send {
-                Some(build) => format!("build {}, older", mesh_host::short(build)),
-                None => "the home's catalogue".to_owned(),
-            }
-        )
-    }
-}
 
 /// The builds the plans made, and which plan came after which: read once per push.
 pub(crate) struct Builds {

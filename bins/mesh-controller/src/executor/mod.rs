@@ -26,7 +26,7 @@ pub mod cancel;
 pub mod fleet;
 
 mod actions;
-pub mod downgrade;
+pub(crate) mod downgrade;
 mod push;
 pub(crate) mod retry;
 mod rollout;

@@ -80,7 +80,7 @@ pub async fn push_telling(
 }
 
 /// [`push_telling`], the modules in `allowed_downgrades` sent to nodes that run a newer build
-/// of them (a stopped rollout's, [`super::downgrade`]); any other such node is held, naming
+/// of them (a stopped rollout's, [`crate::push::Downgrade`]); any other such node is held, naming
 /// both builds.
 ///
 /// # Errors
@@ -108,15 +108,14 @@ pub async fn push_allowing(
     let mut declarations = Vec::new();
     for declaration in crate::push::compose_nodes(home, checked, &named)? {
         let declaration = dressed(executor.fleet(), declaration);
-        let downgrades: Vec<super::downgrade::Downgrade> =
-            match home.sent().get(&declaration.node)? {
-                Some(sent) => builds
-                    .downgrades(&sent, &declaration)
-                    .into_iter()
-                    .filter(|d| !allowed_downgrades.contains(&d.module))
-                    .collect(),
-                None => Vec::new(),
-            };
+        let downgrades: Vec<crate::push::Downgrade> = match home.sent().get(&declaration.node)? {
+            Some(sent) => builds
+                .downgrades(&sent, &declaration)
+                .into_iter()
+                .filter(|d| !allowed_downgrades.contains(&d.module))
+                .collect(),
+            None => Vec::new(),
+        };
         match decide(home, &declaration, allowed_moves)? {
             PushDecision::Send { .. } if downgrades.is_empty() => {
                 declarations.push(super::named_send(Outgoing::new(declaration))?);

@@ -77,7 +77,7 @@ pub struct PushOptions {
     /// Modules whose running containers' data may move, as [`MergeOptions::moves`].
     pub moves: BTreeSet<String>,
     /// Modules a node may be taken back to an older build of than it runs (a stopped
-    /// rollout's build, [`crate::executor::downgrade`]); any other such node is held.
+    /// rollout's build, [`crate::push::Downgrade`]); any other such node is held.
     pub downgrades: BTreeSet<String>,
     /// How long each node's report is waited for.
     pub timeout: Duration,
