@@ -19,6 +19,7 @@ mod fleet_watch;
 mod guards_with_daemon;
 mod merges_arrive;
 mod problems;
+mod retry;
 mod revert;
 mod sends_unconfirmed;
 mod status_page;
