@@ -122,3 +122,39 @@ fn a_malformed_declaration_is_refused_and_changes_nothing() {
     }
     assert_eq!(tree(dir.path()), before);
 }
+
+/// Issue 41: a state directory out of space refused the apply with "cannot write the host state
+/// at …", without the system's reason. The directory is made full by the host's fail point.
+#[test]
+fn a_hand_run_apply_whose_state_directory_is_full_says_so_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, state) = (dir.path().join("root"), dir.path().join("state"));
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n").unwrap();
+    std::fs::write(root.join("etc/group"), "root:x:0:\n").unwrap();
+    let file = dir.path().join("declaration.json");
+    std::fs::write(&file, GOOD).unwrap();
+    let full = dir.path().join("full");
+    std::fs::write(&full, "").unwrap();
+    let before = tree(&root);
+    let out = Command::new(env!("CARGO_BIN_EXE_mesh-host"))
+        .arg("--root")
+        .arg(&root)
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["apply", file.to_str().unwrap()])
+        .env(
+            "FAILPOINTS",
+            format!("{}=return({})", mesh_host::STATE_DIR_FULL, full.display()),
+        )
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("the host cannot apply: cannot write the host state at")
+            && said.contains("no space left on device"),
+        "{said}"
+    );
+    assert_eq!(tree(&root), before, "nothing under the root changed");
+}

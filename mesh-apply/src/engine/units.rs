@@ -49,12 +49,15 @@ impl<'a> Engine<'a, '_> {
             .find(|dep| !self.outcomes.get(dep).is_some_and(Outcome::took))
         {
             for member in members {
-                self.outcomes.insert(
-                    member.id.clone(),
-                    Outcome::Skipped {
+                // One a window holds still is said so: the window, not the gate, holds it (a
+                // container after its module's job, both held by a backup).
+                let outcome = match self.held_container(member) {
+                    Some(step) => Outcome::HeldStill { step },
+                    None => Outcome::Skipped {
                         gated_by: gate.clone(),
                     },
-                );
+                };
+                self.outcomes.insert(member.id.clone(), outcome);
             }
             return Ok(());
         }

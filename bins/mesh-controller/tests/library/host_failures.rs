@@ -42,7 +42,9 @@ fn a_host_whose_state_directory_is_full_says_so_stays_up_and_converges_once_free
     std::fs::write(&full, b"").unwrap();
     std::fs::write(&hello, "edited by hand\n").unwrap();
     let (code, whole, a) = wait_for(
-        "a's failure and the drift left as found in status",
+        "a's failure and the drift left as found in status (the host's fail point needs \
+         target/debug/mesh-host built with its `fail-points` feature, as building the \
+         mesh-host tests builds it: `cargo build -p mesh-host --tests`)",
         Duration::from_secs(60),
         || match status_of_a(&bed) {
             (code, whole, a)

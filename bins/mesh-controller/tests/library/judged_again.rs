@@ -1,7 +1,8 @@
 //! A container whose judgement failed stays failed until it passes: real `mesh-host serve`
 //! daemons on a real nats-server, real podman, the controller's library in process (`status`,
 //! and `/metrics` as `serve --http` answers it). The host's retries are driven by its own
-//! backoff (`--first-retry 1`); every wait is on a report or on `status` (a condition).
+//! backoff (`--first-retry 1`), and the host is started again in between; every wait is on a
+//! report (a condition).
 //! Needs podman configured as `scripts/podman-env.sh` does; fails, never skips, without it.
 
 use crate::support;
@@ -92,6 +93,49 @@ fn a_container_whose_health_check_fails_stays_failed_in_every_report_of_the_host
         }
     });
     assert_eq!(judged.machine, MachineState::Partial, "{judged:#?}");
+
+    // A host started again keeps the failed judgement (it is in its state directory): it says
+    // the container waits for its retry, naming why, then judges it again and it fails again.
+    bed.start_host_with(
+        "a",
+        &[
+            "--first-retry",
+            "1",
+            "--container-prefix",
+            &prefix,
+            "--podman-stop-timeout",
+            "0",
+        ],
+    );
+    rt.block_on(async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let message = tokio::time::timeout_at(deadline, reports.next())
+                .await
+                .expect("a fourth judgement within 120 s of the host's restart")
+                .unwrap();
+            let report = Report::from_json(&message.payload).unwrap();
+            if report.declaration != digest {
+                continue;
+            }
+            assert_ne!(report.machine, MachineState::Converged, "{report:#?}");
+            match report.resources.get("web/container/web") {
+                None if report.machine == MachineState::MidChange => {}
+                Some(Outcome::Waiting { last_reason, .. }) => {
+                    assert!(last_reason.contains("not listening"), "{report:#?}");
+                }
+                Some(Outcome::Failed {
+                    reason, attempts, ..
+                }) => {
+                    assert!(reason.contains("not listening"), "{report:#?}");
+                    if *attempts >= 4 {
+                        return;
+                    }
+                }
+                other => panic!("after the restart, not failed: {other:?}\n{report:#?}"),
+            }
+        }
+    });
 
     // `status` names it under attention, and `/metrics` counts it failed.
     let status = bed.library().status();

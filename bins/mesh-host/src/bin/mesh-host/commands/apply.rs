@@ -18,7 +18,8 @@ pub struct Args {
 }
 
 /// Applies the file with the archives its files need (the cache, then the store), and prints
-/// the report: exit 0 converged, 3 not, 2 refused.
+/// the report: exit 0 converged, 3 not, 2 refused or not applied at all (its state directory
+/// cannot be written or read: the system's reason is said).
 pub fn exec(args: &Args, cli: &Cli) -> Result<ExitCode> {
     let file = &args.file;
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
@@ -47,8 +48,16 @@ pub fn exec(args: &Args, cli: &Cli) -> Result<ExitCode> {
             mesh_host::prune_archive_cache(&config, &declaration, &mut report);
             report
         }
-        Err(error) => {
+        Err(error @ mesh_apply::ApplyError::Declaration { .. }) => {
             eprintln!("error: apply refused, nothing applied: {error}");
+            return Ok(ExitCode::from(2));
+        }
+        // The state directory cannot be written or read: said with the system's reason.
+        Err(error) => {
+            eprintln!(
+                "error: the host cannot apply: {}",
+                mesh_host::with_causes(&error)
+            );
             return Ok(ExitCode::from(2));
         }
     };
