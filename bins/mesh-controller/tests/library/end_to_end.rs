@@ -59,7 +59,10 @@ fn push_applies_under_the_sandbox_roots_and_status_reports_it() {
     // The intent's digest counts its secrets by their keyed digest: the mesh key is this run's.
     let status = match status.split_once("intent sha256:") {
         Some((before, after)) => {
-            format!("{before}intent sha256:[digest]{}", &after[12.min(after.len())..])
+            format!(
+                "{before}intent sha256:[digest]{}",
+                &after[12.min(after.len())..]
+            )
         }
         None => status,
     };
