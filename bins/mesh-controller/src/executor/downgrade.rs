@@ -29,7 +29,44 @@ impl Builds {
     /// # Errors
     /// The plans cannot be read.
     pub(crate) fn read(home: &Home) -> Result<Builds> {
-        Ok(Builds::of(&home.plans().all()?))
+        let plans = home.plans().all()?;
+        let mut builds = Builds::of(&plans);
+        // A stopped rollout's nodes whose last send is still its declaration run its build,
+        // whatever its declaration names (a module with no files names no archive). Its nodes'
+        // records are kept while it may be retried.
+        let sent = home.sent().digests()?;
+        for record in &plans {
+            if record.nodes_folded
+                || !matches!(
+                    record.plan.state,
+                    mesh_model::plan::PlanState::Stopped { .. }
+                )
+            {
+                continue;
+            }
+            for (module, rollout) in &record.plan.rollouts {
+                if !matches!(
+                    rollout.outcome,
+                    Some(mesh_model::plan::RolloutOutcome::Stopped { .. })
+                ) {
+                    continue;
+                }
+                let Some(build) = record.work.get(module).and_then(|w| w.build.as_ref()) else {
+                    continue;
+                };
+                for node in home.plans().rollout_nodes(&record.plan.id, module)? {
+                    if !node.declaration.is_empty()
+                        && sent.get(&node.node) == Some(&node.declaration)
+                    {
+                        builds.stopped.insert(
+                            (node.node.clone(), module.clone()),
+                            build.archive.digest.clone(),
+                        );
+                    }
+                }
+            }
+        }
+        Ok(builds)
     }
 
     fn of(plans: &[PlanRecord]) -> Builds {

@@ -143,7 +143,11 @@ pub fn pending(
             continue;
         };
         node.intent = Some(intent.declaration.clone());
-        if node.sent.as_deref() == Some(intent.declaration.as_str()) {
+        if node.sent.as_deref() == Some(intent.declaration.as_str())
+            || node.unconfirmed.as_deref() == Some(intent.declaration.as_str())
+        {
+            // Sent it — or wrote that it was sending it, unconfirmed: in progress until the
+            // node reports it (a send cut in two), not pending.
             continue;
         }
         let sent = match &node.sent {

@@ -172,4 +172,62 @@ fn a_rollout_stopped_by_a_held_port_is_retried_once_freed_and_each_failed_machin
     }
     let status = bed.library().status();
     assert_eq!(status.code, 0, "{:#}", status.json);
+
+    // v3 fails its health check on `b` alone: `a` takes it, `b` fails and is sent back v2,
+    // and the rollout stops there. A push now would take `a` back to v2, the deployed build:
+    // it is held, naming both builds, and the others go ahead; allowing `app`'s downgrade
+    // sends it.
+    repo.write(&[("modules/app/module.toml", &app_v3(ports[1]))]);
+    repo.commit("app: v3, unhealthy on b");
+    let out = bed.library().merge_expecting("cat", 3);
+    assert!(out.contains("stopped at `b`"), "{out}");
+    assert_eq!(answer(ports[0]).as_deref(), Some("v3"));
+    let pushed = bed.library().push_all().unwrap();
+    let a = result_of(&pushed.json, "a");
+    assert_eq!(a["result"], "held", "{:#}", pushed.json);
+    assert_eq!(a["downgrades"][0]["module"], "app", "{a:#}");
+    assert_eq!(a["downgrades"][0]["runs-plan"], "plan-3", "{a:#}");
+    assert_eq!(
+        result_of(&pushed.json, "c")["result"],
+        "reported",
+        "{:#}",
+        pushed.json
+    );
+    assert_eq!(
+        answer(ports[0]).as_deref(),
+        Some("v3"),
+        "`a` was not sent v2"
+    );
+    let pushed = bed.library().push_all_downgrading(&["app"]).unwrap();
+    assert_eq!(
+        result_of(&pushed.json, "a")["result"],
+        "reported",
+        "{:#}",
+        pushed.json
+    );
+    assert_eq!(
+        answer(ports[0]).as_deref(),
+        Some("v2"),
+        "`a` was sent the deployed v2"
+    );
+}
+
+/// `app` v3: serving v3, its health check failing on the node whose port is `unhealthy`.
+fn app_v3(unhealthy: u16) -> String {
+    format!(
+        "{}health = {{ command = [\"sh\", \"-c\", \"test {{{{port}}}} -ne {unhealthy}\"], \
+         within = \"10s\" }}\n",
+        app_module(Some("v3"))
+    )
+}
+
+/// What a push said of `node`.
+fn result_of(pushed: &Value, node: &str) -> Value {
+    pushed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["node"] == node)
+        .unwrap_or_else(|| panic!("no {node}: {pushed:#}"))
+        .clone()
 }

@@ -61,9 +61,12 @@ fn a_push_killed_between_writing_a_send_and_recording_it_leaves_status_reading_t
         .find(|n| n["node"] == "a")
         .unwrap()["sent"]
         .clone();
+    // A change of `agent`, which `a` alone runs: what `a` should run differs, nothing else.
     write(
-        &bed.home.path().join("catalogue/modules/base/files/hello"),
-        "hello again\n",
+        &bed.home
+            .path()
+            .join("catalogue/modules/agent/files/agent.conf"),
+        "agent again\n",
     );
 
     // Killed once the send is written, before it is published: `a` never hears it. Its next
@@ -81,8 +84,8 @@ fn a_push_killed_between_writing_a_send_and_recording_it_leaves_status_reading_t
     assert_eq!(a["report"]["declaration"], old, "{a:#}");
     assert_eq!(code, 2, "a send unconfirmed is in progress: {a:#}");
     assert_eq!(
-        std::fs::read_to_string(bed.root("a").join("etc/mesh/hello")).unwrap(),
-        "hello, fleet\n"
+        std::fs::read_to_string(bed.root("a").join("etc/agent.conf")).unwrap(),
+        "interval = 5\n"
     );
 
     // Killed once the bus took it, before it was recorded sent: `a` applies it, and its report
@@ -105,8 +108,8 @@ fn a_push_killed_between_writing_a_send_and_recording_it_leaves_status_reading_t
     assert_eq!(a["current"], true, "{a:#}");
     assert!(a.get("unconfirmed").is_none(), "{a:#}");
     assert_eq!(
-        std::fs::read_to_string(bed.root("a").join("etc/mesh/hello")).unwrap(),
-        "hello again\n"
+        std::fs::read_to_string(bed.root("a").join("etc/agent.conf")).unwrap(),
+        "agent again\n"
     );
     let status = bed.library().status();
     assert_eq!(status.code, 0, "{}", status.document);

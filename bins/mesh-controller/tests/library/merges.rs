@@ -938,7 +938,8 @@ fn a_stopped_module_holds_back_its_dependents_and_the_others_go_on() {
 }
 
 /// A stopped rollout stays in `status` until a later plan finishes the module or a person
-/// closes a later plan that took it in; a push sends what the mesh runs (the deployed builds).
+/// closes a later plan that took it in; a push sends what the mesh runs (the deployed builds) —
+/// to the node the rollout left on its newer build, once its downgrade is allowed.
 #[test]
 fn a_stopped_rollout_stays_in_status_until_a_person_settles_it() {
     let (mesh, repo) = first_commit_merged();
@@ -961,9 +962,16 @@ fn a_stopped_rollout_stays_in_status_until_a_person_settles_it() {
         .plans_close("plan-3", "v3 next week")
         .unwrap();
     assert_eq!(stopped(&mesh), 0);
-    // control still holds the failed new build; a push sends it what the mesh runs.
+    // control still holds the failed new build; a push would take it back to what the mesh
+    // runs, older: held, until the downgrade is allowed.
     assert_eq!(read(&mesh, "control", "srv/www/index.html"), "v2\n");
     let pushed = mesh.library().push(&["control"]).unwrap();
+    assert_eq!(pushed.verdict, Verdict::Held, "{}", pushed.json);
+    assert_eq!(read(&mesh, "control", "srv/www/index.html"), "v2\n");
+    let pushed = mesh
+        .library()
+        .push_downgrading(&["control"], &["site"])
+        .unwrap();
     assert_eq!(pushed.verdict, Verdict::Converged, "{}", pushed.json);
     assert_eq!(read(&mesh, "control", "srv/www/index.html"), "v1\n");
 }

@@ -73,6 +73,12 @@ impl Library {
         self.push_to(nodes, false, (moves, &[]), PUSH_TIMEOUT)
     }
 
+    /// `push NODE… --downgrade MODULE…`.
+    pub fn push_downgrading(&self, nodes: &[&str], downgrades: &[&str]) -> Result<Pushed, String> {
+        let nodes = nodes.iter().map(|n| (*n).to_owned()).collect();
+        self.push_to(nodes, false, (&[], downgrades), PUSH_TIMEOUT)
+    }
+
     /// `push --all --downgrade MODULE…`.
     pub fn push_all_downgrading(&self, downgrades: &[&str]) -> Result<Pushed, String> {
         self.push_to(Vec::new(), true, (&[], downgrades), PUSH_TIMEOUT)
