@@ -222,6 +222,9 @@ pub async fn serve(
                 _ = &mut shutdown => return Ok(()),
                 () = beat(&bus, home, &machine, options, &drives) => {}
             }
+            // What the nodes should run, composed again when an input changed by a path that
+            // did not (an inventory edited by hand): the status page reads it.
+            crate::intent::keep_current_logged(home, runtime.mesh().store(), "the daemon").await;
         }
         let heard = tokio::select! {
             _ = &mut shutdown => return Ok(()),

@@ -136,16 +136,20 @@ pub fn pending(
     running: &dyn Fn(&str) -> bool,
     plans: &[PlanRecord],
 ) -> Result<Vec<PendingNode>> {
-    let builds = Builds::read(home, plans)?;
+    let mut builds = None;
     let mut out = Vec::new();
     for node in nodes.iter_mut() {
         let Some(intent) = intents.get(&node.node) else {
             continue;
         };
         node.intent = Some(intent.declaration.clone());
-        if node.sent.as_deref() == Some(intent.declaration.as_str()) {
+        if node.sent.as_ref() == Some(&intent.declaration) {
             continue;
         }
+        let builds = match &builds {
+            Some(builds) => builds,
+            None => builds.insert(Builds::read(home, plans)?),
+        };
         let sent = match &node.sent {
             Some(digest) => home.sent().declaration(digest)?,
             None => None,
@@ -162,7 +166,7 @@ pub fn pending(
         }
         let differences = match &sent {
             None => vec![Difference::NeverSent],
-            Some(sent) => differences(intent, sent, &builds),
+            Some(sent) => differences(intent, sent, builds),
         };
         if differences.is_empty() {
             // It differs only by modules no catalogue the nodes run has: not judged.
