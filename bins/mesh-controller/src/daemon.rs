@@ -22,6 +22,10 @@ pub use crate::bus::announce::MERGE_CONSUMER;
 /// How long one turn of the daemon's loop waits for a merge.
 const TURN: Duration = Duration::from_secs(1);
 
+/// How often the daemon makes the intents current ([`crate::intent::keep_current`]) besides
+/// after each drive.
+const INTENTS_EVERY: Duration = Duration::from_secs(60);
+
 /// The subject of the merge problem an unreadable merge announcement is: cleared when a
 /// readable one is heard.
 pub(crate) const UNREADABLE_ANNOUNCEMENT: &str = "unreadable-announcement";
@@ -193,6 +197,7 @@ pub async fn serve(
     let mut drives = Drives::new(options.max_drives);
     let machine = machine_name();
     let mut last_beat: Option<tokio::time::Instant> = None;
+    let mut last_intents: Option<tokio::time::Instant> = None;
     let mut collections = collect::Collections::new(
         options.collect_every,
         options.keep_plans,
@@ -222,6 +227,13 @@ pub async fn serve(
                 _ = &mut shutdown => return Ok(()),
                 () = beat(&bus, home, &machine, options, &drives) => {}
             }
+        }
+        // What the nodes should run, composed again when an input changed by a path that did
+        // not (an inventory edited by hand): the status page reads it. Its inputs' fingerprint
+        // reads every settings layer, so once a minute.
+        if last_intents.is_none_or(|at| at.elapsed() >= INTENTS_EVERY) {
+            last_intents = Some(tokio::time::Instant::now());
+            crate::intent::keep_current_logged(home, runtime.mesh().store(), "the daemon").await;
         }
         let heard = tokio::select! {
             _ = &mut shutdown => return Ok(()),

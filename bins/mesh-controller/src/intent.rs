@@ -17,7 +17,9 @@
 //! on both sides ([`without_users_file`]).
 //!
 //! # Layout
-//! `intents/nodes/<node>.json`: an [`IntentRecord`]; `intents/fingerprint.json`: a
+//! `intents/nodes/<n>.json`: an [`IntentsRecord`], the [`IntentRecord`]s of consecutive nodes in
+//! node order, as many as fit in [`INTENTS_RECORD_BYTES`] (so a status reads a few records, not
+//! one a node, and a change to every intent writes as few); `intents/fingerprint.json`: a
 //! [`FingerprintRecord`]. Both the controller's own, versioned.
 //!
 //! # Guarantees
@@ -41,8 +43,22 @@ pub const INTENT_FORMAT: u32 = 1;
 /// The key of the intents' fingerprint.
 const FINGERPRINT_KEY: &str = "intents/fingerprint.json";
 
-/// The directory of the nodes' intents.
+/// The directory of the nodes' intents, many nodes a record.
 const NODES_DIR: &str = "intents/nodes";
+
+/// How many bytes of intents one record of `intents/nodes/` holds at most (a node's own is
+/// never split): far under a record's 64 KiB.
+pub const INTENTS_RECORD_BYTES: usize = 48 * 1024;
+
+/// The intents of consecutive nodes (disk format, version [`INTENT_FORMAT`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct IntentsRecord {
+    /// Format version.
+    pub format: u32,
+    /// Each node's intent, in node order.
+    pub nodes: Vec<IntentRecord>,
+}
 
 /// One node's intent (disk format, version [`INTENT_FORMAT`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,17 +114,17 @@ impl Home {
 }
 
 impl IntentStore<'_> {
-    /// Every node's intent, by node: one listing, not a read per node. A record that does not
-    /// read is left out (its node's intent is then unknown, and the next refresh writes it).
+    /// Every node's intent, by node: the few records of `intents/nodes/`. A record that does not
+    /// read leaves its nodes out (their intents unknown until the next refresh writes them).
     ///
     /// # Errors
     /// The records cannot be listed.
     pub fn all(&self) -> Result<BTreeMap<String, IntentRecord>> {
         let mut all = BTreeMap::new();
         for (_, bytes) in self.home.records().values_under(NODES_DIR)? {
-            if let Ok(record) = serde_json::from_slice::<IntentRecord>(&bytes) {
+            if let Ok(record) = serde_json::from_slice::<IntentsRecord>(&bytes) {
                 if record.format == INTENT_FORMAT {
-                    all.insert(record.node.clone(), record);
+                    all.extend(record.nodes.into_iter().map(|n| (n.node.clone(), n)));
                 }
             }
         }
@@ -293,6 +309,7 @@ async fn refresh_at(home: &Home, store: &dyn ArchiveStore, fingerprint: String) 
         .assignments
         .retain(|module, _| catalogue.module(module).is_some());
     let nodes: Vec<String> = inventory.file.nodes.keys().cloned().collect();
+    let kept = home.intents().all()?;
     let mut intents = intents_of(&catalogue, &inventory, &nodes);
     for (module, nodes) in unknown {
         for node in nodes {
@@ -301,25 +318,7 @@ async fn refresh_at(home: &Home, store: &dyn ArchiveStore, fingerprint: String) 
             }
         }
     }
-    let kept = home.intents().all()?;
-    let mut changed = Vec::new();
-    for record in intents.values() {
-        if kept.get(&record.node) != Some(record) {
-            changed.push((
-                format!("{NODES_DIR}/{}.json", record.node),
-                serde_json::to_vec_pretty(record)?,
-            ));
-        }
-    }
-    home.put_many(&changed)?;
-    let gone: Vec<String> = kept
-        .keys()
-        .filter(|node| !intents.contains_key(*node))
-        .map(|node| format!("{NODES_DIR}/{node}.json"))
-        .collect();
-    if !gone.is_empty() {
-        home.records().delete_many(&gone)?;
-    }
+    write_intents(home, &intents)?;
     home.put_json(
         FINGERPRINT_KEY,
         &FingerprintRecord {
@@ -328,10 +327,58 @@ async fn refresh_at(home: &Home, store: &dyn ArchiveStore, fingerprint: String) 
             nodes: intents.len(),
         },
     )?;
+    let changed = intents
+        .iter()
+        .filter(|(node, record)| kept.get(*node) != Some(*record))
+        .count()
+        + kept
+            .keys()
+            .filter(|node| !intents.contains_key(*node))
+            .count();
     Ok(Kept::Recomposed {
         nodes: intents.len(),
-        changed: changed.len() + gone.len(),
+        changed,
     })
+}
+
+/// Writes the records of `intents` that changed, consecutive nodes a record up to
+/// [`INTENTS_RECORD_BYTES`], and removes those beyond the last.
+fn write_intents(home: &Home, intents: &BTreeMap<String, IntentRecord>) -> Result<()> {
+    let records = home.records();
+    let mut kept: BTreeMap<String, Vec<u8>> =
+        records.values_under(NODES_DIR)?.into_iter().collect();
+    let mut parts: Vec<Vec<IntentRecord>> = Vec::new();
+    let mut bytes = 0;
+    for record in intents.values() {
+        let size = serde_json::to_vec(record)?.len();
+        match parts.last_mut() {
+            Some(part) if bytes + size <= INTENTS_RECORD_BYTES => {
+                part.push(record.clone());
+                bytes += size;
+            }
+            Some(_) | None => {
+                parts.push(vec![record.clone()]);
+                bytes = size;
+            }
+        }
+    }
+    let mut written = Vec::new();
+    for (at, nodes) in parts.into_iter().enumerate() {
+        let key = format!("{NODES_DIR}/{at:05}.json");
+        let bytes = serde_json::to_vec(&IntentsRecord {
+            format: INTENT_FORMAT,
+            nodes,
+        })?;
+        if kept.remove(&key).as_ref() != Some(&bytes) {
+            written.push((key, bytes));
+        }
+    }
+    home.put_many(&written)?;
+    let beyond: Vec<String> = kept.into_keys().collect();
+    if !beyond.is_empty() {
+        records.delete_many(&beyond)?;
+    }
+    Ok(())
 }
 
 /// From how many nodes the intents are composed on more than one thread.
@@ -483,6 +530,29 @@ pub fn without_users_file(declaration: &Declaration) -> std::borrow::Cow<'_, Dec
     std::borrow::Cow::Owned(stripped)
 }
 
+/// The nodes whose intent may differ from what they were sent, in node order: every node whose
+/// intent is unknown or is not the digest it was sent, and the node holding the bus (it was sent
+/// the bus's users file too, so its digests are not compared here). Nothing is composed: a
+/// caller diffs these alone ([`crate::runtime::preview::diff`]), every other node's diff empty.
+///
+/// # Errors
+/// The records cannot be read.
+pub fn nodes_to_diff(home: &Home) -> Result<Vec<String>> {
+    let inventory = home.inventory()?;
+    let intents = home.intents().all()?;
+    let sent = home.sent().digests()?;
+    Ok(inventory
+        .file
+        .nodes
+        .keys()
+        .filter(|node| {
+            **node == inventory.file.bus_node
+                || intents.get(*node).map(|i| &i.declaration) != sent.get(*node)
+        })
+        .cloned()
+        .collect())
+}
+
 /// The nodes assigned `module` whose part of it, as they were last sent, differs from their
 /// intent's (the intents made current first): those a rollout of the module's deployed build
 /// still has to send it to. A node never sent anything counts; one whose intent is unknown
@@ -510,6 +580,10 @@ pub async fn nodes_differing_on(
         let Some(intent) = intents.get(&node) else {
             continue;
         };
+        // A node sent its intent whole was sent the module's part of it.
+        if sent.get(&node) == Some(&intent.declaration) {
+            continue;
+        }
         let intended = intent.modules.get(module);
         let Some(digest) = sent.get(&node) else {
             differing.push(node);

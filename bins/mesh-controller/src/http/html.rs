@@ -177,7 +177,7 @@ fn attention_section(overview: &Overview, now: u64) -> Markup {
                 @if overview.pending.iter().any(|p| p.plan.is_none()) {
                     h3 { "Pending, and nothing will send them" }
                     table {
-                        tr { th { "node" } th { "what differs from what it was sent" } th { "sent by" } }
+                        tr { th { "node" } th { "what differs from what it was sent" } th { "what sends it" } }
                         @for pending in overview.pending.iter().filter(|p| p.plan.is_none()) {
                             tr data-node=(pending.node) {
                                 td { (pending.node) }

@@ -709,3 +709,46 @@ async fn the_routes_answer_each_path_and_method_as_said() {
     stop.send(()).unwrap();
     server.await.unwrap().unwrap();
 }
+
+/// A pending node that nothing will send is listed under "needs attention" with what differs
+/// and the push that sends it, and counted; one an open plan will send is not (it is in
+/// progress), and both are counted by `mesh_nodes_pending` and named by `mesh_node_state`.
+#[test]
+fn the_page_lists_a_pending_node_nothing_will_send_under_needs_attention() {
+    use crate::status::pending::{Difference, PendingNode};
+    let mut snapshot = snapshot();
+    let pending = |node: &str, plan: Option<&str>| PendingNode {
+        node: node.to_owned(),
+        intent: format!("sha256:{}", "1".repeat(64)),
+        sent: Some(format!("sha256:{node}")),
+        differences: vec![Difference::Settings {
+            module: "base".to_owned(),
+        }],
+        plan: plan.map(str::to_owned),
+        command: match plan {
+            Some(plan) => format!("{plan}'s rollout sends it"),
+            None => format!("push {node}"),
+        },
+    };
+    snapshot.overview.pending = vec![pending("b", None), pending("a", Some("plan-2"))];
+    let page = page(&snapshot, query(""));
+    let section = page
+        .split("id=\"attention\"")
+        .nth(1)
+        .and_then(|rest| rest.split("</section>").next())
+        .unwrap_or_else(|| panic!("{page}"));
+    assert!(
+        section.contains("Pending, and nothing will send them")
+            && section.contains("<td>b</td>")
+            && section.contains("`base`'s settings changed")
+            && section.contains("<code>push b</code>"),
+        "{section}"
+    );
+    assert!(!section.contains("plan-2's rollout"), "{section}");
+    let text = metrics(&snapshot);
+    assert!(text.contains("\nmesh_nodes_pending 2\n"), "{text}");
+    assert!(
+        text.contains("mesh_node_state{node=\"b\",state=\"pending\"} 1"),
+        "{text}"
+    );
+}

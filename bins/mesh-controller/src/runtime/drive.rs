@@ -163,8 +163,6 @@ pub async fn drive(ctx: &Ctx, record: &mut PlanRecord, mode: DriveMode) -> Resul
             crate::executor::roll_out(&mut executor, ctx.store(), record, module)
                 .await
                 .for_plan(&id, || format!("{id}: rolling out `{module}`"))?;
-            // What the nodes should run changed when the module was deployed.
-            crate::intent::keep_current_logged(home, ctx.store(), "a rollout ended").await;
             if ctx.cancel.is_cancelled() {
                 return Ok(());
             }
@@ -185,6 +183,9 @@ pub async fn drive(ctx: &Ctx, record: &mut PlanRecord, mode: DriveMode) -> Resul
             }
         }
     }
+    // What the nodes should run changed with the builds the drive deployed: composed once, at
+    // its end (a `status` meanwhile composes them itself).
+    crate::intent::keep_current_logged(home, ctx.store(), "a drive").await;
     end_drive(record, home, &blocked)
 }
 

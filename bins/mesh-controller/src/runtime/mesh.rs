@@ -124,11 +124,30 @@ impl Mesh {
     }
 
     /// What `status` shows now: each node's last report and what the plans wait on, a node
-    /// unheard for [`crate::push::SILENT_AFTER_SECS`] silent (the clock read here, once).
+    /// unheard for [`crate::push::SILENT_AFTER_SECS`] silent (the clock read here, once), and
+    /// each node's intent, made current first as `status` does
+    /// ([`crate::intent::current_for_status`], on a thread of its own: this may be called from
+    /// within an async runtime).
     ///
     /// # Errors
     /// When the home cannot be read.
     pub fn status(&self) -> Result<crate::status::Overview> {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| Error::Internal {
+                            doing: "starting a runtime to make the intents current".to_owned(),
+                            source: Some(Box::new(e)),
+                        })?;
+                    runtime.block_on(crate::intent::current_for_status(&self.home, self.store()));
+                    Ok::<_, Error>(())
+                })
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })?;
         crate::status::overview(
             &self.home,
             mesh_store::clock::now(),

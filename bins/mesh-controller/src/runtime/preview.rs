@@ -452,3 +452,37 @@ pub fn diff(
     }
     Ok(mesh_plan::diff(sent.as_ref(), &declaration))
 }
+
+/// One node's diff in [`diff_all`].
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct NodeDiff {
+    /// The node.
+    pub node: String,
+    /// What a push would change on it, as [`diff`] says.
+    #[serde(flatten)]
+    pub diff: mesh_plan::DeclarationDiff,
+}
+
+/// What a push would change on every node whose intent differs from what it was sent (`plan
+/// --all --diff`), node by node; a node with nothing to change is left out. The intents are
+/// made current first ([`crate::intent::keep_current`]), so only the nodes they name are
+/// composed ([`crate::intent::nodes_to_diff`]).
+///
+/// # Errors
+/// As [`diff`], and [`crate::intent::keep_current`].
+pub async fn diff_all(
+    home: &Home,
+    store: &dyn mesh_store::store::ArchiveStore,
+    checked: &crate::push::Checked,
+) -> Result<Vec<NodeDiff>> {
+    crate::intent::keep_current(home, store).await?;
+    let mut out = Vec::new();
+    for node in crate::intent::nodes_to_diff(home)? {
+        let diff = diff(home, checked, &node)?;
+        if !diff.is_empty() {
+            out.push(NodeDiff { node, diff });
+        }
+    }
+    Ok(out)
+}

@@ -136,7 +136,7 @@ pub fn pending(
     running: &dyn Fn(&str) -> bool,
     plans: &[PlanRecord],
 ) -> Result<Vec<PendingNode>> {
-    let builds = Builds::read(home, plans)?;
+    let mut builds = None;
     let mut out = Vec::new();
     for node in nodes.iter_mut() {
         let Some(intent) = intents.get(&node.node) else {
@@ -150,6 +150,10 @@ pub fn pending(
             // node reports it (a send cut in two), not pending.
             continue;
         }
+        let builds = match &builds {
+            Some(builds) => builds,
+            None => builds.insert(Builds::read(home, plans)?),
+        };
         let sent = match &node.sent {
             Some(digest) => home.sent().declaration(digest)?,
             None => None,
@@ -166,7 +170,7 @@ pub fn pending(
         }
         let differences = match &sent {
             None => vec![Difference::NeverSent],
-            Some(sent) => differences(intent, sent, &builds),
+            Some(sent) => differences(intent, sent, builds),
         };
         if differences.is_empty() {
             // It differs only by modules no catalogue the nodes run has: not judged.
@@ -394,4 +398,152 @@ pub fn node_states(overview: &crate::status::Overview) -> Vec<(&str, &'static st
             (name, word)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mesh_model::build::ArchiveRef;
+    use mesh_model::declaration::{resource_id, FileSpec, Resource, Spec};
+    use mesh_model::secret::SecretValue;
+
+    fn file(module: &str, content: &str) -> Resource {
+        Resource {
+            id: resource_id(module, "file", "conf"),
+            module: module.to_owned(),
+            together: None,
+            after: Vec::new(),
+            spec: Spec::File(FileSpec::inline(
+                format!("/etc/{module}.conf"),
+                content,
+                0o644,
+                "root",
+                "root",
+            )),
+        }
+    }
+
+    fn sealed(module: &str, digest: &str, ciphertext: &str) -> Resource {
+        mesh_test_support::sealed::sealed_file(
+            module,
+            "secret",
+            &format!("/etc/{module}.secret"),
+            mesh_test_support::sealed::password_pieces(SecretValue {
+                digest: digest.to_owned(),
+                ciphertext: ciphertext.to_owned(),
+            }),
+        )
+    }
+
+    fn archive(digest: char) -> ArchiveRef {
+        ArchiveRef {
+            digest: format!("sha256:{}", digest.to_string().repeat(64)),
+            size: 1,
+        }
+    }
+
+    fn declaration(resources: Vec<Resource>, archives: &[(&str, char)]) -> Declaration {
+        Declaration::with_archives(
+            "n",
+            resources,
+            archives
+                .iter()
+                .map(|(module, digest)| ((*module).to_owned(), archive(*digest)))
+                .collect(),
+        )
+    }
+
+    fn no_builds() -> Builds {
+        Builds {
+            deployed: BTreeMap::new(),
+            stopped: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn each_difference_is_named_by_module_and_why() {
+        let intent = intent::record_of(&declaration(
+            vec![
+                file("web", "v1"),
+                file("base", "motd = new"),
+                sealed("db", "sha256:new", "age-new"),
+                file("added", "x"),
+            ],
+            &[("web", 'a')],
+        ));
+        let sent = declaration(
+            vec![
+                file("web", "v1"),
+                file("base", "motd = old"),
+                sealed("db", "sha256:old", "age-old"),
+                file("gone", "x"),
+            ],
+            &[("web", 'b')],
+        );
+        assert_eq!(
+            differences(&intent, &sent, &no_builds()),
+            [
+                Difference::ModuleNotSent {
+                    module: "added".into()
+                },
+                Difference::Settings {
+                    module: "base".into()
+                },
+                Difference::Secrets {
+                    module: "db".into()
+                },
+                Difference::Build {
+                    module: "web".into(),
+                    sent: Some(archive('b').digest),
+                    deployed: Some(archive('a').digest),
+                },
+                Difference::ModuleRemoved {
+                    module: "gone".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_secret_sealed_again_to_another_key_with_its_keyed_digest_kept_is_no_difference() {
+        let intent = intent::record_of(&declaration(
+            vec![sealed("db", "sha256:same", "age-one")],
+            &[],
+        ));
+        let sent = declaration(vec![sealed("db", "sha256:same", "age-two")], &[]);
+        assert_eq!(sent.digest(), intent.declaration);
+        assert_eq!(intent.modules["db"], intent::module_digests(&sent)["db"]);
+    }
+
+    #[test]
+    fn a_module_with_no_files_left_by_a_stopped_rollout_is_named_with_both_builds() {
+        let intent = intent::record_of(&declaration(vec![file("app", "listen 1")], &[]));
+        let sent = declaration(vec![file("app", "listen 2")], &[]);
+        let builds = Builds {
+            deployed: BTreeMap::from([("app".to_owned(), archive('d').digest)]),
+            stopped: BTreeMap::from([(("n".to_owned(), "app".to_owned()), archive('s').digest)]),
+        };
+        assert_eq!(
+            differences(&intent, &sent, &builds),
+            [Difference::Build {
+                module: "app".into(),
+                sent: Some(archive('s').digest),
+                deployed: Some(archive('d').digest),
+            }]
+        );
+        assert_eq!(
+            differences(&intent, &sent, &no_builds()),
+            [Difference::Settings {
+                module: "app".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_module_no_catalogue_has_is_not_judged() {
+        let mut intent = intent::record_of(&declaration(vec![file("base", "x")], &[]));
+        intent.unknown.insert("site".to_owned());
+        let sent = declaration(vec![file("base", "x"), file("site", "y")], &[]);
+        assert!(differences(&intent, &sent, &no_builds()).is_empty());
+    }
 }

@@ -6,4 +6,5 @@
 
 mod cli_docs;
 mod demo;
+mod plan_all;
 mod progress;

@@ -12,8 +12,13 @@ use std::process::ExitCode;
 /// names it under `read`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The node.
-    node: String,
+    /// The node (with `--all`, none).
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    node: Option<String>,
+    /// With `--diff`: every node whose intent (what it should run now) differs from what it
+    /// was last sent, resource by resource; a node with nothing to change is left out.
+    #[arg(long, requires = "diff")]
+    all: bool,
     /// Show what differs from what the node was last sent: resources added, changed and
     /// removed, with old and new values; a container's fields that make it recreate are
     /// marked. An unchanged node prints nothing. The settings of the node's layers that an open
@@ -36,6 +41,15 @@ struct Diffed<'a> {
     orphans: &'a [orphans::ComingOrphans],
 }
 
+/// What `plan --all --diff --output json` prints: each node's diff.
+#[derive(serde::Serialize)]
+struct AllDiffed<'a> {
+    /// The catalogue composed from.
+    read: &'a heads::Running,
+    /// Every node with something to change, and what.
+    nodes: &'a [preview::NodeDiff],
+}
+
 /// Prints the declaration, or the diff (exit 2 with `--detailed-exitcode` when it is not
 /// empty).
 pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
@@ -44,9 +58,31 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     // unchanged node's diff is empty).
     let running = heads::read(&env.home)?;
     eprintln!("read {running}");
+    let Some(node) = args.node.as_deref() else {
+        let diffs = env
+            .runtime
+            .block_on(preview::diff_all(&env.home, env.store(), &checked))?;
+        match env.output {
+            Output::Json => env.print_json(&AllDiffed {
+                read: &running,
+                nodes: &diffs,
+            })?,
+            Output::Text => {
+                // Each diff names its node on its first line.
+                for node in &diffs {
+                    print!("{}", node.diff.render_text());
+                }
+            }
+        }
+        return Ok(if args.detailed_exitcode && !diffs.is_empty() {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        });
+    };
     if args.diff {
-        let diff = preview::diff(&env.home, &checked, &args.node)?;
-        let orphans = orphans::in_open_plans(&env.home, &checked, &args.node)?;
+        let diff = preview::diff(&env.home, &checked, node)?;
+        let orphans = orphans::in_open_plans(&env.home, &checked, node)?;
         match env.output {
             Output::Json => env.print_json(&Diffed {
                 read: &running,
@@ -56,7 +92,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             Output::Text => {
                 print!("{}", diff.render_text());
                 for coming in &orphans {
-                    print!("{}", coming.render_text(Some(&args.node)));
+                    print!("{}", coming.render_text(Some(node)));
                 }
             }
         }
@@ -66,7 +102,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             ExitCode::SUCCESS
         });
     }
-    let declaration = push::compose_node(&env.home, &checked, &args.node)?;
+    let declaration = push::compose_node(&env.home, &checked, node)?;
     match env.output {
         // A secret shows as its keyed digest, never its ciphertext.
         Output::Json => env.print_json(&mesh_model::secret::shown_wire(&serde_json::to_value(

@@ -12,14 +12,17 @@ use std::process::ExitCode;
 /// "Behind" is only what the open plans have yet to build or roll out. On a fleet
 /// (`--bus`) each node's last report is read from the bus's reports stream, which every
 /// report reaches (heartbeats too), so what a host did between pushes is shown; a node not
-/// heard for three heartbeats is "silent since …".
+/// heard for three heartbeats is "silent since …". A node whose intent — what it should run
+/// now: the deployed builds, its settings, the inventory, the secrets — differs from what it
+/// was last sent is pending, named with what differs and what sends it.
 ///
 /// Exit codes, for an alert to key on: 0 settled (every node sent a declaration reports it
 /// converged and current, nothing pending); 2 in progress and nothing wrong (a node
-/// mid-change within its deadline or yet to report what it was sent, an open plan); 3 needs
-/// attention (a resource failed, stuck or held still; drift left as found, or put back within
-/// the retention and not acknowledged; a node silent or mid-change past its deadline; a node
-/// held for a move; a stopped rollout; a failure recorded); 1 error reading the home.
+/// mid-change within its deadline or yet to report what it was sent, an open plan, a pending
+/// node an open plan will send); 3 needs attention (a resource failed, stuck or held still;
+/// drift left as found, or put back within the retention and not acknowledged; a node silent
+/// or mid-change past its deadline; a node held for a move; a stopped rollout; a pending node
+/// nothing will send; a failure recorded); 1 error reading the home.
 #[derive(clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
