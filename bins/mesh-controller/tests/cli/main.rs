@@ -7,3 +7,4 @@
 mod cli_docs;
 mod demo;
 mod progress;
+mod read_only;

@@ -155,6 +155,32 @@ enum Command {
     Secrets(secrets::Command),
 }
 
+impl Command {
+    /// Whether the command only reads: it then makes no home, key or password, and a missing
+    /// home is an error.
+    fn reads_only(&self) -> bool {
+        match self {
+            Command::Status(_) | Command::Plan(_) | Command::Runtimes(_) => true,
+            Command::Plans(args) => args.reads_only(),
+            Command::Settings(command) => command.reads_only(),
+            Command::Records(command) => command.reads_only(),
+            Command::Init(_)
+            | Command::Check(_)
+            | Command::Push(_)
+            | Command::Repo(_)
+            | Command::Merge(_)
+            | Command::Build(_)
+            | Command::Demo(_)
+            | Command::Completions(_)
+            | Command::Man(_)
+            | Command::Serve(_)
+            | Command::Broker(_)
+            | Command::Node(_)
+            | Command::Secrets(_) => false,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     // Fail points, from `FAILPOINTS`, in a build with the `fail-points` feature only (the
     // tests'); a release build has none and reads nothing.
@@ -186,6 +212,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Man(args) => return man::exec(args),
         Command::Init(_) => init::refuse_bus(&cli)?,
         _ => {}
+    }
+    // A command that only reads writes nothing: not a home, not a key, not a password.
+    if cli.command.reads_only() && !cli.home.is_dir() {
+        anyhow::bail!(
+            "there is no mesh home at {home}: a command that only reads makes none (give \
+             --home or MESH_HOME, or make one with `mesh-controller --home {home} init`)",
+            home = cli.home.display()
+        );
     }
     let env = commands::Env::open(&cli)?;
     let serving = matches!(cli.command, Command::Serve(_));

@@ -84,7 +84,15 @@ impl Env {
             }
             bus
         };
-        let bus = cli.bus.bus.clone().map(bus_config);
+        let reads_only = cli.command.reads_only();
+        let bus = cli.bus.bus.clone().map(|url| {
+            let bus = bus_config(url);
+            if reads_only {
+                bus.reading_only()
+            } else {
+                bus
+            }
+        });
         let store: Option<mesh_store::store::StoreSpec> = match &cli.store {
             Some(spec) => Some(spec.parse().with_context(|| format!("--store {spec}"))?),
             None => None,
