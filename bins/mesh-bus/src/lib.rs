@@ -40,6 +40,8 @@
 //! - Streams and buckets are made with [`jetstream::replicas_for`] copies: 1 on a single
 //!   server, 3 on a cluster; a write sent again after its server was lost is stored once.
 
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod discovery;
 pub mod grants;
 pub mod in_process;

@@ -40,7 +40,9 @@ use std::process::ExitCode;
 /// An archive is kept when a module the mesh holds names it as its current build or
 /// built it among its five most recent builds; a module the mesh no longer holds keeps nothing.
 /// The records are read from DIR/store/modules/*.json, or with --bus from the controller's
-/// records bucket on the fleet's bus (keys store/modules/*.json).
+/// records bucket on the fleet's bus (keys store/modules/*.json), the collector then holding the
+/// controller's plans lock there for its whole run (no build is published meanwhile on any
+/// machine), waiting while a controller holds it.
 ///
 /// Exit codes: 0 every kept archive held; 1 an error; 2 a usage error; 3 a kept archive is not
 /// held (a collection then runs dry).
@@ -49,50 +51,60 @@ use std::process::ExitCode;
 struct Cli {
     /// The mesh home (the controller's); records and the store lock live under it. Needed by
     /// `sweep` and `collect`.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, env = "MESH_HOME", global = true, value_name = "DIR")]
     home: Option<PathBuf>,
 
-    /// A fleet's bus (NATS JetStream), e.g. nats://bus.example:4222: the module records are
-    /// the controller's, in its records bucket there, not files under --home; the collector
-    /// holds the controller's plans lock there for its whole run (no build is published
-    /// meanwhile on any machine), waiting while a controller holds it.
-    #[arg(long, env = "MESH_BUS", value_name = "URL")]
-    bus: Option<String>,
+    /// The bus, and the TLS the collector proves itself with. With `--bus` the module records
+    /// are the controller's, in its records bucket there, not files under `--home`; the
+    /// collector holds the controller's plans lock there for its whole run (no build is
+    /// published meanwhile on any machine), waiting while a controller holds it.
+    #[command(flatten)]
+    bus: mesh_bus::cli::BusArgs,
+
+    /// How long the records on the bus are tried again.
+    #[command(flatten)]
+    bus_retry: mesh_bus::cli::RecordsRetryArgs,
 
     /// The controller's bus password file (the collector reads the controller's records as
     /// the controller), used when the controller has no seed. Default:
     /// DIR/bus/passwords/controller.
-    #[arg(long, env = "MESH_BUS_PASSWORD_FILE", value_name = "FILE")]
+    #[arg(
+        long,
+        env = "MESH_BUS_PASSWORD_FILE",
+        global = true,
+        value_name = "FILE"
+    )]
     bus_password_file: Option<PathBuf>,
 
     /// The controller's NKey seed file, which the collector signs with as the controller
     /// (mode 0600: refused when others may read it). Default: DIR/bus/nkey.seed when
     /// `mesh-controller broker keygen` made it.
-    #[arg(long, env = "MESH_BUS_SEED", value_name = "FILE")]
+    #[arg(long, env = "MESH_BUS_SEED", global = true, value_name = "FILE")]
     bus_seed: Option<PathBuf>,
-
-    /// The bus server's CA (a PEM file): TLS is then required and only these CAs are trusted.
-    #[arg(long, env = "MESH_BUS_CA", value_name = "FILE")]
-    bus_ca: Option<PathBuf>,
 
     /// The store: oci:PATH (an OCI image layout directory) or http://HOST:PORT[/REPOSITORY]
     /// (an OCI registry; repository mesh/archives by default). Default: oci:DIR/store/oci.
-    #[arg(long, value_name = "SPEC")]
+    #[arg(long, env = "MESH_STORE", global = true, value_name = "SPEC")]
     store: Option<String>,
 
     /// The registry's CA (a PEM file), over https://: its certificate must be signed by one of
     /// these, and only these are trusted.
-    #[arg(long, env = "MESH_STORE_CA", value_name = "FILE")]
+    #[arg(long, env = "MESH_STORE_CA", global = true, value_name = "FILE")]
     store_ca: Option<PathBuf>,
 
     /// The controller's registry credentials (the collector holds and lets go as the
     /// controller): a file holding USER:PASSWORD on one line, mode 0600 (refused when others
     /// may read it).
-    #[arg(long, env = "MESH_STORE_CREDENTIALS", value_name = "FILE")]
+    #[arg(
+        long,
+        env = "MESH_STORE_CREDENTIALS",
+        global = true,
+        value_name = "FILE"
+    )]
     store_credentials: Option<PathBuf>,
 
     /// How to print the answer.
-    #[arg(long, value_enum, default_value_t = Output::Text)]
+    #[arg(long, value_enum, default_value_t = Output::Text, global = true)]
     output: Output,
 
     #[command(subcommand)]
@@ -125,7 +137,10 @@ fn main() -> ExitCode {
         Command::Sweep(_) | Command::Collect(_) => {}
     }
     let Some(home) = cli.home.clone() else {
-        eprintln!("error: --home DIR is needed: the mesh home whose store is swept or collected");
+        eprintln!(
+            "error: --home DIR (or MESH_HOME) is needed: the mesh home whose store is swept or \
+             collected"
+        );
         return ExitCode::from(2);
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()

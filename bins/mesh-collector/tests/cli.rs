@@ -427,3 +427,123 @@ fn a_missing_archive_is_a_problem_status_shows_until_a_run_holds_every_kept_arch
     check(home.path(), &store, &["collect"], 0);
     assert!(read_problems(&records).unwrap().is_empty());
 }
+
+// Every binary reaches the secure bus: on a bus that verifies clients (mutual TLS), the collector
+// proves itself with `--bus-cert` and `--bus-key`, its options given before the subcommand, after
+// it, or through the `MESH_*` variables alone.
+#[test]
+fn the_collector_reaches_a_mutual_tls_bus_with_its_options_anywhere_or_in_the_environment() {
+    use mesh_test_support::nats_server::{NatsServer, ServerTls};
+    let home = tempfile::tempdir().unwrap();
+    let layout = home.path().join("store").join("oci");
+    let pki = mesh_test_support::pki::TestPki::new("collector");
+    let server = NatsServer::start_with_tls(
+        "",
+        &ServerTls {
+            cert_file: pki.server_cert.clone(),
+            key_file: pki.server_key.clone(),
+            client_ca_file: Some(pki.ca_file.clone()),
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let tls = mesh_bus::BusTls {
+        ca_file: Some(pki.ca_file.clone()),
+        client_certificate: Some(mesh_bus::ClientCertificate {
+            cert_file: pki.client_cert.clone(),
+            key_file: pki.client_key.clone(),
+        }),
+    };
+    let records =
+        mesh_bus::records::KvRecords::open(&mesh_bus::NatsOptions::new(server.url()).with_tls(tls))
+            .unwrap_or_else(|e| panic!("{e}"));
+    mesh_recorded_in(home.path(), &layout, false, &records);
+    // The test server has no users: the controller's password is not checked.
+    std::fs::create_dir_all(home.path().join("bus/passwords")).unwrap();
+    let password_file = home.path().join("bus/passwords/controller");
+    std::fs::write(&password_file, "unchecked-5d1a\n").unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&password_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let url = server.url();
+    let home_arg = home.path().display().to_string();
+    let store = format!("oci:{}", layout.display());
+    let ca = pki.ca_file.display().to_string();
+    let cert = pki.client_cert.display().to_string();
+    let key = pki.client_key.display().to_string();
+    let options: Vec<&str> = vec![
+        "--home",
+        &home_arg,
+        "--store",
+        &store,
+        "--bus",
+        &url,
+        "--bus-ca",
+        &ca,
+        "--bus-cert",
+        &cert,
+        "--bus-key",
+        &key,
+        "--bus-retry-limit",
+        "5",
+    ];
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mesh-collector"));
+        for variable in [
+            "MESH_HOME",
+            "MESH_STORE",
+            "MESH_BUS",
+            "MESH_BUS_CA",
+            "MESH_BUS_CERT",
+            "MESH_BUS_KEY",
+            "MESH_BUS_RETRY_LIMIT",
+            "MESH_BUS_PASSWORD_FILE",
+            "MESH_BUS_SEED",
+        ] {
+            command.env_remove(variable);
+        }
+        let output = command
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let kept_on_the_bus = |(code, stdout, stderr): (Option<i32>, String, String), how: &str| {
+        assert_eq!(code, Some(3), "{how}:\n{stdout}\n{stderr}");
+        assert!(stdout.contains("kept 5"), "{how}:\n{stdout}\n{stderr}");
+    };
+    let before: Vec<&str> = options
+        .iter()
+        .copied()
+        .chain(["sweep", "--dry-run"])
+        .collect();
+    kept_on_the_bus(run(&before, &[]), "options before the subcommand");
+    let after: Vec<&str> = ["sweep", "--dry-run"]
+        .into_iter()
+        .chain(options.iter().copied())
+        .collect();
+    kept_on_the_bus(run(&after, &[]), "options after the subcommand");
+    let environment = [
+        ("MESH_HOME", home_arg.as_str()),
+        ("MESH_STORE", store.as_str()),
+        ("MESH_BUS", url.as_str()),
+        ("MESH_BUS_CA", ca.as_str()),
+        ("MESH_BUS_CERT", cert.as_str()),
+        ("MESH_BUS_KEY", key.as_str()),
+        ("MESH_BUS_RETRY_LIMIT", "5"),
+    ];
+    kept_on_the_bus(
+        run(&["sweep", "--dry-run"], &environment),
+        "MESH_* variables",
+    );
+    // The bus verifies clients: without the certificate the collector is refused, and says so.
+    let (code, stdout, stderr) = run(&["sweep", "--dry-run"], &environment[..4]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("opening the controller's records"),
+        "{stderr}"
+    );
+}

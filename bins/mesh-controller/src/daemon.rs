@@ -224,7 +224,7 @@ pub async fn serve(
             // The heartbeat waits on the bus, up to the client's retry limit when the bus is
             // gone: the stop is heard meanwhile (a heartbeat cut short is only a late one).
             tokio::select! {
-                _ = &mut shutdown => return Ok(()),
+                _ = &mut shutdown => break,
                 () = beat(&bus, home, &machine, options, &drives) => {}
             }
         }
@@ -236,7 +236,7 @@ pub async fn serve(
             crate::intent::keep_current_logged(home, runtime.mesh().store(), "the daemon").await;
         }
         let heard = tokio::select! {
-            _ = &mut shutdown => return Ok(()),
+            _ = &mut shutdown => break,
             heard = merges.next(TURN) => heard,
         };
         let heard = match heard {
@@ -260,7 +260,7 @@ pub async fn serve(
             Err(error) => {
                 tracing::error!(%error, "the merge consumer failed; reading it again");
                 tokio::select! {
-                    _ = &mut shutdown => return Ok(()),
+                    _ = &mut shutdown => break,
                     () = tokio::time::sleep(Duration::from_secs(1)) => {}
                 }
                 continue;
@@ -359,8 +359,15 @@ pub async fn serve(
         }
         drives.merge_heard();
     }
+    // Stopped by a signal: the last heartbeat says so, and when, so `status` calls the daemon
+    // stopped, never silent. The drives stop first (their plans stay open, saved as of their
+    // last step); a bus that does not take the beat within [`LAST_BEAT_LIMIT`] is not waited
+    // for.
+    let driving = drives.driving();
+    drop(drives);
+    beat_stopped(&bus, home, &machine, options, driving).await;
+    Ok(())
 }
-
 /// Publishes the daemon's heartbeat: this turn of its loop, the merges waiting on its consumer
 /// and the plans it drives. A heartbeat that cannot be published is logged: the next turn
 /// tries again, and readers call the daemon silent meanwhile.
@@ -384,12 +391,70 @@ async fn beat(
         merges_waiting,
         driving: drives.driving(),
         failing: drives.failing(),
+        stopped_at: None,
     };
     if let Err(error) = crate::bus::heartbeat::publish(bus, home, &heartbeat).await {
         tracing::error!(
             error = error.chain_line(),
             "the heartbeat could not be published"
         );
+    }
+}
+
+/// How long the last heartbeat of a stopping daemon may take: well within the time a stop is
+/// given, so a bus that is gone never holds the stop.
+pub(crate) const LAST_BEAT_LIMIT: Duration = Duration::from_secs(3);
+
+/// Publishes the last heartbeat of a daemon stopped by a signal: when it stopped, and the plans
+/// it was driving (left open). Bounded by [`LAST_BEAT_LIMIT`]; one not published is logged, and
+/// readers then call the daemon silent.
+async fn beat_stopped(
+    bus: &mesh_bus::NatsBus,
+    home: &crate::home::Home,
+    machine: &str,
+    options: &ServeOptions,
+    driving: Vec<String>,
+) {
+    let now = mesh_store::clock::now();
+    let bus = bus.clone();
+    let home = home.clone();
+    let machine = machine.to_owned();
+    let interval_secs = options.heartbeat.as_secs().max(1);
+    // The records are written on a blocking thread: a write waiting on a bus that is gone
+    // blocks it, not the stop.
+    let publishing = tokio::task::spawn_blocking(move || {
+        tokio::runtime::Handle::current().block_on(async move {
+            let merges_waiting = jetstream::merges_waiting(&bus.jetstream(), MERGE_CONSUMER)
+                .await
+                .unwrap_or_default();
+            let heartbeat = crate::bus::heartbeat::Heartbeat {
+                format: crate::bus::heartbeat::HEARTBEAT_FORMAT,
+                machine,
+                pid: std::process::id(),
+                turn_at: now,
+                interval_secs,
+                merges_waiting,
+                driving,
+                failing: Vec::new(),
+                stopped_at: Some(now),
+            };
+            crate::bus::heartbeat::publish(&bus, &home, &heartbeat).await?;
+            bus.client().flush().await.map_err(|error| {
+                Error::internal(format!("publishing the daemon's last heartbeat: {error}"))
+            })
+        })
+    });
+    match tokio::time::timeout(LAST_BEAT_LIMIT, publishing).await {
+        Ok(Ok(Ok(()))) => tracing::info!("stopped: the last heartbeat says so"),
+        Ok(Ok(Err(error))) => tracing::error!(
+            error = error.chain_line(),
+            "the last heartbeat could not be published"
+        ),
+        Ok(Err(error)) => tracing::error!(%error, "the last heartbeat could not be published"),
+        Err(_) => tracing::warn!(
+            limit_secs = LAST_BEAT_LIMIT.as_secs(),
+            "the bus did not take the last heartbeat in time: stopping without it"
+        ),
     }
 }
 

@@ -381,6 +381,9 @@ pub enum Given {
     HttpListen,
     /// The address the webhooks listen on.
     HooksListen,
+    /// The controller's bus seed or password file
+    /// ([`crate::bus::credentials::BusConfig::with_seed_file`], `with_password_file`).
+    ControllerSecret,
 }
 
 impl Given {
@@ -393,6 +396,7 @@ impl Given {
             Given::Branch => "the branch",
             Given::HttpListen => "the status page's address",
             Given::HooksListen => "the webhooks' address",
+            Given::ControllerSecret => "the controller's bus seed or password file",
         }
     }
 
@@ -401,7 +405,11 @@ impl Given {
         match self {
             Given::Bus => "open the mesh on one".to_owned(),
             Given::Branch => "give the branch to read".to_owned(),
-            Given::Replicas | Given::PollInterval | Given::HttpListen | Given::HooksListen => {
+            Given::Replicas
+            | Given::PollInterval
+            | Given::HttpListen
+            | Given::HooksListen
+            | Given::ControllerSecret => {
                 format!("give {}", self.words())
             }
         }

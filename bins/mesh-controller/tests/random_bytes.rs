@@ -313,6 +313,7 @@ fn write_template(root: &Path) {
         },
         driving: vec!["plan-1".to_owned()],
         failing: vec!["plan-2".to_owned()],
+        stopped_at: None,
     };
     home.put("daemon/heartbeat.json", &serde_json::to_vec(&beat).unwrap())
         .unwrap();

@@ -37,7 +37,7 @@ impl Env<'_> {
     /// records bucket, reached with the controller's seed or password.
     fn open_records(&self) -> anyhow::Result<Arc<dyn RecordStore>> {
         let cli = self.cli;
-        let Some(url) = &cli.bus else {
+        let Some(url) = &cli.bus.bus else {
             return Ok(Arc::new(DirRecords::new(&self.home)));
         };
         let seed_file = cli.bus_seed.clone().or_else(|| {
@@ -61,13 +61,14 @@ impl Env<'_> {
         };
         let records = KvRecords::open(&NatsOptions {
             name: Some("mesh-collector".to_owned()),
-            tls: mesh_bus::BusTls {
-                ca_file: cli.bus_ca.clone(),
-                client_certificate: None,
-            },
+            tls: cli.bus.tls(),
             ..options
         })
         .with_context(|| format!("opening the controller's records on {url}"))?;
+        let records = match cli.bus_retry.limit() {
+            Some(limit) => records.with_retry_limit(limit),
+            None => records,
+        };
         // As the controller keeps them: a large record in chunks.
         Ok(Arc::new(mesh_store::chunked::ChunkedRecords::new(
             Arc::new(records),
@@ -100,7 +101,7 @@ pub async fn run(env: &Env<'_>, operation: Operation, dry_run: bool) -> anyhow::
                 // On a fleet the controller publishes and records builds on its own machine,
                 // which this machine's lock does not reach: the plans lease on the bus (held by
                 // a controller while it builds) keeps every publish out for the whole run.
-                hold_plans_lease: cli.bus.is_some(),
+                hold_plans_lease: cli.bus.bus.is_some(),
                 by: by.clone(),
             },
         )

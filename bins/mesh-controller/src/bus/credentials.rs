@@ -50,6 +50,8 @@ pub struct BusConfig {
     /// How long a call on the records that gets no answer is tried again before it fails;
     /// `None`: [`mesh_bus::records::RETRY_LIMIT`].
     pub(crate) retry_limit: Option<std::time::Duration>,
+    /// A command that only reads: the controller's password is read, never made.
+    pub(crate) reads_only: bool,
 }
 
 impl BusConfig {
@@ -112,6 +114,14 @@ impl BusConfig {
     #[must_use]
     pub fn with_retry_limit(mut self, limit: std::time::Duration) -> BusConfig {
         self.retry_limit = Some(limit);
+        self
+    }
+
+    /// For a command that only reads: the controller's password kept in the home is read, and
+    /// its absence is an error, never a reason to make one.
+    #[must_use]
+    pub fn reading_only(mut self) -> BusConfig {
+        self.reads_only = true;
         self
     }
 
@@ -301,6 +311,22 @@ pub(crate) fn controller_password(home: &Home, bus: &BusConfig) -> Result<String
             })?
             .trim_end_matches(['\n', '\r'])
             .to_owned()),
+        None if bus.reads_only => {
+            let path = password_path(home, mesh_bus::subjects::CONTROLLER_USER);
+            match std::fs::read_to_string(&path) {
+                Ok(text) => Ok(text.trim_end_matches(['\n', '\r']).to_owned()),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => Err(Error::Given {
+                    option: crate::error::Given::ControllerSecret,
+                    value: None,
+                    why: format!(
+                        "the controller has no bus seed or password in {}, and a command that \
+                         only reads makes none",
+                        home.root().display()
+                    ),
+                }),
+                Err(error) => Err(file_error("reading", &path)(error)),
+            }
+        }
         None => password(home, mesh_bus::subjects::CONTROLLER_USER),
     }
 }

@@ -6,7 +6,9 @@
 //! Start at [`Heartbeat`]; [`seen`] is what a reader makes of it at a time (no clock of its
 //! own: `now` is an argument), so that a daemon gone silent — no heartbeat within
 //! [`SILENT_AFTER_BEATS`] of its intervals — and a merge waiting more than
-//! [`MERGE_WAIT_LIMIT_SECS`] are named.
+//! [`MERGE_WAIT_LIMIT_SECS`] are named. A daemon stopped by a signal publishes a last heartbeat
+//! saying when it stopped ([`Heartbeat::stopped_at`]): it is then stopped, never silent, and
+//! needs a person only while open plans wait on it.
 
 use crate::error::{bad_record, Error, Result};
 use crate::home::Home;
@@ -50,6 +52,10 @@ pub struct Heartbeat {
     /// The plans whose drive failed and waits to be tried again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failing: Vec<String>,
+    /// When the daemon stopped (seconds since the epoch): its last heartbeat, published as a
+    /// signal stopped it. `None`: it was running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_at: Option<u64>,
 }
 
 /// What a reader makes of the daemon at a time.
@@ -60,8 +66,16 @@ pub struct DaemonSeen {
     pub heartbeat: Heartbeat,
     /// Seconds since its loop last turned.
     pub unheard_secs: u64,
-    /// No heartbeat within [`SILENT_AFTER_BEATS`] of its intervals.
+    /// No heartbeat within [`SILENT_AFTER_BEATS`] of its intervals, and its last did not say it
+    /// stopped.
     pub silent: bool,
+    /// When it stopped (RFC 3339, in UTC), when its last heartbeat said it stopped.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "as_rfc3339")]
+    pub stopped_at: Option<u64>,
+    /// The open plans, which wait on the daemon to drive them: a stopped daemon needs a
+    /// person's eye only while there are some ([`DaemonSeen::waited_on_by`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub open_plans: Vec<String>,
     /// The merges waiting on its consumer: read from the bus when the reader could, else as
     /// the heartbeat said.
     pub merges_waiting: MergesWaiting,
@@ -77,11 +91,28 @@ impl DaemonSeen {
             .is_some_and(|secs| secs > MERGE_WAIT_LIMIT_SECS)
     }
 
-    /// What needs a person's eye, a line each: the daemon silent, a merge waiting too long.
+    /// The same, the open plans `open_plans` waiting on the daemon.
+    #[must_use]
+    pub fn waited_on_by(self, open_plans: Vec<String>) -> DaemonSeen {
+        DaemonSeen { open_plans, ..self }
+    }
+
+    /// What needs a person's eye, a line each: the daemon silent, or stopped while open plans
+    /// wait on it; a merge waiting too long.
     pub fn attention(&self) -> Vec<String> {
         let mut out = Vec::new();
         let beat = &self.heartbeat;
-        if self.silent {
+        if self.stopped_at.is_some() {
+            if !self.open_plans.is_empty() {
+                out.push(format!(
+                    "the daemon (mesh-controller serve on {}, pid {}) is stopped, and open plans \
+                     wait on it: {}",
+                    beat.machine,
+                    beat.pid,
+                    self.open_plans.join(", ")
+                ));
+            }
+        } else if self.silent {
             out.push(format!(
                 "the daemon (mesh-controller serve on {}, pid {}) is silent: its loop last \
                  turned {} s ago, its heartbeat is every {} s",
@@ -103,17 +134,29 @@ impl DaemonSeen {
 /// given.
 pub fn seen(heartbeat: Heartbeat, waiting: Option<MergesWaiting>, now: u64) -> DaemonSeen {
     let unheard_secs = now.saturating_sub(heartbeat.turn_at);
-    let silent = unheard_secs > SILENT_AFTER_BEATS * heartbeat.interval_secs.max(1);
+    let stopped_at = heartbeat.stopped_at;
+    let silent =
+        stopped_at.is_none() && unheard_secs > SILENT_AFTER_BEATS * heartbeat.interval_secs.max(1);
     let merges_waiting = waiting.unwrap_or(heartbeat.merges_waiting);
     DaemonSeen {
         unheard_secs,
         silent,
+        stopped_at,
+        open_plans: Vec::new(),
         merges_waiting,
         oldest_merge_waiting_secs: merges_waiting
             .oldest_at
             .filter(|_| merges_waiting.count > 0)
             .map(|at| now.saturating_sub(at)),
         heartbeat,
+    }
+}
+
+/// A time as RFC 3339 in UTC, for JSON.
+fn as_rfc3339<S: serde::Serializer>(at: &Option<u64>, serializer: S) -> Result<S::Ok, S::Error> {
+    match at {
+        Some(secs) => serializer.serialize_str(&mesh_store::clock::rfc3339(*secs)),
+        None => serializer.serialize_none(),
     }
 }
 
@@ -191,7 +234,34 @@ mod tests {
             merges_waiting: waiting,
             driving: vec!["plan-3".into()],
             failing: Vec::new(),
+            stopped_at: None,
         }
+    }
+
+    #[test]
+    fn a_daemon_that_said_it_stopped_is_stopped_and_needs_a_person_only_for_open_plans() {
+        let stopped = Heartbeat {
+            stopped_at: Some(1000),
+            ..beat(1000, MergesWaiting::default())
+        };
+        // A day later: stopped, never silent.
+        let seen_later = seen(stopped, None, 1000 + 86_400);
+        assert!(!seen_later.silent);
+        assert_eq!(seen_later.stopped_at, Some(1000));
+        assert!(
+            seen_later.attention().is_empty(),
+            "no open plan waits on it"
+        );
+        let json = serde_json::to_value(&seen_later).unwrap();
+        assert_eq!(json["stopped-at"], "1970-01-01T00:16:40Z");
+        let waited_on = seen_later.waited_on_by(vec!["plan-3".into()]);
+        assert_eq!(
+            waited_on.attention(),
+            [
+                "the daemon (mesh-controller serve on control, pid 42) is stopped, and open plans \
+              wait on it: plan-3"
+            ]
+        );
     }
 
     #[test]

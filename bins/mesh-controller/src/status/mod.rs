@@ -235,11 +235,10 @@ impl Overview {
     /// `now`; nothing changes when no daemon ever beat.
     pub fn set_merges_waiting(&mut self, waiting: mesh_bus::jetstream::MergesWaiting, now: u64) {
         if let Some(daemon) = self.daemon.take() {
-            self.daemon = Some(crate::bus::heartbeat::seen(
-                daemon.heartbeat,
-                Some(waiting),
-                now,
-            ));
+            self.daemon = Some(
+                crate::bus::heartbeat::seen(daemon.heartbeat, Some(waiting), now)
+                    .waited_on_by(daemon.open_plans),
+            );
         }
     }
 }
@@ -395,6 +394,10 @@ pub(crate) fn overview_of_plans_with(
             }
         }
     }
+    let daemon = crate::bus::heartbeat::last(home)?.map(|beat| {
+        crate::bus::heartbeat::seen(beat, None, now)
+            .waited_on_by(open_plans.iter().map(|plan| plan.id.clone()).collect())
+    });
     Ok(Overview {
         nodes,
         open_plans,
@@ -410,8 +413,7 @@ pub(crate) fn overview_of_plans_with(
         } else {
             Vec::new()
         },
-        daemon: crate::bus::heartbeat::last(home)?
-            .map(|beat| crate::bus::heartbeat::seen(beat, None, now)),
+        daemon,
     })
 }
 

@@ -8,3 +8,4 @@ mod cli_docs;
 mod demo;
 mod plan_all;
 mod progress;
+mod read_only;

@@ -165,6 +165,30 @@ impl Daemon {
         self.child = Some(command.spawn().unwrap());
     }
 
+    /// Starts `mesh-host serve` as its systemd unit does: the node, the bus and its CA only in
+    /// `MESH_NODE`, `MESH_BUS` and `MESH_BUS_CA`, the other options after the subcommand.
+    pub fn start_from_the_environment(&mut self) {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mesh-host"));
+        command
+            .env_remove("MESH_BUS_PASSWORD_FILE")
+            .env("MESH_NODE", &self.node)
+            .env("MESH_BUS", self.server.url())
+            .env("MESH_BUS_CA", &self.pki.ca_file)
+            .arg("serve")
+            .arg("--heartbeat")
+            .arg("1")
+            .arg("--root")
+            .arg(self.root())
+            .arg("--state-dir")
+            .arg(self.state_dir())
+            .args(["--containers", "none"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::File::create(self.dir.path().join("serve.log")).unwrap(),
+            ));
+        self.child = Some(command.spawn().unwrap());
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
     }

@@ -7,20 +7,22 @@ use mesh_controller::error::{Error, Given, NoMesh};
 
 /// `error` and each of its causes, outermost first, joined by ": " (as `anyhow` prints `{:#}`),
 /// each of the library's errors that names an option or a missing mesh phrased with the
-/// binary's flags and commands.
+/// binary's flags and commands. A cause an outer message already says (a client library's
+/// error that prints its source, and that source again) is said once.
 pub fn phrased(error: &anyhow::Error) -> String {
-    error
-        .chain()
-        .map(|cause| {
-            let library = cause
-                .downcast_ref::<Error>()
-                .or_else(|| cause.downcast_ref::<Box<Error>>().map(AsRef::as_ref));
-            library
-                .and_then(with_flags)
-                .unwrap_or_else(|| cause.to_string())
-        })
-        .collect::<Vec<_>>()
-        .join(": ")
+    let mut said: Vec<String> = Vec::new();
+    for cause in error.chain() {
+        let library = cause
+            .downcast_ref::<Error>()
+            .or_else(|| cause.downcast_ref::<Box<Error>>().map(AsRef::as_ref));
+        let words = library
+            .and_then(with_flags)
+            .unwrap_or_else(|| cause.to_string());
+        if !said.iter().any(|outer| outer.contains(&words)) {
+            said.push(words);
+        }
+    }
+    said.join(": ")
 }
 
 /// The binary's words for `error`, when it names an option or a missing mesh; `None`: the

@@ -28,6 +28,11 @@ use std::process::ExitCode;
 /// 2 refused or held, see the message (e.g. `push` with no node, a held move, `plan --diff
 /// --detailed-exitcode` with a difference); 3 sent, but some node did not converge, or a
 /// plan stopped (a build failed or a rollout stopped at a node).
+///
+/// With `--bus`, the fleet's bus: `push` sends to the hosts running `mesh-host serve` and
+/// waits for their reports, grants first; `merge`, `plans resume` and `push --behind` roll out
+/// to them, one machine first; `runtimes` and `broker` need it. Without it, the embedded
+/// default: hosts run in this process.
 #[derive(Parser)]
 #[command(version, about, long_about)]
 pub struct Cli {
@@ -46,12 +51,9 @@ pub struct Cli {
     /// Output for people (`text`) or scripts (`json`).
     #[arg(long, value_enum, default_value = "text", global = true)]
     output: Output,
-    /// A fleet's bus (NATS JetStream), e.g. `nats://bus.example:4222`: `push` sends to the
-    /// hosts running `mesh-host serve` and waits for their reports, grants first; `merge`,
-    /// `plans resume` and `push --behind` roll out to them, one machine first; `runtimes` and
-    /// `broker` need it. Without it, the embedded default: hosts run in this process.
-    #[arg(long, env = "MESH_BUS", global = true, value_name = "URL")]
-    bus: Option<String>,
+    /// The bus, and the TLS this controller proves itself with.
+    #[command(flatten)]
+    bus: mesh_bus::cli::BusArgs,
     /// The controller's bus password file (default `<home>/bus/passwords/controller`), used
     /// while it has no seed (mode 0600: refused when others may read it).
     #[arg(
@@ -71,35 +73,9 @@ pub struct Cli {
     /// fewer are listed by `broker replicas` and raised by `broker raise-replicas`.
     #[arg(long, env = "MESH_BUS_REPLICAS", global = true, value_name = "N")]
     bus_replicas: Option<usize>,
-    /// How long a read or write of the controller's records on the bus is tried again while
-    /// the bus gives no answer (a cluster electing a leader, or one that lost its quorum)
-    /// before the command fails saying so (default 30). Shorter fails sooner on a cluster that
-    /// stays down; longer rides out a slower election.
-    #[arg(long, env = "MESH_BUS_RETRY_LIMIT", global = true, value_name = "SECS",
-        value_parser = clap::value_parser!(u64).range(1..=3600))]
-    bus_retry_limit: Option<u64>,
-    /// The bus server's CA (a PEM file): TLS is then required and only these CAs are trusted.
-    #[arg(long, env = "MESH_BUS_CA", global = true, value_name = "FILE")]
-    bus_ca: Option<PathBuf>,
-    /// The controller's client certificate (PEM), for a bus that verifies clients (mTLS;
-    /// needs `--bus-key`).
-    #[arg(
-        long,
-        env = "MESH_BUS_CERT",
-        global = true,
-        value_name = "FILE",
-        requires = "bus_key"
-    )]
-    bus_cert: Option<PathBuf>,
-    /// The key of `--bus-cert` (PEM, mode 0600: refused when others may read it).
-    #[arg(
-        long,
-        env = "MESH_BUS_KEY",
-        global = true,
-        value_name = "FILE",
-        requires = "bus_cert"
-    )]
-    bus_key: Option<PathBuf>,
+    /// How long the records on the bus are tried again.
+    #[command(flatten)]
+    bus_retry: mesh_bus::cli::RecordsRetryArgs,
     /// The registry's CA (a PEM file), over `https://`: its certificate must be signed by one
     /// of these, and only these are trusted.
     #[arg(long, env = "MESH_STORE_CA", global = true, value_name = "FILE")]
@@ -179,6 +155,32 @@ enum Command {
     Secrets(secrets::Command),
 }
 
+impl Command {
+    /// Whether the command only reads: it then makes no home, key or password, and a missing
+    /// home is an error.
+    fn reads_only(&self) -> bool {
+        match self {
+            Command::Status(_) | Command::Plan(_) | Command::Runtimes(_) => true,
+            Command::Plans(args) => args.reads_only(),
+            Command::Settings(command) => command.reads_only(),
+            Command::Records(command) => command.reads_only(),
+            Command::Init(_)
+            | Command::Check(_)
+            | Command::Push(_)
+            | Command::Repo(_)
+            | Command::Merge(_)
+            | Command::Build(_)
+            | Command::Demo(_)
+            | Command::Completions(_)
+            | Command::Man(_)
+            | Command::Serve(_)
+            | Command::Broker(_)
+            | Command::Node(_)
+            | Command::Secrets(_) => false,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     // Fail points, from `FAILPOINTS`, in a build with the `fail-points` feature only (the
     // tests'); a release build has none and reads nothing.
@@ -210,6 +212,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Man(args) => return man::exec(args),
         Command::Init(_) => init::refuse_bus(&cli)?,
         _ => {}
+    }
+    // A command that only reads writes nothing: not a home, not a key, not a password.
+    if cli.command.reads_only() && !cli.home.is_dir() {
+        anyhow::bail!(
+            "there is no mesh home at {home}: a command that only reads makes none (give \
+             --home or MESH_HOME, or make one with `mesh-controller --home {home} init`)",
+            home = cli.home.display()
+        );
     }
     let env = commands::Env::open(&cli)?;
     let serving = matches!(cli.command, Command::Serve(_));

@@ -26,76 +26,52 @@ use std::process::ExitCode;
 #[command(version, about, long_about)]
 struct Cli {
     /// The root prefix resources are applied under (`/` on a real machine; a sandbox in tests).
-    #[arg(long, default_value = "/")]
+    #[arg(long, default_value = "/", global = true)]
     root: PathBuf,
     /// The host's state directory (what it made, what it found, failures, windows).
-    #[arg(long, default_value = "/var/lib/mesh-host")]
+    #[arg(long, default_value = "/var/lib/mesh-host", global = true)]
     state_dir: PathBuf,
     /// Output for people (`text`) or scripts (`json`).
     #[arg(long, value_enum, default_value = "text", global = true)]
     output: Output,
     /// This machine's node name (`serve`).
-    #[arg(long)]
+    #[arg(long, env = "MESH_NODE", global = true)]
     node: Option<String>,
-    /// The bus, e.g. `nats://bus.example:4222` (`serve`).
-    #[arg(long, value_name = "URL")]
-    bus: Option<String>,
+    /// The bus, and the TLS this host proves itself with (`serve`).
+    #[command(flatten)]
+    bus: mesh_bus::cli::BusArgs,
     /// A file holding the node's bus password, as the controller keeps it under
     /// `<home>/bus/passwords/<node>` (`serve`, until the node is enrolled with an NKey; without
     /// it, `serve` signs with the seed `keygen` made).
-    #[arg(long, value_name = "FILE", env = "MESH_BUS_PASSWORD_FILE")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "MESH_BUS_PASSWORD_FILE",
+        global = true
+    )]
     password_file: Option<PathBuf>,
-    #[command(flatten)]
-    bus_tls: BusTlsArgs,
     /// The archive store a declaration's archived files are fetched from when they are not in
     /// this host's cache (`<state-dir>/archives`): `oci:PATH` or `http://HOST:PORT[/REPOSITORY]`,
     /// the controller's `--store` (`apply`, `serve`).
-    #[arg(long, value_name = "SPEC", env = "MESH_STORE")]
+    #[arg(long, value_name = "SPEC", env = "MESH_STORE", global = true)]
     store: Option<String>,
     /// The registry's CA (a PEM file), over `https://`: its certificate must be signed by one
     /// of these, and only these are trusted.
-    #[arg(long, value_name = "FILE", env = "MESH_STORE_CA")]
+    #[arg(long, value_name = "FILE", env = "MESH_STORE_CA", global = true)]
     store_ca: Option<PathBuf>,
     /// This host's registry credentials (it only pulls): a file holding `USER:PASSWORD` on one
     /// line, mode 0600 (refused when others may read it).
-    #[arg(long, value_name = "FILE", env = "MESH_STORE_CREDENTIALS")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "MESH_STORE_CREDENTIALS",
+        global = true
+    )]
     store_credentials: Option<PathBuf>,
     #[command(flatten)]
     containers: containers::ContainerArgs,
     #[command(subcommand)]
     command: Command,
-}
-
-/// The bus's TLS (`serve`): the CA its certificate must be signed by, and this host's
-/// certificate where the server verifies clients (mTLS).
-#[derive(clap::Args)]
-struct BusTlsArgs {
-    /// The bus server's CA (a PEM file): TLS is then required and only these CAs are trusted
-    /// (`serve`).
-    #[arg(long, value_name = "FILE", env = "MESH_BUS_CA")]
-    bus_ca: Option<PathBuf>,
-    /// This host's client certificate (PEM), for a bus that verifies clients (`serve`; needs
-    /// `--bus-key`).
-    #[arg(long, value_name = "FILE", env = "MESH_BUS_CERT", requires = "bus_key")]
-    bus_cert: Option<PathBuf>,
-    /// The key of `--bus-cert` (PEM, mode 0600: refused when others may read it).
-    #[arg(long, value_name = "FILE", env = "MESH_BUS_KEY", requires = "bus_cert")]
-    bus_key: Option<PathBuf>,
-}
-
-impl BusTlsArgs {
-    fn tls(&self) -> mesh_bus::BusTls {
-        mesh_bus::BusTls {
-            ca_file: self.bus_ca.clone(),
-            client_certificate: match (&self.bus_cert, &self.bus_key) {
-                (Some(cert_file), Some(key_file)) => Some(mesh_bus::ClientCertificate {
-                    cert_file: cert_file.clone(),
-                    key_file: key_file.clone(),
-                }),
-                _ => None,
-            },
-        }
-    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]

@@ -17,7 +17,7 @@ pub struct Args {
 
 /// `init` makes a home on this machine: refused with `--bus`, before anything is opened.
 pub fn refuse_bus(cli: &Cli) -> Result<()> {
-    if let Some(bus) = &cli.bus {
+    if let Some(bus) = &cli.bus.bus {
         bail!(
             "`init` makes a mesh home on this machine, not on a bus; make it without --bus, then \
              move its records with `mesh-controller --home {} --bus {} records import`",

@@ -70,21 +70,29 @@ impl Env {
             if let Some(file) = &cli.bus_seed {
                 bus = bus.with_seed_file(file);
             }
-            if let Some(file) = &cli.bus_ca {
+            if let Some(file) = &cli.bus.bus_ca {
                 bus = bus.with_ca_file(file);
             }
-            if let (Some(cert_file), Some(key_file)) = (&cli.bus_cert, &cli.bus_key) {
+            if let (Some(cert_file), Some(key_file)) = (&cli.bus.bus_cert, &cli.bus.bus_key) {
                 bus = bus.with_client_certificate(cert_file, key_file);
             }
             if let Some(replicas) = cli.bus_replicas {
                 bus = bus.with_replicas(replicas);
             }
-            if let Some(secs) = cli.bus_retry_limit {
-                bus = bus.with_retry_limit(std::time::Duration::from_secs(secs));
+            if let Some(limit) = cli.bus_retry.limit() {
+                bus = bus.with_retry_limit(limit);
             }
             bus
         };
-        let bus = cli.bus.clone().map(bus_config);
+        let reads_only = cli.command.reads_only();
+        let bus = cli.bus.bus.clone().map(|url| {
+            let bus = bus_config(url);
+            if reads_only {
+                bus.reading_only()
+            } else {
+                bus
+            }
+        });
         let store: Option<mesh_store::store::StoreSpec> = match &cli.store {
             Some(spec) => Some(spec.parse().with_context(|| format!("--store {spec}"))?),
             None => None,

@@ -74,6 +74,16 @@ pub enum Command {
     },
 }
 
+impl Args {
+    /// Whether it only reads (lists or shows; a preview sends nothing).
+    pub fn reads_only(&self) -> bool {
+        match &self.command {
+            None | Some(Command::List | Command::Show { .. }) => true,
+            Some(Command::Close { .. } | Command::Resume { .. } | Command::Retry { .. }) => false,
+        }
+    }
+}
+
 /// Lists, shows, closes, resumes or retries.
 pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     let home = &env.home;

@@ -95,6 +95,16 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// Whether it only reads the records (`list`, `get`, `export`).
+    pub fn reads_only(&self) -> bool {
+        match self {
+            Command::List { .. } | Command::Get { .. } | Command::Export { .. } => true,
+            Command::Import { .. } | Command::Collect { .. } | Command::Put { .. } => false,
+        }
+    }
+}
+
 /// Imports, exports, lists, collects, gets or puts.
 pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
     let home = &env.home;

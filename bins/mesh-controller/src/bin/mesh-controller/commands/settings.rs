@@ -97,6 +97,20 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// Whether it only reads (`show`).
+    pub fn reads_only(&self) -> bool {
+        match self {
+            Command::Show { .. } => true,
+            Command::Set { .. }
+            | Command::SetSecret { .. }
+            | Command::Clear { .. }
+            | Command::Rename { .. }
+            | Command::Restore { .. } => false,
+        }
+    }
+}
+
 /// Shows a layer, or changes one: exit 2 when the change was refused.
 pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
     let now = mesh_store::clock::now();

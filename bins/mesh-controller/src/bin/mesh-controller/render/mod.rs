@@ -714,3 +714,17 @@ pub fn raised_replicas(raised: &[mesh_controller::bus::broker::RaisedLine]) -> S
         })
         .collect()
 }
+
+/// A time (seconds since the epoch) in this machine's own time zone, with its offset, as a
+/// person reads it: `2026-12-07 23:10:04 +01:00`.
+pub fn local_time(secs: u64) -> String {
+    i64::try_from(secs)
+        .ok()
+        .and_then(|secs| chrono::DateTime::from_timestamp(secs, 0))
+        .map(|at| {
+            at.with_timezone(&chrono::Local)
+                .format("%Y-%m-%d %H:%M:%S %:z")
+                .to_string()
+        })
+        .unwrap_or_else(|| mesh_store::clock::rfc3339(secs))
+}

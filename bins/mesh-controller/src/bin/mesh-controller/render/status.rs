@@ -196,26 +196,47 @@ fn plans_status(overview: &Overview) -> String {
     }
     if let Some(daemon) = &overview.daemon {
         let beat = &daemon.heartbeat;
-        let _ = writeln!(
-            out,
-            "daemon: mesh-controller serve on {} (pid {}), its loop last turned {} s ago \
+        if let Some(at) = daemon.stopped_at {
+            let _ = writeln!(
+                out,
+                "daemon: mesh-controller serve on {} (pid {}) stopped at {}; it was driving {}; \
+                 {} merge(s) waiting{}",
+                beat.machine,
+                beat.pid,
+                super::local_time(at),
+                if beat.driving.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    beat.driving.join(", ")
+                },
+                daemon.merges_waiting.count,
+                daemon
+                    .oldest_merge_waiting_secs
+                    .map(|secs| format!(", the oldest for {secs} s"))
+                    .unwrap_or_default()
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "daemon: mesh-controller serve on {} (pid {}), its loop last turned {} s ago \
              (heartbeat every {} s){}; driving {}; {} merge(s) waiting{}",
-            beat.machine,
-            beat.pid,
-            daemon.unheard_secs,
-            beat.interval_secs,
-            if daemon.silent { ": SILENT" } else { "" },
-            if beat.driving.is_empty() {
-                "nothing".to_owned()
-            } else {
-                beat.driving.join(", ")
-            },
-            daemon.merges_waiting.count,
-            daemon
-                .oldest_merge_waiting_secs
-                .map(|secs| format!(", the oldest for {secs} s"))
-                .unwrap_or_default()
-        );
+                beat.machine,
+                beat.pid,
+                daemon.unheard_secs,
+                beat.interval_secs,
+                if daemon.silent { ": SILENT" } else { "" },
+                if beat.driving.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    beat.driving.join(", ")
+                },
+                daemon.merges_waiting.count,
+                daemon
+                    .oldest_merge_waiting_secs
+                    .map(|secs| format!(", the oldest for {secs} s"))
+                    .unwrap_or_default()
+            );
+        }
         for line in daemon.attention() {
             let _ = writeln!(out, "  {line}");
         }

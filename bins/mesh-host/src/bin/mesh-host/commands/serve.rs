@@ -47,10 +47,10 @@ pub struct Args {
 /// or the credential missing.
 pub fn exec(args: &Args, cli: &Cli) -> Result<ExitCode> {
     let archives = super::archive_source(cli)?;
-    let (Some(node), Some(bus_url)) = (cli.node.clone(), cli.bus.clone()) else {
+    let (Some(node), Some(bus_url)) = (cli.node.clone(), cli.bus.bus.clone()) else {
         eprintln!(
-            "error: serve needs --node NODE, --bus URL, and --password-file FILE or the seed \
-             `mesh-host keygen` makes"
+            "error: serve needs --node NODE (or MESH_NODE), --bus URL (or MESH_BUS), and \
+             --password-file FILE or the seed `mesh-host keygen` makes"
         );
         return Ok(ExitCode::from(2));
     };
@@ -67,7 +67,7 @@ pub fn exec(args: &Args, cli: &Cli) -> Result<ExitCode> {
         node,
         bus_url,
         password_file: cli.password_file.clone(),
-        bus_tls: cli.bus_tls.tls(),
+        bus_tls: cli.bus.tls(),
         host: mesh_apply::HostConfig {
             retry: mesh_apply::RetryPolicy {
                 initial_backoff_secs: args.first_retry.max(1),
