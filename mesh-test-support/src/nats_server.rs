@@ -302,6 +302,12 @@ impl NatsServer {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
+    /// Its whole log (`log_file` of its configuration), as it stands: what a test reads to find
+    /// what the server complained of.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join(LOG_FILE)).unwrap_or_default()
+    }
+
     /// The last `lines` lines of its log, and whether it is running: what a test prints when
     /// the bus did not answer it, to tell a server gone from one too slow.
     pub fn log_tail(&self, lines: usize) -> String {

@@ -510,6 +510,8 @@ pub struct NatsBus {
     client: async_nats::Client,
     refusals: broadcast::Sender<Refusal>,
     connects: tokio::sync::watch::Receiver<u64>,
+    /// Set once the connection has begun to drain ([`NatsBus::drain_heard`]).
+    draining: tokio::sync::watch::Receiver<bool>,
 }
 
 impl std::fmt::Debug for NatsBus {
@@ -532,14 +534,23 @@ impl NatsBus {
         let sender = refusals.clone();
         let (connected, connects) = tokio::sync::watch::channel(0_u64);
         let connected = std::sync::Arc::new(connected);
+        let (drained, draining) = tokio::sync::watch::channel(false);
+        let drained = std::sync::Arc::new(drained);
         let refusals_expected = options.refusals_expected;
         let mut connect = async_nats::ConnectOptions::new()
             .connection_timeout(options.connect_timeout)
             .event_callback(move |event| {
                 let sender = sender.clone();
                 let connected = std::sync::Arc::clone(&connected);
+                let drained = std::sync::Arc::clone(&drained);
                 async move {
                     match event {
+                        // The events come in the order the connection met them: every refusal
+                        // before the drain has been sent on `refusals` by now.
+                        async_nats::Event::Draining => {
+                            tracing::debug!("nats connection draining");
+                            drained.send_replace(true);
+                        }
                         async_nats::Event::Connected => {
                             tracing::info!(event = %event, "nats connection");
                             connected.send_modify(|count| *count += 1);
@@ -603,7 +614,29 @@ impl NatsBus {
             client,
             refusals,
             connects,
+            draining,
         })
+    }
+
+    /// Drains the connection, and waits until every refusal the server sent before the drain
+    /// is on [`NatsBus::refusals`]: the server answers a connection's operations in order, and
+    /// the client hands its events on in the order it met them. Proves that nothing was refused
+    /// without asking the server for a refusal (which it would log as an error). The connection
+    /// is closed after it.
+    ///
+    /// # Errors
+    /// The drain could not be asked for, or was not heard (the connection was lost).
+    pub async fn drain_heard(&self) -> Result<(), String> {
+        let mut draining = self.draining.clone();
+        self.client
+            .drain()
+            .await
+            .map_err(|error| format!("draining the connection: {error}"))?;
+        draining
+            .wait_for(|drained| *drained)
+            .await
+            .map(|_| ())
+            .map_err(|_| "the connection ended before its drain was heard".to_owned())
     }
 
     /// Changes each time the connection is made again after it was lost (and may once for the

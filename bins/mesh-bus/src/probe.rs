@@ -19,9 +19,10 @@
 //!   [`PROBE_TOKEN`]), with the payload [`PROBE_PAYLOAD`] and the header
 //!   `Nats-Expected-Stream: mesh-permission-probe`, so that JetStream stores it in no stream
 //!   and no JetStream API takes it as a request it can act on (an empty or JSON request);
-//! - the last check is always one the server must refuse (another node's declarations), so
-//!   once its refusal is heard every earlier one has been: the server answers a connection in
-//!   order.
+//! - after a round trip the connection is drained ([`NatsBus::drain_heard`]): the server answers
+//!   a connection in order and the client hands on its events in order, so once the drain is
+//!   heard every refusal has been. Nothing is tried only to be refused, so a users change whose
+//!   permissions are all in force leaves no error in the server's log.
 //!
 //! What it must never do: publish where someone may be listening for a module's events — a
 //! permission the node both publishes and hears (its event subjects, its inboxes) is proven by
@@ -31,7 +32,7 @@
 
 use crate::grants::Permissions;
 use crate::nats::{round_trip, Credentials, Refusal};
-use crate::{subject_matches, subjects, NatsBus, NatsOptions};
+use crate::{subject_matches, NatsBus, NatsOptions};
 use std::time::Duration;
 use tokio::sync::broadcast;
 
@@ -47,7 +48,8 @@ pub const PROBE_PAYLOAD: &[u8] = b"mesh permission probe";
 /// so JetStream stores the message nowhere.
 const PROBE_STREAM: &str = "mesh-permission-probe";
 
-/// How long a probe waits, after its round trip, for the server's refusals to be read.
+/// How long a probe waits, after its round trip, for its connection's drain to be heard (and so
+/// every refusal the server sent).
 pub const REFUSAL_WAIT: Duration = Duration::from_secs(2);
 
 /// How long [`prove_permissions`] waits between tries.
@@ -156,9 +158,8 @@ pub fn probe_subject(pattern: &str) -> String {
         .join(".")
 }
 
-/// What proves a node's permissions in force: every permission of `expected` allowed, every
-/// one of `previous` that `expected` no longer grants refused, and (last) another node's
-/// declarations refused.
+/// What proves a node's permissions in force: every permission of `expected` allowed, and every
+/// one of `previous` that `expected` no longer grants refused.
 ///
 /// A publish permission the node may also hear is checked by its subscription alone (see the
 /// module's documentation); so is one taken away. A permission taken away is tried on a
@@ -167,7 +168,7 @@ pub fn probe_subject(pattern: &str) -> String {
 ///
 /// # Guarantees
 /// Pure; the checks come in the order of `expected` and `previous` (sorted, as
-/// [`crate::grants::node_permissions`] gives them), and the last one is always refused.
+/// [`crate::grants::node_permissions`] gives them).
 pub fn checks(expected: &Permissions, previous: Option<&Permissions>) -> Vec<Check> {
     let mut checks = Vec::new();
     for permission in &expected.subscribe {
@@ -223,14 +224,6 @@ pub fn checks(expected: &Permissions, previous: Option<&Permissions>) -> Vec<Che
             }
         }
     }
-    // Another node's declarations: never granted, and the last check (see the module's docs).
-    let others = subjects::ALL_DECLARATIONS.to_owned();
-    checks.push(Check {
-        operation: Operation::Subscribe,
-        permission: others.clone(),
-        subject: others,
-        allowed: false,
-    });
     checks
 }
 
@@ -266,8 +259,8 @@ fn user_of(options: &NatsOptions) -> String {
 
 /// Tries every check once on a fresh connection: what did not hold (empty: every one held).
 ///
-/// `checks` must end with one the server refuses ([`checks`] makes them so): its refusal tells
-/// that every earlier one has been read.
+/// The refusals are read once the connection's drain is heard ([`NatsBus::drain_heard`]), which
+/// tells that every one the server sent has been.
 pub async fn try_checks(options: &NatsOptions, checks: &[Check]) -> Vec<Unproven> {
     let user = user_of(options);
     let probe_failed = |reason: String| {
@@ -276,7 +269,8 @@ pub async fn try_checks(options: &NatsOptions, checks: &[Check]) -> Vec<Unproven
             reason,
         }]
     };
-    // Its last check is refused on purpose, and others may be until a reload: no error to log.
+    // A check may be refused until a reload, or on purpose (a permission taken away): no error
+    // to log.
     let probing = NatsOptions {
         refusals_expected: true,
         ..options.clone()
@@ -319,18 +313,28 @@ pub async fn try_checks(options: &NatsOptions, checks: &[Check]) -> Vec<Unproven
     if let Err(error) = round_trip(client).await {
         return probe_failed(error.to_string());
     }
-    // The server answered every operation before the round trip's echo; its refusals reach
-    // `refusals` through the connection's event task, in order. Wait for the last check's.
+    // The server answered every operation before the round trip's echo, and the client hands
+    // its refusals on in order: once the drain is heard, every refusal is on `refusals`.
+    match tokio::time::timeout(REFUSAL_WAIT, bus.drain_heard()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(reason)) => return probe_failed(reason),
+        Err(_) => {
+            return probe_failed(format!(
+                "the connection's drain was not heard within {} s",
+                REFUSAL_WAIT.as_secs()
+            ))
+        }
+    }
     let mut heard = Vec::new();
-    let last = checks.last().map(refusal_of);
-    let deadline = tokio::time::Instant::now() + REFUSAL_WAIT;
-    while last.as_ref().is_some_and(|last| !heard.contains(last)) {
-        match tokio::time::timeout_at(deadline, refusals.recv()).await {
-            Ok(Ok(refusal)) => heard.push(refusal),
-            Ok(Err(broadcast::error::RecvError::Lagged(missed))) => {
+    loop {
+        match refusals.try_recv() {
+            Ok(refusal) => heard.push(refusal),
+            Err(broadcast::error::TryRecvError::Lagged(missed)) => {
                 return probe_failed(format!("{missed} of the server's refusals were missed"))
             }
-            Ok(Err(broadcast::error::RecvError::Closed)) | Err(_) => break,
+            Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed) => {
+                break
+            }
         }
     }
     let mut unproven = Vec::new();
@@ -435,12 +439,12 @@ mod tests {
     }
 
     #[test]
-    fn a_first_proof_refuses_only_other_nodes_declarations() {
+    fn a_first_proof_asks_the_server_for_no_refusal() {
+        // A refusal is an error in the server's log: a proof of permissions granted, nothing
+        // taken away, tries only what must be allowed.
         let checks = checks(&grants(&[], &[]), None);
-        let refused: Vec<&Check> = checks.iter().filter(|c| !c.allowed).collect();
-        assert_eq!(refused.len(), 1);
-        assert_eq!(refused[0].subject, "mesh.declaration.*");
-        assert_eq!(checks.last().map(|c| c.allowed), Some(false));
+        assert!(!checks.is_empty());
+        assert!(checks.iter().all(|check| check.allowed), "{checks:#?}");
     }
 
     #[test]

@@ -150,11 +150,12 @@ impl std::io::Write for CapturedLog {
     }
 }
 
-// The probe's refusals — its last check is refused on purpose — were logged
+// The probe's refusals — a permission taken away is refused on purpose — were logged
 // as ERROR (`the nats server refused an operation`) during a push that succeeded.
 #[tokio::test]
 async fn a_proof_that_holds_logs_its_expected_refusals_below_error() {
     let authorization = home_and_laptop(&["agent"], &["media.scan"]);
+    let before = home_and_laptop(&["agent"], &["media.scan", "media.done"]);
     let (server, controller) = super::secured(&authorization_config(&authorization).unwrap()).await;
     ensure_bucket(&controller.jetstream(), "agent")
         .await
@@ -179,7 +180,7 @@ async fn a_proof_that_holds_logs_its_expected_refusals_below_error() {
     prove_permissions(
         &super::as_node(&server, "home"),
         &permissions(&authorization, "home"),
-        None,
+        Some(&permissions(&before, "home")),
         within(Duration::from_secs(10)),
     )
     .await
@@ -194,5 +195,40 @@ async fn a_proof_that_holds_logs_its_expected_refusals_below_error() {
             .lines()
             .any(|line| line.split_whitespace().nth(1) == Some("ERROR")),
         "an ERROR during a proof that held:\n{text}"
+    );
+}
+
+// A quiet bus log: nats-server logs every refusal as an error, so a proof of permissions granted
+// (nothing taken away) asks for none — an operator reads every `[ERR]` in the bus's log as one.
+// Run on both servers (Debian's 2.9 by default, `MESH_NATS_SERVER` for the current one).
+// Known: 2.10 and later still log a `[WRN] Invalid JetStream request` for each probe of a
+// JetStream API permission (a state bucket's), whose payload is not JSON on purpose so that no
+// API acts on it; those are warnings, not errors, and are left for later.
+#[tokio::test]
+async fn a_proof_of_permissions_granted_leaves_no_error_in_the_servers_log() {
+    let authorization = home_and_laptop(&["agent"], &["media.scan"]);
+    let (server, controller) = super::secured(&authorization_config(&authorization).unwrap()).await;
+    ensure_bucket(&controller.jetstream(), "agent")
+        .await
+        .unwrap();
+    let before = server.log().len();
+    prove_permissions(
+        &super::as_node(&server, "home"),
+        &permissions(&authorization, "home"),
+        None,
+        within(Duration::from_secs(10)),
+    )
+    .await
+    .unwrap_or_else(|unproven| panic!("{}", said(&unproven)));
+    let log = server.log();
+    let complaints: Vec<&str> = log[before..]
+        .lines()
+        .filter(|line| line.contains("[ERR]"))
+        .collect();
+    assert!(
+        complaints.is_empty(),
+        "the proof left errors in nats-server {}'s log:\n{}",
+        server.version(),
+        complaints.join("\n")
     );
 }

@@ -25,6 +25,7 @@ mod nodes_behind;
 mod orphaned_settings;
 mod pending;
 mod quick_start_forget;
+mod quiet_bus_log;
 mod records_backup;
 mod secret_files;
 mod secrets;
