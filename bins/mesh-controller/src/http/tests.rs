@@ -729,6 +729,7 @@ fn the_page_lists_a_pending_node_nothing_will_send_under_needs_attention() {
             Some(plan) => format!("{plan}'s rollout sends it"),
             None => format!("push {node}"),
         },
+        downgrades: Vec::new(),
     };
     snapshot.overview.pending = vec![pending("b", None), pending("a", Some("plan-2"))];
     let page = page(&snapshot, query(""));

@@ -109,6 +109,10 @@ pub struct PendingNode {
     pub plan: Option<String>,
     /// What sends it: the open plan, or `push NODE`.
     pub command: String,
+    /// The modules it runs a stopped rollout's build of, when nothing will send it: the push
+    /// takes it back to the older deployed build, and is held until that is allowed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub downgrades: Vec<String>,
 }
 
 impl PendingNode {
@@ -180,9 +184,28 @@ pub fn pending(
             .iter()
             .find(|record| sends(record, &node.modules, &differences))
             .map(|record| record.plan.id.clone());
+        // A module it runs a stopped rollout's build of: a push would take it back to the
+        // older deployed build, and holds it until that is allowed.
+        let back: Vec<&str> = differences
+            .iter()
+            .filter_map(|difference| match difference {
+                Difference::Build {
+                    module,
+                    sent: Some(sent),
+                    ..
+                } if builds.stopped.get(&(node.node.clone(), module.clone())) == Some(sent) => {
+                    Some(module.as_str())
+                }
+                _ => None,
+            })
+            .collect();
         let command = match &plan {
             Some(plan) => format!("{plan}'s rollout sends it"),
             None => format!("push {}", node.node),
+        };
+        let downgrades: Vec<String> = match &plan {
+            Some(_) => Vec::new(),
+            None => back.into_iter().map(str::to_owned).collect(),
         };
         out.push(PendingNode {
             node: node.node.clone(),
@@ -191,6 +214,7 @@ pub fn pending(
             differences,
             plan,
             command,
+            downgrades,
         });
     }
     Ok(out)

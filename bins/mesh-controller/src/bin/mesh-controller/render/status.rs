@@ -368,7 +368,14 @@ fn pending(pending: &[mesh_controller::status::pending::PendingNode]) -> String 
             "    {}",
             match &node.plan {
                 Some(_) => node.command.clone(),
-                None => format!("nothing will send it; `{}` does", node.command),
+                None => format!(
+                    "nothing will send it; `{}{}` does",
+                    node.command,
+                    node.downgrades
+                        .iter()
+                        .map(|module| format!(" --downgrade {module}"))
+                        .collect::<String>()
+                ),
             }
         );
     }
@@ -728,6 +735,7 @@ mod status_tests {
                     ],
                     plan: None,
                     command: "push alpha".into(),
+                    downgrades: vec!["web".into()],
                 },
                 PendingNode {
                     node: "gamma".into(),
@@ -736,6 +744,7 @@ mod status_tests {
                     differences: vec![Difference::NeverSent],
                     plan: Some("plan-7".into()),
                     command: "plan-7's rollout sends it".into(),
+                    downgrades: Vec::new(),
                 },
                 PendingNode {
                     node: "delta".into(),
@@ -746,6 +755,7 @@ mod status_tests {
                     }],
                     plan: None,
                     command: "push delta".into(),
+                    downgrades: Vec::new(),
                 },
             ],
             held: Vec::new(),
