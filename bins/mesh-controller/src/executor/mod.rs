@@ -380,12 +380,9 @@ pub fn decide(
     ))
 }
 
-/// Waits until every node in `waiting` (node → the digest sent, and the send's id) has a
-/// settled report (not mid-change) of that digest answering that send, or `deadline`; the last
-/// such report heard for each node is returned (a mid-change one when that is all there was).
-/// A report naming another send — an earlier send of the same declaration, repeated by a
-/// heartbeat — is not this send's answer; one naming no send (an older host) is taken by its
-/// digest alone.
+/// Waits until every node in `waiting` (node → digest sent) has a settled report (not
+/// mid-change) of that digest, or `deadline`; the last report of the digest heard for each
+/// node is returned (a mid-change one when that is all there was).
 ///
 /// Where it stands goes to `progress` as a push's ([`push_progress`]) after each report.
 ///
@@ -393,7 +390,7 @@ pub fn decide(
 /// As [`Executor::next_report`].
 pub(crate) async fn wait_for_reports(
     executor: &mut Executor<'_>,
-    waiting: &BTreeMap<String, (String, Option<String>)>,
+    waiting: &BTreeMap<String, String>,
     deadline: tokio::time::Instant,
     progress: &dyn crate::Progress,
 ) -> Result<BTreeMap<String, Report>> {
@@ -408,11 +405,7 @@ pub(crate) async fn wait_for_reports(
         let Some(report) = executor.next_report(deadline - now).await? else {
             continue;
         };
-        let Some((digest, send)) = waiting.get(&report.node) else {
-            continue;
-        };
-        let another_send = matches!((send, &report.send), (Some(ours), Some(its)) if ours != its);
-        if *digest != report.declaration || another_send {
+        if waiting.get(&report.node) != Some(&report.declaration) {
             continue;
         }
         let was_settled = heard

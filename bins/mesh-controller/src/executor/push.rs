@@ -183,10 +183,7 @@ pub async fn push_allowing(
         }
         executor.send(&first).await?;
         clear_push_problems(home, std::slice::from_ref(&first))?;
-        let waiting = BTreeMap::from([(
-            bus_node.clone(),
-            (first.digest().to_owned(), first.send().map(str::to_owned)),
-        )]);
+        let waiting = BTreeMap::from([(bus_node.clone(), first.digest().to_owned())]);
         let mut first_heard =
             wait_for_reports(&mut executor, &waiting, deadline, &crate::Quiet).await?;
         let Some(report) = first_heard.remove(&bus_node) else {
@@ -217,14 +214,9 @@ pub async fn push_allowing(
             )));
         }
     }
-    let waiting: BTreeMap<String, (String, Option<String>)> = rest
+    let waiting: BTreeMap<String, String> = rest
         .iter()
-        .map(|d| {
-            (
-                d.node().to_owned(),
-                (d.digest().to_owned(), d.send().map(str::to_owned)),
-            )
-        })
+        .map(|d| (d.node().to_owned(), d.digest().to_owned()))
         .collect();
     let rest: Vec<Outgoing> = rest.into_iter().cloned().collect();
     executor.send_many(&rest).await?;
