@@ -176,6 +176,12 @@ fn retry(spec: &RolloutSpec, state: &mut RolloutState, now: u64, actions: &mut V
     for node in again.into_iter().rev() {
         state.queue.push_front(node);
     }
+    go_on(spec, state, now, actions);
+}
+
+/// The queued nodes begun again: the first of them as the first node when none applied yet
+/// (one-first), else among the rest, at most `max-parallel` at a time.
+fn go_on(spec: &RolloutSpec, state: &mut RolloutState, now: u64, actions: &mut Vec<Action>) {
     if state.applied == 0 && spec.upgrade == Upgrade::OneFirst {
         let Some(first) = state.queue.pop_front() else {
             return;
@@ -205,17 +211,7 @@ fn release(spec: &RolloutSpec, state: &mut RolloutState, now: u64, actions: &mut
     }
     state.held = 0;
     state.queue.extend(released);
-    if state.applied == 0 && spec.upgrade == Upgrade::OneFirst {
-        let Some(first) = state.queue.pop_front() else {
-            return;
-        };
-        state.stage = Stage::FirstNode;
-        state.first = Some(first.clone());
-        begin(state, vec![first], now, actions);
-    } else {
-        state.stage = Stage::Rest;
-        launch(spec, state, now, actions);
-    }
+    go_on(spec, state, now, actions);
 }
 
 fn progress_of<'s>(state: &'s RolloutState, node: &str) -> Option<&'s NodeProgress> {

@@ -10,10 +10,10 @@
 //! in process (`Bed::library`), as the commands call it.
 
 use crate::fleet_containers::{image, RunPrefix};
+use crate::revert::{answer, sent_command};
 use crate::support;
 use serde_json::Value;
 use std::net::TcpListener;
-use std::process::Command;
 use support::fleet::{write, Bed};
 use support::Repo;
 
@@ -42,37 +42,6 @@ fn app_module(page: Option<&str>) -> String {
          [containers.web]\nimage = \"{}\"\ncommand = [\"sh\", \"-c\", \"{command}\"]\n{ports}",
         image()
     )
-}
-
-/// What `127.0.0.1:port` answers over HTTP (`None`: nothing).
-fn answer(port: u16) -> Option<String> {
-    let out = Command::new("curl")
-        .args(["--silent", "--max-time", "5"])
-        .arg(format!("http://127.0.0.1:{port}/"))
-        .output()
-        .unwrap();
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
-
-/// The command of `app`'s container in the declaration last sent to `node`.
-fn sent_command(bed: &Bed, node: &str) -> String {
-    let sent: Value =
-        serde_json::from_str(&bed.record(&format!("sent/{node}.json")).unwrap()).unwrap();
-    let digest = sent["declaration"].as_str().unwrap();
-    let key = format!(
-        "declarations/{}.json",
-        digest.strip_prefix("sha256:").unwrap()
-    );
-    let declaration: Value = serde_json::from_str(&bed.record(&key).unwrap()).unwrap();
-    declaration["resources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["id"] == "app/container/web")
-        .map(|r| r["spec"]["command"].to_string())
-        .unwrap_or_else(|| panic!("no `app` container in {declaration:#}"))
 }
 
 #[test]

@@ -38,7 +38,7 @@ fn app_module(listen: &str) -> String {
 }
 
 /// What `127.0.0.1:port` answers over HTTP (`None`: nothing).
-fn answer(port: u16) -> Option<String> {
+pub(crate) fn answer(port: u16) -> Option<String> {
     let out = Command::new("curl")
         .args(["--silent", "--max-time", "5"])
         .arg(format!("http://127.0.0.1:{port}/"))
@@ -50,7 +50,7 @@ fn answer(port: u16) -> Option<String> {
 }
 
 /// The command of `app`'s container in the declaration last sent to `node`.
-fn sent_command(bed: &Bed, node: &str) -> String {
+pub(crate) fn sent_command(bed: &Bed, node: &str) -> String {
     let sent: Value =
         serde_json::from_str(&bed.record(&format!("sent/{node}.json")).unwrap()).unwrap();
     let digest = sent["declaration"].as_str().unwrap();
