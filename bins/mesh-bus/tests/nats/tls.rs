@@ -134,3 +134,81 @@ async fn with_mtls_a_client_without_a_certificate_is_refused_and_one_with_connec
     assert!(matches!(error, NatsError::Secret { .. }), "{message}");
     assert!(message.contains("readable by others"), "{message}");
 }
+
+/// Runs the book's certificate recipe (`contrib/tls/mesh-certs`) as an operator would.
+fn mesh_certs(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contrib/tls/mesh-certs");
+    std::process::Command::new(&script)
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()))
+}
+
+fn made(dir: &std::path::Path, args: &[&str]) {
+    let output = mesh_certs(dir, args);
+    assert!(
+        output.status.success(),
+        "mesh-certs {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The CA recipe the book gives operators makes certificates a real nats-server serves mutual
+/// TLS with and our client connects with; a client certificate another run of the recipe made
+/// (another fleet's CA) is refused; keys are private; and a second `ca` changes nothing.
+#[tokio::test]
+async fn the_books_ca_recipe_makes_certificates_the_bus_and_its_clients_accept() {
+    let fleet = tempfile::tempdir().unwrap();
+    let dir = fleet.path();
+    made(dir, &["ca"]);
+    made(dir, &["server", "bus", "127.0.0.1", "localhost"]);
+    made(dir, &["client", "web-1"]);
+    for key in ["ca.key", "bus.key", "web-1.key"] {
+        let mode = std::fs::metadata(dir.join(key))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{key} is {mode:o}");
+    }
+    let ca_before = std::fs::read(dir.join("ca.pem")).unwrap();
+    let again = mesh_certs(dir, &["ca"]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("ca.pem is already there"),
+        "{again:?}"
+    );
+    assert_eq!(std::fs::read(dir.join("ca.pem")).unwrap(), ca_before);
+
+    let server = NatsServer::start_with_tls(
+        "",
+        &ServerTls {
+            cert_file: dir.join("bus.pem"),
+            key_file: dir.join("bus.key"),
+            client_ca_file: Some(dir.join("ca.pem")),
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let client = |certs: &std::path::Path, name: &str| {
+        NatsOptions::new(server.url()).with_tls(BusTls {
+            ca_file: Some(dir.join("ca.pem")),
+            client_certificate: Some(ClientCertificate {
+                cert_file: certs.join(format!("{name}.pem")),
+                key_file: certs.join(format!("{name}.key")),
+            }),
+        })
+    };
+    let bus = NatsBus::connect(&client(dir, "web-1"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut heard = bus.subscribe("tls.recipe").await.unwrap();
+    bus.publish("tls.recipe", b"copied".to_vec()).await.unwrap();
+    let message = crate::next_within(Duration::from_secs(10), &mut heard).await;
+    assert_eq!(message.payload, b"copied");
+
+    let other = tempfile::tempdir().unwrap();
+    made(other.path(), &["ca"]);
+    made(other.path(), &["client", "web-1"]);
+    refused(&client(other.path(), "web-1")).await;
+}
