@@ -217,3 +217,31 @@ fn a_credentials_file_others_can_read_is_refused_at_start() {
     );
     assert!(message.contains("holds no PEM certificate"), "{message}");
 }
+
+/// The book's CA recipe (`contrib/tls/mesh-certs`, with `openssl`) gives the registry a
+/// certificate it serves with, and the controller and a host, trusting only the recipe's CA,
+/// publish and fetch over it: from an empty directory to a TLS registry, as an operator does.
+#[tokio::test]
+async fn the_books_ca_recipe_serves_the_registry() {
+    let pki = TestPki::from_recipe();
+    let registry = secured(&pki);
+    assert!(registry.base_url().starts_with("https://"));
+    let files = tempfile::tempdir().unwrap();
+    let controller_file = credentials(files.path(), "controller", CONTROLLER);
+    let host_file = credentials(files.path(), "host", HOST);
+    let controller = store(&registry, Some(&pki.ca_file), Some(&controller_file));
+    let kept = archive("recipe");
+    let home = tempfile::tempdir().unwrap();
+    {
+        let lock = PublishLock::acquire(home.path()).await.unwrap();
+        publish(&*controller, &lock, &kept).await.unwrap();
+    }
+    let host = store(&registry, Some(&pki.ca_file), Some(&host_file));
+    assert_eq!(host.fetch(&kept.reference).await.unwrap().bytes, kept.bytes);
+
+    // A client trusting another run's CA (another fleet's) is refused.
+    let other = TestPki::from_recipe();
+    let stranger = store(&registry, Some(&other.ca_file), Some(&host_file));
+    let error = stranger.fetch(&kept.reference).await.unwrap_err();
+    assert!(error.to_string().contains("not trusted"), "{error}");
+}

@@ -3,7 +3,7 @@
 //! refused; a server another CA signed, or one that does not offer TLS, is refused with an
 //! error saying which; with mTLS a client without a certificate is refused.
 
-use crate::pki::TestPki;
+use crate::pki::{run_recipe, TestPki};
 use mesh_bus::{Bus, BusTls, ClientCertificate, NatsBus, NatsError, NatsOptions};
 use mesh_test_support::nats_server::{NatsServer, ServerTls};
 use std::io::{BufRead as _, Write as _};
@@ -135,71 +135,37 @@ async fn with_mtls_a_client_without_a_certificate_is_refused_and_one_with_connec
     assert!(message.contains("readable by others"), "{message}");
 }
 
-/// Runs the book's certificate recipe (`contrib/tls/mesh-certs`) as an operator would.
-fn mesh_certs(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contrib/tls/mesh-certs");
-    std::process::Command::new(&script)
-        .arg(dir)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()))
-}
-
-fn made(dir: &std::path::Path, args: &[&str]) {
-    let output = mesh_certs(dir, args);
-    assert!(
-        output.status.success(),
-        "mesh-certs {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// The CA recipe the book gives operators makes certificates a real nats-server serves mutual
-/// TLS with and our client connects with; a client certificate another run of the recipe made
-/// (another fleet's CA) is refused; keys are private; and a second `ca` changes nothing.
+/// The CA recipe the book gives operators (`contrib/tls/mesh-certs`) makes certificates a real
+/// nats-server serves mutual TLS with and our client connects with; a client certificate
+/// another run of the recipe made (another fleet's CA) is refused; keys are private; and a
+/// second `ca` changes nothing.
 #[tokio::test]
 async fn the_books_ca_recipe_makes_certificates_the_bus_and_its_clients_accept() {
-    let fleet = tempfile::tempdir().unwrap();
-    let dir = fleet.path();
-    made(dir, &["ca"]);
-    made(dir, &["server", "bus", "127.0.0.1", "localhost"]);
-    made(dir, &["client", "web-1"]);
-    for key in ["ca.key", "bus.key", "web-1.key"] {
-        let mode = std::fs::metadata(dir.join(key))
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o600, "{key} is {mode:o}");
+    let pki = TestPki::from_recipe();
+    for key in [&pki.ca_key, &pki.server_key, &pki.client_key] {
+        let mode = std::fs::metadata(key).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{} is {mode:o}", key.display());
     }
-    let ca_before = std::fs::read(dir.join("ca.pem")).unwrap();
-    let again = mesh_certs(dir, &["ca"]);
+    let ca_before = std::fs::read(&pki.ca_file).unwrap();
+    let again = run_recipe(pki.dir.path(), &["ca"]);
     assert_eq!(again.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&again.stderr).contains("ca.pem is already there"),
         "{again:?}"
     );
-    assert_eq!(std::fs::read(dir.join("ca.pem")).unwrap(), ca_before);
+    assert_eq!(std::fs::read(&pki.ca_file).unwrap(), ca_before);
 
-    let server = NatsServer::start_with_tls(
-        "",
-        &ServerTls {
-            cert_file: dir.join("bus.pem"),
-            key_file: dir.join("bus.key"),
-            client_ca_file: Some(dir.join("ca.pem")),
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let client = |certs: &std::path::Path, name: &str| {
+    let server = tls_server(&pki, "", true);
+    let client = |client: &TestPki| {
         NatsOptions::new(server.url()).with_tls(BusTls {
-            ca_file: Some(dir.join("ca.pem")),
+            ca_file: Some(pki.ca_file.clone()),
             client_certificate: Some(ClientCertificate {
-                cert_file: certs.join(format!("{name}.pem")),
-                key_file: certs.join(format!("{name}.key")),
+                cert_file: client.client_cert.clone(),
+                key_file: client.client_key.clone(),
             }),
         })
     };
-    let bus = NatsBus::connect(&client(dir, "web-1"))
+    let bus = NatsBus::connect(&client(&pki))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let mut heard = bus.subscribe("tls.recipe").await.unwrap();
@@ -207,8 +173,6 @@ async fn the_books_ca_recipe_makes_certificates_the_bus_and_its_clients_accept()
     let message = crate::next_within(Duration::from_secs(10), &mut heard).await;
     assert_eq!(message.payload, b"copied");
 
-    let other = tempfile::tempdir().unwrap();
-    made(other.path(), &["ca"]);
-    made(other.path(), &["client", "web-1"]);
-    refused(&client(other.path(), "web-1")).await;
+    let other_fleet = TestPki::from_recipe();
+    refused(&client(&other_fleet)).await;
 }
