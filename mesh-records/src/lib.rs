@@ -10,14 +10,18 @@
 //!   its embedded kind, files under the mesh home ([`record_store::DirRecords`]); the bus's
 //!   bucket is the other kind (mesh-bus's `KvRecords`);
 //! - [`chunked`] keeps a record larger than a bucket's value in chunks;
-//! - [`lease`] is a lock across machines kept in the records.
+//! - [`lease`] is a lock across machines kept in the records;
+//! - [`audit`] keeps the audit log: entries appended, each sealed with the digest of the one
+//!   before, in a file ([`audit::FileAuditLog`]) or the bus's audit stream (mesh-bus).
 //!
 //! # Invariants
 //! - A record is written whole; a read-modify-write loses no concurrent writer's change.
 //! - No error, log line or `Debug` holds a secret: messages name the file it came from.
 //! - Nothing here knows what a record means: keys and bytes only (the lease's own record
 //!   aside).
+//! - The audit log is only appended to, its sequences without a gap.
 
+pub mod audit;
 pub mod chunked;
 pub mod files;
 pub mod lease;
