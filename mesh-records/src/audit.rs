@@ -242,6 +242,87 @@ pub trait AuditLog: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// The log cannot be read.
     fn read(&self, from: u64, limit: usize) -> Result<Vec<Stored>, AuditError>;
+
+    /// The head the log keeps apart from its entries, written after each append: the last
+    /// entry's sequence and digest. A log shorter than its head lost entries at its end, which
+    /// the chain alone cannot show.
+    ///
+    /// # Errors
+    /// The head cannot be read.
+    fn head(&self) -> Result<Option<Head>, AuditError>;
+}
+
+/// Refuses to append after entry `last` when the log's head names a later one: entries were
+/// lost at the log's end, and an entry sealed after `last` would hide it. `head` must have been
+/// read before `last` was (a head is written after its entry, so one read first is never
+/// ahead of entries a writer at once made since).
+///
+/// # Errors
+/// [`AuditError::Broken`] naming the first entry lost.
+pub fn refuse_behind_head(log: &str, head: Option<&Head>, last: u64) -> Result<(), AuditError> {
+    match head {
+        Some(head) if head.seq > last => Err(AuditError::Broken {
+            log: log.to_owned(),
+            seq: last + 1,
+            why: format!(
+                "is missing: the log ends at entry {last} and its head names entry {}; nothing \
+                 is appended after entries lost",
+                head.seq
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The last entry's sequence and digest, kept apart from the log.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Head {
+    /// The last entry's sequence.
+    pub seq: u64,
+    /// Its digest.
+    pub digest: String,
+}
+
+/// Verifies a whole log ([`verify`]) and then its head: an entry the head names must be there,
+/// with the head's digest (an append stopped between its entry and its head leaves the head
+/// one behind, which is no fault).
+///
+/// # Errors
+/// The first entry found wrong, or missing at the log's end.
+pub fn verify_log(log: &dyn AuditLog) -> Result<Verified, AuditError> {
+    let stored = log.read(1, usize::MAX)?;
+    let verified = verify(
+        &log.name(),
+        stored.iter().map(|s| (s.seq, s.bytes.as_slice())),
+    )?;
+    let Some(head) = log.head()? else {
+        return Ok(verified);
+    };
+    let broken = |seq: u64, why: String| AuditError::Broken {
+        log: log.name(),
+        seq,
+        why,
+    };
+    if head.seq > verified.entries {
+        return Err(broken(
+            verified.entries + 1,
+            format!(
+                "is missing: the log ends at entry {}, and its head names entry {}",
+                verified.entries, head.seq
+            ),
+        ));
+    }
+    let at = usize::try_from(head.seq).unwrap_or(usize::MAX);
+    if let Some(entry) = at.checked_sub(1).and_then(|i| stored.get(i)) {
+        let sealed = Sealed::from_bytes(&log.name(), head.seq, &entry.bytes)?;
+        if sealed.digest != head.digest {
+            return Err(broken(
+                head.seq,
+                "was changed: it is not the entry the log's head names".to_owned(),
+            ));
+        }
+    }
+    Ok(verified)
 }
 
 /// The audit log as a file: one sealed entry a line, appended under a lock and synced before
@@ -257,6 +338,11 @@ impl FileAuditLog {
         FileAuditLog {
             path: path.to_owned(),
         }
+    }
+
+    /// Where its head is kept: beside it, `.head`.
+    fn head_path(&self) -> PathBuf {
+        self.path.with_extension("head")
     }
 
     fn io(&self, what: &str, error: &std::io::Error) -> AuditError {
@@ -298,6 +384,7 @@ impl AuditLog for FileAuditLog {
             }
             None => (1, FIRST_PREV.to_owned()),
         };
+        refuse_behind_head(&self.name(), self.head()?.as_ref(), seq - 1)?;
         let sealed = seal(seq, &prev, entry)?;
         let mut line = sealed.to_bytes();
         line.push(b'\n');
@@ -309,7 +396,30 @@ impl AuditLog for FileAuditLog {
         file.write_all(&line)
             .and_then(|()| file.sync_all())
             .map_err(|e| self.io("appending to it", &e))?;
+        let head = serde_json::to_vec(&Head {
+            seq: sealed.seq,
+            digest: sealed.digest.clone(),
+        })
+        .unwrap_or_default();
+        crate::files::write_atomically(&self.head_path(), &head)
+            .map_err(|e| self.io("writing its head", &e))?;
         Ok(sealed)
+    }
+
+    fn head(&self) -> Result<Option<Head>, AuditError> {
+        match std::fs::read(self.head_path()) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| AuditError::Io {
+                    log: self.name(),
+                    why: format!(
+                        "its head {} cannot be read: {e}",
+                        self.head_path().display()
+                    ),
+                }),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(self.io("reading its head", &error)),
+        }
     }
 
     fn read(&self, from: u64, limit: usize) -> Result<Vec<Stored>, AuditError> {
@@ -342,11 +452,7 @@ mod tests {
     }
 
     fn verified(log: &FileAuditLog) -> Result<Verified, AuditError> {
-        let stored = log.read(1, usize::MAX).unwrap();
-        verify(
-            &log.name(),
-            stored.iter().map(|s| (s.seq, s.bytes.as_slice())),
-        )
+        verify_log(log)
     }
 
     #[test]
@@ -437,6 +543,30 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn entries_lost_at_the_end_are_found_by_the_head() {
+        let (_dir, log) = log_of(4);
+        let text = std::fs::read_to_string(&log.path).unwrap();
+        let kept: Vec<&str> = text.lines().take(2).collect();
+        std::fs::write(&log.path, kept.join("\n") + "\n").unwrap();
+        match verified(&log) {
+            Err(AuditError::Broken { seq, why, .. }) => {
+                assert_eq!(seq, 3);
+                assert!(why.contains("its head names entry 4"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            log.append(&entry(9)),
+            Err(AuditError::Broken { seq: 3, .. })
+        ));
+        std::fs::write(&log.path, "").unwrap();
+        assert!(matches!(
+            verified(&log),
+            Err(AuditError::Broken { seq: 1, .. })
+        ));
     }
 
     #[test]

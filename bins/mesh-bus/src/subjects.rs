@@ -89,6 +89,11 @@ pub const DECLARATIONS_STREAM: &str = "MESH_DECLARATIONS";
 pub const REPORTS_STREAM: &str = "MESH_REPORTS";
 /// The stream holding the mesh's events: merges and builds (`mesh.event.>`).
 pub const EVENTS_STREAM: &str = "MESH_EVENTS";
+/// The stream holding the mesh's audit log, every entry for ever ([`AUDIT_SUBJECT`]).
+pub const AUDIT_STREAM: &str = "MESH_AUDIT";
+/// The subject the audit log's entries are appended on: the controller's alone (no node is
+/// ever granted it).
+pub const AUDIT_SUBJECT: &str = "mesh.audit";
 
 /// The name of the durable consumer through which a host of an earlier mesh read `node`'s
 /// declarations from [`DECLARATIONS_STREAM`] (made by an earlier controller; none is made now,

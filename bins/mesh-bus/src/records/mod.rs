@@ -34,6 +34,7 @@
 //! - The bucket is never granted to a node ([`crate::grants::check`] refuses its name): only
 //!   the controller reads it, for it holds the nodes' bus passwords.
 
+mod audit;
 mod directories;
 mod layout;
 mod leader;
@@ -46,6 +47,7 @@ use crate::subjects::{bucket_key_subject, bucket_stream_name, RECORDS_BUCKET};
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::kv::{self, Operation, UpdateErrorKind};
 use async_nats::jetstream::message::PublishMessage;
+pub use audit::audit_stream;
 use directories::{directory_buckets, migrate_to_directories, open_or_make};
 use layout::migrate_layout;
 pub use layout::{

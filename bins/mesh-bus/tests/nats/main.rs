@@ -2,6 +2,7 @@
 //! ([`mesh_test_support::nats_server`]) and it is killed when the test ends. A missing binary fails
 //! the test, saying to install the Debian package `nats-server`; nothing is skipped.
 
+mod audit;
 mod cluster;
 mod consumers;
 mod contract;
