@@ -5,7 +5,7 @@
 //! (what its host answers). [`build`] and [`plan`] describe module builds and merge plans.
 //!
 //! The modules, in dependency order (each uses only those before it, and the digest helpers
-//! here): [`build`], [`diagnostic`], [`drift`] (what a host does with drift, named by a module,
+//! here): [`audit`] (what an audit entry says), [`build`], [`diagnostic`], [`drift`] (what a host does with drift, named by a module,
 //! a node's inventory and a declaration alike), [`secret`], [`template`], [`declaration`],
 //! [`report`], [`module`], [`inventory`], [`plan`].
 //!
@@ -16,6 +16,7 @@
 //!   version and are checked when read.
 //! - Validation says every problem at once ([`Diagnostic`]), each naming file, module and key.
 
+pub mod audit;
 pub mod build;
 pub mod declaration;
 pub mod diagnostic;
