@@ -5,9 +5,9 @@
 //! (what its host answers). [`build`] and [`plan`] describe module builds and merge plans.
 //!
 //! The modules, in dependency order (each uses only those before it, and the digest helpers
-//! here): [`audit`] (what an audit entry says), [`build`], [`diagnostic`], [`drift`] (what a host does with drift, named by a module,
-//! a node's inventory and a declaration alike), [`secret`], [`template`], [`declaration`],
-//! [`report`], [`module`], [`inventory`], [`plan`].
+//! here): [`audit`] (what an audit entry says), [`build`], [`diagnostic`], [`drift`] (what a
+//! host does with drift, named by a module, a node's inventory and a declaration alike),
+//! [`secret`], [`template`], [`declaration`], [`report`], [`module`], [`inventory`], [`plan`].
 //!
 //! # Invariants
 //! - mesh-model performs no IO, reads no clock and spawns nothing: time is always an argument,
