@@ -65,6 +65,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+pub use streams::LastMessage;
 
 /// How many values of each record the bucket keeps (the newest is the record; the older ones
 /// are there for whoever needs to look back by hand with `nats kv history`).

@@ -165,3 +165,122 @@ impl KvRecords {
         Ok(())
     }
 }
+
+/// The last message of one subject, as [`KvRecords::last_per_subject`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastMessage {
+    /// Its subject.
+    pub subject: String,
+    /// Its bytes, as published.
+    pub payload: Vec<u8>,
+    /// When the server stored it (seconds since the epoch).
+    pub stored: u64,
+    /// Its stream sequence.
+    pub sequence: u64,
+}
+
+/// How long a pass waits for its next message before it is asked again from the start.
+const PASS_QUIET: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl KvRecords {
+    /// The last message of every subject under `filter` in `stream`, in one pass: one ordered
+    /// consumer delivering the last message of each subject, not a request a subject (every
+    /// node's latest report for `status`: the cost of one read of what is there). A stream
+    /// not there yet holds nothing. Asked again whole while the bus does not answer, within
+    /// the retry limit.
+    ///
+    /// # Errors
+    /// [`NatsError::Stream`] when the stream cannot be read.
+    pub fn last_per_subject(
+        &self,
+        stream: &str,
+        filter: &str,
+    ) -> Result<Vec<LastMessage>, NatsError> {
+        let client = self.js.client();
+        self.asked_again(|| {
+            let js = self.js.clone();
+            let client = client.clone();
+            let (name, filter) = (stream.to_owned(), filter.to_owned());
+            async move {
+                use async_nats::jetstream::consumer::{push, DeliverPolicy, ReplayPolicy};
+                use futures_util::StreamExt as _;
+                let failed = |source: async_nats::Error| NatsError::Stream {
+                    stream: name.clone(),
+                    source,
+                };
+                let mut stream = match js.get_stream(&name).await {
+                    Ok(stream) => stream,
+                    Err(error)
+                        if matches!(
+                            error.kind(),
+                            async_nats::jetstream::context::GetStreamErrorKind::JetStream(e)
+                                if e.error_code()
+                                    == async_nats::jetstream::ErrorCode::STREAM_NOT_FOUND
+                        ) =>
+                    {
+                        return Ok(Vec::new())
+                    }
+                    Err(error) => return Err(failed(error.into())),
+                };
+                if stream
+                    .info()
+                    .await
+                    .map_err(|e| failed(e.into()))?
+                    .state
+                    .messages
+                    == 0
+                {
+                    return Ok(Vec::new());
+                }
+                let consumer = stream
+                    .create_consumer(push::OrderedConfig {
+                        deliver_subject: client.new_inbox(),
+                        description: Some("mesh last of each subject".to_owned()),
+                        filter_subject: filter,
+                        replay_policy: ReplayPolicy::Instant,
+                        deliver_policy: DeliverPolicy::LastPerSubject,
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(|e| failed(e.into()))?;
+                if consumer.cached_info().num_pending == 0 {
+                    return Ok(Vec::new());
+                }
+                let mut messages = consumer.messages().await.map_err(|e| failed(e.into()))?;
+                let mut last: std::collections::BTreeMap<String, LastMessage> =
+                    std::collections::BTreeMap::new();
+                loop {
+                    let message = match tokio::time::timeout(PASS_QUIET, messages.next()).await {
+                        Ok(Some(Ok(message))) => message,
+                        Ok(Some(Err(error))) => return Err(failed(error.into())),
+                        Ok(None) => return Err(failed("its consumer ended".into())),
+                        Err(_) => {
+                            return Err(failed(
+                                format!("no message came for {PASS_QUIET:?}").into(),
+                            ))
+                        }
+                    };
+                    let info = message.info().map_err(failed)?;
+                    let (sequence, pending) = (info.stream_sequence, info.pending);
+                    let stored = u64::try_from(info.published.unix_timestamp()).unwrap_or(0);
+                    let subject = message.subject.to_string();
+                    // A message published while the pass reads comes after the subject's
+                    // earlier one: the newest is kept.
+                    last.insert(
+                        subject.clone(),
+                        LastMessage {
+                            subject,
+                            payload: message.payload.to_vec(),
+                            stored,
+                            sequence,
+                        },
+                    );
+                    if pending == 0 {
+                        break;
+                    }
+                }
+                Ok(last.into_values().collect())
+            }
+        })
+    }
+}

@@ -389,3 +389,60 @@ fn records_removed_together_leave_nothing_in_the_bucket() {
     let error = records.delete_many(&["../x".to_owned()]).unwrap_err();
     assert!(error.to_string().contains("../x"), "{error}");
 }
+
+/// Every node's latest report in one pass: the last message of each subject, however many each
+/// node published, none of another stream's subjects; a stream not there yet holds nothing.
+#[tokio::test]
+async fn the_last_message_of_every_subject_is_read_in_one_pass() {
+    use mesh_bus::subjects::{report, REPORTS_STREAM};
+    use mesh_bus::NatsBus;
+    let server = super::server();
+    let url = server.url();
+    let empty = tokio::task::spawn_blocking({
+        let url = url.clone();
+        move || {
+            KvRecords::open(&NatsOptions::new(url))
+                .unwrap()
+                .last_per_subject(REPORTS_STREAM, "mesh.report.>")
+        }
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(empty.is_empty(), "{empty:?}");
+
+    let bus = NatsBus::connect(&NatsOptions::new(url.clone()))
+        .await
+        .unwrap();
+    let js = bus.jetstream();
+    mesh_bus::jetstream::ensure_streams(&js).await.unwrap();
+    let nodes: Vec<String> = (0..300).map(|n| format!("node-{n:03}")).collect();
+    // Each stored before the next is sent (its acknowledgement awaited): nothing to wait on.
+    for round in 0..3 {
+        for node in &nodes {
+            js.publish(report(node), format!("{node} round {round}").into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    }
+    js.publish("mesh.event.merge", "not a report".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let last = tokio::task::spawn_blocking(move || {
+        KvRecords::open(&NatsOptions::new(url))
+            .unwrap()
+            .last_per_subject(REPORTS_STREAM, "mesh.report.>")
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(last.len(), 300);
+    for (message, node) in last.iter().zip(&nodes) {
+        assert_eq!(message.subject, report(node));
+        assert_eq!(message.payload, format!("{node} round 2").into_bytes());
+    }
+}
