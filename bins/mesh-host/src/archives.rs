@@ -16,6 +16,13 @@
 //! - Nothing is taken from the cache or the store without its digest checked.
 //! - The cache is only ever added to by whole, checked archives (temporary file, then rename).
 //!
+//! # Spread
+//! A rollout sends many hosts their declarations at once; a host that must fetch an archive
+//! first waits a random share of its spread ([`ArchiveSource::with_fetch_spread`], the
+//! binary's `--fetch-spread`, [`DEFAULT_FETCH_SPREAD`] by default), once per declaration, so
+//! the store is not asked by every host in the same instant. What is in the cache is never
+//! waited for.
+//!
 //! # Pruning
 //! After every apply ([`crate::apply_received`]), [`prune_after_apply`] removes the cached
 //! archives the declaration just applied does not name, except the [`KEEP_UNNAMED`] most
@@ -58,6 +65,33 @@ pub struct ArchiveSource {
     cache: PathBuf,
     state_dir: PathBuf,
     store: Option<Arc<dyn ArchiveStore>>,
+    spread: std::time::Duration,
+}
+
+/// How long a host waits before it fetches from the store, at most, by default (`mesh-host
+/// --fetch-spread`): a rollout's sends reach many hosts at once, and each waits its own random
+/// share of this first, so the store is not asked by all of them in the same instant.
+pub const DEFAULT_FETCH_SPREAD: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A wait drawn evenly from `[0, spread)`: each host's own (seeded by this process's random
+/// hasher keys and a count, so two hosts started together draw apart).
+pub fn spread_delay(spread: std::time::Duration) -> std::time::Duration {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static DRAWN: AtomicU64 = AtomicU64::new(0);
+    if spread.is_zero() {
+        return spread;
+    }
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(DRAWN.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u128(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    let nanos = u64::try_from(spread.as_nanos()).unwrap_or(u64::MAX);
+    std::time::Duration::from_nanos(hasher.finish() % nanos)
 }
 
 impl std::fmt::Debug for ArchiveSource {
@@ -96,7 +130,23 @@ impl ArchiveSource {
                 .map(|spec| open_store_with(spec, access))
                 .transpose()?
                 .map(Arc::from),
+            spread: std::time::Duration::ZERO,
         })
+    }
+
+    /// The same source, waiting a random share of `spread` ([`spread_delay`]) before the
+    /// first fetch from the store of each declaration applied (none: zero, the default of the
+    /// library; the binary's is [`DEFAULT_FETCH_SPREAD`]). An archive in the cache is never
+    /// waited for.
+    #[must_use]
+    pub fn with_fetch_spread(mut self, spread: std::time::Duration) -> ArchiveSource {
+        self.spread = spread;
+        self
+    }
+
+    /// The most a fetch waits first ([`ArchiveSource::with_fetch_spread`]).
+    pub fn fetch_spread(&self) -> std::time::Duration {
+        self.spread
     }
 
     /// The cache under `state_dir` and no store.
@@ -105,6 +155,7 @@ impl ArchiveSource {
             cache: state_dir.join(CACHE_DIR),
             state_dir: state_dir.to_owned(),
             store: None,
+            spread: std::time::Duration::ZERO,
         }
     }
 
@@ -171,8 +222,14 @@ impl ArchiveSource {
         }
     }
 
-    /// One archive's bytes, checked: from the cache, else fetched from the store and kept.
-    async fn bytes(&self, module: &str, archive: &ArchiveRef) -> Result<Vec<u8>, String> {
+    /// One archive's bytes, checked: from the cache, else fetched from the store and kept —
+    /// after the spread's wait, the first time `waited` says none was taken yet.
+    async fn bytes(
+        &self,
+        module: &str,
+        archive: &ArchiveRef,
+        waited: &mut bool,
+    ) -> Result<Vec<u8>, String> {
         if let Some(bytes) = self.cached(archive) {
             return Ok(bytes);
         }
@@ -183,6 +240,14 @@ impl ArchiveSource {
                 archive.digest
             ));
         };
+        if !*waited {
+            *waited = true;
+            let delay = spread_delay(self.spread);
+            if !delay.is_zero() {
+                tracing::debug!(?delay, "waiting this host's share of the fetch spread");
+                tokio::time::sleep(delay).await;
+            }
+        }
         match store.fetch(archive).await {
             Ok(fetched) => {
                 self.keep(archive, &fetched.bytes);
@@ -207,8 +272,9 @@ impl ArchiveSource {
 pub async fn read_archived(declaration: &Declaration, source: &ArchiveSource) -> ArchivedContents {
     let mut contents = ArchivedContents::default();
     let mut trees = BTreeMap::new();
+    let mut waited = false;
     for (module, archive) in &declaration.archives {
-        let tree = match source.bytes(module, archive).await {
+        let tree = match source.bytes(module, archive, &mut waited).await {
             Ok(bytes) => unpack_archive(&bytes, Some(archive)).map_err(|error| {
                 format!(
                     "the archive of `{module}` ({}) from {} cannot be unpacked: {error}",
@@ -633,4 +699,22 @@ pub fn render_listing(listing: &CacheListing) -> String {
         let _ = writeln!(out, "  note: {problem}");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_spread_delay_is_within_its_bound_and_draws_apart() {
+        assert_eq!(spread_delay(Duration::ZERO), Duration::ZERO);
+        let spread = Duration::from_secs(2);
+        let drawn: BTreeSet<Duration> = (0..200).map(|_| spread_delay(spread)).collect();
+        assert!(drawn.iter().all(|d| *d < spread), "{drawn:?}");
+        // 200 draws over two seconds in nanoseconds: all alike would be no spread at all.
+        assert!(drawn.len() > 150, "{} distinct of 200", drawn.len());
+        let low = drawn.iter().filter(|d| **d < spread / 2).count();
+        assert!(low > 0 && low < drawn.len(), "{low} of {} in the first half", drawn.len());
+    }
 }

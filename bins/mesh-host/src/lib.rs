@@ -63,7 +63,7 @@ pub fn keygen(
     mesh_bus::keys::make_seed_file(&path)
 }
 
-pub use archives::ArchiveSource;
+pub use archives::{ArchiveSource, DEFAULT_FETCH_SPREAD};
 
 use mesh_apply::{ArchivedContents, HostConfig};
 use mesh_bus::{subjects, Bus, BusError};

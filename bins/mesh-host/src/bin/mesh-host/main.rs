@@ -68,6 +68,17 @@ struct Cli {
         global = true
     )]
     store_credentials: Option<PathBuf>,
+    /// At most how long a host waits, a random share of it, before it fetches a declaration's
+    /// archives from the store (`apply`, `serve`): a rollout's hosts so spread their fetches
+    /// over this time instead of asking the store at once. `0` fetches at once.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        env = "MESH_FETCH_SPREAD",
+        global = true,
+        default_value_t = mesh_host::DEFAULT_FETCH_SPREAD.as_secs_f64()
+    )]
+    fetch_spread: f64,
     #[command(flatten)]
     containers: containers::ContainerArgs,
     #[command(subcommand)]

@@ -45,8 +45,17 @@ pub fn archive_source(cli: &Cli) -> Result<mesh_host::ArchiveSource> {
         .as_deref()
         .map(|spec| spec.parse().with_context(|| format!("--store {spec}")))
         .transpose()?;
-    mesh_host::ArchiveSource::open_with(&cli.state_dir, spec.as_ref(), &access)
-        .context("opening the store")
+    if !(cli.fetch_spread.is_finite() && (0.0..=3600.0).contains(&cli.fetch_spread)) {
+        anyhow::bail!(
+            "--fetch-spread {}: give the seconds, from 0 to 3600",
+            cli.fetch_spread
+        );
+    }
+    Ok(
+        mesh_host::ArchiveSource::open_with(&cli.state_dir, spec.as_ref(), &access)
+            .context("opening the store")?
+            .with_fetch_spread(std::time::Duration::from_secs_f64(cli.fetch_spread)),
+    )
 }
 
 /// The exit code of an apply's report: 0 converged, 3 applied but some resources did not take.
