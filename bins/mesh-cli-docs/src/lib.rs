@@ -1,6 +1,8 @@
 //! Shell completions and manual pages for a binary's command line, made from its `clap`
 //! definition (`clap_complete`, `clap_mangen`): the binaries' `completions SHELL` and `man`
-//! commands. Shared by the three binaries, so each says the same.
+//! commands; and the exit codes ([`exit`]). Shared by the three binaries, so each says the same.
+
+pub mod exit;
 
 use std::io::Write;
 use std::path::Path;

@@ -20,15 +20,17 @@
 //! controller's `status` shows; a later run with every kept archive held clears it. A dry run
 //! asked for writes no problem.
 //!
-//! Exit codes: 0 every kept archive held (and, for `collect`, collected as asked); 1 an error
-//! (records unreadable, the store failed, the collection failed); 2 a usage error; 3 a kept
-//! archive is not held (missing, or dry run), so a collection ran or would run dry.
+//! Exit codes, the mesh's table (`mesh_cli_docs::exit`): 0 every kept archive held (and, for
+//! `collect`, collected as asked); 1 an error (records unreadable, the store failed, the
+//! collection failed); 3 a kept archive is not held (missing, or dry run), so a collection ran or
+//! would run dry; 64 a usage error.
 
 use mesh_cli_docs as cli_docs;
 mod commands;
 mod render;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use cli_docs::exit::Exit;
 use commands::{collect, completions, man, sweep};
 use mesh_store::collector::Verdict;
 use std::path::PathBuf;
@@ -44,8 +46,8 @@ use std::process::ExitCode;
 /// controller's plans lock there for its whole run (no build is published meanwhile on any
 /// machine), waiting while a controller holds it.
 ///
-/// Exit codes: 0 every kept archive held; 1 an error; 2 a usage error; 3 a kept archive is not
-/// held (a collection then runs dry).
+/// Exit codes: 0 every kept archive held; 1 an error; 3 a kept archive is not held (a
+/// collection then runs dry); 64 a usage error.
 #[derive(Debug, Parser)]
 #[command(name = "mesh-collector", version)]
 struct Cli {
@@ -130,7 +132,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli: Cli = cli_docs::exit::parse();
     match &cli.command {
         Command::Completions(args) => return completions::exec(args),
         Command::Man(args) => return man::exec(args),
@@ -141,7 +143,7 @@ fn main() -> ExitCode {
             "error: --home DIR (or MESH_HOME) is needed: the mesh home whose store is swept or \
              collected"
         );
-        return ExitCode::from(2);
+        return Exit::Usage.into();
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -150,7 +152,7 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
+            return Exit::Error.into();
         }
     };
     let env = commands::Env { cli: &cli, home };
@@ -163,19 +165,20 @@ fn main() -> ExitCode {
         }
     });
     match done {
-        Ok(verdict) => ExitCode::from(exit_code(verdict)),
+        Ok(verdict) => exit_of(verdict).into(),
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(1)
+            Exit::Error.into()
         }
     }
 }
 
-/// The collector's exit code for what a run comes to (1 is also any error, 2 a usage error).
-fn exit_code(verdict: Verdict) -> u8 {
+/// The collector's exit code for what a run comes to: the one place it is decided (an error
+/// is also [`Exit::Error`], a wrong command line [`Exit::Usage`]).
+fn exit_of(verdict: Verdict) -> Exit {
     match verdict {
-        Verdict::AllHeld => 0,
-        Verdict::Failed => 1,
-        Verdict::NotHeld => 3,
+        Verdict::AllHeld => Exit::Done,
+        Verdict::Failed => Exit::Error,
+        Verdict::NotHeld => Exit::Attention,
     }
 }

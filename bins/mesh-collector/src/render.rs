@@ -53,7 +53,7 @@ pub fn answer(outcome: &RunOutcome) -> Answer {
             deleted: c.garbage.deleted.clone(),
             lost: c.lost.clone(),
         }),
-        exit_code: crate::exit_code(outcome.verdict()),
+        exit_code: crate::exit_of(outcome.verdict()).code(),
     }
 }
 

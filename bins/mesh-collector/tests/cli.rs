@@ -547,3 +547,40 @@ fn the_collector_reaches_a_mutual_tls_bus_with_its_options_anywhere_or_in_the_en
         "{stderr}"
     );
 }
+
+/// The exit codes of the mesh's table: a wrong command line is a usage error (64), not clap's
+/// 2, which means "refused" here; help is 0; a run without a home to read is a usage error too,
+/// and nothing is read or written.
+#[test]
+fn a_wrong_command_line_exits_64_and_help_exits_0() {
+    let run = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_mesh-collector"))
+            .args(args)
+            .env_remove("MESH_HOME")
+            .env_remove("MESH_STORE")
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    for args in [
+        &["sweep", "--bogus"][..],
+        &["--bogus"],
+        &["frobnicate"],
+        &[],
+    ] {
+        let (code, stderr) = run(args);
+        assert_eq!(code, Some(64), "{args:?}: {stderr}");
+    }
+    let (code, stderr) = run(&["sweep"]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(
+        stderr.contains("--home DIR (or MESH_HOME) is needed"),
+        "{stderr}"
+    );
+    for args in [&["--help"][..], &["sweep", "--help"], &["--version"]] {
+        assert_eq!(run(args).0, Some(0), "{args:?}");
+    }
+}

@@ -715,6 +715,10 @@ mod tests {
         // 200 draws over two seconds in nanoseconds: all alike would be no spread at all.
         assert!(drawn.len() > 150, "{} distinct of 200", drawn.len());
         let low = drawn.iter().filter(|d| **d < spread / 2).count();
-        assert!(low > 0 && low < drawn.len(), "{low} of {} in the first half", drawn.len());
+        assert!(
+            low > 0 && low < drawn.len(),
+            "{low} of {} in the first half",
+            drawn.len()
+        );
     }
 }

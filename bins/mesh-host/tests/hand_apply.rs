@@ -158,3 +158,43 @@ fn a_hand_run_apply_whose_state_directory_is_full_says_so_and_changes_nothing() 
     );
     assert_eq!(tree(&root), before, "nothing under the root changed");
 }
+
+/// The exit codes of the mesh's table: a wrong command line is a usage error (64), not clap's
+/// 2, which means "refused" here; `serve` without its node or bus is one too; help is 0.
+#[test]
+fn a_wrong_command_line_exits_64_and_help_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, state) = (dir.path().join("root"), dir.path().join("state"));
+    for args in [
+        &["apply"][..],
+        &["apply", "--bogus", "x"],
+        &["--bogus"],
+        &["frobnicate"],
+    ] {
+        let out = host(&root, &state, args);
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let serve = Command::new(env!("CARGO_BIN_EXE_mesh-host"))
+        .args(["--state-dir"])
+        .arg(&state)
+        .arg("serve")
+        .env_remove("MESH_NODE")
+        .env_remove("MESH_BUS")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&serve.stderr);
+    assert_eq!(serve.status.code(), Some(64), "{said}");
+    assert!(said.contains("serve needs --node NODE"), "{said}");
+    for args in [&["--help"][..], &["apply", "--help"], &["--version"]] {
+        assert_eq!(host(&root, &state, args).status.code(), Some(0), "{args:?}");
+    }
+    assert!(
+        !root.exists() && !state.exists(),
+        "a usage error made a directory"
+    );
+}

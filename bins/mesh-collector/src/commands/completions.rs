@@ -19,7 +19,7 @@ pub fn exec(args: &Args) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: writing the completions: {e}");
-            ExitCode::from(1)
+            crate::cli_docs::exit::Exit::Error.into()
         }
     }
 }

@@ -14,14 +14,16 @@ mod containers;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
+use cli_docs::exit::Exit;
 use commands::{apply, archives, completions, drift, forget, keygen, man, serve, window};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// The mesh's host agent: applies declarations to this machine under a root prefix.
 ///
-/// Exit codes: 0 converged; 3 applied but some resources did not take (see the report);
-/// 2 refused (bad input, nothing changed); 1 any other error.
+/// Exit codes: 0 converged; 1 an error; 2 refused (bad input, or a state directory that cannot
+/// be written: nothing changed); 3 applied but some resources did not take (see the report);
+/// 64 a usage error. `window run` exits with its step's own code.
 #[derive(Parser)]
 #[command(version, about, long_about)]
 struct Cli {
@@ -115,14 +117,14 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {error:#}");
-            ExitCode::from(1)
+            Exit::Error.into()
         }
     }
 }
 
 /// Runs one command: what documents the command line reads nothing else.
 fn run() -> Result<ExitCode> {
-    let cli = Cli::parse();
+    let cli: Cli = cli_docs::exit::parse();
     match &cli.command {
         Command::Completions(args) => completions::exec(args),
         Command::Man(args) => man::exec(args),

@@ -1,5 +1,6 @@
 //! `apply`: a declaration file applied once, by hand.
 
+use crate::cli_docs::exit::Exit;
 use crate::{Cli, Output};
 use anyhow::{Context, Result};
 use mesh_host::render_report;
@@ -30,7 +31,7 @@ pub fn exec(args: &Args, cli: &Cli) -> Result<ExitCode> {
                 "error: {} refused, nothing applied: {error}",
                 file.display()
             );
-            return Ok(ExitCode::from(2));
+            return Ok(Exit::Refused.into());
         }
     };
     let archives = super::archive_source(cli)?;
@@ -50,7 +51,7 @@ pub fn exec(args: &Args, cli: &Cli) -> Result<ExitCode> {
         }
         Err(error @ mesh_apply::ApplyError::Declaration { .. }) => {
             eprintln!("error: apply refused, nothing applied: {error}");
-            return Ok(ExitCode::from(2));
+            return Ok(Exit::Refused.into());
         }
         // The state directory cannot be written or read: said with the system's reason.
         Err(error) => {
@@ -58,7 +59,7 @@ pub fn exec(args: &Args, cli: &Cli) -> Result<ExitCode> {
                 "error: the host cannot apply: {}",
                 mesh_host::with_causes(&error)
             );
-            return Ok(ExitCode::from(2));
+            return Ok(Exit::Refused.into());
         }
     };
     match cli.output {

@@ -1,5 +1,6 @@
 //! `drift list` and `drift show`: the hand edits kept before files were put back.
 
+use crate::cli_docs::exit::Exit;
 use crate::{Cli, Output};
 use anyhow::Result;
 use clap::Subcommand;
@@ -49,7 +50,7 @@ pub fn exec(args: &Args, cli: &Cli) -> Result<ExitCode> {
                 Ok(read) => read,
                 Err(error @ filebucket::BucketError::NotFound(_)) => {
                     eprintln!("error: {error}");
-                    return Ok(ExitCode::from(2));
+                    return Ok(Exit::Refused.into());
                 }
                 Err(error) => return Err(error.into()),
             };

@@ -15,6 +15,7 @@ pub mod man;
 pub mod serve;
 pub mod window;
 
+use crate::cli_docs::exit::Exit;
 use crate::Cli;
 use anyhow::{Context, Result};
 use mesh_apply::HostConfig;
@@ -61,7 +62,7 @@ pub fn archive_source(cli: &Cli) -> Result<mesh_host::ArchiveSource> {
 /// The exit code of an apply's report: 0 converged, 3 applied but some resources did not take.
 pub fn report_exit_code(report: &Report) -> ExitCode {
     match report.machine {
-        MachineState::Converged => ExitCode::SUCCESS,
-        MachineState::MidChange | MachineState::Partial => ExitCode::from(3),
+        MachineState::Converged => Exit::Done.into(),
+        MachineState::MidChange | MachineState::Partial => Exit::Attention.into(),
     }
 }

@@ -1,5 +1,6 @@
 //! `serve`: the node's daemon on a fleet, until SIGTERM or SIGINT ([`mesh_host::serve::run`]).
 
+use crate::cli_docs::exit::Exit;
 use crate::Cli;
 use anyhow::Result;
 use mesh_host::serve::{RunError, ServeOptions};
@@ -52,7 +53,7 @@ pub fn exec(args: &Args, cli: &Cli) -> Result<ExitCode> {
             "error: serve needs --node NODE (or MESH_NODE), --bus URL (or MESH_BUS), and \
              --password-file FILE or the seed `mesh-host keygen` makes"
         );
-        return Ok(ExitCode::from(2));
+        return Ok(Exit::Usage.into());
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -89,7 +90,7 @@ pub fn exec(args: &Args, cli: &Cli) -> Result<ExitCode> {
                  {} keygen` and enroll the public key it prints",
                 state_dir.display()
             );
-            Ok(ExitCode::from(2))
+            Ok(Exit::Usage.into())
         }
         Err(error) => Err(error.into()),
     }
