@@ -89,10 +89,7 @@ fn main() -> Result<()> {
     }
     let overview = mesh.status()?;
     for node in &overview.nodes {
-        let machine = node
-            .report
-            .as_ref()
-            .map_or("no report", |r| mesh_host::machine_word(r.machine));
+        let machine = node.machine_word().unwrap_or("no report");
         println!("{}: {machine}", node.node);
     }
     let greeting = home_dir.join("roots/web2/etc/greeting");

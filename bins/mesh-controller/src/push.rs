@@ -244,6 +244,16 @@ impl NodeStatus {
     pub fn on_bus_clock(&self, at: u64) -> u64 {
         on_bus_clock(at, self.clock_offset_secs)
     }
+
+    /// The machine's state in its last report, as a word (`converged`, `mid-change`,
+    /// `partial`); `None` with no report.
+    pub fn machine_word(&self) -> Option<&'static str> {
+        self.report.as_ref().map(|report| match report.machine {
+            mesh_model::report::MachineState::Converged => "converged",
+            mesh_model::report::MachineState::MidChange => "mid-change",
+            mesh_model::report::MachineState::Partial => "partial",
+        })
+    }
 }
 
 /// `at`, by a host's clock `offset` seconds off the bus's, as the bus's clock reads it.

@@ -686,11 +686,7 @@ pub fn changes(before: Option<&Overview>, after: &Overview) -> Vec<String> {
                 None => line.push_str("no report"),
             },
             (Some(report), None) => {
-                line.push_str(match report.machine {
-                    MachineState::Converged => "converged",
-                    MachineState::MidChange => "mid-change",
-                    MachineState::Partial => "partial",
-                });
+                line.push_str(node.machine_word().unwrap_or_default());
                 let short: String = report.declaration.chars().take(19).collect();
                 line.push_str(&format!(
                     ", declaration {short}… {}",
