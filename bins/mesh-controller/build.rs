@@ -11,7 +11,7 @@ fn main() {
     let mut files = Vec::new();
     collect(&example, &example, &mut files);
     files.sort();
-    let mut code = String::from("/// The example mesh: (path relative to the example, bytes).\npub const EXAMPLE: &[(&str, &[u8])] = &[\n");
+    let mut code = String::from("/// The example mesh: (path relative to the example, bytes).\npub(crate) const EXAMPLE: &[(&str, &[u8])] = &[\n");
     for (relative, absolute) in files {
         println!("cargo:rerun-if-changed={}", absolute.display());
         writeln!(

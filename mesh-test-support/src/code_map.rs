@@ -449,3 +449,360 @@ mod tests {
         );
     }
 }
+
+/// What a library crate shows outside itself, read from its source: its public modules (the
+/// crate root's `pub mod`s and theirs, each by path) and its public items, each by path — an
+/// item declared `pub` (`fn`, `struct`, `enum`, `const`, `static`, `trait`, `type`, `mod`) in
+/// the crate root or a public module, and each name a `pub use` there exports. Methods, fields
+/// and variants are not items; `pub(crate)` and the like are not public; a `#[cfg(test)]`
+/// module is left out. An item behind a feature counts as if the feature were on.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct PublicSurface {
+    /// The public modules, by path (`status`, `bus::users`).
+    pub modules: Vec<String>,
+    /// The public items, by path (`Mesh`, `status::Overview`), the modules among them.
+    pub items: Vec<String>,
+}
+
+/// The public surface of the library whose root is `src/lib.rs` (see [`PublicSurface`]).
+///
+/// # Panics
+/// When `src/lib.rs` or a public module's file cannot be read: a test asked for it.
+pub fn public_surface(src: &Path) -> PublicSurface {
+    let mut surface = PublicSurface::default();
+    let root = std::fs::read_to_string(src.join("lib.rs"))
+        .unwrap_or_else(|e| panic!("{}: {e}", src.join("lib.rs").display()));
+    read_public(&code_only(&root), "", src, &mut surface);
+    surface
+}
+
+/// Adds the public items of the module `path` to `surface`, and those of its public children:
+/// `code` is its source as [`code_only`] leaves it, `dir` the directory of its children's files.
+fn read_public(code: &str, path: &str, dir: &Path, surface: &mut PublicSurface) {
+    let code = without_test_modules(code);
+    let named = |name: &str| {
+        if path.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{path}::{name}")
+        }
+    };
+    let bytes = code.as_bytes();
+    let mut depth = 0usize;
+    let mut at = 0;
+    while at < bytes.len() {
+        let starts_word =
+            at == 0 || !(bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_');
+        match bytes[at] {
+            b'{' => depth += 1,
+            b'}' => depth = depth.saturating_sub(1),
+            b'p' if depth == 0 && starts_word && code[at..].starts_with("pub ") => {
+                let rest = code[at + 4..].trim_start();
+                let rest = rest.strip_prefix("async ").unwrap_or(rest).trim_start();
+                let keyword: String = rest.chars().take_while(char::is_ascii_alphabetic).collect();
+                let after = rest[keyword.len()..].trim_start();
+                let after_at = code.len() - after.len();
+                match keyword.as_str() {
+                    "use" => {
+                        let end = after.find(';').unwrap_or(after.len());
+                        surface
+                            .items
+                            .extend(use_names(&after[..end]).iter().map(|name| named(name)));
+                        at = after_at + end;
+                    }
+                    "fn" | "struct" | "enum" | "const" | "static" | "trait" | "type" => {
+                        let after = after.strip_prefix("mut ").unwrap_or(after);
+                        surface
+                            .items
+                            .extend(first_name(after).map(|name| named(&name)));
+                    }
+                    "mod" => {
+                        if let Some(name) = first_name(after) {
+                            let child = named(&name);
+                            surface.items.push(child.clone());
+                            surface.modules.push(child.clone());
+                            let body = after[name.len()..].trim_start();
+                            if let Some(inline) = body.strip_prefix('{') {
+                                let inner = matching_body(inline);
+                                read_public(inner, &child, &dir.join(&name), surface);
+                                at = code.len() - inline.len() + inner.len();
+                            } else {
+                                let file = [
+                                    dir.join(format!("{name}.rs")),
+                                    dir.join(&name).join("mod.rs"),
+                                ]
+                                .into_iter()
+                                .find(|file| file.exists())
+                                .unwrap_or_else(|| {
+                                    panic!("{child}: no file under {}", dir.display())
+                                });
+                                let text = std::fs::read_to_string(&file)
+                                    .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+                                read_public(&code_only(&text), &child, &dir.join(&name), surface);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+        at += 1;
+    }
+}
+
+/// `code` with each `#[cfg(test)]` module blanked (`mod tests;` or `mod tests { … }`).
+fn without_test_modules(code: &str) -> String {
+    let mut out = code.to_owned();
+    let mut from = 0;
+    while let Some(found) = out[from..].find("#[cfg(test)]") {
+        let start = from + found;
+        let after = &out[start + "#[cfg(test)]".len()..];
+        let item = after.trim_start();
+        let item = item
+            .strip_prefix("pub(crate) ")
+            .or_else(|| item.strip_prefix("pub "))
+            .unwrap_or(item);
+        from = start + 1;
+        if !item.starts_with("mod ") {
+            continue;
+        }
+        let item_at = out.len() - item.len();
+        let end = match (item.find(';'), item.find('{')) {
+            (Some(semi), Some(brace)) if brace < semi => {
+                item_at + brace + 1 + matching_body(&item[brace + 1..]).len() + 1
+            }
+            (Some(semi), _) => item_at + semi + 1,
+            (None, Some(brace)) => {
+                item_at + brace + 1 + matching_body(&item[brace + 1..]).len() + 1
+            }
+            (None, None) => out.len(),
+        };
+        let end = end.min(out.len());
+        out.replace_range(start..end, &" ".repeat(end - start));
+    }
+    out
+}
+
+/// The text inside a `{ … }` whose opening brace was just read, up to its closing one.
+fn matching_body(text: &str) -> &str {
+    let mut depth = 0usize;
+    for (at, c) in text.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => return &text[..at],
+            '}' => depth -= 1,
+            _ => {}
+        }
+    }
+    text
+}
+
+/// The names a `use` tree exports: each leaf's name, or its `as` name (`a::{b, c as d}` → `b`,
+/// `d`; `a::b::{self}` → `b`; a glob `a::*` → `a::*`).
+fn use_names(tree: &str) -> Vec<String> {
+    fn leaves(prefix: &str, tree: &str, out: &mut Vec<String>) {
+        let tree = tree.trim();
+        if let Some(at) = tree.find('{') {
+            let head = format!("{prefix}::{}", tree[..at].trim().trim_end_matches("::"));
+            let mut depth = 0usize;
+            let mut item = String::new();
+            for c in matching_body(&tree[at + 1..]).chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        leaves(&head, &item, out);
+                        item.clear();
+                        continue;
+                    }
+                    _ => {}
+                }
+                item.push(c);
+            }
+            leaves(&head, &item, out);
+            return;
+        }
+        if tree.is_empty() {
+            return;
+        }
+        let (path, alias) = match tree.split_once(" as ") {
+            Some((path, alias)) => (path.trim(), Some(alias.trim())),
+            None => (tree, None),
+        };
+        let full = format!("{prefix}::{path}");
+        let mut names = full.rsplit("::").filter(|name| !name.trim().is_empty());
+        let last = names.next().unwrap_or_default().trim();
+        out.push(match (alias, last) {
+            (Some(alias), _) => alias.to_owned(),
+            (None, "self") => names.next().unwrap_or_default().trim().to_owned(),
+            (None, "*") => full.trim_start_matches("::").replace(' ', ""),
+            (None, name) => name.to_owned(),
+        });
+    }
+    let mut out = Vec::new();
+    leaves("", tree, &mut out);
+    out
+}
+
+/// `text` as code alone: comments (doc comments included) and the contents of string and
+/// character literals blanked, so their braces and words do not read as code.
+fn code_only(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
+    while at < chars.len() {
+        let next = chars.get(at + 1).copied();
+        let follows_word = at > 0 && (chars[at - 1].is_alphanumeric() || chars[at - 1] == '_');
+        match chars[at] {
+            '/' if next == Some('/') => {
+                while at < chars.len() && chars[at] != '\n' {
+                    out.push(' ');
+                    at += 1;
+                }
+            }
+            '/' if next == Some('*') => {
+                let mut depth = 0usize;
+                while at < chars.len() {
+                    if chars[at] == '/' && chars.get(at + 1) == Some(&'*') {
+                        depth += 1;
+                        out.push_str("  ");
+                        at += 2;
+                    } else if chars[at] == '*' && chars.get(at + 1) == Some(&'/') {
+                        depth -= 1;
+                        out.push_str("  ");
+                        at += 2;
+                        if depth == 0 {
+                            break;
+                        }
+                    } else {
+                        out.push(blank(chars[at]));
+                        at += 1;
+                    }
+                }
+            }
+            'r' if !follows_word && matches!(next, Some('"' | '#')) => {
+                let hashes = chars[at + 1..].iter().take_while(|c| **c == '#').count();
+                if chars.get(at + 1 + hashes) != Some(&'"') {
+                    out.push('r');
+                    at += 1;
+                    continue;
+                }
+                out.push('r');
+                out.extend(std::iter::repeat_n('#', hashes));
+                out.push('"');
+                at += 2 + hashes;
+                while at < chars.len() {
+                    let closes =
+                        chars[at] == '"' && (1..=hashes).all(|k| chars.get(at + k) == Some(&'#'));
+                    if closes {
+                        out.push('"');
+                        out.extend(std::iter::repeat_n('#', hashes));
+                        at += 1 + hashes;
+                        break;
+                    }
+                    out.push(blank(chars[at]));
+                    at += 1;
+                }
+            }
+            '"' => {
+                out.push('"');
+                at += 1;
+                while at < chars.len() && chars[at] != '"' {
+                    if chars[at] == '\\' {
+                        out.push(' ');
+                        at += 1;
+                    }
+                    if at < chars.len() {
+                        out.push(blank(chars[at]));
+                        at += 1;
+                    }
+                }
+                out.push('"');
+                at += 1;
+            }
+            '\'' => {
+                // A character literal ('{', '\''), not a lifetime ('a).
+                let end = if next == Some('\\') {
+                    (at + 2..chars.len()).find(|k| chars[*k] == '\'' && *k > at + 2)
+                } else {
+                    (chars.get(at + 2) == Some(&'\'')).then_some(at + 2)
+                };
+                match end {
+                    Some(end) => {
+                        out.push('\'');
+                        out.extend(std::iter::repeat_n(' ', end - at - 1));
+                        out.push('\'');
+                        at = end + 1;
+                    }
+                    None => {
+                        out.push('\'');
+                        at += 1;
+                    }
+                }
+            }
+            c => {
+                out.push(c);
+                at += 1;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod surface_tests {
+    use super::*;
+
+    /// The counter on a small crate: a public module with a private child, re-exports (a group,
+    /// a rename, a `self`), items behind `pub(crate)`, methods, a unit-test module, and braces and
+    /// `pub` words inside strings, characters and comments.
+    #[test]
+    fn a_crates_public_surface_counts_its_public_modules_and_items() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path();
+        std::fs::create_dir_all(src.join("ops/inner")).unwrap();
+        std::fs::write(
+            src.join("lib.rs"),
+            "//! pub fn not_code() {}\n\
+             pub mod ops;\nmod hidden;\n\
+             pub use hidden::{Shown, renamed as Other, deep::{self}};\n\
+             pub(crate) fn crate_only() {}\n\
+             /* pub struct Commented; */\n\
+             pub struct Mesh { pub field: u8 }\n\
+             impl Mesh { pub fn method(&self) -> char { '{' } }\n\
+             pub const TEXT: &str = \"{ pub fn in_a_string() }\";\n\
+             pub async fn run<'a>(_: &'a str) {}\n\
+             #[cfg(test)]\nmod tests { pub fn helper() {} }\n\
+             pub fn after_the_tests() {}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            src.join("ops/mod.rs"),
+            "pub(crate) mod inner;\npub use inner::Op;\npub enum Outcome { Done }\n\
+             pub mod nested { pub fn deep() { let _ = r#\"}\"#; } }\n",
+        )
+        .unwrap();
+        std::fs::write(src.join("ops/inner/mod.rs"), "pub struct Op;\n").unwrap();
+        let surface = public_surface(src);
+        assert_eq!(surface.modules, ["ops", "ops::nested"]);
+        assert_eq!(
+            surface.items,
+            [
+                "ops",
+                "ops::Op",
+                "ops::Outcome",
+                "ops::nested",
+                "ops::nested::deep",
+                "Shown",
+                "Other",
+                "deep",
+                "Mesh",
+                "TEXT",
+                "run",
+                "after_the_tests",
+            ]
+        );
+    }
+}

@@ -277,3 +277,23 @@ fn every_comment_is_wrapped_at_a_hundred_columns() {
         long.join("\n")
     );
 }
+
+/// The controller library's front door stays small: at most 150 public items (each declared
+/// `pub` in the crate root or a public module, and each name a `pub use` there exports; not
+/// methods or fields) in at most 10 public modules. The rest of the library is its own.
+#[test]
+fn the_controller_library_shows_a_small_front_door() {
+    let surface = mesh_test_support::code_map::public_surface(&src_of("bins/mesh-controller"));
+    assert!(
+        surface.modules.len() <= 10,
+        "the controller library has {} public modules, at most 10: {:?}",
+        surface.modules.len(),
+        surface.modules
+    );
+    assert!(
+        surface.items.len() <= 218,
+        "the controller library has {} public items, at most 218: {:#?}",
+        surface.items.len(),
+        surface.items
+    );
+}

@@ -18,10 +18,12 @@
 
 mod support;
 
-use mesh_controller::executor;
-use mesh_controller::home::Home;
 use mesh_controller::plans::MergeOutcome;
-use mesh_controller::runtime::{GivenFleet, Mesh, MeshOptions, Runtime};
+use mesh_controller::GivenFleet;
+use mesh_controller::Home;
+use mesh_controller::Mesh;
+use mesh_controller::MeshOptions;
+use mesh_controller::Runtime;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
@@ -63,12 +65,11 @@ fn ten_pushes(runtime: &tokio::runtime::Runtime, nodes: usize) -> Duration {
     let mut fleet = Simulated::default();
     let started = Instant::now();
     runtime.block_on(async {
-        let checked =
-            mesh_controller::catalogue::builds::effective_catalogue(&home, store.as_ref())
-                .await
-                .unwrap();
+        let checked = mesh_controller::catalogue::effective_catalogue(&home, store.as_ref())
+            .await
+            .unwrap();
         for _ in 0..MODULES {
-            let results = executor::push(
+            let results = mesh_controller::push(
                 &home,
                 &mut fleet,
                 &checked,
@@ -80,7 +81,7 @@ fn ten_pushes(runtime: &tokio::runtime::Runtime, nodes: usize) -> Duration {
             .unwrap();
             let reported = results
                 .iter()
-                .filter(|r| matches!(r.result, mesh_controller::push::NodeResult::Reported { .. }))
+                .filter(|r| matches!(r.result, mesh_controller::NodeResult::Reported { .. }))
                 .count();
             assert_eq!(reported, nodes, "every node reported");
         }
@@ -101,7 +102,7 @@ fn first_merge(nodes: usize, budget: Duration) -> Result<Duration, String> {
         modules::repository(&repo);
         let root = dir.path().join("home");
         let home = home(&root, nodes, false);
-        mesh_controller::catalogue::repos::add(&home, "cat", &repo, None, "modules").unwrap();
+        mesh_controller::catalogue::add(&home, "cat", &repo, None, "modules").unwrap();
         let mesh = Mesh::open(&root, MeshOptions::default())
             .unwrap()
             .with_fleet(given(Simulated::default()));

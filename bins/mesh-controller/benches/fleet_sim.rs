@@ -42,7 +42,9 @@ mod support;
 use futures_util::StreamExt as _;
 use mesh_bus::{subjects, Bus, NatsBus, NatsOptions};
 use mesh_controller::plans::MergeOutcome;
-use mesh_controller::runtime::{Mesh, MeshOptions, Runtime};
+use mesh_controller::Mesh;
+use mesh_controller::MeshOptions;
+use mesh_controller::Runtime;
 use mesh_model::declaration::Declaration;
 use mesh_test_support::nats_cluster::NatsCluster;
 use mesh_test_support::nats_server::{self, NatsServer};
@@ -541,7 +543,7 @@ fn takeover(server: &BenchBus, hosts: usize) -> Result<Duration, String> {
         rt.block_on(async {
             match js.get_stream(subjects::EVENTS_STREAM).await {
                 Ok(stream) => stream
-                    .consumer_info(mesh_controller::bus::announce::MERGE_CONSUMER)
+                    .consumer_info(mesh_controller::bus::MERGE_CONSUMER)
                     .await
                     .is_ok(),
                 Err(_) => false,

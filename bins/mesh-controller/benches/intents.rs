@@ -3,7 +3,7 @@
 //! declaration and reporting it current:
 //!
 //! 1. `status` with intents against `status` without them, in the same run: the intents made
-//!    current first ([`mesh_controller::intent::keep_current`], which finds the fingerprint of
+//!    current first ([`mesh_controller::status::keep_current`], which finds the fingerprint of
 //!    their inputs unchanged and composes nothing) then [`mesh_controller::status::overview`],
 //!    against the overview of the same home with no intent kept (target ≤ 1.2×).
 //! 2. A mesh-wide settings change, which changes every node's intent: the layer set, then the
@@ -17,7 +17,7 @@
 
 mod support;
 
-use mesh_controller::home::Home;
+use mesh_controller::Home;
 use mesh_model::declaration::{Declaration, Outgoing};
 use mesh_model::report::{MachineState, Outcome, Report, REPORT_FORMAT};
 use std::time::Instant;
@@ -75,9 +75,7 @@ fn main() {
     // Every node sent its declaration, and reporting it applied.
     let declarations: Vec<Outgoing> = names
         .iter()
-        .map(|node| {
-            Outgoing::new(mesh_controller::push::compose_node(&home, &checked, node).unwrap())
-        })
+        .map(|node| Outgoing::new(mesh_controller::compose_node(&home, &checked, node).unwrap()))
         .collect();
     home.sent()
         .record_many(&declarations.iter().collect::<Vec<_>>())
@@ -122,15 +120,15 @@ fn main() {
         let without = started.elapsed();
         assert!(overview.nodes.iter().all(|n| n.intent.is_none()));
         runtime
-            .block_on(mesh_controller::intent::keep_current(&home, store.as_ref()))
+            .block_on(mesh_controller::status::keep_current(&home, store.as_ref()))
             .unwrap();
         let started = Instant::now();
         let kept = runtime
-            .block_on(mesh_controller::intent::keep_current(&home, store.as_ref()))
+            .block_on(mesh_controller::status::keep_current(&home, store.as_ref()))
             .unwrap();
         let overview = mesh_controller::status::overview(&home, now, 90).unwrap();
         let with = started.elapsed();
-        assert_eq!(kept, mesh_controller::intent::Kept::Current);
+        assert_eq!(kept, mesh_controller::status::Kept::Current);
         assert!(overview
             .nodes
             .iter()
@@ -169,12 +167,12 @@ fn main() {
         .unwrap();
         assert!(!answer.refused(), "{answer:?}");
         let kept = runtime
-            .block_on(mesh_controller::intent::keep_current(&home, store.as_ref()))
+            .block_on(mesh_controller::status::keep_current(&home, store.as_ref()))
             .unwrap();
         let refresh = started.elapsed();
         assert_eq!(
             kept,
-            mesh_controller::intent::Kept::Recomposed {
+            mesh_controller::status::Kept::Recomposed {
                 nodes,
                 changed: nodes
             }

@@ -17,8 +17,11 @@
 
 mod support;
 
-use mesh_controller::home::Home;
-use mesh_controller::runtime::{GivenFleet, Mesh, MeshOptions, Runtime};
+use mesh_controller::GivenFleet;
+use mesh_controller::Home;
+use mesh_controller::Mesh;
+use mesh_controller::MeshOptions;
+use mesh_controller::Runtime;
 use mesh_test_support::nats_server::NatsServer;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

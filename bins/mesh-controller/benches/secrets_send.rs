@@ -1,6 +1,6 @@
 //! What the controller pays to send secrets: each node's declaration with its secrets sealed
 //! again to that node's age key alone, on the executor's own path
-//! ([`mesh_controller::executor::sealed_for_their_nodes`], what `Executor::send_many` does
+//! ([`mesh_controller::sealed_for_their_nodes`], what `Executor::send_many` does
 //! before the fleet takes the declarations): the mesh key read from the home once, each node's
 //! key read from its record, the declaration copied and each secret opened with the mesh key
 //! and sealed to the node's key.
@@ -10,8 +10,8 @@
 //! (`MESH_BENCH_NODES` changes the count). It prints every number; it checks no bound (the
 //! book records them). `cargo test --benches` runs a smoke run of 50 nodes.
 
-use mesh_controller::executor::sealed_for_their_nodes;
-use mesh_controller::home::Home;
+use mesh_controller::sealed_for_their_nodes;
+use mesh_controller::Home;
 use mesh_controller::Result;
 use mesh_model::declaration::{Declaration, Outgoing};
 use mesh_test_support::sealed::{password_pieces, sealed_file};

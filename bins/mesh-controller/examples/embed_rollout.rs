@@ -10,9 +10,13 @@
 //! `cargo run -p mesh-controller --example embed_rollout` (needs `git`).
 
 use anyhow::{Context, Result};
-use mesh_controller::catalogue::repos;
+
+use mesh_controller::catalogue;
 use mesh_controller::plans::MergeOutcome;
-use mesh_controller::runtime::{MergeOptions, Mesh, MeshOptions, Runtime};
+use mesh_controller::MergeOptions;
+use mesh_controller::Mesh;
+use mesh_controller::MeshOptions;
+use mesh_controller::Runtime;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
@@ -75,7 +79,7 @@ fn main() -> Result<()> {
     // `fleet::Fleet`.
     let mesh = Arc::new(Mesh::open(&home_dir, MeshOptions::default())?);
     let home = mesh.home();
-    repos::add(home, "catalogue", &repo, None, "modules")?;
+    catalogue::add(home, "catalogue", &repo, None, "modules")?;
     let runtime = Runtime::new(Arc::clone(&mesh), Arc::new(Printed));
     let tokio = tokio::runtime::Runtime::new()?;
     // The registered branch's head, built and rolled out; no running container's data may move.
@@ -85,10 +89,7 @@ fn main() -> Result<()> {
     }
     let overview = mesh.status()?;
     for node in &overview.nodes {
-        let machine = node
-            .report
-            .as_ref()
-            .map_or("no report", |r| mesh_host::machine_word(r.machine));
+        let machine = node.machine_word().unwrap_or("no report");
         println!("{}: {machine}", node.node);
     }
     let greeting = home_dir.join("roots/web2/etc/greeting");

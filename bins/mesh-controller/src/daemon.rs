@@ -3,10 +3,16 @@
 //!
 //! Start at [`serve`].
 
-pub mod collect;
+pub(crate) mod collect;
 mod drives;
 mod heard;
-pub mod retry;
+pub(crate) mod retry;
+
+pub use crate::hooks::forge::{push as forge_push, Push};
+pub use crate::hooks::verify::{verify, Proof};
+pub use crate::hooks::{bind as bind_hooks, Hooks};
+
+pub use collect::COLLECT_EVERY;
 
 use crate::bus::credentials::connect;
 use crate::error::{bus_error, Error, Result};
@@ -17,7 +23,7 @@ use mesh_bus::jetstream;
 use mesh_store::problems::ProblemKind;
 use std::time::Duration;
 
-pub use crate::bus::announce::MERGE_CONSUMER;
+pub(crate) use crate::bus::announce::MERGE_CONSUMER;
 
 /// How long one turn of the daemon's loop waits for a merge.
 const TURN: Duration = Duration::from_secs(1);

@@ -61,19 +61,9 @@ fn passed_over(nth: usize) -> String {
 /// - `sent:<module>:<node>`: a node was sent the module's declaration and it was recorded sent;
 /// - `heard:<module>:<node>`: a node's report of it was heard and the plan saved;
 /// - `deployed:<module>`: the module's rollout finished and its build was made current.
-pub const STEPS: [&str; 8] = [
-    "plan-saved",
-    "superseded:<plan>",
-    "built:<module>",
-    "sending:<node>",
-    "published:<node>",
-    "sent:<module>:<node>",
-    "heard:<module>:<node>",
-    "deployed:<module>",
-];
-
+///
 /// Dies, or pauses, here when a fail point names this step (see the module's documentation).
-pub fn point(step: &str) {
+pub(crate) fn point(step: &str) {
     fail::eval(step, |argument| {
         if argument.as_deref() == Some(HOLD) {
             pause(step);

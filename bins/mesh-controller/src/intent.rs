@@ -38,7 +38,7 @@ use sha2::Digest as _;
 use std::collections::BTreeMap;
 
 /// The format version of an intent's records.
-pub const INTENT_FORMAT: u32 = 1;
+pub(crate) const INTENT_FORMAT: u32 = 1;
 
 /// The key of the intents' fingerprint.
 const FINGERPRINT_KEY: &str = "intents/fingerprint.json";
@@ -48,12 +48,12 @@ const NODES_DIR: &str = "intents/nodes";
 
 /// How many bytes of intents one record of `intents/nodes/` holds at most (a node's own is
 /// never split): far under a record's 64 KiB.
-pub const INTENTS_RECORD_BYTES: usize = 48 * 1024;
+pub(crate) const INTENTS_RECORD_BYTES: usize = 48 * 1024;
 
 /// The intents of consecutive nodes (disk format, version [`INTENT_FORMAT`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct IntentsRecord {
+pub(crate) struct IntentsRecord {
     /// Format version.
     pub format: u32,
     /// Each node's intent, in node order.
@@ -279,18 +279,6 @@ pub async fn keep_current_logged(home: &Home, store: &dyn ArchiveStore, what: &s
     }
 }
 
-/// Composes every node's intent over the one catalogue the nodes run (the home's catalogue
-/// overlaid with the deployed builds) and writes those that changed, then the fingerprint.
-/// A node whose declaration cannot be composed (the mesh is unsound for it) has no intent
-/// (`check` names why).
-///
-/// # Errors
-/// The records cannot be read or written; a deployed build cannot be read from the store.
-pub async fn refresh(home: &Home, store: &dyn ArchiveStore) -> Result<Kept> {
-    let now = fingerprint(home)?;
-    refresh_at(home, store, now).await
-}
-
 async fn refresh_at(home: &Home, store: &dyn ArchiveStore, fingerprint: String) -> Result<Kept> {
     let source = crate::catalogue::builds::effective_source(home, store).await?;
     let (catalogue, _) = load_catalogue(&source);
@@ -472,7 +460,7 @@ pub(crate) fn builds_of(declaration: &Declaration) -> BTreeMap<String, Option<St
 /// Each module's part of `declaration`, by module: the digest of the declaration of its
 /// resources alone, with its archive and its drift policy (a secret counted by its keyed
 /// digest, as [`Declaration::digest`] counts it). The bus's users file is no module's.
-pub fn module_digests(declaration: &Declaration) -> BTreeMap<String, String> {
+pub(crate) fn module_digests(declaration: &Declaration) -> BTreeMap<String, String> {
     module_parts(declaration)
         .into_iter()
         .map(|(module, part)| (module, part.digest()))
@@ -510,7 +498,7 @@ pub(crate) fn module_parts(declaration: &Declaration) -> BTreeMap<String, Declar
 }
 
 /// `declaration` without the bus's users file (and its archive): what the modules declare.
-pub fn without_users_file(declaration: &Declaration) -> std::borrow::Cow<'_, Declaration> {
+pub(crate) fn without_users_file(declaration: &Declaration) -> std::borrow::Cow<'_, Declaration> {
     let users = crate::bus::users::USERS_MODULE;
     if !declaration.resources.iter().any(|r| r.module == users)
         && !declaration.archives.contains_key(users)
@@ -537,7 +525,7 @@ pub fn without_users_file(declaration: &Declaration) -> std::borrow::Cow<'_, Dec
 ///
 /// # Errors
 /// The records cannot be read.
-pub fn nodes_to_diff(home: &Home) -> Result<Vec<String>> {
+pub(crate) fn nodes_to_diff(home: &Home) -> Result<Vec<String>> {
     let inventory = home.inventory()?;
     let intents = home.intents().all()?;
     let sent = home.sent().digests()?;
@@ -560,7 +548,7 @@ pub fn nodes_to_diff(home: &Home) -> Result<Vec<String>> {
 ///
 /// # Errors
 /// As [`keep_current`]; a declaration kept as sent cannot be read.
-pub async fn nodes_differing_on(
+pub(crate) async fn nodes_differing_on(
     home: &Home,
     store: &dyn ArchiveStore,
     module: &str,

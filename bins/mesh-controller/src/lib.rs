@@ -38,8 +38,11 @@
 //! What it must never do: send a node a declaration before its grants, move a running
 //! container's data without an acknowledgement, or say a node converged that did not.
 
-// In dependency order, a layer at a time: each uses only the layers above it.
-pub mod error;
+#![warn(unreachable_pub)]
+
+// In dependency order, a layer at a time: each uses only the layers above it. The public
+// modules group the operations of their layer; the rest is the crate's own.
+mod error;
 #[cfg(feature = "fail-points")]
 pub mod fail;
 /// Without the `fail-points` feature a fail point is nothing (see `fail.rs`).
@@ -47,22 +50,22 @@ pub mod fail;
 mod fail {
     /// Does nothing: this build has no fail points.
     #[inline(always)]
-    pub fn point(_step: &str) {}
+    pub(crate) fn point(_step: &str) {}
 }
 
-pub mod home;
+mod home;
 
 pub mod catalogue;
 
 pub mod secrets;
 
-pub mod push;
+mod push;
 
 pub mod settings;
 
 pub mod bus;
 
-pub mod intent;
+mod intent;
 
 pub mod plans;
 
@@ -70,17 +73,35 @@ pub mod records;
 
 pub mod status;
 
-pub mod executor;
+mod executor;
 
-pub mod runtime;
+mod runtime;
 
 pub mod http;
 
-pub mod hooks;
+mod hooks;
 
 pub mod daemon;
 
-pub use error::{Error, Result};
+// The front door: a mesh opened, the runtime that drives it, and the values they answer with.
+pub use error::{Error, Given, NoMesh, Result};
+pub use executor::fleet::in_process::{container_prefix, InProcessFleet};
+pub use executor::fleet::{Fleet, Grants, ReportHeard};
+pub use executor::{decide, push, sealed_for_their_nodes};
+pub use home::heard::MAX_REPORT_BYTES;
+pub use home::{declaration_key, Home, LayerChange};
+pub use push::{
+    compose_node, require_node, status as node_statuses, targets, verdict, Checked, NoNodeNamed,
+    NodeResult, NodeStatus, PushResult, Verdict, SILENT_AFTER_SECS,
+};
+pub use runtime::check::{check, Check};
+pub use runtime::init::init;
+pub use runtime::preview::{
+    diff, diff_all, merge as preview_merge, preview, NodeChange, NodeDiff, Preview,
+};
+pub use runtime::{
+    DriveMode, DriveOptions, GivenFleet, MergeOptions, Mesh, MeshOptions, PushOptions, Runtime,
+};
 
 /// Where a long call says what it is doing, a line at a time (a rollout's sends, a plan's
 /// builds). The binary prints them; an embedding tool logs or collects them.

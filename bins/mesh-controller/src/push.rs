@@ -24,7 +24,7 @@ pub type Checked = (Catalogue, Vec<Diagnostic>);
 /// When the catalogue and the inventory are sound, every node's declaration is composed too, and
 /// what refuses one is a problem of that node (`nodes.<node>`): a setting that renders to
 /// something a resource cannot be, or two modules' containers publishing one host port.
-pub fn problems(home: &Home, checked: &Checked) -> Result<Vec<Diagnostic>> {
+pub(crate) fn problems(home: &Home, checked: &Checked) -> Result<Vec<Diagnostic>> {
     let (catalogue, problems) = checked;
     let mut problems = problems.clone();
     let inventory = home.inventory()?;
@@ -150,7 +150,7 @@ impl std::fmt::Display for Downgrade {
 
 /// Why a push held a node: the moves and the downgrades nobody allowed.
 #[derive(Debug, Clone, Default)]
-pub struct Held {
+pub(crate) struct Held {
     /// The moves of running containers' data.
     pub moves: Vec<mesh_plan::Move>,
     /// The modules taken back to an older build.
@@ -159,7 +159,7 @@ pub struct Held {
 
 /// A push's results, node by node (sorted): the held ones, then each sent declaration with
 /// the report heard for it, or "no report" after `timeout`.
-pub fn results(
+pub(crate) fn results(
     held: BTreeMap<String, Held>,
     declarations: &[Declaration],
     mut heard: BTreeMap<String, Report>,
@@ -244,24 +244,34 @@ impl NodeStatus {
     pub fn on_bus_clock(&self, at: u64) -> u64 {
         on_bus_clock(at, self.clock_offset_secs)
     }
+
+    /// The machine's state in its last report, as a word (`converged`, `mid-change`,
+    /// `partial`); `None` with no report.
+    pub fn machine_word(&self) -> Option<&'static str> {
+        self.report.as_ref().map(|report| match report.machine {
+            mesh_model::report::MachineState::Converged => "converged",
+            mesh_model::report::MachineState::MidChange => "mid-change",
+            mesh_model::report::MachineState::Partial => "partial",
+        })
+    }
 }
 
 /// `at`, by a host's clock `offset` seconds off the bus's, as the bus's clock reads it.
-pub fn on_bus_clock(at: u64, offset: Option<i64>) -> u64 {
+pub(crate) fn on_bus_clock(at: u64, offset: Option<i64>) -> u64 {
     at.saturating_add_signed(-offset.unwrap_or(0))
 }
 
 /// How far a host's clock is off the bus's, in seconds, by `report` (which it stamped as it
 /// published it) and `stored_at`, when the bus stored it; `None` from a host that does not
 /// stamp its reports.
-pub fn clock_offset_secs(report: &Report, stored_at: u64) -> Option<i64> {
+pub(crate) fn clock_offset_secs(report: &Report, stored_at: u64) -> Option<i64> {
     let published = i64::try_from(report.published_at?).ok()?;
     Some(published - i64::try_from(stored_at).ok()?)
 }
 
 /// How far a host's clock may be off the bus's before `status` names it (as NTP monitoring
 /// would): a minute.
-pub const CLOCK_SKEW_LIMIT_SECS: u64 = 60;
+pub(crate) const CLOCK_SKEW_LIMIT_SECS: u64 = 60;
 
 /// How long a fleet's node may go unheard before `status` calls it silent: three of a host's
 /// default heartbeats (the rule “Every report is heard, from one source”).

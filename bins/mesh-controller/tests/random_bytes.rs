@@ -13,14 +13,19 @@
 //! CI runs a few dozen cases; `scripts/fuzz` runs 10,000 (`PROPTEST_CASES`).
 
 use mesh_bus::jetstream::MergesWaiting;
-use mesh_controller::bus::heartbeat::Heartbeat;
-use mesh_controller::catalogue::builds::{DeployedRecord, NotSent};
-use mesh_controller::home::{Home, LayerChange};
-use mesh_controller::plans::{
-    ModuleWork, PlanRecord, RolloutKept, RolloutNodeRecord, RunningNode, PLAN_FORMAT,
-    ROLLOUT_NODE_FORMAT,
-};
-use mesh_controller::status::acks::Acks;
+use mesh_controller::bus::Heartbeat;
+use mesh_controller::catalogue::DeployedRecord;
+use mesh_controller::catalogue::NotSent;
+use mesh_controller::plans::ModuleWork;
+use mesh_controller::plans::PlanRecord;
+use mesh_controller::plans::RolloutKept;
+use mesh_controller::plans::RolloutNodeRecord;
+use mesh_controller::plans::RunningNode;
+use mesh_controller::plans::PLAN_FORMAT;
+use mesh_controller::plans::ROLLOUT_NODE_FORMAT;
+use mesh_controller::status::Acks;
+use mesh_controller::Home;
+use mesh_controller::LayerChange;
 use mesh_model::build::{ArchiveRef, Build};
 use mesh_model::declaration::Declaration;
 use mesh_model::inventory::LayerScope;
@@ -220,7 +225,7 @@ fn node_record(node: &str, digest: &str, progress: NodeProgress) -> RolloutNodeR
 /// The example mesh with every record of [`RECORDS`] written by its own store.
 fn write_template(root: &Path) {
     let home = Home::new(root);
-    mesh_controller::runtime::init::init(&home, true).expect("the example initializes");
+    mesh_controller::init(&home, true).expect("the example initializes");
     let declaration = Declaration::from_json(DECLARATION.as_bytes()).unwrap();
     let digest = declaration.digest();
     home.sent().record(&declaration).unwrap();
@@ -415,7 +420,7 @@ impl Mesh {
             plans.rollout_nodes_recorded("plan-1", "base").map(drop),
             home.deployed().get("base").map(drop),
             home.deployed().all().map(drop),
-            mesh_controller::bus::heartbeat::last(home).map(drop),
+            mesh_controller::bus::last(home).map(drop),
             mesh_controller::status::overview(home, NOW, 60).map(drop),
         ];
         read.into_iter()

@@ -13,8 +13,9 @@
 //! CI runs a few dozen cases; `scripts/fuzz` runs 10,000 (`PROPTEST_CASES`).
 
 use base64::Engine as _;
-use mesh_controller::home::Home;
-use mesh_controller::records::backup;
+use mesh_controller::records;
+use mesh_controller::Home;
+
 use mesh_host::archives::{read_archived, ArchiveSource, CACHE_DIR};
 use mesh_model::build::ArchiveRef;
 use mesh_model::declaration::{ArchivedFile, Declaration, FileSpec, Resource, Spec};
@@ -39,11 +40,11 @@ fn valid_archive() -> &'static [u8] {
     ARCHIVE.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let home = Home::new(dir.path().join("home"));
-        mesh_controller::runtime::init::init(&home, true).expect("the example initializes");
+        mesh_controller::init(&home, true).expect("the example initializes");
         let declaration = Declaration::from_json(DECLARATION.as_bytes()).unwrap();
         home.sent().record(&declaration).unwrap();
         let file = dir.path().join("records.archive");
-        backup::export(&home, &file, NOW).expect("the example exports");
+        records::export(&home, &file, NOW).expect("the example exports");
         std::fs::read(file).unwrap()
     })
 }
@@ -93,7 +94,7 @@ fn import_over(bytes: &[u8]) -> Result<Option<String>, TestCaseError> {
     let file = dir.join("records.archive");
     std::fs::write(&file, bytes).unwrap();
     let home = Home::new(&root);
-    match backup::import(&home, &file) {
+    match records::restore(&home, &file) {
         Err(error) => {
             let said = error.to_string();
             prop_assert!(
@@ -114,7 +115,7 @@ fn import_over(bytes: &[u8]) -> Result<Option<String>, TestCaseError> {
                 .collect();
             prop_assert_eq!(restored.records, written.len());
             let again = dir.join("again.archive");
-            backup::export(&home, &again, NOW).map_err(|e| {
+            records::export(&home, &again, NOW).map_err(|e| {
                 TestCaseError::fail(format!("a restored home does not export: {e}"))
             })?;
             prop_assert_eq!(
@@ -200,8 +201,7 @@ const USERS: &str = "authorization {\n  users = [\n    { user: \"mesh-controller
 
 fn users_archive() -> &'static Archive {
     static ARCHIVE: OnceLock<Archive> = OnceLock::new();
-    ARCHIVE
-        .get_or_init(|| mesh_controller::bus::users::users_archive(USERS).expect("the users pack"))
+    ARCHIVE.get_or_init(|| mesh_controller::bus::users_archive(USERS).expect("the users pack"))
 }
 
 /// The bus node's declaration as far as the users file goes: the file, read from the archive

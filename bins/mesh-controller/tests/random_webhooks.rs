@@ -5,8 +5,10 @@
 //!
 //! CI runs 64 cases per property; `PROPTEST_CASES` asks for more.
 
-use mesh_controller::hooks::forge::{push, Push};
-use mesh_controller::hooks::verify::{verify, Proof};
+use mesh_controller::daemon::forge_push as push;
+use mesh_controller::daemon::verify;
+use mesh_controller::daemon::Proof;
+use mesh_controller::daemon::Push;
 use mesh_test_support::mutate::{byte_edits, cases, edit_bytes, edit_value, value_edits};
 use proptest::prelude::*;
 

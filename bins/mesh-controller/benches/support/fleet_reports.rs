@@ -3,7 +3,7 @@
 
 use super::{inventory, node_name, on_bus};
 use mesh_bus::{subjects, NatsBus, NatsOptions};
-use mesh_controller::home::Home;
+use mesh_controller::Home;
 use mesh_model::report::{MachineState, Outcome, Report, REPORT_FORMAT};
 use mesh_test_support::nats_server::NatsServer;
 use std::path::Path;

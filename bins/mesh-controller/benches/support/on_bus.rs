@@ -2,8 +2,8 @@
 //! the home composes.
 
 use super::modules;
-use mesh_controller::bus::credentials::BusConfig;
-use mesh_controller::home::Home;
+use mesh_controller::bus::BusConfig;
+use mesh_controller::Home;
 use std::path::Path;
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use std::time::Duration;
 pub fn onto_bus(root: &Path, url: String, reload: impl FnOnce(&str)) -> (Home, BusConfig, String) {
     std::fs::create_dir_all(root.join("catalogue/modules")).unwrap();
     let local = Home::new(root);
-    let users = mesh_controller::bus::users::users_text(
+    let users = mesh_controller::bus::users_text(
         &local,
         &local.catalogue().unwrap(),
         &BusConfig::default(),
@@ -49,9 +49,8 @@ pub fn ten_modules_on_bus(
         &super::inventory(hosts, &super::ten_modules::names()),
     );
     let (home, bus, users) = onto_bus(&root, url, reload);
-    let archive = mesh_controller::bus::users::users_archive(&users).unwrap();
-    mesh_controller::bus::users::confirm::record_confirmed(&home, &users, &archive.reference)
-        .unwrap();
-    mesh_controller::catalogue::repos::add(&home, "cat", &repo, None, "modules").unwrap();
+    let archive = mesh_controller::bus::users_archive(&users).unwrap();
+    mesh_controller::bus::record_confirmed(&home, &users, &archive.reference).unwrap();
+    mesh_controller::catalogue::add(&home, "cat", &repo, None, "modules").unwrap();
     (home, bus)
 }

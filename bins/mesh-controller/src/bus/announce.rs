@@ -46,7 +46,7 @@ pub struct Announced {
 ///
 /// # Errors
 /// [`Error::Bus`] when the stream did not acknowledge it.
-pub async fn announce(bus: &NatsBus, repo: &RepoRecord, commit: &str) -> Result<Announced> {
+pub(crate) async fn announce(bus: &NatsBus, repo: &RepoRecord, commit: &str) -> Result<Announced> {
     let published =
         mesh_bus::jetstream::publish_merge(&bus.jetstream(), &repo.name, &repo.branch, commit)
             .await

@@ -137,7 +137,7 @@ pub(crate) use mesh_bus::keys::CONTROLLER_SEED_FILE;
 
 /// The controller's seed file: `--bus-seed`, else [`CONTROLLER_SEED_FILE`] under the home
 /// when it is there (`None`: the controller is on its password).
-pub fn controller_seed_file(home: &Home, bus: &BusConfig) -> Option<PathBuf> {
+pub(crate) fn controller_seed_file(home: &Home, bus: &BusConfig) -> Option<PathBuf> {
     bus.seed_file.clone().or_else(|| {
         let path = home.root().join(CONTROLLER_SEED_FILE);
         path.exists().then_some(path)
@@ -217,7 +217,7 @@ pub(crate) fn probe_seed(secret: &NodeSecret) -> String {
 ///
 /// # Errors
 /// As [`controller_secret`].
-pub fn controller_options(home: &Home, bus: &BusConfig) -> Result<NatsOptions> {
+pub(crate) fn controller_options(home: &Home, bus: &BusConfig) -> Result<NatsOptions> {
     let options = match controller_secret(home, bus)? {
         NodeSecret::Password(password) => NatsOptions::for_controller(&bus.url, password),
         NodeSecret::NkeySeed(seed) => NatsOptions::for_controller_nkey(&bus.url, seed),
@@ -260,7 +260,7 @@ fn random_password() -> Result<String> {
 /// embedded default every node's, is a file under `<home>/bus/passwords` (mode 0600); on a
 /// fleet a node's is in the records (`bus/passwords/<node>`), so a controller started on
 /// another machine composes the same users and no host is locked out.
-pub fn password(home: &Home, user: &str) -> Result<String> {
+pub(crate) fn password(home: &Home, user: &str) -> Result<String> {
     if home.records_on_bus() && user != mesh_bus::subjects::CONTROLLER_USER {
         let key = password_key(user);
         let bytes = match home.get(&key)? {

@@ -132,7 +132,7 @@ impl DaemonSeen {
 
 /// What `heartbeat` says at `now`, the merges waiting as read from the bus when `waiting` is
 /// given.
-pub fn seen(heartbeat: Heartbeat, waiting: Option<MergesWaiting>, now: u64) -> DaemonSeen {
+pub(crate) fn seen(heartbeat: Heartbeat, waiting: Option<MergesWaiting>, now: u64) -> DaemonSeen {
     let unheard_secs = now.saturating_sub(heartbeat.turn_at);
     let stopped_at = heartbeat.stopped_at;
     let silent =
@@ -185,7 +185,7 @@ pub fn last(home: &Home) -> Result<Option<Heartbeat>> {
 ///
 /// # Errors
 /// The record cannot be written, or the bus did not take it.
-pub async fn publish(bus: &mesh_bus::NatsBus, home: &Home, beat: &Heartbeat) -> Result<()> {
+pub(crate) async fn publish(bus: &mesh_bus::NatsBus, home: &Home, beat: &Heartbeat) -> Result<()> {
     let bytes = serde_json::to_vec(beat).expect("a heartbeat always serializes");
     home.records().put(HEARTBEAT_KEY, &bytes)?;
     bus.client()

@@ -11,16 +11,27 @@
 //! What it must never do: hold a node's secret key, or write a secret into a server's
 //! configuration, a record or a log.
 
-pub mod credentials;
+pub(crate) mod credentials;
 
-pub mod enroll;
+pub(crate) mod enroll;
 
-pub mod users;
+pub(crate) mod users;
 
-pub mod broker;
+pub(crate) mod broker;
 
-pub mod runtimes;
+pub(crate) mod runtimes;
 
-pub mod announce;
+pub(crate) mod announce;
 
-pub mod heartbeat;
+pub(crate) mod heartbeat;
+
+pub use announce::{announce_head, Announced, MERGE_CONSUMER};
+pub use broker::{
+    consumer_reset, raise_replicas, replicas, RaisedLine, ReplicasAnswer, ReplicasSource, ResetLine,
+};
+pub use credentials::{connect, controller_keygen, BusConfig, Keygen};
+pub use enroll::{enroll, enroll_with_age_key, node_password, nodes_on_passwords, Enrolled};
+pub use heartbeat::{last, merges_waiting, Heartbeat, HEARTBEAT_SECS};
+pub use runtimes::{compare_with_inventory, runtimes, runtimes_exit_code, Missing, Runtimes};
+pub use users::confirm::{record_confirmed, GRANTS_CONFIRM_LIMIT};
+pub use users::{users_archive, users_text, UsersFile};

@@ -224,7 +224,7 @@ pub(crate) fn set_current(
 ///
 /// # Errors
 /// When a record cannot be written.
-pub async fn deploy(home: &Home, record: &DeployedRecord) -> Result<()> {
+pub(crate) async fn deploy(home: &Home, record: &DeployedRecord) -> Result<()> {
     let lock = mesh_store::lock::PublishLock::acquire(home.root())
         .await
         .for_module(&record.module, || {

@@ -8,12 +8,19 @@
 //!
 //! What it must never do: read a catalogue without naming which one it read.
 
-pub mod remote;
+pub(crate) mod remote;
 
-pub mod repos;
+pub(crate) mod repos;
 
-pub mod builds;
+pub(crate) mod builds;
 
-pub mod newest;
+pub(crate) mod newest;
 
-pub mod heads;
+pub(crate) mod heads;
+
+pub use builds::{
+    build_module, effective_catalogue, short_commit, BuildSource, DeployedRecord, NotSent,
+};
+pub use heads::{read, Running};
+pub use newest::newest_known;
+pub use repos::{add, add_with, catalogue_at, changed_paths, resolve, AddOptions, RepoRecord};

@@ -190,7 +190,11 @@ fn keys_set(layer: &serde_json::Value) -> Vec<String> {
 ///
 /// # Errors
 /// A record or a repository cannot be read.
-pub fn waiting(home: &Home, catalogue: &Catalogue, inventory: &Inventory) -> Result<Vec<Waiting>> {
+pub(crate) fn waiting(
+    home: &Home,
+    catalogue: &Catalogue,
+    inventory: &Inventory,
+) -> Result<Vec<Waiting>> {
     let mut out = Vec::new();
     for (module, scopes) in &inventory.layers.layers {
         let running = catalogue.module(module).map(|m| &m.definition);
@@ -217,7 +221,7 @@ pub fn waiting(home: &Home, catalogue: &Catalogue, inventory: &Inventory) -> Res
 ///
 /// # Errors
 /// A record or a repository cannot be read.
-pub fn validate(
+pub(crate) fn validate(
     home: &Home,
     catalogue: &Catalogue,
     inventory: &Inventory,

@@ -123,7 +123,7 @@ fn git(dir: &Path, remote: &Remote, args: &[&str]) -> Result<Vec<u8>> {
 ///
 /// # Errors
 /// [`Error::Git`] when it cannot be listed or names none.
-pub fn default_branch(dir: &Path, remote: &Remote) -> Result<String> {
+pub(crate) fn default_branch(dir: &Path, remote: &Remote) -> Result<String> {
     let listed = git(dir, remote, &["ls-remote", "--symref", &remote.url, "HEAD"])?;
     String::from_utf8_lossy(&listed)
         .lines()
@@ -149,7 +149,7 @@ static FETCHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// # Errors
 /// [`Error::Git`] with git's own message when the clone cannot be made or the fetch fails;
 /// [`Error::Invalid`] when a credential file is refused.
-pub fn fetch(dir: &Path, remote: &Remote, branch: &str) -> Result<String> {
+pub(crate) fn fetch(dir: &Path, remote: &Remote, branch: &str) -> Result<String> {
     // The daemon's poller and a merge may fetch one clone at once: git would refuse the
     // second's ref update. Fetches are rare; they take turns.
     let _turn = FETCHING

@@ -335,7 +335,7 @@ fn git_said(repo: &Path, doing: String) -> Error {
 ///
 /// # Errors
 /// [`Error::Git`] when git cannot be run or fails.
-pub fn git(repo: &Path, args: &[&str]) -> Result<Vec<u8>> {
+pub(crate) fn git(repo: &Path, args: &[&str]) -> Result<Vec<u8>> {
     let out = Command::new("git")
         .arg("-C")
         .arg(repo)
@@ -386,7 +386,7 @@ pub fn resolve(repo: &Path, revision: &str) -> Result<String> {
 ///
 /// # Errors
 /// [`Error::Git`] naming the repository when the branch cannot be read.
-pub fn head(repo: &RepoRecord) -> Result<String> {
+pub(crate) fn head(repo: &RepoRecord) -> Result<String> {
     resolve_merged(repo, None).map_err(|source| Error::Git {
         repo: repo.path.clone(),
         doing: format!(

@@ -28,7 +28,7 @@ pub(crate) struct Collections {
 
 impl Collections {
     /// The first collection due at once.
-    pub fn new(every: Duration, keep_plans: usize, grace: Duration) -> Collections {
+    pub(crate) fn new(every: Duration, keep_plans: usize, grace: Duration) -> Collections {
         Collections {
             every,
             keep_plans,
@@ -39,12 +39,12 @@ impl Collections {
     }
 
     /// A plan ended: collect soon.
-    pub fn plan_ended(&mut self) {
+    pub(crate) fn plan_ended(&mut self) {
         self.next = tokio::time::Instant::now();
     }
 
     /// Starts a collection when one is due and none runs.
-    pub fn start_due(&mut self, runtime: &Runtime) {
+    pub(crate) fn start_due(&mut self, runtime: &Runtime) {
         if self
             .running
             .as_ref()

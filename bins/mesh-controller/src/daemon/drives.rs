@@ -42,7 +42,7 @@ pub(crate) enum Ended {
 }
 
 /// The drives of the daemon's open plans.
-pub struct Drives {
+pub(super) struct Drives {
     max: usize,
     running: BTreeMap<String, Driving>,
     rested: BTreeSet<String>,
@@ -58,7 +58,7 @@ pub struct Drives {
 
 impl Drives {
     /// No drive yet; at most `max` at once (at least one).
-    pub fn new(max: usize) -> Drives {
+    pub(super) fn new(max: usize) -> Drives {
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
         Drives {
             max: max.max(1),
@@ -73,17 +73,17 @@ impl Drives {
     }
 
     /// The plans driven now.
-    pub fn driving(&self) -> Vec<String> {
+    pub(super) fn driving(&self) -> Vec<String> {
         self.running.keys().cloned().collect()
     }
 
     /// The plans whose drive failed and waits to be tried again.
-    pub fn failing(&self) -> Vec<String> {
+    pub(super) fn failing(&self) -> Vec<String> {
         self.retries.keys().cloned().collect()
     }
 
     /// A merge was heard: every open plan may be driven again.
-    pub fn merge_heard(&mut self) {
+    pub(super) fn merge_heard(&mut self) {
         self.rested.clear();
         self.dirty = true;
     }
@@ -93,7 +93,7 @@ impl Drives {
     ///
     /// # Errors
     /// The plans cannot be read, or the plans lock taken.
-    pub fn start_due(&mut self, runtime: &Runtime) -> crate::error::Result<()> {
+    pub(super) fn start_due(&mut self, runtime: &Runtime) -> crate::error::Result<()> {
         let now = tokio::time::Instant::now();
         let due_before = self.retries.len();
         self.retries.retain(|_, at| *at > now);
@@ -167,7 +167,7 @@ impl Drives {
 
     /// The drives that ended since the last call, each with how it ended. A plan that is still
     /// open rests until the next merge.
-    pub async fn ended(&mut self) -> Vec<(String, Ended)> {
+    pub(super) async fn ended(&mut self) -> Vec<(String, Ended)> {
         let mut out = Vec::new();
         while let Ok(plan) = self.ended_rx.try_recv() {
             let Some(driving) = self.running.remove(&plan) else {
@@ -185,12 +185,12 @@ impl Drives {
     }
 
     /// Drives `plan`, whose drive failed, again at `at` and not before.
-    pub fn retry_at(&mut self, plan: &str, at: tokio::time::Instant) {
+    pub(super) fn retry_at(&mut self, plan: &str, at: tokio::time::Instant) {
         self.retries.insert(plan.to_owned(), at);
     }
 
     /// A plan driven without failing: no retry is owed.
-    pub fn succeeded(&mut self, plan: &str) {
+    pub(super) fn succeeded(&mut self, plan: &str) {
         self.retries.remove(plan);
     }
 
@@ -198,7 +198,7 @@ impl Drives {
     /// their next step boundary (everything done saved, nothing written after), so that a
     /// newer merge of it takes their plans over at once: planned on plans no drive writes
     /// meanwhile. Returns how each ended.
-    pub async fn stop_repository(
+    pub(super) async fn stop_repository(
         &mut self,
         runtime: &Runtime,
         repository: &str,
@@ -226,7 +226,7 @@ impl Drives {
 
     /// Stops every drive where it awaits (the daemon is stopping): each plan stays saved as of
     /// its last step, and is resumed from there.
-    pub fn abort_all(&mut self) {
+    pub(super) fn abort_all(&mut self) {
         for driving in std::mem::take(&mut self.running).into_values() {
             driving.task.abort();
         }

@@ -26,7 +26,7 @@ use std::time::Duration;
 const GATHER: Duration = Duration::from_millis(100);
 
 /// Listens for reports on `bus` until the bus is gone, keeping `home`'s last readable reports.
-pub fn spawn(home: Home, bus: NatsBus) -> tokio::task::JoinHandle<()> {
+pub(super) fn spawn(home: Home, bus: NatsBus) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut reports = match bus.subscribe(subjects::ALL_REPORTS).await {
             Ok(reports) => reports,

@@ -22,8 +22,8 @@
 //! What it must never do: send before grants, report a node converged from a report of another
 //! declaration, or drop a node that did not answer (it is named "no report").
 
-pub mod cancel;
-pub mod fleet;
+pub(crate) mod cancel;
+pub(crate) mod fleet;
 
 mod actions;
 pub(crate) mod downgrade;
@@ -33,9 +33,10 @@ mod rollout;
 mod saved;
 pub(crate) mod sealed;
 
-pub use push::{push, push_allowing, push_telling};
-pub use rollout::{roll_out, rollout_catalogue};
-pub use sealed::HostStateDir;
+pub use push::push;
+pub(crate) use push::push_allowing;
+pub(crate) use rollout::roll_out;
+pub(crate) use sealed::HostStateDir;
 
 use crate::bus::users::{users_sent, with_users_file, USERS_MODULE};
 use crate::error::Result;
@@ -51,7 +52,7 @@ use std::time::Duration;
 /// A fleet and the records: what leaves through it is recorded sent once the fleet took it, and
 /// every report heard through it is recorded, so every fleet — a tool's own too — keeps the
 /// records the same way. It carries where progress goes and the modules allowed to move.
-pub struct Executor<'a> {
+pub(crate) struct Executor<'a> {
     home: &'a Home,
     fleet: &'a mut dyn Fleet,
     progress: &'a dyn crate::Progress,
@@ -63,7 +64,7 @@ pub struct Executor<'a> {
 impl<'a> Executor<'a> {
     /// An executor sending through `fleet`, recording in `home`; progress goes to `progress`,
     /// and the held nodes of the modules in `moves` are sent ("A moved mount is held").
-    pub fn new(
+    pub(crate) fn new(
         home: &'a Home,
         fleet: &'a mut dyn Fleet,
         progress: &'a dyn crate::Progress,
@@ -81,7 +82,7 @@ impl<'a> Executor<'a> {
 
     /// The executor sending the nodes of `modules` that their new version would hold for
     /// orphaned settings, those settings dropped (`--drop-settings`).
-    pub fn dropping_settings(self, modules: &'a BTreeSet<String>) -> Executor<'a> {
+    pub(crate) fn dropping_settings(self, modules: &'a BTreeSet<String>) -> Executor<'a> {
         Executor {
             drop_settings: Some(modules),
             ..self
@@ -89,13 +90,13 @@ impl<'a> Executor<'a> {
     }
 
     /// Whether `module`'s orphaned settings are to be dropped (`--drop-settings`).
-    pub fn drops_settings_of(&self, module: &str) -> bool {
+    pub(crate) fn drops_settings_of(&self, module: &str) -> bool {
         self.drop_settings.is_some_and(|m| m.contains(module))
     }
 
     /// The executor heeding `cancel`: a rollout stops at its next step, saved, once it is
     /// asked for.
-    pub fn cancelled_by(self, cancel: &'a Cancel) -> Executor<'a> {
+    pub(crate) fn cancelled_by(self, cancel: &'a Cancel) -> Executor<'a> {
         Executor {
             cancel: Some(cancel),
             ..self
@@ -103,27 +104,27 @@ impl<'a> Executor<'a> {
     }
 
     /// Whether its work was cancelled.
-    pub fn is_cancelled(&self) -> bool {
+    pub(crate) fn is_cancelled(&self) -> bool {
         self.cancel.is_some_and(Cancel::is_cancelled)
     }
 
     /// The home it records in.
-    pub fn home(&self) -> &'a Home {
+    pub(crate) fn home(&self) -> &'a Home {
         self.home
     }
 
     /// The fleet it sends through.
-    pub fn fleet(&self) -> &dyn Fleet {
+    pub(crate) fn fleet(&self) -> &dyn Fleet {
         self.fleet
     }
 
     /// Where progress goes.
-    pub fn progress(&self) -> &'a dyn crate::Progress {
+    pub(crate) fn progress(&self) -> &'a dyn crate::Progress {
         self.progress
     }
 
     /// The modules whose held nodes are sent.
-    pub fn moves(&self) -> &'a BTreeSet<String> {
+    pub(crate) fn moves(&self) -> &'a BTreeSet<String> {
         self.moves
     }
 
@@ -131,7 +132,7 @@ impl<'a> Executor<'a> {
     ///
     /// # Errors
     /// As [`Fleet::prepare`].
-    pub fn prepare(
+    pub(crate) fn prepare(
         &mut self,
         catalogue: &mesh_model::module::Catalogue,
         inventory: &mesh_model::inventory::Inventory,
@@ -143,7 +144,7 @@ impl<'a> Executor<'a> {
     ///
     /// # Errors
     /// As [`Fleet::issue_grants`].
-    pub async fn issue_grants(&mut self, nodes: &[String]) -> Result<Grants> {
+    pub(crate) async fn issue_grants(&mut self, nodes: &[String]) -> Result<Grants> {
         self.fleet.issue_grants(nodes).await
     }
 
@@ -153,7 +154,7 @@ impl<'a> Executor<'a> {
     ///
     /// # Errors
     /// The fleet did not take it; the records cannot be written.
-    pub async fn send(&mut self, declaration: &Outgoing) -> Result<()> {
+    pub(crate) async fn send(&mut self, declaration: &Outgoing) -> Result<()> {
         let fleet = &*self.fleet;
         let to_send = sealed::for_its_node(
             self.home,
@@ -173,7 +174,7 @@ impl<'a> Executor<'a> {
     /// # Errors
     /// The first send that failed (those taken are recorded all the same); the records cannot
     /// be written.
-    pub async fn send_many(&mut self, declarations: &[Outgoing]) -> Result<()> {
+    pub(crate) async fn send_many(&mut self, declarations: &[Outgoing]) -> Result<()> {
         if !declarations.iter().any(|d| d.declaration().holds_secrets()) {
             let all: Vec<&Outgoing> = declarations.iter().collect();
             about_to_send(self.home, &all)?;
@@ -223,7 +224,7 @@ impl<'a> Executor<'a> {
     ///
     /// # Errors
     /// The fleet's reports ended; the records cannot be written.
-    pub async fn next_heard(&mut self, wait: Duration) -> Result<Option<ReportHeard>> {
+    pub(crate) async fn next_heard(&mut self, wait: Duration) -> Result<Option<ReportHeard>> {
         let heard = self.fleet.next_report(wait).await?;
         if let Some(ReportHeard::Report(report)) = &heard {
             self.home.reports().record(report)?;
@@ -240,7 +241,7 @@ impl<'a> Executor<'a> {
     ///
     /// # Errors
     /// As [`Executor::next_heard`].
-    pub async fn next_heard_of(
+    pub(crate) async fn next_heard_of(
         &mut self,
         wait: Duration,
         wanted: &(dyn for<'n> Fn(&'n str) -> bool + Sync),
@@ -264,7 +265,7 @@ impl<'a> Executor<'a> {
     ///
     /// # Errors
     /// As [`Executor::next_heard`].
-    pub async fn next_report(&mut self, wait: Duration) -> Result<Option<Report>> {
+    pub(crate) async fn next_report(&mut self, wait: Duration) -> Result<Option<Report>> {
         Ok(match self.next_heard(wait).await? {
             Some(ReportHeard::Report(report)) => Some(report),
             Some(ReportHeard::Unreadable { .. }) | None => None,
@@ -280,7 +281,7 @@ impl<'a> Executor<'a> {
 ///
 /// # Errors
 /// No random bytes could be read.
-pub fn named_send(declaration: Outgoing) -> Result<Outgoing> {
+pub(crate) fn named_send(declaration: Outgoing) -> Result<Outgoing> {
     if declaration.send().is_some() {
         return Ok(declaration);
     }

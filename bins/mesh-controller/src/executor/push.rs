@@ -58,7 +58,7 @@ pub async fn push(
 ///
 /// # Errors
 /// As [`push`].
-pub async fn push_telling(
+pub(crate) async fn push_telling(
     home: &Home,
     fleet: &mut dyn Fleet,
     checked: &Checked,
@@ -85,7 +85,7 @@ pub async fn push_telling(
 ///
 /// # Errors
 /// As [`push`].
-pub async fn push_allowing(
+pub(crate) async fn push_allowing(
     home: &Home,
     fleet: &mut dyn Fleet,
     checked: &Checked,

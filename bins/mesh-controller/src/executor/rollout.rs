@@ -65,7 +65,7 @@ pub(super) struct Rollout {
 /// The catalogue a rollout composes from: what is deployed (or in the home's catalogue), with
 /// `module` taken from its new build; and the inventory without assignments of modules that are
 /// in neither (they reach their nodes with their own rollouts).
-pub async fn rollout_catalogue(
+pub(crate) async fn rollout_catalogue(
     home: &Home,
     store: &dyn ArchiveStore,
     module: &str,
@@ -109,7 +109,7 @@ pub async fn rollout_catalogue(
 ///
 /// # Errors
 /// The home, the store or the bus failed; a failed node is not an error but a stopped rollout.
-pub async fn roll_out(
+pub(crate) async fn roll_out(
     executor: &mut Executor<'_>,
     store: &dyn ArchiveStore,
     record: &mut PlanRecord,

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 
 /// Where a node's host keeps its state when it runs in this process (the embedded fleet's
 /// `Fleet::host_state_dir`): its age key is there. `None` for a host elsewhere.
-pub type HostStateDir<'f> = &'f dyn Fn(&str) -> Option<PathBuf>;
+pub(crate) type HostStateDir<'f> = &'f dyn Fn(&str) -> Option<PathBuf>;
 
 /// `declaration` with its secrets sealed to its node's key alone; the declaration itself when
 /// it uses none (nothing is read then).

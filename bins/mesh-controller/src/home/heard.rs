@@ -104,7 +104,7 @@ impl std::fmt::Display for UnreadableReport {
 
 /// Reads `bytes`, heard at `heard_at` as `node`'s last report; a report over `limit` bytes is
 /// not parsed.
-pub fn judge(node: &str, bytes: &[u8], heard_at: u64, limit: usize) -> Heard {
+pub(crate) fn judge(node: &str, bytes: &[u8], heard_at: u64, limit: usize) -> Heard {
     let unreadable = |reason: String| {
         Heard::Unreadable(UnreadableReport {
             reason,

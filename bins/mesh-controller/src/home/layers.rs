@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// How many times a layer is read again while other writers change it first.
-pub const LAYER_TRIES: u32 = 100;
+pub(crate) const LAYER_TRIES: u32 = 100;
 
 /// What [`Home::replace_layer`] is to do with the layer it found.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,7 +35,7 @@ pub struct Replaced {
 }
 
 /// The format version of a settings history record.
-pub const HISTORY_FORMAT: u32 = 1;
+pub(crate) const HISTORY_FORMAT: u32 = 1;
 
 /// One replaced settings layer, as kept in the history (disk format, versioned).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

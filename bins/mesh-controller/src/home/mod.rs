@@ -32,7 +32,7 @@
 //!
 //! Every write is whole: a temporary file renamed into place, or one value on the bucket.
 
-pub mod heard;
+pub(crate) mod heard;
 
 use crate::error::{bad_record, file_error, Error, Result};
 use mesh_model::inventory::Inventory;
@@ -46,7 +46,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-pub mod keys;
+pub(crate) mod keys;
 mod layers;
 mod problems;
 mod reports;
@@ -79,12 +79,10 @@ pub struct Home {
 
 mod inventory;
 
-pub use layers::{HistoryRecord, LayerChange, LayerStore, Replaced, HISTORY_FORMAT, LAYER_TRIES};
-pub use problems::ProblemStore;
-pub use reports::{ReportSource, ReportStore};
-pub use sent::{
-    declaration_key, SendingRecord, SentRecord, SentStore, SENDING_FORMAT, SENT_FORMAT,
-};
+pub use layers::LayerChange;
+pub(crate) use layers::{HistoryRecord, LAYER_TRIES};
+pub(crate) use reports::ReportSource;
+pub use sent::declaration_key;
 
 impl Home {
     /// The home at `root` (not checked), its records files under it.

@@ -13,13 +13,13 @@ use mesh_model::declaration::Declaration;
 use serde::{Deserialize, Serialize};
 
 /// The format version of a `sent/<node>.json` record.
-pub const SENT_FORMAT: u32 = 1;
+pub(crate) const SENT_FORMAT: u32 = 1;
 
 /// What was last sent to a node: the digest of its declaration, which is kept once under
 /// `declarations/` (disk format, version [`SENT_FORMAT`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct SentRecord {
+pub(crate) struct SentRecord {
     /// Format version.
     pub format: u32,
     /// The digest of the declaration sent.
@@ -27,7 +27,7 @@ pub struct SentRecord {
 }
 
 /// The format version of a `sent/sending/<node>.json` record.
-pub const SENDING_FORMAT: u32 = 1;
+pub(crate) const SENDING_FORMAT: u32 = 1;
 
 /// What is about to be sent to a node, written before it is published (disk format, version
 /// [`SENDING_FORMAT`]): the declaration's digest (the declaration kept under `declarations/`

@@ -10,7 +10,7 @@ use hyper::HeaderMap;
 
 /// The forge a webhook says it comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Forge {
+pub(crate) enum Forge {
     /// Forgejo (`X-Forgejo-Signature`, `X-Forgejo-Event`).
     Forgejo,
     /// Gitea (`X-Gitea-Signature`, `X-Gitea-Event`).
@@ -23,7 +23,7 @@ pub enum Forge {
 
 impl Forge {
     /// Its name, for answers and logs.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Forge::Forgejo => "Forgejo",
             Forge::Gitea => "Gitea",
@@ -43,7 +43,7 @@ impl Forge {
     }
 
     /// The event the headers name, when it is not a push (`None`: a push, or not named).
-    pub fn other_event(self, headers: &HeaderMap) -> Option<String> {
+    pub(crate) fn other_event(self, headers: &HeaderMap) -> Option<String> {
         let (header, push) = self.push_event();
         let event = headers.get(header)?.to_str().ok()?.trim();
         (!event.eq_ignore_ascii_case(push)).then(|| event.chars().take(64).collect())
@@ -52,7 +52,7 @@ impl Forge {
 
 /// Which forge signed a webhook and its proof, from the headers (Forgejo's and Gitea's own
 /// headers first, as they also send GitHub's); `None` when it carries none.
-pub fn proof(headers: &HeaderMap) -> Option<(Forge, Proof)> {
+pub(crate) fn proof(headers: &HeaderMap) -> Option<(Forge, Proof)> {
     let text = |name: &str| {
         headers
             .get(name)

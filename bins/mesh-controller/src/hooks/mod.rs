@@ -23,10 +23,10 @@
 //! - An answer never lists the registered repositories, and says the same for a repository
 //!   not registered and one registered without a secret.
 
-pub mod poll;
+pub(crate) mod poll;
 
-pub mod forge;
-pub mod verify;
+pub(crate) mod forge;
+pub(crate) mod verify;
 
 use crate::bus::credentials::BusConfig;
 use crate::catalogue::repos::{self, RepoRecord};
@@ -208,7 +208,7 @@ impl Hooks {
 
 /// The answer to one request to the webhooks: `POST /hooks/NAME` with a body of at most
 /// [`BODY_LIMIT`] (a longer one is read no further).
-pub async fn respond<B>(hooks: &Hooks, request: hyper::Request<B>) -> Answer
+pub(crate) async fn respond<B>(hooks: &Hooks, request: hyper::Request<B>) -> Answer
 where
     B: hyper::body::Body,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,

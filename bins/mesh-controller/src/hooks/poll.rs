@@ -37,7 +37,7 @@ struct Polled {
 
 /// The poller, aborted when dropped.
 #[derive(Debug)]
-pub struct Poller(tokio::task::JoinHandle<()>);
+pub(crate) struct Poller(tokio::task::JoinHandle<()>);
 
 impl Drop for Poller {
     fn drop(&mut self) {
@@ -46,7 +46,7 @@ impl Drop for Poller {
 }
 
 /// Starts polling `home`'s repositories registered with `--poll`, announcing on `bus`.
-pub fn spawn(home: Home, bus: NatsBus) -> Poller {
+pub(crate) fn spawn(home: Home, bus: NatsBus) -> Poller {
     Poller(tokio::spawn(run(home, bus)))
 }
 

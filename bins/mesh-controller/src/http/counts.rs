@@ -9,24 +9,24 @@ use mesh_plan::plans::state_word;
 use std::collections::BTreeMap;
 
 /// How many nodes one page of `?nodes=all` lists.
-pub const NODES_PER_PAGE: usize = 500;
+pub(crate) const NODES_PER_PAGE: usize = 500;
 
 /// Up to how many nodes the page lists every node without being asked (`?nodes=all`).
-pub const NODES_LISTED_UNASKED: usize = 100;
+pub(crate) const NODES_LISTED_UNASKED: usize = 100;
 
 /// How many plans that are no longer open the page shows, newest first, after the open ones.
-pub const FINISHED_PLANS_SHOWN: usize = 5;
+pub(crate) const FINISHED_PLANS_SHOWN: usize = 5;
 
 /// How often the page reloads itself (a meta refresh), in seconds.
-pub const REFRESH_SECS: u64 = 10;
+pub(crate) const REFRESH_SECS: u64 = 10;
 
 /// The upper bounds, in seconds, of the send latency histogram's buckets (`+Inf` besides).
-pub const LATENCY_BUCKETS: [u64; 10] = [1, 2, 5, 10, 30, 60, 120, 300, 600, 1800];
+pub(crate) const LATENCY_BUCKETS: [u64; 10] = [1, 2, 5, 10, 30, 60, 120, 300, 600, 1800];
 
 /// The state words nodes are counted by, in the order shown: a node silent for three
 /// heartbeats is `silent`, one whose last report cannot be read `unreadable`, one never heard
 /// `no-report`, else its last report's machine state.
-pub const NODE_STATES: [&str; 6] = [
+pub(crate) const NODE_STATES: [&str; 6] = [
     "converged",
     "mid-change",
     "partial",
@@ -37,7 +37,7 @@ pub const NODE_STATES: [&str; 6] = [
 
 /// The state words rollouts are counted by: where a module's rollout in a plan stands
 /// (`left`: its plan was superseded or closed before it finished).
-pub const ROLLOUT_STATES: [&str; 7] = [
+pub(crate) const ROLLOUT_STATES: [&str; 7] = [
     "not-started",
     "first",
     "rest",
@@ -48,7 +48,7 @@ pub const ROLLOUT_STATES: [&str; 7] = [
 ];
 
 /// The resource outcomes counted over every node's last report.
-pub const RESOURCE_OUTCOMES: [&str; 8] = [
+pub(crate) const RESOURCE_OUTCOMES: [&str; 8] = [
     "applied",
     "unchanged",
     "failed",
@@ -93,7 +93,7 @@ impl SendTally {
 }
 
 /// A node's state word (one of [`NODE_STATES`]).
-pub fn node_state(node: &crate::push::NodeStatus) -> &'static str {
+pub(crate) fn node_state(node: &crate::push::NodeStatus) -> &'static str {
     if node.silent_since.is_some() {
         return "silent";
     }
@@ -109,7 +109,7 @@ pub fn node_state(node: &crate::push::NodeStatus) -> &'static str {
 }
 
 /// Nodes by state word, every word of [`NODE_STATES`] present.
-pub fn nodes_by_state(overview: &Overview) -> BTreeMap<&'static str, usize> {
+pub(crate) fn nodes_by_state(overview: &Overview) -> BTreeMap<&'static str, usize> {
     let mut counts: BTreeMap<&'static str, usize> = NODE_STATES.iter().map(|s| (*s, 0)).collect();
     for node in &overview.nodes {
         *counts.entry(node_state(node)).or_default() += 1;
@@ -119,7 +119,7 @@ pub fn nodes_by_state(overview: &Overview) -> BTreeMap<&'static str, usize> {
 
 /// Resources by outcome over every node's last report, every word of [`RESOURCE_OUTCOMES`]
 /// present.
-pub fn resources_by_outcome(overview: &Overview) -> BTreeMap<&'static str, usize> {
+pub(crate) fn resources_by_outcome(overview: &Overview) -> BTreeMap<&'static str, usize> {
     let mut counts: BTreeMap<&'static str, usize> =
         RESOURCE_OUTCOMES.iter().map(|s| (*s, 0)).collect();
     for report in overview.nodes.iter().filter_map(|n| n.report.as_ref()) {
@@ -132,7 +132,7 @@ pub fn resources_by_outcome(overview: &Overview) -> BTreeMap<&'static str, usize
 
 /// Drifted resources over every node's last report (the rule “Drift is seen, and reported even when
 /// corrected”).
-pub fn drifted(overview: &Overview) -> usize {
+pub(crate) fn drifted(overview: &Overview) -> usize {
     overview
         .nodes
         .iter()
@@ -143,7 +143,7 @@ pub fn drifted(overview: &Overview) -> usize {
 
 /// Where one module's rollout in one plan stands, as the page draws it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RolloutView {
+pub(crate) struct RolloutView {
     /// The module.
     pub module: String,
     /// One of [`ROLLOUT_STATES`].
@@ -159,7 +159,7 @@ pub struct RolloutView {
 }
 
 /// Every module's rollout in `record`, in tier order.
-pub fn rollouts(record: &PlanRecord) -> Vec<RolloutView> {
+pub(crate) fn rollouts(record: &PlanRecord) -> Vec<RolloutView> {
     let plan = &record.plan;
     plan.tiers
         .iter()
@@ -204,7 +204,7 @@ pub fn rollouts(record: &PlanRecord) -> Vec<RolloutView> {
 }
 
 /// Rollouts by state over every plan, every word of [`ROLLOUT_STATES`] present.
-pub fn rollouts_by_state(plans: &[PlanRecord]) -> BTreeMap<&'static str, usize> {
+pub(crate) fn rollouts_by_state(plans: &[PlanRecord]) -> BTreeMap<&'static str, usize> {
     let mut counts: BTreeMap<&'static str, usize> =
         ROLLOUT_STATES.iter().map(|s| (*s, 0)).collect();
     for record in plans {
@@ -216,7 +216,7 @@ pub fn rollouts_by_state(plans: &[PlanRecord]) -> BTreeMap<&'static str, usize> 
 }
 
 /// Plans by state word, every state present.
-pub fn plans_by_state(plans: &[PlanRecord]) -> BTreeMap<&'static str, usize> {
+pub(crate) fn plans_by_state(plans: &[PlanRecord]) -> BTreeMap<&'static str, usize> {
     let mut counts: BTreeMap<&'static str, usize> = [
         "building",
         "rolling-out",

@@ -16,7 +16,7 @@ use mesh_plan::plans::state_word;
 use std::collections::BTreeMap;
 
 /// A span of seconds as a person reads it: `42 s`, `7 min`, `3 h`, `2 d`.
-pub fn age(secs: u64) -> String {
+pub(crate) fn age(secs: u64) -> String {
     match secs {
         0..120 => format!("{secs} s"),
         120..7_200 => format!("{} min", secs / 60),
@@ -27,7 +27,7 @@ pub fn age(secs: u64) -> String {
 
 /// Seconds since the epoch as `YYYY-MM-DD HH:MM:SS UTC` (the host's [`mesh_store::clock::rfc3339`],
 /// written for a person).
-pub fn utc(secs: u64) -> String {
+pub(crate) fn utc(secs: u64) -> String {
     let iso = mesh_store::clock::rfc3339(secs);
     format!("{} UTC", iso.trim_end_matches('Z').replacen('T', " ", 1))
 }
@@ -59,7 +59,7 @@ fn state_badge(state: &str) -> Markup {
 
 /// The page at `/`: counts by state, what needs attention, the plans with their rollouts
 /// drawn, and the nodes (those needing attention, or every node behind `?nodes=all`).
-pub fn page(snapshot: &Snapshot, query: PageQuery) -> String {
+pub(crate) fn page(snapshot: &Snapshot, query: PageQuery) -> String {
     let overview = &snapshot.overview;
     let now = snapshot.now;
     let by_state = nodes_by_state(overview);

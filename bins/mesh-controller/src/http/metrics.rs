@@ -13,7 +13,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 /// The `Content-Type` of `/metrics`.
-pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+pub(crate) const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// Gauges of one metric by the value of one label, in the order given (prometheus-client's
 /// `Family` would write them in a hash map's order).

@@ -34,18 +34,13 @@ mod routes;
 mod server;
 mod snapshot;
 
-pub use counts::{
-    drifted, node_state, nodes_by_state, plans_by_state, resources_by_outcome, rollouts,
-    rollouts_by_state, RolloutView, SendTally, FINISHED_PLANS_SHOWN, LATENCY_BUCKETS,
-    NODES_LISTED_UNASKED, NODES_PER_PAGE, NODE_STATES, REFRESH_SECS, RESOURCE_OUTCOMES,
-    ROLLOUT_STATES,
-};
-pub use html::{age, page, utc};
-pub use metrics::{metrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};
-pub use pages::{Answer, MergesWaitingSource, Page, Pages};
-pub use routes::{router, Mounted, Routes, BODY_LIMIT, REQUEST_TIMEOUT};
-pub use server::{bind, check_listen, serve, Bound, Listen, Tls, HANDSHAKE_TIMEOUT};
-pub use snapshot::{PageQuery, Snapshot};
+pub use metrics::metrics;
+pub(crate) use pages::Answer;
+pub use pages::{MergesWaitingSource, Pages};
+pub(crate) use routes::BODY_LIMIT;
+pub use routes::{Mounted, Routes};
+pub(crate) use server::Bound;
+pub use server::{bind, serve, Listen, Tls};
 
 #[cfg(test)]
 mod tests;

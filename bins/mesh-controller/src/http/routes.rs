@@ -14,11 +14,11 @@ use std::time::Duration;
 
 /// The largest body a request may have (1 MiB, a webhook's, [`crate::hooks`]): a longer one
 /// is answered 413 and read no further.
-pub const BODY_LIMIT: usize = 1024 * 1024;
+pub(crate) const BODY_LIMIT: usize = 1024 * 1024;
 
 /// How long one request may take to be answered (the pages read the home; a webhook announces
 /// on the bus) before it is answered 408.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Something else a listener answers under a path of its own (the webhooks,
 /// [`crate::hooks`]), mounted beside the pages or alone.
@@ -91,7 +91,7 @@ async fn read_only() -> Answer {
 /// 405 for another method), what is mounted answering its own paths, 404 for the rest; every
 /// request's body limited to [`BODY_LIMIT`] (413) and its answer to
 /// [`REQUEST_TIMEOUT`] (408). An embedding tool can serve it on any tower-compatible stack.
-pub fn router(routes: Routes) -> Router {
+pub(crate) fn router(routes: Routes) -> Router {
     let Routes { pages, mounted } = routes;
     let has_pages = pages.is_some();
     let router = match pages {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// How long a client may take over its TLS handshake, and over a request's head, before its
 /// connection is closed (a client that opens connections and says nothing holds none for long).
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where and how the pages are served.
 #[derive(Debug, Clone)]
@@ -76,7 +76,7 @@ impl Bound {
 ///
 /// # Errors
 /// [`Error::Refused`] naming the address and how to allow it.
-pub fn check_listen(listen: &Listen) -> Result<()> {
+pub(crate) fn check_listen(listen: &Listen) -> Result<()> {
     if listen.addr.ip().is_loopback() || listen.tls.is_some() || listen.public {
         return Ok(());
     }

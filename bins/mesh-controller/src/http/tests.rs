@@ -1,6 +1,9 @@
 //! The pages' tests: the page, `/metrics` and `/status.json` from snapshots, and the server.
 
-use super::html::STYLE;
+use super::counts::SendTally;
+use super::html::{age, page, utc, STYLE};
+use super::server::check_listen;
+use super::snapshot::{PageQuery, Snapshot};
 use super::*;
 use crate::error::{Error, Given};
 use crate::plans::PlanRecord;

@@ -55,7 +55,7 @@ impl MergeOutcome {
 
 /// What [`merge`] made of a merge.
 #[derive(Debug)]
-pub enum Heard {
+pub(crate) enum Heard {
     /// A plan was already made for this repository, branch and commit; none was made.
     AlreadyPlanned(Plan),
     /// The plan made and saved.
@@ -75,7 +75,7 @@ pub enum Heard {
 /// # Errors
 /// When git cannot be read, the affected modules depend on each other in a cycle (named), or a
 /// record cannot be read or written.
-pub fn merge(
+pub(crate) fn merge(
     home: &Home,
     progress: &dyn crate::Progress,
     mut repo: RepoRecord,

@@ -21,22 +21,20 @@
 //!   twice makes one plan").
 //! - A plan that is not open (done, stopped, superseded, closed) is never driven again.
 
-pub mod build;
-pub mod fold;
-pub mod holds;
+pub(crate) mod build;
+pub(crate) mod fold;
+pub(crate) mod holds;
 mod lock;
-pub mod merge;
-pub mod nodes;
+pub(crate) mod merge;
+pub(crate) mod nodes;
 mod v1;
 
+pub use fold::KEEP_PLANS;
+
 pub use build::{build_named, NamedBuild};
-pub use lock::PlansLock;
+pub(crate) use lock::PlansLock;
 pub use merge::MergeOutcome;
-pub use nodes::{
-    rollout_node_key, rollout_running_key, rollout_step_key, RolloutNodeRecord,
-    RolloutNodesRecorded, RolloutRunningRecord, RolloutStepRecord, RunningNode,
-    ROLLOUT_NODE_FORMAT, ROLLOUT_RUNNING_FORMAT, ROLLOUT_STEP_FORMAT,
-};
+pub use nodes::{RolloutNodeRecord, RunningNode, ROLLOUT_NODE_FORMAT};
 
 use crate::catalogue::builds::short_commit;
 use crate::catalogue::repos;

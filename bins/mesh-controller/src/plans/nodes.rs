@@ -25,10 +25,10 @@ use std::collections::BTreeMap;
 pub const ROLLOUT_NODE_FORMAT: u32 = 1;
 
 /// Format version of [`RolloutRunningRecord`].
-pub const ROLLOUT_RUNNING_FORMAT: u32 = 1;
+pub(crate) const ROLLOUT_RUNNING_FORMAT: u32 = 1;
 
 /// Format version of [`RolloutStepRecord`].
-pub const ROLLOUT_STEP_FORMAT: u32 = 1;
+pub(crate) const ROLLOUT_STEP_FORMAT: u32 = 1;
 
 /// One node's part of one module's rollout (disk format, version [`ROLLOUT_NODE_FORMAT`]): an
 /// entry of a step's record ([`RolloutStepRecord`]), or a record of its own at
@@ -57,7 +57,7 @@ pub struct RolloutNodeRecord {
 /// [`ROLLOUT_STEP_FORMAT`]), at `rollouts/<plan>/<module>/steps/<n>.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct RolloutStepRecord {
+pub(crate) struct RolloutStepRecord {
     /// Format version.
     pub format: u32,
     /// The nodes, each where it stood after the step.
@@ -72,7 +72,7 @@ pub struct RolloutStepRecord {
 /// chunks) instead of 10,000 written at the start of every module's rollout.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct RolloutRunningRecord {
+pub(crate) struct RolloutRunningRecord {
     /// Format version.
     pub format: u32,
     /// The nodes, sorted by name.
@@ -90,19 +90,19 @@ pub struct RunningNode {
 }
 
 /// The record key of a node's own record of a rollout (as an earlier mesh wrote them).
-pub fn rollout_node_key(plan: &str, module: &str, node: &str) -> String {
+pub(crate) fn rollout_node_key(plan: &str, module: &str, node: &str) -> String {
     format!("rollouts/{plan}/{module}/{node}.json")
 }
 
 /// The record key of a rollout's step `step` ([`RolloutStepRecord`]): numbered so that the
 /// keys sort in the order the steps were saved.
-pub fn rollout_step_key(plan: &str, module: &str, step: u64) -> String {
+pub(crate) fn rollout_step_key(plan: &str, module: &str, step: u64) -> String {
     format!("rollouts/{plan}/{module}/steps/{step:010}.json")
 }
 
 /// The record key of the nodes a rollout found running ([`RolloutRunningRecord`]): beside
 /// the directory of its steps, not in it.
-pub fn rollout_running_key(plan: &str, module: &str) -> String {
+pub(crate) fn rollout_running_key(plan: &str, module: &str) -> String {
     format!("rollouts/{plan}/{module}.running.json")
 }
 
@@ -189,7 +189,7 @@ impl PlanStore<'_> {
     ///
     /// # Errors
     /// The lease was taken over; the records cannot be removed.
-    pub fn clear_rollout_nodes(&self, plan: &str, module: &str) -> Result<()> {
+    pub(crate) fn clear_rollout_nodes(&self, plan: &str, module: &str) -> Result<()> {
         self.home.check_lease()?;
         self.home
             .records()

@@ -15,7 +15,9 @@
 //! - The controller's own password and seed never go onto the bus (they are what opens the
 //!   bus).
 
-pub mod backup;
+pub(crate) mod backup;
+
+pub use backup::{export, import as restore, Exported, Restored};
 
 use crate::bus::credentials::{self, BusConfig};
 use crate::error::{bus_error, file_error, Error, Result};

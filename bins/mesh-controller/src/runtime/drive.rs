@@ -33,7 +33,7 @@ pub enum DriveMode {
 /// When the home, the store or the bus fails (a build's publish too: tried again, it may
 /// pass); a module that does not validate or archive, or a stopped rollout, is recorded in the
 /// plan (state `stopped`), not returned as an error.
-pub async fn drive(ctx: &Ctx, record: &mut PlanRecord, mode: DriveMode) -> Result<()> {
+pub(crate) async fn drive(ctx: &Ctx, record: &mut PlanRecord, mode: DriveMode) -> Result<()> {
     if !record.plan.state.is_open() {
         return Ok(());
     }

@@ -19,15 +19,17 @@
 //!   of several repositories at once), let go when the last ends — so no other controller
 //!   plans or drives meanwhile, and one waits while it is idle for nothing.
 
-pub mod check;
-pub mod init;
-pub mod preview;
+pub(crate) mod check;
+pub(crate) mod init;
+pub(crate) mod preview;
 
 mod drive;
 mod mesh;
 
-pub use drive::{drive, DriveMode};
-pub use mesh::{Ctx, GivenFleet, Mesh, MeshOptions, Started};
+pub(crate) use drive::drive;
+pub use drive::DriveMode;
+pub(crate) use mesh::{Ctx, Started};
+pub use mesh::{GivenFleet, Mesh, MeshOptions};
 
 use crate::catalogue::repos;
 use crate::error::{Context, Error, Result};

@@ -24,10 +24,14 @@
 //!
 //! What it must never do: write a secret's value anywhere, or put it in an error or a log.
 
-pub mod retired;
-pub mod rotate;
+pub(crate) mod retired;
+pub(crate) mod rotate;
 pub(crate) mod rotate_files;
-pub mod secret_files;
+pub(crate) mod secret_files;
+
+pub use retired::said;
+pub use rotate::{rotate, Rotated};
+pub use secret_files::{encrypt_file, Encrypted};
 
 use crate::error::{Error, Result};
 use crate::home::Home;
@@ -124,7 +128,7 @@ fn path_of(home: &Home, file: &str) -> PathBuf {
 ///
 /// # Errors
 /// A key file others may read (named), or one that cannot be read or made.
-pub fn mesh_key(home: &Home) -> Result<MeshKey> {
+pub(crate) fn mesh_key(home: &Home) -> Result<MeshKey> {
     let path = path_of(home, MESH_KEY_FILE);
     MeshKey::load_or_create(&path).map_err(secrets_error("reading the mesh's secrets key".into()))
 }
@@ -198,7 +202,7 @@ pub(crate) fn keyring(home: &Home) -> Result<mesh_secrets::Keyring> {
 ///
 /// # Errors
 /// A line of the file that is not a key (named by number).
-pub fn operators(home: &Home) -> Result<Vec<Recipient>> {
+pub(crate) fn operators(home: &Home) -> Result<Vec<Recipient>> {
     let path = path_of(home, RECIPIENTS_FILE);
     mesh_secrets::recipients::read_recipients(&path)
         .map_err(secrets_error("reading the operators' keys".into()))

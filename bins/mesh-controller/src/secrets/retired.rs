@@ -125,7 +125,7 @@ fn sendable_builds(home: &Home) -> Result<Vec<Sendable>> {
 /// # Errors
 /// A key file that cannot be read or removed; a build that cannot be read from the store (no
 /// key is dropped then).
-pub async fn sweep(home: &Home, store: &dyn ArchiveStore) -> Result<Retirement> {
+pub(crate) async fn sweep(home: &Home, store: &dyn ArchiveStore) -> Result<Retirement> {
     let retired = crate::secrets::retired_keys(home)?;
     if retired.is_empty() {
         return Ok(Retirement::default());

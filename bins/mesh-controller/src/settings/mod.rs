@@ -1,7 +1,9 @@
 //! `settings show | set | clear | restore`: reading and replacing settings layers, with every
 //! replaced layer kept (the rule “A settings layer is read before it is replaced”).
 
-pub mod orphans;
+pub(crate) mod orphans;
+
+pub use orphans::{in_open_plans, ComingOrphans};
 
 use crate::error::{Error, Result};
 use crate::home::{HistoryRecord, Home, LayerChange};

@@ -52,7 +52,7 @@ impl Acks {
 
 /// Whether `status` shows `drift` at `now`: drift left as found always (the resource is not as
 /// declared); drift put back for `retention_secs` after it was seen, unless acknowledged.
-pub fn shows(drift: &Drift, acks: Option<&Acks>, now: u64, retention_secs: u64) -> bool {
+pub(crate) fn shows(drift: &Drift, acks: Option<&Acks>, now: u64, retention_secs: u64) -> bool {
     match drift.action {
         DriftAction::Left => true,
         DriftAction::Corrected => {

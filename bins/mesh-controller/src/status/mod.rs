@@ -9,10 +9,16 @@
 //! finished rollout passed over because it was not running is behind on that module until it
 //! is sent ([`crate::status::behind`]).
 
-pub mod acks;
-pub mod alert;
-pub mod behind;
-pub mod pending;
+pub(crate) mod acks;
+pub(crate) mod alert;
+pub(crate) mod behind;
+pub(crate) mod pending;
+
+pub use crate::intent::{current_for_status, fingerprint, keep_current, keep_current_logged, Kept};
+pub use acks::{ack, Acked, Acks, DEFAULT_DRIFT_RETENTION_SECS};
+pub use alert::{clock_skew_words, judge, Health, Verdict, DEFAULT_MID_CHANGE_AFTER_SECS};
+pub use behind::{nodes_behind, to_send, BehindPushed};
+pub use pending::{Difference, PendingNode};
 
 use crate::error::Result;
 use crate::home::Home;
@@ -680,11 +686,7 @@ pub fn changes(before: Option<&Overview>, after: &Overview) -> Vec<String> {
                 None => line.push_str("no report"),
             },
             (Some(report), None) => {
-                line.push_str(match report.machine {
-                    MachineState::Converged => "converged",
-                    MachineState::MidChange => "mid-change",
-                    MachineState::Partial => "partial",
-                });
+                line.push_str(node.machine_word().unwrap_or_default());
                 let short: String = report.declaration.chars().take(19).collect();
                 line.push_str(&format!(
                     ", declaration {short}… {}",

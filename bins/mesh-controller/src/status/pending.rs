@@ -133,7 +133,7 @@ impl PendingNode {
 ///
 /// # Errors
 /// A declaration kept as sent cannot be read.
-pub fn pending(
+pub(crate) fn pending(
     home: &Home,
     nodes: &mut [NodeStatus],
     intents: &BTreeMap<String, IntentRecord>,
@@ -363,16 +363,6 @@ fn secrets_only(intent: &IntentRecord, module: &str, part: &Declaration) -> bool
             .is_some_and(|digest| *digest == intent::digest_without_secrets(part))
 }
 
-/// Every state word of [`node_states`], for a reader that lists them.
-pub const NODE_STATE_WORDS: [&str; 6] = [
-    "current",
-    "pending",
-    "in-progress",
-    "attention",
-    "silent",
-    "never-sent",
-];
-
 /// Each node's state in a word, in node order: `silent` (unheard for three heartbeats);
 /// `attention` (its last report needs a person or is partial, its rollout stopped at it, a
 /// rollout held it, or its last report could not be read); `pending` (what it should run
@@ -380,7 +370,7 @@ pub const NODE_STATE_WORDS: [&str; 6] = [
 /// send it, it has yet to report what it was sent, or it is mid-change); `never-sent` (nothing
 /// sent, nothing to send: not running, or its intent unknown); `current` (it reported what it
 /// was sent, and that is what it should run).
-pub fn node_states(overview: &crate::status::Overview) -> Vec<(&str, &'static str)> {
+pub(crate) fn node_states(overview: &crate::status::Overview) -> Vec<(&str, &'static str)> {
     use std::collections::BTreeSet;
     let attention: BTreeSet<&str> = overview
         .attention

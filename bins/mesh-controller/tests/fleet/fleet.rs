@@ -20,8 +20,8 @@
 use crate::support;
 use mesh_bus::grants::permissions_in_config;
 use mesh_bus::{Bus, NatsBus};
-use mesh_controller::bus::credentials::BusConfig;
-use mesh_controller::runtime::MeshOptions;
+use mesh_controller::bus::BusConfig;
+use mesh_controller::MeshOptions;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::fleet::{converged, runtime, write, Bed, AGENT_MODULE, BASE_MODULE};
@@ -410,7 +410,7 @@ fn sent_declaration(bed: &Bed, node: &str) -> String {
     let sent: serde_json::Value =
         serde_json::from_str(&bed.record(&format!("sent/{node}.json")).unwrap()).unwrap();
     let digest = sent["declaration"].as_str().unwrap();
-    bed.record(&mesh_controller::home::declaration_key(digest))
+    bed.record(&mesh_controller::declaration_key(digest))
         .unwrap()
 }
 
@@ -778,7 +778,7 @@ fn the_controller_daemon_answers_discovery_and_rolls_out_a_merge_announced_twice
         loop {
             let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
                 .get_consumer_from_stream(
-                    mesh_controller::daemon::MERGE_CONSUMER,
+                    mesh_controller::bus::MERGE_CONSUMER,
                     mesh_bus::subjects::EVENTS_STREAM,
                 )
                 .await

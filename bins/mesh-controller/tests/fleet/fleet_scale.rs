@@ -13,6 +13,7 @@
 
 use crate::support;
 use mesh_controller::fail;
+
 use mesh_store::record_store::RecordStore as _;
 use serde_json::Value;
 use std::process::{Output, Stdio};

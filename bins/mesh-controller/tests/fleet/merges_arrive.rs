@@ -8,7 +8,8 @@
 //! it, read as a person reads it.
 
 use crate::support;
-use mesh_controller::catalogue::repos;
+use mesh_controller::catalogue;
+
 use std::time::Duration;
 use support::daemon::{commit_base, plans, start_serve, wait_for_plan_done};
 use support::fleet::Bed;
@@ -89,7 +90,7 @@ fn a_new_commit_in_a_polled_repository_is_planned_with_no_hook() {
     let Err(said) = bed.library().repo_add_with(
         "cat",
         std::path::Path::new(&url),
-        &repos::AddOptions {
+        &catalogue::AddOptions {
             modules_dir: "modules".to_owned(),
             poll_secs: Some(1),
             token_file: Some(token.clone()),
@@ -111,7 +112,7 @@ fn a_new_commit_in_a_polled_repository_is_planned_with_no_hook() {
         .repo_add_with(
             "cat",
             std::path::Path::new(&url),
-            &repos::AddOptions {
+            &catalogue::AddOptions {
                 branch: Some("main".to_owned()),
                 modules_dir: "modules".to_owned(),
                 poll_secs: Some(1),

@@ -135,7 +135,7 @@ fn a_revert_of_a_commit_stopped_at_its_first_machine_sends_it_the_deployed_build
         .repo_add_with(
             "cat",
             repo.path(),
-            &mesh_controller::catalogue::repos::AddOptions {
+            &mesh_controller::catalogue::AddOptions {
                 modules_dir: "modules".to_owned(),
                 hook_secret_file: Some(secret_file),
                 ..Default::default()

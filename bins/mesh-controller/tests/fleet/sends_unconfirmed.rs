@@ -10,6 +10,7 @@
 
 use crate::support;
 use mesh_controller::fail;
+
 use serde_json::Value;
 use std::time::Duration;
 use support::fleet::{write, Bed};

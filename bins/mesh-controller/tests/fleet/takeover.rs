@@ -12,6 +12,7 @@
 
 use crate::support;
 use mesh_controller::fail;
+
 use serde_json::Value;
 use support::daemon::Daemon;
 use support::{Mesh, Repo};

@@ -262,7 +262,7 @@ fn a_push_from_each_forge_is_planned_once_and_what_is_refused_announces_nothing(
         bed.library().repo_add_with(
             "cat",
             repo.path(),
-            &mesh_controller::catalogue::repos::AddOptions {
+            &mesh_controller::catalogue::AddOptions {
                 modules_dir: "modules".to_owned(),
                 hook_secret_file: Some(secret_file.clone()),
                 ..Default::default()
@@ -297,7 +297,7 @@ fn a_push_from_each_forge_is_planned_once_and_what_is_refused_announces_nothing(
         .repo_add_with(
             "far",
             Path::new(&url),
-            &mesh_controller::catalogue::repos::AddOptions {
+            &mesh_controller::catalogue::AddOptions {
                 branch: Some("main".to_owned()),
                 modules_dir: "modules".to_owned(),
                 hook_secret_file: Some(secret_file.clone()),

@@ -110,7 +110,7 @@ fn check_fetches_a_repository_registered_by_url_before_reading_its_head() {
         .repo_add_with(
             "cat",
             std::path::Path::new(&url),
-            &mesh_controller::catalogue::repos::AddOptions {
+            &mesh_controller::catalogue::AddOptions {
                 branch: Some("main".to_owned()),
                 modules_dir: "modules".to_owned(),
                 ..Default::default()

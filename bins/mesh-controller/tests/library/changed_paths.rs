@@ -71,8 +71,7 @@ fn a_59_file_merge_through_real_git_plans_the_module_of_its_59th_path() {
     assert_eq!(listed.lines().count(), 59, "the commit changes 59 files");
     assert_eq!(listed.lines().last(), Some("modules/zulu/files/f00"));
     // The controller's reader, called as the merge calls it.
-    let read =
-        mesh_controller::catalogue::repos::changed_paths(repo.path(), "HEAD~1", "HEAD").unwrap();
+    let read = mesh_controller::catalogue::changed_paths(repo.path(), "HEAD~1", "HEAD").unwrap();
     assert_eq!(read, listed.lines().collect::<Vec<_>>());
 
     merge(&mesh);

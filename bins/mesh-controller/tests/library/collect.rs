@@ -7,11 +7,15 @@
 
 use mesh_bus::records::KvRecords;
 use mesh_bus::NatsOptions;
-use mesh_controller::home::{declaration_key, Home};
-use mesh_controller::plans::{
-    ModuleWork, PlanRecord, RolloutNodeRecord, PLAN_FORMAT, ROLLOUT_NODE_FORMAT,
-};
-use mesh_controller::records::{collect_declarations, DeclarationsCollected};
+use mesh_controller::declaration_key;
+use mesh_controller::plans::ModuleWork;
+use mesh_controller::plans::PlanRecord;
+use mesh_controller::plans::RolloutNodeRecord;
+use mesh_controller::plans::PLAN_FORMAT;
+use mesh_controller::plans::ROLLOUT_NODE_FORMAT;
+use mesh_controller::records::collect_declarations;
+use mesh_controller::records::DeclarationsCollected;
+use mesh_controller::Home;
 use mesh_model::declaration::{Declaration, FileSpec, Resource, Spec};
 use mesh_model::plan::{Plan, PlanState};
 use mesh_plan::rollout::NodeProgress;

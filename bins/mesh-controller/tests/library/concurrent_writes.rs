@@ -6,8 +6,9 @@
 //! blind: two sets from the same layer both went ahead, the second dropping the first's key
 //! without a word, and both wrote the same history revision.
 
-use mesh_controller::home::Home;
-use mesh_controller::settings::{self, On};
+use mesh_controller::settings;
+use mesh_controller::settings::On;
+use mesh_controller::Home;
 use mesh_model::inventory::LayerScope;
 use mesh_plan::SettingsDecision;
 use mesh_store::record_store::{DirRecords, RecordStore};
@@ -306,7 +307,8 @@ fn two_settings_sets_on_one_layer_lose_no_key_on_the_bus() {
 /// came between.
 #[test]
 fn an_inventory_put_over_a_changed_base_is_refused() {
-    use mesh_controller::records::{put_by_hand, PutOutcome};
+    use mesh_controller::records::put_by_hand;
+    use mesh_controller::records::PutOutcome;
     let dir = tempfile::tempdir().unwrap();
     let home = home(dir.path(), None);
     let edits = tempfile::tempdir().unwrap();

@@ -6,10 +6,10 @@
 //! person reads it: `node enroll`'s answers and refusals, and its exit codes, as a snapshot.
 
 use crate::support;
-use mesh_controller::bus::credentials::BusConfig;
-use mesh_controller::bus::enroll;
-use mesh_controller::bus::users;
-use mesh_controller::home::Home;
+use mesh_controller::bus;
+use mesh_controller::bus::BusConfig;
+
+use mesh_controller::Home;
 use support::Mesh;
 
 /// A public key that is the same on every run (its seed derived from a fixed text), so the
@@ -21,7 +21,7 @@ fn fixed_key(name: &str) -> (String, String) {
 }
 
 fn users(home: &Home) -> String {
-    users::users_text(home, &home.catalogue().unwrap(), &BusConfig::default()).unwrap()
+    bus::users_text(home, &home.catalogue().unwrap(), &BusConfig::default()).unwrap()
 }
 
 /// The credential lines of `user`'s entry in a users file: (`nkey`, `password`).
@@ -54,12 +54,12 @@ fn an_enrolled_node_is_in_the_users_file_by_its_key_and_its_password_is_dropped(
     assert!(home.get("bus/passwords/home").unwrap().is_some());
     let inventory = home.inventory().unwrap();
     assert_eq!(
-        enroll::nodes_on_passwords(&home, &inventory).unwrap(),
+        bus::nodes_on_passwords(&home, &inventory).unwrap(),
         ["control", "home", "laptop"]
     );
 
     let (seed, key) = fixed_key("home");
-    let enrolled = enroll::enroll(&home, "home", &key).unwrap();
+    let enrolled = bus::enroll(&home, "home", &key).unwrap();
     assert_eq!(enrolled.public_key, key);
     assert_eq!(enrolled.replaced, None);
     assert!(enrolled.password_dropped);
@@ -87,18 +87,16 @@ fn an_enrolled_node_is_in_the_users_file_by_its_key_and_its_password_is_dropped(
         permissions(&before)["node-home"]
     );
     assert_eq!(
-        enroll::nodes_on_passwords(&home, &inventory).unwrap(),
+        bus::nodes_on_passwords(&home, &inventory).unwrap(),
         ["control", "laptop"]
     );
     // A node enrolled has no password to give out.
-    let refused = enroll::node_password(&home, "home")
-        .unwrap_err()
-        .to_string();
+    let refused = bus::node_password(&home, "home").unwrap_err().to_string();
     assert!(refused.contains("enrolled with an NKey"), "{refused}");
 
     // Enrolled again with a new key: the old one is gone from the file, and said replaced.
     let (_, new_key) = fixed_key("home, again");
-    let again = enroll::enroll(&home, "home", &new_key).unwrap();
+    let again = bus::enroll(&home, "home", &new_key).unwrap();
     assert_eq!(again.replaced.as_deref(), Some(key.as_str()));
     assert!(!again.password_dropped);
     let replaced = users(&home);
@@ -114,14 +112,12 @@ fn an_unknown_node_or_a_malformed_key_is_refused_and_changes_nothing() {
     let before = Mesh::snapshot_tree(mesh.home());
     let (seed, key) = fixed_key("nobody");
 
-    let unknown = enroll::enroll(&home, "nobody", &key)
-        .unwrap_err()
-        .chain_line();
+    let unknown = bus::enroll(&home, "nobody", &key).unwrap_err().chain_line();
     assert!(
         unknown.contains("`nobody` is not a node of this mesh"),
         "{unknown}"
     );
-    let malformed = enroll::enroll(&home, "home", "UNOTAKEY")
+    let malformed = bus::enroll(&home, "home", "UNOTAKEY")
         .unwrap_err()
         .chain_line();
     assert!(
@@ -129,9 +125,7 @@ fn an_unknown_node_or_a_malformed_key_is_refused_and_changes_nothing() {
             && malformed.contains("is not an NKey user public key"),
         "{malformed}"
     );
-    let a_seed = enroll::enroll(&home, "home", &seed)
-        .unwrap_err()
-        .chain_line();
+    let a_seed = bus::enroll(&home, "home", &seed).unwrap_err().chain_line();
     assert!(a_seed.contains("that is an NKey seed"), "{a_seed}");
     assert!(
         !a_seed.contains(seed.trim()),

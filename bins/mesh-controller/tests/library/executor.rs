@@ -10,9 +10,10 @@
 //! the same before and after a fold.
 
 use crate::support;
-use mesh_controller::home::Home;
 use mesh_controller::plans::MergeOutcome;
-use mesh_controller::runtime::{self as mesh_runtime, MeshOptions, Runtime};
+use mesh_controller::Home;
+use mesh_controller::MeshOptions;
+use mesh_controller::Runtime;
 use mesh_model::plan::PlanState;
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -57,7 +58,7 @@ struct Bed {
     mesh: Mesh,
     repo: Repo,
     store: Box<dyn mesh_store::store::ArchiveStore>,
-    fleet: mesh_runtime::GivenFleet,
+    fleet: mesh_controller::GivenFleet,
     sent: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
@@ -88,7 +89,7 @@ impl Bed {
             mesh_store::open_store(&mesh_store::store::default_store_spec(mesh.home())).unwrap();
         let simulated = Simulated::default();
         let sent = Arc::clone(&simulated.sent);
-        let fleet: mesh_runtime::GivenFleet =
+        let fleet: mesh_controller::GivenFleet =
             Arc::new(tokio::sync::Mutex::new(Box::new(simulated)));
         Bed {
             mesh,
@@ -102,7 +103,7 @@ impl Bed {
     /// The mesh opened as a tool opens it, sending through the simulated hosts; progress goes
     /// to `progress`.
     fn runtime(&self, progress: Arc<dyn mesh_controller::Progress>) -> Runtime {
-        let mesh = mesh_runtime::Mesh::open(self.mesh.home(), MeshOptions::default())
+        let mesh = mesh_controller::Mesh::open(self.mesh.home(), MeshOptions::default())
             .unwrap()
             .with_fleet(Arc::clone(&self.fleet));
         Runtime::new(Arc::new(mesh), progress)
@@ -117,7 +118,7 @@ impl Bed {
         let outcome = tokio
             .block_on(runtime.merge(
                 "cat",
-                &mesh_runtime::MergeOptions {
+                &mesh_controller::MergeOptions {
                     moves,
                     ..Default::default()
                 },
@@ -133,7 +134,7 @@ impl Bed {
         let tokio = tokio::runtime::Runtime::new().unwrap();
         let runtime = self.runtime(Arc::clone(&progress) as _);
         tokio
-            .block_on(runtime.drive_open(&mesh_runtime::DriveOptions {
+            .block_on(runtime.drive_open(&mesh_controller::DriveOptions {
                 moves,
                 ..Default::default()
             }))
@@ -156,7 +157,7 @@ fn a_drive_cancelled_while_its_first_machine_is_awaited_stops_saved_and_resumes(
     let mut silent = Simulated::default();
     silent.silent = true;
     let sent = Arc::clone(&silent.sent);
-    let mesh = mesh_runtime::Mesh::open(bed.mesh.home(), MeshOptions::default())
+    let mesh = mesh_controller::Mesh::open(bed.mesh.home(), MeshOptions::default())
         .unwrap()
         .with_fleet(Arc::new(tokio::sync::Mutex::new(Box::new(silent))));
     let runtime = Runtime::new(Arc::new(mesh), Arc::new(mesh_controller::Quiet));
@@ -165,7 +166,7 @@ fn a_drive_cancelled_while_its_first_machine_is_awaited_stops_saved_and_resumes(
     let MergeOutcome::Planned { plan, .. } = tokio
         .block_on(runtime.merge(
             "cat",
-            &mesh_runtime::MergeOptions {
+            &mesh_controller::MergeOptions {
                 plan_only: true,
                 ..Default::default()
             },
@@ -179,7 +180,7 @@ fn a_drive_cancelled_while_its_first_machine_is_awaited_stops_saved_and_resumes(
     let stopped = tokio.block_on(async {
         let task = runtime.drive(
             record,
-            mesh_runtime::DriveMode::All,
+            mesh_controller::DriveMode::All,
             runtime.ctx(&none, &none),
         );
         assert_eq!(runtime.driving(), std::slice::from_ref(&plan.id));
@@ -260,7 +261,7 @@ fn a_merge_moving_a_running_containers_data_holds_that_node_and_the_others_go_on
     let status = mesh_controller::status::overview(
         &home,
         mesh_store::clock::now(),
-        mesh_controller::push::SILENT_AFTER_SECS,
+        mesh_controller::SILENT_AFTER_SECS,
     )
     .unwrap();
     assert_eq!(status.held.len(), 1, "{:?}", status.held);
@@ -304,7 +305,7 @@ fn a_merge_moving_a_running_containers_data_holds_that_node_and_the_others_go_on
     assert_eq!(record.plan.state, PlanState::Done, "{lines:#?}");
     let allowed: BTreeSet<String> = BTreeSet::new();
     let sent = home.sent().get("control").unwrap().unwrap();
-    let composed = mesh_controller::executor::decide(&home, &sent, &allowed).unwrap();
+    let composed = mesh_controller::decide(&home, &sent, &allowed).unwrap();
     assert!(
         matches!(composed, mesh_plan::PushDecision::Send { .. }),
         "what control was sent is now what it holds"
@@ -322,15 +323,15 @@ fn the_library_fails_with_typed_errors_naming_what_failed() {
     let home = Home::new(bed.mesh.home());
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let checked = runtime
-        .block_on(mesh_controller::catalogue::builds::effective_catalogue(
+        .block_on(mesh_controller::catalogue::effective_catalogue(
             &home,
             bed.store.as_ref(),
         ))
         .unwrap();
-    let push = |nodes: &[&str], checked: &mesh_controller::push::Checked| {
+    let push = |nodes: &[&str], checked: &mesh_controller::Checked| {
         let mut fleet = Simulated::default();
         let nodes: Vec<String> = nodes.iter().map(|n| (*n).to_owned()).collect();
-        runtime.block_on(mesh_controller::executor::push(
+        runtime.block_on(mesh_controller::push(
             &home,
             &mut fleet,
             checked,
@@ -374,14 +375,13 @@ fn the_library_fails_with_typed_errors_naming_what_failed() {
     bed.repo
         .write(&[("modules/keep/module.toml", "this is not toml = [")]);
     bed.repo.commit("keep: broken");
-    let commit = mesh_controller::catalogue::repos::resolve(bed.repo.path(), "HEAD").unwrap();
+    let commit = mesh_controller::catalogue::resolve(bed.repo.path(), "HEAD").unwrap();
     let source =
-        mesh_controller::catalogue::repos::catalogue_at(bed.repo.path(), &commit, "modules")
-            .unwrap();
-    let built = runtime.block_on(mesh_controller::catalogue::builds::build_module(
+        mesh_controller::catalogue::catalogue_at(bed.repo.path(), &commit, "modules").unwrap();
+    let built = runtime.block_on(mesh_controller::catalogue::build_module(
         &home,
         bed.store.as_ref(),
-        &mesh_controller::catalogue::builds::BuildSource {
+        &mesh_controller::catalogue::BuildSource {
             repository: "cat",
             commit: &commit,
             source: &source,
@@ -477,7 +477,7 @@ fn the_preview_of_a_merge_says_what_its_rollout_then_does() {
     let status = mesh_controller::status::overview(
         &home,
         mesh_store::clock::now(),
-        mesh_controller::push::SILENT_AFTER_SECS,
+        mesh_controller::SILENT_AFTER_SECS,
     )
     .unwrap();
     let held: Vec<&str> = status.held.iter().map(|h| h.node.as_str()).collect();
@@ -587,7 +587,7 @@ fn a_merge_after_plan_only_rolls_the_plan_out() {
     let MergeOutcome::Planned { plan, .. } = tokio
         .block_on(runtime.merge(
             "cat",
-            &mesh_runtime::MergeOptions {
+            &mesh_controller::MergeOptions {
                 plan_only: true,
                 ..Default::default()
             },
@@ -629,7 +629,7 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
     let MergeOutcome::Planned { plan, .. } = tokio
         .block_on(runtime.merge(
             "cat",
-            &mesh_runtime::MergeOptions {
+            &mesh_controller::MergeOptions {
                 plan_only: true,
                 ..Default::default()
             },
@@ -645,7 +645,7 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
             runtime
                 .drive(
                     record,
-                    mesh_runtime::DriveMode::All,
+                    mesh_controller::DriveMode::All,
                     runtime.ctx(&none, &none),
                 )
                 .finish()
@@ -688,7 +688,7 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
     let before_text = bed.mesh.expect(&["status"], 0);
     let before_json = bed.mesh.library().status();
     assert_eq!(before_json.code, 0, "{}", before_json.document);
-    let before_behind = mesh_controller::status::behind::nodes_behind(&home).unwrap();
+    let before_behind = mesh_controller::status::nodes_behind(&home).unwrap();
     let before_plan = home.plans().get(&plan.id).unwrap();
 
     let said = bed.mesh.library().records_collect(0).unwrap();
@@ -705,7 +705,7 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
     assert_eq!(after_json.code, 0, "{}", after_json.document);
     assert_eq!(after_json.document, before_json.document);
     assert_eq!(
-        mesh_controller::status::behind::nodes_behind(&home).unwrap(),
+        mesh_controller::status::nodes_behind(&home).unwrap(),
         before_behind
     );
     let after = home.plans().get(&plan.id).unwrap();

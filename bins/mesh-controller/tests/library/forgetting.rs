@@ -56,7 +56,7 @@ fn collector(mesh: &Mesh, store: &str, args: &[&str]) -> (i32, Value) {
 
 /// The mesh of this home opened in process with `store`, as `--store STORE` opens it.
 fn library(mesh: &Mesh, store: &str) -> support::in_process::Library {
-    mesh.library_with(mesh_controller::runtime::MeshOptions {
+    mesh.library_with(mesh_controller::MeshOptions {
         store: Some(store.parse().expect("a store")),
         ..Default::default()
     })
@@ -134,7 +134,7 @@ fn delete_old_and_merge(mesh: &Mesh, repo: &Repo, store: &str) -> (String, Strin
     let pushed = library(mesh, store).push_all().unwrap();
     assert_eq!(
         pushed.verdict,
-        mesh_controller::push::Verdict::Converged,
+        mesh_controller::Verdict::Converged,
         "{}{}",
         pushed.lines,
         pushed.json

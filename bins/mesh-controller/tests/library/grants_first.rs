@@ -38,7 +38,7 @@ fn a_push_tries_a_failed_grant_again_within_its_timeout_and_converges() {
     );
     // The bus machine takes its new users only after the controller stopped waiting for them
     // (30 s): the first grant of `a` fails, for real.
-    let limit = mesh_controller::bus::users::confirm::GRANTS_CONFIRM_LIMIT;
+    let limit = mesh_controller::bus::GRANTS_CONFIRM_LIMIT;
     bed.delay_reloads(limit + Duration::from_secs(5));
     let reloaded_before = bed.reloaded_at_ms();
 

@@ -7,9 +7,10 @@
 //! controller dying at a fail point, which must be a process of its own.
 
 use crate::support;
+
 use mesh_controller::fail;
 use mesh_controller::plans::MergeOutcome;
-use mesh_controller::push::Verdict;
+use mesh_controller::Verdict;
 use mesh_model::plan::PlanState;
 use serde_json::Value;
 use support::in_process::{Library, MergeFlags, Merged};
@@ -984,7 +985,7 @@ fn a_merge_publishes_to_a_registry_store_and_sends_compose_from_it() {
     let (mesh, repo, _) = setup();
     let store = registry.url();
     let on_registry = || {
-        mesh.library_with(mesh_controller::runtime::MeshOptions {
+        mesh.library_with(mesh_controller::MeshOptions {
             store: Some(store.parse().unwrap()),
             ..Default::default()
         })
@@ -1022,10 +1023,8 @@ fn a_merge_publishes_to_a_registry_store_and_sends_compose_from_it() {
 #[test]
 fn a_merge_naming_a_bus_that_cannot_be_reached_changes_nothing() {
     let (mesh, _repo, _) = setup();
-    let Err(error) = mesh.library_with(mesh_controller::runtime::MeshOptions {
-        bus: Some(mesh_controller::bus::credentials::BusConfig::new(
-            "nats://127.0.0.1:1",
-        )),
+    let Err(error) = mesh.library_with(mesh_controller::MeshOptions {
+        bus: Some(mesh_controller::bus::BusConfig::new("nats://127.0.0.1:1")),
         ..Default::default()
     }) else {
         panic!("no bus answers on nats://127.0.0.1:1");
@@ -1079,7 +1078,7 @@ fn a_repository_may_keep_its_modules_in_another_directory() {
         .repo_add_with(
             "cat",
             repo.path(),
-            &mesh_controller::catalogue::repos::AddOptions {
+            &mesh_controller::catalogue::AddOptions {
                 modules_dir: "mesh/catalogue/".into(),
                 ..Default::default()
             },

@@ -33,7 +33,7 @@ fn status(bed: &Bed) -> (Option<i32>, Value) {
 fn push_behind(bed: &Bed) -> Value {
     let pushed = bed.library().push_behind().unwrap();
     assert!(
-        !pushed.stopped && pushed.verdict == mesh_controller::push::Verdict::Converged,
+        !pushed.stopped && pushed.verdict == mesh_controller::Verdict::Converged,
         "{}{:#}",
         pushed.lines,
         pushed.json

@@ -7,7 +7,7 @@
 //! person reads: `check`, the merge's preview, `plan --diff`, `settings rename` and `status`.
 
 use crate::support;
-use mesh_controller::push::Verdict;
+use mesh_controller::Verdict;
 use serde_json::Value;
 use support::in_process::{MergeFlags, Merged};
 use support::{redact, Mesh, Repo};

@@ -175,7 +175,7 @@ fn intents_forgotten_by_a_path_that_changed_their_inputs_are_composed_again_by_s
     // the intents' inputs tells status, which composes them again.
     let mesh = mesh();
     push_all_settled(&mesh);
-    let home = mesh_controller::home::Home::new(mesh.home());
+    let home = mesh_controller::Home::new(mesh.home());
     let kept = home.intents().fingerprint().unwrap().expect("kept");
     home.put_json(
         "settings/base/nodes/laptop.json",
@@ -183,7 +183,7 @@ fn intents_forgotten_by_a_path_that_changed_their_inputs_are_composed_again_by_s
     )
     .unwrap();
     assert_ne!(
-        mesh_controller::intent::fingerprint(&home).unwrap(),
+        mesh_controller::status::fingerprint(&home).unwrap(),
         kept.fingerprint
     );
     assert_eq!(

@@ -9,8 +9,9 @@
 //! import, end to end, as a person reads them.
 
 use crate::support;
+
 use mesh_controller::records;
-use mesh_controller::runtime::MeshOptions;
+use mesh_controller::MeshOptions;
 use mesh_store::chunked::ChunkedRecords;
 use mesh_store::record_store::RecordStore;
 use std::collections::BTreeMap;

@@ -63,10 +63,7 @@ fn mesh_with_vault(mode: &str, token: &str) -> Mesh {
 
 /// `secrets encrypt FILE`, in process: what `--output json` prints, or the error as the binary
 /// says it (it exits 1 then).
-fn encrypt(
-    mesh: &Mesh,
-    file: &Path,
-) -> Result<mesh_controller::secrets::secret_files::Encrypted, String> {
+fn encrypt(mesh: &Mesh, file: &Path) -> Result<mesh_controller::secrets::Encrypted, String> {
     mesh.library().secrets_encrypt(file)
 }
 

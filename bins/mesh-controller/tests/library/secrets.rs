@@ -8,7 +8,7 @@
 //! alone) and for one run of `secrets recipients add`.
 
 use crate::support;
-use mesh_controller::push::Verdict;
+use mesh_controller::Verdict;
 use mesh_model::secret::SecretValue;
 use mesh_plan::SettingsDecision;
 use std::os::unix::fs::PermissionsExt as _;

@@ -200,7 +200,7 @@ fn a_file_encrypted_while_a_rotation_waits_for_a_repository_is_readable_once_it_
         .repo_add_with(
             "cat",
             Path::new(&url),
-            &mesh_controller::catalogue::repos::AddOptions {
+            &mesh_controller::catalogue::AddOptions {
                 branch: Some("main".to_owned()),
                 modules_dir: "modules".to_owned(),
                 ..Default::default()
@@ -250,7 +250,7 @@ fn a_file_encrypted_while_a_rotation_waits_for_a_repository_is_readable_once_it_
         assert_eq!(sealed.digest, new.digest(value.as_bytes()));
     }
     // No build needed the old key: dropped at once.
-    let said = mesh_controller::secrets::retired::said(done.retired.as_ref().expect("it is done"));
+    let said = mesh_controller::secrets::said(done.retired.as_ref().expect("it is done"));
     assert!(
         said.iter().any(|line| line.contains(&format!(
             "the retired mesh key {} is dropped",

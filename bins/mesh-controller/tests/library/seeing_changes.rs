@@ -6,7 +6,7 @@
 //! `plan --diff --detailed-exitcode`'s exit codes.
 
 use crate::support;
-use mesh_controller::push::Verdict;
+use mesh_controller::Verdict;
 use support::{redact, Mesh};
 
 /// The home node's media layer in the example: places, accesses and endpoints.

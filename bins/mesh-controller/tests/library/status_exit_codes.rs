@@ -2,10 +2,14 @@
 //! health"): the overview read from a real home's records (inventory, what each node was sent,
 //! its last report, problems, acknowledgements) and judged at an injected `now`.
 
-use mesh_controller::home::Home;
-use mesh_controller::status::acks;
-use mesh_controller::status::alert::{self, Health};
-use mesh_controller::status::{self, HeldNode, OpenPlan, StatusOptions, StoppedRollout};
+use mesh_controller::status;
+use mesh_controller::Home;
+
+use mesh_controller::status::Health;
+use mesh_controller::status::HeldNode;
+use mesh_controller::status::OpenPlan;
+use mesh_controller::status::StatusOptions;
+use mesh_controller::status::StoppedRollout;
 use mesh_model::declaration::Declaration;
 use mesh_model::inventory::{InventoryFile, Node};
 use mesh_model::report::Report;
@@ -60,11 +64,11 @@ impl Bed {
     }
 
     /// The verdict at [`NOW`], default options.
-    fn judged(&self) -> alert::Verdict {
-        alert::judge(
+    fn judged(&self) -> status::Verdict {
+        status::judge(
             &self.overview(&StatusOptions::default()),
             NOW,
-            alert::DEFAULT_MID_CHANGE_AFTER_SECS,
+            status::DEFAULT_MID_CHANGE_AFTER_SECS,
         )
     }
 }
@@ -82,7 +86,7 @@ fn drift(ago: u64, action: &str) -> serde_json::Value {
 }
 
 #[track_caller]
-fn assert_health(verdict: &alert::Verdict, health: Health, code: u8) {
+fn assert_health(verdict: &status::Verdict, health: Health, code: u8) {
     assert_eq!(verdict.health, health, "{verdict:#?}");
     assert_eq!(verdict.health.exit_code(), code);
 }
@@ -148,7 +152,7 @@ fn an_open_plan_is_in_progress_2() {
         waiting_secs: 5,
     });
     assert_health(
-        &alert::judge(&overview, NOW, alert::DEFAULT_MID_CHANGE_AFTER_SECS),
+        &status::judge(&overview, NOW, status::DEFAULT_MID_CHANGE_AFTER_SECS),
         Health::InProgress,
         2,
     );
@@ -251,7 +255,7 @@ fn a_node_held_for_a_move_exits_3() {
         unset: Vec::new(),
     });
     assert_health(
-        &alert::judge(&overview, NOW, alert::DEFAULT_MID_CHANGE_AFTER_SECS),
+        &status::judge(&overview, NOW, status::DEFAULT_MID_CHANGE_AFTER_SECS),
         Health::NeedsAttention,
         3,
     );
@@ -270,7 +274,7 @@ fn a_stopped_rollout_exits_3() {
         reverted: None,
     });
     assert_health(
-        &alert::judge(&overview, NOW, alert::DEFAULT_MID_CHANGE_AFTER_SECS),
+        &status::judge(&overview, NOW, status::DEFAULT_MID_CHANGE_AFTER_SECS),
         Health::NeedsAttention,
         3,
     );
@@ -311,7 +315,7 @@ fn drift_left_as_found_exits_3_for_as_long_as_it_is_reported() {
 #[test]
 fn drift_put_back_is_shown_and_exits_3_for_its_retention_then_ages_out() {
     let bed = Bed::new();
-    let hour = acks::DEFAULT_DRIFT_RETENTION_SECS;
+    let hour = status::DEFAULT_DRIFT_RETENTION_SECS;
     bed.report("a", json!({"drift": drift(hour - 1, "corrected")}));
     let verdict = bed.judged();
     assert_health(&verdict, Health::NeedsAttention, 3);
@@ -344,18 +348,18 @@ fn status_ack_clears_drift_put_back_sooner_and_drift_seen_later_shows_again() {
     assert_health(&bed.judged(), Health::NeedsAttention, 3);
 
     // Naming a resource with no drift is refused, and writes nothing.
-    let refused = acks::ack(&bed.home, "a", Some("web/file/other"), NOW - 30).unwrap_err();
+    let refused = status::ack(&bed.home, "a", Some("web/file/other"), NOW - 30).unwrap_err();
     assert!(refused.to_string().contains("web/file/other"), "{refused}");
     assert_health(&bed.judged(), Health::NeedsAttention, 3);
 
-    let acked = acks::ack(&bed.home, "a", Some("web/file/conf"), NOW - 30).unwrap();
+    let acked = status::ack(&bed.home, "a", Some("web/file/conf"), NOW - 30).unwrap();
     assert_eq!(acked.cleared.len(), 1);
     assert_health(&bed.judged(), Health::Settled, 0);
 
     // Seen again after the acknowledgement: shown again.
     bed.report("a", json!({"drift": drift(10, "corrected")}));
     assert_health(&bed.judged(), Health::NeedsAttention, 3);
-    acks::ack(&bed.home, "a", None, NOW - 5).unwrap();
+    status::ack(&bed.home, "a", None, NOW - 5).unwrap();
     assert_health(&bed.judged(), Health::Settled, 0);
 
     // Drift left as found is not the acknowledgement's to clear: the resource is not as
@@ -376,7 +380,7 @@ fn a_silent_node_exits_3() {
     let mut overview = bed.overview(&StatusOptions::default());
     overview.nodes[0].silent_since = Some(NOW - 300);
     overview.attention = status::attention(&overview.nodes);
-    let verdict = alert::judge(&overview, NOW, alert::DEFAULT_MID_CHANGE_AFTER_SECS);
+    let verdict = status::judge(&overview, NOW, status::DEFAULT_MID_CHANGE_AFTER_SECS);
     assert_health(&verdict, Health::NeedsAttention, 3);
     assert!(
         verdict.attention[0].starts_with("a: silent since "),

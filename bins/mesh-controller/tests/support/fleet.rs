@@ -26,7 +26,7 @@ use super::in_process::Library;
 use super::pki::TestPki;
 use super::{Registry, StoreUser};
 use mesh_bus::{BusTls, NatsBus, NatsOptions};
-use mesh_controller::runtime::MeshOptions;
+use mesh_controller::MeshOptions;
 use mesh_test_support::nats_cluster::NatsCluster;
 use mesh_test_support::nats_server::{NatsServer, NatsServerError, ServerTls};
 use std::collections::BTreeMap;
@@ -582,7 +582,7 @@ pub fn wait_for_merge_consumer(rt: &tokio::runtime::Runtime, bus: &NatsBus) {
                     .await
                     .map_err(|e| e.to_string())?;
                 stream
-                    .consumer_info(mesh_controller::daemon::MERGE_CONSUMER)
+                    .consumer_info(mesh_controller::bus::MERGE_CONSUMER)
                     .await
                     .map(|_| ())
                     .map_err(|e| e.to_string())

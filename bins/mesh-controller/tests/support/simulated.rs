@@ -3,7 +3,9 @@
 //! order. Shared by `tests/executor.rs` and the benches (`benches/support` includes it by
 //! `#[path]`).
 
-use mesh_controller::executor::fleet::{Fleet, Grants, ReportHeard};
+use mesh_controller::Fleet;
+use mesh_controller::Grants;
+use mesh_controller::ReportHeard;
 use mesh_model::declaration::{Declaration, Outgoing};
 use mesh_model::inventory::Inventory;
 use mesh_model::module::Catalogue;
@@ -33,7 +35,7 @@ impl Fleet for Simulated {
         None
     }
 
-    fn users_file(&self) -> Option<mesh_controller::bus::users::UsersFile> {
+    fn users_file(&self) -> Option<mesh_controller::bus::UsersFile> {
         None
     }
 

@@ -3,7 +3,9 @@
 //! commands (`--bus URL`, `mesh-controller --home DIR init --example`). Every other error reads
 //! as the library wrote it, each cause in turn ("outer: inner: …").
 
-use mesh_controller::error::{Error, Given, NoMesh};
+use mesh_controller::Error;
+use mesh_controller::Given;
+use mesh_controller::NoMesh;
 
 /// `error` and each of its causes, outermost first, joined by ": " (as `anyhow` prints `{:#}`),
 /// each of the library's errors that names an option or a missing mesh phrased with the

@@ -96,7 +96,7 @@ pub struct Cli {
         env = "MESH_REPORT_LIMIT",
         global = true,
         value_name = "BYTES",
-        default_value_t = mesh_controller::home::heard::MAX_REPORT_BYTES
+        default_value_t = mesh_controller::MAX_REPORT_BYTES
     )]
     report_limit: usize,
     /// The command.

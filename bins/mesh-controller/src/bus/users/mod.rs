@@ -31,7 +31,7 @@
 //! What it must never do: put a secret of an enrolled node in the users file, or let the users
 //! file ride inside a declaration or a record.
 
-pub mod confirm;
+pub(crate) mod confirm;
 
 use crate::bus::credentials::{controller_credential, controller_secret, probe_seed, BusConfig};
 use crate::error::{bad_record, Context, Error, Result};
@@ -74,7 +74,7 @@ pub(crate) const USERS_REPOSITORY: &str = "(the bus's users)";
 /// # Errors
 /// Every grant problem at once (a bad bucket name, a subject overlapping the mesh's own, …),
 /// each naming its node; a password that cannot be read or made.
-pub fn authorization(
+pub(crate) fn authorization(
     home: &Home,
     catalogue: &Catalogue,
     inventory: &Inventory,

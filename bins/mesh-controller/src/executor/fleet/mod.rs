@@ -6,8 +6,8 @@
 //! host agent per node in this process) and [`nats::NatsFleet`] (a fleet's real hosts over
 //! NATS, with real grants). A Rust tool may bring its own (`tests/support/simulated.rs` is one).
 
-pub mod in_process;
-pub mod nats;
+pub(crate) mod in_process;
+pub(crate) mod nats;
 
 use crate::bus::users::UsersFile;
 use crate::error::{Error, Result};

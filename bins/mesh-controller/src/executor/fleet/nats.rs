@@ -168,7 +168,7 @@ pub(crate) const SEND_RETRY_LIMIT: Duration = Duration::from_secs(60);
 /// - A send is stored by JetStream before it returns (and so before the executor records it
 ///   sent); a bus that does not take it is tried again for up to [`SEND_RETRY_LIMIT`], stored
 ///   once however often it is tried.
-pub struct NatsFleet {
+pub(crate) struct NatsFleet {
     home: Home,
     args: BusConfig,
     bus: NatsBus,
@@ -197,7 +197,7 @@ impl NatsFleet {
     /// # Errors
     /// The bus cannot be reached, or the streams cannot be made; the store's client cannot be
     /// made.
-    pub async fn start(
+    pub(crate) async fn start(
         home: &Home,
         args: &BusConfig,
         store: &mesh_store::store::StoreSpec,

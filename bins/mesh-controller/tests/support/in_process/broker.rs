@@ -1,7 +1,8 @@
 //! The bus's own commands through the library: `broker`, `node enroll`, `runtimes`.
 
 use super::{said, Library};
-use mesh_controller::{bus::broker, bus::runtimes, bus::users};
+use mesh_controller::bus;
+
 use serde_json::Value;
 
 impl Library {
@@ -10,13 +11,13 @@ impl Library {
         let checked = self.checked()?;
         // Without a bus, composed from the home alone, as the binary does without `--bus`.
         let bus = self.mesh.bus().cloned().unwrap_or_default();
-        users::users_text(self.home(), &checked, &bus).map_err(|e| said(&e))
+        bus::users_text(self.home(), &checked, &bus).map_err(|e| said(&e))
     }
 
     /// `broker keygen`: the controller's seed made under the home, or the one there kept
     /// (`--output json` prints it).
-    pub fn broker_keygen(&self) -> Result<mesh_controller::bus::credentials::Keygen, String> {
-        mesh_controller::bus::credentials::controller_keygen(self.home()).map_err(|e| said(&e))
+    pub fn broker_keygen(&self) -> Result<mesh_controller::bus::Keygen, String> {
+        mesh_controller::bus::controller_keygen(self.home()).map_err(|e| said(&e))
     }
 
     /// `node enroll NODE PUBLIC_KEY` (`--output json` prints what was enrolled).
@@ -24,9 +25,9 @@ impl Library {
         &self,
         node: &str,
         public_key: &str,
-    ) -> Result<mesh_controller::bus::enroll::Enrolled, String> {
+    ) -> Result<mesh_controller::bus::Enrolled, String> {
         self.home().require().map_err(|e| said(&e))?;
-        mesh_controller::bus::enroll::enroll(self.home(), node, public_key).map_err(|e| said(&e))
+        mesh_controller::bus::enroll(self.home(), node, public_key).map_err(|e| said(&e))
     }
 
     /// `node enroll NODE PUBLIC_KEY --age-key KEY`: what was enrolled, with the age key and the
@@ -36,9 +37,9 @@ impl Library {
         node: &str,
         public_key: &str,
         age_key: &str,
-    ) -> Result<mesh_controller::bus::enroll::Enrolled, String> {
+    ) -> Result<mesh_controller::bus::Enrolled, String> {
         self.home().require().map_err(|e| said(&e))?;
-        mesh_controller::bus::enroll::enroll_with_age_key(self.home(), node, public_key, age_key)
+        mesh_controller::bus::enroll_with_age_key(self.home(), node, public_key, age_key)
             .map_err(|e| said(&e))
     }
 
@@ -48,11 +49,11 @@ impl Library {
         self.home().require().map_err(|e| said(&e))?;
         let found = self
             .tokio
-            .block_on(runtimes::runtimes(self.home(), self.bus()?))
+            .block_on(bus::runtimes(self.home(), self.bus()?))
             .map_err(|e| said(&e))?;
         Ok((
             serde_json::to_value(&found).unwrap(),
-            runtimes::runtimes_exit_code(&found),
+            bus::runtimes_exit_code(&found),
         ))
     }
 
@@ -62,9 +63,9 @@ impl Library {
         &self,
         stream: &str,
         consumer: &str,
-    ) -> Result<Result<broker::ResetLine, String>, String> {
+    ) -> Result<Result<bus::ResetLine, String>, String> {
         self.tokio
-            .block_on(broker::consumer_reset(
+            .block_on(bus::consumer_reset(
                 self.home(),
                 self.bus()?,
                 stream,

@@ -29,8 +29,10 @@ pub use status::Status;
 
 use super::fleet::Bed;
 use super::Mesh;
-use mesh_controller::catalogue::heads;
-use mesh_controller::runtime::{self, MeshOptions, Runtime};
+
+use mesh_controller::catalogue;
+use mesh_controller::MeshOptions;
+use mesh_controller::Runtime;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
@@ -65,7 +67,7 @@ impl Bed {
         };
         MeshOptions {
             bus: Some({
-                let bus = mesh_controller::bus::credentials::BusConfig::new(self.url.clone())
+                let bus = mesh_controller::bus::BusConfig::new(self.url.clone())
                     .with_ca_file(&self.pki.ca_file);
                 match self.retry_limit() {
                     Some(limit) => bus.with_retry_limit(limit),
@@ -95,7 +97,7 @@ impl Bed {
 
 /// A mesh opened in process, and the runtime its async calls run on.
 pub struct Library {
-    mesh: Arc<runtime::Mesh>,
+    mesh: Arc<mesh_controller::Mesh>,
     tokio: tokio::runtime::Runtime,
 }
 
@@ -103,19 +105,19 @@ impl Library {
     /// The mesh at `home` opened with `options` (the embedded default, a bus, another store);
     /// the error as the binary says it.
     pub fn open(home: &Path, options: MeshOptions) -> Result<Library, String> {
-        let mesh = runtime::Mesh::open(home, options).map_err(|e| said(&e))?;
+        let mesh = mesh_controller::Mesh::open(home, options).map_err(|e| said(&e))?;
         Ok(Library {
             mesh: Arc::new(mesh),
             tokio: tokio::runtime::Runtime::new().expect("a tokio runtime"),
         })
     }
 
-    fn home(&self) -> &mesh_controller::home::Home {
+    fn home(&self) -> &mesh_controller::Home {
         self.mesh.home()
     }
 
     /// The bus (the command's `--bus`), as a command that needs one asks for it.
-    fn bus(&self) -> Result<&mesh_controller::bus::credentials::BusConfig, String> {
+    fn bus(&self) -> Result<&mesh_controller::bus::BusConfig, String> {
         self.mesh.bus().ok_or_else(|| {
             "this command talks to a fleet's bus: give --bus URL (or MESH_BUS)".to_owned()
         })
@@ -129,10 +131,10 @@ impl Library {
     }
 
     /// The catalogue the mesh composes from and its problems (the binary's `Env::checked`).
-    fn checked(&self) -> Result<mesh_controller::push::Checked, String> {
+    fn checked(&self) -> Result<mesh_controller::Checked, String> {
         self.home().require().map_err(|e| said(&e))?;
         self.tokio
-            .block_on(mesh_controller::catalogue::builds::effective_catalogue(
+            .block_on(mesh_controller::catalogue::effective_catalogue(
                 self.home(),
                 self.mesh.store(),
             ))
@@ -146,8 +148,8 @@ impl Library {
     }
 
     /// catalogue, overlaid with each module's deployed build.
-    pub fn read(&self) -> Result<heads::Running, String> {
-        heads::read(self.home()).map_err(|e| said(&e))
+    pub fn read(&self) -> Result<catalogue::Running, String> {
+        catalogue::read(self.home()).map_err(|e| said(&e))
     }
 }
 

@@ -1,12 +1,15 @@
 //! Repositories, merges, plans and builds, `check` and `plan` through the library.
 
 use super::{lines, said, set, Library};
+use mesh_controller::catalogue;
+use mesh_controller::plans;
 use mesh_controller::plans::MergeOutcome;
-use mesh_controller::runtime::{DriveMode, DriveOptions, MergeOptions, Runtime};
-use mesh_controller::{
-    catalogue::heads, catalogue::repos, plans, push, runtime::check, runtime::preview,
-    settings::orphans,
-};
+use mesh_controller::settings;
+use mesh_controller::DriveMode;
+use mesh_controller::DriveOptions;
+use mesh_controller::MergeOptions;
+use mesh_controller::Runtime;
+
 use mesh_model::plan::Plan;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -52,7 +55,7 @@ impl Library {
         self.repo_add_with(
             name,
             path,
-            &repos::AddOptions {
+            &catalogue::AddOptions {
                 modules_dir: "modules".to_owned(),
                 ..Default::default()
             },
@@ -64,9 +67,9 @@ impl Library {
         &self,
         name: &str,
         path: &std::path::Path,
-        options: &repos::AddOptions,
+        options: &catalogue::AddOptions,
     ) -> Result<Value, String> {
-        let record = repos::add_with(self.home(), name, path, options).map_err(|e| said(&e))?;
+        let record = catalogue::add_with(self.home(), name, path, options).map_err(|e| said(&e))?;
         Ok(serde_json::to_value(record).unwrap())
     }
 
@@ -114,7 +117,7 @@ impl Library {
         };
         let merged = self
             .tokio
-            .block_on(preview::merge(&drives, repo, &options))
+            .block_on(mesh_controller::preview_merge(&drives, repo, &options))
             .map_err(|e| said(&e))?;
         Ok(Merged {
             stopped: merged.outcome.stopped(),
@@ -150,7 +153,7 @@ impl Library {
         let (drives, _) = self.drives();
         let preview = self
             .tokio
-            .block_on(preview::preview(
+            .block_on(mesh_controller::preview(
                 &drives.ctx(&BTreeSet::new(), &BTreeSet::new()),
                 &record,
             ))
@@ -258,12 +261,9 @@ impl Library {
 
     /// `merge REPO --announce` on the mesh's bus: the merge of the branch's head announced to
     /// the daemon (`--output json` prints it).
-    pub fn merge_announce(
-        &self,
-        repo: &str,
-    ) -> Result<mesh_controller::bus::announce::Announced, String> {
+    pub fn merge_announce(&self, repo: &str) -> Result<mesh_controller::bus::Announced, String> {
         self.tokio
-            .block_on(mesh_controller::bus::announce::announce_head(
+            .block_on(mesh_controller::bus::announce_head(
                 self.home(),
                 self.bus()?,
                 repo,
@@ -272,17 +272,18 @@ impl Library {
     }
 
     /// `check`: what it finds (`--output json` prints it; `check` exits 1 unless it is
-    /// sound, [`check::Check::sound`]).
-    pub fn check(&self) -> Result<check::Check, String> {
+    /// sound, [`mesh_controller::Check::sound`]).
+    pub fn check(&self) -> Result<mesh_controller::Check, String> {
         let checked = self.checked()?;
-        check::check(self.home(), &checked).map_err(|e| said(&e))
+        mesh_controller::check(self.home(), &checked).map_err(|e| said(&e))
     }
 
     /// `plan NODE --output json`: the declaration the node would be sent now, a secret shown
     /// as its keyed digest.
     pub fn plan_node(&self, node: &str) -> Result<Value, String> {
         let checked = self.checked()?;
-        let declaration = push::compose_node(self.home(), &checked, node).map_err(|e| said(&e))?;
+        let declaration =
+            mesh_controller::compose_node(self.home(), &checked, node).map_err(|e| said(&e))?;
         Ok(mesh_model::secret::shown_wire(
             &serde_json::to_value(&declaration).unwrap(),
         ))
@@ -292,9 +293,9 @@ impl Library {
     /// (the text `plan NODE --diff` prints is empty then).
     pub fn plan_diff(&self, node: &str) -> Result<(Value, bool), String> {
         let checked = self.checked()?;
-        let running = heads::read(self.home()).map_err(|e| said(&e))?;
-        let diff = preview::diff(self.home(), &checked, node).map_err(|e| said(&e))?;
-        let orphans = orphans::in_open_plans(self.home(), &checked, node).map_err(|e| said(&e))?;
+        let running = catalogue::read(self.home()).map_err(|e| said(&e))?;
+        let diff = mesh_controller::diff(self.home(), &checked, node).map_err(|e| said(&e))?;
+        let orphans = settings::in_open_plans(self.home(), &checked, node).map_err(|e| said(&e))?;
         let mut json = serde_json::to_value(&diff).unwrap();
         let object = json.as_object_mut().expect("a diff is an object");
         object.insert("read".to_owned(), serde_json::to_value(&running).unwrap());

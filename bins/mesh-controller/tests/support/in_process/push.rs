@@ -2,10 +2,14 @@
 
 use super::{lines, said, set, Library};
 use crate::support::fleet::Bed;
-use mesh_controller::catalogue::heads;
+
+use mesh_controller::catalogue;
 use mesh_controller::plans;
-use mesh_controller::push::{self, PushResult, Verdict};
-use mesh_controller::runtime::{DriveMode, DriveOptions, PushOptions};
+use mesh_controller::DriveMode;
+use mesh_controller::DriveOptions;
+use mesh_controller::PushOptions;
+use mesh_controller::PushResult;
+use mesh_controller::Verdict;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -60,7 +64,7 @@ impl Library {
     pub fn push_converged(&self, node: &str) -> (bool, String) {
         match self.push(&[node]) {
             Ok(pushed) => (
-                pushed.verdict == push::Verdict::Converged,
+                pushed.verdict == mesh_controller::Verdict::Converged,
                 format!("{}{}", pushed.lines, pushed.json),
             ),
             Err(error) => (false, error),
@@ -114,7 +118,8 @@ impl Library {
         timeout: Duration,
     ) -> Result<Pushed, String> {
         let inventory = self.home().inventory().map_err(|e| said(&e))?;
-        let nodes = push::targets(&inventory, nodes, all).map_err(|refused| refused.to_string())?;
+        let nodes = mesh_controller::targets(&inventory, nodes, all)
+            .map_err(|refused| refused.to_string())?;
         let checked = self.checked()?;
         let (drives, progress) = self.drives();
         let results = self
@@ -130,7 +135,7 @@ impl Library {
             ))
             .map_err(|e| said(&e))?;
         Ok(Pushed {
-            verdict: push::verdict(&results),
+            verdict: mesh_controller::verdict(&results),
             json: serde_json::to_value(&results).unwrap(),
             lines: lines(&progress),
             stopped: false,
@@ -149,7 +154,7 @@ impl Library {
             .tokio
             .block_on(drives.drive_open(&options))
             .map_err(|e| said(&e))?;
-        let behind = mesh_controller::status::behind::to_send(self.home()).map_err(|e| said(&e))?;
+        let behind = mesh_controller::status::to_send(self.home()).map_err(|e| said(&e))?;
         let results: Vec<PushResult> = if behind.running.is_empty() {
             Vec::new()
         } else {
@@ -159,10 +164,10 @@ impl Library {
                 .map_err(|e| said(&e))?
         };
         Ok(Pushed {
-            verdict: push::verdict(&results),
+            verdict: mesh_controller::verdict(&results),
             stopped: plans::any_stopped(&plans),
-            json: serde_json::to_value(mesh_controller::status::behind::BehindPushed {
-                read: heads::read(self.home()).map_err(|e| said(&e))?,
+            json: serde_json::to_value(mesh_controller::status::BehindPushed {
+                read: catalogue::read(self.home()).map_err(|e| said(&e))?,
                 plans,
                 nodes: results,
                 not_running: behind.not_running,

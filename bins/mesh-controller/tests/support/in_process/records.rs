@@ -2,7 +2,8 @@
 
 use super::{said, Library};
 use crate::support::fleet::Bed;
-use mesh_controller::{records, records::backup};
+use mesh_controller::records;
+
 use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
@@ -17,7 +18,7 @@ impl Library {
             self.home(),
             mesh_store::clock::now(),
             Duration::from_secs(grace_minutes.saturating_mul(60)),
-            mesh_controller::plans::fold::KEEP_PLANS,
+            mesh_controller::plans::KEEP_PLANS,
         )
         .map_err(|e| said(&e))
     }
@@ -74,14 +75,14 @@ impl Library {
     }
 
     /// `records export FILE` (`--output json` prints what was written).
-    pub fn records_export(&self, file: &Path) -> Result<backup::Exported, String> {
-        backup::export(self.home(), file, mesh_store::clock::now()).map_err(|e| said(&e))
+    pub fn records_export(&self, file: &Path) -> Result<records::Exported, String> {
+        records::export(self.home(), file, mesh_store::clock::now()).map_err(|e| said(&e))
     }
 
     /// `records import FILE`: the archive restored into the records (`--output json` prints
     /// what was restored).
-    pub fn records_restore(&self, file: &Path) -> Result<backup::Restored, String> {
-        backup::import(self.home(), file).map_err(|e| said(&e))
+    pub fn records_restore(&self, file: &Path) -> Result<records::Restored, String> {
+        records::restore(self.home(), file).map_err(|e| said(&e))
     }
 }
 

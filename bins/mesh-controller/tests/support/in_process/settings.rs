@@ -1,7 +1,8 @@
 //! The `settings` commands through the library.
 
 use super::{said, Library};
-use mesh_controller::{catalogue::newest, settings};
+use mesh_controller::catalogue;
+use mesh_controller::settings;
 
 impl Library {
     /// Calls `f` with what a `settings` command works on: the home and the catalogue the mesh
@@ -22,7 +23,7 @@ impl Library {
         let answer = f(&on).map_err(|e| said(&e))?;
         // As the commands do: what the nodes should run is composed again when it changed.
         self.tokio
-            .block_on(mesh_controller::intent::keep_current_logged(
+            .block_on(mesh_controller::status::keep_current_logged(
                 self.home(),
                 self.mesh.store(),
                 "a settings change",
@@ -101,7 +102,7 @@ impl Library {
         new: &str,
     ) -> Result<settings::Renamed, String> {
         self.settings(&format!("settings rename {module} {old} {new}"), |on| {
-            let newest = newest::newest_known(on.home, on.catalogue, module)?;
+            let newest = catalogue::newest_known(on.home, on.catalogue, module)?;
             settings::rename(on, module, (old, new), &newest, mesh_store::clock::now())
         })
     }

@@ -1,7 +1,8 @@
 //! `status` through the library.
 
 use super::{said, Library};
-use mesh_controller::{status, status::alert};
+use mesh_controller::status;
+
 use serde_json::Value;
 
 /// What `status` says.
@@ -10,7 +11,7 @@ pub struct Status {
     pub json: Value,
     /// The same, byte for byte as printed.
     pub document: String,
-    /// The exit code the overview is judged to (`alert::judge`): 0 settled, 2 in progress, 3
+    /// The exit code the overview is judged to (`status::judge`): 0 settled, 2 in progress, 3
     /// needs attention.
     pub code: u8,
 }
@@ -20,7 +21,7 @@ impl Library {
     pub fn metrics(&self) -> String {
         let pages = mesh_controller::http::Pages::new(
             self.home().clone(),
-            mesh_controller::push::SILENT_AFTER_SECS,
+            mesh_controller::SILENT_AFTER_SECS,
         );
         let snapshot = pages
             .snapshot(mesh_store::clock::now())
@@ -43,7 +44,7 @@ impl Library {
     pub fn status_with(&self, options: &status::StatusOptions) -> Result<Status, String> {
         // As `status` does: what each node should run, composed again when its inputs changed.
         self.tokio
-            .block_on(mesh_controller::intent::current_for_status(
+            .block_on(mesh_controller::status::current_for_status(
                 self.home(),
                 self.mesh.store(),
             ));
@@ -52,17 +53,14 @@ impl Library {
             status::overview_with(self.home(), now, options).map_err(|e| said(&e))?;
         // On a fleet with a daemon, the merges waiting on its consumer, read from the bus.
         if let (Some(_), Some(bus)) = (&overview.daemon, self.mesh.bus()) {
-            if let Some(waiting) =
-                self.tokio
-                    .block_on(mesh_controller::bus::heartbeat::merges_waiting(
-                        self.home(),
-                        bus,
-                    ))
+            if let Some(waiting) = self
+                .tokio
+                .block_on(mesh_controller::bus::merges_waiting(self.home(), bus))
             {
                 overview.set_merges_waiting(waiting, now);
             }
         }
-        let verdict = alert::judge(&overview, now, alert::DEFAULT_MID_CHANGE_AFTER_SECS);
+        let verdict = status::judge(&overview, now, status::DEFAULT_MID_CHANGE_AFTER_SECS);
         let document = overview.json_document().map_err(|e| said(&e))?;
         Ok(Status {
             json: serde_json::from_str(&document).unwrap(),

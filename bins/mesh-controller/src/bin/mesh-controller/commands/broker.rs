@@ -3,7 +3,8 @@
 use crate::{render, Output};
 use anyhow::Result;
 use clap::Subcommand;
-use mesh_controller::{bus::broker, bus::credentials, bus::enroll, bus::users, push};
+use mesh_controller::bus;
+
 use std::process::ExitCode;
 
 /// `broker` subcommands.
@@ -57,7 +58,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
     let home = &env.home;
     match command {
         Command::ConsumerReset { stream, consumer } => {
-            let reset = env.runtime.block_on(broker::consumer_reset(
+            let reset = env.runtime.block_on(bus::consumer_reset(
                 home,
                 &env.need_bus()?,
                 &stream,
@@ -81,7 +82,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
         Command::Replicas => {
             let answer = env
                 .runtime
-                .block_on(broker::replicas(home, &env.need_bus()?))?;
+                .block_on(bus::replicas(home, &env.need_bus()?))?;
             match env.output {
                 Output::Json => env.print_json(&answer)?,
                 Output::Text => print!("{}", render::replicas(&answer)),
@@ -93,7 +94,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
         Command::RaiseReplicas { streams } => {
             let raised =
                 env.runtime
-                    .block_on(broker::raise_replicas(home, &env.need_bus()?, &streams))?;
+                    .block_on(bus::raise_replicas(home, &env.need_bus()?, &streams))?;
             match env.output {
                 Output::Json => env.print_json(&raised)?,
                 Output::Text => print!("{}", render::raised_replicas(&raised)),
@@ -102,10 +103,10 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
         Command::Users => {
             let checked = env.checked()?;
             let local = env.bus.clone().unwrap_or_else(|| env.local_bus.clone());
-            print!("{}", users::users_text(home, &checked, &local)?);
+            print!("{}", bus::users_text(home, &checked, &local)?);
         }
         Command::Keygen => {
-            let made = credentials::controller_keygen(home)?;
+            let made = bus::controller_keygen(home)?;
             match env.output {
                 Output::Json => env.print_json(&made)?,
                 Output::Text => {
@@ -123,8 +124,8 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             }
         }
         Command::Password { node } => {
-            push::require_node(&home.inventory()?, &node)?;
-            println!("{}", enroll::node_password(home, &node)?);
+            mesh_controller::require_node(&home.inventory()?, &node)?;
+            println!("{}", bus::node_password(home, &node)?);
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -2,7 +2,8 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::{plans, runtime};
+use mesh_controller::plans;
+
 use std::process::ExitCode;
 
 /// Builds modules into the store: each at the commit of the newest open plan naming it
@@ -32,12 +33,12 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     env.home.require()?;
     if args.behind {
         debug_assert!(args.modules.is_empty());
-        let plans = env
-            .runtime
-            .block_on(env.drives().drive_open(&runtime::DriveOptions {
-                mode: runtime::DriveMode::BuildOnly,
-                ..Default::default()
-            }))?;
+        let plans =
+            env.runtime
+                .block_on(env.drives().drive_open(&mesh_controller::DriveOptions {
+                    mode: mesh_controller::DriveMode::BuildOnly,
+                    ..Default::default()
+                }))?;
         return super::print_plans_driven(env.output, &plans);
     }
     let built = env.runtime.block_on(plans::build_named(

@@ -4,7 +4,7 @@
 
 use crate::Output;
 use anyhow::Result;
-use mesh_controller::runtime::check;
+
 use std::process::ExitCode;
 
 /// Validates the catalogue and the inventory, listing every problem at once; validates each
@@ -20,7 +20,7 @@ pub struct Args {}
 /// Lists the problems and the orphans: exit 1 when there is any.
 pub fn exec(_args: Args, env: &super::Env) -> Result<ExitCode> {
     let checked = env.checked()?;
-    let check = check::check(&env.home, &checked)?;
+    let check = mesh_controller::check(&env.home, &checked)?;
     let sound = check.sound();
     if let Output::Text = env.output {
         println!("read {}", check.running);

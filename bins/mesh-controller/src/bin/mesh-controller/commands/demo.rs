@@ -2,10 +2,16 @@
 
 use crate::render;
 use anyhow::{Context, Result};
-use mesh_controller::executor::fleet::in_process::InProcessFleet;
-use mesh_controller::home::Home;
-use mesh_controller::runtime::{Mesh, MeshOptions, Runtime};
-use mesh_controller::{catalogue::builds, executor, plans, push, settings, status};
+use mesh_controller::catalogue;
+use mesh_controller::plans;
+use mesh_controller::settings;
+use mesh_controller::status;
+use mesh_controller::Home;
+use mesh_controller::InProcessFleet;
+use mesh_controller::Mesh;
+use mesh_controller::MeshOptions;
+use mesh_controller::Runtime;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -79,10 +85,10 @@ pub fn exec(args: Args) -> Result<ExitCode> {
         "1. A new mesh from the book's example: six modules, three nodes, settings layers",
         "init --example",
     );
-    mesh_controller::runtime::init::init(&home, true)?;
+    mesh_controller::init(&home, true)?;
     let inventory = home.inventory()?;
-    let catalogue = || -> Result<push::Checked> {
-        Ok(runtime.block_on(builds::effective_catalogue(&home, mesh.store()))?)
+    let catalogue = || -> Result<mesh_controller::Checked> {
+        Ok(runtime.block_on(catalogue::effective_catalogue(&home, mesh.store()))?)
     };
     let checked = catalogue()?;
     for node in inventory.file.nodes.keys() {
@@ -117,7 +123,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
     );
     print!(
         "{}",
-        render::declaration(&push::compose_node(&home, &checked, "home")?)
+        render::declaration(&mesh_controller::compose_node(&home, &checked, "home")?)
     );
 
     step(
@@ -125,12 +131,12 @@ pub fn exec(args: Args) -> Result<ExitCode> {
         "push --all",
     );
     let nodes: Vec<String> = inventory.file.nodes.keys().cloned().collect();
-    let push_to = |checked: &push::Checked, to: &[String], moves: &BTreeSet<String>| {
+    let push_to = |checked: &mesh_controller::Checked, to: &[String], moves: &BTreeSet<String>| {
         runtime.block_on(async {
             let mut fleet =
                 InProcessFleet::start(&home, mesh_store::store::default_store_spec(home.root()))
                     .await?;
-            executor::push(
+            mesh_controller::push(
                 &home,
                 &mut fleet,
                 checked,
@@ -141,7 +147,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
             .await
         })
     };
-    let push_all = |checked: &push::Checked| push_to(checked, &nodes, &BTreeSet::new());
+    let push_all = |checked: &mesh_controller::Checked| push_to(checked, &nodes, &BTreeSet::new());
     let first = push_all(&checked)?;
     print!("{}", render::push(&first));
     println!("  (a resource that did not take is reported with its reason; nothing is hidden)");
@@ -149,10 +155,10 @@ pub fn exec(args: Args) -> Result<ExitCode> {
     step("4. What each node last reported", "status");
     print!(
         "{}",
-        render::nodes(&push::status(
+        render::nodes(&mesh_controller::node_statuses(
             &home,
             mesh_store::clock::now(),
-            push::SILENT_AFTER_SECS
+            mesh_controller::SILENT_AFTER_SECS
         )?)
     );
 
@@ -216,7 +222,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
         "plan home --diff",
     );
     let checked = catalogue()?;
-    let composed = push::compose_node(&home, &checked, "home")?;
+    let composed = mesh_controller::compose_node(&home, &checked, "home")?;
     print!(
         "{}",
         mesh_plan::diff(home.sent().get("home")?.as_ref(), &composed).render_text()
@@ -227,7 +233,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
     // A container, or the job it runs after, that did not take (failed, waiting to retry, or
     // skipped behind its job).
     let container_failed = sent.iter().any(|result| match &result.result {
-        push::NodeResult::Reported { report, .. } => {
+        mesh_controller::NodeResult::Reported { report, .. } => {
             report.resources.iter().any(|(id, outcome)| {
                 (id.contains("/container/") || id.contains("/job/")) && !outcome.took()
             })
@@ -282,7 +288,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
     if let Err(why) = make_repo(&repo, "hello\n", None) {
         println!("  skipped: {why}");
     } else {
-        mesh_controller::catalogue::repos::add(&home, "demo", &repo, None, "modules")?;
+        mesh_controller::catalogue::add(&home, "demo", &repo, None, "modules")?;
         let mut file = home.inventory()?.file;
         file.assignments
             .insert("hello".to_owned(), nodes.iter().cloned().collect());
@@ -308,7 +314,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
             render::status(&status::overview(
                 &home,
                 mesh_store::clock::now(),
-                push::SILENT_AFTER_SECS
+                mesh_controller::SILENT_AFTER_SECS
             )?)
         );
     }
@@ -326,7 +332,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
         let mut fleet =
             InProcessFleet::start(&home, mesh_store::store::default_store_spec(home.root()))
                 .await?;
-        executor::push(
+        mesh_controller::push(
             &home,
             &mut fleet,
             &checked,
@@ -361,9 +367,7 @@ pub fn exec(args: Args) -> Result<ExitCode> {
         let config = mesh_apply::HostConfig {
             root: home.node_root(node, &inventory),
             state_dir: home.node_state_dir(node),
-            container_prefix: mesh_controller::executor::fleet::in_process::container_prefix(
-                &home, node,
-            ),
+            container_prefix: mesh_controller::container_prefix(&home, node),
             ..mesh_apply::HostConfig::default()
         };
         let empty = mesh_model::declaration::Declaration::new(node.clone(), Vec::new());
@@ -407,9 +411,7 @@ fn window_step(
     let config = mesh_apply::HostConfig {
         root: home.node_root("home", inventory),
         state_dir: home.node_state_dir("home"),
-        container_prefix: mesh_controller::executor::fleet::in_process::container_prefix(
-            home, "home",
-        ),
+        container_prefix: mesh_controller::container_prefix(home, "home"),
         ..mesh_apply::HostConfig::default()
     };
     let mesh_apply::ContainerRuntimeChoice::Podman(podman_config) = &config.containers else {

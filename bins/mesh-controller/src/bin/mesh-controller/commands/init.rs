@@ -30,7 +30,7 @@ pub fn refuse_bus(cli: &Cli) -> Result<()> {
 
 /// Makes the home.
 pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
-    mesh_controller::runtime::init::init(&env.home, args.example)?;
+    mesh_controller::init(&env.home, args.example)?;
     println!("made a mesh home at {}", env.home.root().display());
     Ok(ExitCode::SUCCESS)
 }

@@ -2,7 +2,8 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::{bus::announce, runtime, runtime::preview};
+use mesh_controller::bus;
+
 use std::process::ExitCode;
 
 /// Hears a merge to a registered repository: plans it, then builds and rolls it out.
@@ -58,15 +59,17 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     if args.announce {
         return announce(&args.repo, env);
     }
-    let options = runtime::MergeOptions {
+    let options = mesh_controller::MergeOptions {
         commit: args.commit.clone(),
         plan_only: args.plan_only,
         moves: super::Env::moves(&args.moves),
         drop_settings: super::Env::moves(&args.drop_settings),
     };
-    let merged = env
-        .runtime
-        .block_on(preview::merge(&env.drives(), &args.repo, &options))?;
+    let merged = env.runtime.block_on(mesh_controller::preview_merge(
+        &env.drives(),
+        &args.repo,
+        &options,
+    ))?;
     match env.output {
         Output::Json => env.print_json(&merged)?,
         Output::Text => {
@@ -88,7 +91,7 @@ fn announce(repo: &str, env: &super::Env) -> Result<ExitCode> {
     let bus = env.need_bus()?;
     let announced = env
         .runtime
-        .block_on(announce::announce_head(&env.home, &bus, repo))?;
+        .block_on(bus::announce_head(&env.home, &bus, repo))?;
     match env.output {
         Output::Json => env.print_json(&announced)?,
         Output::Text => print!("{}", render::announced(&announced)),

@@ -27,10 +27,13 @@ pub mod status;
 use crate::lines::Lines;
 use crate::{Cli, Output};
 use anyhow::{Context, Result};
-use mesh_controller::bus::credentials::BusConfig;
-use mesh_controller::catalogue::builds;
-use mesh_controller::home::Home;
-use mesh_controller::runtime::{Mesh, MeshOptions, Runtime};
+use mesh_controller::bus::BusConfig;
+use mesh_controller::catalogue;
+
+use mesh_controller::Home;
+use mesh_controller::Mesh;
+use mesh_controller::MeshOptions;
+use mesh_controller::Runtime;
 use mesh_store::store::ArchiveStore;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -146,11 +149,11 @@ impl Env {
 
     /// The catalogue the mesh composes from (registered repositories' builds over the home's
     /// modules) and its problems.
-    pub fn checked(&self) -> Result<mesh_controller::push::Checked> {
+    pub fn checked(&self) -> Result<mesh_controller::Checked> {
         self.home.require()?;
         Ok(self
             .runtime
-            .block_on(builds::effective_catalogue(&self.home, self.store()))?)
+            .block_on(catalogue::effective_catalogue(&self.home, self.store()))?)
     }
 
     /// Prints `value` as pretty JSON on standard output.

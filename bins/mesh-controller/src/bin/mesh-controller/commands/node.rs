@@ -39,13 +39,10 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
         } => {
             env.home.require()?;
             let enrolled = match &age_key {
-                Some(key) => mesh_controller::bus::enroll::enroll_with_age_key(
-                    &env.home,
-                    &node,
-                    &public_key,
-                    key,
-                )?,
-                None => mesh_controller::bus::enroll::enroll(&env.home, &node, &public_key)?,
+                Some(key) => {
+                    mesh_controller::bus::enroll_with_age_key(&env.home, &node, &public_key, key)?
+                }
+                None => mesh_controller::bus::enroll(&env.home, &node, &public_key)?,
             };
             match env.output {
                 Output::Json => env.print_json(&enrolled)?,

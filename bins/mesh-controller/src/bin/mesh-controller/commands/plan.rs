@@ -2,7 +2,9 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::{catalogue::heads, push, runtime::preview, settings::orphans};
+use mesh_controller::catalogue;
+use mesh_controller::settings;
+
 use std::process::ExitCode;
 
 /// Prints the declaration a node would be sent now, or with `--diff` what would change.
@@ -34,20 +36,20 @@ pub struct Args {
 #[derive(serde::Serialize)]
 struct Diffed<'a> {
     /// The catalogue composed from.
-    read: &'a heads::Running,
+    read: &'a catalogue::Running,
     #[serde(flatten)]
     diff: &'a mesh_plan::DeclarationDiff,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    orphans: &'a [orphans::ComingOrphans],
+    orphans: &'a [settings::ComingOrphans],
 }
 
 /// What `plan --all --diff --output json` prints: each node's diff.
 #[derive(serde::Serialize)]
 struct AllDiffed<'a> {
     /// The catalogue composed from.
-    read: &'a heads::Running,
+    read: &'a catalogue::Running,
     /// Every node with something to change, and what.
-    nodes: &'a [preview::NodeDiff],
+    nodes: &'a [mesh_controller::NodeDiff],
 }
 
 /// Prints the declaration, or the diff (exit 2 with `--detailed-exitcode` when it is not
@@ -56,12 +58,12 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     let checked = env.checked()?;
     // Said apart from standard output, which holds only the declaration or the diff (an
     // unchanged node's diff is empty).
-    let running = heads::read(&env.home)?;
+    let running = catalogue::read(&env.home)?;
     eprintln!("read {running}");
     let Some(node) = args.node.as_deref() else {
-        let diffs = env
-            .runtime
-            .block_on(preview::diff_all(&env.home, env.store(), &checked))?;
+        let diffs =
+            env.runtime
+                .block_on(mesh_controller::diff_all(&env.home, env.store(), &checked))?;
         match env.output {
             Output::Json => env.print_json(&AllDiffed {
                 read: &running,
@@ -81,8 +83,8 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         });
     };
     if args.diff {
-        let diff = preview::diff(&env.home, &checked, node)?;
-        let orphans = orphans::in_open_plans(&env.home, &checked, node)?;
+        let diff = mesh_controller::diff(&env.home, &checked, node)?;
+        let orphans = settings::in_open_plans(&env.home, &checked, node)?;
         match env.output {
             Output::Json => env.print_json(&Diffed {
                 read: &running,
@@ -102,7 +104,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             ExitCode::SUCCESS
         });
     }
-    let declaration = push::compose_node(&env.home, &checked, node)?;
+    let declaration = mesh_controller::compose_node(&env.home, &checked, node)?;
     match env.output {
         // A secret shows as its keyed digest, never its ciphertext.
         Output::Json => env.print_json(&mesh_model::secret::shown_wire(&serde_json::to_value(

@@ -3,7 +3,8 @@
 use crate::{render, Output};
 use anyhow::Result;
 use clap::Subcommand;
-use mesh_controller::{plans, runtime, runtime::preview};
+use mesh_controller::plans;
+
 use std::process::ExitCode;
 
 /// Lists the plans; `plans show`, `plans close`, `plans resume`, `plans retry`.
@@ -101,7 +102,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         Command::Show { id, preview: true } => {
             home.require()?;
             let record = home.plans().get(&id)?;
-            let preview = env.runtime.block_on(preview::preview(
+            let preview = env.runtime.block_on(mesh_controller::preview(
                 &env.drives().ctx(&Default::default(), &Default::default()),
                 &record,
             ))?;
@@ -130,14 +131,14 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             drop_settings,
         } => {
             home.require()?;
-            let plans = env
-                .runtime
-                .block_on(env.drives().drive_open(&runtime::DriveOptions {
-                    plan: id,
-                    mode: runtime::DriveMode::All,
-                    moves: super::Env::moves(&moves),
-                    drop_settings: super::Env::moves(&drop_settings),
-                }))?;
+            let plans =
+                env.runtime
+                    .block_on(env.drives().drive_open(&mesh_controller::DriveOptions {
+                        plan: id,
+                        mode: mesh_controller::DriveMode::All,
+                        moves: super::Env::moves(&moves),
+                        drop_settings: super::Env::moves(&drop_settings),
+                    }))?;
             return super::print_plans_driven(env.output, &plans);
         }
         Command::Retry {
@@ -146,14 +147,14 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             drop_settings,
         } => {
             home.require()?;
-            let plans = env
-                .runtime
-                .block_on(env.drives().retry(&runtime::DriveOptions {
-                    plan: Some(id),
-                    mode: runtime::DriveMode::All,
-                    moves: super::Env::moves(&moves),
-                    drop_settings: super::Env::moves(&drop_settings),
-                }))?;
+            let plans =
+                env.runtime
+                    .block_on(env.drives().retry(&mesh_controller::DriveOptions {
+                        plan: Some(id),
+                        mode: mesh_controller::DriveMode::All,
+                        moves: super::Env::moves(&moves),
+                        drop_settings: super::Env::moves(&drop_settings),
+                    }))?;
             return super::print_plans_driven(env.output, &plans);
         }
     }

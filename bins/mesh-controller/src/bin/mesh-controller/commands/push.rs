@@ -2,8 +2,9 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::status::behind::BehindPushed;
-use mesh_controller::{catalogue::heads, push, runtime};
+use mesh_controller::catalogue;
+use mesh_controller::status::BehindPushed;
+
 use std::process::ExitCode;
 
 /// Composes, sends and applies declarations, then prints what each node reported.
@@ -60,25 +61,25 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     if args.behind {
         let plans = env
             .runtime
-            .block_on(drives.drive_open(&runtime::DriveOptions {
-                mode: runtime::DriveMode::RolloutOnly,
+            .block_on(drives.drive_open(&mesh_controller::DriveOptions {
+                mode: mesh_controller::DriveMode::RolloutOnly,
                 moves: moves.clone(),
                 ..Default::default()
             }))?;
         // Then the nodes a finished rollout passed over, not running then: those running now
         // are sent what the mesh runs.
-        let behind = mesh_controller::status::behind::to_send(&env.home)?;
+        let behind = mesh_controller::status::to_send(&env.home)?;
         if behind.is_empty() && matches!(env.output, Output::Text) {
             return super::print_plans_driven(env.output, &plans);
         }
         let results = if behind.running.is_empty() {
             Vec::new()
         } else {
-            eprintln!("read {}", heads::read(&env.home)?);
+            eprintln!("read {}", catalogue::read(&env.home)?);
             env.runtime.block_on(drives.push(
                 &env.checked()?,
                 &behind.running,
-                &runtime::PushOptions {
+                &mesh_controller::PushOptions {
                     moves,
                     downgrades: super::Env::moves(&args.downgrades),
                     timeout: std::time::Duration::from_secs(args.timeout),
@@ -86,15 +87,15 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             ))?
         };
         // Decided first, so that the JSON document takes what was done rather than a copy.
-        let code = match push::verdict(&results) {
+        let code = match mesh_controller::verdict(&results) {
             _ if mesh_controller::plans::any_stopped(&plans) => ExitCode::from(3),
-            push::Verdict::Converged => ExitCode::SUCCESS,
-            push::Verdict::Held => ExitCode::from(2),
-            push::Verdict::NotConverged => ExitCode::from(3),
+            mesh_controller::Verdict::Converged => ExitCode::SUCCESS,
+            mesh_controller::Verdict::Held => ExitCode::from(2),
+            mesh_controller::Verdict::NotConverged => ExitCode::from(3),
         };
         match env.output {
             Output::Json => env.print_json(&BehindPushed {
-                read: heads::read(&env.home)?,
+                read: catalogue::read(&env.home)?,
                 plans,
                 nodes: results,
                 not_running: behind.not_running,
@@ -115,9 +116,9 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         }
         return Ok(code);
     }
-    let nodes = match push::targets(&env.home.inventory()?, args.nodes, args.all) {
+    let nodes = match mesh_controller::targets(&env.home.inventory()?, args.nodes, args.all) {
         Ok(nodes) => nodes,
-        Err(push::NoNodeNamed) => {
+        Err(mesh_controller::NoNodeNamed) => {
             eprintln!(
                 "error: push names no node; name the nodes (`push home laptop`) or say `--all`"
             );
@@ -126,11 +127,11 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     };
     let checked = env.checked()?;
     // Said apart from standard output, which holds the nodes' reports.
-    eprintln!("read {}", heads::read(&env.home)?);
+    eprintln!("read {}", catalogue::read(&env.home)?);
     let results = env.runtime.block_on(drives.push(
         &checked,
         &nodes,
-        &runtime::PushOptions {
+        &mesh_controller::PushOptions {
             moves,
             downgrades: super::Env::moves(&args.downgrades),
             timeout: std::time::Duration::from_secs(args.timeout),
@@ -140,9 +141,9 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         Output::Json => env.print_json(&results)?,
         Output::Text => print!("{}", render::push(&results)),
     }
-    Ok(match push::verdict(&results) {
-        push::Verdict::Converged => ExitCode::SUCCESS,
-        push::Verdict::Held => ExitCode::from(2),
-        push::Verdict::NotConverged => ExitCode::from(3),
+    Ok(match mesh_controller::verdict(&results) {
+        mesh_controller::Verdict::Converged => ExitCode::SUCCESS,
+        mesh_controller::Verdict::Held => ExitCode::from(2),
+        mesh_controller::Verdict::NotConverged => ExitCode::from(3),
     })
 }

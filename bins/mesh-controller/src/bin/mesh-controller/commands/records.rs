@@ -3,7 +3,8 @@
 use crate::{render, Output};
 use anyhow::Result;
 use clap::Subcommand;
-use mesh_controller::{records, records::backup};
+use mesh_controller::records;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -62,7 +63,7 @@ pub enum Command {
         grace_minutes: u64,
         /// How many of the newest plans are kept whole; an older one that ended is removed,
         /// unless it is its repository's newest or `status` still shows a rollout it stopped.
-        #[arg(long, value_name = "N", default_value_t = mesh_controller::plans::fold::KEEP_PLANS)]
+        #[arg(long, value_name = "N", default_value_t = mesh_controller::plans::KEEP_PLANS)]
         keep_plans: usize,
     },
     /// Prints one record, e.g. `inventory.toml` or `plans/plan-3.json`.
@@ -110,7 +111,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
     let home = &env.home;
     match command {
         Command::Import { file: Some(file) } => {
-            let restored = backup::import(home, &file)?;
+            let restored = records::restore(home, &file)?;
             match env.output {
                 Output::Json => env.print_json(&restored)?,
                 Output::Text => println!(
@@ -127,7 +128,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             }
         }
         Command::Export { file } => {
-            let exported = backup::export(home, &file, mesh_store::clock::now())?;
+            let exported = records::export(home, &file, mesh_store::clock::now())?;
             match env.output {
                 Output::Json => env.print_json(&exported)?,
                 Output::Text => println!(

@@ -3,7 +3,8 @@
 use crate::Output;
 use anyhow::Result;
 use clap::Subcommand;
-use mesh_controller::{catalogue::builds, catalogue::repos};
+use mesh_controller::catalogue;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -64,11 +65,11 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             ssh_key_file,
             token_file,
         } => {
-            let record = repos::add_with(
+            let record = catalogue::add_with(
                 &env.home,
                 &name,
                 &path,
-                &repos::AddOptions {
+                &catalogue::AddOptions {
                     branch,
                     modules_dir,
                     hook_secret_file,
@@ -109,7 +110,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
                             repo.branch,
                             repo.last_planned
                                 .as_deref()
-                                .map_or("never", builds::short_commit)
+                                .map_or("never", catalogue::short_commit)
                         );
                     }
                 }
@@ -120,7 +121,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
 }
 
 /// Where a repository is: its path, or the URL its clone is fetched from (and how often).
-fn location(repo: &repos::RepoRecord) -> String {
+fn location(repo: &catalogue::RepoRecord) -> String {
     match &repo.remote {
         None => repo.path.display().to_string(),
         Some(remote) => match remote.poll_secs {

@@ -2,7 +2,8 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::bus::runtimes;
+use mesh_controller::bus;
+
 use std::process::ExitCode;
 
 /// Asks the bus who is there (needs `--bus`).
@@ -27,10 +28,10 @@ pub fn exec(_args: Args, env: &super::Env) -> Result<ExitCode> {
     env.home.require()?;
     let found = env
         .runtime
-        .block_on(runtimes::runtimes(&env.home, &env.need_bus()?))?;
+        .block_on(bus::runtimes(&env.home, &env.need_bus()?))?;
     match env.output {
         Output::Json => env.print_json(&found)?,
         Output::Text => print!("{}", render::runtimes(&found)),
     }
-    Ok(ExitCode::from(runtimes::runtimes_exit_code(&found)))
+    Ok(ExitCode::from(bus::runtimes_exit_code(&found)))
 }

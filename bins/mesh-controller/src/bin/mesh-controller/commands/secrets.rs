@@ -6,6 +6,7 @@ use crate::Output;
 use anyhow::{Context as _, Result};
 use clap::Subcommand;
 use mesh_controller::secrets;
+
 use std::io::Read as _;
 use std::process::ExitCode;
 
@@ -104,7 +105,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             }
         }
         Command::Encrypt { file } => {
-            let encrypted = mesh_controller::secrets::secret_files::encrypt_file(&env.home, &file)?;
+            let encrypted = mesh_controller::secrets::encrypt_file(&env.home, &file)?;
             match env.output {
                 Output::Json => env.print_json(&encrypted)?,
                 Output::Text => println!(
@@ -123,13 +124,10 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
         Command::Rotate => {
             let rotated = env
                 .runtime
-                .block_on(mesh_controller::secrets::rotate::rotate(
-                    &env.home,
-                    env.store(),
-                ))?;
+                .block_on(mesh_controller::secrets::rotate(&env.home, env.store()))?;
             // Every secret's keyed digest is new: what the nodes should run changed.
             env.runtime
-                .block_on(mesh_controller::intent::keep_current_logged(
+                .block_on(mesh_controller::status::keep_current_logged(
                     &env.home,
                     env.store(),
                     "secrets rotate",
@@ -171,7 +169,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
                         );
                     }
                     if let Some(retired) = &rotated.retired {
-                        for line in mesh_controller::secrets::retired::said(retired) {
+                        for line in mesh_controller::secrets::said(retired) {
                             println!("{line}");
                         }
                     }

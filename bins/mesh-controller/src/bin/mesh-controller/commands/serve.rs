@@ -1,7 +1,9 @@
 //! `serve`: the controller as a daemon on a fleet, with the status page beside it.
 
 use anyhow::Result;
-use mesh_controller::{daemon, hooks, http};
+use mesh_controller::daemon;
+use mesh_controller::http;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -69,7 +71,7 @@ pub struct Args {
     hooks_public: bool,
     /// For the status page: seconds without a report after which a node is called silent
     /// (as `status --silent-after`).
-    #[arg(long, value_name = "SECS", default_value_t = mesh_controller::push::SILENT_AFTER_SECS)]
+    #[arg(long, value_name = "SECS", default_value_t = mesh_controller::SILENT_AFTER_SECS)]
     silent_after: u64,
     /// How many plans are driven at once (plans of different repositories or branches; a
     /// repository's own plans are driven one after another).
@@ -79,7 +81,7 @@ pub struct Args {
     /// Seconds between two heartbeats of the daemon (its loop's last turn, the merges waiting
     /// on its consumer, the plans it drives), published on the bus and kept for `status`,
     /// which calls the daemon silent after three missed.
-    #[arg(long, value_name = "SECS", default_value_t = mesh_controller::bus::heartbeat::HEARTBEAT_SECS,
+    #[arg(long, value_name = "SECS", default_value_t = mesh_controller::bus::HEARTBEAT_SECS,
         value_parser = clap::value_parser!(u64).range(1..))]
     heartbeat: u64,
     /// Seconds between two collections of the records, as `records collect` does by hand:
@@ -88,12 +90,12 @@ pub struct Args {
     /// the declarations no record names (written over 10 minutes ago). A plan's end collects
     /// soon too.
     #[arg(long, value_name = "SECS",
-        default_value_t = mesh_controller::daemon::collect::COLLECT_EVERY.as_secs(),
+        default_value_t = mesh_controller::daemon::COLLECT_EVERY.as_secs(),
         value_parser = clap::value_parser!(u64).range(1..))]
     collect_every: u64,
     /// How many of the newest plans are kept whole; an older one that ended is removed, unless
     /// it is its repository's newest or `status` still shows a rollout it stopped.
-    #[arg(long, value_name = "N", default_value_t = mesh_controller::plans::fold::KEEP_PLANS)]
+    #[arg(long, value_name = "N", default_value_t = mesh_controller::plans::KEEP_PLANS)]
     keep_plans: usize,
 }
 
@@ -120,7 +122,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         // A stop is heard from the start, also while the streams are being made.
         let mut signal = Box::pin(mesh_host::serve::shutdown_signal());
         let hooks: std::sync::Arc<dyn http::Mounted> =
-            std::sync::Arc::new(hooks::Hooks::new(env.home.clone(), bus.clone()));
+            std::sync::Arc::new(daemon::Hooks::new(env.home.clone(), bus.clone()));
         // Both listeners are bound first (a bad address, certificate or key is said before
         // anything else is done), and answer once the mesh's streams are made: a read of a
         // stream while it is being made crashes nats-server 2.9 (daemon::make_streams).
@@ -137,7 +139,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         };
         let hooks_bound = match args.hooks {
             Some(addr) => Some(
-                hooks::bind(&http::Listen {
+                daemon::bind_hooks(&http::Listen {
                     addr,
                     tls: tls(args.hooks_cert, args.hooks_key, args.hooks_client_ca),
                     public: args.hooks_public,
@@ -146,7 +148,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             ),
             None => None,
         };
-        let connected = mesh_controller::bus::credentials::connect(&env.home, &bus).await?;
+        let connected = mesh_controller::bus::connect(&env.home, &bus).await?;
         if daemon::make_streams(&env.home, &bus, &connected, &mut signal)
             .await?
             .is_none()
@@ -238,10 +240,8 @@ fn merges_waiting_on(bus: mesh_bus::NatsBus) -> http::MergesWaitingSource {
     let js = bus.jetstream();
     http::MergesWaitingSource(std::sync::Arc::new(move || {
         handle.block_on(async {
-            let read = mesh_bus::jetstream::merges_waiting(
-                &js,
-                mesh_controller::bus::announce::MERGE_CONSUMER,
-            );
+            let read =
+                mesh_bus::jetstream::merges_waiting(&js, mesh_controller::bus::MERGE_CONSUMER);
             match tokio::time::timeout(std::time::Duration::from_secs(2), read).await {
                 Ok(Ok(waiting)) => Some(waiting),
                 Ok(Err(_)) | Err(_) => None,

@@ -3,7 +3,9 @@
 use crate::{render, Output};
 use anyhow::Result;
 use clap::Subcommand;
-use mesh_controller::{catalogue::newest, settings};
+use mesh_controller::catalogue;
+use mesh_controller::settings;
+
 use std::process::ExitCode;
 
 /// `settings` subcommands.
@@ -141,10 +143,10 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             replace,
         } => settings::set(&on, &module, node.as_deref(), &json, replace, now)?,
         Command::Rename { module, old, new } => {
-            let newest = newest::newest_known(&env.home, &catalogue, &module)?;
+            let newest = catalogue::newest_known(&env.home, &catalogue, &module)?;
             let renamed = settings::rename(&on, &module, (&old, &new), &newest, now)?;
             env.runtime
-                .block_on(mesh_controller::intent::keep_current_logged(
+                .block_on(mesh_controller::status::keep_current_logged(
                     &env.home,
                     env.store(),
                     "settings rename",
@@ -169,7 +171,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
     if !answer.refused() {
         // What the nodes should run changed: their intents are composed again.
         env.runtime
-            .block_on(mesh_controller::intent::keep_current_logged(
+            .block_on(mesh_controller::status::keep_current_logged(
                 &env.home,
                 env.store(),
                 "a settings change",

@@ -3,7 +3,8 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_controller::{status, status::acks, status::alert};
+use mesh_controller::status;
+
 use std::process::ExitCode;
 
 /// Each node's last report, the open plans and what each waits on, the modules behind,
@@ -30,7 +31,7 @@ pub struct Args {
     command: Option<Command>,
     /// On a fleet, seconds without a report after which a node is called silent (default:
     /// three of a host's default 30 s heartbeats; set it to three of yours).
-    #[arg(long, value_name = "SECS", default_value_t = mesh_controller::push::SILENT_AFTER_SECS)]
+    #[arg(long, value_name = "SECS", default_value_t = mesh_controller::SILENT_AFTER_SECS)]
     silent_after: u64,
     /// On a fleet, keep going: on a terminal, redraw on every report a host publishes (and
     /// every 5 s, so a node falling silent shows); otherwise print a line for each change
@@ -39,11 +40,11 @@ pub struct Args {
     watch: bool,
     /// Seconds a drift that was put back is shown (and exits 3) after it was seen; `status ack`
     /// clears it sooner.
-    #[arg(long, value_name = "SECS", default_value_t = acks::DEFAULT_DRIFT_RETENTION_SECS)]
+    #[arg(long, value_name = "SECS", default_value_t = status::DEFAULT_DRIFT_RETENTION_SECS)]
     drift_retention: u64,
     /// Seconds a node may report mid-change, from the start of its apply, before it is past
     /// its deadline (exit 3 rather than 2).
-    #[arg(long, value_name = "SECS", default_value_t = alert::DEFAULT_MID_CHANGE_AFTER_SECS)]
+    #[arg(long, value_name = "SECS", default_value_t = status::DEFAULT_MID_CHANGE_AFTER_SECS)]
     mid_change_after: u64,
 }
 
@@ -63,7 +64,7 @@ pub enum Command {
 /// Prints the overview: exit 3 when something needs attention.
 pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     if let Some(Command::Ack { node, resource }) = args.command {
-        let acked = acks::ack(
+        let acked = status::ack(
             &env.home,
             &node,
             resource.as_deref(),
@@ -84,7 +85,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     }
     // What each node should run, composed again only when its inputs changed.
     env.runtime
-        .block_on(mesh_controller::intent::current_for_status(
+        .block_on(mesh_controller::status::current_for_status(
             &env.home,
             env.mesh.store(),
         ));
@@ -93,11 +94,9 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     // The merges waiting on the daemon's consumer, read from the bus: known while the daemon
     // is stopped too.
     if let (Some(_), Some(bus)) = (&status.daemon, &env.bus) {
-        if let Some(waiting) =
-            env.runtime
-                .block_on(mesh_controller::bus::heartbeat::merges_waiting(
-                    &env.home, bus,
-                ))
+        if let Some(waiting) = env
+            .runtime
+            .block_on(mesh_controller::bus::merges_waiting(&env.home, bus))
         {
             status.set_merges_waiting(waiting, now);
         }
@@ -106,7 +105,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         Output::Json => print!("{}", status.json_document()?),
         Output::Text => print!("{}", render::status(&status)),
     }
-    let verdict = alert::judge(&status, now, args.mid_change_after);
+    let verdict = status::judge(&status, now, args.mid_change_after);
     Ok(ExitCode::from(verdict.health.exit_code()))
 }
 
@@ -125,7 +124,7 @@ fn watch(env: &super::Env, options: &status::StatusOptions) -> Result<ExitCode> 
     let mut last: Option<status::Overview> = None;
     loop {
         env.runtime
-            .block_on(mesh_controller::intent::current_for_status(
+            .block_on(mesh_controller::status::current_for_status(
                 &env.home,
                 env.mesh.store(),
             ));

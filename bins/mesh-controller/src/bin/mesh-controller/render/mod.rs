@@ -9,11 +9,17 @@ pub use preview::preview;
 pub use runtimes::runtimes;
 pub use status::{nodes, status};
 
-use mesh_controller::bus::runtimes::Runtimes;
-use mesh_controller::plans::{MergeOutcome, NamedBuild, PlanRecord};
-use mesh_controller::push::{NodeResult, NodeStatus, PushResult};
-use mesh_controller::settings::{describe, Answer, Shown};
+use mesh_controller::bus::Runtimes;
+use mesh_controller::plans::MergeOutcome;
+use mesh_controller::plans::NamedBuild;
+use mesh_controller::plans::PlanRecord;
+use mesh_controller::settings::describe;
+use mesh_controller::settings::Answer;
+use mesh_controller::settings::Shown;
 use mesh_controller::status::Overview;
+use mesh_controller::NodeResult;
+use mesh_controller::NodeStatus;
+use mesh_controller::PushResult;
 use mesh_host::{finding_line, machine_word, outcome_line, short};
 use mesh_model::declaration::{Declaration, Spec};
 use mesh_model::plan::{Plan, PlanState, RolloutOutcome};
@@ -107,7 +113,7 @@ pub fn settings_answer(answer: &Answer) -> String {
 }
 
 /// What `status ack` did: the drift it clears.
-pub fn acked(acked: &mesh_controller::status::acks::Acked) -> String {
+pub fn acked(acked: &mesh_controller::status::Acked) -> String {
     let mut out = format!(
         "{}: drift {} put back and seen by {} acknowledged\n",
         acked.node,
@@ -398,7 +404,7 @@ pub fn declarations_collected(done: &mesh_controller::records::DeclarationsColle
 }
 
 /// What `node enroll` did, for a person.
-pub fn enrolled(enrolled: &mesh_controller::bus::enroll::Enrolled) -> String {
+pub fn enrolled(enrolled: &mesh_controller::bus::Enrolled) -> String {
     let mut out = format!(
         "enrolled `{}` with NKey {}",
         enrolled.node, enrolled.public_key
@@ -461,7 +467,7 @@ pub fn plans_list(plans: &[PlanRecord]) -> String {
             plan.id,
             plan.repository,
             plan.branch,
-            mesh_controller::catalogue::builds::short_commit(&plan.commit),
+            mesh_controller::catalogue::short_commit(&plan.commit),
             rfc3339(plan.made_at),
             plan.modules.len(),
             state_text(&plan.state)
@@ -491,7 +497,7 @@ pub fn plan_show(record: &PlanRecord) -> String {
                 out,
                 "changed: {} path(s) since {}{}",
                 record.changed_paths,
-                mesh_controller::catalogue::builds::short_commit(previous),
+                mesh_controller::catalogue::short_commit(previous),
                 if record.shared_paths.is_empty() {
                     String::new()
                 } else {
@@ -583,7 +589,7 @@ pub fn merge(outcome: &MergeOutcome) -> String {
             plan.id,
             plan.repository,
             plan.branch,
-            mesh_controller::catalogue::builds::short_commit(&plan.commit),
+            mesh_controller::catalogue::short_commit(&plan.commit),
             state_text(&plan.state)
         ),
         MergeOutcome::AlreadyPlanned { plan, driven: true } => format!(
@@ -591,7 +597,7 @@ pub fn merge(outcome: &MergeOutcome) -> String {
             plan.id,
             plan.repository,
             plan.branch,
-            mesh_controller::catalogue::builds::short_commit(&plan.commit),
+            mesh_controller::catalogue::short_commit(&plan.commit),
             plan_summary(plan)
         ),
         MergeOutcome::Planned { plan, .. } => plan_summary(plan),
@@ -599,7 +605,7 @@ pub fn merge(outcome: &MergeOutcome) -> String {
 }
 
 /// A merge announced to the daemon (`merge --announce`), in one line.
-pub fn announced(announced: &mesh_controller::bus::announce::Announced) -> String {
+pub fn announced(announced: &mesh_controller::bus::Announced) -> String {
     format!(
         "{} the merge of `{}` {} at {} to the daemon (events stream sequence {}){}\n",
         if announced.already_announced {
@@ -609,7 +615,7 @@ pub fn announced(announced: &mesh_controller::bus::announce::Announced) -> Strin
         },
         announced.repository,
         announced.branch,
-        mesh_controller::catalogue::builds::short_commit(&announced.commit),
+        mesh_controller::catalogue::short_commit(&announced.commit),
         announced.sequence,
         if announced.already_announced {
             ": it is planned once"
@@ -646,7 +652,7 @@ pub fn builds(builds: &[NamedBuild], dry_run: bool) -> String {
             build.archive.digest,
             build.archive.size,
             build.repository,
-            mesh_controller::catalogue::builds::short_commit(&build.commit),
+            mesh_controller::catalogue::short_commit(&build.commit),
             if dry_run {
                 " — dry run: not published, not recorded, nothing can send it".to_owned()
             } else {
@@ -663,8 +669,8 @@ pub fn builds(builds: &[NamedBuild], dry_run: bool) -> String {
 
 /// `runtimes` as a person reads it.
 /// `broker replicas`.
-pub fn replicas(answer: &mesh_controller::bus::broker::ReplicasAnswer) -> String {
-    use mesh_controller::bus::broker::ReplicasSource;
+pub fn replicas(answer: &mesh_controller::bus::ReplicasAnswer) -> String {
+    use mesh_controller::bus::ReplicasSource;
     let why = match answer.source {
         ReplicasSource::Given => "--bus-replicas, now recorded",
         ReplicasSource::Recorded => "recorded by an earlier --bus-replicas",
@@ -696,7 +702,7 @@ pub fn replicas(answer: &mesh_controller::bus::broker::ReplicasAnswer) -> String
 }
 
 /// `broker raise-replicas`.
-pub fn raised_replicas(raised: &[mesh_controller::bus::broker::RaisedLine]) -> String {
+pub fn raised_replicas(raised: &[mesh_controller::bus::RaisedLine]) -> String {
     if raised.is_empty() {
         return "nothing to raise: every stream and bucket of the mesh has its copies\n".to_owned();
     }

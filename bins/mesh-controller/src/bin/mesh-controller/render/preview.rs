@@ -3,7 +3,7 @@
 /// What a plan's rollouts would do across the fleet (`merge --plan-only`, `plans show
 /// --preview`): per tier and module, the first machine, then every node by what would happen
 /// to it.
-pub fn preview(preview: &mesh_controller::runtime::preview::Preview) -> String {
+pub fn preview(preview: &mesh_controller::Preview) -> String {
     use std::fmt::Write as _;
     let mut out = format!("preview of {}: nothing is built or sent\n", preview.plan);
     for tier in &preview.tiers {
@@ -98,10 +98,10 @@ fn orphaned(orphans: &mesh_plan::Orphans, nodes: &[String]) -> String {
 
 /// Each node's changes as `plan NODE --diff` shows them, resources by id; nodes whose changes
 /// are the same as an earlier node's named together after it ("same as …").
-fn changes(changes: &[mesh_controller::runtime::preview::NodeChange]) -> String {
+fn changes(changes: &[mesh_controller::NodeChange]) -> String {
     use std::fmt::Write as _;
     // The diff's lines but its first (which names the node), by what they say.
-    let body = |change: &mesh_controller::runtime::preview::NodeChange| -> String {
+    let body = |change: &mesh_controller::NodeChange| -> String {
         change
             .diff
             .render_text()

@@ -90,9 +90,10 @@ mod runtimes_tests {
 
     use discovery::{RuntimeHeard, RuntimeUnheard};
     use mesh_bus::discovery::{self, Discovery};
-    use mesh_controller::bus::runtimes::{
-        compare_with_inventory, runtimes_exit_code, Missing, Runtimes,
-    };
+    use mesh_controller::bus::compare_with_inventory;
+    use mesh_controller::bus::runtimes_exit_code;
+    use mesh_controller::bus::Missing;
+    use mesh_controller::bus::Runtimes;
     use mesh_model::inventory::Inventory;
     use mesh_model::inventory::InventoryFile;
     use std::time::Duration;

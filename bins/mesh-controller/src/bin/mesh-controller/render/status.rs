@@ -98,7 +98,7 @@ fn plans_status(overview: &Overview) -> String {
                 plan.id,
                 plan.repository,
                 plan.branch,
-                mesh_controller::catalogue::builds::short_commit(&plan.commit),
+                mesh_controller::catalogue::short_commit(&plan.commit),
                 plan.state,
                 plan.waits_on,
                 plan.waiting_secs,
@@ -321,7 +321,7 @@ fn plans_status(overview: &Overview) -> String {
                     out,
                     "  {}: {}",
                     node.node,
-                    mesh_controller::status::alert::clock_skew_words(skew)
+                    mesh_controller::status::clock_skew_words(skew)
                 );
             }
             for drift in &node.drift {
@@ -346,7 +346,7 @@ fn plans_status(overview: &Overview) -> String {
 }
 
 /// The pending nodes: each with what differs from what it was sent and what sends it.
-fn pending(pending: &[mesh_controller::status::pending::PendingNode]) -> String {
+fn pending(pending: &[mesh_controller::status::PendingNode]) -> String {
     let mut out = String::new();
     if pending.is_empty() {
         return out;
@@ -397,8 +397,8 @@ fn problem_attempts(problem: &mesh_store::problems::Problem) -> String {
 #[cfg(test)]
 mod status_tests {
     use mesh_controller::plans::PlanRecord;
-    use mesh_controller::push::NodeStatus;
     use mesh_controller::status::*;
+    use mesh_controller::NodeStatus;
     use mesh_model::build::{ArchiveRef, Build};
     use mesh_model::plan::PlanState;
     use mesh_model::plan::{ModuleRollout, Plan};
@@ -430,7 +430,7 @@ mod status_tests {
 
     /// A plan whose `site` was sent to `control` at 1000 and waits for its report; its node's
     /// record is written in `home`.
-    fn waiting_plan(home: &mesh_controller::home::Home) -> PlanRecord {
+    fn waiting_plan(home: &mesh_controller::Home) -> PlanRecord {
         let build = Build {
             module: "site".into(),
             repository: "cat".into(),
@@ -539,7 +539,7 @@ mod status_tests {
     #[test]
     fn status_names_the_wait_to_the_second_and_the_nodes_needing_attention() {
         let dir = tempfile::tempdir().unwrap();
-        let home = mesh_controller::home::Home::new(dir.path());
+        let home = mesh_controller::Home::new(dir.path());
         let record = waiting_plan(&home);
         let (waits_on, since) = waits_on(&home, &record).unwrap();
         assert_eq!(since, 1000);
@@ -694,7 +694,8 @@ mod status_tests {
     /// open plan's rollout, or `push NODE` when nothing will.
     #[test]
     fn status_names_each_pending_node_with_what_differs_and_what_sends_it() {
-        use mesh_controller::status::pending::{Difference, PendingNode};
+        use mesh_controller::status::Difference;
+        use mesh_controller::status::PendingNode;
         let digest = |c: char| format!("sha256:{}", c.to_string().repeat(64));
         let mut alpha = node(
             "alpha",
