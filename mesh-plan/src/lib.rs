@@ -51,6 +51,7 @@ pub mod plans;
 pub mod preview;
 pub mod rollout;
 pub mod settings;
+pub mod waves;
 
 #[cfg(test)]
 mod fixture;
