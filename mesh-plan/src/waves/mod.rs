@@ -33,6 +33,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+pub mod windows;
+
 #[cfg(test)]
 mod tests;
 
