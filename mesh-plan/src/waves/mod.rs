@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+pub mod progress;
 pub mod windows;
 
 #[cfg(test)]
