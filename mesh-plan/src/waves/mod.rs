@@ -23,12 +23,13 @@
 //!
 //! Deliberately absent: IO and the clock. Zones reach [`windows`] from the caller.
 
-use mesh_model::inventory::Inventory;
-use mesh_model::module::{ModuleDefinition, Upgrade};
+use mesh_model::inventory::{Inventory, INVENTORY_FILE};
+use mesh_model::module::{Catalogue, ModuleDefinition, Upgrade, DEFINITION_FILE};
 use mesh_model::selector::{Labels, Selector, UnknownLabels};
 use mesh_model::waves::{
     Budget, Pause, RolloutPolicy, Share, WaveDefinition, WaveNodes, WaveSize, Window,
 };
+use mesh_model::Diagnostic;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -219,6 +220,62 @@ pub fn plan_waves(
         windows: policy.windows.clone().unwrap_or_default(),
         declared: policy.waves.is_some(),
     })
+}
+
+/// What `check` says of every module's waves over the nodes it is assigned to, and of every
+/// window's zone (`zone` finds one by name; the controller passes `jiff::tz::db().get`): each
+/// problem a [`Diagnostic`] naming the file that declares the waves (the module's
+/// `module.toml`, or the inventory for the fleet's), the module and the key.
+pub fn check_waves(
+    catalogue: &Catalogue,
+    inventory: &Inventory,
+    zone: impl Fn(&str) -> Result<jiff::tz::TimeZone, String>,
+) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    for (name, module) in &catalogue.modules {
+        let targets: BTreeSet<String> = inventory
+            .nodes_of(name)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        if targets.is_empty() {
+            continue;
+        }
+        let own = module.definition.rollout.as_ref();
+        let file_of = |declares: bool| {
+            if declares {
+                format!("modules/{name}/{DEFINITION_FILE}")
+            } else {
+                INVENTORY_FILE.to_owned()
+            }
+        };
+        if let Err(problems) = plan_waves(&module.definition, inventory, &targets) {
+            let declares = own.is_some_and(|policy| policy.waves.is_some());
+            for problem in problems {
+                out.push(Diagnostic::new(
+                    file_of(declares),
+                    Some(name),
+                    Some("rollout.waves"),
+                    problem.to_string(),
+                ));
+            }
+        }
+        let policy = RolloutPolicy::over(own, inventory.file.rollout.as_ref()).unwrap_or_default();
+        let declared = policy.windows.unwrap_or_default();
+        if let Err(unknown) = windows::zone_windows(&declared, &zone) {
+            let declares = own.is_some_and(|policy| policy.windows.is_some());
+            for problem in unknown {
+                out.push(Diagnostic::new(
+                    file_of(declares),
+                    Some(name),
+                    Some("rollout.windows"),
+                    problem.to_string(),
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// Today's waves: one machine first (by name), then the rest; or everyone for `together`.

@@ -262,3 +262,51 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn check_names_the_file_module_and_key_of_every_wave_problem() {
+    let (catalogue, inventory) = crate::fixture::mesh(
+        r#"
+        //- modules/web/module.toml
+        name = "web"
+        [rollout]
+        windows = [{ allow = "Mon-Fri 09:00-16:00", zone = "Europe/Berln" }]
+        [[rollout.waves]]
+        select = "role=edge"
+        //- modules/db/module.toml
+        name = "db"
+        //- inventory.toml
+        bus-node = "a"
+        [nodes.a]
+        labels = { role = "edge" }
+        [nodes.b]
+        [assignments]
+        web = ["a", "b"]
+        db = ["a", "b"]
+        [rollout]
+        [[rollout.waves]]
+        select = "rle=edge"
+        [[rollout.waves]]
+        size = "100%"
+        "#,
+    );
+    let db = jiff::tz::TimeZoneDatabase::bundled();
+    let found: Vec<String> = check_waves(&catalogue, &inventory, |name| {
+        db.get(name).map_err(|e| e.to_string())
+    })
+    .iter()
+    .map(|d| d.to_string())
+    .collect();
+    assert_eq!(
+        found,
+        [
+            "inventory.toml: module `db`: `rollout.waves`: module `db`: wave 1 (`rle=edge`): \
+             selector `rle=edge` names a label no node has: `rle`",
+            "modules/web/module.toml: module `web`: `rollout.waves`: module `web`: a node is in \
+             no wave: `b`; end with a wave of `size = \"100%\"`",
+            "modules/web/module.toml: module `web`: `rollout.windows`: window `allow Mon-Fri \
+             09:00-16:00 (Europe/Berln)`: no time zone `Europe/Berln`: failed to find time zone \
+             `Europe/Berln` in time zone database",
+        ]
+    );
+}
