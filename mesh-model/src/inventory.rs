@@ -266,6 +266,18 @@ impl Inventory {
             .map(|(name, node)| (name.as_str(), &node.labels))
     }
 
+    /// The nodes a selector chooses, in order of name (what `push --select` and `status
+    /// --select` send to and show).
+    ///
+    /// # Errors
+    /// [`UnknownLabels`](crate::selector::UnknownLabels) when it names a label no node has.
+    pub fn select(
+        &self,
+        selector: &Selector,
+    ) -> Result<BTreeSet<&str>, crate::selector::UnknownLabels> {
+        crate::selector::resolve(selector, self.node_labels())
+    }
+
     /// Whether `module` is assigned to `node`, by name or by its selector.
     pub fn assigns(&self, module: &str, node: &str) -> bool {
         self.file
@@ -625,6 +637,14 @@ mod tests {
         );
         assert!(inventory.modules_of("web-3").contains("web"));
         assert!(inventory.assigns("web", "web-3"));
+        let edge_outside_fra = Selector::parse("role=edge,site!=fra").unwrap();
+        assert_eq!(
+            inventory.select(&edge_outside_fra).unwrap(),
+            BTreeSet::from(["web-2", "web-3"])
+        );
+        assert!(inventory
+            .select(&Selector::parse("rack=r1").unwrap())
+            .is_err());
     }
 
     #[test]

@@ -337,6 +337,22 @@ pub struct WaveState {
     pub queue: VecDeque<String>,
     /// A person's pause, while in force.
     pub hold: Option<OperatorHold>,
+    /// The current wave's nodes under way and answered, counted as they change, so that each
+    /// event costs the same whatever the wave's size.
+    #[serde(default)]
+    pub counts: WaveCounts,
+}
+
+/// The current wave's nodes, counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct WaveCounts {
+    /// Begun or sent, not yet answered.
+    pub under_way: usize,
+    /// Applied.
+    pub applied: usize,
+    /// Failed.
+    pub failed: usize,
 }
 
 impl WaveState {
@@ -352,6 +368,7 @@ impl WaveState {
                 .collect(),
             queue: VecDeque::new(),
             hold: None,
+            counts: WaveCounts::default(),
         }
     }
 
@@ -500,6 +517,8 @@ fn heard(
         Verdict::Pending => false,
         Verdict::Applied => {
             *progress = WaveNode::Applied { at: now };
+            state.counts.under_way = state.counts.under_way.saturating_sub(1);
+            state.counts.applied += 1;
             true
         }
         Verdict::Failed { reasons } => {
@@ -507,6 +526,8 @@ fn heard(
                 at: now,
                 reason: reasons.join("; "),
             };
+            state.counts.under_way = state.counts.under_way.saturating_sub(1);
+            state.counts.failed += 1;
             true
         }
     }
@@ -517,6 +538,8 @@ fn fail(state: &mut WaveState, node: &str, reason: String, now: u64) -> bool {
     match state.nodes.get_mut(node) {
         Some(progress @ (WaveNode::Begun { .. } | WaveNode::Sent { .. })) => {
             *progress = WaveNode::Failed { at: now, reason };
+            state.counts.under_way = state.counts.under_way.saturating_sub(1);
+            state.counts.failed += 1;
             true
         }
         Some(WaveNode::Waiting | WaveNode::Applied { .. } | WaveNode::Failed { .. }) | None => {
@@ -572,21 +595,25 @@ fn tick(
     }
 }
 
-/// The current wave's failed nodes, and how many answered and applied.
-fn tally(spec: &WaveSpec, state: &WaveState, wave: usize) -> (usize, usize, Vec<FailedNode>) {
-    let mut applied = 0;
-    let mut failed = Vec::new();
-    for node in &spec.plan.waves[wave].nodes {
-        match state.nodes.get(node) {
-            Some(WaveNode::Applied { .. }) => applied += 1,
-            Some(WaveNode::Failed { reason, .. }) => failed.push(FailedNode {
+/// A wave's failed nodes with their reasons (read once, as the wave ends or stops).
+fn failed_of(spec: &WaveSpec, state: &WaveState, wave: usize) -> Vec<FailedNode> {
+    spec.plan.waves[wave]
+        .nodes
+        .iter()
+        .filter_map(|node| match state.nodes.get(node) {
+            Some(WaveNode::Failed { reason, .. }) => Some(FailedNode {
                 node: node.clone(),
                 reason: reason.clone(),
             }),
-            Some(WaveNode::Waiting | WaveNode::Begun { .. } | WaveNode::Sent { .. }) | None => {}
-        }
-    }
-    (applied + failed.len(), applied, failed)
+            Some(
+                WaveNode::Waiting
+                | WaveNode::Begun { .. }
+                | WaveNode::Sent { .. }
+                | WaveNode::Applied { .. },
+            )
+            | None => None,
+        })
+        .collect()
 }
 
 /// Whether `failed` of `answered` exceeds the budget.
@@ -601,8 +628,11 @@ fn answered(spec: &WaveSpec, state: &mut WaveState, now: u64, actions: &mut Vec<
     let WaveStage::Sending { wave } = state.stage else {
         return;
     };
-    let (answered, applied, failed) = tally(spec, state, wave);
-    if over_budget(&spec.plan.budget, answered, failed.len()) {
+    let WaveCounts {
+        applied, failed, ..
+    } = state.counts;
+    let answered = applied + failed;
+    if over_budget(&spec.plan.budget, answered, failed) {
         state.queue.clear();
         state.stage = WaveStage::Stopped { wave };
         actions.push(WaveAction::BudgetExceeded {
@@ -610,7 +640,7 @@ fn answered(spec: &WaveSpec, state: &mut WaveState, now: u64, actions: &mut Vec<
             name: spec.plan.waves[wave].name.clone(),
             budget: spec.plan.budget.clone(),
             answered,
-            failed,
+            failed: failed_of(spec, state, wave),
         });
         return;
     }
@@ -619,7 +649,7 @@ fn answered(spec: &WaveSpec, state: &mut WaveState, now: u64, actions: &mut Vec<
         actions.push(WaveAction::WaveDone {
             wave,
             applied,
-            failed,
+            failed: failed_of(spec, state, wave),
         });
         boundary(spec, state, wave, now, actions);
     }
@@ -637,24 +667,14 @@ fn launch(
         .plan
         .max_parallel
         .map_or(usize::MAX, |n| (n as usize).max(1));
-    let mut under_way = spec.plan.waves[wave]
-        .nodes
-        .iter()
-        .filter(|node| {
-            matches!(
-                state.nodes.get(*node),
-                Some(WaveNode::Begun { .. } | WaveNode::Sent { .. })
-            )
-        })
-        .count();
     let mut batch = Vec::new();
-    while under_way < limit {
+    while state.counts.under_way < limit {
         let Some(node) = state.queue.pop_front() else {
             break;
         };
         if let Some(progress @ WaveNode::Waiting) = state.nodes.get_mut(&node) {
             *progress = WaveNode::Begun { at: now };
-            under_way += 1;
+            state.counts.under_way += 1;
             batch.push(node);
         }
     }
@@ -733,6 +753,7 @@ fn enter(
     let wave = &spec.plan.waves[next];
     state.stage = WaveStage::Sending { wave: next };
     state.queue = wave.nodes.iter().cloned().collect();
+    state.counts = WaveCounts::default();
     actions.push(WaveAction::WaveStarted {
         wave: next,
         name: wave.name.clone(),
