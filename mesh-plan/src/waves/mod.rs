@@ -73,6 +73,74 @@ pub struct Wave {
     pub pause: Option<Pause>,
 }
 
+/// How many node names a wave's line shows before it says how many more.
+const NAMES_SHOWN: usize = 5;
+
+impl fmt::Display for WavePlan {
+    /// The plan as `merge --plan-only` and `plans show --preview` show it: each wave with how it
+    /// chose its nodes, their count and first names, and its pause; then the budget,
+    /// `max-parallel` and the windows.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let nodes: usize = self.waves.iter().map(|w| w.nodes.len()).sum();
+        let source = if self.declared {
+            "its [rollout] waves"
+        } else {
+            "no waves declared: one machine first, then the rest"
+        };
+        writeln!(
+            f,
+            "`{}`: {} wave(s) over {nodes} node(s) ({source})",
+            self.module,
+            self.waves.len()
+        )?;
+        for wave in &self.waves {
+            let mut names = wave
+                .nodes
+                .iter()
+                .take(NAMES_SHOWN)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ");
+            if wave.nodes.len() > NAMES_SHOWN {
+                names.push_str(&format!(" and {} more", wave.nodes.len() - NAMES_SHOWN));
+            }
+            write!(
+                f,
+                "  {}: {}: {} node(s)",
+                wave.name,
+                wave.chosen_by,
+                wave.nodes.len()
+            )?;
+            if !names.is_empty() {
+                write!(f, " ({names})")?;
+            }
+            match wave.pause {
+                Some(Pause::Approve) => writeln!(f, ", then waits for an approval")?,
+                Some(pause @ Pause::For { .. }) => writeln!(f, ", then pauses {pause}")?,
+                None => writeln!(f)?,
+            }
+        }
+        let budget = &self.budget;
+        if budget.failed.basis_points == 0 {
+            write!(f, "  budget: the first failure stops the rollout")?;
+        } else {
+            write!(
+                f,
+                "  budget: stops when over {} of a wave's answers failed, once {} answered",
+                budget.failed, budget.min
+            )?;
+        }
+        match self.max_parallel {
+            Some(n) => writeln!(f, "; at most {n} sent at once")?,
+            None => writeln!(f)?,
+        }
+        for window in &self.windows {
+            writeln!(f, "  window: {window}")?;
+        }
+        Ok(())
+    }
+}
+
 /// How a wave chose its nodes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "by", rename_all = "kebab-case")]

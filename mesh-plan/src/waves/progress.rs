@@ -111,6 +111,18 @@ pub enum WaveEvent {
     },
 }
 
+impl From<crate::rollout::NodeReport> for WaveEvent {
+    /// A host's report as the gate reads it ([`crate::rollout::NodeReport::from_report`]).
+    fn from(report: crate::rollout::NodeReport) -> Self {
+        WaveEvent::Report {
+            node: report.node,
+            declaration: report.declaration,
+            send: report.send,
+            verdict: report.verdict,
+        }
+    }
+}
+
 /// A node that failed, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

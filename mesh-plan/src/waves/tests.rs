@@ -310,3 +310,18 @@ fn check_names_the_file_module_and_key_of_every_wave_problem() {
         ]
     );
 }
+
+#[test]
+fn a_plan_of_waves_reads_as_the_preview_shows_it() {
+    let rollout = CANARIES_TENTH_REST.replace(
+        "max-parallel = 3\n",
+        "max-parallel = 3\nwindows = [{ deny = \"Fri 12:00-24:00\" }, \
+         { allow = \"Mon-Fri 09:00-16:00\", zone = \"Europe/Berlin\" }]\n",
+    );
+    let (inventory, definition, targets) = fleet(24, &rollout);
+    let plan = plan_waves(&definition, &inventory, &targets).unwrap();
+    let (inventory, _, targets) = fleet(3, "");
+    let default = plan_waves(&definition, &inventory, &targets).unwrap();
+    insta::assert_snapshot!(format!("{plan}\n{default}"));
+    insta::assert_json_snapshot!(default);
+}
