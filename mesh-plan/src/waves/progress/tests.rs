@@ -436,3 +436,193 @@ fn the_budget_is_judged_once_min_have_answered() {
     assert!(over_budget(&default_budget(), 1, 1));
     assert!(!over_budget(&default_budget(), 3, 0));
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    #[derive(Debug, Clone)]
+    enum Happening {
+        Sent(usize),
+        Report(usize, u8),
+        SendFailed(usize),
+        Tick(u64),
+        Approve,
+        Pause,
+        Resume,
+        Abort,
+    }
+
+    fn happening() -> impl Strategy<Value = Happening> {
+        prop_oneof![
+            12 => (0usize..10).prop_map(Happening::Sent),
+            18 => (0usize..10, 0u8..8).prop_map(|(n, kind)| Happening::Report(n, kind)),
+            2 => (0usize..10).prop_map(Happening::SendFailed),
+            4 => (1u64..200).prop_map(Happening::Tick),
+            4 => Just(Happening::Approve),
+            2 => Just(Happening::Pause),
+            3 => Just(Happening::Resume),
+            1 => Just(Happening::Abort),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn no_wave_starts_before_the_last_answered_and_no_node_is_sent_twice(
+            cuts in proptest::collection::btree_set(1usize..10, 0..4),
+            pauses in proptest::collection::vec(0u8..3, 5),
+            budget in prop_oneof![
+                1 => Just(None),
+                3 => (0u32..=10_000, 1u32..4).prop_map(Some),
+            ],
+            max_parallel in prop_oneof![Just(None), (1u32..4).prop_map(Some)],
+            happenings in proptest::collection::vec(happening(), 0..80),
+        ) {
+            let node = |i: usize| format!("n{i}");
+            let mut bounds: Vec<usize> = cuts.into_iter().collect();
+            bounds.push(10);
+            let mut start = 0;
+            let mut texts = Vec::new();
+            for (i, end) in bounds.iter().enumerate() {
+                let nodes: Vec<String> = (start..*end).map(node).collect();
+                let pause = match pauses[i] {
+                    0 => "",
+                    1 => " then approve",
+                    _ => " then 100",
+                };
+                texts.push(format!("w{i}: {}{pause}", nodes.join(" ")));
+                start = *end;
+            }
+            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let spec = spec(&texts, budget, max_parallel);
+            let wave_of: BTreeMap<String, usize> = spec
+                .plan
+                .waves
+                .iter()
+                .enumerate()
+                .flat_map(|(i, w)| w.nodes.iter().map(move |n| (n.clone(), i)))
+                .collect();
+            let mut state = WaveState::new(&spec.plan);
+            let mut now = 1_000;
+            let mut sent: BTreeSet<String> = BTreeSet::new();
+            let mut ended = false;
+            // Each happening names a node by its place among those it can be about (begun for a
+            // send, sent for a report), so the rollout moves on through its waves.
+            let pick = |state: &WaveState, i: usize, sent: bool| -> String {
+                let candidates: Vec<&String> = state
+                    .nodes
+                    .iter()
+                    .filter(|(_, n)| {
+                        if sent {
+                            matches!(n, WaveNode::Sent { .. })
+                        } else {
+                            matches!(n, WaveNode::Begun { .. })
+                        }
+                    })
+                    .map(|(name, _)| name)
+                    .collect();
+                if candidates.is_empty() {
+                    node(i)
+                } else {
+                    candidates[i % candidates.len()].clone()
+                }
+            };
+            let mut happenings = happenings.into_iter();
+            let mut first = Some(WaveEvent::Start);
+            loop {
+                let event = match first.take() {
+                    Some(start) => start,
+                    None => match happenings.next() {
+                        None => break,
+                        Some(Happening::Sent(i)) => {
+                            let n = pick(&state, i, false);
+                            WaveEvent::Sent {
+                                node: n.clone(),
+                                declaration: "sha256:new".into(),
+                                send: Some(n),
+                            }
+                        }
+                        Some(Happening::Report(i, kind)) => {
+                            let n = pick(&state, i, true);
+                            WaveEvent::Report {
+                                node: n.clone(),
+                                declaration: if kind == 3 { "sha256:old" } else { "sha256:new" }
+                                    .into(),
+                                send: Some(if kind == 4 { "earlier".into() } else { n }),
+                                verdict: match kind {
+                                    1 => Verdict::Failed {
+                                        reasons: vec!["boom".into()],
+                                    },
+                                    2 => Verdict::Pending,
+                                    _ => Verdict::Applied,
+                                },
+                            }
+                        }
+                        Some(Happening::SendFailed(i)) => WaveEvent::SendFailed {
+                            node: pick(&state, i, false),
+                            reason: "down".into(),
+                        },
+                        Some(Happening::Tick(secs)) => {
+                            now += secs;
+                            WaveEvent::Tick
+                        }
+                        Some(Happening::Approve) => WaveEvent::Approve { actor: "a".into() },
+                        Some(Happening::Pause) => WaveEvent::Pause {
+                            actor: "a".into(),
+                            reason: "r".into(),
+                        },
+                        Some(Happening::Resume) => WaveEvent::Resume { actor: "a".into() },
+                        Some(Happening::Abort) => WaveEvent::Abort {
+                            actor: "a".into(),
+                            reason: "r".into(),
+                        },
+                    },
+                };
+                for action in step(&spec, &mut state, event, now) {
+                    match action {
+                        WaveAction::Send { wave, nodes } => {
+                            prop_assert!(!ended, "a send after the end");
+                            for n in nodes {
+                                prop_assert_eq!(wave_of[&n], wave);
+                                // Every node of every earlier wave has answered.
+                                for (other, w) in &wave_of {
+                                    if *w < wave {
+                                        prop_assert!(matches!(
+                                            state.nodes[other],
+                                            WaveNode::Applied { .. } | WaveNode::Failed { .. }
+                                        ), "{} sent before {} answered", n, other);
+                                    }
+                                }
+                                prop_assert!(sent.insert(n.clone()), "{} sent twice", n);
+                            }
+                        }
+                        WaveAction::BudgetExceeded { .. }
+                        | WaveAction::Aborted { .. }
+                        | WaveAction::Done => ended = true,
+                        WaveAction::WaveStarted { .. }
+                        | WaveAction::WaveDone { .. }
+                        | WaveAction::AwaitApproval { .. }
+                        | WaveAction::Approved { .. }
+                        | WaveAction::PauseUntil { .. }
+                        | WaveAction::WaitForWindow { .. }
+                        | WaveAction::Paused { .. }
+                        | WaveAction::HeldByOperator { .. }
+                        | WaveAction::Resumed { .. } => {}
+                    }
+                }
+                let under_way = state
+                    .nodes
+                    .values()
+                    .filter(|n| matches!(n, WaveNode::Begun { .. } | WaveNode::Sent { .. }))
+                    .count();
+                if !ended {
+                    prop_assert_eq!(under_way, state.counts.under_way);
+                }
+                if let Some(limit) = max_parallel {
+                    prop_assert!(under_way <= limit as usize);
+                }
+            }
+        }
+    }
+}
