@@ -7,7 +7,9 @@
 //! The modules, in dependency order (each uses only those before it, and the digest helpers
 //! here): [`audit`] (what an audit entry says), [`build`], [`diagnostic`], [`drift`] (what a
 //! host does with drift, named by a module, a node's inventory and a declaration alike),
-//! [`secret`], [`template`], [`declaration`], [`report`], [`module`], [`inventory`], [`plan`].
+//! [`secret`], [`template`], [`declaration`], [`report`], [`selector`] (the one grammar that
+//! chooses nodes by name and label), [`waves`] (the `[rollout]` table: waves, budget, windows),
+//! [`module`], [`inventory`], [`plan`].
 //!
 //! # Invariants
 //! - mesh-model performs no IO, reads no clock and spawns nothing: time is always an argument,
@@ -26,7 +28,9 @@ pub mod module;
 pub mod plan;
 pub mod report;
 pub mod secret;
+pub mod selector;
 pub mod template;
+pub mod waves;
 
 pub use diagnostic::Diagnostic;
 

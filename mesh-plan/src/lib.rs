@@ -27,6 +27,10 @@
 //! - [`step()`](rollout::step): one module's rollout as a state machine, events in and actions
 //!   out (the rules “Grants before code”, “One machine first” and “The gate judges each node from
 //!   its own send”).
+//! - [`plan_waves()`](waves::plan_waves), [`waves::progress::step`] and
+//!   [`waves::windows`]: a module's nodes in waves, a wave rollout as a state machine (this
+//!   plan's answers only, the failure budget, pauses, approvals) and the hours a wave may start
+//!   in (the rule “A change reaches the fleet in waves”).
 //! - [`preview::Walk`]: what a plan's rollouts would change on each node, module by module,
 //!   diffed as `plan NODE --diff` diffs (the merge's preview).
 //! - [`merge`]: the controller's decisions while it carries a plan out — where a merge's changed
@@ -51,6 +55,7 @@ pub mod plans;
 pub mod preview;
 pub mod rollout;
 pub mod settings;
+pub mod waves;
 
 #[cfg(test)]
 mod fixture;

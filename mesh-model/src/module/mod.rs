@@ -282,6 +282,9 @@ pub struct ModuleDefinition {
     /// What its hosts do with drift (default `correct`).
     #[serde(default)]
     pub drift: DriftPolicy,
+    /// Its own `[rollout]`: waves, budget, windows, over the inventory's key by key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::waves::RolloutPolicy>,
 }
 
 fn root() -> String {

@@ -87,14 +87,11 @@ impl Walk {
         self.source.archives.insert(module.to_owned(), archive);
         let (catalogue, _) = load_catalogue(&self.source);
         let mut inventory = self.inventory.clone();
-        inventory
-            .file
-            .assignments
-            .retain(|m, _| catalogue.module(m).is_some() || m == module);
+        inventory.retain_assignments(|m| catalogue.module(m).is_some() || m == module);
         let valid = catalogue.module(module).is_some();
         let mut nodes = Vec::new();
         if valid {
-            for node in inventory.file.assignments.get(module).into_iter().flatten() {
+            for node in inventory.nodes_of(module) {
                 let running = inventory.file.nodes.get(node).is_some_and(|n| n.running);
                 let composed = running.then(|| {
                     let before = self.holds.get(node).cloned().flatten();
@@ -108,7 +105,7 @@ impl Walk {
                     })
                 });
                 nodes.push(NodeStep {
-                    node: node.clone(),
+                    node: node.to_owned(),
                     running,
                     composed,
                 });

@@ -47,6 +47,7 @@ pub fn init(home: &Home, example: bool) -> Result<()> {
             bus_node: "control".to_owned(),
             nodes,
             assignments: BTreeMap::new(),
+            ..InventoryFile::default()
         })?;
         let modules = home.modules_dir();
         std::fs::create_dir_all(&modules).map_err(file_error("creating", &modules))?;

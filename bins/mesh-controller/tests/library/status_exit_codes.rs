@@ -32,6 +32,7 @@ impl Bed {
             bus_node: "a".into(),
             nodes: [("a".into(), Node::default()), ("b".into(), Node::default())].into(),
             assignments: Default::default(),
+            ..InventoryFile::default()
         })
         .unwrap();
         for node in ["a", "b"] {
