@@ -303,6 +303,16 @@ impl Inventory {
             .collect()
     }
 
+    /// Every module with an assignment, by name or by selector.
+    pub fn assigned_modules(&self) -> BTreeSet<&str> {
+        self.file
+            .assignments
+            .keys()
+            .chain(self.file.selected.keys())
+            .map(String::as_str)
+            .collect()
+    }
+
     /// The nodes `module` is assigned to — by name, and every node of the inventory its
     /// selector matches — in order of name.
     pub fn nodes_of(&self, module: &str) -> BTreeSet<&str> {

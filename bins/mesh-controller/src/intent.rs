@@ -286,16 +286,15 @@ async fn refresh_at(home: &Home, store: &dyn ArchiveStore, fingerprint: String) 
     // A module in no catalogue the nodes run reaches its nodes with its plan's rollout: it is
     // no part of what they should run until then, and what they were sent of it is not judged.
     let unknown: BTreeMap<String, Vec<String>> = inventory
-        .file
-        .assignments
-        .iter()
-        .filter(|(module, _)| catalogue.module(module).is_none())
-        .map(|(module, nodes)| (module.clone(), nodes.iter().cloned().collect()))
+        .assigned_modules()
+        .into_iter()
+        .filter(|module| catalogue.module(module).is_none())
+        .map(|module| {
+            let nodes = inventory.nodes_of(module).into_iter().map(str::to_owned);
+            (module.to_owned(), nodes.collect())
+        })
         .collect();
-    inventory
-        .file
-        .assignments
-        .retain(|module, _| catalogue.module(module).is_some());
+    inventory.retain_assignments(|module| catalogue.module(module).is_some());
     let nodes: Vec<String> = inventory.file.nodes.keys().cloned().collect();
     let kept = home.intents().all()?;
     let mut intents = intents_of(&catalogue, &inventory, &nodes);
@@ -558,12 +557,11 @@ pub(crate) async fn nodes_differing_on(
     let inventory = home.inventory()?;
     let sent = home.sent().digests()?;
     let mut differing = Vec::new();
-    let assigned = inventory
-        .file
-        .assignments
-        .get(module)
-        .cloned()
-        .unwrap_or_default();
+    let assigned: Vec<String> = inventory
+        .nodes_of(module)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
     for node in assigned {
         let Some(intent) = intents.get(&node) else {
             continue;

@@ -209,19 +209,17 @@ pub fn compare_with_inventory(inventory: &Inventory, found: Discovery) -> Runtim
     let mut running_elsewhere = Vec::new();
     for (node, modules) in &served {
         for module in modules {
-            let Some(assigned) = inventory.file.assignments.get(*module) else {
-                continue;
-            };
+            let assigned = inventory.nodes_of(module);
             if assigned.is_empty()
                 || assigned.contains(*node)
-                || !assigned.iter().all(|n| known.contains(n.as_str()))
+                || !assigned.iter().all(|n| known.contains(n))
             {
                 continue;
             }
             running_elsewhere.push(RunningElsewhere {
                 module: (*module).to_owned(),
                 node: (*node).to_owned(),
-                assigned_to: assigned.iter().cloned().collect(),
+                assigned_to: assigned.iter().map(|n| (*n).to_owned()).collect(),
             });
         }
     }

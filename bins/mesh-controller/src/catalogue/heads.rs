@@ -191,7 +191,7 @@ pub(crate) fn head_of(repo: &repos::RepoRecord) -> Result<(String, HeadRead)> {
 /// A record cannot be read; a repository's head or catalogue cannot be read (naming it).
 pub(crate) fn check_heads(home: &Home) -> Result<Vec<Head>> {
     let inventory = home.inventory()?;
-    let assigned: BTreeSet<&String> = inventory.file.assignments.keys().collect();
+    let assigned: BTreeSet<&str> = inventory.assigned_modules();
     let mut out = Vec::new();
     for repo in home.repos().all()? {
         let (commit, read) = head_of(&repo)?;
@@ -200,7 +200,7 @@ pub(crate) fn check_heads(home: &Home) -> Result<Vec<Head>> {
         let modules: Vec<String> = source
             .modules
             .keys()
-            .filter(|m| assigned.contains(m))
+            .filter(|m| assigned.contains(m.as_str()))
             .cloned()
             .collect();
         let (_, diagnostics) = load_catalogue(&source);

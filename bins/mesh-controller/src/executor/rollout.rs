@@ -89,10 +89,7 @@ pub(crate) async fn rollout_catalogue(
         .insert(module.to_owned(), build.archive.clone());
     let (catalogue, _) = load_catalogue(&source);
     let mut inventory = home.inventory()?;
-    inventory
-        .file
-        .assignments
-        .retain(|m, _| catalogue.module(m).is_some() || m == module);
+    inventory.retain_assignments(|m| catalogue.module(m).is_some() || m == module);
     Ok((catalogue, inventory, old))
 }
 
@@ -346,13 +343,12 @@ impl Rollout {
         home.plans().clear_rollout_nodes(&self.plan, &module)?;
         // What every node was sent, in one listing.
         let mut sent_before = home.sent().digests()?;
-        let assigned = self
+        let assigned: std::collections::BTreeSet<String> = self
             .inventory
-            .file
-            .assignments
-            .get(&module)
-            .cloned()
-            .unwrap_or_default();
+            .nodes_of(&module)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
         let (running, not_running): (Vec<String>, Vec<String>) =
             assigned.into_iter().partition(|node| {
                 self.inventory

@@ -89,13 +89,7 @@ fn unset_ahead(home: &Home, checked: &Checked) -> Result<Vec<mesh_model::Diagnos
         let Some(plan) = &newest.plan else {
             continue;
         };
-        for node in inventory
-            .file
-            .assignments
-            .get(&module)
-            .into_iter()
-            .flatten()
-        {
+        for node in inventory.nodes_of(&module) {
             for key in mesh_plan::compose::keys_unset(&newest.definition, &inventory, node) {
                 let running = checked.0.module(&module);
                 if running.is_some_and(|m| m.definition.required.iter().any(|r| r == key)) {

@@ -170,15 +170,9 @@ pub async fn preview(ctx: &Ctx, record: &PlanRecord) -> Result<Preview> {
     // diffed from it, then from what the modules before would have sent it.
     let mut sent = BTreeMap::new();
     for module in record.plan.tiers.iter().flatten() {
-        for node in base_inventory
-            .file
-            .assignments
-            .get(module)
-            .into_iter()
-            .flatten()
-        {
+        for node in base_inventory.nodes_of(module) {
             if !sent.contains_key(node) {
-                sent.insert(node.clone(), home.sent().get(node)?);
+                sent.insert(node.to_owned(), home.sent().get(node)?);
             }
         }
     }

@@ -121,7 +121,11 @@ pub(crate) fn at_heads(
     heads: &[crate::catalogue::heads::Head],
 ) -> Result<Vec<ComingOrphans>> {
     let inventory = home.inventory()?;
-    let assigned: BTreeSet<String> = inventory.file.assignments.keys().cloned().collect();
+    let assigned: BTreeSet<String> = inventory
+        .assigned_modules()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
     let mut out = Vec::new();
     for repo in home.repos().all()? {
         // The commit `heads` read (fetched first when the repository is registered by URL).

@@ -44,9 +44,8 @@ pub fn nodes_behind(home: &Home) -> Result<Vec<NodeBehind>> {
     let sent = home.sent().digests()?;
     let mut out = Vec::new();
     for record in &deployed {
-        let assigned = inventory.file.assignments.get(&record.module);
         for (node, not_sent) in &record.not_running {
-            if !assigned.is_some_and(|nodes| nodes.contains(node)) {
+            if !inventory.assigns(&record.module, node) {
                 continue;
             }
             let sent_since = sent.get(node) != not_sent.before.as_ref();
