@@ -9,3 +9,4 @@ mod demo;
 mod plan_all;
 mod progress;
 mod read_only;
+mod selected;
