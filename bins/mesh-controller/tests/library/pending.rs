@@ -138,7 +138,8 @@ fn a_secrets_rotation_makes_every_node_using_a_secret_pending_until_it_is_pushed
         .unwrap();
     assert!(!answer.refused(), "{answer:?}");
     push_all_settled(&mesh);
-    mesh.library().secrets_rotate().unwrap();
+    let library = mesh.library();
+    library.block_on(library.mesh().rotate_secrets()).unwrap();
     // `control`'s layer of `base` holds a secret; `tls`'s key file in the home's catalogue is a
     // secret of `control` and `home`: every one was sealed anew, under the newer key.
     assert_eq!(

@@ -199,12 +199,14 @@ fn an_operators_key_opens_every_secret_and_a_rotation_leaves_every_layer_readabl
         operator.open(&secret).is_ok(),
         "the operator's key opens it"
     );
-    let refused = mesh.library().secrets_recipients_add(&operator_key);
+    let refused =
+        mesh_controller::secrets::change_recipients(mesh.library().home(), &operator_key, true);
     assert!(refused.is_err(), "{refused:?}");
 
     let old_key = mesh_key(&mesh);
     let plain = old_key.open(&secret).unwrap();
-    let rotated = mesh.library().secrets_rotate().unwrap();
+    let library = mesh.library();
+    let rotated = library.block_on(library.mesh().rotate_secrets()).unwrap();
     assert!(rotated.pending.is_empty(), "{rotated:?}");
     assert_eq!(rotated.resealed, 2, "{rotated:?}");
     let new_key = mesh_key(&mesh);
@@ -236,10 +238,9 @@ fn an_operators_key_opens_every_secret_and_a_rotation_leaves_every_layer_readabl
             );
         }
     }
-    let removed = mesh
-        .library()
-        .secrets_recipients_remove(&operator_key)
-        .unwrap();
+    let removed =
+        mesh_controller::secrets::change_recipients(mesh.library().home(), &operator_key, false)
+            .unwrap();
     assert_eq!(removed.recipients.len(), 0, "{removed:?}");
     let after = secret_in_layer(&mesh, "tls", "home", "host");
     assert!(operator.open(&after).is_err());

@@ -15,7 +15,6 @@ mod broker;
 mod plans;
 mod push;
 mod records;
-mod secrets;
 mod settings;
 mod status;
 
@@ -112,8 +111,19 @@ impl Library {
         })
     }
 
-    fn home(&self) -> &mesh_controller::Home {
+    /// The mesh, whose front door a test calls.
+    pub fn mesh(&self) -> &mesh_controller::Mesh {
+        &self.mesh
+    }
+
+    /// The mesh's home.
+    pub fn home(&self) -> &mesh_controller::Home {
         self.mesh.home()
+    }
+
+    /// Runs an async call of the front door on the library's runtime.
+    pub fn block_on<F: std::future::Future>(&self, call: F) -> F::Output {
+        self.tokio.block_on(call)
     }
 
     /// The bus (the command's `--bus`), as a command that needs one asks for it.
