@@ -155,6 +155,17 @@ impl Mesh {
         )
     }
 
+    /// The catalogue the mesh composes from — the registered repositories' builds over the
+    /// home's modules — and its problems; a home with no mesh is refused first.
+    ///
+    /// # Errors
+    /// The home holds no mesh; the catalogue cannot be read
+    /// ([`crate::catalogue::effective_catalogue`]).
+    pub async fn checked(&self) -> Result<crate::push::Checked> {
+        self.home.require()?;
+        builds::effective_catalogue(&self.home, self.store()).await
+    }
+
     /// `secrets rotate`: a new mesh secrets key, every secret sealed again to it
     /// ([`crate::secrets::rotate`]), then what each node should run composed again (every
     /// secret's keyed digest is new).

@@ -57,8 +57,14 @@ fn set_secret(
     key: &str,
     value: &[u8],
 ) -> Result<mesh_controller::settings::Answer, String> {
-    mesh.library()
-        .settings_set_secret(module, Some(node), key, value)
+    mesh.library().call(async |mesh| {
+        mesh.settings_edit(
+            &crate::support::layer(module, Some(node)),
+            &mesh_controller::SettingsEdit::SetSecret { key, value },
+            mesh_store::clock::now(),
+        )
+        .await
+    })
 }
 
 /// What `settings set-secret --output json` prints.
@@ -120,7 +126,10 @@ fn a_secret_set_from_standard_input_is_kept_and_shown_only_as_its_keyed_digest()
     }
     let json = mesh
         .library()
-        .settings_show("tls", Some("home"), true)
+        .call(async |mesh| {
+            mesh.settings_show(&crate::support::layer("tls", Some("home")), true)
+                .await
+        })
         .unwrap();
     read.push_str(&serde_json::to_string_pretty(&json).unwrap());
     read.push_str(&run);

@@ -15,7 +15,6 @@ mod broker;
 mod plans;
 mod push;
 mod records;
-mod settings;
 mod status;
 
 // Each test file uses some of them.
@@ -119,6 +118,15 @@ impl Library {
     /// The mesh's home.
     pub fn home(&self) -> &mesh_controller::Home {
         self.mesh.home()
+    }
+
+    /// A call of the front door on the mesh, run on the library's runtime; its error as the
+    /// binary says it.
+    pub fn call<T>(
+        &self,
+        call: impl AsyncFnOnce(&mesh_controller::Mesh) -> mesh_controller::Result<T>,
+    ) -> Result<T, String> {
+        self.tokio.block_on(call(&self.mesh)).map_err(|e| said(&e))
     }
 
     /// Runs an async call of the front door on the library's runtime.
