@@ -270,7 +270,7 @@ pub async fn current_for_status(home: &Home, store: &dyn ArchiveStore) {
 /// [`keep_current`] after `what` changed an input (a rollout that deployed, a settings change,
 /// a rotation): a failure is logged, never the changer's failure — the next `status` composes
 /// them again.
-pub async fn keep_current_logged(home: &Home, store: &dyn ArchiveStore, what: &str) {
+pub(crate) async fn keep_current_logged(home: &Home, store: &dyn ArchiveStore, what: &str) {
     if let Err(error) = keep_current(home, store).await {
         tracing::warn!(
             error = %error.chain_line(),

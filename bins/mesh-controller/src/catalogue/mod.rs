@@ -22,5 +22,4 @@ pub use builds::{
     build_module, effective_catalogue, short_commit, BuildSource, DeployedRecord, NotSent,
 };
 pub use heads::{read, Running};
-pub use newest::newest_known;
 pub use repos::{add, add_with, catalogue_at, changed_paths, resolve, AddOptions, RepoRecord};

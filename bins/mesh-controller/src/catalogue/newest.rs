@@ -19,7 +19,7 @@ use serde::Serialize;
 
 /// The newest version of a module the mesh knows, and where it was read.
 #[derive(Debug, Clone)]
-pub struct Newest {
+pub(crate) struct Newest {
     /// Its definition.
     pub definition: ModuleDefinition,
     /// Where it was read: an open plan (`plan-2 (at 1a2b3c4d5e6f)`), or what the nodes run.
@@ -75,7 +75,7 @@ pub(crate) fn newest_definition(
 /// # Errors
 /// As [`newest_definition`]; [`crate::Error::Refused`] when `module` is not a module of the
 /// catalogue.
-pub fn newest_known(home: &Home, catalogue: &Catalogue, module: &str) -> Result<Newest> {
+pub(crate) fn newest_known(home: &Home, catalogue: &Catalogue, module: &str) -> Result<Newest> {
     newest_definition(home, catalogue, module)?
         .ok_or_else(|| crate::error::Error::refused(not_a_module(catalogue, module)))
 }

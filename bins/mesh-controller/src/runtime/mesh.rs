@@ -155,6 +155,30 @@ impl Mesh {
         )
     }
 
+    /// The catalogue the mesh composes from — the registered repositories' builds over the
+    /// home's modules — and its problems; a home with no mesh is refused first.
+    ///
+    /// # Errors
+    /// The home holds no mesh; the catalogue cannot be read
+    /// ([`crate::catalogue::effective_catalogue`]).
+    pub async fn checked(&self) -> Result<crate::push::Checked> {
+        self.home.require()?;
+        builds::effective_catalogue(&self.home, self.store()).await
+    }
+
+    /// `secrets rotate`: a new mesh secrets key, every secret sealed again to it
+    /// ([`crate::secrets::rotate`]), then what each node should run composed again (every
+    /// secret's keyed digest is new).
+    ///
+    /// # Errors
+    /// As [`crate::secrets::rotate`]: the rotation could not begin or a record could not be
+    /// written; a repository not done is in [`crate::secrets::Rotated::pending`], not an error.
+    pub async fn rotate_secrets(&self) -> Result<crate::secrets::Rotated> {
+        let rotated = crate::secrets::rotate(&self.home, self.store()).await?;
+        crate::intent::keep_current_logged(&self.home, self.store(), "secrets rotate").await;
+        Ok(rotated)
+    }
+
     /// The fleet's bus, when the mesh is on one.
     pub fn bus(&self) -> Option<&BusConfig> {
         match &self.fleet {

@@ -25,11 +25,13 @@ pub(crate) mod preview;
 
 mod drive;
 mod mesh;
+mod settings;
 
 pub(crate) use drive::drive;
 pub use drive::DriveMode;
 pub(crate) use mesh::{Ctx, Started};
 pub use mesh::{GivenFleet, Mesh, MeshOptions};
+pub use settings::{SettingsEdit, SettingsOptions};
 
 use crate::catalogue::repos;
 use crate::error::{Context, Error, Result};

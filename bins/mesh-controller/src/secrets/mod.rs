@@ -30,7 +30,8 @@ pub(crate) mod rotate_files;
 pub(crate) mod secret_files;
 
 pub use retired::said;
-pub use rotate::{rotate, Rotated};
+pub(crate) use rotate::rotate;
+pub use rotate::Rotated;
 pub use secret_files::{encrypt_file, Encrypted};
 
 use crate::error::{Error, Result};

@@ -50,7 +50,10 @@ pub struct Rotated {
 /// # Errors
 /// A secret no key opens (named by its record); a record or key file that cannot be read or
 /// written; a deployed build that cannot be read from the store.
-pub async fn rotate(home: &Home, store: &dyn mesh_store::store::ArchiveStore) -> Result<Rotated> {
+pub(crate) async fn rotate(
+    home: &Home,
+    store: &dyn mesh_store::store::ArchiveStore,
+) -> Result<Rotated> {
     let old = mesh_key(home)?;
     let next_path = home.root().join(NEXT_MESH_KEY_FILE);
     let next = MeshKey::load_or_create(&next_path)

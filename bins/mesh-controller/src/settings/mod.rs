@@ -95,7 +95,7 @@ impl Shown {
 ///
 /// # Errors
 /// An unknown module or node (naming the ones there are); a record that cannot be read.
-pub fn show(on: &On<'_>, module: &str, node: Option<&str>, history: bool) -> Result<Shown> {
+pub(crate) fn show(on: &On<'_>, module: &str, node: Option<&str>, history: bool) -> Result<Shown> {
     let (home, catalogue) = (on.home, on.catalogue);
     let scope = scope(home, catalogue, module, node)?;
     // A secret is shown by its digest, never its ciphertext (the rule “A secret is readable
@@ -376,7 +376,7 @@ pub const SECRET_LIMIT: usize = 64 * 1024;
 /// An unknown module, node or key (nothing changed), an empty value or one longer than
 /// [`SECRET_LIMIT`] (refused before anything is read or written), a key under a value that is
 /// not a table, or a record that cannot be read or written.
-pub fn set_secret(
+pub(crate) fn set_secret(
     on: &On<'_>,
     module: &str,
     node: Option<&str>,
@@ -437,7 +437,7 @@ pub fn set_secret(
 }
 
 /// `settings clear MODULE [--node NODE]`.
-pub fn clear(on: &On<'_>, module: &str, node: Option<&str>, now: u64) -> Result<Answer> {
+pub(crate) fn clear(on: &On<'_>, module: &str, node: Option<&str>, now: u64) -> Result<Answer> {
     let (home, catalogue) = (on.home, on.catalogue);
     let scope = scope(home, catalogue, module, node)?;
     if home.layers().get(module, &scope)?.is_none() {
@@ -452,7 +452,7 @@ pub fn clear(on: &On<'_>, module: &str, node: Option<&str>, now: u64) -> Result<
 /// `settings restore MODULE [--node NODE] REVISION`: puts back a layer from the history (the
 /// layer it replaces is kept too), checked against the newest version of the module the mesh
 /// knows as `settings set` checks a layer.
-pub fn restore(
+pub(crate) fn restore(
     on: &On<'_>,
     module: &str,
     node: Option<&str>,
@@ -549,7 +549,7 @@ fn moved(layer: &Value, old: &str, new: &str) -> Option<Value> {
 ///
 /// # Errors
 /// As above (a refusal), or a record that cannot be read or written.
-pub fn rename(
+pub(crate) fn rename(
     on: &On<'_>,
     module: &str,
     (old, new): (&str, &str),

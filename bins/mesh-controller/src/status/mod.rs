@@ -14,7 +14,7 @@ pub(crate) mod alert;
 pub(crate) mod behind;
 pub(crate) mod pending;
 
-pub use crate::intent::{current_for_status, fingerprint, keep_current, keep_current_logged, Kept};
+pub use crate::intent::{current_for_status, fingerprint, keep_current, Kept};
 pub use acks::{ack, Acked, Acks, DEFAULT_DRIFT_RETENTION_SECS};
 pub use alert::{clock_skew_words, judge, Health, Verdict, DEFAULT_MID_CHANGE_AFTER_SECS};
 pub use behind::{nodes_behind, to_send, BehindPushed};

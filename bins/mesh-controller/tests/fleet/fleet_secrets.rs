@@ -128,7 +128,7 @@ fn a_secret_rolled_out_over_the_bus_is_in_clear_only_in_its_applied_files() {
     write(&modules.join("vault/module.toml"), VAULT_MODULE);
     write(&modules.join("vault/token"), &token);
     let token_file = modules.join("vault/token");
-    bed.library().secrets_encrypt(&token_file).unwrap();
+    mesh_controller::secrets::encrypt_file(bed.library().home(), &token_file).unwrap();
     let catalogue = bed.home.path().join("catalogue");
     git(&catalogue, &["init", "-q", "-b", "main"]);
     git(&catalogue, &["add", "-A"]);

@@ -66,7 +66,17 @@ fn status_of(bed: &Bed, code: u8) -> Value {
 fn set(bed: &Bed, module: &str, node: &str, json: &str) {
     let answer = bed
         .library()
-        .settings_set(module, Some(node), json, false)
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer(module, Some(node)),
+                &mesh_controller::SettingsEdit::Set {
+                    json,
+                    replace: false,
+                },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
     assert!(!answer.refused(), "{answer:?}");
 }
@@ -368,7 +378,15 @@ fn a_merge_orphaning_a_setting_is_held_by_the_daemon_until_the_setting_is_rename
     // Renamed, the daemon drives the plan again by itself (no merge, no command) and sends
     // `a`, which keeps its port.
     bed.library()
-        .settings_rename("web", "port", "http-port")
+        .call(async |mesh| {
+            mesh.settings_rename(
+                "web",
+                ("port", "http-port"),
+                "mesh-controller settings rename",
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
     wait_for_plan_done(&bed, &renamed);
     assert_eq!(conf("a"), "listen 9090\n");

@@ -117,7 +117,17 @@ fn renamed_upstream() -> (Mesh, Repo) {
     add_and_merge(&mesh, &repo);
     let set = mesh
         .library()
-        .settings_set("web", Some("a"), r#"{"port": 9090}"#, false)
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("web", Some("a")),
+                &mesh_controller::SettingsEdit::Set {
+                    json: r#"{"port": 9090}"#,
+                    replace: false,
+                },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
     assert!(!set.refused());
     push(&mesh, &["a", "b"]);
@@ -187,7 +197,17 @@ fn a_type_change_is_named_with_the_default_the_node_gets() {
     add_and_merge(&mesh, &repo);
     let set = mesh
         .library()
-        .settings_set("web", None, r#"{"port": 9090}"#, false)
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("web", None),
+                &mesh_controller::SettingsEdit::Set {
+                    json: r#"{"port": 9090}"#,
+                    replace: false,
+                },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
     assert!(!set.refused());
     write_web(&repo, "port", "\"8080\"");
@@ -216,22 +236,51 @@ fn settings_rename_keeps_the_value_under_the_new_name_in_every_layer_and_in_hist
     let (mesh, repo) = renamed_upstream();
     let set = mesh
         .library()
-        .settings_set("web", None, r#"{"port": 8081}"#, false)
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("web", None),
+                &mesh_controller::SettingsEdit::Set {
+                    json: r#"{"port": 8081}"#,
+                    replace: false,
+                },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
     assert!(!set.refused());
     merge_plan_only(&mesh);
 
     // Refused, nothing changed: a key no layer sets, and a name the new version does not take.
     let shown = |mesh: &Mesh| {
-        let shown = mesh.library().settings_show("web", Some("a"), false);
+        let shown = mesh.library().call(async |mesh| {
+            mesh.settings_show(&crate::support::layer("web", Some("a")), false)
+                .await
+        });
         serde_json::to_value(shown.unwrap()).unwrap()
     };
     let before = shown(&mesh);
-    let Err(none) = mesh.library().settings_rename("web", "size", "capacity") else {
+    let Err(none) = mesh.library().call(async |mesh| {
+        mesh.settings_rename(
+            "web",
+            ("size", "capacity"),
+            "mesh-controller settings rename",
+            mesh_store::clock::now(),
+        )
+        .await
+    }) else {
         panic!("no layer sets `size`");
     };
     assert!(none.contains("no layer of `web` sets `size`"), "{none}");
-    let Err(unknown) = mesh.library().settings_rename("web", "port", "listen-port") else {
+    let Err(unknown) = mesh.library().call(async |mesh| {
+        mesh.settings_rename(
+            "web",
+            ("port", "listen-port"),
+            "mesh-controller settings rename",
+            mesh_store::clock::now(),
+        )
+        .await
+    }) else {
         panic!("plan-2's `web` accepts no `listen-port`");
     };
     assert!(
@@ -246,7 +295,10 @@ fn settings_rename_keeps_the_value_under_the_new_name_in_every_layer_and_in_hist
     insta::assert_snapshot!("rename", redacted(&repo, &out));
     let shown = mesh
         .library()
-        .settings_show("web", Some("a"), true)
+        .call(async |mesh| {
+            mesh.settings_show(&crate::support::layer("web", Some("a")), true)
+                .await
+        })
         .unwrap();
     let shown = serde_json::to_value(shown).unwrap();
     assert_eq!(shown["layer"], serde_json::json!({"http-port": 9090}));
@@ -321,7 +373,15 @@ fn a_merge_holds_the_node_whose_setting_it_orphans_until_the_setting_is_renamed(
 
     // The rename ends the hold: the next drive sends `a`, which keeps its port.
     mesh.library()
-        .settings_rename("web", "port", "http-port")
+        .call(async |mesh| {
+            mesh.settings_rename(
+                "web",
+                ("port", "http-port"),
+                "mesh-controller settings rename",
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
     let resumed = resume(&mesh, &[]);
     assert!(resumed.contains("sent `a`"), "{resumed}");
@@ -419,10 +479,17 @@ fn a_setting_is_set_ahead_of_the_version_that_needs_it_and_waits_for_its_plan() 
     repo.commit("web takes workers");
 
     // Before the new version is planned, the version the nodes run refuses the key.
-    let Err(refused) = mesh
-        .library()
-        .settings_set("web", None, r#"{"workers": 4}"#, false)
-    else {
+    let Err(refused) = mesh.library().call(async |mesh| {
+        mesh.settings_edit(
+            &crate::support::layer("web", None),
+            &mesh_controller::SettingsEdit::Set {
+                json: r#"{"workers": 4}"#,
+                replace: false,
+            },
+            mesh_store::clock::now(),
+        )
+        .await
+    }) else {
         panic!("the version the nodes run accepts no `workers`");
     };
     assert!(
@@ -434,7 +501,17 @@ fn a_setting_is_set_ahead_of_the_version_that_needs_it_and_waits_for_its_plan() 
     merge_plan_only(&mesh);
     let set = mesh
         .library()
-        .settings_set("web", None, r#"{"workers": 4}"#, false)
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("web", None),
+                &mesh_controller::SettingsEdit::Set {
+                    json: r#"{"workers": 4}"#,
+                    replace: false,
+                },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
     assert!(!set.refused());
     // What `settings set` says as "checked against plan-2 (at …" and each key waiting.
@@ -454,7 +531,17 @@ fn a_setting_is_set_ahead_of_the_version_that_needs_it_and_waits_for_its_plan() 
     // the same way.
     let secret = mesh
         .library()
-        .settings_set_secret("web", Some("a"), "greeting", b"hi")
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("web", Some("a")),
+                &mesh_controller::SettingsEdit::SetSecret {
+                    key: "greeting",
+                    value: b"hi",
+                },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
     assert!(
         secret
@@ -464,10 +551,22 @@ fn a_setting_is_set_ahead_of_the_version_that_needs_it_and_waits_for_its_plan() 
             && waiting(&secret).contains("`greeting` waits for plan-2"),
         "{secret:?}"
     );
-    mesh.library().settings_clear("web", Some("a")).unwrap();
+    mesh.library()
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("web", Some("a")),
+                &mesh_controller::SettingsEdit::Clear,
+                mesh_store::clock::now(),
+            )
+            .await
+        })
+        .unwrap();
     let history = mesh
         .library()
-        .settings_show("web", Some("a"), true)
+        .call(async |mesh| {
+            mesh.settings_show(&crate::support::layer("web", Some("a")), true)
+                .await
+        })
         .unwrap();
     let history = serde_json::to_value(history).unwrap();
     let revision = history["history"]
@@ -480,7 +579,14 @@ fn a_setting_is_set_ahead_of_the_version_that_needs_it_and_waits_for_its_plan() 
         .unwrap();
     let restored = mesh
         .library()
-        .settings_restore("web", Some("a"), revision)
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("web", Some("a")),
+                &mesh_controller::SettingsEdit::Restore { revision },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
     assert!(
         restored
@@ -491,7 +597,13 @@ fn a_setting_is_set_ahead_of_the_version_that_needs_it_and_waits_for_its_plan() 
         "{restored:?}"
     );
     // What `settings show web` says of each key waiting.
-    let shown = mesh.library().settings_show("web", None, false).unwrap();
+    let shown = mesh
+        .library()
+        .call(async |mesh| {
+            mesh.settings_show(&crate::support::layer("web", None), false)
+                .await
+        })
+        .unwrap();
     let said: String = shown.waiting.iter().map(|w| format!("{w}\n")).collect();
     assert!(said.contains("`workers` waits for plan-2"), "{said}");
     let json = serde_json::to_value(&shown).unwrap();
@@ -519,6 +631,12 @@ fn a_setting_is_set_ahead_of_the_version_that_needs_it_and_waits_for_its_plan() 
     );
     let (check, sound) = self::check(&mesh);
     assert!(sound, "{check:#}");
-    let shown = mesh.library().settings_show("web", None, false).unwrap();
+    let shown = mesh
+        .library()
+        .call(async |mesh| {
+            mesh.settings_show(&crate::support::layer("web", None), false)
+                .await
+        })
+        .unwrap();
     assert!(shown.waiting.is_empty(), "{:?}", shown.waiting);
 }

@@ -73,7 +73,17 @@ fn a_setting_set_and_not_pushed_is_pending_until_the_node_is_pushed() {
     push_all_settled(&mesh);
     let answer = mesh
         .library()
-        .settings_set("base", Some("home"), r#"{"motd": "a new day"}"#, false)
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("base", Some("home")),
+                &mesh_controller::SettingsEdit::Set {
+                    json: r#"{"motd": "a new day"}"#,
+                    replace: false,
+                },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
     assert!(!answer.refused(), "{answer:?}");
     assert_eq!(
@@ -129,16 +139,22 @@ fn a_secrets_rotation_makes_every_node_using_a_secret_pending_until_it_is_pushed
     let mesh = mesh();
     let answer = mesh
         .library()
-        .settings_set_secret(
-            "base",
-            Some("control"),
-            "admin-email",
-            b"root@control.internal",
-        )
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("base", Some("control")),
+                &mesh_controller::SettingsEdit::SetSecret {
+                    key: "admin-email",
+                    value: b"root@control.internal",
+                },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
     assert!(!answer.refused(), "{answer:?}");
     push_all_settled(&mesh);
-    mesh.library().secrets_rotate().unwrap();
+    let library = mesh.library();
+    library.block_on(library.mesh().rotate_secrets()).unwrap();
     // `control`'s layer of `base` holds a secret; `tls`'s key file in the home's catalogue is a
     // secret of `control` and `home`: every one was sealed anew, under the newer key.
     assert_eq!(

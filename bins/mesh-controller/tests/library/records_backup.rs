@@ -89,11 +89,31 @@ fn the_embedded_homes_records_come_back_byte_for_byte() {
     let secret = unique_value("hunter2");
     let library = mesh.library();
     let set = library
-        .settings_set_secret("tls", Some("home"), "host", secret.as_bytes())
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("tls", Some("home")),
+                &mesh_controller::SettingsEdit::SetSecret {
+                    key: "host",
+                    value: secret.as_bytes(),
+                },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
     assert!(!set.refused(), "{set:?}");
     let set = library
-        .settings_set("backup", Some("home"), r#"{"keep": 9}"#, false)
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("backup", Some("home")),
+                &mesh_controller::SettingsEdit::Set {
+                    json: r#"{"keep": 9}"#,
+                    replace: false,
+                },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
     assert!(!set.refused(), "{set:?}");
     let before = record_files(mesh.home());
@@ -206,7 +226,17 @@ fn a_fleets_records_bucket_comes_back_byte_for_byte() {
     let secret = unique_value("s3cret");
     let set = bed
         .library()
-        .settings_set_secret("vault", Some("a"), "token", secret.as_bytes())
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("vault", Some("a")),
+                &mesh_controller::SettingsEdit::SetSecret {
+                    key: "token",
+                    value: secret.as_bytes(),
+                },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
     assert!(!set.refused(), "{set:?}");
 
@@ -235,13 +265,26 @@ fn a_fleets_records_bucket_comes_back_byte_for_byte() {
     assert_eq!(bucket(&bed).1, before);
     // The controller reads its mesh again.
     bed.library()
-        .settings_show("vault", Some("a"), false)
+        .call(async |mesh| {
+            mesh.settings_show(&crate::support::layer("vault", Some("a")), false)
+                .await
+        })
         .unwrap();
 
     // A bucket holding what the archive does not is refused by name; nothing is written.
     let set = bed
         .library()
-        .settings_set("vault", None, r#"{"motd": "changed"}"#, false)
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("vault", None),
+                &mesh_controller::SettingsEdit::Set {
+                    json: r#"{"motd": "changed"}"#,
+                    replace: false,
+                },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
     assert!(!set.refused(), "{set:?}");
     let (_, changed) = bucket(&bed);

@@ -64,7 +64,8 @@ fn mesh_with_vault(mode: &str, token: &str) -> Mesh {
 /// `secrets encrypt FILE`, in process: what `--output json` prints, or the error as the binary
 /// says it (it exits 1 then).
 fn encrypt(mesh: &Mesh, file: &Path) -> Result<mesh_controller::secrets::Encrypted, String> {
-    mesh.library().secrets_encrypt(file)
+    mesh_controller::secrets::encrypt_file(mesh.library().home(), file)
+        .map_err(|e| support::in_process::said(&e))
 }
 
 /// The problems `check` prints, each as a line of its text (it exits 1 unless sound).

@@ -57,8 +57,14 @@ fn set_secret(
     key: &str,
     value: &[u8],
 ) -> Result<mesh_controller::settings::Answer, String> {
-    mesh.library()
-        .settings_set_secret(module, Some(node), key, value)
+    mesh.library().call(async |mesh| {
+        mesh.settings_edit(
+            &crate::support::layer(module, Some(node)),
+            &mesh_controller::SettingsEdit::SetSecret { key, value },
+            mesh_store::clock::now(),
+        )
+        .await
+    })
 }
 
 /// What `settings set-secret --output json` prints.
@@ -120,7 +126,10 @@ fn a_secret_set_from_standard_input_is_kept_and_shown_only_as_its_keyed_digest()
     }
     let json = mesh
         .library()
-        .settings_show("tls", Some("home"), true)
+        .call(async |mesh| {
+            mesh.settings_show(&crate::support::layer("tls", Some("home")), true)
+                .await
+        })
         .unwrap();
     read.push_str(&serde_json::to_string_pretty(&json).unwrap());
     read.push_str(&run);
@@ -199,12 +208,14 @@ fn an_operators_key_opens_every_secret_and_a_rotation_leaves_every_layer_readabl
         operator.open(&secret).is_ok(),
         "the operator's key opens it"
     );
-    let refused = mesh.library().secrets_recipients_add(&operator_key);
+    let refused =
+        mesh_controller::secrets::change_recipients(mesh.library().home(), &operator_key, true);
     assert!(refused.is_err(), "{refused:?}");
 
     let old_key = mesh_key(&mesh);
     let plain = old_key.open(&secret).unwrap();
-    let rotated = mesh.library().secrets_rotate().unwrap();
+    let library = mesh.library();
+    let rotated = library.block_on(library.mesh().rotate_secrets()).unwrap();
     assert!(rotated.pending.is_empty(), "{rotated:?}");
     assert_eq!(rotated.resealed, 2, "{rotated:?}");
     let new_key = mesh_key(&mesh);
@@ -236,10 +247,9 @@ fn an_operators_key_opens_every_secret_and_a_rotation_leaves_every_layer_readabl
             );
         }
     }
-    let removed = mesh
-        .library()
-        .secrets_recipients_remove(&operator_key)
-        .unwrap();
+    let removed =
+        mesh_controller::secrets::change_recipients(mesh.library().home(), &operator_key, false)
+            .unwrap();
     assert_eq!(removed.recipients.len(), 0, "{removed:?}");
     let after = secret_in_layer(&mesh, "tls", "home", "host");
     assert!(operator.open(&after).is_err());

@@ -75,7 +75,7 @@ fn vault_repo(mesh: &Mesh, token: &str) -> Repo {
         ("modules/vault/token", token),
     ]);
     let file = repo.path().join("modules/vault/token");
-    mesh.library().secrets_encrypt(&file).unwrap();
+    mesh_controller::secrets::encrypt_file(mesh.library().home(), &file).unwrap();
     repo.commit("vault");
     repo
 }
@@ -191,9 +191,8 @@ fn a_file_encrypted_while_a_rotation_waits_for_a_repository_is_readable_once_it_
     let cert = unique_value("during-cert");
     let mesh = mesh_assigning_vault();
     let operator = mesh_secrets::Identity::generate();
-    mesh.library()
-        .secrets_recipients_add(&operator.recipient().to_string())
-        .unwrap();
+    let recipient = operator.recipient().to_string();
+    mesh_controller::secrets::change_recipients(mesh.library().home(), &recipient, true).unwrap();
     let upstream = vault_repo(&mesh, &token);
     let url = format!("file://{}", upstream.path().display());
     mesh.library()
@@ -212,7 +211,8 @@ fn a_file_encrypted_while_a_rotation_waits_for_a_repository_is_readable_once_it_
     // Registered by URL, its head holds a file sealed to the old key: the rotation waits (it
     // exits 1 while a repository is not done). Neither it nor the rotation that finishes
     // commits: the home's catalogue is no git working tree, the repository no clone of ours.
-    let waiting = mesh.library().secrets_rotate().unwrap();
+    let library = mesh.library();
+    let waiting = library.block_on(library.mesh().rotate_secrets()).unwrap();
     let said = serde_json::to_string(&waiting).unwrap();
     assert!(
         waiting
@@ -233,12 +233,12 @@ fn a_file_encrypted_while_a_rotation_waits_for_a_repository_is_readable_once_it_
     ]);
     let again = mesh.expect(&["secrets", "encrypt", token_file.to_str().unwrap()], 0);
     assert!(again.contains("encrypted again"), "{again}");
-    mesh.library().secrets_encrypt(&cert_file).unwrap();
+    mesh_controller::secrets::encrypt_file(mesh.library().home(), &cert_file).unwrap();
     upstream.commit("vault's files encrypted during the rotation");
 
     // The rotation, run again, finds nothing sealed to the old key, and is done: what was
     // encrypted meanwhile opens with the new mesh key and the operator's key.
-    let done = mesh.library().secrets_rotate().unwrap();
+    let done = library.block_on(library.mesh().rotate_secrets()).unwrap();
     assert!(done.pending.is_empty(), "{done:?}");
     assert!(!mesh.home().join("secrets/mesh.key.next").exists());
     let new = mesh_key(&mesh);

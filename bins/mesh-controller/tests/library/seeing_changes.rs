@@ -24,7 +24,13 @@ fn shown_with_history(mesh: &Mesh, module: &str, node: &str) -> serde_json::Valu
 
 /// `settings show MODULE [--node NODE] [--history] --output json`, in process.
 fn shown(mesh: &Mesh, module: &str, node: Option<&str>, history: bool) -> serde_json::Value {
-    let shown = mesh.library().settings_show(module, node, history).unwrap();
+    let shown = mesh
+        .library()
+        .call(async |mesh| {
+            mesh.settings_show(&crate::support::layer(module, node), history)
+                .await
+        })
+        .unwrap();
     serde_json::to_value(shown).unwrap()
 }
 
@@ -33,7 +39,17 @@ fn shown(mesh: &Mesh, module: &str, node: Option<&str>, history: bool) -> serde_
 fn set(mesh: &Mesh, module: &str, node: Option<&str>, json: &str) {
     let answer = mesh
         .library()
-        .settings_set(module, node, json, false)
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer(module, node),
+                &mesh_controller::SettingsEdit::Set {
+                    json,
+                    replace: false,
+                },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
     assert!(!answer.refused(), "{answer:?}");
 }
@@ -111,7 +127,14 @@ fn replace_removes_the_key_and_history_keeps_the_layer_it_replaced() {
     // The undo is one command.
     let answer = mesh
         .library()
-        .settings_restore("media", Some("home"), 1)
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("media", Some("home")),
+                &mesh_controller::SettingsEdit::Restore { revision: 1 },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
     assert!(!answer.refused(), "{answer:?}");
     let restored = self::shown(&mesh, "media", Some("home"), false);
@@ -136,10 +159,17 @@ fn a_set_that_only_adds_or_changes_goes_ahead() {
 #[test]
 fn unknown_keys_are_refused_with_the_modules_keys_listed() {
     let mesh = Mesh::example();
-    let Err(error) = mesh
-        .library()
-        .settings_set("media", None, r#"{"prot": 8097}"#, false)
-    else {
+    let Err(error) = mesh.library().call(async |mesh| {
+        mesh.settings_edit(
+            &crate::support::layer("media", None),
+            &mesh_controller::SettingsEdit::Set {
+                json: r#"{"prot": 8097}"#,
+                replace: false,
+            },
+            mesh_store::clock::now(),
+        )
+        .await
+    }) else {
         panic!("`media` accepts no `prot`");
     };
     assert!(
@@ -153,7 +183,14 @@ fn unknown_keys_are_refused_with_the_modules_keys_listed() {
 fn clear_keeps_the_layer_in_history() {
     let mesh = Mesh::example();
     mesh.library()
-        .settings_clear("base", Some("laptop"))
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("base", Some("laptop")),
+                &mesh_controller::SettingsEdit::Clear,
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
     let shown = shown_with_history(&mesh, "base", "laptop");
     assert_eq!(shown["layer"], serde_json::Value::Null);

@@ -44,7 +44,17 @@ fn a_secret_of_a_module_an_open_plan_adds_is_set_before_its_first_send_and_reach
     // Before any plan adds it, `db` is no module of the mesh: refused, nothing set.
     let refused = mesh
         .library()
-        .settings_set_secret("db", Some("a"), "password", b"s3cret-before")
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("db", Some("a")),
+                &mesh_controller::SettingsEdit::SetSecret {
+                    key: "password",
+                    value: b"s3cret-before",
+                },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap_err();
     assert!(
         refused.contains("`db` is not a module of the catalogue"),
@@ -74,7 +84,17 @@ fn a_secret_of_a_module_an_open_plan_adds_is_set_before_its_first_send_and_reach
     // Its secret is set now, checked against the plan that adds it, and waits for it.
     let secret = mesh
         .library()
-        .settings_set_secret("db", Some("a"), "password", b"s3cret-first")
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("db", Some("a")),
+                &mesh_controller::SettingsEdit::SetSecret {
+                    key: "password",
+                    value: b"s3cret-first",
+                },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
     assert!(!secret.refused(), "{secret:?}");
     let waiting: String = secret.waiting.iter().map(|w| format!("{w}\n")).collect();
@@ -93,7 +113,17 @@ fn a_secret_of_a_module_an_open_plan_adds_is_set_before_its_first_send_and_reach
     // A key the new module does not accept is refused all the same, nothing changed.
     let refused = mesh
         .library()
-        .settings_set("db", None, r#"{"pasword": "typo"}"#, false)
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("db", None),
+                &mesh_controller::SettingsEdit::Set {
+                    json: r#"{"pasword": "typo"}"#,
+                    replace: false,
+                },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap_err();
     assert!(
         refused.contains("accepts no setting `pasword`"),
@@ -101,7 +131,10 @@ fn a_secret_of_a_module_an_open_plan_adds_is_set_before_its_first_send_and_reach
     );
     let shown = mesh
         .library()
-        .settings_show("db", Some("a"), false)
+        .call(async |mesh| {
+            mesh.settings_show(&crate::support::layer("db", Some("a")), false)
+                .await
+        })
         .unwrap();
     assert_eq!(shown.waiting.len(), 1, "{:?}", shown.waiting);
     let json = serde_json::to_value(&shown.waiting).unwrap();
@@ -134,7 +167,10 @@ fn a_secret_of_a_module_an_open_plan_adds_is_set_before_its_first_send_and_reach
     );
     let shown = mesh
         .library()
-        .settings_show("db", Some("a"), false)
+        .call(async |mesh| {
+            mesh.settings_show(&crate::support::layer("db", Some("a")), false)
+                .await
+        })
         .unwrap();
     assert!(shown.waiting.is_empty(), "{:?}", shown.waiting);
 }
@@ -182,7 +218,17 @@ fn a_required_setting_unset_holds_the_first_send_to_its_node_until_a_layer_sets_
         .unwrap();
     assert!(!planned.stopped, "{}", planned.lines);
     mesh.library()
-        .settings_set_secret("db", Some("b"), "password", b"b-secret")
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("db", Some("b")),
+                &mesh_controller::SettingsEdit::SetSecret {
+                    key: "password",
+                    value: b"b-secret",
+                },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
 
     // `check` names the key unset on `a`, and only there.
@@ -223,7 +269,17 @@ fn a_required_setting_unset_holds_the_first_send_to_its_node_until_a_layer_sets_
     );
     // Set: the next drive sends it.
     mesh.library()
-        .settings_set_secret("db", Some("a"), "password", b"a-secret")
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("db", Some("a")),
+                &mesh_controller::SettingsEdit::SetSecret {
+                    key: "password",
+                    value: b"a-secret",
+                },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap();
     let resumed = mesh.library().plans_resume(None).unwrap();
     assert!(!resumed.stopped, "{}", resumed.lines);
@@ -240,7 +296,16 @@ fn a_required_setting_unset_holds_the_first_send_to_its_node_until_a_layer_sets_
 
     // Its layer cleared, a push of `a` is refused, naming node, module and key, and changes
     // nothing.
-    mesh.library().settings_clear("db", Some("a")).unwrap();
+    mesh.library()
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer("db", Some("a")),
+                &mesh_controller::SettingsEdit::Clear,
+                mesh_store::clock::now(),
+            )
+            .await
+        })
+        .unwrap();
     let Err(refused) = mesh.library().push(&["a"]) else {
         panic!("a push of `a` with its required setting unset is refused");
     };

@@ -505,3 +505,13 @@ const PLAIN: RegistryOptions = RegistryOptions {
     delete_enabled: true,
     blob_descriptor_cache: false,
 };
+
+/// The layer of `module` (`node`'s, or the mesh layer) a test's settings call names, asked by a
+/// command the history keeps.
+pub fn layer<'a>(module: &'a str, node: Option<&'a str>) -> mesh_controller::SettingsOptions<'a> {
+    mesh_controller::SettingsOptions {
+        module,
+        node,
+        command: "mesh-controller settings (a test)",
+    }
+}

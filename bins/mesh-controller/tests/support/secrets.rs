@@ -141,7 +141,17 @@ pub fn identity(bed: &Bed, node: &str) -> mesh_secrets::Identity {
 pub fn set_secret(bed: &Bed, module: &str, key: &str, value: &str) {
     let answer = bed
         .library()
-        .settings_set_secret(module, None, key, value.as_bytes())
+        .call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer(module, None),
+                &mesh_controller::SettingsEdit::SetSecret {
+                    key,
+                    value: value.as_bytes(),
+                },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
         .unwrap_or_else(|error| panic!("settings set-secret {module} {key}: {error}"));
     // `settings set-secret` exits 2 when it was refused.
     assert!(

@@ -15,8 +15,6 @@ mod broker;
 mod plans;
 mod push;
 mod records;
-mod secrets;
-mod settings;
 mod status;
 
 // Each test file uses some of them.
@@ -112,8 +110,28 @@ impl Library {
         })
     }
 
-    fn home(&self) -> &mesh_controller::Home {
+    /// The mesh, whose front door a test calls.
+    pub fn mesh(&self) -> &mesh_controller::Mesh {
+        &self.mesh
+    }
+
+    /// The mesh's home.
+    pub fn home(&self) -> &mesh_controller::Home {
         self.mesh.home()
+    }
+
+    /// A call of the front door on the mesh, run on the library's runtime; its error as the
+    /// binary says it.
+    pub fn call<T>(
+        &self,
+        call: impl AsyncFnOnce(&mesh_controller::Mesh) -> mesh_controller::Result<T>,
+    ) -> Result<T, String> {
+        self.tokio.block_on(call(&self.mesh)).map_err(|e| said(&e))
+    }
+
+    /// Runs an async call of the front door on the library's runtime.
+    pub fn block_on<F: std::future::Future>(&self, call: F) -> F::Output {
+        self.tokio.block_on(call)
     }
 
     /// The bus (the command's `--bus`), as a command that needs one asks for it.

@@ -28,7 +28,6 @@ use crate::lines::Lines;
 use crate::{Cli, Output};
 use anyhow::{Context, Result};
 use mesh_controller::bus::BusConfig;
-use mesh_controller::catalogue;
 
 use mesh_controller::Home;
 use mesh_controller::Mesh;
@@ -150,10 +149,7 @@ impl Env {
     /// The catalogue the mesh composes from (registered repositories' builds over the home's
     /// modules) and its problems.
     pub fn checked(&self) -> Result<mesh_controller::Checked> {
-        self.home.require()?;
-        Ok(self
-            .runtime
-            .block_on(catalogue::effective_catalogue(&self.home, self.store()))?)
+        Ok(self.runtime.block_on(self.mesh.checked())?)
     }
 
     /// Prints `value` as pretty JSON on standard output.

@@ -122,16 +122,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             }
         }
         Command::Rotate => {
-            let rotated = env
-                .runtime
-                .block_on(mesh_controller::secrets::rotate(&env.home, env.store()))?;
-            // Every secret's keyed digest is new: what the nodes should run changed.
-            env.runtime
-                .block_on(mesh_controller::status::keep_current_logged(
-                    &env.home,
-                    env.store(),
-                    "secrets rotate",
-                ));
+            let rotated = env.runtime.block_on(env.mesh.rotate_secrets())?;
             match env.output {
                 Output::Json => env.print_json(&rotated)?,
                 Output::Text => {

@@ -3,8 +3,8 @@
 use crate::{render, Output};
 use anyhow::Result;
 use clap::Subcommand;
-use mesh_controller::catalogue;
 use mesh_controller::settings;
+use mesh_controller::{SettingsEdit, SettingsOptions};
 
 use std::process::ExitCode;
 
@@ -116,11 +116,10 @@ impl Command {
 /// Shows a layer, or changes one: exit 2 when the change was refused.
 pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
     let now = mesh_store::clock::now();
-    let (catalogue, _) = env.checked()?;
     let command_line = settings::invoked_command();
-    let on = settings::On {
-        home: &env.home,
-        catalogue: &catalogue,
+    let layer = |module, node| SettingsOptions {
+        module,
+        node,
         command: &command_line,
     };
     let answer = match command {
@@ -129,7 +128,10 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             node,
             history,
         } => {
-            let shown = settings::show(&on, &module, node.as_deref(), history)?;
+            let shown = env.runtime.block_on(
+                env.mesh
+                    .settings_show(&layer(&module, node.as_deref()), history),
+            )?;
             match env.output {
                 Output::Json => env.print_json(&shown)?,
                 Output::Text => print!("{}", render::settings_shown(&shown)?),
@@ -141,16 +143,21 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             json,
             node,
             replace,
-        } => settings::set(&on, &module, node.as_deref(), &json, replace, now)?,
+        } => env.runtime.block_on(env.mesh.settings_edit(
+            &layer(&module, node.as_deref()),
+            &SettingsEdit::Set {
+                json: &json,
+                replace,
+            },
+            now,
+        ))?,
         Command::Rename { module, old, new } => {
-            let newest = catalogue::newest_known(&env.home, &catalogue, &module)?;
-            let renamed = settings::rename(&on, &module, (&old, &new), &newest, now)?;
-            env.runtime
-                .block_on(mesh_controller::status::keep_current_logged(
-                    &env.home,
-                    env.store(),
-                    "settings rename",
-                ));
+            let renamed = env.runtime.block_on(env.mesh.settings_rename(
+                &module,
+                (&old, &new),
+                &command_line,
+                now,
+            ))?;
             match env.output {
                 Output::Json => env.print_json(&renamed)?,
                 Output::Text => print!("{}", render::settings_renamed(&renamed)),
@@ -158,25 +165,34 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         Command::SetSecret { module, key, node } => {
+            // A home with no mesh, or a catalogue that cannot be read, is said before standard
+            // input is read.
+            env.checked()?;
             let value = super::secrets::read_standard_input()?;
-            settings::set_secret(&on, &module, node.as_deref(), &key, &value, now)?
+            env.runtime.block_on(env.mesh.settings_edit(
+                &layer(&module, node.as_deref()),
+                &SettingsEdit::SetSecret {
+                    key: &key,
+                    value: &value,
+                },
+                now,
+            ))?
         }
-        Command::Clear { module, node } => settings::clear(&on, &module, node.as_deref(), now)?,
+        Command::Clear { module, node } => env.runtime.block_on(env.mesh.settings_edit(
+            &layer(&module, node.as_deref()),
+            &SettingsEdit::Clear,
+            now,
+        ))?,
         Command::Restore {
             module,
             revision,
             node,
-        } => settings::restore(&on, &module, node.as_deref(), revision, now)?,
+        } => env.runtime.block_on(env.mesh.settings_edit(
+            &layer(&module, node.as_deref()),
+            &SettingsEdit::Restore { revision },
+            now,
+        ))?,
     };
-    if !answer.refused() {
-        // What the nodes should run changed: their intents are composed again.
-        env.runtime
-            .block_on(mesh_controller::status::keep_current_logged(
-                &env.home,
-                env.store(),
-                "a settings change",
-            ));
-    }
     match env.output {
         Output::Json => env.print_json(&answer)?,
         Output::Text => print!("{}", render::settings_answer(&answer)),
