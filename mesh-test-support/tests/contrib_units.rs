@@ -1,4 +1,5 @@
-//! The systemd units in `contrib/systemd` are what an operator installs: each is read by
+//! What `contrib/` ships, read by the tools that use it. The systemd units in `contrib/systemd`
+//! are what an operator installs: each is read by
 //! systemd's own verifier (`systemd-analyze verify`) with its binary where `ExecStart` says
 //! (the workspace's built binary in its place), each `ExecStart` of a mesh binary is a command
 //! line that binary accepts, and every `MESH_*` variable a unit names is one the command it runs
@@ -163,4 +164,28 @@ fn every_exec_start_is_a_command_its_binary_takes_and_every_variable_one_it_read
         checked, 3,
         "the host's, the controller's and the collector's units"
     );
+}
+
+/// The alert rules in `contrib/prometheus` are read by Prometheus's own checker, and their unit
+/// tests pass: routine work (a window within its lapse) pages nobody; a fleet needing attention
+/// and a stopped rollout page after their `for`; a controller whose page is gone pages.
+#[test]
+fn promtool_reads_the_alert_rules_and_their_tests_pass() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../contrib/prometheus");
+    for args in [
+        &["check", "rules", "mesh-alerts.yml"][..],
+        &["test", "rules", "mesh-alerts.test.yml"],
+    ] {
+        let output = Command::new("promtool")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("promtool (Debian's prometheus package) runs");
+        assert!(
+            output.status.success(),
+            "promtool {args:?}: {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
 }

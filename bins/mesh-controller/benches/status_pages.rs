@@ -61,9 +61,14 @@ fn main() {
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); targets.len()];
     for round in 0..ROUNDS {
         let started = Instant::now();
-        let overview =
-            mesh_controller::status::overview(&home, mesh_store::clock::now(), 3 * 30).unwrap();
-        let document = overview.json_document().unwrap();
+        let now = mesh_store::clock::now();
+        let overview = mesh_controller::status::overview(&home, now, 3 * 30).unwrap();
+        let verdict = mesh_controller::status::judge(
+            &overview,
+            now,
+            mesh_controller::status::DEFAULT_MID_CHANGE_AFTER_SECS,
+        );
+        let document = overview.json_document(&verdict).unwrap();
         let baseline = started.elapsed();
         assert_eq!(overview.nodes.len(), nodes);
         print!(

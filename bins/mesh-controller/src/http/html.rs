@@ -44,7 +44,8 @@ table{border-collapse:collapse;background:#fff;border:1px solid #dde1e7;width:10
 th,td{text-align:left;padding:.3rem .6rem;border-bottom:1px solid #eceff3;vertical-align:top;font-size:.92rem}
 th{background:#eef1f5;font-weight:600}
 .state{display:inline-block;padding:0 .45rem;border-radius:4px;font-size:.85rem}
-.converged,.done{background:#dcf3e3;color:#14532d}.partial,.stopped{background:#fde2e1;color:#8a1c1c}
+.converged,.done,.settled{background:#dcf3e3;color:#14532d}.partial,.stopped,.needs-attention{background:#fde2e1;color:#8a1c1c}
+.in-progress{background:#fff1c9;color:#6b4d00}#verdict p{padding:.4rem .7rem;border-radius:6px}
 .mid-change,.first,.rest,.held{background:#fff1c9;color:#6b4d00}
 .silent,.unreadable,.no-report,.not-started,.left{background:#e7e9ee;color:#3d4452}
 .plan{background:#fff;border:1px solid #dde1e7;border-radius:6px;padding:.8rem 1rem;margin:0 0 .8rem}
@@ -97,6 +98,7 @@ pub(crate) fn page(snapshot: &Snapshot, query: PageQuery) -> String {
                         div class="card" { b { (needing) } span { "need attention" } }
                     }
                 }
+                (verdict_section(snapshot))
                 (attention_section(overview, now))
                 (plans_section(snapshot))
                 (nodes_section(overview, now, query))
@@ -105,6 +107,28 @@ pub(crate) fn page(snapshot: &Snapshot, query: PageQuery) -> String {
     }
     .into_string()
         + "\n"
+}
+
+/// What `status` comes to, as it exits, and what is under way (what needs attention is the
+/// section after it).
+fn verdict_section(snapshot: &Snapshot) -> Markup {
+    let verdict = &snapshot.verdict;
+    html! {
+        section id="verdict" {
+            p class=(verdict.health.word()) {
+                "Verdict: " b { (verdict.health.word()) }
+                " · " (verdict.attention.len()) " needing attention, "
+                (verdict.in_progress.len()) " under way · `status` exits "
+                (verdict.health.exit_code())
+            }
+            @if !verdict.in_progress.is_empty() {
+                h2 { "Under way" }
+                ul class="progress" {
+                    @for reason in &verdict.in_progress { li { (reason.message) } }
+                }
+            }
+        }
+    }
 }
 
 fn attention_section(overview: &Overview, now: u64) -> Markup {

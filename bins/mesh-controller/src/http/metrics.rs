@@ -113,6 +113,34 @@ pub fn metrics(snapshot: &Snapshot) -> String {
         one(snapshot.now),
     );
     registry.register(
+        "mesh_fleet_verdict",
+        "What status comes to, one series a verdict, 1 for the one it is: settled (exit 0), in-progress (exit 4: something under way, nothing wrong) or needs-attention (exit 3)",
+        Labelled::of(
+            "verdict",
+            crate::status::Health::ALL
+                .iter()
+                .map(|health| {
+                    let is = usize::from(*health == snapshot.verdict.health);
+                    (health.word(), is)
+                })
+                .collect::<Vec<_>>(),
+        ),
+    );
+    let by_kind = snapshot.verdict.reasons_by_kind();
+    registry.register(
+        "mesh_fleet_verdict_reasons",
+        "The reasons for the verdict by kind (every kind, 0 when there is none): what status lists under needs attention and in progress",
+        Labelled::of(
+            "kind",
+            crate::status::ReasonKind::ALL
+                .iter()
+                .map(|kind| {
+                    (kind.word(), by_kind.get(kind).copied().unwrap_or(0))
+                })
+                .collect::<Vec<_>>(),
+        ),
+    );
+    registry.register(
         "mesh_nodes",
         "Nodes by state: their last report's machine state, silent (unheard for three heartbeats), unreadable (their last report could not be read) or no-report",
         Labelled::of("state", nodes_by_state(overview)),

@@ -104,11 +104,13 @@ impl Pages {
             }
         }
         let sends = self.sends(&plans)?;
+        let verdict = status::judge(&overview, now, status::DEFAULT_MID_CHANGE_AFTER_SECS);
         Ok(Snapshot {
             now,
             overview,
             plans,
             sends,
+            verdict,
         })
     }
 
@@ -212,7 +214,7 @@ impl Pages {
                 content_type: super::metrics::CONTENT_TYPE,
                 body: metrics(&snapshot),
             },
-            Page::StatusJson => match snapshot.overview.json_document() {
+            Page::StatusJson => match snapshot.overview.json_document(&snapshot.verdict) {
                 Ok(body) => Answer {
                     status: 200,
                     content_type: "application/json",

@@ -16,6 +16,9 @@ pub struct Snapshot {
     pub plans: Vec<PlanRecord>,
     /// The rollouts' sends.
     pub sends: SendTally,
+    /// What the overview comes to at `now` (a node mid-change judged against the default
+    /// deadline), and why.
+    pub verdict: crate::status::Verdict,
 }
 
 /// What `/` was asked for: the query of its request (`?nodes=all&page=N`), read by axum's

@@ -111,7 +111,12 @@ fn the_metrics_parse_with_the_python_clients_parser() {
         .iter()
         .map(|p| (p.0.as_str(), p.1.as_str()))
         .collect();
-    assert_eq!(families.len(), 18, "{families:?}");
+    assert_eq!(families.len(), 20, "{families:?}");
+    assert_eq!(
+        value("mesh_fleet_verdict", &[("verdict", "needs-attention")]),
+        1.0
+    );
+    assert_eq!(value("mesh_fleet_verdict", &[("verdict", "settled")]), 0.0);
     assert!(
         families.contains(&("mesh_sends", "counter")),
         "{families:?}"
@@ -497,11 +502,14 @@ fn snapshot() -> Snapshot {
     for secs in [1, 2, 4] {
         sends.add_latency(secs);
     }
+    let verdict =
+        crate::status::judge(&overview, now, crate::status::DEFAULT_MID_CHANGE_AFTER_SECS);
     Snapshot {
         now,
         overview,
         plans,
         sends,
+        verdict,
     }
 }
 
@@ -754,5 +762,32 @@ fn the_page_lists_a_pending_node_nothing_will_send_under_needs_attention() {
     assert!(
         text.contains("mesh_node_state{node=\"b\",state=\"pending\"} 1"),
         "{text}"
+    );
+}
+
+/// Every metric the shipped alert rules (`contrib/prometheus/mesh-alerts.yml`) key on is one
+/// `/metrics` exposes: a rule naming a metric that is not there would never fire.
+#[test]
+fn the_alert_rules_name_only_metrics_the_page_exposes() {
+    let rules = include_str!("../../../../contrib/prometheus/mesh-alerts.yml");
+    let exposed = metrics(&snapshot());
+    let mut named = std::collections::BTreeSet::new();
+    for (at, _) in rules.match_indices("mesh_") {
+        let name: String = rules[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+            .collect();
+        named.insert(name);
+    }
+    assert!(named.contains("mesh_fleet_verdict"), "{named:?}");
+    for name in &named {
+        assert!(
+            exposed.contains(&format!("\n{name}{{")) || exposed.contains(&format!("\n{name} ")),
+            "the rules name `{name}`, which /metrics does not expose"
+        );
+    }
+    assert!(
+        exposed.contains("\nmesh_fleet_verdict{verdict=\"needs-attention\"} 1\n"),
+        "{exposed}"
     );
 }

@@ -16,7 +16,9 @@ pub(crate) mod pending;
 
 pub use crate::intent::{current_for_status, fingerprint, keep_current, Kept};
 pub use acks::{ack, Acked, Acks, DEFAULT_DRIFT_RETENTION_SECS};
-pub use alert::{clock_skew_words, judge, Health, Verdict, DEFAULT_MID_CHANGE_AFTER_SECS};
+pub use alert::{
+    clock_skew_words, judge, Health, Reason, ReasonKind, Verdict, DEFAULT_MID_CHANGE_AFTER_SECS,
+};
 pub use behind::{nodes_behind, to_send, BehindPushed};
 pub use pending::{Difference, PendingNode};
 
@@ -212,11 +214,23 @@ impl Overview {
     /// # Errors
     /// [`crate::Error::Internal`] if it could not be encoded (it holds strings, numbers and
     /// maps keyed by strings, so it always is).
-    pub fn json_document(&self) -> Result<String> {
-        let mut text = serde_json::to_string_pretty(self).map_err(|e| crate::Error::Internal {
-            doing: "encoding the status as JSON".to_owned(),
-            source: Some(Box::new(e)),
-        })?;
+    pub fn json_document(&self, verdict: &Verdict) -> Result<String> {
+        /// The overview with its verdict first: what it comes to and every reason why.
+        #[derive(Serialize)]
+        struct Document<'a> {
+            verdict: &'a Verdict,
+            #[serde(flatten)]
+            overview: &'a Overview,
+        }
+        let document = Document {
+            verdict,
+            overview: self,
+        };
+        let mut text =
+            serde_json::to_string_pretty(&document).map_err(|e| crate::Error::Internal {
+                doing: "encoding the status as JSON".to_owned(),
+                source: Some(Box::new(e)),
+            })?;
         text.push('\n');
         Ok(text)
     }

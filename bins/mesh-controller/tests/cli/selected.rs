@@ -51,15 +51,17 @@ fn a_module_assigned_by_selector_reaches_every_labelled_node_and_a_node_added_wi
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     expect(&home, &["init", "--example"], 0);
+    // Without the example's container module: its fixed host port is the one machine's.
     edit_inventory(&home, |text| {
-        text.replace(
-            "[nodes.control]\n[nodes.home]\n",
-            "[nodes.control]\nlabels = { role = \"edge\" }\n[nodes.home]\n",
-        )
-        .replace(
-            "backup = [\"control\", \"home\"]",
-            "backup = { select = \"role=edge\" }",
-        )
+        text.replace("media = [\"home\"]\n", "")
+            .replace(
+                "[nodes.control]\n[nodes.home]\n",
+                "[nodes.control]\nlabels = { role = \"edge\" }\n[nodes.home]\n",
+            )
+            .replace(
+                "backup = [\"control\", \"home\"]",
+                "backup = { select = \"role=edge\" }",
+            )
     });
     expect(&home, &["check"], 0);
     expect(&home, &["push", "--all"], 0);

@@ -71,7 +71,7 @@ fn a_push_killed_between_writing_a_send_and_recording_it_leaves_status_reading_t
     );
 
     // Killed once the send is written, before it is published: `a` never hears it. Its next
-    // report names what it had; `status` says the send is unconfirmed, in progress (exit 2).
+    // report names what it had; `status` says the send is unconfirmed, in progress (exit 4).
     let killed_at = mesh_store::clock::now();
     push_dying_at(&bed, "sending:a");
     let (a, code) = wait_for(
@@ -83,7 +83,7 @@ fn a_push_killed_between_writing_a_send_and_recording_it_leaves_status_reading_t
     assert!(new.is_string() && new != old, "{a:#}");
     assert_eq!(a["sent"], old, "{a:#}");
     assert_eq!(a["report"]["declaration"], old, "{a:#}");
-    assert_eq!(code, 2, "a send unconfirmed is in progress: {a:#}");
+    assert_eq!(code, 4, "a send unconfirmed is in progress: {a:#}");
     assert_eq!(
         std::fs::read_to_string(bed.root("a").join("etc/agent.conf")).unwrap(),
         "interval = 5\n"

@@ -285,7 +285,11 @@ fn the_status_page_shows_the_nodes_and_a_rollouts_progress_in_a_browser_and_metr
 
     // Not on a non-loopback address in the clear: refused, naming it, before anything runs.
     let refused = bed.run(&["serve", "--http", "0.0.0.0:0"]);
-    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert_eq!(
+        refused.status.code(),
+        Some(64),
+        "a usage error: {refused:?}"
+    );
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(
         said.contains("--http 0.0.0.0:0: not a loopback address, and no TLS given"),

@@ -282,7 +282,11 @@ fn a_push_from_each_forge_is_planned_once_and_what_is_refused_announces_nothing(
 
     // Not on a non-loopback address in the clear: refused, naming it, before anything runs.
     let refused = bed.run(&["serve", "--hooks", "0.0.0.0:0"]);
-    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert_eq!(
+        refused.status.code(),
+        Some(64),
+        "a usage error: {refused:?}"
+    );
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(
         said.contains("--hooks 0.0.0.0:0: not a loopback address, and no TLS given"),

@@ -129,7 +129,7 @@ fn a_broken_catalogue_is_refused_with_every_problem_and_nothing_is_sent() {
     )
     .unwrap();
     let check = mesh.run(&["check"]);
-    assert_eq!(check.code, 1);
+    assert_eq!(check.code, 3, "problems found need a person");
     insta::assert_snapshot!("check_broken_catalogue", check.stdout);
     let run = mesh.run(&["push", "--all"]);
     assert_eq!(run.code, 1);
@@ -166,7 +166,7 @@ fn two_modules_publishing_one_host_port_on_a_node_are_refused_at_check_naming_bo
     )
     .unwrap();
     let check = mesh.run(&["check"]);
-    assert_eq!(check.code, 1, "{}", check.stdout);
+    assert_eq!(check.code, 3, "{}", check.stdout);
     assert!(
         check.stdout.contains(&format!(
             "inventory.toml: `nodes.home`: `media/container/media` and `radio/container/radio` \
@@ -182,7 +182,7 @@ fn two_modules_publishing_one_host_port_on_a_node_are_refused_at_check_naming_bo
 fn init_refuses_an_existing_home() {
     let mesh = Mesh::example();
     let run = mesh.run(&["init", "--example"]);
-    assert_eq!(run.code, 1);
+    assert_eq!(run.code, 2, "refused: nothing changed");
     assert!(
         run.stderr.contains("already holds a mesh"),
         "{}",

@@ -184,12 +184,12 @@ fn read(mesh: &Mesh, node: &str, path: &str) -> String {
         .unwrap_or_else(|e| panic!("{node}:{path}: {e}"))
 }
 
-/// What `status` says is behind; it exits 2 (in progress) while anything is, else 0.
+/// What `status` says is behind; it exits 4 (in progress) while anything is, else 0.
 fn behind(mesh: &Mesh) -> Vec<(String, String, String)> {
     let run = mesh.library().status();
     let status = run.json;
     let pending = !status["behind"].as_array().unwrap().is_empty();
-    assert_eq!(run.code, if pending { 2 } else { 0 }, "{status}");
+    assert_eq!(run.code, if pending { 4 } else { 0 }, "{status}");
     status["behind"]
         .as_array()
         .unwrap()
@@ -435,7 +435,7 @@ fn behind_lists_exactly_what_the_open_plans_have_not_finished() {
         behind(&mesh),
         [("notes".into(), "build".into(), "plan-2".into())]
     );
-    let status = mesh.expect(&["status"], 2);
+    let status = mesh.expect(&["status"], 4);
     insta::assert_snapshot!("status_with_an_open_plan", redact(&status, &names(&repo)));
 
     let built = mesh.library().build_behind().unwrap();
@@ -1155,11 +1155,11 @@ fn records_in_the_old_format_are_migrated_on_first_use_saying_so() {
         "the fixture holds a whole declaration"
     );
 
-    // The fixture's nodes were sent declarations and reported none: in progress, exit 2.
+    // The fixture's nodes were sent declarations and reported none: in progress, exit 4.
     let library = mesh.library();
     let run = library.status();
     let notes = library.migrations().join("\n");
-    assert_eq!(run.code, 2, "{notes}");
+    assert_eq!(run.code, 4, "{notes}");
     assert!(
         notes.contains("plan-1.json: migrated from format 1"),
         "{notes}"
@@ -1194,7 +1194,7 @@ fn records_in_the_old_format_are_migrated_on_first_use_saying_so() {
     let library = mesh.library();
     let again = library.status();
     let notes = library.migrations().join("\n");
-    assert_eq!(again.code, 2, "{notes}");
+    assert_eq!(again.code, 4, "{notes}");
     assert!(!notes.contains("migrated"), "{notes}");
     self::plan(&mesh, "plan-1");
 }

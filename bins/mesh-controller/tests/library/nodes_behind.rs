@@ -72,7 +72,7 @@ fn a_node_not_running_during_a_rollout_is_behind_until_push_behind_sends_it() {
         serde_json::json!([{"node": "b", "module": "base", "plan": "plan-1", "running": false}]),
         "{document:#}"
     );
-    assert_eq!(code, Some(2), "something is under way: {document:#}");
+    assert_eq!(code, Some(4), "something is under way: {document:#}");
     let text = bed.run(&["status"]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("nodes behind"), "{text}");

@@ -157,9 +157,9 @@ fn redacted(repo: &Repo, text: &str) -> String {
 fn a_renamed_setting_is_named_by_check_the_preview_and_plan_diff() {
     let (mesh, repo) = renamed_upstream();
 
-    // `check` reads what the next merge would deploy, and names the orphan: exit 1.
+    // `check` reads what the next merge would deploy, and names the orphan: exit 3.
     let check = mesh.run(&["check"]);
-    assert_eq!(check.code, 1, "{}", check.stderr);
+    assert_eq!(check.code, 3, "{}", check.stderr);
     insta::assert_snapshot!("check", redacted(&repo, &check.stdout));
     let (json, sound) = self::check(&mesh);
     assert!(!sound, "{json:#}");

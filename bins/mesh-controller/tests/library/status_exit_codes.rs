@@ -87,6 +87,11 @@ fn drift(ago: u64, action: &str) -> serde_json::Value {
 }
 
 #[track_caller]
+/// The words of each reason, as `status` prints them.
+fn messages(reasons: &[status::Reason]) -> Vec<&str> {
+    reasons.iter().map(|r| r.message.as_str()).collect()
+}
+
 fn assert_health(verdict: &status::Verdict, health: Health, code: u8) {
     assert_eq!(verdict.health, health, "{verdict:#?}");
     assert_eq!(verdict.health.exit_code(), code);
@@ -107,12 +112,12 @@ fn every_node_converged_and_current_with_nothing_pending_exits_0() {
 #[test]
 fn a_node_yet_to_report_what_it_was_sent_is_in_progress_2() {
     let bed = Bed::new();
-    assert_health(&bed.judged(), Health::InProgress, 2);
+    assert_health(&bed.judged(), Health::InProgress, 4);
     bed.report("a", json!({"declaration": "sha256:an-older-one"}));
     let verdict = bed.judged();
-    assert_health(&verdict, Health::InProgress, 2);
+    assert_health(&verdict, Health::InProgress, 4);
     assert_eq!(
-        verdict.in_progress,
+        messages(&verdict.in_progress),
         ["a: has not reported the declaration last sent"]
     );
 }
@@ -124,7 +129,7 @@ fn a_node_mid_change_within_its_deadline_is_in_progress_2_and_past_it_exits_3() 
         "a",
         json!({"machine": "mid-change", "started-at": NOW - 600}),
     );
-    assert_health(&bed.judged(), Health::InProgress, 2);
+    assert_health(&bed.judged(), Health::InProgress, 4);
     bed.report(
         "a",
         json!({"machine": "mid-change", "started-at": NOW - 601}),
@@ -132,7 +137,7 @@ fn a_node_mid_change_within_its_deadline_is_in_progress_2_and_past_it_exits_3() 
     let verdict = bed.judged();
     assert_health(&verdict, Health::NeedsAttention, 3);
     assert!(
-        verdict.attention[0].contains("past its deadline"),
+        verdict.attention[0].message.contains("past its deadline"),
         "{verdict:#?}"
     );
 }
@@ -155,7 +160,7 @@ fn an_open_plan_is_in_progress_2() {
     assert_health(
         &status::judge(&overview, NOW, status::DEFAULT_MID_CHANGE_AFTER_SECS),
         Health::InProgress,
-        2,
+        4,
     );
 }
 
@@ -173,7 +178,7 @@ fn a_failed_resource_exits_3_though_the_rest_converged() {
     let verdict = bed.judged();
     assert_health(&verdict, Health::NeedsAttention, 3);
     assert_eq!(
-        verdict.attention,
+        messages(&verdict.attention),
         ["a: web/container/web failed: port 8096 is taken"]
     );
 }
@@ -193,7 +198,7 @@ fn a_host_that_cannot_write_its_state_exits_3_naming_the_node_and_the_reason() {
     let verdict = bed.judged();
     assert_health(&verdict, Health::NeedsAttention, 3);
     assert_eq!(
-        verdict.attention,
+        messages(&verdict.attention),
         [
             "a: the host cannot apply: cannot store the declaration received at \
           /s/serve/declaration.json: no space left on device (os error 28)"
@@ -229,17 +234,40 @@ fn a_stuck_resource_exits_3() {
     assert_health(&bed.judged(), Health::NeedsAttention, 3);
 }
 
+/// The nightly backup's window is routine work, never a page: open within its lapse it is in
+/// progress (exit 4), named with its step and the process holding it; past its lapse it needs
+/// a person (exit 3).
 #[test]
-fn a_container_held_still_by_a_window_exits_3() {
+fn a_window_open_within_its_lapse_is_in_progress_and_past_it_needs_attention() {
     let bed = Bed::new();
-    bed.report(
-        "a",
+    let window = |opened: u64| {
         json!({"machine": "partial",
                "resources": {"db/container/db": {"outcome": "held-still", "step": "backup"}},
                "windows": [{"step": "backup", "containers": ["db/container/db"],
-                            "opened-at": NOW - 10}]}),
+                            "opened-at": opened, "holder": 4242}]})
+    };
+    bed.report("a", window(NOW - 10));
+    let verdict = bed.judged();
+    assert_health(&verdict, Health::InProgress, 4);
+    let reason = &verdict.in_progress[0];
+    assert_eq!(
+        (reason.node.as_deref(), reason.kind),
+        (Some("a"), status::ReasonKind::Window)
     );
-    assert_health(&bed.judged(), Health::NeedsAttention, 3);
+    assert!(
+        reason.message.contains("window `backup` open since")
+            && reason.message.contains("held by pid 4242"),
+        "{reason:?}"
+    );
+
+    bed.report("a", window(NOW - 7 * 60 * 60));
+    let verdict = bed.judged();
+    assert_health(&verdict, Health::NeedsAttention, 3);
+    assert_eq!(verdict.attention[0].kind, status::ReasonKind::WindowLapsed);
+    assert!(
+        verdict.attention[0].message.contains("past its lapse"),
+        "{verdict:#?}"
+    );
 }
 
 #[test]
@@ -308,7 +336,7 @@ fn drift_left_as_found_exits_3_for_as_long_as_it_is_reported() {
     let verdict = bed.judged();
     assert_health(&verdict, Health::NeedsAttention, 3);
     assert!(
-        verdict.attention[0].contains("left as found"),
+        verdict.attention[0].message.contains("left as found"),
         "{verdict:#?}"
     );
 }
@@ -321,8 +349,10 @@ fn drift_put_back_is_shown_and_exits_3_for_its_retention_then_ages_out() {
     let verdict = bed.judged();
     assert_health(&verdict, Health::NeedsAttention, 3);
     assert!(
-        verdict.attention[0].starts_with("a: drift of web/file/conf content seen ")
-            && verdict.attention[0].ends_with("(put back)"),
+        verdict.attention[0]
+            .message
+            .starts_with("a: drift of web/file/conf content seen ")
+            && verdict.attention[0].message.ends_with("(put back)"),
         "{verdict:#?}"
     );
     let shown = bed.overview(&StatusOptions::default());
@@ -384,7 +414,7 @@ fn a_silent_node_exits_3() {
     let verdict = status::judge(&overview, NOW, status::DEFAULT_MID_CHANGE_AFTER_SECS);
     assert_health(&verdict, Health::NeedsAttention, 3);
     assert!(
-        verdict.attention[0].starts_with("a: silent since "),
+        verdict.attention[0].message.starts_with("a: silent since "),
         "{verdict:#?}"
     );
 }

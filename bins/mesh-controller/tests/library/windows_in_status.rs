@@ -114,7 +114,18 @@ fn a_window_on_a_serving_host_is_in_status_and_what_it_held_converges_after_with
             (_, whole, _) => Err(format!("{whole:#}")),
         },
     );
-    assert_eq!(code, Some(3), "a window open needs a look: {whole:#}");
+    assert_eq!(
+        code,
+        Some(4),
+        "a window open within its lapse is work under way, not a page: {whole:#}"
+    );
+    let reasons = whole["verdict"]["in-progress"].as_array().unwrap();
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r["kind"] == "window" && r["node"] == "a"),
+        "{whole:#}"
+    );
     // What `status` prints of it: the window's step, and "held open by pid N" from its holder.
     let (_, _, a) = status(&bed);
     let open = &a["windows"][0];

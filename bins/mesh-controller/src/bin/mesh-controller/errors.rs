@@ -3,9 +3,31 @@
 //! commands (`--bus URL`, `mesh-controller --home DIR init --example`). Every other error reads
 //! as the library wrote it, each cause in turn ("outer: inner: …").
 
+use mesh_cli_docs::exit::Exit;
 use mesh_controller::Error;
 use mesh_controller::Given;
 use mesh_controller::NoMesh;
+
+/// The exit code of a command that ended in `error`: the one place it is decided. A refusal
+/// (nothing changed; a flag or a person lets it go) is [`Exit::Refused`], an option the
+/// command needs or refuses is a usage error ([`Exit::Usage`]); anything else is an error.
+pub fn exit_of(error: &anyhow::Error) -> Exit {
+    let library = error.chain().find_map(|cause| {
+        cause
+            .downcast_ref::<Error>()
+            .or_else(|| cause.downcast_ref::<Box<Error>>().map(AsRef::as_ref))
+    });
+    match library {
+        Some(Error::Refused { .. }) => Exit::Refused,
+        // A credential the home does not hold is no fault of the command line.
+        Some(Error::Given {
+            option: Given::ControllerSecret,
+            ..
+        }) => Exit::Error,
+        Some(Error::Given { .. }) => Exit::Usage,
+        _ => Exit::Error,
+    }
+}
 
 /// `error` and each of its causes, outermost first, joined by ": " (as `anyhow` prints `{:#}`),
 /// each of the library's errors that names an option or a missing mesh phrased with the

@@ -194,12 +194,12 @@ fn main() -> ExitCode {
         .with_ansi(mesh_host::log_in_colour())
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let cli: Cli = mesh_cli_docs::exit::parse();
     match run(cli) {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {}", errors::phrased(&error));
-            ExitCode::from(1)
+            errors::exit_of(&error).into()
         }
     }
 }

@@ -11,7 +11,7 @@ pub struct Status {
     pub json: Value,
     /// The same, byte for byte as printed.
     pub document: String,
-    /// The exit code the overview is judged to (`status::judge`): 0 settled, 2 in progress, 3
+    /// The exit code the overview is judged to (`status::judge`): 0 settled, 4 in progress, 3
     /// needs attention.
     pub code: u8,
 }
@@ -61,7 +61,7 @@ impl Library {
             }
         }
         let verdict = status::judge(&overview, now, status::DEFAULT_MID_CHANGE_AFTER_SECS);
-        let document = overview.json_document().map_err(|e| said(&e))?;
+        let document = overview.json_document(&verdict).map_err(|e| said(&e))?;
         Ok(Status {
             json: serde_json::from_str(&document).unwrap(),
             document,

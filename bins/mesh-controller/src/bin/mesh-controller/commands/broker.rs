@@ -3,6 +3,7 @@
 use crate::{render, Output};
 use anyhow::Result;
 use clap::Subcommand;
+use mesh_cli_docs::exit::Exit;
 use mesh_controller::bus;
 
 use std::process::ExitCode;
@@ -75,7 +76,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
                 },
                 Err(refused) => {
                     eprintln!("error: {refused}; nothing was changed");
-                    return Ok(ExitCode::from(2));
+                    return Ok(Exit::Refused.into());
                 }
             }
         }
@@ -88,7 +89,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
                 Output::Text => print!("{}", render::replicas(&answer)),
             }
             if !answer.short.is_empty() {
-                return Ok(ExitCode::from(3));
+                return Ok(Exit::Attention.into());
             }
         }
         Command::RaiseReplicas { streams } => {

@@ -4,6 +4,7 @@
 
 use crate::Output;
 use anyhow::Result;
+use mesh_cli_docs::exit::Exit;
 
 use std::process::ExitCode;
 
@@ -14,10 +15,13 @@ use std::process::ExitCode;
 /// catalogue/modules, overlaid with each module's deployed build (what push and plan compose
 /// from), and each repository's head — a repository registered by URL fetched first, as its
 /// next merge would be (when the fetch fails, it says it read the commit last fetched, and why).
+///
+/// Exit codes: 0 nothing found; 3 problems or orphans found (a person mends them); 1 the home
+/// or a repository cannot be read.
 #[derive(clap::Args)]
 pub struct Args {}
 
-/// Lists the problems and the orphans: exit 1 when there is any.
+/// Lists the problems and the orphans: exit 3 when there is any.
 pub fn exec(_args: Args, env: &super::Env) -> Result<ExitCode> {
     let checked = env.checked()?;
     let check = mesh_controller::check(&env.home, &checked)?;
@@ -69,6 +73,8 @@ pub fn exec(_args: Args, env: &super::Env) -> Result<ExitCode> {
     Ok(if sound {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        // Problems found: a person mends the catalogue or the inventory (an error reading
+        // them is 1, from `main`).
+        Exit::Attention.into()
     })
 }

@@ -2,6 +2,7 @@
 
 use crate::{render, Output};
 use anyhow::Result;
+use mesh_cli_docs::exit::Exit;
 use mesh_controller::bus;
 
 use std::process::ExitCode;
@@ -80,7 +81,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         }
     }
     Ok(if merged.outcome.stopped() {
-        ExitCode::from(3)
+        Exit::Attention.into()
     } else {
         ExitCode::SUCCESS
     })

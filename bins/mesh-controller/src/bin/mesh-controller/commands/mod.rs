@@ -27,6 +27,7 @@ pub mod status;
 use crate::lines::Lines;
 use crate::{Cli, Output};
 use anyhow::{Context, Result};
+use mesh_cli_docs::exit::Exit;
 use mesh_controller::bus::BusConfig;
 
 use mesh_controller::Home;
@@ -172,7 +173,7 @@ pub fn print_plans_driven(output: Output, plans: &[mesh_model::plan::Plan]) -> R
         }
     }
     Ok(if mesh_controller::plans::any_stopped(plans) {
-        ExitCode::from(3)
+        Exit::Attention.into()
     } else {
         ExitCode::SUCCESS
     })

@@ -2,6 +2,7 @@
 
 use crate::{render, Output};
 use anyhow::Result;
+use mesh_cli_docs::exit::Exit;
 use mesh_controller::catalogue;
 use mesh_controller::status::BehindPushed;
 
@@ -87,11 +88,10 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             ))?
         };
         // Decided first, so that the JSON document takes what was done rather than a copy.
-        let code = match mesh_controller::verdict(&results) {
-            _ if mesh_controller::plans::any_stopped(&plans) => ExitCode::from(3),
-            mesh_controller::Verdict::Converged => ExitCode::SUCCESS,
-            mesh_controller::Verdict::Held => ExitCode::from(2),
-            mesh_controller::Verdict::NotConverged => ExitCode::from(3),
+        let code = if mesh_controller::plans::any_stopped(&plans) {
+            Exit::Attention
+        } else {
+            exit_of(mesh_controller::verdict(&results))
         };
         match env.output {
             Output::Json => env.print_json(&BehindPushed {
@@ -114,7 +114,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
                 }
             }
         }
-        return Ok(code);
+        return Ok(code.into());
     }
     let nodes = match mesh_controller::targets(&env.home.inventory()?, args.nodes, args.all) {
         Ok(nodes) => nodes,
@@ -122,7 +122,7 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             eprintln!(
                 "error: push names no node; name the nodes (`push home laptop`) or say `--all`"
             );
-            return Ok(ExitCode::from(2));
+            return Ok(Exit::Refused.into());
         }
     };
     let checked = env.checked()?;
@@ -141,9 +141,14 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
         Output::Json => env.print_json(&results)?,
         Output::Text => print!("{}", render::push(&results)),
     }
-    Ok(match mesh_controller::verdict(&results) {
-        mesh_controller::Verdict::Converged => ExitCode::SUCCESS,
-        mesh_controller::Verdict::Held => ExitCode::from(2),
-        mesh_controller::Verdict::NotConverged => ExitCode::from(3),
-    })
+    Ok(exit_of(mesh_controller::verdict(&results)).into())
+}
+
+/// What a push comes to, as its exit code: the one place it is decided.
+fn exit_of(verdict: mesh_controller::Verdict) -> Exit {
+    match verdict {
+        mesh_controller::Verdict::Converged => Exit::Done,
+        mesh_controller::Verdict::Held => Exit::Refused,
+        mesh_controller::Verdict::NotConverged => Exit::Attention,
+    }
 }

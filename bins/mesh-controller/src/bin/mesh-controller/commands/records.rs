@@ -3,6 +3,7 @@
 use crate::{render, Output};
 use anyhow::Result;
 use clap::Subcommand;
+use mesh_cli_docs::exit::Exit;
 use mesh_controller::records;
 
 use std::path::PathBuf;
@@ -192,7 +193,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
                          make the edit on that, and put it again",
                         home.records().locate(&key)
                     );
-                    return Ok(ExitCode::from(2));
+                    return Ok(Exit::Refused.into());
                 }
             }
         }

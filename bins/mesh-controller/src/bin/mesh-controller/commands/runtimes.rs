@@ -2,6 +2,7 @@
 
 use crate::{render, Output};
 use anyhow::Result;
+use mesh_cli_docs::exit::Exit;
 use mesh_controller::bus;
 
 use std::process::ExitCode;
@@ -33,5 +34,10 @@ pub fn exec(_args: Args, env: &super::Env) -> Result<ExitCode> {
         Output::Json => env.print_json(&found)?,
         Output::Text => print!("{}", render::runtimes(&found)),
     }
-    Ok(ExitCode::from(bus::runtimes_exit_code(&found)))
+    // A module missing or running elsewhere, or a runtime or node not heard: a person looks.
+    Ok(match bus::runtimes_exit_code(&found) {
+        0 => Exit::Done,
+        _ => Exit::Attention,
+    }
+    .into())
 }

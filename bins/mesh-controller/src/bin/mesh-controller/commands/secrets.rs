@@ -5,6 +5,7 @@
 use crate::Output;
 use anyhow::{Context as _, Result};
 use clap::Subcommand;
+use mesh_cli_docs::exit::Exit;
 use mesh_controller::secrets;
 
 use std::io::Read as _;
@@ -167,7 +168,8 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
                 }
             }
             if !rotated.pending.is_empty() {
-                return Ok(ExitCode::from(1));
+                // Some repositories could not be sealed again: a person runs it again.
+                return Ok(Exit::Attention.into());
             }
         }
     }

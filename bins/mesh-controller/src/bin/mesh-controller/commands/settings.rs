@@ -3,6 +3,7 @@
 use crate::{render, Output};
 use anyhow::Result;
 use clap::Subcommand;
+use mesh_cli_docs::exit::Exit;
 use mesh_controller::settings;
 use mesh_controller::{SettingsEdit, SettingsOptions};
 
@@ -74,7 +75,7 @@ pub enum Command {
     ///
     /// The new name must be accepted by the newest version of the module the mesh knows (an
     /// open plan's commit, else what the nodes run); it says which. Each layer it replaces is
-    /// kept in the history. Refused, nothing changed (exit 1), when no layer sets the old key,
+    /// kept in the history. Refused, nothing changed (exit 2), when no layer sets the old key,
     /// a layer already sets the new one, or the new one is not accepted.
     Rename {
         /// The module.
@@ -198,7 +199,7 @@ pub fn exec(command: Command, env: &super::Env) -> Result<ExitCode> {
         Output::Text => print!("{}", render::settings_answer(&answer)),
     }
     Ok(if answer.refused() {
-        ExitCode::from(2)
+        Exit::Refused.into()
     } else {
         ExitCode::SUCCESS
     })

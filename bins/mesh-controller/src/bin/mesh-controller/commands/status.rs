@@ -3,6 +3,7 @@
 
 use crate::{render, Output};
 use anyhow::Result;
+use mesh_cli_docs::exit::Exit;
 use mesh_controller::status;
 
 use std::process::ExitCode;
@@ -18,12 +19,14 @@ use std::process::ExitCode;
 /// was last sent is pending, named with what differs and what sends it.
 ///
 /// Exit codes, for an alert to key on: 0 settled (every node sent a declaration reports it
-/// converged and current, nothing pending); 2 in progress and nothing wrong (a node
+/// converged and current, nothing pending); 4 in progress and nothing wrong (a node
 /// mid-change within its deadline or yet to report what it was sent, an open plan, a pending
-/// node an open plan will send); 3 needs attention (a resource failed, stuck or held still;
-/// drift left as found, or put back within the retention and not acknowledged; a node silent
-/// or mid-change past its deadline; a node held for a move; a stopped rollout; a pending node
-/// nothing will send; a failure recorded); 1 error reading the home.
+/// node an open plan will send, a maintenance window open within its lapse); 3 needs
+/// attention (a resource failed or stuck; a window open past its lapse; drift left as found,
+/// or put back within the retention and not acknowledged; a node silent or mid-change past
+/// its deadline; a node held for a move; a stopped rollout; a pending node nothing will send;
+/// a failure recorded); 1 error reading the home; 64 a usage error. With `--output json`, the
+/// verdict and each reason for it (node, kind, since) come first.
 #[derive(clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
@@ -101,11 +104,11 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
             status.set_merges_waiting(waiting, now);
         }
     }
+    let verdict = status::judge(&status, now, args.mid_change_after);
     match env.output {
-        Output::Json => print!("{}", status.json_document()?),
+        Output::Json => print!("{}", status.json_document(&verdict)?),
         Output::Text => print!("{}", render::status(&status)),
     }
-    let verdict = status::judge(&status, now, args.mid_change_after);
     Ok(ExitCode::from(verdict.health.exit_code()))
 }
 
@@ -117,7 +120,7 @@ fn watch(env: &super::Env, options: &status::StatusOptions) -> Result<ExitCode> 
             "status --watch hears the reports hosts publish on a fleet's bus: give --bus URL \
              (the embedded default has no bus to hear; run `status` after a push)"
         );
-        return Ok(ExitCode::from(2));
+        return Ok(Exit::Refused.into());
     };
     let watch = status::ReportWatch::open(&env.home, bus)?;
     let terminal = std::io::stdout().is_terminal();
