@@ -29,7 +29,7 @@ mod spec_de;
 
 pub use container::{
     capability_problem, cpus_problem, label_problem, memory_problem, network_problem,
-    restart_problem, user_problem, ContainerSpec, Device, HealthCheck, Limits, Mount,
+    restart_problem, says_nothing, user_problem, ContainerSpec, Device, HealthCheck, Limits, Mount,
     DEFAULT_HEALTH_WITHIN_MS, DEFAULT_SETTLE_MS, NETWORK_BRIDGE, NETWORK_HOST, RESERVED_LABELS,
 };
 pub use job::{rerun_file_digest, JobSpec, DEFAULT_JOB_TIMEOUT_SECS};

@@ -156,7 +156,7 @@ pub(super) fn check_module(
     }
     for (name, job) in &d.jobs {
         let key = format!("jobs.{name}");
-        super::job::check_job(&key, name, job, d, &mut say, &check_text);
+        container::check_job(&key, name, job, d, &mut say, &check_text);
         if d.containers.contains_key(&format!("job-{name}")) {
             say(
                 key,

@@ -43,11 +43,9 @@
 mod check;
 mod container;
 mod cycles;
-mod job;
 
-pub use container::{ContainerDefinition, DeviceDefinition, HealthDefinition, MountDefinition};
+pub use container::{ContainerDefinition, HealthDefinition, MountDefinition};
 pub use cycles::find_cycles;
-pub use job::JobDefinition;
 
 use crate::drift::DriftPolicy;
 use crate::Diagnostic;
@@ -270,9 +268,9 @@ pub struct ModuleDefinition {
     /// System accounts (each with its own group), by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub accounts: BTreeMap<String, AccountDefinition>,
-    /// Containers run to completion, by name.
+    /// Containers run to completion, by name (said as a container is, with a job's own keys).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub jobs: BTreeMap<String, JobDefinition>,
+    pub jobs: BTreeMap<String, ContainerDefinition>,
     /// Bus grants.
     #[serde(default)]
     pub grants: Grants,
