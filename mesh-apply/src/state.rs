@@ -14,6 +14,7 @@
 
 use crate::fsops;
 use crate::ApplyError;
+use mesh_model::declaration::Spec;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -118,6 +119,87 @@ pub enum Target {
     },
 }
 
+impl Target {
+    /// Whether it is what the declared `spec` is on the machine (`Target::of(spec) == self`,
+    /// without making one).
+    pub fn is_of(&self, spec: &Spec) -> bool {
+        match (spec, self) {
+            (Spec::File(f), Target::File { path }) => f.path == *path,
+            (Spec::Directory(d), Target::Directory { path }) => d.path == *path,
+            (Spec::Membership(m), Target::Membership { account, group }) => {
+                m.account == *account && m.group == *group
+            }
+            (Spec::Container(c), Target::Container { name }) => c.name == *name,
+            (Spec::Network(n), Target::Network { name }) => n.name == *name,
+            (Spec::Account(a), Target::Account { name }) => a.name == *name,
+            (
+                Spec::File(_)
+                | Spec::Directory(_)
+                | Spec::Membership(_)
+                | Spec::Container(_)
+                | Spec::Network(_)
+                | Spec::Account(_)
+                | Spec::Job(_),
+                _,
+            ) => false,
+        }
+    }
+
+    /// What a declared resource is on the machine.
+    pub fn of(spec: &Spec) -> Target {
+        match spec {
+            Spec::File(f) => Target::File {
+                path: f.path.clone(),
+            },
+            Spec::Directory(d) => Target::Directory {
+                path: d.path.clone(),
+            },
+            Spec::Membership(m) => Target::Membership {
+                account: m.account.clone(),
+                group: m.group.clone(),
+            },
+            Spec::Container(c) => Target::Container {
+                name: c.name.clone(),
+            },
+            Spec::Network(n) => Target::Network {
+                name: n.name.clone(),
+            },
+            Spec::Account(a) => Target::Account {
+                name: a.name.clone(),
+            },
+            // Never recorded (the state keeps what it last ran); its container, while it runs.
+            Spec::Job(j) => Target::Container {
+                name: j.run.name.clone(),
+            },
+        }
+    }
+
+    /// When it is given back among the others no longer declared: containers, networks,
+    /// memberships, then files, then directories deepest first, then accounts (last: what one
+    /// owned is released first, and what is kept keeps it).
+    pub fn release_rank(&self) -> (u8, usize) {
+        match self {
+            Target::Container { .. } => (0, 0),
+            Target::Network { .. } => (1, 0),
+            Target::Membership { .. } => (2, 0),
+            Target::File { .. } => (3, 0),
+            Target::Directory { path } => (4, usize::MAX - crate::paths::depth(path)),
+            Target::Account { .. } => (5, 0),
+        }
+    }
+
+    /// The machine path it holds whole (a file's, a directory's), if it holds one.
+    pub fn whole_path(&self) -> Option<&str> {
+        match self {
+            Target::File { path } | Target::Directory { path } => Some(path),
+            Target::Membership { .. }
+            | Target::Container { .. }
+            | Target::Network { .. }
+            | Target::Account { .. } => None,
+        }
+    }
+}
+
 /// Whether the mesh made a resource or found it there, and what it found (`"made"`, or
 /// `{"found-file": {...}}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -149,6 +231,20 @@ pub enum Origin {
     FoundMembership,
     /// The account was there, with the ids declared (or none declared): adopted, never removed.
     FoundAccount,
+}
+
+impl Origin {
+    /// The digest of the found bytes it keeps in the state directory (`found/<sha256>`), if it
+    /// keeps some.
+    pub fn kept_content(&self) -> Option<&str> {
+        match self {
+            Origin::FoundFile { content, .. } => Some(content),
+            Origin::Made
+            | Origin::FoundDirectory { .. }
+            | Origin::FoundMembership
+            | Origin::FoundAccount => None,
+        }
+    }
 }
 
 /// A resource that failed and is being retried.

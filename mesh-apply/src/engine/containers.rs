@@ -1,7 +1,7 @@
 //! Container resources, through the [`crate::ContainerRuntime`] seam: a lone container brought
 //! to its spec, recorded once made, and left alone while a maintenance window holds it still.
 
-use super::{target_of, Attempt, Engine};
+use super::{Attempt, Engine};
 use crate::containers::DeclaredContainer;
 use crate::progress::pause_point;
 use crate::state::{Origin, Record, Target};
@@ -88,7 +88,7 @@ impl<'a> Engine<'a, '_> {
             self.state.resources.insert(
                 resource.id.clone(),
                 Record {
-                    target: target_of(&resource.spec),
+                    target: Target::of(&resource.spec),
                     origin: Origin::Made,
                 },
             );
@@ -108,11 +108,8 @@ impl<'a> Engine<'a, '_> {
                 .get(&j.run.name)
                 .or_else(|| self.held_modules.get(&resource.module))
                 .cloned(),
-            Spec::File(_)
-            | Spec::Directory(_)
-            | Spec::Membership(_)
-            | Spec::Network(_)
-            | Spec::Account(_) => None,
+            // No other kind runs a container.
+            _ => None,
         }
     }
 
@@ -120,11 +117,8 @@ impl<'a> Engine<'a, '_> {
     pub(super) fn held_step(&self, target: &Target) -> Option<String> {
         match target {
             Target::Container { name } => self.held.get(name).cloned(),
-            Target::File { .. }
-            | Target::Directory { .. }
-            | Target::Membership { .. }
-            | Target::Network { .. }
-            | Target::Account { .. } => None,
+            // No other kind runs a container.
+            _ => None,
         }
     }
 }
@@ -137,5 +131,24 @@ pub(super) fn declared<'r>(
         id: &resource.id,
         module: &resource.module,
         spec,
+    }
+}
+
+/// How the container `spec` differs from what the host left there: not running (one an open
+/// window holds still is not looked at).
+pub(super) fn drift(
+    spec: &ContainerSpec,
+    look: &mut super::look::Look<'_>,
+    say: &mut super::look::Say<'_>,
+) {
+    // Its name on this machine (`HostConfig::container_prefix`).
+    let name = format!("{}{}", look.container_prefix, spec.name);
+    if look.held.contains(&name) {
+        return;
+    }
+    match look.containers.examine(&name) {
+        Ok(None) => {}
+        Ok(Some(found)) => say("running", "running".into(), found),
+        Err(error) => say("running", "running".into(), error),
     }
 }

@@ -597,3 +597,71 @@ fn file_differences(
     ));
     Ok(changed)
 }
+
+/// How the file `spec` (of `resource`) differs from what the host left there: that it is a
+/// regular file, its mode and owner, and its content (read only when its stamp changed).
+pub(super) fn drift(
+    resource: &Resource,
+    spec: &FileSpec,
+    declared: &dyn mesh_model::declaration::Declared,
+    look: &mut super::look::Look<'_>,
+    say: &mut super::look::Say<'_>,
+) {
+    let resolved = match look.paths.resolve(&spec.path) {
+        Ok(resolved) => resolved,
+        Err(problem) => {
+            say("exists", "a regular file".into(), problem);
+            return;
+        }
+    };
+    let Some(meta) = resolved.meta else {
+        say("exists", "a regular file".into(), "nothing".into());
+        return;
+    };
+    if !meta.is_file() {
+        say(
+            "exists",
+            "a regular file".into(),
+            "not a regular file".into(),
+        );
+        return;
+    }
+    super::look::drift_of_mode_owner(
+        &meta,
+        (spec.mode, &spec.owner, &spec.group),
+        &look.accounts,
+        say,
+    );
+    // A file rendered from a secret is compared with what this host last
+    // wrote there, and its drift said without its content or its digest (the
+    // rule “A secret is readable only where it is used”).
+    let (declared, shown) = match (declared.content_digest(resource), &spec.sealed) {
+        (Some(declared), _) => (declared.into_owned(), None),
+        (None, Some(pieces)) => match look.cache.left_by_the_mesh(&spec.path) {
+            Some(left) => (
+                left.to_owned(),
+                Some(mesh_model::secret::describe_sealed(pieces)),
+            ),
+            None => return,
+        },
+        (None, None) => return,
+    };
+    if !look.full && look.cache.known_digest(&spec.path, &meta) == Some(&*declared) {
+        return;
+    }
+    let found = look.digest_of(&spec.path, &resolved.full, &meta);
+    match (found, shown) {
+        (Ok(found), _) if found == declared => {}
+        (Ok(_), Some(shown)) => say(
+            "content",
+            shown,
+            "other content (not shown: the file holds a secret)".into(),
+        ),
+        (Ok(found), None) => say("content", declared, found),
+        (Err(error), shown) => say(
+            "content",
+            shown.unwrap_or(declared),
+            format!("unreadable: {error}"),
+        ),
+    }
+}

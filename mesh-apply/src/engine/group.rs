@@ -506,10 +506,6 @@ impl<'a> Engine<'a, '_> {
                     group: spec.group.clone(),
                 }))
             }
-            Spec::Network(_) | Spec::Account(_) => Ok(Staging::Broken(format!(
-                "a {} cannot be in a together group",
-                resource.spec.kind()
-            ))),
             // Held by a window: it runs after the window, when it is still due.
             Spec::Job(_) if self.held_container(resource).is_some() => {
                 Ok(Staging::Staged(Staged::Nothing))
@@ -553,6 +549,11 @@ impl<'a> Engine<'a, '_> {
                     Err(reason) => Staging::Broken(reason),
                 })
             }
+            // The other kinds (a network, an account, …) are never staged.
+            _ => Ok(Staging::Broken(format!(
+                "a {} cannot be in a together group",
+                resource.spec.kind()
+            ))),
         }
     }
 
@@ -741,11 +742,7 @@ fn show(resource: &Resource) -> String {
     match &resource.spec {
         Spec::File(f) => f.path.clone(),
         Spec::Directory(d) => d.path.clone(),
-        Spec::Membership(_)
-        | Spec::Container(_)
-        | Spec::Network(_)
-        | Spec::Account(_)
-        | Spec::Job(_) => resource.id.clone(),
+        _ => resource.id.clone(),
     }
 }
 

@@ -107,3 +107,21 @@ impl<'a> Engine<'a, '_> {
         Ok(vec!["added".to_owned()])
     }
 }
+
+/// How the membership `spec` differs from what the host left there: the account out of the
+/// group.
+pub(super) fn drift(
+    spec: &MembershipSpec,
+    look: &mut super::look::Look<'_>,
+    say: &mut super::look::Say<'_>,
+) {
+    if let Some(db) = &look.accounts {
+        if !db.is_member(&spec.account, &spec.group) {
+            say(
+                "membership",
+                format!("{} in {}", spec.account, spec.group),
+                format!("{} not in {}", spec.account, spec.group),
+            );
+        }
+    }
+}

@@ -129,6 +129,49 @@ impl Spec {
             Spec::Job(_) => "job",
         }
     }
+
+    /// The kinds' names, as `kind` names them on the wire.
+    pub const KINDS: &'static [&'static str] = &[
+        "file",
+        "directory",
+        "membership",
+        "container",
+        "network",
+        "account",
+        "job",
+    ];
+
+    /// The spec of the kind named `kind` read from `fields` (an object without its `kind`):
+    /// how the declaration's reader ([`Spec`]'s `Deserialize`) reads each kind.
+    ///
+    /// # Errors
+    /// A kind not in [`Spec::KINDS`] (`unknown variant`), or its fields' error.
+    pub fn read<'de, D: serde::Deserializer<'de>>(kind: &str, fields: D) -> Result<Spec, D::Error> {
+        Ok(match kind {
+            "file" => Spec::File(FileSpec::deserialize(fields)?),
+            "directory" => Spec::Directory(DirectorySpec::deserialize(fields)?),
+            "membership" => Spec::Membership(MembershipSpec::deserialize(fields)?),
+            "container" => Spec::Container(Box::<ContainerSpec>::deserialize(fields)?),
+            "network" => Spec::Network(NetworkSpec::deserialize(fields)?),
+            "account" => Spec::Account(AccountSpec::deserialize(fields)?),
+            "job" => Spec::Job(Box::<JobSpec>::deserialize(fields)?),
+            other => return Err(serde::de::Error::unknown_variant(other, Spec::KINDS)),
+        })
+    }
+
+    /// The machine path of the file whose content it keeps, whole or in part (a file's own);
+    /// `None` for a kind that keeps no file's content. A host watches its directory.
+    pub fn file_path(&self) -> Option<&str> {
+        match self {
+            Spec::File(f) => Some(&f.path),
+            Spec::Directory(_)
+            | Spec::Membership(_)
+            | Spec::Container(_)
+            | Spec::Network(_)
+            | Spec::Account(_)
+            | Spec::Job(_) => None,
+        }
+    }
 }
 
 /// A regular file: it carries its content, or names where it is in its module's archive.

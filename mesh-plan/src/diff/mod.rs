@@ -262,17 +262,12 @@ fn flatten(resource: &Resource) -> BTreeMap<String, Flat<'_>> {
             put("owner", json!(d.owner));
             put("group", json!(d.group));
         }
-        Spec::Network(n) => put("name", json!(n.name)),
         Spec::Account(a) => {
             put("name", json!(a.name));
             put("uid", json!(a.uid));
             put("gid", json!(a.gid));
             put("home", json!(a.home));
             put("shell", json!(a.shell));
-        }
-        Spec::Membership(m) => {
-            put("account", json!(m.account));
-            put("group", json!(m.group));
         }
         Spec::Job(j) => {
             put("rerun-on", json!(j.rerun_on));
@@ -282,6 +277,16 @@ fn flatten(resource: &Resource) -> BTreeMap<String, Flat<'_>> {
         Spec::Container(c) => {
             put("restart-on", json!(c.restart_on));
             flatten_container(c, &mut put);
+        }
+        // A kind whose fields are shown as its spec says them (a network, a membership, …).
+        other => {
+            if let Value::Object(spec) = json!(other) {
+                for (name, value) in spec {
+                    if name != "kind" {
+                        put(&name, value);
+                    }
+                }
+            }
         }
     }
     fields
