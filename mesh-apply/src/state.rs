@@ -117,6 +117,13 @@ pub enum Target {
         /// The account's name.
         name: String,
     },
+    /// One line in a file the mesh did not make.
+    Line {
+        /// The file's machine path.
+        path: String,
+        /// The line.
+        line: String,
+    },
 }
 
 impl Target {
@@ -132,6 +139,7 @@ impl Target {
             (Spec::Container(c), Target::Container { name }) => c.name == *name,
             (Spec::Network(n), Target::Network { name }) => n.name == *name,
             (Spec::Account(a), Target::Account { name }) => a.name == *name,
+            (Spec::Line(l), Target::Line { path, line }) => l.path == *path && l.line == *line,
             (
                 Spec::File(_)
                 | Spec::Directory(_)
@@ -139,7 +147,8 @@ impl Target {
                 | Spec::Container(_)
                 | Spec::Network(_)
                 | Spec::Account(_)
-                | Spec::Job(_),
+                | Spec::Job(_)
+                | Spec::Line(_),
                 _,
             ) => false,
         }
@@ -167,6 +176,10 @@ impl Target {
             Spec::Account(a) => Target::Account {
                 name: a.name.clone(),
             },
+            Spec::Line(l) => Target::Line {
+                path: l.path.clone(),
+                line: l.line.clone(),
+            },
             // Never recorded (the state keeps what it last ran); its container, while it runs.
             Spec::Job(j) => Target::Container {
                 name: j.run.name.clone(),
@@ -182,6 +195,7 @@ impl Target {
             Target::Container { .. } => (0, 0),
             Target::Network { .. } => (1, 0),
             Target::Membership { .. } => (2, 0),
+            Target::Line { .. } => (2, 1),
             Target::File { .. } => (3, 0),
             Target::Directory { path } => (4, usize::MAX - crate::paths::depth(path)),
             Target::Account { .. } => (5, 0),
@@ -192,7 +206,8 @@ impl Target {
     pub fn whole_path(&self) -> Option<&str> {
         match self {
             Target::File { path } | Target::Directory { path } => Some(path),
-            Target::Membership { .. }
+            Target::Line { .. }
+            | Target::Membership { .. }
             | Target::Container { .. }
             | Target::Network { .. }
             | Target::Account { .. } => None,
@@ -231,6 +246,14 @@ pub enum Origin {
     FoundMembership,
     /// The account was there, with the ids declared (or none declared): adopted, never removed.
     FoundAccount,
+    /// The line was in the file already: it stays when undeclared.
+    FoundLine,
+    /// The line took the place of another (the first that started with its `match`), put back
+    /// when undeclared.
+    ReplacedLine {
+        /// The line it replaced.
+        was: String,
+    },
 }
 
 impl Origin {
@@ -242,7 +265,9 @@ impl Origin {
             Origin::Made
             | Origin::FoundDirectory { .. }
             | Origin::FoundMembership
-            | Origin::FoundAccount => None,
+            | Origin::FoundAccount
+            | Origin::FoundLine
+            | Origin::ReplacedLine { .. } => None,
         }
     }
 }

@@ -117,6 +117,8 @@ pub enum Spec {
     Account(AccountSpec),
     /// A container run to completion before what comes after it.
     Job(Box<JobSpec>),
+    /// One line kept in a file the mesh did not make.
+    Line(LineSpec),
 }
 
 impl Spec {
@@ -130,6 +132,7 @@ impl Spec {
             Spec::Network(_) => "network",
             Spec::Account(_) => "account",
             Spec::Job(_) => "job",
+            Spec::Line(_) => "line",
         }
     }
 
@@ -142,6 +145,7 @@ impl Spec {
         "network",
         "account",
         "job",
+        "line",
     ];
 
     /// The spec of the kind named `kind` read from `fields` (an object without its `kind`):
@@ -158,6 +162,7 @@ impl Spec {
             "network" => Spec::Network(NetworkSpec::deserialize(fields)?),
             "account" => Spec::Account(AccountSpec::deserialize(fields)?),
             "job" => Spec::Job(Box::<JobSpec>::deserialize(fields)?),
+            "line" => Spec::Line(LineSpec::deserialize(fields)?),
             other => return Err(serde::de::Error::unknown_variant(other, Spec::KINDS)),
         })
     }
@@ -167,6 +172,7 @@ impl Spec {
     pub fn file_path(&self) -> Option<&str> {
         match self {
             Spec::File(f) => Some(&f.path),
+            Spec::Line(l) => Some(&l.path),
             Spec::Directory(_)
             | Spec::Membership(_)
             | Spec::Container(_)
@@ -174,6 +180,39 @@ impl Spec {
             | Spec::Account(_)
             | Spec::Job(_) => None,
         }
+    }
+}
+
+/// One line the mesh keeps in a file it did not make (as Puppet's `file_line` and Ansible's
+/// `lineinfile`): the line is added at the end, or put in place of the first line that starts
+/// with [`LineSpec::replaces`]. The file's other lines are never touched; when the line is no
+/// longer declared it is given back (removed, or the line it replaced put back). A file the
+/// declaration declares whole holds no line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct LineSpec {
+    /// The file's absolute path on the machine; it must be there (the mesh never makes it).
+    pub path: String,
+    /// The line, without its newline.
+    pub line: String,
+    /// The start of the line it replaces (the module file's `match`); absent: it is added.
+    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<String>,
+}
+
+impl LineSpec {
+    /// Every rule it breaks, each a sentence (empty when sound).
+    pub fn problems(&self) -> Vec<String> {
+        let mut out: Vec<String> = path_problem(&self.path).into_iter().collect();
+        if self.line.is_empty() || self.line.contains(['\n', '\r']) {
+            out.push("a line is one line of text, not empty".to_owned());
+        }
+        if let Some(replaces) = &self.replaces {
+            if replaces.is_empty() || replaces.contains(['\n', '\r']) {
+                out.push("`match` is the start of one line, not empty".to_owned());
+            }
+        }
+        out
     }
 }
 
@@ -490,6 +529,7 @@ impl Declaration {
             out.push("resources are not sorted by id".to_owned());
         }
         let mut paths: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut lines: Vec<(&str, &LineSpec)> = Vec::new();
         for r in &self.resources {
             let mut parts = r.id.splitn(3, '/');
             let (module, kind, name) = (parts.next(), parts.next(), parts.next());
@@ -515,11 +555,13 @@ impl Declaration {
             let path = match &r.spec {
                 Spec::File(f) => Some(f.path.as_str()),
                 Spec::Directory(d) => Some(d.path.as_str()),
+                // Lines share their file (see below).
                 Spec::Membership(_)
                 | Spec::Container(_)
                 | Spec::Network(_)
                 | Spec::Account(_)
-                | Spec::Job(_) => None,
+                | Spec::Job(_)
+                | Spec::Line(_) => None,
             };
             if let Some(path) = path {
                 if let Some(problem) = path_problem(path) {
@@ -575,6 +617,31 @@ impl Declaration {
                 }
                 Spec::Job(j) => out.extend(self.job_problems(r, j)),
                 Spec::Membership(_) => {}
+                Spec::Line(l) => {
+                    for problem in l.problems() {
+                        out.push(format!("`{}`: {problem}", r.id));
+                    }
+                    if r.together.is_some() {
+                        out.push(format!("`{}`: a line cannot be in a together group", r.id));
+                    }
+                    lines.push((r.id.as_str(), l));
+                }
+            }
+        }
+        // A line is kept in a file the mesh did not make, once.
+        let mut kept: BTreeMap<(&str, &str), &str> = BTreeMap::new();
+        for (id, line) in lines {
+            if let Some(file) = paths.get(line.path.as_str()) {
+                out.push(format!(
+                    "`{id}` keeps a line in `{}`, which `{file}` declares whole",
+                    line.path
+                ));
+            }
+            if let Some(other) = kept.insert((&line.path, &line.line), id) {
+                out.push(format!(
+                    "`{id}` and `{other}` both keep the same line in `{}`",
+                    line.path
+                ));
             }
         }
         out.extend(self.port_collisions());

@@ -168,6 +168,28 @@ pub(super) fn check_module(
             );
         }
     }
+    for (name, line) in &d.lines {
+        let key = format!("lines.{name}");
+        check_name(&key, name, &mut say);
+        check_absolute(&format!("{key}.path"), &line.path, &mut say);
+        check_text(format!("{key}.path"), &line.path, &mut say);
+        check_text(format!("{key}.line"), &line.line, &mut say);
+        if line.line.is_empty() || line.line.contains(['\n', '\r']) {
+            say(
+                format!("{key}.line"),
+                "a line is one line of text, not empty".into(),
+            );
+        }
+        if let Some(replaces) = &line.replaces {
+            check_text(format!("{key}.match"), replaces, &mut say);
+            if replaces.is_empty() || replaces.contains(['\n', '\r']) {
+                say(
+                    format!("{key}.match"),
+                    "`match` is the start of one line, not empty".into(),
+                );
+            }
+        }
+    }
     for (name, mship) in &d.memberships {
         let key = format!("memberships.{name}");
         check_name(&key, name, &mut say);
@@ -210,10 +232,11 @@ pub(super) fn check_module(
             );
         }
         for member in members {
-            if member.starts_with("network/") {
+            if member.starts_with("network/") || member.starts_with("line/") {
+                let kind = member.split('/').next().unwrap_or_default();
                 say(
                     key.clone(),
-                    format!("`{member}`: a network cannot be in a together group"),
+                    format!("`{member}`: a {kind} cannot be in a together group"),
                 );
             } else if !refs.contains(member) {
                 say(

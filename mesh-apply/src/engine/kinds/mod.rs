@@ -5,10 +5,11 @@
 //! This file routes each kind's part to the file that holds it: one `match` over the kinds per
 //! part, so that a new kind is a file of its own beside these and one arm in each `match` here,
 //! with the compiler as the checklist (`book/src/adding-a-kind.md` lists the rest). `directories`
-//! holds all four parts of its kind; the other kinds still keep theirs in `engine/<kind>.rs`
-//! (apply and observe), `engine/release.rs` (release) and the drift functions beside their apply.
+//! and `lines` hold all four parts of their kind; the other kinds still keep theirs in
+//! `engine/<kind>.rs` (apply, observe and drift) and `engine/release.rs` (release).
 
 mod directories;
+mod lines;
 
 use super::look::{Look, Say};
 use super::{Attempt, Engine};
@@ -58,6 +59,7 @@ impl<'a> Engine<'a, '_> {
             // A job leaves nothing to record: what it last ran is kept in the state's `jobs`.
             Spec::Job(_) => Ok(None),
             Spec::Account(a) => Ok(self.observe_account(a)),
+            Spec::Line(l) => Ok(self.observe_line(l)),
         }
     }
 
@@ -71,6 +73,7 @@ impl<'a> Engine<'a, '_> {
             Spec::Network(n) => self.apply_network(resource, n),
             Spec::Account(a) => self.apply_account(resource, a),
             Spec::Job(j) => self.apply_job(resource, j),
+            Spec::Line(l) => self.apply_line(resource, l),
         }
     }
 
@@ -99,6 +102,7 @@ impl<'a> Engine<'a, '_> {
                 )),
                 other => Ok(super::release::forgot("account", name, other)),
             },
+            Target::Line { path, line } => self.release_line(path, line, origin),
         }
     }
 }
@@ -120,5 +124,6 @@ pub(crate) fn drift(
         // A job's container is gone once it has run: nothing of it stays to drift.
         Spec::Job(_) => {}
         Spec::Container(spec) => super::containers::drift(spec, look, say),
+        Spec::Line(spec) => lines::drift(spec, look, say),
     }
 }
