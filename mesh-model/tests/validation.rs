@@ -422,3 +422,25 @@ password = ""
     );
     assert!(sound.starts_with("accepted: [db]\n"), "{sound}");
 }
+
+#[test]
+fn a_container_or_job_without_an_image_is_named_with_every_other_problem() {
+    let said = check(
+        r#"
+//- app/module.toml
+name = "app"
+[containers.web]
+command = ["httpd"]
+memory = "lots"
+[jobs.migrate]
+command = ["migrate"]
+"#,
+    );
+    for says in [
+        "`containers.web.image`: an image is required",
+        "`containers.web.memory`: `lots` is not a memory limit",
+        "`jobs.migrate.image`: an image is required",
+    ] {
+        assert!(said.contains(says), "{says}\n{said}");
+    }
+}

@@ -31,95 +31,67 @@ pub struct MountDefinition {
 /// policy, a stop timeout, a health command, a settle time, `restart-on`) a job may not say, and
 /// what only a job says (`rerun-on`, `timeout`) a container may not: [`check_container`] and
 /// [`check_job`] name such a key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+///
+/// Each key may be left out: a missing `image` is named by the check, with every other problem.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ContainerDefinition {
-    /// The image reference.
+    /// The image reference (required).
     pub image: String,
     /// The command and its arguments (default: the image's).
-    #[serde(default)]
     pub command: Vec<String>,
     /// Environment variables (values may use settings).
-    #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Places mounted into it.
-    #[serde(default)]
     pub mounts: Vec<MountDefinition>,
     /// Files of this module whose change restarts the container.
-    #[serde(default)]
     pub restart_on: Vec<String>,
     /// How long after it is created, started or restarted the host judges it (`"2s"`,
     /// `"500ms"`, `"1m"`; default 2 s).
-    #[serde(default)]
     pub settle: Option<String>,
     /// A command that must pass inside it for it to be healthy.
-    #[serde(default)]
     pub health: Option<HealthDefinition>,
     /// Ports it publishes, in podman's form `[ADDRESS:]HOST-PORT:CONTAINER-PORT[/PROTOCOL]`
     /// (each may use settings).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<String>,
     /// `bridge`, `host`, or a network the module declares (`[networks.NAME]`); absent: `bridge`
     /// when it publishes a port, podman's own default otherwise.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<String>,
     /// The user it runs as: `UID[:GID]` or a name (may use settings).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     /// Memory limit (`64m`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<String>,
     /// CPU limit (`0.5`, `2`; a number or its text).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "text_or_number"
-    )]
+    #[serde(deserialize_with = "text_or_number")]
     pub cpus: Option<String>,
     /// Process limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pids: Option<u32>,
     /// Capabilities added.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cap_add: Vec<String>,
     /// Capabilities dropped.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cap_drop: Vec<String>,
     /// A read-only root filesystem (its mounts keep their own flag).
-    #[serde(
-        default,
-        rename = "read-only",
-        skip_serializing_if = "std::ops::Not::not"
-    )]
+    #[serde(rename = "read-only")]
     pub read_only_root: bool,
     /// The working directory (may use settings).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<String>,
     /// The entrypoint in place of the image's (each may use settings).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entrypoint: Option<Vec<String>>,
     /// Labels of its own (values may use settings).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     /// How long podman waits after SIGTERM before it kills it (`"20s"`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_timeout: Option<String>,
     /// Podman's restart policy for a crash (`on-failure`, `always`, …; default `no`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<String>,
     /// Host devices it reaches (`source` may use settings: a node maps its own device path).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<Device>,
     /// Resources of this module (`kind/NAME`, such as `job/migrate`) it comes after: it waits
     /// until they have applied (a job: succeeded).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<String>,
     /// A job's: the files of this module (`file/NAME`) whose change runs it again.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rerun_on: Vec<String>,
     /// A job's: how long it may run before it is stopped and failed (`"30s"`, `"5m"`; default
     /// 10 m).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
 }
 
