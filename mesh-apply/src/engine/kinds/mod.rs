@@ -4,12 +4,17 @@
 //!
 //! This file routes each kind's part to the file that holds it: one `match` over the kinds per
 //! part, so that a new kind is a file of its own beside these and one arm in each `match` here,
-//! with the compiler as the checklist (`book/src/adding-a-kind.md` lists the rest). `directories`
-//! and `lines` hold all four parts of their kind; the other kinds still keep theirs in
-//! `engine/<kind>.rs` (apply, observe and drift) and `engine/release.rs` (release).
+//! with the compiler as the checklist (`book/src/adding-a-kind.md` lists the rest). The files
+//! here hold their kinds whole: `directories`, `lines`, `accounts`, `networks` (whose release
+//! is one call, below) and `jobs` (a job is never recorded, so has nothing to give back nor
+//! drift). Files, memberships and containers still keep theirs in `engine/<kind>.rs` (apply,
+//! observe and drift) and `engine/release.rs` (release).
 
+mod accounts;
 mod directories;
+mod jobs;
 mod lines;
+mod networks;
 
 use super::look::{Look, Say};
 use super::{Attempt, Engine};
