@@ -217,37 +217,6 @@ impl<'a> Engine<'a, '_> {
         }
     }
 
-    /// Gives back `account`'s membership of `group`: removed when the mesh added it.
-    pub(super) fn release_membership(
-        &mut self,
-        account: &str,
-        group: &str,
-        origin: &Origin,
-    ) -> Result<String, String> {
-        match origin {
-            Origin::Made => {
-                let member = self.db()?.is_member(account, group);
-                if !member {
-                    return Ok(format!("`{account}` was already out of `{group}`"));
-                }
-                let result = self.seams.accounts.remove_membership(account, group);
-                self.reload_accounts();
-                result.map_err(|e| format!("cannot remove `{account}` from `{group}`: {e}"))?;
-                Ok(format!(
-                    "removed `{account}` from `{group}`, a membership the mesh added"
-                ))
-            }
-            Origin::FoundMembership => Ok(format!(
-                "kept `{account}` in `{group}`: it was a member before the mesh"
-            )),
-            other => Ok(forgot(
-                "membership",
-                &format!("{account} in {group}"),
-                other,
-            )),
-        }
-    }
-
     /// Removes parent directories the mesh made that no declared path needs any more (when
     /// empty).
     pub(super) fn release_unneeded_parents(&mut self) -> Result<(), ApplyError> {

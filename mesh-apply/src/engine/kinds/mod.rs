@@ -5,15 +5,16 @@
 //! This file routes each kind's part to the file that holds it: one `match` over the kinds per
 //! part, so that a new kind is a file of its own beside these and one arm in each `match` here,
 //! with the compiler as the checklist (`book/src/adding-a-kind.md` lists the rest). The files
-//! here hold their kinds whole: `directories`, `lines`, `accounts`, `networks` (whose release
-//! is one call, below) and `jobs` (a job is never recorded, so has nothing to give back nor
-//! drift). Files, memberships and containers still keep theirs in `engine/<kind>.rs` (apply,
-//! observe and drift) and `engine/release.rs` (release).
+//! here hold their kinds whole: `directories`, `lines`, `memberships`, `accounts`, `networks`
+//! (whose release is one call, below) and `jobs` (a job is never recorded, so has nothing to
+//! give back nor drift). Files and containers still keep theirs in `engine/<kind>.rs` (apply,
+//! observe and drift) and `engine/release.rs` (a file's release).
 
 mod accounts;
 mod directories;
 mod jobs;
 mod lines;
+mod memberships;
 mod networks;
 
 use super::look::{Look, Say};
@@ -52,13 +53,7 @@ impl<'a> Engine<'a, '_> {
                 }
             }
             Spec::Directory(d) => Ok(self.observe_directory(d)),
-            Spec::Membership(m) => Ok(match self.db() {
-                Ok(db) if db.is_member(&m.account, &m.group) => Some(Origin::FoundMembership),
-                Ok(db) if db.membership_problem(&m.account, &m.group).is_none() => {
-                    Some(Origin::Made)
-                }
-                _ => None,
-            }),
+            Spec::Membership(m) => Ok(self.observe_membership(m)),
             // A container or a network is recorded once its runtime has made it.
             Spec::Container(_) | Spec::Network(_) => Ok(None),
             // A job leaves nothing to record: what it last ran is kept in the state's `jobs`.
@@ -122,7 +117,7 @@ pub(crate) fn drift(
     match &resource.spec {
         Spec::File(spec) => super::files::drift(resource, spec, declared, look, say),
         Spec::Directory(spec) => directories::drift(spec, look, say),
-        Spec::Membership(spec) => super::memberships::drift(spec, look, say),
+        Spec::Membership(spec) => memberships::drift(spec, look, say),
         // A network is seen through the containers that join it, an account through what it
         // owns.
         Spec::Network(_) | Spec::Account(_) => {}
