@@ -3,9 +3,9 @@
 //! host killed mid-commit has the next apply put the group back whole
 //! ([`put_back_interrupted_group_with`]).
 
-use super::containers::declared;
 use super::discover::Prepared;
-use super::files::FileRead;
+use super::kinds::containers::declared;
+use super::kinds::files::FileRead;
 use super::{with_real_seams, Engine, Seams};
 use crate::containers::{DeclaredContainer, SetAside};
 use crate::fsops;

@@ -4,15 +4,13 @@
 //! One `impl Engine` per file, in the order an apply runs: `group` puts back a together group
 //! left mid-commit (and commits one), `release` gives back what is no longer declared, `discover`
 //! records what is at each newly declared resource before anything changes, `units` takes each
-//! unit in turn (blocked, gated, left, waiting, or attempted); `kinds` routes each kind's
-//! observe, apply, release and drift to the file holding it (`kinds/<kind>.rs`, or `files` and
-//! `containers` here), `owners` reads the accounts' ids, and `look` is what a drift examination
-//! looks with; `restarts` keeps the restarts a changed file owes its containers. This file holds
-//! the entry points, the engine's state, outcomes and failures, and the end of an apply.
+//! unit in turn (blocked, gated, left, waiting, or attempted); `kinds` holds each kind whole, a
+//! file per kind (its observe, apply, release and drift), `owners` reads the accounts' ids, and
+//! `look` is what a drift examination looks with; `restarts` keeps the restarts a changed file
+//! owes its containers. This file holds the entry points, the engine's state, outcomes and
+//! failures, and the end of an apply.
 
-mod containers;
 mod discover;
-mod files;
 mod group;
 pub(crate) mod kinds;
 pub(crate) mod look;

@@ -3,7 +3,7 @@
 //! path needs any more, and what an interrupted apply left beside its paths.
 
 use super::Engine;
-use crate::fsops::{self, Wanted};
+use crate::fsops;
 use crate::paths::is_ancestor;
 use crate::state::{Origin, Record, Target};
 use crate::ApplyError;
@@ -160,61 +160,6 @@ impl<'a> Engine<'a, '_> {
                 .resources
                 .values()
                 .any(|r| r.target.whole_path() == Some(path))
-    }
-
-    /// Gives back the file at `path`: removed when the mesh made it, written back as it was
-    /// found when it found one.
-    pub(super) fn release_file(&mut self, path: &str, origin: &Origin) -> Result<String, String> {
-        self.stamps.forget(path);
-        match origin {
-            Origin::Made => {
-                let resolved = self.paths.resolve(path)?;
-                match &resolved.meta {
-                    None => Ok(format!("`{path}` the mesh made was already gone")),
-                    Some(meta) if meta.is_file() => {
-                        fs::remove_file(&resolved.full)
-                            .map_err(|e| format!("cannot remove `{path}`: {e}"))?;
-                        self.touched(&resolved.full);
-                        Ok(format!("removed `{path}`, which the mesh made"))
-                    }
-                    Some(_) => Ok(format!(
-                        "left `{path}` alone: it is no longer the file the mesh made"
-                    )),
-                }
-            }
-            Origin::FoundFile {
-                content,
-                mode,
-                uid,
-                gid,
-            } => {
-                let resolved = self.paths.resolve(path)?;
-                if !resolved.missing_parents.is_empty() {
-                    return Err(format!("cannot give back `{path}`: its directory is gone"));
-                }
-                if resolved.meta.as_ref().is_some_and(|m| !m.is_file()) {
-                    return Err(format!(
-                        "cannot give back `{path}`: something other than a file is there now"
-                    ));
-                }
-                let bytes = self.dir.found(content).map_err(|e| {
-                    format!("cannot give back `{path}`: the copy kept when it was found is unreadable: {e}")
-                })?;
-                fsops::write_atomic(
-                    &resolved.full,
-                    &Wanted {
-                        bytes: &bytes,
-                        mode: *mode,
-                        uid: *uid,
-                        gid: *gid,
-                    },
-                )
-                .map_err(|e| format!("cannot give back `{path}`: {e}"))?;
-                self.touched(&resolved.full);
-                Ok(format!("gave back `{path}` as the mesh found it"))
-            }
-            other => Ok(forgot("file", path, other)),
-        }
     }
 
     /// Removes parent directories the mesh made that no declared path needs any more (when

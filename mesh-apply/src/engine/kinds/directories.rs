@@ -3,9 +3,9 @@
 //! directory's data outlives its declaration: one the mesh made is removed only when empty.
 
 use super::super::discover::Prepared;
-use super::super::files::mode_owner_differences;
 use super::super::look::{drift_of_mode_owner, Look, Say};
 use super::super::{Attempt, Engine};
+use super::files::mode_owner_differences;
 use crate::fsops;
 use crate::paths::Resolved;
 use crate::state::Origin;

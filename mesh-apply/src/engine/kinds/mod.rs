@@ -4,14 +4,14 @@
 //!
 //! This file routes each kind's part to the file that holds it: one `match` over the kinds per
 //! part, so that a new kind is a file of its own beside these and one arm in each `match` here,
-//! with the compiler as the checklist (`book/src/adding-a-kind.md` lists the rest). The files
-//! here hold their kinds whole: `directories`, `lines`, `memberships`, `accounts`, `networks`
-//! (whose release is one call, below) and `jobs` (a job is never recorded, so has nothing to
-//! give back nor drift). Files and containers still keep theirs in `engine/<kind>.rs` (apply,
-//! observe and drift) and `engine/release.rs` (a file's release).
+//! with the compiler as the checklist (`book/src/adding-a-kind.md` lists the rest). Every kind
+//! has its file here; a container and a network are released with one call to the runtime
+//! (below), and a job is never recorded, so `jobs` has nothing to give back nor drift.
 
 mod accounts;
+pub(super) mod containers;
 mod directories;
+pub(super) mod files;
 mod jobs;
 mod lines;
 mod memberships;
@@ -19,39 +19,16 @@ mod networks;
 
 use super::look::{Look, Say};
 use super::{Attempt, Engine};
-use crate::fsops;
 use crate::state::{Origin, Record, Target};
 use crate::ApplyError;
 use mesh_model::declaration::{Declared, Resource, Spec};
-use std::fs;
 
 impl<'a> Engine<'a, '_> {
     /// What is at a declared resource now, as an origin; `None` when it cannot be taken (the
     /// apply will fail it and say why).
     pub(super) fn observe(&mut self, resource: &Resource) -> Result<Option<Origin>, ApplyError> {
         match &resource.spec {
-            Spec::File(f) => {
-                let Ok(resolved) = self.paths.resolve(&f.path) else {
-                    return Ok(None);
-                };
-                match &resolved.meta {
-                    None => Ok(Some(Origin::Made)),
-                    Some(meta) if meta.is_file() => {
-                        let Ok(bytes) = fs::read(&resolved.full) else {
-                            return Ok(None);
-                        };
-                        let content = self.dir.keep_found(&bytes)?;
-                        let (mode, uid, gid) = fsops::mode_owner(meta);
-                        Ok(Some(Origin::FoundFile {
-                            content,
-                            mode,
-                            uid,
-                            gid,
-                        }))
-                    }
-                    Some(_) => Ok(None),
-                }
-            }
+            Spec::File(f) => self.observe_file(f),
             Spec::Directory(d) => Ok(self.observe_directory(d)),
             Spec::Membership(m) => Ok(self.observe_membership(m)),
             // A container or a network is recorded once its runtime has made it.
@@ -115,7 +92,7 @@ pub(crate) fn drift(
     say: &mut Say<'_>,
 ) {
     match &resource.spec {
-        Spec::File(spec) => super::files::drift(resource, spec, declared, look, say),
+        Spec::File(spec) => files::drift(resource, spec, declared, look, say),
         Spec::Directory(spec) => directories::drift(spec, look, say),
         Spec::Membership(spec) => memberships::drift(spec, look, say),
         // A network is seen through the containers that join it, an account through what it
@@ -123,7 +100,7 @@ pub(crate) fn drift(
         Spec::Network(_) | Spec::Account(_) => {}
         // A job's container is gone once it has run: nothing of it stays to drift.
         Spec::Job(_) => {}
-        Spec::Container(spec) => super::containers::drift(spec, look, say),
+        Spec::Container(spec) => containers::drift(spec, look, say),
         Spec::Line(spec) => lines::drift(spec, look, say),
     }
 }
