@@ -14,14 +14,12 @@
 
 use crate::accounts::{Accounts, ShadowUtils};
 use crate::containers::ContainerRuntime;
+use crate::engine::look::Look;
 use crate::paths::RootPaths;
 use crate::stamps::StatCache;
 use crate::HostConfig;
-use mesh_model::declaration::{Declared, Spec};
+use mesh_model::declaration::Declared;
 use mesh_model::report::{Drift, DriftAction, Report};
-use sha2::{Digest as _, Sha256};
-use std::io::Read as _;
-use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 
 /// Examines a machine for drift; keeps the stat cache between examinations.
@@ -66,8 +64,6 @@ impl Examiner {
         self.hashed = 0;
         // The apply engine keeps the same cache: what it wrote since is read afresh.
         self.cache.refresh();
-        let mut paths = RootPaths::new(&config.root);
-        let accounts = ShadowUtils::new(&config.root).read().ok();
         let held: Vec<String> = crate::window::open_windows(&config.state_dir, now)
             .map(|windows| windows.into_iter().flat_map(|w| w.containers).collect())
             .unwrap_or_default();
@@ -75,6 +71,17 @@ impl Examiner {
         if report.declaration != declared.digest() {
             return out;
         }
+        let mut look = Look {
+            paths: RootPaths::new(&config.root),
+            accounts: ShadowUtils::new(&config.root).read().ok(),
+            cache: &mut self.cache,
+            hashed: 0,
+            full,
+            now,
+            containers,
+            container_prefix: &config.container_prefix,
+            held: &held,
+        };
         let declaration = declared.declaration();
         for resource in &declaration.resources {
             if !report
@@ -98,190 +105,15 @@ impl Examiner {
                     action,
                 });
             };
-            match &resource.spec {
-                Spec::File(spec) => {
-                    let resolved = match paths.resolve(&spec.path) {
-                        Ok(resolved) => resolved,
-                        Err(problem) => {
-                            say("exists", "a regular file".into(), problem);
-                            continue;
-                        }
-                    };
-                    let Some(meta) = resolved.meta else {
-                        say("exists", "a regular file".into(), "nothing".into());
-                        continue;
-                    };
-                    if !meta.is_file() {
-                        say(
-                            "exists",
-                            "a regular file".into(),
-                            "not a regular file".into(),
-                        );
-                        continue;
-                    }
-                    mode_owner(
-                        &meta,
-                        spec.mode,
-                        &spec.owner,
-                        &spec.group,
-                        &accounts,
-                        &mut say,
-                    );
-                    // A file rendered from a secret is compared with what this host last
-                    // wrote there, and its drift said without its content or its digest (the
-                    // rule “A secret is readable only where it is used”).
-                    let (declared, shown) = match (declared.content_digest(resource), &spec.sealed)
-                    {
-                        (Some(declared), _) => (declared.into_owned(), None),
-                        (None, Some(pieces)) => match self.cache.left_by_the_mesh(&spec.path) {
-                            Some(left) => (
-                                left.to_owned(),
-                                Some(mesh_model::secret::describe_sealed(pieces)),
-                            ),
-                            None => continue,
-                        },
-                        (None, None) => continue,
-                    };
-                    if !full && self.cache.known_digest(&spec.path, &meta) == Some(&*declared) {
-                        continue;
-                    }
-                    let found = self.digest_of(&spec.path, &resolved.full, &meta, full, now);
-                    match (found, shown) {
-                        (Ok(found), _) if found == declared => {}
-                        (Ok(_), Some(shown)) => say(
-                            "content",
-                            shown,
-                            "other content (not shown: the file holds a secret)".into(),
-                        ),
-                        (Ok(found), None) => say("content", declared, found),
-                        (Err(error), shown) => say(
-                            "content",
-                            shown.unwrap_or(declared),
-                            format!("unreadable: {error}"),
-                        ),
-                    }
-                }
-                Spec::Directory(spec) => {
-                    let meta = match paths.resolve(&spec.path) {
-                        Ok(resolved) => resolved.meta,
-                        Err(problem) => {
-                            say("exists", "a directory".into(), problem);
-                            continue;
-                        }
-                    };
-                    match meta {
-                        Some(meta) if meta.is_dir() => mode_owner(
-                            &meta,
-                            spec.mode,
-                            &spec.owner,
-                            &spec.group,
-                            &accounts,
-                            &mut say,
-                        ),
-                        Some(_) => say("exists", "a directory".into(), "not a directory".into()),
-                        None => say("exists", "a directory".into(), "nothing".into()),
-                    }
-                }
-                Spec::Membership(spec) => {
-                    if let Some(db) = &accounts {
-                        if !db.is_member(&spec.account, &spec.group) {
-                            say(
-                                "membership",
-                                format!("{} in {}", spec.account, spec.group),
-                                format!("{} not in {}", spec.account, spec.group),
-                            );
-                        }
-                    }
-                }
-                // A network is seen through the containers that join it, an account through what
-                // it owns.
-                Spec::Network(_) | Spec::Account(_) => {}
-                // A job's container is gone once it has run: nothing of it stays to drift.
-                Spec::Job(_) => {}
-                Spec::Container(spec) => {
-                    // Its name on this machine (`HostConfig::container_prefix`).
-                    let name = format!("{}{}", config.container_prefix, spec.name);
-                    if held.contains(&name) {
-                        continue;
-                    }
-                    match containers.examine(&name) {
-                        Ok(None) => {}
-                        Ok(Some(found)) => say("running", "running".into(), found),
-                        Err(error) => say("running", "running".into(), error),
-                    }
-                }
-            }
+            crate::engine::kinds::drift(resource, declared, &mut look, &mut say);
         }
+        self.hashed = look.hashed;
         self.save();
         out
-    }
-
-    /// The digest of the file at `full` (machine path `path`), hashed only when its stamp
-    /// changed or `full`.
-    fn digest_of(
-        &mut self,
-        path: &str,
-        full_path: &Path,
-        meta: &std::fs::Metadata,
-        full: bool,
-        now: u64,
-    ) -> std::io::Result<String> {
-        if !full {
-            if let Some(digest) = self.cache.known_digest(path, meta) {
-                return Ok(digest.to_owned());
-            }
-        }
-        let mut file = std::fs::File::open(full_path)?;
-        let meta = file.metadata()?;
-        let mut hasher = Sha256::new();
-        let mut buffer = [0u8; 64 * 1024];
-        loop {
-            let n = file.read(&mut buffer)?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buffer[..n]);
-        }
-        self.hashed += 1;
-        let digest = mesh_model::sha256_text(hasher.finalize().into());
-        self.cache.record(path, &meta, &digest, now);
-        Ok(digest)
     }
 
     /// Writes the stat cache when it changed (a failure only costs work later).
     pub fn save(&mut self) {
         self.cache.save();
-    }
-}
-
-/// Says a differing mode, owner or group of `meta` against what is declared.
-fn mode_owner(
-    meta: &std::fs::Metadata,
-    mode: u32,
-    owner: &str,
-    group: &str,
-    accounts: &Option<crate::AccountDatabase>,
-    say: &mut impl FnMut(&str, String, String),
-) {
-    let found = meta.mode() & 0o7777;
-    if found != mode & 0o7777 {
-        say("mode", format!("{mode:04o}"), format!("{found:04o}"));
-    }
-    let Some(db) = accounts else {
-        return;
-    };
-    if let Some(uid) = db.uid(owner).filter(|uid| *uid != meta.uid()) {
-        say(
-            "owner",
-            format!("{owner} ({uid})"),
-            format!("uid {}", meta.uid()),
-        );
-    }
-    if let Some(gid) = db.gid(group).filter(|gid| *gid != meta.gid()) {
-        say(
-            "group",
-            format!("{group} ({gid})"),
-            format!("gid {}", meta.gid()),
-        );
     }
 }

@@ -54,7 +54,7 @@ pub use engine::{
     put_back_interrupted_group, put_back_interrupted_group_with, ArchivedContents, Seams,
 };
 pub use podman::{
-    ContainerStatus, Podman, PodmanConfig, PodmanError, RunMount, RunSpec, ServingSpec, LABEL_HOST,
+    ContainerStatus, Podman, PodmanConfig, PodmanError, RunFields, RunMount, RunSpec, LABEL_HOST,
     LABEL_MADE_BY, LABEL_MODULE, LABEL_RESOURCE, LABEL_SPEC, LABEL_SPEC_DIGEST, MADE_BY,
     RUN_SPEC_FORMAT,
 };

@@ -29,10 +29,11 @@ fn key(resource: &Resource) -> Key<'_> {
         Spec::Directory(d) => (0, depth(&d.path)),
         Spec::File(f) => (1, depth(&f.path)),
         Spec::Account(_) => (2, 0),
-        Spec::Membership(_) => (2, 1),
         Spec::Network(_) => (3, 0),
         Spec::Job(_) => (4, 0),
         Spec::Container(_) => (5, 0),
+        // A membership, and any other kind: after the files and accounts, before what runs.
+        _ => (2, 1),
     };
     (phase, path_depth, resource.id.as_str())
 }
@@ -121,7 +122,6 @@ pub(crate) fn units_in_order(declaration: &Declaration) -> Order {
         match &resource.spec {
             Spec::File(f) => deps.extend(nearest_directory(&f.path)),
             Spec::Directory(d) => deps.extend(nearest_directory(&d.path)),
-            Spec::Membership(_) | Spec::Network(_) | Spec::Account(_) => {}
             Spec::Job(j) => {
                 deps.extend(
                     j.rerun_on
@@ -148,6 +148,8 @@ pub(crate) fn units_in_order(declaration: &Declaration) -> Order {
                     }
                 }
             }
+            // The other kinds depend on nothing but what they name `after`.
+            _ => {}
         }
         let unit = unit_of_resource[index];
         for dep in deps {

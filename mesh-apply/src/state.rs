@@ -14,6 +14,7 @@
 
 use crate::fsops;
 use crate::ApplyError;
+use mesh_model::declaration::Spec;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -116,6 +117,102 @@ pub enum Target {
         /// The account's name.
         name: String,
     },
+    /// One line in a file the mesh did not make.
+    Line {
+        /// The file's machine path.
+        path: String,
+        /// The line.
+        line: String,
+    },
+}
+
+impl Target {
+    /// Whether it is what the declared `spec` is on the machine (`Target::of(spec) == self`,
+    /// without making one).
+    pub fn is_of(&self, spec: &Spec) -> bool {
+        match (spec, self) {
+            (Spec::File(f), Target::File { path }) => f.path == *path,
+            (Spec::Directory(d), Target::Directory { path }) => d.path == *path,
+            (Spec::Membership(m), Target::Membership { account, group }) => {
+                m.account == *account && m.group == *group
+            }
+            (Spec::Container(c), Target::Container { name }) => c.name == *name,
+            (Spec::Network(n), Target::Network { name }) => n.name == *name,
+            (Spec::Account(a), Target::Account { name }) => a.name == *name,
+            (Spec::Line(l), Target::Line { path, line }) => l.path == *path && l.line == *line,
+            (
+                Spec::File(_)
+                | Spec::Directory(_)
+                | Spec::Membership(_)
+                | Spec::Container(_)
+                | Spec::Network(_)
+                | Spec::Account(_)
+                | Spec::Job(_)
+                | Spec::Line(_),
+                _,
+            ) => false,
+        }
+    }
+
+    /// What a declared resource is on the machine.
+    pub fn of(spec: &Spec) -> Target {
+        match spec {
+            Spec::File(f) => Target::File {
+                path: f.path.clone(),
+            },
+            Spec::Directory(d) => Target::Directory {
+                path: d.path.clone(),
+            },
+            Spec::Membership(m) => Target::Membership {
+                account: m.account.clone(),
+                group: m.group.clone(),
+            },
+            Spec::Container(c) => Target::Container {
+                name: c.name.clone(),
+            },
+            Spec::Network(n) => Target::Network {
+                name: n.name.clone(),
+            },
+            Spec::Account(a) => Target::Account {
+                name: a.name.clone(),
+            },
+            Spec::Line(l) => Target::Line {
+                path: l.path.clone(),
+                line: l.line.clone(),
+            },
+            // Never recorded (the state keeps what it last ran); its container, while it runs.
+            Spec::Job(j) => Target::Container {
+                name: j.run.name.clone(),
+            },
+        }
+    }
+
+    /// When it is given back among the others no longer declared: containers, networks,
+    /// memberships, then files, then directories deepest first, then accounts (last: what one
+    /// owned is released first, and what is kept keeps it).
+    pub fn release_rank(&self) -> (u8, usize) {
+        match self {
+            Target::Container { .. } => (0, 0),
+            Target::Network { .. } => (1, 0),
+            Target::Membership { .. } => (2, 0),
+            Target::Line { .. } => (2, 1),
+            Target::File { .. } => (3, 0),
+            Target::Directory { path } => (4, usize::MAX - crate::paths::depth(path)),
+            Target::Account { .. } => (5, 0),
+        }
+    }
+
+    /// The machine path it holds whole (a file's, a directory's), if it holds one.
+    pub fn whole_path(&self) -> Option<&str> {
+        match self {
+            Target::File { path } | Target::Directory { path } => Some(path),
+            Target::Line { .. }
+            | Target::Membership { .. }
+            | Target::Container { .. }
+            | Target::Network { .. }
+            | Target::Account { .. } => None,
+        }
+    }
 }
 
 /// Whether the mesh made a resource or found it there, and what it found (`"made"`, or
@@ -149,6 +246,30 @@ pub enum Origin {
     FoundMembership,
     /// The account was there, with the ids declared (or none declared): adopted, never removed.
     FoundAccount,
+    /// The line was in the file already: it stays when undeclared.
+    FoundLine,
+    /// The line took the place of another (the first that started with its `match`), put back
+    /// when undeclared.
+    ReplacedLine {
+        /// The line it replaced.
+        was: String,
+    },
+}
+
+impl Origin {
+    /// The digest of the found bytes it keeps in the state directory (`found/<sha256>`), if it
+    /// keeps some.
+    pub fn kept_content(&self) -> Option<&str> {
+        match self {
+            Origin::FoundFile { content, .. } => Some(content),
+            Origin::Made
+            | Origin::FoundDirectory { .. }
+            | Origin::FoundMembership
+            | Origin::FoundAccount
+            | Origin::FoundLine
+            | Origin::ReplacedLine { .. } => None,
+        }
+    }
 }
 
 /// A resource that failed and is being retried.

@@ -147,7 +147,7 @@ fn limits_and_how_it_runs_show_in_podman_inspect_and_a_change_names_its_field() 
         spec.read_only_root = true;
         spec.workdir = Some("/tmp".to_owned());
         spec.labels = [("team".to_owned(), "media".to_owned())].into();
-        spec.stop_timeout_secs = Some(3);
+        spec.stop_timeout = Some(3);
         spec.restart = Some("on-failure".to_owned());
         resource
     };

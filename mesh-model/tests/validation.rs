@@ -346,6 +346,10 @@ name = "bad"
 [jobs.serve]
 image = "localhost/mesh-busybox:latest"
 ports = ["8080:80"]
+stop-timeout = "5s"
+[containers.web]
+image = "localhost/mesh-busybox:latest"
+rerun-on = ["file/conf"]
 "#,
     );
     for says in [
@@ -356,7 +360,11 @@ ports = ["8080:80"]
         "`jobs.migrate.after[0]`: `job/nothing` is not a resource of this module",
         "`jobs.migrate.timeout`: `soon` is not a duration",
         "`jobs.migrate.memory`: `lots` is not a memory limit",
-        "unknown field `ports`",
+        // A job and a container say how they run with the same keys; what only one of them
+        // says is named on the other.
+        "`jobs.serve.ports`: a job publishes no port",
+        "`jobs.serve.stop-timeout`: a job is stopped at its `timeout`",
+        "`containers.web.rerun-on`: only a job says this",
         "`containers.web.after[1]`: `job/absent` is not a resource of this module",
     ] {
         assert!(said.contains(says), "{says}\n{said}");
@@ -413,4 +421,26 @@ password = ""
 "#,
     );
     assert!(sound.starts_with("accepted: [db]\n"), "{sound}");
+}
+
+#[test]
+fn a_container_or_job_without_an_image_is_named_with_every_other_problem() {
+    let said = check(
+        r#"
+//- app/module.toml
+name = "app"
+[containers.web]
+command = ["httpd"]
+memory = "lots"
+[jobs.migrate]
+command = ["migrate"]
+"#,
+    );
+    for says in [
+        "`containers.web.image`: an image is required",
+        "`containers.web.memory`: `lots` is not a memory limit",
+        "`jobs.migrate.image`: an image is required",
+    ] {
+        assert!(said.contains(says), "{says}\n{said}");
+    }
 }

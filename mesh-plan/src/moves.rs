@@ -46,16 +46,10 @@ impl fmt::Display for Move {
 /// container with a mount can move. When this is false, [`moves`] is empty for every `sent`,
 /// so a caller need not read what was sent (a rollout over a fleet reads nothing per node).
 pub fn could_move(new: &Declaration) -> bool {
-    new.resources.iter().any(|resource| match &resource.spec {
-        Spec::Container(container) => !container.mounts.is_empty(),
-        Spec::File(_)
-        | Spec::Directory(_)
-        | Spec::Membership(_)
-        | Spec::Network(_)
-        | Spec::Account(_)
-        // A job's container is gone once it has run: nothing of it holds a mount.
-        | Spec::Job(_) => false,
-    })
+    // Nothing but a container mounts places (a job's container is gone once it has run).
+    new.resources.iter().any(
+        |resource| matches!(&resource.spec, Spec::Container(container) if !container.mounts.is_empty()),
+    )
 }
 
 /// Every move in a push of `new` to a node that was last sent `sent` (`None`: never).
@@ -73,27 +67,10 @@ pub fn moves(sent: Option<&Declaration>, new: &Declaration) -> Vec<Move> {
         let Some(before) = sent.resource(&resource.id) else {
             continue;
         };
-        let (container, old) = match (&resource.spec, &before.spec) {
-            (Spec::Container(container), Spec::Container(old)) => (container, old),
-            // Only a container that was sent as one can move: nothing else mounts places.
-            (
-                Spec::Container(_),
-                Spec::File(_)
-                | Spec::Directory(_)
-                | Spec::Membership(_)
-                | Spec::Network(_)
-                | Spec::Account(_)
-                | Spec::Job(_),
-            )
-            | (
-                Spec::File(_)
-                | Spec::Directory(_)
-                | Spec::Membership(_)
-                | Spec::Network(_)
-                | Spec::Account(_)
-                | Spec::Job(_),
-                _,
-            ) => continue,
+        // Only a container that was sent as one can move: nothing else mounts places.
+        let (Spec::Container(container), Spec::Container(old)) = (&resource.spec, &before.spec)
+        else {
+            continue;
         };
         let old_sources: BTreeMap<&str, &str> = old
             .mounts

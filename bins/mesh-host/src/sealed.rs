@@ -63,12 +63,8 @@ pub fn render_sealed(declaration: &Declaration, state_dir: &Path, contents: &mut
         .iter()
         .filter_map(|resource| match &resource.spec {
             Spec::File(file) => file.sealed.as_ref().map(|pieces| (resource, pieces)),
-            Spec::Directory(_)
-            | Spec::Membership(_)
-            | Spec::Container(_)
-            | Spec::Network(_)
-            | Spec::Account(_)
-            | Spec::Job(_) => None,
+            // No other kind is rendered from secrets.
+            _ => None,
         });
     contents.deferred.reserve(templates.clone().count());
     for (resource, pieces) in templates {

@@ -30,18 +30,22 @@ impl Drop for Watch {
     }
 }
 
-/// The directories (under `root`) to watch for `declaration`: the parent of every declared file
-/// and directory, every declared directory, and `etc` when it declares a membership.
+/// The directories (under `root`) to watch for `declaration`: the parent of every file whose
+/// content a declared resource keeps and of every declared directory, every declared directory,
+/// and `etc` when it declares a membership or an account.
 pub fn watched_directories(root: &Path, declaration: &Declaration) -> BTreeSet<PathBuf> {
     let under = |machine_path: &str| root.join(machine_path.trim_start_matches('/'));
     let mut out = BTreeSet::new();
     for resource in &declaration.resources {
+        // The directory of a file whose content a resource keeps (a file's, a line's).
+        if let Some(parent) = resource
+            .spec
+            .file_path()
+            .and_then(|p| under(p).parent().map(Path::to_path_buf))
+        {
+            out.insert(parent);
+        }
         match &resource.spec {
-            Spec::File(file) => {
-                if let Some(parent) = under(&file.path).parent() {
-                    out.insert(parent.to_path_buf());
-                }
-            }
             Spec::Directory(dir) => {
                 let full = under(&dir.path);
                 if let Some(parent) = full.parent() {
@@ -52,7 +56,8 @@ pub fn watched_directories(root: &Path, declaration: &Declaration) -> BTreeSet<P
             Spec::Membership(_) | Spec::Account(_) => {
                 out.insert(under("/etc"));
             }
-            Spec::Container(_) | Spec::Network(_) | Spec::Job(_) => {}
+            // The others are watched by their file (above), or not at all (containers).
+            _ => {}
         }
     }
     out

@@ -2,11 +2,11 @@
 //! with the found bytes kept) before anything changes, and a file's or directory's missing
 //! parents are recorded before they are made.
 
-use super::{target_of, Engine};
-use crate::fsops;
-use crate::state::{Origin, Record};
+use super::Engine;
+use crate::state::Record;
+use crate::state::Target;
 use crate::ApplyError;
-use mesh_model::declaration::{Resource, Spec};
+use mesh_model::declaration::Resource;
 use std::fs;
 use std::io;
 
@@ -19,60 +19,6 @@ pub(super) enum Prepared {
 }
 
 impl<'a> Engine<'a, '_> {
-    /// What is at a declared resource now, as an origin; `None` when it cannot be taken (the
-    /// apply will fail it and say why).
-    fn observe(&mut self, resource: &Resource) -> Result<Option<Origin>, ApplyError> {
-        match &resource.spec {
-            Spec::File(f) => {
-                let Ok(resolved) = self.paths.resolve(&f.path) else {
-                    return Ok(None);
-                };
-                match &resolved.meta {
-                    None => Ok(Some(Origin::Made)),
-                    Some(meta) if meta.is_file() => {
-                        let Ok(bytes) = fs::read(&resolved.full) else {
-                            return Ok(None);
-                        };
-                        let content = self.dir.keep_found(&bytes)?;
-                        let (mode, uid, gid) = fsops::mode_owner(meta);
-                        Ok(Some(Origin::FoundFile {
-                            content,
-                            mode,
-                            uid,
-                            gid,
-                        }))
-                    }
-                    Some(_) => Ok(None),
-                }
-            }
-            Spec::Directory(d) => {
-                let Ok(resolved) = self.paths.resolve(&d.path) else {
-                    return Ok(None);
-                };
-                Ok(match &resolved.meta {
-                    None => Some(Origin::Made),
-                    Some(meta) if meta.is_dir() => {
-                        let (mode, uid, gid) = fsops::mode_owner(meta);
-                        Some(Origin::FoundDirectory { mode, uid, gid })
-                    }
-                    Some(_) => None,
-                })
-            }
-            Spec::Membership(m) => Ok(match self.db() {
-                Ok(db) if db.is_member(&m.account, &m.group) => Some(Origin::FoundMembership),
-                Ok(db) if db.membership_problem(&m.account, &m.group).is_none() => {
-                    Some(Origin::Made)
-                }
-                _ => None,
-            }),
-            // A container or a network is recorded once its runtime has made it.
-            Spec::Container(_) | Spec::Network(_) => Ok(None),
-            // A job leaves nothing to record: what it last ran is kept in the state's `jobs`.
-            Spec::Job(_) => Ok(None),
-            Spec::Account(a) => Ok(self.observe_account(a)),
-        }
-    }
-
     /// Records, before anything is changed, what is at every newly declared resource.
     pub(super) fn discover(&mut self) -> Result<(), ApplyError> {
         let declaration = self.declaration;
@@ -96,7 +42,7 @@ impl<'a> Engine<'a, '_> {
                 self.state.resources.insert(
                     resource.id.clone(),
                     Record {
-                        target: target_of(&resource.spec),
+                        target: Target::of(&resource.spec),
                         origin,
                     },
                 );
@@ -119,7 +65,7 @@ impl<'a> Engine<'a, '_> {
             self.state.resources.insert(
                 resource.id.clone(),
                 Record {
-                    target: target_of(&resource.spec),
+                    target: Target::of(&resource.spec),
                     origin,
                 },
             );

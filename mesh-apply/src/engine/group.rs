@@ -3,9 +3,9 @@
 //! host killed mid-commit has the next apply put the group back whole
 //! ([`put_back_interrupted_group_with`]).
 
-use super::containers::declared;
 use super::discover::Prepared;
-use super::files::FileRead;
+use super::kinds::containers::declared;
+use super::kinds::files::FileRead;
 use super::{with_real_seams, Engine, Seams};
 use crate::containers::{DeclaredContainer, SetAside};
 use crate::fsops;
@@ -506,10 +506,6 @@ impl<'a> Engine<'a, '_> {
                     group: spec.group.clone(),
                 }))
             }
-            Spec::Network(_) | Spec::Account(_) => Ok(Staging::Broken(format!(
-                "a {} cannot be in a together group",
-                resource.spec.kind()
-            ))),
             // Held by a window: it runs after the window, when it is still due.
             Spec::Job(_) if self.held_container(resource).is_some() => {
                 Ok(Staging::Staged(Staged::Nothing))
@@ -553,6 +549,11 @@ impl<'a> Engine<'a, '_> {
                     Err(reason) => Staging::Broken(reason),
                 })
             }
+            // The other kinds (a network, an account, …) are never staged.
+            _ => Ok(Staging::Broken(format!(
+                "a {} cannot be in a together group",
+                resource.spec.kind()
+            ))),
         }
     }
 
@@ -741,11 +742,7 @@ fn show(resource: &Resource) -> String {
     match &resource.spec {
         Spec::File(f) => f.path.clone(),
         Spec::Directory(d) => d.path.clone(),
-        Spec::Membership(_)
-        | Spec::Container(_)
-        | Spec::Network(_)
-        | Spec::Account(_)
-        | Spec::Job(_) => resource.id.clone(),
+        _ => resource.id.clone(),
     }
 }
 

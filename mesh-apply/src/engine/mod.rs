@@ -4,20 +4,17 @@
 //! One `impl Engine` per file, in the order an apply runs: `group` puts back a together group
 //! left mid-commit (and commits one), `release` gives back what is no longer declared, `discover`
 //! records what is at each newly declared resource before anything changes, `units` takes each
-//! unit in turn (blocked, gated, left, waiting, or attempted), and `files`, `directories`,
-//! `memberships` and `containers` apply one resource of their kind; `restarts` keeps the
-//! restarts a changed file owes its containers. This file holds the entry points, the engine's
-//! state, outcomes and failures, and the end of an apply.
+//! unit in turn (blocked, gated, left, waiting, or attempted); `kinds` holds each kind whole, a
+//! file per kind (its observe, apply, release and drift), `owners` reads the accounts' ids, and
+//! `look` is what a drift examination looks with; `restarts` keeps the restarts a changed file
+//! owes its containers. This file holds the entry points, the engine's state, outcomes and
+//! failures, and the end of an apply.
 
-mod accounts;
-mod containers;
-mod directories;
 mod discover;
-mod files;
 mod group;
-mod jobs;
-mod memberships;
-mod networks;
+pub(crate) mod kinds;
+pub(crate) mod look;
+mod owners;
 mod release;
 mod restarts;
 mod units;
@@ -34,7 +31,7 @@ use crate::outcomes::Outcomes;
 use crate::paths::RootPaths;
 use crate::podman::Podman;
 use crate::progress::{ApplyProgress, NoProgress};
-use crate::state::{FailureRecord, InProgress, Origin, StateDir, StateFile, Target, STATE_FORMAT};
+use crate::state::{FailureRecord, InProgress, StateDir, StateFile, STATE_FORMAT};
 use crate::{ApplyError, ContainerRuntimeChoice, HostConfig};
 use mesh_model::declaration::{ContainerSpec, Declaration, Declared, Resource, Spec};
 use mesh_model::report::{Finding, MachineState, Outcome, Report, REPORT_FORMAT};
@@ -258,7 +255,8 @@ fn with_container_prefix(declaration: &Declaration, prefix: &str) -> Option<Decl
             Spec::Container(container) => rename(container, prefix, &networks),
             Spec::Job(job) => rename(&mut job.run, prefix, &networks),
             Spec::Network(network) => network.name = format!("{prefix}{}", network.name),
-            Spec::File(_) | Spec::Directory(_) | Spec::Membership(_) | Spec::Account(_) => {}
+            // No other kind has a name of podman's.
+            _ => {}
         }
     }
     Some(renamed)
@@ -328,12 +326,7 @@ fn apply_examined<'s>(
             Spec::Container(c) => held
                 .get(&c.name)
                 .map(|step| (r.module.clone(), step.clone())),
-            Spec::File(_)
-            | Spec::Directory(_)
-            | Spec::Membership(_)
-            | Spec::Network(_)
-            | Spec::Account(_)
-            | Spec::Job(_) => None,
+            _ => None,
         })
         .collect();
     let mut engine = Engine {
@@ -599,60 +592,6 @@ fn unreadable_files(
     out
 }
 
-/// Whether `target` is what the declared `spec` is on the machine (`target_of(spec) == target`,
-/// without making one).
-fn is_target(spec: &Spec, target: &Target) -> bool {
-    match (spec, target) {
-        (Spec::File(f), Target::File { path }) => f.path == *path,
-        (Spec::Directory(d), Target::Directory { path }) => d.path == *path,
-        (Spec::Membership(m), Target::Membership { account, group }) => {
-            m.account == *account && m.group == *group
-        }
-        (Spec::Container(c), Target::Container { name }) => c.name == *name,
-        (Spec::Network(n), Target::Network { name }) => n.name == *name,
-        (Spec::Account(a), Target::Account { name }) => a.name == *name,
-        (
-            Spec::File(_)
-            | Spec::Directory(_)
-            | Spec::Membership(_)
-            | Spec::Container(_)
-            | Spec::Network(_)
-            | Spec::Account(_)
-            | Spec::Job(_),
-            _,
-        ) => false,
-    }
-}
-
-/// What a declared resource is on the machine.
-fn target_of(spec: &Spec) -> Target {
-    match spec {
-        Spec::File(f) => Target::File {
-            path: f.path.clone(),
-        },
-        Spec::Directory(d) => Target::Directory {
-            path: d.path.clone(),
-        },
-        Spec::Membership(m) => Target::Membership {
-            account: m.account.clone(),
-            group: m.group.clone(),
-        },
-        Spec::Container(c) => Target::Container {
-            name: c.name.clone(),
-        },
-        Spec::Network(n) => Target::Network {
-            name: n.name.clone(),
-        },
-        Spec::Account(a) => Target::Account {
-            name: a.name.clone(),
-        },
-        // Never recorded (the state keeps what it last ran); its container, while it runs.
-        Spec::Job(j) => Target::Container {
-            name: j.run.name.clone(),
-        },
-    }
-}
-
 fn resource_digest(resource: &Resource) -> String {
     mesh_model::sha256_digest(&serde_json::to_vec(resource).expect("a resource serializes"))
 }
@@ -844,13 +783,7 @@ impl<'a> Engine<'a, '_> {
             .state
             .resources
             .values()
-            .filter_map(|r| match &r.origin {
-                Origin::FoundFile { content, .. } => Some(content.clone()),
-                Origin::Made
-                | Origin::FoundDirectory { .. }
-                | Origin::FoundMembership
-                | Origin::FoundAccount => None,
-            })
+            .filter_map(|r| r.origin.kept_content().map(str::to_owned))
             .collect();
         self.dir.forget_found_except(&kept);
         if self.marked {

@@ -2,8 +2,8 @@
 //! removed, what it found is given back), the parent directories the mesh made that no declared
 //! path needs any more, and what an interrupted apply left beside its paths.
 
-use super::{is_target, Engine};
-use crate::fsops::{self, Wanted};
+use super::Engine;
+use crate::fsops;
 use crate::paths::is_ancestor;
 use crate::state::{Origin, Record, Target};
 use crate::ApplyError;
@@ -11,7 +11,6 @@ use mesh_model::declaration::Spec;
 use mesh_model::report::{Finding, Outcome};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io;
 
 impl<'a> Engine<'a, '_> {
     /// Removes what an interrupted apply may have left: temporary files beside file paths, and
@@ -83,7 +82,7 @@ impl<'a> Engine<'a, '_> {
             let same = declared
                 .peek()
                 .filter(|r| r.id == *id)
-                .is_some_and(|r| is_target(&r.spec, &record.target));
+                .is_some_and(|r| record.target.is_of(&r.spec));
             if !same {
                 to_release.push((id.clone(), record.clone()));
             }
@@ -91,17 +90,8 @@ impl<'a> Engine<'a, '_> {
         if !to_release.is_empty() {
             self.begin_change()?;
         }
-        // Containers, networks, memberships, then files, then directories deepest first, then
-        // accounts.
-        to_release.sort_by_key(|(id, record)| match &record.target {
-            Target::Container { .. } => (0, 0, id.clone()),
-            Target::Network { .. } => (1, 0, id.clone()),
-            Target::Membership { .. } => (2, 0, id.clone()),
-            Target::File { .. } => (3, 0, id.clone()),
-            Target::Directory { path } => (4, usize::MAX - crate::paths::depth(path), id.clone()),
-            // Last: what it owned is released first, and what is kept keeps it.
-            Target::Account { .. } => (5, 0, id.clone()),
-        });
+        // In the order each kind is given back ([`Target::release_rank`]).
+        to_release.sort_by_key(|(id, record)| (record.target.release_rank(), id.clone()));
         for (id, record) in to_release {
             let declared_again = self.declaration.resource(&id).is_some();
             if let Some(step) = self.held_step(&record.target) {
@@ -145,19 +135,14 @@ impl<'a> Engine<'a, '_> {
         let declared = self.declaration.resources.iter().any(|r| match &r.spec {
             Spec::File(f) => is_ancestor(dir, &f.path),
             Spec::Directory(d) => is_ancestor(dir, &d.path),
-            Spec::Membership(_)
-            | Spec::Container(_)
-            | Spec::Network(_)
-            | Spec::Account(_)
-            | Spec::Job(_) => false,
+            // No other kind makes a path of its own.
+            _ => false,
         });
         declared
-            || self.state.resources.values().any(|r| match &r.target {
-                Target::File { path } | Target::Directory { path } => is_ancestor(dir, path),
-                Target::Membership { .. }
-                | Target::Container { .. }
-                | Target::Network { .. }
-                | Target::Account { .. } => false,
+            || self.state.resources.values().any(|r| {
+                r.target
+                    .whole_path()
+                    .is_some_and(|path| is_ancestor(dir, path))
             })
     }
 
@@ -166,150 +151,15 @@ impl<'a> Engine<'a, '_> {
         let declared = self.declaration.resources.iter().any(|r| match &r.spec {
             Spec::File(f) => f.path == path,
             Spec::Directory(d) => d.path == path,
-            Spec::Membership(_)
-            | Spec::Container(_)
-            | Spec::Network(_)
-            | Spec::Account(_)
-            | Spec::Job(_) => false,
+            // No other kind makes a path of its own.
+            _ => false,
         });
         declared
-            || self.state.resources.values().any(|r| match &r.target {
-                Target::File { path: p } | Target::Directory { path: p } => p == path,
-                Target::Membership { .. }
-                | Target::Container { .. }
-                | Target::Network { .. }
-                | Target::Account { .. } => false,
-            })
-    }
-
-    fn release(&mut self, record: &Record) -> Result<String, String> {
-        if let Target::File { path } = &record.target {
-            self.stamps.forget(path);
-        }
-        match (&record.target, &record.origin) {
-            (Target::File { path }, Origin::Made) => {
-                let resolved = self.paths.resolve(path)?;
-                match &resolved.meta {
-                    None => Ok(format!("`{path}` the mesh made was already gone")),
-                    Some(meta) if meta.is_file() => {
-                        fs::remove_file(&resolved.full)
-                            .map_err(|e| format!("cannot remove `{path}`: {e}"))?;
-                        self.touched(&resolved.full);
-                        Ok(format!("removed `{path}`, which the mesh made"))
-                    }
-                    Some(_) => Ok(format!(
-                        "left `{path}` alone: it is no longer the file the mesh made"
-                    )),
-                }
-            }
-            (
-                Target::File { path },
-                Origin::FoundFile {
-                    content,
-                    mode,
-                    uid,
-                    gid,
-                },
-            ) => {
-                let resolved = self.paths.resolve(path)?;
-                if !resolved.missing_parents.is_empty() {
-                    return Err(format!("cannot give back `{path}`: its directory is gone"));
-                }
-                if resolved.meta.as_ref().is_some_and(|m| !m.is_file()) {
-                    return Err(format!(
-                        "cannot give back `{path}`: something other than a file is there now"
-                    ));
-                }
-                let bytes = self.dir.found(content).map_err(|e| {
-                    format!("cannot give back `{path}`: the copy kept when it was found is unreadable: {e}")
-                })?;
-                fsops::write_atomic(
-                    &resolved.full,
-                    &Wanted {
-                        bytes: &bytes,
-                        mode: *mode,
-                        uid: *uid,
-                        gid: *gid,
-                    },
-                )
-                .map_err(|e| format!("cannot give back `{path}`: {e}"))?;
-                self.touched(&resolved.full);
-                Ok(format!("gave back `{path}` as the mesh found it"))
-            }
-            (Target::Directory { path }, Origin::Made) => {
-                if self.needed_as_parent(path) {
-                    self.state.made_parents.insert(path.clone());
-                    return Ok(format!(
-                        "kept `{path}`, which the mesh made, as the parent of declared paths"
-                    ));
-                }
-                // Parents the mesh made inside it for other paths go first.
-                self.release_unneeded_parents_under(Some(path))
-                    .map_err(|e| e.to_string())?;
-                let resolved = self.paths.resolve(path)?;
-                match &resolved.meta {
-                    None => Ok(format!("`{path}` the mesh made was already gone")),
-                    Some(meta) if meta.is_dir() => match fs::remove_dir(&resolved.full) {
-                        Ok(()) => {
-                            self.paths.forget(path);
-                            self.touched(&resolved.full);
-                            Ok(format!("removed `{path}`, which the mesh made"))
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => {
-                            self.kept_dirs.push(path.clone());
-                            Ok(format!(
-                                "kept `{path}`: it holds data the mesh did not put there"
-                            ))
-                        }
-                        Err(e) => Err(format!("cannot remove `{path}`: {e}")),
-                    },
-                    Some(_) => Ok(format!(
-                        "left `{path}` alone: it is no longer the directory the mesh made"
-                    )),
-                }
-            }
-            (Target::Directory { path }, Origin::FoundDirectory { mode, uid, gid }) => {
-                let resolved = self.paths.resolve(path)?;
-                match &resolved.meta {
-                    Some(meta) if meta.is_dir() => {
-                        if fsops::mode_owner(meta) != (*mode, *uid, *gid) {
-                            fsops::set_mode_owner(&resolved.full, *mode, *uid, *gid)
-                                .map_err(|e| format!("cannot give back `{path}`: {e}"))?;
-                        }
-                        Ok(format!(
-                            "kept `{path}` and gave back its mode and owner as found"
-                        ))
-                    }
-                    _ => Ok(format!(
-                        "`{path}` the mesh found is no longer a directory; left alone"
-                    )),
-                }
-            }
-            (Target::Membership { account, group }, Origin::Made) => {
-                let member = self.db()?.is_member(account, group);
-                if !member {
-                    return Ok(format!("`{account}` was already out of `{group}`"));
-                }
-                let result = self.seams.accounts.remove_membership(account, group);
-                self.reload_accounts();
-                result.map_err(|e| format!("cannot remove `{account}` from `{group}`: {e}"))?;
-                Ok(format!(
-                    "removed `{account}` from `{group}`, a membership the mesh added"
-                ))
-            }
-            (Target::Membership { account, group }, Origin::FoundMembership) => Ok(format!(
-                "kept `{account}` in `{group}`: it was a member before the mesh"
-            )),
-            (Target::Container { name }, Origin::Made) => self.seams.containers.remove(name),
-            (Target::Network { name }, Origin::Made) => self.seams.containers.remove_network(name),
-            (Target::Account { name }, Origin::Made) => self.release_account(name),
-            (Target::Account { name }, Origin::FoundAccount) => Ok(format!(
-                "kept account `{name}`: it was there before the mesh"
-            )),
-            (target, origin) => Ok(format!(
-                "forgot {target:?}: its record ({origin:?}) does not fit it"
-            )),
-        }
+            || self
+                .state
+                .resources
+                .values()
+                .any(|r| r.target.whole_path() == Some(path))
     }
 
     /// Removes parent directories the mesh made that no declared path needs any more (when
@@ -319,7 +169,10 @@ impl<'a> Engine<'a, '_> {
     }
 
     /// As [`Engine::release_unneeded_parents`], for those under machine path `under` only.
-    fn release_unneeded_parents_under(&mut self, under: Option<&str>) -> Result<(), ApplyError> {
+    pub(super) fn release_unneeded_parents_under(
+        &mut self,
+        under: Option<&str>,
+    ) -> Result<(), ApplyError> {
         let mut parents: Vec<String> = self
             .state
             .made_parents
@@ -353,4 +206,10 @@ impl<'a> Engine<'a, '_> {
         }
         Ok(())
     }
+}
+
+/// What is said of a record whose origin does not fit its kind: it is forgotten, nothing given
+/// back.
+pub(super) fn forgot(kind: &str, what: &str, origin: &Origin) -> String {
+    format!("forgot the {kind} `{what}`: its record ({origin:?}) does not fit it")
 }

@@ -6,7 +6,7 @@ use super::group::group_reason;
 use super::{Attempt, Engine};
 use crate::order::Unit;
 use crate::ApplyError;
-use mesh_model::declaration::{Resource, Spec};
+use mesh_model::declaration::Resource;
 use mesh_model::report::Outcome;
 
 impl<'a> Engine<'a, '_> {
@@ -126,18 +126,5 @@ impl<'a> Engine<'a, '_> {
             return Ok(());
         }
         self.apply_group(unit, members)
-    }
-
-    /// Attempts a lone resource.
-    fn apply_one(&mut self, resource: &Resource) -> Result<Attempt, ApplyError> {
-        match &resource.spec {
-            Spec::File(f) => self.apply_file(resource, f),
-            Spec::Directory(d) => self.apply_directory(resource, d),
-            Spec::Membership(m) => self.apply_membership(resource, m),
-            Spec::Container(c) => self.apply_container(resource, c),
-            Spec::Network(n) => self.apply_network(resource, n),
-            Spec::Account(a) => self.apply_account(resource, a),
-            Spec::Job(j) => self.apply_job(resource, j),
-        }
     }
 }

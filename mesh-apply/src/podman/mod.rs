@@ -42,7 +42,7 @@ mod ports;
 mod run_spec;
 
 pub use error::PodmanError;
-pub use run_spec::{RunMount, RunSpec, ServingSpec};
+pub use run_spec::{run_args, RunFields, RunMount, RunSpec};
 
 use crate::containers::DeclaredContainer;
 use crate::paths::RootPaths;
@@ -166,7 +166,7 @@ impl Podman {
     /// The seconds podman gives `spec`'s container after SIGTERM: its own stop timeout, or the
     /// host's.
     fn stop_timeout(&self, spec: &ContainerSpec) -> String {
-        spec.stop_timeout_secs
+        spec.stop_timeout
             .unwrap_or(self.config.stop_timeout_secs)
             .to_string()
     }
@@ -388,7 +388,7 @@ impl Podman {
             args.push("--mount".into());
             args.push(value);
         }
-        args.extend(run_spec.serves.run_args());
+        args.extend(run_args(spec));
         args.push(spec.image.clone().into());
         args.extend(spec.command.iter().map(OsString::from));
         args

@@ -2,7 +2,7 @@
 //! recreates it, and which of them changed.
 
 use super::{ContainerStatus, LABEL_SPEC, LABEL_SPEC_DIGEST, RUN_SPEC_FORMAT};
-use mesh_model::declaration::{ContainerSpec, NETWORK_HOST};
+use mesh_model::declaration::{says_nothing, ContainerSpec, NETWORK_HOST};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -22,169 +22,121 @@ pub struct RunSpec {
     pub env: BTreeMap<String, String>,
     /// The mounts, sorted by `at`.
     pub mounts: Vec<RunMount>,
-    /// What a container that serves says (absent when it says nothing, so that the label of a
-    /// container made before these fields existed is unchanged).
-    #[serde(default, skip_serializing_if = "ServingSpec::is_empty")]
-    pub serves: ServingSpec,
+    /// How it runs beyond those ([`ContainerSpec::run_fields`]: ports, network, user, limits and
+    /// the rest), absent when it says nothing, so that the label of a container made before
+    /// these fields existed is unchanged.
+    #[serde(default, skip_serializing_if = "RunFields::is_empty")]
+    pub serves: RunFields,
 }
 
-/// The part of a [`RunSpec`] a container that serves adds: ports, network, user, limits and the
-/// rest, each named as `mesh-controller plan --diff` names it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct ServingSpec {
-    /// Published ports, in podman's form.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ports: Vec<String>,
-    /// The network.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network: Option<String>,
-    /// The user.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    /// The memory limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory: Option<String>,
-    /// The CPU limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpus: Option<String>,
-    /// The process limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pids: Option<u32>,
-    /// Capabilities added.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cap_add: Vec<String>,
-    /// Capabilities dropped.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cap_drop: Vec<String>,
-    /// A read-only root filesystem.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub read_only: bool,
-    /// The working directory.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workdir: Option<String>,
-    /// The entrypoint.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub entrypoint: Option<Vec<String>>,
-    /// Its own labels.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, String>,
-    /// Seconds podman waits after SIGTERM.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stop_timeout: Option<u32>,
-    /// The restart policy.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub restart: Option<String>,
-    /// Host devices, in podman's form.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub devices: Vec<String>,
-}
+/// [`ContainerSpec::run_fields`] as the label keeps them: an object, its keys in that order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunFields(pub Vec<(String, serde_json::Value)>);
 
-impl ServingSpec {
-    /// What a declared container says of it.
+impl RunFields {
+    /// What a declared container says.
     pub fn of(spec: &ContainerSpec) -> Self {
-        ServingSpec {
-            ports: spec.ports.iter().map(ToString::to_string).collect(),
-            network: spec.network.clone(),
-            user: spec.user.clone(),
-            memory: spec.limits.memory.clone(),
-            cpus: spec.limits.cpus.clone(),
-            pids: spec.limits.pids,
-            cap_add: spec.cap_add.clone(),
-            cap_drop: spec.cap_drop.clone(),
-            read_only: spec.read_only_root,
-            workdir: spec.workdir.clone(),
-            entrypoint: spec.entrypoint.clone(),
-            labels: spec.labels.clone(),
-            stop_timeout: spec.stop_timeout_secs,
-            restart: spec.restart.clone(),
-            devices: spec.devices.iter().map(|d| d.podman_form()).collect(),
-        }
+        RunFields(
+            spec.run_fields()
+                .into_iter()
+                .filter(|(_, value)| !says_nothing(value))
+                .map(|(name, value)| (name.to_owned(), value))
+                .collect(),
+        )
     }
 
     /// Whether it says nothing.
     pub fn is_empty(&self) -> bool {
-        *self == ServingSpec::default()
+        self.0.is_empty()
     }
 
-    /// Each field by the name `plan --diff` gives it, as JSON.
-    fn fields(&self) -> [(&'static str, serde_json::Value); 15] {
-        use serde_json::json;
-        [
-            ("ports", json!(self.ports)),
-            ("network", json!(self.network)),
-            ("user", json!(self.user)),
-            ("memory", json!(self.memory)),
-            ("cpus", json!(self.cpus)),
-            ("pids", json!(self.pids)),
-            ("cap-add", json!(self.cap_add)),
-            ("cap-drop", json!(self.cap_drop)),
-            ("read-only", json!(self.read_only)),
-            ("workdir", json!(self.workdir)),
-            ("entrypoint", json!(self.entrypoint)),
-            ("labels", json!(self.labels)),
-            ("stop-timeout", json!(self.stop_timeout)),
-            ("restart", json!(self.restart)),
-            ("devices", json!(self.devices)),
-        ]
+    /// The value of the field `name`, if it says one.
+    fn get(&self, name: &str) -> Option<&serde_json::Value> {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, value)| value)
     }
+}
 
-    /// The arguments of `podman run` that say it (a port is published only off host
-    /// networking, where the container's ports are the host's own).
-    pub fn run_args(&self) -> Vec<OsString> {
-        let mut args: Vec<OsString> = Vec::new();
-        let mut put = |flag: &str, value: &str| {
-            args.push(flag.into());
-            args.push(value.into());
-        };
-        if let Some(network) = &self.network {
-            put("--network", network);
+impl Serialize for RunFields {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (name, value) in &self.0 {
+            map.serialize_entry(name, value)?;
         }
-        if self.network.as_deref() != Some(NETWORK_HOST) {
-            for port in &self.ports {
-                put("--publish", port);
-            }
-        }
-        for (flag, value) in [
-            ("--user", &self.user),
-            ("--memory", &self.memory),
-            ("--cpus", &self.cpus),
-            ("--workdir", &self.workdir),
-            ("--restart", &self.restart),
-        ] {
-            if let Some(value) = value {
-                put(flag, value);
-            }
-        }
-        if let Some(pids) = self.pids {
-            put("--pids-limit", &pids.to_string());
-        }
-        for cap in &self.cap_add {
-            put("--cap-add", cap);
-        }
-        for cap in &self.cap_drop {
-            put("--cap-drop", cap);
-        }
-        if let Some(entrypoint) = &self.entrypoint {
-            put(
-                "--entrypoint",
-                &serde_json::to_string(entrypoint).expect("a list of texts serializes"),
-            );
-        }
-        for (name, value) in &self.labels {
-            put("--label", &format!("{name}={value}"));
-        }
-        if let Some(secs) = self.stop_timeout {
-            put("--stop-timeout", &secs.to_string());
-        }
-        for device in &self.devices {
-            put("--device", device);
-        }
-        if self.read_only {
-            args.push("--read-only".into());
-        }
-        args
+        map.end()
     }
+}
+
+impl<'de> Deserialize<'de> for RunFields {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let map = serde_json::Map::<String, serde_json::Value>::deserialize(deserializer)?;
+        // Read back in the one order, as it was written.
+        let order = ContainerSpec::default().run_fields().map(|(name, _)| name);
+        let mut fields: Vec<(String, serde_json::Value)> = map.into_iter().collect();
+        fields.sort_by_key(|(name, _)| order.iter().position(|n| n == name));
+        Ok(RunFields(fields))
+    }
+}
+
+/// The arguments of `podman run` that say how `spec` runs beyond its image, command,
+/// environment and mounts (a port is published only off host networking, where the
+/// container's ports are the host's own).
+pub fn run_args(spec: &ContainerSpec) -> Vec<OsString> {
+    let mut args: Vec<OsString> = Vec::new();
+    let mut put = |flag: &str, value: &str| {
+        args.push(flag.into());
+        args.push(value.into());
+    };
+    if let Some(network) = &spec.network {
+        put("--network", network);
+    }
+    if spec.network.as_deref() != Some(NETWORK_HOST) {
+        for port in &spec.ports {
+            put("--publish", &port.to_string());
+        }
+    }
+    for (flag, value) in [
+        ("--user", &spec.user),
+        ("--memory", &spec.limits.memory),
+        ("--cpus", &spec.limits.cpus),
+        ("--workdir", &spec.workdir),
+        ("--restart", &spec.restart),
+    ] {
+        if let Some(value) = value {
+            put(flag, value);
+        }
+    }
+    if let Some(pids) = spec.limits.pids {
+        put("--pids-limit", &pids.to_string());
+    }
+    for cap in &spec.cap_add {
+        put("--cap-add", cap);
+    }
+    for cap in &spec.cap_drop {
+        put("--cap-drop", cap);
+    }
+    if let Some(entrypoint) = &spec.entrypoint {
+        put(
+            "--entrypoint",
+            &serde_json::to_string(entrypoint).expect("a list of texts serializes"),
+        );
+    }
+    for (name, value) in &spec.labels {
+        put("--label", &format!("{name}={value}"));
+    }
+    if let Some(secs) = spec.stop_timeout {
+        put("--stop-timeout", &secs.to_string());
+    }
+    for device in &spec.devices {
+        put("--device", &device.podman_form());
+    }
+    if spec.read_only_root {
+        args.push("--read-only".into());
+    }
+    args
 }
 
 /// One mount of a [`RunSpec`].
@@ -222,7 +174,7 @@ impl RunSpec {
                 .map(|(k, v)| (k.clone(), mesh_model::sha256_digest(v.as_bytes())))
                 .collect(),
             mounts,
-            serves: ServingSpec::of(spec),
+            serves: RunFields::of(spec),
         }
     }
 
@@ -235,7 +187,7 @@ impl RunSpec {
 
     /// The fields that differ from `old`, named as `mesh-controller plan --diff` names them:
     /// `image`, `command`, `env.<NAME>`, `mounts[<at>]` (added or removed),
-    /// `mounts[<at>].source`, `mounts[<at>].read-only`, and each of [`ServingSpec`]'s fields.
+    /// `mounts[<at>].source`, `mounts[<at>].read-only`, and each of [`RunFields`]' fields.
     pub fn changed_fields(&self, old: &RunSpec) -> Vec<String> {
         let mut changed = Vec::new();
         if self.image != old.image {
@@ -273,8 +225,8 @@ impl RunSpec {
                 _ => changed.push(format!("mounts[{at}]")),
             }
         }
-        for ((name, new), (_, old)) in self.serves.fields().into_iter().zip(old.serves.fields()) {
-            if new != old {
+        for (name, _) in ContainerSpec::default().run_fields() {
+            if self.serves.get(name) != old.serves.get(name) {
                 changed.push(name.to_owned());
             }
         }
@@ -381,12 +333,20 @@ mod tests {
         let mut new = spec();
         new.ports = vec![mesh_model::declaration::PortMapping::parse("127.0.0.1:8080:80").unwrap()];
         new.limits.memory = Some("64m".to_owned());
-        new.stop_timeout_secs = Some(20);
+        new.stop_timeout = Some(20);
         let changed = RunSpec::of(&new).changed_fields(&RunSpec::of(&spec()));
         assert_eq!(changed, ["ports", "memory", "stop-timeout"]);
-        let args: Vec<String> = RunSpec::of(&new)
-            .serves
-            .run_args()
+        // The label's bytes are those containers made before keep (no recreation on upgrade).
+        let (json, _) = RunSpec::of(&new).label();
+        assert!(
+            json.ends_with(
+                r#""serves":{"ports":["127.0.0.1:8080:80/tcp"],"memory":"64m","stop-timeout":20}}"#
+            ),
+            "{json}"
+        );
+        let read: RunSpec = serde_json::from_str(&json).unwrap();
+        assert_eq!(read, RunSpec::of(&new));
+        let args: Vec<String> = run_args(&new)
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect();

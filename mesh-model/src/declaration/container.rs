@@ -66,9 +66,13 @@ pub struct ContainerSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     /// Seconds podman waits after SIGTERM before it kills it when it is stopped; absent: the
-    /// host's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stop_timeout_secs: Option<u32>,
+    /// host's default. (On the wire `stop-timeout-secs`, as hosts have always read it.)
+    #[serde(
+        default,
+        rename = "stop-timeout-secs",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub stop_timeout: Option<u32>,
     /// Podman's restart policy for a crash (`no`, `on-failure`, `on-failure:N`, `always`,
     /// `unless-stopped`); absent: `no`. A crash is still reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -291,6 +295,49 @@ impl ContainerSpec {
             out.extend(device.problems());
         }
         out
+    }
+}
+
+impl ContainerSpec {
+    /// How it runs beyond its image, command, environment and mounts, each field by its one
+    /// name (the module file's key), in one order: what `plan --diff` shows and what the host
+    /// keeps in the container's spec label (each only when it says something,
+    /// [`says_nothing`]), and so what recreates it when it changes. Ports and devices are in
+    /// podman's form, the stop timeout in seconds.
+    pub fn run_fields(&self) -> [(&'static str, serde_json::Value); 15] {
+        use serde_json::json;
+        let ports: Vec<String> = self.ports.iter().map(ToString::to_string).collect();
+        let devices: Vec<String> = self.devices.iter().map(Device::podman_form).collect();
+        [
+            ("ports", json!(ports)),
+            ("network", json!(self.network)),
+            ("user", json!(self.user)),
+            ("memory", json!(self.limits.memory)),
+            ("cpus", json!(self.limits.cpus)),
+            ("pids", json!(self.limits.pids)),
+            ("cap-add", json!(self.cap_add)),
+            ("cap-drop", json!(self.cap_drop)),
+            ("read-only", json!(self.read_only_root)),
+            ("workdir", json!(self.workdir)),
+            ("entrypoint", json!(self.entrypoint)),
+            ("labels", json!(self.labels)),
+            ("stop-timeout", json!(self.stop_timeout)),
+            ("restart", json!(self.restart)),
+            ("devices", json!(devices)),
+        ]
+    }
+}
+
+/// Whether a field of [`ContainerSpec::run_fields`] says nothing (absent, empty or off): such a
+/// field is left out, so that a container that does not use it reads as it did before it
+/// existed.
+pub fn says_nothing(value: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::Null | Value::Bool(false) => true,
+        Value::Array(items) => items.is_empty(),
+        Value::Object(fields) => fields.is_empty(),
+        Value::Bool(true) | Value::Number(_) | Value::String(_) => false,
     }
 }
 

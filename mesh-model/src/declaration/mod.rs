@@ -24,17 +24,20 @@ mod container;
 mod job;
 mod outgoing;
 mod port;
+mod rules;
 mod sealed;
 mod spec_de;
 
 pub use container::{
     capability_problem, cpus_problem, label_problem, memory_problem, network_problem,
-    restart_problem, user_problem, ContainerSpec, Device, HealthCheck, Limits, Mount,
+    restart_problem, says_nothing, user_problem, ContainerSpec, Device, HealthCheck, Limits, Mount,
     DEFAULT_HEALTH_WITHIN_MS, DEFAULT_SETTLE_MS, NETWORK_BRIDGE, NETWORK_HOST, RESERVED_LABELS,
 };
 pub use job::{rerun_file_digest, JobSpec, DEFAULT_JOB_TIMEOUT_SECS};
 pub use outgoing::Outgoing;
 pub use port::{PortMapping, Protocol};
+use rules::is_builtin_network;
+pub use rules::{account_name_problem, path_problem};
 pub use sealed::{Declared, Sealed};
 
 use crate::build::ArchiveRef;
@@ -114,6 +117,8 @@ pub enum Spec {
     Account(AccountSpec),
     /// A container run to completion before what comes after it.
     Job(Box<JobSpec>),
+    /// One line kept in a file the mesh did not make.
+    Line(LineSpec),
 }
 
 impl Spec {
@@ -127,7 +132,87 @@ impl Spec {
             Spec::Network(_) => "network",
             Spec::Account(_) => "account",
             Spec::Job(_) => "job",
+            Spec::Line(_) => "line",
         }
+    }
+
+    /// The kinds' names, as `kind` names them on the wire.
+    pub const KINDS: &'static [&'static str] = &[
+        "file",
+        "directory",
+        "membership",
+        "container",
+        "network",
+        "account",
+        "job",
+        "line",
+    ];
+
+    /// The spec of the kind named `kind` read from `fields` (an object without its `kind`):
+    /// how the declaration's reader ([`Spec`]'s `Deserialize`) reads each kind.
+    ///
+    /// # Errors
+    /// A kind not in [`Spec::KINDS`] (`unknown variant`), or its fields' error.
+    pub fn read<'de, D: serde::Deserializer<'de>>(kind: &str, fields: D) -> Result<Spec, D::Error> {
+        Ok(match kind {
+            "file" => Spec::File(FileSpec::deserialize(fields)?),
+            "directory" => Spec::Directory(DirectorySpec::deserialize(fields)?),
+            "membership" => Spec::Membership(MembershipSpec::deserialize(fields)?),
+            "container" => Spec::Container(Box::<ContainerSpec>::deserialize(fields)?),
+            "network" => Spec::Network(NetworkSpec::deserialize(fields)?),
+            "account" => Spec::Account(AccountSpec::deserialize(fields)?),
+            "job" => Spec::Job(Box::<JobSpec>::deserialize(fields)?),
+            "line" => Spec::Line(LineSpec::deserialize(fields)?),
+            other => return Err(serde::de::Error::unknown_variant(other, Spec::KINDS)),
+        })
+    }
+
+    /// The machine path of the file whose content it keeps, whole or in part (a file's own);
+    /// `None` for a kind that keeps no file's content. A host watches its directory.
+    pub fn file_path(&self) -> Option<&str> {
+        match self {
+            Spec::File(f) => Some(&f.path),
+            Spec::Line(l) => Some(&l.path),
+            Spec::Directory(_)
+            | Spec::Membership(_)
+            | Spec::Container(_)
+            | Spec::Network(_)
+            | Spec::Account(_)
+            | Spec::Job(_) => None,
+        }
+    }
+}
+
+/// One line the mesh keeps in a file it did not make (as Puppet's `file_line` and Ansible's
+/// `lineinfile`): the line is added at the end, or put in place of the first line that starts
+/// with [`LineSpec::replaces`]. The file's other lines are never touched; when the line is no
+/// longer declared it is given back (removed, or the line it replaced put back). A file the
+/// declaration declares whole holds no line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct LineSpec {
+    /// The file's absolute path on the machine; it must be there (the mesh never makes it).
+    pub path: String,
+    /// The line, without its newline.
+    pub line: String,
+    /// The start of the line it replaces (the module file's `match`); absent: it is added.
+    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<String>,
+}
+
+impl LineSpec {
+    /// Every rule it breaks, each a sentence (empty when sound).
+    pub fn problems(&self) -> Vec<String> {
+        let mut out: Vec<String> = path_problem(&self.path).into_iter().collect();
+        if self.line.is_empty() || self.line.contains(['\n', '\r']) {
+            out.push("a line is one line of text, not empty".to_owned());
+        }
+        if let Some(replaces) = &self.replaces {
+            if replaces.is_empty() || replaces.contains(['\n', '\r']) {
+                out.push("`match` is the start of one line, not empty".to_owned());
+            }
+        }
+        out
     }
 }
 
@@ -444,6 +529,7 @@ impl Declaration {
             out.push("resources are not sorted by id".to_owned());
         }
         let mut paths: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut lines: Vec<(&str, &LineSpec)> = Vec::new();
         for r in &self.resources {
             let mut parts = r.id.splitn(3, '/');
             let (module, kind, name) = (parts.next(), parts.next(), parts.next());
@@ -469,11 +555,13 @@ impl Declaration {
             let path = match &r.spec {
                 Spec::File(f) => Some(f.path.as_str()),
                 Spec::Directory(d) => Some(d.path.as_str()),
+                // Lines share their file (see below).
                 Spec::Membership(_)
                 | Spec::Container(_)
                 | Spec::Network(_)
                 | Spec::Account(_)
-                | Spec::Job(_) => None,
+                | Spec::Job(_)
+                | Spec::Line(_) => None,
             };
             if let Some(path) = path {
                 if let Some(problem) = path_problem(path) {
@@ -529,6 +617,31 @@ impl Declaration {
                 }
                 Spec::Job(j) => out.extend(self.job_problems(r, j)),
                 Spec::Membership(_) => {}
+                Spec::Line(l) => {
+                    for problem in l.problems() {
+                        out.push(format!("`{}`: {problem}", r.id));
+                    }
+                    if r.together.is_some() {
+                        out.push(format!("`{}`: a line cannot be in a together group", r.id));
+                    }
+                    lines.push((r.id.as_str(), l));
+                }
+            }
+        }
+        // A line is kept in a file the mesh did not make, once.
+        let mut kept: BTreeMap<(&str, &str), &str> = BTreeMap::new();
+        for (id, line) in lines {
+            if let Some(file) = paths.get(line.path.as_str()) {
+                out.push(format!(
+                    "`{id}` keeps a line in `{}`, which `{file}` declares whole",
+                    line.path
+                ));
+            }
+            if let Some(other) = kept.insert((&line.path, &line.line), id) {
+                out.push(format!(
+                    "`{id}` and `{other}` both keep the same line in `{}`",
+                    line.path
+                ));
             }
         }
         out.extend(self.port_collisions());
@@ -536,276 +649,6 @@ impl Declaration {
         out.extend(self.account_collisions());
         out
     }
-}
-
-/// Whether `name` is one of podman's own networks a container names without declaring it.
-fn is_builtin_network(name: &str) -> bool {
-    matches!(name, NETWORK_BRIDGE | NETWORK_HOST | "none" | "podman")
-}
-
-impl Declaration {
-    /// What is wrong with the network a container names, if anything: one that is not
-    /// podman's own must be a network the declaration holds, and the container comes after it.
-    fn network_problem(&self, resource: &Resource, spec: &ContainerSpec) -> Option<String> {
-        let name = spec.network.as_deref().filter(|n| !is_builtin_network(n))?;
-        let Some(network) = self
-            .resources
-            .iter()
-            .find(|r| matches!(&r.spec, Spec::Network(n) if n.name == name))
-        else {
-            return Some(format!(
-                "`{}`: joins the network `{name}`, which is not declared",
-                resource.id
-            ));
-        };
-        (!resource.after.contains(&network.id)).then(|| {
-            format!(
-                "`{}`: joins the network of `{}` and must come after it",
-                resource.id, network.id
-            )
-        })
-    }
-
-    /// What is wrong with a job, if anything: its own fields, its mounts and network as a
-    /// container's, and each file it runs again on is declared and comes before it.
-    fn job_problems(&self, resource: &Resource, job: &JobSpec) -> Vec<String> {
-        let id = &resource.id;
-        let mut out: Vec<String> = job
-            .problems()
-            .into_iter()
-            .map(|problem| format!("`{id}`: {problem}"))
-            .collect();
-        for m in &job.run.mounts {
-            if let Some(problem) = path_problem(&m.source) {
-                out.push(format!("`{id}`: mount source {problem}"));
-            }
-        }
-        out.extend(self.network_problem(resource, &job.run));
-        for file in &job.rerun_on {
-            if !matches!(self.resource(file).map(|r| &r.spec), Some(Spec::File(_))) {
-                out.push(format!(
-                    "`{id}`: runs again on `{file}`, which is not a declared file"
-                ));
-            } else if !resource.after.contains(file) {
-                out.push(format!(
-                    "`{id}`: runs again on `{file}` and must come after it"
-                ));
-            }
-        }
-        out
-    }
-
-    /// Two containers or jobs of one name on the machine, each pair said once, naming both.
-    fn container_name_collisions(&self) -> Vec<String> {
-        let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
-        let mut out = Vec::new();
-        for r in &self.resources {
-            let name = match &r.spec {
-                Spec::Container(c) => &c.name,
-                Spec::Job(j) => &j.run.name,
-                _ => continue,
-            };
-            if let Some(other) = seen.insert(name, &r.id) {
-                out.push(format!(
-                    "`{other}` and `{}` both run a container named `{name}`",
-                    r.id
-                ));
-            }
-        }
-        out
-    }
-
-    /// Two accounts of one name, or asking one uid or gid, each pair said once, naming both.
-    fn account_collisions(&self) -> Vec<String> {
-        let accounts: Vec<(&str, &AccountSpec)> = self
-            .resources
-            .iter()
-            .filter_map(|r| match &r.spec {
-                Spec::Account(a) => Some((r.id.as_str(), a)),
-                _ => None,
-            })
-            .collect();
-        let mut out = Vec::new();
-        for (i, (id, a)) in accounts.iter().enumerate() {
-            for (other, b) in &accounts[..i] {
-                if a.name == b.name {
-                    out.push(format!(
-                        "`{other}` and `{id}` both declare account `{}`",
-                        a.name
-                    ));
-                }
-                if a.uid.is_some() && a.uid == b.uid {
-                    out.push(format!(
-                        "`{other}` and `{id}` both ask uid {}",
-                        a.uid.unwrap_or_default()
-                    ));
-                }
-                if a.gid.is_some() && a.gid == b.gid {
-                    out.push(format!(
-                        "`{other}` and `{id}` both ask gid {}",
-                        a.gid.unwrap_or_default()
-                    ));
-                }
-            }
-        }
-        out
-    }
-
-    /// Two containers that would take one host port, each pair said once, naming both.
-    fn port_collisions(&self) -> Vec<String> {
-        let published: Vec<(&str, &PortMapping)> = self
-            .resources
-            .iter()
-            .filter_map(|r| match &r.spec {
-                Spec::Container(c) => Some((r.id.as_str(), &c.ports)),
-                Spec::File(_)
-                | Spec::Directory(_)
-                | Spec::Membership(_)
-                | Spec::Network(_)
-                | Spec::Account(_)
-                | Spec::Job(_) => None,
-            })
-            .flat_map(|(id, ports)| ports.iter().map(move |port| (id, port)))
-            .collect();
-        let mut out = Vec::new();
-        for (i, (id, port)) in published.iter().enumerate() {
-            for (other, other_port) in &published[..i] {
-                if other != id && port.collides_with(other_port) {
-                    out.push(format!(
-                        "`{other}` and `{id}` both publish host port {} (`{other_port}` and \
-                         `{port}`)",
-                        port.host_side()
-                    ));
-                }
-            }
-        }
-        out
-    }
-
-    /// The rules of the format and of [`Declaration::archives`].
-    fn archive_problems(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        let archived = |module: &str| {
-            self.resources.iter().any(|r| {
-                r.module == module && matches!(&r.spec, Spec::File(f) if f.source.is_some())
-            })
-        };
-        match self.format {
-            DECLARATION_FORMAT if !self.archives.is_empty() => out.push(format!(
-                "format {DECLARATION_FORMAT} names no archive; a declaration that does is format \
-                 {DECLARATION_FORMAT_ARCHIVES}"
-            )),
-            DECLARATION_FORMAT_ARCHIVES if self.archives.is_empty() => out.push(format!(
-                "format {DECLARATION_FORMAT_ARCHIVES} names at least one archive; a declaration \
-                 that names none is format {DECLARATION_FORMAT}"
-            )),
-            DECLARATION_FORMAT_SECRETS if !self.holds_secrets() => out.push(format!(
-                "format {DECLARATION_FORMAT_SECRETS} has a template of secrets; a declaration \
-                 that has none is format {DECLARATION_FORMAT} or {DECLARATION_FORMAT_ARCHIVES}"
-            )),
-            DECLARATION_FORMAT | DECLARATION_FORMAT_ARCHIVES | DECLARATION_FORMAT_SECRETS => {}
-            other => out.push(format!("format {other} is not a declaration format")),
-        }
-        for (module, archive) in &self.archives {
-            if !is_sha256_digest(&archive.digest) {
-                out.push(format!(
-                    "the archive of `{module}`: `{}` is not a sha256 digest",
-                    archive.digest
-                ));
-            }
-            if !archived(module) {
-                out.push(format!(
-                    "the archive of `{module}` is named but no file of `{module}` is read from it"
-                ));
-            }
-        }
-        out
-    }
-
-    /// What is wrong with where a file's content comes from, if anything.
-    fn file_source_problem(&self, resource: &Resource, file: &FileSpec) -> Option<String> {
-        let id = &resource.id;
-        if let Some(pieces) = &file.sealed {
-            if file.content.is_some() || file.source.is_some() {
-                return Some(format!(
-                    "`{id}`: a template of secrets carries neither content nor source"
-                ));
-            }
-            return pieces.iter().find_map(|piece| match piece {
-                crate::secret::SealedPiece::Secret { key, value } => value
-                    .problem()
-                    .map(|problem| format!("`{id}`: the secret `{key}`: {problem}")),
-                crate::secret::SealedPiece::Text(_) => None,
-            });
-        }
-        let Some(source) = &file.source else {
-            return file
-                .content
-                .is_none()
-                .then(|| format!("`{id}`: a file carries its content or names its source"));
-        };
-        if file.content.is_some() {
-            return Some(format!(
-                "`{id}`: a file carries its content or names its source, not both"
-            ));
-        }
-        if !self.archives.contains_key(&resource.module) {
-            return Some(format!(
-                "`{id}`: its content is in the archive of `{}`, which the declaration does not name",
-                resource.module
-            ));
-        }
-        if source.path.is_empty()
-            || source.path.starts_with('/')
-            || source
-                .path
-                .split('/')
-                .any(|s| s.is_empty() || s == "." || s == "..")
-        {
-            return Some(format!(
-                "`{id}`: `{}` is not a plain relative path in an archive",
-                source.path
-            ));
-        }
-        if !is_sha256_digest(&source.sha256) {
-            return Some(format!(
-                "`{id}`: `{}` is not a sha256 digest",
-                source.sha256
-            ));
-        }
-        None
-    }
-}
-
-/// Why `name` cannot be a system account's name, if it cannot: `[a-z_][a-z0-9_-]*`, at most 32
-/// characters.
-pub fn account_name_problem(name: &str) -> Option<String> {
-    let sound = name.len() <= 32
-        && name
-            .bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-    (!sound).then(|| format!("`{name}` is not an account name ([a-z_][a-z0-9_-]*, at most 32)"))
-}
-
-/// Why a declared machine path is unacceptable, if it is.
-pub fn path_problem(path: &str) -> Option<String> {
-    if !path.starts_with('/') {
-        return Some(format!("`{path}` is not an absolute path"));
-    }
-    if path.split('/').any(|s| s == ".." || s == ".") {
-        return Some(format!("`{path}` has a `.` or `..` segment"));
-    }
-    if path == "/" {
-        return Some("`/` cannot be a resource".to_owned());
-    }
-    if path.contains('\0') {
-        return Some(format!("`{}` holds a NUL byte", path.escape_debug()));
-    }
-    None
 }
 
 #[cfg(test)]

@@ -30,12 +30,8 @@ impl Sealed {
             .iter()
             .map(|r| match &r.spec {
                 Spec::File(f) => f.content_digest(),
-                Spec::Directory(_)
-                | Spec::Membership(_)
-                | Spec::Container(_)
-                | Spec::Network(_)
-                | Spec::Account(_)
-                | Spec::Job(_) => None,
+                // No other kind has content of its own.
+                _ => None,
             })
             .collect();
         let problems = declaration.problems();
@@ -107,12 +103,8 @@ impl Declared for Declaration {
     fn content_digest(&self, resource: &Resource) -> Option<std::borrow::Cow<'_, str>> {
         match &self.resource(&resource.id)?.spec {
             Spec::File(f) => f.content_digest().map(Into::into),
-            Spec::Directory(_)
-            | Spec::Membership(_)
-            | Spec::Container(_)
-            | Spec::Network(_)
-            | Spec::Account(_)
-            | Spec::Job(_) => None,
+            // No other kind has content of its own.
+            _ => None,
         }
     }
     fn problems(&self) -> std::borrow::Cow<'_, [String]> {

@@ -12,38 +12,8 @@
 //! [`serde_json::Value`], as the derive would read it. Either way the same spec is read, with
 //! the derive's errors (`missing field `kind``, `unknown variant …`).
 
-use super::{
-    AccountSpec, ContainerSpec, DirectorySpec, FileSpec, JobSpec, MembershipSpec, NetworkSpec, Spec,
-};
+use super::Spec;
 use serde::de::{self, Deserialize, Deserializer, IntoDeserializer as _, MapAccess, Visitor};
-
-/// The kinds, as `kind` names them.
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-enum Kind {
-    File,
-    Directory,
-    Membership,
-    Container,
-    Network,
-    Account,
-    Job,
-}
-
-impl Kind {
-    /// The spec of this kind read from `fields` (the object without its `kind`).
-    fn read<'de, D: Deserializer<'de>>(self, fields: D) -> Result<Spec, D::Error> {
-        Ok(match self {
-            Kind::File => Spec::File(FileSpec::deserialize(fields)?),
-            Kind::Directory => Spec::Directory(DirectorySpec::deserialize(fields)?),
-            Kind::Membership => Spec::Membership(MembershipSpec::deserialize(fields)?),
-            Kind::Container => Spec::Container(Box::<ContainerSpec>::deserialize(fields)?),
-            Kind::Network => Spec::Network(NetworkSpec::deserialize(fields)?),
-            Kind::Account => Spec::Account(AccountSpec::deserialize(fields)?),
-            Kind::Job => Spec::Job(Box::<JobSpec>::deserialize(fields)?),
-        })
-    }
-}
 
 /// An object's first key: `kind`, or another (kept, to read the object whole).
 enum FirstKey {
@@ -89,8 +59,8 @@ impl<'de> Visitor<'de> for SpecVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Spec, A::Error> {
         let first = match map.next_key::<FirstKey>()? {
             Some(FirstKey::Kind) => {
-                let kind: Kind = map.next_value()?;
-                return kind.read(de::value::MapAccessDeserializer::new(map));
+                let kind: std::borrow::Cow<'de, str> = map.next_value()?;
+                return Spec::read(&kind, de::value::MapAccessDeserializer::new(map));
             }
             Some(FirstKey::Other(key)) => key,
             None => return Err(de::Error::missing_field("kind")),
@@ -105,15 +75,18 @@ impl<'de> Visitor<'de> for SpecVisitor {
         let kind = fields
             .remove("kind")
             .ok_or_else(|| de::Error::missing_field("kind"))?;
-        let kind = Kind::deserialize(kind).map_err(de::Error::custom)?;
-        kind.read(fields.into_deserializer())
-            .map_err(de::Error::custom)
+        let serde_json::Value::String(kind) = kind else {
+            return Err(de::Error::custom(format!(
+                "invalid type: {kind}, expected a kind's name"
+            )));
+        };
+        Spec::read(&kind, fields.into_deserializer()).map_err(de::Error::custom)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{resource_id, Declaration, Resource};
+    use super::super::{resource_id, ContainerSpec, Declaration, FileSpec, Resource};
     use super::*;
     use crate::secret::{SealedPiece, SecretValue};
 

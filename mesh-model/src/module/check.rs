@@ -156,7 +156,7 @@ pub(super) fn check_module(
     }
     for (name, job) in &d.jobs {
         let key = format!("jobs.{name}");
-        super::job::check_job(&key, name, job, d, &mut say, &check_text);
+        container::check_job(&key, name, job, d, &mut say, &check_text);
         if d.containers.contains_key(&format!("job-{name}")) {
             say(
                 key,
@@ -166,6 +166,28 @@ pub(super) fn check_module(
                     d.name
                 ),
             );
+        }
+    }
+    for (name, line) in &d.lines {
+        let key = format!("lines.{name}");
+        check_name(&key, name, &mut say);
+        check_absolute(&format!("{key}.path"), &line.path, &mut say);
+        check_text(format!("{key}.path"), &line.path, &mut say);
+        check_text(format!("{key}.line"), &line.line, &mut say);
+        if line.line.is_empty() || line.line.contains(['\n', '\r']) {
+            say(
+                format!("{key}.line"),
+                "a line is one line of text, not empty".into(),
+            );
+        }
+        if let Some(replaces) = &line.replaces {
+            check_text(format!("{key}.match"), replaces, &mut say);
+            if replaces.is_empty() || replaces.contains(['\n', '\r']) {
+                say(
+                    format!("{key}.match"),
+                    "`match` is the start of one line, not empty".into(),
+                );
+            }
         }
     }
     for (name, mship) in &d.memberships {
@@ -210,10 +232,11 @@ pub(super) fn check_module(
             );
         }
         for member in members {
-            if member.starts_with("network/") {
+            if member.starts_with("network/") || member.starts_with("line/") {
+                let kind = member.split('/').next().unwrap_or_default();
                 say(
                     key.clone(),
-                    format!("`{member}`: a network cannot be in a together group"),
+                    format!("`{member}`: a {kind} cannot be in a together group"),
                 );
             } else if !refs.contains(member) {
                 say(

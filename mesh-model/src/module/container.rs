@@ -1,4 +1,5 @@
-//! A module's containers: what `[containers.NAME]` says, and the checks of it.
+//! A module's containers and jobs: what `[containers.NAME]` and `[jobs.NAME]` say (one
+//! [`ContainerDefinition`]), and the checks of it.
 
 use super::{check_absolute, check_name, parse_duration_ms, ModuleDefinition};
 use crate::declaration::{
@@ -21,99 +22,87 @@ pub struct MountDefinition {
     pub read_only: bool,
 }
 
-/// A container the module runs under podman.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+/// A container the module runs under podman: one that serves (`[containers.NAME]`), or one it
+/// runs to completion (`[jobs.NAME]`), such as a migration, which must exit 0 and which what
+/// names it in `after` waits for. A job runs again only when its image, command, environment or
+/// a file in `rerun-on` changes.
+///
+/// Both say how the container runs with the same keys; what only serves (ports, a restart
+/// policy, a stop timeout, a health command, a settle time, `restart-on`) a job may not say, and
+/// what only a job says (`rerun-on`, `timeout`) a container may not: [`check_container`] and
+/// [`check_job`] name such a key.
+///
+/// Each key may be left out: a missing `image` is named by the check, with every other problem.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ContainerDefinition {
-    /// The image reference.
+    /// The image reference (required).
     pub image: String,
     /// The command and its arguments (default: the image's).
-    #[serde(default)]
     pub command: Vec<String>,
     /// Environment variables (values may use settings).
-    #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Places mounted into it.
-    #[serde(default)]
     pub mounts: Vec<MountDefinition>,
     /// Files of this module whose change restarts the container.
-    #[serde(default)]
     pub restart_on: Vec<String>,
     /// How long after it is created, started or restarted the host judges it (`"2s"`,
     /// `"500ms"`, `"1m"`; default 2 s).
-    #[serde(default)]
     pub settle: Option<String>,
     /// A command that must pass inside it for it to be healthy.
-    #[serde(default)]
     pub health: Option<HealthDefinition>,
     /// Ports it publishes, in podman's form `[ADDRESS:]HOST-PORT:CONTAINER-PORT[/PROTOCOL]`
     /// (each may use settings).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<String>,
     /// `bridge`, `host`, or a network the module declares (`[networks.NAME]`); absent: `bridge`
     /// when it publishes a port, podman's own default otherwise.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<String>,
     /// The user it runs as: `UID[:GID]` or a name (may use settings).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     /// Memory limit (`64m`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<String>,
     /// CPU limit (`0.5`, `2`; a number or its text).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "text_or_number"
-    )]
+    #[serde(deserialize_with = "text_or_number")]
     pub cpus: Option<String>,
     /// Process limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pids: Option<u32>,
     /// Capabilities added.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cap_add: Vec<String>,
     /// Capabilities dropped.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cap_drop: Vec<String>,
-    /// A read-only root filesystem.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub read_only: bool,
+    /// A read-only root filesystem (its mounts keep their own flag).
+    #[serde(rename = "read-only")]
+    pub read_only_root: bool,
     /// The working directory (may use settings).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<String>,
     /// The entrypoint in place of the image's (each may use settings).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entrypoint: Option<Vec<String>>,
     /// Labels of its own (values may use settings).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     /// How long podman waits after SIGTERM before it kills it (`"20s"`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_timeout: Option<String>,
     /// Podman's restart policy for a crash (`on-failure`, `always`, …; default `no`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<String>,
     /// Host devices it reaches (`source` may use settings: a node maps its own device path).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub devices: Vec<DeviceDefinition>,
+    pub devices: Vec<Device>,
     /// Resources of this module (`kind/NAME`, such as `job/migrate`) it comes after: it waits
     /// until they have applied (a job: succeeded).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<String>,
+    /// A job's: the files of this module (`file/NAME`) whose change runs it again.
+    pub rerun_on: Vec<String>,
+    /// A job's: how long it may run before it is stopped and failed (`"30s"`, `"5m"`; default
+    /// 10 m).
+    pub timeout: Option<String>,
 }
 
-/// A host device a container reaches.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct DeviceDefinition {
-    /// The device on the host (may use settings).
-    pub source: String,
-    /// Its path inside the container.
-    pub at: String,
-    /// Some of `r`, `w`, `m` (default all).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub permissions: Option<String>,
+impl ContainerDefinition {
+    /// A job's timeout in seconds, when it declares one that is a duration (rounded up).
+    pub fn timeout_secs(&self) -> Option<u64> {
+        self.timeout
+            .as_deref()
+            .and_then(parse_duration_ms)
+            .map(|ms| ms.div_ceil(1000))
+    }
 }
 
 /// A number written as TOML text or as a number, kept as its text.
@@ -150,8 +139,94 @@ pub struct HealthDefinition {
 /// A text field's check: its template references name settings the module has.
 pub(super) type CheckText<'c> = dyn Fn(String, &str, &mut dyn FnMut(String, String)) + 'c;
 
-/// Checks the container `name` of module `d` (its key is `key`, `containers.<name>`).
+/// Checks the container `name` of module `d` (its key is `key`, `containers.<name>`): how it
+/// runs, and that it says nothing only a job says.
 pub(super) fn check_container(
+    key: &str,
+    name: &str,
+    c: &ContainerDefinition,
+    d: &ModuleDefinition,
+    say: &mut dyn FnMut(String, String),
+    check_text: &CheckText<'_>,
+) {
+    for (field, said) in [
+        ("rerun-on", !c.rerun_on.is_empty()),
+        ("timeout", c.timeout.is_some()),
+    ] {
+        if said {
+            say(
+                format!("{key}.{field}"),
+                "only a job says this (`[jobs.NAME]`): a container is not run to its end".into(),
+            );
+        }
+    }
+    check_run(key, name, c, d, say, check_text);
+}
+
+/// Checks the job `name` of module `d` (its key is `key`, `jobs.<name>`): how its container
+/// runs, as a container's, and what a job alone says.
+pub(super) fn check_job(
+    key: &str,
+    name: &str,
+    job: &ContainerDefinition,
+    d: &ModuleDefinition,
+    say: &mut dyn FnMut(String, String),
+    check_text: &CheckText<'_>,
+) {
+    for (field, said, why) in [
+        ("ports", !job.ports.is_empty(), "a job publishes no port"),
+        (
+            "restart",
+            job.restart.is_some(),
+            "a job has no restart policy (it is retried with backoff)",
+        ),
+        (
+            "stop-timeout",
+            job.stop_timeout.is_some(),
+            "a job is stopped at its `timeout`",
+        ),
+        (
+            "health",
+            job.health.is_some(),
+            "a job has no health command: it exits",
+        ),
+        (
+            "settle",
+            job.settle.is_some(),
+            "a job has no settle time: it exits",
+        ),
+        (
+            "restart-on",
+            !job.restart_on.is_empty(),
+            "a job names the files it runs again on in `rerun-on`",
+        ),
+    ] {
+        if said {
+            say(format!("{key}.{field}"), why.into());
+        }
+    }
+    check_run(key, name, job, d, say, check_text);
+    for (i, file) in job.rerun_on.iter().enumerate() {
+        let named = file.strip_prefix("file/");
+        if !named.is_some_and(|f| d.files.contains_key(f)) {
+            say(
+                format!("{key}.rerun-on[{i}]"),
+                format!("runs again on `{file}`, which is not a file of this module (file/NAME)"),
+            );
+        }
+    }
+    if let Some(timeout) = &job.timeout {
+        if job.timeout_secs().is_none_or(|secs| secs == 0) {
+            say(
+                format!("{key}.timeout"),
+                format!("`{timeout}` is not a duration longer than 0 (such as `30s` or `5m`)"),
+            );
+        }
+    }
+}
+
+/// Checks how the container `name` (a container's or a job's, at `key`) runs.
+fn check_run(
     key: &str,
     name: &str,
     c: &ContainerDefinition,
@@ -347,8 +422,7 @@ fn check_serving(
             } else {
                 "/dev/rendered".to_owned()
             },
-            at: device.at.clone(),
-            permissions: device.permissions.clone(),
+            ..device.clone()
         };
         for problem in rendered.problems() {
             problems.push((at.clone(), Some(problem)));

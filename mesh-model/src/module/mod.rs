@@ -35,6 +35,11 @@
 //! image = "localhost/mesh-busybox:latest"
 //! command = ["sh", "-c", "echo migrated"]
 //! rerun-on = ["file/config"]     # runs again when this file (or image, command, env) changes
+//!
+//! [lines.hosts]                  # one line kept in a file the mesh did not make
+//! path = "/etc/hosts"
+//! line = "10.0.0.5 media.internal"
+//! match = "10.0.0.5 "            # replaces the first line starting so (default: added)
 //! ```
 //!
 //! `drift = "correct" | "report"` (top level, default `correct`) says what the host does with
@@ -43,11 +48,9 @@
 mod check;
 mod container;
 mod cycles;
-mod job;
 
-pub use container::{ContainerDefinition, DeviceDefinition, HealthDefinition, MountDefinition};
+pub use container::{ContainerDefinition, HealthDefinition, MountDefinition};
 pub use cycles::find_cycles;
-pub use job::JobDefinition;
 
 use crate::drift::DriftPolicy;
 use crate::Diagnostic;
@@ -179,6 +182,22 @@ pub struct MembershipDefinition {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct NetworkDefinition {}
 
+/// A line the module keeps in a file it did not make (`[lines.NAME]`), as Puppet's `file_line`
+/// and Ansible's `lineinfile`: added at the end of the file, or in place of the first line that
+/// starts with `match`. The file's other lines are never touched; when the module leaves the
+/// node the line is given back (removed, or the line it replaced put back).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LineDefinition {
+    /// The file's absolute path on the machine (may use settings); it must be there.
+    pub path: String,
+    /// The line (may use settings).
+    pub line: String,
+    /// The start of the line it replaces (may use settings); absent: it is added.
+    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<String>,
+}
+
 /// A system account the module declares (`[accounts.NAME]`): the account `NAME` and its group
 /// `NAME`, made with shadow-utils. Its ids may be fixed, as numbers or from settings (a node's
 /// layer can set them).
@@ -270,9 +289,12 @@ pub struct ModuleDefinition {
     /// System accounts (each with its own group), by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub accounts: BTreeMap<String, AccountDefinition>,
-    /// Containers run to completion, by name.
+    /// Containers run to completion, by name (said as a container is, with a job's own keys).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub jobs: BTreeMap<String, JobDefinition>,
+    pub jobs: BTreeMap<String, ContainerDefinition>,
+    /// Lines kept in files the mesh did not make, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lines: BTreeMap<String, LineDefinition>,
     /// Bus grants.
     #[serde(default)]
     pub grants: Grants,
@@ -338,6 +360,7 @@ impl ModuleDefinition {
         refs.extend(self.networks.keys().map(|n| format!("network/{n}")));
         refs.extend(self.accounts.keys().map(|n| format!("account/{n}")));
         refs.extend(self.jobs.keys().map(|n| format!("job/{n}")));
+        refs.extend(self.lines.keys().map(|n| format!("line/{n}")));
         refs
     }
 

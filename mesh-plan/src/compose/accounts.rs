@@ -56,7 +56,8 @@ impl ModuleComposer<'_> {
                 Spec::Membership(m) => vec![&m.account],
                 Spec::Container(c) => c.user.as_deref().into_iter().collect(),
                 Spec::Job(j) => j.run.user.as_deref().into_iter().collect(),
-                Spec::Network(_) | Spec::Account(_) => Vec::new(),
+                // The other kinds name no account.
+                _ => Vec::new(),
             };
             let named: Vec<&(String, Option<u32>, Option<u32>)> = accounts
                 .iter()

@@ -142,7 +142,7 @@ impl ModuleComposer<'_> {
             },
             cap_add: container.cap_add.clone(),
             cap_drop: container.cap_drop.clone(),
-            read_only_root: container.read_only,
+            read_only_root: container.read_only_root,
             workdir: container
                 .workdir
                 .as_ref()
@@ -162,7 +162,7 @@ impl ModuleComposer<'_> {
                     (name.clone(), value)
                 })
                 .collect(),
-            stop_timeout_secs: container
+            stop_timeout: container
                 .stop_timeout
                 .as_deref()
                 .and_then(parse_duration_ms)
@@ -174,8 +174,7 @@ impl ModuleComposer<'_> {
                 .enumerate()
                 .map(|(i, device)| Device {
                     source: self.render(format!("{key}.devices[{i}].source"), &device.source),
-                    at: device.at.clone(),
-                    permissions: device.permissions.clone(),
+                    ..device.clone()
                 })
                 .collect(),
             ..ContainerSpec::default()
@@ -263,11 +262,7 @@ mod tests {
         assert_eq!(spec.workdir.as_deref(), Some("/srv"));
         assert_eq!(spec.entrypoint, Some(vec!["/bin/busybox".to_owned()]));
         assert_eq!(spec.labels["team"], "media");
-        assert_eq!(
-            spec.stop_timeout_secs,
-            Some(2),
-            "1500ms, in whole seconds up"
-        );
+        assert_eq!(spec.stop_timeout, Some(2), "1500ms, in whole seconds up");
         assert_eq!(spec.restart.as_deref(), Some("on-failure:3"));
     }
 

@@ -4,7 +4,7 @@
 use super::container::container_name;
 use super::ModuleComposer;
 use mesh_model::declaration::{resource_id, JobSpec, Resource, Spec};
-use mesh_model::module::JobDefinition;
+use mesh_model::module::ContainerDefinition;
 use std::collections::BTreeMap;
 
 impl ModuleComposer<'_> {
@@ -12,11 +12,11 @@ impl ModuleComposer<'_> {
     pub(super) fn job(
         &mut self,
         name: &str,
-        job: &JobDefinition,
+        job: &ContainerDefinition,
         place_paths: &BTreeMap<&str, String>,
     ) -> Resource {
         let key = format!("jobs.{name}");
-        let mut composed = self.container_at(&key, name, &job.container(), place_paths);
+        let mut composed = self.container_at(&key, name, job, place_paths);
         let rerun_on: Vec<String> = job
             .rerun_on
             .iter()

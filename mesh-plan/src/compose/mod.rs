@@ -29,8 +29,8 @@ pub use container::container_name;
 pub(crate) use job::tests::JOBS as JOBS_FIXTURE;
 
 use mesh_model::declaration::{
-    path_problem, resource_id, ArchivedFile, Declaration, DirectorySpec, FileSpec, MembershipSpec,
-    NetworkSpec, Resource, Spec,
+    path_problem, resource_id, ArchivedFile, Declaration, DirectorySpec, FileSpec, LineSpec,
+    MembershipSpec, NetworkSpec, Resource, Spec,
 };
 use mesh_model::drift::DriftPolicy;
 use mesh_model::inventory::{Inventory, LayerScope};
@@ -590,6 +590,18 @@ fn compose_module(
     for (name, job) in &definition.jobs {
         resources.push(c.job(name, job, &place_paths));
     }
+    for (name, line) in &definition.lines {
+        let key = format!("lines.{name}");
+        let spec = Spec::Line(LineSpec {
+            path: c.render(format!("{key}.path"), &line.path),
+            line: c.render(format!("{key}.line"), &line.line),
+            replaces: line
+                .replaces
+                .as_ref()
+                .map(|replaces| c.render(format!("{key}.match"), replaces)),
+        });
+        resources.push(c.resource("line", name, Vec::new(), spec));
+    }
     c.account_edges(&mut resources[first..]);
 }
 
@@ -605,7 +617,8 @@ fn add_directory_edges(resources: &mut [Resource]) {
             | Spec::Container(_)
             | Spec::Network(_)
             | Spec::Account(_)
-            | Spec::Job(_) => None,
+            | Spec::Job(_)
+            | Spec::Line(_) => None,
         })
         .collect();
     for resource in resources.iter_mut() {
@@ -616,7 +629,9 @@ fn add_directory_edges(resources: &mut [Resource]) {
             | Spec::Container(_)
             | Spec::Network(_)
             | Spec::Account(_)
-            | Spec::Job(_) => continue,
+            | Spec::Job(_)
+            // A line keeps a file that is there already.
+            | Spec::Line(_) => continue,
         };
         let mut rest = path.trim_end_matches('/');
         while let Some((parent, _)) = rest.rsplit_once('/') {

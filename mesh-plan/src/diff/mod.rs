@@ -262,17 +262,12 @@ fn flatten(resource: &Resource) -> BTreeMap<String, Flat<'_>> {
             put("owner", json!(d.owner));
             put("group", json!(d.group));
         }
-        Spec::Network(n) => put("name", json!(n.name)),
         Spec::Account(a) => {
             put("name", json!(a.name));
             put("uid", json!(a.uid));
             put("gid", json!(a.gid));
             put("home", json!(a.home));
             put("shell", json!(a.shell));
-        }
-        Spec::Membership(m) => {
-            put("account", json!(m.account));
-            put("group", json!(m.group));
         }
         Spec::Job(j) => {
             put("rerun-on", json!(j.rerun_on));
@@ -282,6 +277,16 @@ fn flatten(resource: &Resource) -> BTreeMap<String, Flat<'_>> {
         Spec::Container(c) => {
             put("restart-on", json!(c.restart_on));
             flatten_container(c, &mut put);
+        }
+        // A kind whose fields are shown as its spec says them (a network, a membership, …).
+        other => {
+            if let Value::Object(spec) = json!(other) {
+                for (name, value) in spec {
+                    if name != "kind" {
+                        put(&name, value);
+                    }
+                }
+            }
         }
     }
     fields
@@ -295,31 +300,15 @@ fn flatten_container(c: &ContainerSpec, put: &mut dyn FnMut(&str, Value)) {
     put("env", json!(c.env));
     // The fields services gained: each is shown only when set, so a declaration sent
     // before they existed compares equal to its successor that does not use them.
-    let mut set = |name: &str, value: Value| {
-        if !(value.is_null() || value == json!([]) || value == json!({}) || value == json!(false)) {
-            put(name, value);
+    for (name, value) in c.run_fields() {
+        if mesh_model::declaration::says_nothing(&value) {
+            continue;
         }
-    };
-    let ports: Vec<String> = c.ports.iter().map(ToString::to_string).collect();
-    set("ports", json!(ports));
-    set("network", json!(c.network));
-    set("user", json!(c.user));
-    set("memory", json!(c.limits.memory));
-    set("cpus", json!(c.limits.cpus));
-    set("pids", json!(c.limits.pids));
-    set("cap-add", json!(c.cap_add));
-    set("cap-drop", json!(c.cap_drop));
-    set("read-only", json!(c.read_only_root));
-    set("workdir", json!(c.workdir));
-    set("entrypoint", json!(c.entrypoint));
-    set("labels", json!(c.labels));
-    set(
-        "stop-timeout",
-        json!(c.stop_timeout_secs.map(|s| format!("{s}s"))),
-    );
-    set("restart", json!(c.restart));
-    let devices: Vec<String> = c.devices.iter().map(|d| d.podman_form()).collect();
-    set("devices", json!(devices));
+        match (name, value.as_u64()) {
+            ("stop-timeout", Some(secs)) => put(name, json!(format!("{secs}s"))),
+            _ => put(name, value),
+        }
+    }
     for mount in &c.mounts {
         put(
             &format!("mounts[{}]", mount.at),

@@ -134,7 +134,7 @@ fn every_field_a_serving_container_changes_is_named_and_recreates_it() {
             c.workdir = Some("/srv".into());
             c.entrypoint = Some(vec!["/bin/busybox".into()]);
             c.labels = [("team".into(), "media".into())].into();
-            c.stop_timeout_secs = Some(20);
+            c.stop_timeout = Some(20);
             c.restart = Some("on-failure".into());
         }
     }

@@ -209,6 +209,7 @@ pub fn declaration(declaration: &Declaration) -> String {
             Spec::Directory(d) => format!("{}/ ({:04o} {}:{})", d.path, d.mode, d.owner, d.group),
             Spec::Membership(m) => format!("account {} in group {}", m.account, m.group),
             Spec::Network(n) => format!("podman network {}", n.name),
+            Spec::Line(l) => format!("line in {}: {}", l.path, l.line),
             Spec::Account(a) => {
                 let id = |id: Option<u32>| id.map_or("any".to_owned(), |id| id.to_string());
                 format!("account {} (uid {}, gid {})", a.name, id(a.uid), id(a.gid))

@@ -4,7 +4,7 @@
 //! make*); an account the mesh made is removed once undeclared only when it owns nothing the mesh
 //! did not make.
 
-use super::{Attempt, Engine};
+use super::super::{Attempt, Engine};
 use crate::state::Origin;
 use crate::ApplyError;
 use mesh_model::declaration::{AccountSpec, Resource};

@@ -2,7 +2,7 @@
 //! [`crate::ContainerRuntime`] seam; recorded once made, removed when no longer declared (see
 //! `release`), and never one the mesh did not make.
 
-use super::{Attempt, Engine};
+use super::super::{Attempt, Engine};
 use crate::ApplyError;
 use mesh_model::declaration::{NetworkSpec, Resource};
 

@@ -1,7 +1,7 @@
 //! Container resources, through the [`crate::ContainerRuntime`] seam: a lone container brought
 //! to its spec, recorded once made, and left alone while a maintenance window holds it still.
 
-use super::{target_of, Attempt, Engine};
+use super::super::{Attempt, Engine};
 use crate::containers::DeclaredContainer;
 use crate::progress::pause_point;
 use crate::state::{Origin, Record, Target};
@@ -19,7 +19,7 @@ impl<'a> Engine<'a, '_> {
     /// when it is left as it is ([`crate::ContainerRuntime::judge_again`]): a failed judgement
     /// is never forgotten because nothing changed since, and the container stays failed, with
     /// the judgement's reason, until it passes.
-    pub(super) fn apply_container(
+    pub(in crate::engine) fn apply_container(
         &mut self,
         resource: &Resource,
         spec: &ContainerSpec,
@@ -67,13 +67,17 @@ impl<'a> Engine<'a, '_> {
 
     /// Whether resource `id` failed when it was last attempted (its failure is kept in the
     /// state, so a host started again knows it too).
-    pub(super) fn failed_before(&self, id: &str) -> bool {
+    pub(in crate::engine) fn failed_before(&self, id: &str) -> bool {
         self.state.failures.contains_key(id)
     }
 
     /// Whether container `resource`, recorded as made, runs as declared (changing nothing; a
     /// runtime that cannot say, or cannot be asked, is taken as no).
-    pub(super) fn runs_as_recorded(&self, resource: &Resource, spec: &ContainerSpec) -> bool {
+    pub(in crate::engine) fn runs_as_recorded(
+        &self,
+        resource: &Resource,
+        spec: &ContainerSpec,
+    ) -> bool {
         self.state.resources.contains_key(&resource.id)
             && matches!(
                 self.seams
@@ -83,12 +87,12 @@ impl<'a> Engine<'a, '_> {
             )
     }
 
-    pub(super) fn record_made(&mut self, resource: &Resource) -> Result<(), ApplyError> {
+    pub(in crate::engine) fn record_made(&mut self, resource: &Resource) -> Result<(), ApplyError> {
         if !self.state.resources.contains_key(&resource.id) {
             self.state.resources.insert(
                 resource.id.clone(),
                 Record {
-                    target: target_of(&resource.spec),
+                    target: Target::of(&resource.spec),
                     origin: Origin::Made,
                 },
             );
@@ -100,7 +104,7 @@ impl<'a> Engine<'a, '_> {
     /// The step holding a declared container still, if a window holds it; for a job, the step
     /// holding its container or a container of its module (a job does not run while a window
     /// holds its module's containers: it would change what the step works on).
-    pub(super) fn held_container(&self, resource: &Resource) -> Option<String> {
+    pub(in crate::engine) fn held_container(&self, resource: &Resource) -> Option<String> {
         match &resource.spec {
             Spec::Container(c) => self.held.get(&c.name).cloned(),
             Spec::Job(j) => self
@@ -108,28 +112,22 @@ impl<'a> Engine<'a, '_> {
                 .get(&j.run.name)
                 .or_else(|| self.held_modules.get(&resource.module))
                 .cloned(),
-            Spec::File(_)
-            | Spec::Directory(_)
-            | Spec::Membership(_)
-            | Spec::Network(_)
-            | Spec::Account(_) => None,
+            // No other kind runs a container.
+            _ => None,
         }
     }
 
     /// The step holding a recorded container still, if a window holds it.
-    pub(super) fn held_step(&self, target: &Target) -> Option<String> {
+    pub(in crate::engine) fn held_step(&self, target: &Target) -> Option<String> {
         match target {
             Target::Container { name } => self.held.get(name).cloned(),
-            Target::File { .. }
-            | Target::Directory { .. }
-            | Target::Membership { .. }
-            | Target::Network { .. }
-            | Target::Account { .. } => None,
+            // No other kind runs a container.
+            _ => None,
         }
     }
 }
 /// A declared container as its runtime is told of it.
-pub(super) fn declared<'r>(
+pub(in crate::engine) fn declared<'r>(
     resource: &'r Resource,
     spec: &'r ContainerSpec,
 ) -> DeclaredContainer<'r> {
@@ -137,5 +135,24 @@ pub(super) fn declared<'r>(
         id: &resource.id,
         module: &resource.module,
         spec,
+    }
+}
+
+/// How the container `spec` differs from what the host left there: not running (one an open
+/// window holds still is not looked at).
+pub(in crate::engine) fn drift(
+    spec: &ContainerSpec,
+    look: &mut super::super::look::Look<'_>,
+    say: &mut super::super::look::Say<'_>,
+) {
+    // Its name on this machine (`HostConfig::container_prefix`).
+    let name = format!("{}{}", look.container_prefix, spec.name);
+    if look.held.contains(&name) {
+        return;
+    }
+    match look.containers.examine(&name) {
+        Ok(None) => {}
+        Ok(Some(found)) => say("running", "running".into(), found),
+        Err(error) => say("running", "running".into(), error),
     }
 }

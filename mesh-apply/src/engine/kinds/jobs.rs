@@ -3,7 +3,7 @@
 //! content of the files it runs again on) differs from what it ran when it last succeeded on
 //! this machine, kept in the state's `jobs`; never otherwise.
 
-use super::{Attempt, Engine};
+use super::super::{Attempt, Engine};
 use crate::containers::DeclaredContainer;
 use crate::ApplyError;
 use mesh_model::declaration::{rerun_file_digest, JobSpec, Resource, Spec};
@@ -34,7 +34,7 @@ impl<'a> Engine<'a, '_> {
 
     /// The digest of what the job runs now, when it differs from what it ran when it last
     /// succeeded here (it is due); `None` when it has run this already.
-    pub(super) fn job_due(&self, resource: &Resource, spec: &JobSpec) -> Option<String> {
+    pub(in crate::engine) fn job_due(&self, resource: &Resource, spec: &JobSpec) -> Option<String> {
         let contents: Vec<(&str, Option<String>)> = spec
             .rerun_on
             .iter()
@@ -61,7 +61,11 @@ impl<'a> Engine<'a, '_> {
 
     /// Runs the job's container to its end: what the report says of a success, or why it
     /// failed (its exit code and log tail).
-    pub(super) fn run_job(&self, resource: &Resource, spec: &JobSpec) -> Result<String, String> {
+    pub(in crate::engine) fn run_job(
+        &self,
+        resource: &Resource,
+        spec: &JobSpec,
+    ) -> Result<String, String> {
         let declared = DeclaredContainer {
             id: &resource.id,
             module: &resource.module,
@@ -85,7 +89,7 @@ impl<'a> Engine<'a, '_> {
     }
 
     /// Keeps what a job ran once it succeeded: it does not run again until that changes.
-    pub(super) fn job_succeeded(&mut self, id: &str, digest: String) {
+    pub(in crate::engine) fn job_succeeded(&mut self, id: &str, digest: String) {
         self.state.jobs.insert(id.to_owned(), digest);
         self.dirty = true;
     }

@@ -1,8 +1,8 @@
 //! File resources: what applying one would change (read through the stat cache when its stamp
 //! allows), and bringing a lone file to what is declared with an atomic write.
 
-use super::discover::Prepared;
-use super::{ArchivedContents, Attempt, Engine};
+use super::super::discover::Prepared;
+use super::super::{ArchivedContents, Attempt, Engine};
 use crate::filebucket::{self, Keeping, Limits};
 use crate::fsops::{self, Wanted};
 use crate::paths::{Opened, Resolved};
@@ -16,7 +16,7 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 
 /// How a file resource's path is read to compare it with what is declared.
-pub(super) enum FileRead {
+pub(in crate::engine) enum FileRead {
     /// One open that never follows a link, compared as it is read through the engine's buffer:
     /// a lone file, the no-op apply's path.
     Opened,
@@ -25,24 +25,104 @@ pub(super) enum FileRead {
 }
 
 /// What applying a file resource would change, found before anything changes.
-pub(super) struct FileChange<'c> {
+pub(in crate::engine) struct FileChange<'c> {
     /// The path under the root.
-    pub(super) full: PathBuf,
+    pub(in crate::engine) full: PathBuf,
     /// Ancestors (machine paths) that do not exist yet.
-    pub(super) missing_parents: Vec<String>,
+    pub(in crate::engine) missing_parents: Vec<String>,
     /// The content, mode and owner declared.
-    pub(super) wanted: Wanted<'c>,
+    pub(in crate::engine) wanted: Wanted<'c>,
     /// Whether a regular file is there now.
-    pub(super) existed: bool,
+    pub(in crate::engine) existed: bool,
     /// What differs (`created` when nothing is there); empty when it is as declared.
-    pub(super) changed: Vec<String>,
+    pub(in crate::engine) changed: Vec<String>,
 }
 
 impl<'a> Engine<'a, '_> {
+    /// What is at a declared file now, as an origin: nothing (made), or a regular file whose
+    /// bytes are kept to be given back (found); `None` when something else is there.
+    pub(super) fn observe_file(&mut self, f: &FileSpec) -> Result<Option<Origin>, ApplyError> {
+        let Ok(resolved) = self.paths.resolve(&f.path) else {
+            return Ok(None);
+        };
+        match &resolved.meta {
+            None => Ok(Some(Origin::Made)),
+            Some(meta) if meta.is_file() => {
+                let Ok(bytes) = fs::read(&resolved.full) else {
+                    return Ok(None);
+                };
+                let content = self.dir.keep_found(&bytes)?;
+                let (mode, uid, gid) = fsops::mode_owner(meta);
+                Ok(Some(Origin::FoundFile {
+                    content,
+                    mode,
+                    uid,
+                    gid,
+                }))
+            }
+            Some(_) => Ok(None),
+        }
+    }
+
+    /// Gives back the file at `path`: removed when the mesh made it, written back as it was
+    /// found when it found one.
+    pub(super) fn release_file(&mut self, path: &str, origin: &Origin) -> Result<String, String> {
+        self.stamps.forget(path);
+        match origin {
+            Origin::Made => {
+                let resolved = self.paths.resolve(path)?;
+                match &resolved.meta {
+                    None => Ok(format!("`{path}` the mesh made was already gone")),
+                    Some(meta) if meta.is_file() => {
+                        fs::remove_file(&resolved.full)
+                            .map_err(|e| format!("cannot remove `{path}`: {e}"))?;
+                        self.touched(&resolved.full);
+                        Ok(format!("removed `{path}`, which the mesh made"))
+                    }
+                    Some(_) => Ok(format!(
+                        "left `{path}` alone: it is no longer the file the mesh made"
+                    )),
+                }
+            }
+            Origin::FoundFile {
+                content,
+                mode,
+                uid,
+                gid,
+            } => {
+                let resolved = self.paths.resolve(path)?;
+                if !resolved.missing_parents.is_empty() {
+                    return Err(format!("cannot give back `{path}`: its directory is gone"));
+                }
+                if resolved.meta.as_ref().is_some_and(|m| !m.is_file()) {
+                    return Err(format!(
+                        "cannot give back `{path}`: something other than a file is there now"
+                    ));
+                }
+                let bytes = self.dir.found(content).map_err(|e| {
+                    format!("cannot give back `{path}`: the copy kept when it was found is unreadable: {e}")
+                })?;
+                fsops::write_atomic(
+                    &resolved.full,
+                    &Wanted {
+                        bytes: &bytes,
+                        mode: *mode,
+                        uid: *uid,
+                        gid: *gid,
+                    },
+                )
+                .map_err(|e| format!("cannot give back `{path}`: {e}"))?;
+                self.touched(&resolved.full);
+                Ok(format!("gave back `{path}` as the mesh found it"))
+            }
+            other => Ok(super::super::release::forgot("file", path, other)),
+        }
+    }
+
     /// What applying a file resource would change, read from the machine; a reason when it
     /// cannot be applied (an unknown owner, a path that is not a regular file, an unreadable
     /// file). Both a lone file and a together member start here.
-    pub(super) fn examine_file<'r>(
+    pub(in crate::engine) fn examine_file<'r>(
         &mut self,
         resource: &Resource,
         spec: &'r FileSpec,
@@ -128,7 +208,7 @@ impl<'a> Engine<'a, '_> {
 
     /// The bytes a file should hold: its content, what was read from its archive, or its
     /// template of secrets rendered (now, if it was not yet: its secrets are opened). A file
-    /// with none is blocked before it is attempted ([`super::unreadable_files`]), so this is
+    /// with none is blocked before it is attempted ([`super::super::unreadable_files`]), so this is
     /// never asked; a template that cannot be rendered is the file's failure.
     fn content_of<'r>(&self, resource: &Resource, spec: &'r FileSpec) -> Result<&'r [u8], String>
     where
@@ -154,7 +234,7 @@ impl<'a> Engine<'a, '_> {
     /// same pieces and key ([`crate::sealed`]); one that cannot be is blocked, naming why,
     /// before anything is examined or changed (nothing of it is written). The others are
     /// rendered only if their file turns out to need it.
-    pub(super) fn render_unknown_templates(&mut self) {
+    pub(in crate::engine) fn render_unknown_templates(&mut self) {
         let (declaration, contents) = (self.declaration, self.contents);
         for resource in &declaration.resources {
             let Spec::File(spec) = &resource.spec else {
@@ -373,7 +453,7 @@ impl<'a> Engine<'a, '_> {
     /// # Errors
     /// The content could not be read or kept: then it must not be written over, and the
     /// reason says so.
-    pub(super) fn keep_hand_edit(
+    pub(in crate::engine) fn keep_hand_edit(
         &mut self,
         resource: &Resource,
         spec: &FileSpec,
@@ -452,7 +532,7 @@ impl<'a> Engine<'a, '_> {
     }
 
     /// Brings a lone file resource to what is declared.
-    pub(super) fn apply_file(
+    pub(in crate::engine) fn apply_file(
         &mut self,
         resource: &Resource,
         spec: &FileSpec,
@@ -506,7 +586,7 @@ fn regular_file(path: &str, meta: &fs::Metadata) -> Result<(), String> {
     }
 }
 
-pub(super) fn mode_owner_differences(
+pub(in crate::engine) fn mode_owner_differences(
     meta: &fs::Metadata,
     (mode, uid, gid): (u32, u32, u32),
 ) -> Vec<String> {
@@ -596,4 +676,72 @@ fn file_differences(
         (wanted.mode, wanted.uid, wanted.gid),
     ));
     Ok(changed)
+}
+
+/// How the file `spec` (of `resource`) differs from what the host left there: that it is a
+/// regular file, its mode and owner, and its content (read only when its stamp changed).
+pub(in crate::engine) fn drift(
+    resource: &Resource,
+    spec: &FileSpec,
+    declared: &dyn mesh_model::declaration::Declared,
+    look: &mut super::super::look::Look<'_>,
+    say: &mut super::super::look::Say<'_>,
+) {
+    let resolved = match look.paths.resolve(&spec.path) {
+        Ok(resolved) => resolved,
+        Err(problem) => {
+            say("exists", "a regular file".into(), problem);
+            return;
+        }
+    };
+    let Some(meta) = resolved.meta else {
+        say("exists", "a regular file".into(), "nothing".into());
+        return;
+    };
+    if !meta.is_file() {
+        say(
+            "exists",
+            "a regular file".into(),
+            "not a regular file".into(),
+        );
+        return;
+    }
+    super::super::look::drift_of_mode_owner(
+        &meta,
+        (spec.mode, &spec.owner, &spec.group),
+        &look.accounts,
+        say,
+    );
+    // A file rendered from a secret is compared with what this host last
+    // wrote there, and its drift said without its content or its digest (the
+    // rule “A secret is readable only where it is used”).
+    let (declared, shown) = match (declared.content_digest(resource), &spec.sealed) {
+        (Some(declared), _) => (declared.into_owned(), None),
+        (None, Some(pieces)) => match look.cache.left_by_the_mesh(&spec.path) {
+            Some(left) => (
+                left.to_owned(),
+                Some(mesh_model::secret::describe_sealed(pieces)),
+            ),
+            None => return,
+        },
+        (None, None) => return,
+    };
+    if !look.full && look.cache.known_digest(&spec.path, &meta) == Some(&*declared) {
+        return;
+    }
+    let found = look.digest_of(&spec.path, &resolved.full, &meta);
+    match (found, shown) {
+        (Ok(found), _) if found == declared => {}
+        (Ok(_), Some(shown)) => say(
+            "content",
+            shown,
+            "other content (not shown: the file holds a secret)".into(),
+        ),
+        (Ok(found), None) => say("content", declared, found),
+        (Err(error), shown) => say(
+            "content",
+            shown.unwrap_or(declared),
+            format!("unreadable: {error}"),
+        ),
+    }
 }
