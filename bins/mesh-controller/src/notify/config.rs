@@ -105,6 +105,12 @@ pub(crate) enum NotifyConfigError {
         #[source]
         source: Box<toml::de::Error>,
     },
+    /// The HTTP client the receivers are posted with cannot be made (its TLS roots).
+    #[error("cannot make the notifications' HTTP client: {reason}")]
+    Client {
+        /// Why.
+        reason: String,
+    },
     /// Entries are wrong: each problem names its entry and key.
     #[error("{}: {}", path.display(), problems.join("; "))]
     Invalid {

@@ -51,18 +51,20 @@ impl Notifications {
     /// Starts a task per receiver on the current tokio runtime.
     ///
     /// # Errors
-    /// The HTTP client cannot be made (its TLS roots cannot be read), named.
+    /// [`NotifyConfigError::Client`]: the HTTP client cannot be made (its TLS roots).
     ///
     /// # Panics
     /// Outside a tokio runtime.
     pub(crate) fn start(
         config: NotifyConfig,
         options: SendOptions,
-    ) -> Result<Notifications, String> {
+    ) -> Result<Notifications, NotifyConfigError> {
         let client = reqwest::Client::builder()
             .connect_timeout(options.attempt_timeout)
             .build()
-            .map_err(|e| format!("cannot make the notifications' HTTP client: {e}"))?;
+            .map_err(|e| NotifyConfigError::Client {
+                reason: e.without_url().to_string(),
+            })?;
         let lanes: Vec<Arc<Lane>> = config
             .receivers
             .into_iter()
