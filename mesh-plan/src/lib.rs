@@ -33,6 +33,9 @@
 //!   in (the rule “A change reaches the fleet in waves”).
 //! - [`preview::Walk`]: what a plan's rollouts would change on each node, module by module,
 //!   diffed as `plan NODE --diff` diffs (the merge's preview).
+//! - [`notify::Notifier`]: which changes of state are worth a message, once each, coalesced,
+//!   and which receiver takes which ([`notify::Filter`]); [`notify::format`] writes them as a
+//!   webhook's JSON or a chat line.
 //! - [`merge`]: the controller's decisions while it carries a plan out — where a merge's changed
 //!   paths are read from, a report read for one module, what a stopped module holds back, where
 //!   a plan stands when a drive ends.
@@ -50,6 +53,7 @@ pub mod compose;
 pub mod diff;
 pub mod merge;
 pub mod moves;
+pub mod notify;
 pub mod orphans;
 pub mod plans;
 pub mod preview;

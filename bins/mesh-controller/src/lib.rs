@@ -81,6 +81,8 @@ pub mod http;
 
 mod hooks;
 
+mod notify;
+
 pub mod daemon;
 
 // The front door: a mesh opened, the runtime that drives it, and the values they answer with.
