@@ -245,7 +245,7 @@ fn a_heard_host_lacking_a_module_is_named_and_nothing_is_said_of_an_unheard_ones
         "waited up to the limit for `a`: {found}"
     );
     // The text `runtimes` prints, from the binary: its end-to-end run.
-    let text = bed.expect(&["runtimes"], 2);
+    let text = bed.expect(&["runtimes"], 3);
     let b_id = heard_on(&found, "b").unwrap()["id"]
         .as_str()
         .unwrap()
