@@ -11,7 +11,6 @@
 //! What only the binary does — parsing, rendering, exit codes as a process ends with them, a
 //! fail point's death — stays with [`Mesh::run`] and its kin.
 
-mod broker;
 mod plans;
 mod push;
 mod records;

@@ -33,5 +33,5 @@ pub fn exec(_args: Args, env: &super::Env) -> Result<ExitCode> {
         Output::Json => env.print_json(&found)?,
         Output::Text => print!("{}", render::runtimes(&found)),
     }
-    Ok(ExitCode::from(bus::runtimes_exit_code(&found)))
+    Ok(ExitCode::from(found.exit_code()))
 }
