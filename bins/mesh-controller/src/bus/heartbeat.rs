@@ -28,7 +28,7 @@ pub(crate) const SILENT_AFTER_BEATS: u64 = 3;
 pub(crate) const MERGE_WAIT_LIMIT_SECS: u64 = 60;
 
 /// The default interval of the heartbeat (`serve --heartbeat`).
-pub const HEARTBEAT_SECS: u64 = 10;
+pub(crate) const HEARTBEAT_SECS: u64 = 10;
 
 /// One heartbeat of `mesh-controller serve` (disk and wire format, version
 /// [`HEARTBEAT_FORMAT`]).
