@@ -907,7 +907,14 @@ fn records_move_to_the_bus_once_and_the_home_left_behind_is_not_read() {
     let before = bed.record("inventory.toml").unwrap();
 
     // An error (`records import` exits 1 saying it).
-    let stderr = bed.library().records_import(bed.home.path()).unwrap_err();
+    let stderr = {
+        let library = bed.library();
+        let bus = library.mesh().bus().expect("the bed's bus");
+        mesh_controller::records::import(bed.home.path(), library.home(), bus.url())
+            .map(|imported| serde_json::to_value(imported).unwrap())
+            .map_err(|e| crate::support::in_process::said(&e))
+    }
+    .unwrap_err();
     assert!(stderr.contains("records of"), "{stderr}");
 
     // The home opened without the bus: `status` on it is an error (exit 1).
@@ -931,15 +938,16 @@ fn records_move_to_the_bus_once_and_the_home_left_behind_is_not_read() {
     write(&broken, "bus-node = [\n");
     // Each an error: `records put` exits 1 saying it.
     let library = bed.library();
-    let stderr = library
-        .records_put("inventory.toml", &broken, None)
-        .unwrap_err();
+    let stderr =
+        mesh_controller::records::put_by_hand(library.home(), "inventory.toml", &broken, None)
+            .map_err(|e| crate::support::in_process::said(&e))
+            .unwrap_err();
     assert!(
         stderr.contains("is not an inventory; nothing was changed"),
         "{stderr}"
     );
-    library
-        .records_put("plans/plan-1.json", &broken, None)
+    mesh_controller::records::put_by_hand(library.home(), "plans/plan-1.json", &broken, None)
+        .map_err(|e| crate::support::in_process::said(&e))
         .unwrap_err();
     assert_eq!(bed.record("inventory.toml").unwrap(), before);
     assert!(bed.record("plans/plan-1.json").is_none());

@@ -327,8 +327,9 @@ impl Bed {
             }
         });
         // From here on the records are the bus's: the home's are moved there.
-        bed.library()
-            .records_import(bed.home.path())
+        let library = bed.library();
+        let bus = library.mesh().bus().expect("the bed's bus");
+        mesh_controller::records::import(bed.home.path(), library.home(), bus.url())
             .unwrap_or_else(|error| panic!("records import: {error}"));
         bed
     }
