@@ -155,7 +155,10 @@ fn the_embedded_homes_records_come_back_byte_for_byte() {
     );
     assert_eq!(record_files(&restored), before);
 
-    // Run again (an import that stopped part way): nothing to do, nothing mesh_controller::records::restore(changed.home(&restored).home(), &archive).map_err(|e| crate::support::in_process::said(&e)).unwrap();
+    // Run again (an import that stopped part way): nothing to do, nothing changed.
+    mesh_controller::records::restore(home(&restored).home(), &archive)
+        .map_err(|e| crate::support::in_process::said(&e))
+        .unwrap();
     assert_eq!(record_files(&restored), before);
 
     // A home holding a record the archive does not hold byte for byte is refused by name, and
