@@ -278,9 +278,15 @@ fn every_comment_is_wrapped_at_a_hundred_columns() {
     );
 }
 
-/// The controller library's front door stays small: at most 150 public items (each declared
-/// `pub` in the crate root or a public module, and each name a `pub use` there exports; not
-/// methods or fields) in at most 10 public modules. The rest of the library is its own.
+/// The most public items the controller library may show: what it shows today (209 when the
+/// door was cut, and the verdict's reason and its kind since, which `status --output json`
+/// names). Issue 46 asks for 150; lower this as operations move behind the door.
+const CONTROLLER_PUBLIC_ITEMS: usize = 211;
+
+/// The controller library's front door stays small: at most [`CONTROLLER_PUBLIC_ITEMS`] public
+/// items (each declared `pub` in the crate root or a public module, and each name a `pub use`
+/// there exports; not methods or fields) in at most 10 public modules. The rest of the library
+/// is its own.
 #[test]
 fn the_controller_library_shows_a_small_front_door() {
     let surface = mesh_test_support::code_map::public_surface(&src_of("bins/mesh-controller"));
@@ -291,8 +297,8 @@ fn the_controller_library_shows_a_small_front_door() {
         surface.modules
     );
     assert!(
-        surface.items.len() <= 212,
-        "the controller library has {} public items, at most 212: {:#?}",
+        surface.items.len() <= CONTROLLER_PUBLIC_ITEMS,
+        "the controller library has {} public items, at most {CONTROLLER_PUBLIC_ITEMS}: {:#?}",
         surface.items.len(),
         surface.items
     );

@@ -12,8 +12,6 @@ pub use crate::hooks::forge::{push as forge_push, Push};
 pub use crate::hooks::verify::{verify, Proof};
 pub use crate::hooks::{bind as bind_hooks, Hooks};
 
-pub use collect::COLLECT_EVERY;
-
 use crate::bus::credentials::connect;
 use crate::error::{bus_error, Error, Result};
 use crate::runtime::{MergeOptions, Runtime};

@@ -103,7 +103,7 @@ pub use runtime::preview::{
 };
 pub use runtime::{
     DriveMode, DriveOptions, GivenFleet, MergeOptions, Mesh, MeshOptions, PushOptions, Runtime,
-    SettingsEdit, SettingsOptions,
+    SettingsEdit, SettingsOptions, StatusRead,
 };
 
 /// Where a long call says what it is doing, a line at a time (a rollout's sends, a plan's

@@ -221,14 +221,19 @@ fn check(bed: &Bed, rounds: &BTreeMap<String, usize>, round: usize) -> Result<()
     // every record.
     for node in std::iter::once("bus").chain(NODES) {
         let key = format!("sent/{node}.json");
-        bed.library()
-            .records_get(&key)
+        mesh_controller::records::get(bed.library().home(), &key)
+            .map_err(|e| crate::support::in_process::said(&e))
             .unwrap_or_else(|error| panic!("records get {key}: {error}"));
     }
     // `records collect` (its default grace, 10 minutes).
-    bed.try_library()?
-        .records_collect(10)
-        .map_err(|error| format!("records collect: {error}"))?;
+    mesh_controller::records::collect(
+        bed.try_library()?.home(),
+        mesh_store::clock::now(),
+        std::time::Duration::from_secs(10 * 60),
+        mesh_controller::plans::KEEP_PLANS,
+    )
+    .map_err(|e| crate::support::in_process::said(&e))
+    .map_err(|error| format!("records collect: {error}"))?;
     Ok(())
 }
 

@@ -28,7 +28,7 @@ pub(crate) const SILENT_AFTER_BEATS: u64 = 3;
 pub(crate) const MERGE_WAIT_LIMIT_SECS: u64 = 60;
 
 /// The default interval of the heartbeat (`serve --heartbeat`).
-pub const HEARTBEAT_SECS: u64 = 10;
+pub(crate) const HEARTBEAT_SECS: u64 = 10;
 
 /// One heartbeat of `mesh-controller serve` (disk and wire format, version
 /// [`HEARTBEAT_FORMAT`]).
@@ -197,7 +197,7 @@ pub(crate) async fn publish(bus: &mesh_bus::NatsBus, home: &Home, beat: &Heartbe
 
 /// The merges waiting on the daemon's consumer, read from the bus at `bus` (so while the daemon
 /// is stopped too); `None` when the bus or the consumer cannot be read (said in the log).
-pub async fn merges_waiting(
+pub(crate) async fn merges_waiting(
     home: &Home,
     bus: &crate::bus::credentials::BusConfig,
 ) -> Option<MergesWaiting> {

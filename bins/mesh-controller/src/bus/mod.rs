@@ -31,7 +31,7 @@ pub use broker::{
 };
 pub use credentials::{connect, controller_keygen, BusConfig, Keygen};
 pub use enroll::{enroll, enroll_with_age_key, node_password, nodes_on_passwords, Enrolled};
-pub use heartbeat::{last, merges_waiting, Heartbeat, HEARTBEAT_SECS};
-pub use runtimes::{compare_with_inventory, runtimes, runtimes_exit_code, Missing, Runtimes};
+pub use heartbeat::{last, Heartbeat};
+pub use runtimes::{compare_with_inventory, runtimes, Missing, Runtimes};
 pub use users::confirm::{record_confirmed, GRANTS_CONFIRM_LIMIT};
 pub use users::{users_archive, users_text, UsersFile};

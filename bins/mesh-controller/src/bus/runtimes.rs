@@ -90,18 +90,21 @@ pub struct RunningElsewhere {
     pub assigned_to: Vec<String>,
 }
 
-/// What `runtimes` says when it exits (the command's exit code).
-///
-/// 2 when a module is missing or running elsewhere (even if some runtime is also not heard);
-/// otherwise 3 when some runtime or node was not heard; 0 when every node was heard serving
-/// what the inventory assigns it.
-pub fn runtimes_exit_code(found: &Runtimes) -> u8 {
-    if !found.missing.is_empty() || !found.running_elsewhere.is_empty() {
-        2
-    } else if !found.not_heard.is_empty() || !found.nodes_not_heard.is_empty() {
-        3
-    } else {
-        0
+impl Runtimes {
+    /// What `runtimes` says when it exits (the command's exit code).
+    ///
+    /// 3 (needs attention) when a module is missing or running elsewhere, or some runtime or
+    /// node was not heard; 0 when every node was heard serving what the inventory assigns it.
+    pub fn exit_code(&self) -> u8 {
+        if self.missing.is_empty()
+            && self.running_elsewhere.is_empty()
+            && self.not_heard.is_empty()
+            && self.nodes_not_heard.is_empty()
+        {
+            0
+        } else {
+            3
+        }
     }
 }
 

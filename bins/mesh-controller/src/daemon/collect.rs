@@ -15,7 +15,7 @@ use crate::runtime::Runtime;
 use std::time::Duration;
 
 /// How often the daemon collects unless told (`serve --collect-every`).
-pub const COLLECT_EVERY: Duration = Duration::from_secs(5 * 60);
+pub(crate) const COLLECT_EVERY: Duration = Duration::from_secs(5 * 60);
 
 /// The daemon's collections: when the next is due, and the one running.
 pub(crate) struct Collections {

@@ -26,12 +26,14 @@ pub(crate) mod preview;
 mod drive;
 mod mesh;
 mod settings;
+mod status;
 
 pub(crate) use drive::drive;
 pub use drive::DriveMode;
 pub(crate) use mesh::{Ctx, Started};
 pub use mesh::{GivenFleet, Mesh, MeshOptions};
 pub use settings::{SettingsEdit, SettingsOptions};
+pub use status::StatusRead;
 
 use crate::catalogue::repos;
 use crate::error::{Context, Error, Result};

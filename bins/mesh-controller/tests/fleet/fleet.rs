@@ -48,7 +48,16 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
     assert!(!bed.root("b").join("etc/agent.conf").exists());
     // The bus node holds the users the controller composed: `a` may use its module's bucket.
     let users = std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap();
-    assert_eq!(users, bed.library().broker_users().unwrap());
+    assert_eq!(
+        users,
+        bed.library()
+            .call(async |mesh| {
+                let checked = mesh.checked().await?;
+                let bus = mesh.bus().cloned().unwrap_or_default();
+                mesh_controller::bus::users_text(mesh.home(), &checked, &bus)
+            })
+            .unwrap()
+    );
     assert!(users.contains("$KV.agent_state.>"), "{users}");
     // Grants before code: the bus node's report came before any other node was sent.
     let bus_finished = results["bus"]["report"]["finished-at"].as_u64().unwrap();
@@ -103,7 +112,13 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
     assert!(empty, "{diff:#}");
 
     // Discovery: every host answers with its node and modules.
-    let (runtimes, code) = bed.library().runtimes().unwrap();
+    let (runtimes, code) = bed
+        .library()
+        .call(async |mesh| {
+            mesh_controller::bus::runtimes(mesh.home(), mesh.bus().expect("the bed's bus")).await
+        })
+        .map(|found| (serde_json::to_value(&found).unwrap(), found.exit_code()))
+        .unwrap();
     assert_eq!(code, 0, "{runtimes:#}");
     let modules_of = |node: &str| {
         runtimes["runtimes"]
@@ -168,7 +183,14 @@ fn a_node_joining_is_let_onto_the_bus_by_the_bus_node_before_it_is_sent_anything
     // `d` makes its seed and is enrolled now; the bus does not know its key yet, so its host
     // is refused and keeps trying.
     bed.enroll("d");
-    let users = bed.library().broker_users().unwrap();
+    let users = bed
+        .library()
+        .call(async |mesh| {
+            let checked = mesh.checked().await?;
+            let bus = mesh.bus().cloned().unwrap_or_default();
+            mesh_controller::bus::users_text(mesh.home(), &checked, &bus)
+        })
+        .unwrap();
     assert!(users.contains("node-d"), "{users}");
     bed.start_host("d");
 
@@ -200,7 +222,14 @@ fn a_permissions_only_change_is_in_force_on_the_bus_before_another_node_is_sent(
         bed.start_host(node);
     }
     bed.push_all(60, 0);
-    let before = bed.library().broker_users().unwrap();
+    let before = bed
+        .library()
+        .call(async |mesh| {
+            let checked = mesh.checked().await?;
+            let bus = mesh.bus().cloned().unwrap_or_default();
+            mesh_controller::bus::users_text(mesh.home(), &checked, &bus)
+        })
+        .unwrap();
     write(
         &bed.home.path().join("catalogue/modules/agent/module.toml"),
         &AGENT_MODULE.replace(
@@ -215,7 +244,14 @@ fn a_permissions_only_change_is_in_force_on_the_bus_before_another_node_is_sent(
             .join("catalogue/modules/agent/files/agent.conf"),
         "interval = 5\ncache = agent_cache\n",
     );
-    let users = bed.library().broker_users().unwrap();
+    let users = bed
+        .library()
+        .call(async |mesh| {
+            let checked = mesh.checked().await?;
+            let bus = mesh.bus().cloned().unwrap_or_default();
+            mesh_controller::bus::users_text(mesh.home(), &checked, &bus)
+        })
+        .unwrap();
     assert_ne!(users, before);
     assert_eq!(
         permissions_in_config(&users).keys().collect::<Vec<_>>(),
@@ -281,7 +317,13 @@ fn hosts_ride_out_a_bus_restart_and_the_next_push_converges() {
     }
     // Their discovery answers came back with the connection: each host's runtime is listed
     // (what `runtimes` prints as "mesh-host on NODE: …"), and `runtimes` exits 0.
-    let (found, code) = bed.library().runtimes().unwrap();
+    let (found, code) = bed
+        .library()
+        .call(async |mesh| {
+            mesh_controller::bus::runtimes(mesh.home(), mesh.bus().expect("the bed's bus")).await
+        })
+        .map(|found| (serde_json::to_value(&found).unwrap(), found.exit_code()))
+        .unwrap();
     assert_eq!(code, 0, "{found:#}");
     for node in ["bus", "a", "b"] {
         assert!(host_answered(&found, node), "{found:#}");
@@ -300,7 +342,13 @@ fn a_host_that_never_reports_is_named_while_the_others_converge() {
         "the hosts of bus, a and b answering",
         Duration::from_secs(60),
         || {
-            let (found, _) = bed.try_library()?.runtimes()?;
+            let (found, _) = bed
+                .try_library()?
+                .call(async |mesh| {
+                    mesh_controller::bus::runtimes(mesh.home(), mesh.bus().expect("the bed's bus"))
+                        .await
+                })
+                .map(|found| (serde_json::to_value(&found).unwrap(), found.exit_code()))?;
             if ["bus", "a", "b"]
                 .iter()
                 .all(|node| host_answered(&found, node))
@@ -324,7 +372,13 @@ fn a_host_that_never_reports_is_named_while_the_others_converge() {
         assert!(Instant::now() < deadline, "c never applied what was sent");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let (found, code) = bed.library().runtimes().unwrap();
+    let (found, code) = bed
+        .library()
+        .call(async |mesh| {
+            mesh_controller::bus::runtimes(mesh.home(), mesh.bus().expect("the bed's bus")).await
+        })
+        .map(|found| (serde_json::to_value(&found).unwrap(), found.exit_code()))
+        .unwrap();
     assert_eq!(code, 0, "{found:#}");
     assert!(host_answered(&found, "c"), "{found:#}");
 }
@@ -434,7 +488,16 @@ fn the_bus_nodes_declaration_does_not_grow_with_the_bus_users() {
     let few = sent_declaration(&bed, "bus");
     let users_few =
         std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap();
-    assert_eq!(users_few, bed.library().broker_users().unwrap());
+    assert_eq!(
+        users_few,
+        bed.library()
+            .call(async |mesh| {
+                let checked = mesh.checked().await?;
+                let bus = mesh.bus().cloned().unwrap_or_default();
+                mesh_controller::bus::users_text(mesh.home(), &checked, &bus)
+            })
+            .unwrap()
+    );
     assert!(!few.contains("password"), "{few}");
 
     // 200 more nodes, not running: each one more user of the bus.
@@ -461,7 +524,16 @@ fn the_bus_nodes_declaration_does_not_grow_with_the_bus_users() {
     // The users file landed on the bus node whole, and the bus took it: `a` was let on.
     let users_many =
         std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap();
-    assert_eq!(users_many, bed.library().broker_users().unwrap());
+    assert_eq!(
+        users_many,
+        bed.library()
+            .call(async |mesh| {
+                let checked = mesh.checked().await?;
+                let bus = mesh.bus().cloned().unwrap_or_default();
+                mesh_controller::bus::users_text(mesh.home(), &checked, &bus)
+            })
+            .unwrap()
+    );
     assert!(users_many.contains("idle-199"), "{users_many}");
     assert!(users_many.len() > users_few.len() + 200 * 100);
     // No record holds the users' text: not the declaration, not the confirmed users.
@@ -510,7 +582,15 @@ fn an_inventory_larger_than_a_bucket_value_is_kept_in_chunks_and_read_back_whole
         assert!(size <= 64 * 1024, "{key}: {size} bytes");
     }
     // The controller reads it as an inventory: `broker users` names every node.
-    assert!(bed.library().broker_users().unwrap().contains("idle-2999"));
+    assert!(bed
+        .library()
+        .call(async |mesh| {
+            let checked = mesh.checked().await?;
+            let bus = mesh.bus().cloned().unwrap_or_default();
+            mesh_controller::bus::users_text(mesh.home(), &checked, &bus)
+        })
+        .unwrap()
+        .contains("idle-2999"));
 }
 
 #[test]
@@ -674,7 +754,10 @@ fn consumer_reset_refuses_a_work_queue_and_resets_a_history_consumer() {
     // work to do.
     let refused = bed
         .library()
-        .consumer_reset("WORK", "worker")
+        .call(async |mesh| {
+            let bus = mesh.bus().expect("the bed's bus");
+            mesh_controller::bus::consumer_reset(mesh.home(), bus, "WORK", "worker").await
+        })
         .unwrap()
         .unwrap_err();
     assert!(refused.contains("a work queue"), "{refused}");
@@ -726,7 +809,14 @@ fn the_controller_daemon_answers_discovery_and_rolls_out_a_merge_announced_twice
     loop {
         // Exit 0 once every node is heard serving what it is assigned, 3 before it is heard,
         // 2 while it is heard and not yet sent `base`.
-        let (found, code) = bed.library().runtimes().unwrap();
+        let (found, code) = bed
+            .library()
+            .call(async |mesh| {
+                mesh_controller::bus::runtimes(mesh.home(), mesh.bus().expect("the bed's bus"))
+                    .await
+            })
+            .map(|found| (serde_json::to_value(&found).unwrap(), found.exit_code()))
+            .unwrap();
         assert!(matches!(code, 0 | 2 | 3), "{found:#}");
         if found["runtimes"]
             .as_array()
@@ -817,7 +907,14 @@ fn records_move_to_the_bus_once_and_the_home_left_behind_is_not_read() {
     let before = bed.record("inventory.toml").unwrap();
 
     // An error (`records import` exits 1 saying it).
-    let stderr = bed.library().records_import(bed.home.path()).unwrap_err();
+    let stderr = {
+        let library = bed.library();
+        let bus = library.mesh().bus().expect("the bed's bus");
+        mesh_controller::records::import(bed.home.path(), library.home(), bus.url())
+            .map(|imported| serde_json::to_value(imported).unwrap())
+            .map_err(|e| crate::support::in_process::said(&e))
+    }
+    .unwrap_err();
     assert!(stderr.contains("records of"), "{stderr}");
 
     // The home opened without the bus: `status` on it is an error (exit 1).
@@ -841,15 +938,16 @@ fn records_move_to_the_bus_once_and_the_home_left_behind_is_not_read() {
     write(&broken, "bus-node = [\n");
     // Each an error: `records put` exits 1 saying it.
     let library = bed.library();
-    let stderr = library
-        .records_put("inventory.toml", &broken, None)
-        .unwrap_err();
+    let stderr =
+        mesh_controller::records::put_by_hand(library.home(), "inventory.toml", &broken, None)
+            .map_err(|e| crate::support::in_process::said(&e))
+            .unwrap_err();
     assert!(
         stderr.contains("is not an inventory; nothing was changed"),
         "{stderr}"
     );
-    library
-        .records_put("plans/plan-1.json", &broken, None)
+    mesh_controller::records::put_by_hand(library.home(), "plans/plan-1.json", &broken, None)
+        .map_err(|e| crate::support::in_process::said(&e))
         .unwrap_err();
     assert_eq!(bed.record("inventory.toml").unwrap(), before);
     assert!(bed.record("plans/plan-1.json").is_none());

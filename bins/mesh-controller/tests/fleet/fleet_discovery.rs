@@ -123,7 +123,10 @@ fn assign_agent(bed: &Bed, nodes: &[&str]) {
 fn runtimes_json(bed: &Bed, code: u8) -> Value {
     let (found, ended) = bed
         .library()
-        .runtimes()
+        .call(async |mesh| {
+            mesh_controller::bus::runtimes(mesh.home(), mesh.bus().expect("the bed's bus")).await
+        })
+        .map(|found| (serde_json::to_value(&found).unwrap(), found.exit_code()))
         .unwrap_or_else(|error| panic!("runtimes: {error}"));
     assert_eq!(ended, code, "{found}");
     found

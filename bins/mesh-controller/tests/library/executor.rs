@@ -691,7 +691,14 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
     let before_behind = mesh_controller::status::nodes_behind(&home).unwrap();
     let before_plan = home.plans().get(&plan.id).unwrap();
 
-    let said = bed.mesh.library().records_collect(0).unwrap();
+    let said = mesh_controller::records::collect(
+        bed.mesh.library().home(),
+        mesh_store::clock::now(),
+        std::time::Duration::ZERO,
+        mesh_controller::plans::KEEP_PLANS,
+    )
+    .map_err(|e| crate::support::in_process::said(&e))
+    .unwrap();
     // "folded 1 plan(s) that ended (plan-1): N record(s) of their nodes removed".
     assert_eq!(
         (said.plans.plans.as_slice(), said.plans.node_records),
@@ -716,7 +723,14 @@ fn a_plan_that_ended_is_folded_and_reads_the_same_after() {
     assert_eq!(summary.latencies.values().sum::<u64>(), 3, "{summary:?}");
     assert!(summary.unfinished.is_empty(), "{summary:?}");
     // Folded once: a collection again folds nothing more.
-    let again = bed.mesh.library().records_collect(0).unwrap();
+    let again = mesh_controller::records::collect(
+        bed.mesh.library().home(),
+        mesh_store::clock::now(),
+        std::time::Duration::ZERO,
+        mesh_controller::plans::KEEP_PLANS,
+    )
+    .map_err(|e| crate::support::in_process::said(&e))
+    .unwrap();
     // Nothing "folded" said.
     assert!(again.plans.plans.is_empty(), "{again:?}");
 

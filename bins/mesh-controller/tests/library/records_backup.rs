@@ -156,7 +156,9 @@ fn the_embedded_homes_records_come_back_byte_for_byte() {
     assert_eq!(record_files(&restored), before);
 
     // Run again (an import that stopped part way): nothing to do, nothing changed.
-    home(&restored).records_restore(&archive).unwrap();
+    mesh_controller::records::restore(home(&restored).home(), &archive)
+        .map_err(|e| crate::support::in_process::said(&e))
+        .unwrap();
     assert_eq!(record_files(&restored), before);
 
     // A home holding a record the archive does not hold byte for byte is refused by name, and
@@ -165,7 +167,9 @@ fn the_embedded_homes_records_come_back_byte_for_byte() {
     std::fs::write(&changed, b"{}\n").unwrap();
     let untouched = Mesh::snapshot_tree(&restored);
     // An error: `records import` exits 1 saying it.
-    let refused = home(&restored).records_restore(&archive).unwrap_err();
+    let refused = mesh_controller::records::restore(home(&restored).home(), &archive)
+        .map_err(|e| crate::support::in_process::said(&e))
+        .unwrap_err();
     assert!(refused.contains("is not empty"), "{refused}");
     assert!(
         refused.contains("settings/backup/nodes/home.json"),
@@ -177,7 +181,9 @@ fn the_embedded_homes_records_come_back_byte_for_byte() {
     let cut = work.path().join("cut.records");
     std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
     let empty = work.path().join("empty");
-    let refused = home(&empty).records_restore(&cut).unwrap_err();
+    let refused = mesh_controller::records::restore(home(&empty).home(), &cut)
+        .map_err(|e| crate::support::in_process::said(&e))
+        .unwrap_err();
     assert!(refused.contains("cut.records line"), "{refused}");
     assert!(
         record_files(&empty).is_empty(),
@@ -213,10 +219,10 @@ fn a_fleets_records_bucket_comes_back_byte_for_byte() {
     }
     let file = bed.home.path().join("big-inventory.toml");
     std::fs::write(&file, &inventory).unwrap();
-    let put = bed
-        .library()
-        .records_put("inventory.toml", &file, None)
-        .unwrap();
+    let put =
+        mesh_controller::records::put_by_hand(bed.library().home(), "inventory.toml", &file, None)
+            .map_err(|e| crate::support::in_process::said(&e))
+            .unwrap();
     assert_eq!(put, records::PutOutcome::Replaced);
     // A module with a setting, for a secret and a layer.
     support::fleet::write(
@@ -247,7 +253,9 @@ fn a_fleets_records_bucket_comes_back_byte_for_byte() {
     assert!(before.contains_key("settings/vault/nodes/a.json"));
 
     let archive: PathBuf = bed.home.path().join("fleet.records");
-    bed.library().records_export(&archive).unwrap();
+    mesh_controller::records::export(bed.library().home(), &archive, mesh_store::clock::now())
+        .map_err(|e| crate::support::in_process::said(&e))
+        .unwrap();
     let bytes = std::fs::read(&archive).unwrap();
     assert!(
         !holds(&bytes, &secret),
@@ -260,7 +268,9 @@ fn a_fleets_records_bucket_comes_back_byte_for_byte() {
     }
     assert!(bucket(&bed).1.is_empty());
     // What `records import` prints as "restored N records".
-    let restored = bed.library().records_restore(&archive).unwrap();
+    let restored = mesh_controller::records::restore(bed.library().home(), &archive)
+        .map_err(|e| crate::support::in_process::said(&e))
+        .unwrap();
     assert_eq!(restored.records, before.len(), "{restored:?}");
     assert_eq!(bucket(&bed).1, before);
     // The controller reads its mesh again.
@@ -289,7 +299,9 @@ fn a_fleets_records_bucket_comes_back_byte_for_byte() {
     assert!(!set.refused(), "{set:?}");
     let (_, changed) = bucket(&bed);
     // An error: `records import` exits 1 saying it.
-    let refused = bed.library().records_restore(&archive).unwrap_err();
+    let refused = mesh_controller::records::restore(bed.library().home(), &archive)
+        .map_err(|e| crate::support::in_process::said(&e))
+        .unwrap_err();
     assert!(refused.contains("is not empty"), "{refused}");
     assert!(refused.contains("settings/vault/mesh.json"), "{refused}");
     assert_eq!(bucket(&bed).1, changed);

@@ -272,18 +272,20 @@ impl Bed {
         // (Through the library on the home alone, as the binary without `--bus`.)
         let local = Library::open(bed.home.path(), MeshOptions::default())
             .unwrap_or_else(|error| panic!("opening the home: {error}"));
-        local
-            .broker_keygen()
+        mesh_controller::bus::controller_keygen(local.home())
             .unwrap_or_else(|error| panic!("broker keygen: {error}"));
         for node in &all {
             let key = bed.host_keygen(node);
-            local
-                .node_enroll(node, &key)
+            mesh_controller::bus::enroll(local.home(), node, &key)
                 .unwrap_or_else(|error| panic!("node enroll {node}: {error}"));
         }
         // The bus has no users yet: they are composed from the home, without --bus.
         let users = local
-            .broker_users()
+            .call(async |mesh| {
+                let checked = mesh.checked().await?;
+                let bus = mesh.bus().cloned().unwrap_or_default();
+                mesh_controller::bus::users_text(mesh.home(), &checked, &bus)
+            })
             .unwrap_or_else(|error| panic!("broker users: {error}"));
         drop(local);
         {
@@ -325,8 +327,9 @@ impl Bed {
             }
         });
         // From here on the records are the bus's: the home's are moved there.
-        bed.library()
-            .records_import(bed.home.path())
+        let library = bed.library();
+        let bus = library.mesh().bus().expect("the bed's bus");
+        mesh_controller::records::import(bed.home.path(), library.home(), bus.url())
             .unwrap_or_else(|error| panic!("records import: {error}"));
         bed
     }
@@ -384,8 +387,7 @@ impl Bed {
             return;
         }
         let key = self.host_keygen(node);
-        self.library()
-            .node_enroll(node, &key)
+        mesh_controller::bus::enroll(self.library().home(), node, &key)
             .unwrap_or_else(|error| panic!("node enroll {node}: {error}"));
     }
 

@@ -127,8 +127,7 @@ pub fn keys_of(bed: &Bed, node: &str) -> (String, String) {
 /// `node enroll NODE NKEY --age-key AGE` through the library, the keys `node`'s host made.
 pub fn enroll_age_key(bed: &Bed, node: &str) {
     let (nkey, age) = keys_of(bed, node);
-    bed.library()
-        .node_enroll_with_age_key(node, &nkey, &age)
+    mesh_controller::bus::enroll_with_age_key(bed.library().home(), node, &nkey, &age)
         .unwrap_or_else(|error| panic!("node enroll {node} --age-key: {error}"));
 }
 

@@ -11,10 +11,8 @@
 //! What only the binary does — parsing, rendering, exit codes as a process ends with them, a
 //! fail point's death — stays with [`Mesh::run`] and its kin.
 
-mod broker;
 mod plans;
 mod push;
-mod records;
 mod status;
 
 // Each test file uses some of them.
@@ -168,6 +166,50 @@ impl Library {
     /// catalogue, overlaid with each module's deployed build.
     pub fn read(&self) -> Result<catalogue::Running, String> {
         catalogue::read(self.home()).map_err(|e| said(&e))
+    }
+}
+
+/// The records as a test reads and writes them, through the front door's `records::get` and
+/// `records::put_by_hand`.
+impl Library {
+    /// One record as text (`None`: there is none, the refusal `records get` prints then).
+    pub fn record(&self, key: &str) -> Option<String> {
+        match mesh_controller::records::get(self.home(), key).map_err(|e| said(&e)) {
+            Ok(bytes) => Some(String::from_utf8(bytes).expect("a record of text")),
+            Err(error) => {
+                assert!(error.contains("there is no record"), "{error}");
+                None
+            }
+        }
+    }
+
+    /// `records put inventory.toml FILE`, the file holding `text`.
+    pub fn put_inventory(
+        &self,
+        text: &str,
+    ) -> Result<mesh_controller::records::PutOutcome, String> {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let file = dir.path().join("inventory.toml");
+        std::fs::write(&file, text).unwrap();
+        mesh_controller::records::put_by_hand(self.home(), "inventory.toml", &file, None)
+            .map_err(|e| said(&e))
+    }
+}
+
+impl Bed {
+    /// One of the controller's records, as `records get` gives it (`None`: there is none), read
+    /// through the library.
+    pub fn record(&self, key: &str) -> Option<String> {
+        self.library().record(key)
+    }
+
+    /// `records put inventory.toml FILE` through the library, `text` the file's.
+    pub fn put_inventory(&self, text: &str) {
+        let outcome = self
+            .library()
+            .put_inventory(text)
+            .unwrap_or_else(|error| panic!("records put: {error}"));
+        assert_eq!(outcome, mesh_controller::records::PutOutcome::Replaced);
     }
 }
 

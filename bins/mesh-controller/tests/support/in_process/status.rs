@@ -39,27 +39,12 @@ impl Library {
         self.status_with(&status::StatusOptions::default())
     }
 
-    /// `status --output json` with its options (`--silent-after`, …), judged now as `status`
-    /// judges it; the error as the binary says it.
+    /// `status --output json` with its options (`--silent-after`, …): the front door's
+    /// [`mesh_controller::Mesh::read_status`], judged as `status` judges it and printed as it
+    /// prints it; the error as the binary says it.
     pub fn status_with(&self, options: &status::StatusOptions) -> Result<Status, String> {
-        // As `status` does: what each node should run, composed again when its inputs changed.
-        self.tokio
-            .block_on(mesh_controller::status::current_for_status(
-                self.home(),
-                self.mesh.store(),
-            ));
-        let now = mesh_store::clock::now();
-        let mut overview =
-            status::overview_with(self.home(), now, options).map_err(|e| said(&e))?;
-        // On a fleet with a daemon, the merges waiting on its consumer, read from the bus.
-        if let (Some(_), Some(bus)) = (&overview.daemon, self.mesh.bus()) {
-            if let Some(waiting) = self
-                .tokio
-                .block_on(mesh_controller::bus::merges_waiting(self.home(), bus))
-            {
-                overview.set_merges_waiting(waiting, now);
-            }
-        }
+        let read = self.call(async |mesh| mesh.read_status(options).await)?;
+        let (overview, now) = (read.overview, read.now);
         let verdict = status::judge(&overview, now, status::DEFAULT_MID_CHANGE_AFTER_SECS);
         let document = overview.json_document(&verdict).map_err(|e| said(&e))?;
         Ok(Status {

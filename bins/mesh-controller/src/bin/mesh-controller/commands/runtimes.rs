@@ -2,7 +2,6 @@
 
 use crate::{render, Output};
 use anyhow::Result;
-use mesh_cli_docs::exit::Exit;
 use mesh_controller::bus;
 
 use std::process::ExitCode;
@@ -34,10 +33,5 @@ pub fn exec(_args: Args, env: &super::Env) -> Result<ExitCode> {
         Output::Json => env.print_json(&found)?,
         Output::Text => print!("{}", render::runtimes(&found)),
     }
-    // A module missing or running elsewhere, or a runtime or node not heard: a person looks.
-    Ok(match bus::runtimes_exit_code(&found) {
-        0 => Exit::Done,
-        _ => Exit::Attention,
-    }
-    .into())
+    Ok(ExitCode::from(found.exit_code()))
 }

@@ -81,7 +81,7 @@ pub struct Args {
     /// Seconds between two heartbeats of the daemon (its loop's last turn, the merges waiting
     /// on its consumer, the plans it drives), published on the bus and kept for `status`,
     /// which calls the daemon silent after three missed.
-    #[arg(long, value_name = "SECS", default_value_t = mesh_controller::bus::HEARTBEAT_SECS,
+    #[arg(long, value_name = "SECS", default_value_t = daemon::ServeOptions::default().heartbeat.as_secs(),
         value_parser = clap::value_parser!(u64).range(1..))]
     heartbeat: u64,
     /// Seconds between two collections of the records, as `records collect` does by hand:
@@ -90,7 +90,7 @@ pub struct Args {
     /// the declarations no record names (written over 10 minutes ago). A plan's end collects
     /// soon too.
     #[arg(long, value_name = "SECS",
-        default_value_t = mesh_controller::daemon::COLLECT_EVERY.as_secs(),
+        default_value_t = daemon::ServeOptions::default().collect_every.as_secs(),
         value_parser = clap::value_parser!(u64).range(1..))]
     collect_every: u64,
     /// How many of the newest plans are kept whole; an older one that ended is removed, unless

@@ -86,24 +86,10 @@ pub fn exec(args: Args, env: &super::Env) -> Result<ExitCode> {
     if args.watch {
         return watch(env, &options);
     }
-    // What each node should run, composed again only when its inputs changed.
-    env.runtime
-        .block_on(mesh_controller::status::current_for_status(
-            &env.home,
-            env.mesh.store(),
-        ));
-    let now = mesh_store::clock::now();
-    let mut status = status::overview_with(&env.home, now, &options)?;
-    // The merges waiting on the daemon's consumer, read from the bus: known while the daemon
-    // is stopped too.
-    if let (Some(_), Some(bus)) = (&status.daemon, &env.bus) {
-        if let Some(waiting) = env
-            .runtime
-            .block_on(mesh_controller::bus::merges_waiting(&env.home, bus))
-        {
-            status.set_merges_waiting(waiting, now);
-        }
-    }
+    // What each node should run, composed again only when its inputs changed; the merges
+    // waiting on the daemon's consumer read from the bus.
+    let read = env.runtime.block_on(env.mesh.read_status(&options))?;
+    let (status, now) = (read.overview, read.now);
     let verdict = status::judge(&status, now, args.mid_change_after);
     match env.output {
         Output::Json => print!("{}", status.json_document(&verdict)?),

@@ -91,7 +91,6 @@ mod runtimes_tests {
     use discovery::{RuntimeHeard, RuntimeUnheard};
     use mesh_bus::discovery::{self, Discovery};
     use mesh_controller::bus::compare_with_inventory;
-    use mesh_controller::bus::runtimes_exit_code;
     use mesh_controller::bus::Missing;
     use mesh_controller::bus::Runtimes;
     use mesh_model::inventory::Inventory;
@@ -171,7 +170,7 @@ mod runtimes_tests {
         assert_eq!(found.missing, []);
         assert_eq!(found.running_elsewhere, []);
         assert!(found.nodes_not_heard.is_empty());
-        assert_eq!(runtimes_exit_code(&found), 0);
+        assert_eq!(found.exit_code(), 0);
     }
 
     #[test]
@@ -187,7 +186,7 @@ mod runtimes_tests {
             ],
             vec![],
         );
-        assert_eq!(runtimes_exit_code(&found), 2);
+        assert_eq!(found.exit_code(), 3);
         insta::assert_snapshot!(super::runtimes(&found));
     }
 
@@ -213,7 +212,7 @@ mod runtimes_tests {
         );
         assert_eq!(found.running_elsewhere, []);
         assert_eq!(found.nodes_not_heard, ["c"]);
-        assert_eq!(runtimes_exit_code(&found), 2);
+        assert_eq!(found.exit_code(), 3);
         insta::assert_snapshot!(super::runtimes(&found));
     }
 
@@ -225,6 +224,6 @@ mod runtimes_tests {
         );
         assert_eq!(found.missing, []);
         assert_eq!(found.running_elsewhere, []);
-        assert_eq!(runtimes_exit_code(&found), 3);
+        assert_eq!(found.exit_code(), 3);
     }
 }
