@@ -168,7 +168,11 @@ fn streams_made_with_one_copy_are_listed_and_raised_to_three_on_a_cluster() {
 
     // A stream that is not the mesh's is refused, and nothing is changed.
     let out = controller(home.path(), &urls, &["broker", "raise-replicas", "OTHER"]);
-    assert_eq!(out.status.code(), Some(2), "refused, nothing changed: {out:?}");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "refused, nothing changed: {out:?}"
+    );
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(
         said.contains("`OTHER` is not one of the mesh's streams") && said.contains("nothing"),

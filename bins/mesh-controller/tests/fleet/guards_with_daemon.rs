@@ -193,12 +193,14 @@ fn a_merge_moving_a_running_containers_data_is_held_by_the_daemon_until_merge_mo
     );
     // `bus` goes on: its apply may end after the hold is shown (the hold is known before the
     // rest are sent), so it is waited for.
-    support::wait_for("`bus` to go on", std::time::Duration::from_secs(120), || {
-        match std::fs::read_to_string(bed.root("bus").join("etc/keep.txt")) {
+    support::wait_for(
+        "`bus` to go on",
+        std::time::Duration::from_secs(120),
+        || match std::fs::read_to_string(bed.root("bus").join("etc/keep.txt")) {
             Ok(text) if text == "v2\n" => Ok(()),
             other => Err(format!("{other:?}")),
-        }
-    });
+        },
+    );
     assert_eq!(
         std::fs::read_to_string(bed.root("a").join("etc/keep.txt")).unwrap(),
         "v1\n",
@@ -375,12 +377,14 @@ fn a_merge_orphaning_a_setting_is_held_by_the_daemon_until_the_setting_is_rename
         "{status:#}"
     );
     // `bus` goes on (its apply may end after the hold is shown).
-    support::wait_for("`bus` to go on", std::time::Duration::from_secs(120), || {
-        match conf("bus") {
+    support::wait_for(
+        "`bus` to go on",
+        std::time::Duration::from_secs(120),
+        || match conf("bus") {
             text if text == "listen 8080\n" => Ok(()),
             other => Err(other),
-        }
-    });
+        },
+    );
     assert_eq!(conf("a"), "listen 9090\n", "`a` was sent nothing");
     assert_eq!(plan(&bed, "plan-2")["state"]["state"], "rolling-out");
 
