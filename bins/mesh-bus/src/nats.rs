@@ -415,7 +415,17 @@ async fn explain_connect_failure(
         }
         next = error.source();
     }
-    if options.requires_tls() && matches!(server_offers_tls(&options.url).await, Some(false)) {
+    // A server that refused the credentials spoke TLS to get that far: asking its greeting
+    // again would only leave a TLS handshake cut short in its log.
+    let refused = matches!(
+        source.kind(),
+        async_nats::ConnectErrorKind::AuthorizationViolation
+            | async_nats::ConnectErrorKind::Authentication
+    );
+    if !refused
+        && options.requires_tls()
+        && matches!(server_offers_tls(&options.url).await, Some(false))
+    {
         let why = match &options.tls.ca_file {
             Some(path) => format!("a CA file is given: {}", path.display()),
             None => "the URL is tls://".to_owned(),

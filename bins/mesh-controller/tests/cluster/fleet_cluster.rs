@@ -280,7 +280,11 @@ fn streams_made_with_one_copy_are_listed_and_raised_to_three_on_a_cluster() {
         &urls,
         &["--bus-replicas", "0", "broker", "replicas"],
     );
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "an option's value refused: {out:?}"
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("--bus-replicas 0"));
 }
 

@@ -180,7 +180,7 @@ fn a_heard_host_lacking_a_module_is_named_and_nothing_is_said_of_an_unheard_ones
     // The inventory changes and nothing is pushed: `bus` is assigned `agent` and does not
     // serve it; `b` serves it and is no longer assigned it.
     assign_agent(&bed, &["a", "bus"]);
-    let found = runtimes_json(&bed, 2);
+    let found = runtimes_json(&bed, 3);
     assert_eq!(
         found["missing"],
         json!([{"node": "bus", "modules": ["agent"]}]),
@@ -217,7 +217,7 @@ fn a_heard_host_lacking_a_module_is_named_and_nothing_is_said_of_an_unheard_ones
     // and never what it serves.
     signal(&bed, "a", "-STOP");
     let quiet = stand_in(&bed, "a", &["agent", "base"], None);
-    let found = runtimes_json(&bed, 2);
+    let found = runtimes_json(&bed, 3);
     assert_eq!(
         found["not_heard"].as_array().unwrap().len(),
         1,
@@ -279,7 +279,7 @@ fn a_host_answering_what_it_serves_after_a_second_is_heard_and_compared_by_its_a
     // `a`'s host is not started: a stand-in on its credentials answers INFO after 1.2 s,
     // serving `base` and not `agent`, which the inventory assigns it.
     let slow = stand_in(&bed, "a", &["base"], Some(Duration::from_millis(1200)));
-    let found = runtimes_json(&bed, 2);
+    let found = runtimes_json(&bed, 3);
     let a = heard_on(&found, "a").unwrap_or_else(|| panic!("a was not heard: {found}"));
     assert_eq!(a["id"], slow.id.as_str());
     assert_eq!(a["modules"], json!(["base"]));
