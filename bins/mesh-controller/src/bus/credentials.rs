@@ -27,7 +27,7 @@ use std::path::PathBuf;
 /// tried again). Built with its methods:
 ///
 /// ```
-/// let bus = mesh_controller::bus::credentials::BusConfig::new("tls://bus.example:4222")
+/// let bus = mesh_controller::bus::BusConfig::new("tls://bus.example:4222")
 ///     .with_ca_file("/etc/mesh/ca.pem")
 ///     .with_seed_file("/etc/mesh/controller.seed");
 /// assert_eq!(bus.url(), "tls://bus.example:4222");
