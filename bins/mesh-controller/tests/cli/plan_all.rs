@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 /// Runs the controller on `home` with `args` (and `input` on standard input).
-fn run(home: &Path, args: &[&str], input: &[u8]) -> Output {
+pub(crate) fn run(home: &Path, args: &[&str], input: &[u8]) -> Output {
     use std::io::Write as _;
     let mut child = Command::new(env!("CARGO_BIN_EXE_mesh-controller"))
         .arg("--home")
@@ -28,7 +28,7 @@ fn run(home: &Path, args: &[&str], input: &[u8]) -> Output {
 
 /// Runs it and checks its exit code; standard output.
 #[track_caller]
-fn expect(home: &Path, args: &[&str], code: i32) -> String {
+pub(crate) fn expect(home: &Path, args: &[&str], code: i32) -> String {
     let out = run(home, args, b"");
     assert_eq!(
         out.status.code(),
@@ -41,7 +41,7 @@ fn expect(home: &Path, args: &[&str], code: i32) -> String {
 }
 
 /// Rewrites the home's inventory with `edit`.
-fn edit_inventory(home: &Path, edit: impl FnOnce(&str) -> String) {
+pub(crate) fn edit_inventory(home: &Path, edit: impl FnOnce(&str) -> String) {
     let path = home.join("inventory.toml");
     let text = std::fs::read_to_string(&path).unwrap();
     let edited = edit(&text);

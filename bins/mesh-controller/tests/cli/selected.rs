@@ -4,40 +4,8 @@
 //! names it) until the next `push --all` sends it, with no list to edit. A selector naming a
 //! label no node has is refused, naming it. The book's example, the binary run on it.
 
+use crate::plan_all::{edit_inventory, expect, run};
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn run(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mesh-controller"))
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .env_remove("MESH_BUS")
-        .env_remove("MESH_STORE")
-        .output()
-        .unwrap()
-}
-
-#[track_caller]
-fn expect(home: &Path, args: &[&str], code: i32) -> String {
-    let out = run(home, args);
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "{args:?}:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn edit_inventory(home: &Path, edit: impl FnOnce(&str) -> String) {
-    let path = home.join("inventory.toml");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let edited = edit(&text);
-    assert_ne!(edited, text);
-    std::fs::write(&path, edited).unwrap();
-}
 
 fn has_backup(home: &Path, node: &str) -> bool {
     home.join("roots")
@@ -107,7 +75,7 @@ fn a_module_assigned_by_selector_reaches_every_labelled_node_and_a_node_added_wi
             "backup = { select = \"rack=r7\" }",
         )
     });
-    let out = run(&home, &["check"]);
+    let out = run(&home, &["check"], b"");
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

@@ -48,16 +48,7 @@ fn push_over_the_bus_converges_every_host_with_the_bus_node_first() {
     assert!(!bed.root("b").join("etc/agent.conf").exists());
     // The bus node holds the users the controller composed: `a` may use its module's bucket.
     let users = std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap();
-    assert_eq!(
-        users,
-        bed.library()
-            .call(async |mesh| {
-                let checked = mesh.checked().await?;
-                let bus = mesh.bus().cloned().unwrap_or_default();
-                mesh_controller::bus::users_text(mesh.home(), &checked, &bus)
-            })
-            .unwrap()
-    );
+    assert_eq!(users, bed.library().users_text().unwrap());
     assert!(users.contains("$KV.agent_state.>"), "{users}");
     // Grants before code: the bus node's report came before any other node was sent.
     let bus_finished = results["bus"]["report"]["finished-at"].as_u64().unwrap();
@@ -183,14 +174,7 @@ fn a_node_joining_is_let_onto_the_bus_by_the_bus_node_before_it_is_sent_anything
     // `d` makes its seed and is enrolled now; the bus does not know its key yet, so its host
     // is refused and keeps trying.
     bed.enroll("d");
-    let users = bed
-        .library()
-        .call(async |mesh| {
-            let checked = mesh.checked().await?;
-            let bus = mesh.bus().cloned().unwrap_or_default();
-            mesh_controller::bus::users_text(mesh.home(), &checked, &bus)
-        })
-        .unwrap();
+    let users = bed.library().users_text().unwrap();
     assert!(users.contains("node-d"), "{users}");
     bed.start_host("d");
 
@@ -222,14 +206,7 @@ fn a_permissions_only_change_is_in_force_on_the_bus_before_another_node_is_sent(
         bed.start_host(node);
     }
     bed.push_all(60, 0);
-    let before = bed
-        .library()
-        .call(async |mesh| {
-            let checked = mesh.checked().await?;
-            let bus = mesh.bus().cloned().unwrap_or_default();
-            mesh_controller::bus::users_text(mesh.home(), &checked, &bus)
-        })
-        .unwrap();
+    let before = bed.library().users_text().unwrap();
     write(
         &bed.home.path().join("catalogue/modules/agent/module.toml"),
         &AGENT_MODULE.replace(
@@ -244,14 +221,7 @@ fn a_permissions_only_change_is_in_force_on_the_bus_before_another_node_is_sent(
             .join("catalogue/modules/agent/files/agent.conf"),
         "interval = 5\ncache = agent_cache\n",
     );
-    let users = bed
-        .library()
-        .call(async |mesh| {
-            let checked = mesh.checked().await?;
-            let bus = mesh.bus().cloned().unwrap_or_default();
-            mesh_controller::bus::users_text(mesh.home(), &checked, &bus)
-        })
-        .unwrap();
+    let users = bed.library().users_text().unwrap();
     assert_ne!(users, before);
     assert_eq!(
         permissions_in_config(&users).keys().collect::<Vec<_>>(),
@@ -488,16 +458,7 @@ fn the_bus_nodes_declaration_does_not_grow_with_the_bus_users() {
     let few = sent_declaration(&bed, "bus");
     let users_few =
         std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap();
-    assert_eq!(
-        users_few,
-        bed.library()
-            .call(async |mesh| {
-                let checked = mesh.checked().await?;
-                let bus = mesh.bus().cloned().unwrap_or_default();
-                mesh_controller::bus::users_text(mesh.home(), &checked, &bus)
-            })
-            .unwrap()
-    );
+    assert_eq!(users_few, bed.library().users_text().unwrap());
     assert!(!few.contains("password"), "{few}");
 
     // 200 more nodes, not running: each one more user of the bus.
@@ -524,16 +485,7 @@ fn the_bus_nodes_declaration_does_not_grow_with_the_bus_users() {
     // The users file landed on the bus node whole, and the bus took it: `a` was let on.
     let users_many =
         std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap();
-    assert_eq!(
-        users_many,
-        bed.library()
-            .call(async |mesh| {
-                let checked = mesh.checked().await?;
-                let bus = mesh.bus().cloned().unwrap_or_default();
-                mesh_controller::bus::users_text(mesh.home(), &checked, &bus)
-            })
-            .unwrap()
-    );
+    assert_eq!(users_many, bed.library().users_text().unwrap());
     assert!(users_many.contains("idle-199"), "{users_many}");
     assert!(users_many.len() > users_few.len() + 200 * 100);
     // No record holds the users' text: not the declaration, not the confirmed users.
@@ -582,15 +534,7 @@ fn an_inventory_larger_than_a_bucket_value_is_kept_in_chunks_and_read_back_whole
         assert!(size <= 64 * 1024, "{key}: {size} bytes");
     }
     // The controller reads it as an inventory: `broker users` names every node.
-    assert!(bed
-        .library()
-        .call(async |mesh| {
-            let checked = mesh.checked().await?;
-            let bus = mesh.bus().cloned().unwrap_or_default();
-            mesh_controller::bus::users_text(mesh.home(), &checked, &bus)
-        })
-        .unwrap()
-        .contains("idle-2999"));
+    assert!(bed.library().users_text().unwrap().contains("idle-2999"));
 }
 
 #[test]

@@ -183,13 +183,7 @@ fn a_merge_rolls_out_one_machine_first_over_the_bus_and_a_broken_first_node_stop
     }
     assert_eq!(
         std::fs::read_to_string(bed.root("bus").join("etc/nats/mesh-users.conf")).unwrap(),
-        bed.library()
-            .call(async |mesh| {
-                let checked = mesh.checked().await?;
-                let bus = mesh.bus().cloned().unwrap_or_default();
-                mesh_controller::bus::users_text(mesh.home(), &checked, &bus)
-            })
-            .unwrap()
+        bed.library().users_text().unwrap()
     );
     let done = plan(&bed, "plan-1");
     assert_eq!(done["plan"]["state"]["state"], "done", "{done}");

@@ -66,17 +66,7 @@ fn status_of(bed: &Bed, code: u8) -> Value {
 fn set(bed: &Bed, module: &str, node: &str, json: &str) {
     let answer = bed
         .library()
-        .call(async |mesh| {
-            mesh.settings_edit(
-                &crate::support::layer(module, Some(node)),
-                &mesh_controller::SettingsEdit::Set {
-                    json,
-                    replace: false,
-                },
-                mesh_store::clock::now(),
-            )
-            .await
-        })
+        .settings_set(module, Some(node), json)
         .unwrap();
     assert!(!answer.refused(), "{answer:?}");
 }

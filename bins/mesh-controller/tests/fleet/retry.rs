@@ -64,17 +64,7 @@ fn a_rollout_stopped_by_a_held_port_is_retried_once_freed_and_each_failed_machin
     for (node, port) in NODES.iter().zip(&ports) {
         let answer = bed
             .library()
-            .call(async |mesh| {
-                mesh.settings_edit(
-                    &crate::support::layer("app", Some(node)),
-                    &mesh_controller::SettingsEdit::Set {
-                        json: &format!("{{\"port\": {port}}}"),
-                        replace: false,
-                    },
-                    mesh_store::clock::now(),
-                )
-                .await
-            })
+            .settings_set("app", Some(node), &format!("{{\"port\": {port}}}"))
             .unwrap();
         assert!(!answer.refused(), "{answer:?}");
     }

@@ -111,17 +111,7 @@ fn a_revert_of_a_commit_stopped_at_its_first_machine_sends_it_the_deployed_build
     for (node, port) in NODES.iter().zip(&ports) {
         let answer = bed
             .library()
-            .call(async |mesh| {
-                mesh.settings_edit(
-                    &crate::support::layer("app", Some(node)),
-                    &mesh_controller::SettingsEdit::Set {
-                        json: &format!("{{\"port\": {port}}}"),
-                        replace: false,
-                    },
-                    mesh_store::clock::now(),
-                )
-                .await
-            })
+            .settings_set("app", Some(node), &format!("{{\"port\": {port}}}"))
             .unwrap();
         assert!(!answer.refused(), "{answer:?}");
     }

@@ -117,17 +117,7 @@ fn renamed_upstream() -> (Mesh, Repo) {
     add_and_merge(&mesh, &repo);
     let set = mesh
         .library()
-        .call(async |mesh| {
-            mesh.settings_edit(
-                &crate::support::layer("web", Some("a")),
-                &mesh_controller::SettingsEdit::Set {
-                    json: r#"{"port": 9090}"#,
-                    replace: false,
-                },
-                mesh_store::clock::now(),
-            )
-            .await
-        })
+        .settings_set("web", Some("a"), r#"{"port": 9090}"#)
         .unwrap();
     assert!(!set.refused());
     push(&mesh, &["a", "b"]);
@@ -197,17 +187,7 @@ fn a_type_change_is_named_with_the_default_the_node_gets() {
     add_and_merge(&mesh, &repo);
     let set = mesh
         .library()
-        .call(async |mesh| {
-            mesh.settings_edit(
-                &crate::support::layer("web", None),
-                &mesh_controller::SettingsEdit::Set {
-                    json: r#"{"port": 9090}"#,
-                    replace: false,
-                },
-                mesh_store::clock::now(),
-            )
-            .await
-        })
+        .settings_set("web", None, r#"{"port": 9090}"#)
         .unwrap();
     assert!(!set.refused());
     write_web(&repo, "port", "\"8080\"");
@@ -236,17 +216,7 @@ fn settings_rename_keeps_the_value_under_the_new_name_in_every_layer_and_in_hist
     let (mesh, repo) = renamed_upstream();
     let set = mesh
         .library()
-        .call(async |mesh| {
-            mesh.settings_edit(
-                &crate::support::layer("web", None),
-                &mesh_controller::SettingsEdit::Set {
-                    json: r#"{"port": 8081}"#,
-                    replace: false,
-                },
-                mesh_store::clock::now(),
-            )
-            .await
-        })
+        .settings_set("web", None, r#"{"port": 8081}"#)
         .unwrap();
     assert!(!set.refused());
     merge_plan_only(&mesh);
@@ -479,17 +449,10 @@ fn a_setting_is_set_ahead_of_the_version_that_needs_it_and_waits_for_its_plan() 
     repo.commit("web takes workers");
 
     // Before the new version is planned, the version the nodes run refuses the key.
-    let Err(refused) = mesh.library().call(async |mesh| {
-        mesh.settings_edit(
-            &crate::support::layer("web", None),
-            &mesh_controller::SettingsEdit::Set {
-                json: r#"{"workers": 4}"#,
-                replace: false,
-            },
-            mesh_store::clock::now(),
-        )
-        .await
-    }) else {
+    let Err(refused) = mesh
+        .library()
+        .settings_set("web", None, r#"{"workers": 4}"#)
+    else {
         panic!("the version the nodes run accepts no `workers`");
     };
     assert!(
@@ -501,17 +464,7 @@ fn a_setting_is_set_ahead_of_the_version_that_needs_it_and_waits_for_its_plan() 
     merge_plan_only(&mesh);
     let set = mesh
         .library()
-        .call(async |mesh| {
-            mesh.settings_edit(
-                &crate::support::layer("web", None),
-                &mesh_controller::SettingsEdit::Set {
-                    json: r#"{"workers": 4}"#,
-                    replace: false,
-                },
-                mesh_store::clock::now(),
-            )
-            .await
-        })
+        .settings_set("web", None, r#"{"workers": 4}"#)
         .unwrap();
     assert!(!set.refused());
     // What `settings set` says as "checked against plan-2 (at …" and each key waiting.

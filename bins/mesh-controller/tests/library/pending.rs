@@ -73,17 +73,7 @@ fn a_setting_set_and_not_pushed_is_pending_until_the_node_is_pushed() {
     push_all_settled(&mesh);
     let answer = mesh
         .library()
-        .call(async |mesh| {
-            mesh.settings_edit(
-                &crate::support::layer("base", Some("home")),
-                &mesh_controller::SettingsEdit::Set {
-                    json: r#"{"motd": "a new day"}"#,
-                    replace: false,
-                },
-                mesh_store::clock::now(),
-            )
-            .await
-        })
+        .settings_set("base", Some("home"), r#"{"motd": "a new day"}"#)
         .unwrap();
     assert!(!answer.refused(), "{answer:?}");
     assert_eq!(

@@ -103,17 +103,7 @@ fn the_embedded_homes_records_come_back_byte_for_byte() {
         .unwrap();
     assert!(!set.refused(), "{set:?}");
     let set = library
-        .call(async |mesh| {
-            mesh.settings_edit(
-                &crate::support::layer("backup", Some("home")),
-                &mesh_controller::SettingsEdit::Set {
-                    json: r#"{"keep": 9}"#,
-                    replace: false,
-                },
-                mesh_store::clock::now(),
-            )
-            .await
-        })
+        .settings_set("backup", Some("home"), r#"{"keep": 9}"#)
         .unwrap();
     assert!(!set.refused(), "{set:?}");
     let before = record_files(mesh.home());
@@ -284,17 +274,7 @@ fn a_fleets_records_bucket_comes_back_byte_for_byte() {
     // A bucket holding what the archive does not is refused by name; nothing is written.
     let set = bed
         .library()
-        .call(async |mesh| {
-            mesh.settings_edit(
-                &crate::support::layer("vault", None),
-                &mesh_controller::SettingsEdit::Set {
-                    json: r#"{"motd": "changed"}"#,
-                    replace: false,
-                },
-                mesh_store::clock::now(),
-            )
-            .await
-        })
+        .settings_set("vault", None, r#"{"motd": "changed"}"#)
         .unwrap();
     assert!(!set.refused(), "{set:?}");
     let (_, changed) = bucket(&bed);

@@ -37,20 +37,7 @@ fn shown(mesh: &Mesh, module: &str, node: Option<&str>, history: bool) -> serde_
 /// `settings set MODULE JSON [--node NODE]`, in process: it went ahead (`settings set` exits
 /// 0, not 2).
 fn set(mesh: &Mesh, module: &str, node: Option<&str>, json: &str) {
-    let answer = mesh
-        .library()
-        .call(async |mesh| {
-            mesh.settings_edit(
-                &crate::support::layer(module, node),
-                &mesh_controller::SettingsEdit::Set {
-                    json,
-                    replace: false,
-                },
-                mesh_store::clock::now(),
-            )
-            .await
-        })
-        .unwrap();
+    let answer = mesh.library().settings_set(module, node, json).unwrap();
     assert!(!answer.refused(), "{answer:?}");
 }
 
@@ -159,17 +146,10 @@ fn a_set_that_only_adds_or_changes_goes_ahead() {
 #[test]
 fn unknown_keys_are_refused_with_the_modules_keys_listed() {
     let mesh = Mesh::example();
-    let Err(error) = mesh.library().call(async |mesh| {
-        mesh.settings_edit(
-            &crate::support::layer("media", None),
-            &mesh_controller::SettingsEdit::Set {
-                json: r#"{"prot": 8097}"#,
-                replace: false,
-            },
-            mesh_store::clock::now(),
-        )
-        .await
-    }) else {
+    let Err(error) = mesh
+        .library()
+        .settings_set("media", None, r#"{"prot": 8097}"#)
+    else {
         panic!("`media` accepts no `prot`");
     };
     assert!(

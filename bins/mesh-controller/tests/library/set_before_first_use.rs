@@ -113,17 +113,7 @@ fn a_secret_of_a_module_an_open_plan_adds_is_set_before_its_first_send_and_reach
     // A key the new module does not accept is refused all the same, nothing changed.
     let refused = mesh
         .library()
-        .call(async |mesh| {
-            mesh.settings_edit(
-                &crate::support::layer("db", None),
-                &mesh_controller::SettingsEdit::Set {
-                    json: r#"{"pasword": "typo"}"#,
-                    replace: false,
-                },
-                mesh_store::clock::now(),
-            )
-            .await
-        })
+        .settings_set("db", None, r#"{"pasword": "typo"}"#)
         .unwrap_err();
     assert!(
         refused.contains("accepts no setting `pasword`"),

@@ -281,11 +281,7 @@ impl Bed {
         }
         // The bus has no users yet: they are composed from the home, without --bus.
         let users = local
-            .call(async |mesh| {
-                let checked = mesh.checked().await?;
-                let bus = mesh.bus().cloned().unwrap_or_default();
-                mesh_controller::bus::users_text(mesh.home(), &checked, &bus)
-            })
+            .users_text()
             .unwrap_or_else(|error| panic!("broker users: {error}"));
         drop(local);
         {

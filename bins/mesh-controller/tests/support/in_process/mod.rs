@@ -127,6 +127,36 @@ impl Library {
         self.tokio.block_on(call(&self.mesh)).map_err(|e| said(&e))
     }
 
+    /// `settings set MODULE [--node NODE] JSON` (keys merged into the layer, none dropped):
+    /// the front door's `settings_edit`, as the command calls it.
+    pub fn settings_set(
+        &self,
+        module: &str,
+        node: Option<&str>,
+        json: &str,
+    ) -> Result<mesh_controller::settings::Answer, String> {
+        self.call(async |mesh| {
+            mesh.settings_edit(
+                &crate::support::layer(module, node),
+                &mesh_controller::SettingsEdit::Set {
+                    json,
+                    replace: false,
+                },
+                mesh_store::clock::now(),
+            )
+            .await
+        })
+    }
+
+    /// `broker users`: the bus's users as the controller composes them now.
+    pub fn users_text(&self) -> Result<String, String> {
+        self.call(async |mesh| {
+            let checked = mesh.checked().await?;
+            let bus = mesh.bus().cloned().unwrap_or_default();
+            mesh_controller::bus::users_text(mesh.home(), &checked, &bus)
+        })
+    }
+
     /// Runs an async call of the front door on the library's runtime.
     pub fn block_on<F: std::future::Future>(&self, call: F) -> F::Output {
         self.tokio.block_on(call)
