@@ -120,3 +120,27 @@ fn a_bus_that_refuses_the_connection_is_said_once() {
     );
     assert_eq!(walk(dir.path()), before, "status wrote in the home");
 }
+
+/// The mesh's exit-code table on the controller: a wrong command line is a usage error (64),
+/// never clap's 2 (which means "refused" here) nor `status`'s verdicts; help is 0.
+#[test]
+fn a_wrong_command_line_exits_64_and_help_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &["status", "--bogus"][..],
+        &["--bogus"],
+        &["frobnicate"],
+        &["push", "--timeout", "soon"],
+    ] {
+        let (code, stderr) = controller_in(dir.path(), args);
+        assert_eq!(code, Some(64), "{args:?}: {stderr}");
+    }
+    for args in [&["--help"][..], &["status", "--help"], &["--version"]] {
+        let (code, stderr) = controller_in(dir.path(), args);
+        assert_eq!(code, Some(0), "{args:?}: {stderr}");
+    }
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "a wrong command line made something"
+    );
+}
