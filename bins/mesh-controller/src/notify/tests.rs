@@ -474,6 +474,8 @@ async fn wait_until<T>(mut check: impl FnMut() -> Option<T>) -> T {
             tokio::time::Instant::now() < deadline,
             "never within {LIMIT:?}"
         );
+        // Only paces the looks at the condition above (the sender's own state, which tells
+        // no one when it changes); the deadline bounds a failure, nothing is asserted on time.
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

@@ -381,15 +381,7 @@ fn a_merge_orphaning_a_setting_is_held_by_the_daemon_until_the_setting_is_rename
     // Renamed, the daemon drives the plan again by itself (no merge, no command) and sends
     // `a`, which keeps its port.
     bed.library()
-        .call(async |mesh| {
-            mesh.settings_rename(
-                "web",
-                ("port", "http-port"),
-                "mesh-controller settings rename",
-                mesh_store::clock::now(),
-            )
-            .await
-        })
+        .settings_rename("web", "port", "http-port")
         .unwrap();
     wait_for_plan_done(&bed, &renamed);
     assert_eq!(conf("a"), "listen 9090\n");

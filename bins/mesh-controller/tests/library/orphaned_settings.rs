@@ -230,27 +230,11 @@ fn settings_rename_keeps_the_value_under_the_new_name_in_every_layer_and_in_hist
         serde_json::to_value(shown.unwrap()).unwrap()
     };
     let before = shown(&mesh);
-    let Err(none) = mesh.library().call(async |mesh| {
-        mesh.settings_rename(
-            "web",
-            ("size", "capacity"),
-            "mesh-controller settings rename",
-            mesh_store::clock::now(),
-        )
-        .await
-    }) else {
+    let Err(none) = mesh.library().settings_rename("web", "size", "capacity") else {
         panic!("no layer sets `size`");
     };
     assert!(none.contains("no layer of `web` sets `size`"), "{none}");
-    let Err(unknown) = mesh.library().call(async |mesh| {
-        mesh.settings_rename(
-            "web",
-            ("port", "listen-port"),
-            "mesh-controller settings rename",
-            mesh_store::clock::now(),
-        )
-        .await
-    }) else {
+    let Err(unknown) = mesh.library().settings_rename("web", "port", "listen-port") else {
         panic!("plan-2's `web` accepts no `listen-port`");
     };
     assert!(
@@ -343,15 +327,7 @@ fn a_merge_holds_the_node_whose_setting_it_orphans_until_the_setting_is_renamed(
 
     // The rename ends the hold: the next drive sends `a`, which keeps its port.
     mesh.library()
-        .call(async |mesh| {
-            mesh.settings_rename(
-                "web",
-                ("port", "http-port"),
-                "mesh-controller settings rename",
-                mesh_store::clock::now(),
-            )
-            .await
-        })
+        .settings_rename("web", "port", "http-port")
         .unwrap();
     let resumed = resume(&mesh, &[]);
     assert!(resumed.contains("sent `a`"), "{resumed}");

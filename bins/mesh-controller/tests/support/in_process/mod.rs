@@ -148,6 +148,25 @@ impl Library {
         })
     }
 
+    /// `settings rename MODULE OLD NEW`: the front door's `settings_rename`, as the command
+    /// calls it.
+    pub fn settings_rename(
+        &self,
+        module: &str,
+        old: &str,
+        new: &str,
+    ) -> Result<mesh_controller::settings::Renamed, String> {
+        self.call(async |mesh| {
+            mesh.settings_rename(
+                module,
+                (old, new),
+                "mesh-controller settings rename",
+                mesh_store::clock::now(),
+            )
+            .await
+        })
+    }
+
     /// `broker users`: the bus's users as the controller composes them now.
     pub fn users_text(&self) -> Result<String, String> {
         self.call(async |mesh| {
